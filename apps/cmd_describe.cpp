@@ -1,0 +1,105 @@
+// `cephalo describe gpus | models | SCENARIO_FILE [--json]`
+#include <iostream>
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "commands.hpp"
+
+namespace cephalo::cli {
+namespace {
+
+std::string price(double p) { return p < 0 ? "-" : "$" + fixed(p, 2); }
+
+void describe_gpus(bool json) {
+  const auto& catalog = costmodels::GpuCatalog::builtin();
+  if (json) {
+    Json out = Json::array();
+    for (const auto& d : catalog.all()) out.push_back(to_json(d));
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  TextTable table({"gpu", "kind", "memory", "mem bw", "fp32", "fp16", "bf16", "pcie", "nvlink",
+                   "$/h"});
+  for (const auto& d : catalog.all())
+    table.add_row({d.name, d.kind, format_bytes(d.memory_bytes), format_bandwidth(d.memory_bandwidth),
+                   format_flop_rate(d.peak_fp32),
+                   d.peak_fp16 > 0 ? format_flop_rate(d.peak_fp16) : "-",
+                   d.peak_bf16 > 0 ? format_flop_rate(d.peak_bf16) : "-",
+                   "gen" + std::to_string(d.pcie_generation) + " x" + std::to_string(d.pcie_lanes),
+                   d.nvlink_bandwidth > 0 ? format_bandwidth(d.nvlink_bandwidth) : "-",
+                   price(d.price_per_hour)});
+  std::cout << table.render();
+}
+
+Json model_record(const ModelSpec& m) {
+  Json j = to_json(m);
+  j["parameters_per_layer"] = costmodels::layer_parameters(m);
+  j["total_parameters"] = costmodels::total_parameters(m);
+  return j;
+}
+
+void describe_models(bool json) {
+  const auto& catalog = costmodels::ModelCatalog::builtin();
+  if (json) {
+    Json out = Json::array();
+    for (const auto& m : catalog.all()) out.push_back(model_record(m));
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  TextTable table({"model", "family", "layers", "hidden", "heads", "ffn", "vocab", "params/layer",
+                   "total params"});
+  for (const auto& m : catalog.all())
+    table.add_row({m.name, m.family, std::to_string(m.num_layers), std::to_string(m.hidden),
+                   std::to_string(m.heads), std::to_string(m.ffn_hidden),
+                   std::to_string(m.vocab_size), fixed(costmodels::layer_parameters(m) / 1e6, 2) + "M",
+                   fixed(costmodels::total_parameters(m) / 1e9, 3) + "B"});
+  std::cout << table.render();
+}
+
+void describe_scenario(const std::string& file, bool json) {
+  Scenario s = costmodels::load_scenario(file);
+  if (json) {
+    Json j = to_json(s);
+    j["model_parameters"] = costmodels::total_parameters(s.job.model);
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "scenario " << s.name << " (" << file << ")\n"
+            << "  job: " << s.job.model_name << " ("
+            << fixed(costmodels::total_parameters(s.job.model) / 1e9, 2) << "B parameters), sequence "
+            << s.job.sequence_length << ", global batch " << s.job.global_batch << ", compute "
+            << to_string(s.job.precision.compute) << "\n"
+            << "  cluster: " << s.cluster.name << ", " << s.cluster.nodes.size() << " node(s), "
+            << s.cluster.num_ranks() << " device(s)"
+            << (s.cluster.emulated() ? " [EMULATED slowdown on some ranks]" : "") << "\n\n";
+  TextTable table({"rank", "node", "gpu", "memory", "peak (compute dtype)", "intra link", "nic",
+                   "slowdown"});
+  for (const auto& r : s.cluster.ranks()) {
+    const auto& node = s.cluster.nodes[r.node];
+    table.add_row({std::to_string(r.rank), node.name, r.slot->spec.name,
+                   format_bytes(r.slot->spec.memory_bytes),
+                   format_flop_rate(r.slot->spec.peak_flops(s.job.precision.compute)),
+                   node.intra_link.kind + " " + format_bandwidth(node.intra_link.bandwidth),
+                   format_bandwidth(node.nic.bandwidth),
+                   r.slot->slowdown == 1.0 ? "-" : fixed(r.slot->slowdown, 2) + " (emulated)"});
+  }
+  std::cout << table.render();
+}
+
+}  // namespace
+
+void add_describe_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("describe", "Describe the GPU catalog, the model catalog or a scenario");
+  static std::string what;
+  static bool json = false;
+  cmd->add_option("what", what, "gpus | models | SCENARIO_FILE")->required();
+  cmd->add_flag("--json", json, "Print the same record as JSON");
+  cmd->callback([] {
+    if (what == "gpus") describe_gpus(json);
+    else if (what == "models") describe_models(json);
+    else describe_scenario(what, json);
+  });
+}
+
+}  // namespace cephalo::cli

@@ -1,0 +1,21 @@
+#pragma once
+// Each subcommand family lives in its own cmd_*.cpp and registers itself on the root app.
+// A command's callback does its work and throws typed errors; main() maps them to exit codes.
+#include <CLI/CLI.hpp>
+
+namespace cephalo::cli {
+
+// Exit codes shared by all commands (documented in the top-level README).
+enum ExitCode : int {
+  kOk = 0,
+  kInvalidInput = 1,   // a file or value broke the schema (ValidationError, NotFoundError)
+  kUsage = 2,          // bad command line (CLI11)
+  kInfeasible = 3,     // valid input that cannot be satisfied (nothing fits, no profile)
+  kRuntime = 4,        // MPI/CUDA/NCCL or other runtime failure
+  kIo = 5,             // files that cannot be read or written
+};
+
+void add_describe_command(CLI::App& app);
+void add_validate_command(CLI::App& app);
+
+}  // namespace cephalo::cli

@@ -1,0 +1,45 @@
+// The `cephalo` command line: thin glue that parses arguments, calls the libraries and prints.
+#include <cstdio>
+#include <iostream>
+
+#include "cephalo/core/error.hpp"
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  using namespace cephalo;
+  CLI::App app{
+      "Cephalo: plan, simulate and run transformer training on heterogeneous GPU clusters"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("cephalo 0.1.0"));
+  cli::add_describe_command(app);
+  cli::add_validate_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    // Commands report "some inputs were bad" this way after printing their own lines.
+    if (std::string(e.what()).size()) std::cerr << "error: " << e.what() << "\n";
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? cli::kOk : cli::kUsage;
+  } catch (const ValidationError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kInvalidInput;
+  } catch (const NotFoundError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kInvalidInput;
+  } catch (const InfeasibleError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kInfeasible;
+  } catch (const IoError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kIo;
+  } catch (const RuntimeFailure& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kRuntime;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return cli::kRuntime;
+  }
+  return cli::kOk;
+}

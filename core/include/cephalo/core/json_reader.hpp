@@ -1,0 +1,92 @@
+#pragma once
+// Validated access to a JSON document. Every accessor knows its file and JSON path, so every
+// error names both, the offending value and what was expected. Objects read through a
+// JsonReader reject keys that were never asked for (call finish() after reading an object).
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
+
+namespace cephalo {
+
+using Json = nlohmann::json;
+
+// Reads and parses a JSON file; IoError for unreadable files or directories, ValidationError
+// (path "$") for malformed JSON, with the parser's byte offset.
+Json read_json_file(const std::filesystem::path& file);
+
+// Writes `text` to `file` atomically: a temporary in the same folder, flushed, then renamed.
+void write_file_atomically(const std::filesystem::path& file, const std::string& text);
+
+// Renders a JSON value compactly for error messages (long values are shortened).
+std::string brief(const Json& value);
+
+class JsonReader {
+ public:
+  JsonReader(const Json& value, std::string file, std::string path = "");
+
+  const Json& value() const { return *value_; }
+  const std::string& file() const { return file_; }
+  const std::string& path() const { return path_; }
+  // Path as printed in messages ("$" for the root).
+  std::string where() const { return path_.empty() ? "$" : path_; }
+
+  [[noreturn]] void fail(const std::string& expected) const;
+  [[noreturn]] void fail_value(const std::string& value, const std::string& expected) const;
+
+  bool is_object() const { return value_->is_object(); }
+  bool is_array() const { return value_->is_array(); }
+  bool is_string() const { return value_->is_string(); }
+
+  // Object access. Each key read is remembered for finish().
+  bool has(const std::string& key) const;
+  JsonReader child(const std::string& key);                  // required
+  std::optional<JsonReader> optional_child(const std::string& key);
+  // Fails when the object has keys that were not read, naming them and the allowed ones.
+  void finish() const;
+  // Marks keys as known without reading them (e.g. comments: "_comment", "source").
+  void allow(std::initializer_list<std::string> keys);
+
+  // Array access.
+  std::size_t size() const;
+  JsonReader element(std::size_t index) const;
+  std::vector<JsonReader> elements() const;  // requires an array
+
+  // Scalars of this value.
+  std::string as_string() const;
+  bool as_bool() const;
+  double as_number() const;  // finite
+  std::int64_t as_integer(std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX) const;
+  double as_quantity(Quantity kind) const;  // number in base units or string with unit; >= 0
+  std::string as_enum(const std::vector<std::string>& allowed) const;
+
+  // Shorthands for keys of this object.
+  std::string string(const std::string& key) { return child(key).as_string(); }
+  std::string string_or(const std::string& key, const std::string& fallback);
+  bool boolean_or(const std::string& key, bool fallback);
+  double number(const std::string& key) { return child(key).as_number(); }
+  double number_or(const std::string& key, double fallback);
+  std::int64_t integer(const std::string& key, std::int64_t min = INT64_MIN,
+                       std::int64_t max = INT64_MAX) {
+    return child(key).as_integer(min, max);
+  }
+  std::int64_t integer_or(const std::string& key, std::int64_t fallback,
+                          std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX);
+  double quantity(const std::string& key, Quantity kind) { return child(key).as_quantity(kind); }
+  std::optional<double> optional_quantity(const std::string& key, Quantity kind);
+
+ private:
+  const Json* value_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+}  // namespace cephalo

@@ -1,0 +1,60 @@
+#pragma once
+// The Plan (DESIGN §4): the one object that drives both the simulator and the backend.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/scenario.hpp"
+
+namespace cephalo {
+
+enum class Accumulation { Layered, Standard };
+enum class Offload { None, Host };
+// How uneven shards are gathered and reduced: one broadcast/reduce per owner inside a group,
+// or padding every shard to the largest and using the even collective.
+enum class UnevenCollective { Grouped, Padded };
+
+std::string to_string(Accumulation a);
+std::string to_string(Offload o);
+std::string to_string(UnevenCollective u);
+
+struct PlanRank {
+  int rank = 0;
+  int node = 0;
+  std::string gpu;          // device type as in the cluster
+  int batch = 0;            // samples per iteration on this rank
+  int micro_batch = 0;      // size of each micro-batch (the last may be smaller)
+  int micro_batches = 0;    // count
+  double state_share = 0;   // fraction of every unit's flat parameter owned by this rank
+
+  // Sizes of the rank's micro-batches in execution order; sums to `batch`.
+  std::vector<int> micro_batch_sizes() const;
+};
+
+struct Plan {
+  int version = 1;
+  std::string scenario;
+  std::string strategy;     // informational: which planner produced it
+  Accumulation accumulation = Accumulation::Layered;
+  Offload offload = Offload::None;
+  bool prefetch = true;
+  UnevenCollective uneven_collective = UnevenCollective::Grouped;
+  std::vector<PlanRank> ranks;
+  Json predicted;           // optional, informational (planner's predictions); null when absent
+
+  int global_batch() const;
+  bool even_shares() const;  // all shares equal within 1e-12
+};
+
+constexpr double kShareSumTolerance = 1e-9;
+
+// Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares).
+Plan parse_plan(JsonReader& reader);
+Plan load_plan(const std::filesystem::path& file);
+// Checks the plan against a scenario: rank count, nodes and device types match the cluster,
+// Σ batch = global batch. Throws ValidationError naming `plan_file` and the field.
+void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
+Json to_json(const Plan& plan);
+
+}  // namespace cephalo

@@ -1,0 +1,102 @@
+#pragma once
+// Cluster, Job and Scenario (DESIGN §4). Loading resolves catalog names through a SpecLookup so
+// that an unknown GPU or model is reported at the exact JSON path where it was written.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/specs.hpp"
+
+namespace cephalo {
+
+// Name resolution for GPUs and models; costmodels/ implements it with its catalogs.
+class SpecLookup {
+ public:
+  virtual ~SpecLookup() = default;
+  virtual std::optional<DeviceSpec> find_device(const std::string& name) const = 0;
+  virtual std::vector<std::string> device_names() const = 0;
+  virtual std::optional<ModelSpec> find_model(const std::string& name) const = 0;
+  virtual std::vector<std::string> model_names() const = 0;
+};
+
+// One device slot in a node.
+struct DeviceSlot {
+  std::string type;        // name as written (catalog name or alias, or the inline spec's name)
+  DeviceSpec spec;         // resolved
+  double slowdown = 1.0;   // emulation: repeat compute this many times (1 = real hardware)
+  int threads = 0;         // CPU devices: worker threads (0 = default)
+};
+
+struct Node {
+  std::string name;
+  std::vector<DeviceSlot> devices;
+  LinkSpec intra_link;     // between devices of this node (PCIe through the host, or NVLink)
+  LinkSpec nic;            // node to switch
+};
+
+// A device with its global rank, as the plan and the backend number them (node-major order).
+struct RankDevice {
+  int rank = 0;
+  int node = 0;
+  int local_index = 0;
+  const DeviceSlot* slot = nullptr;
+};
+
+struct Cluster {
+  std::string name;
+  std::vector<Node> nodes;
+
+  int num_ranks() const;
+  std::vector<RankDevice> ranks() const;
+  bool emulated() const;  // any slot with slowdown != 1
+};
+
+struct Precision {
+  Dtype params = Dtype::FP32;   // master weights and optimizer state
+  Dtype compute = Dtype::FP16;  // gathered parameters and activations
+  Dtype reduce = Dtype::FP32;   // gradient reduction
+};
+
+struct OptimizerSpec {
+  std::string kind = "adamw";
+  double learning_rate = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.01;
+};
+
+struct Job {
+  std::string model_name;  // as written
+  ModelSpec model;         // resolved
+  int sequence_length = 0;
+  int global_batch = 0;
+  Precision precision;
+  OptimizerSpec optimizer;
+};
+
+struct Scenario {
+  std::string name;
+  std::filesystem::path file;                 // where it was loaded from (empty if built in code)
+  Cluster cluster;
+  Job job;
+  std::vector<std::filesystem::path> calibration;  // resolved relative to the scenario file
+};
+
+// Parsers of the parts; `file` is used only in error messages. `base_dir` resolves relative
+// references (a scenario's "cluster": "clusters/x.json").
+Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup);
+Job parse_job(JsonReader& reader, const SpecLookup& lookup);
+Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
+                        const std::filesystem::path& base_dir);
+
+Cluster load_cluster(const std::filesystem::path& file, const SpecLookup& lookup);
+Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
+Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
+
+Json to_json(const Cluster& cluster);
+Json to_json(const Job& job);
+Json to_json(const Scenario& scenario);
+
+}  // namespace cephalo

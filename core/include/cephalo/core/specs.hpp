@@ -1,0 +1,75 @@
+#pragma once
+// Hardware and model descriptions shared by all libraries. The catalogs in costmodels/ hold
+// named instances; clusters and jobs may also give them inline. Parsing lives here so inline
+// specs and catalog entries are read by the same code.
+#include <string>
+#include <vector>
+
+#include "cephalo/core/dtype.hpp"
+#include "cephalo/core/json_reader.hpp"
+
+namespace cephalo {
+
+// One accelerator (or CPU socket used as a device) as its datasheet describes it.
+struct DeviceSpec {
+  std::string name;               // canonical catalog name, e.g. "A100-80GB"
+  std::string kind = "gpu";       // "gpu" or "cpu"
+  double memory_bytes = 0;        // device memory capacity
+  double memory_bandwidth = 0;    // bytes/s
+  double peak_fp32 = 0;           // dense FLOP/s, 0 when unsupported
+  double peak_tf32 = 0;
+  double peak_fp16 = 0;
+  double peak_bf16 = 0;
+  int pcie_generation = 0;        // host link
+  int pcie_lanes = 0;
+  double nvlink_bandwidth = 0;    // bytes/s per GPU, per direction; 0 without NVLink
+  double price_per_hour = -1;     // on-demand USD per device-hour; < 0 when none is public
+  std::string source;             // where the numbers come from
+
+  // Dense peak for a compute dtype; falls back to fp32 when the format is not accelerated.
+  double peak_flops(Dtype dtype) const;
+  // Host link bandwidth from PCIe generation and lanes (bytes/s per direction).
+  double pcie_bandwidth() const;
+};
+
+// Reads a device spec object (all fields named as in DeviceSpec, quantities with units).
+DeviceSpec parse_device_spec(JsonReader& reader);
+Json to_json(const DeviceSpec& spec);
+
+// Transformer architecture. Derived counts (parameters, FLOPs) live in costmodels/.
+struct ModelSpec {
+  std::string name;
+  std::string family = "gpt";     // "gpt", "llama", "bert", "vit"
+  int num_layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;               // == heads without grouped-query attention
+  int ffn_hidden = 0;             // MLP inner size
+  int vocab_size = 0;             // 0 for ViT
+  int max_positions = 0;          // learned position embeddings (0: rotary, none stored)
+  std::string activation = "gelu";  // "gelu" or "swiglu"
+  std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
+  bool bias = true;               // linear layers carry biases
+  bool tied_embeddings = true;    // head shares the token embedding
+  int image_size = 0;             // ViT only
+  int patch_size = 0;             // ViT only
+  int channels = 3;               // ViT only
+  int num_classes = 0;            // ViT only
+  std::vector<std::string> aliases;
+  std::string source;
+};
+
+ModelSpec parse_model_spec(JsonReader& reader);
+Json to_json(const ModelSpec& spec);
+
+// A link between two endpoints, in the α-β sense: time = latency + bytes / bandwidth.
+struct LinkSpec {
+  std::string kind = "pcie";  // "pcie", "nvlink", "ethernet", "infiniband", "shm"
+  double bandwidth = 0;       // bytes/s per direction
+  double latency = 0;         // seconds
+};
+
+LinkSpec parse_link_spec(JsonReader& reader);
+Json to_json(const LinkSpec& link);
+
+}  // namespace cephalo

@@ -1,0 +1,26 @@
+#pragma once
+// Aligned plain-text tables for the human half of every "table + JSON" output.
+#include <string>
+#include <vector>
+
+namespace cephalo {
+
+class TextTable {
+ public:
+  enum class Align { Left, Right };
+  explicit TextTable(std::vector<std::string> headers);
+  // Columns default to right alignment except the first; override per column.
+  void set_align(std::size_t column, Align align);
+  void add_row(std::vector<std::string> cells);
+  std::string render() const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<Align> align_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Fixed-point formatting helper ("12.35").
+std::string fixed(double value, int decimals);
+
+}  // namespace cephalo

@@ -1,0 +1,36 @@
+#pragma once
+// One helper for every value with a unit, in JSON and on the command line. Values are held in
+// SI base units as double: bytes, seconds, bytes/second, FLOP/second. A JSON number is taken
+// as already in base units; a string carries its unit ("16GiB", "5us", "600GB/s", "25Gbit/s",
+// "312TFLOPS"). Binary prefixes (Ki, Mi, Gi, Ti) are powers of 1024, decimal ones powers of 1000.
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace cephalo {
+
+enum class Quantity { Bytes, Seconds, Bandwidth, FlopRate, Dimensionless };
+
+// What a Quantity is called in error messages ("a byte size such as \"16GiB\"").
+std::string describe_quantity(Quantity kind);
+
+// Parses `text` as `kind`. Returns nullopt when the text is not a valid value of that kind
+// (unknown unit, trailing garbage, negative, NaN, infinite, or above 1e30).
+std::optional<double> parse_quantity(std::string_view text, Quantity kind);
+
+// Human-readable rendering with a sensible prefix: "16 GiB", "1.20 ms", "600 GB/s",
+// "312 TFLOP/s". Round-trips through parse_quantity to within the printed precision.
+std::string format_quantity(double value, Quantity kind);
+inline std::string format_bytes(double bytes) { return format_quantity(bytes, Quantity::Bytes); }
+inline std::string format_seconds(double s) { return format_quantity(s, Quantity::Seconds); }
+inline std::string format_bandwidth(double bps) {
+  return format_quantity(bps, Quantity::Bandwidth);
+}
+inline std::string format_flop_rate(double f) { return format_quantity(f, Quantity::FlopRate); }
+
+constexpr double kKiB = 1024.0;
+constexpr double kMiB = 1024.0 * kKiB;
+constexpr double kGiB = 1024.0 * kMiB;
+constexpr double kGB = 1e9;
+
+}  // namespace cephalo

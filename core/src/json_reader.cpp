@@ -1,0 +1,278 @@
+#include "cephalo/core/json_reader.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <unistd.h>
+
+namespace cephalo {
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+std::string type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    default: return "a value";
+  }
+}
+
+// Line and column of a byte offset, for parse errors.
+std::pair<std::size_t, std::size_t> line_column(const std::string& text, std::size_t offset) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+std::string brief(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+Json read_json_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw IoError(file.string() + ": is a directory; expected a JSON file");
+  if (!std::filesystem::exists(file, ec)) throw IoError(file.string() + ": no such file");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw IoError(file.string() + ": cannot be opened for reading");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw IoError(file.string() + ": read failed");
+  const std::string text = buffer.str();
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
+    std::string what = e.what();
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...: ".
+    auto colon = what.find(": ", what.find("parse error"));
+    std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
+    throw ValidationError(file.string(), "$",
+                          "malformed JSON at line " + std::to_string(line) + ", column " +
+                              std::to_string(column) + " (" + reason + ")",
+                          "a complete, valid JSON document (NaN and Infinity are not JSON)");
+  } catch (const Json::exception& e) {
+    throw ValidationError(file.string(), "$", std::string("unreadable JSON (") + e.what() + ")",
+                          "a valid JSON document with numbers in range");
+  }
+}
+
+void write_file_atomically(const std::filesystem::path& file, const std::string& text) {
+  std::filesystem::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw IoError(file.string() + ": folder " + dir.string() + " does not exist");
+  // Hidden temporary beside the target so the rename stays on one file system.
+  std::string temp_name = ".";
+  temp_name += file.filename().string();
+  temp_name += ".tmp.";
+  temp_name += std::to_string(::getpid());
+  std::filesystem::path temp = dir / temp_name;
+  {
+    std::FILE* out = std::fopen(temp.c_str(), "wb");
+    if (!out) throw IoError(file.string() + ": cannot create temporary file " + temp.string());
+    bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    ok = (std::fflush(out) == 0) && ok;
+    ok = (::fsync(fileno(out)) == 0) && ok;
+    ok = (std::fclose(out) == 0) && ok;
+    if (!ok) {
+      std::filesystem::remove(temp, ec);
+      throw IoError(file.string() + ": write failed (disk full?)");
+    }
+  }
+  std::filesystem::rename(temp, file, ec);
+  if (ec) {
+    std::filesystem::remove(temp, ec);
+    throw IoError(file.string() + ": cannot replace file: " + ec.message());
+  }
+}
+
+JsonReader::JsonReader(const Json& value, std::string file, std::string path)
+    : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
+
+void JsonReader::fail(const std::string& expected) const {
+  throw ValidationError(file_, where(), brief(*value_), expected);
+}
+
+void JsonReader::fail_value(const std::string& value, const std::string& expected) const {
+  throw ValidationError(file_, where(), value, expected);
+}
+
+bool JsonReader::has(const std::string& key) const {
+  return value_->is_object() && value_->contains(key);
+}
+
+JsonReader JsonReader::child(const std::string& key) {
+  if (!value_->is_object()) fail("an object with key \"" + key + "\"");
+  std::string child_path = path_.empty() ? key : path_ + "." + key;
+  auto it = value_->find(key);
+  if (it == value_->end())
+    throw ValidationError(file_, child_path, "nothing (missing)", "required field \"" + key + "\"");
+  used_.insert(key);
+  return JsonReader(*it, file_, child_path);
+}
+
+std::optional<JsonReader> JsonReader::optional_child(const std::string& key) {
+  if (!value_->is_object()) fail("an object");
+  if (!value_->contains(key)) return std::nullopt;
+  return child(key);
+}
+
+void JsonReader::allow(std::initializer_list<std::string> keys) {
+  for (const auto& k : keys) used_.insert(k);
+}
+
+void JsonReader::finish() const {
+  if (!value_->is_object()) return;
+  std::vector<std::string> unknown;
+  for (auto it = value_->begin(); it != value_->end(); ++it)
+    if (!used_.count(it.key())) unknown.push_back(it.key());
+  if (unknown.empty()) return;
+  std::vector<std::string> known(used_.begin(), used_.end());
+  std::string first = unknown.front();
+  std::string expected = "only known keys (" + join(known) + ")";
+  auto close = closest_names(first, known, 1);
+  if (!close.empty()) expected += "; did you mean \"" + close.front() + "\"?";
+  throw ValidationError(file_, path_.empty() ? first : path_ + "." + first,
+                        "unknown key \"" + first + "\"", expected);
+}
+
+std::size_t JsonReader::size() const {
+  if (!value_->is_array()) fail("an array");
+  return value_->size();
+}
+
+JsonReader JsonReader::element(std::size_t index) const {
+  if (!value_->is_array()) fail("an array");
+  if (index >= value_->size())
+    throw ValidationError(file_, where() + "[" + std::to_string(index) + "]", "nothing",
+                          "an element");
+  return JsonReader((*value_)[index], file_, where() + "[" + std::to_string(index) + "]");
+}
+
+std::vector<JsonReader> JsonReader::elements() const {
+  std::vector<JsonReader> out;
+  std::size_t n = size();
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) out.push_back(element(i));
+  return out;
+}
+
+std::string JsonReader::as_string() const {
+  if (!value_->is_string()) fail("a string, not " + type_name(*value_));
+  return value_->get<std::string>();
+}
+
+bool JsonReader::as_bool() const {
+  if (!value_->is_boolean()) fail("true or false, not " + type_name(*value_));
+  return value_->get<bool>();
+}
+
+double JsonReader::as_number() const {
+  if (!value_->is_number()) fail("a number, not " + type_name(*value_));
+  double v = value_->get<double>();
+  if (!std::isfinite(v) || std::fabs(v) > 1e30) fail("a finite number of sensible size");
+  return v;
+}
+
+std::int64_t JsonReader::as_integer(std::int64_t min, std::int64_t max) const {
+  std::string range = "an integer";
+  if (min != INT64_MIN && max != INT64_MAX)
+    range += " from " + std::to_string(min) + " to " + std::to_string(max);
+  else if (min != INT64_MIN)
+    range += " >= " + std::to_string(min);
+  if (value_->is_number_integer() || value_->is_number_unsigned()) {
+    if (value_->is_number_unsigned() &&
+        value_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      fail(range);
+    std::int64_t v = value_->get<std::int64_t>();
+    if (v < min || v > max) fail(range);
+    return v;
+  }
+  if (value_->is_number_float()) {
+    double d = value_->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
+      auto v = static_cast<std::int64_t>(d);
+      if (v < min || v > max) fail(range);
+      return v;
+    }
+  }
+  fail(range + ", not " + type_name(*value_));
+}
+
+double JsonReader::as_quantity(Quantity kind) const {
+  if (value_->is_number()) {
+    double v = value_->get<double>();
+    if (!std::isfinite(v) || v < 0 || v > 1e30) fail(describe_quantity(kind) + " (>= 0)");
+    return v;
+  }
+  if (value_->is_string()) {
+    auto parsed = parse_quantity(value_->get<std::string>(), kind);
+    if (!parsed) fail(describe_quantity(kind));
+    return *parsed;
+  }
+  fail(describe_quantity(kind) + ", not " + type_name(*value_));
+}
+
+std::string JsonReader::as_enum(const std::vector<std::string>& allowed) const {
+  std::string expected = "one of " + join(allowed);
+  if (!value_->is_string()) fail(expected);
+  std::string v = value_->get<std::string>();
+  for (const auto& a : allowed)
+    if (a == v) return v;
+  fail(expected);
+}
+
+std::string JsonReader::string_or(const std::string& key, const std::string& fallback) {
+  auto c = optional_child(key);
+  return c ? c->as_string() : fallback;
+}
+
+bool JsonReader::boolean_or(const std::string& key, bool fallback) {
+  auto c = optional_child(key);
+  return c ? c->as_bool() : fallback;
+}
+
+double JsonReader::number_or(const std::string& key, double fallback) {
+  auto c = optional_child(key);
+  return c ? c->as_number() : fallback;
+}
+
+std::int64_t JsonReader::integer_or(const std::string& key, std::int64_t fallback,
+                                    std::int64_t min, std::int64_t max) {
+  auto c = optional_child(key);
+  return c ? c->as_integer(min, max) : fallback;
+}
+
+std::optional<double> JsonReader::optional_quantity(const std::string& key, Quantity kind) {
+  auto c = optional_child(key);
+  if (!c) return std::nullopt;
+  return c->as_quantity(kind);
+}
+
+}  // namespace cephalo

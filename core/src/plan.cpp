@@ -1,0 +1,157 @@
+#include "cephalo/core/plan.hpp"
+
+#include <cmath>
+
+namespace cephalo {
+
+std::string to_string(Accumulation a) { return a == Accumulation::Layered ? "layered" : "standard"; }
+std::string to_string(Offload o) { return o == Offload::None ? "none" : "host"; }
+std::string to_string(UnevenCollective u) {
+  return u == UnevenCollective::Grouped ? "grouped" : "padded";
+}
+
+std::vector<int> PlanRank::micro_batch_sizes() const {
+  std::vector<int> sizes;
+  int left = batch;
+  for (int i = 0; i < micro_batches; ++i) {
+    int m = std::min(micro_batch, left);
+    sizes.push_back(m);
+    left -= m;
+  }
+  return sizes;
+}
+
+int Plan::global_batch() const {
+  int total = 0;
+  for (const auto& r : ranks) total += r.batch;
+  return total;
+}
+
+bool Plan::even_shares() const {
+  for (const auto& r : ranks)
+    if (std::fabs(r.state_share - ranks.front().state_share) > 1e-12) return false;
+  return true;
+}
+
+Plan parse_plan(JsonReader& reader) {
+  if (!reader.is_object()) reader.fail("a plan object");
+  Plan plan;
+  plan.version = static_cast<int>(reader.integer("version", 1, 1));
+  plan.scenario = reader.string_or("scenario", "");
+  plan.strategy = reader.string_or("strategy", "");
+  if (reader.has("accumulation"))
+    plan.accumulation = reader.child("accumulation").as_enum({"layered", "standard"}) == "layered"
+                            ? Accumulation::Layered
+                            : Accumulation::Standard;
+  if (reader.has("offload"))
+    plan.offload = reader.child("offload").as_enum({"none", "host"}) == "none" ? Offload::None
+                                                                              : Offload::Host;
+  plan.prefetch = reader.boolean_or("prefetch", true);
+  if (reader.has("uneven_collective"))
+    plan.uneven_collective =
+        reader.child("uneven_collective").as_enum({"grouped", "padded"}) == "grouped"
+            ? UnevenCollective::Grouped
+            : UnevenCollective::Padded;
+  if (auto p = reader.optional_child("predicted")) {
+    if (!p->is_object()) p->fail("an object of predictions");
+    plan.predicted = p->value();
+  }
+  auto ranks = reader.child("ranks");
+  if (!ranks.is_array() || ranks.size() == 0) ranks.fail("a non-empty array of ranks");
+  double share_sum = 0;
+  for (auto& r : ranks.elements()) {
+    if (!r.is_object()) r.fail("an object describing one rank");
+    PlanRank pr;
+    pr.rank = static_cast<int>(r.integer("rank", 0, 1 << 20));
+    if (pr.rank != static_cast<int>(plan.ranks.size()))
+      r.child("rank").fail("rank " + std::to_string(plan.ranks.size()) +
+                           " (ranks are listed once each, in order from 0)");
+    pr.node = static_cast<int>(r.integer("node", 0, 1 << 20));
+    pr.gpu = r.string("gpu");
+    pr.batch = static_cast<int>(r.integer("batch", 0, 1 << 24));
+    pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
+    pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, 1 << 24));
+    if (pr.batch == 0) {
+      if (pr.micro_batch != 0 || pr.micro_batches != 0)
+        r.child("micro_batches").fail("0 micro-batches of size 0 for a rank with batch 0");
+    } else {
+      if (pr.micro_batch < 1) r.child("micro_batch").fail("a micro-batch size >= 1");
+      if (pr.micro_batches < 1) r.child("micro_batches").fail("a micro-batch count >= 1");
+      long long full = static_cast<long long>(pr.micro_batch) * pr.micro_batches;
+      long long before_last = full - pr.micro_batch;
+      if (!(before_last < pr.batch && pr.batch <= full))
+        r.child("batch").fail_value(
+            std::to_string(pr.batch),
+            "a batch that " + std::to_string(pr.micro_batches) + " micro-batches of size " +
+                std::to_string(pr.micro_batch) + " cover with only the last one smaller (" +
+                std::to_string(before_last + 1) + " to " + std::to_string(full) + ")");
+    }
+    auto share = r.child("state_share");
+    pr.state_share = share.as_number();
+    if (pr.state_share < 0 || pr.state_share > 1) share.fail("a state share from 0 to 1");
+    share_sum += pr.state_share;
+    r.finish();
+    plan.ranks.push_back(pr);
+  }
+  if (std::fabs(share_sum - 1.0) > kShareSumTolerance)
+    ranks.fail_value("state shares summing to " + format_quantity(share_sum, Quantity::Dimensionless),
+                     "state shares summing to 1 (within 1e-9)");
+  reader.finish();
+  return plan;
+}
+
+Plan load_plan(const std::filesystem::path& file) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file.string());
+  return parse_plan(r);
+}
+
+void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
+  auto devices = scenario.cluster.ranks();
+  if (plan.ranks.size() != devices.size())
+    throw ValidationError(plan_file, "ranks", std::to_string(plan.ranks.size()) + " ranks",
+                          std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
+                              scenario.cluster.name + "\"");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto& pr = plan.ranks[i];
+    std::string at = "ranks[" + std::to_string(i) + "]";
+    if (pr.node != devices[i].node)
+      throw ValidationError(plan_file, at + ".node", std::to_string(pr.node),
+                            "node " + std::to_string(devices[i].node) + " (where rank " +
+                                std::to_string(i) + " lives in the cluster)");
+    const auto& slot = *devices[i].slot;
+    if (pr.gpu != slot.type && pr.gpu != slot.spec.name)
+      throw ValidationError(plan_file, at + ".gpu", "\"" + pr.gpu + "\"",
+                            "\"" + slot.type + "\" (the cluster's device for rank " +
+                                std::to_string(i) + ")");
+  }
+  if (plan.global_batch() != scenario.job.global_batch)
+    throw ValidationError(plan_file, "ranks[*].batch",
+                          "batches summing to " + std::to_string(plan.global_batch()),
+                          "batches summing to the job's global batch " +
+                              std::to_string(scenario.job.global_batch));
+}
+
+Json to_json(const Plan& plan) {
+  Json ranks = Json::array();
+  for (const auto& r : plan.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"node", r.node},
+                     {"gpu", r.gpu},
+                     {"batch", r.batch},
+                     {"micro_batch", r.micro_batch},
+                     {"micro_batches", r.micro_batches},
+                     {"state_share", r.state_share}});
+  Json j = {{"version", plan.version},
+            {"scenario", plan.scenario},
+            {"accumulation", to_string(plan.accumulation)},
+            {"offload", to_string(plan.offload)},
+            {"prefetch", plan.prefetch},
+            {"uneven_collective", to_string(plan.uneven_collective)},
+            {"ranks", ranks}};
+  if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
+  if (!plan.predicted.is_null()) j["predicted"] = plan.predicted;
+  return j;
+}
+
+}  // namespace cephalo

@@ -1,0 +1,308 @@
+#include "cephalo/core/scenario.hpp"
+
+#include <cmath>
+
+namespace cephalo {
+namespace {
+
+constexpr int kMaxRanks = 1 << 17;
+
+DeviceSlot parse_slot_type(JsonReader& reader, const SpecLookup& lookup, const std::string& name) {
+  auto spec = lookup.find_device(name);
+  if (!spec) {
+    auto close = closest_names(name, lookup.device_names());
+    std::string expected = "a GPU from the catalog (`cephalo describe gpus`)";
+    if (!close.empty()) {
+      expected += "; closest: ";
+      for (std::size_t i = 0; i < close.size(); ++i) expected += (i ? ", " : "") + close[i];
+    }
+    reader.fail_value("unknown GPU \"" + name + "\"", expected);
+  }
+  DeviceSlot slot;
+  slot.type = name;
+  slot.spec = *spec;
+  return slot;
+}
+
+// One entry of a node's "gpus" list: a name, or {type|spec, count, slowdown, threads}.
+std::vector<DeviceSlot> parse_device_entry(JsonReader& entry, const SpecLookup& lookup) {
+  if (entry.is_string()) return {parse_slot_type(entry, lookup, entry.as_string())};
+  if (!entry.is_object())
+    entry.fail("a GPU name or an object {\"type\": NAME, \"count\": N} or {\"spec\": {...}}");
+  DeviceSlot slot;
+  if (entry.has("type") && entry.has("spec"))
+    entry.child("spec").fail("either \"type\" or \"spec\", not both");
+  if (entry.has("type")) {
+    auto type = entry.child("type");
+    slot = parse_slot_type(type, lookup, type.as_string());
+  } else if (entry.has("spec")) {
+    auto spec = entry.child("spec");
+    slot.spec = parse_device_spec(spec);
+    slot.type = slot.spec.name;
+  } else {
+    entry.fail("an object with \"type\" (catalog name) or \"spec\" (inline device)");
+  }
+  auto count = entry.integer_or("count", 1, 1, kMaxRanks);
+  if (auto s = entry.optional_child("slowdown")) {
+    slot.slowdown = s->as_number();
+    if (slot.slowdown < 1.0 || slot.slowdown > 1000.0)
+      s->fail("an emulated slowdown factor from 1 to 1000");
+  }
+  slot.threads = static_cast<int>(entry.integer_or("threads", 0, 0, 1024));
+  entry.finish();
+  return std::vector<DeviceSlot>(static_cast<std::size_t>(count), slot);
+}
+
+LinkSpec default_nic() {
+  LinkSpec nic;
+  nic.kind = "ethernet";
+  nic.bandwidth = 25e9 / 8;
+  nic.latency = 10e-6;
+  return nic;
+}
+
+}  // namespace
+
+int Cluster::num_ranks() const {
+  int n = 0;
+  for (const auto& node : nodes) n += static_cast<int>(node.devices.size());
+  return n;
+}
+
+std::vector<RankDevice> Cluster::ranks() const {
+  std::vector<RankDevice> out;
+  int rank = 0;
+  for (std::size_t n = 0; n < nodes.size(); ++n)
+    for (std::size_t d = 0; d < nodes[n].devices.size(); ++d)
+      out.push_back({rank++, static_cast<int>(n), static_cast<int>(d), &nodes[n].devices[d]});
+  return out;
+}
+
+bool Cluster::emulated() const {
+  for (const auto& node : nodes)
+    for (const auto& d : node.devices)
+      if (d.slowdown != 1.0) return true;
+  return false;
+}
+
+Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
+  if (!reader.is_object()) reader.fail("an object describing a cluster");
+  Cluster cluster;
+  cluster.name = reader.string_or("name", "cluster");
+  reader.allow({"description", "source"});
+  auto nodes = reader.child("nodes");
+  if (!nodes.is_array() || nodes.size() == 0)
+    nodes.fail("a non-empty array of nodes (a cluster needs at least one GPU)");
+  int total = 0;
+  for (auto& node_reader : nodes.elements()) {
+    if (!node_reader.is_object()) node_reader.fail("an object describing a node");
+    Node node;
+    node.name = node_reader.string_or("name", "node" + std::to_string(cluster.nodes.size()));
+    auto gpus = node_reader.child("gpus");
+    if (!gpus.is_array() || gpus.size() == 0) gpus.fail("a non-empty array of GPUs");
+    for (auto& entry : gpus.elements())
+      for (auto& slot : parse_device_entry(entry, lookup)) node.devices.push_back(slot);
+    total += static_cast<int>(node.devices.size());
+    if (total > kMaxRanks)
+      gpus.fail_value(std::to_string(total) + " devices in total",
+                      "at most " + std::to_string(kMaxRanks) + " devices");
+    if (auto link = node_reader.optional_child("intra_link")) {
+      node.intra_link = parse_link_spec(*link);
+    } else {
+      // Without NVLink, devices of a node talk over PCIe through the host.
+      node.intra_link.kind = "pcie";
+      node.intra_link.bandwidth = node.devices.front().spec.pcie_bandwidth();
+      node.intra_link.latency = 5e-6;
+    }
+    if (auto nic = node_reader.optional_child("nic")) {
+      node.nic = parse_link_spec(*nic);
+    } else {
+      node.nic = default_nic();
+    }
+    node_reader.finish();
+    cluster.nodes.push_back(std::move(node));
+  }
+  if (cluster.nodes.size() > 1) {
+    // Multi-node clusters must say how nodes connect: a default would silently decide results.
+    for (std::size_t n = 0; n < cluster.nodes.size(); ++n)
+      if (!nodes.element(n).has("nic"))
+        throw ValidationError(reader.file(), nodes.element(n).where() + ".nic", "nothing (missing)",
+                              "a NIC {\"kind\", \"bandwidth\", \"latency\"} for every node of a "
+                              "multi-node cluster");
+  }
+  reader.finish();
+  return cluster;
+}
+
+Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
+  if (!reader.is_object()) reader.fail("an object describing a training job");
+  Job job;
+  reader.allow({"description", "name"});
+  auto model = reader.child("model");
+  if (model.is_string()) {
+    job.model_name = model.as_string();
+    auto spec = lookup.find_model(job.model_name);
+    if (!spec) {
+      auto close = closest_names(job.model_name, lookup.model_names());
+      std::string expected = "a model from the catalog (`cephalo describe models`)";
+      if (!close.empty()) {
+        expected += "; closest: ";
+        for (std::size_t i = 0; i < close.size(); ++i) expected += (i ? ", " : "") + close[i];
+      }
+      model.fail_value("unknown model \"" + job.model_name + "\"", expected);
+    }
+    job.model = *spec;
+  } else if (model.is_object()) {
+    job.model = parse_model_spec(model);
+    job.model_name = job.model.name;
+  } else {
+    model.fail("a model name or an inline architecture object");
+  }
+  job.sequence_length = static_cast<int>(reader.integer("sequence_length", 1, 1 << 22));
+  if (job.model.max_positions > 0 && job.sequence_length > job.model.max_positions &&
+      job.model.family != "vit")
+    reader.child("sequence_length")
+        .fail("at most the model's max_positions (" + std::to_string(job.model.max_positions) +
+              ")");
+  job.global_batch = static_cast<int>(reader.integer("global_batch", 1, 1 << 24));
+  if (auto p = reader.optional_child("precision")) {
+    auto dtype_of = [&](const char* key, Dtype fallback) {
+      auto c = p->optional_child(key);
+      if (!c) return fallback;
+      auto d = parse_dtype(c->as_string());
+      if (!d) c->fail("one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)");
+      return *d;
+    };
+    job.precision.params = dtype_of("params", Dtype::FP32);
+    job.precision.compute = dtype_of("compute", Dtype::FP16);
+    job.precision.reduce = dtype_of("reduce", Dtype::FP32);
+    p->finish();
+  }
+  if (auto o = reader.optional_child("optimizer")) {
+    job.optimizer.kind = o->has("kind") ? o->child("kind").as_enum({"adamw"}) : "adamw";
+    auto positive = [&](const char* key, double fallback, double lo, double hi) {
+      auto c = o->optional_child(key);
+      if (!c) return fallback;
+      double v = c->as_number();
+      if (!(v >= lo && v <= hi))
+        c->fail("a number from " + format_quantity(lo, Quantity::Dimensionless) + " to " +
+                format_quantity(hi, Quantity::Dimensionless));
+      return v;
+    };
+    job.optimizer.learning_rate = positive("learning_rate", 1e-4, 0, 10);
+    job.optimizer.beta1 = positive("beta1", 0.9, 0, 0.999999);
+    job.optimizer.beta2 = positive("beta2", 0.999, 0, 0.999999);
+    job.optimizer.epsilon = positive("epsilon", 1e-8, 1e-30, 1);
+    job.optimizer.weight_decay = positive("weight_decay", 0.01, 0, 10);
+    o->finish();
+  }
+  reader.finish();
+  return job;
+}
+
+Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
+                        const std::filesystem::path& base_dir) {
+  if (!reader.is_object()) reader.fail("an object with \"cluster\" and \"job\"");
+  Scenario scenario;
+  scenario.name = reader.string_or("name", "scenario");
+  reader.allow({"description"});
+  auto part = [&](const char* key, auto parse_inline, auto load_file) {
+    auto c = reader.child(key);
+    if (c.is_string()) {
+      std::filesystem::path p = c.as_string();
+      if (p.is_relative()) p = base_dir / p;
+      try {
+        return load_file(p);
+      } catch (const IoError& e) {
+        c.fail_value("\"" + c.as_string() + "\" (" + e.what() + ")",
+                     std::string("a readable ") + key + " file");
+      }
+    }
+    return parse_inline(c);
+  };
+  scenario.cluster = part(
+      "cluster", [&](JsonReader& r) { return parse_cluster(r, lookup); },
+      [&](const std::filesystem::path& p) { return load_cluster(p, lookup); });
+  scenario.job = part(
+      "job", [&](JsonReader& r) { return parse_job(r, lookup); },
+      [&](const std::filesystem::path& p) { return load_job(p, lookup); });
+  if (auto cal = reader.optional_child("calibration")) {
+    for (auto& item : cal->elements()) {
+      std::filesystem::path p = item.as_string();
+      if (p.is_relative()) p = base_dir / p;
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(p, ec))
+        item.fail("a path to an existing calibration file (relative to the scenario)");
+      scenario.calibration.push_back(p);
+    }
+  }
+  reader.finish();
+  return scenario;
+}
+
+Cluster load_cluster(const std::filesystem::path& file, const SpecLookup& lookup) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file.string());
+  return parse_cluster(r, lookup);
+}
+
+Job load_job(const std::filesystem::path& file, const SpecLookup& lookup) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file.string());
+  return parse_job(r, lookup);
+}
+
+Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file.string());
+  Scenario s = parse_scenario(r, lookup, file.parent_path());
+  s.file = file;
+  return s;
+}
+
+Json to_json(const Cluster& cluster) {
+  Json nodes = Json::array();
+  for (const auto& node : cluster.nodes) {
+    Json gpus = Json::array();
+    for (const auto& d : node.devices) {
+      Json g = {{"type", d.type}};
+      if (d.slowdown != 1.0) g["slowdown"] = d.slowdown;
+      if (d.threads) g["threads"] = d.threads;
+      gpus.push_back(g);
+    }
+    nodes.push_back({{"name", node.name},
+                     {"gpus", gpus},
+                     {"intra_link", to_json(node.intra_link)},
+                     {"nic", to_json(node.nic)}});
+  }
+  return {{"name", cluster.name}, {"nodes", nodes}};
+}
+
+Json to_json(const Job& job) {
+  return {{"model", job.model_name},
+          {"sequence_length", job.sequence_length},
+          {"global_batch", job.global_batch},
+          {"precision",
+           {{"params", to_string(job.precision.params)},
+            {"compute", to_string(job.precision.compute)},
+            {"reduce", to_string(job.precision.reduce)}}},
+          {"optimizer",
+           {{"kind", job.optimizer.kind},
+            {"learning_rate", job.optimizer.learning_rate},
+            {"beta1", job.optimizer.beta1},
+            {"beta2", job.optimizer.beta2},
+            {"epsilon", job.optimizer.epsilon},
+            {"weight_decay", job.optimizer.weight_decay}}}};
+}
+
+Json to_json(const Scenario& scenario) {
+  Json cal = Json::array();
+  for (const auto& c : scenario.calibration) cal.push_back(c.string());
+  Json j = {{"name", scenario.name},
+            {"cluster", to_json(scenario.cluster)},
+            {"job", to_json(scenario.job)}};
+  if (!cal.empty()) j["calibration"] = cal;
+  return j;
+}
+
+}  // namespace cephalo

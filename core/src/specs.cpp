@@ -1,0 +1,164 @@
+#include "cephalo/core/specs.hpp"
+
+namespace cephalo {
+
+double DeviceSpec::peak_flops(Dtype dtype) const {
+  double peak = 0;
+  switch (dtype) {
+    case Dtype::FP32: peak = peak_fp32; break;
+    case Dtype::TF32: peak = peak_tf32; break;
+    case Dtype::FP16: peak = peak_fp16; break;
+    case Dtype::BF16: peak = peak_bf16; break;
+  }
+  return peak > 0 ? peak : peak_fp32;
+}
+
+double DeviceSpec::pcie_bandwidth() const {
+  // Usable bytes/s per lane and direction after line coding (128b/130b from gen 3 on).
+  double per_lane = 0;
+  switch (pcie_generation) {
+    case 1: per_lane = 0.25e9; break;
+    case 2: per_lane = 0.5e9; break;
+    case 3: per_lane = 0.985e9; break;
+    case 4: per_lane = 1.969e9; break;
+    case 5: per_lane = 3.938e9; break;
+    case 6: per_lane = 7.563e9; break;
+    default: per_lane = 0;
+  }
+  return per_lane * (pcie_lanes > 0 ? pcie_lanes : 16);
+}
+
+DeviceSpec parse_device_spec(JsonReader& reader) {
+  if (!reader.is_object()) reader.fail("an object describing a device");
+  DeviceSpec spec;
+  spec.name = reader.string("name");
+  if (spec.name.empty()) reader.child("name").fail("a non-empty name");
+  spec.kind = reader.has("kind") ? reader.child("kind").as_enum({"gpu", "cpu"}) : "gpu";
+  spec.memory_bytes = reader.quantity("memory", Quantity::Bytes);
+  if (spec.memory_bytes <= 0) reader.child("memory").fail("a memory size > 0");
+  spec.memory_bandwidth = reader.quantity("memory_bandwidth", Quantity::Bandwidth);
+  if (spec.memory_bandwidth <= 0) reader.child("memory_bandwidth").fail("a bandwidth > 0");
+  spec.peak_fp32 = reader.quantity("peak_fp32", Quantity::FlopRate);
+  if (spec.peak_fp32 <= 0) reader.child("peak_fp32").fail("a FLOP rate > 0");
+  spec.peak_tf32 = reader.optional_quantity("peak_tf32", Quantity::FlopRate).value_or(0);
+  spec.peak_fp16 = reader.optional_quantity("peak_fp16", Quantity::FlopRate).value_or(0);
+  spec.peak_bf16 = reader.optional_quantity("peak_bf16", Quantity::FlopRate).value_or(0);
+  spec.pcie_generation = static_cast<int>(reader.integer_or("pcie_generation", 3, 1, 6));
+  spec.pcie_lanes = static_cast<int>(reader.integer_or("pcie_lanes", 16, 1, 32));
+  spec.nvlink_bandwidth =
+      reader.optional_quantity("nvlink_bandwidth", Quantity::Bandwidth).value_or(0);
+  if (auto price = reader.optional_child("price_per_hour")) {
+    spec.price_per_hour = price->as_number();
+    if (spec.price_per_hour < 0) price->fail("a price >= 0 in USD per hour");
+  }
+  spec.source = reader.string_or("source", "");
+  reader.finish();
+  return spec;
+}
+
+Json to_json(const DeviceSpec& spec) {
+  Json j = {{"name", spec.name},
+            {"kind", spec.kind},
+            {"memory", spec.memory_bytes},
+            {"memory_bandwidth", spec.memory_bandwidth},
+            {"peak_fp32", spec.peak_fp32},
+            {"peak_tf32", spec.peak_tf32},
+            {"peak_fp16", spec.peak_fp16},
+            {"peak_bf16", spec.peak_bf16},
+            {"pcie_generation", spec.pcie_generation},
+            {"pcie_lanes", spec.pcie_lanes},
+            {"nvlink_bandwidth", spec.nvlink_bandwidth}};
+  if (spec.price_per_hour >= 0) j["price_per_hour"] = spec.price_per_hour;
+  if (!spec.source.empty()) j["source"] = spec.source;
+  return j;
+}
+
+ModelSpec parse_model_spec(JsonReader& reader) {
+  if (!reader.is_object()) reader.fail("an object describing a model architecture");
+  ModelSpec m;
+  m.name = reader.string("name");
+  if (m.name.empty()) reader.child("name").fail("a non-empty name");
+  m.family = reader.child("family").as_enum({"gpt", "llama", "bert", "vit"});
+  constexpr std::int64_t kBig = 1 << 24;
+  m.num_layers = static_cast<int>(reader.integer("layers", 1, 100000));
+  m.hidden = static_cast<int>(reader.integer("hidden", 1, kBig));
+  m.heads = static_cast<int>(reader.integer("heads", 1, kBig));
+  if (m.hidden % m.heads != 0)
+    reader.child("heads").fail("a divisor of hidden (" + std::to_string(m.hidden) + ")");
+  m.kv_heads = static_cast<int>(reader.integer_or("kv_heads", m.heads, 1, m.heads));
+  if (m.heads % m.kv_heads != 0) reader.child("kv_heads").fail("a divisor of heads");
+  m.activation = reader.has("activation") ? reader.child("activation").as_enum({"gelu", "swiglu"})
+                                          : (m.family == "llama" ? "swiglu" : "gelu");
+  m.norm = reader.has("norm") ? reader.child("norm").as_enum({"layernorm", "rmsnorm"})
+                              : (m.family == "llama" ? "rmsnorm" : "layernorm");
+  m.ffn_hidden = static_cast<int>(reader.integer_or("ffn_hidden", 4LL * m.hidden, 1, kBig));
+  m.bias = reader.boolean_or("bias", m.family != "llama");
+  m.tied_embeddings = reader.boolean_or("tied_embeddings", m.family == "gpt");
+  if (m.family == "vit") {
+    m.image_size = static_cast<int>(reader.integer("image_size", 1, 1 << 16));
+    m.patch_size = static_cast<int>(reader.integer("patch_size", 1, m.image_size));
+    m.channels = static_cast<int>(reader.integer_or("channels", 3, 1, 64));
+    m.num_classes = static_cast<int>(reader.integer_or("num_classes", 1000, 1, kBig));
+    m.vocab_size = 0;
+    m.max_positions = static_cast<int>(reader.integer_or("max_positions", 0, 0, kBig));
+  } else {
+    m.vocab_size = static_cast<int>(reader.integer("vocab_size", 1, kBig));
+    m.max_positions = static_cast<int>(
+        reader.integer_or("max_positions", m.family == "llama" ? 0 : 2048, 0, kBig));
+  }
+  if (auto aliases = reader.optional_child("aliases"))
+    for (auto& a : aliases->elements()) m.aliases.push_back(a.as_string());
+  m.source = reader.string_or("source", "");
+  reader.finish();
+  return m;
+}
+
+Json to_json(const ModelSpec& m) {
+  Json j = {{"name", m.name},
+            {"family", m.family},
+            {"layers", m.num_layers},
+            {"hidden", m.hidden},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads},
+            {"ffn_hidden", m.ffn_hidden},
+            {"activation", m.activation},
+            {"norm", m.norm},
+            {"bias", m.bias},
+            {"tied_embeddings", m.tied_embeddings},
+            {"max_positions", m.max_positions}};
+  if (m.family == "vit") {
+    j["image_size"] = m.image_size;
+    j["patch_size"] = m.patch_size;
+    j["channels"] = m.channels;
+    j["num_classes"] = m.num_classes;
+  } else {
+    j["vocab_size"] = m.vocab_size;
+  }
+  if (!m.source.empty()) j["source"] = m.source;
+  return j;
+}
+
+LinkSpec parse_link_spec(JsonReader& reader) {
+  if (!reader.is_object()) reader.fail("an object describing a link");
+  LinkSpec link;
+  link.kind = reader.child("kind").as_enum({"pcie", "nvlink", "ethernet", "infiniband", "shm"});
+  if (link.kind == "pcie" && !reader.has("bandwidth")) {
+    DeviceSpec pcie;  // reuse the generation table
+    pcie.pcie_generation = static_cast<int>(reader.integer("generation", 1, 6));
+    pcie.pcie_lanes = static_cast<int>(reader.integer_or("lanes", 16, 1, 32));
+    link.bandwidth = pcie.pcie_bandwidth();
+  } else {
+    link.bandwidth = reader.quantity("bandwidth", Quantity::Bandwidth);
+    if (link.bandwidth <= 0) reader.child("bandwidth").fail("a bandwidth > 0");
+  }
+  double default_latency = link.kind == "nvlink" ? 2e-6 : link.kind == "pcie" ? 5e-6 : 10e-6;
+  link.latency = reader.optional_quantity("latency", Quantity::Seconds).value_or(default_latency);
+  reader.finish();
+  return link;
+}
+
+Json to_json(const LinkSpec& link) {
+  return {{"kind", link.kind}, {"bandwidth", link.bandwidth}, {"latency", link.latency}};
+}
+
+}  // namespace cephalo

@@ -1,0 +1,41 @@
+#pragma once
+// Collective and copy times on a modelled cluster (NCCL-like ring/tree, α-β per link).
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+
+namespace cephalo::costmodels {
+
+enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Broadcast };
+std::string to_string(CollectiveKind kind);
+
+struct CollectiveRequest {
+  CollectiveKind kind = CollectiveKind::AllGather;
+  std::vector<int> ranks;             // participants (global ranks of the cluster)
+  std::vector<double> shard_bytes;    // per participant: bytes it owns (even: all equal)
+  UnevenCollective uneven = UnevenCollective::Grouped;  // used when shards differ
+};
+
+struct CollectiveEstimate {
+  double seconds = 0;
+  double total_bytes = 0;     // size of the gathered / reduced buffer
+  double algbw = 0;           // total_bytes / seconds
+  double busbw = 0;           // algbw × nccl-tests factor
+  std::string algorithm;      // e.g. "ring", "tree", "hierarchical-ring", "grouped-broadcast"
+};
+
+// nccl-tests bus-bandwidth factor: (n−1)/n for all-gather/reduce-scatter, 2(n−1)/n all-reduce,
+// 1 for broadcast.
+double bus_bandwidth_factor(CollectiveKind kind, int n);
+
+class CommModel {
+ public:
+  virtual ~CommModel() = default;
+  virtual CollectiveEstimate collective(const Cluster& cluster,
+                                        const CollectiveRequest& request) const = 0;
+  // Host<->device copy of `bytes` on a rank (pinned memory over its PCIe link).
+  virtual double copy_time(const Cluster& cluster, int rank, double bytes) const = 0;
+};
+
+}  // namespace cephalo::costmodels

@@ -1,0 +1,133 @@
+#include "cephalo/costmodels/catalog.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+namespace cephalo::costmodels {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+template <typename Spec, typename Parse>
+void load_entries(const std::filesystem::path& file, const char* list_key, Parse parse,
+                  std::vector<Spec>& out, std::map<std::string, std::size_t>& index) {
+  Json j = read_json_file(file);
+  JsonReader root(j, file.string());
+  root.allow({"_comment"});
+  for (auto& entry : root.child(list_key).elements()) {
+    std::vector<std::string> aliases;
+    if (auto a = entry.optional_child("aliases"))
+      for (auto& alias : a->elements()) aliases.push_back(alias.as_string());
+    Spec spec = parse(entry);
+    std::size_t position = out.size();
+    for (const auto& name : [&] {
+           auto all = aliases;
+           all.push_back(spec.name);
+           return all;
+         }()) {
+      auto [it, inserted] = index.emplace(lower(name), position);
+      if (!inserted && it->second != position)
+        entry.fail_value("name or alias \"" + name + "\" used twice", "unique names and aliases");
+    }
+    out.push_back(std::move(spec));
+  }
+  root.finish();
+}
+
+}  // namespace
+
+std::filesystem::path data_dir() {
+  if (const char* env = std::getenv("CEPHALO_DATA_DIR"); env && *env) return env;
+  return CEPHALO_DEFAULT_DATA_DIR;
+}
+
+GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {
+  GpuCatalog catalog;
+  load_entries<DeviceSpec>(
+      file, "devices", [](JsonReader& r) { return parse_device_spec(r); }, catalog.devices_,
+      catalog.index_);
+  return catalog;
+}
+
+const GpuCatalog& GpuCatalog::builtin() {
+  static const GpuCatalog catalog = load(data_dir() / "catalog" / "gpus.json");
+  return catalog;
+}
+
+std::optional<DeviceSpec> GpuCatalog::find(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) return std::nullopt;
+  return devices_[it->second];
+}
+
+const DeviceSpec& GpuCatalog::get(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) throw NotFoundError("GPU", name, names());
+  return devices_[it->second];
+}
+
+std::vector<std::string> GpuCatalog::names() const {
+  std::vector<std::string> out;
+  for (const auto& d : devices_) out.push_back(d.name);
+  for (const auto& [alias, i] : index_)
+    if (lower(devices_[i].name) != alias) out.push_back(alias);
+  return out;
+}
+
+ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
+  ModelCatalog catalog;
+  load_entries<ModelSpec>(
+      file, "models", [](JsonReader& r) { return parse_model_spec(r); }, catalog.models_,
+      catalog.index_);
+  return catalog;
+}
+
+const ModelCatalog& ModelCatalog::builtin() {
+  static const ModelCatalog catalog = load(data_dir() / "catalog" / "models.json");
+  return catalog;
+}
+
+std::optional<ModelSpec> ModelCatalog::find(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) return std::nullopt;
+  return models_[it->second];
+}
+
+const ModelSpec& ModelCatalog::get(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) throw NotFoundError("model", name, names());
+  return models_[it->second];
+}
+
+std::vector<std::string> ModelCatalog::names() const {
+  std::vector<std::string> out;
+  for (const auto& m : models_) out.push_back(m.name);
+  for (const auto& [alias, i] : index_)
+    if (lower(models_[i].name) != alias) out.push_back(alias);
+  return out;
+}
+
+const CatalogLookup& CatalogLookup::builtin() {
+  static const CatalogLookup lookup(GpuCatalog::builtin(), ModelCatalog::builtin());
+  return lookup;
+}
+
+std::optional<DeviceSpec> CatalogLookup::find_device(const std::string& name) const {
+  return gpus_.find(name);
+}
+std::vector<std::string> CatalogLookup::device_names() const { return gpus_.names(); }
+std::optional<ModelSpec> CatalogLookup::find_model(const std::string& name) const {
+  return models_.find(name);
+}
+std::vector<std::string> CatalogLookup::model_names() const { return models_.names(); }
+
+Scenario load_scenario(const std::filesystem::path& file) {
+  return cephalo::load_scenario(file, CatalogLookup::builtin());
+}
+
+}  // namespace cephalo::costmodels

@@ -1,0 +1,108 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+
+namespace cephalo {
+namespace {
+
+const std::filesystem::path kScenarios = std::filesystem::path(CEPHALO_SOURCE_DIR) / "scenarios";
+
+TEST(Scenario, EveryShippedScenarioLoads) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kScenarios)) {
+    if (entry.path().extension() != ".json") continue;
+    Scenario s = costmodels::load_scenario(entry.path());
+    EXPECT_GT(s.cluster.num_ranks(), 0) << entry.path();
+    EXPECT_GT(s.job.global_batch, 0) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 3);
+}
+
+TEST(Scenario, DefaultIsThePaperCluster) {
+  Scenario s = costmodels::load_scenario(kScenarios / "default.json");
+  ASSERT_EQ(s.cluster.num_ranks(), 4);
+  auto ranks = s.cluster.ranks();
+  EXPECT_EQ(ranks[0].slot->spec.name, "L4");
+  EXPECT_EQ(ranks[2].slot->spec.name, "RTX-A6000");
+  EXPECT_EQ(ranks[3].slot->spec.name, "P40");
+  EXPECT_EQ(s.job.model.hidden, 2560);
+  EXPECT_EQ(s.job.sequence_length, 512);
+  EXPECT_EQ(s.job.precision.compute, Dtype::FP16);
+  // PCIe gen3 x16 computed from generation and lanes.
+  EXPECT_NEAR(s.cluster.nodes[0].intra_link.bandwidth, 0.985e9 * 16, 1.0);
+}
+
+TEST(Scenario, CountsExpandAcrossNodes) {
+  Scenario s = costmodels::load_scenario(kScenarios / "v100-a10g-llama7b.json");
+  EXPECT_EQ(s.cluster.num_ranks(), 16);
+  auto ranks = s.cluster.ranks();
+  EXPECT_EQ(ranks[7].node, 1);
+  EXPECT_EQ(ranks[8].slot->spec.name, "A10G");
+  EXPECT_EQ(ranks[15].local_index, 3);
+}
+
+TEST(Plan, RoundTripsThroughJson) {
+  Json j = Json::parse(R"({"version":1,"scenario":"s","accumulation":"standard","offload":"host",
+    "prefetch":false,"ranks":[
+     {"rank":0,"node":0,"gpu":"l4","batch":13,"micro_batch":13,"micro_batches":1,"state_share":0.25},
+     {"rank":1,"node":0,"gpu":"l4","batch":12,"micro_batch":6,"micro_batches":2,"state_share":0.25},
+     {"rank":2,"node":0,"gpu":"a6000","batch":34,"micro_batch":34,"micro_batches":1,"state_share":0.25},
+     {"rank":3,"node":0,"gpu":"p40","batch":5,"micro_batch":5,"micro_batches":1,"state_share":0.25}]})");
+  JsonReader r(j, "plan.json");
+  Plan plan = parse_plan(r);
+  EXPECT_EQ(plan.accumulation, Accumulation::Standard);
+  EXPECT_EQ(plan.offload, Offload::Host);
+  EXPECT_FALSE(plan.prefetch);
+  EXPECT_EQ(plan.global_batch(), 64);
+  EXPECT_TRUE(plan.even_shares());
+  Json again = to_json(plan);
+  JsonReader r2(again, "again");
+  Plan plan2 = parse_plan(r2);
+  EXPECT_EQ(to_json(plan2), again);
+
+  Scenario s = costmodels::load_scenario(kScenarios / "default.json");
+  EXPECT_NO_THROW(validate_plan_for(plan, s, "plan.json"));
+  plan.ranks[3].gpu = "t4";
+  try {
+    validate_plan_for(plan, s, "plan.json");
+    FAIL() << "expected a ValidationError";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.json_path(), "ranks[3].gpu");
+  }
+}
+
+TEST(Plan, LastMicroBatchMayBeSmaller) {
+  PlanRank r;
+  r.batch = 7;
+  r.micro_batch = 3;
+  r.micro_batches = 3;
+  EXPECT_EQ(r.micro_batch_sizes(), (std::vector<int>{3, 3, 1}));
+}
+
+TEST(Plan, BatchMustMatchScenario) {
+  Scenario s = costmodels::load_scenario(kScenarios / "default.json");
+  Plan plan;
+  for (int i = 0; i < 4; ++i) {
+    auto ranks = s.cluster.ranks();
+    plan.ranks.push_back({i, 0, ranks[i].slot->type, 10, 10, 1, 0.25});
+  }
+  try {
+    validate_plan_for(plan, s, "p.json");
+    FAIL();
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("global batch 64"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Errors, ClosestNamesSuggestsNearMisses) {
+  auto close = closest_names("a6001", {"a6000", "l4", "p40", "h100"});
+  ASSERT_FALSE(close.empty());
+  EXPECT_EQ(close.front(), "a6000");
+}
+
+}  // namespace
+}  // namespace cephalo
