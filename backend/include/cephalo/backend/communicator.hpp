@@ -1,0 +1,56 @@
+#pragma once
+// The communication API of the execution backend (DESIGN §7). Header-only abstract class: the
+// MPI communicator (this library, CPU) and the NCCL communicator (backend/cuda/) implement it.
+//
+// Collectives on device memory are ordered on a Stream of the device that owns the buffers
+// (normally the Comm stream, so all-gathers prefetch while the compute stream works); they
+// return once enqueued. Failures surface as RuntimeFailure at the stream's next synchronize().
+// Host-side calls (suffix _host) are blocking and must not be issued from a stream callback.
+//
+// Shard layout (DESIGN §4 "Sharding"): a unit's flat buffer of N elements is split into
+// contiguous slices in rank order; rank r owns counts[r] elements starting at
+// sum(counts[0..r)). all_gather_v fills the full buffer from every rank's slice;
+// reduce_scatter_v sums full-size buffers element-wise and leaves rank r its summed slice.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cephalo/backend/device.hpp"
+
+namespace cephalo::backend {
+
+enum class ReduceOp { Sum, Max, Min };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string kind() const = 0;  // "mpi", "nccl"
+
+  // Even: send has n elements, recv has size()*n (rank r's block at r*n).
+  virtual void all_gather(Stream& s, TensorRef send, TensorRef recv) = 0;
+  // Even: send has size()*n, recv has n (the sum of every rank's block r).
+  virtual void reduce_scatter(Stream& s, TensorRef send, TensorRef recv, ReduceOp op) = 0;
+  // Uneven: counts[r] elements from rank r; send has counts[rank()], recv has sum(counts).
+  // Ranks with a zero count are allowed.
+  virtual void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
+                            const std::vector<std::int64_t>& counts) = 0;
+  // Uneven: send has sum(counts), recv has counts[rank()].
+  virtual void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
+                                const std::vector<std::int64_t>& counts, ReduceOp op) = 0;
+  // In place over all ranks (small tensors: loss, norms).
+  virtual void all_reduce(Stream& s, TensorRef data, ReduceOp op) = 0;
+  virtual void broadcast(Stream& s, TensorRef data, int root) = 0;
+
+  // Blocking host-side helpers (startup checks, metrics, checkpoints).
+  virtual void all_reduce_host(double* values, int count, ReduceOp op) = 0;
+  virtual void broadcast_host(std::string& bytes, int root) = 0;  // resized on receivers
+  virtual void barrier() = 0;
+  // Ends every rank of the job now (MPI_Abort / ncclCommAbort + MPI_Abort). The caller prints
+  // its message (naming the rank and the cause) first. Never returns.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+}  // namespace cephalo::backend
