@@ -1,5 +1,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 
+#include <algorithm>
+
 #include "cephalo/core/error.hpp"
 
 namespace cephalo::costmodels {
@@ -36,7 +38,9 @@ UnitKind unit_kind(const ModelSpec& model, int unit) {
 
 double layer_parameters(const ModelSpec& m) {
   double biases = 0;
-  if (m.bias) biases = (h(m) + 2 * kv_dim(m)) + h(m) + (m.activation == "swiglu" ? 2.0 : 1.0) * m.ffn_hidden + h(m);
+  if (m.bias)
+    biases = (h(m) + 2 * kv_dim(m)) + h(m) + (m.activation == "swiglu" ? 2.0 : 1.0) * m.ffn_hidden +
+             h(m);
   return layer_matmul_weights(m) + biases + 2 * norm_parameters(m);
 }
 
@@ -53,15 +57,21 @@ double embedding_parameters(const ModelSpec& m) {
 double head_parameters(const ModelSpec& m) {
   double p = norm_parameters(m);
   if (m.family == "vit") return p + h(m) * m.num_classes + m.num_classes;
+  // BERT is post-LN (no final norm); its masked-LM head is a dense h×h transform with bias,
+  // a LayerNorm, and the decoder (its own weight when untied) with a vocabulary-sized bias.
+  if (m.family == "bert") p = h(m) * h(m) + h(m) + norm_parameters(m) + m.vocab_size;
   if (!m.tied_embeddings) p += static_cast<double>(m.vocab_size) * h(m);
   return p;
 }
 
 double unit_parameters(const ModelSpec& m, int unit) {
   switch (unit_kind(m, unit)) {
-    case UnitKind::Embedding: return embedding_parameters(m);
-    case UnitKind::Layer: return layer_parameters(m);
-    case UnitKind::Head: return head_parameters(m);
+    case UnitKind::Embedding:
+      return embedding_parameters(m);
+    case UnitKind::Layer:
+      return layer_parameters(m);
+    case UnitKind::Head:
+      return head_parameters(m);
   }
   return 0;
 }
@@ -70,12 +80,19 @@ double total_parameters(const ModelSpec& m) {
   return embedding_parameters(m) + m.num_layers * layer_parameters(m) + head_parameters(m);
 }
 
-UnitFlops unit_flops(const ModelSpec& m, int unit, int seq, int micro_batch) {
+int effective_sequence(const ModelSpec& m, int seq) {
+  return m.family == "vit" ? vit_patches(m) + 1 : seq;
+}
+
+UnitFlops unit_flops(const ModelSpec& m, int unit, int seq_in, int micro_batch) {
+  const int seq = effective_sequence(m, seq_in);
   double tokens = static_cast<double>(seq) * micro_batch;
   UnitFlops f;
   switch (unit_kind(m, unit)) {
     case UnitKind::Embedding:
-      f.forward = m.family == "vit" ? 2 * tokens * m.channels * m.patch_size * m.patch_size * h(m) : 0;
+      f.forward = m.family == "vit"
+                      ? 2 * (tokens - micro_batch) * m.channels * m.patch_size * m.patch_size * h(m)
+                      : 0;
       break;
     case UnitKind::Layer:
       // GEMMs: 2 FLOPs per weight per token; attention scores and context: 2·2·b·s²·h.
@@ -86,6 +103,7 @@ UnitFlops unit_flops(const ModelSpec& m, int unit, int seq, int micro_batch) {
       double out = m.family == "vit" ? m.num_classes : m.vocab_size;
       double rows = m.family == "vit" ? micro_batch : tokens;
       f.forward = 2 * rows * h(m) * out;
+      if (m.family == "bert") f.forward += 2 * rows * h(m) * h(m);  // MLM transform
       break;
     }
   }
@@ -95,10 +113,12 @@ UnitFlops unit_flops(const ModelSpec& m, int unit, int seq, int micro_batch) {
 }
 
 double boundary_activation_bytes(const ModelSpec& m, int seq, int micro_batch, Dtype dtype) {
-  return static_cast<double>(seq) * micro_batch * h(m) * bytes_per_element(dtype);
+  return static_cast<double>(effective_sequence(m, seq)) * micro_batch * h(m) *
+         bytes_per_element(dtype);
 }
 
-double unit_working_bytes(const ModelSpec& m, int unit, int seq, int micro_batch, Dtype dtype) {
+double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype) {
+  const int seq = effective_sequence(m, seq_in);
   double b = micro_batch, s = seq, a = m.heads;
   double scale = bytes_per_element(dtype) / 2.0;  // the closed form is for 16-bit activations
   switch (unit_kind(m, unit)) {
@@ -106,14 +126,123 @@ double unit_working_bytes(const ModelSpec& m, int unit, int seq, int micro_batch
       // Activations saved inside one transformer layer (Korthikanti et al., 2022, no
       // recomputation): s·b·h·(34 + 5·a·s/h) bytes at 16 bits.
       return s * b * h(m) * (34.0 + 5.0 * a * s / h(m)) * scale;
-    case UnitKind::Embedding: return boundary_activation_bytes(m, seq, micro_batch, dtype) * 2;
+    case UnitKind::Embedding:
+      return boundary_activation_bytes(m, seq, micro_batch, dtype) * 2;
     case UnitKind::Head: {
-      double out = m.family == "vit" ? m.num_classes : m.vocab_size;
+      if (m.family == "vit") return b * (h(m) + m.num_classes) * 4.0;
       // Logits in the compute dtype plus fp32 softmax for the loss.
-      return s * b * out * (bytes_per_element(dtype) + 4.0);
+      return s * b * m.vocab_size * (bytes_per_element(dtype) + 4.0);
     }
   }
   return 0;
+}
+
+std::string to_string(OpClass c) {
+  switch (c) {
+    case OpClass::Gemm:
+      return "gemm";
+    case OpClass::Attention:
+      return "attention";
+    case OpClass::Memory:
+      return "memory";
+  }
+  return "?";
+}
+
+double optimizer_bytes_per_parameter(Dtype params, Dtype reduce, Dtype compute) {
+  // Read master, grad, m, v; write master, m, v and the low-precision copy.
+  double p = bytes_per_element(params), g = bytes_per_element(reduce);
+  return 2 * p + g + 2 * 4.0 * 2 + bytes_per_element(compute);
+}
+
+std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro_batch,
+                             Dtype dtype) {
+  const double e = bytes_per_element(dtype);
+  const double s = effective_sequence(m, seq_in), b = micro_batch, hd = h(m);
+  const double tokens = s * b;
+  std::vector<OpCost> ops;
+  // A GEMM [rows×k]·[k×n]: backward computes the input and the weight gradient (2× FLOPs,
+  // reading the saved input, the weight and the output gradient).
+  auto gemm = [&](const std::string& name, double rows, double k, double n) {
+    OpCost op{name, OpClass::Gemm};
+    op.forward_flops = 2 * rows * k * n;
+    op.forward_bytes = e * (rows * k + k * n + rows * n);
+    op.backward_flops = 2 * op.forward_flops;
+    op.backward_bytes = 2 * op.forward_bytes;
+    op.backward_kernels = 2;
+    ops.push_back(op);
+  };
+  // A bandwidth-bound elementwise kernel over `elements` values: `passes` reads+writes.
+  auto memory = [&](const std::string& name, double elements, double passes, double flops_per) {
+    OpCost op{name, OpClass::Memory};
+    op.forward_flops = flops_per * elements;
+    op.forward_bytes = e * elements * passes;
+    op.backward_flops = 2 * op.forward_flops;
+    op.backward_bytes = 1.5 * op.forward_bytes;  // reads output grad + saved input, writes grad
+    ops.push_back(op);
+  };
+  switch (unit_kind(m, unit)) {
+    case UnitKind::Embedding:
+      if (m.family == "vit") {
+        gemm("patch_embed", tokens - b,
+             static_cast<double>(m.channels) * m.patch_size * m.patch_size, hd);
+        memory("position_add", tokens * hd, 3, 1);
+      } else {
+        memory("embedding_gather", tokens * hd, m.max_positions > 0 ? 4 : 2, 1);
+      }
+      break;
+    case UnitKind::Layer: {
+      const double kv = kv_dim(m), f = m.ffn_hidden, a = m.heads;
+      memory("norm1", tokens * hd, 2, 5);
+      gemm("qkv", tokens, hd, hd + 2 * kv);
+      OpCost scores{"scores", OpClass::Attention};
+      scores.forward_flops = 2 * b * s * s * hd;
+      scores.forward_bytes = e * (2 * tokens * hd + b * a * s * s);
+      scores.backward_flops = 2 * scores.forward_flops;
+      scores.backward_bytes = 2 * scores.forward_bytes;
+      scores.backward_kernels = 2;
+      ops.push_back(scores);
+      memory("softmax", b * a * s * s, 2, 5);
+      OpCost context = scores;
+      context.name = "context";
+      ops.push_back(context);
+      gemm("attn_proj", tokens, hd, hd);
+      memory("residual1", tokens * hd, 3, 1);
+      memory("norm2", tokens * hd, 2, 5);
+      if (m.activation == "swiglu") {
+        gemm("mlp_gate_up", tokens, hd, 2 * f);
+        memory("swiglu", tokens * f, 3, 8);
+      } else {
+        gemm("mlp_up", tokens, hd, f);
+        memory("gelu", tokens * f, 2, 8);
+      }
+      gemm("mlp_down", tokens, f, hd);
+      memory("residual2", tokens * hd, 3, 1);
+      break;
+    }
+    case UnitKind::Head:
+      if (m.family == "vit") {
+        memory("final_norm", tokens * hd, 2, 5);
+        gemm("classifier", b, hd, m.num_classes);
+      } else {
+        if (m.family == "bert") {
+          gemm("mlm_transform", tokens, hd, hd);
+          memory("mlm_norm", tokens * hd, 2, 5);
+        } else {
+          memory("final_norm", tokens * hd, 2, 5);
+        }
+        gemm("lm_head", tokens, hd, m.vocab_size);
+        // Cross-entropy reads the logits, writes fp32 softmax, backward writes logit grads.
+        OpCost loss{"cross_entropy", OpClass::Memory};
+        loss.forward_flops = 5 * tokens * m.vocab_size;
+        loss.forward_bytes = tokens * m.vocab_size * (e + 4);
+        loss.backward_flops = 2 * tokens * m.vocab_size;
+        loss.backward_bytes = tokens * m.vocab_size * (4 + e);
+        ops.push_back(loss);
+      }
+      break;
+  }
+  return ops;
 }
 
 }  // namespace cephalo::costmodels

@@ -48,7 +48,8 @@ class ModelCatalog {
 // SpecLookup over the two catalogs, for core's scenario loader.
 class CatalogLookup : public SpecLookup {
  public:
-  CatalogLookup(const GpuCatalog& gpus, const ModelCatalog& models) : gpus_(gpus), models_(models) {}
+  CatalogLookup(const GpuCatalog& gpus, const ModelCatalog& models)
+      : gpus_(gpus), models_(models) {}
   static const CatalogLookup& builtin();
   std::optional<DeviceSpec> find_device(const std::string& name) const override;
   std::vector<std::string> device_names() const override;

@@ -12,17 +12,17 @@ std::string to_string(CollectiveKind kind);
 
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::AllGather;
-  std::vector<int> ranks;             // participants (global ranks of the cluster)
-  std::vector<double> shard_bytes;    // per participant: bytes it owns (even: all equal)
+  std::vector<int> ranks;           // participants (global ranks of the cluster)
+  std::vector<double> shard_bytes;  // per participant: bytes it owns (even: all equal)
   UnevenCollective uneven = UnevenCollective::Grouped;  // used when shards differ
 };
 
 struct CollectiveEstimate {
   double seconds = 0;
-  double total_bytes = 0;     // size of the gathered / reduced buffer
-  double algbw = 0;           // total_bytes / seconds
-  double busbw = 0;           // algbw × nccl-tests factor
-  std::string algorithm;      // e.g. "ring", "tree", "hierarchical-ring", "grouped-broadcast"
+  double total_bytes = 0;  // size of the gathered / reduced buffer
+  double algbw = 0;        // total_bytes / seconds
+  double busbw = 0;        // algbw × nccl-tests factor
+  std::string algorithm;   // e.g. "ring", "tree", "hierarchical-ring", "grouped-broadcast"
 };
 
 // nccl-tests bus-bandwidth factor: (n−1)/n for all-gather/reduce-scatter, 2(n−1)/n all-reduce,

@@ -1,5 +1,20 @@
 #pragma once
 // Per-rank memory of a plan, term by term.
+//
+// Terms (bytes, on the device):
+//   training_state    the rank's share of every unit: fp32 master + gradient shard (reduce
+//                     dtype) + Adam m and v (fp32) = 16 B/param at fp32/fp32
+//   gathered_params   the full current unit in the compute dtype, twice with prefetch
+//   unit_gradient     the full gradient of the current unit (reduce dtype) before its
+//                     reduce-scatter; under layered accumulation it accumulates all micro-batches
+//   activations       checkpointed unit-boundary activations: L+1 unit inputs plus the
+//                     activation-gradient buffer, for every micro-batch (layered) or for one
+//                     micro-batch (standard); with host offload only the current layer's
+//   working_set       one unit's forward+backward working set during recompute (the largest
+//                     unit: usually a layer, the LM head's logits at large vocabularies)
+//   cuda_context      CUDA context + cuBLAS/cuDNN workspaces
+//   nccl_reserve      NCCL channel buffers (only with more than one rank)
+//   fragmentation     caching-allocator slack on the dynamic terms
 #include <string>
 #include <vector>
 
@@ -8,19 +23,48 @@
 namespace cephalo::costmodels {
 
 struct MemoryTerm {
-  std::string name;   // "training_state", "gathered_params", "grad_accumulator", ...
+  std::string name;  // "training_state", "gathered_params", "grad_accumulator", ...
   double bytes = 0;
 };
 
 struct MemoryBreakdown {
   int rank = 0;
+  std::string gpu;
   std::vector<MemoryTerm> terms;
   double total = 0;
-  double capacity = 0;   // device memory
-  double usable = 0;     // capacity the model allows the job to use
+  double capacity = 0;  // device memory
+  double usable = 0;    // capacity the model allows the job to use
   double headroom() const { return usable - total; }
+  double term(const std::string& name) const;  // 0 when absent
 };
 
+// Constants of the framework terms (documented in costmodels/README.md).
+struct MemoryConstants {
+  double cuda_context = 0.45 * 1024 * 1024 * 1024;  // CUDA 12 context + cuBLAS workspace
+  double nccl_reserve = 0.25 * 1024 * 1024 * 1024;  // NCCL buffers for a few channels
+  double fragmentation = 0.08;                      // of the dynamic terms
+  double usable_fraction = 1.0;                     // of capacity the job may use
+};
+
+// What one rank runs, independent of how the plan is written.
+struct RankMemoryInputs {
+  double state_share = 1.0;
+  std::vector<int> micro_batch_sizes;  // in execution order
+  Accumulation accumulation = Accumulation::Layered;
+  Offload offload = Offload::None;
+  bool prefetch = true;
+  int world_size = 1;
+};
+
+std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& inputs,
+                                     const MemoryConstants& constants = {});
+
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank);
+
+// The memory Cephalo's profiler calls "compute memory": what one micro-batch of `micro_batch`
+// samples adds on top of the sharded training state (gathered unit, unit gradient, the
+// micro-batch's checkpoints and one unit's working set), in bytes. Used to validate against
+// the published model_memory.json.
+double compute_memory_bytes(const Job& job, int micro_batch);
 
 }  // namespace cephalo::costmodels

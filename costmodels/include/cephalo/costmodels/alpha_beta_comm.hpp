@@ -1,0 +1,75 @@
+#pragma once
+// NCCL-like collectives on a modelled cluster with α-β links.
+//
+// A ring over n ranks (node-major order) moves the buffer in n−1 steps; each step costs the
+// slowest link's α plus chunk / bandwidth of the bottleneck link of the ring. Within a node the
+// link is the node's intra link (capped by each GPU's own PCIe link when the intra link is
+// PCIe); between nodes it is the NIC, shared by the node's GPUs. Algorithms considered:
+//   ring               flat ring over all ranks (all four collectives)
+//   tree               double binary tree, all-reduce only (latency log2 n instead of n)
+//   hierarchical-ring  multi-node: intra-node phase + inter-node ring over nodes
+// and for uneven shards (all-gather-v / reduce-scatter-v, Plan.uneven_collective):
+//   grouped            one broadcast (reduce) per owner, issued as one NCCL group; the link
+//                      into rank j carries every shard but its own: (S − s_j) / B
+//   padded             every shard padded to the largest, then the even ring
+// The time is the minimum over the applicable algorithms (NCCL's tuner picks similarly), and
+// the estimate says which one won.
+#include <map>
+#include <string>
+
+#include "cephalo/costmodels/comm_model.hpp"
+
+namespace cephalo::costmodels {
+
+// Corrections fitted from measured sweeps (nccl-tests-like records), per link kind
+// ("pcie", "nvlink", "ethernet", "infiniband", "shm"): achieved fraction of the link's
+// nominal bandwidth and the per-step latency. Defaults: NCCL reaches ~80% of PCIe/NVLink and
+// ~90% of a NIC's line rate; the latency is the link's own α.
+struct LinkCorrection {
+  double bandwidth_efficiency = 0.8;
+  double latency_s = -1;  // < 0: use the link's α
+};
+
+struct CommCalibration {
+  std::map<std::string, LinkCorrection> links;  // by link kind
+  double launch_overhead_s = 10e-6;             // per collective call
+  std::string source = "defaults";
+  LinkCorrection correction(const std::string& link_kind) const;
+};
+
+class AlphaBetaCommModel : public CommModel {
+ public:
+  AlphaBetaCommModel() = default;
+  explicit AlphaBetaCommModel(CommCalibration calibration) : calibration_(std::move(calibration)) {}
+
+  CollectiveEstimate collective(const Cluster& cluster,
+                                const CollectiveRequest& request) const override;
+  double copy_time(const Cluster& cluster, int rank, double bytes) const override;
+  const CommCalibration& calibration() const { return calibration_; }
+
+ private:
+  CommCalibration calibration_ = default_calibration();
+  static CommCalibration default_calibration();
+};
+
+// One measured point of a collective sweep.
+struct SweepPoint {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  std::vector<int> ranks;  // participants (global ranks of the scenario's cluster)
+  double bytes = 0;        // total size, as nccl-tests reports it
+  double seconds = 0;      // measured time per call
+};
+
+// Reads an nccl-tests-like sweep record (format documented in costmodels/README.md):
+// {"format": "cephalo-collective-sweep", "version": 1, "cluster": "...",
+//  "results": [{"collective": "all_reduce", "ranks": [0,1,2,3], "bytes": 1048576,
+//               "time_us": 812.5, "algbw_GBps": ..., "busbw_GBps": ...}, ...]}
+std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file);
+
+// Fits per-link-kind bandwidth efficiency and latency to the sweep by least squares on the
+// α-β ring model (one kind at a time: the bottleneck link kind of each point's group).
+CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points);
+
+CollectiveKind parse_collective_kind(const std::string& text);  // "all-gather", "all_gather", ...
+
+}  // namespace cephalo::costmodels

@@ -1,0 +1,63 @@
+#pragma once
+// Compute time from op counts: the roofline model (datasheet peaks, default efficiencies) and
+// the same op breakdown with efficiencies fitted to profiles (the calibrated model reuses it).
+#include <array>
+
+#include "cephalo/costmodels/compute_model.hpp"
+
+namespace cephalo::costmodels {
+
+// The peak a framework reaches for a compute dtype. fp16 GEMMs on GPUs without fast fp16
+// (Pascal P40: 1/64 rate) run with fp32 compute type in cuBLAS/PyTorch autocast, so the
+// usable peak is never below the fp32 peak.
+double effective_peak(const DeviceSpec& device, Dtype dtype);
+
+// Per-phase features of one unit, each in seconds at 100% of the datasheet rate:
+//   [0] GEMM FLOPs / peak, [1] attention FLOPs / peak, [2] Memory-class bytes / bandwidth,
+//   [3] kernel launches × 1 µs.
+// A linear model time = Σ θ_k·x_k with θ = (1/η_gemm, 1/η_attention, 1/η_memory, overhead
+// in µs per kernel) is what the calibrated model fits.
+using OpFeatures = std::array<double, 4>;
+struct PhaseFeatures {
+  OpFeatures forward{};
+  OpFeatures backward{};
+};
+PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
+                            int micro_batch, Dtype dtype);
+
+// Efficiencies of one (device, dtype, phase); the coefficients θ above.
+struct Efficiency {
+  double gemm = 0.6;              // fraction of peak reached by weight GEMMs at large sizes
+  double attention = 0.35;        // batched s×s matmuls (smaller, less efficient)
+  double memory = 0.7;            // fraction of memory bandwidth reached by elementwise kernels
+  double kernel_overhead_us = 6;  // launch + tail per kernel (the size-dependent part)
+  OpFeatures coefficients() const;
+  static Efficiency from_coefficients(const OpFeatures& theta);
+};
+
+// Roofline: each op takes max(FLOPs / (η·peak), bytes / (η_mem·bandwidth)) plus a fixed
+// per-kernel overhead, so small ops are latency-bound and the efficiency rises with size.
+class RooflineComputeModel : public ComputeModel {
+ public:
+  RooflineComputeModel() = default;
+  RooflineComputeModel(Efficiency forward, Efficiency backward)
+      : forward_(forward), backward_(backward) {}
+  ComputeEstimate unit_time(const DeviceSpec& device, const Job& job, int unit, ComputePhase phase,
+                            int micro_batch) const override;
+  ComputeEstimate optimizer_time(const DeviceSpec& device, const Job& job,
+                                 double shard_parameters) const override;
+  std::string name() const override { return "roofline"; }
+
+ private:
+  Efficiency forward_{};
+  Efficiency backward_{0.55, 0.3, 0.6, 6};
+};
+
+// Optimizer step time, shared by every model: AdamW is bandwidth-bound (fused multi-tensor
+// kernel at ~70% of datasheet bandwidth).
+double adamw_seconds(const DeviceSpec& device, const Job& job, double shard_parameters);
+
+// Micro-batch validation shared by the compute models.
+void check_micro_batch(int micro_batch);
+
+}  // namespace cephalo::costmodels

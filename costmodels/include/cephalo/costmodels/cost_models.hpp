@@ -1,0 +1,41 @@
+#pragma once
+// One call that gives the simulator and the planner the models for a scenario.
+//
+//   auto models = cephalo::costmodels::make_cost_models(scenario);        // "auto"
+//   double t = models.compute->unit_time(spec, scenario.job, unit, ComputePhase::Forward,
+//   4).seconds; auto c = models.comm->collective(scenario.cluster, request); auto mem =
+//   cephalo::costmodels::predict_memory(scenario, plan, rank);  // memory_model.hpp
+//
+// Sources:
+//   "profile"    measured per-layer tables (shipped Cephalo profiles + any profile files the
+//                scenario lists under "calibration"); units a profile does not cover (embedding,
+//                head) and GPUs without a row fall back to the calibrated model, and the
+//                estimate's `source` says so. InfeasibleError when the job's (model, GPU, seq,
+//                dtype) has no profile at all on some GPU of the cluster.
+//   "calibrated" the roofline op breakdown with efficiencies fitted to the shipped profiles
+//                (per GPU and dtype where the GPU was profiled, pooled from specs otherwise)
+//   "roofline"   datasheet peaks with default efficiencies
+//   "auto"       per call: profile where one exists for (model, GPU, seq, dtype), else
+//                calibrated, else roofline
+// The comm model is the α-β model, calibrated from any collective sweep the scenario lists.
+#include <memory>
+#include <string>
+
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/costmodels/compute_model.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+
+namespace cephalo::costmodels {
+
+struct CostModels {
+  std::shared_ptr<const ComputeModel> compute;
+  std::shared_ptr<const CommModel> comm;
+};
+
+CostModels make_cost_models(const Scenario& scenario, const std::string& source = "auto");
+
+// The accepted source names, for CLI help and errors.
+const std::vector<std::string>& compute_sources();
+
+}  // namespace cephalo::costmodels

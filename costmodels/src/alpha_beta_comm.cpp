@@ -1,0 +1,368 @@
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "cephalo/core/error.hpp"
+
+namespace cephalo::costmodels {
+
+std::string to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::AllGather:
+      return "all-gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce-scatter";
+    case CollectiveKind::AllReduce:
+      return "all-reduce";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+  }
+  return "?";
+}
+
+CollectiveKind parse_collective_kind(const std::string& text) {
+  std::string t = text;
+  std::replace(t.begin(), t.end(), '_', '-');
+  if (t == "all-gather" || t == "allgather") return CollectiveKind::AllGather;
+  if (t == "reduce-scatter" || t == "reducescatter") return CollectiveKind::ReduceScatter;
+  if (t == "all-reduce" || t == "allreduce") return CollectiveKind::AllReduce;
+  if (t == "broadcast" || t == "bcast") return CollectiveKind::Broadcast;
+  throw NotFoundError("collective", text,
+                      {"all-gather", "reduce-scatter", "all-reduce", "broadcast"});
+}
+
+double bus_bandwidth_factor(CollectiveKind kind, int n) {
+  if (n <= 0) return 0;
+  switch (kind) {
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+      return static_cast<double>(n - 1) / n;
+    case CollectiveKind::AllReduce:
+      return 2.0 * (n - 1) / n;
+    case CollectiveKind::Broadcast:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+LinkCorrection CommCalibration::correction(const std::string& kind) const {
+  auto it = links.find(kind);
+  if (it != links.end()) return it->second;
+  return {};
+}
+
+CommCalibration AlphaBetaCommModel::default_calibration() {
+  CommCalibration c;
+  c.links["pcie"] = {0.8, -1};
+  c.links["nvlink"] = {0.8, -1};
+  c.links["shm"] = {0.8, -1};
+  c.links["ethernet"] = {0.9, -1};
+  c.links["infiniband"] = {0.9, -1};
+  return c;
+}
+
+namespace {
+
+struct Hop {
+  double bandwidth = 0;  // corrected bytes/s
+  double latency = 0;    // corrected seconds
+  std::string kind;
+};
+
+// A ring's links as the model sees them: the bottleneck bandwidth and the slowest α.
+struct RingLinks {
+  double bandwidth = std::numeric_limits<double>::infinity();
+  double latency = 0;
+  std::string bottleneck_kind;
+  void add(const Hop& hop) {
+    if (hop.bandwidth < bandwidth) {
+      bandwidth = hop.bandwidth;
+      bottleneck_kind = hop.kind;
+    }
+    latency = std::max(latency, hop.latency);
+  }
+};
+
+class Topology {
+ public:
+  Topology(const Cluster& cluster, const CommCalibration& cal) : cal_(cal) {
+    ranks_ = cluster.ranks();
+    nodes_ = &cluster.nodes;
+  }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const RankDevice& rank(int r) const { return ranks_.at(static_cast<std::size_t>(r)); }
+
+  Hop intra(int a, int b) const {
+    const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
+    LinkCorrection c = cal_.correction(node.intra_link.kind);
+    double bw = node.intra_link.bandwidth;
+    if (node.intra_link.kind == "pcie")  // traffic leaves each GPU through its own slot
+      bw = std::min({bw, rank(a).slot->spec.pcie_bandwidth(), rank(b).slot->spec.pcie_bandwidth()});
+    return {bw * c.bandwidth_efficiency, c.latency_s >= 0 ? c.latency_s : node.intra_link.latency,
+            node.intra_link.kind};
+  }
+  Hop nic(int node_index, int sharing = 1) const {
+    const Node& node = (*nodes_)[static_cast<std::size_t>(node_index)];
+    LinkCorrection c = cal_.correction(node.nic.kind);
+    return {node.nic.bandwidth * c.bandwidth_efficiency / std::max(1, sharing),
+            c.latency_s >= 0 ? c.latency_s : node.nic.latency, node.nic.kind};
+  }
+  Hop between(int a, int b) const {
+    if (rank(a).node == rank(b).node) return intra(a, b);
+    Hop x = nic(rank(a).node), y = nic(rank(b).node);
+    // Both NICs are crossed; the switch adds nothing in this model.
+    return {std::min(x.bandwidth, y.bandwidth), x.latency + y.latency,
+            x.bandwidth <= y.bandwidth ? x.kind : y.kind};
+  }
+
+ private:
+  const CommCalibration& cal_;
+  std::vector<RankDevice> ranks_;
+  const std::vector<Node>* nodes_ = nullptr;
+};
+
+RingLinks ring_links(const Topology& topo, const std::vector<int>& ranks) {
+  RingLinks links;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    links.add(topo.between(ranks[i], ranks[(i + 1) % ranks.size()]));
+  return links;
+}
+
+double ring_seconds(CollectiveKind kind, int n, double bytes, const RingLinks& l) {
+  if (n <= 1) return 0;
+  double chunk = bytes / n;
+  switch (kind) {
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+      return (n - 1) * (l.latency + chunk / l.bandwidth);
+    case CollectiveKind::AllReduce:
+      return 2.0 * (n - 1) * (l.latency + chunk / l.bandwidth);
+    case CollectiveKind::Broadcast:
+      return (n - 1) * l.latency + bytes / l.bandwidth;
+  }
+  return 0;
+}
+
+}  // namespace
+
+CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
+                                                  const CollectiveRequest& request) const {
+  Topology topo(cluster, calibration_);
+  const int n = static_cast<int>(request.ranks.size());
+  if (n == 0) throw ValidationError("", "ranks", "[]", "at least one participating rank");
+  if (request.shard_bytes.size() != request.ranks.size())
+    throw ValidationError("", "shard_bytes", std::to_string(request.shard_bytes.size()) + " values",
+                          "one shard size per participating rank (" + std::to_string(n) + ")");
+  std::set<int> seen;
+  for (int r : request.ranks) {
+    if (r < 0 || r >= topo.size())
+      throw ValidationError("", "ranks", std::to_string(r),
+                            "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
+    if (!seen.insert(r).second)
+      throw ValidationError("", "ranks", std::to_string(r), "each rank at most once");
+  }
+  double total = 0, smallest = std::numeric_limits<double>::infinity(), largest = 0;
+  for (double b : request.shard_bytes) {
+    if (!(b >= 0) || !std::isfinite(b))
+      throw ValidationError("", "shard_bytes", std::to_string(b), "a byte count >= 0");
+    total += b;
+    smallest = std::min(smallest, b);
+    largest = std::max(largest, b);
+  }
+  // Ring order: node-major (the order NCCL's ring search finds on these topologies).
+  std::vector<int> ranks = request.ranks;
+  std::sort(ranks.begin(), ranks.end());
+
+  CollectiveEstimate est;
+  est.total_bytes = total;
+  if (n == 1 || total == 0) {
+    est.seconds = n == 1 ? 0 : calibration_.launch_overhead_s;
+    est.algorithm = n == 1 ? "local" : "empty";
+  } else {
+    RingLinks ring = ring_links(topo, ranks);
+    const bool uneven = (largest - smallest) > 1e-9 * std::max(1.0, largest);
+    const bool sharded_kind =
+        request.kind == CollectiveKind::AllGather || request.kind == CollectiveKind::ReduceScatter;
+    if (uneven && sharded_kind) {
+      if (request.uneven == UnevenCollective::Padded) {
+        est.seconds = ring_seconds(request.kind, n, largest * n, ring);
+        est.algorithm = "padded-ring";
+      } else {
+        // n concurrent broadcasts (reduces) along the ring; the link into rank j carries every
+        // shard but s_j, so the slowest receiver bounds the group.
+        double worst = 0;
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+          int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
+          auto pos = std::find(request.ranks.begin(), request.ranks.end(), ranks[i]) -
+                     request.ranks.begin();
+          double into = total - request.shard_bytes[static_cast<std::size_t>(pos)];
+          worst = std::max(worst, into / topo.between(prev, ranks[i]).bandwidth);
+        }
+        est.seconds = (n - 1) * ring.latency + worst + (n - 1) * 1e-6 /*per-op enqueue*/;
+        est.algorithm =
+            request.kind == CollectiveKind::AllGather ? "grouped-broadcast" : "grouped-reduce";
+      }
+    } else {
+      est.seconds = ring_seconds(request.kind, n, total, ring);
+      est.algorithm = "ring";
+      if (request.kind == CollectiveKind::AllReduce && n > 2) {
+        double depth = std::ceil(std::log2(static_cast<double>(n)));
+        double tree = 2 * depth * ring.latency + 2 * total / ring.bandwidth;
+        if (tree < est.seconds) {
+          est.seconds = tree;
+          est.algorithm = "tree";
+        }
+      }
+      // Hierarchical: intra-node phase on the fast links, inter-node ring over the nodes with
+      // the node's GPUs sharing its NIC.
+      std::map<int, std::vector<int>> by_node;
+      for (int r : ranks) by_node[topo.rank(r).node].push_back(r);
+      const int nodes = static_cast<int>(by_node.size());
+      std::size_t per_node = 0;
+      for (auto& [node, members] : by_node) per_node = std::max(per_node, members.size());
+      if (nodes > 1 && per_node > 1 && request.kind != CollectiveKind::Broadcast) {
+        RingLinks intra_links;
+        intra_links.bandwidth = std::numeric_limits<double>::infinity();
+        for (auto& [node, members] : by_node)
+          if (members.size() > 1) {
+            RingLinks l = ring_links(topo, members);
+            intra_links.add({l.bandwidth, l.latency, l.bottleneck_kind});
+          }
+        RingLinks inter;
+        for (auto& [node, members] : by_node) inter.add(topo.nic(node));
+        const int k = static_cast<int>(per_node);
+        double t = 0;
+        switch (request.kind) {
+          case CollectiveKind::AllGather:
+          case CollectiveKind::ReduceScatter:
+            t = ring_seconds(request.kind, nodes, total, inter) +
+                ring_seconds(request.kind, k, total, intra_links);
+            break;
+          case CollectiveKind::AllReduce:
+            t = ring_seconds(CollectiveKind::ReduceScatter, k, total, intra_links) +
+                ring_seconds(CollectiveKind::AllReduce, nodes, total, inter) +
+                ring_seconds(CollectiveKind::AllGather, k, total, intra_links);
+            break;
+          case CollectiveKind::Broadcast:
+            break;
+        }
+        if (t > 0 && t < est.seconds) {
+          est.seconds = t;
+          est.algorithm = "hierarchical-ring";
+        }
+      }
+    }
+    est.seconds += calibration_.launch_overhead_s;
+  }
+  est.algbw = est.seconds > 0 ? total / est.seconds : 0;
+  est.busbw = est.algbw * bus_bandwidth_factor(request.kind, n);
+  return est;
+}
+
+double AlphaBetaCommModel::copy_time(const Cluster& cluster, int rank, double bytes) const {
+  auto ranks = cluster.ranks();
+  if (rank < 0 || rank >= static_cast<int>(ranks.size()))
+    throw ValidationError("", "rank", std::to_string(rank),
+                          "a rank of the cluster (0.." + std::to_string(ranks.size() - 1) + ")");
+  if (!(bytes >= 0) || !std::isfinite(bytes))
+    throw ValidationError("", "bytes", std::to_string(bytes), "a byte count >= 0");
+  const DeviceSpec& spec = ranks[static_cast<std::size_t>(rank)].slot->spec;
+  if (spec.kind == "cpu") return bytes / spec.memory_bandwidth;  // host memory copy
+  LinkCorrection c = calibration_.correction("pcie");
+  double latency = c.latency_s >= 0 ? c.latency_s : 10e-6;  // cudaMemcpyAsync + DMA setup
+  return latency + bytes / (spec.pcie_bandwidth() * c.bandwidth_efficiency);
+}
+
+std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file) {
+  Json j = read_json_file(file);
+  JsonReader root(j, file.string());
+  root.allow({"_comment", "cluster", "date", "tool", "device"});
+  std::string format = root.string("format");
+  if (format != "cephalo-collective-sweep")
+    root.child("format").fail("\"cephalo-collective-sweep\"");
+  root.integer("version", 1, 1);
+  std::vector<SweepPoint> points;
+  for (auto& r : root.child("results").elements()) {
+    r.allow({"algbw_GBps", "busbw_GBps", "algorithm", "in_place"});
+    SweepPoint p;
+    p.kind = parse_collective_kind(r.string("collective"));
+    for (auto& x : r.child("ranks").elements())
+      p.ranks.push_back(static_cast<int>(x.as_integer(0, 1 << 20)));
+    if (p.ranks.empty()) r.child("ranks").fail("a non-empty list of ranks");
+    p.bytes = r.quantity("bytes", Quantity::Bytes);
+    if (p.bytes <= 0) r.child("bytes").fail("a size > 0");
+    double us = r.number("time_us");
+    if (!(us > 0)) r.child("time_us").fail("a time > 0 in microseconds");
+    p.seconds = us * 1e-6;
+    r.finish();
+    points.push_back(p);
+  }
+  if (points.empty()) root.child("results").fail("at least one measured point");
+  root.finish();
+  return points;
+}
+
+CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points) {
+  // For each point the flat-ring model reads t − launch = steps·α + bytes_on_link / (η·B):
+  // linear in (α, 1/η) once the bottleneck link kind and its nominal bandwidth are known.
+  CommCalibration nominal;
+  for (const char* k : {"pcie", "nvlink", "shm", "ethernet", "infiniband"})
+    nominal.links[k] = {1.0, -1};
+  nominal.launch_overhead_s = 0;
+  Topology topo(cluster, nominal);
+  std::map<std::string, std::vector<std::array<double, 3>>> rows;  // kind -> (steps, x, t)
+  for (const auto& p : points) {
+    for (int r : p.ranks)
+      if (r < 0 || r >= topo.size())
+        throw ValidationError("", "ranks", std::to_string(r), "a rank of the scenario's cluster");
+    std::vector<int> ranks = p.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    const int n = static_cast<int>(ranks.size());
+    if (n < 2) continue;
+    RingLinks l = ring_links(topo, ranks);
+    double steps = 0, on_link = 0;
+    switch (p.kind) {
+      case CollectiveKind::AllGather:
+      case CollectiveKind::ReduceScatter:
+        steps = n - 1;
+        on_link = (n - 1) * p.bytes / n;
+        break;
+      case CollectiveKind::AllReduce:
+        steps = 2.0 * (n - 1);
+        on_link = 2.0 * (n - 1) * p.bytes / n;
+        break;
+      case CollectiveKind::Broadcast:
+        steps = n - 1;
+        on_link = p.bytes;
+        break;
+    }
+    rows[l.bottleneck_kind].push_back({steps, on_link / l.bandwidth, p.seconds});
+  }
+  CommCalibration out = AlphaBetaCommModel().calibration();
+  out.launch_overhead_s = 0;  // absorbed into α by the fit
+  out.source = "fitted to " + std::to_string(points.size()) + " measured points";
+  for (auto& [kind, r] : rows) {
+    if (r.size() < 2) continue;
+    Eigen::MatrixXd A(static_cast<Eigen::Index>(r.size()), 2);
+    Eigen::VectorXd y(static_cast<Eigen::Index>(r.size()));
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      // Relative errors: weight each row by 1/t so small and large sizes count alike.
+      double w = 1.0 / r[i][2];
+      A(static_cast<Eigen::Index>(i), 0) = r[i][0] * w;
+      A(static_cast<Eigen::Index>(i), 1) = r[i][1] * w;
+      y(static_cast<Eigen::Index>(i)) = 1.0;
+    }
+    Eigen::Vector2d theta = A.colPivHouseholderQr().solve(y);
+    LinkCorrection c;
+    c.latency_s = std::max(0.0, theta(0));
+    c.bandwidth_efficiency = theta(1) > 0 ? std::min(1.0, 1.0 / theta(1)) : 1.0;
+    out.links[kind] = c;
+  }
+  return out;
+}
+
+}  // namespace cephalo::costmodels

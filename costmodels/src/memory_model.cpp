@@ -1,0 +1,127 @@
+#include "cephalo/costmodels/memory_model.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+namespace cephalo::costmodels {
+
+double MemoryBreakdown::term(const std::string& name) const {
+  for (const auto& t : terms)
+    if (t.name == name) return t.bytes;
+  return 0;
+}
+
+namespace {
+
+double largest_unit_parameters(const ModelSpec& m) {
+  double best = 0;
+  for (int u = 0; u < num_units(m); ++u) best = std::max(best, unit_parameters(m, u));
+  return best;
+}
+
+double largest_working_set(const Job& job, int micro_batch) {
+  double best = 0;
+  for (int u = 0; u < num_units(job.model); ++u)
+    best = std::max(best, unit_working_bytes(job.model, u, job.sequence_length, micro_batch,
+                                             job.precision.compute));
+  return best;
+}
+
+}  // namespace
+
+std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
+                                     const MemoryConstants& k) {
+  if (in.micro_batch_sizes.empty())
+    throw ValidationError("", "micro_batch_sizes", "[]", "at least one micro-batch");
+  for (int mb : in.micro_batch_sizes)
+    if (mb <= 0)
+      throw ValidationError("", "micro_batch_sizes", std::to_string(mb), "micro-batch sizes >= 1");
+  if (!(in.state_share >= 0 && in.state_share <= 1))
+    throw ValidationError("", "state_share", std::to_string(in.state_share), "a share in [0, 1]");
+  const ModelSpec& m = job.model;
+  const Precision& p = job.precision;
+  const double params = total_parameters(m);
+  const double batch = std::accumulate(in.micro_batch_sizes.begin(), in.micro_batch_sizes.end(), 0);
+  const int largest_mb =
+      *std::max_element(in.micro_batch_sizes.begin(), in.micro_batch_sizes.end());
+  const double boundary_per_sample =
+      boundary_activation_bytes(m, job.sequence_length, 1, p.compute);
+  const double boundaries = m.num_layers + 2.0;  // L+1 unit inputs + the activation gradient
+
+  std::vector<MemoryTerm> t;
+  t.push_back(
+      {"training_state", in.state_share * params *
+                             (bytes_per_element(p.params) + bytes_per_element(p.reduce) + 8.0)});
+  const double unit = largest_unit_parameters(m);
+  t.push_back({"gathered_params", unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
+  t.push_back({"unit_gradient", unit * bytes_per_element(p.reduce)});
+  double activations = 0;
+  if (in.offload == Offload::Host) {
+    // The current layer's inputs, outputs and gradients for the micro-batches on the device.
+    double on_device = in.accumulation == Accumulation::Layered ? batch : largest_mb;
+    activations = 3.0 * on_device * boundary_per_sample;
+  } else if (in.accumulation == Accumulation::Layered) {
+    activations = boundaries * batch * boundary_per_sample;
+  } else {
+    activations = boundaries * largest_mb * boundary_per_sample;
+  }
+  t.push_back({"activations", activations});
+  t.push_back({"working_set", largest_working_set(job, largest_mb)});
+  double dynamic = 0;
+  for (const auto& term : t)
+    if (term.name != "training_state") dynamic += term.bytes;
+  t.push_back({"cuda_context", k.cuda_context});
+  t.push_back({"nccl_reserve", in.world_size > 1 ? k.nccl_reserve : 0.0});
+  t.push_back({"fragmentation", k.fragmentation * dynamic});
+  return t;
+}
+
+MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank) {
+  auto it = std::find_if(plan.ranks.begin(), plan.ranks.end(),
+                         [&](const PlanRank& r) { return r.rank == rank; });
+  if (it == plan.ranks.end())
+    throw ValidationError("", "ranks", std::to_string(rank), "a rank present in the plan");
+  auto devices = scenario.cluster.ranks();
+  if (rank < 0 || rank >= static_cast<int>(devices.size()))
+    throw ValidationError("", "ranks[" + std::to_string(rank) + "]", std::to_string(rank),
+                          "a rank of the scenario's cluster");
+  const DeviceSpec& spec = devices[static_cast<std::size_t>(rank)].slot->spec;
+  RankMemoryInputs in;
+  in.state_share = it->state_share;
+  in.micro_batch_sizes = it->micro_batch_sizes();
+  in.accumulation = plan.accumulation;
+  in.offload = plan.offload;
+  in.prefetch = plan.prefetch;
+  in.world_size = static_cast<int>(devices.size());
+  MemoryConstants k;
+  MemoryBreakdown b;
+  b.rank = rank;
+  b.gpu = spec.name;
+  if (it->batch == 0) in.micro_batch_sizes = {1};  // a rank with no samples still gathers units
+  b.terms = memory_terms(scenario.job, in, k);
+  if (it->batch == 0)
+    for (auto& term : b.terms)
+      if (term.name == "activations" || term.name == "working_set") term.bytes = 0;
+  for (const auto& term : b.terms) b.total += term.bytes;
+  b.capacity = spec.memory_bytes;
+  b.usable = spec.memory_bytes * k.usable_fraction;
+  return b;
+}
+
+double compute_memory_bytes(const Job& job, int micro_batch) {
+  if (micro_batch <= 0)
+    throw ValidationError("", "micro_batch", std::to_string(micro_batch), "a micro-batch >= 1");
+  RankMemoryInputs in;
+  in.micro_batch_sizes = {micro_batch};
+  in.prefetch = true;
+  double total = 0;
+  for (const auto& t : memory_terms(job, in))
+    if (t.name != "training_state" && t.name != "cuda_context" && t.name != "nccl_reserve")
+      total += t.bytes;
+  return total;
+}
+
+}  // namespace cephalo::costmodels

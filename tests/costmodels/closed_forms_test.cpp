@@ -1,0 +1,186 @@
+// Closed forms of the cost models checked against hand computations and the published counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+using namespace cephalo;
+using namespace cephalo::costmodels;
+
+namespace {
+const std::filesystem::path kSource = CEPHALO_SOURCE_DIR;
+}
+
+TEST(ModelMath, GptForwardFlopsPerLayerMatchTheTextbookFormula) {
+  // 24·s·h² + 4·s²·h per sample (Narayanan et al. 2021, forward, no recompute).
+  for (const char* name : {"gpt-1.3b", "gpt-2.7b", "gpt-6.7b", "gpt-175b"}) {
+    const ModelSpec& m = ModelCatalog::builtin().get(name);
+    for (int seq : {128, 512, 2048}) {
+      for (int b : {1, 3}) {
+        double s = seq, h = m.hidden;
+        double expected = b * (24 * s * h * h + 4 * s * s * h);
+        UnitFlops f = unit_flops(m, 1, seq, b);
+        EXPECT_DOUBLE_EQ(f.forward, expected) << name << " s=" << seq << " b=" << b;
+        EXPECT_DOUBLE_EQ(f.backward, 2 * expected);
+        // The op breakdown sums to the same GEMM + attention FLOPs.
+        double ops = 0;
+        for (const auto& op : unit_ops(m, 1, seq, b, Dtype::FP16))
+          if (op.op_class != OpClass::Memory) ops += op.forward_flops;
+        EXPECT_DOUBLE_EQ(ops, expected);
+      }
+    }
+  }
+}
+
+TEST(ModelMath, ParameterCountsMatchPublishedModelStats) {
+  Json stats = read_json_file(kSource / "scenarios/calibration/cephalo-profiles/model_stats.json");
+  int checked = 0;
+  for (auto& [name, s] : stats.items()) {
+    auto m = ModelCatalog::builtin().find(name);
+    ASSERT_TRUE(m.has_value()) << name << " does not resolve to a catalog model";
+    EXPECT_EQ(m->hidden, s["hidden_size"].get<int>()) << name;
+    EXPECT_EQ(m->num_layers, s["num_layers"].get<int>()) << name;
+    EXPECT_EQ(layer_parameters(*m), s["parameters_per_layer"].get<double>()) << name;
+    EXPECT_EQ(total_parameters(*m), s["total_parameters"].get<double>()) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 21);
+}
+
+TEST(ModelMath, ProfileNamesResolveToTheirArchitecture) {
+  const auto& c = ModelCatalog::builtin();
+  EXPECT_EQ(c.get("deepspeedgpt_2.7b").name, "gpt-2.7b");
+  EXPECT_EQ(c.get("gpt_2.7b").name, "gpt-2.7b");
+  EXPECT_EQ(c.get("deepspeedllama_7b").name, "llama-7b");
+  EXPECT_EQ(c.get("deepspeedllamav2_13b").name, "llama-13b");
+  EXPECT_EQ(c.get("deepspeedmistral_7b").name, "mistral-7b");
+  EXPECT_EQ(c.get("bert_xlarge").name, "bert-xlarge");
+  EXPECT_EQ(c.get("vit_g").name, "vit-g");
+  EXPECT_EQ(GpuCatalog::builtin().get("l4").name, "L4");
+  EXPECT_EQ(GpuCatalog::builtin().get("v100x32").name, "V100-SXM2-32GB");
+}
+
+TEST(ModelMath, LlamaUsesSwigluAndNoBiases) {
+  const ModelSpec& m = ModelCatalog::builtin().get("llama-7b");
+  double h = 4096, f = 11008;
+  EXPECT_DOUBLE_EQ(layer_parameters(m), 4 * h * h + 3 * h * f + 2 * h);
+  const ModelSpec& g = ModelCatalog::builtin().get("llama3-8b");  // GQA: 8 KV heads of 128
+  EXPECT_DOUBLE_EQ(layer_parameters(g), 2 * h * h + 2 * h * 1024 + 3 * h * 14336 + 2 * h);
+}
+
+TEST(CommModel, BusBandwidthFactorsAreThoseOfNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::AllGather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::ReduceScatter, 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::AllReduce, 4), 2.0 * 3 / 4);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::Broadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::AllReduce, 1), 0.0);
+}
+
+namespace {
+
+// One node of four identical GPUs on a 10 GB/s, 5 µs link; corrections set to 1 so the
+// numbers are the textbook α-β ones.
+Cluster four_gpu_node(double bandwidth = 10e9, double latency = 5e-6) {
+  Cluster c;
+  c.name = "test";
+  Node n;
+  n.name = "n0";
+  n.intra_link = {"nvlink", bandwidth, latency};
+  n.nic = {"ethernet", 1e9, 20e-6};
+  DeviceSlot slot;
+  slot.type = "A100-40GB";
+  slot.spec = GpuCatalog::builtin().get("A100-40GB");
+  n.devices.assign(4, slot);
+  c.nodes.push_back(n);
+  return c;
+}
+
+CommCalibration exact() {
+  CommCalibration cal;
+  for (const char* k : {"pcie", "nvlink", "ethernet", "infiniband", "shm"})
+    cal.links[k] = {1.0, -1};
+  cal.launch_overhead_s = 0;
+  return cal;
+}
+
+}  // namespace
+
+TEST(CommModel, RingTimesAreTheHandComputedAlphaBetaSums) {
+  Cluster c = four_gpu_node();
+  AlphaBetaCommModel model(exact());
+  CollectiveRequest r;
+  r.ranks = {0, 1, 2, 3};
+  r.shard_bytes.assign(4, 25e6);  // 100 MB in total
+  // All-gather: 3 steps of (5 µs + 25 MB / 10 GB/s = 2.5 ms) = 7.515 ms.
+  r.kind = CollectiveKind::AllGather;
+  auto ag = model.collective(c, r);
+  EXPECT_NEAR(ag.seconds, 3 * (5e-6 + 2.5e-3), 1e-12);
+  EXPECT_EQ(ag.algorithm, "ring");
+  EXPECT_NEAR(ag.algbw, 100e6 / ag.seconds, 1e-3);
+  EXPECT_NEAR(ag.busbw, ag.algbw * 0.75, 1e-3);
+  // All-reduce: 6 steps; the ring beats the tree (4 latencies + 2·S/B = 20 ms).
+  r.kind = CollectiveKind::AllReduce;
+  auto ar = model.collective(c, r);
+  EXPECT_NEAR(ar.seconds, 6 * (5e-6 + 2.5e-3), 1e-12);
+  EXPECT_EQ(ar.algorithm, "ring");
+  // Tiny all-reduce: latency-bound, the tree wins (2·ceil(log2 4) = 4 latencies vs 6).
+  r.shard_bytes.assign(4, 1.0);
+  auto tiny = model.collective(c, r);
+  EXPECT_EQ(tiny.algorithm, "tree");
+  EXPECT_NEAR(tiny.seconds, 4 * 5e-6 + 2 * 4.0 / 10e9, 1e-15);
+}
+
+TEST(CommModel, UnevenShardsGroupedAndPadded) {
+  Cluster c = four_gpu_node();
+  AlphaBetaCommModel model(exact());
+  CollectiveRequest r;
+  r.kind = CollectiveKind::AllGather;
+  r.ranks = {0, 1, 2, 3};
+  r.shard_bytes = {10e6, 20e6, 30e6, 40e6};  // 100 MB
+  r.uneven = UnevenCollective::Padded;
+  auto padded = model.collective(c, r);  // ring over 4 × 40 MB
+  EXPECT_EQ(padded.algorithm, "padded-ring");
+  EXPECT_NEAR(padded.seconds, 3 * (5e-6 + 40e6 / 10e9), 1e-12);
+  r.uneven = UnevenCollective::Grouped;
+  auto grouped = model.collective(c, r);  // rank 0 receives 90 MB
+  EXPECT_EQ(grouped.algorithm, "grouped-broadcast");
+  EXPECT_NEAR(grouped.seconds, 3 * 5e-6 + 90e6 / 10e9 + 3e-6, 1e-12);
+  EXPECT_LT(grouped.seconds, padded.seconds);
+}
+
+TEST(CommModel, BadRequestsAreRejected) {
+  Cluster c = four_gpu_node();
+  AlphaBetaCommModel model;
+  CollectiveRequest r;
+  r.ranks = {0, 1};
+  r.shard_bytes = {1, -5};
+  EXPECT_THROW(model.collective(c, r), ValidationError);
+  r.shard_bytes = {1};
+  EXPECT_THROW(model.collective(c, r), ValidationError);
+  r.ranks = {0, 9};
+  r.shard_bytes = {1, 1};
+  EXPECT_THROW(model.collective(c, r), ValidationError);
+  EXPECT_THROW(model.copy_time(c, 0, -1), ValidationError);
+}
+
+TEST(Roofline, TimesGrowWithSizeAndFasterGpusAreFaster) {
+  Job job;
+  job.model = ModelCatalog::builtin().get("gpt-2.7b");
+  job.sequence_length = 512;
+  RooflineComputeModel roofline;
+  const DeviceSpec& a100 = GpuCatalog::builtin().get("a100x40");
+  const DeviceSpec& t4 = GpuCatalog::builtin().get("t4");
+  double t1 = roofline.unit_time(a100, job, 1, ComputePhase::Forward, 1).seconds;
+  double t8 = roofline.unit_time(a100, job, 1, ComputePhase::Forward, 8).seconds;
+  EXPECT_GT(t8, 4 * t1);
+  EXPECT_LT(t8, 8 * t1);  // per-kernel overhead amortised
+  EXPECT_LT(t8, roofline.unit_time(t4, job, 1, ComputePhase::Forward, 8).seconds);
+  EXPECT_GT(roofline.unit_time(a100, job, 1, ComputePhase::Backward, 8).seconds, t8);
+  EXPECT_THROW(roofline.unit_time(a100, job, 1, ComputePhase::Forward, 0), ValidationError);
+}
