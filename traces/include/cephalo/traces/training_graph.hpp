@@ -1,0 +1,195 @@
+#pragma once
+// The TrainingGraph (DESIGN §4): one training iteration of a Plan as a DAG of ops, the single
+// schedule that both the simulator (sim/) and the execution backend (backend/) consume.
+//
+// Shape of the data (chosen so a 1024-GPU graph with millions of ops stays flat and fast):
+//  * ops are numbered rank by rank, and within a rank in *issue order*: the order a host thread
+//    would enqueue them onto the rank's streams. `program(rank)` is therefore a contiguous span
+//    of ops whose ids are consecutive; walking it op by op and honouring `waits_on(op)` is a
+//    valid execution on one rank.
+//  * every op runs on one of four in-order streams (compute, comm, d2h, h2d); the order of ops
+//    on a stream is the issue order restricted to that stream (`stream_program(rank, stream)`),
+//    so "previous op on the same stream" is an implicit dependency and is not listed.
+//  * `waits_on(op)` lists the explicit same-rank cross-stream dependencies (all with smaller
+//    ids). Cross-rank coupling happens only through collectives: every participant has its own
+//    op instance carrying the same `collective` id; a collective starts when all its
+//    participants have reached it.
+//  * `boost_graph()` is the whole DAG as a Boost.Graph compressed-sparse-row graph with every
+//    edge made explicit: stream order, cross-stream waits, and cross-rank collective edges
+//    (from the lowest-ranked participant to each other participant: a rendezvous link, drawn
+//    in one direction so the graph stays acyclic).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+
+namespace cephalo::traces {
+
+using OpId = std::uint32_t;
+constexpr OpId kNoOp = 0xffffffffu;
+
+enum class OpKind : std::uint8_t {
+  Forward,         // a unit's forward for one micro-batch (no autograd state kept: checkpointed)
+  Backward,        // a unit's backward for one micro-batch (accumulates the unsharded gradient)
+  Recompute,       // re-run of the forward with autograd state, right before the backward
+  OptimizerStep,   // AdamW over the rank's owned shard of every unit
+  AllGather,       // gather a unit's parameters (even shards)
+  AllGatherV,      // same with uneven shards
+  ReduceScatter,   // reduce a unit's gradient onto the owners' shards (even)
+  ReduceScatterV,  // same with uneven shards
+  AllReduce,       // reserved (e.g. loss / norm reductions); not emitted by the builders yet
+  CopyD2H,         // layer-boundary activation to pinned host memory (offload: host)
+  CopyH2D,         // and back before the recompute
+};
+constexpr int kNumOpKinds = 11;
+
+enum class Stream : std::uint8_t { Compute = 0, Comm = 1, D2H = 2, H2D = 3 };
+constexpr int kNumStreams = 4;
+
+std::string to_string(OpKind kind);    // "forward", "all_gather_v", "copy_d2h", ...
+std::string short_name(OpKind kind);   // "F", "B", "RC", "OPT", "AG", "AGv", "RS", "RSv", ...
+std::string to_string(Stream stream);  // "compute", "comm", "d2h", "h2d"
+bool is_collective(OpKind kind);
+bool is_compute(OpKind kind);
+bool is_copy(OpKind kind);
+Stream stream_of(OpKind kind);
+
+// Direction of the pass an op belongs to.
+enum class Pass : std::uint8_t { Forward = 0, Backward = 1, Step = 2 };
+
+struct Op {
+  OpId id = kNoOp;
+  OpKind kind = OpKind::Forward;
+  Stream stream = Stream::Compute;
+  Pass pass = Pass::Forward;
+  std::int32_t rank = 0;
+  std::int32_t unit = -1;             // 0 embedding, 1..L layers, L+1 head; -1 for the optimizer
+  std::int32_t micro_batch = -1;      // index within the rank's micro-batches; -1 if none
+  std::int32_t micro_batch_size = 0;  // samples; 0 if none
+  std::int32_t collective = -1;       // index into collectives(); -1 for non-collectives
+  std::int32_t phase = -1;            // index of the (unit, pass, round) phase this op serves
+  double flops = 0;                   // compute ops: FLOPs of the op (model FLOPs; RC = forward)
+  double bytes = 0;                   // collectives: full buffer; copies: bytes moved
+  double shard_bytes = 0;             // collectives: this rank's shard (differs for -v variants)
+  double shard_parameters = 0;        // optimizer: parameters owned by the rank
+  double mem_alloc = 0;               // device bytes allocated when the op starts
+  double mem_free = 0;                // device bytes released when the op ends
+  std::uint32_t deps_begin = 0;       // into the waits-on array (use TrainingGraph::waits_on)
+  std::uint32_t deps_count = 0;
+};
+
+// One collective: the same operation seen from every participant.
+struct Collective {
+  std::int32_t id = -1;
+  OpKind kind = OpKind::AllGather;
+  std::int32_t unit = -1;
+  Pass pass = Pass::Forward;
+  std::int32_t phase = -1;
+  double total_bytes = 0;           // gathered / reduced buffer
+  std::uint32_t members_begin = 0;  // into the members arrays (use TrainingGraph::members)
+  std::uint32_t members_count = 0;
+};
+
+struct CollectiveMember {
+  std::int32_t rank = 0;
+  OpId op = kNoOp;
+  double shard_bytes = 0;
+};
+
+// Model-level quantities the builder derives from the Job, kept so consumers do not have to
+// recompute them.
+struct GraphSummary {
+  int num_ranks = 0;
+  int num_units = 0;  // layers + 2
+  int sequence_length = 0;
+  int global_batch = 0;
+  double model_flops_per_iteration = 0;  // Σ forward+backward FLOPs over all samples (no recompute)
+  Accumulation accumulation = Accumulation::Layered;
+  Offload offload = Offload::None;
+  bool prefetch = true;
+};
+
+// Per-unit sizes used to fill ops (exposed for tests and the backend).
+struct UnitSizes {
+  double parameters = 0;
+  double gathered_bytes = 0;  // parameters × compute dtype
+  double gradient_bytes = 0;  // parameters × reduce dtype
+};
+
+class TrainingGraph {
+ public:
+  TrainingGraph();
+  ~TrainingGraph();
+  TrainingGraph(TrainingGraph&&) noexcept;
+  TrainingGraph& operator=(TrainingGraph&&) noexcept;
+
+  const GraphSummary& summary() const { return summary_; }
+  int num_ranks() const { return summary_.num_ranks; }
+  std::size_t num_ops() const { return ops_.size(); }
+
+  const std::vector<Op>& ops() const { return ops_; }
+  const Op& op(OpId id) const { return ops_[id]; }
+  // Ops of one rank in issue order (consecutive ids).
+  std::span<const Op> program(int rank) const;
+  // Ids of one rank's ops on one stream, in stream order.
+  std::span<const OpId> stream_program(int rank, Stream stream) const;
+  // Same-rank cross-stream dependencies of an op (each with a smaller id).
+  std::span<const OpId> waits_on(OpId id) const;
+  // Ops that wait on `id` (reverse of waits_on; same rank, other streams).
+  std::span<const OpId> waited_by(OpId id) const;
+
+  const std::vector<Collective>& collectives() const { return collectives_; }
+  std::span<const CollectiveMember> members(const Collective& c) const;
+
+  // Device bytes held for the whole iteration (sharded training state: master parameters,
+  // gradient shard, Adam moments).
+  double static_bytes(int rank) const { return static_bytes_[rank]; }
+  const UnitSizes& unit_sizes(int unit) const { return unit_sizes_[unit]; }
+
+  // "F u3 mb1 r0", "AGv u3 r2", "OPT r1": stable, human-readable.
+  std::string op_name(OpId id) const;
+
+  // The DAG with all edges explicit (see the file comment). Built on first use.
+  struct BoostGraph;
+  const BoostGraph& boost_graph() const;
+  std::size_t boost_num_edges() const;
+  // A topological order of all ops computed with boost::topological_sort; throws
+  // std::logic_error if the graph has a cycle (it never should).
+  std::vector<OpId> topological_order() const;
+
+  friend class GraphBuilder;
+
+ private:
+  GraphSummary summary_;
+  std::vector<Op> ops_;
+  std::vector<OpId> deps_;                   // flat waits-on lists
+  std::vector<std::uint32_t> succ_offsets_;  // CSR of waited_by, size ops+1
+  std::vector<OpId> succs_;
+  std::vector<std::uint32_t> rank_offsets_;    // size ranks+1
+  std::vector<std::uint32_t> stream_offsets_;  // size ranks*kNumStreams+1, into stream_ops_
+  std::vector<OpId> stream_ops_;
+  std::vector<Collective> collectives_;
+  std::vector<CollectiveMember> members_;
+  std::vector<double> static_bytes_;
+  std::vector<UnitSizes> unit_sizes_;
+  mutable std::unique_ptr<BoostGraph> boost_;
+};
+
+// Builds the graph of one iteration of `plan` on `scenario` (the plan must already have been
+// validated against the scenario). Schedules, per DESIGN §1 and the module README:
+//  * layered accumulation: per unit, gather once, run all micro-batches, (forward); in reverse
+//    unit order gather once, recompute+backward every micro-batch in reverse, reduce-scatter
+//    once; then the optimizer step. Exactly 2 all-gathers and 1 reduce-scatter per unit.
+//  * standard accumulation: micro-batch-major; every micro-batch round gathers and
+//    reduce-scatters every unit. Ranks with fewer micro-batches join the remaining rounds'
+//    collectives with no compute (their gradient contribution is zero).
+//  * prefetch: the gather of phase p may start when phase p-2's compute is done (one unit
+//    ahead); without it, when phase p-1's compute is done (no overlap with compute).
+//  * offload host: each micro-batch's layer input is copied to host after the unit consumed
+//    it and copied back before the recompute (one copy ahead with prefetch).
+TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario);
+
+}  // namespace cephalo::traces

@@ -1,0 +1,134 @@
+#include "cephalo/traces/report.hpp"
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+
+namespace cephalo::traces {
+
+Json to_json(const IterationReport& r) {
+  Json j = Json::object();
+  j["source"] = r.source;
+  j["iteration_time_s"] = r.iteration_time_s;
+  j["samples_per_s"] = r.samples_per_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["mfu"] = r.mfu;
+  j["oom"] = r.oom;
+  if (r.oom && r.oom_detail) {
+    const OomDetail& d = *r.oom_detail;
+    j["oom_detail"] = {{"rank", d.rank},
+                       {"op", d.op},
+                       {"op_name", d.op_name},
+                       {"bytes", d.bytes},
+                       {"capacity_bytes", d.capacity_bytes},
+                       {"requested_bytes", d.requested_bytes}};
+  }
+  j["events"] = r.events;
+  Json ranks = Json::array();
+  for (const RankReport& k : r.ranks)
+    ranks.push_back({{"rank", k.rank},
+                     {"gpu", k.gpu},
+                     {"node", k.node},
+                     {"compute_s", k.compute_s},
+                     {"comm_s", k.comm_s},
+                     {"exposed_comm_s", k.exposed_comm_s},
+                     {"idle_s", k.idle_s},
+                     {"peak_memory_bytes", k.peak_memory_bytes},
+                     {"capacity_bytes", k.capacity_bytes}});
+  j["ranks"] = std::move(ranks);
+  if (!r.ops.empty()) {
+    Json ops = Json::array();
+    for (const OpTiming& o : r.ops)
+      ops.push_back({{"id", o.id}, {"start_s", o.start_s}, {"end_s", o.end_s}});
+    j["ops"] = std::move(ops);
+  }
+  return j;
+}
+
+IterationReport parse_iteration_report(JsonReader& in) {
+  if (!in.is_object()) in.fail("an iteration report object");
+  IterationReport r;
+  r.source = in.string_or("source", "sim");
+  r.iteration_time_s = in.number("iteration_time_s");
+  r.samples_per_s = in.number("samples_per_s");
+  r.tokens_per_s = in.number("tokens_per_s");
+  r.mfu = in.number("mfu");
+  r.oom = in.child("oom").as_bool();
+  if (auto d = in.optional_child("oom_detail")) {
+    OomDetail o;
+    o.rank = static_cast<int>(d->integer("rank", 0));
+    o.op = d->integer("op", -1);
+    o.op_name = d->string_or("op_name", "");
+    o.bytes = d->number("bytes");
+    o.capacity_bytes = d->number("capacity_bytes");
+    o.requested_bytes = d->number_or("requested_bytes", 0);
+    d->finish();
+    r.oom_detail = o;
+  }
+  r.events = static_cast<std::uint64_t>(in.integer("events", 0));
+  for (auto& k : in.child("ranks").elements()) {
+    RankReport rr;
+    rr.rank = static_cast<int>(k.integer("rank", 0));
+    rr.gpu = k.string("gpu");
+    rr.node = static_cast<int>(k.integer_or("node", 0, 0));
+    rr.compute_s = k.number("compute_s");
+    rr.comm_s = k.number("comm_s");
+    rr.exposed_comm_s = k.number("exposed_comm_s");
+    rr.idle_s = k.number("idle_s");
+    rr.peak_memory_bytes = k.number("peak_memory_bytes");
+    rr.capacity_bytes = k.number("capacity_bytes");
+    k.finish();
+    r.ranks.push_back(rr);
+  }
+  if (auto ops = in.optional_child("ops")) {
+    for (auto& o : ops->elements()) {
+      OpTiming t;
+      t.id = static_cast<std::uint32_t>(o.integer("id", 0, 0xffffffffLL));
+      t.start_s = o.number("start_s");
+      t.end_s = o.number("end_s");
+      o.finish();
+      r.ops.push_back(t);
+    }
+  }
+  in.finish();
+  return r;
+}
+
+IterationReport load_iteration_report(const std::filesystem::path& file) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file.string());
+  return parse_iteration_report(r);
+}
+
+std::string render_json(const IterationReport& report) { return to_json(report).dump(2) + "\n"; }
+
+std::string render_table(const IterationReport& r) {
+  std::string out;
+  out += "iteration time  " + format_seconds(r.iteration_time_s) + "\n";
+  out += "throughput      " + fixed(r.samples_per_s, 2) + " samples/s, " +
+         fixed(r.tokens_per_s, 0) + " tokens/s\n";
+  out += "MFU             " + fixed(100.0 * r.mfu, 1) + " %\n";
+  if (r.oom) {
+    out += "OOM             yes";
+    if (r.oom_detail)
+      out += ": rank " + std::to_string(r.oom_detail->rank) + " at " + r.oom_detail->op_name +
+             " needs " + format_bytes(r.oom_detail->bytes) + " of " +
+             format_bytes(r.oom_detail->capacity_bytes) + " usable";
+    out += "\n";
+  } else {
+    out += "OOM             no\n";
+  }
+  out += "events          " + std::to_string(r.events) + "\n\n";
+  TextTable t({"rank", "gpu", "node", "compute", "comm", "exposed comm", "idle", "peak memory",
+               "capacity", "peak %"});
+  t.set_align(1, TextTable::Align::Left);
+  for (const RankReport& k : r.ranks)
+    t.add_row(
+        {std::to_string(k.rank), k.gpu, std::to_string(k.node), format_seconds(k.compute_s),
+         format_seconds(k.comm_s), format_seconds(k.exposed_comm_s), format_seconds(k.idle_s),
+         format_bytes(k.peak_memory_bytes), format_bytes(k.capacity_bytes),
+         k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+  out += t.render();
+  return out;
+}
+
+}  // namespace cephalo::traces

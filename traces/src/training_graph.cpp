@@ -1,0 +1,500 @@
+#include "cephalo/traces/training_graph.hpp"
+
+#include <algorithm>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
+#include <boost/graph/topological_sort.hpp>
+#include <iterator>
+#include <stdexcept>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+namespace cephalo::traces {
+
+std::string to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward:
+      return "forward";
+    case OpKind::Backward:
+      return "backward";
+    case OpKind::Recompute:
+      return "recompute";
+    case OpKind::OptimizerStep:
+      return "optimizer_step";
+    case OpKind::AllGather:
+      return "all_gather";
+    case OpKind::AllGatherV:
+      return "all_gather_v";
+    case OpKind::ReduceScatter:
+      return "reduce_scatter";
+    case OpKind::ReduceScatterV:
+      return "reduce_scatter_v";
+    case OpKind::AllReduce:
+      return "all_reduce";
+    case OpKind::CopyD2H:
+      return "copy_d2h";
+    case OpKind::CopyH2D:
+      return "copy_h2d";
+  }
+  return "?";
+}
+
+std::string short_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward:
+      return "F";
+    case OpKind::Backward:
+      return "B";
+    case OpKind::Recompute:
+      return "RC";
+    case OpKind::OptimizerStep:
+      return "OPT";
+    case OpKind::AllGather:
+      return "AG";
+    case OpKind::AllGatherV:
+      return "AGv";
+    case OpKind::ReduceScatter:
+      return "RS";
+    case OpKind::ReduceScatterV:
+      return "RSv";
+    case OpKind::AllReduce:
+      return "AR";
+    case OpKind::CopyD2H:
+      return "D2H";
+    case OpKind::CopyH2D:
+      return "H2D";
+  }
+  return "?";
+}
+
+std::string to_string(Stream stream) {
+  switch (stream) {
+    case Stream::Compute:
+      return "compute";
+    case Stream::Comm:
+      return "comm";
+    case Stream::D2H:
+      return "d2h";
+    case Stream::H2D:
+      return "h2d";
+  }
+  return "?";
+}
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::AllGatherV || k == OpKind::ReduceScatter ||
+         k == OpKind::ReduceScatterV || k == OpKind::AllReduce;
+}
+bool is_compute(OpKind k) {
+  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
+         k == OpKind::OptimizerStep;
+}
+bool is_copy(OpKind k) { return k == OpKind::CopyD2H || k == OpKind::CopyH2D; }
+
+Stream stream_of(OpKind k) {
+  if (is_collective(k)) return Stream::Comm;
+  if (k == OpKind::CopyD2H) return Stream::D2H;
+  if (k == OpKind::CopyH2D) return Stream::H2D;
+  return Stream::Compute;
+}
+
+struct TrainingGraph::BoostGraph {
+  using Graph =
+      boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, boost::no_property,
+                                         boost::no_property, std::uint32_t, std::uint32_t>;
+  Graph graph;
+};
+
+TrainingGraph::TrainingGraph() = default;
+TrainingGraph::~TrainingGraph() = default;
+TrainingGraph::TrainingGraph(TrainingGraph&&) noexcept = default;
+TrainingGraph& TrainingGraph::operator=(TrainingGraph&&) noexcept = default;
+
+std::span<const Op> TrainingGraph::program(int rank) const {
+  return {ops_.data() + rank_offsets_[rank], ops_.data() + rank_offsets_[rank + 1]};
+}
+
+std::span<const OpId> TrainingGraph::stream_program(int rank, Stream stream) const {
+  std::size_t i = static_cast<std::size_t>(rank) * kNumStreams + static_cast<int>(stream);
+  return {stream_ops_.data() + stream_offsets_[i], stream_ops_.data() + stream_offsets_[i + 1]};
+}
+
+std::span<const OpId> TrainingGraph::waits_on(OpId id) const {
+  const Op& o = ops_[id];
+  return {deps_.data() + o.deps_begin, o.deps_count};
+}
+
+std::span<const OpId> TrainingGraph::waited_by(OpId id) const {
+  return {succs_.data() + succ_offsets_[id], succs_.data() + succ_offsets_[id + 1]};
+}
+
+std::span<const CollectiveMember> TrainingGraph::members(const Collective& c) const {
+  return {members_.data() + c.members_begin, c.members_count};
+}
+
+std::string TrainingGraph::op_name(OpId id) const {
+  const Op& o = ops_[id];
+  std::string s = short_name(o.kind);
+  if (o.unit >= 0) s += " u" + std::to_string(o.unit);
+  if (o.micro_batch >= 0) s += " mb" + std::to_string(o.micro_batch);
+  s += " r" + std::to_string(o.rank);
+  return s;
+}
+
+const TrainingGraph::BoostGraph& TrainingGraph::boost_graph() const {
+  if (boost_) return *boost_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+  edges.reserve(ops_.size() * 2 + deps_.size());
+  // Stream order.
+  for (std::size_t s = 0; s + 1 < stream_offsets_.size(); ++s)
+    for (std::uint32_t i = stream_offsets_[s]; i + 1 < stream_offsets_[s + 1]; ++i)
+      edges.emplace_back(stream_ops_[i], stream_ops_[i + 1]);
+  // Cross-stream waits.
+  for (const Op& o : ops_)
+    for (OpId d : waits_on(o.id)) edges.emplace_back(d, o.id);
+  // Cross-rank rendezvous: lowest-ranked participant to every other participant.
+  for (const Collective& c : collectives_) {
+    auto m = members(c);
+    for (std::size_t i = 1; i < m.size(); ++i) edges.emplace_back(m[0].op, m[i].op);
+  }
+  boost_ = std::make_unique<BoostGraph>(
+      BoostGraph{BoostGraph::Graph(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(),
+                                   static_cast<std::uint32_t>(ops_.size()))});
+  return *boost_;
+}
+
+std::size_t TrainingGraph::boost_num_edges() const { return boost::num_edges(boost_graph().graph); }
+
+std::vector<OpId> TrainingGraph::topological_order() const {
+  const auto& g = boost_graph().graph;
+  std::vector<OpId> reversed;
+  reversed.reserve(ops_.size());
+  try {
+    boost::topological_sort(g, std::back_inserter(reversed));
+  } catch (const boost::not_a_dag&) {
+    throw std::logic_error("TrainingGraph has a cycle");
+  }
+  std::reverse(reversed.begin(), reversed.end());
+  return reversed;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
+  TrainingGraph build();
+
+ private:
+  struct Phase {
+    int unit;
+    Pass pass;
+    int round;  // standard accumulation: micro-batch round; layered: 0
+  };
+
+  OpId emit(Op op, std::initializer_list<OpId> deps);
+  void build_rank(int r);
+
+  const Plan& plan_;
+  const Scenario& scenario_;
+  TrainingGraph g_;
+  std::vector<Phase> phases_;
+  std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase
+  int units_ = 0;
+  int current_rank_ = 0;
+};
+
+OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
+  op.id = static_cast<OpId>(g_.ops_.size());
+  op.rank = current_rank_;
+  op.stream = stream_of(op.kind);
+  op.deps_begin = static_cast<std::uint32_t>(g_.deps_.size());
+  for (OpId d : deps) {
+    if (d == kNoOp) continue;
+    // The previous op on the same stream is an implicit dependency: not listed.
+    if (g_.ops_[d].stream == op.stream) continue;
+    if (std::find(g_.deps_.begin() + op.deps_begin, g_.deps_.end(), d) != g_.deps_.end()) continue;
+    g_.deps_.push_back(d);
+  }
+  op.deps_count = static_cast<std::uint32_t>(g_.deps_.size()) - op.deps_begin;
+  g_.ops_.push_back(op);
+  return op.id;
+}
+
+void GraphBuilder::build_rank(int r) {
+  current_rank_ = r;
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const Dtype act = job.precision.compute;
+  const int seq = job.sequence_length;
+  const PlanRank& pr = plan_.ranks[r];
+  const std::vector<int> sizes = pr.batch > 0 ? pr.micro_batch_sizes() : std::vector<int>{};
+  const int mbs = static_cast<int>(sizes.size());
+  const bool offload = plan_.offload == Offload::Host;
+  const int lookahead = plan_.prefetch ? 2 : 1;
+  const int num_phases = static_cast<int>(phases_.size());
+  const bool even = plan_.even_shares();
+
+  // Per micro-batch-size quantities (a rank has at most two distinct sizes).
+  auto boundary = [&](int mb) {
+    return costmodels::boundary_activation_bytes(model, seq, mb, act);
+  };
+  auto working = [&](int unit, int mb) {
+    return costmodels::unit_working_bytes(model, unit, seq, mb, act);
+  };
+
+  std::vector<OpId> ag(num_phases, kNoOp);
+  std::vector<OpId> phase_done(num_phases, kNoOp);
+  std::vector<OpId> d2h(static_cast<std::size_t>(units_) * std::max(mbs, 1), kNoOp);
+  std::vector<OpId> backward_steps;  // B ops in order, for the H2D look-ahead
+  OpId last_rs = kNoOp;
+
+  auto emit_gather = [&](int p) {
+    const Phase& ph = phases_[p];
+    Op o;
+    o.kind = even ? OpKind::AllGather : OpKind::AllGatherV;
+    o.pass = ph.pass;
+    o.unit = ph.unit;
+    o.phase = p;
+    o.collective = ag_collective_[p];
+    o.bytes = g_.unit_sizes_[ph.unit].gathered_bytes;
+    o.shard_bytes = o.bytes * pr.state_share;
+    o.mem_alloc = o.bytes;
+    OpId wait = p - lookahead >= 0 ? phase_done[p - lookahead] : kNoOp;
+    ag[p] = emit(o, {wait});
+  };
+
+  emit_gather(0);
+  if (lookahead == 2 && num_phases > 1) emit_gather(1);
+
+  for (int p = 0; p < num_phases; ++p) {
+    const Phase& ph = phases_[p];
+    const int u = ph.unit;
+    // Micro-batches this rank runs in this phase, in execution order.
+    std::vector<int> order;
+    if (plan_.accumulation == Accumulation::Layered) {
+      for (int m = 0; m < mbs; ++m) order.push_back(ph.pass == Pass::Forward ? m : mbs - 1 - m);
+    } else if (ph.round < mbs) {
+      order.push_back(ph.round);
+    }
+    OpId last_compute = kNoOp;
+    bool first = true;
+    for (int m : order) {
+      const int size = sizes[m];
+      const auto flops = costmodels::unit_flops(model, u, seq, size);
+      if (ph.pass == Pass::Forward) {
+        Op f;
+        f.kind = OpKind::Forward;
+        f.pass = Pass::Forward;
+        f.unit = u;
+        f.micro_batch = m;
+        f.micro_batch_size = size;
+        f.phase = p;
+        f.flops = flops.forward;
+        const double w = working(u, size);
+        f.mem_alloc = w + (u < units_ - 1 ? boundary(size) : 0.0);
+        f.mem_free = w;
+        last_compute = emit(f, {first ? ag[p] : kNoOp});
+        if (offload && u >= 1) {
+          Op c;
+          c.kind = OpKind::CopyD2H;
+          c.pass = Pass::Forward;
+          c.unit = u;
+          c.micro_batch = m;
+          c.micro_batch_size = size;
+          c.phase = p;
+          c.bytes = boundary(size);
+          c.mem_free = c.bytes;  // the device copy of the unit's input
+          d2h[static_cast<std::size_t>(u) * mbs + m] = emit(c, {last_compute});
+        }
+      } else {
+        OpId h2d = kNoOp;
+        if (offload && u >= 1) {
+          Op c;
+          c.kind = OpKind::CopyH2D;
+          c.pass = Pass::Backward;
+          c.unit = u;
+          c.micro_batch = m;
+          c.micro_batch_size = size;
+          c.phase = p;
+          c.bytes = boundary(size);
+          c.mem_alloc = c.bytes;
+          const std::size_t steps = backward_steps.size();
+          OpId gate = steps >= static_cast<std::size_t>(lookahead)
+                          ? backward_steps[steps - lookahead]
+                          : kNoOp;
+          h2d = emit(c, {d2h[static_cast<std::size_t>(u) * mbs + m], gate});
+        }
+        const double w = working(u, size);
+        Op rc;
+        rc.kind = OpKind::Recompute;
+        rc.pass = Pass::Backward;
+        rc.unit = u;
+        rc.micro_batch = m;
+        rc.micro_batch_size = size;
+        rc.phase = p;
+        rc.flops = flops.forward;
+        rc.mem_alloc = w;
+        emit(rc, {first ? ag[p] : kNoOp, h2d});
+        Op b = rc;
+        b.kind = OpKind::Backward;
+        b.flops = flops.backward;
+        b.mem_alloc =
+            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0);
+        b.mem_free = w + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
+        last_compute = emit(b, {});
+        backward_steps.push_back(last_compute);
+      }
+      first = false;
+    }
+    phase_done[p] = last_compute != kNoOp ? last_compute : ag[p];
+    // The gathered parameters are released when the phase's compute is done.
+    g_.ops_[phase_done[p]].mem_free += g_.unit_sizes_[u].gathered_bytes;
+
+    if (p + lookahead < num_phases) emit_gather(p + lookahead);
+    if (ph.pass == Pass::Backward) {
+      Op rs;
+      rs.kind = even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
+      rs.pass = Pass::Backward;
+      rs.unit = u;
+      rs.phase = p;
+      rs.collective = rs_collective_[p];
+      rs.bytes = g_.unit_sizes_[u].gradient_bytes;
+      rs.shard_bytes = rs.bytes * pr.state_share;
+      // The unsharded gradient buffer: allocated by the first backward, or here when the rank
+      // ran no micro-batch in this phase (it contributes zeros).
+      rs.mem_alloc = last_compute == kNoOp ? rs.bytes : 0.0;
+      rs.mem_free = rs.bytes;
+      last_rs = emit(rs, {last_compute});
+    }
+  }
+
+  Op opt;
+  opt.kind = OpKind::OptimizerStep;
+  opt.pass = Pass::Step;
+  opt.unit = -1;
+  opt.shard_parameters = costmodels::total_parameters(model) * pr.state_share;
+  // AdamW: about 12 FLOPs per parameter (moments, bias correction, update, weight decay).
+  opt.flops = 12.0 * opt.shard_parameters;
+  emit(opt, {last_rs});
+}
+
+TrainingGraph GraphBuilder::build() {
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const int ranks = static_cast<int>(plan_.ranks.size());
+  if (ranks != scenario_.cluster.num_ranks())
+    throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
+                std::to_string(scenario_.cluster.num_ranks()) + " devices");
+  units_ = costmodels::num_units(model);
+
+  g_.summary_.num_ranks = ranks;
+  g_.summary_.num_units = units_;
+  g_.summary_.sequence_length = job.sequence_length;
+  g_.summary_.global_batch = plan_.global_batch();
+  g_.summary_.accumulation = plan_.accumulation;
+  g_.summary_.offload = plan_.offload;
+  g_.summary_.prefetch = plan_.prefetch;
+
+  const double compute_bytes = bytes_per_element(job.precision.compute);
+  const double reduce_bytes = bytes_per_element(job.precision.reduce);
+  const double param_bytes = bytes_per_element(job.precision.params);
+  g_.unit_sizes_.resize(units_);
+  double model_flops = 0;
+  for (int u = 0; u < units_; ++u) {
+    UnitSizes& s = g_.unit_sizes_[u];
+    s.parameters = costmodels::unit_parameters(model, u);
+    s.gathered_bytes = s.parameters * compute_bytes;
+    s.gradient_bytes = s.parameters * reduce_bytes;
+    auto f = costmodels::unit_flops(model, u, job.sequence_length, 1);
+    model_flops += (f.forward + f.backward) * g_.summary_.global_batch;
+  }
+  g_.summary_.model_flops_per_iteration = model_flops;
+
+  // Phases are common to all ranks, so collectives line up by construction.
+  int rounds = 1;
+  if (plan_.accumulation == Accumulation::Standard) {
+    rounds = 0;
+    for (const auto& r : plan_.ranks) rounds = std::max(rounds, r.batch > 0 ? r.micro_batches : 0);
+    rounds = std::max(rounds, 1);
+  }
+  for (int k = 0; k < rounds; ++k) {
+    for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
+    for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
+  }
+  const bool even = plan_.even_shares();
+  for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+    const Phase& ph = phases_[p];
+    auto add = [&](OpKind kind, double total) {
+      Collective c;
+      c.id = static_cast<std::int32_t>(g_.collectives_.size());
+      c.kind = kind;
+      c.unit = ph.unit;
+      c.pass = ph.pass;
+      c.phase = p;
+      c.total_bytes = total;
+      c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+      c.members_count = static_cast<std::uint32_t>(ranks);
+      for (int r = 0; r < ranks; ++r)
+        g_.members_.push_back({r, kNoOp, total * plan_.ranks[r].state_share});
+      g_.collectives_.push_back(c);
+      return c.id;
+    };
+    ag_collective_.push_back(
+        add(even ? OpKind::AllGather : OpKind::AllGatherV, g_.unit_sizes_[ph.unit].gathered_bytes));
+    rs_collective_.push_back(ph.pass == Pass::Backward
+                                 ? add(even ? OpKind::ReduceScatter : OpKind::ReduceScatterV,
+                                       g_.unit_sizes_[ph.unit].gradient_bytes)
+                                 : -1);
+  }
+
+  g_.rank_offsets_.push_back(0);
+  g_.static_bytes_.resize(ranks);
+  const double total_params = costmodels::total_parameters(model);
+  for (int r = 0; r < ranks; ++r) {
+    build_rank(r);
+    g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
+    // Master parameters, gradient shard and the two fp32 Adam moments of the owned shard.
+    g_.static_bytes_[r] =
+        total_params * plan_.ranks[r].state_share * (param_bytes + reduce_bytes + 8.0);
+  }
+
+  // Collective members' op ids.
+  for (const Op& o : g_.ops_)
+    if (o.collective >= 0)
+      g_.members_[g_.collectives_[o.collective].members_begin + o.rank].op = o.id;
+
+  // Stream programs (counting sort by rank and stream; issue order is kept).
+  const std::size_t lanes = static_cast<std::size_t>(ranks) * kNumStreams;
+  g_.stream_offsets_.assign(lanes + 1, 0);
+  for (const Op& o : g_.ops_)
+    ++g_.stream_offsets_[static_cast<std::size_t>(o.rank) * kNumStreams +
+                         static_cast<int>(o.stream) + 1];
+  for (std::size_t i = 0; i < lanes; ++i) g_.stream_offsets_[i + 1] += g_.stream_offsets_[i];
+  g_.stream_ops_.resize(g_.ops_.size());
+  {
+    std::vector<std::uint32_t> cursor(g_.stream_offsets_.begin(), g_.stream_offsets_.end() - 1);
+    for (const Op& o : g_.ops_)
+      g_.stream_ops_[cursor[static_cast<std::size_t>(o.rank) * kNumStreams +
+                            static_cast<int>(o.stream)]++] = o.id;
+  }
+
+  // Reverse of waits_on.
+  g_.succ_offsets_.assign(g_.ops_.size() + 1, 0);
+  for (OpId d : g_.deps_) ++g_.succ_offsets_[d + 1];
+  for (std::size_t i = 0; i < g_.ops_.size(); ++i) g_.succ_offsets_[i + 1] += g_.succ_offsets_[i];
+  g_.succs_.resize(g_.deps_.size());
+  {
+    std::vector<std::uint32_t> cursor(g_.succ_offsets_.begin(), g_.succ_offsets_.end() - 1);
+    for (const Op& o : g_.ops_)
+      for (std::uint32_t i = 0; i < o.deps_count; ++i)
+        g_.succs_[cursor[g_.deps_[o.deps_begin + i]]++] = o.id;
+  }
+  return std::move(g_);
+}
+
+TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
+  return GraphBuilder(plan, scenario).build();
+}
+
+}  // namespace cephalo::traces
