@@ -1,0 +1,31 @@
+#pragma once
+// The CUDA implementation of backend::Device (backend/include/cephalo/backend/device.hpp).
+// Streams are non-blocking cudaStream_t, events are cudaEvent_t, GEMMs go through cuBLAS with
+// fp32 accumulation, kernels are those of kernels.hpp, memory comes from a stream-ordered pool
+// with byte accounting. Only <cuda_runtime.h> is included here.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "cephalo/backend/device.hpp"
+
+namespace cephalo::cuda {
+
+struct CudaDeviceOptions {
+  int device = 0;           // CUDA device ordinal (one process per device: usually local rank)
+  bool allow_tf32 = false;  // FP32 GEMMs on tensor cores (TF32 jobs)
+};
+
+// Throws RuntimeFailure with CUDA's reason ("no CUDA-capable device is detected", ...) when
+// there is no usable device, so `cephalo run --device cuda` on a machine without a GPU fails
+// with a clear message and exit code 4.
+std::unique_ptr<backend::Device> make_cuda_device(const CudaDeviceOptions& options = {});
+
+// The cudaStream_t behind a stream of a CUDA device; RuntimeFailure for any other stream
+// (e.g. a CPU stream handed to the NCCL communicator by mistake).
+cudaStream_t native_stream(backend::Stream& stream);
+// The CUDA ordinal of a device made by make_cuda_device (RuntimeFailure for other devices).
+int native_device(const backend::Device& device);
+
+}  // namespace cephalo::cuda

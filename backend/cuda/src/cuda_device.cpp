@@ -1,0 +1,695 @@
+// backend::Device on CUDA. See cuda_device.hpp and the ordering model in device.hpp.
+#include "cephalo/backend/cuda/cuda_device.hpp"
+
+#include <array>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cephalo/backend/cuda/check.hpp"
+#include "cephalo/backend/cuda/gemm.hpp"
+#include "cephalo/backend/cuda/kernels.hpp"
+#include "cephalo/backend/cuda/memory.hpp"
+#include "cephalo/core/error.hpp"
+
+namespace cephalo::cuda {
+
+using backend::AttentionShape;
+using backend::ElemType;
+using backend::MemorySpace;
+using backend::MemoryStats;
+using backend::StreamKind;
+using backend::TensorRef;
+using backend::Transpose;
+
+namespace {
+
+Dtype dtype_of(ElemType t) {
+  switch (t) {
+    case ElemType::F32:
+      return Dtype::FP32;
+    case ElemType::BF16:
+      return Dtype::BF16;
+    case ElemType::F16:
+      return Dtype::FP16;
+    case ElemType::I32:
+      break;
+  }
+  throw Error(std::string("cuda device: element type ") + backend::to_string(t) +
+              " is not a floating type");
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw Error("cuda device: " + what);
+}
+
+void expect_type(const TensorRef& t, ElemType type, const char* name) {
+  expect(t.type == type, std::string(name) + " must be " + backend::to_string(type) + ", got " +
+                             backend::to_string(t.type));
+}
+
+void expect_numel(const TensorRef& t, std::int64_t at_least, const char* name) {
+  expect(t.numel >= at_least, std::string(name) + " has " + std::to_string(t.numel) +
+                                  " elements, needs " + std::to_string(at_least));
+}
+
+int as_int(std::int64_t v, const char* name) {
+  expect(v > 0 && v <= 0x7fffffff, std::string(name) + " out of range: " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+class CudaStream final : public backend::Stream {
+ public:
+  CudaStream(StreamKind kind, int priority) : kind_(kind) {
+    CEPHALO_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+  }
+  ~CudaStream() override {
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+  StreamKind kind() const override { return kind_; }
+  void synchronize() override {
+    CEPHALO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    rethrow();
+  }
+  void enqueue_host(std::function<void()> fn) override {
+    auto* job = new Job{this, std::move(fn)};
+    const cudaError_t status = cudaLaunchHostFunc(stream_, &CudaStream::run_job, job);
+    if (status != cudaSuccess) {
+      delete job;
+      CEPHALO_CUDA_CHECK(status);
+    }
+  }
+  void wait(backend::Event& event) override;
+  cudaStream_t native() const { return stream_; }
+  void rethrow() {
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::swap(e, failure_);
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  struct Job {
+    CudaStream* stream;
+    std::function<void()> fn;
+  };
+  // Host functions run on a CUDA-internal thread and must not call CUDA; a throwing function
+  // is recorded and re-thrown by the next synchronize() (device.hpp's contract).
+  static void CUDART_CB run_job(void* data) {
+    std::unique_ptr<Job> job(static_cast<Job*>(data));
+    try {
+      job->fn();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job->stream->mutex_);
+      if (!job->stream->failure_) job->stream->failure_ = std::current_exception();
+    }
+  }
+  StreamKind kind_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mutex_;
+  std::exception_ptr failure_;
+};
+
+class CudaEvent final : public backend::Event {
+ public:
+  CudaEvent() { CEPHALO_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~CudaEvent() override {
+    if (event_) cudaEventDestroy(event_);
+  }
+  void record(backend::Stream& stream) override {
+    recorded_on_ = dynamic_cast<CudaStream*>(&stream);
+    expect(recorded_on_ != nullptr, "event recorded on a stream of another device");
+    CEPHALO_CUDA_CHECK(cudaEventRecord(event_, recorded_on_->native()));
+  }
+  bool query() override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) return false;
+    CEPHALO_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize() override {
+    CEPHALO_CUDA_CHECK(cudaEventSynchronize(event_));
+    if (recorded_on_) recorded_on_->rethrow();
+  }
+  double seconds_since(backend::Event& start) override {
+    auto* s = dynamic_cast<CudaEvent*>(&start);
+    expect(s != nullptr, "seconds_since with an event of another device");
+    float ms = 0.0f;
+    CEPHALO_CUDA_CHECK(cudaEventElapsedTime(&ms, s->event_, event_));
+    return ms * 1e-3;
+  }
+  cudaEvent_t native() const { return event_; }
+
+ private:
+  CudaStream* recorded_on_ = nullptr;
+  cudaEvent_t event_ = nullptr;
+};
+
+void CudaStream::wait(backend::Event& event) {
+  auto* e = dynamic_cast<CudaEvent*>(&event);
+  expect(e != nullptr, "stream waits on an event of another device");
+  CEPHALO_CUDA_CHECK(cudaStreamWaitEvent(stream_, e->native(), 0));
+}
+
+class CudaDevice final : public backend::Device {
+ public:
+  explicit CudaDevice(const CudaDeviceOptions& options)
+      : ordinal_(options.device), allocator_(options.device) {
+    CEPHALO_CUDA_CHECK(cudaGetDeviceProperties(&props_, ordinal_));
+    // Comm work gets the higher priority: a prefetch all-gather or reduce-scatter should not
+    // queue behind a burst of compute kernels (lower number = higher priority).
+    int least = 0, greatest = 0;
+    CEPHALO_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    compute_ = std::make_unique<CudaStream>(StreamKind::Compute, least);
+    comm_ = std::make_unique<CudaStream>(StreamKind::Comm, greatest);
+    copy_ = std::make_unique<CudaStream>(StreamKind::Copy, least);
+    CEPHALO_CUDA_CHECK(cudaStreamCreateWithFlags(&memory_stream_, cudaStreamNonBlocking));
+    gemm_ = std::make_unique<Gemm>(options.allow_tf32);
+    CEPHALO_CUDA_CHECK(cudaMalloc(&bad_token_flag_, sizeof(int)));
+    CEPHALO_CUDA_CHECK(cudaMemset(bad_token_flag_, 0, sizeof(int)));
+    std::size_t free_bytes = 0;
+    CEPHALO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes_));
+  }
+
+  ~CudaDevice() override {
+    cudaDeviceSynchronize();
+    try {
+      flush_frees(true);
+    } catch (...) {
+    }
+    for (auto e : free_events_) cudaEventDestroy(e);
+    if (memory_stream_) cudaStreamDestroy(memory_stream_);
+    if (bad_token_flag_) cudaFree(bad_token_flag_);
+  }
+
+  int ordinal() const { return ordinal_; }
+
+  std::string kind() const override { return "cuda"; }
+  std::string name() const override {
+    return "cuda:" + std::to_string(ordinal_) + " (" + props_.name + ")";
+  }
+  bool supports(ElemType type) const override { return type != ElemType::I32; }
+
+  backend::Stream& stream(StreamKind kind) override {
+    switch (kind) {
+      case StreamKind::Compute:
+        return *compute_;
+      case StreamKind::Comm:
+        return *comm_;
+      case StreamKind::Copy:
+        return *copy_;
+    }
+    return *compute_;
+  }
+  std::unique_ptr<backend::Event> create_event() override { return std::make_unique<CudaEvent>(); }
+  void synchronize() override {
+    CEPHALO_CUDA_CHECK(cudaDeviceSynchronize());
+    compute_->rethrow();
+    comm_->rethrow();
+    copy_->rethrow();
+    flush_frees(true);
+    int bad = 0;
+    CEPHALO_CUDA_CHECK(cudaMemcpy(&bad, bad_token_flag_, sizeof(int), cudaMemcpyDeviceToHost));
+    if (bad) {
+      CEPHALO_CUDA_CHECK(cudaMemset(bad_token_flag_, 0, sizeof(int)));
+      throw RuntimeFailure("cuda device: a token id outside [0, vocab) reached the embedding");
+    }
+  }
+
+  MemoryStats memory_stats(MemorySpace space) const override {
+    MemoryStats s;
+    if (space == MemorySpace::Device) {
+      s.current = allocator_.in_use();
+      s.peak = allocator_.peak();
+      s.capacity = total_bytes_;
+    } else {
+      s.current = pinned_current_;
+      s.peak = pinned_peak_;
+    }
+    return s;
+  }
+  void reset_peak() override {
+    allocator_.reset_peak();
+    pinned_peak_ = pinned_current_;
+  }
+
+  void copy(backend::Stream& s, TensorRef dst, TensorRef src) override {
+    expect(dst.bytes() >= src.bytes(), "copy: destination (" + std::to_string(dst.bytes()) +
+                                           " bytes) smaller than source (" +
+                                           std::to_string(src.bytes()) + ")");
+    if (src.bytes() == 0) return;
+    CEPHALO_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, native(s)));
+  }
+  void upload(TensorRef dst, const void* host, std::size_t bytes) override {
+    expect(dst.bytes() >= bytes, "upload larger than the destination");
+    synchronize_streams();  // blocking copy: must not race queued work on `dst`
+    CEPHALO_CUDA_CHECK(cudaMemcpy(dst.data, host, bytes, cudaMemcpyHostToDevice));
+  }
+  void download(void* host, TensorRef src, std::size_t bytes) override {
+    expect(src.bytes() >= bytes, "download larger than the source");
+    synchronize_streams();
+    CEPHALO_CUDA_CHECK(cudaMemcpy(host, src.data, bytes, cudaMemcpyDeviceToHost));
+  }
+
+  void fill(backend::Stream& s, TensorRef x, float value) override {
+    if (x.type == ElemType::I32) {
+      expect(value == 0.0f, "fill: I32 tensors can only be zero-filled");
+      CEPHALO_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.bytes(), native(s)));
+      return;
+    }
+    cuda::fill(x.data, value, std::size_t(x.numel), dtype_of(x.type), native(s));
+  }
+  void scale(backend::Stream& s, TensorRef x, float alpha) override {
+    cuda::scale(x.data, alpha, std::size_t(x.numel), dtype_of(x.type), native(s));
+  }
+  void axpy(backend::Stream& s, float alpha, TensorRef x, TensorRef y) override {
+    expect(x.numel == y.numel, "axpy: x and y differ in length");
+    cuda::axpy(alpha, x.data, dtype_of(x.type), y.data, dtype_of(y.type), std::size_t(x.numel),
+               native(s));
+  }
+  void cast(backend::Stream& s, TensorRef src, TensorRef dst) override {
+    expect(src.numel == dst.numel, "cast: src and dst differ in length");
+    cuda::cast(src.data, dtype_of(src.type), dst.data, dtype_of(dst.type), std::size_t(src.numel),
+               native(s));
+  }
+  void sum(backend::Stream& s, TensorRef x, TensorRef out) override {
+    expect_type(out, ElemType::F32, "sum: out");
+    expect_numel(out, 1, "sum: out");
+    if (x.type == ElemType::F32) {
+      sum_fp32(static_cast<const float*>(x.data), std::size_t(x.numel),
+               static_cast<float*>(out.data), native(s));
+      return;
+    }
+    // Lower-precision inputs are widened first so the reduction itself stays fp32/fp64.
+    float* tmp = static_cast<float*>(allocator_.allocate(std::size_t(x.numel) * 4, native(s)));
+    cuda::cast(x.data, dtype_of(x.type), tmp, Dtype::FP32, std::size_t(x.numel), native(s));
+    sum_fp32(tmp, std::size_t(x.numel), static_cast<float*>(out.data), native(s));
+    allocator_.deallocate(tmp, native(s));
+  }
+
+  void gemm(backend::Stream& s, Transpose ta, Transpose tb, std::int64_t m, std::int64_t n,
+            std::int64_t k, float alpha, TensorRef a, TensorRef b, float beta,
+            TensorRef c) override {
+    expect(a.type == b.type, "gemm: A and B must share an element type");
+    expect(c.type == a.type || c.type == ElemType::F32,
+           "gemm: C must have A's element type or be F32");
+    expect_numel(a, m * k, "gemm: A");
+    expect_numel(b, k * n, "gemm: B");
+    expect_numel(c, m * n, "gemm: C");
+    GemmShape shape{as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), ta == Transpose::Yes,
+                    tb == Transpose::Yes};
+    gemm_->run(native(s), shape, alpha, a.data, b.data, beta, c.data, dtype_of(a.type),
+               dtype_of(c.type));
+  }
+  void add_bias(backend::Stream& s, TensorRef y, TensorRef bias, std::int64_t rows,
+                std::int64_t cols) override {
+    expect(y.type == bias.type, "add_bias: y and bias must share an element type");
+    expect_numel(y, rows * cols, "add_bias: y");
+    expect_numel(bias, cols, "add_bias: bias");
+    cuda::add_bias(y.data, bias.data, as_int(rows, "rows"), as_int(cols, "cols"), dtype_of(y.type),
+                   native(s));
+  }
+  void bias_backward(backend::Stream& s, TensorRef dy, TensorRef dbias, std::int64_t rows,
+                     std::int64_t cols) override {
+    expect_numel(dy, rows * cols, "bias_backward: dy");
+    expect_numel(dbias, cols, "bias_backward: dbias");
+    float* target = f32_target(s, dbias, cols);
+    cuda::bias_backward(dy.data, target, as_int(rows, "rows"), as_int(cols, "cols"),
+                        dtype_of(dy.type), native(s));
+    f32_commit(s, dbias, target, cols);
+  }
+
+  void layer_norm_forward(backend::Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
+                          TensorRef y, TensorRef mean, TensorRef rstd, std::int64_t rows,
+                          std::int64_t cols, float eps) override {
+    expect(x.type == gamma.type && x.type == beta.type && x.type == y.type,
+           "layer_norm_forward: x, gamma, beta, y must share an element type");
+    expect_type(mean, ElemType::F32, "layer_norm_forward: mean");
+    expect_type(rstd, ElemType::F32, "layer_norm_forward: rstd");
+    expect_numel(x, rows * cols, "layer_norm_forward: x");
+    expect_numel(y, rows * cols, "layer_norm_forward: y");
+    expect_numel(mean, rows, "layer_norm_forward: mean");
+    expect_numel(rstd, rows, "layer_norm_forward: rstd");
+    cuda::layernorm_forward(x.data, gamma.data, beta.data, y.data, static_cast<float*>(mean.data),
+                            static_cast<float*>(rstd.data), as_int(rows, "rows"),
+                            as_int(cols, "cols"), eps, dtype_of(x.type), native(s));
+  }
+  void layer_norm_backward(backend::Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
+                           TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
+                           TensorRef dbeta, std::int64_t rows, std::int64_t cols) override {
+    expect(x.type == gamma.type && x.type == dy.type && x.type == dx.type,
+           "layer_norm_backward: x, gamma, dy, dx must share an element type");
+    expect_numel(dy, rows * cols, "layer_norm_backward: dy");
+    expect_numel(dx, rows * cols, "layer_norm_backward: dx");
+    float* g = f32_target(s, dgamma, cols);
+    float* b = f32_target(s, dbeta, cols);
+    cuda::layernorm_backward(dy.data, x.data, gamma.data, static_cast<const float*>(mean.data),
+                             static_cast<const float*>(rstd.data), dx.data, g, b,
+                             as_int(rows, "rows"), as_int(cols, "cols"), dtype_of(x.type),
+                             native(s));
+    f32_commit(s, dgamma, g, cols);
+    f32_commit(s, dbeta, b, cols);
+  }
+  void gelu_forward(backend::Stream& s, TensorRef x, TensorRef y) override {
+    expect(x.type == y.type && y.numel >= x.numel, "gelu_forward: x and y mismatch");
+    cuda::gelu_forward(x.data, y.data, std::size_t(x.numel), dtype_of(x.type), native(s));
+  }
+  void gelu_backward(backend::Stream& s, TensorRef x, TensorRef dy, TensorRef dx) override {
+    expect(x.type == dy.type && x.type == dx.type, "gelu_backward: type mismatch");
+    cuda::gelu_backward(x.data, dy.data, dx.data, std::size_t(x.numel), dtype_of(x.type),
+                        native(s));
+  }
+
+  // Attention by materialised scores: two batched cuBLAS GEMMs around a causal softmax, with
+  // head permutations. Scratch comes from the stream-ordered pool on the compute stream, so
+  // it is accounted in the peak and reused across layers without driver calls. Backward
+  // recomputes the probabilities from the saved log-sum-exp (one pass, no reductions).
+  void attention_forward(backend::Stream& s, const AttentionShape& shape, TensorRef qkv,
+                         TensorRef out, TensorRef lse) override {
+    const Attn a = attn(shape, qkv, out, lse);
+    const cudaStream_t st = native(s);
+    Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
+        v(allocator_, a.head_bytes, st), y(allocator_, a.head_bytes, st),
+        p(allocator_, a.score_bytes, st);
+    split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    scores(st, a, q.ptr, k.ptr, p.ptr);
+    causal_softmax_forward(p.ptr, p.ptr, static_cast<float*>(lse.data), a.B * a.H, a.T, a.scale,
+                           a.dt, st);
+    // y = P V: [T x T] [T x D]
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, p.ptr, a.tt, v.ptr, a.td,
+                       0.0f, y.ptr, a.td, a.B * a.H, a.dt, a.dt);
+    merge_heads(y.ptr, out.data, a.B, a.T, a.H, a.D, a.dt, st);
+  }
+  void attention_backward(backend::Stream& s, const AttentionShape& shape, TensorRef qkv,
+                          TensorRef out, TensorRef lse, TensorRef dout, TensorRef dqkv) override {
+    const Attn a = attn(shape, qkv, out, lse);
+    expect(dout.type == qkv.type && dqkv.type == qkv.type, "attention_backward: type mismatch");
+    expect_numel(dout, std::int64_t(a.B) * a.T * a.H * a.D, "attention_backward: dout");
+    expect_numel(dqkv, std::int64_t(a.B) * a.T * 3 * a.H * a.D, "attention_backward: dqkv");
+    const cudaStream_t st = native(s);
+    Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
+        v(allocator_, a.head_bytes, st), dy(allocator_, a.head_bytes, st),
+        dq(allocator_, a.head_bytes, st), dk(allocator_, a.head_bytes, st),
+        dv(allocator_, a.head_bytes, st), p(allocator_, a.score_bytes, st),
+        dp(allocator_, a.score_bytes, st);
+    const int batch = a.B * a.H;
+    split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    scores(st, a, q.ptr, k.ptr, p.ptr);
+    causal_softmax_recompute(p.ptr, static_cast<const float*>(lse.data), p.ptr, batch, a.T, a.scale,
+                             a.dt, st);
+    split_heads(dout.data, dy.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    // dP = dY V^T
+    gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, dy.ptr, a.td, v.ptr, a.td,
+                       0.0f, dp.ptr, a.tt, batch, a.dt, a.dt);
+    // dV = P^T dY
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, p.ptr, a.tt, dy.ptr, a.td,
+                       0.0f, dv.ptr, a.td, batch, a.dt, a.dt);
+    // dS = scale * P (dP - rowsum(P dP)), in place over dP
+    causal_softmax_backward(p.ptr, dp.ptr, dp.ptr, batch, a.T, a.scale, a.dt, st);
+    // dQ = dS K ; dK = dS^T Q
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, dp.ptr, a.tt, k.ptr, a.td,
+                       0.0f, dq.ptr, a.td, batch, a.dt, a.dt);
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, dp.ptr, a.tt, q.ptr, a.td,
+                       0.0f, dk.ptr, a.td, batch, a.dt, a.dt);
+    merge_qkv_heads(dq.ptr, dk.ptr, dv.ptr, dqkv.data, a.B, a.T, a.H, a.D, a.dt, st);
+  }
+
+  void embedding_forward(backend::Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
+                         TensorRef out, std::int64_t rows, std::int64_t seq,
+                         std::int64_t hidden) override {
+    expect_type(tokens, ElemType::I32, "embedding_forward: tokens");
+    expect(rows % seq == 0, "embedding_forward: rows must be a multiple of seq");
+    expect(wte.type == wpe.type && wte.type == out.type, "embedding_forward: type mismatch");
+    expect_numel(tokens, rows, "embedding_forward: tokens");
+    expect_numel(out, rows * hidden, "embedding_forward: out");
+    expect_numel(wpe, seq * hidden, "embedding_forward: wpe");
+    const int vocab = as_int(wte.numel / hidden, "vocab");
+    cuda::embedding_forward(static_cast<const std::int32_t*>(tokens.data), wte.data, wpe.data,
+                            out.data, as_int(rows / seq, "batch"), as_int(seq, "seq"),
+                            as_int(hidden, "hidden"), vocab, bad_token_flag_, dtype_of(out.type),
+                            native(s));
+  }
+  void embedding_backward(backend::Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
+                          TensorRef dwpe, std::int64_t rows, std::int64_t seq,
+                          std::int64_t hidden) override {
+    expect_type(tokens, ElemType::I32, "embedding_backward: tokens");
+    expect(rows % seq == 0, "embedding_backward: rows must be a multiple of seq");
+    const int vocab = as_int(dwte.numel / hidden, "vocab");
+    float* te = f32_target(s, dwte, dwte.numel);
+    float* pe = f32_target(s, dwpe, seq * hidden);
+    cuda::embedding_backward(static_cast<const std::int32_t*>(tokens.data), dout.data, te, pe,
+                             as_int(rows / seq, "batch"), as_int(seq, "seq"),
+                             as_int(hidden, "hidden"), vocab, dtype_of(dout.type), native(s));
+    f32_commit(s, dwte, te, dwte.numel);
+    f32_commit(s, dwpe, pe, seq * hidden);
+  }
+  void cross_entropy_forward(backend::Stream& s, TensorRef logits, TensorRef targets,
+                             TensorRef losses, TensorRef lse, std::int64_t rows,
+                             std::int64_t vocab) override {
+    expect_type(targets, ElemType::I32, "cross_entropy_forward: targets");
+    expect_type(losses, ElemType::F32, "cross_entropy_forward: losses");
+    expect_type(lse, ElemType::F32, "cross_entropy_forward: lse");
+    expect_numel(logits, rows * vocab, "cross_entropy_forward: logits");
+    cuda::cross_entropy_forward(logits.data, static_cast<const std::int32_t*>(targets.data),
+                                static_cast<float*>(losses.data), static_cast<float*>(lse.data),
+                                as_int(rows, "rows"), as_int(vocab, "vocab"), 1.0f,
+                                dtype_of(logits.type), native(s));
+  }
+  void cross_entropy_backward(backend::Stream& s, TensorRef logits, TensorRef targets,
+                              TensorRef lse, TensorRef dlogits, std::int64_t rows,
+                              std::int64_t vocab, float grad_scale) override {
+    expect(logits.type == dlogits.type, "cross_entropy_backward: type mismatch");
+    cuda::cross_entropy_backward(logits.data, static_cast<const std::int32_t*>(targets.data),
+                                 static_cast<const float*>(lse.data), dlogits.data,
+                                 as_int(rows, "rows"), as_int(vocab, "vocab"), grad_scale,
+                                 dtype_of(logits.type), native(s));
+  }
+
+  void adamw_step(backend::Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                  const backend::AdamWParams& p) override {
+    expect_type(param, ElemType::F32, "adamw_step: param");
+    expect_type(grad, ElemType::F32, "adamw_step: grad");
+    expect_type(m, ElemType::F32, "adamw_step: m");
+    expect_type(v, ElemType::F32, "adamw_step: v");
+    expect(grad.numel == param.numel && m.numel == param.numel && v.numel == param.numel,
+           "adamw_step: param, grad, m, v differ in length");
+    AdamWParams hp;
+    hp.lr = p.lr;
+    hp.beta1 = p.beta1;
+    hp.beta2 = p.beta2;
+    hp.eps = p.eps;
+    hp.weight_decay = p.weight_decay;
+    hp.step = static_cast<int>(p.step);
+    cuda::adamw_step(static_cast<float*>(param.data), static_cast<const float*>(grad.data),
+                     static_cast<float*>(m.data), static_cast<float*>(v.data),
+                     std::size_t(param.numel), hp, 1.0f, nullptr, Dtype::FP32, native(s));
+  }
+
+ protected:
+  // Buffers are shared by all three streams, so allocation and free are ordered against all of
+  // them without making any stream wait for another: allocations come from a private memory
+  // stream (the streams wait for that, which is instantaneous), and frees are deferred until
+  // events recorded on every stream at free time have completed.
+  void* raw_allocate(std::size_t bytes, MemorySpace space) override {
+    flush_frees(false);
+    if (space == MemorySpace::PinnedHost) {
+      void* p = nullptr;
+      CEPHALO_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));
+      pinned_current_ += bytes;
+      if (pinned_current_ > pinned_peak_) pinned_peak_ = pinned_current_;
+      return p;
+    }
+    void* p = allocator_.allocate(bytes, memory_stream_);
+    cudaEvent_t ready = take_event();
+    CEPHALO_CUDA_CHECK(cudaEventRecord(ready, memory_stream_));
+    for (CudaStream* st : {compute_.get(), comm_.get(), copy_.get()})
+      CEPHALO_CUDA_CHECK(cudaStreamWaitEvent(st->native(), ready, 0));
+    free_events_.push_back(ready);  // reusable once recorded: waits captured its state
+    return p;
+  }
+  void raw_free(void* data, std::size_t bytes, MemorySpace space) noexcept override {
+    try {
+      PendingFree f{data, bytes, space, {}};
+      int i = 0;
+      for (CudaStream* st : {compute_.get(), comm_.get(), copy_.get()}) {
+        f.events[i] = take_event();
+        CEPHALO_CUDA_CHECK(cudaEventRecord(f.events[i], st->native()));
+        ++i;
+      }
+      if (space == MemorySpace::PinnedHost) pinned_current_ -= bytes;
+      pending_frees_.push_back(f);
+      flush_frees(false);
+    } catch (...) {
+      // A failing free means the context is already broken; the error surfaces at the next
+      // synchronize(). Leaking is the only safe choice here (noexcept by contract).
+    }
+  }
+
+ private:
+  struct Scratch {
+    Scratch(DeviceAllocator& a, std::size_t bytes, cudaStream_t s)
+        : alloc(a), stream(s), ptr(a.allocate(bytes, s)) {}
+    ~Scratch() {
+      try {
+        alloc.deallocate(ptr, stream);
+      } catch (...) {
+      }
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    DeviceAllocator& alloc;
+    cudaStream_t stream;
+    void* ptr;
+  };
+  struct Attn {
+    int B, T, H, D;
+    Dtype dt;
+    float scale;
+    long long td, tt;
+    std::size_t head_bytes, score_bytes;
+  };
+  Attn attn(const AttentionShape& shape, TensorRef qkv, TensorRef out, TensorRef lse) const {
+    Attn a{};
+    a.B = as_int(shape.batch, "attention batch");
+    a.T = as_int(shape.seq, "attention seq");
+    a.H = as_int(shape.heads, "attention heads");
+    a.D = as_int(shape.head_dim, "attention head_dim");
+    expect(qkv.type == out.type, "attention: qkv and out must share an element type");
+    expect_type(lse, ElemType::F32, "attention: lse");
+    a.dt = dtype_of(qkv.type);
+    const std::int64_t rows = std::int64_t(a.B) * a.T, C = std::int64_t(a.H) * a.D;
+    expect_numel(qkv, rows * 3 * C, "attention: qkv");
+    expect_numel(out, rows * C, "attention: out");
+    expect_numel(lse, std::int64_t(a.B) * a.H * a.T, "attention: lse");
+    a.scale = 1.0f / std::sqrt(static_cast<float>(a.D));
+    a.td = static_cast<long long>(a.T) * a.D;
+    a.tt = static_cast<long long>(a.T) * a.T;
+    const std::size_t es = backend::element_size(qkv.type);
+    a.head_bytes = std::size_t(a.B) * a.H * a.td * es;
+    a.score_bytes = std::size_t(a.B) * a.H * a.tt * es;
+    return a;
+  }
+  // S = Q K^T per (sample, head): [T x D] [D x T]; the softmax applies the 1/sqrt(D) scale.
+  void scores(cudaStream_t st, const Attn& a, const void* q, const void* k, void* s) const {
+    gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, q, a.td, k, a.td, 0.0f, s,
+                       a.tt, a.B * a.H, a.dt, a.dt);
+  }
+
+  // Parameter gradients are fp32 in the kernels; a gradient buffer in bf16/fp16 is accumulated
+  // through an fp32 temporary so the contract (+=) holds for every element type.
+  float* f32_target(backend::Stream& s, TensorRef grad, std::int64_t n) {
+    expect_numel(grad, n, "gradient");
+    if (grad.type == ElemType::F32) return static_cast<float*>(grad.data);
+    float* tmp = static_cast<float*>(allocator_.allocate(std::size_t(n) * 4, native(s)));
+    CEPHALO_CUDA_CHECK(cudaMemsetAsync(tmp, 0, std::size_t(n) * 4, native(s)));
+    return tmp;
+  }
+  void f32_commit(backend::Stream& s, TensorRef grad, float* target, std::int64_t n) {
+    if (grad.type == ElemType::F32) return;
+    cuda::axpy(1.0f, target, Dtype::FP32, grad.data, dtype_of(grad.type), std::size_t(n),
+               native(s));
+    allocator_.deallocate(target, native(s));
+  }
+
+  static cudaStream_t native(backend::Stream& s) { return native_stream(s); }
+
+  void synchronize_streams() {
+    compute_->synchronize();
+    comm_->synchronize();
+    copy_->synchronize();
+  }
+
+  cudaEvent_t take_event() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CEPHALO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  struct PendingFree {
+    void* data;
+    std::size_t bytes;
+    MemorySpace space;
+    std::array<cudaEvent_t, 3> events;
+  };
+  // Releases deferred frees whose stream events have completed (all of them when `all`, after
+  // a device synchronisation).
+  void flush_frees(bool all) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < pending_frees_.size(); ++i) {
+      PendingFree& f = pending_frees_[i];
+      bool done = true;
+      if (!all)
+        for (cudaEvent_t e : f.events) {
+          const cudaError_t status = cudaEventQuery(e);
+          if (status == cudaErrorNotReady) {
+            done = false;
+            break;
+          }
+          CEPHALO_CUDA_CHECK(status);
+        }
+      if (!done) {
+        pending_frees_[kept++] = f;
+        continue;
+      }
+      for (cudaEvent_t e : f.events) free_events_.push_back(e);
+      if (f.space == MemorySpace::PinnedHost)
+        CEPHALO_CUDA_CHECK(cudaFreeHost(f.data));
+      else
+        allocator_.deallocate(f.data, memory_stream_);
+    }
+    pending_frees_.resize(kept);
+  }
+
+  int ordinal_;
+  cudaDeviceProp props_{};
+  std::size_t total_bytes_ = 0;
+  DeviceAllocator allocator_;
+  std::unique_ptr<CudaStream> compute_, comm_, copy_;
+  cudaStream_t memory_stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  int* bad_token_flag_ = nullptr;
+  std::vector<cudaEvent_t> free_events_;
+  std::vector<PendingFree> pending_frees_;
+  std::size_t pinned_current_ = 0, pinned_peak_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<backend::Device> make_cuda_device(const CudaDeviceOptions& options) {
+  std::string why;
+  const int count = device_count(&why);
+  if (count == 0)
+    throw RuntimeFailure("--device cuda: no CUDA device is usable on this machine (" + why + ")");
+  if (options.device < 0 || options.device >= count)
+    throw RuntimeFailure("--device cuda: device " + std::to_string(options.device) +
+                         " requested but only " + std::to_string(count) + " visible");
+  CEPHALO_CUDA_CHECK(cudaSetDevice(options.device));
+  return std::make_unique<CudaDevice>(options);
+}
+
+cudaStream_t native_stream(backend::Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (s == nullptr) throw RuntimeFailure("expected a stream of a CUDA device");
+  return s->native();
+}
+
+int native_device(const backend::Device& device) {
+  auto* d = dynamic_cast<const CudaDevice*>(&device);
+  if (d == nullptr) throw RuntimeFailure("expected a CUDA device");
+  return d->ordinal();
+}
+
+}  // namespace cephalo::cuda
