@@ -1,0 +1,94 @@
+#pragma once
+// The `optimal` strategy's solver, on its own input structs (bound to a Scenario in
+// strategies.cpp). It is exact for the following model; tests check it against brute force.
+//
+// Decision: per rank i a batch b_i ≥ 1 (Σ b_i = B), a micro-batch size m_i (n_i = ⌈b_i/m_i⌉
+// micro-batches, the last one smaller when m_i does not divide b_i) and a state share s_i ≥ 0
+// (Σ s_i = 1).
+// Time: compute of rank i is
+//     t_i = (n_i − 1)·(c_i(m_i) + g_i) + c_i(b_i − (n_i − 1)·m_i)
+// where c_i(m) is the time of one micro-batch of m samples through every unit (embedding,
+// layers, head; forward, recompute, backward) and g_i a per-extra-micro-batch overhead. c_i is
+// taken nondecreasing in m (a measured dip is flattened), so t_i grows with b_i.
+// Communication overlaps compute (prefetch); with σ = max_i s_i the iteration takes
+//     T = max(C(σ), max_i t_i) + O·σ
+// C(σ): every collective of the iteration with shards padded to the largest share (the even
+// collective when σ = 1/n; an upper bound of the grouped variant); nondecreasing in σ.
+// O·σ: the optimizer step on the rank holding the largest share, at the slowest GPU's speed.
+// Memory of rank i: fixed_i + w_i(m_i) + a_i·b_i + s_i·S ≤ U_i, w_i nondecreasing (kept
+// boundary activations a_i per sample; a_i = 0 with host offload).
+//
+// Algorithm: τ (the compute bound) only matters through the set of configurations with
+// t ≤ τ, σ only through the share caps; feasibility of (τ, σ) is monotone in both. For a
+// given σ the smallest feasible τ and for a given τ the smallest feasible σ are found by
+// bisection on the bit patterns of doubles (so the result is an exact breakpoint, not an
+// approximation). Walking the staircase of (τ, σ) breakpoints from the fastest τ towards even
+// shares, with a lower bound to stop early, visits every candidate optimum.
+// Feasibility of (τ, σ): with R_i(b) the largest share room of rank i at batch b among its
+// configurations within τ (nonincreasing in b) and c_i the largest batch with R_i ≥ 0, a
+// solution exists iff some Σ b_i = B, 1 ≤ b_i ≤ c_i has Σ min(σ, R_i(b_i)) ≥ 1. Quick
+// sufficient test: every rank at c_i; quick necessary test: every rank at 1 and Σ c_i ≥ B;
+// otherwise an exact knapsack DP over (rank, samples).
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace cephalo::planner {
+
+struct OptimalRankModel {
+  std::string name;                       // for messages ("rank 3 (L4)")
+  std::vector<double> micro_batch_time;   // [m] seconds for m = 0..M (index 0 unused)
+  double extra_micro_batch_overhead = 0;  // g_i, seconds
+  std::vector<double> working_bytes;      // [m] bytes for m = 0..M (index 0 unused)
+  double fixed_bytes = 0;                 // reserves, gathered units, gradient buffers
+  double bytes_per_sample = 0;            // a_i: kept boundary activations per sample
+  double usable_bytes = 0;                // U_i
+  int max_micro_batch() const { return static_cast<int>(micro_batch_time.size()) - 1; }
+};
+
+struct OptimalProblem {
+  std::vector<OptimalRankModel> ranks;
+  int global_batch = 0;
+  double state_bytes = 0;        // S: the whole sharded training state
+  double optimizer_seconds = 0;  // O: optimizer step over the whole state
+  // C(σ) in seconds; must be nondecreasing in σ ∈ [1/n, 1]. Empty: no communication.
+  std::function<double(double)> comm_seconds;
+};
+
+struct OptimalRankChoice {
+  int batch = 0;
+  int micro_batch = 0;
+  int micro_batches = 0;
+  double share = 0;
+  double compute_seconds = 0;  // t_i
+  double memory_bytes = 0;     // predicted by the model, with the share
+};
+
+struct OptimalSolution {
+  std::vector<OptimalRankChoice> ranks;
+  double iteration_seconds = 0;  // T
+  double compute_seconds = 0;    // τ = max_i t_i
+  double comm_seconds = 0;       // C(σ)
+  double optimizer_seconds = 0;  // O·σ
+  double max_share = 0;          // σ
+  int feasibility_checks = 0;    // work done (for the benchmark and the README)
+  int knapsack_runs = 0;
+};
+
+// Per-rank time for a batch and micro-batch size under the model above.
+double optimal_compute_time(const OptimalRankModel& rank, int batch, int micro_batch);
+double optimal_memory(const OptimalRankModel& rank, int batch, int micro_batch, double share,
+                      double state_bytes);
+
+// Throws InfeasibleError naming the shortfall when no plan fits.
+OptimalSolution solve_optimal(const OptimalProblem& problem);
+
+// Exhaustive reference for tests: every (b, m) assignment, shares water-filled. Exponential.
+OptimalSolution solve_optimal_brute_force(const OptimalProblem& problem);
+
+// Water-fill: the smallest σ with Σ min(σ, room_i) ≥ 1 (σ ≥ 1/n); +inf when Σ room < 1.
+double water_fill_level(const std::vector<double>& rooms);
+// Shares s_i = min(room_i, σ) scaled to sum to 1; exactly 1/n each when σ = 1/n is feasible.
+std::vector<double> water_fill_shares(const std::vector<double>& rooms);
+
+}  // namespace cephalo::planner

@@ -1,0 +1,508 @@
+// Exact solver of the `optimal` model (see the header for the model and the argument).
+#include "cephalo/planner/optimal_solver.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <queue>
+#include <sstream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+
+namespace cephalo::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kCoverTolerance = 1e-12;  // Σ shares ≥ 1 up to rounding
+
+// The model takes c_i and w_i nondecreasing in m (running maximum of the given tables).
+OptimalRankModel normalised(const OptimalRankModel& r) {
+  OptimalRankModel out = r;
+  for (std::size_t m = 2; m < out.micro_batch_time.size(); ++m)
+    out.micro_batch_time[m] = std::max(out.micro_batch_time[m], out.micro_batch_time[m - 1]);
+  for (std::size_t m = 2; m < out.working_bytes.size(); ++m)
+    out.working_bytes[m] = std::max(out.working_bytes[m], out.working_bytes[m - 1]);
+  return out;
+}
+
+// Ranks with identical models are solved once; a group is a model and its ranks.
+struct Group {
+  OptimalRankModel model;
+  std::vector<int> ranks;
+};
+
+std::vector<Group> group_ranks(const OptimalProblem& p) {
+  std::vector<Group> groups;
+  std::map<std::vector<double>, std::size_t> index;
+  for (std::size_t i = 0; i < p.ranks.size(); ++i) {
+    OptimalRankModel m = normalised(p.ranks[i]);
+    std::vector<double> key = m.micro_batch_time;
+    key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
+    key.push_back(-1);
+    key.push_back(m.extra_micro_batch_overhead);
+    key.push_back(m.fixed_bytes);
+    key.push_back(m.bytes_per_sample);
+    key.push_back(m.usable_bytes);
+    key.push_back(static_cast<double>(m.micro_batch_time.size()));
+    auto [it, inserted] = index.emplace(std::move(key), groups.size());
+    if (inserted) groups.push_back({std::move(m), {}});
+    groups[it->second].ranks.push_back(static_cast<int>(i));
+  }
+  return groups;
+}
+
+// A group's view of one compute bound τ: per micro-batch size the largest batch within τ.
+struct GroupAtTau {
+  std::vector<int> time_cap;  // [m]: largest b ≤ B with t(b, m) ≤ τ (0 when none)
+  int cap = 0;                // c: largest b with a configuration in time and memory (share 0)
+};
+
+class Solver {
+ public:
+  explicit Solver(const OptimalProblem& p) : p_(p), groups_(group_ranks(p)) {
+    n_ = static_cast<int>(p.ranks.size());
+    batch_ = p.global_batch;
+    max_rank_batch_ = batch_ - (n_ - 1);
+  }
+
+  OptimalSolution solve();
+
+ private:
+  double comm(double sigma) const { return p_.comm_seconds ? p_.comm_seconds(sigma) : 0.0; }
+
+  GroupAtTau at_tau(const OptimalRankModel& r, double tau) const {
+    GroupAtTau g;
+    const int mmax = r.max_micro_batch();
+    g.time_cap.assign(mmax + 1, 0);
+    for (int m = 1; m <= mmax; ++m) {
+      // t(b, m) is nondecreasing in b: binary search the largest b within τ.
+      int lo = 0, hi = max_rank_batch_;
+      if (optimal_compute_time(r, 1, m) > tau) continue;
+      lo = 1;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (optimal_compute_time(r, mid, m) <= tau)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      g.time_cap[m] = lo;
+      // Memory with no state: fixed + w(m) + a·b ≤ U.
+      const double free = r.usable_bytes - r.fixed_bytes - r.working_bytes[m];
+      if (free < 0) continue;
+      int mem_cap = lo;
+      if (r.bytes_per_sample > 0)
+        mem_cap = static_cast<int>(std::min<double>(lo, std::floor(free / r.bytes_per_sample)));
+      g.cap = std::max(g.cap, mem_cap);
+    }
+    return g;
+  }
+
+  // R(b) in shares (may be negative): the most room over the configurations within τ.
+  double room(const OptimalRankModel& r, const GroupAtTau& g, int b) const {
+    double best_w = kInf;
+    for (int m = 1; m < static_cast<int>(g.time_cap.size()); ++m)
+      if (g.time_cap[m] >= b) best_w = std::min(best_w, r.working_bytes[m]);
+    if (best_w == kInf) return -kInf;
+    const double bytes = r.usable_bytes - r.fixed_bytes - best_w - r.bytes_per_sample * b;
+    if (p_.state_bytes <= 0) return bytes >= 0 ? kInf : -kInf;
+    return bytes / p_.state_bytes;
+  }
+
+  // Feasibility of (τ, σ); fills `batches` (per rank) when asked and feasible.
+  bool feasible(double tau, double sigma, std::vector<int>* batches);
+
+  OptimalSolution build(double tau, double sigma);
+
+  double tau_star(double sigma, double lo_infeasible, double hi_feasible);
+  double sigma_star(double tau);
+
+  const OptimalProblem& p_;
+  std::vector<Group> groups_;
+  int n_ = 0;
+  int batch_ = 0;
+  int max_rank_batch_ = 0;
+  int checks_ = 0;
+  int knapsacks_ = 0;
+};
+
+// Bisection on the bit patterns of nonnegative doubles: returns the smallest x in (lo, hi]
+// with pred(x) true, given pred(lo) false and pred(hi) true and pred monotone.
+template <typename Pred>
+double bisect_doubles(double lo, double hi, Pred pred) {
+  auto lo_bits = std::bit_cast<std::uint64_t>(lo);
+  auto hi_bits = std::bit_cast<std::uint64_t>(hi);
+  while (hi_bits - lo_bits > 1) {
+    const std::uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
+    if (pred(std::bit_cast<double>(mid)))
+      hi_bits = mid;
+    else
+      lo_bits = mid;
+  }
+  return std::bit_cast<double>(hi_bits);
+}
+
+bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
+  ++checks_;
+  std::vector<GroupAtTau> at(groups_.size());
+  double cap_sum = 0, room_at_one = 0, room_at_cap = 0;
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    const auto& g = groups_[gi];
+    at[gi] = at_tau(g.model, tau);
+    if (at[gi].cap < 1) return false;
+    const double count = static_cast<double>(g.ranks.size());
+    cap_sum += count * at[gi].cap;
+    room_at_one += count * std::min(sigma, room(g.model, at[gi], 1));
+    room_at_cap += count * std::min(sigma, room(g.model, at[gi], at[gi].cap));
+  }
+  if (cap_sum < batch_ || room_at_one < 1 - kCoverTolerance) return false;
+  if (room_at_cap >= 1 - kCoverTolerance) {
+    if (batches) {
+      // Every rank at its cap, then remove the excess from the slowest ranks first.
+      batches->assign(n_, 0);
+      using Item = std::pair<double, int>;  // (time at current batch, rank)
+      std::priority_queue<Item> heap;
+      std::vector<int> group_of(n_);
+      for (std::size_t gi = 0; gi < groups_.size(); ++gi)
+        for (int r : groups_[gi].ranks) {
+          group_of[r] = static_cast<int>(gi);
+          (*batches)[r] = at[gi].cap;
+        }
+      auto best_time = [&](int r, int b) {
+        const auto& g = groups_[group_of[r]];
+        double best = kInf;
+        for (int m = 1; m <= g.model.max_micro_batch(); ++m)
+          if (at[group_of[r]].time_cap[m] >= b)
+            best = std::min(best, optimal_compute_time(g.model, b, m));
+        return best;
+      };
+      for (int r = 0; r < n_; ++r) heap.emplace(best_time(r, (*batches)[r]), r);
+      long excess = static_cast<long>(cap_sum) - batch_;
+      while (excess > 0) {
+        auto [t, r] = heap.top();
+        heap.pop();
+        if ((*batches)[r] <= 1) continue;  // cannot happen while excess > 0 and B ≥ n
+        --(*batches)[r];
+        --excess;
+        heap.emplace(best_time(r, (*batches)[r]), r);
+      }
+    }
+    return true;
+  }
+  // Exact: knapsack over (rank, samples) maximising Σ min(σ, R_i(b_i)).
+  ++knapsacks_;
+  const int B = batch_;
+  std::vector<double> dp(B + 1, -kInf), next(B + 1);
+  dp[0] = 0;
+  std::vector<std::vector<int>> choice;
+  if (batches) choice.assign(n_, std::vector<int>(B + 1, 0));
+  std::vector<int> rank_group(n_);
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi)
+    for (int r : groups_[gi].ranks) rank_group[r] = static_cast<int>(gi);
+  std::vector<std::vector<double>> gain(groups_.size());
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    gain[gi].assign(at[gi].cap + 1, -kInf);
+    for (int b = 1; b <= at[gi].cap; ++b) {
+      const double rr = room(groups_[gi].model, at[gi], b);
+      gain[gi][b] = rr < 0 ? -kInf : std::min(sigma, rr);
+    }
+  }
+  int reach = 0;
+  for (int r = 0; r < n_; ++r) {
+    const auto& gr = gain[rank_group[r]];
+    const int cap = static_cast<int>(gr.size()) - 1;
+    std::fill(next.begin(), next.end(), -kInf);
+    const int new_reach = std::min(B, reach + cap);
+    for (int x = 0; x <= reach; ++x) {
+      if (dp[x] == -kInf) continue;
+      const int top = std::min(cap, B - x);
+      for (int b = 1; b <= top; ++b) {
+        const double v = dp[x] + gr[b];
+        if (v > next[x + b]) {
+          next[x + b] = v;
+          if (batches) choice[r][x + b] = b;
+        }
+      }
+    }
+    reach = new_reach;
+    dp.swap(next);
+  }
+  if (!(dp[B] >= 1 - kCoverTolerance)) return false;
+  if (batches) {
+    batches->assign(n_, 0);
+    int x = B;
+    for (int r = n_ - 1; r >= 0; --r) {
+      const int b = choice[r][x];
+      (*batches)[r] = b;
+      x -= b;
+    }
+  }
+  return true;
+}
+
+OptimalSolution Solver::build(double tau, double sigma) {
+  std::vector<int> batches;
+  feasible(tau, sigma, &batches);
+  std::vector<int> group_of(n_);
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi)
+    for (int r : groups_[gi].ranks) group_of[r] = static_cast<int>(gi);
+  std::vector<GroupAtTau> at(groups_.size());
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) at[gi] = at_tau(groups_[gi].model, tau);
+  std::vector<double> rooms(n_);
+  for (int r = 0; r < n_; ++r)
+    rooms[r] = std::min(sigma, room(groups_[group_of[r]].model, at[group_of[r]], batches[r]));
+  std::vector<double> shares = water_fill_shares(rooms);
+  OptimalSolution sol;
+  sol.ranks.resize(n_);
+  for (int r = 0; r < n_; ++r) {
+    const auto& model = groups_[group_of[r]].model;
+    auto& c = sol.ranks[r];
+    c.batch = batches[r];
+    c.share = shares[r];
+    // The fastest configuration within τ whose memory holds the share.
+    double best_t = kInf, best_w = kInf;
+    for (int m = 1; m <= model.max_micro_batch(); ++m) {
+      if (at[group_of[r]].time_cap[m] < c.batch) continue;
+      const double mem = optimal_memory(model, c.batch, m, c.share, p_.state_bytes);
+      if (mem > model.usable_bytes * (1 + 1e-12)) continue;
+      const double t = optimal_compute_time(model, c.batch, m);
+      if (t < best_t || (t == best_t && model.working_bytes[m] < best_w)) {
+        best_t = t;
+        best_w = model.working_bytes[m];
+        c.micro_batch = std::min(m, c.batch);
+      }
+    }
+    if (c.micro_batch == 0) {
+      // Only reachable through rounding of the shares: take the leanest configuration in time.
+      for (int m = 1; m <= model.max_micro_batch(); ++m)
+        if (at[group_of[r]].time_cap[m] >= c.batch &&
+            (c.micro_batch == 0 || model.working_bytes[m] < model.working_bytes[c.micro_batch]))
+          c.micro_batch = std::min(m, c.batch);
+      best_t = optimal_compute_time(model, c.batch, c.micro_batch);
+    }
+    c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
+    c.compute_seconds = best_t;
+    c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
+    sol.compute_seconds = std::max(sol.compute_seconds, best_t);
+    sol.max_share = std::max(sol.max_share, c.share);
+  }
+  sol.comm_seconds = comm(sol.max_share);
+  sol.optimizer_seconds = p_.optimizer_seconds * sol.max_share;
+  sol.iteration_seconds = std::max(sol.comm_seconds, sol.compute_seconds) + sol.optimizer_seconds;
+  return sol;
+}
+
+double Solver::tau_star(double sigma, double lo, double hi) {
+  return bisect_doubles(lo, hi, [&](double t) { return feasible(t, sigma, nullptr); });
+}
+
+double Solver::sigma_star(double tau) {
+  const double even = 1.0 / n_;
+  if (feasible(tau, even, nullptr)) return even;
+  return bisect_doubles(even, 1.0, [&](double s) { return feasible(tau, s, nullptr); });
+}
+
+OptimalSolution Solver::solve() {
+  if (n_ == 0) throw InfeasibleError("optimal: the cluster has no devices");
+  if (batch_ < n_) {
+    throw InfeasibleError("optimal: global batch " + std::to_string(batch_) +
+                          " is smaller than the number of devices (" + std::to_string(n_) +
+                          "); every device needs at least one sample: raise the global batch "
+                          "to at least " +
+                          std::to_string(n_));
+  }
+  // Diagnose what cannot fit even with unlimited time, to explain infeasibility.
+  const double huge = 1e12;
+  double room_one = 0, cap_total = 0;
+  for (const auto& g : groups_) {
+    const auto at = at_tau(g.model, huge);
+    const double count = static_cast<double>(g.ranks.size());
+    if (at.cap < 1) {
+      const double need = g.model.fixed_bytes + g.model.working_bytes[1] + g.model.bytes_per_sample;
+      std::ostringstream msg;
+      msg << "optimal: " << g.model.name << " cannot run one sample even without any training "
+          << "state: needs " << format_bytes(need) << ", " << format_bytes(g.model.usable_bytes)
+          << " usable (shortfall " << format_bytes(need - g.model.usable_bytes)
+          << "); use a device with more memory, a shorter sequence or a smaller model";
+      throw InfeasibleError(msg.str());
+    }
+    cap_total += count * at.cap;
+    room_one += count * std::min(1.0, room(g.model, at, 1));
+  }
+  if (room_one < 1 - kCoverTolerance) {
+    std::ostringstream msg;
+    msg << "optimal: the training state (" << format_bytes(p_.state_bytes)
+        << ") does not fit even with perfect sharding and one sample per device: shortfall "
+        << format_bytes((1 - room_one) * p_.state_bytes)
+        << "; add that much device memory (more or larger devices), enable host offload, or "
+           "use a smaller model";
+    throw InfeasibleError(msg.str());
+  }
+  if (cap_total < batch_) {
+    std::ostringstream msg;
+    msg << "optimal: the devices can hold at most " << fixed(cap_total, 0)
+        << " samples of activations at once, the global batch is " << batch_
+        << "; lower the global batch to " << fixed(cap_total, 0)
+        << ", enable host offload of activations, or add devices";
+    throw InfeasibleError(msg.str());
+  }
+  if (!feasible(huge, 1.0, nullptr)) {
+    throw InfeasibleError(
+        "optimal: no assignment of the batch and the training state fits the devices' memory "
+        "together; lower the global batch, enable host offload, or add device memory");
+  }
+  // τ0: the fastest compute bound with any shares. Bracket it by doubling from below.
+  double lo = 0;
+  double hi = kInf;
+  for (double t = 1e-6; t < huge; t *= 2) {
+    if (feasible(t, 1.0, nullptr)) {
+      hi = t;
+      break;
+    }
+    lo = t;
+  }
+  if (hi == kInf) hi = huge;
+  double tau = tau_star(1.0, lo, hi);
+  OptimalSolution best;
+  best.iteration_seconds = kInf;
+  const double even = 1.0 / n_;
+  for (;;) {
+    const double sigma = sigma_star(tau);
+    OptimalSolution cand = build(tau, sigma);
+    if (cand.iteration_seconds < best.iteration_seconds) best = cand;
+    if (sigma <= even) break;
+    // Next breakpoint: the smallest τ at which fewer state has to sit on the fullest rank.
+    const double smaller = std::nextafter(sigma, 0.0);
+    if (smaller < even) break;
+    if (!feasible(huge, smaller, nullptr)) break;
+    const double next_tau = tau_star(smaller, tau, huge);
+    if (std::max(comm(even), next_tau) + p_.optimizer_seconds * even >= best.iteration_seconds)
+      break;
+    tau = next_tau;
+  }
+  best.feasibility_checks = checks_;
+  best.knapsack_runs = knapsacks_;
+  return best;
+}
+
+}  // namespace
+
+double optimal_compute_time(const OptimalRankModel& r, int batch, int micro_batch) {
+  const int m = std::min(micro_batch, batch);
+  const int n = (batch + m - 1) / m;
+  const int last = batch - (n - 1) * m;
+  return (n - 1) * (r.micro_batch_time[m] + r.extra_micro_batch_overhead) +
+         r.micro_batch_time[last];
+}
+
+double optimal_memory(const OptimalRankModel& r, int batch, int micro_batch, double share,
+                      double state_bytes) {
+  return r.fixed_bytes + r.working_bytes[micro_batch] + r.bytes_per_sample * batch +
+         share * state_bytes;
+}
+
+double water_fill_level(const std::vector<double>& rooms) {
+  const double n = static_cast<double>(rooms.size());
+  double total = 0;
+  for (double r : rooms) total += std::max(0.0, r);
+  if (total < 1 - kCoverTolerance) return kInf;
+  std::vector<double> sorted;
+  for (double r : rooms) sorted.push_back(std::max(0.0, r));
+  std::sort(sorted.begin(), sorted.end());
+  // Level λ: Σ min(λ, r_i) = 1. Ranks below λ give all their room.
+  double given = 0;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const double rest = n - static_cast<double>(i);
+    const double level = (1 - given) / rest;
+    if (level <= sorted[i]) return std::max(level, 1.0 / n);
+    given += sorted[i];
+  }
+  return sorted.back();
+}
+
+std::vector<double> water_fill_shares(const std::vector<double>& rooms) {
+  const std::size_t n = rooms.size();
+  const double level = water_fill_level(rooms);
+  std::vector<double> s(n);
+  if (level <= 1.0 / static_cast<double>(n)) {
+    std::fill(s.begin(), s.end(), 1.0 / static_cast<double>(n));
+    return s;
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    s[i] = std::min(level, std::max(0.0, rooms[i]));
+    sum += s[i];
+  }
+  for (auto& x : s) x /= sum;
+  return s;
+}
+
+OptimalSolution solve_optimal(const OptimalProblem& problem) {
+  Solver solver(problem);
+  return solver.solve();
+}
+
+OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
+  const int n = static_cast<int>(p.ranks.size());
+  std::vector<OptimalRankModel> ranks;
+  for (const auto& r : p.ranks) ranks.push_back(normalised(r));
+  OptimalSolution best;
+  best.iteration_seconds = kInf;
+  std::vector<int> b(n, 1), m(n, 1);
+  // Enumerate compositions of B into n parts ≥ 1, and every micro-batch size per rank.
+  std::function<void(int, int)> over_batches = [&](int i, int left) {
+    if (i == n - 1) {
+      b[i] = left;
+      std::function<void(int)> over_micro = [&](int j) {
+        if (j == n) {
+          std::vector<double> rooms(n);
+          double tau = 0;
+          for (int k = 0; k < n; ++k) {
+            const double free = ranks[k].usable_bytes - ranks[k].fixed_bytes -
+                                ranks[k].working_bytes[m[k]] - ranks[k].bytes_per_sample * b[k];
+            if (free < 0) return;
+            rooms[k] = p.state_bytes > 0 ? free / p.state_bytes : kInf;
+            tau = std::max(tau, optimal_compute_time(ranks[k], b[k], m[k]));
+          }
+          const double sigma = water_fill_level(rooms);
+          if (sigma == kInf) return;
+          const double c = p.comm_seconds ? p.comm_seconds(sigma) : 0.0;
+          const double t = std::max(c, tau) + p.optimizer_seconds * sigma;
+          if (t < best.iteration_seconds) {
+            best.iteration_seconds = t;
+            best.compute_seconds = tau;
+            best.max_share = sigma;
+            best.comm_seconds = c;
+            best.optimizer_seconds = p.optimizer_seconds * sigma;
+            best.ranks.assign(n, {});
+            for (int k = 0; k < n; ++k) {
+              best.ranks[k].batch = b[k];
+              best.ranks[k].micro_batch = std::min(m[k], b[k]);
+            }
+          }
+          return;
+        }
+        for (int mm = 1; mm <= ranks[j].max_micro_batch(); ++mm) {
+          m[j] = mm;
+          over_micro(j + 1);
+        }
+      };
+      over_micro(0);
+      return;
+    }
+    for (int x = 1; x <= left - (n - 1 - i); ++x) {
+      b[i] = x;
+      over_batches(i + 1, left - x);
+    }
+  };
+  if (n > 0 && p.global_batch >= n) over_batches(0, p.global_batch);
+  if (best.iteration_seconds == kInf) throw InfeasibleError("optimal (brute force): nothing fits");
+  return best;
+}
+
+}  // namespace cephalo::planner
