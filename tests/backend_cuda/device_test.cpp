@@ -1,0 +1,343 @@
+// The CUDA Device and NCCL Communicator through the backend interfaces: error reporting,
+// the no-GPU failure of make_cuda_device, memory accounting, stream/event ordering, host
+// offload ordering, per-op timing, attention against a CPU reference, and collectives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cephalo/backend/cuda/cuda_device.hpp"
+#include "cephalo/backend/cuda/memory.hpp"
+#include "cephalo/backend/cuda/nccl_communicator.hpp"
+#include "cephalo/core/error.hpp"
+#include "cuda_test_util.hpp"
+
+namespace cephalo::cuda {
+namespace {
+
+using namespace cephalo::cuda::testing;
+using backend::ElemType;
+using backend::StreamKind;
+
+// ---- tests that run on every machine ------------------------------------------------------
+
+TEST(CudaErrors, CheckMacroReportsCallFileLineAndCudaString) {
+  // An invalid ordinal fails with or without a GPU (no device / invalid device): either way the
+  // message must name the call, this file with a line, and CUDA's own string for the status.
+  const cudaError_t expected = cudaSetDevice(1 << 20);
+  cudaGetLastError();
+  ASSERT_NE(expected, cudaSuccess);
+  try {
+    CEPHALO_CUDA_CHECK(cudaSetDevice(1 << 20));
+    FAIL() << "no exception";
+  } catch (const RuntimeFailure& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cudaSetDevice(1 << 20)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("device_test.cpp:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(cudaGetErrorString(expected)), std::string::npos) << msg;
+  }
+  cudaGetLastError();
+}
+
+TEST(CudaDevice, WithoutAGpuMakeCudaDeviceFailsClearly) {
+  std::string why;
+  if (device_count(&why) > 0)
+    GTEST_SKIP() << "a CUDA device is present; this checks the no-GPU path";
+  try {
+    make_cuda_device({});
+    FAIL() << "make_cuda_device succeeded without a device";
+  } catch (const RuntimeFailure& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no CUDA device"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+  }
+}
+
+// ---- device tests -------------------------------------------------------------------------
+
+class Device : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CEPHALO_REQUIRE_CUDA_DEVICE();
+    dev_ = make_cuda_device({});
+    rng_.seed(fresh_seed());
+  }
+  std::unique_ptr<backend::Device> dev_;
+  std::mt19937_64 rng_;
+};
+
+TEST_F(Device, IdentityAndTypes) {
+  EXPECT_EQ(dev_->kind(), "cuda");
+  EXPECT_EQ(dev_->name().rfind("cuda:0 (", 0), 0u) << dev_->name();
+  EXPECT_TRUE(dev_->supports(ElemType::BF16));
+  EXPECT_FALSE(dev_->supports(ElemType::I32));
+}
+
+TEST_F(Device, MemoryAccountingPeakAndOutOfMemory) {
+  dev_->reset_peak();
+  const auto base = dev_->memory_stats().current;
+  {
+    auto a = dev_->allocate(1 << 20, ElemType::F32);   // 4 MiB
+    auto b = dev_->allocate(1 << 19, ElemType::BF16);  // 1 MiB
+    EXPECT_EQ(dev_->memory_stats().current, base + (4u << 20) + (1u << 20));
+    auto h = dev_->allocate(1000, ElemType::F32, backend::MemorySpace::PinnedHost);
+    EXPECT_EQ(dev_->memory_stats(backend::MemorySpace::PinnedHost).current, 4000u);
+  }
+  dev_->synchronize();  // deferred frees are released once the streams pass them
+  EXPECT_EQ(dev_->memory_stats().current, base);
+  EXPECT_GE(dev_->memory_stats().peak, base + (5u << 20));
+  EXPECT_GT(dev_->memory_stats().capacity, 0u);
+  try {
+    auto huge = dev_->allocate(std::size_t(1) << 50, ElemType::F32);
+    FAIL() << "allocated 4 PiB";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Device, CrossStreamOrderingThroughEvents) {
+  // A slow producer on the compute stream, then a copy on the copy stream that waits for it
+  // through an event: the copy must see the produced values, not the earlier ones.
+  const std::size_t n = 1 << 20;
+  auto src = dev_->allocate(n, ElemType::F32), dst = dev_->allocate(n, ElemType::F32);
+  auto& compute = dev_->stream(StreamKind::Compute);
+  auto& copy = dev_->stream(StreamKind::Copy);
+  dev_->fill(compute, src.ref(), 1.0f);
+  dev_->fill(compute, dst.ref(), -1.0f);
+  dev_->synchronize();
+  spin(200'000'000, native_stream(compute));  // ~0.1 s on current GPUs
+  dev_->fill(compute, src.ref(), 7.0f);
+  auto produced = dev_->create_event();
+  produced->record(compute);
+  copy.wait(*produced);
+  dev_->copy(copy, dst.ref(), src.ref());
+  copy.synchronize();
+  std::vector<float> host(n);
+  dev_->download(host.data(), dst.ref(), n * 4);
+  for (std::size_t i = 0; i < n; i += 4099) ASSERT_EQ(host[i], 7.0f) << i;
+}
+
+TEST_F(Device, HostFunctionFailureSurfacesAtSynchronize) {
+  auto& comm = dev_->stream(StreamKind::Comm);
+  bool ran = false;
+  comm.enqueue_host([&] { ran = true; });
+  comm.enqueue_host([] { throw std::runtime_error("queued failure"); });
+  EXPECT_THROW(comm.synchronize(), std::runtime_error);
+  EXPECT_TRUE(ran);
+  comm.synchronize();  // reported once
+}
+
+TEST_F(Device, EventTimingMeasuresDeviceTime) {
+  auto& compute = dev_->stream(StreamKind::Compute);
+  auto a = dev_->create_event(), b = dev_->create_event();
+  a->record(compute);
+  spin(50'000'000, native_stream(compute));
+  b->record(compute);
+  b->synchronize();
+  EXPECT_TRUE(b->query());
+  EXPECT_GT(b->seconds_since(*a), 1e-4);
+}
+
+TEST_F(Device, OpTimerRecordsEveryOp) {
+  OpTimer timer;
+  cudaStream_t s = native_stream(dev_->stream(StreamKind::Compute));
+  for (int i = 0; i < 3; ++i) {
+    timer.begin("spin " + std::to_string(i), s);
+    spin(10'000'000 * (i + 1), s);
+    timer.end(s);
+  }
+  const auto records = timer.collect();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[2].op, "spin 2");
+  EXPECT_GT(records[2].milliseconds, records[0].milliseconds);
+  EXPECT_GT(records[0].milliseconds, 0.0);
+}
+
+TEST_F(Device, HostOffloadWaitsForProducerAndPrefetchRestores) {
+  // Producer: a long spin and then a fill on the compute stream. The offload must copy the
+  // filled values (not the older ones), the buffer may be overwritten only after release, and
+  // the prefetch must bring the offloaded values back.
+  const std::size_t n = 1 << 22;
+  DeviceArray act(n, Dtype::BF16), back(n, Dtype::BF16);
+  act.set(random_vector(n, rng_));
+  back.poison();
+  HostOffloader offloader(2, n * 2);
+  cudaStream_t s = native_stream(dev_->stream(StreamKind::Compute));
+  spin(200'000'000, s);
+  fill(act.get(), 3.0f, n, Dtype::BF16, s);
+  offloader.offload(1, act.get(), n * 2, s);
+  offloader.release(1, s);
+  fill(act.get(), -5.0f, n, Dtype::BF16, s);  // reuse of the device buffer after release
+  offloader.prefetch(1, back.get());
+  offloader.wait_prefetched(1, s);
+  CEPHALO_CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto restored = back.get_values();
+  for (std::size_t i = 0; i < n; i += 997) ASSERT_EQ(restored[i], 3.0f) << i;
+  EXPECT_EQ(act.get_values()[0], -5.0f);
+  EXPECT_EQ(offloader.pinned_bytes(), 2 * n * 2);
+}
+
+// Attention reference in double: qkv [B*T, 3C] -> out [B*T, C], plus dqkv for a given dout.
+void attention_ref(int B, int T, int H, int D, const std::vector<float>& qkv,
+                   const std::vector<float>& dout, std::vector<double>& out,
+                   std::vector<double>& dqkv) {
+  const int C = H * D;
+  const double scale = 1.0 / std::sqrt(double(D));
+  out.assign(std::size_t(B) * T * C, 0.0);
+  dqkv.assign(std::size_t(B) * T * 3 * C, 0.0);
+  auto at = [&](int b, int t, int part, int h, int d) {
+    return (std::size_t(b) * T + t) * 3 * C + std::size_t(part) * C + h * D + d;
+  };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1), dp(i + 1);
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int d = 0; d < D; ++d) s += double(qkv[at(b, i, 0, h, d)]) * qkv[at(b, j, 1, h, d)];
+          p[j] = s * scale;
+          m = std::max(m, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) z += (p[j] = std::exp(p[j] - m));
+        for (int j = 0; j <= i; ++j) p[j] /= z;
+        const std::size_t orow = (std::size_t(b) * T + i) * C + h * D;
+        for (int d = 0; d < D; ++d)
+          for (int j = 0; j <= i; ++j) out[orow + d] += p[j] * qkv[at(b, j, 2, h, d)];
+        double dot = 0;
+        for (int j = 0; j <= i; ++j) {
+          dp[j] = 0;
+          for (int d = 0; d < D; ++d) dp[j] += double(dout[orow + d]) * qkv[at(b, j, 2, h, d)];
+          dot += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double ds = scale * p[j] * (dp[j] - dot);
+          for (int d = 0; d < D; ++d) {
+            dqkv[at(b, j, 2, h, d)] += p[j] * dout[orow + d];
+            dqkv[at(b, i, 0, h, d)] += ds * qkv[at(b, j, 1, h, d)];
+            dqkv[at(b, j, 1, h, d)] += ds * qkv[at(b, i, 0, h, d)];
+          }
+        }
+      }
+}
+
+class DeviceAttention : public Device, public ::testing::WithParamInterface<Dtype> {};
+
+TEST_P(DeviceAttention, ForwardBackwardMatchReference) {
+  const Dtype dt = GetParam();
+  const ElemType et = backend::elem_type_of(dt);
+  const backend::AttentionShape shape{2, 97, 4, 32};
+  const int B = 2, T = 97, H = 4, D = 32, C = H * D;
+  const std::size_t rows = std::size_t(B) * T;
+  DeviceArray qkv(rows * 3 * C, dt), out(rows * C, dt), dout(rows * C, dt), dqkv(rows * 3 * C, dt),
+      lse(std::size_t(B) * H * T, Dtype::FP32);
+  const auto qs = qkv.set(random_vector(qkv.size(), rng_, -2.0f, 2.0f));
+  const auto ds = dout.set(random_vector(dout.size(), rng_));
+  out.poison();
+  dqkv.poison();
+  lse.poison();
+  auto& s = dev_->stream(StreamKind::Compute);
+  backend::TensorRef rq{qkv.get(), std::int64_t(qkv.size()), et},
+      ro{out.get(), std::int64_t(out.size()), et}, rd{dout.get(), std::int64_t(dout.size()), et},
+      rdq{dqkv.get(), std::int64_t(dqkv.size()), et},
+      rl{lse.get(), std::int64_t(lse.size()), ElemType::F32};
+  dev_->attention_forward(s, shape, rq, ro, rl);
+  dev_->attention_backward(s, shape, rq, ro, rl, rd, rdq);
+  dev_->synchronize();
+  std::vector<double> rout, rdqkv;
+  attention_ref(B, T, H, D, qs, ds, rout, rdqkv);
+  EXPECT_LE(rel_error(out.get_values(), rout), tolerance(dt)) << name(dt);
+  EXPECT_LE(rel_error(dqkv.get_values(), rdqkv), tolerance(dt)) << name(dt);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, DeviceAttention,
+                         ::testing::Values(Dtype::FP32, Dtype::BF16, Dtype::FP16),
+                         [](const ::testing::TestParamInfo<Dtype>& info) {
+                           return std::string(name(info.param));
+                         });
+
+// ---- NCCL on one rank -----------------------------------------------------------------------
+
+// A one-rank bootstrap: enough to create a real NCCL communicator without MPI, so the call
+// paths (grouped and padded uneven variants included) run on a single GPU.
+class LocalBootstrap final : public backend::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string kind() const override { return "local"; }
+  void all_gather(backend::Stream&, backend::TensorRef, backend::TensorRef) override { no(); }
+  void reduce_scatter(backend::Stream&, backend::TensorRef, backend::TensorRef,
+                      backend::ReduceOp) override {
+    no();
+  }
+  void all_gather_v(backend::Stream&, backend::TensorRef, backend::TensorRef,
+                    const std::vector<std::int64_t>&) override {
+    no();
+  }
+  void reduce_scatter_v(backend::Stream&, backend::TensorRef, backend::TensorRef,
+                        const std::vector<std::int64_t>&, backend::ReduceOp) override {
+    no();
+  }
+  void all_reduce(backend::Stream&, backend::TensorRef, backend::ReduceOp) override { no(); }
+  void broadcast(backend::Stream&, backend::TensorRef, int) override { no(); }
+  void all_reduce_host(double*, int, backend::ReduceOp) override {}
+  void broadcast_host(std::string&, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+
+ private:
+  [[noreturn]] static void no() { throw std::logic_error("LocalBootstrap: host helpers only"); }
+};
+
+class Nccl : public Device, public ::testing::WithParamInterface<UnevenAlgorithm> {};
+
+TEST_P(Nccl, OneRankCollectivesCopyAndReduce) {
+  LocalBootstrap boot;
+  auto comm = make_nccl_communicator(*dev_, boot, NcclOptions{GetParam()});
+  EXPECT_EQ(comm->kind(), "nccl");
+  EXPECT_EQ(uneven_algorithm_of(*comm), GetParam());
+  auto& s = dev_->stream(StreamKind::Comm);
+  const std::size_t n = 10007;
+  auto a = dev_->allocate(n, ElemType::F32), b = dev_->allocate(n, ElemType::F32);
+  const auto values = random_vector(n, rng_);
+  dev_->upload(a.ref(), values.data(), n * 4);
+  std::vector<float> host(n);
+  auto check = [&](const char* what) {
+    s.synchronize();
+    dev_->download(host.data(), b.ref(), n * 4);
+    EXPECT_EQ(host, values) << what;
+    dev_->fill(dev_->stream(StreamKind::Compute), b.ref(), std::nanf(""));
+    dev_->synchronize();
+  };
+  dev_->fill(dev_->stream(StreamKind::Compute), b.ref(), std::nanf(""));
+  dev_->synchronize();
+  comm->all_gather(s, a.ref(), b.ref());
+  check("all_gather");
+  comm->reduce_scatter(s, a.ref(), b.ref(), backend::ReduceOp::Sum);
+  check("reduce_scatter");
+  comm->all_gather_v(s, a.ref(), b.ref(), {std::int64_t(n)});
+  check("all_gather_v");
+  comm->reduce_scatter_v(s, a.ref(), b.ref(), {std::int64_t(n)}, backend::ReduceOp::Sum);
+  check("reduce_scatter_v");
+  EXPECT_THROW(comm->all_gather_v(s, a.ref(), b.ref(), {1, 2}), Error);  // counts != size()
+}
+
+INSTANTIATE_TEST_SUITE_P(BothUnevenAlgorithms, Nccl,
+                         ::testing::Values(UnevenAlgorithm::GroupedBroadcastReduce,
+                                           UnevenAlgorithm::PaddedRing),
+                         [](const ::testing::TestParamInfo<UnevenAlgorithm>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+TEST(NcclOptions, ParsesAlgorithmNames) {
+  EXPECT_EQ(parse_uneven_algorithm("Padded"), UnevenAlgorithm::PaddedRing);
+  EXPECT_EQ(parse_uneven_algorithm("grouped"), UnevenAlgorithm::GroupedBroadcastReduce);
+  EXPECT_THROW(parse_uneven_algorithm("ring"), Error);
+}
+
+}  // namespace
+}  // namespace cephalo::cuda
