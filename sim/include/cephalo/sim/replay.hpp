@@ -1,0 +1,60 @@
+#pragma once
+// Replay of a TrainingGraph on a modelled cluster (DESIGN §5).
+//
+// Semantics:
+//  * streams are in order: an op starts when it heads its stream and the ops it waits on are
+//    done; a collective starts when every participant has reached it (the wait is visible as
+//    a gap before the op on the comm lane and counts as exposed communication);
+//  * durations come from the cost models (compute: ComputeModel × the slot's emulation
+//    slowdown; collectives and copies: CommModel), rounded to 1 ns once;
+//  * links are shared resources: a collective is a flow over every participant's links (PCIe
+//    up+down of each rank, or NVLink within an NVLink node; plus each node's NIC when it spans
+//    nodes), a device→host copy is a flow on the rank's PCIe up link, host→device on the down
+//    link. A flow's rate is 1 / (the most flows on any of its links) — equal shares at the
+//    bottleneck — and active flows are re-timed whenever a link's flow count changes (fluid
+//    model). With `link_sharing = false` every transfer takes its isolated time;
+//  * memory per rank: the static sharded state plus framework reserves from t = 0, then every
+//    op allocates `mem_alloc` when it starts and releases `mem_free` when it ends. The first
+//    time a rank exceeds its usable capacity is the OOM verdict (rank, op, bytes); the replay
+//    still runs to the end so the timeline stays inspectable.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/costmodels/compute_model.hpp"
+#include "cephalo/sim/event_queue.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::sim {
+
+struct SimOptions {
+  bool record_ops = false;     // per-op start/end in report.ops
+  bool record_memory = false;  // per-rank memory timeline (for the trace's counter track)
+  bool link_sharing = true;    // fluid bandwidth sharing on links (see above)
+  std::string queue = "binary-heap";
+  // Usable capacity = device memory × usable_fraction; reserve is device memory the framework
+  // holds besides the plan's tensors. Negative values take costmodels::MemoryConstants'
+  // defaults (CUDA context + NCCL buffers with more than one rank; usable fraction 1).
+  double usable_fraction = -1;
+  double reserve_bytes = -1;
+};
+
+struct SimResult {
+  traces::IterationReport report;
+  Time iteration_ns = 0;
+  std::vector<Time> start_ns, end_ns, arrive_ns;  // per op id (arrive: collectives' arrival)
+  std::vector<std::vector<traces::MemorySample>> memory;  // per rank when record_memory
+};
+
+SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario, const Plan& plan,
+                   const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+                   const SimOptions& options = {});
+
+// The trace writer's input for a simulated run ("rank 3 (RTX-A6000, node 0)").
+traces::TraceInput trace_input(const SimResult& result, const traces::TrainingGraph& graph,
+                               const Scenario& scenario);
+
+}  // namespace cephalo::sim

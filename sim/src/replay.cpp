@@ -1,0 +1,545 @@
+#include "cephalo/sim/replay.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+namespace cephalo::sim {
+namespace {
+
+using traces::kNoOp;
+using traces::Op;
+using traces::OpId;
+using traces::OpKind;
+using traces::Stream;
+
+enum EventKind : std::uint32_t { kOpDone = 0, kFlowDone = 1 };
+
+struct Flow {
+  double work = 0;  // seconds left at full rate, as of `last`
+  double rate = 1;  // fraction of full rate
+  Time last = 0;
+  std::uint64_t version = 0;
+  std::uint32_t max_load = 1;
+  bool active = false;
+  OpId op = kNoOp;               // copies
+  std::int32_t collective = -1;  // collectives
+  std::vector<std::uint32_t> links;
+  std::vector<std::uint32_t> load_hist;  // number of this flow's links carrying k flows
+};
+
+costmodels::CollectiveKind collective_kind(OpKind k) {
+  switch (k) {
+    case OpKind::AllGather:
+    case OpKind::AllGatherV:
+      return costmodels::CollectiveKind::AllGather;
+    case OpKind::ReduceScatter:
+    case OpKind::ReduceScatterV:
+      return costmodels::CollectiveKind::ReduceScatter;
+    default:
+      return costmodels::CollectiveKind::AllReduce;
+  }
+}
+
+class Replay {
+ public:
+  Replay(const traces::TrainingGraph& g, const Scenario& s, const Plan& p,
+         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+         const SimOptions& o)
+      : g_(g),
+        s_(s),
+        plan_(p),
+        compute_(compute),
+        comm_(comm),
+        opt_(o),
+        engine_(make_event_queue(o.queue)) {}
+
+  SimResult run();
+
+ private:
+  std::uint32_t lane_of(const Op& op) const {
+    return static_cast<std::uint32_t>(op.rank) * traces::kNumStreams + static_cast<int>(op.stream);
+  }
+  void try_advance(std::uint32_t lane);
+  void start_op(OpId id);
+  void start_collective(std::int32_t c);
+  void complete_op(OpId id);
+  void allocate(const Op& op);
+  void release(const Op& op);
+  void record_memory(int rank);
+  Time compute_duration(const Op& op);
+  double copy_seconds(const Op& op);
+  double collective_seconds(const traces::Collective& c);
+
+  // Flows.
+  std::uint32_t new_flow();
+  void start_flow(std::uint32_t f, double seconds);
+  void end_flow(std::uint32_t f);
+  void shift_load(std::uint32_t f, std::uint32_t from, std::uint32_t to);
+  void retime(std::uint32_t f);
+  void schedule_flow(std::uint32_t f);
+  void on_flow_done(const Event& e);
+
+  const traces::TrainingGraph& g_;
+  const Scenario& s_;
+  const Plan& plan_;
+  const costmodels::ComputeModel& compute_;
+  const costmodels::CommModel& comm_;
+  const SimOptions& opt_;
+  Engine engine_;
+  SimResult out_;
+
+  std::vector<RankDevice> devices_;
+  std::vector<int> device_class_;  // per rank: index of its (spec, slowdown) class
+  std::vector<std::uint32_t> remaining_;
+  std::vector<std::uint32_t> cursor_;
+  std::vector<char> busy_;
+  std::vector<std::uint32_t> arrived_;
+  std::vector<double> mem_, peak_, capacity_;
+  std::size_t done_ = 0;
+  bool oom_ = false;
+  traces::OomDetail oom_detail_;
+
+  std::unordered_map<std::uint64_t, Time> compute_memo_;
+  std::unordered_map<std::uint64_t, double> copy_memo_;
+  std::map<std::pair<int, double>, double> collective_memo_;
+
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> free_flows_;
+  std::vector<std::vector<std::uint32_t>> link_flows_;
+  std::vector<std::uint32_t> scratch_links_;
+  int num_nodes_ = 0;
+};
+
+// ----- memory --------------------------------------------------------------------------------
+
+void Replay::record_memory(int r) {
+  if (!opt_.record_memory) return;
+  auto& m = out_.memory[r];
+  if (!m.empty() && m.back().time_ns == engine_.now())
+    m.back().bytes = mem_[r];
+  else
+    m.push_back({engine_.now(), mem_[r]});
+}
+
+void Replay::allocate(const Op& op) {
+  if (op.mem_alloc == 0) return;
+  const int r = op.rank;
+  mem_[r] += op.mem_alloc;
+  peak_[r] = std::max(peak_[r], mem_[r]);
+  if (!oom_ && mem_[r] > capacity_[r]) {
+    oom_ = true;
+    oom_detail_ = {
+        r,           static_cast<std::int64_t>(op.id), g_.op_name(op.id), mem_[r], capacity_[r],
+        op.mem_alloc};
+  }
+  record_memory(r);
+}
+
+void Replay::release(const Op& op) {
+  if (op.mem_free == 0) return;
+  mem_[op.rank] -= op.mem_free;
+  record_memory(op.rank);
+}
+
+// ----- durations -----------------------------------------------------------------------------
+
+Time Replay::compute_duration(const Op& op) {
+  const DeviceSlot& slot = *devices_[op.rank].slot;
+  if (op.kind == OpKind::OptimizerStep)
+    return to_ticks(compute_.optimizer_time(slot.spec, s_.job, op.shard_parameters).seconds *
+                    slot.slowdown);
+  costmodels::ComputePhase phase = op.kind == OpKind::Forward ? costmodels::ComputePhase::Forward
+                                   : op.kind == OpKind::Backward
+                                       ? costmodels::ComputePhase::Backward
+                                       : costmodels::ComputePhase::Recompute;
+  // Layers are identical, so (device class, unit kind, phase, size) determines the time.
+  const auto kind = costmodels::unit_kind(s_.job.model, op.unit);
+  std::uint64_t key = (static_cast<std::uint64_t>(device_class_[op.rank]) << 40) |
+                      (static_cast<std::uint64_t>(kind) << 36) |
+                      (static_cast<std::uint64_t>(phase) << 32) |
+                      static_cast<std::uint32_t>(op.micro_batch_size);
+  auto it = compute_memo_.find(key);
+  if (it != compute_memo_.end()) return it->second;
+  Time t =
+      to_ticks(compute_.unit_time(slot.spec, s_.job, op.unit, phase, op.micro_batch_size).seconds *
+               slot.slowdown);
+  compute_memo_.emplace(key, t);
+  return t;
+}
+
+double Replay::copy_seconds(const Op& op) {
+  std::uint64_t key =
+      (static_cast<std::uint64_t>(op.rank) << 32) | static_cast<std::uint32_t>(op.micro_batch_size);
+  auto it = copy_memo_.find(key);
+  if (it != copy_memo_.end()) return it->second;
+  double t = comm_.copy_time(s_.cluster, op.rank, op.bytes);
+  copy_memo_.emplace(key, t);
+  return t;
+}
+
+double Replay::collective_seconds(const traces::Collective& c) {
+  auto key = std::make_pair(static_cast<int>(c.kind), c.total_bytes);
+  auto it = collective_memo_.find(key);
+  if (it != collective_memo_.end()) return it->second;
+  costmodels::CollectiveRequest req;
+  req.kind = collective_kind(c.kind);
+  req.uneven = plan_.uneven_collective;
+  for (const auto& m : g_.members(c)) {
+    req.ranks.push_back(m.rank);
+    req.shard_bytes.push_back(m.shard_bytes);
+  }
+  double t = comm_.collective(s_.cluster, req).seconds;
+  collective_memo_.emplace(key, t);
+  return t;
+}
+
+// ----- flows ---------------------------------------------------------------------------------
+
+std::uint32_t Replay::new_flow() {
+  if (!free_flows_.empty()) {
+    std::uint32_t f = free_flows_.back();
+    free_flows_.pop_back();
+    return f;
+  }
+  flows_.emplace_back();
+  return static_cast<std::uint32_t>(flows_.size() - 1);
+}
+
+void Replay::schedule_flow(std::uint32_t f) {
+  Flow& fl = flows_[f];
+  engine_.schedule_at(engine_.now() + to_ticks(fl.work / fl.rate), kFlowDone, f, fl.version);
+}
+
+void Replay::retime(std::uint32_t f) {
+  Flow& fl = flows_[f];
+  const Time now = engine_.now();
+  fl.work = std::max(0.0, fl.work - fl.rate * to_seconds(now - fl.last));
+  fl.last = now;
+  fl.rate = 1.0 / fl.max_load;
+  ++fl.version;
+  schedule_flow(f);
+}
+
+void Replay::shift_load(std::uint32_t f, std::uint32_t from, std::uint32_t to) {
+  Flow& fl = flows_[f];
+  if (to >= fl.load_hist.size()) fl.load_hist.resize(to + 1, 0);
+  --fl.load_hist[from];
+  ++fl.load_hist[to];
+  std::uint32_t m = fl.max_load;
+  if (to > m) m = to;
+  while (m > 1 && fl.load_hist[m] == 0) --m;
+  if (m != fl.max_load) {
+    fl.max_load = m;
+    retime(f);
+  }
+}
+
+void Replay::start_flow(std::uint32_t f, double seconds) {
+  Flow& fl = flows_[f];
+  fl.active = true;
+  fl.work = seconds;
+  fl.last = engine_.now();
+  fl.max_load = 1;
+  fl.load_hist.assign(2, 0);
+  if (opt_.link_sharing) {
+    for (std::uint32_t l : fl.links) {
+      auto& on = link_flows_[l];
+      const auto load = static_cast<std::uint32_t>(on.size() + 1);
+      for (std::uint32_t other : on) shift_load(other, load - 1, load);
+      on.push_back(f);
+      Flow& me = flows_[f];  // shift_load never reallocates flows_, but keep the access fresh
+      if (load >= me.load_hist.size()) me.load_hist.resize(load + 1, 0);
+      ++me.load_hist[load];
+      me.max_load = std::max(me.max_load, load);
+    }
+  }
+  Flow& me = flows_[f];
+  me.rate = 1.0 / me.max_load;
+  ++me.version;
+  schedule_flow(f);
+}
+
+void Replay::end_flow(std::uint32_t f) {
+  flows_[f].active = false;
+  if (opt_.link_sharing) {
+    for (std::uint32_t l : flows_[f].links) {
+      auto& on = link_flows_[l];
+      auto it = std::find(on.begin(), on.end(), f);
+      *it = on.back();
+      on.pop_back();
+      const auto load = static_cast<std::uint32_t>(on.size());
+      for (std::uint32_t other : on) shift_load(other, load + 1, load);
+    }
+  }
+  free_flows_.push_back(f);
+}
+
+void Replay::on_flow_done(const Event& e) {
+  Flow& fl = flows_[e.target];
+  if (!fl.active || fl.version != e.data) return;  // re-timed since: a stale completion
+  const OpId op = fl.op;
+  const std::int32_t c = fl.collective;
+  end_flow(e.target);
+  if (c >= 0) {
+    for (const auto& m : g_.members(g_.collectives()[c])) complete_op(m.op);
+  } else {
+    complete_op(op);
+  }
+}
+
+// ----- streams and ops -----------------------------------------------------------------------
+
+void Replay::try_advance(std::uint32_t lane) {
+  if (busy_[lane]) return;
+  const int rank = static_cast<int>(lane / traces::kNumStreams);
+  auto prog = g_.stream_program(rank, static_cast<Stream>(lane % traces::kNumStreams));
+  if (cursor_[lane] >= prog.size()) return;
+  OpId id = prog[cursor_[lane]];
+  if (remaining_[id] > 0) return;
+  busy_[lane] = 1;
+  start_op(id);
+}
+
+void Replay::start_op(OpId id) {
+  const Op& op = g_.op(id);
+  const Time now = engine_.now();
+  if (op.collective >= 0) {
+    out_.arrive_ns[id] = now;
+    const auto& c = g_.collectives()[op.collective];
+    if (++arrived_[op.collective] == c.members_count) start_collective(op.collective);
+    return;
+  }
+  out_.start_ns[id] = now;
+  allocate(op);
+  if (traces::is_copy(op.kind)) {
+    std::uint32_t f = new_flow();
+    Flow& fl = flows_[f];
+    fl.op = id;
+    fl.collective = -1;
+    fl.links.assign(1,
+                    static_cast<std::uint32_t>(2 * op.rank + (op.kind == OpKind::CopyH2D ? 1 : 0)));
+    start_flow(f, copy_seconds(op));
+    return;
+  }
+  engine_.schedule_at(now + compute_duration(op), kOpDone, id);
+}
+
+void Replay::start_collective(std::int32_t c) {
+  const auto& col = g_.collectives()[c];
+  const Time now = engine_.now();
+  const int ranks = g_.num_ranks();
+  std::uint32_t f = new_flow();
+  scratch_links_.clear();
+  // Which links the collective crosses.
+  int first_node = -1;
+  bool multi_node = false;
+  for (const auto& m : g_.members(col)) {
+    out_.start_ns[m.op] = now;
+    allocate(g_.op(m.op));
+    int node = devices_[m.rank].node;
+    if (first_node < 0) first_node = node;
+    multi_node |= node != first_node;
+  }
+  if (opt_.link_sharing) {
+    const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
+    std::vector<char> node_seen;
+    if (multi_node) node_seen.assign(num_nodes_, 0);
+    for (const auto& m : g_.members(col)) {
+      if (nvlink) {
+        scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * num_nodes_ + m.rank));
+      } else {
+        scratch_links_.push_back(static_cast<std::uint32_t>(2 * m.rank));
+        scratch_links_.push_back(static_cast<std::uint32_t>(2 * m.rank + 1));
+      }
+      if (multi_node) {
+        int node = devices_[m.rank].node;
+        if (!node_seen[node]) {
+          node_seen[node] = 1;
+          scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * node));
+          scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * node + 1));
+        }
+      }
+    }
+  }
+  Flow& fl = flows_[f];
+  fl.op = kNoOp;
+  fl.collective = c;
+  fl.links.assign(scratch_links_.begin(), scratch_links_.end());
+  start_flow(f, collective_seconds(col));
+}
+
+void Replay::complete_op(OpId id) {
+  const Op& op = g_.op(id);
+  out_.end_ns[id] = engine_.now();
+  release(op);
+  const std::uint32_t lane = lane_of(op);
+  busy_[lane] = 0;
+  ++cursor_[lane];
+  ++done_;
+  for (OpId succ : g_.waited_by(id))
+    if (--remaining_[succ] == 0) try_advance(lane_of(g_.op(succ)));
+  try_advance(lane);
+}
+
+// ----- run -----------------------------------------------------------------------------------
+
+// Measure of the intersection of two sorted lists of disjoint intervals.
+Time overlap(const std::vector<std::pair<Time, Time>>& a,
+             const std::vector<std::pair<Time, Time>>& b) {
+  Time total = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    Time lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    if (a[i].second < b[j].second)
+      ++i;
+    else
+      ++j;
+  }
+  return total;
+}
+
+SimResult Replay::run() {
+  const int ranks = g_.num_ranks();
+  const std::size_t n = g_.num_ops();
+  if (ranks != s_.cluster.num_ranks() || ranks != static_cast<int>(plan_.ranks.size()))
+    throw Error("simulate: the graph, plan and cluster disagree on the number of ranks");
+  devices_ = s_.cluster.ranks();
+  num_nodes_ = static_cast<int>(s_.cluster.nodes.size());
+  {
+    std::map<std::pair<std::string, double>, int> classes;
+    for (const auto& d : devices_)
+      device_class_.push_back(classes
+                                  .emplace(std::make_pair(d.slot->spec.name, d.slot->slowdown),
+                                           static_cast<int>(classes.size()))
+                                  .first->second);
+  }
+  remaining_.resize(n);
+  for (const Op& op : g_.ops()) remaining_[op.id] = op.deps_count;
+  const std::size_t lanes = static_cast<std::size_t>(ranks) * traces::kNumStreams;
+  cursor_.assign(lanes, 0);
+  busy_.assign(lanes, 0);
+  arrived_.assign(g_.collectives().size(), 0);
+  out_.start_ns.assign(n, -1);
+  out_.end_ns.assign(n, -1);
+  out_.arrive_ns.assign(n, -1);
+  if (opt_.record_memory) out_.memory.assign(ranks, {});
+  link_flows_.assign(static_cast<std::size_t>(3 * ranks + 2 * num_nodes_), {});
+
+  const costmodels::MemoryConstants constants;
+  const double fraction =
+      opt_.usable_fraction >= 0 ? opt_.usable_fraction : constants.usable_fraction;
+  const double reserve = opt_.reserve_bytes >= 0
+                             ? opt_.reserve_bytes
+                             : constants.cuda_context + (ranks > 1 ? constants.nccl_reserve : 0.0);
+  mem_.resize(ranks);
+  peak_.resize(ranks);
+  capacity_.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    mem_[r] = g_.static_bytes(r) + reserve;
+    peak_[r] = mem_[r];
+    capacity_[r] = devices_[r].slot->spec.memory_bytes * fraction;
+    if (!oom_ && mem_[r] > capacity_[r]) {
+      oom_ = true;
+      oom_detail_ = {r, -1, "sharded training state", mem_[r], capacity_[r], mem_[r]};
+    }
+    record_memory(r);
+  }
+
+  for (std::uint32_t lane = 0; lane < lanes; ++lane) try_advance(lane);
+  engine_.run([&](const Event& e) {
+    if (e.kind == kOpDone)
+      complete_op(e.target);
+    else
+      on_flow_done(e);
+  });
+  if (done_ != n) {
+    for (const Op& op : g_.ops())
+      if (out_.end_ns[op.id] < 0)
+        throw RuntimeFailure("simulation stalled: " + g_.op_name(op.id) + " (op " +
+                             std::to_string(op.id) + ") never completed; " +
+                             std::to_string(n - done_) + " ops left");
+  }
+
+  Time end = 0;
+  for (std::size_t i = 0; i < n; ++i) end = std::max(end, out_.end_ns[i]);
+  out_.iteration_ns = end;
+  traces::IterationReport& rep = out_.report;
+  rep.source = "sim";
+  rep.iteration_time_s = to_seconds(end);
+  const double t = rep.iteration_time_s;
+  rep.samples_per_s = t > 0 ? g_.summary().global_batch / t : 0;
+  rep.tokens_per_s = rep.samples_per_s * g_.summary().sequence_length;
+  double peak_flops = 0;
+  for (const auto& d : devices_) peak_flops += d.slot->spec.peak_flops(s_.job.precision.compute);
+  rep.mfu = t > 0 && peak_flops > 0 ? g_.summary().model_flops_per_iteration / (t * peak_flops) : 0;
+  rep.oom = oom_;
+  if (oom_) rep.oom_detail = oom_detail_;
+  rep.events = engine_.processed();
+
+  std::vector<std::pair<Time, Time>> busy, active;
+  for (int r = 0; r < ranks; ++r) {
+    busy.clear();
+    active.clear();
+    Time compute = 0, comm = 0, active_total = 0;
+    for (OpId id : g_.stream_program(r, Stream::Compute)) {
+      busy.emplace_back(out_.start_ns[id], out_.end_ns[id]);
+      compute += out_.end_ns[id] - out_.start_ns[id];
+    }
+    for (OpId id : g_.stream_program(r, Stream::Comm)) {
+      Time from = out_.arrive_ns[id] >= 0 ? out_.arrive_ns[id] : out_.start_ns[id];
+      active.emplace_back(from, out_.end_ns[id]);
+      active_total += out_.end_ns[id] - from;
+      comm += out_.end_ns[id] - out_.start_ns[id];
+    }
+    const Time both = overlap(busy, active);
+    traces::RankReport rr;
+    rr.rank = r;
+    rr.gpu = devices_[r].slot->spec.name;
+    rr.node = devices_[r].node;
+    rr.compute_s = to_seconds(compute);
+    rr.comm_s = to_seconds(comm);
+    rr.exposed_comm_s = to_seconds(active_total - both);
+    rr.idle_s = to_seconds(end - (compute + active_total - both));
+    rr.peak_memory_bytes = peak_[r];
+    rr.capacity_bytes = capacity_[r];
+    rep.ranks.push_back(rr);
+  }
+  if (opt_.record_ops) {
+    rep.ops.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+      rep.ops.push_back({static_cast<std::uint32_t>(i), to_seconds(out_.start_ns[i]),
+                         to_seconds(out_.end_ns[i])});
+  }
+  return std::move(out_);
+}
+
+}  // namespace
+
+SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario, const Plan& plan,
+                   const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+                   const SimOptions& options) {
+  return Replay(graph, scenario, plan, compute, comm, options).run();
+}
+
+traces::TraceInput trace_input(const SimResult& result, const traces::TrainingGraph& graph,
+                               const Scenario& scenario) {
+  traces::TraceInput in;
+  in.graph = &graph;
+  in.start_ns = &result.start_ns;
+  in.end_ns = &result.end_ns;
+  for (const auto& d : scenario.cluster.ranks())
+    in.rank_labels.push_back(d.slot->spec.name + ", node " + std::to_string(d.node));
+  in.memory = result.memory;
+  in.title = "cephalo simulate: " + scenario.name;
+  return in;
+}
+
+}  // namespace cephalo::sim

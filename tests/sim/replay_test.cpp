@@ -1,0 +1,202 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "../traces/tiny_scenario.hpp"
+#include "cephalo/sim/fixed_models.hpp"
+#include "cephalo/sim/replay.hpp"
+
+namespace cephalo::sim {
+namespace {
+
+using testing::tiny_plan;
+using testing::tiny_scenario;
+using traces::build_training_graph;
+
+// Fixed durations (ms): forward 1, recompute 1, backward 2, optimizer 0.5, all-gather 1,
+// reduce-scatter 1, copy 0.5. The tiny model has 2 layers, so 4 units (embedding, 2 layers,
+// head). The expected times below are worked out by hand in sim/README.md ("hand-computed
+// scenarios").
+struct Fixture {
+  FixedComputeModel compute;
+  FixedCommModel comm;
+  Fixture() {
+    compute.forward_s = 1e-3;
+    compute.backward_s = 2e-3;
+    compute.optimizer_s = 0.5e-3;
+    comm.all_gather_s = 1e-3;
+    comm.reduce_scatter_s = 1e-3;
+    comm.copy_s = 0.5e-3;
+  }
+  SimResult run(int micro_batches, Accumulation acc, bool prefetch, Offload off,
+                bool sharing = false, SimOptions opt = {}) {
+    scenario = tiny_scenario(2, 2, 8);
+    plan = tiny_plan(scenario, micro_batches, acc, prefetch, off);
+    graph = build_training_graph(plan, scenario);
+    opt.link_sharing = sharing;
+    return simulate(graph, scenario, plan, compute, comm, opt);
+  }
+  Scenario scenario;
+  Plan plan;
+  traces::TrainingGraph graph;
+};
+
+Time ms(double v) { return static_cast<Time>(v * 1e6 + 0.5); }
+
+TEST(Replay, LayeredWithoutPrefetchOneMicroBatch) {
+  Fixture f;
+  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::None).iteration_ns, ms(25.5));
+}
+
+TEST(Replay, LayeredWithoutPrefetchTwoMicroBatches) {
+  Fixture f;
+  EXPECT_EQ(f.run(2, Accumulation::Layered, false, Offload::None).iteration_ns, ms(41.5));
+}
+
+TEST(Replay, LayeredWithPrefetchOneMicroBatch) {
+  Fixture f;
+  EXPECT_EQ(f.run(1, Accumulation::Layered, true, Offload::None).iteration_ns, ms(18.5));
+}
+
+TEST(Replay, StandardWithoutPrefetchTwoMicroBatches) {
+  Fixture f;
+  EXPECT_EQ(f.run(2, Accumulation::Standard, false, Offload::None).iteration_ns, ms(49.5));
+}
+
+TEST(Replay, OffloadWithoutPrefetchHidesCopiesWhenLinksAreNotShared) {
+  Fixture f;
+  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::Host).iteration_ns, ms(25.5));
+}
+
+TEST(Replay, OffloadWithPrefetchExposesTheFirstCopyBack) {
+  Fixture f;
+  EXPECT_EQ(f.run(1, Accumulation::Layered, true, Offload::Host).iteration_ns, ms(19.5));
+}
+
+TEST(Replay, CopiesSharingPcieWithGathersSlowBothDown) {
+  Fixture f;
+  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::Host, true).iteration_ns, ms(28.5));
+  // Without copies nothing shares a link, so sharing changes nothing.
+  Fixture g;
+  EXPECT_EQ(g.run(1, Accumulation::Layered, false, Offload::None, true).iteration_ns, ms(25.5));
+}
+
+TEST(Replay, PrefetchAndLayeredBeatTheirAlternatives) {
+  for (int mbs : {1, 2, 4}) {
+    Fixture a, b, c;
+    Time layered = a.run(mbs, Accumulation::Layered, true, Offload::None).iteration_ns;
+    Time standard = b.run(mbs, Accumulation::Standard, true, Offload::None).iteration_ns;
+    Time no_prefetch = c.run(mbs, Accumulation::Layered, false, Offload::None).iteration_ns;
+    EXPECT_LE(layered, standard) << mbs;
+    EXPECT_LT(layered, no_prefetch) << mbs;
+    if (mbs > 1) {
+      EXPECT_LT(layered, standard) << mbs;
+    }
+  }
+}
+
+TEST(Replay, PerRankBreakdownAddsUp) {
+  Fixture f;
+  SimResult r = f.run(2, Accumulation::Layered, false, Offload::None);
+  ASSERT_EQ(r.report.ranks.size(), 2u);
+  for (const auto& k : r.report.ranks) {
+    // Compute: 4 units × 2 micro-batches × (F 1 + RC 1 + B 2) + OPT 0.5 = 32.5 ms.
+    EXPECT_NEAR(k.compute_s, 32.5e-3, 1e-12);
+    // 8 gathers + 4 reduce-scatters of 1 ms each.
+    EXPECT_NEAR(k.comm_s, 12e-3, 1e-12);
+    // Without prefetch every gather is exposed; the reduce-scatters overlap compute except
+    // the last one (8 + 1 = 9 ms).
+    EXPECT_NEAR(k.exposed_comm_s, 9e-3, 1e-12);
+    EXPECT_NEAR(k.compute_s + k.exposed_comm_s + k.idle_s, r.report.iteration_time_s, 1e-12);
+  }
+  EXPECT_NEAR(r.report.samples_per_s, 8 / 41.5e-3, 1e-9);
+  EXPECT_NEAR(r.report.tokens_per_s, 8 * 128 / 41.5e-3, 1e-6);
+  EXPECT_GT(r.report.mfu, 0);
+}
+
+TEST(Replay, TwoRunsGiveByteIdenticalJsonWhateverTheQueue) {
+  std::string first;
+  for (const auto& q : event_queue_names())
+    for (int i = 0; i < 2; ++i) {
+      Fixture f;
+      SimOptions o;
+      o.record_ops = true;
+      o.queue = q;
+      SimResult r = f.run(3, Accumulation::Layered, true, Offload::Host, true, o);
+      std::string json = traces::render_json(r.report);
+      if (first.empty()) first = json;
+      EXPECT_EQ(json, first) << q;
+    }
+  EXPECT_NE(first.find("\"ops\""), std::string::npos);
+}
+
+TEST(Replay, OverCapacityNamesTheRankOpAndBytes) {
+  Fixture probe;
+  SimOptions o;
+  o.reserve_bytes = 0;
+  SimResult fits = probe.run(2, Accumulation::Layered, true, Offload::None, false, o);
+  ASSERT_FALSE(fits.report.oom);
+  const double peak1 = fits.report.ranks[1].peak_memory_bytes;
+
+  Scenario s = tiny_scenario(2, 2, 8);
+  s.cluster.nodes[0].devices[1].spec.memory_bytes = peak1 - 1;  // rank 1 misses by one byte
+  Plan p = tiny_plan(s, 2, Accumulation::Layered, true, Offload::None);
+  auto g = build_training_graph(p, s);
+  SimResult r = simulate(g, s, p, probe.compute, probe.comm, o);
+  ASSERT_TRUE(r.report.oom);
+  ASSERT_TRUE(r.report.oom_detail.has_value());
+  EXPECT_EQ(r.report.oom_detail->rank, 1);
+  ASSERT_GE(r.report.oom_detail->op, 0);
+  EXPECT_EQ(g.op(static_cast<traces::OpId>(r.report.oom_detail->op)).rank, 1);
+  EXPECT_DOUBLE_EQ(r.report.oom_detail->bytes, peak1);
+  EXPECT_DOUBLE_EQ(r.report.oom_detail->capacity_bytes, peak1 - 1);
+  Json j = traces::to_json(r.report);
+  EXPECT_TRUE(j["oom"].get<bool>());
+  EXPECT_EQ(j["oom_detail"]["rank"], 1);
+}
+
+TEST(Replay, OffloadLowersPeakMemory) {
+  Fixture a, b;
+  SimResult none = a.run(4, Accumulation::Layered, true, Offload::None);
+  SimResult host = b.run(4, Accumulation::Layered, true, Offload::Host);
+  EXPECT_LT(host.report.ranks[0].peak_memory_bytes, none.report.ranks[0].peak_memory_bytes);
+}
+
+TEST(ChromeTraceOfASimulation, IsValidJsonWithNamedRanksAndNonOverlappingLanes) {
+  Fixture f;
+  SimOptions o;
+  o.record_memory = true;
+  SimResult r = f.run(2, Accumulation::Layered, true, Offload::Host, true, o);
+  Json trace = Json::parse(traces::render_chrome_trace(trace_input(r, f.graph, f.scenario)));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::map<int, std::string> process_names;
+  std::map<std::pair<int, int>, std::vector<std::pair<Time, Time>>> lanes;
+  int counters = 0;
+  for (const Json& e : trace["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "process_name") process_names[e["pid"]] = e["args"]["name"];
+    if (ph == "C") {
+      ++counters;
+      EXPECT_TRUE(e["args"].contains("bytes"));
+    }
+    if (ph == "X") {
+      // ts/dur are µs with 3 decimals: back to integer ns exactly.
+      Time ts = static_cast<Time>(e["ts"].get<double>() * 1000 + 0.5);
+      Time dur = static_cast<Time>(e["dur"].get<double>() * 1000 + 0.5);
+      lanes[{e["pid"], e["tid"]}].emplace_back(ts, ts + dur);
+      EXPECT_TRUE(e["args"].contains("op"));
+    }
+  }
+  ASSERT_EQ(process_names.size(), 2u);
+  EXPECT_EQ(process_names[1], "rank 1 (TinyGPU, node 0)");
+  EXPECT_GT(counters, 10);
+  EXPECT_GE(lanes.size(), 6u);  // compute + comm on both ranks, copies too
+  for (auto& [lane, spans] : lanes) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first) << "lane " << lane.first << "/" << lane.second;
+  }
+}
+
+}  // namespace
+}  // namespace cephalo::sim
