@@ -671,11 +671,10 @@ class CudaDevice final : public backend::Device {
 std::unique_ptr<backend::Device> make_cuda_device(const CudaDeviceOptions& options) {
   std::string why;
   const int count = device_count(&why);
-  if (count == 0)
-    throw RuntimeFailure("--device cuda: no CUDA device is usable on this machine (" + why + ")");
+  if (count == 0) throw RuntimeFailure("no CUDA device is usable on this machine (" + why + ")");
   if (options.device < 0 || options.device >= count)
-    throw RuntimeFailure("--device cuda: device " + std::to_string(options.device) +
-                         " requested but only " + std::to_string(count) + " visible");
+    throw RuntimeFailure("CUDA device " + std::to_string(options.device) + " requested but only " +
+                         std::to_string(count) + " visible");
   CEPHALO_CUDA_CHECK(cudaSetDevice(options.device));
   return std::make_unique<CudaDevice>(options);
 }

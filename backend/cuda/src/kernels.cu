@@ -464,6 +464,19 @@ __global__ void sum_kernel(const float* x, std::size_t n, float* out) {
   }
 }
 
+template <typename T>
+__global__ void fill_uniform_kernel(T* x, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 bits in [0, 1)
+    store(x, i, lo + (hi - lo) * u);
+  }
+}
+
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
@@ -767,6 +780,17 @@ void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t
 
 void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream) {
   sum_kernel<<<1, 1024, 0, stream>>>(x, n, out);
+  CEPHALO_CUDA_CHECK_LAUNCH();
+}
+
+void fill_uniform(void* x, std::size_t n, std::uint64_t seed, float lo, float hi, Dtype dtype,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    fill_uniform_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, seed, lo, hi);
+  });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 

@@ -123,6 +123,10 @@ void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream);
 // Spins on the device for about `cycles` clock cycles: tests use it to make a producer kernel
 // slow so that a copy that ignored event ordering would read stale data.
 void spin(long long cycles, cudaStream_t stream);
+// Counter-based uniform random values in [lo, hi) (splitmix64 of seed + index): initialises
+// large parameter buffers on the device without a host round trip. Deterministic per seed.
+void fill_uniform(void* x, std::size_t n, std::uint64_t seed, float lo, float hi, Dtype dtype,
+                  cudaStream_t stream);
 // Fills `n` elements with a value (poisoning outputs before tests).
 void fill(void* x, float value, std::size_t n, Dtype dtype, cudaStream_t stream);
 
