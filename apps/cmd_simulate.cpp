@@ -1,0 +1,84 @@
+// `cephalo simulate --scenario F --plan P [--trace out.json] [--json] [--ops]`
+// Builds the plan's TrainingGraph, replays it on the scenario's modelled cluster with the cost
+// models, prints the SimResult (table, or JSON with --json) and optionally writes a Chrome
+// trace that opens in Perfetto.
+#include <chrono>
+#include <iostream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+#include "commands.hpp"
+
+namespace cephalo::cli {
+
+void add_simulate_command(CLI::App& app) {
+  struct Args {
+    std::string scenario, plan, trace, compute_model = "auto", queue = "binary-heap";
+    bool json = false, ops = false, no_link_sharing = false;
+  };
+  static Args a;
+  auto* cmd = app.add_subcommand(
+      "simulate", "Replay one training iteration of a plan on the scenario's modelled cluster");
+  cmd->add_option("--scenario", a.scenario, "Scenario file")->required();
+  cmd->add_option("--plan", a.plan, "Plan file")->required();
+  cmd->add_option("--trace", a.trace, "Write a Chrome/Perfetto trace JSON here");
+  cmd->add_flag("--json", a.json, "Print the SimResult as JSON instead of a table");
+  cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
+  cmd->add_option("--compute-model", a.compute_model,
+                  "Compute model source: auto, profile, calibrated, roofline")
+      ->capture_default_str();
+  cmd->add_flag("--no-link-sharing", a.no_link_sharing,
+                "Give every transfer its isolated time (no bandwidth sharing on links)");
+  cmd->add_option("--queue", a.queue, "Event queue: binary-heap or pairing-heap")
+      ->capture_default_str();
+  cmd->callback([] {
+    Scenario scenario = costmodels::load_scenario(a.scenario);
+    Plan plan = load_plan(a.plan);
+    validate_plan_for(plan, scenario, a.plan);
+    auto models = costmodels::make_cost_models(scenario, a.compute_model);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);
+    sim::SimOptions options;
+    options.record_ops = a.ops;
+    options.record_memory = !a.trace.empty();
+    options.link_sharing = !a.no_link_sharing;
+    options.queue = a.queue;
+    sim::SimResult result =
+        sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cerr << "simulated " << graph.num_ops() << " ops, " << result.report.events
+              << " events in " << wall << " s\n";
+
+    if (!a.trace.empty()) {
+      traces::write_chrome_trace(a.trace, sim::trace_input(result, graph, scenario));
+      std::cerr << "wrote trace " << a.trace << "\n";
+    }
+    if (a.json) {
+      std::cout << traces::render_json(result.report);
+    } else {
+      std::cout << "scenario " << scenario.name << ", plan " << a.plan << " ("
+                << to_string(plan.accumulation) << " accumulation, offload "
+                << to_string(plan.offload) << ", prefetch " << (plan.prefetch ? "on" : "off")
+                << ", compute model " << models.compute->name() << ")\n\n"
+                << traces::render_table(result.report);
+      if (a.ops) {
+        TextTable t({"op", "name", "start", "end"});
+        t.set_align(1, TextTable::Align::Left);
+        for (const auto& o : result.report.ops)
+          t.add_row({std::to_string(o.id), graph.op_name(o.id), fixed(o.start_s * 1e3, 3) + " ms",
+                     fixed(o.end_s * 1e3, 3) + " ms"});
+        std::cout << "\n" << t.render();
+      }
+    }
+  });
+}
+
+}  // namespace cephalo::cli
