@@ -1,0 +1,208 @@
+// Simulator benchmarks (issue 4 targets; results in bench/README.md):
+//   * event queue, hold model, population 10^4: >= 10 M events/s on one core;
+//   * replay of 64 GPUs x 32 layers x 4 micro-batches: <= 50 ms per simulated iteration;
+//   * replay of 1024 GPUs x 96 layers x 8 micro-batches: <= 2 s and <= 2 GiB resident.
+// Graph building and replay are reported separately and together; the cost models are the
+// real analytic ones (roofline compute, alpha-beta comm) on a mixed A100/L4 cluster.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/event_queue.hpp"
+#include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace {
+
+using namespace cephalo;
+
+// ----- hold model ----------------------------------------------------------------------------
+
+// The classic hold model: a queue of N pending events; each step pops the earliest and pushes
+// one at (its time + a random increment). Increments come from a precomputed table so the
+// random number generator is not what is measured.
+template <class Queue>
+void BM_HoldModel(benchmark::State& state) {
+  const std::size_t population = static_cast<std::size_t>(state.range(0));
+  std::vector<sim::Time> increments(1 << 16);
+  std::uint64_t x = 88172645463325252ull;
+  for (auto& inc : increments) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    inc = static_cast<sim::Time>(x % 1000000);  // up to 1 ms in ns
+  }
+  Queue queue;
+  std::uint64_t seq = 0;
+  for (std::size_t i = 0; i < population; ++i)
+    queue.push({increments[i & 0xffff], seq++, 0, static_cast<std::uint32_t>(i), 0});
+  std::size_t k = 0;
+  for (auto _ : state) {
+    sim::Event e = queue.pop();
+    e.time += increments[k++ & 0xffff];
+    e.seq = seq++;
+    queue.push(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["population"] = static_cast<double>(queue.size());
+}
+BENCHMARK_TEMPLATE(BM_HoldModel, sim::BinaryHeapQueue)->Arg(10000);
+BENCHMARK_TEMPLATE(BM_HoldModel, sim::PairingHeapQueue)->Arg(10000);
+
+// The same through the virtual EventQueue interface, as the replay uses it.
+void BM_HoldModelVirtual(benchmark::State& state) {
+  auto queue = sim::make_event_queue(state.range(1) == 0 ? "binary-heap" : "pairing-heap");
+  std::uint64_t seq = 0, x = 88172645463325252ull;
+  for (int i = 0; i < state.range(0); ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    queue->push({static_cast<sim::Time>(x % 1000000), seq++, 0, 0, 0});
+  }
+  for (auto _ : state) {
+    sim::Event e = queue->pop();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    e.time += static_cast<sim::Time>(x % 1000000);
+    e.seq = seq++;
+    queue->push(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(queue->name());
+}
+BENCHMARK(BM_HoldModelVirtual)->Args({10000, 0})->Args({10000, 1});
+
+// ----- replay at scale -----------------------------------------------------------------------
+
+struct Setup {
+  Scenario scenario;
+  Plan plan;
+  costmodels::CostModels models;
+};
+
+// `gpus` devices in nodes of 8: even nodes A100-80GB with NVLink, odd nodes L4 over PCIe,
+// 100 Gbit/s NICs; a GPT-style model of `layers` layers (hidden 4096); every rank runs
+// `micro_batches` micro-batches of one sample of 2048 tokens, even shares.
+std::unique_ptr<Setup> make_setup(int gpus, int layers, int micro_batches, Accumulation acc) {
+  auto s = std::make_unique<Setup>();
+  const auto& catalog = costmodels::GpuCatalog::builtin();
+  Scenario& sc = s->scenario;
+  sc.name = "bench-" + std::to_string(gpus);
+  sc.cluster.name = sc.name;
+  for (int n = 0; n < (gpus + 7) / 8; ++n) {
+    Node node;
+    node.name = "node" + std::to_string(n);
+    const bool a100 = n % 2 == 0;
+    node.intra_link = a100 ? LinkSpec{"nvlink", 300e9, 3e-6} : LinkSpec{"pcie", 25e9, 5e-6};
+    node.nic = LinkSpec{"infiniband", 12.5e9, 5e-6};
+    for (int g = 0; g < 8 && n * 8 + g < gpus; ++g) {
+      DeviceSlot slot;
+      slot.type = a100 ? "a100-80gb" : "l4";
+      slot.spec = catalog.get(a100 ? "A100-80GB" : "L4");
+      node.devices.push_back(slot);
+    }
+    sc.cluster.nodes.push_back(node);
+  }
+  ModelSpec& m = sc.job.model;
+  m.name = "bench-gpt";
+  m.num_layers = layers;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 32;
+  m.ffn_hidden = 16384;
+  m.vocab_size = 50304;
+  m.max_positions = 2048;
+  sc.job.model_name = m.name;
+  sc.job.sequence_length = 2048;
+  sc.job.global_batch = gpus * micro_batches;
+  Plan& p = s->plan;
+  p.scenario = sc.name;
+  p.accumulation = acc;
+  for (int r = 0; r < gpus; ++r) {
+    PlanRank pr;
+    pr.rank = r;
+    pr.node = r / 8;
+    pr.gpu = (r / 8) % 2 == 0 ? "a100-80gb" : "l4";
+    pr.batch = micro_batches;
+    pr.micro_batch = 1;
+    pr.micro_batches = micro_batches;
+    pr.state_share = 1.0 / gpus;
+    p.ranks.push_back(pr);
+  }
+  s->models = costmodels::make_cost_models(sc, "roofline");
+  return s;
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
+
+void BM_BuildGraph(benchmark::State& state) {
+  auto s = make_setup(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                      static_cast<int>(state.range(2)), Accumulation::Layered);
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    auto g = traces::build_training_graph(s->plan, s->scenario);
+    ops = g.num_ops();
+    benchmark::DoNotOptimize(g);
+  }
+  state.counters["ops"] = static_cast<double>(ops);
+  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+}
+
+void BM_Replay(benchmark::State& state) {
+  auto s = make_setup(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                      static_cast<int>(state.range(2)), Accumulation::Layered);
+  auto g = traces::build_training_graph(s->plan, s->scenario);
+  std::uint64_t events = 0;
+  double simulated = 0;
+  for (auto _ : state) {
+    auto r = sim::simulate(g, s->scenario, s->plan, *s->models.compute, *s->models.comm);
+    events = r.report.events;
+    simulated = r.report.iteration_time_s;
+  }
+  state.counters["ops"] = static_cast<double>(g.num_ops());
+  state.counters["events"] = static_cast<double>(events);
+  state.counters["events_per_s"] = benchmark::Counter(
+      static_cast<double>(events), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["simulated_s"] = simulated;
+  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+}
+
+// Build + replay: what scoring one candidate plan costs.
+void BM_BuildAndReplay(benchmark::State& state) {
+  auto s = make_setup(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                      static_cast<int>(state.range(2)),
+                      state.range(3) == 0 ? Accumulation::Layered : Accumulation::Standard);
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    auto g = traces::build_training_graph(s->plan, s->scenario);
+    auto r = sim::simulate(g, s->scenario, s->plan, *s->models.compute, *s->models.comm);
+    ops = g.num_ops();
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["ops"] = static_cast<double>(ops);
+  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+}
+
+BENCHMARK(BM_BuildGraph)->Args({64, 32, 4})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Replay)->Args({64, 32, 4})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BuildAndReplay)
+    ->Args({64, 32, 4, 0})
+    ->Args({64, 32, 4, 1})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BuildGraph)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
+BENCHMARK(BM_Replay)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
+BENCHMARK(BM_BuildAndReplay)->Args({1024, 96, 8, 0})->Unit(benchmark::kMillisecond)->Iterations(2);
+
+}  // namespace
+
+BENCHMARK_MAIN();
