@@ -56,10 +56,20 @@ std::vector<Group> group_ranks(const OptimalProblem& p) {
   return groups;
 }
 
-// A group's view of one compute bound τ: per micro-batch size the largest batch within τ.
+// A group's view of one compute bound τ.
 struct GroupAtTau {
-  std::vector<int> time_cap;  // [m]: largest b ≤ B with t(b, m) ≤ τ (0 when none)
-  int cap = 0;                // c: largest b with a configuration in time and memory (share 0)
+  const OptimalRankModel* model = nullptr;
+  std::size_t group = 0;
+  double tau = 0;
+  int cap = 0;  // c: largest b with a configuration in time and memory (share 0)
+};
+
+// Per batch b, the configurations that matter: sorted by time, each leaner in working memory
+// than every faster one (the (t, w) Pareto staircase over micro-batch sizes). The leanest
+// configuration within τ is then one binary search away.
+struct Frontier {
+  std::vector<double> time;
+  std::vector<double> working;
 };
 
 class Solver {
@@ -68,6 +78,22 @@ class Solver {
     n_ = static_cast<int>(p.ranks.size());
     batch_ = p.global_batch;
     max_rank_batch_ = batch_ - (n_ - 1);
+    frontiers_.resize(groups_.size());
+    batch_limit_.resize(groups_.size());
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+      // No configuration holds more samples than the activations of the leanest one allow.
+      const auto& r = groups_[gi].model;
+      int limit = max_rank_batch_;
+      if (r.bytes_per_sample > 0 && r.max_micro_batch() >= 1) {
+        const double free = r.usable_bytes - r.fixed_bytes - r.working_bytes[1];
+        limit =
+            free < 0
+                ? 0
+                : static_cast<int>(std::min<double>(limit, std::floor(free / r.bytes_per_sample)));
+      }
+      batch_limit_[gi] = limit;
+      frontiers_[gi].resize(limit + 1);
+    }
   }
 
   OptimalSolution solve();
@@ -75,44 +101,65 @@ class Solver {
  private:
   double comm(double sigma) const { return p_.comm_seconds ? p_.comm_seconds(sigma) : 0.0; }
 
-  GroupAtTau at_tau(const OptimalRankModel& r, double tau) const {
-    GroupAtTau g;
-    const int mmax = r.max_micro_batch();
-    g.time_cap.assign(mmax + 1, 0);
-    for (int m = 1; m <= mmax; ++m) {
-      // t(b, m) is nondecreasing in b: binary search the largest b within τ.
-      int lo = 0, hi = max_rank_batch_;
-      if (optimal_compute_time(r, 1, m) > tau) continue;
-      lo = 1;
-      while (lo < hi) {
-        const int mid = lo + (hi - lo + 1) / 2;
-        if (optimal_compute_time(r, mid, m) <= tau)
-          lo = mid;
-        else
-          hi = mid - 1;
+  const Frontier& frontier(std::size_t gi, int b) {
+    Frontier& f = frontiers_[gi][b];
+    if (!f.time.empty()) return f;
+    const auto& r = groups_[gi].model;
+    std::vector<std::pair<double, double>> all;
+    const int top = std::min(r.max_micro_batch(), b);
+    for (int m = 1; m <= top; ++m)
+      all.emplace_back(optimal_compute_time(r, b, m), r.working_bytes[m]);
+    std::sort(all.begin(), all.end());
+    double lean = kInf;
+    for (const auto& [t, w] : all) {
+      if (w < lean) {
+        f.time.push_back(t);
+        f.working.push_back(w);
+        lean = w;
       }
-      g.time_cap[m] = lo;
-      // Memory with no state: fixed + w(m) + a·b ≤ U.
-      const double free = r.usable_bytes - r.fixed_bytes - r.working_bytes[m];
-      if (free < 0) continue;
-      int mem_cap = lo;
-      if (r.bytes_per_sample > 0)
-        mem_cap = static_cast<int>(std::min<double>(lo, std::floor(free / r.bytes_per_sample)));
-      g.cap = std::max(g.cap, mem_cap);
     }
+    return f;
+  }
+
+  // Working bytes of the leanest configuration within τ at batch b (+inf when none).
+  double leanest(std::size_t gi, int b, double tau) {
+    const Frontier& f = frontier(gi, b);
+    const auto it = std::upper_bound(f.time.begin(), f.time.end(), tau);
+    if (it == f.time.begin()) return kInf;
+    return f.working[static_cast<std::size_t>(it - f.time.begin()) - 1];
+  }
+
+  double room_of(std::size_t gi, int b, double tau) {
+    const auto& r = groups_[gi].model;
+    if (b > batch_limit_[gi]) return -kInf;
+    const double w = leanest(gi, b, tau);
+    if (w == kInf) return -kInf;
+    const double bytes = r.usable_bytes - r.fixed_bytes - w - r.bytes_per_sample * b;
+    if (p_.state_bytes <= 0) return bytes >= 0 ? kInf : -kInf;
+    return bytes / p_.state_bytes;
+  }
+
+  GroupAtTau at_tau(std::size_t gi, double tau) {
+    GroupAtTau g;
+    g.model = &groups_[gi].model;
+    g.group = gi;
+    g.tau = tau;
+    // R(b) is nonincreasing in b: binary search the largest b with R ≥ 0.
+    if (batch_limit_[gi] < 1 || room_of(gi, 1, tau) < 0) return g;
+    int lo = 1, hi = batch_limit_[gi];
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (room_of(gi, mid, tau) >= 0)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    g.cap = lo;
     return g;
   }
 
   // R(b) in shares (may be negative): the most room over the configurations within τ.
-  double room(const OptimalRankModel& r, const GroupAtTau& g, int b) const {
-    double best_w = kInf;
-    for (int m = 1; m < static_cast<int>(g.time_cap.size()); ++m)
-      if (g.time_cap[m] >= b) best_w = std::min(best_w, r.working_bytes[m]);
-    if (best_w == kInf) return -kInf;
-    const double bytes = r.usable_bytes - r.fixed_bytes - best_w - r.bytes_per_sample * b;
-    if (p_.state_bytes <= 0) return bytes >= 0 ? kInf : -kInf;
-    return bytes / p_.state_bytes;
-  }
+  double room(const GroupAtTau& g, int b) { return room_of(g.group, b, g.tau); }
 
   // Feasibility of (τ, σ); fills `batches` (per rank) when asked and feasible.
   bool feasible(double tau, double sigma, std::vector<int>* batches);
@@ -124,6 +171,8 @@ class Solver {
 
   const OptimalProblem& p_;
   std::vector<Group> groups_;
+  std::vector<std::vector<Frontier>> frontiers_;  // [group][b], filled on first use
+  std::vector<int> batch_limit_;
   int n_ = 0;
   int batch_ = 0;
   int max_rank_batch_ = 0;
@@ -153,12 +202,12 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
   double cap_sum = 0, room_at_one = 0, room_at_cap = 0;
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
     const auto& g = groups_[gi];
-    at[gi] = at_tau(g.model, tau);
+    at[gi] = at_tau(gi, tau);
     if (at[gi].cap < 1) return false;
     const double count = static_cast<double>(g.ranks.size());
     cap_sum += count * at[gi].cap;
-    room_at_one += count * std::min(sigma, room(g.model, at[gi], 1));
-    room_at_cap += count * std::min(sigma, room(g.model, at[gi], at[gi].cap));
+    room_at_one += count * std::min(sigma, room(at[gi], 1));
+    room_at_cap += count * std::min(sigma, room(at[gi], at[gi].cap));
   }
   if (cap_sum < batch_ || room_at_one < 1 - kCoverTolerance) return false;
   if (room_at_cap >= 1 - kCoverTolerance) {
@@ -177,8 +226,7 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
         const auto& g = groups_[group_of[r]];
         double best = kInf;
         for (int m = 1; m <= g.model.max_micro_batch(); ++m)
-          if (at[group_of[r]].time_cap[m] >= b)
-            best = std::min(best, optimal_compute_time(g.model, b, m));
+          best = std::min(best, optimal_compute_time(g.model, b, m));
         return best;
       };
       for (int r = 0; r < n_; ++r) heap.emplace(best_time(r, (*batches)[r]), r);
@@ -208,7 +256,7 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
     gain[gi].assign(at[gi].cap + 1, -kInf);
     for (int b = 1; b <= at[gi].cap; ++b) {
-      const double rr = room(groups_[gi].model, at[gi], b);
+      const double rr = room(at[gi], b);
       gain[gi][b] = rr < 0 ? -kInf : std::min(sigma, rr);
     }
   }
@@ -252,10 +300,9 @@ OptimalSolution Solver::build(double tau, double sigma) {
   for (std::size_t gi = 0; gi < groups_.size(); ++gi)
     for (int r : groups_[gi].ranks) group_of[r] = static_cast<int>(gi);
   std::vector<GroupAtTau> at(groups_.size());
-  for (std::size_t gi = 0; gi < groups_.size(); ++gi) at[gi] = at_tau(groups_[gi].model, tau);
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) at[gi] = at_tau(gi, tau);
   std::vector<double> rooms(n_);
-  for (int r = 0; r < n_; ++r)
-    rooms[r] = std::min(sigma, room(groups_[group_of[r]].model, at[group_of[r]], batches[r]));
+  for (int r = 0; r < n_; ++r) rooms[r] = std::min(sigma, room(at[group_of[r]], batches[r]));
   std::vector<double> shares = water_fill_shares(rooms);
   OptimalSolution sol;
   sol.ranks.resize(n_);
@@ -267,7 +314,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
     // The fastest configuration within τ whose memory holds the share.
     double best_t = kInf, best_w = kInf;
     for (int m = 1; m <= model.max_micro_batch(); ++m) {
-      if (at[group_of[r]].time_cap[m] < c.batch) continue;
+      if (optimal_compute_time(model, c.batch, m) > tau) continue;
       const double mem = optimal_memory(model, c.batch, m, c.share, p_.state_bytes);
       if (mem > model.usable_bytes * (1 + 1e-12)) continue;
       const double t = optimal_compute_time(model, c.batch, m);
@@ -280,7 +327,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
     if (c.micro_batch == 0) {
       // Only reachable through rounding of the shares: take the leanest configuration in time.
       for (int m = 1; m <= model.max_micro_batch(); ++m)
-        if (at[group_of[r]].time_cap[m] >= c.batch &&
+        if (optimal_compute_time(model, c.batch, m) <= tau &&
             (c.micro_batch == 0 || model.working_bytes[m] < model.working_bytes[c.micro_batch]))
           c.micro_batch = std::min(m, c.batch);
       best_t = optimal_compute_time(model, c.batch, c.micro_batch);
@@ -319,8 +366,9 @@ OptimalSolution Solver::solve() {
   // Diagnose what cannot fit even with unlimited time, to explain infeasibility.
   const double huge = 1e12;
   double room_one = 0, cap_total = 0;
-  for (const auto& g : groups_) {
-    const auto at = at_tau(g.model, huge);
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    const auto& g = groups_[gi];
+    const auto at = at_tau(gi, huge);
     const double count = static_cast<double>(g.ranks.size());
     if (at.cap < 1) {
       const double need = g.model.fixed_bytes + g.model.working_bytes[1] + g.model.bytes_per_sample;
@@ -332,7 +380,7 @@ OptimalSolution Solver::solve() {
       throw InfeasibleError(msg.str());
     }
     cap_total += count * at.cap;
-    room_one += count * std::min(1.0, room(g.model, at, 1));
+    room_one += count * std::min(1.0, room(at, 1));
   }
   if (room_one < 1 - kCoverTolerance) {
     std::ostringstream msg;
