@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -677,6 +678,19 @@ std::unique_ptr<backend::Device> make_cuda_device(const CudaDeviceOptions& optio
                          std::to_string(count) + " visible");
   CEPHALO_CUDA_CHECK(cudaSetDevice(options.device));
   return std::make_unique<CudaDevice>(options);
+}
+
+int local_device_index() {
+  int local = 0;
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  }
+  const int count = device_count();
+  return count > 0 && local >= 0 ? local % count : 0;
 }
 
 cudaStream_t native_stream(backend::Stream& stream) {

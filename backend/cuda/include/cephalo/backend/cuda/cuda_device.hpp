@@ -22,6 +22,11 @@ struct CudaDeviceOptions {
 // with a clear message and exit code 4.
 std::unique_ptr<backend::Device> make_cuda_device(const CudaDeviceOptions& options = {});
 
+// The device this process should use when one process runs per GPU: the launcher's node-local
+// rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID) modulo the
+// visible device count; 0 when no launcher says. Never throws.
+int local_device_index();
+
 // The cudaStream_t behind a stream of a CUDA device; RuntimeFailure for any other stream
 // (e.g. a CPU stream handed to the NCCL communicator by mistake).
 cudaStream_t native_stream(backend::Stream& stream);
