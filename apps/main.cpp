@@ -14,7 +14,6 @@ int main(int argc, char** argv) {
   cli::add_describe_command(app);
   cli::add_validate_command(app);
   cli::add_simulate_command(app);
-  cli::add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
