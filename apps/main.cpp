@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cephalo 0.1.0"));
   cli::add_describe_command(app);
   cli::add_validate_command(app);
+  cli::add_predict_command(app);
   cli::add_simulate_command(app);
   try {
     app.parse(argc, argv);

@@ -27,29 +27,33 @@ PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, in
       case OpClass::Gemm:
         f.forward[0] += op.forward_flops / peak;
         f.backward[0] += op.backward_flops / peak;
+        f.forward[3] += op.forward_bytes / bw;
+        f.backward[3] += op.backward_bytes / bw;
         break;
       case OpClass::Attention:
         f.forward[1] += op.forward_flops / peak;
         f.backward[1] += op.backward_flops / peak;
+        f.forward[3] += op.forward_bytes / bw;
+        f.backward[3] += op.backward_bytes / bw;
         break;
       case OpClass::Memory:
         f.forward[2] += op.forward_bytes / bw;
         f.backward[2] += op.backward_bytes / bw;
         break;
     }
-    f.forward[3] += op.forward_kernels * 1e-6;
-    f.backward[3] += op.backward_kernels * 1e-6;
+    f.forward[4] += op.forward_kernels * 1e-6;
+    f.backward[4] += op.backward_kernels * 1e-6;
   }
   return f;
 }
 
 OpFeatures Efficiency::coefficients() const {
-  return {1.0 / gemm, 1.0 / attention, 1.0 / memory, kernel_overhead_us};
+  return {1.0 / gemm, 1.0 / attention, 1.0 / memory, 0.0, kernel_overhead_us};
 }
 
 Efficiency Efficiency::from_coefficients(const OpFeatures& t) {
   auto inv = [](double x) { return x > 0 ? 1.0 / x : 1e9; };
-  return {inv(t[0]), inv(t[1]), inv(t[2]), t[3]};
+  return {inv(t[0]), inv(t[1]), inv(t[2]), t[4]};
 }
 
 ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const Job& job, int unit,

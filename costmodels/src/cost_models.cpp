@@ -1,8 +1,12 @@
 #include "cephalo/costmodels/cost_models.hpp"
 
+#include <algorithm>
+
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/profile_compute.hpp"
 
 namespace cephalo::costmodels {
 
@@ -11,14 +15,105 @@ const std::vector<std::string>& compute_sources() {
   return names;
 }
 
+namespace {
+
+// Per device: the calibrated model for GPUs, the roofline for CPU devices (no GPU profile can
+// say anything about a CPU core).
+class ByDeviceKind : public ComputeModel {
+ public:
+  ByDeviceKind(std::shared_ptr<const ComputeModel> gpu, std::shared_ptr<const ComputeModel> cpu)
+      : gpu_(std::move(gpu)), cpu_(std::move(cpu)) {}
+  ComputeEstimate unit_time(const DeviceSpec& d, const Job& j, int u, ComputePhase p,
+                            int m) const override {
+    return (d.kind == "cpu" ? cpu_ : gpu_)->unit_time(d, j, u, p, m);
+  }
+  ComputeEstimate optimizer_time(const DeviceSpec& d, const Job& j, double n) const override {
+    return (d.kind == "cpu" ? cpu_ : gpu_)->optimizer_time(d, j, n);
+  }
+  std::string name() const override { return gpu_->name(); }
+
+ private:
+  std::shared_ptr<const ComputeModel> gpu_, cpu_;
+};
+
+enum class CalibrationKind { LayerProfile, CollectiveSweep, MemoryProfile, Unknown };
+
+CalibrationKind classify(const Json& j) {
+  if (!j.is_object()) return CalibrationKind::Unknown;
+  if (j.contains("format")) {
+    if (j["format"] == "cephalo-profile") return CalibrationKind::LayerProfile;
+    if (j["format"] == "cephalo-collective-sweep") return CalibrationKind::CollectiveSweep;
+    return CalibrationKind::Unknown;
+  }
+  for (auto& [k, v] : j.items())
+    for (auto& [k2, v2] : v.items())
+      if (v2.is_object() && v2.contains("profiled_compute_memory"))
+        return CalibrationKind::MemoryProfile;
+  return CalibrationKind::LayerProfile;  // Cephalo model_latencies.json layout
+}
+
+}  // namespace
+
 CostModels make_cost_models(const Scenario& scenario, const std::string& source) {
   const auto& names = compute_sources();
   if (std::find(names.begin(), names.end(), source) == names.end())
     throw NotFoundError("cost-model source", source, names);
-  (void)scenario;
+
+  auto tables = std::make_shared<ProfileTables>(ProfileTables::builtin());
+  bool extra_profiles = false;
+  std::vector<SweepPoint> sweep;
+  for (const auto& file : scenario.calibration) {
+    Json j = read_json_file(file);
+    switch (classify(j)) {
+      case CalibrationKind::LayerProfile:
+        tables->merge(ProfileTables::load(file));
+        extra_profiles = true;
+        break;
+      case CalibrationKind::CollectiveSweep: {
+        auto points = load_collective_sweep(file);
+        sweep.insert(sweep.end(), points.begin(), points.end());
+        break;
+      }
+      case CalibrationKind::MemoryProfile:
+        break;  // read by the planner's memory lookups
+      case CalibrationKind::Unknown:
+        throw ValidationError(file.string(), "format", brief(j.value("format", Json())),
+                              "\"cephalo-profile\", \"cephalo-collective-sweep\" or a Cephalo "
+                              "model_latencies/model_memory file");
+    }
+  }
+
+  auto roofline = std::make_shared<RooflineComputeModel>();
+  std::shared_ptr<const ComputeModel> calibrated =
+      extra_profiles ? std::shared_ptr<const ComputeModel>(CalibratedComputeModel::fit(*tables))
+                     : std::shared_ptr<const ComputeModel>(CalibratedComputeModel::builtin());
+  calibrated = std::make_shared<ByDeviceKind>(calibrated, roofline);
+
   CostModels models;
-  models.compute = std::make_shared<RooflineComputeModel>();
-  models.comm = std::make_shared<AlphaBetaCommModel>();
+  if (source == "roofline") {
+    models.compute = roofline;
+  } else if (source == "calibrated") {
+    models.compute = calibrated;
+  } else if (source == "profile") {
+    // Every GPU of the cluster must have a row for the job, or the request is refused here.
+    const Job& job = scenario.job;
+    for (const auto& r : scenario.cluster.ranks()) {
+      const DeviceSpec& d = r.slot->spec;
+      if (!tables->find_for(job.model.name, d.name, job.sequence_length, job.precision.compute))
+        throw InfeasibleError("no profile for model " + job.model.name + " on GPU " + d.name +
+                              " (rank " + std::to_string(r.rank) + ") at sequence " +
+                              std::to_string(job.sequence_length) + " in " +
+                              to_string(job.precision.compute) +
+                              "; use source \"calibrated\" (fitted to the profiles that exist) "
+                              "or \"auto\" (profiles where they exist, calibrated elsewhere)");
+    }
+    models.compute = std::make_shared<ProfileComputeModel>(tables, calibrated, true);
+  } else {
+    models.compute = std::make_shared<ProfileComputeModel>(tables, calibrated, false);
+  }
+  models.comm = sweep.empty()
+                    ? std::make_shared<AlphaBetaCommModel>()
+                    : std::make_shared<AlphaBetaCommModel>(calibrate_comm(scenario.cluster, sweep));
   return models;
 }
 

@@ -4,7 +4,9 @@
 #include <numeric>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/profile.hpp"
 
 namespace cephalo::costmodels {
 
@@ -122,6 +124,35 @@ double compute_memory_bytes(const Job& job, int micro_batch) {
     if (t.name != "training_state" && t.name != "cuda_context" && t.name != "nccl_reserve")
       total += t.bytes;
   return total;
+}
+
+MemoryValidation validate_memory_model(const MemoryProfiles& profiles, int seq) {
+  MemoryValidation v;
+  std::vector<double> apes;
+  for (const auto& c : profiles.curves()) {
+    Job job;
+    job.model = ModelCatalog::builtin().get(c.model);
+    job.sequence_length = seq;
+    job.precision.compute = c.dtype;
+    job.precision.params = Dtype::FP32;
+    job.precision.reduce = Dtype::FP32;
+    if (job.model.family == "vit") job.model.image_size = 384;  // as profiled (calibrated.hpp)
+    for (std::size_t i = 0; i < c.compute_gib.size(); ++i) {
+      MemoryValidationRow r{
+          c.cluster, c.model, c.file_model, c.dtype, static_cast<int>(i) + 1, c.compute_gib[i], 0};
+      r.predicted_gib = compute_memory_bytes(job, r.micro_batch) / (1024.0 * 1024 * 1024);
+      apes.push_back(r.ape());
+      v.rows.push_back(r);
+    }
+  }
+  if (!apes.empty()) {
+    std::vector<double> sorted = apes;
+    std::sort(sorted.begin(), sorted.end());
+    std::size_t n = sorted.size();
+    v.median_ape = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    v.mean_ape = std::accumulate(apes.begin(), apes.end(), 0.0) / static_cast<double>(n);
+  }
+  return v;
 }
 
 }  // namespace cephalo::costmodels

@@ -14,10 +14,12 @@ double effective_peak(const DeviceSpec& device, Dtype dtype);
 
 // Per-phase features of one unit, each in seconds at 100% of the datasheet rate:
 //   [0] GEMM FLOPs / peak, [1] attention FLOPs / peak, [2] Memory-class bytes / bandwidth,
-//   [3] kernel launches × 1 µs.
-// A linear model time = Σ θ_k·x_k with θ = (1/η_gemm, 1/η_attention, 1/η_memory, overhead
-// in µs per kernel) is what the calibrated model fits.
-using OpFeatures = std::array<double, 4>;
+//   [3] GEMM and attention operand bytes / bandwidth (what makes GEMMs slow on GPUs with
+//   little bandwidth per FLOP), [4] kernel launches × 1 µs.
+// A linear model time = Σ θ_k·x_k with θ = (1/η_gemm, 1/η_attention, 1/η_memory,
+// GEMM-traffic weight, overhead in µs per kernel) is what the calibrated model fits.
+constexpr std::size_t kNumFeatures = 5;
+using OpFeatures = std::array<double, kNumFeatures>;
 struct PhaseFeatures {
   OpFeatures forward{};
   OpFeatures backward{};

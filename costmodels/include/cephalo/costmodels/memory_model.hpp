@@ -15,6 +15,7 @@
 //   cuda_context      CUDA context + cuBLAS/cuDNN workspaces
 //   nccl_reserve      NCCL channel buffers (only with more than one rank)
 //   fragmentation     caching-allocator slack on the dynamic terms
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,21 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
 // micro-batch's checkpoints and one unit's working set), in bytes. Used to validate against
 // the published model_memory.json.
 double compute_memory_bytes(const Job& job, int micro_batch);
+
+// Predicted vs published compute memory for every curve of model_memory.json (sequence 512,
+// the curve's dtype as compute dtype with fp32 master state, every published micro-batch).
+class MemoryProfiles;
+struct MemoryValidationRow {
+  std::string cluster, model, file_model;
+  Dtype dtype = Dtype::FP32;
+  int micro_batch = 0;
+  double published_gib = 0, predicted_gib = 0;
+  double ape() const { return 100 * std::abs(predicted_gib - published_gib) / published_gib; }
+};
+struct MemoryValidation {
+  std::vector<MemoryValidationRow> rows;
+  double median_ape = 0, mean_ape = 0;
+};
+MemoryValidation validate_memory_model(const MemoryProfiles& profiles, int seq = 512);
 
 }  // namespace cephalo::costmodels
