@@ -1,0 +1,265 @@
+// `cephalo run --scenario F --plan P --steps K [...]`: trains the scenario's model under the
+// plan on real devices, one process per plan rank (started by mpirun), and reports measured
+// per-step loss and throughput, a RunResult (the SimResult schema) and a Chrome trace.
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cephalo/backend/cpu_device.hpp"
+#ifdef CEPHALO_HAVE_CUDA
+#include "cephalo/backend/cuda/cuda_device.hpp"
+#include "cephalo/backend/cuda/nccl_communicator.hpp"
+#endif
+#include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
+#include "commands.hpp"
+
+namespace cephalo::cli {
+namespace {
+
+struct RunArgs {
+  std::string scenario, plan, trace, result, checkpoint_dir, resume, dump_params, dump_grads;
+  std::string device = "cpu";
+  std::string inject_failure;  // "RANK:STEP"
+  int steps = 10;
+  int checkpoint_every = 0;
+  int threads = 0;
+  std::uint64_t seed = 42;
+  bool json = false;
+};
+
+std::pair<int, int> parse_failure(const std::string& text) {
+  auto colon = text.find(':');
+  int r = -1, s = -1;
+  if (colon != std::string::npos) {
+    auto a = std::from_chars(text.data(), text.data() + colon, r);
+    auto b = std::from_chars(text.data() + colon + 1, text.data() + text.size(), s);
+    if (a.ec == std::errc() && b.ec == std::errc() && b.ptr == text.data() + text.size() &&
+        r >= 0 && s >= 0)
+      return {r, s};
+  }
+  throw CLI::ValidationError("--inject-failure", "expected RANK:STEP, got \"" + text + "\"");
+}
+
+// Everything that can be refused before any compute: same outcome on every rank.
+struct Setup {
+  Scenario scenario;
+  Plan plan;
+  backend::GptConfig model;
+};
+
+Setup load_and_check(const RunArgs& a, int world_size) {
+  Setup s;
+  s.scenario = costmodels::load_scenario(a.scenario);
+  s.plan = load_plan(a.plan);
+  validate_plan_for(s.plan, s.scenario, a.plan);
+  if (static_cast<int>(s.plan.ranks.size()) != world_size)
+    throw ValidationError(a.plan, "ranks", std::to_string(s.plan.ranks.size()) + " ranks",
+                          "one rank per MPI process: start with mpirun -np " +
+                              std::to_string(s.plan.ranks.size()) + " (this job has " +
+                              std::to_string(world_size) + ")");
+  s.model = backend::GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
+  if (a.device != "cpu" && a.device != "cuda")
+    throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
+  return s;
+}
+
+std::string rank_label(const RankDevice& d) {
+  std::string label = d.slot->type + ", node " + std::to_string(d.node);
+  if (d.slot->slowdown != 1.0) label += ", emulated " + fixed(d.slot->slowdown, 2) + "x slowdown";
+  return label;
+}
+
+void run(RunArgs& a) {
+  backend::MpiRuntime mpi_runtime(nullptr, nullptr);
+  const int rank = mpi_runtime.world_rank(), size = mpi_runtime.world_size();
+  std::optional<std::pair<int, int>> failure;
+  if (!a.inject_failure.empty()) failure = parse_failure(a.inject_failure);
+
+  Setup setup;
+  try {
+    setup = load_and_check(a, size);
+  } catch (...) {
+    // Every rank reaches the same verdict; one message is enough.
+    if (rank == 0) throw;
+    throw CLI::RuntimeError("", kInvalidInput);
+  }
+  const Scenario& sc = setup.scenario;
+  const Plan& plan = setup.plan;
+  const auto devices = sc.cluster.ranks();
+  const RankDevice& me = devices[static_cast<std::size_t>(rank)];
+
+  auto graph = traces::build_training_graph(plan, sc);
+#ifndef CEPHALO_HAVE_CUDA
+  if (a.device == "cuda")
+    throw RuntimeFailure(
+        "this build of cephalo has no CUDA backend (configure with a CUDA "
+        "toolkit and NCCL; see backend/cuda/)");
+#endif
+  if (rank == 0) {
+    if (sc.job.precision.compute != Dtype::FP32 && sc.job.precision.compute != Dtype::TF32)
+      std::cerr << "note: the CPU device computes in fp32 (the job asks for "
+                << to_string(sc.job.precision.compute) << ")\n";
+    if (sc.cluster.emulated())
+      std::cerr << "note: EMULATION: ranks with a slowdown factor hold their compute stream "
+                   "(factor - 1)x each op's measured time\n";
+  }
+  backend::CpuDeviceOptions dopt;
+  dopt.ordinal = rank;
+  dopt.threads = a.threads > 0 ? a.threads : (me.slot->threads > 0 ? me.slot->threads : 1);
+  dopt.capacity = static_cast<std::size_t>(me.slot->spec.memory_bytes);
+  // --device cuda: the CUDA device of this rank's local GPU and NCCL (its unique id over MPI);
+  // make_cuda_device fails with CUDA's reason (exit 4) on a machine without a usable GPU.
+  std::unique_ptr<backend::Device> device;
+  auto mpi = backend::make_mpi_communicator();
+  std::unique_ptr<backend::Communicator> nccl;
+#ifdef CEPHALO_HAVE_CUDA
+  if (a.device == "cuda") {
+    device = cuda::make_cuda_device(
+        {cuda::local_device_index(), sc.job.precision.compute == Dtype::TF32});
+    nccl = cuda::make_nccl_communicator(*device, *mpi);
+  }
+#endif
+  if (!device) device = backend::make_cpu_device(dopt);
+  backend::Communicator* comm = nccl ? nccl.get() : mpi.get();
+
+  backend::ExecutorOptions eopt;
+  eopt.data_seed = a.seed;
+  eopt.slowdown = me.slot->slowdown;
+  if (failure && failure->first == rank) eopt.fail_at_step = failure->second;
+
+  int step_now = 0;
+  // Outside the try: on a failure the executor's buffers must stay alive (the comm thread may
+  // still be inside a collective on them) until MPI_Abort ends the process.
+  std::unique_ptr<backend::Executor> owned_exec;
+  try {
+    owned_exec =
+        std::make_unique<backend::Executor>(sc, plan, graph, setup.model, *device, *comm, eopt);
+    backend::Executor& exec = *owned_exec;
+    if (!a.resume.empty()) {
+      exec.load_checkpoint(a.resume);
+      if (rank == 0)
+        std::cerr << "resumed from " << a.resume << " at step " << exec.next_step() << "\n";
+    }
+    std::vector<backend::StepResult> steps;
+    TextTable table({"step", "loss", "step time", "samples/s", "tokens/s"});
+    while (exec.next_step() < a.steps) {
+      step_now = exec.next_step();
+      auto r = exec.run_step();
+      steps.push_back(r);
+      table.add_row({std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
+                     fixed(r.samples_per_s, 1),
+                     fixed(r.samples_per_s * sc.job.sequence_length, 0)});
+      if (rank == 0 && !a.json)
+        std::cerr << "step " << r.step << "  loss " << fixed(r.loss, 5) << "  "
+                  << format_seconds(r.time_s) << "\n";
+      if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0 &&
+          exec.next_step() % a.checkpoint_every == 0)
+        exec.save_checkpoint(a.checkpoint_dir);
+    }
+    if (steps.empty()) {
+      if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
+      return;
+    }
+    auto report = exec.last_report();
+    std::vector<std::int64_t> start_ns, end_ns;
+    exec.last_op_times(start_ns, end_ns);
+    std::vector<float> params, grads;
+    if (!a.dump_params.empty()) params = exec.gather_parameters();
+    if (!a.dump_grads.empty()) grads = exec.gather_gradients();
+    if (rank != 0) return;
+
+    if (!a.trace.empty()) {
+      traces::TraceInput in;
+      in.graph = &graph;
+      in.start_ns = &start_ns;
+      in.end_ns = &end_ns;
+      for (const auto& d : devices) in.rank_labels.push_back(rank_label(d));
+      in.title = "cephalo run (" + device->kind() + ", measured): " + sc.name + ", step " +
+                 std::to_string(steps.back().step) +
+                 (sc.cluster.emulated() ? " [EMULATED slowdown]" : "");
+      traces::write_chrome_trace(a.trace, in);
+    }
+    if (!a.result.empty()) write_file_atomically(a.result, traces::render_json(report));
+    if (!a.dump_params.empty())
+      write_file_atomically(a.dump_params, std::string(reinterpret_cast<const char*>(params.data()),
+                                                       params.size() * sizeof(float)));
+    if (!a.dump_grads.empty())
+      write_file_atomically(a.dump_grads, std::string(reinterpret_cast<const char*>(grads.data()),
+                                                      grads.size() * sizeof(float)));
+    Json emulation = Json::array();
+    for (const auto& d : devices)
+      if (d.slot->slowdown != 1.0)
+        emulation.push_back({{"rank", d.rank}, {"slowdown", d.slot->slowdown}});
+    if (a.json) {
+      Json js = Json::array();
+      for (const auto& r : steps)
+        js.push_back({{"step", r.step},
+                      {"loss", r.loss},
+                      {"time_s", r.time_s},
+                      {"samples_per_s", r.samples_per_s}});
+      Json out = {{"scenario", sc.name},
+                  {"plan", a.plan},
+                  {"device", device->kind()},
+                  {"ranks", size},
+                  {"emulated", !emulation.empty()},
+                  {"emulation", emulation},
+                  {"steps", js},
+                  {"result", traces::to_json(report)}};
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    std::cout << "cephalo run: " << sc.name << " (" << sc.job.model_name << ", seq "
+              << sc.job.sequence_length << ", global batch " << plan.global_batch() << ") on "
+              << size << " " << device->kind() << " rank" << (size == 1 ? "" : "s") << ", "
+              << to_string(plan.accumulation) << " accumulation\n";
+    if (!emulation.empty())
+      std::cout << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
+    std::cout << table.render() << "\n"
+              << "last step, measured:\n"
+              << traces::render_table(report);
+  } catch (const std::exception& e) {
+    if (size == 1) throw;
+    // Tell the user which rank died and why, then take the whole job down now rather than
+    // leaving the other ranks blocked in a collective.
+    std::fprintf(stderr, "error: rank %d of %d (%s) failed at step %d: %s; aborting all ranks\n",
+                 rank, size, rank_label(me).c_str(), step_now, e.what());
+    std::fflush(stderr);
+    comm->abort(kRuntime);
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "run", "Train under a plan on real devices (launch with mpirun -np <plan ranks>)");
+  static RunArgs a;
+  cmd->add_option("--scenario", a.scenario, "Scenario file")->required();
+  cmd->add_option("--plan", a.plan, "Plan file")->required();
+  cmd->add_option("--steps", a.steps, "Train until this step (counting resumed steps)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--trace", a.trace, "Write the last step's Chrome/Perfetto trace here");
+  cmd->add_option("--result", a.result, "Write the last step's RunResult JSON here");
+  cmd->add_flag("--json", a.json, "Print the record as JSON instead of tables");
+  cmd->add_option("--checkpoint-dir", a.checkpoint_dir, "Folder for sharded checkpoints");
+  cmd->add_option("--checkpoint-every", a.checkpoint_every, "Checkpoint every N steps")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--resume", a.resume, "Resume from the latest checkpoint in this folder");
+  cmd->add_option("--device", a.device, "cpu or cuda");
+  cmd->add_option("--threads", a.threads, "CPU threads per rank (default: cluster spec or 1)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", a.seed, "Seed of the synthetic token stream");
+  // Testing hooks, not shown in --help.
+  cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
+  cmd->add_option("--dump-params", a.dump_params, "")->group("");
+  cmd->add_option("--dump-grads", a.dump_grads, "")->group("");
+  cmd->callback([] { run(a); });
+}
+
+}  // namespace cephalo::cli

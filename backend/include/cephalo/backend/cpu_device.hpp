@@ -1,0 +1,19 @@
+#pragma once
+// The CPU implementation of Device: fp32 kernels on Eigen, a compute "stream" that runs inline
+// on the calling thread, and worker threads for the comm and copy streams (so collectives
+// overlap compute, as CUDA streams do). Memory is the process heap, accounted per space.
+#include <memory>
+
+#include "cephalo/backend/device.hpp"
+
+namespace cephalo::backend {
+
+struct CpuDeviceOptions {
+  int ordinal = 0;
+  int threads = 1;           // Eigen/OpenMP threads for GEMMs on this rank
+  std::size_t capacity = 0;  // bytes reported as capacity (0 = unknown)
+};
+
+std::unique_ptr<Device> make_cpu_device(const CpuDeviceOptions& options);
+
+}  // namespace cephalo::backend

@@ -1,0 +1,86 @@
+#pragma once
+// The executor (DESIGN §7): walks this rank's program of the TrainingGraph and runs real
+// kernels and collectives for the same op ids the simulator replays. One Executor per process;
+// it owns the rank's shard of the training state (fp32 master parameters, gradient shard,
+// AdamW moments) for every FSDP unit and runs whole training steps.
+//
+// Device-agnostic: everything goes through Device / Communicator, so the CUDA backend reuses
+// this file unchanged.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cephalo/backend/communicator.hpp"
+#include "cephalo/backend/device.hpp"
+#include "cephalo/backend/gpt.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::backend {
+
+struct ExecutorOptions {
+  std::uint64_t data_seed = 42;
+  // Emulation: after every compute op the rank waits (slowdown - 1) x the op's measured time,
+  // so a fast core behaves like a slower device. 1 = real hardware.
+  double slowdown = 1.0;
+  // Testing: this rank throws RuntimeFailure at the start of this step (-1 = never).
+  int fail_at_step = -1;
+};
+
+struct StepResult {
+  int step = 0;       // 0-based global step index
+  double loss = 0;    // mean token loss over the global batch, before the update
+  double time_s = 0;  // slowest rank's wall time of the step
+  double samples_per_s = 0;
+};
+
+class Executor {
+ public:
+  Executor(const Scenario& scenario, const Plan& plan, const traces::TrainingGraph& graph,
+           const GptConfig& model, Device& device, Communicator& comm,
+           const ExecutorOptions& options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs training step `step_` (data of that step) and advances. Collective across ranks.
+  StepResult run_step();
+  int next_step() const { return step_; }
+
+  // Measured report of the last step (identical on every rank): schema of SimResult with
+  // source = device kind, per-op timings keyed by op id. Collective.
+  traces::IterationReport last_report();
+  // Per-op start/end (ns from the step start) of the last step, every rank's ops (collective).
+  void last_op_times(std::vector<std::int64_t>& start_ns, std::vector<std::int64_t>& end_ns);
+
+  // Full (gathered) fp32 parameters of every unit, concatenated in unit order. Collective.
+  std::vector<float> gather_parameters();
+  // Full reduced gradients of the last step (what the optimizer consumed), same layout.
+  std::vector<float> gather_gradients();
+
+  // Checkpoint: every rank writes its shard (params, m, v) atomically, then rank 0 writes the
+  // manifest and finally `latest`; a checkpoint without manifest is never used. Collective.
+  void save_checkpoint(const std::filesystem::path& dir);
+  // Restores from dir/latest; the checkpoint may come from another plan (rank count, shares):
+  // each rank reads the byte ranges of the old shards that overlap its new slice.
+  void load_checkpoint(const std::filesystem::path& dir);
+
+  const GptModel& model() const { return model_; }
+
+ private:
+  std::vector<float> gather_full(bool gradients);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  GptModel model_;
+  int step_ = 0;
+};
+
+// Contiguous shard slices of a unit of `numel` elements for the plan's state shares:
+// rank r owns [offsets[r], offsets[r+1]). Deterministic rounding, same on every rank.
+std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares);
+
+}  // namespace cephalo::backend

@@ -1,0 +1,36 @@
+#pragma once
+// MPI implementation of Communicator (the CPU backend's collectives, and the bootstrap of
+// every backend). MpiRuntime owns MPI_Init_thread / MPI_Finalize for the process.
+#include <memory>
+#include <string>
+
+#include "cephalo/backend/communicator.hpp"
+
+namespace cephalo::backend {
+
+// Initialises MPI with MPI_THREAD_MULTIPLE (the comm stream is a separate thread that issues
+// collectives while the main thread may call host-side helpers) and finalises it on exit.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+  // True when this process was started by an MPI launcher (mpirun sets OMPI_/PMI_ variables).
+  static bool launched_by_mpirun();
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// Collectives over MPI_COMM_WORLD. Device-buffer collectives must use host-addressable memory
+// (the CPU device); they run on the given stream's thread.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Throws RuntimeFailure "<what> failed at file:line: <MPI_Error_string>" when rc != MPI_SUCCESS.
+void check_mpi(int rc, const char* what, const char* file, int line);
+
+}  // namespace cephalo::backend

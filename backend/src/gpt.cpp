@@ -1,0 +1,306 @@
+#include "cephalo/backend/gpt.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "cephalo/core/error.hpp"
+
+namespace cephalo::backend {
+namespace {
+
+// SplitMix64: tiny, portable, good enough for initial weights and synthetic tokens (and,
+// unlike std::normal_distribution, bit-identical across standard libraries).
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+double uniform01(std::uint64_t& state) {
+  return (static_cast<double>(splitmix(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+double normal(std::uint64_t& state) {
+  double u1 = uniform01(state), u2 = uniform01(state);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+}  // namespace
+
+GptConfig GptConfig::tiny() { return GptConfig{}; }
+
+GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
+  auto refuse = [&](const std::string& why) {
+    throw InfeasibleError("model \"" + spec.name + "\": " + why +
+                          "; the backend implements GPT decoders (learned positions, "
+                          "LayerNorm, GELU, tied head)");
+  };
+  if (spec.family != "gpt") refuse("family \"" + spec.family + "\" is not \"gpt\"");
+  if (spec.activation != "gelu") refuse("activation \"" + spec.activation + "\"");
+  if (spec.norm != "layernorm") refuse("norm \"" + spec.norm + "\"");
+  if (!spec.tied_embeddings) refuse("untied head");
+  if (spec.kv_heads != spec.heads) refuse("grouped-query attention");
+  if (spec.heads <= 0 || spec.hidden % spec.heads != 0)
+    refuse("hidden " + std::to_string(spec.hidden) + " not divisible by heads " +
+           std::to_string(spec.heads));
+  if (spec.vocab_size <= 0) refuse("no vocabulary");
+  if (sequence_length <= 0 || (spec.max_positions > 0 && sequence_length > spec.max_positions))
+    throw InfeasibleError("sequence length " + std::to_string(sequence_length) +
+                          " exceeds the model's " + std::to_string(spec.max_positions) +
+                          " positions");
+  GptConfig c;
+  c.layers = spec.num_layers;
+  c.hidden = spec.hidden;
+  c.heads = spec.heads;
+  c.ffn = spec.ffn_hidden;
+  c.vocab = spec.vocab_size;
+  c.seq = sequence_length;
+  return c;
+}
+
+GptModel::GptModel(const GptConfig& c) : config_(c) {
+  const std::int64_t C = c.hidden, F = c.ffn;
+  auto build = [](std::initializer_list<std::pair<const char*, std::int64_t>> items) {
+    std::vector<ParamSlot> out;
+    std::int64_t off = 0;
+    for (auto& [name, n] : items) {
+      out.push_back({name, off, n});
+      off += n;
+    }
+    return out;
+  };
+  slots_.push_back(build({{"wte", std::int64_t{c.vocab} * C}, {"wpe", std::int64_t{c.seq} * C}}));
+  for (int l = 0; l < c.layers; ++l)
+    slots_.push_back(build({{"ln1_g", C},
+                            {"ln1_b", C},
+                            {"w_qkv", C * 3 * C},
+                            {"b_qkv", 3 * C},
+                            {"w_proj", C * C},
+                            {"b_proj", C},
+                            {"ln2_g", C},
+                            {"ln2_b", C},
+                            {"w_fc", C * F},
+                            {"b_fc", F},
+                            {"w_out", F * C},
+                            {"b_out", C}}));
+  slots_.push_back(build({{"lnf_g", C}, {"lnf_b", C}}));
+}
+
+std::int64_t GptModel::unit_numel(int unit) const {
+  const auto& s = slots_.at(static_cast<std::size_t>(unit));
+  return s.back().offset + s.back().numel;
+}
+const std::vector<ParamSlot>& GptModel::unit_slots(int unit) const {
+  return slots_.at(static_cast<std::size_t>(unit));
+}
+std::string GptModel::unit_name(int unit) const {
+  if (unit == 0) return "embedding";
+  if (unit == head_unit()) return "head";
+  return "layer " + std::to_string(unit);
+}
+std::int64_t GptModel::total_parameters() const {
+  std::int64_t n = 0;
+  for (int u = 0; u < num_units(); ++u) n += unit_numel(u);
+  return n;
+}
+double GptModel::training_flops(double samples) const {
+  // 6 FLOPs per parameter per token for the matmuls (2 forward + 4 backward) plus attention
+  // scores and values: 12 * layers * seq * hidden per token (causal halving ignored, as in
+  // the usual MFU convention). The position table is a lookup, not a matmul.
+  const double C = config_.hidden, T = config_.seq;
+  const double matmul_params =
+      static_cast<double>(total_parameters()) - T * C - static_cast<double>(config_.vocab) * C +
+      static_cast<double>(config_.vocab) * C;  // tied head weight is a real matmul
+  const double per_token = 6.0 * matmul_params + 12.0 * config_.layers * T * C;
+  return per_token * T * samples;
+}
+
+std::vector<float> GptModel::initial_unit(int unit) const {
+  std::vector<float> v(static_cast<std::size_t>(unit_numel(unit)), 0.0f);
+  std::uint64_t state = config_.init_seed * 1000003ull + static_cast<std::uint64_t>(unit);
+  const double resid_scale = 0.02 / std::sqrt(2.0 * std::max(1, config_.layers));
+  for (const auto& s : unit_slots(unit)) {
+    float* p = v.data() + s.offset;
+    double stddev = 0;
+    if (s.name == "wte" || s.name == "wpe" || s.name == "w_qkv" || s.name == "w_fc")
+      stddev = 0.02;
+    else if (s.name == "w_proj" || s.name == "w_out")
+      stddev = resid_scale;
+    if (s.name.ends_with("_g")) {
+      for (std::int64_t i = 0; i < s.numel; ++i) p[i] = 1.0f;
+    } else if (stddev > 0) {
+      for (std::int64_t i = 0; i < s.numel; ++i) p[i] = static_cast<float>(stddev * normal(state));
+    }
+  }
+  return v;
+}
+
+TensorRef GptModel::slot(TensorRef unit, int unit_index, int slot_index) const {
+  const auto& s = unit_slots(unit_index).at(static_cast<std::size_t>(slot_index));
+  return unit.slice(s.offset, s.numel);
+}
+
+// Slot indices inside a layer unit (order of the constructor).
+enum LayerSlot {
+  LN1_G,
+  LN1_B,
+  W_QKV,
+  B_QKV,
+  W_PROJ,
+  B_PROJ,
+  LN2_G,
+  LN2_B,
+  W_FC,
+  B_FC,
+  W_OUT,
+  B_OUT
+};
+
+void GptModel::embedding_forward(Device& d, TensorRef params, TensorRef tokens, TensorRef out,
+                                 std::int64_t rows) const {
+  auto& s = d.stream(StreamKind::Compute);
+  d.embedding_forward(s, tokens, slot(params, 0, 0), slot(params, 0, 1), out, rows, config_.seq,
+                      config_.hidden);
+}
+
+void GptModel::embedding_backward(Device& d, TensorRef grads, TensorRef tokens, TensorRef dout,
+                                  std::int64_t rows) const {
+  auto& s = d.stream(StreamKind::Compute);
+  d.embedding_backward(s, tokens, dout, slot(grads, 0, 0), slot(grads, 0, 1), rows, config_.seq,
+                       config_.hidden);
+}
+
+void GptModel::layer_forward(Device& d, TensorRef params, TensorRef x, TensorRef y,
+                             LayerActivations& a, std::int64_t rows) const {
+  auto& s = d.stream(StreamKind::Compute);
+  const std::int64_t C = config_.hidden, F = config_.ffn, N = rows;
+  const AttentionShape shape{rows / config_.seq, config_.seq, config_.heads,
+                             config_.hidden / config_.heads};
+  auto sized = [&](Buffer& b, std::int64_t n) {
+    if (b.numel() != n) b = d.allocate(static_cast<std::size_t>(n), ElemType::F32);
+  };
+  sized(a.ln1, N * C);
+  sized(a.ln1_mean, N);
+  sized(a.ln1_rstd, N);
+  sized(a.qkv, N * 3 * C);
+  sized(a.att, N * C);
+  sized(a.att_lse, shape.batch * shape.heads * shape.seq);
+  sized(a.mid, N * C);
+  sized(a.ln2, N * C);
+  sized(a.ln2_mean, N);
+  sized(a.ln2_rstd, N);
+  sized(a.fc, N * F);
+  sized(a.act, N * F);
+  const int u = 1;  // every layer has the same slot layout
+  auto P = [&](int i) { return slot(params, u, i); };
+  d.layer_norm_forward(s, x, P(LN1_G), P(LN1_B), a.ln1.ref(), a.ln1_mean.ref(), a.ln1_rstd.ref(), N,
+                       C, config_.ln_eps);
+  d.gemm(s, Transpose::No, Transpose::No, N, 3 * C, C, 1.0f, a.ln1.ref(), P(W_QKV), 0.0f,
+         a.qkv.ref());
+  d.add_bias(s, a.qkv.ref(), P(B_QKV), N, 3 * C);
+  d.attention_forward(s, shape, a.qkv.ref(), a.att.ref(), a.att_lse.ref());
+  d.copy(s, a.mid.ref(), x.slice(0, N * C));
+  d.gemm(s, Transpose::No, Transpose::No, N, C, C, 1.0f, a.att.ref(), P(W_PROJ), 1.0f, a.mid.ref());
+  d.add_bias(s, a.mid.ref(), P(B_PROJ), N, C);
+  d.layer_norm_forward(s, a.mid.ref(), P(LN2_G), P(LN2_B), a.ln2.ref(), a.ln2_mean.ref(),
+                       a.ln2_rstd.ref(), N, C, config_.ln_eps);
+  d.gemm(s, Transpose::No, Transpose::No, N, F, C, 1.0f, a.ln2.ref(), P(W_FC), 0.0f, a.fc.ref());
+  d.add_bias(s, a.fc.ref(), P(B_FC), N, F);
+  d.gelu_forward(s, a.fc.ref(), a.act.ref());
+  d.copy(s, y.slice(0, N * C), a.mid.ref());
+  d.gemm(s, Transpose::No, Transpose::No, N, C, F, 1.0f, a.act.ref(), P(W_OUT), 1.0f, y);
+  d.add_bias(s, y, P(B_OUT), N, C);
+}
+
+void GptModel::layer_backward(Device& d, TensorRef params, TensorRef grads, TensorRef x,
+                              const LayerActivations& a, TensorRef dy, TensorRef dx,
+                              std::int64_t rows) const {
+  auto& s = d.stream(StreamKind::Compute);
+  const std::int64_t C = config_.hidden, F = config_.ffn, N = rows;
+  const AttentionShape shape{rows / config_.seq, config_.seq, config_.heads,
+                             config_.hidden / config_.heads};
+  auto P = [&](int i) { return slot(params, 1, i); };
+  auto G = [&](int i) { return slot(grads, 1, i); };
+  auto f32 = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), ElemType::F32); };
+  Buffer dmid = f32(N * C), dact = f32(N * F), dfc = f32(N * F), dln = f32(N * C), tmp = f32(N * C),
+         datt = f32(N * C), dqkv = f32(N * 3 * C);
+  // MLP: y = mid + gelu(ln2(mid) W_fc + b_fc) W_out + b_out
+  d.copy(s, dmid.ref(), dy.slice(0, N * C));
+  d.gemm(s, Transpose::No, Transpose::Yes, N, F, C, 1.0f, dy, P(W_OUT), 0.0f, dact.ref());
+  d.gemm(s, Transpose::Yes, Transpose::No, F, C, N, 1.0f, a.act.ref(), dy, 1.0f, G(W_OUT));
+  d.bias_backward(s, dy, G(B_OUT), N, C);
+  d.gelu_backward(s, a.fc.ref(), dact.ref(), dfc.ref());
+  d.gemm(s, Transpose::No, Transpose::Yes, N, C, F, 1.0f, dfc.ref(), P(W_FC), 0.0f, dln.ref());
+  d.gemm(s, Transpose::Yes, Transpose::No, C, F, N, 1.0f, a.ln2.ref(), dfc.ref(), 1.0f, G(W_FC));
+  d.bias_backward(s, dfc.ref(), G(B_FC), N, F);
+  d.layer_norm_backward(s, a.mid.ref(), P(LN2_G), a.ln2_mean.ref(), a.ln2_rstd.ref(), dln.ref(),
+                        tmp.ref(), G(LN2_G), G(LN2_B), N, C);
+  d.axpy(s, 1.0f, tmp.ref(), dmid.ref());
+  // Attention: mid = x + attn(ln1(x)) W_proj + b_proj
+  d.gemm(s, Transpose::No, Transpose::Yes, N, C, C, 1.0f, dmid.ref(), P(W_PROJ), 0.0f, datt.ref());
+  d.gemm(s, Transpose::Yes, Transpose::No, C, C, N, 1.0f, a.att.ref(), dmid.ref(), 1.0f, G(W_PROJ));
+  d.bias_backward(s, dmid.ref(), G(B_PROJ), N, C);
+  d.attention_backward(s, shape, a.qkv.ref(), a.att.ref(), a.att_lse.ref(), datt.ref(), dqkv.ref());
+  d.gemm(s, Transpose::No, Transpose::Yes, N, C, 3 * C, 1.0f, dqkv.ref(), P(W_QKV), 0.0f,
+         dln.ref());
+  d.gemm(s, Transpose::Yes, Transpose::No, C, 3 * C, N, 1.0f, a.ln1.ref(), dqkv.ref(), 1.0f,
+         G(W_QKV));
+  d.bias_backward(s, dqkv.ref(), G(B_QKV), N, 3 * C);
+  d.layer_norm_backward(s, x, P(LN1_G), a.ln1_mean.ref(), a.ln1_rstd.ref(), dln.ref(), dx, G(LN1_G),
+                        G(LN1_B), N, C);
+  d.axpy(s, 1.0f, dmid.ref(), dx);
+  // Temporaries must outlive queued work on asynchronous devices.
+  s.synchronize();
+}
+
+double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorRef embedding_params,
+                                       TensorRef x, TensorRef targets, std::int64_t rows,
+                                       float grad_scale, TensorRef dx, TensorRef head_grads,
+                                       TensorRef embedding_grads) const {
+  auto& s = d.stream(StreamKind::Compute);
+  const std::int64_t C = config_.hidden, V = config_.vocab, N = rows;
+  const int hu = head_unit();
+  auto f32 = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), ElemType::F32); };
+  Buffer h = f32(N * C), mean = f32(N), rstd = f32(N), logits = f32(N * V), losses = f32(N),
+         lse = f32(N), total = f32(1);
+  TensorRef wte = slot(embedding_params, 0, 0);
+  d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), h.ref(),
+                       mean.ref(), rstd.ref(), N, C, config_.ln_eps);
+  d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, h.ref(), wte, 0.0f, logits.ref());
+  d.cross_entropy_forward(s, logits.ref(), targets, losses.ref(), lse.ref(), N, V);
+  d.sum(s, losses.ref(), total.ref());
+  if (!dx.empty()) {
+    Buffer dh = f32(N * C);
+    d.cross_entropy_backward(s, logits.ref(), targets, lse.ref(), logits.ref(), N, V, grad_scale);
+    d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, logits.ref(), wte, 0.0f, dh.ref());
+    d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, logits.ref(), h.ref(), 1.0f,
+           slot(embedding_grads, 0, 0));
+    d.layer_norm_backward(s, x, slot(head_params, hu, 0), mean.ref(), rstd.ref(), dh.ref(), dx,
+                          slot(head_grads, hu, 0), slot(head_grads, hu, 1), N, C);
+    s.synchronize();
+  }
+  float loss = 0;
+  d.download(&loss, total.ref(), sizeof(float));
+  return loss;
+}
+
+void synthetic_sample(const GptConfig& config, std::uint64_t seed, std::int64_t step,
+                      std::int64_t index, std::int32_t* tokens, std::int32_t* targets) {
+  std::uint64_t state = seed ^ (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ull) ^
+                        (static_cast<std::uint64_t>(index) * 0xD1B54A32D192ED03ull);
+  splitmix(state);
+  const std::int64_t V = config.vocab;
+  // A few recurrences x' = (a x + b) mod V: the model must read the context to know which.
+  const std::int64_t a = 1 + 2 * static_cast<std::int64_t>(splitmix(state) % 4);
+  const std::int64_t b = 1 + static_cast<std::int64_t>(splitmix(state) % 7);
+  std::int64_t x = static_cast<std::int64_t>(splitmix(state) % static_cast<std::uint64_t>(V));
+  for (int t = 0; t <= config.seq; ++t) {
+    if (t < config.seq) tokens[t] = static_cast<std::int32_t>(x);
+    if (t > 0) targets[t - 1] = static_cast<std::int32_t>(x);
+    x = (a * x + b) % V;
+    // 5% noise tokens keep the task from being perfectly solvable.
+    if (splitmix(state) % 20 == 0)
+      x = static_cast<std::int64_t>(splitmix(state) % static_cast<std::uint64_t>(V));
+  }
+}
+
+}  // namespace cephalo::backend
