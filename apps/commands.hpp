@@ -19,5 +19,6 @@ void add_describe_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 
 }  // namespace cephalo::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   cli::add_validate_command(app);
   cli::add_predict_command(app);
   cli::add_simulate_command(app);
+  cli::add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
