@@ -91,12 +91,16 @@ TEST_F(Device, MemoryAccountingPeakAndOutOfMemory) {
   EXPECT_EQ(dev_->memory_stats().current, base);
   EXPECT_GE(dev_->memory_stats().peak, base + (5u << 20));
   EXPECT_GT(dev_->memory_stats().capacity, 0u);
+  // Twice the device's memory: a plausible size the driver must refuse as out of memory.
+  const std::size_t too_many = dev_->memory_stats().capacity / 2;  // F32 elements = 2x bytes
   try {
-    auto huge = dev_->allocate(std::size_t(1) << 50, ElemType::F32);
-    FAIL() << "allocated 4 PiB";
+    auto huge = dev_->allocate(too_many, ElemType::F32);
+    FAIL() << "allocated twice the device memory";
   } catch (const RuntimeFailure& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
   }
+  // The failed request left nothing behind.
+  EXPECT_EQ(dev_->memory_stats().current, base);
 }
 
 TEST_F(Device, CrossStreamOrderingThroughEvents) {

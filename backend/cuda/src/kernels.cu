@@ -124,12 +124,12 @@ __global__ void fill_kernel(T* x, float value, std::size_t n) {
     store(x, i, value);
 }
 
+// One block per row: no per-element index division (64-bit division is slow on GPUs and these
+// kernels would otherwise be bound by it rather than by memory).
 template <typename T>
-__global__ void add_bias_kernel(T* y, const T* bias, int rows, int cols) {
-  const std::size_t n = std::size_t(rows) * cols;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    store(y, i, load(y, i) + load(bias, i % cols));
+__global__ void add_bias_kernel(T* y, const T* bias, int cols) {
+  T* yr = y + std::size_t(blockIdx.x) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) store(yr, c, load(yr, c) + load(bias, c));
 }
 
 // Column sums over rows: block (32, 8) covers 32 columns; blocks along y split the rows; one
@@ -314,46 +314,44 @@ __global__ void causal_softmax_backward_kernel(const T* probs, const T* dprobs, 
 }
 
 // ---- head permutations ----------------------------------------------------------------------
-// Index over the [B, H, T, D] side; `to_heads` chooses the direction.
+// One block per token row (b, t); threads walk the C = H * D features of the row, one 32-bit
+// division per element (h = j / D) shared by q, k and v.
 template <typename T>
-__global__ void qkv_heads_kernel(const T* qkv_in, T* q, T* k, T* v, T* qkv_out, int B, int T_,
-                                 int H, int D, bool to_heads) {
-  const std::size_t n = std::size_t(B) * H * T_ * D;
-  const std::size_t C = std::size_t(H) * D;
-  for (std::size_t idx = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; idx < n;
-       idx += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t d = idx % D;
-    const std::size_t t = (idx / D) % T_;
-    const std::size_t h = (idx / (std::size_t(D) * T_)) % H;
-    const std::size_t b = idx / (std::size_t(D) * T_ * H);
-    const std::size_t base = (b * T_ + t) * 3 * C + h * D + d;
+__global__ void qkv_heads_kernel(const T* qkv_in, T* q, T* k, T* v, T* qkv_out, int T_, int H,
+                                 int D, bool to_heads) {
+  const unsigned bt = blockIdx.x;
+  const unsigned b = bt / T_, t = bt % T_;
+  const unsigned C = unsigned(H) * D;
+  const std::size_t row = std::size_t(bt) * 3 * C;
+  for (unsigned j = threadIdx.x; j < C; j += blockDim.x) {
+    const unsigned h = j / D, d = j - h * D;
+    const std::size_t hd = ((std::size_t(b) * H + h) * T_ + t) * D + d;
     if (to_heads) {
-      q[idx] = qkv_in[base];
-      k[idx] = qkv_in[base + C];
-      v[idx] = qkv_in[base + 2 * C];
+      q[hd] = qkv_in[row + j];
+      k[hd] = qkv_in[row + C + j];
+      v[hd] = qkv_in[row + 2 * C + j];
     } else {
-      qkv_out[base] = q[idx];
-      qkv_out[base + C] = k[idx];
-      qkv_out[base + 2 * C] = v[idx];
+      qkv_out[row + j] = q[hd];
+      qkv_out[row + C + j] = k[hd];
+      qkv_out[row + 2 * C + j] = v[hd];
     }
   }
 }
 
+// [B, H, T, D] <-> [B, T, H, D]; one block per token row of the [B, T, H, D] side.
 template <typename T>
-__global__ void heads_kernel(const T* in, T* out, int B, int T_, int H, int D, bool merge) {
-  const std::size_t n = std::size_t(B) * H * T_ * D;
-  for (std::size_t idx = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; idx < n;
-       idx += std::size_t(gridDim.x) * blockDim.x) {
-    // idx enumerates [B, H, T, D]; the other side is [B, T, H, D].
-    const std::size_t d = idx % D;
-    const std::size_t t = (idx / D) % T_;
-    const std::size_t h = (idx / (std::size_t(D) * T_)) % H;
-    const std::size_t b = idx / (std::size_t(D) * T_ * H);
-    const std::size_t other = ((b * T_ + t) * H + h) * D + d;
+__global__ void heads_kernel(const T* in, T* out, int T_, int H, int D, bool merge) {
+  const unsigned bt = blockIdx.x;
+  const unsigned b = bt / T_, t = bt % T_;
+  const unsigned C = unsigned(H) * D;
+  const std::size_t row = std::size_t(bt) * C;
+  for (unsigned j = threadIdx.x; j < C; j += blockDim.x) {
+    const unsigned h = j / D, d = j - h * D;
+    const std::size_t hd = ((std::size_t(b) * H + h) * T_ + t) * D + d;
     if (merge)
-      out[other] = in[idx];
+      out[row + j] = in[hd];
     else
-      out[idx] = in[other];
+      out[hd] = in[row + j];
   }
 }
 
@@ -550,8 +548,8 @@ void add_bias(void* y, const void* bias, int rows, int cols, Dtype dtype, cudaSt
   check_dims(cols, "cols");
   dispatch(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    add_bias_kernel<T><<<blocks_for(std::size_t(rows) * cols), kThreads, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(bias), rows, cols);
+    add_bias_kernel<T>
+        <<<rows, kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias), cols);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
@@ -664,48 +662,48 @@ void causal_softmax_backward(const void* probs, const void* dprobs, void* dscore
 
 void split_qkv_heads(const void* qkv, void* q, void* k, void* v, int B, int T, int H, int D,
                      Dtype dtype, cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * H * D;
+  check_dims(std::int64_t(B) * T, "B * T");
   dispatch(dtype, [&](auto* tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    qkv_heads_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+    qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
         static_cast<const E*>(qkv), static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v),
-        nullptr, B, T, H, D, true);
+        nullptr, T, H, D, true);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
 void merge_qkv_heads(const void* dq, const void* dk, const void* dv, void* dqkv, int B, int T,
                      int H, int D, Dtype dtype, cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * H * D;
+  check_dims(std::int64_t(B) * T, "B * T");
   dispatch(dtype, [&](auto* tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
     // The kernel only reads q/k/v in this direction; the casts drop const for one signature.
-    qkv_heads_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+    qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
         nullptr, const_cast<E*>(static_cast<const E*>(dq)),
         const_cast<E*>(static_cast<const E*>(dk)), const_cast<E*>(static_cast<const E*>(dv)),
-        static_cast<E*>(dqkv), B, T, H, D, false);
+        static_cast<E*>(dqkv), T, H, D, false);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
 void merge_heads(const void* y, void* out, int B, int T, int H, int D, Dtype dtype,
                  cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * H * D;
+  check_dims(std::int64_t(B) * T, "B * T");
   dispatch(dtype, [&](auto* tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    heads_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const E*>(y),
-                                                            static_cast<E*>(out), B, T, H, D, true);
+    heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
+        static_cast<const E*>(y), static_cast<E*>(out), T, H, D, true);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
 void split_heads(const void* dout, void* dy, int B, int T, int H, int D, Dtype dtype,
                  cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * H * D;
+  check_dims(std::int64_t(B) * T, "B * T");
   dispatch(dtype, [&](auto* tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    heads_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const E*>(dout),
-                                                            static_cast<E*>(dy), B, T, H, D, false);
+    heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
+        static_cast<const E*>(dout), static_cast<E*>(dy), T, H, D, false);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
