@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -186,6 +187,7 @@ class CudaDevice final : public backend::Device {
     } catch (...) {
     }
     for (auto e : free_events_) cudaEventDestroy(e);
+    for (auto& [bytes, p] : pinned_cache_) cudaFreeHost(p);
     if (memory_stream_) cudaStreamDestroy(memory_stream_);
     if (bad_token_flag_) cudaFree(bad_token_flag_);
   }
@@ -503,7 +505,15 @@ class CudaDevice final : public backend::Device {
     flush_frees(false);
     if (space == MemorySpace::PinnedHost) {
       void* p = nullptr;
-      CEPHALO_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));
+      // cudaHostAlloc costs milliseconds for large blocks and the executor asks for the same
+      // offload sizes every step: reuse a cached block of exactly this size when there is one.
+      const auto hit = pinned_cache_.find(bytes);
+      if (hit != pinned_cache_.end()) {
+        p = hit->second;
+        pinned_cache_.erase(hit);
+      } else {
+        CEPHALO_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));
+      }
       pinned_current_ += bytes;
       if (pinned_current_ > pinned_peak_) pinned_peak_ = pinned_current_;
       return p;
@@ -647,7 +657,7 @@ class CudaDevice final : public backend::Device {
       }
       for (cudaEvent_t e : f.events) free_events_.push_back(e);
       if (f.space == MemorySpace::PinnedHost)
-        CEPHALO_CUDA_CHECK(cudaFreeHost(f.data));
+        pinned_cache_.emplace(f.bytes, f.data);
       else
         allocator_.deallocate(f.data, memory_stream_);
     }
@@ -665,6 +675,7 @@ class CudaDevice final : public backend::Device {
   std::vector<cudaEvent_t> free_events_;
   std::vector<PendingFree> pending_frees_;
   std::size_t pinned_current_ = 0, pinned_peak_ = 0;
+  std::multimap<std::size_t, void*> pinned_cache_;  // freed pinned blocks by size, for reuse
 };
 
 }  // namespace
