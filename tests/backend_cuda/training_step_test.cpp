@@ -3,8 +3,12 @@
 // unit's gradient and the parameters after AdamW must agree. fp32 on both devices.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cephalo/backend/cpu_device.hpp"
@@ -104,6 +108,29 @@ TEST(TrainingStep, CudaMatchesCpuBackend) {
     // the parameter comparison far above fp32 rounding but far below a real bug (>= 1e-2).
     EXPECT_LE(rel_error(got.params[u], widen(ref.params[u])), 1e-3);
   }
+}
+
+// NCCL across real ranks (grouped and padded uneven collectives) needs one GPU per rank: the
+// check program runs under mpirun when this node has at least two GPUs.
+TEST(NcclAcrossRanks, UnevenAndEvenCollectivesUnderMpirun) {
+  CEPHALO_REQUIRE_CUDA_DEVICE();
+  const int gpus = device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs for 2 NCCL ranks, found " << gpus;
+  const int ranks = gpus < 4 ? gpus : 4;
+  const std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 "
+      "120 mpirun --oversubscribe -np " +
+      std::to_string(ranks) + " " + CEPHALO_NCCL_RANKS_CHECK + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[512];
+  while (fgets(buf, sizeof buf, pipe)) output += buf;
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("OK grouped"), std::string::npos) << output;
+  EXPECT_NE(output.find("OK padded"), std::string::npos) << output;
 }
 
 }  // namespace

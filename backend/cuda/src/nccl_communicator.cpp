@@ -30,6 +30,13 @@ UnevenAlgorithm parse_uneven_algorithm(const std::string& text) {
   throw Error("unknown uneven collective algorithm '" + text + "' (expected grouped or padded)");
 }
 
+NcclOptions NcclOptions::from_environment() {
+  NcclOptions o;
+  if (const char* v = std::getenv("CEPHALO_NCCL_UNEVEN"); v != nullptr && *v != '\0')
+    o.uneven = parse_uneven_algorithm(v);
+  return o;
+}
+
 namespace {
 
 ncclDataType_t nccl_type(ElemType t) {

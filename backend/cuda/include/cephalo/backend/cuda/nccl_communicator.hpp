@@ -28,6 +28,9 @@ UnevenAlgorithm parse_uneven_algorithm(const std::string& text);
 
 struct NcclOptions {
   UnevenAlgorithm uneven = UnevenAlgorithm::GroupedBroadcastReduce;
+  // Defaults overridden by CEPHALO_NCCL_UNEVEN=grouped|padded (Error for other values), so a
+  // run can switch variants without a rebuild or a plan change.
+  static NcclOptions from_environment();
 };
 
 // The variant an NCCL communicator uses for uneven collectives (Error for other communicators),
