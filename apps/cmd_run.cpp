@@ -122,7 +122,7 @@ void run(RunArgs& a) {
   if (a.device == "cuda") {
     device = cuda::make_cuda_device(
         {cuda::local_device_index(), sc.job.precision.compute == Dtype::TF32});
-    nccl = cuda::make_nccl_communicator(*device, *mpi);
+    nccl = cuda::make_nccl_communicator(*device, *mpi, cuda::NcclOptions::from_environment());
   }
 #endif
   if (!device) device = backend::make_cpu_device(dopt);
