@@ -177,43 +177,54 @@ TEST_P(Kernels, LayerNormForwardBackward) {
 }
 
 TEST_P(Kernels, CausalSoftmaxForwardRecomputeBackward) {
-  SCOPED_TRACE(trace());
-  const int batch = 3, T = 300;
-  const float scale = 0.125f;
-  const std::size_t n = std::size_t(batch) * T * T;
-  DeviceArray s(n, dt()), p(n, dt()), p2(n, dt()), lse(std::size_t(batch) * T, Dtype::FP32),
-      dp(n, dt()), ds(n, dt());
-  const auto ss = s.set(random_vector(n, rng_, -20.0f, 20.0f));
-  const auto dps = dp.set(random_vector(n, rng_));
-  p.poison();
-  p2.poison();
-  lse.poison();
-  ds.poison();
-  causal_softmax_forward(s.get(), p.get(), lse.f32(), batch, T, scale, dt(), nullptr);
-  causal_softmax_recompute(s.get(), lse.f32(), p2.get(), batch, T, scale, dt(), nullptr);
-  const auto ps = p.get_values();
-  causal_softmax_backward(p.get(), dp.get(), ds.get(), batch, T, scale, dt(), nullptr);
-  std::vector<double> rp(n), rl(std::size_t(batch) * T), rds(n);
-  for (int b = 0; b < batch; ++b)
-    for (int i = 0; i < T; ++i) {
-      const std::size_t row = (std::size_t(b) * T + i) * T;
-      double m = -INFINITY;
-      for (int j = 0; j <= i; ++j) m = std::max(m, double(scale) * ss[row + j]);
-      double z = 0;
-      for (int j = 0; j <= i; ++j) z += std::exp(double(scale) * ss[row + j] - m);
-      rl[std::size_t(b) * T + i] = m + std::log(z);
-      double dot = 0;
-      for (int j = 0; j <= i; ++j) dot += double(ps[row + j]) * dps[row + j];
-      for (int j = 0; j < T; ++j) {
-        rp[row + j] = j <= i ? std::exp(double(scale) * ss[row + j] - m) / z : 0.0;
-        // Backward reference from the stored probabilities (what the kernel is given).
-        rds[row + j] = j <= i ? scale * double(ps[row + j]) * (dps[row + j] - dot) : 0.0;
+  // Scores (and dP) either in the probabilities' dtype or in fp32, as attention uses them.
+  for (const Dtype sdt : {dt(), Dtype::FP32}) {
+    SCOPED_TRACE(trace() + " scores " + name(sdt));
+    const int batch = 3, T = 300;
+    const float scale = 0.125f;
+    const std::size_t n = std::size_t(batch) * T * T;
+    DeviceArray s(n, sdt), p(n, dt()), p2(n, dt()), lse(std::size_t(batch) * T, Dtype::FP32),
+        dp(n, sdt), ds(n, dt());
+    const auto ss = s.set(random_vector(n, rng_, -20.0f, 20.0f));
+    const auto dps = dp.set(random_vector(n, rng_));
+    p.poison();
+    p2.poison();
+    lse.poison();
+    ds.poison();
+    causal_softmax_forward(s.get(), sdt, p.get(), dt(), lse.f32(), batch, T, scale, nullptr);
+    causal_softmax_recompute(s.get(), sdt, lse.f32(), p2.get(), dt(), batch, T, scale, nullptr);
+    const auto ps = p.get_values();
+    causal_softmax_backward(p.get(), dt(), dp.get(), sdt, ds.get(), batch, T, scale, nullptr);
+    std::vector<double> rp(n), rl(std::size_t(batch) * T), rds(n);
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < T; ++i) {
+        const std::size_t row = (std::size_t(b) * T + i) * T;
+        double m = -INFINITY;
+        for (int j = 0; j <= i; ++j) m = std::max(m, double(scale) * ss[row + j]);
+        double z = 0;
+        for (int j = 0; j <= i; ++j) z += std::exp(double(scale) * ss[row + j] - m);
+        rl[std::size_t(b) * T + i] = m + std::log(z);
+        double dot = 0;
+        for (int j = 0; j <= i; ++j) dot += double(ps[row + j]) * dps[row + j];
+        for (int j = 0; j < T; ++j) {
+          rp[row + j] = j <= i ? std::exp(double(scale) * ss[row + j] - m) / z : 0.0;
+          // Backward reference from the stored probabilities (what the kernel is given).
+          rds[row + j] = j <= i ? scale * double(ps[row + j]) * (dps[row + j] - dot) : 0.0;
+        }
       }
-    }
-  EXPECT_LE(rel_error(ps, rp), tol());
-  EXPECT_LE(rel_error(p2.get_values(), rp), tol());
-  EXPECT_LE(rel_error(lse.get_values(), rl), 1e-5);
-  EXPECT_LE(rel_error(ds.get_values(), rds), tol());
+    EXPECT_LE(rel_error(ps, rp), tol());
+    EXPECT_LE(rel_error(p2.get_values(), rp), tol());
+    EXPECT_LE(rel_error(lse.get_values(), rl), 1e-5);
+    EXPECT_LE(rel_error(ds.get_values(), rds), tol());
+    if (sdt == dt()) break;  // fp32: one pass covers both
+  }
+  // Mixed low-precision score and probability types are refused, not misread.
+  if (dt() != Dtype::FP32) {
+    const Dtype other = dt() == Dtype::BF16 ? Dtype::FP16 : Dtype::BF16;
+    DeviceArray s(16, other), p(16, dt());
+    EXPECT_THROW(
+        causal_softmax_forward(s.get(), other, p.get(), dt(), nullptr, 1, 4, 1.0f, nullptr), Error);
+  }
 }
 
 TEST_P(Kernels, HeadPermutationsRoundTrip) {

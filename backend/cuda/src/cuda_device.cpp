@@ -372,22 +372,27 @@ class CudaDevice final : public backend::Device {
   }
 
   // Attention by materialised scores: two batched cuBLAS GEMMs around a causal softmax, with
-  // head permutations. Scratch comes from the stream-ordered pool on the compute stream, so
-  // it is accounted in the peak and reused across layers without driver calls. Backward
-  // recomputes the probabilities from the saved log-sum-exp (one pass, no reductions).
+  // head permutations. Scores and their gradient are kept in fp32 (the GEMMs write fp32 C from
+  // bf16/fp16 operands), so neither the softmax exponent nor dP - rowsum(P dP) sees bf16
+  // rounding; probabilities and dS are stored in the compute type as GEMM operands. Scratch comes
+  // from the stream-ordered pool on the op's stream, so it counts in the peak and is reused
+  // across layers without driver calls. Backward recomputes the probabilities from the saved
+  // log-sum-exp (one pass, no reductions).
   void attention_forward(backend::Stream& s, const AttentionShape& shape, TensorRef qkv,
                          TensorRef out, TensorRef lse) override {
     const Attn a = attn(shape, qkv, out, lse);
     const cudaStream_t st = native(s);
+    const bool f32 = a.dt == Dtype::FP32;
     Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
         v(allocator_, a.head_bytes, st), y(allocator_, a.head_bytes, st),
-        p(allocator_, a.score_bytes, st);
+        sc(allocator_, a.score_f32_bytes, st), pr(allocator_, f32 ? 0 : a.score_bytes, st);
+    void* probs = f32 ? sc.ptr : pr.ptr;  // fp32: softmax in place
     split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
-    scores(st, a, q.ptr, k.ptr, p.ptr);
-    causal_softmax_forward(p.ptr, p.ptr, static_cast<float*>(lse.data), a.B * a.H, a.T, a.scale,
-                           a.dt, st);
+    scores(st, a, q.ptr, k.ptr, sc.ptr);
+    causal_softmax_forward(sc.ptr, Dtype::FP32, probs, a.dt, static_cast<float*>(lse.data),
+                           a.B * a.H, a.T, a.scale, st);
     // y = P V: [T x T] [T x D]
-    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, p.ptr, a.tt, v.ptr, a.td,
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, probs, a.tt, v.ptr, a.td,
                        0.0f, y.ptr, a.td, a.B * a.H, a.dt, a.dt);
     merge_heads(y.ptr, out.data, a.B, a.T, a.H, a.D, a.dt, st);
   }
@@ -401,27 +406,28 @@ class CudaDevice final : public backend::Device {
     Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
         v(allocator_, a.head_bytes, st), dy(allocator_, a.head_bytes, st),
         dq(allocator_, a.head_bytes, st), dk(allocator_, a.head_bytes, st),
-        dv(allocator_, a.head_bytes, st), p(allocator_, a.score_bytes, st),
-        dp(allocator_, a.score_bytes, st);
+        dv(allocator_, a.head_bytes, st), sc(allocator_, a.score_f32_bytes, st),
+        pr(allocator_, a.score_bytes, st), dp(allocator_, a.score_f32_bytes, st);
     const int batch = a.B * a.H;
     split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
-    scores(st, a, q.ptr, k.ptr, p.ptr);
-    causal_softmax_recompute(p.ptr, static_cast<const float*>(lse.data), p.ptr, batch, a.T, a.scale,
-                             a.dt, st);
+    scores(st, a, q.ptr, k.ptr, sc.ptr);
+    causal_softmax_recompute(sc.ptr, Dtype::FP32, static_cast<const float*>(lse.data), pr.ptr, a.dt,
+                             batch, a.T, a.scale, st);
     split_heads(dout.data, dy.ptr, a.B, a.T, a.H, a.D, a.dt, st);
-    // dP = dY V^T
+    // dP = dY V^T (fp32)
     gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, dy.ptr, a.td, v.ptr, a.td,
-                       0.0f, dp.ptr, a.tt, batch, a.dt, a.dt);
+                       0.0f, dp.ptr, a.tt, batch, a.dt, Dtype::FP32);
     // dV = P^T dY
-    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, p.ptr, a.tt, dy.ptr, a.td,
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, pr.ptr, a.tt, dy.ptr, a.td,
                        0.0f, dv.ptr, a.td, batch, a.dt, a.dt);
-    // dS = scale * P (dP - rowsum(P dP)), in place over dP
-    causal_softmax_backward(p.ptr, dp.ptr, dp.ptr, batch, a.T, a.scale, a.dt, st);
+    // dS = scale * P (dP - rowsum(P dP)), in the compute type, into the (dead) scores buffer
+    void* ds = sc.ptr;
+    causal_softmax_backward(pr.ptr, a.dt, dp.ptr, Dtype::FP32, ds, batch, a.T, a.scale, st);
     // dQ = dS K ; dK = dS^T Q
-    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, dp.ptr, a.tt, k.ptr, a.td,
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, ds, a.tt, k.ptr, a.td,
                        0.0f, dq.ptr, a.td, batch, a.dt, a.dt);
-    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, dp.ptr, a.tt, q.ptr, a.td,
-                       0.0f, dk.ptr, a.td, batch, a.dt, a.dt);
+    gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, ds, a.tt, q.ptr, a.td, 0.0f,
+                       dk.ptr, a.td, batch, a.dt, a.dt);
     merge_qkv_heads(dq.ptr, dk.ptr, dv.ptr, dqkv.data, a.B, a.T, a.H, a.D, a.dt, st);
   }
 
@@ -565,7 +571,7 @@ class CudaDevice final : public backend::Device {
     Dtype dt;
     float scale;
     long long td, tt;
-    std::size_t head_bytes, score_bytes;
+    std::size_t head_bytes, score_bytes, score_f32_bytes;
   };
   Attn attn(const AttentionShape& shape, TensorRef qkv, TensorRef out, TensorRef lse) const {
     Attn a{};
@@ -586,12 +592,14 @@ class CudaDevice final : public backend::Device {
     const std::size_t es = backend::element_size(qkv.type);
     a.head_bytes = std::size_t(a.B) * a.H * a.td * es;
     a.score_bytes = std::size_t(a.B) * a.H * a.tt * es;
+    a.score_f32_bytes = std::size_t(a.B) * a.H * a.tt * 4;
     return a;
   }
-  // S = Q K^T per (sample, head): [T x D] [D x T]; the softmax applies the 1/sqrt(D) scale.
+  // S = Q K^T per (sample, head): [T x D] [D x T], written in fp32; the softmax applies the
+  // 1/sqrt(D) scale.
   void scores(cudaStream_t st, const Attn& a, const void* q, const void* k, void* s) const {
     gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, q, a.td, k, a.td, 0.0f, s,
-                       a.tt, a.B * a.H, a.dt, a.dt);
+                       a.tt, a.B * a.H, a.dt, Dtype::FP32);
   }
 
   // Parameter gradients are fp32 in the kernels; a gradient buffer in bf16/fp16 is accumulated

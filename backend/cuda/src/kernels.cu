@@ -264,15 +264,18 @@ __global__ void layernorm_backward_params_kernel(const T* dy, const T* x, const 
 }
 
 // ---- causal softmax -------------------------------------------------------------------------
-// One block per score row (b, i); only columns j <= i take part.
-template <typename T>
-__global__ void causal_softmax_forward_kernel(const T* scores, T* probs, float* lse, int T_,
+// One block per score row (b, i); only columns j <= i take part. S is the type of scores and of
+// their gradient dP (fp32 in attention, so the rounding of bf16 scores never enters the
+// exponent and dP - rowsum(P dP) does not cancel in bf16); P is the type of probabilities and
+// of dS (the GEMM operands).
+template <typename S, typename P>
+__global__ void causal_softmax_forward_kernel(const S* scores, P* probs, float* lse, int T_,
                                               float scale) {
   __shared__ float scratch[32];
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T_);
-  const T* sr = scores + row * T_;
-  T* pr = probs + row * T_;
+  const S* sr = scores + row * T_;
+  P* pr = probs + row * T_;
   float m = -INFINITY;
   for (int j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, scale * load(sr, j));
   m = block_max(m, scratch);
@@ -285,27 +288,27 @@ __global__ void causal_softmax_forward_kernel(const T* scores, T* probs, float* 
   if (lse && threadIdx.x == 0) lse[row] = m + logf(total);
 }
 
-template <typename T>
-__global__ void causal_softmax_recompute_kernel(const T* scores, const float* lse, T* probs, int T_,
+template <typename S, typename P>
+__global__ void causal_softmax_recompute_kernel(const S* scores, const float* lse, P* probs, int T_,
                                                 float scale) {
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T_);
-  const T* sr = scores + row * T_;
-  T* pr = probs + row * T_;
+  const S* sr = scores + row * T_;
+  P* pr = probs + row * T_;
   const float l = lse[row];
   for (int j = threadIdx.x; j < T_; j += blockDim.x)
     store(pr, j, j <= i ? expf(scale * load(sr, j) - l) : 0.0f);
 }
 
-template <typename T>
-__global__ void causal_softmax_backward_kernel(const T* probs, const T* dprobs, T* dscores, int T_,
+template <typename S, typename P>
+__global__ void causal_softmax_backward_kernel(const P* probs, const S* dprobs, P* dscores, int T_,
                                                float scale) {
   __shared__ float scratch[32];
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T_);
-  const T* pr = probs + row * T_;
-  const T* dpr = dprobs + row * T_;
-  T* dsr = dscores + row * T_;
+  const P* pr = probs + row * T_;
+  const S* dpr = dprobs + row * T_;
+  P* dsr = dscores + row * T_;
   float s = 0.0f;
   for (int j = threadIdx.x; j <= i; j += blockDim.x) s += load(pr, j) * load(dpr, j);
   s = block_sum(s, scratch);
@@ -620,42 +623,59 @@ void layernorm_backward(const void* dy, const void* x, const void* gamma, const 
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
-void causal_softmax_forward(const void* scores, void* probs, float* lse, int batch, int T, float s,
-                            Dtype dtype, cudaStream_t stream) {
+// Score-side type S is either FP32 or the probability type P: five instantiations per kernel
+// instead of nine.
+template <typename F>
+void dispatch_score_prob(Dtype score_dtype, Dtype prob_dtype, F&& f) {
+  if (score_dtype == Dtype::FP32 || score_dtype == Dtype::TF32) {
+    dispatch(prob_dtype, [&](auto* p_tag) { f(static_cast<float*>(nullptr), p_tag); });
+    return;
+  }
+  if (score_dtype != prob_dtype)
+    throw Error("causal softmax: scores must be fp32 or of the probabilities' type");
+  dispatch(prob_dtype, [&](auto* p_tag) { f(p_tag, p_tag); });
+}
+
+void causal_softmax_forward(const void* scores, Dtype scores_dtype, void* probs, Dtype probs_dtype,
+                            float* lse, int batch, int T, float s, cudaStream_t stream) {
   check_dims(batch, "batch");
   check_dims(T, "T");
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    causal_softmax_forward_kernel<E><<<rows, kThreads, 0, stream>>>(
-        static_cast<const E*>(scores), static_cast<E*>(probs), lse, T, s);
+  dispatch_score_prob(scores_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
+    using S = std::remove_pointer_t<decltype(s_tag)>;
+    using P = std::remove_pointer_t<decltype(p_tag)>;
+    causal_softmax_forward_kernel<S, P><<<rows, kThreads, 0, stream>>>(
+        static_cast<const S*>(scores), static_cast<P*>(probs), lse, T, s);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
-void causal_softmax_recompute(const void* scores, const float* lse, void* probs, int batch, int T,
-                              float s, Dtype dtype, cudaStream_t stream) {
+void causal_softmax_recompute(const void* scores, Dtype scores_dtype, const float* lse, void* probs,
+                              Dtype probs_dtype, int batch, int T, float s, cudaStream_t stream) {
   check_dims(batch, "batch");
   check_dims(T, "T");
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    causal_softmax_recompute_kernel<E><<<rows, kThreads, 0, stream>>>(
-        static_cast<const E*>(scores), lse, static_cast<E*>(probs), T, s);
+  dispatch_score_prob(scores_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
+    using S = std::remove_pointer_t<decltype(s_tag)>;
+    using P = std::remove_pointer_t<decltype(p_tag)>;
+    causal_softmax_recompute_kernel<S, P><<<rows, kThreads, 0, stream>>>(
+        static_cast<const S*>(scores), lse, static_cast<P*>(probs), T, s);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
-void causal_softmax_backward(const void* probs, const void* dprobs, void* dscores, int batch, int T,
-                             float s, Dtype dtype, cudaStream_t stream) {
+void causal_softmax_backward(const void* probs, Dtype probs_dtype, const void* dprobs,
+                             Dtype dprobs_dtype, void* dscores, int batch, int T, float s,
+                             cudaStream_t stream) {
   check_dims(batch, "batch");
   check_dims(T, "T");
   const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    causal_softmax_backward_kernel<E>
-        <<<rows, kThreads, 0, stream>>>(static_cast<const E*>(probs), static_cast<const E*>(dprobs),
-                                        static_cast<E*>(dscores), T, s);
+  dispatch_score_prob(dprobs_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
+    using S = std::remove_pointer_t<decltype(s_tag)>;
+    using P = std::remove_pointer_t<decltype(p_tag)>;
+    causal_softmax_backward_kernel<S, P>
+        <<<rows, kThreads, 0, stream>>>(static_cast<const P*>(probs), static_cast<const S*>(dprobs),
+                                        static_cast<P*>(dscores), T, s);
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }

@@ -54,16 +54,20 @@ void layernorm_backward(const void* dy, const void* x, const void* gamma, const 
                         int cols, Dtype dtype, cudaStream_t stream);
 
 // ---- causal softmax over attention scores [batch, T, T] -----------------------------------
-// probs[b, i, j] = softmax_j(scale * scores[b, i, j]) for j <= i, 0 for j > i. In place OK.
+// Scores (and their gradient dprobs) are fp32 or of the probabilities' dtype; attention keeps
+// them fp32 (accuracy, see kernels.cu). In-place calls need equal dtypes.
+// probs[b, i, j] = softmax_j(scale * scores[b, i, j]) for j <= i, 0 for j > i.
 // When `lse` is not null, lse[b * T + i] = log sum_j exp(scale * scores[b, i, j]) (fp32).
-void causal_softmax_forward(const void* scores, void* probs, float* lse, int batch, int T,
-                            float scale, Dtype dtype, cudaStream_t stream);
-// Recomputes probs from scores and the saved lse (one pass, no reductions). In place OK.
-void causal_softmax_recompute(const void* scores, const float* lse, void* probs, int batch, int T,
-                              float scale, Dtype dtype, cudaStream_t stream);
-// dscores = scale * p * (dp - sum_j p * dp), 0 above the diagonal. dscores may alias dprobs.
-void causal_softmax_backward(const void* probs, const void* dprobs, void* dscores, int batch, int T,
-                             float scale, Dtype dtype, cudaStream_t stream);
+void causal_softmax_forward(const void* scores, Dtype scores_dtype, void* probs, Dtype probs_dtype,
+                            float* lse, int batch, int T, float scale, cudaStream_t stream);
+// Recomputes probs from scores and the saved lse (one pass, no reductions).
+void causal_softmax_recompute(const void* scores, Dtype scores_dtype, const float* lse, void* probs,
+                              Dtype probs_dtype, int batch, int T, float scale,
+                              cudaStream_t stream);
+// dscores (probs_dtype) = scale * p * (dp - sum_j p * dp), 0 above the diagonal.
+void causal_softmax_backward(const void* probs, Dtype probs_dtype, const void* dprobs,
+                             Dtype dprobs_dtype, void* dscores, int batch, int T, float scale,
+                             cudaStream_t stream);
 
 // ---- head permutations for attention -------------------------------------------------------
 // qkv [B, T, 3, H, D] -> q, k, v each [B, H, T, D].
