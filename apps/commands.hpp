@@ -20,5 +20,7 @@ void add_validate_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 
 }  // namespace cephalo::cli

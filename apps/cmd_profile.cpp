@@ -1,0 +1,595 @@
+// `cephalo profile`: measures what the cost models need on this machine's device, with the
+// backend's own kernels (so the numbers are the ones `cephalo run` will see), and writes a
+// calibration file in the project's profile format ("format": "cephalo-profile", read by
+// costmodels::ProfileTables::load_own; the format is documented in tests/accuracy/README.md and
+// costmodels/README.md):
+//  * per transformer layer, for each micro-batch size: forward (the checkpointed forward the
+//    executor runs), recompute (the forward re-run right before the backward) and backward;
+//  * the embedding and head units the same way (head "backward" is the fused
+//    forward+backward+loss the executor runs as the head's backward op);
+//  * the AdamW step per shard size; device<->host copies per size;
+//  * under `mpirun -np N` (N ≥ 2): sweeps of even and uneven all-gather and reduce-scatter over
+//    sizes, through the backend's Communicator on the comm stream. The even points are also
+//    written as an nccl-tests-like sweep ("cephalo-collective-sweep", --sweep-out) that
+//    costmodels::calibrate_comm fits.
+// Every point is the median of --repeats timed calls after --warmup untimed ones; under mpirun
+// every rank measures at once (as in training) and the compute numbers are averaged over ranks.
+// Progress goes to stderr; rank 0 prints and writes.
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "cephalo/backend/communicator.hpp"
+#include "cephalo/backend/cpu_device.hpp"
+#include "cephalo/backend/device.hpp"
+#include "cephalo/backend/gpt.hpp"
+#include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "commands.hpp"
+#ifdef CEPHALO_HAVE_CUDA
+#include "cephalo/backend/cuda/cuda_device.hpp"
+#include "cephalo/backend/cuda/nccl_communicator.hpp"
+#endif
+
+namespace cephalo::cli {
+namespace {
+
+using backend::Buffer;
+using backend::Device;
+using backend::ElemType;
+using backend::StreamKind;
+
+struct ProfileArgs {
+  std::string device = "cpu";
+  std::string model;
+  int seq = 0;
+  std::string micro_batches = "1..4";
+  std::string as_gpu;  // catalog name recorded in the rows (default: CPU-core / the GPU)
+  int threads = 1;
+  int repeats = 5;
+  int warmup = 1;
+  std::string output;
+  std::string sweep_output;
+  std::string max_collective_bytes = "16MiB";
+  bool no_collectives = false;
+  bool json = false;
+};
+
+// "1..K", "K" (= 1..K) or "1,2,4,8".
+std::vector<int> parse_micro_batches(const std::string& text) {
+  auto bad = [&]() -> std::vector<int> {
+    throw CLI::ValidationError(
+        "--micro-batches",
+        "expected 1..K, K or a list like 1,2,4 of sizes >= 1, got \"" + text + "\"");
+  };
+  std::vector<int> out;
+  try {
+    auto dots = text.find("..");
+    if (dots != std::string::npos) {
+      int lo = std::stoi(text.substr(0, dots)), hi = std::stoi(text.substr(dots + 2));
+      if (lo < 1 || hi < lo || hi > 4096) return bad();
+      for (int m = lo; m <= hi; ++m) out.push_back(m);
+      return out;
+    }
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      auto comma = text.find(',', pos);
+      std::string part =
+          text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      std::size_t used = 0;
+      int m = std::stoi(part, &used);
+      if (used != part.size() || m < 1 || m > 4096) return bad();
+      out.push_back(m);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  } catch (const std::logic_error&) {
+    return bad();
+  }
+  if (out.empty()) return bad();
+  if (out.size() == 1 && text.find(',') == std::string::npos) {
+    int k = out[0];
+    out.clear();
+    for (int m = 1; m <= k; ++m) out.push_back(m);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+struct Sample {
+  double median_ms = 0;
+  double stddev_ms = 0;
+};
+
+class Profiler {
+ public:
+  Profiler(Device& dev, backend::Communicator* comm, const ProfileArgs& a)
+      : dev_(dev), comm_(comm), args_(a) {}
+
+  // Times `fn` on the compute stream with the device's events (steady clock on CPU, CUDA events
+  // on GPU): warmup calls, then the median of `repeats`; under mpirun the median is averaged
+  // over ranks (they all measure at once, sharing the machine as they do in training).
+  template <class Fn>
+  Sample time_compute(Fn&& fn) {
+    auto& s = dev_.stream(StreamKind::Compute);
+    for (int i = 0; i < args_.warmup; ++i) fn();
+    dev_.synchronize();
+    std::vector<double> ms;
+    auto start = dev_.create_event();
+    auto stop = dev_.create_event();
+    for (int i = 0; i < args_.repeats; ++i) {
+      start->record(s);
+      fn();
+      stop->record(s);
+      stop->synchronize();
+      ms.push_back(1e3 * stop->seconds_since(*start));
+    }
+    Sample out{median(ms), stddev(ms)};
+    if (comm_ && comm_->size() > 1) {
+      double v[2] = {out.median_ms, out.stddev_ms};
+      comm_->all_reduce_host(v, 2, backend::ReduceOp::Sum);
+      out.median_ms = v[0] / comm_->size();
+      out.stddev_ms = v[1] / comm_->size();
+    }
+    return out;
+  }
+
+  // Times one collective call (enqueued on the comm stream, then synchronised), all ranks
+  // starting together after a barrier; the slowest rank's time is the call's time.
+  template <class Fn>
+  double time_collective(Fn&& fn) {
+    auto& s = dev_.stream(StreamKind::Comm);
+    for (int i = 0; i < args_.warmup; ++i) {
+      fn(s);
+      s.synchronize();
+    }
+    std::vector<double> sec;
+    for (int i = 0; i < args_.repeats; ++i) {
+      comm_->barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      fn(s);
+      s.synchronize();
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      comm_->all_reduce_host(&t, 1, backend::ReduceOp::Max);
+      sec.push_back(t);
+    }
+    return median(sec);
+  }
+
+  // Host wall time of `fn` (which must synchronise what it starts): for work on other streams.
+  template <class Fn>
+  Sample time_host(Fn&& fn) {
+    for (int i = 0; i < args_.warmup; ++i) fn();
+    std::vector<double> ms;
+    for (int i = 0; i < args_.repeats; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      ms.push_back(1e3 *
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return {median(ms), stddev(ms)};
+  }
+
+  Buffer random_f32(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
+    std::vector<float> host(static_cast<std::size_t>(n));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (float& x : host) x = dist(rng);
+    Buffer b = dev_.allocate(static_cast<std::size_t>(n), ElemType::F32);
+    dev_.upload(b.ref(), host.data(), host.size() * sizeof(float));
+    return b;
+  }
+  Buffer unit_params(const backend::GptModel& model, int unit) {
+    auto host = model.initial_unit(unit);
+    Buffer b = dev_.allocate(host.size(), ElemType::F32);
+    dev_.upload(b.ref(), host.data(), host.size() * sizeof(float));
+    return b;
+  }
+  Buffer zeros(std::int64_t n) {
+    Buffer b = dev_.allocate(static_cast<std::size_t>(n), ElemType::F32);
+    dev_.fill(dev_.stream(StreamKind::Compute), b.ref(), 0.0f);
+    return b;
+  }
+  Buffer tokens(const backend::GptConfig& cfg, int micro_batch, bool targets) {
+    const std::int64_t rows = static_cast<std::int64_t>(micro_batch) * cfg.seq;
+    std::vector<std::int32_t> tok(static_cast<std::size_t>(rows)), tgt(tok.size());
+    for (int i = 0; i < micro_batch; ++i)
+      backend::synthetic_sample(cfg, 7, 0, i, tok.data() + i * cfg.seq, tgt.data() + i * cfg.seq);
+    Buffer b = dev_.allocate(static_cast<std::size_t>(rows), ElemType::I32);
+    dev_.upload(b.ref(), targets ? tgt.data() : tok.data(), tok.size() * 4);
+    return b;
+  }
+
+  Device& dev() { return dev_; }
+  backend::Communicator* comm() { return comm_; }
+
+ private:
+  Device& dev_;
+  backend::Communicator* comm_;
+  const ProfileArgs& args_;
+};
+
+struct Point {
+  int micro_batch = 0;
+  Sample forward, backward, recompute;
+};
+
+Json point_json(const Point& p, bool with_recompute, int repeats) {
+  Json j = {{"micro_batch", p.micro_batch},
+            {"forward_ms", p.forward.median_ms},
+            {"backward_ms", p.backward.median_ms}};
+  if (with_recompute) j["recompute_ms"] = p.recompute.median_ms;
+  j["repeats"] = repeats;
+  j["stddev_ms"] = std::max({p.forward.stddev_ms, p.backward.stddev_ms, p.recompute.stddev_ms});
+  return j;
+}
+
+std::string iso_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+void run_profile(const ProfileArgs& a) {
+  if (a.device != "cpu" && a.device != "cuda")
+    throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
+  if (a.seq < 1) throw CLI::ValidationError("--seq", "expected a sequence length >= 1");
+  if (a.repeats < 1 || a.warmup < 0)
+    throw CLI::ValidationError("--repeats/--warmup", "expected repeats >= 1 and warmup >= 0");
+  const std::vector<int> micro_batches = parse_micro_batches(a.micro_batches);
+  const ModelSpec& spec = costmodels::ModelCatalog::builtin().get(a.model);
+  if (spec.max_positions > 0 && a.seq > spec.max_positions)
+    throw CLI::ValidationError("--seq", "at most the model's max_positions (" +
+                                            std::to_string(spec.max_positions) + "), got " +
+                                            std::to_string(a.seq));
+  const backend::GptConfig cfg = backend::GptConfig::from_spec(spec, a.seq);
+  const auto max_bytes = parse_quantity(a.max_collective_bytes, Quantity::Bytes);
+  if (!max_bytes || *max_bytes < 64 * 1024)
+    throw CLI::ValidationError("--max-bytes",
+                               "expected a size of at least 64KiB such as "
+                               "\"16MiB\", got \"" +
+                                   a.max_collective_bytes + "\"");
+  const double max_coll_bytes = *max_bytes;
+
+  backend::MpiRuntime mpi(nullptr, nullptr);
+  const int rank = mpi.world_rank(), world = mpi.world_size();
+  const bool lead = rank == 0;
+  auto say = [&](const std::string& line) {
+    if (lead) std::cerr << "profile: " << line << std::endl;
+  };
+
+  std::unique_ptr<Device> device;
+  auto mpi_comm = backend::make_mpi_communicator();
+  std::unique_ptr<backend::Communicator> nccl;
+  std::string gpu_name = a.as_gpu;
+  if (a.device == "cuda") {
+#ifdef CEPHALO_HAVE_CUDA
+    device = cuda::make_cuda_device({cuda::local_device_index(), false});
+    if (world > 1) nccl = cuda::make_nccl_communicator(*device, *mpi_comm);
+#else
+    throw RuntimeFailure(
+        "this build of cephalo has no CUDA backend (configure with a CUDA "
+        "toolkit and NCCL; see backend/cuda/)");
+#endif
+    if (gpu_name.empty())
+      throw CLI::ValidationError("--as",
+                                 "--device cuda needs --as GPU: the catalog name the "
+                                 "measurements are recorded under (e.g. h100)");
+  } else {
+    backend::CpuDeviceOptions o;
+    o.ordinal = rank;
+    o.threads = a.threads;
+    device = backend::make_cpu_device(o);
+    if (gpu_name.empty()) gpu_name = "cpu";
+  }
+  const DeviceSpec& dspec = costmodels::GpuCatalog::builtin().get(gpu_name);
+  backend::Communicator* comm = nccl ? nccl.get() : mpi_comm.get();
+  Profiler prof(*device, comm, a);
+  Device& dev = *device;
+  auto& cs = dev.stream(StreamKind::Compute);
+  backend::GptModel model(cfg);
+  const int L = cfg.layers;
+  say(device->name() + ", model " + spec.name + " (" + std::to_string(L) + " layers, hidden " +
+      std::to_string(cfg.hidden) + "), sequence " + std::to_string(a.seq) + ", " +
+      std::to_string(world) + " rank(s), recorded as " + dspec.name);
+
+  // ---- compute: one layer, the embedding, the head, per micro-batch size ----
+  Buffer layer_params = prof.unit_params(model, 1);
+  Buffer layer_grads = prof.zeros(model.unit_numel(1));
+  Buffer emb_params = prof.unit_params(model, 0);
+  Buffer emb_grads = prof.zeros(model.unit_numel(0));
+  Buffer head_params = prof.unit_params(model, model.head_unit());
+  Buffer head_grads = prof.zeros(model.unit_numel(model.head_unit()));
+  std::vector<Point> layer_pts, emb_pts, head_pts;
+  const float grad_scale = 1.0f / static_cast<float>(cfg.seq * 64);
+  for (int m : micro_batches) {
+    const std::int64_t rows = static_cast<std::int64_t>(m) * cfg.seq;
+    const std::int64_t n = rows * cfg.hidden;
+    Buffer x = prof.random_f32(n, 11 + static_cast<std::uint64_t>(m));
+    Buffer y = prof.zeros(n), dy = prof.random_f32(n, 97, 1e-3f), dx = prof.zeros(n);
+    Buffer tok = prof.tokens(cfg, m, false), tgt = prof.tokens(cfg, m, true);
+    backend::LayerActivations acts, acts2;
+    Point lp{m, {}, {}, {}};
+    // Forward of the layered schedule: activations go to a scratch set that the next op reuses.
+    lp.forward = prof.time_compute(
+        [&] { model.layer_forward(dev, layer_params.ref(), x.ref(), y.ref(), acts, rows); });
+    lp.recompute = prof.time_compute(
+        [&] { model.layer_forward(dev, layer_params.ref(), x.ref(), y.ref(), acts2, rows); });
+    lp.backward = prof.time_compute([&] {
+      model.layer_backward(dev, layer_params.ref(), layer_grads.ref(), x.ref(), acts2, dy.ref(),
+                           dx.ref(), rows);
+    });
+    layer_pts.push_back(lp);
+    Point ep{m, {}, {}, {}};
+    ep.forward = prof.time_compute(
+        [&] { model.embedding_forward(dev, emb_params.ref(), tok.ref(), y.ref(), rows); });
+    ep.backward = prof.time_compute(
+        [&] { model.embedding_backward(dev, emb_grads.ref(), tok.ref(), dy.ref(), rows); });
+    emb_pts.push_back(ep);
+    Point hp{m, {}, {}, {}};
+    hp.forward = prof.time_compute([&] {
+      model.head_forward_backward(dev, head_params.ref(), emb_params.ref(), x.ref(), tgt.ref(),
+                                  rows, 0.0f, {}, {}, {});
+    });
+    hp.backward = prof.time_compute([&] {
+      model.head_forward_backward(dev, head_params.ref(), emb_params.ref(), x.ref(), tgt.ref(),
+                                  rows, grad_scale, dx.ref(), head_grads.ref(), emb_grads.ref());
+    });
+    head_pts.push_back(hp);
+    say("micro-batch " + std::to_string(m) + ": layer F " + fixed(lp.forward.median_ms, 3) +
+        " ms, RC " + fixed(lp.recompute.median_ms, 3) + " ms, B " +
+        fixed(lp.backward.median_ms, 3) + " ms; embedding F+B " +
+        fixed(ep.forward.median_ms + ep.backward.median_ms, 3) + " ms; head F " +
+        fixed(hp.forward.median_ms, 3) + " ms, F+B " + fixed(hp.backward.median_ms, 3) + " ms");
+  }
+
+  // ---- optimizer: AdamW over shards of 1/8 .. 1 of the model ----
+  Json optimizer = Json::array();
+  {
+    const double total = static_cast<double>(model.total_parameters());
+    for (double frac : {0.125, 0.25, 0.5, 1.0}) {
+      const auto n = static_cast<std::int64_t>(std::max(1.0, std::round(total * frac)));
+      Buffer p = prof.random_f32(n, 5, 0.02f), g = prof.random_f32(n, 6, 1e-3f);
+      Buffer mom = prof.zeros(n), var = prof.zeros(n);
+      std::int64_t step = 0;
+      Sample s = prof.time_compute([&] {
+        backend::AdamWParams ap;
+        ap.step = ++step;
+        dev.adamw_step(cs, p.ref(), g.ref(), mom.ref(), var.ref(), ap);
+      });
+      optimizer.push_back({{"gpu", dspec.name},
+                           {"parameters", static_cast<double>(n)},
+                           {"ms", s.median_ms},
+                           {"stddev_ms", s.stddev_ms}});
+      say("optimizer over " + std::to_string(n) + " parameters: " + fixed(s.median_ms, 3) + " ms");
+    }
+  }
+
+  // ---- device<->host copies (offload) ----
+  Json copies = Json::array();
+  for (double bytes = 64 * 1024; bytes <= max_coll_bytes; bytes *= 4) {
+    const auto n = static_cast<std::int64_t>(bytes / 4);
+    Buffer d = prof.random_f32(n, 9);
+    Buffer h =
+        dev.allocate(static_cast<std::size_t>(n), ElemType::F32, backend::MemorySpace::PinnedHost);
+    auto& copy = dev.stream(StreamKind::Copy);
+    for (int dir = 0; dir < 2; ++dir) {
+      Sample s = prof.time_host([&] {
+        if (dir == 0)
+          dev.copy(copy, h.ref(), d.ref());
+        else
+          dev.copy(copy, d.ref(), h.ref());
+        copy.synchronize();
+      });
+      copies.push_back({{"direction", dir == 0 ? "d2h" : "h2d"},
+                        {"bytes", static_cast<double>(n) * 4},
+                        {"ms", s.median_ms}});
+    }
+  }
+  say("copies: " + std::to_string(copies.size()) + " points");
+
+  // ---- collectives under mpirun ----
+  Json collectives = Json::array();
+  Json sweep_results = Json::array();
+  if (world > 1 && !a.no_collectives) {
+    std::vector<int> ranks(static_cast<std::size_t>(world));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    // Uneven shares 1:2:...:n (normalised): the shape of a heterogeneous plan.
+    std::vector<double> shares(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) shares[static_cast<std::size_t>(r)] = r + 1.0;
+    double sum = std::accumulate(shares.begin(), shares.end(), 0.0);
+    for (double& s : shares) s /= sum;
+    for (double bytes = 4 * 1024; bytes <= max_coll_bytes; bytes *= 4) {
+      const std::int64_t total = static_cast<std::int64_t>(bytes / 4) / world * world;
+      const std::int64_t even = total / world;
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
+      std::int64_t acc = 0;
+      for (int r = 0; r < world; ++r) {
+        counts[static_cast<std::size_t>(r)] =
+            r + 1 == world ? total - acc
+                           : static_cast<std::int64_t>(
+                                 std::floor(total * shares[static_cast<std::size_t>(r)]));
+        acc += counts[static_cast<std::size_t>(r)];
+      }
+      const std::int64_t mine = counts[static_cast<std::size_t>(rank)];
+      Buffer full = prof.random_f32(total, 21 + static_cast<std::uint64_t>(rank));
+      Buffer part = prof.random_f32(std::max(even, mine), 31);
+      struct Case {
+        const char* kind;
+        bool uneven;
+        std::function<void(backend::Stream&)> call;
+      };
+      std::vector<Case> cases = {
+          {"all_gather", false,
+           [&](backend::Stream& s) { comm->all_gather(s, part.slice(0, even), full.ref()); }},
+          {"reduce_scatter", false,
+           [&](backend::Stream& s) {
+             comm->reduce_scatter(s, full.ref(), part.slice(0, even), backend::ReduceOp::Sum);
+           }},
+          {"all_gather", true,
+           [&](backend::Stream& s) {
+             comm->all_gather_v(s, part.slice(0, mine), full.ref(), counts);
+           }},
+          {"reduce_scatter", true,
+           [&](backend::Stream& s) {
+             comm->reduce_scatter_v(s, full.ref(), part.slice(0, mine), counts,
+                                    backend::ReduceOp::Sum);
+           }},
+      };
+      for (const Case& c : cases) {
+        double sec = prof.time_collective(c.call);
+        const double tb = static_cast<double>(total) * 4;
+        const double algbw = tb / sec;
+        const double busbw = algbw * (world - 1.0) / world;
+        Json point = {{"collective", c.kind},
+                      {"ranks", ranks},
+                      {"bytes", tb},
+                      {"time_us", sec * 1e6},
+                      {"algbw_GBps", algbw / 1e9},
+                      {"busbw_GBps", busbw / 1e9},
+                      {"uneven", c.uneven}};
+        if (c.uneven) point["shares"] = shares;
+        collectives.push_back(point);
+        if (!c.uneven) {
+          Json sp = point;
+          sp.erase("uneven");
+          sweep_results.push_back(sp);
+        }
+      }
+      say("collectives at " + format_bytes(static_cast<double>(total) * 4) + " done");
+    }
+  } else if (world == 1 && lead) {
+    std::cerr << "profile: single process: no collective sweep (run under mpirun -np N for one)"
+              << std::endl;
+  }
+
+  if (!lead) return;
+  Json row = {{"model", spec.name}, {"gpu", dspec.name}, {"seq", a.seq}, {"dtype", "fp32"}};
+  Json lj = Json::array(), ej = Json::array(), hj = Json::array();
+  for (const auto& p : layer_pts) lj.push_back(point_json(p, true, a.repeats));
+  for (const auto& p : emb_pts) ej.push_back(point_json(p, false, a.repeats));
+  for (const auto& p : head_pts) hj.push_back(point_json(p, false, a.repeats));
+  row["layer"] = lj;
+  row["embedding"] = ej;
+  row["head"] = hj;
+  const std::string source = "measured by cephalo profile on " + device->name() + ", " +
+                             std::to_string(world) + " rank(s), median of " +
+                             std::to_string(a.repeats) + " after " + std::to_string(a.warmup) +
+                             " warm-up";
+  Json record = {
+      {"format", "cephalo-profile"}, {"version", 1},           {"tool", "cephalo profile 0.1.0"},
+      {"date", iso_now()},           {"host", host_name()},    {"source", source},
+      {"rows", Json::array({row})},  {"optimizer", optimizer}, {"copies", copies}};
+  if (!collectives.empty()) record["collectives"] = collectives;
+
+  if (!a.output.empty()) {
+    write_file_atomically(a.output, record.dump(2) + "\n");
+    std::cerr << "profile: wrote " << a.output << std::endl;
+  }
+  if (!sweep_results.empty()) {
+    std::string sweep_file = a.sweep_output;
+    if (sweep_file.empty() && !a.output.empty()) {
+      std::filesystem::path p = a.output;
+      sweep_file = (p.parent_path() / (p.stem().string() + ".sweep.json")).string();
+    }
+    if (!sweep_file.empty()) {
+      Json sweep = {{"format", "cephalo-collective-sweep"},
+                    {"version", 1},
+                    {"tool", "cephalo profile 0.1.0"},
+                    {"date", iso_now()},
+                    {"device", device->name()},
+                    {"results", sweep_results}};
+      write_file_atomically(sweep_file, sweep.dump(2) + "\n");
+      std::cerr << "profile: wrote " << sweep_file << std::endl;
+    }
+  }
+  if (a.json) {
+    std::cout << record.dump(2) << "\n";
+    return;
+  }
+  std::cout << "profile of " << spec.name << " at sequence " << a.seq << " on " << device->name()
+            << " (recorded as " << dspec.name << ")\n\n";
+  TextTable t({"micro-batch", "layer F ms", "layer RC ms", "layer B ms", "emb F ms", "emb B ms",
+               "head F ms", "head F+B ms"});
+  for (std::size_t i = 0; i < layer_pts.size(); ++i)
+    t.add_row({std::to_string(layer_pts[i].micro_batch), fixed(layer_pts[i].forward.median_ms, 3),
+               fixed(layer_pts[i].recompute.median_ms, 3),
+               fixed(layer_pts[i].backward.median_ms, 3), fixed(emb_pts[i].forward.median_ms, 3),
+               fixed(emb_pts[i].backward.median_ms, 3), fixed(head_pts[i].forward.median_ms, 3),
+               fixed(head_pts[i].backward.median_ms, 3)});
+  std::cout << t.render() << "\n";
+  TextTable o({"optimizer parameters", "ms"});
+  for (const Json& p : optimizer)
+    o.add_row({fixed(p["parameters"].get<double>(), 0), fixed(p["ms"].get<double>(), 3)});
+  std::cout << o.render();
+  if (!collectives.empty()) {
+    TextTable c({"collective", "uneven", "bytes", "time", "busbw GB/s"});
+    for (const Json& p : collectives)
+      c.add_row({p["collective"].get<std::string>(), p["uneven"].get<bool>() ? "yes" : "no",
+                 format_bytes(p["bytes"].get<double>()),
+                 format_seconds(p["time_us"].get<double>() * 1e-6),
+                 fixed(p["busbw_GBps"].get<double>(), 2)});
+    std::cout << "\n" << c.render();
+  }
+}
+
+}  // namespace
+
+void add_profile_command(CLI::App& app) {
+  auto a = std::make_shared<ProfileArgs>();
+  auto* cmd = app.add_subcommand(
+      "profile", "Measure per-layer compute, optimizer, copies and (under mpirun) collectives");
+  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--model", a->model, "catalog model")->required();
+  cmd->add_option("--seq", a->seq, "sequence length")->required();
+  cmd->add_option("--micro-batches", a->micro_batches, "sizes: 1..K, K or a list 1,2,4")
+      ->capture_default_str();
+  cmd->add_option("--as", a->as_gpu,
+                  "catalog device the rows are recorded under (default: cpu for --device cpu)");
+  cmd->add_option("--threads", a->threads, "CPU threads per rank")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "timed calls per point (median)")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "untimed calls before each point")->capture_default_str();
+  cmd->add_option("--max-bytes", a->max_collective_bytes, "largest collective and copy size")
+      ->capture_default_str();
+  cmd->add_flag("--no-collectives", a->no_collectives, "skip the collective sweep under mpirun");
+  cmd->add_option("-o,--output", a->output, "write the calibration file (cephalo-profile)");
+  cmd->add_option("--sweep-out", a->sweep_output,
+                  "collective sweep file (default: <output stem>.sweep.json under mpirun)");
+  cmd->add_flag("--json", a->json, "print the calibration record as JSON");
+  cmd->callback([a] { run_profile(*a); });
+}
+
+}  // namespace cephalo::cli

@@ -1,0 +1,223 @@
+// `cephalo compare` on hand-made results whose errors are known exactly: every simulated op
+// lasts a fixed time per class, every "measured" op a different fixed time, so the per-class,
+// end-to-end and memory errors can be computed by hand. Also the merged trace's structure and
+// the errors for mismatched inputs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace fs = std::filesystem;
+using cephalo::Json;
+using namespace cephalo::traces;
+
+namespace {
+
+const fs::path kSource = CEPHALO_SOURCE_DIR;
+const fs::path kScenario = kSource / "tests/accuracy/scenarios/cpu2-gpt-small.json";
+const fs::path kPlan = kSource / "tests/accuracy/plans/even-layered.json";
+
+struct Cli {
+  int code = 0;
+  std::string out;
+  std::string err;
+};
+
+Cli cli(const std::string& args) {
+  fs::path out = fs::temp_directory_path() / "cephalo_compare_out.txt";
+  fs::path err = fs::temp_directory_path() / "cephalo_compare_err.txt";
+  std::string cmd =
+      std::string(CEPHALO_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
+  int rc = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  return {WEXITSTATUS(rc), slurp(out), slurp(err)};
+}
+
+// Lays ops of each rank back to back on their stream with `dur(kind)` seconds each.
+IterationReport fake_result(const TrainingGraph& g, const std::string& source,
+                            double (*dur)(OpKind), double peak0, double peak1) {
+  IterationReport r;
+  r.source = source;
+  double iteration = 0;
+  for (int rank = 0; rank < g.num_ranks(); ++rank) {
+    for (int s = 0; s < kNumStreams; ++s) {
+      double t = 0;
+      for (OpId id : g.stream_program(rank, static_cast<Stream>(s))) {
+        double d = dur(g.op(id).kind);
+        r.ops.push_back({id, t, t + d});
+        t += d;
+      }
+      iteration = std::max(iteration, t);
+    }
+  }
+  std::sort(r.ops.begin(), r.ops.end(),
+            [](const OpTiming& a, const OpTiming& b) { return a.id < b.id; });
+  r.iteration_time_s = iteration;
+  r.samples_per_s = g.summary().global_batch / iteration;
+  r.tokens_per_s = r.samples_per_s * g.summary().sequence_length;
+  for (int rank = 0; rank < g.num_ranks(); ++rank) {
+    RankReport k;
+    k.rank = rank;
+    k.gpu = "CPU-core";
+    k.compute_s = iteration / 2;
+    k.comm_s = iteration / 4;
+    k.peak_memory_bytes = rank == 0 ? peak0 : peak1;
+    k.capacity_bytes = 4e9;
+    r.ranks.push_back(k);
+  }
+  return r;
+}
+
+double sim_dur(OpKind k) { return is_collective(k) ? 0.002 : 0.001; }
+double run_dur(OpKind k) { return is_collective(k) ? 0.004 : 0.00125; }
+
+class CompareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / "cephalo_compare_test";
+    fs::create_directories(dir_);
+    auto scenario = cephalo::costmodels::load_scenario(kScenario);
+    auto plan = cephalo::load_plan(kPlan);
+    graph_ = build_training_graph(plan, scenario);
+    sim_ = fake_result(graph_, "sim", sim_dur, 110e6, 90e6);
+    run_ = fake_result(graph_, "cpu", run_dur, 100e6, 100e6);
+    write(dir_ / "sim.json", to_json(sim_));
+    Json run = to_json(run_);
+    run["losses"] = {5.5, 5.4};  // RunResult extras are ignored by compare
+    write(dir_ / "run.json", run);
+  }
+  static void write(const fs::path& p, const Json& j) {
+    cephalo::write_file_atomically(p, j.dump(2));
+  }
+  std::string files() const {
+    return (dir_ / "sim.json").string() + " " + (dir_ / "run.json").string();
+  }
+  std::string graph_args() const {
+    return " --scenario " + kScenario.string() + " --plan " + kPlan.string();
+  }
+  fs::path dir_;
+  TrainingGraph graph_;
+  IterationReport sim_, run_;
+};
+
+TEST_F(CompareTest, EndToEndAndPerClassErrorsAreExact) {
+  Cli c = cli("compare " + files() + graph_args() + " --json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  Json j = Json::parse(c.out);
+  const Json& it = j["end_to_end"][0];
+  EXPECT_EQ(it["metric"], "iteration_time_s");
+  EXPECT_NEAR(it["error"].get<double>(),
+              (sim_.iteration_time_s - run_.iteration_time_s) / run_.iteration_time_s, 1e-12);
+  EXPECT_NEAR(j["ranks"][0]["peak_memory_error"].get<double>(), 0.10, 1e-12);
+  EXPECT_NEAR(j["ranks"][1]["peak_memory_error"].get<double>(), -0.10, 1e-12);
+  EXPECT_NEAR(j["summary"]["max_abs_peak_memory_error"].get<double>(), 0.10, 1e-12);
+
+  std::map<std::string, Json> classes;
+  for (const Json& c2 : j["op_classes"]) classes[c2["class"]] = c2;
+  ASSERT_TRUE(classes.count("forward"));
+  ASSERT_TRUE(classes.count("backward"));
+  ASSERT_TRUE(classes.count("recompute"));
+  ASSERT_TRUE(classes.count("all-gather"));
+  ASSERT_TRUE(classes.count("reduce-scatter"));
+  ASSERT_TRUE(classes.count("optimizer"));
+  // compute: 1 ms vs 1.25 ms = -20 %; collectives 2 ms vs 4 ms = -50 %.
+  EXPECT_NEAR(classes["forward"]["error"].get<double>(), -0.20, 1e-9);
+  EXPECT_NEAR(classes["optimizer"]["error"].get<double>(), -0.20, 1e-9);
+  EXPECT_NEAR(classes["all-gather"]["error"].get<double>(), -0.50, 1e-9);
+  EXPECT_NEAR(classes["reduce-scatter"]["error"].get<double>(), -0.50, 1e-9);
+  // Layered accumulation: 2 gathers per unit per rank (6 units, 2 ranks).
+  EXPECT_EQ(classes["all-gather"]["simulated_ops"].get<int>(), 2 * 6 * 2);
+  EXPECT_EQ(classes["forward"]["measured_ops"].get<int>(),
+            classes["forward"]["simulated_ops"].get<int>());
+}
+
+TEST_F(CompareTest, HumanTablesNameEveryClass) {
+  Cli c = cli("compare " + files() + graph_args());
+  ASSERT_EQ(c.code, 0) << c.err;
+  for (const char* word : {"iteration time", "samples/s", "peak mem", "forward", "backward",
+                           "recompute", "all-gather", "reduce-scatter", "optimizer"})
+    EXPECT_NE(c.out.find(word), std::string::npos) << word << "\n" << c.out;
+}
+
+TEST_F(CompareTest, WithoutGraphOnlyEndToEnd) {
+  Cli c = cli("compare " + files() + " --json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  Json j = Json::parse(c.out);
+  EXPECT_TRUE(j["op_classes"].is_null());
+  EXPECT_NE(j["op_classes_note"].get<std::string>().find("--scenario"), std::string::npos);
+}
+
+TEST_F(CompareTest, MergedTraceHasSideBySideLanes) {
+  fs::path trace = dir_ / "merged.json";
+  Cli c = cli("compare " + files() + graph_args() + " --trace " + trace.string());
+  ASSERT_EQ(c.code, 0) << c.err;
+  Json t = cephalo::read_json_file(trace);
+  std::map<int, std::string> names;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  std::size_t x_events = 0;
+  for (const Json& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name")
+      names[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    if (e["ph"] == "X") {
+      ++x_events;
+      lanes[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back(
+          {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+    }
+  }
+  ASSERT_EQ(names.size(), 4u);
+  EXPECT_NE(names[0].find("rank 0"), std::string::npos);
+  EXPECT_NE(names[0].find("sim"), std::string::npos);
+  EXPECT_NE(names[1].find("rank 0"), std::string::npos);
+  EXPECT_NE(names[1].find("measured"), std::string::npos);
+  EXPECT_NE(names[3].find("rank 1"), std::string::npos);
+  EXPECT_EQ(x_events, 2 * graph_.num_ops());
+  for (auto& [lane, spans] : lanes) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-9) << "overlap on pid " << lane.first;
+  }
+}
+
+TEST_F(CompareTest, RankCountMismatchIsAnInputError) {
+  IterationReport one = run_;
+  one.ranks.pop_back();
+  write(dir_ / "one.json", to_json(one));
+  Cli c = cli("compare " + (dir_ / "sim.json").string() + " " + (dir_ / "one.json").string());
+  EXPECT_EQ(c.code, 1);
+  EXPECT_NE(c.err.find("one.json"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("$.ranks"), std::string::npos) << c.err;
+}
+
+TEST_F(CompareTest, OpIdOutsideTheGraphIsAnInputError) {
+  IterationReport bad = run_;
+  bad.ops.back().id = 999999;
+  write(dir_ / "bad.json", to_json(bad));
+  Cli c = cli("compare " + (dir_ / "sim.json").string() + " " + (dir_ / "bad.json").string() +
+              graph_args());
+  EXPECT_EQ(c.code, 1);
+  EXPECT_NE(c.err.find("bad.json"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find(".id"), std::string::npos) << c.err;
+}
+
+TEST_F(CompareTest, MissingFileIsAnIoError) {
+  Cli c = cli("compare " + (dir_ / "nope.json").string() + " " + (dir_ / "run.json").string());
+  EXPECT_EQ(c.code, 5) << c.err;
+  EXPECT_NE(c.err.find("nope.json"), std::string::npos) << c.err;
+}
+
+}  // namespace
