@@ -314,7 +314,15 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     nominal.links[k] = {1.0, -1};
   nominal.launch_overhead_s = 0;
   Topology topo(cluster, nominal);
-  std::map<std::string, std::vector<std::array<double, 3>>> rows;  // kind -> (steps, x, t)
+  // Per point: ring features (steps, bytes over the bottleneck / B) and, for all-reduce on more
+  // than two ranks, tree features; which one NCCL ran is decided by the current fit (the model
+  // takes the faster), so the fit alternates a few times.
+  struct Row {
+    std::array<double, 2> ring, tree;
+    bool has_tree = false;
+    double t = 0;
+  };
+  std::map<std::string, std::vector<Row>> rows;
   for (const auto& p : points) {
     for (int r : p.ranks)
       if (r < 0 || r >= topo.size())
@@ -324,39 +332,55 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     const int n = static_cast<int>(ranks.size());
     if (n < 2) continue;
     RingLinks l = ring_links(topo, ranks);
-    double steps = 0, on_link = 0;
+    Row row;
+    row.t = p.seconds;
     switch (p.kind) {
       case CollectiveKind::AllGather:
       case CollectiveKind::ReduceScatter:
-        steps = n - 1;
-        on_link = (n - 1) * p.bytes / n;
+        row.ring = {double(n - 1), (n - 1) * p.bytes / n / l.bandwidth};
         break;
       case CollectiveKind::AllReduce:
-        steps = 2.0 * (n - 1);
-        on_link = 2.0 * (n - 1) * p.bytes / n;
+        row.ring = {2.0 * (n - 1), 2.0 * (n - 1) * p.bytes / n / l.bandwidth};
+        if (n > 2) {
+          row.has_tree = true;
+          row.tree = {2 * std::ceil(std::log2(static_cast<double>(n))), 2 * p.bytes / l.bandwidth};
+        }
         break;
       case CollectiveKind::Broadcast:
-        steps = n - 1;
-        on_link = p.bytes;
+        row.ring = {double(n - 1), p.bytes / l.bandwidth};
         break;
     }
-    rows[l.bottleneck_kind].push_back({steps, on_link / l.bandwidth, p.seconds});
+    rows[l.bottleneck_kind].push_back(row);
   }
   CommCalibration out = AlphaBetaCommModel().calibration();
   out.launch_overhead_s = 0;  // absorbed into α by the fit
   out.source = "fitted to " + std::to_string(points.size()) + " measured points";
   for (auto& [kind, r] : rows) {
     if (r.size() < 2) continue;
-    Eigen::MatrixXd A(static_cast<Eigen::Index>(r.size()), 2);
-    Eigen::VectorXd y(static_cast<Eigen::Index>(r.size()));
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      // Relative errors: weight each row by 1/t so small and large sizes count alike.
-      double w = 1.0 / r[i][2];
-      A(static_cast<Eigen::Index>(i), 0) = r[i][0] * w;
-      A(static_cast<Eigen::Index>(i), 1) = r[i][1] * w;
-      y(static_cast<Eigen::Index>(i)) = 1.0;
+    Eigen::Vector2d theta(10e-6, 1.0);  // α, 1/η: start from "ring everywhere"
+    std::vector<bool> tree(r.size(), false);
+    for (int iter = 0; iter < 6; ++iter) {
+      Eigen::MatrixXd A(static_cast<Eigen::Index>(r.size()), 2);
+      Eigen::VectorXd y(static_cast<Eigen::Index>(r.size()));
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        const auto& f = tree[i] ? r[i].tree : r[i].ring;
+        double w = 1.0 / r[i].t;  // relative errors: small and large sizes count alike
+        A(static_cast<Eigen::Index>(i), 0) = f[0] * w;
+        A(static_cast<Eigen::Index>(i), 1) = f[1] * w;
+        y(static_cast<Eigen::Index>(i)) = 1.0;
+      }
+      theta = A.colPivHouseholderQr().solve(y);
+      bool changed = false;
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        if (!r[i].has_tree) continue;
+        double ring = theta(0) * r[i].ring[0] + theta(1) * r[i].ring[1];
+        double tr = theta(0) * r[i].tree[0] + theta(1) * r[i].tree[1];
+        bool use_tree = tr < ring;
+        changed |= use_tree != tree[i];
+        tree[i] = use_tree;
+      }
+      if (!changed) break;
     }
-    Eigen::Vector2d theta = A.colPivHouseholderQr().solve(y);
     LinkCorrection c;
     c.latency_s = std::max(0.0, theta(0));
     c.bandwidth_efficiency = theta(1) > 0 ? std::min(1.0, 1.0 / theta(1)) : 1.0;

@@ -40,10 +40,12 @@ std::string fmt(double x, int digits = 2) {
 
 ModelSpec profiled_spec(const LayerProfile& row) {
   ModelSpec m = ModelCatalog::builtin().get(row.model);
-  // Cephalo's ViT runs used 384×384 images (example_plan_gpt_2.7b.json: image_size 384; the
-  // vit_g count in model_memory.json is 576 patches + class token with one class), whatever
-  // the sequence key of the row says.
-  if (m.family == "vit") m.image_size = 384;
+  // Cephalo's DeepSpeed ViT runs used 384×384 images (example_plan_gpt_2.7b.json: image_size
+  // 384; the vit_g count in model_memory.json is 576 patches + class token with one class),
+  // whatever the sequence key of the row says. The older vit_g / vit_e rows cannot have: at
+  // 577 tokens they would run above the V100's and RTX 3090's fp16 peak, so they keep the
+  // catalog's 224×224.
+  if (m.family == "vit" && row.file_model.rfind("deepspeed", 0) == 0) m.image_size = 384;
   return m;
 }
 

@@ -1,6 +1,9 @@
 #include "cephalo/costmodels/memory_model.hpp"
 
+#include <Eigen/Dense>
 #include <algorithm>
+#include <array>
+#include <map>
 #include <numeric>
 
 #include "cephalo/core/error.hpp"
@@ -58,8 +61,9 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
       {"training_state", in.state_share * params *
                              (bytes_per_element(p.params) + bytes_per_element(p.reduce) + 8.0)});
   const double unit = largest_unit_parameters(m);
-  t.push_back({"gathered_params", unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
-  t.push_back({"unit_gradient", unit * bytes_per_element(p.reduce)});
+  t.push_back({"gathered_params",
+               k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
+  t.push_back({"unit_gradient", k.unit_scale * unit * bytes_per_element(p.reduce)});
   double activations = 0;
   if (in.offload == Offload::Host) {
     // The current layer's inputs, outputs and gradients for the micro-batches on the device.
@@ -70,8 +74,9 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   } else {
     activations = boundaries * largest_mb * boundary_per_sample;
   }
-  t.push_back({"activations", activations});
-  t.push_back({"working_set", largest_working_set(job, largest_mb)});
+  t.push_back({"activations", k.activation_scale * activations});
+  t.push_back({"working_set", k.working_scale * largest_working_set(job, largest_mb)});
+  t.push_back({"framework_buffers", k.framework_buffers});
   double dynamic = 0;
   for (const auto& term : t)
     if (term.name != "training_state") dynamic += term.bytes;
@@ -82,6 +87,11 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
 }
 
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank) {
+  return predict_memory(scenario, plan, rank, memory_constants());
+}
+
+MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank,
+                               const MemoryConstants& k) {
   auto it = std::find_if(plan.ranks.begin(), plan.ranks.end(),
                          [&](const PlanRank& r) { return r.rank == rank; });
   if (it == plan.ranks.end())
@@ -98,7 +108,6 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
   in.world_size = static_cast<int>(devices.size());
-  MemoryConstants k;
   MemoryBreakdown b;
   b.rank = rank;
   b.gpu = spec.name;
@@ -113,45 +122,122 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
   return b;
 }
 
-double compute_memory_bytes(const Job& job, int micro_batch) {
+double compute_memory_bytes(const Job& job, int micro_batch, const MemoryConstants& constants) {
   if (micro_batch <= 0)
     throw ValidationError("", "micro_batch", std::to_string(micro_batch), "a micro-batch >= 1");
   RankMemoryInputs in;
   in.micro_batch_sizes = {micro_batch};
   in.prefetch = true;
   double total = 0;
-  for (const auto& t : memory_terms(job, in))
+  for (const auto& t : memory_terms(job, in, constants))
     if (t.name != "training_state" && t.name != "cuda_context" && t.name != "nccl_reserve")
       total += t.bytes;
   return total;
 }
 
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The job a published curve was measured with: sequence 512, the curve's dtype for compute,
+// fp32 master weights and reduction.
+Job curve_job(const MemoryCurve& c, int seq) {
+  Job job;
+  job.model = ModelCatalog::builtin().get(c.model);
+  job.sequence_length = seq;
+  job.precision.compute = c.dtype;
+  job.precision.params = Dtype::FP32;
+  job.precision.reduce = Dtype::FP32;
+  if (job.model.family == "vit") job.model.image_size = 384;  // as profiled (calibrated.hpp)
+  return job;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+MemoryConstants fit_memory_constants(const MemoryProfiles& profiles,
+                                     const std::string& exclude_model) {
+  // Features of each point with unit scales and no fragmentation: the fit absorbs it.
+  MemoryConstants unit;
+  unit.fragmentation = 0;
+  std::vector<std::array<double, 4>> x;
+  std::vector<double> y;
+  for (const auto& c : profiles.curves()) {
+    if (c.model == exclude_model) continue;
+    Job job = curve_job(c, 512);
+    for (std::size_t i = 0; i < c.compute_gib.size(); ++i) {
+      RankMemoryInputs in;
+      in.micro_batch_sizes = {static_cast<int>(i) + 1};
+      std::array<double, 4> f{0, 0, 0, 1.0 * kGiB};
+      for (const auto& t : memory_terms(job, in, unit)) {
+        if (t.name == "gathered_params" || t.name == "unit_gradient") f[0] += t.bytes;
+        if (t.name == "activations") f[1] += t.bytes;
+        if (t.name == "working_set") f[2] += t.bytes;
+      }
+      x.push_back(f);
+      y.push_back(c.compute_gib[i] * kGiB);
+    }
+  }
+  MemoryConstants k;
+  k.fragmentation = 0;
+  if (x.size() < 8) return k;
+  Eigen::MatrixXd A(static_cast<Eigen::Index>(x.size()), 4);
+  Eigen::VectorXd b(static_cast<Eigen::Index>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (std::size_t j = 0; j < 4; ++j)
+      A(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = x[i][j] / y[i];
+    b(static_cast<Eigen::Index>(i)) = 1;
+  }
+  Eigen::Vector4d theta = A.colPivHouseholderQr().solve(b);
+  k.unit_scale = std::max(0.0, theta(0));
+  k.activation_scale = std::max(0.0, theta(1));
+  k.working_scale = std::max(0.0, theta(2));
+  k.framework_buffers = std::max(0.0, theta(3)) * kGiB;
+  k.source = "fitted to " + std::to_string(x.size()) + " published compute-memory points";
+  return k;
+}
+
+const MemoryConstants& memory_constants() {
+  static const MemoryConstants k;
+  return k;
+}
+
 MemoryValidation validate_memory_model(const MemoryProfiles& profiles, int seq) {
   MemoryValidation v;
-  std::vector<double> apes;
+  const MemoryConstants all = fit_memory_constants(profiles);
+  MemoryConstants closed;  // defaults: the closed forms as written
+  std::map<std::string, MemoryConstants> without;
+  std::vector<double> apes, closed_apes, in_sample_apes;
   for (const auto& c : profiles.curves()) {
-    Job job;
-    job.model = ModelCatalog::builtin().get(c.model);
-    job.sequence_length = seq;
-    job.precision.compute = c.dtype;
-    job.precision.params = Dtype::FP32;
-    job.precision.reduce = Dtype::FP32;
-    if (job.model.family == "vit") job.model.image_size = 384;  // as profiled (calibrated.hpp)
+    if (!without.count(c.model)) without[c.model] = fit_memory_constants(profiles, c.model);
+    Job job = curve_job(c, seq);
     for (std::size_t i = 0; i < c.compute_gib.size(); ++i) {
-      MemoryValidationRow r{
-          c.cluster, c.model, c.file_model, c.dtype, static_cast<int>(i) + 1, c.compute_gib[i], 0};
-      r.predicted_gib = compute_memory_bytes(job, r.micro_batch) / (1024.0 * 1024 * 1024);
+      MemoryValidationRow r;
+      r.cluster = c.cluster;
+      r.model = c.model;
+      r.file_model = c.file_model;
+      r.dtype = c.dtype;
+      r.micro_batch = static_cast<int>(i) + 1;
+      r.published_gib = c.compute_gib[i];
+      r.predicted_gib = compute_memory_bytes(job, r.micro_batch, without[c.model]) / kGiB;
+      r.closed_form_gib = compute_memory_bytes(job, r.micro_batch, closed) / kGiB;
+      r.in_sample_gib = compute_memory_bytes(job, r.micro_batch, all) / kGiB;
       apes.push_back(r.ape());
+      closed_apes.push_back(100 * std::abs(r.closed_form_gib - r.published_gib) / r.published_gib);
+      in_sample_apes.push_back(100 * std::abs(r.in_sample_gib - r.published_gib) / r.published_gib);
       v.rows.push_back(r);
     }
   }
-  if (!apes.empty()) {
-    std::vector<double> sorted = apes;
-    std::sort(sorted.begin(), sorted.end());
-    std::size_t n = sorted.size();
-    v.median_ape = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    v.mean_ape = std::accumulate(apes.begin(), apes.end(), 0.0) / static_cast<double>(n);
-  }
+  v.median_ape = median_of(apes);
+  v.mean_ape = apes.empty() ? 0 : std::accumulate(apes.begin(), apes.end(), 0.0) / apes.size();
+  v.closed_form_median_ape = median_of(closed_apes);
+  v.in_sample_median_ape = median_of(in_sample_apes);
   return v;
 }
 

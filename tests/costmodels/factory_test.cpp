@@ -1,0 +1,110 @@
+// make_cost_models, the memory breakdown and the comm calibration, on the shipped scenarios.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+using namespace cephalo;
+using namespace cephalo::costmodels;
+
+namespace {
+const std::filesystem::path kScenarios = std::filesystem::path(CEPHALO_SOURCE_DIR) / "scenarios";
+}
+
+TEST(CostModels, AutoUsesProfilesWhereTheyExistAndCalibratedElsewhere) {
+  Scenario s = load_scenario(kScenarios / "default.json");  // GPT-2.7B fp16 on L4, A6000, P40
+  auto models = make_cost_models(s);
+  const DeviceSpec& l4 = s.cluster.ranks()[0].slot->spec;
+  auto layer = models.compute->unit_time(l4, s.job, 1, ComputePhase::Forward, 4);
+  EXPECT_EQ(layer.source, "profile");
+  // deepspeedgpt_2.7b / l4 / 512 / float16 forward fit: 7.415036·4 + 1.181504 ms.
+  EXPECT_NEAR(layer.seconds * 1e3, 7.415035999999968 * 4 + 1.1815040000000743, 1e-9);
+  auto head =
+      models.compute->unit_time(l4, s.job, s.job.model.num_layers + 1, ComputePhase::Forward, 4);
+  EXPECT_NE(head.source.find("head not profiled"), std::string::npos);
+  EXPECT_GT(head.seconds, 0);
+  auto recompute = models.compute->unit_time(l4, s.job, 1, ComputePhase::Recompute, 4);
+  EXPECT_DOUBLE_EQ(recompute.seconds, layer.seconds);
+  EXPECT_GT(models.compute->optimizer_time(l4, s.job, 1e9).seconds, 0);
+
+  Scenario modern = load_scenario(kScenarios / "modern-mix-gpt2.7b.json");
+  auto auto_models = make_cost_models(modern);
+  for (const auto& r : modern.cluster.ranks()) {
+    auto e = auto_models.compute->unit_time(r.slot->spec, modern.job, 1, ComputePhase::Backward, 2);
+    EXPECT_GT(e.seconds, 0) << r.slot->spec.name;
+    EXPECT_FALSE(e.source.empty());
+  }
+  EXPECT_THROW(make_cost_models(modern, "profile"), InfeasibleError);
+  EXPECT_THROW(make_cost_models(modern, "measured"), NotFoundError);
+  auto roof = make_cost_models(modern, "roofline");
+  EXPECT_EQ(roof.compute->name(), "roofline");
+}
+
+TEST(MemoryModel, TermsAddUpAndTheStateIsSixteenBytesPerParameterShare) {
+  Scenario s = load_scenario(kScenarios / "default.json");
+  Plan plan = load_plan(kScenarios / "plans" / "default-even.json");
+  for (const auto& r : plan.ranks) {
+    MemoryBreakdown b = predict_memory(s, plan, r.rank);
+    double sum = 0;
+    for (const auto& t : b.terms) sum += t.bytes;
+    EXPECT_DOUBLE_EQ(b.total, sum);
+    EXPECT_DOUBLE_EQ(b.term("training_state"), r.state_share * total_parameters(s.job.model) * 16);
+    // Layered accumulation keeps L+2 boundaries for every sample of the rank's batch.
+    double boundary = 512.0 * s.job.model.hidden * 2;  // fp16
+    EXPECT_DOUBLE_EQ(b.term("activations"), (s.job.model.num_layers + 2) * r.batch * boundary);
+    EXPECT_GT(b.capacity, 0);
+  }
+  // Host offload keeps far fewer activations on the device.
+  Plan offload = plan;
+  offload.offload = Offload::Host;
+  EXPECT_LT(predict_memory(s, offload, 0).term("activations"),
+            predict_memory(s, plan, 0).term("activations") / 5);
+  EXPECT_THROW(predict_memory(s, plan, 17), ValidationError);
+}
+
+TEST(CommCalibration, RecoversLinkEfficiencyAndLatencyFromASweep) {
+  Scenario s = load_scenario(kScenarios / "default.json");  // one PCIe node, 4 GPUs
+  CommCalibration truth;
+  truth.links["pcie"] = {0.6, 20e-6};
+  truth.launch_overhead_s = 0;
+  AlphaBetaCommModel model(truth);
+  auto dir = std::filesystem::temp_directory_path() / "cephalo_sweep_test";
+  std::filesystem::create_directories(dir);
+  Json sweep = {{"format", "cephalo-collective-sweep"}, {"version", 1}, {"results", Json::array()}};
+  for (auto kind : {CollectiveKind::AllGather, CollectiveKind::AllReduce})
+    for (double bytes = 1 << 16; bytes <= (1 << 28); bytes *= 4) {
+      CollectiveRequest r;
+      r.kind = kind;
+      r.ranks = {0, 1, 2, 3};
+      r.shard_bytes.assign(4, bytes / 4);
+      auto e = model.collective(s.cluster, r);
+      sweep["results"].push_back({{"collective", to_string(kind)},
+                                  {"ranks", r.ranks},
+                                  {"bytes", bytes},
+                                  {"time_us", e.seconds * 1e6}});
+    }
+  std::ofstream(dir / "sweep.json") << sweep.dump(1);
+  auto points = load_collective_sweep(dir / "sweep.json");
+  CommCalibration fitted = calibrate_comm(s.cluster, points);
+  EXPECT_NEAR(fitted.links["pcie"].bandwidth_efficiency, 0.6, 1e-6);
+  EXPECT_NEAR(fitted.links["pcie"].latency_s, 20e-6, 1e-9);
+  // Through the factory: a scenario listing the sweep gets the calibrated links.
+  s.calibration.push_back(dir / "sweep.json");
+  auto models = make_cost_models(s, "roofline");
+  CollectiveRequest r;
+  r.kind = CollectiveKind::AllGather;
+  r.ranks = {0, 1, 2, 3};
+  r.shard_bytes.assign(4, 1e7);
+  EXPECT_NEAR(models.comm->collective(s.cluster, r).seconds, model.collective(s.cluster, r).seconds,
+              1e-9);
+  std::ofstream(dir / "bad.json") << R"({"format": "cephalo-collective-sweep", "version": 1,
+    "results": [{"collective": "all_gather", "ranks": [0, 1], "bytes": 1024, "time_us": -3}]})";
+  EXPECT_THROW(load_collective_sweep(dir / "bad.json"), ValidationError);
+  std::filesystem::remove_all(dir);
+}

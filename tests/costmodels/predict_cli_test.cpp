@@ -1,0 +1,87 @@
+// `cephalo predict` end to end: JSON keys, exit codes and messages for bad input.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "cephalo/core/json_reader.hpp"
+
+namespace {
+
+struct Result {
+  int code = 0;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(CEPHALO_CLI) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kRoot = CEPHALO_SOURCE_DIR;
+
+}  // namespace
+
+TEST(PredictCli, LayerJsonHasTheDocumentedKeys) {
+  auto r =
+      run("predict layer --gpu l4 --model deepspeedgpt_2.7b --seq 512 --dtype fp16 "
+          "--micro-batch 4 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = cephalo::Json::parse(r.out);
+  for (const char* key : {"forward_ms", "backward_ms", "source", "extrapolated"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["source"], "profile");
+  EXPECT_NEAR(j["forward_ms"].get<double>(), 7.415035999999968 * 4 + 1.1815040000000743, 1e-6);
+  auto far = cephalo::Json::parse(run("predict layer --gpu p100 --model gpt-2.7b --seq 512 "
+                                      "--dtype fp32 --micro-batch 30 --json")
+                                      .out);
+  EXPECT_TRUE(far["extrapolated"].get<bool>());
+}
+
+TEST(PredictCli, BadInputsGiveClearErrors) {
+  auto gpu = run("predict layer --gpu l44 --model gpt-2.7b --seq 512 --micro-batch 1");
+  EXPECT_EQ(gpu.code, 1);
+  EXPECT_NE(gpu.out.find("L4"), std::string::npos) << gpu.out;
+  auto model = run("predict layer --gpu l4 --model gtp-2.7b --seq 512 --micro-batch 1");
+  EXPECT_EQ(model.code, 1);
+  EXPECT_NE(model.out.find("gpt-2.7b"), std::string::npos) << model.out;
+  auto mb = run("predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 0");
+  EXPECT_EQ(mb.code, 1);
+  EXPECT_NE(mb.out.find("--micro-batch"), std::string::npos) << mb.out;
+  auto profile =
+      run("predict layer --gpu h100 --model gpt-2.7b --seq 512 --micro-batch 2 "
+          "--source profile");
+  EXPECT_EQ(profile.code, 3);
+  EXPECT_NE(profile.out.find("calibrated"), std::string::npos) << profile.out;
+  auto bytes = run("predict collective --scenario " + kRoot +
+                   "/scenarios/default.json --kind all-gather --bytes -5");
+  EXPECT_EQ(bytes.code, 1);
+  auto shares =
+      run("predict collective --scenario " + kRoot +
+          "/scenarios/default.json --kind all-gather --bytes 1MiB --shares 0.5,0.2,0.2,0.2");
+  EXPECT_EQ(shares.code, 1);
+  EXPECT_NE(shares.out.find("sum"), std::string::npos) << shares.out;
+}
+
+TEST(PredictCli, CollectiveAndMemoryRecords) {
+  auto c = run("predict collective --scenario " + kRoot +
+               "/scenarios/default.json --kind all-reduce --bytes 64MiB --json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  auto j = cephalo::Json::parse(c.out);
+  EXPECT_NEAR(j["busbw_bytes_per_s"].get<double>(), j["algbw_bytes_per_s"].get<double>() * 1.5, 1);
+  EXPECT_FALSE(j["algorithm"].get<std::string>().empty());
+  auto m = run("predict memory --scenario " + kRoot + "/scenarios/default.json --plan " + kRoot +
+               "/scenarios/plans/default-even.json --json");
+  ASSERT_EQ(m.code, 0) << m.out;
+  auto mj = cephalo::Json::parse(m.out);
+  ASSERT_EQ(mj["ranks"].size(), 4u);
+  EXPECT_TRUE(mj["ranks"][0]["terms_bytes"].contains("training_state"));
+  EXPECT_TRUE(mj["ranks"][0].contains("headroom_bytes"));
+}

@@ -1,0 +1,81 @@
+// Accuracy of the cost models against the published Cephalo profiles: prints the report that
+// costmodels/README.md quotes, and fails when the numbers regress past the recorded ones.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/profile.hpp"
+
+using namespace cephalo;
+using namespace cephalo::costmodels;
+
+namespace {
+
+void print_groups(const std::string& title, const std::vector<GroupError>& groups) {
+  TextTable t({"gpu", "rows", "MAPE %", "median APE %"});
+  for (const auto& g : groups)
+    t.add_row({g.name, std::to_string(g.rows), fixed(g.mape, 1), fixed(g.median_ape, 1)});
+  std::cout << title << "\n" << t.render() << "\n";
+}
+
+}  // namespace
+
+TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
+  const ValidationReport rep = validate_compute_models(ProfileTables::builtin());
+
+  std::cout << "\nRows left out as inconsistent (" << rep.inconsistent.size() << "):\n";
+  for (const auto& i : rep.inconsistent)
+    std::cout << "  " << i.row->file_model << " / " << i.row->file_gpu << " / seq " << i.row->seq
+              << " / " << to_string(i.row->dtype) << ": " << i.reason << "\n";
+  std::cout << "\n";
+  print_groups("Leave-one-GPU-out (calibrated, θ pooled over the other GPUs, applied from specs)",
+               rep.leave_one_gpu_out);
+  print_groups("Leave-one-model-out (calibrated, the GPU's own θ without the model)",
+               rep.leave_one_model_out);
+  std::cout << "leave-one-GPU-out:   median over GPUs " << fixed(rep.logo_median_over_gpus, 1)
+            << "%, all rows " << fixed(rep.logo_overall, 1) << "% (target 15%)\n"
+            << "leave-one-model-out: median over GPUs " << fixed(rep.lomo_median_over_gpus, 1)
+            << "%, all rows " << fixed(rep.lomo_overall, 1) << "% (target 8%)\n"
+            << "uncalibrated roofline, all rows: " << fixed(rep.roofline_overall, 1) << "%\n";
+
+  // Every profiled GPU is held out once, and every row is predicted.
+  EXPECT_GE(rep.leave_one_gpu_out.size(), 12u);
+  EXPECT_GT(rep.logo_rows.size(), 200u);
+  EXPECT_EQ(rep.logo_rows.size(), rep.lomo_rows.size());
+  // Calibration must beat the datasheet roofline on unseen GPUs.
+  EXPECT_LT(rep.logo_overall, rep.roofline_overall);
+  // Regression guards at the recorded numbers (+1 point): see costmodels/README.md.
+  EXPECT_LE(rep.logo_median_over_gpus, 20.5);
+  EXPECT_LE(rep.lomo_median_over_gpus, 15.2);
+  // The detector finds the contradictions the issue names (a larger GPT faster than a smaller).
+  bool gpt_pair = std::any_of(rep.inconsistent.begin(), rep.inconsistent.end(), [](const auto& i) {
+    return i.reason.find("gpt-2.7b") != std::string::npos &&
+           i.reason.find("gpt-1.3b") != std::string::npos;
+  });
+  EXPECT_TRUE(gpt_pair);
+}
+
+TEST(MemoryValidation, AgainstPublishedComputeMemory) {
+  const MemoryValidation v = validate_memory_model(MemoryProfiles::builtin());
+  TextTable t({"cluster", "model", "dtype", "m", "published GiB", "predicted GiB", "APE %"});
+  for (std::size_t i = 0; i < v.rows.size(); ++i) {
+    const auto& r = v.rows[i];
+    t.add_row({r.cluster, r.file_model, to_string(r.dtype), std::to_string(r.micro_batch),
+               fixed(r.published_gib, 3), fixed(r.closed_form_gib, 3),
+               fixed(100 * std::abs(r.closed_form_gib - r.published_gib) / r.published_gib, 1)});
+  }
+  std::cout << "\n"
+            << t.render() << "memory, closed forms (what predict_memory uses): median APE "
+            << fixed(v.closed_form_median_ape, 1) << "% over " << v.rows.size()
+            << " points (target 10%)\n"
+            << "memory, 4 constants fitted in-sample: median APE "
+            << fixed(v.in_sample_median_ape, 1)
+            << "%; fitted leave-one-model-out: " << fixed(v.median_ape, 1) << "%\n";
+  EXPECT_GT(v.rows.size(), 200u);
+  EXPECT_LE(v.closed_form_median_ape, 24.5);  // recorded 23.3%: see costmodels/README.md
+}
