@@ -92,8 +92,8 @@ class GptModel {
 };
 
 // Deterministic synthetic token stream: sample `index` of step `step` is a sequence of
-// seq + 1 tokens following a per-sample affine recurrence modulo the vocabulary (learnable,
-// so the loss falls), with a little seeded noise. tokens[i] = seq[i], targets[i] = seq[i+1].
+// seq + 1 tokens of a noisy fixed bigram chain over the first min(vocab, 64) ids (learnable,
+// so the loss falls), seeded by (seed, step, index). tokens[i] = seq[i], targets[i] = seq[i+1].
 void synthetic_sample(const GptConfig& config, std::uint64_t seed, std::int64_t step,
                       std::int64_t index, std::int32_t* tokens, std::int32_t* targets);
 
