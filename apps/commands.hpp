@@ -17,10 +17,10 @@ enum ExitCode : int {
 
 void add_describe_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_run_command(CLI::App& app);
-void add_compare_command(CLI::App& app);
-void add_profile_command(CLI::App& app);
 
 }  // namespace cephalo::cli

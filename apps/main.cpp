@@ -13,11 +13,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cephalo 0.1.0"));
   cli::add_describe_command(app);
   cli::add_validate_command(app);
+  cli::add_plan_command(app);
+  cli::add_sweep_command(app);
   cli::add_predict_command(app);
   cli::add_simulate_command(app);
   cli::add_run_command(app);
-  cli::add_compare_command(app);
-  cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,0 +1,75 @@
+// `cephalo plan --scenario F --strategy S [-o plan.json] [--json]`
+#include <iostream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/planner/strategies.hpp"
+#include "commands.hpp"
+
+namespace cephalo::cli {
+namespace {
+
+struct PlanArgs {
+  std::string scenario;
+  std::string output;
+  bool json = false;
+  std::string cephalo_shares = "min_params";
+  bool cephalo_corrected = false;
+  planner::PlannerOptions options;
+};
+
+void run_plan(const PlanArgs& a) {
+  const Scenario scenario = costmodels::load_scenario(a.scenario);
+  planner::PlannerOptions opt = a.options;
+  opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
+                                                     : planner::ShareObjective::MinParams;
+  opt.cephalo_published_share_memory = !a.cephalo_corrected;
+  opt.progress = opt.progress || opt.strategy == "search";
+  const auto result = planner::make_plan(scenario, opt);
+  // The Plan carries the prediction, so --json and -o are one valid Plan record.
+  Plan plan = result.plan;
+  plan.predicted = planner::to_json(result);
+  plan.predicted.erase("plan");
+  const std::string text = cephalo::to_json(plan).dump(2) + "\n";
+  if (!a.output.empty()) write_file_atomically(a.output, text);
+  if (a.json) {
+    std::cout << text;
+  } else {
+    std::cout << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
+              << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch
+              << ", " << scenario.cluster.num_ranks() << " device(s)\n";
+    std::cout << planner::render_table(result);
+    if (!result.fits())
+      std::cout << "warning: the memory model finds this plan over capacity on some rank\n";
+    if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand("plan", "Plan per-rank batches, micro-batches and state shares");
+  cmd->add_option("--scenario", args->scenario, "Scenario JSON file")->required();
+  cmd->add_option("--strategy", args->options.strategy,
+                  "even | proportional | cephalo | optimal | search")
+      ->check(CLI::IsMember(planner::strategy_names()));
+  cmd->add_option("-o,--output", args->output, "Write the plan (JSON) to this file");
+  cmd->add_flag("--json", args->json, "Print the plan as JSON instead of the table");
+  cmd->add_option("--offload", args->options.offload, "optimal/search: none | host | auto")
+      ->check(CLI::IsMember({"none", "host", "auto"}));
+  cmd->add_option("--compute-source", args->options.compute_source,
+                  "Compute model: auto | profile | calibrated | roofline");
+  cmd->add_option("--cephalo-shares", args->cephalo_shares, "cephalo: min_params | min_util")
+      ->check(CLI::IsMember({"min_params", "min_util"}));
+  cmd->add_flag("--cephalo-corrected-share-memory", args->cephalo_corrected,
+                "cephalo: evaluate the share split with the real micro-batch size (the published "
+                "code passes the micro-batch count)");
+  cmd->add_option("--search-neighbours", args->options.search_neighbours,
+                  "search: neighbour plans to simulate at most");
+  cmd->add_flag("--progress", args->options.progress, "Progress on stderr");
+  cmd->callback([args] { run_plan(*args); });
+}
+
+}  // namespace cephalo::cli

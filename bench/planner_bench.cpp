@@ -1,0 +1,106 @@
+// Planner speed (bench/README.md records the numbers):
+//  * `cephalo` (the published DP) vs `optimal` at 4 GPUs and global batch 128 (target: optimal
+//    at least 100x faster), both on the default scenario's cluster (2x L4, A6000, P40);
+//  * `optimal` at 1024 GPUs and global batch 16384 (target: <= 1 s), on a 128-node cluster of
+//    four GPU types, for a job whose state fits evenly and for one where memory binds (13B
+//    parameters on 24-48 GB GPUs), solver alone and end to end (cost-model tables included).
+#include <benchmark/benchmark.h>
+
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/planner/strategies.hpp"
+
+namespace {
+
+using namespace cephalo;
+
+Scenario default_with_batch(int batch) {
+  Scenario s = costmodels::load_scenario(costmodels::data_dir() / "default.json");
+  s.job.global_batch = batch;
+  return s;
+}
+
+// 128 nodes × 8 GPUs: 32 nodes each of A100-80GB (NVLink), A6000, L4 and V100-16GB, 100 Gbit/s.
+Scenario big_cluster(const std::string& model, int seq, int batch) {
+  Json nodes = Json::array();
+  const std::vector<std::pair<std::string, Json>> kinds = {
+      {"a100x80", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
+      {"a6000", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+      {"l4", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+      {"v100x16", {{"kind", "nvlink"}, {"bandwidth", "150GB/s"}, {"latency", "2us"}}}};
+  for (int i = 0; i < 128; ++i) {
+    const auto& [gpu, link] = kinds[i % 4];
+    std::string name = std::to_string(i);  // (GCC 12 -Wrestrict false positive on "n" + ...)
+    name.insert(name.begin(), 'n');
+    nodes.push_back(
+        {{"name", name},
+         {"gpus", Json::array({{{"type", gpu}, {"count", 8}}})},
+         {"intra_link", link},
+         {"nic", {{"kind", "infiniband"}, {"bandwidth", "100Gbit/s"}, {"latency", "5us"}}}});
+  }
+  Json doc = {{"name", "bench-1024"},
+              {"cluster", {{"name", "mix-1024"}, {"nodes", nodes}}},
+              {"job",
+               {{"name", "bench-job"},
+                {"model", model},
+                {"sequence_length", seq},
+                {"global_batch", batch},
+                {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
+  JsonReader reader(doc, "<bench>");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+void BM_Cephalo_4gpu_b128(benchmark::State& state) {
+  const Scenario s = default_with_batch(128);
+  planner::PlannerOptions opt;
+  const auto in = planner::build_cephalo_inputs(s, opt);
+  for (auto _ : state) benchmark::DoNotOptimize(planner::solve_cephalo(in));
+}
+BENCHMARK(BM_Cephalo_4gpu_b128)->Unit(benchmark::kMillisecond);
+
+void BM_Optimal_4gpu_b128(benchmark::State& state) {
+  const Scenario s = default_with_batch(128);
+  const auto models = costmodels::make_cost_models(s);
+  const auto p = planner::build_optimal_problem(s, models, Offload::None);
+  for (auto _ : state) benchmark::DoNotOptimize(planner::solve_optimal(p));
+}
+BENCHMARK(BM_Optimal_4gpu_b128)->Unit(benchmark::kMicrosecond);
+
+void BM_OptimalEndToEnd_4gpu_b128(benchmark::State& state) {
+  const Scenario s = default_with_batch(128);
+  planner::PlannerOptions opt;
+  opt.strategy = "optimal";
+  for (auto _ : state) benchmark::DoNotOptimize(planner::make_plan(s, opt));
+}
+BENCHMARK(BM_OptimalEndToEnd_4gpu_b128)->Unit(benchmark::kMillisecond);
+
+void optimal_1024(benchmark::State& state, const std::string& model, int seq) {
+  const Scenario s = big_cluster(model, seq, 16384);
+  const auto models = costmodels::make_cost_models(s);
+  const auto p = planner::build_optimal_problem(s, models, Offload::None);
+  planner::OptimalSolution sol;
+  for (auto _ : state) benchmark::DoNotOptimize(sol = planner::solve_optimal(p));
+  state.counters["checks"] = sol.feasibility_checks;
+  state.counters["knapsacks"] = sol.knapsack_runs;
+  state.counters["max_share_x_n"] = sol.max_share * 1024;
+}
+void BM_Optimal_1024gpu_b16384_gpt1_3b(benchmark::State& state) {
+  optimal_1024(state, "gpt-1.3b", 512);
+}
+BENCHMARK(BM_Optimal_1024gpu_b16384_gpt1_3b)->Unit(benchmark::kMillisecond);
+void BM_Optimal_1024gpu_b16384_llama13b_s2048(benchmark::State& state) {
+  optimal_1024(state, "llama-13b", 2048);
+}
+BENCHMARK(BM_Optimal_1024gpu_b16384_llama13b_s2048)->Unit(benchmark::kMillisecond);
+
+void BM_OptimalEndToEnd_1024gpu_b16384(benchmark::State& state) {
+  const Scenario s = big_cluster("llama-13b", 2048, 16384);
+  planner::PlannerOptions opt;
+  opt.strategy = "optimal";
+  opt.offload = "none";
+  for (auto _ : state) benchmark::DoNotOptimize(planner::make_plan(s, opt));
+}
+BENCHMARK(BM_OptimalEndToEnd_1024gpu_b16384)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
