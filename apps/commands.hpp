@@ -22,5 +22,7 @@ void add_sweep_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 
 }  // namespace cephalo::cli

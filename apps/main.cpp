@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   cli::add_predict_command(app);
   cli::add_simulate_command(app);
   cli::add_run_command(app);
+  cli::add_compare_command(app);
+  cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
