@@ -494,9 +494,9 @@ SimResult Replay::run() {
       compute += out_.end_ns[id] - out_.start_ns[id];
     }
     for (OpId id : g_.stream_program(r, Stream::Comm)) {
-      Time from = out_.arrive_ns[id] >= 0 ? out_.arrive_ns[id] : out_.start_ns[id];
-      active.emplace_back(from, out_.end_ns[id]);
-      active_total += out_.end_ns[id] - from;
+      // Waiting at a collective for slower ranks is idleness, not communication.
+      active.emplace_back(out_.start_ns[id], out_.end_ns[id]);
+      active_total += out_.end_ns[id] - out_.start_ns[id];
       comm += out_.end_ns[id] - out_.start_ns[id];
     }
     const Time both = overlap(busy, active);

@@ -4,7 +4,7 @@
 // Semantics:
 //  * streams are in order: an op starts when it heads its stream and the ops it waits on are
 //    done; a collective starts when every participant has reached it (the wait is visible as
-//    a gap before the op on the comm lane and counts as exposed communication);
+//    a gap before the op on the comm lane and counts as idle time, not communication);
 //  * durations come from the cost models (compute: ComputeModel × the slot's emulation
 //    slowdown; collectives and copies: CommModel), rounded to 1 ns once;
 //  * links are shared resources: a collective is a flow over every participant's links (PCIe

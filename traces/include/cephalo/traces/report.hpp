@@ -18,8 +18,8 @@ struct RankReport {
   int node = 0;
   double compute_s = 0;       // compute stream busy
   double comm_s = 0;          // collectives in flight (from their start to their end)
-  double exposed_comm_s = 0;  // comm stream active (running or waiting) while compute idles
-  double idle_s = 0;          // neither computing nor communicating
+  double exposed_comm_s = 0;  // a collective in flight while the compute stream idles
+  double idle_s = 0;          // neither; includes waiting at collectives for slower ranks
   double peak_memory_bytes = 0;
   double capacity_bytes = 0;  // usable device memory the peak is judged against
 };
