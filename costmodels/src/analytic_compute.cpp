@@ -8,6 +8,12 @@
 namespace cephalo::costmodels {
 
 double effective_peak(const DeviceSpec& device, Dtype dtype) {
+  // Pascal (no tensor cores: fp16 at most twice fp32, no bf16): PyTorch's fp16 GEMMs accumulate
+  // in fp32 (cublasGemmEx with CUBLAS_COMPUTE_32F), which runs on the fp32 pipeline. The
+  // published P100 profiles show it: fp16 rows are as fast as fp32 ones.
+  const bool pascal =
+      device.peak_bf16 == 0 && device.peak_tf32 == 0 && device.peak_fp16 <= 2.5 * device.peak_fp32;
+  if (pascal && (dtype == Dtype::FP16 || dtype == Dtype::BF16)) return device.peak_fp32;
   return std::max(device.peak_flops(dtype), device.peak_fp32);
 }
 

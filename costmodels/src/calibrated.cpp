@@ -252,12 +252,13 @@ std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables)
   for (const auto& r : tables.rows()) {
     if (r.dtype != Dtype::FP16) continue;
     const DeviceSpec& g = GpuCatalog::builtin().get(r.gpu);
-    if (g.peak_fp16 < 2 * g.peak_fp32) continue;
+    if (effective_peak(g, Dtype::FP16) < 2 * effective_peak(g, Dtype::FP32)) continue;
     if (const auto* f32 = tables.find(r.model, r.gpu, r.seq, Dtype::FP32))
       if (total_at(r, 4) >= 0.95 * total_at(*f32, 4))
         flag(&r, "fp16 (" + fmt(total_at(r, 4)) + " ms) no faster than fp32 (" +
                      fmt(total_at(*f32, 4)) + " ms) at m=4 on a GPU with " +
-                     fmt(g.peak_fp16 / g.peak_fp32, 0) + "x the fp16 peak");
+                     fmt(effective_peak(g, Dtype::FP16) / effective_peak(g, Dtype::FP32), 0) +
+                     "x the fp16 peak");
   }
   return out;
 }
@@ -266,6 +267,7 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
                                                                     const CalibrationOptions& opt) {
   auto model = std::make_shared<CalibratedComputeModel>();
   const CalibrationOptions& o = opt;
+  model->median_of_gpus_ = o.unseen_median_of_gpus;
   std::set<const LayerProfile*> bad;
   if (o.drop_inconsistent) {
     model->dropped_ = find_inconsistent_rows(tables);
@@ -371,13 +373,37 @@ std::array<double, 2> CalibratedComputeModel::factor(const std::string& gpu, Dty
   return f;
 }
 
+double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const std::string& family,
+                                               Dtype dtype, const PhaseFeatures& x, bool backward,
+                                               bool* own) const {
+  auto it = per_gpu_.find({device.name, dtype_class(dtype)});
+  if (own) *own = it != per_gpu_.end();
+  if (it != per_gpu_.end() || !median_of_gpus_) {
+    const Theta& t = theta(device.name, dtype);
+    auto f = factor(device.name, dtype, family);
+    return backward ? f[1] * predict_s(t.backward, x.backward)
+                    : f[0] * predict_s(t.forward, x.forward);
+  }
+  // An unprofiled GPU: every profiled GPU's θ applied to this GPU's features; the median is
+  // robust to GPUs that run far from their datasheet (power-capped T4/L4).
+  std::vector<double> v;
+  auto f = family_factor(family);
+  for (const auto& [key, t] : per_gpu_)
+    if (key.second == dtype_class(dtype))
+      v.push_back(backward ? f[1] * predict_s(t.backward, x.backward)
+                           : f[0] * predict_s(t.forward, x.forward));
+  if (v.empty()) {
+    const Theta& t = theta(device.name, dtype);
+    return backward ? f[1] * predict_s(t.backward, x.backward)
+                    : f[0] * predict_s(t.forward, x.forward);
+  }
+  return median(v);
+}
+
 double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq,
                                         Dtype dtype, int micro_batch, bool backward) const {
   PhaseFeatures x = unit_features(device, model, 1, seq, micro_batch, dtype);
-  const Theta& t = theta(device.name, dtype);
-  auto f = factor(device.name, dtype, model.family);
-  return 1e3 * (backward ? f[1] * predict_s(t.backward, x.backward)
-                         : f[0] * predict_s(t.forward, x.forward));
+  return 1e3 * predict_seconds(device, model.family, dtype, x, backward);
 }
 
 ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
@@ -387,10 +413,8 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
   const Dtype dtype = job.precision.compute;
   PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype);
   bool own = false;
-  const Theta& t = theta(device.name, dtype, &own);
-  auto f = factor(device.name, dtype, job.model.family);
-  double s = phase == ComputePhase::Backward ? f[1] * predict_s(t.backward, x.backward)
-                                             : f[0] * predict_s(t.forward, x.forward);
+  double s =
+      predict_seconds(device, job.model.family, dtype, x, phase == ComputePhase::Backward, &own);
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
 }
 

@@ -7,9 +7,9 @@
 
 namespace cephalo::costmodels {
 
-// The peak a framework reaches for a compute dtype. fp16 GEMMs on GPUs without fast fp16
-// (Pascal P40: 1/64 rate) run with fp32 compute type in cuBLAS/PyTorch autocast, so the
-// usable peak is never below the fp32 peak.
+// The peak a framework reaches for a compute dtype. fp16 GEMMs run with fp32 accumulation in
+// cuBLAS/PyTorch autocast, so on GPUs without tensor cores (Pascal: P40 at 1/64 fp16 rate, P100
+// at 2x) the usable peak is the fp32 peak; elsewhere it is never below the fp32 peak.
 double effective_peak(const DeviceSpec& device, Dtype dtype);
 
 // Per-phase features of one unit, each in seconds at 100% of the datasheet rate:
