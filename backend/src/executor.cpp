@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -177,13 +178,21 @@ struct Executor::Impl {
   // Gather a unit's shard into `full` (slice of length unit_numel) on the comm stream.
   void gather_unit(Stream& s, int u, TensorRef full) {
     auto c = counts(u);
-    comm.all_gather_v(s, param[u].slice(0, owned(u)), full, c);
+    // Even shards (equal counts) take the even collective (MPI_Allgather / ncclAllGather);
+    // anything else the -v variant (MPI_Allgatherv / grouped broadcasts on NCCL).
+    if (std::adjacent_find(c.begin(), c.end(), std::not_equal_to<>()) == c.end())
+      comm.all_gather(s, param[u].slice(0, owned(u)), full);
+    else
+      comm.all_gather_v(s, param[u].slice(0, owned(u)), full, c);
   }
   // Reduce a full gradient onto the owners and add it into this rank's accumulator.
   void reduce_unit(Stream& s, int u, TensorRef full) {
     auto c = counts(u);
     Buffer tmp = f32(owned(u));
-    comm.reduce_scatter_v(s, full, tmp.ref(), c, ReduceOp::Sum);
+    if (std::adjacent_find(c.begin(), c.end(), std::not_equal_to<>()) == c.end())
+      comm.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
+    else
+      comm.reduce_scatter_v(s, full, tmp.ref(), c, ReduceOp::Sum);
     if (owned(u)) dev.axpy(s, 1.0f, tmp.ref(), grad[u].slice(0, owned(u)));
     retire(std::move(tmp), s);
   }

@@ -125,7 +125,7 @@ const Reference& single_rank_reference() {
   return ref;
 }
 
-void expect_one_step_matches_reference(const std::string& plan_name) {
+void expect_one_step_matches_reference(const std::string& plan_name, int ranks = 3) {
   const auto& ref = single_rank_reference();
   ASSERT_EQ(ref.params.size(), [] {
     std::size_t n = 0;
@@ -133,9 +133,9 @@ void expect_one_step_matches_reference(const std::string& plan_name) {
     return n;
   }());
   TempDir dir;
-  auto o = mpirun(3, "--scenario " + scenario(3) + " --plan " + plan(plan_name) +
-                         " --steps 1 --dump-params " + (dir.path / "p.bin").string() +
-                         " --dump-grads " + (dir.path / "g.bin").string());
+  auto o = mpirun(ranks, "--scenario " + scenario(ranks) + " --plan " + plan(plan_name) +
+                             " --steps 1 --dump-params " + (dir.path / "p.bin").string() +
+                             " --dump-grads " + (dir.path / "g.bin").string());
   ASSERT_EQ(o.code, 0) << o.output;
   auto p = read_floats(dir.path / "p.bin"), g = read_floats(dir.path / "g.bin");
   ASSERT_EQ(p.size(), ref.params.size());
@@ -165,6 +165,12 @@ TEST(MpiRun, UnevenStandardStepEqualsSingleRankFullBatch) {
 TEST(MpiRun, OffloadAndNoPrefetchStepEqualSingleRankFullBatch) {
   expect_one_step_matches_reference("cpu-3rank-uneven-offload");
   expect_one_step_matches_reference("cpu-3rank-noprefetch");
+}
+
+TEST(MpiRun, EvenSharesOnFourRanksStepEqualsSingleRankFullBatch) {
+  // Equal shares of units whose sizes divide by 4: the even collectives (MPI_Allgather,
+  // MPI_Reduce_scatter_block) instead of the -v variants.
+  expect_one_step_matches_reference("cpu-4rank-even", 4);
 }
 
 TEST(MpiRun, LossFallsOverFiftySteps) {
