@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -644,32 +645,25 @@ class CudaDevice final : public backend::Device {
     std::array<cudaEvent_t, 3> events;
   };
   // Releases deferred frees whose stream events have completed (all of them when `all`, after
-  // a device synchronisation).
+  // a device synchronisation). Frees are queued in time order and each stream completes its
+  // events in order, so the scan stops at the first one still pending: O(released) per call.
   void flush_frees(bool all) {
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < pending_frees_.size(); ++i) {
-      PendingFree& f = pending_frees_[i];
-      bool done = true;
+    while (!pending_frees_.empty()) {
+      PendingFree& f = pending_frees_.front();
       if (!all)
         for (cudaEvent_t e : f.events) {
           const cudaError_t status = cudaEventQuery(e);
-          if (status == cudaErrorNotReady) {
-            done = false;
-            break;
-          }
+          if (status == cudaErrorNotReady) return;
           CEPHALO_CUDA_CHECK(status);
         }
-      if (!done) {
-        pending_frees_[kept++] = f;
-        continue;
-      }
       for (cudaEvent_t e : f.events) free_events_.push_back(e);
-      if (f.space == MemorySpace::PinnedHost)
-        pinned_cache_.emplace(f.bytes, f.data);
+      const PendingFree done = f;
+      pending_frees_.pop_front();
+      if (done.space == MemorySpace::PinnedHost)
+        pinned_cache_.emplace(done.bytes, done.data);
       else
-        allocator_.deallocate(f.data, memory_stream_);
+        allocator_.deallocate(done.data, memory_stream_);
     }
-    pending_frees_.resize(kept);
   }
 
   int ordinal_;
@@ -681,7 +675,7 @@ class CudaDevice final : public backend::Device {
   std::unique_ptr<Gemm> gemm_;
   int* bad_token_flag_ = nullptr;
   std::vector<cudaEvent_t> free_events_;
-  std::vector<PendingFree> pending_frees_;
+  std::deque<PendingFree> pending_frees_;
   std::size_t pinned_current_ = 0, pinned_peak_ = 0;
   std::multimap<std::size_t, void*> pinned_cache_;  // freed pinned blocks by size, for reuse
 };
