@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -123,6 +124,66 @@ TEST_F(Device, CrossStreamOrderingThroughEvents) {
   std::vector<float> host(n);
   dev_->download(host.data(), dst.ref(), n * 4);
   for (std::size_t i = 0; i < n; i += 4099) ASSERT_EQ(host[i], 7.0f) << i;
+}
+
+TEST_F(Device, OffloadRoundTripThroughPinnedHostOnTheCopyStream) {
+  // The executor's offload path: device -> pinned host on the Copy stream after the producer,
+  // the device buffer overwritten once the copy is done, then pinned host -> device.
+  const std::size_t n = (1 << 20) + 3;
+  auto act = dev_->allocate(n, ElemType::BF16), back = dev_->allocate(n, ElemType::BF16);
+  auto host = dev_->allocate(n, ElemType::BF16, backend::MemorySpace::PinnedHost);
+  auto& compute = dev_->stream(StreamKind::Compute);
+  auto& copy = dev_->stream(StreamKind::Copy);
+  spin(100'000'000, native_stream(compute));
+  dev_->fill(compute, act.ref(), 2.5f);
+  auto produced = dev_->create_event(), offloaded = dev_->create_event(),
+       restored = dev_->create_event();
+  produced->record(compute);
+  copy.wait(*produced);
+  dev_->copy(copy, host.ref(), act.ref());
+  offloaded->record(copy);
+  compute.wait(*offloaded);
+  dev_->fill(compute, act.ref(), -1.0f);  // reuse after the offload finished
+  dev_->fill(compute, back.ref(), std::nanf(""));
+  auto poisoned = dev_->create_event();
+  poisoned->record(compute);
+  copy.wait(*poisoned);
+  dev_->copy(copy, back.ref(), host.ref());
+  restored->record(copy);
+  restored->synchronize();
+  std::vector<std::uint16_t> raw(n);
+  dev_->download(raw.data(), back.ref(), n * 2);
+  // bf16 2.5 = 0x4020
+  for (std::size_t i = 0; i < n; i += 1009) ASSERT_EQ(raw[i], 0x4020) << i;
+  ASSERT_EQ(raw[n - 1], 0x4020);
+}
+
+TEST_F(Device, GemmThroughTheInterfaceHonoursTransposes) {
+  // C[m x n] = A^T B with A stored k x m, through Device::gemm (the GPT model's entry point),
+  // into an fp32 C with beta = 1 (weight-gradient accumulation) from bf16 operands.
+  const std::int64_t m = 19, n = 23, k = 41;
+  DeviceArray A(k * m, Dtype::BF16), B(k * n, Dtype::BF16), C(m * n, Dtype::FP32);
+  const auto as = A.set(random_vector(A.size(), rng_));
+  const auto bs = B.set(random_vector(B.size(), rng_));
+  const auto cs = C.set(random_vector(C.size(), rng_));
+  auto& s = dev_->stream(StreamKind::Compute);
+  dev_->gemm(s, backend::Transpose::Yes, backend::Transpose::No, m, n, k, 2.0f,
+             {A.get(), k * m, ElemType::BF16}, {B.get(), k * n, ElemType::BF16}, 1.0f,
+             {C.get(), m * n, ElemType::F32});
+  dev_->synchronize();
+  std::vector<double> ref(m * n);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p) acc += double(as[p * m + i]) * bs[p * n + j];
+      ref[i * n + j] = 2.0 * acc + cs[i * n + j];
+    }
+  EXPECT_LE(rel_error(C.get_values(), ref), 1e-5);
+  // Mismatched operand types are refused before reaching cuBLAS.
+  EXPECT_THROW(dev_->gemm(s, backend::Transpose::No, backend::Transpose::No, m, n, k, 1.0f,
+                          {A.get(), k * m, ElemType::BF16}, {C.get(), m * n, ElemType::F32}, 0.0f,
+                          {C.get(), m * n, ElemType::F32}),
+               Error);
 }
 
 TEST_F(Device, HostFunctionFailureSurfacesAtSynchronize) {
