@@ -35,7 +35,9 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/profile.hpp"
 #include "commands.hpp"
 #ifdef CEPHALO_HAVE_CUDA
 #include "cephalo/backend/cuda/cuda_device.hpp"
@@ -390,10 +392,8 @@ void run_profile(const ProfileArgs& a) {
         ap.step = ++step;
         dev.adamw_step(cs, p.ref(), g.ref(), mom.ref(), var.ref(), ap);
       });
-      optimizer.push_back({{"gpu", dspec.name},
-                           {"parameters", static_cast<double>(n)},
-                           {"ms", s.median_ms},
-                           {"stddev_ms", s.stddev_ms}});
+      optimizer.push_back(
+          {{"gpu", dspec.name}, {"parameters", static_cast<double>(n)}, {"ms", s.median_ms}});
       say("optimizer over " + std::to_string(n) + " parameters: " + fixed(s.median_ms, 3) + " ms");
     }
   }
@@ -566,6 +566,68 @@ void run_profile(const ProfileArgs& a) {
   }
 }
 
+// `cephalo profile validate`: how well the calibrated compute model predicts profiles it was
+// not fitted to (leave-one-GPU-out and leave-one-model-out over the shipped profiles plus any
+// given profile files). The numbers come from costmodels::validate_compute_models; this is its
+// command-line face, used by notebooks/costmodel_validation.ipynb.
+struct ValidateArgs {
+  std::vector<std::string> profiles;
+  bool json = false;
+};
+
+Json group_json(const std::vector<costmodels::GroupError>& groups) {
+  Json out = Json::array();
+  for (const auto& g : groups)
+    out.push_back({{"gpu", g.name},
+                   {"rows", g.rows},
+                   {"mape_pct", g.mape},
+                   {"median_ape_pct", g.median_ape}});
+  return out;
+}
+
+void run_validate(const ValidateArgs& a) {
+  costmodels::ProfileTables tables = costmodels::ProfileTables::builtin();
+  for (const auto& f : a.profiles) tables.merge(costmodels::ProfileTables::load(f));
+  const costmodels::ValidationReport rep = costmodels::validate_compute_models(tables);
+  Json rows = Json::array();
+  for (const auto& r : rep.logo_rows)
+    rows.push_back({{"model", r.model},
+                    {"gpu", r.gpu},
+                    {"seq", r.seq},
+                    {"dtype", to_string(r.dtype)},
+                    {"ape_pct", r.ape}});
+  Json inconsistent = Json::array();
+  for (const auto& i : rep.inconsistent)
+    inconsistent.push_back({{"model", i.row->file_model},
+                            {"gpu", i.row->file_gpu},
+                            {"seq", i.row->seq},
+                            {"dtype", to_string(i.row->dtype)},
+                            {"reason", i.reason}});
+  Json record = {{"leave_one_gpu_out", group_json(rep.leave_one_gpu_out)},
+                 {"logo_median_over_gpus_pct", rep.logo_median_over_gpus},
+                 {"logo_overall_pct", rep.logo_overall},
+                 {"leave_one_model_out", group_json(rep.leave_one_model_out)},
+                 {"lomo_median_over_gpus_pct", rep.lomo_median_over_gpus},
+                 {"lomo_overall_pct", rep.lomo_overall},
+                 {"roofline_overall_pct", rep.roofline_overall},
+                 {"logo_rows", rows},
+                 {"inconsistent_rows", inconsistent}};
+  if (a.json) {
+    std::cout << record.dump(2) << "\n";
+    return;
+  }
+  TextTable t({"held-out GPU", "rows", "LOGO MAPE %", "LOGO median %"});
+  for (const auto& g : rep.leave_one_gpu_out)
+    t.add_row({g.name, std::to_string(g.rows), fixed(g.mape, 1), fixed(g.median_ape, 1)});
+  std::cout << "leave-one-GPU-out (calibrated model fitted without the GPU)\n"
+            << t.render() << "\nmedian over GPUs " << fixed(rep.logo_median_over_gpus, 1)
+            << " % (target 15 %), "
+            << "all rows " << fixed(rep.logo_overall, 1) << " %; leave-one-model-out median "
+            << fixed(rep.lomo_median_over_gpus, 1) << " % (target 8 %); uncalibrated roofline "
+            << fixed(rep.roofline_overall, 1) << " %; " << rep.inconsistent.size()
+            << " inconsistent rows left out\n";
+}
+
 }  // namespace
 
 void add_profile_command(CLI::App& app) {
@@ -573,8 +635,8 @@ void add_profile_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "profile", "Measure per-layer compute, optimizer, copies and (under mpirun) collectives");
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--model", a->model, "catalog model")->required();
-  cmd->add_option("--seq", a->seq, "sequence length")->required();
+  cmd->add_option("--model", a->model, "catalog model (required to measure)");
+  cmd->add_option("--seq", a->seq, "sequence length (required to measure)");
   cmd->add_option("--micro-batches", a->micro_batches, "sizes: 1..K, K or a list 1,2,4")
       ->capture_default_str();
   cmd->add_option("--as", a->as_gpu,
@@ -589,7 +651,19 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--sweep-out", a->sweep_output,
                   "collective sweep file (default: <output stem>.sweep.json under mpirun)");
   cmd->add_flag("--json", a->json, "print the calibration record as JSON");
-  cmd->callback([a] { run_profile(*a); });
+  auto v = std::make_shared<ValidateArgs>();
+  auto* val = cmd->add_subcommand(
+      "validate", "Leave-one-GPU-out / leave-one-model-out errors of the calibrated model");
+  val->add_option("--profiles", v->profiles, "extra profile files (either format)");
+  val->add_flag("--json", v->json, "print the record as JSON");
+  val->callback([v] { run_validate(*v); });
+  cmd->require_subcommand(0, 1);
+  cmd->callback([a, cmd, val] {
+    if (cmd->got_subcommand(val)) return;
+    if (a->model.empty()) throw CLI::RequiredError("--model");
+    if (a->seq == 0) throw CLI::RequiredError("--seq");
+    run_profile(*a);
+  });
 }
 
 }  // namespace cephalo::cli
