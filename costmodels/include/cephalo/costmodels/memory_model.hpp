@@ -61,8 +61,8 @@ class MemoryProfiles;
 MemoryConstants fit_memory_constants(const MemoryProfiles& profiles,
                                      const std::string& exclude_model = "");
 // The constants predict_memory uses: the closed forms as written. (The four-constant fit above
-// lowers the in-sample error only from 23.3% to 22.7% and raises the leave-one-model-out error
-// to 28%, so it does not generalise and is not used; see costmodels/README.md.)
+// lowers the in-sample median error only from 20.9% to 20.8% and raises the leave-one-model-out
+// error to 26.3%, so it does not generalise and is not used; see costmodels/README.md.)
 const MemoryConstants& memory_constants();
 
 // What one rank runs, independent of how the plan is written.
