@@ -164,7 +164,9 @@ void CudaStream::wait(backend::Event& event) {
 class CudaDevice final : public backend::Device {
  public:
   explicit CudaDevice(const CudaDeviceOptions& options)
-      : ordinal_(options.device), allocator_(options.device) {
+      : ordinal_(options.device),
+        scores_fp32_(options.attention_scores_fp32),
+        allocator_(options.device) {
     CEPHALO_CUDA_CHECK(cudaGetDeviceProperties(&props_, ordinal_));
     // Comm work gets the higher priority: a prefetch all-gather or reduce-scatter should not
     // queue behind a burst of compute kernels (lower number = higher priority).
@@ -373,25 +375,25 @@ class CudaDevice final : public backend::Device {
   }
 
   // Attention by materialised scores: two batched cuBLAS GEMMs around a causal softmax, with
-  // head permutations. Scores and their gradient are kept in fp32 (the GEMMs write fp32 C from
-  // bf16/fp16 operands), so neither the softmax exponent nor dP - rowsum(P dP) sees bf16
-  // rounding; probabilities and dS are stored in the compute type as GEMM operands. Scratch comes
-  // from the stream-ordered pool on the op's stream, so it counts in the peak and is reused
+  // head permutations. By default scores and their gradient are kept in fp32 (the GEMMs write
+  // fp32 C from bf16/fp16 operands), so neither the softmax exponent nor dP - rowsum(P dP) sees
+  // bf16 rounding; probabilities and dS are stored in the compute type as GEMM operands. Scratch
+  // comes from the stream-ordered pool on the op's stream, so it counts in the peak and is reused
   // across layers without driver calls. Backward recomputes the probabilities from the saved
   // log-sum-exp (one pass, no reductions).
   void attention_forward(backend::Stream& s, const AttentionShape& shape, TensorRef qkv,
                          TensorRef out, TensorRef lse) override {
     const Attn a = attn(shape, qkv, out, lse);
     const cudaStream_t st = native(s);
-    const bool f32 = a.dt == Dtype::FP32;
+    const bool same = a.sdt == a.dt;
     Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
         v(allocator_, a.head_bytes, st), y(allocator_, a.head_bytes, st),
-        sc(allocator_, a.score_f32_bytes, st), pr(allocator_, f32 ? 0 : a.score_bytes, st);
-    void* probs = f32 ? sc.ptr : pr.ptr;  // fp32: softmax in place
+        sc(allocator_, a.score_s_bytes, st), pr(allocator_, same ? 0 : a.score_bytes, st);
+    void* probs = same ? sc.ptr : pr.ptr;  // one type: softmax in place
     split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
     scores(st, a, q.ptr, k.ptr, sc.ptr);
-    causal_softmax_forward(sc.ptr, Dtype::FP32, probs, a.dt, static_cast<float*>(lse.data),
-                           a.B * a.H, a.T, a.scale, st);
+    causal_softmax_forward(sc.ptr, a.sdt, probs, a.dt, static_cast<float*>(lse.data), a.B * a.H,
+                           a.T, a.scale, st);
     // y = P V: [T x T] [T x D]
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, probs, a.tt, v.ptr, a.td,
                        0.0f, y.ptr, a.td, a.B * a.H, a.dt, a.dt);
@@ -407,8 +409,8 @@ class CudaDevice final : public backend::Device {
     Scratch q(allocator_, a.head_bytes, st), k(allocator_, a.head_bytes, st),
         v(allocator_, a.head_bytes, st), dy(allocator_, a.head_bytes, st),
         dq(allocator_, a.head_bytes, st), dk(allocator_, a.head_bytes, st),
-        dv(allocator_, a.head_bytes, st), sc(allocator_, a.score_f32_bytes, st),
-        pr(allocator_, a.score_bytes, st), dp(allocator_, a.score_f32_bytes, st);
+        dv(allocator_, a.head_bytes, st), sc(allocator_, a.score_s_bytes, st),
+        pr(allocator_, a.score_bytes, st), dp(allocator_, a.score_s_bytes, st);
     const int batch = a.B * a.H;
     split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
     scores(st, a, q.ptr, k.ptr, sc.ptr);
@@ -417,13 +419,13 @@ class CudaDevice final : public backend::Device {
     split_heads(dout.data, dy.ptr, a.B, a.T, a.H, a.D, a.dt, st);
     // dP = dY V^T (fp32)
     gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, dy.ptr, a.td, v.ptr, a.td,
-                       0.0f, dp.ptr, a.tt, batch, a.dt, Dtype::FP32);
+                       0.0f, dp.ptr, a.tt, batch, a.dt, a.sdt);
     // dV = P^T dY
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, pr.ptr, a.tt, dy.ptr, a.td,
                        0.0f, dv.ptr, a.td, batch, a.dt, a.dt);
     // dS = scale * P (dP - rowsum(P dP)), in the compute type, into the (dead) scores buffer
     void* ds = sc.ptr;
-    causal_softmax_backward(pr.ptr, a.dt, dp.ptr, Dtype::FP32, ds, batch, a.T, a.scale, st);
+    causal_softmax_backward(pr.ptr, a.dt, dp.ptr, a.sdt, ds, batch, a.T, a.scale, st);
     // dQ = dS K ; dK = dS^T Q
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, ds, a.tt, k.ptr, a.td,
                        0.0f, dq.ptr, a.td, batch, a.dt, a.dt);
@@ -572,7 +574,8 @@ class CudaDevice final : public backend::Device {
     Dtype dt;
     float scale;
     long long td, tt;
-    std::size_t head_bytes, score_bytes, score_f32_bytes;
+    Dtype sdt;  // scores and dP: fp32, or the compute type (attention_scores_fp32 = false)
+    std::size_t head_bytes, score_bytes, score_s_bytes;
   };
   Attn attn(const AttentionShape& shape, TensorRef qkv, TensorRef out, TensorRef lse) const {
     Attn a{};
@@ -593,14 +596,15 @@ class CudaDevice final : public backend::Device {
     const std::size_t es = backend::element_size(qkv.type);
     a.head_bytes = std::size_t(a.B) * a.H * a.td * es;
     a.score_bytes = std::size_t(a.B) * a.H * a.tt * es;
-    a.score_f32_bytes = std::size_t(a.B) * a.H * a.tt * 4;
+    a.sdt = scores_fp32_ ? Dtype::FP32 : a.dt;
+    a.score_s_bytes = std::size_t(a.B) * a.H * a.tt * (a.sdt == Dtype::FP32 ? 4 : es);
     return a;
   }
-  // S = Q K^T per (sample, head): [T x D] [D x T], written in fp32; the softmax applies the
-  // 1/sqrt(D) scale.
+  // S = Q K^T per (sample, head): [T x D] [D x T], written in the score type; the softmax
+  // applies the 1/sqrt(D) scale.
   void scores(cudaStream_t st, const Attn& a, const void* q, const void* k, void* s) const {
     gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, q, a.td, k, a.td, 0.0f, s,
-                       a.tt, a.B * a.H, a.dt, Dtype::FP32);
+                       a.tt, a.B * a.H, a.dt, a.sdt);
   }
 
   // Parameter gradients are fp32 in the kernels; a gradient buffer in bf16/fp16 is accumulated
@@ -667,6 +671,7 @@ class CudaDevice final : public backend::Device {
   }
 
   int ordinal_;
+  bool scores_fp32_;
   cudaDeviceProp props_{};
   std::size_t total_bytes_ = 0;
   DeviceAllocator allocator_;

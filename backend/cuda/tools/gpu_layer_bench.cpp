@@ -436,14 +436,23 @@ int run(int argc, char** argv) {
               "bwd TF/s", "GEMM TF/s", "GEMM/pk", "GEMM tm");
   std::vector<int> sizes =
       quick ? std::vector<int>{1, 2} : std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8};
-  for (int B : sizes) {
-    const LayerRow r = bench_layer(d, gpt27, B, quick ? 2 : 10);
-    std::printf("%3d %9.2f %9.2f %10.1f %10.1f %11.1f %8.0f%% %8.0f%%\n", r.B, r.fwd_ms, r.bwd_ms,
-                r.fwd_tflops, r.bwd_tflops, r.gemm_tflops, 100 * r.gemm_tflops / peak,
+  auto print_row = [&](const std::string& label, const LayerRow& r) {
+    std::printf("%3s %9.2f %9.2f %10.1f %10.1f %11.1f %8.0f%% %8.0f%%\n", label.c_str(), r.fwd_ms,
+                r.bwd_ms, r.fwd_tflops, r.bwd_tflops, r.gemm_tflops, 100 * r.gemm_tflops / peak,
                 100 * r.gemm_share);
     std::fflush(stdout);
+  };
+  for (int B : sizes) print_row(std::to_string(B), bench_layer(d, gpt27, B, quick ? 2 : 10));
+  {
+    // The same layer with attention scores stored in bf16 instead of fp32 (rows marked *):
+    // what the fp32 scores cost in time.
+    cuda::CudaDeviceOptions bf16_scores;
+    bf16_scores.attention_scores_fp32 = false;
+    auto d2 = cuda::make_cuda_device(bf16_scores);
+    for (int B : quick ? std::vector<int>{2} : std::vector<int>{1, 8})
+      print_row(std::to_string(B) + "*", bench_layer(*d2, gpt27, B, quick ? 2 : 10));
   }
-  std::printf("\n");
+  std::printf("(* attention scores in bf16; default fp32)\n\n");
 
   const Arch gpt13{24, 2048, 16, 8192, 49152, 2048};
   const int B = quick ? 1 : 8;

@@ -15,6 +15,10 @@ namespace cephalo::cuda {
 struct CudaDeviceOptions {
   int device = 0;           // CUDA device ordinal (one process per device: usually local rank)
   bool allow_tf32 = false;  // FP32 GEMMs on tensor cores (TF32 jobs)
+  // Attention keeps T x T scores and their gradient in fp32 (accurate; ~1.5x the score memory
+  // traffic of bf16/fp16). false stores them in the compute type, as a plain bf16 framework
+  // would; gpu_layer_bench measures both.
+  bool attention_scores_fp32 = true;
 };
 
 // Throws RuntimeFailure with CUDA's reason ("no CUDA-capable device is detected", ...) when
