@@ -102,6 +102,7 @@ class Replay {
   std::vector<char> busy_;
   std::vector<std::uint32_t> arrived_;
   std::vector<double> mem_, peak_, capacity_;
+  double dynamic_scale_ = 1.0;  // 1 + allocator fragmentation on transient allocations
   std::size_t done_ = 0;
   bool oom_ = false;
   traces::OomDetail oom_detail_;
@@ -131,7 +132,7 @@ void Replay::record_memory(int r) {
 void Replay::allocate(const Op& op) {
   if (op.mem_alloc == 0) return;
   const int r = op.rank;
-  mem_[r] += op.mem_alloc;
+  mem_[r] += op.mem_alloc * dynamic_scale_;
   peak_[r] = std::max(peak_[r], mem_[r]);
   if (!oom_ && mem_[r] > capacity_[r]) {
     oom_ = true;
@@ -144,7 +145,7 @@ void Replay::allocate(const Op& op) {
 
 void Replay::release(const Op& op) {
   if (op.mem_free == 0) return;
-  mem_[op.rank] -= op.mem_free;
+  mem_[op.rank] -= op.mem_free * dynamic_scale_;
   record_memory(op.rank);
 }
 
@@ -439,6 +440,7 @@ SimResult Replay::run() {
   const double reserve = opt_.reserve_bytes >= 0
                              ? opt_.reserve_bytes
                              : constants.cuda_context + (ranks > 1 ? constants.nccl_reserve : 0.0);
+  dynamic_scale_ = 1.0 + (opt_.fragmentation >= 0 ? opt_.fragmentation : constants.fragmentation);
   mem_.resize(ranks);
   peak_.resize(ranks);
   capacity_.resize(ranks);

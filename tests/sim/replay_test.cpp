@@ -3,6 +3,9 @@
 #include <map>
 
 #include "../traces/tiny_scenario.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/sim/fixed_models.hpp"
 #include "cephalo/sim/replay.hpp"
 
@@ -195,6 +198,38 @@ TEST(ChromeTraceOfASimulation, IsValidJsonWithNamedRanksAndNonOverlappingLanes) 
     std::sort(spans.begin(), spans.end());
     for (std::size_t i = 1; i < spans.size(); ++i)
       EXPECT_LE(spans[i - 1].second, spans[i].first) << "lane " << lane.first << "/" << lane.second;
+  }
+}
+
+}  // namespace
+}  // namespace cephalo::sim
+
+namespace cephalo::sim {
+namespace {
+
+// The replay's memory timeline and costmodels::predict_memory are independent accounts of the
+// same plan; their peaks must agree closely (the replay sees which buffers really coexist).
+TEST(ReplayMemory, PeakAgreesWithTheMemoryModelOnTheShippedScenario) {
+  const std::string src = CEPHALO_SOURCE_DIR;
+  Scenario s = costmodels::load_scenario(src + "/scenarios/default.json");
+  auto models = costmodels::make_cost_models(s, "roofline");
+  for (const std::string& file : {src + "/scenarios/plans/default-even.json",
+                                  src + "/tests/data/sim/default-p40-oom.plan.json"}) {
+    Plan p = load_plan(file);
+    validate_plan_for(p, s, file);
+    auto g = traces::build_training_graph(p, s);
+    SimResult r = simulate(g, s, p, *models.compute, *models.comm);
+    for (int rank = 0; rank < 4; ++rank) {
+      const double predicted = costmodels::predict_memory(s, p, rank).total;
+      const double simulated = r.report.ranks[rank].peak_memory_bytes;
+      EXPECT_NEAR(simulated / predicted, 1.0, 0.10) << file << " rank " << rank;
+    }
+    if (file.find("oom") != std::string::npos) {
+      ASSERT_TRUE(r.report.oom);
+      EXPECT_EQ(r.report.oom_detail->rank, 3);
+    } else {
+      EXPECT_FALSE(r.report.oom);
+    }
   }
 }
 

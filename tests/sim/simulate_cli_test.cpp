@@ -118,3 +118,19 @@ TEST(SimulateCli, BadPlanIsInvalidInput) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(SimulateCli, OverCapacityPlanReportsOomOnTheP40) {
+  Output a = run("simulate --scenario " + kSource + "/scenarios/default.json --plan " + kSource +
+                 "/tests/data/sim/default-p40-oom.plan.json --json");
+  ASSERT_EQ(a.code, 0);
+  Json j = Json::parse(a.out);
+  ASSERT_TRUE(j["oom"].get<bool>());
+  EXPECT_EQ(j["oom_detail"]["rank"], 3);
+  EXPECT_NE(j["oom_detail"]["op_name"].get<std::string>().find(" r3"), std::string::npos);
+  EXPECT_GT(j["oom_detail"]["bytes"].get<double>(),
+            j["oom_detail"]["capacity_bytes"].get<double>());
+}
+
+}  // namespace

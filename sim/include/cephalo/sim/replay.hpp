@@ -36,9 +36,12 @@ struct SimOptions {
   bool link_sharing = true;    // fluid bandwidth sharing on links (see above)
   std::string queue = "binary-heap";
   // Usable capacity = device memory × usable_fraction; reserve is device memory the framework
-  // holds besides the plan's tensors. Negative values take costmodels::MemoryConstants'
-  // defaults (CUDA context + NCCL buffers with more than one rank; usable fraction 1).
+  // holds besides the plan's tensors; transient allocations are scaled by 1 + fragmentation
+  // (caching-allocator slack). Negative values take costmodels::MemoryConstants' defaults
+  // (CUDA context + NCCL buffers with more than one rank, usable fraction 1, fragmentation
+  // 0.08), so the simulated peak and costmodels::predict_memory use the same constants.
   double usable_fraction = -1;
+  double fragmentation = -1;
   double reserve_bytes = -1;
 };
 
