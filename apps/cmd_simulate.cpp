@@ -78,6 +78,7 @@ void add_simulate_command(CLI::App& app) {
         std::cout << "\n" << t.render();
       }
     }
+    std::cout.flush();  // the record is out even if something fails at exit
   });
 }
 
