@@ -164,9 +164,10 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
   const double s = effective_sequence(m, seq_in), b = micro_batch, hd = h(m);
   const double tokens = s * b;
   std::vector<OpCost> ops;
+  ops.reserve(16);
   // A GEMM [rows×k]·[k×n]: backward computes the input and the weight gradient (2× FLOPs,
   // reading the saved input, the weight and the output gradient).
-  auto gemm = [&](const std::string& name, double rows, double k, double n) {
+  auto gemm = [&](const char* name, double rows, double k, double n) {
     OpCost op{name, OpClass::Gemm};
     op.forward_flops = 2 * rows * k * n;
     op.forward_bytes = e * (rows * k + k * n + rows * n);
@@ -176,7 +177,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
     ops.push_back(op);
   };
   // A bandwidth-bound elementwise kernel over `elements` values: `passes` reads+writes.
-  auto memory = [&](const std::string& name, double elements, double passes, double flops_per) {
+  auto memory = [&](const char* name, double elements, double passes, double flops_per) {
     OpCost op{name, OpClass::Memory};
     op.forward_flops = flops_per * elements;
     op.forward_bytes = e * elements * passes;

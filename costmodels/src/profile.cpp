@@ -109,14 +109,22 @@ double interpolate(const std::vector<int>& m, const std::vector<double>& t, doub
 }  // namespace
 
 void ProfileTables::add(LayerProfile row) {
-  for (auto& existing : rows_) {
-    if (existing.model == row.model && existing.gpu == row.gpu && existing.seq == row.seq &&
-        existing.dtype == row.dtype) {
-      if (row.richness() > existing.richness()) existing = std::move(row);
-      return;
-    }
+  auto key =
+      std::make_tuple(lower(row.model), lower(row.gpu), row.seq, static_cast<int>(row.dtype));
+  if (auto it = index_.find(key); it != index_.end()) {
+    LayerProfile& existing = rows_[it->second];
+    if (row.richness() > existing.richness()) existing = std::move(row);
+    return;
   }
+  index_.emplace(key, rows_.size());
   rows_.push_back(std::move(row));
+}
+
+const LayerProfile* ProfileTables::lookup(const std::string& model_lower,
+                                          const std::string& gpu_lower, int seq,
+                                          Dtype dtype) const {
+  auto it = index_.find(std::make_tuple(model_lower, gpu_lower, seq, static_cast<int>(dtype)));
+  return it == index_.end() ? nullptr : &rows_[it->second];
 }
 
 void ProfileTables::merge(const ProfileTables& other) {
@@ -326,13 +334,12 @@ const ProfileTables& ProfileTables::builtin() {
 
 const LayerProfile* ProfileTables::find(const std::string& model_name, const std::string& gpu_name,
                                         int seq, Dtype dtype) const {
+  // Fast path: canonical names (what the simulator passes), then catalog aliases.
+  if (const auto* r = lookup(lower(model_name), lower(gpu_name), seq, dtype)) return r;
   auto model = ModelCatalog::builtin().find(model_name);
   auto gpu = GpuCatalog::builtin().find(gpu_name);
-  std::string m = model ? model->name : model_name, g = gpu ? gpu->name : gpu_name;
-  for (const auto& r : rows_)
-    if (lower(r.model) == lower(m) && lower(r.gpu) == lower(g) && r.seq == seq && r.dtype == dtype)
-      return &r;
-  return nullptr;
+  if (!model || !gpu) return nullptr;
+  return lookup(lower(model->name), lower(gpu->name), seq, dtype);
 }
 
 const LayerProfile* ProfileTables::find_for(const std::string& model, const std::string& gpu,

@@ -46,7 +46,7 @@ enum class OpClass { Gemm, Attention, Memory };
 std::string to_string(OpClass op_class);
 
 struct OpCost {
-  std::string name;  // "qkv", "scores", "softmax", "mlp_up", ...
+  const char* name = "";  // "qkv", "scores", "softmax", "mlp_up", ... (static strings)
   OpClass op_class = OpClass::Gemm;
   double forward_flops = 0;
   double forward_bytes = 0;   // bytes read + written by the forward kernel

@@ -13,8 +13,10 @@
 // (gpt-2.7b, L4). When two file names resolve to the same row, the richer row wins (measured
 // points > separate forward/backward fits > combined).
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cephalo/core/dtype.hpp"
@@ -108,7 +110,12 @@ class ProfileTables {
 
  private:
   void add(LayerProfile row);
+  const LayerProfile* lookup(const std::string& model_lower, const std::string& gpu_lower, int seq,
+                             Dtype dtype) const;
   std::vector<LayerProfile> rows_;
+  // (lower-case canonical model, lower-case canonical GPU, seq, dtype) -> index into rows_; the
+  // simulator asks once per op, so lookups must not scan.
+  std::map<std::tuple<std::string, std::string, int, int>, std::size_t> index_;
   std::vector<UnitProfile> units_;
   std::vector<OptimizerProfile> optimizers_;
   std::vector<std::string> unresolved_;
