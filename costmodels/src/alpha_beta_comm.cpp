@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace cephalo::costmodels {
 
@@ -271,6 +272,9 @@ double AlphaBetaCommModel::copy_time(const Cluster& cluster, int rank, double by
   if (!(bytes >= 0) || !std::isfinite(bytes))
     throw ValidationError("", "bytes", std::to_string(bytes), "a byte count >= 0");
   const DeviceSpec& spec = ranks[static_cast<std::size_t>(rank)].slot->spec;
+  if (auto it = calibration_.copies.find(spec.name);
+      it != calibration_.copies.end() && it->second.bandwidth > 0)
+    return it->second.latency_s + bytes / it->second.bandwidth;
   if (spec.kind == "cpu") return bytes / spec.memory_bandwidth;  // host memory copy
   LinkCorrection c = calibration_.correction("pcie");
   double latency = c.latency_s >= 0 ? c.latency_s : 10e-6;  // cudaMemcpyAsync + DMA setup
@@ -387,6 +391,43 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     out.links[kind] = c;
   }
   return out;
+}
+
+std::pair<std::string, CopyFit> fit_profile_copies(const std::filesystem::path& file) {
+  Json j = read_json_file(file);
+  JsonReader root(j, file.string());
+  CopyFit fit;
+  if (!root.is_object() || !root.has("copies") || !root.has("rows")) return {"", fit};
+  JsonReader rows = root.child("rows");
+  if (!rows.is_array() || rows.size() == 0) return {"", fit};
+  std::string gpu_name = rows.element(0).child("gpu").as_string();
+  auto gpu = GpuCatalog::builtin().find(gpu_name);
+  if (!gpu) throw NotFoundError("GPU", gpu_name, GpuCatalog::builtin().names());
+  std::vector<std::pair<double, double>> pts;  // (bytes, seconds)
+  for (auto& c : root.child("copies").elements()) {
+    c.child("direction").as_enum({"d2h", "h2d"});
+    double bytes = c.quantity("bytes", Quantity::Bytes);
+    double ms = c.number("ms");
+    if (!(ms > 0)) c.child("ms").fail("a time > 0 ms");
+    c.allow({"repeats", "stddev_ms"});
+    c.finish();
+    if (bytes > 0) pts.push_back({bytes, ms * 1e-3});
+  }
+  if (pts.size() < 2) return {gpu->name, fit};
+  Eigen::MatrixXd A(static_cast<Eigen::Index>(pts.size()), 2);
+  Eigen::VectorXd y(static_cast<Eigen::Index>(pts.size()));
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    double w = 1.0 / pts[i].second;
+    A(static_cast<Eigen::Index>(i), 0) = w;
+    A(static_cast<Eigen::Index>(i), 1) = pts[i].first * w;
+    y(static_cast<Eigen::Index>(i)) = 1.0;
+  }
+  Eigen::Vector2d x = A.colPivHouseholderQr().solve(y);
+  if (x(1) <= 0) return {gpu->name, fit};
+  fit.latency_s = std::max(0.0, x(0));
+  fit.bandwidth = 1.0 / x(1);
+  fit.points = static_cast<int>(pts.size());
+  return {gpu->name, fit};
 }
 
 }  // namespace cephalo::costmodels

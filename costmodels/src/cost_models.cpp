@@ -1,6 +1,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
@@ -62,12 +63,17 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   auto tables = std::make_shared<ProfileTables>(ProfileTables::builtin());
   bool extra_profiles = false;
   std::vector<SweepPoint> sweep;
+  std::map<std::string, CopyFit> copies;
   for (const auto& file : scenario.calibration) {
     Json j = read_json_file(file);
     switch (classify(j)) {
       case CalibrationKind::LayerProfile:
         tables->merge(ProfileTables::load(file));
         extra_profiles = true;
+        if (j.contains("copies")) {
+          auto [device, fit] = fit_profile_copies(file);
+          if (fit.points > 0) copies[device] = fit;
+        }
         break;
       case CalibrationKind::CollectiveSweep: {
         auto points = load_collective_sweep(file);
@@ -111,9 +117,10 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   } else {
     models.compute = std::make_shared<ProfileComputeModel>(tables, calibrated, false);
   }
-  models.comm = sweep.empty()
-                    ? std::make_shared<AlphaBetaCommModel>()
-                    : std::make_shared<AlphaBetaCommModel>(calibrate_comm(scenario.cluster, sweep));
+  CommCalibration comm =
+      sweep.empty() ? AlphaBetaCommModel().calibration() : calibrate_comm(scenario.cluster, sweep);
+  for (const auto& [device, fit] : copies) comm.copies[device] = fit;
+  models.comm = std::make_shared<AlphaBetaCommModel>(comm);
   return models;
 }
 

@@ -108,3 +108,38 @@ TEST(CommCalibration, RecoversLinkEfficiencyAndLatencyFromASweep) {
   EXPECT_THROW(load_collective_sweep(dir / "bad.json"), ValidationError);
   std::filesystem::remove_all(dir);
 }
+
+TEST(CommCalibration, CopiesFromAnOwnProfileSetCopyTime) {
+  Scenario s = load_scenario(kScenarios / "default.json");
+  auto dir = std::filesystem::temp_directory_path() / "cephalo_copies_test";
+  std::filesystem::create_directories(dir);
+  // 50 µs + bytes / 10 GB/s, both directions.
+  Json copies = Json::array();
+  for (double bytes = 1 << 16; bytes <= (1 << 26); bytes *= 4)
+    for (const char* d : {"d2h", "h2d"})
+      copies.push_back({{"direction", d}, {"bytes", bytes}, {"ms", (50e-6 + bytes / 10e9) * 1e3}});
+  Json profile = {
+      {"format", "cephalo-profile"},
+      {"version", 1},
+      {"rows",
+       Json::array(
+           {{{"model", "gpt-2.7b"},
+             {"gpu", "l4"},
+             {"seq", 512},
+             {"dtype", "fp16"},
+             {"layer",
+              Json::array({{{"micro_batch", 1}, {"forward_ms", 9.0}, {"backward_ms", 14.0}}})}}})},
+      {"copies", copies}};
+  std::ofstream(dir / "profile.json") << profile.dump(1);
+  s.calibration.push_back(dir / "profile.json");
+  auto models = make_cost_models(s);
+  EXPECT_NEAR(models.comm->copy_time(s.cluster, 0, 1e8), 50e-6 + 1e8 / 10e9, 1e-9);  // an L4
+  // The A6000 (rank 2) was not profiled: the PCIe default.
+  EXPECT_GT(models.comm->copy_time(s.cluster, 2, 1e8), 0);
+  EXPECT_NE(models.comm->copy_time(s.cluster, 2, 1e8), models.comm->copy_time(s.cluster, 0, 1e8));
+  // The profile's layer row (seq 512, fp16, one point) now answers for the L4.
+  const DeviceSpec& l4 = s.cluster.ranks()[0].slot->spec;
+  EXPECT_NEAR(models.compute->unit_time(l4, s.job, 1, ComputePhase::Forward, 1).seconds, 9e-3,
+              1e-12);
+  std::filesystem::remove_all(dir);
+}

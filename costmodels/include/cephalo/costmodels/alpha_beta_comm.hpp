@@ -30,8 +30,16 @@ struct LinkCorrection {
   double latency_s = -1;  // < 0: use the link's α
 };
 
+// Host<->device copies measured on one device type: time = latency + bytes / bandwidth.
+struct CopyFit {
+  double latency_s = 0;
+  double bandwidth = 0;  // bytes/s
+  int points = 0;
+};
+
 struct CommCalibration {
   std::map<std::string, LinkCorrection> links;  // by link kind
+  std::map<std::string, CopyFit> copies;        // by canonical device name (from profiles)
   double launch_overhead_s = 10e-6;             // per collective call
   std::string source = "defaults";
   LinkCorrection correction(const std::string& link_kind) const;
@@ -71,5 +79,11 @@ std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file)
 CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points);
 
 CollectiveKind parse_collective_kind(const std::string& text);  // "all-gather", "all_gather", ...
+
+// The "copies" of a profile in the project's format ({"direction": "d2h"|"h2d", "bytes": N,
+// "ms": t}, measured on the device of the file's rows), fitted by least squares on relative
+// error to latency + bytes / bandwidth. Returns the device's canonical name and the fit; no
+// fit (points = 0) when the file has no copies.
+std::pair<std::string, CopyFit> fit_profile_copies(const std::filesystem::path& file);
 
 }  // namespace cephalo::costmodels
