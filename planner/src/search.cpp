@@ -94,8 +94,13 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
   out.iteration_s = result.report.iteration_time_s;
   out.samples_per_s = result.report.samples_per_s;
   out.oom = result.report.oom;
+  for (const auto& r : result.report.ranks) {
+    out.peak_bytes.push_back(r.peak_memory_bytes);
+    out.capacity_bytes.push_back(r.capacity_bytes);
+  }
   if (result.report.oom_detail) {
     const auto& d = *result.report.oom_detail;
+    out.oom_rank = d.rank;
     out.oom_detail = "rank " + std::to_string(d.rank) + ", op " + d.op_name + ", " +
                      format_bytes(d.bytes) + " > " + format_bytes(d.capacity_bytes);
   }

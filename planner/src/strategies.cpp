@@ -103,6 +103,12 @@ double usable_bytes(const DeviceSpec& spec) {
   return spec.memory_bytes * costmodels::MemoryConstants{}.usable_fraction;
 }
 
+// What the planners let a plan use: the usable capacity less a small headroom, so a plan at
+// the exact edge of the memory model (the optimum often is) does not go over by rounding or
+// by the simulator's allocation order.
+constexpr double kPlanHeadroomBytes = 128.0 * 1024 * 1024;
+double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPlanHeadroomBytes; }
+
 struct ScenarioModel {
   const Scenario* scenario = nullptr;
   std::vector<RankDevice> devices;
@@ -156,7 +162,7 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who) {
   const auto devices = s.cluster.ranks();
   for (auto& r : plan.ranks) {
     r.state_share = 1.0 / n;
-    const double usable = usable_bytes(devices[r.rank].slot->spec);
+    const double usable = plannable_bytes(devices[r.rank].slot->spec);
     const int m = largest_fitting_micro_batch(s, r.batch, r.state_share, usable);
     if (m == 0) {
       const double need = terms_total(s.job, memory_inputs(s, Offload::None, r.state_share, {1}));
@@ -256,7 +262,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   p.state_bytes = state;
   double largest_usable = 0;
   for (const auto& d : sm.devices)
-    largest_usable = std::max(largest_usable, usable_bytes(d.slot->spec));
+    largest_usable = std::max(largest_usable, plannable_bytes(d.slot->spec));
   // Working set by micro-batch, up to what fits the largest device or the per-rank batch bound.
   const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
   std::vector<double> working(1, 0.0);  // fixed + w(m)
@@ -289,7 +295,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     }
     r.fixed_bytes = 0;  // folded into working_bytes
     r.bytes_per_sample = per_sample;
-    r.usable_bytes = usable_bytes(d.slot->spec);
+    r.usable_bytes = plannable_bytes(d.slot->spec);
     p.ranks.push_back(std::move(r));
   }
   // Optimizer step over the whole state on the slowest device (times σ in the model).
@@ -313,24 +319,39 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     std::vector<int> all(n);
     std::iota(all.begin(), all.end(), 0);
     auto cache = std::make_shared<std::map<double, double>>();
-    p.comm_seconds = [=](double sigma) {
+    auto raw = [=](double sigma) {
       auto it = cache->find(sigma);
       if (it != cache->end()) return it->second;
       double total = 0;
       for (const auto& [params_u, count] : unit_bytes) {
         if (params_u <= 0) continue;
+        // One rank holds σ, the others share the rest: the padded variant then costs what
+        // any plan with largest share σ pays with it (its cost depends only on the largest
+        // shard), and the plan later runs whichever variant is cheaper.
+        auto shards = [&](double bytes) {
+          std::vector<double> v(n, sigma * bytes);
+          if (sigma > 1.0 / n)
+            for (int k = 1; k < n; ++k) v[k] = (1 - sigma) * bytes / (n - 1);
+          return v;
+        };
         costmodels::CollectiveRequest ag;
         ag.kind = costmodels::CollectiveKind::AllGather;
         ag.ranks = all;
-        ag.shard_bytes.assign(n, sigma * params_u * compute_bytes);
+        ag.uneven = UnevenCollective::Padded;
+        ag.shard_bytes = shards(params_u * compute_bytes);
         costmodels::CollectiveRequest rs = ag;
         rs.kind = costmodels::CollectiveKind::ReduceScatter;
-        rs.shard_bytes.assign(n, sigma * params_u * reduce_bytes);
+        rs.shard_bytes = shards(params_u * reduce_bytes);
         total += count * (2 * comm->collective(*cluster, ag).seconds +
                           comm->collective(*cluster, rs).seconds);
       }
       cache->emplace(sigma, total);
       return total;
+    };
+    // C must be nondecreasing in σ (the solver relies on it): never below the even cost.
+    p.comm_seconds = [=](double sigma) {
+      const double even = raw(1.0 / n);
+      return sigma > 1.0 / n ? std::max(even, raw(sigma)) : even;
     };
   }
   return p;
@@ -489,25 +510,64 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
   if (opt.offload == "host" || opt.offload == "auto") modes.push_back(Offload::Host);
   if (modes.empty()) throw ValidationError("", "offload", opt.offload, "one of none, host, auto");
   PlanResult best;
+  double best_score = 0;
   bool have = false;
   std::string first_error;
   for (Offload mode : modes) {
     OptimalSolution sol;
-    try {
-      sol = solve_optimal(build_optimal_problem(s, models, mode, opt.max_micro_batch));
-    } catch (const InfeasibleError& e) {
-      if (first_error.empty()) first_error = e.what();
-      continue;
-    }
     PlanResult res;
-    res.plan = empty_plan(s, "optimal");
-    res.plan.offload = mode;
-    for (std::size_t i = 0; i < sol.ranks.size(); ++i) {
-      auto& r = res.plan.ranks[i];
-      r.batch = sol.ranks[i].batch;
-      r.micro_batch = sol.ranks[i].micro_batch;
-      r.micro_batches = sol.ranks[i].micro_batches;
-      r.state_share = sol.ranks[i].share;
+    OptimalProblem problem = build_optimal_problem(s, models, mode, opt.max_micro_batch);
+    // The simulator is the judge of memory: when it finds the plan over capacity (its
+    // allocation order can peak above the memory model's sum), the device type that overflowed
+    // loses the overshoot from its budget and the model is solved again.
+    bool verified = false;
+    double simulated = -1;
+    std::string why;
+    const auto devices = s.cluster.ranks();
+    for (int attempt = 0; attempt < 6 && !verified; ++attempt) {
+      try {
+        sol = solve_optimal(problem);
+      } catch (const InfeasibleError& e) {
+        why = e.what();
+        break;
+      }
+      res.plan = empty_plan(s, "optimal");
+      res.plan.offload = mode;
+      for (std::size_t i = 0; i < sol.ranks.size(); ++i) {
+        auto& r = res.plan.ranks[i];
+        r.batch = sol.ranks[i].batch;
+        r.micro_batch = sol.ranks[i].micro_batch;
+        r.micro_batches = sol.ranks[i].micro_batches;
+        r.state_share = sol.ranks[i].share;
+      }
+      if (!opt.verify_with_simulator) {
+        verified = true;
+        break;
+      }
+      const auto check = simulate_plan(s, models, res.plan);
+      if (!check.oom) {
+        verified = true;
+        simulated = check.iteration_s;
+        break;
+      }
+      std::map<std::string, double> overshoot;
+      for (std::size_t i = 0; i < check.peak_bytes.size(); ++i) {
+        const double over = check.peak_bytes[i] - check.capacity_bytes[i];
+        if (over > 0) {
+          auto& o = overshoot[devices[i].slot->spec.name];
+          o = std::max(o, over);
+        }
+      }
+      if (overshoot.empty()) overshoot[devices[check.oom_rank].slot->spec.name] = 0;
+      for (std::size_t i = 0; i < problem.ranks.size(); ++i) {
+        auto it = overshoot.find(devices[i].slot->spec.name);
+        if (it != overshoot.end()) problem.ranks[i].usable_bytes -= it->second + kPlanHeadroomBytes;
+      }
+      why = "the simulator finds the plan out of memory (" + check.oom_detail + ")";
+    }
+    if (!verified) {
+      if (first_error.empty()) first_error = "optimal (offload " + to_string(mode) + "): " + why;
+      continue;
     }
     // Uneven shards: the model bounds them by the padded collective; run whichever variant
     // the comm model finds faster for the actual shares.
@@ -526,8 +586,12 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
                std::to_string(sol.feasibility_checks) + " feasibility checks, " +
                std::to_string(sol.knapsack_runs) + " knapsack runs), offload " + to_string(mode);
-    if (!have || res.predicted_iteration_s < best.predicted_iteration_s) {
+    // The offload mode is a discrete choice outside the model (host copies share the PCIe
+    // links with the collectives in the simulator): keep the mode that simulates faster.
+    const double score = simulated > 0 ? simulated : res.predicted_iteration_s;
+    if (!have || score < best_score) {
       best = std::move(res);
+      best_score = score;
       have = true;
     }
   }

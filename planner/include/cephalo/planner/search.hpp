@@ -6,6 +6,7 @@
 // throughput that the simulator does not find out of memory. Because the other strategies'
 // plans are candidates, `search` is never worse in simulation than any of them that fits.
 #include <string>
+#include <vector>
 
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -21,6 +22,9 @@ struct SimOutcome {
   double samples_per_s = 0;
   bool oom = false;
   std::string oom_detail;  // "rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB"
+  int oom_rank = -1;
+  std::vector<double> peak_bytes;      // per rank
+  std::vector<double> capacity_bytes;  // per rank, what the simulator judged against
 };
 
 // Builds the TrainingGraph of `plan` and replays it.

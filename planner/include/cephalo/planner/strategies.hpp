@@ -33,6 +33,9 @@ struct PlannerOptions {
   std::string offload = "auto";
   // Largest micro-batch the optimal model tabulates (bounds the table-building cost).
   int max_micro_batch = 512;
+  // optimal: replay the plan on the simulator and tighten the memory budget of a device type
+  // the simulator finds over capacity, then solve again (at most 5 times).
+  bool verify_with_simulator = true;
   // cephalo
   ShareObjective cephalo_share = ShareObjective::MinParams;
   bool cephalo_published_share_memory = true;
