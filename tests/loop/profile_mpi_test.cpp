@@ -1,0 +1,72 @@
+// `mpirun -np 2 cephalo profile` (label mpi): the collective sweep it writes is one the comm
+// model's calibration reads, with even and uneven points at every size.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/profile.hpp"
+
+namespace fs = std::filesystem;
+using cephalo::Json;
+
+namespace {
+
+struct Cli {
+  int code = 0;
+  std::string out;
+  std::string err;
+};
+
+Cli sh(const std::string& cmd_line) {
+  fs::path out = fs::temp_directory_path() / "cephalo_profile_out.txt";
+  fs::path err = fs::temp_directory_path() / "cephalo_profile_err.txt";
+  std::string cmd = cmd_line + " >" + out.string() + " 2>" + err.string();
+  int rc = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  return {WEXITSTATUS(rc), slurp(out), slurp(err)};
+}
+
+
+fs::path work_dir() {
+  fs::path d = fs::temp_directory_path() / "cephalo_profile_test";
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(ProfileMpi, CollectiveSweepCalibratesTheCommModel) {
+  fs::path out = work_dir() / "calib2.json";
+  fs::path sweep = work_dir() / "calib2.sweep.json";
+  fs::remove(out);
+  fs::remove(sweep);
+  Cli c = sh(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+             CEPHALO_MPIEXEC + " --allow-run-as-root --oversubscribe -np 2 " + CEPHALO_CLI +
+             " profile --model gpt-tiny --seq 16 --micro-batches 1,2 --repeats 2 --max-bytes "
+             "64KiB -o " +
+             out.string());
+  ASSERT_EQ(c.code, 0) << c.err;
+  Json written = cephalo::read_json_file(out);
+  ASSERT_TRUE(written.contains("collectives"));
+  int even = 0, uneven = 0;
+  for (const Json& p : written["collectives"]) {
+    (p["uneven"].get<bool>() ? uneven : even) += 1;
+    EXPECT_GT(p["time_us"].get<double>(), 0);
+  }
+  EXPECT_EQ(even, 2 * 3);  // all-gather and reduce-scatter at 4, 16 and 64 KiB
+  EXPECT_EQ(uneven, 2 * 3);
+  auto points = cephalo::costmodels::load_collective_sweep(sweep);
+  EXPECT_EQ(points.size(), 6u);
+  EXPECT_EQ(points[0].ranks, (std::vector<int>{0, 1}));
+}
+
+}  // namespace
