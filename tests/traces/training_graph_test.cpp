@@ -251,3 +251,36 @@ TEST(ChromeTrace, SequentialTimingsRenderValidLanesAndRejectOverlaps) {
 
 }  // namespace
 }  // namespace cephalo::traces
+
+namespace cephalo::traces {
+namespace {
+
+TEST(TrainingGraph, LayeredCollectiveCountsHoldWithDifferentMicroBatchCountsPerRank) {
+  Scenario s = testing::tiny_scenario(3, 2, 18);
+  Plan p = testing::tiny_plan(s, 1);
+  p.ranks[0].micro_batches = 6;  // 6 × 1
+  p.ranks[0].micro_batch = 1;
+  p.ranks[1].micro_batches = 2;  // 4 + 2
+  p.ranks[1].micro_batch = 4;
+  TrainingGraph g = build_training_graph(p, s);
+  EXPECT_EQ(g.collectives().size(), 3u * 4u);  // per unit: forward gather, backward gather, RS
+  for (int r = 0; r < 3; ++r) {
+    int ag = 0, rs = 0, backward = 0;
+    for (const Op& o : g.program(r)) {
+      ag += o.kind == OpKind::AllGather;
+      rs += o.kind == OpKind::ReduceScatter;
+      backward += o.kind == OpKind::Backward;
+    }
+    EXPECT_EQ(ag, 8) << r;
+    EXPECT_EQ(rs, 4) << r;
+    EXPECT_EQ(backward, 4 * p.ranks[r].micro_batches) << r;
+  }
+  // The last micro-batch of rank 1 is the smaller one.
+  for (const Op& o : g.program(1))
+    if (o.kind == OpKind::Forward) {
+      EXPECT_EQ(o.micro_batch_size, o.micro_batch == 1 ? 2 : 4);
+    }
+}
+
+}  // namespace
+}  // namespace cephalo::traces
