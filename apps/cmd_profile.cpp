@@ -299,7 +299,9 @@ void run_profile(const ProfileArgs& a) {
   std::string gpu_name = a.as_gpu;
   if (a.device == "cuda") {
 #ifdef CEPHALO_HAVE_CUDA
-    device = cuda::make_cuda_device({cuda::local_device_index(), false});
+    cuda::CudaDeviceOptions o;  // fp32 GEMMs without TF32: the rows are recorded as fp32
+    o.device = cuda::local_device_index();
+    device = cuda::make_cuda_device(o);
     if (world > 1) nccl = cuda::make_nccl_communicator(*device, *mpi_comm);
 #else
     throw RuntimeFailure(
