@@ -122,7 +122,7 @@ def main():
     # 1. profile under mpirun: compute per micro-batch, optimizer, copies, collective sweep
     max_mb = a.global_batch // 2
     run(mpi + [C, "profile", "--device", "cpu", "--model", "gpt-tiny", "--seq", str(a.seq),
-               "--micro-batches", f"1..{max_mb}", "--repeats", "7", "--warmup", "2",
+               "--micro-batches", f"1..{max_mb}", "--repeats", "11", "--warmup", "2",
                "--max-bytes", "4MiB", "-o", W("calib.json")], env=env)
     calibration = [W("calib.json"), W("calib.sweep.json")]
 
