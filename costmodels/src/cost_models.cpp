@@ -22,8 +22,11 @@ namespace {
 // say anything about a CPU core).
 class ByDeviceKind : public ComputeModel {
  public:
-  ByDeviceKind(std::shared_ptr<const ComputeModel> gpu, std::shared_ptr<const ComputeModel> cpu)
-      : gpu_(std::move(gpu)), cpu_(std::move(cpu)) {}
+  // `tables`: the profile rows the GPU model was fitted to (its dropped-row list points into
+  // them), kept alive as long as the model.
+  ByDeviceKind(std::shared_ptr<const ComputeModel> gpu, std::shared_ptr<const ComputeModel> cpu,
+               std::shared_ptr<const ProfileTables> tables)
+      : gpu_(std::move(gpu)), cpu_(std::move(cpu)), tables_(std::move(tables)) {}
   ComputeEstimate unit_time(const DeviceSpec& d, const Job& j, int u, ComputePhase p,
                             int m) const override {
     return (d.kind == "cpu" ? cpu_ : gpu_)->unit_time(d, j, u, p, m);
@@ -35,6 +38,7 @@ class ByDeviceKind : public ComputeModel {
 
  private:
   std::shared_ptr<const ComputeModel> gpu_, cpu_;
+  std::shared_ptr<const ProfileTables> tables_;
 };
 
 enum class CalibrationKind { LayerProfile, CollectiveSweep, MemoryProfile, Unknown };
@@ -93,7 +97,7 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   std::shared_ptr<const ComputeModel> calibrated =
       extra_profiles ? std::shared_ptr<const ComputeModel>(CalibratedComputeModel::fit(*tables))
                      : std::shared_ptr<const ComputeModel>(CalibratedComputeModel::builtin());
-  calibrated = std::make_shared<ByDeviceKind>(calibrated, roofline);
+  calibrated = std::make_shared<ByDeviceKind>(calibrated, roofline, tables);
 
   CostModels models;
   if (source == "roofline") {
