@@ -33,17 +33,30 @@ struct RunArgs {
   bool json = false;
 };
 
-std::pair<int, int> parse_failure(const std::string& text) {
-  auto colon = text.find(':');
-  int r = -1, s = -1;
-  if (colon != std::string::npos) {
-    auto a = std::from_chars(text.data(), text.data() + colon, r);
-    auto b = std::from_chars(text.data() + colon + 1, text.data() + text.size(), s);
-    if (a.ec == std::errc() && b.ec == std::errc() && b.ptr == text.data() + text.size() &&
-        r >= 0 && s >= 0)
-      return {r, s};
+struct InjectedFailure {
+  int rank = -1;
+  int step = -1;
+  bool kill = false;
+};
+
+// "RANK:STEP" (the rank throws) or "RANK:STEP:kill" (the rank dies on SIGKILL).
+InjectedFailure parse_failure(const std::string& text) {
+  InjectedFailure f;
+  std::string body = text;
+  if (body.size() > 5 && body.ends_with(":kill")) {
+    f.kill = true;
+    body.resize(body.size() - 5);
   }
-  throw CLI::ValidationError("--inject-failure", "expected RANK:STEP, got \"" + text + "\"");
+  auto colon = body.find(':');
+  if (colon != std::string::npos) {
+    auto a = std::from_chars(body.data(), body.data() + colon, f.rank);
+    auto b = std::from_chars(body.data() + colon + 1, body.data() + body.size(), f.step);
+    if (a.ec == std::errc() && b.ec == std::errc() && b.ptr == body.data() + body.size() &&
+        a.ptr == body.data() + colon && f.rank >= 0 && f.step >= 0)
+      return f;
+  }
+  throw CLI::ValidationError("--inject-failure",
+                             "expected RANK:STEP or RANK:STEP:kill, got \"" + text + "\"");
 }
 
 // Everything that can be refused before any compute: same outcome on every rank.
@@ -78,7 +91,7 @@ std::string rank_label(const RankDevice& d) {
 void run(RunArgs& a) {
   backend::MpiRuntime mpi_runtime(nullptr, nullptr);
   const int rank = mpi_runtime.world_rank(), size = mpi_runtime.world_size();
-  std::optional<std::pair<int, int>> failure;
+  std::optional<InjectedFailure> failure;
   if (!a.inject_failure.empty()) failure = parse_failure(a.inject_failure);
 
   Setup setup;
@@ -131,7 +144,10 @@ void run(RunArgs& a) {
   backend::ExecutorOptions eopt;
   eopt.data_seed = a.seed;
   eopt.slowdown = me.slot->slowdown;
-  if (failure && failure->first == rank) eopt.fail_at_step = failure->second;
+  if (failure && failure->rank == rank) {
+    eopt.fail_at_step = failure->step;
+    eopt.fail_by_kill = failure->kill;
+  }
 
   int step_now = 0;
   // Outside the try: on a failure the executor's buffers must stay alive (the comm thread may

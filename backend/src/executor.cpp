@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -371,6 +372,7 @@ struct Executor::Impl {
 
   double step(int step_index) {
     using Clock = std::chrono::steady_clock;
+    if (opt.fail_at_step == step_index && opt.fail_by_kill) std::raise(SIGKILL);
     if (opt.fail_at_step == step_index)
       throw RuntimeFailure("injected failure at step " + std::to_string(step_index) +
                            " (--inject-failure)");

@@ -238,6 +238,19 @@ TEST(MpiRun, InjectedRankFailureEndsEveryRankWithItsCause) {
   EXPECT_NE(o.output.find("injected failure at step 2"), std::string::npos) << o.output;
 }
 
+TEST(MpiRun, RankKilledBySignalEndsEveryRank) {
+  auto o = mpirun(3,
+                  "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
+                      " --steps 20 --inject-failure 2:1:kill",
+                  60);
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.code, 124) << "the job hung until the timeout:\n" << o.output;
+  EXPECT_LT(o.seconds, 30.0) << o.output;
+  // mpirun names the dead process and the signal.
+  EXPECT_NE(o.output.find("rank 2"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("signal 9"), std::string::npos) << o.output;
+}
+
 TEST(MpiRun, PlanForAnotherRankCountIsRefusedBeforeCompute) {
   auto o = mpirun(2, "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
                          " --steps 1");

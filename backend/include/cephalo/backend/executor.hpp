@@ -29,6 +29,8 @@ struct ExecutorOptions {
   double slowdown = 1.0;
   // Testing: this rank throws RuntimeFailure at the start of this step (-1 = never).
   int fail_at_step = -1;
+  // ... by dying on SIGKILL instead (no message, no cleanup: what an OOM kill looks like).
+  bool fail_by_kill = false;
 };
 
 struct StepResult {
