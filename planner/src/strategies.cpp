@@ -566,7 +566,10 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       why = "the simulator finds the plan out of memory (" + check.oom_detail + ")";
     }
     if (!verified) {
-      if (first_error.empty()) first_error = "optimal (offload " + to_string(mode) + "): " + why;
+      if (first_error.empty())
+        first_error = why.rfind("optimal:", 0) == 0
+                          ? why
+                          : "optimal (offload " + to_string(mode) + "): " + why;
       continue;
     }
     // Uneven shards: the model bounds them by the padded collective; run whichever variant
