@@ -185,6 +185,7 @@ void run(RunArgs& a) {
     auto report = exec.last_report();
     std::vector<std::int64_t> start_ns, end_ns;
     exec.last_op_times(start_ns, end_ns);
+    auto memory = exec.last_memory();
     std::vector<float> params, grads;
     if (!a.dump_params.empty()) params = exec.gather_parameters();
     if (!a.dump_grads.empty()) grads = exec.gather_gradients();
@@ -196,6 +197,7 @@ void run(RunArgs& a) {
       in.start_ns = &start_ns;
       in.end_ns = &end_ns;
       for (const auto& d : devices) in.rank_labels.push_back(rank_label(d));
+      in.memory = memory;
       in.title = "cephalo run (" + device->kind() + ", measured): " + sc.name + ", step " +
                  std::to_string(steps.back().step) +
                  (sc.cluster.emulated() ? " [EMULATED slowdown]" : "");

@@ -96,6 +96,8 @@ struct Executor::Impl {
 
   // Last step's measurements.
   std::vector<std::int64_t> last_start, last_end;  // per global op id; -1 = not this rank's
+  std::vector<double> last_bytes;                  // per global op id: allocated after issue
+  std::vector<double> issued_bytes;                // this step, per op of the program
   double last_iteration_s = 0;
   std::size_t last_peak = 0;
 
@@ -401,6 +403,7 @@ struct Executor::Impl {
 
     auto prog = graph.program(rank);
     const tr::OpId first = prog.front().id;
+    issued_bytes.assign(prog.size(), 0.0);
     start_ev.assign(prog.size(), nullptr);
     end_ev.assign(prog.size(), nullptr);
     auto origin = std::shared_ptr<Event>(dev.create_event());
@@ -430,6 +433,7 @@ struct Executor::Impl {
         run_copy(op);
       }
       end_ev[i]->record(s);
+      issued_bytes[i] = static_cast<double>(dev.memory_stats(MemorySpace::Device).current);
       if (op.phase >= 0 &&
           phase_last_op[static_cast<std::size_t>(op.phase)] == static_cast<int>(op.id)) {
         auto it = gathered.find(op.phase);
@@ -447,10 +451,12 @@ struct Executor::Impl {
     last_peak = dev.memory_stats(MemorySpace::Device).peak;
     last_start.assign(graph.num_ops(), -1);
     last_end.assign(graph.num_ops(), -1);
+    last_bytes.assign(graph.num_ops(), 0.0);
     for (std::size_t i = 0; i < prog.size(); ++i) {
       last_start[first + i] = static_cast<std::int64_t>(start_ev[i]->seconds_since(*origin) * 1e9);
       last_end[first + i] = static_cast<std::int64_t>(end_ev[i]->seconds_since(*origin) * 1e9);
       last_end[first + i] = std::max(last_end[first + i], last_start[first + i]);
+      last_bytes[first + i] = issued_bytes[i];
     }
     last_iteration_s = wall;
     return wall;
@@ -501,6 +507,23 @@ void Executor::last_op_times(std::vector<std::int64_t>& start_ns,
     start_ns[i] = static_cast<std::int64_t>(buf[i]) - 1;
     end_ns[i] = static_cast<std::int64_t>(buf[n + i]) - 1;
   }
+}
+
+std::vector<std::vector<traces::MemorySample>> Executor::last_memory() {
+  auto& I = *impl_;
+  std::vector<double> bytes = I.last_bytes;  // zero for other ranks' ops: a sum gathers them
+  I.comm.all_reduce_host(bytes.data(), static_cast<int>(bytes.size()), ReduceOp::Sum);
+  std::vector<std::int64_t> s, e;
+  last_op_times(s, e);
+  std::vector<std::vector<traces::MemorySample>> out(static_cast<std::size_t>(I.ranks));
+  for (int r = 0; r < I.ranks; ++r) {
+    auto& v = out[static_cast<std::size_t>(r)];
+    for (const auto& op : I.graph.program(r))
+      if (e[op.id] >= 0) v.push_back({e[op.id], bytes[op.id]});
+    std::sort(v.begin(), v.end(),
+              [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
+  }
+  return out;
 }
 
 traces::IterationReport Executor::last_report() {

@@ -17,6 +17,7 @@
 #include "cephalo/backend/device.hpp"
 #include "cephalo/backend/gpt.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
@@ -58,6 +59,9 @@ class Executor {
   traces::IterationReport last_report();
   // Per-op start/end (ns from the step start) of the last step, every rank's ops (collective).
   void last_op_times(std::vector<std::int64_t>& start_ns, std::vector<std::int64_t>& end_ns);
+  // Device bytes allocated on each rank right after each of its ops was issued in the last
+  // step, as (op end time, bytes) samples per rank, for the trace's memory track. Collective.
+  std::vector<std::vector<traces::MemorySample>> last_memory();
 
   // Full (gathered) fp32 parameters of every unit, concatenated in unit order. Collective.
   std::vector<float> gather_parameters();
