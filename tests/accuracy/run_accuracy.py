@@ -128,6 +128,14 @@ def main():
                "--micro-batches", f"1..{max_mb}", "--repeats", "11", "--warmup", "2",
                "--max-bytes", "4MiB", "--statistic", a.statistic, "-o", W("calib.json")], env=env)
     calibration = [W("calib.json"), W("calib.sweep.json")]
+    # Per-layer time should grow about linearly with the micro-batch; the spread of the
+    # per-sample time across sizes shows how much other processes disturbed the profile.
+    with open(W("calib.json")) as f:
+        layer = json.load(f)["rows"][0]["layer"]
+    per_sample = [(p["forward_ms"] + p["backward_ms"]) / p["micro_batch"] for p in layer]
+    profile_spread = max(per_sample) / min(per_sample)
+    log(f"profile: per-sample layer F+B time {min(per_sample):.3f}..{max(per_sample):.3f} ms "
+        f"across micro-batches 1..{max_mb} (spread x{profile_spread:.2f})")
 
     # 2. scenarios and plans
     plans = []
@@ -226,6 +234,8 @@ def main():
               f"{pct(oc.get('all-gather')):>7}  "
               f"{'/'.join(f'{1e3 * t:.0f}' for t in r['run_iteration_s_all_runs'])}")
     print()
+    print(f"profile spread (max/min per-sample layer F+B time over micro-batch sizes): "
+          f"x{profile_spread:.2f}")
     for k, t in targets.items():
         v = t["value"]
         shown = f"{100 * v:.1f} %" if k != "kendall_tau" else f"{v:.3f}"
@@ -233,7 +243,7 @@ def main():
               f"{'met' if t['met'] else 'NOT MET'}")
 
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "statistic": a.statistic,
+              "statistic": a.statistic, "profile_spread": profile_spread,
               "host": os.uname().nodename, "cpus": os.cpu_count(),
               "load_average": os.getloadavg(), "steps": a.steps, "rows": rows,
               "targets": targets}
