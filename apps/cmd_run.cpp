@@ -97,10 +97,24 @@ void run(RunArgs& a) {
   Setup setup;
   try {
     setup = load_and_check(a, size);
-  } catch (...) {
-    // Every rank reaches the same verdict; one message is enough.
-    if (rank == 0) throw;
-    throw CLI::RuntimeError("", kInvalidInput);
+  } catch (const std::exception& e) {
+    // Every rank reaches the same verdict. Rank 0 prints it, then all ranks meet before
+    // exiting: a rank that exits early makes mpirun kill the job, message included.
+    int code = kRuntime;
+    if (dynamic_cast<const ValidationError*>(&e) || dynamic_cast<const NotFoundError*>(&e))
+      code = kInvalidInput;
+    else if (dynamic_cast<const InfeasibleError*>(&e))
+      code = kInfeasible;
+    else if (dynamic_cast<const IoError*>(&e))
+      code = kIo;
+    else if (dynamic_cast<const CLI::Error*>(&e))
+      code = kUsage;
+    if (rank == 0) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    backend::make_mpi_communicator()->barrier();
+    throw CLI::RuntimeError("", code);
   }
   const Scenario& sc = setup.scenario;
   const Plan& plan = setup.plan;

@@ -149,15 +149,13 @@ class CpuEvent final : public Event {
     auto state = std::make_shared<EventState>();
     state->done = false;
     state_ = state;
-    auto* cpu = static_cast<CpuStream*>(&stream);
-    stream.enqueue_host([state, cpu] {
+    stream.enqueue_host([state] {
       std::lock_guard lock(state->mu);
       state->when = Clock::now();
       state->done = true;
-      (void)cpu;
       state->cv.notify_all();
     });
-    stream_ = cpu;
+    stream_ = static_cast<CpuStream*>(&stream);
   }
   bool query() override {
     std::lock_guard lock(state_->mu);
