@@ -173,6 +173,12 @@ TEST(MpiRun, EvenSharesOnFourRanksStepEqualsSingleRankFullBatch) {
   expect_one_step_matches_reference("cpu-4rank-even", 4);
 }
 
+TEST(MpiRun, RankWithoutSamplesAndRankWithoutStateStepEqualsSingleRankFullBatch) {
+  // Rank 0 computes everything and owns nothing; rank 1 owns everything and computes nothing
+  // (it still joins every collective with zero gradients). Standard accumulation, host offload.
+  expect_one_step_matches_reference("cpu-2rank-idle-rank", 2);
+}
+
 TEST(MpiRun, LossFallsOverFiftySteps) {
   auto o = mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
                          " --steps 50 --json");
