@@ -81,12 +81,13 @@ def scenario(name, slowdown, calibration, global_batch, seq):
     }
 
 
-def with_micro_batches(plan, count, accumulation):
+def with_micro_batches(plan, count, accumulation, offload="none"):
     """The planner's batches and shares, run as `count` micro-batches per rank with the given
     accumulation (the suite compares schedules, so it fixes the micro-batching itself)."""
     p = json.loads(json.dumps(plan))
     p.pop("predicted", None)
     p["accumulation"] = accumulation
+    p["offload"] = offload
     for r in p["ranks"]:
         b = r["batch"]
         k = max(1, min(count, b))
@@ -148,11 +149,18 @@ def main():
             run([C, "plan", "--scenario", sfile, "--strategy", strategy, "-o", base])
             with open(base) as f:
                 planned = json.load(f)
-            for acc in ("layered", "standard"):
-                name = f"{scen_name}/{strategy}/{acc}"
-                pfile = W(f"{scen_name}.{strategy}.{acc}.plan.json")
+            # layered and standard; the optimal plan also with activations offloaded to host
+            # (exercises the copy ops on both sides)
+            variants = [("layered", "none"), ("standard", "none")]
+            if strategy == "optimal":
+                variants.append(("layered", "host"))
+            for acc, offload in variants:
+                label = acc + ("+offload" if offload == "host" else "")
+                name = f"{scen_name}/{strategy}/{label}"
+                pfile = W(f"{scen_name}.{strategy}.{label}.plan.json")
                 with open(pfile, "w") as f:
-                    json.dump(with_micro_batches(planned, a.micro_batches, acc), f, indent=2)
+                    json.dump(with_micro_batches(planned, a.micro_batches, acc, offload), f,
+                              indent=2)
                 plans.append({"name": name, "scenario": sfile, "plan": pfile})
 
     # 3. simulate, run, compare
@@ -218,20 +226,20 @@ def main():
                                "met": math.isfinite(tau) and tau > 0}}
 
     # 4. the table
-    hdr = f"{'plan':<26} {'batches':>8} {'mb':>6} {'sim it':>9} {'run it':>9} {'err':>8} " \
-          f"{'mem err r0/r1':>16} {'F err':>7} {'B err':>7} {'AG err':>7}  runs (ms)"
+    hdr = f"{'plan':<34} {'batches':>8} {'mb':>6} {'sim it':>9} {'run it':>9} {'err':>8} " \
+          f"{'mem err r0/r1':>16} {'F err':>7} {'B err':>7} {'AG err':>7} {'copy err':>8}  runs (ms)"
     print(hdr)
     print("-" * len(hdr))
     pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
     for r in rows:
         oc = r["op_class_errors"]
-        print(f"{r['plan']:<26} {'/'.join(map(str, r['batches'])):>8} "
+        print(f"{r['plan']:<34} {'/'.join(map(str, r['batches'])):>8} "
               f"{'/'.join(map(str, r['micro_batches'])):>6} "
               f"{1e3 * r['sim_iteration_s']:>7.1f}ms {1e3 * r['run_iteration_s']:>7.1f}ms "
               f"{pct(r['iteration_error']):>8} "
               f"{'/'.join(pct(e) for e in r['peak_memory_errors']):>16} "
               f"{pct(oc.get('forward')):>7} {pct(oc.get('backward')):>7} "
-              f"{pct(oc.get('all-gather')):>7}  "
+              f"{pct(oc.get('all-gather')):>7} {pct(oc.get('copies')):>8}  "
               f"{'/'.join(f'{1e3 * t:.0f}' for t in r['run_iteration_s_all_runs'])}")
     print()
     print(f"profile spread (max/min per-sample layer F+B time over micro-batch sizes): "
