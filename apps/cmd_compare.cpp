@@ -317,6 +317,30 @@ void run_compare(const Options& opt) {
                          {"error", error_json(rel_error(st.seconds[c], mt.seconds[c]))}});
     }
     record["op_classes"] = classes;
+    // The ops whose simulated and measured durations differ most: where to look first.
+    struct Diff {
+      traces::OpId id;
+      double sim_s, run_s;
+    };
+    std::vector<Diff> diffs;
+    for (std::size_t id = 0; id < graph->num_ops(); ++id)
+      if (s_start[id] >= 0 && m_start[id] >= 0)
+        diffs.push_back({static_cast<traces::OpId>(id),
+                         static_cast<double>(s_end[id] - s_start[id]) * 1e-9,
+                         static_cast<double>(m_end[id] - m_start[id]) * 1e-9});
+    const std::size_t top = std::min<std::size_t>(5, diffs.size());
+    std::partial_sort(diffs.begin(), diffs.begin() + static_cast<std::ptrdiff_t>(top), diffs.end(),
+                      [](const Diff& a, const Diff& b) {
+                        return std::abs(a.run_s - a.sim_s) > std::abs(b.run_s - b.sim_s);
+                      });
+    Json largest = Json::array();
+    for (std::size_t i = 0; i < top; ++i)
+      largest.push_back({{"op", diffs[i].id},
+                         {"name", graph->op_name(diffs[i].id)},
+                         {"kind", traces::to_string(graph->op(diffs[i].id).kind)},
+                         {"simulated_s", diffs[i].sim_s},
+                         {"measured_s", diffs[i].run_s}});
+    record["largest_differences"] = largest;
   } else {
     record["op_classes"] = nullptr;
     record["op_classes_note"] = ops_note;
@@ -381,6 +405,12 @@ void run_compare(const Options& opt) {
     std::cout << "per op class (Σ over ranks of op durations; collectives from the last "
                  "participant's arrival)\n"
               << ct.render();
+    TextTable lt({"largest differences", "kind", "sim", "run"});
+    for (const Json& d : record["largest_differences"])
+      lt.add_row({d["name"].get<std::string>(), d["kind"].get<std::string>(),
+                  format_seconds(d["simulated_s"].get<double>()),
+                  format_seconds(d["measured_s"].get<double>())});
+    std::cout << "\n(op durations as recorded, collectives including any wait)\n" << lt.render();
   } else {
     std::cout << "per op class: " << ops_note << "\n";
   }

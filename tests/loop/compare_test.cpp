@@ -140,6 +140,11 @@ TEST_F(CompareTest, EndToEndAndPerClassErrorsAreExact) {
   EXPECT_NEAR(classes["optimizer"]["error"].get<double>(), -0.20, 1e-9);
   EXPECT_NEAR(classes["all-gather"]["error"].get<double>(), -0.50, 1e-9);
   EXPECT_NEAR(classes["reduce-scatter"]["error"].get<double>(), -0.50, 1e-9);
+  // The largest per-op differences come first: collectives (2 ms vs 4 ms) beat compute.
+  const Json& largest = j["largest_differences"];
+  ASSERT_EQ(largest.size(), 5u);
+  EXPECT_NEAR(largest[0]["measured_s"].get<double>() - largest[0]["simulated_s"].get<double>(),
+              0.002, 1e-12);
   // Layered accumulation: 2 gathers per unit per rank (6 units, 2 ranks).
   EXPECT_EQ(classes["all-gather"]["simulated_ops"].get<int>(), 2 * 6 * 2);
   EXPECT_EQ(classes["forward"]["measured_ops"].get<int>(),
