@@ -242,7 +242,7 @@ void run(RunArgs& a) {
                   {"emulated", !emulation.empty()},
                   {"emulation", emulation},
                   {"steps", js},
-                  {"result", traces::to_json(report)}};
+                  {"report", traces::to_json(report)}};
       std::cout << out.dump(2) << "\n";
       return;
     }

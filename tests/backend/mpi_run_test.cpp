@@ -193,7 +193,7 @@ TEST(MpiRun, LossFallsOverFiftySteps) {
   EXPECT_NEAR(first, std::log(256.0), 0.2) << "an untrained model is near uniform";
   EXPECT_LT(last5, first - 1.0) << "loss did not fall: " << first << " -> " << last5;
   // The measured record is the SimResult schema.
-  const auto& result = j.at("result");
+  const auto& result = j.at("report");
   EXPECT_EQ(result.at("source"), "cpu");
   EXPECT_EQ(result.at("ranks").size(), 2u);
   EXPECT_GT(result.at("iteration_time_s").get<double>(), 0.0);
