@@ -80,10 +80,15 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   double dynamic = 0;
   for (const auto& term : t)
     if (term.name != "training_state") dynamic += term.bytes;
-  t.push_back({"cuda_context", k.cuda_context});
-  t.push_back({"nccl_reserve", in.world_size > 1 ? k.nccl_reserve : 0.0});
+  t.push_back({"cuda_context", in.gpu_runtime ? k.cuda_context : 0.0});
+  t.push_back({"nccl_reserve", in.gpu_runtime && in.world_size > 1 ? k.nccl_reserve : 0.0});
   t.push_back({"fragmentation", k.fragmentation * dynamic});
   return t;
+}
+
+double runtime_reserve_bytes(bool gpu_runtime, int world_size, const MemoryConstants& k) {
+  if (!gpu_runtime) return 0;
+  return k.cuda_context + (world_size > 1 ? k.nccl_reserve : 0.0);
 }
 
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank) {
@@ -108,6 +113,7 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
   in.world_size = static_cast<int>(devices.size());
+  in.gpu_runtime = spec.kind != "cpu";
   MemoryBreakdown b;
   b.rank = rank;
   b.gpu = spec.name;

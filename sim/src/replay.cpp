@@ -437,14 +437,15 @@ SimResult Replay::run() {
   const costmodels::MemoryConstants constants;
   const double fraction =
       opt_.usable_fraction >= 0 ? opt_.usable_fraction : constants.usable_fraction;
-  const double reserve = opt_.reserve_bytes >= 0
-                             ? opt_.reserve_bytes
-                             : constants.cuda_context + (ranks > 1 ? constants.nccl_reserve : 0.0);
   dynamic_scale_ = 1.0 + (opt_.fragmentation >= 0 ? opt_.fragmentation : constants.fragmentation);
   mem_.resize(ranks);
   peak_.resize(ranks);
   capacity_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
+    const double reserve = opt_.reserve_bytes >= 0
+                               ? opt_.reserve_bytes
+                               : costmodels::runtime_reserve_bytes(
+                                     devices_[r].slot->spec.kind != "cpu", ranks, constants);
     mem_[r] = g_.static_bytes(r) + reserve;
     peak_[r] = mem_[r];
     capacity_[r] = devices_[r].slot->spec.memory_bytes * fraction;

@@ -73,7 +73,14 @@ struct RankMemoryInputs {
   Offload offload = Offload::None;
   bool prefetch = true;
   int world_size = 1;
+  // CPU devices (the CPU backend) run no CUDA context and no NCCL, so those reserves vanish.
+  bool gpu_runtime = true;
 };
+
+// Fixed bytes the device runtime holds before the job allocates anything: CUDA context and
+// workspaces, plus NCCL buffers when there is more than one rank; zero on CPU devices.
+double runtime_reserve_bytes(bool gpu_runtime, int world_size,
+                             const MemoryConstants& constants = memory_constants());
 
 std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& inputs,
                                      const MemoryConstants& constants = {});
