@@ -1,6 +1,7 @@
 // make_cost_models, the memory breakdown and the comm calibration, on the shipped scenarios.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -74,7 +75,8 @@ TEST(CommCalibration, RecoversLinkEfficiencyAndLatencyFromASweep) {
   truth.links["pcie"] = {0.6, 20e-6};
   truth.launch_overhead_s = 0;
   AlphaBetaCommModel model(truth);
-  auto dir = std::filesystem::temp_directory_path() / "cephalo_sweep_test";
+  auto dir =
+      std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_sweep_test");
   std::filesystem::create_directories(dir);
   Json sweep = {{"format", "cephalo-collective-sweep"}, {"version", 1}, {"results", Json::array()}};
   for (auto kind : {CollectiveKind::AllGather, CollectiveKind::AllReduce})
@@ -111,7 +113,8 @@ TEST(CommCalibration, RecoversLinkEfficiencyAndLatencyFromASweep) {
 
 TEST(CommCalibration, CopiesFromAnOwnProfileSetCopyTime) {
   Scenario s = load_scenario(kScenarios / "default.json");
-  auto dir = std::filesystem::temp_directory_path() / "cephalo_copies_test";
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::to_string(::getpid()) + "_cephalo_copies_test");
   std::filesystem::create_directories(dir);
   // 50 µs + bytes / 10 GB/s, both directions.
   Json copies = Json::array();

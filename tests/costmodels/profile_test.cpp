@@ -1,6 +1,7 @@
 // The published profile tables and memory curves as the planner and simulator see them.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -86,7 +87,8 @@ TEST(MemoryProfiles, PaperClusterCurvesAreGiBPerMicroBatch) {
 }
 
 TEST(ProfileTables, OwnFormatRoundTrip) {
-  auto dir = std::filesystem::temp_directory_path() / "cephalo_profile_test";
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::to_string(::getpid()) + "_cephalo_profile_test");
   std::filesystem::create_directories(dir);
   auto file = dir / "p.json";
   std::ofstream(file) << R"({"format": "cephalo-profile", "version": 1,

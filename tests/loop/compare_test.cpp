@@ -4,6 +4,7 @@
 // the errors for mismatched inputs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -34,8 +35,10 @@ struct Cli {
 };
 
 Cli cli(const std::string& args) {
-  fs::path out = fs::temp_directory_path() / "cephalo_compare_out.txt";
-  fs::path err = fs::temp_directory_path() / "cephalo_compare_err.txt";
+  fs::path out =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_compare_out.txt");
+  fs::path err =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_compare_err.txt");
   std::string cmd =
       std::string(CEPHALO_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
   int rc = std::system(cmd.c_str());
@@ -89,7 +92,7 @@ double run_dur(OpKind k) { return is_collective(k) ? 0.004 : 0.00125; }
 class CompareTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "cephalo_compare_test";
+    dir_ = fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_compare_test");
     fs::create_directories(dir_);
     auto scenario = cephalo::costmodels::load_scenario(kScenario);
     auto plan = cephalo::load_plan(kPlan);

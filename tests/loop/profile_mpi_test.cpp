@@ -2,6 +2,7 @@
 // model's calibration reads, with even and uneven points at every size.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,8 +25,10 @@ struct Cli {
 };
 
 Cli sh(const std::string& cmd_line) {
-  fs::path out = fs::temp_directory_path() / "cephalo_profile_out.txt";
-  fs::path err = fs::temp_directory_path() / "cephalo_profile_err.txt";
+  fs::path out =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_out.txt");
+  fs::path err =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_err.txt");
   std::string cmd = cmd_line + " >" + out.string() + " 2>" + err.string();
   int rc = std::system(cmd.c_str());
   auto slurp = [](const fs::path& p) {
@@ -37,9 +40,8 @@ Cli sh(const std::string& cmd_line) {
   return {WEXITSTATUS(rc), slurp(out), slurp(err)};
 }
 
-
 fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / "cephalo_profile_test";
+  fs::path d = fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_test");
   fs::create_directories(d);
   return d;
 }

@@ -3,6 +3,7 @@
 // the documented exit codes. Under mpirun (label mpi) the collective sweep is checked too.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +26,10 @@ struct Cli {
 };
 
 Cli sh(const std::string& cmd_line) {
-  fs::path out = fs::temp_directory_path() / "cephalo_profile_out.txt";
-  fs::path err = fs::temp_directory_path() / "cephalo_profile_err.txt";
+  fs::path out =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_out.txt");
+  fs::path err =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_err.txt");
   std::string cmd = cmd_line + " >" + out.string() + " 2>" + err.string();
   int rc = std::system(cmd.c_str());
   auto slurp = [](const fs::path& p) {
@@ -41,7 +44,7 @@ Cli sh(const std::string& cmd_line) {
 Cli cli(const std::string& args) { return sh(std::string(CEPHALO_CLI) + " " + args); }
 
 fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / "cephalo_profile_test";
+  fs::path d = fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_test");
   fs::create_directories(d);
   return d;
 }

@@ -2,6 +2,7 @@
 // for infeasible and malformed requests.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -30,7 +31,8 @@ Run run(const std::string& args) {
 }
 
 fs::path tmp(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "cephalo_planner_cli";
+  const fs::path dir =
+      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_planner_cli");
   fs::create_directories(dir);
   return dir / name;
 }
