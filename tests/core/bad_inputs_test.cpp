@@ -1,13 +1,14 @@
 // Every file under tests/data/bad/ must be rejected by `cephalo validate` with exit code 1 or 5,
 // never a crash, and with a message naming the JSON path listed in EXPECTED.tsv.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "../support/run_command.hpp"
 
 namespace {
 
@@ -16,20 +17,12 @@ const std::filesystem::path kBad = std::filesystem::path(CEPHALO_SOURCE_DIR) / "
 struct Outcome {
   int exit_code = -1;
   bool signalled = false;
-  std::string output;
+  std::string output;  // stdout and stderr
 };
 
 Outcome run(const std::string& command) {
-  Outcome out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buffer{};
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  out.signalled = WIFSIGNALED(status);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  auto r = cephalo::test_support::run_command(command);
+  return {r.code, r.signalled, r.out + r.err};
 }
 
 std::vector<std::pair<std::string, std::string>> expectations() {

@@ -18,6 +18,8 @@
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
+#include "../support/run_command.hpp"
+
 namespace fs = std::filesystem;
 using cephalo::Json;
 using namespace cephalo::traces;
@@ -28,27 +30,10 @@ const fs::path kSource = CEPHALO_SOURCE_DIR;
 const fs::path kScenario = kSource / "tests/accuracy/scenarios/cpu2-gpt-small.json";
 const fs::path kPlan = kSource / "tests/accuracy/plans/even-layered.json";
 
-struct Cli {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
+using Cli = cephalo::test_support::CommandResult;
 
 Cli cli(const std::string& args) {
-  fs::path out =
-      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_compare_out.txt");
-  fs::path err =
-      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_compare_err.txt");
-  std::string cmd =
-      std::string(CEPHALO_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
-  int rc = std::system(cmd.c_str());
-  auto slurp = [](const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  return {WEXITSTATUS(rc), slurp(out), slurp(err)};
+  return cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " " + args);
 }
 
 // Lays ops of each rank back to back on their stream with `dur(kind)` seconds each.

@@ -14,32 +14,16 @@
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
+#include "../support/run_command.hpp"
+
 namespace fs = std::filesystem;
 using cephalo::Json;
 
 namespace {
 
-struct Cli {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
+using Cli = cephalo::test_support::CommandResult;
 
-Cli sh(const std::string& cmd_line) {
-  fs::path out =
-      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_out.txt");
-  fs::path err =
-      fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_err.txt");
-  std::string cmd = cmd_line + " >" + out.string() + " 2>" + err.string();
-  int rc = std::system(cmd.c_str());
-  auto slurp = [](const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  return {WEXITSTATUS(rc), slurp(out), slurp(err)};
-}
+Cli sh(const std::string& cmd_line) { return cephalo::test_support::run_command(cmd_line); }
 
 Cli cli(const std::string& args) { return sh(std::string(CEPHALO_CLI) + " " + args); }
 
