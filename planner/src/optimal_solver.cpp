@@ -23,6 +23,21 @@ constexpr double kCoverTolerance = 1e-12;  // Σ shares ≥ 1 up to rounding
 // The model takes c_i and w_i nondecreasing in m (running maximum of the given tables).
 OptimalRankModel normalised(const OptimalRankModel& r) {
   OptimalRankModel out = r;
+  if (out.forward_time.size() == out.micro_batch_time.size() && out.phase_weight > 0) {
+    // Both phases nondecreasing in m, so both totals grow with the batch.
+    std::vector<double> k(out.micro_batch_time.size(), 0.0);
+    for (std::size_t m = 1; m < k.size(); ++m) {
+      k[m] = out.micro_batch_time[m] - out.forward_time[m];
+      if (m >= 2) {
+        k[m] = std::max(k[m], k[m - 1]);
+        out.forward_time[m] = std::max(out.forward_time[m], out.forward_time[m - 1]);
+      }
+      out.micro_batch_time[m] = out.forward_time[m] + k[m];
+    }
+  } else {
+    out.forward_time.clear();
+    out.phase_weight = 0;
+  }
   for (std::size_t m = 2; m < out.micro_batch_time.size(); ++m)
     out.micro_batch_time[m] = std::max(out.micro_batch_time[m], out.micro_batch_time[m - 1]);
   for (std::size_t m = 2; m < out.working_bytes.size(); ++m)
@@ -44,6 +59,9 @@ std::vector<Group> group_ranks(const OptimalProblem& p) {
     std::vector<double> key = m.micro_batch_time;
     key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
     key.push_back(-1);
+    key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
+    key.push_back(-2);
+    key.push_back(m.phase_weight);
     key.push_back(m.extra_micro_batch_overhead);
     key.push_back(m.fixed_bytes);
     key.push_back(m.bytes_per_sample);
@@ -97,6 +115,8 @@ class Solver {
   }
 
   OptimalSolution solve();
+  // Every (τ, σ) breakpoint of the staircase walk that solve() built, in walk order.
+  const std::vector<OptimalSolution>& staircase() const { return staircase_; }
 
  private:
   double comm(double sigma) const { return p_.comm_seconds ? p_.comm_seconds(sigma) : 0.0; }
@@ -178,6 +198,7 @@ class Solver {
   int max_rank_batch_ = 0;
   int checks_ = 0;
   int knapsacks_ = 0;
+  std::vector<OptimalSolution> staircase_;
 };
 
 // Bisection on the bit patterns of nonnegative doubles: returns the smallest x in (lo, hi]
@@ -422,6 +443,7 @@ OptimalSolution Solver::solve() {
   for (;;) {
     const double sigma = sigma_star(tau);
     OptimalSolution cand = build(tau, sigma);
+    staircase_.push_back(cand);
     if (cand.iteration_seconds < best.iteration_seconds) best = cand;
     if (sigma <= even) break;
     // Next breakpoint: the smallest τ at which fewer state has to sit on the fullest rank.
@@ -444,8 +466,19 @@ double optimal_compute_time(const OptimalRankModel& r, int batch, int micro_batc
   const int m = std::min(micro_batch, batch);
   const int n = (batch + m - 1) / m;
   const int last = batch - (n - 1) * m;
-  return (n - 1) * (r.micro_batch_time[m] + r.extra_micro_batch_overhead) +
-         r.micro_batch_time[last];
+  const double t =
+      (n - 1) * (r.micro_batch_time[m] + r.extra_micro_batch_overhead) + r.micro_batch_time[last];
+  if (r.phase_weight <= 0 || r.forward_time.size() != r.micro_batch_time.size()) return t;
+  const double f = (n - 1) * r.forward_time[m] + r.forward_time[last];
+  return std::max(f / r.phase_weight, (t - f) / (1 - r.phase_weight));
+}
+
+double optimal_forward_time(const OptimalRankModel& r, int batch, int micro_batch) {
+  if (r.forward_time.size() != r.micro_batch_time.size()) return 0;
+  const int m = std::min(micro_batch, batch);
+  const int n = (batch + m - 1) / m;
+  const int last = batch - (n - 1) * m;
+  return (n - 1) * r.forward_time[m] + r.forward_time[last];
 }
 
 double optimal_memory(const OptimalRankModel& r, int batch, int micro_batch, double share,
@@ -493,6 +526,19 @@ std::vector<double> water_fill_shares(const std::vector<double>& rooms) {
 OptimalSolution solve_optimal(const OptimalProblem& problem) {
   Solver solver(problem);
   return solver.solve();
+}
+
+std::vector<OptimalSolution> solve_optimal_candidates(const OptimalProblem& problem) {
+  Solver solver(problem);
+  OptimalSolution best = solver.solve();
+  std::vector<OptimalSolution> out{best};
+  for (const auto& c : solver.staircase())
+    if (c.iteration_seconds != best.iteration_seconds || c.max_share != best.max_share)
+      out.push_back(c);
+  std::stable_sort(out.begin() + 1, out.end(), [](const auto& a, const auto& b) {
+    return a.iteration_seconds < b.iteration_seconds;
+  });
+  return out;
 }
 
 OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {

@@ -42,12 +42,19 @@ class ComputeTable {
     ensure(m);
     return layer_[m];
   }
+  // The forward phase alone of micro_batch(m).
+  double forward(int m) {
+    ensure(m);
+    return forward_[m];
+  }
 
  private:
-  double unit(int u, int m) {
+  double unit(int u, int m, bool forward_only = false) {
     double t = 0;
-    for (auto phase : {ComputePhase::Forward, ComputePhase::Recompute, ComputePhase::Backward})
+    for (auto phase : {ComputePhase::Forward, ComputePhase::Recompute, ComputePhase::Backward}) {
+      if (forward_only && phase != ComputePhase::Forward) continue;
       t += model_.unit_time(spec_, job_, u, phase, m).seconds;
+    }
     return t * slowdown_;
   }
   void ensure(int m) {
@@ -56,19 +63,22 @@ class ComputeTable {
       if (k == 0) {
         total_.push_back(0);
         layer_.push_back(0);
+        forward_.push_back(0);
         continue;
       }
       const int last = costmodels::num_units(job_.model) - 1;
       const double l = unit(1, k);
       layer_.push_back(l);
       total_.push_back(unit(0, k) + job_.model.num_layers * l + unit(last, k));
+      forward_.push_back(unit(0, k, true) + job_.model.num_layers * unit(1, k, true) +
+                         unit(last, k, true));
     }
   }
   const costmodels::ComputeModel& model_;
   const Job& job_;
   const DeviceSpec& spec_;
   double slowdown_;
-  std::vector<double> total_, layer_;
+  std::vector<double> total_, layer_, forward_;
 };
 
 // Memory of a rank decomposed as the optimal model needs it:
@@ -281,16 +291,19 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     OptimalRankModel r;
     r.name = "rank " + std::to_string(d.rank) + " (" + d.slot->spec.name + ")";
     r.micro_batch_time.assign(mmax + 1, 0.0);
+    r.forward_time.assign(mmax + 1, 0.0);
     r.working_bytes.assign(mmax + 1, 0.0);
     auto& table = sm.table(d);
     for (int m = 1; m <= mmax; ++m) {
-      double t = table.micro_batch(m);
+      const double compute = table.micro_batch(m);
+      double t = compute;
       if (offload == Offload::Host) {
         const double copies = 2.0 * (job.model.num_layers + 1) *
                               models.comm->copy_time(s.cluster, d.rank, boundary * m);
         t = std::max(t, copies);
       }
       r.micro_batch_time[m] = t;
+      r.forward_time[m] = compute > 0 ? table.forward(m) * t / compute : 0.0;
       r.working_bytes[m] = working[m];
     }
     r.fixed_bytes = 0;  // folded into working_bytes
@@ -502,6 +515,11 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
 
 namespace {
 
+// How many staircase breakpoints of the optimal model are replayed on the simulator.
+constexpr std::size_t kOptimalCandidates = 8;
+// How many phase weights ρ (evenly spaced over the ranks' forward fractions) are solved.
+constexpr int kPhaseWeights = 5;
+
 PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
                         const PlannerOptions& opt) {
   check_batch(s, "optimal");
@@ -524,9 +542,11 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     double simulated = -1;
     std::string why;
     const auto devices = s.cluster.ranks();
+    std::vector<OptimalSolution> candidates;
     for (int attempt = 0; attempt < 6 && !verified; ++attempt) {
       try {
-        sol = solve_optimal(problem);
+        candidates = solve_optimal_candidates(problem);
+        sol = candidates.front();
       } catch (const InfeasibleError& e) {
         why = e.what();
         break;
@@ -574,21 +594,133 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     }
     // Uneven shards: the model bounds them by the padded collective; run whichever variant
     // the comm model finds faster for the actual shares.
-    double grouped = 0, padded = 0;
-    if (!res.plan.even_shares()) {
-      res.plan.uneven_collective = UnevenCollective::Grouped;
-      predict(s, models, res);
-      grouped = res.predicted_iteration_s;
-      res.plan.uneven_collective = UnevenCollective::Padded;
-      predict(s, models, res);
-      padded = res.predicted_iteration_s;
-      res.plan.uneven_collective =
+    auto pick_collective = [&](PlanResult& r) {
+      if (r.plan.even_shares()) return;
+      r.plan.uneven_collective = UnevenCollective::Grouped;
+      predict(s, models, r);
+      const double grouped = r.predicted_iteration_s;
+      r.plan.uneven_collective = UnevenCollective::Padded;
+      predict(s, models, r);
+      const double padded = r.predicted_iteration_s;
+      r.plan.uneven_collective =
           grouped <= padded ? UnevenCollective::Grouped : UnevenCollective::Padded;
-    }
+    };
+    pick_collective(res);
     predict(s, models, res);
     res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
                std::to_string(sol.feasibility_checks) + " feasibility checks, " +
                std::to_string(sol.knapsack_runs) + " knapsack runs), offload " + to_string(mode);
+    // Outside the model: the simulator synchronises every unit's forward and backward phases
+    // separately (Σ of per-phase maxima ≥ the model's max of per-rank sums), so the model's
+    // optimum is not always the fastest in simulation. The other breakpoints of the staircase
+    // walk (each the model's best plan for its largest share) are replayed as well and the
+    // fastest that fits is kept.
+    if (opt.verify_with_simulator) {
+      // The verified replay ran the plan's default (grouped) variant; replay again only if the
+      // variant changed, and keep the verified one if the other does not fit.
+      if (!res.plan.even_shares() && res.plan.uneven_collective != UnevenCollective::Grouped) {
+        const auto own = simulate_plan(s, models, res.plan);
+        if (own.oom) {
+          res.plan.uneven_collective = UnevenCollective::Grouped;
+          predict(s, models, res);
+        } else {
+          simulated = own.iteration_s;
+        }
+      }
+      const std::size_t limit = std::min<std::size_t>(candidates.size(), kOptimalCandidates);
+      for (std::size_t k = 1; k < limit; ++k) {
+        PlanResult alt;
+        alt.plan = res.plan;
+        alt.plan.uneven_collective = UnevenCollective::Grouped;
+        for (std::size_t i = 0; i < candidates[k].ranks.size(); ++i) {
+          auto& r = alt.plan.ranks[i];
+          r.batch = candidates[k].ranks[i].batch;
+          r.micro_batch = candidates[k].ranks[i].micro_batch;
+          r.micro_batches = candidates[k].ranks[i].micro_batches;
+          r.state_share = candidates[k].ranks[i].share;
+        }
+        pick_collective(alt);
+        const auto o = simulate_plan(s, models, alt.plan);
+        if (o.oom || (simulated > 0 && o.iteration_s >= simulated)) continue;
+        simulated = o.iteration_s;
+        alt.note = "staircase breakpoint " + std::to_string(k) + " of " +
+                   std::to_string(candidates.size()) + " (model " +
+                   format_seconds(candidates[k].iteration_seconds) + ", optimum " +
+                   format_seconds(sol.iteration_seconds) + "), offload " + to_string(mode);
+        res = std::move(alt);
+        predict(s, models, res);
+      }
+    }
+    // Phase-weighted candidates: the simulator waits, unit by unit, for the slowest rank of
+    // the forward phase and again of the backward phase, i.e. about max_i F_i + max_i K_i
+    // rather than the model's max_i (F_i + K_i). Solving the model exactly with a
+    // configuration's time max(F/ρ, K/(1 − ρ)) bounds F by ρτ and K by (1 − ρ)τ; the phase
+    // optimum is the best of these over ρ, so a few ρ between the ranks' forward fractions give
+    // candidates. The one with the smallest phase-synchronised time
+    // max(C(σ), max F + max K) + O·σ is replayed, and kept if it simulates faster.
+    if (opt.verify_with_simulator && !candidates.empty()) {
+      auto phase_time = [&](const Plan& plan) {
+        double f_max = 0, k_max = 0, sigma = 0;
+        for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+          const auto& pr = plan.ranks[i];
+          const auto& rm = problem.ranks[i];
+          const double f = optimal_forward_time(rm, pr.batch, pr.micro_batch);
+          f_max = std::max(f_max, f);
+          k_max = std::max(k_max, optimal_compute_time(rm, pr.batch, pr.micro_batch) - f);
+          sigma = std::max(sigma, pr.state_share);
+        }
+        const double c = problem.comm_seconds ? problem.comm_seconds(sigma) : 0.0;
+        return std::max(c, f_max + k_max) + problem.optimizer_seconds * sigma;
+      };
+      double lo = 1, hi = 0;
+      for (const auto& rm : problem.ranks) {
+        if (rm.micro_batch_time.size() < 2 || rm.micro_batch_time[1] <= 0) continue;
+        const double phi = rm.forward_time[1] / rm.micro_batch_time[1];
+        lo = std::min(lo, phi);
+        hi = std::max(hi, phi);
+      }
+      double best_phase = phase_time(res.plan);
+      std::optional<PlanResult> pick;
+      const int steps = hi - lo > 1e-9 ? kPhaseWeights : 1;
+      for (int k = 0; k < steps && lo <= hi; ++k) {
+        const double rho = steps == 1 ? lo : lo + (hi - lo) * k / (steps - 1);
+        if (!(rho > 0 && rho < 1)) continue;
+        OptimalProblem weighted = problem;
+        for (auto& rm : weighted.ranks) rm.phase_weight = rho;
+        OptimalSolution ws;
+        try {
+          ws = solve_optimal(weighted);
+        } catch (const InfeasibleError&) {
+          continue;
+        }
+        PlanResult alt;
+        alt.plan = res.plan;
+        alt.plan.uneven_collective = UnevenCollective::Grouped;
+        for (std::size_t i = 0; i < ws.ranks.size(); ++i) {
+          auto& r = alt.plan.ranks[i];
+          r.batch = ws.ranks[i].batch;
+          r.micro_batch = ws.ranks[i].micro_batch;
+          r.micro_batches = ws.ranks[i].micro_batches;
+          r.state_share = ws.ranks[i].share;
+        }
+        const double pt = phase_time(alt.plan);
+        if (pt < best_phase) {
+          best_phase = pt;
+          alt.note = "phase weight " + fixed(rho, 3) + " (phase-synchronised model " +
+                     format_seconds(pt) + "), offload " + to_string(mode);
+          pick = std::move(alt);
+        }
+      }
+      if (pick) {
+        pick_collective(*pick);
+        const auto o = simulate_plan(s, models, pick->plan);
+        if (!o.oom && (simulated <= 0 || o.iteration_s < simulated)) {
+          simulated = o.iteration_s;
+          res = std::move(*pick);
+          predict(s, models, res);
+        }
+      }
+    }
     // The offload mode is a discrete choice outside the model (host copies share the PCIe
     // links with the collectives in the simulator): keep the mode that simulates faster.
     const double score = simulated > 0 ? simulated : res.predicted_iteration_s;

@@ -85,6 +85,47 @@ TEST(OptimalSolver, MatchesBruteForceOnRandomInstances) {
   EXPECT_GE(infeasible, 1);
 }
 
+// The phase-weighted variant (a configuration's time max(F/ρ, K/(1 − ρ)), used by `optimal`
+// to generate candidates for the simulator's per-phase synchronisation) is solved exactly too.
+TEST(OptimalSolver, PhaseWeightedMatchesBruteForce) {
+  std::mt19937 rng(20261129);
+  int solved = 0;
+  for (int trial = 0; solved < 30 && trial < 200; ++trial) {
+    std::uniform_int_distribution<int> ranks(2, 3), extra(0, 5), mb(1, 3);
+    std::uniform_real_distribution<double> frac(0.2, 0.45), weight(0.2, 0.45);
+    OptimalProblem p;
+    const int n = ranks(rng);
+    const int max_mb = mb(rng);
+    const double rho = weight(rng);
+    for (int i = 0; i < n; ++i) {
+      auto r = random_rank(rng, max_mb);
+      const double f = frac(rng);
+      r.forward_time.assign(r.micro_batch_time.size(), 0.0);
+      for (std::size_t m = 1; m < r.micro_batch_time.size(); ++m)
+        r.forward_time[m] = f * r.micro_batch_time[m];
+      r.phase_weight = rho;
+      p.ranks.push_back(std::move(r));
+    }
+    p.global_batch = n + extra(rng);
+    std::uniform_real_distribution<double> state(0.5, 4.0), opt(0.0, 3.0), comm(0.0, 6.0);
+    p.state_bytes = state(rng);
+    p.optimizer_seconds = opt(rng);
+    const double c0 = comm(rng), c1 = comm(rng);
+    p.comm_seconds = [c0, c1, n](double sigma) { return c0 + c1 * (sigma - 1.0 / n); };
+    double brute = -1;
+    try {
+      brute = solve_optimal_brute_force(p).iteration_seconds;
+    } catch (const InfeasibleError&) {
+      EXPECT_THROW(solve_optimal(p), InfeasibleError) << "trial " << trial;
+      continue;
+    }
+    EXPECT_NEAR(solve_optimal(p).iteration_seconds, brute, 1e-9 * std::max(1.0, brute))
+        << "trial " << trial;
+    ++solved;
+  }
+  EXPECT_GE(solved, 20);
+}
+
 TEST(OptimalSolver, StateThatCannotFitNamesTheShortfall) {
   OptimalProblem p;
   std::mt19937 rng(1);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -119,6 +120,7 @@ TEST(QualityReport, OptimalAndSearchBeatCephaloAndNeverOom) {
   std::map<std::string, std::vector<double>> gains;  // "optimal/even" -> ratios
   int cephalo_compared = 0;
   std::map<std::string, int> below_cephalo;
+  std::map<std::string, double> worst_vs_cephalo;
   for (const auto& c : cases()) {
     std::string label;
     const Scenario s = make_case(c, &label);
@@ -164,14 +166,17 @@ TEST(QualityReport, OptimalAndSearchBeatCephaloAndNeverOom) {
       EXPECT_FALSE(o.oom) << label << ": " << ours << " plan is out of memory: " << o.error;
       const auto& ceph = out["cephalo"];
       if (ceph.planned && !ceph.oom) {
-        // `search` simulates cephalo's plan among its candidates: never worse. `optimal` is
-        // exact for its model, which does not synchronise forward and backward phases
-        // separately the way the simulator does; it may trail by that gap (measured: at most
-        // 1.2%, see planner/README.md), never by more than 2%.
-        const double floor = ours == "search" ? ceph.samples_per_s : 0.98 * ceph.samples_per_s;
-        EXPECT_GE(o.samples_per_s, floor) << label << ": " << ours << " " << o.samples_per_s
-                                          << " vs cephalo " << ceph.samples_per_s;
-        if (o.samples_per_s < ceph.samples_per_s) ++below_cephalo[ours];
+        // `search` simulates cephalo's plan among its candidates: never worse. `optimal`
+        // replays its model optimum, the staircase breakpoints and the best phase-weighted
+        // solution (see planner/README.md) and keeps the fastest; it never sees cephalo's plan.
+        // Both must be at least as fast, up to floating-point rounding.
+        const double floor = ceph.samples_per_s * (1 - 1e-6);
+        EXPECT_GE(o.samples_per_s, floor)
+            << label << ": " << ours << " " << std::setprecision(10) << o.samples_per_s
+            << " vs cephalo " << ceph.samples_per_s;
+        if (o.samples_per_s < floor) ++below_cephalo[ours];
+        auto [w, fresh] = worst_vs_cephalo.emplace(ours, o.samples_per_s / ceph.samples_per_s);
+        if (!fresh) w->second = std::min(w->second, o.samples_per_s / ceph.samples_per_s);
       }
       for (const std::string base : {"even", "proportional"}) {
         const auto& b = out[base];
@@ -186,6 +191,8 @@ TEST(QualityReport, OptimalAndSearchBeatCephaloAndNeverOom) {
           << cases().size() << " scenarios\n";
   summary << "optimal below cephalo (simulated) on " << below_cephalo["optimal"]
           << " scenarios, search on " << below_cephalo["search"] << "\n";
+  for (const auto& [ours, w] : worst_vs_cephalo)
+    summary << "worst " << ours << " / cephalo: " << std::setprecision(9) << w << "\n";
   for (const auto& [k, v] : gains)
     summary << "gain " << k << ": median " << fixed(median(v), 2) << "x, worst "
             << fixed(*std::min_element(v.begin(), v.end()), 2) << "x, best "

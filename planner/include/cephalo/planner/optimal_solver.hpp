@@ -43,6 +43,12 @@ struct OptimalRankModel {
   double fixed_bytes = 0;                 // reserves, gathered units, gradient buffers
   double bytes_per_sample = 0;            // a_i: kept boundary activations per sample
   double usable_bytes = 0;                // U_i
+  // Optional phase split: forward_time[m] is the forward part f_i(m) of micro_batch_time[m]
+  // (the rest k_i(m) = c_i(m) − f_i(m) is recompute, backward and g_i). With a phase weight
+  // ρ ∈ (0, 1) and the table given, a configuration's time is max(F/ρ, K/(1 − ρ)) for its
+  // forward and backward totals F and K (composed like t_i); ρ = 0 (default): t_i.
+  std::vector<double> forward_time;  // [m] seconds, empty or the size of micro_batch_time
+  double phase_weight = 0;           // ρ
   int max_micro_batch() const { return static_cast<int>(micro_batch_time.size()) - 1; }
 };
 
@@ -77,11 +83,17 @@ struct OptimalSolution {
 
 // Per-rank time for a batch and micro-batch size under the model above.
 double optimal_compute_time(const OptimalRankModel& rank, int batch, int micro_batch);
+// F of the phase split (0 without a forward table); K = t_i − F with ρ = 0.
+double optimal_forward_time(const OptimalRankModel& rank, int batch, int micro_batch);
 double optimal_memory(const OptimalRankModel& rank, int batch, int micro_batch, double share,
                       double state_bytes);
 
 // Throws InfeasibleError naming the shortfall when no plan fits.
 OptimalSolution solve_optimal(const OptimalProblem& problem);
+// The optimum first, then the other (τ, σ) breakpoints of the staircase walk (each the
+// model's best plan for its largest share), by model time. Candidates for a caller that ranks
+// plans by a finer objective than this model (the simulator's per-phase synchronisation).
+std::vector<OptimalSolution> solve_optimal_candidates(const OptimalProblem& problem);
 
 // Exhaustive reference for tests: every (b, m) assignment, shares water-filled. Exponential.
 OptimalSolution solve_optimal_brute_force(const OptimalProblem& problem);
