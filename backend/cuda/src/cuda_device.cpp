@@ -414,7 +414,9 @@ class CudaDevice final : public backend::Device {
     const int batch = a.B * a.H;
     split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
     scores(st, a, q.ptr, k.ptr, sc.ptr);
-    causal_softmax_recompute(sc.ptr, Dtype::FP32, static_cast<const float*>(lse.data), pr.ptr, a.dt,
+    // The scores are in a.sdt (fp32 only with attention_scores_fp32): reading compute-type
+    // scores as fp32 would run past the end of `sc` and recompute garbage probabilities.
+    causal_softmax_recompute(sc.ptr, a.sdt, static_cast<const float*>(lse.data), pr.ptr, a.dt,
                              batch, a.T, a.scale, st);
     split_heads(dout.data, dy.ptr, a.B, a.T, a.H, a.D, a.dt, st);
     // dP = dY V^T (fp32)

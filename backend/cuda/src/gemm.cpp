@@ -1,5 +1,6 @@
 #include "cephalo/backend/cuda/gemm.hpp"
 
+#include <map>
 #include <string>
 
 #include "cephalo/core/error.hpp"
@@ -33,33 +34,44 @@ void check_shape(const GemmShape& s, Dtype ab, Dtype c) {
 
 }  // namespace
 
+// 32 MiB of workspace (cuBLAS's recommendation for Hopper): cuBLAS picks faster split-K /
+// stream-K kernels for the large tiles when it has one, and an explicit workspace keeps the
+// handle graph-capturable.
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
 struct Gemm::Impl {
   cublasHandle_t handle = nullptr;
-  void* workspace = nullptr;
   bool allow_tf32 = false;
-};
+  bool bound = false;  // set_stream has run once
+  cudaStream_t stream = nullptr;
+  // One workspace per stream: GEMMs on two streams may run concurrently and must not share
+  // scratch (as in PyTorch's per-(handle, stream) workspaces).
+  std::map<cudaStream_t, void*> workspaces;
 
-// 32 MiB of workspace: cuBLAS picks faster split-K / stream-K kernels for the large
-// Hopper tiles when it has one, and an explicit workspace keeps the handle graph-capturable.
-constexpr std::size_t kWorkspaceBytes = 32u << 20;
+  // cublasSetStream unconditionally resets the handle to cuBLAS's default workspace pool, so
+  // the workspace must be set again after every stream change (it was silently dropped when it
+  // was set once at construction and the stream on every call).
+  void set_stream(cudaStream_t s) {
+    if (bound && s == stream) return;
+    void*& ws = workspaces[s];
+    if (ws == nullptr) CEPHALO_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
+    CEPHALO_CUBLAS_CHECK(cublasSetStream(handle, s));
+    CEPHALO_CUBLAS_CHECK(cublasSetWorkspace(handle, ws, kWorkspaceBytes));
+    stream = s;
+    bound = true;
+  }
+};
 
 Gemm::Gemm(bool allow_tf32) : impl_(std::make_unique<Impl>()) {
   impl_->allow_tf32 = allow_tf32;
   CEPHALO_CUBLAS_CHECK(cublasCreate(&impl_->handle));
-  try {
-    CEPHALO_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspaceBytes));
-    CEPHALO_CUBLAS_CHECK(cublasSetWorkspace(impl_->handle, impl_->workspace, kWorkspaceBytes));
-  } catch (...) {
-    cublasDestroy(impl_->handle);
-    if (impl_->workspace) cudaFree(impl_->workspace);
-    throw;
-  }
 }
 
 Gemm::~Gemm() {
   if (impl_) {
     cublasDestroy(impl_->handle);
-    cudaFree(impl_->workspace);
+    for (auto& [stream, ws] : impl_->workspaces)
+      if (ws) cudaFree(ws);  // cudaFree waits for the device, so no GEMM still uses it
   }
 }
 
@@ -85,7 +97,7 @@ void Gemm::run_batched(cudaStream_t stream, const GemmShape& s, float alpha, con
           ? (impl_->allow_tf32 || ab == Dtype::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                     : CUBLAS_COMPUTE_32F)
           : CUBLAS_COMPUTE_32F;
-  CEPHALO_CUBLAS_CHECK(cublasSetStream(impl_->handle, stream));
+  impl_->set_stream(stream);
   if (batch == 1) {
     CEPHALO_CUBLAS_CHECK(cublasGemmEx(impl_->handle, op_b, op_a, s.n, s.m, s.k, &alpha, B,
                                       cuda_type(ab), ldb, A, cuda_type(ab), lda, &beta, C,

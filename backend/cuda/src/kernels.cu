@@ -432,10 +432,13 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* d
 }
 
 // ---- AdamW ----------------------------------------------------------------------------------
+// Evaluated in the order of the CPU device's adamw_step (backend/src/cpu_device.cpp, PyTorch's
+// AdamW): decay first, then p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), with the two
+// bias-correction factors formed in double on the host, so both devices round alike.
 template <typename T>
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
-                             float b1, float b2, float eps, float wd, float bc1, float bc2,
-                             float grad_scale, T* copy) {
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n,
+                             float decay, float step_size, float bc2_sqrt, float b1, float b2,
+                             float eps, float grad_scale, T* copy) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const float gi = g[i] * grad_scale;
@@ -443,8 +446,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    const float mhat = mi / bc1, vhat = vi / bc2;
-    const float pi = p[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    const float pi = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
     p[i] = pi;
     if (copy) store(copy, i, pi);
   }
@@ -785,13 +787,16 @@ void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t
                 cudaStream_t stream) {
   if (n == 0) return;
   if (hp.step < 1) throw Error("adamw_step: step is 1-based");
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(hp.beta1), hp.step));
-  const float bc2 = static_cast<float>(1.0 - std::pow(double(hp.beta2), hp.step));
+  const double bc1 = 1.0 - std::pow(double(hp.beta1), double(hp.step));
+  const double bc2 = 1.0 - std::pow(double(hp.beta2), double(hp.step));
+  const float step_size = static_cast<float>(hp.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - hp.lr * hp.weight_decay;
   dispatch(copy_dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        param, grad, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, bc1, bc2,
-        grad_scale, static_cast<T*>(param_copy));
+        param, grad, m, v, n, decay, step_size, bc2_sqrt, hp.beta1, hp.beta2, hp.eps, grad_scale,
+        static_cast<T*>(param_copy));
   });
   CEPHALO_CUDA_CHECK_LAUNCH();
 }

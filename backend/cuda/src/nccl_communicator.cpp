@@ -123,15 +123,15 @@ class NcclCommunicator final : public backend::Communicator {
     const std::size_t es = backend::element_size(send.type);
     if (options_.uneven == UnevenAlgorithm::GroupedBroadcastReduce) {
       group_start();
-      for (int r = 0; r < size_; ++r) {
+      ncclResult_t status = ncclSuccess;
+      for (int r = 0; r < size_ && status == ncclSuccess; ++r) {
         if (counts[r] == 0) continue;
         void* dst = static_cast<char*>(recv.data) + displs[r] * es;
         // Out of place on the root: its own shard is copied into place by the broadcast.
-        check(ncclBroadcast(r == rank_ ? send.data : dst, dst, std::size_t(counts[r]), t, r, comm_,
-                            st),
-              "ncclBroadcast", __LINE__);
+        status = ncclBroadcast(r == rank_ ? send.data : dst, dst, std::size_t(counts[r]), t, r,
+                               comm_, st);
       }
-      group_end();
+      group_end(status, "ncclBroadcast");
       return;
     }
     // Padded ring: every rank contributes max(counts) elements; the gathered blocks are then
@@ -140,8 +140,9 @@ class NcclCommunicator final : public backend::Communicator {
     if (pad == 0) return;
     void* block = scratch(std::size_t(pad) * es, st, 0);
     void* gathered = scratch(std::size_t(pad) * es * size_, st, 1);
-    CEPHALO_CUDA_CHECK(cudaMemcpyAsync(block, send.data, std::size_t(counts[rank_]) * es,
-                                       cudaMemcpyDeviceToDevice, st));
+    if (counts[rank_] > 0)
+      CEPHALO_CUDA_CHECK(cudaMemcpyAsync(block, send.data, std::size_t(counts[rank_]) * es,
+                                         cudaMemcpyDeviceToDevice, st));
     check(ncclAllGather(block, gathered, std::size_t(pad), t, comm_, st), "ncclAllGather",
           __LINE__);
     for (int r = 0; r < size_; ++r)
@@ -159,15 +160,16 @@ class NcclCommunicator final : public backend::Communicator {
     const ncclDataType_t t = nccl_type(send.type);
     const std::size_t es = backend::element_size(send.type);
     if (options_.uneven == UnevenAlgorithm::GroupedBroadcastReduce) {
+      const ncclRedOp_t red = nccl_op(op);
       group_start();
-      for (int r = 0; r < size_; ++r) {
+      ncclResult_t status = ncclSuccess;
+      for (int r = 0; r < size_ && status == ncclSuccess; ++r) {
         if (counts[r] == 0) continue;
         const void* src = static_cast<const char*>(send.data) + displs[r] * es;
         // recvbuff matters only on the root; the others pass their (valid) recv pointer.
-        check(ncclReduce(src, recv.data, std::size_t(counts[r]), t, nccl_op(op), r, comm_, st),
-              "ncclReduce", __LINE__);
+        status = ncclReduce(src, recv.data, std::size_t(counts[r]), t, red, r, comm_, st);
       }
-      group_end();
+      group_end(status, "ncclReduce");
       return;
     }
     const std::int64_t pad = *std::max_element(counts.begin(), counts.end());
@@ -185,8 +187,9 @@ class NcclCommunicator final : public backend::Communicator {
                                            st));
     check(ncclReduceScatter(padded, mine, std::size_t(pad), t, nccl_op(op), comm_, st),
           "ncclReduceScatter", __LINE__);
-    CEPHALO_CUDA_CHECK(cudaMemcpyAsync(recv.data, mine, std::size_t(counts[rank_]) * es,
-                                       cudaMemcpyDeviceToDevice, st));
+    if (counts[rank_] > 0)
+      CEPHALO_CUDA_CHECK(cudaMemcpyAsync(recv.data, mine, std::size_t(counts[rank_]) * es,
+                                         cudaMemcpyDeviceToDevice, st));
   }
 
   void all_reduce(backend::Stream& s, TensorRef data, ReduceOp op) override {
@@ -236,7 +239,15 @@ class NcclCommunicator final : public backend::Communicator {
     detail::throw_nccl_error(status, comm, what, __FILE__, line);
   }
   void group_start() { check(ncclGroupStart(), "ncclGroupStart", __LINE__); }
-  void group_end() { check(ncclGroupEnd(), "ncclGroupEnd", __LINE__); }
+  // Closes the group even when a call inside it failed (`inside` is that call's status): an
+  // exception thrown with the group still open would leave this thread's NCCL group depth
+  // raised, so every later NCCL call on the thread (another communicator too) would be queued
+  // and never launched. ncclGroupEnd after a failed call cleans the group up and reports it.
+  void group_end(ncclResult_t inside, const char* what) {
+    const ncclResult_t end = ncclGroupEnd();
+    if (inside != ncclSuccess) check(inside, what, __LINE__);
+    check(end, "ncclGroupEnd", __LINE__);
+  }
 
   // Element offsets of each rank's shard; validates counts against the flat and shard views.
   std::vector<std::int64_t> displacements(const std::vector<std::int64_t>& counts,
