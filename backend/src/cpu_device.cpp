@@ -1,6 +1,13 @@
 // CPU device: Eigen GEMMs and straightforward fp32 loops for the transformer kernels. The
 // kernels are written for clarity and exact fp32 semantics (they are the reference the CUDA
 // device is tested against), not for peak CPU speed; GEMMs, which dominate, use Eigen.
+//
+// Mixed precision (device.hpp's element-type contract): every kernel body is the fp32 kernel.
+// A bf16/fp16 input is widened into an fp32 copy, a bf16/fp16 output is computed into fp32
+// scratch and rounded into the tensor once at the end (accumulated outputs start from their
+// current values, so the += is in fp32). F32 tensors are used in place, so the all-fp32 path
+// runs exactly the reference kernels with no copies. Conversions run inside the enqueued work,
+// so they are ordered on the stream like the kernel itself.
 #include "cephalo/backend/cpu_device.hpp"
 
 #include <Eigen/Core>
@@ -13,10 +20,14 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <initializer_list>
 #include <mutex>
 #include <new>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
 
 namespace cephalo::backend {
@@ -27,16 +38,78 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 using MapMat = Eigen::Map<RowMat>;
 using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 
-void require_f32(const TensorRef& t, const char* what) {
-  if (t.type != ElemType::F32)
-    throw RuntimeFailure(std::string("cpu device: ") + what + " needs f32 tensors, got " +
-                         to_string(t.type) + " (the CPU backend computes in fp32 only)");
-}
 void require_numel(const TensorRef& t, std::int64_t n, const char* what) {
   if (t.numel < n)
     throw RuntimeFailure(std::string("cpu device: ") + what + " tensor has " +
                          std::to_string(t.numel) + " elements, needs " + std::to_string(n));
 }
+
+bool floating(ElemType t) { return t != ElemType::I32; }
+// All of `ts` are the compute type `t`, which must be floating.
+bool all_are(ElemType t, std::initializer_list<ElemType> ts) {
+  return floating(t) && std::all_of(ts.begin(), ts.end(), [t](ElemType u) { return u == t; });
+}
+// A parameter-gradient output: the compute type or F32.
+bool grad_of(ElemType g, ElemType t) { return g == t || g == ElemType::F32; }
+
+// Throws "cpu device: <kernel> does not take A=bf16, B=f16, C=f32 (<rule>)" unless `ok`.
+void expect_types(bool ok, const char* kernel,
+                  std::initializer_list<std::pair<const char*, ElemType>> args, const char* rule) {
+  if (ok) return;
+  std::string got;
+  for (const auto& [name, type] : args)
+    got += (got.empty() ? "" : ", ") + std::string(name) + "=" + to_string(type);
+  throw RuntimeFailure(std::string("cpu device: ") + kernel + " does not take " + got + " (" +
+                       rule + ")");
+}
+
+// fp32 view of the first n elements of an input tensor: the tensor's own memory when it is F32
+// (zero-copy), otherwise a widened copy (exact).
+class Fp32In {
+ public:
+  Fp32In(const TensorRef& t, std::int64_t n) {
+    if (t.type == ElemType::F32) {
+      p_ = t.f32();
+      return;
+    }
+    copy_.resize(static_cast<std::size_t>(n));
+    load_f32(t.data, t.type, copy_.data(), copy_.size());
+    p_ = copy_.data();
+  }
+  float* get() const { return p_; }
+
+ private:
+  std::vector<float> copy_;
+  float* p_ = nullptr;
+};
+
+// What an fp32 output target holds before the kernel runs: nothing useful (overwritten
+// outputs), or the tensor's current values (accumulated gradients, in-place updates).
+enum class Start { Undefined, Current };
+
+// fp32 target for the first n elements of an output tensor: the tensor itself when it is F32,
+// otherwise scratch that commit() rounds into the tensor (once per element per call).
+class Fp32Out {
+ public:
+  Fp32Out(const TensorRef& t, std::int64_t n, Start start) : t_(t) {
+    if (t.type == ElemType::F32) {
+      p_ = t.f32();
+      return;
+    }
+    scratch_.resize(static_cast<std::size_t>(n));
+    if (start == Start::Current) load_f32(t.data, t.type, scratch_.data(), scratch_.size());
+    p_ = scratch_.data();
+  }
+  float* get() const { return p_; }
+  void commit() const {
+    if (t_.type != ElemType::F32) store_f32(scratch_.data(), t_.data, t_.type, scratch_.size());
+  }
+
+ private:
+  TensorRef t_;
+  std::vector<float> scratch_;
+  float* p_ = nullptr;
+};
 
 // Shared state of one recorded event.
 struct EventState {
@@ -241,7 +314,8 @@ class CpuDevice final : public Device {
     return "cpu:" + std::to_string(options_.ordinal) + " (" + std::to_string(options_.threads) +
            (options_.threads == 1 ? " thread)" : " threads)");
   }
-  bool supports(ElemType t) const override { return t == ElemType::F32 || t == ElemType::I32; }
+  // Every floating compute type; I32 (token ids) is not a compute type.
+  bool supports(ElemType t) const override { return floating(t); }
 
   Stream& stream(StreamKind k) override {
     switch (k) {
@@ -284,51 +358,83 @@ class CpuDevice final : public Device {
   }
 
   void fill(Stream& s, TensorRef x, float value) override {
-    require_f32(x, "fill");
-    s.enqueue_host([=] { std::fill(x.f32(), x.f32() + x.numel, value); });
+    expect_types(floating(x.type), "fill", {{"x", x.type}}, "x is a floating type");
+    if (x.type == ElemType::F32) {
+      s.enqueue_host([=] { std::fill(x.f32(), x.f32() + x.numel, value); });
+      return;
+    }
+    const std::uint16_t bits = float_to_half_bits(value, x.type);
+    s.enqueue_host([=] {
+      auto* h = static_cast<std::uint16_t*>(x.data);
+      std::fill(h, h + x.numel, bits);
+    });
   }
   void scale(Stream& s, TensorRef x, float alpha) override {
-    require_f32(x, "scale");
+    expect_types(floating(x.type), "scale", {{"x", x.type}}, "x is a floating type");
     s.enqueue_host([=] {
-      for (std::int64_t i = 0; i < x.numel; ++i) x.f32()[i] *= alpha;
+      Fp32Out y(x, x.numel, Start::Current);
+      for (std::int64_t i = 0; i < x.numel; ++i) y.get()[i] *= alpha;
+      y.commit();
     });
   }
   void axpy(Stream& s, float alpha, TensorRef x, TensorRef y) override {
-    require_f32(x, "axpy");
-    require_f32(y, "axpy");
+    expect_types(floating(x.type) && floating(y.type), "axpy", {{"x", x.type}, {"y", y.type}},
+                 "x and y are floating types");
     require_numel(y, x.numel, "axpy y");
     s.enqueue_host([=] {
-      for (std::int64_t i = 0; i < x.numel; ++i) y.f32()[i] += alpha * x.f32()[i];
+      Fp32In xf(x, x.numel);
+      Fp32Out yf(y, x.numel, Start::Current);
+      for (std::int64_t i = 0; i < x.numel; ++i) yf.get()[i] += alpha * xf.get()[i];
+      yf.commit();
     });
   }
   void cast(Stream& s, TensorRef src, TensorRef dst) override {
-    if (src.type != dst.type || src.type != ElemType::F32)
-      throw RuntimeFailure(std::string("cpu device: cast ") + to_string(src.type) + " -> " +
-                           to_string(dst.type) + " unsupported (fp32 only on CPU)");
-    copy(s, dst, src);
+    expect_types(floating(src.type) && floating(dst.type), "cast",
+                 {{"src", src.type}, {"dst", dst.type}}, "src and dst are floating types");
+    require_numel(dst, src.numel, "cast dst");
+    if (src.type == dst.type) {
+      copy(s, dst, src);
+      return;
+    }
+    s.enqueue_host([=] {
+      const auto n = static_cast<std::size_t>(src.numel);
+      if (src.type == ElemType::F32) {
+        store_f32(src.f32(), dst.data, dst.type, n);
+      } else if (dst.type == ElemType::F32) {
+        load_f32(src.data, src.type, dst.f32(), n);
+      } else {  // bf16 <-> fp16 goes through fp32, which holds both exactly
+        Fp32In wide(src, src.numel);
+        store_f32(wide.get(), dst.data, dst.type, n);
+      }
+    });
   }
   void sum(Stream& s, TensorRef x, TensorRef out) override {
-    require_f32(x, "sum");
+    expect_types(floating(x.type) && out.type == ElemType::F32, "sum",
+                 {{"x", x.type}, {"out", out.type}}, "x is a floating type, out is f32");
     require_numel(out, 1, "sum out");
     s.enqueue_host([=] {
+      Fp32In xf(x, x.numel);
       double acc = 0;  // double: the loss sum must not depend on accumulation order much
-      for (std::int64_t i = 0; i < x.numel; ++i) acc += x.f32()[i];
+      for (std::int64_t i = 0; i < x.numel; ++i) acc += xf.get()[i];
       out.f32()[0] = static_cast<float>(acc);
     });
   }
 
   void gemm(Stream& s, Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
             float alpha, TensorRef a, TensorRef b, float beta, TensorRef c) override {
-    require_f32(a, "gemm A");
-    require_f32(b, "gemm B");
-    require_f32(c, "gemm C");
+    expect_types(all_are(a.type, {b.type}) && grad_of(c.type, a.type), "gemm",
+                 {{"A", a.type}, {"B", b.type}, {"C", c.type}},
+                 "A and B share the compute type T; C is T or f32");
     require_numel(a, m * k, "gemm A");
     require_numel(b, k * n, "gemm B");
     require_numel(c, m * n, "gemm C");
     s.enqueue_host([=] {
-      MapMat A(a.f32(), ta == Transpose::No ? m : k, ta == Transpose::No ? k : m);
-      MapMat B(b.f32(), tb == Transpose::No ? k : n, tb == Transpose::No ? n : k);
-      MapMat C(c.f32(), m, n);
+      Fp32In af(a, m * k), bf(b, k * n);
+      // beta == 0 overwrites C (which may hold NaN), so its old values are not needed.
+      Fp32Out cf(c, m * n, beta == 0.0f ? Start::Undefined : Start::Current);
+      MapMat A(af.get(), ta == Transpose::No ? m : k, ta == Transpose::No ? k : m);
+      MapMat B(bf.get(), tb == Transpose::No ? k : n, tb == Transpose::No ? n : k);
+      MapMat C(cf.get(), m, n);
       if (beta == 0.0f)
         C.setZero();
       else if (beta != 1.0f)
@@ -341,38 +447,66 @@ class CpuDevice final : public Device {
         C.noalias() += alpha * A.transpose() * B;
       else
         C.noalias() += alpha * A.transpose() * B.transpose();
+      cf.commit();
     });
   }
   void add_bias(Stream& s, TensorRef y, TensorRef bias, std::int64_t rows,
                 std::int64_t cols) override {
+    expect_types(all_are(y.type, {bias.type}), "add_bias", {{"y", y.type}, {"bias", bias.type}},
+                 "y and bias share the compute type");
     require_numel(y, rows * cols, "add_bias y");
     require_numel(bias, cols, "add_bias bias");
     s.enqueue_host([=] {
+      Fp32In bf(bias, cols);
+      Fp32Out yf(y, rows * cols, Start::Current);
       for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = 0; j < cols; ++j) y.f32()[r * cols + j] += bias.f32()[j];
+        for (std::int64_t j = 0; j < cols; ++j) yf.get()[r * cols + j] += bf.get()[j];
+      yf.commit();
     });
   }
   void bias_backward(Stream& s, TensorRef dy, TensorRef dbias, std::int64_t rows,
                      std::int64_t cols) override {
+    expect_types(floating(dy.type) && grad_of(dbias.type, dy.type), "bias_backward",
+                 {{"dy", dy.type}, {"dbias", dbias.type}},
+                 "dy is the compute type T; dbias is T or f32");
     require_numel(dy, rows * cols, "bias_backward dy");
     require_numel(dbias, cols, "bias_backward dbias");
     s.enqueue_host([=] {
+      Fp32In dyf(dy, rows * cols);
+      Fp32Out db(dbias, cols, Start::Current);
       for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = 0; j < cols; ++j) dbias.f32()[j] += dy.f32()[r * cols + j];
+        for (std::int64_t j = 0; j < cols; ++j) db.get()[j] += dyf.get()[r * cols + j];
+      db.commit();
     });
   }
 
   void layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
                           TensorRef mean, TensorRef rstd, std::int64_t rows, std::int64_t cols,
                           float eps) override {
+    expect_types(all_are(x.type, {gamma.type, beta.type, y.type}) && mean.type == ElemType::F32 &&
+                     rstd.type == ElemType::F32,
+                 "layer_norm_forward",
+                 {{"x", x.type},
+                  {"gamma", gamma.type},
+                  {"beta", beta.type},
+                  {"y", y.type},
+                  {"mean", mean.type},
+                  {"rstd", rstd.type}},
+                 "x, gamma, beta, y share the compute type; mean, rstd are f32");
     require_numel(x, rows * cols, "layer_norm x");
+    require_numel(gamma, cols, "layer_norm gamma");
+    require_numel(beta, cols, "layer_norm beta");
     require_numel(y, rows * cols, "layer_norm y");
     require_numel(mean, rows, "layer_norm mean");
     require_numel(rstd, rows, "layer_norm rstd");
     s.enqueue_host([=] {
+      Fp32In xf(x, rows * cols), gf(gamma, cols), bf(beta, cols);
+      Fp32Out yf(y, rows * cols, Start::Undefined);
+      const float* g = gf.get();
+      const float* be = bf.get();
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float* xr = x.f32() + r * cols;
-        float* yr = y.f32() + r * cols;
+        const float* xr = xf.get() + r * cols;
+        float* yr = yf.get() + r * cols;
         double mu = 0;
         for (std::int64_t j = 0; j < cols; ++j) mu += xr[j];
         mu /= static_cast<double>(cols);
@@ -381,71 +515,117 @@ class CpuDevice final : public Device {
         var /= static_cast<double>(cols);
         float rs = static_cast<float>(1.0 / std::sqrt(var + eps));
         float m = static_cast<float>(mu);
-        for (std::int64_t j = 0; j < cols; ++j)
-          yr[j] = (xr[j] - m) * rs * gamma.f32()[j] + beta.f32()[j];
+        for (std::int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * rs * g[j] + be[j];
         mean.f32()[r] = m;
         rstd.f32()[r] = rs;
       }
+      yf.commit();
     });
   }
   void layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean, TensorRef rstd,
                            TensorRef dy, TensorRef dx, TensorRef dgamma, TensorRef dbeta,
                            std::int64_t rows, std::int64_t cols) override {
+    expect_types(all_are(x.type, {gamma.type, dy.type, dx.type}) && mean.type == ElemType::F32 &&
+                     rstd.type == ElemType::F32 && grad_of(dgamma.type, x.type) &&
+                     grad_of(dbeta.type, x.type),
+                 "layer_norm_backward",
+                 {{"x", x.type},
+                  {"gamma", gamma.type},
+                  {"mean", mean.type},
+                  {"rstd", rstd.type},
+                  {"dy", dy.type},
+                  {"dx", dx.type},
+                  {"dgamma", dgamma.type},
+                  {"dbeta", dbeta.type}},
+                 "x, gamma, dy, dx share the compute type T; mean, rstd are f32; dgamma, dbeta "
+                 "are T or f32");
+    require_numel(x, rows * cols, "layer_norm_backward x");
+    require_numel(gamma, cols, "layer_norm_backward gamma");
+    require_numel(mean, rows, "layer_norm_backward mean");
+    require_numel(rstd, rows, "layer_norm_backward rstd");
+    require_numel(dy, rows * cols, "layer_norm_backward dy");
     require_numel(dx, rows * cols, "layer_norm_backward dx");
+    require_numel(dgamma, cols, "layer_norm_backward dgamma");
+    require_numel(dbeta, cols, "layer_norm_backward dbeta");
     s.enqueue_host([=] {
+      Fp32In xf(x, rows * cols), gf(gamma, cols), dyf(dy, rows * cols);
+      Fp32Out dxf(dx, rows * cols, Start::Undefined);
+      Fp32Out dg(dgamma, cols, Start::Current), db(dbeta, cols, Start::Current);
+      const float* gm = gf.get();
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float* xr = x.f32() + r * cols;
-        const float* dyr = dy.f32() + r * cols;
-        float* dxr = dx.f32() + r * cols;
+        const float* xr = xf.get() + r * cols;
+        const float* dyr = dyf.get() + r * cols;
+        float* dxr = dxf.get() + r * cols;
         float m = mean.f32()[r], rs = rstd.f32()[r];
         double sum_g = 0, sum_gx = 0;
         for (std::int64_t j = 0; j < cols; ++j) {
           float xhat = (xr[j] - m) * rs;
-          float g = dyr[j] * gamma.f32()[j];
+          float g = dyr[j] * gm[j];
           sum_g += g;
           sum_gx += g * xhat;
-          dgamma.f32()[j] += dyr[j] * xhat;
-          dbeta.f32()[j] += dyr[j];
+          dg.get()[j] += dyr[j] * xhat;
+          db.get()[j] += dyr[j];
         }
         float mg = static_cast<float>(sum_g / static_cast<double>(cols));
         float mgx = static_cast<float>(sum_gx / static_cast<double>(cols));
         for (std::int64_t j = 0; j < cols; ++j) {
           float xhat = (xr[j] - m) * rs;
-          float g = dyr[j] * gamma.f32()[j];
+          float g = dyr[j] * gm[j];
           dxr[j] = rs * (g - mg - xhat * mgx);
         }
       }
+      dxf.commit();
+      dg.commit();
+      db.commit();
     });
   }
   void gelu_forward(Stream& s, TensorRef x, TensorRef y) override {
+    expect_types(all_are(x.type, {y.type}), "gelu_forward", {{"x", x.type}, {"y", y.type}},
+                 "x and y share the compute type");
     require_numel(y, x.numel, "gelu y");
     s.enqueue_host([=] {
-      for (std::int64_t i = 0; i < x.numel; ++i) y.f32()[i] = gelu(x.f32()[i]);
+      Fp32In xf(x, x.numel);
+      Fp32Out yf(y, x.numel, Start::Undefined);
+      for (std::int64_t i = 0; i < x.numel; ++i) yf.get()[i] = gelu(xf.get()[i]);
+      yf.commit();
     });
   }
   void gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) override {
+    expect_types(all_are(x.type, {dy.type, dx.type}), "gelu_backward",
+                 {{"x", x.type}, {"dy", dy.type}, {"dx", dx.type}},
+                 "x, dy, dx share the compute type");
+    require_numel(dy, x.numel, "gelu_backward dy");
     require_numel(dx, x.numel, "gelu_backward dx");
     s.enqueue_host([=] {
-      for (std::int64_t i = 0; i < x.numel; ++i) dx.f32()[i] = dy.f32()[i] * gelu_grad(x.f32()[i]);
+      Fp32In xf(x, x.numel), dyf(dy, x.numel);
+      Fp32Out dxf(dx, x.numel, Start::Undefined);
+      for (std::int64_t i = 0; i < x.numel; ++i)
+        dxf.get()[i] = dyf.get()[i] * gelu_grad(xf.get()[i]);
+      dxf.commit();
     });
   }
 
   void attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
                          TensorRef lse) override {
+    expect_types(all_are(qkv.type, {out.type}) && lse.type == ElemType::F32, "attention_forward",
+                 {{"qkv", qkv.type}, {"out", out.type}, {"lse", lse.type}},
+                 "qkv and out share the compute type; lse is f32");
     const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
     require_numel(qkv, sh.batch * T * 3 * C, "attention qkv");
     require_numel(out, sh.batch * T * C, "attention out");
     require_numel(lse, sh.batch * sh.heads * T, "attention lse");
     s.enqueue_host([=] {
+      Fp32In qkvf(qkv, sh.batch * T * 3 * C);
+      Fp32Out outf(out, sh.batch * T * C, Start::Undefined);
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
       RowMat S(T, T);
       for (std::int64_t b = 0; b < sh.batch; ++b)
         for (std::int64_t h = 0; h < sh.heads; ++h) {
-          float* base = qkv.f32() + b * T * 3 * C + h * D;
+          float* base = qkvf.get() + b * T * 3 * C + h * D;
           StridedMap Q(base, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap K(base + C, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap V(base + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
-          StridedMap O(out.f32() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+          StridedMap O(outf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
           S.noalias() = scale * Q * K.transpose();
           float* l = lse.f32() + (b * sh.heads + h) * T;
           for (std::int64_t i = 0; i < T; ++i) {
@@ -462,27 +642,43 @@ class CpuDevice final : public Device {
           }
           O.noalias() = S * V;
         }
+      outf.commit();
     });
   }
   void attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
                           TensorRef lse, TensorRef dout, TensorRef dqkv) override {
+    expect_types(all_are(qkv.type, {out.type, dout.type, dqkv.type}) && lse.type == ElemType::F32,
+                 "attention_backward",
+                 {{"qkv", qkv.type},
+                  {"out", out.type},
+                  {"lse", lse.type},
+                  {"dout", dout.type},
+                  {"dqkv", dqkv.type}},
+                 "qkv, out, dout, dqkv share the compute type; lse is f32");
     const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
+    require_numel(qkv, sh.batch * T * 3 * C, "attention_backward qkv");
+    require_numel(out, sh.batch * T * C, "attention_backward out");
+    require_numel(lse, sh.batch * sh.heads * T, "attention_backward lse");
+    require_numel(dout, sh.batch * T * C, "attention_backward dout");
     require_numel(dqkv, sh.batch * T * 3 * C, "attention_backward dqkv");
     s.enqueue_host([=] {
+      Fp32In qkvf(qkv, sh.batch * T * 3 * C), outf(out, sh.batch * T * C),
+          doutf(dout, sh.batch * T * C);
+      Fp32Out dqkvf(dqkv, sh.batch * T * 3 * C, Start::Undefined);
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
       RowMat P(T, T), dP(T, T);
       for (std::int64_t b = 0; b < sh.batch; ++b)
         for (std::int64_t h = 0; h < sh.heads; ++h) {
-          float* base = qkv.f32() + b * T * 3 * C + h * D;
-          float* dbase = dqkv.f32() + b * T * 3 * C + h * D;
+          float* base = qkvf.get() + b * T * 3 * C + h * D;
+          float* dbase = dqkvf.get() + b * T * 3 * C + h * D;
           StridedMap Q(base, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap K(base + C, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap V(base + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap dQ(dbase, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap dK(dbase + C, T, D, Eigen::OuterStride<>(3 * C));
           StridedMap dV(dbase + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
-          StridedMap O(out.f32() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
-          StridedMap dO(dout.f32() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+          StridedMap O(outf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+          StridedMap dO(doutf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
           const float* l = lse.f32() + (b * sh.heads + h) * T;
           P.noalias() = scale * Q * K.transpose();
           for (std::int64_t i = 0; i < T; ++i)
@@ -496,48 +692,88 @@ class CpuDevice final : public Device {
           dQ.noalias() = dP * K;
           dK.noalias() = dP.transpose() * Q;
         }
+      dqkvf.commit();
     });
   }
 
   void embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe, TensorRef out,
                          std::int64_t rows, std::int64_t seq, std::int64_t hidden) override {
+    expect_types(tokens.type == ElemType::I32 && all_are(wte.type, {wpe.type, out.type}),
+                 "embedding_forward",
+                 {{"tokens", tokens.type}, {"wte", wte.type}, {"wpe", wpe.type}, {"out", out.type}},
+                 "tokens are i32; wte, wpe, out share the compute type");
+    require_numel(tokens, rows, "embedding tokens");
+    require_numel(wpe, std::min(rows, seq) * hidden, "embedding wpe");
     require_numel(out, rows * hidden, "embedding out");
     const std::int64_t vocab = wte.numel / hidden;
     s.enqueue_host([=] {
+      Fp32In wtef(wte, vocab * hidden), wpef(wpe, std::min(rows, seq) * hidden);
+      Fp32Out outf(out, rows * hidden, Start::Undefined);
       for (std::int64_t n = 0; n < rows; ++n) {
         std::int32_t t = tokens.i32()[n];
         if (t < 0 || t >= vocab)
           throw RuntimeFailure("embedding: token id " + std::to_string(t) +
                                " outside the vocabulary of " + std::to_string(vocab));
-        const float* e = wte.f32() + t * hidden;
-        const float* p = wpe.f32() + (n % seq) * hidden;
-        float* o = out.f32() + n * hidden;
+        const float* e = wtef.get() + t * hidden;
+        const float* p = wpef.get() + (n % seq) * hidden;
+        float* o = outf.get() + n * hidden;
         for (std::int64_t j = 0; j < hidden; ++j) o[j] = e[j] + p[j];
       }
+      outf.commit();
     });
   }
   void embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                           TensorRef dwpe, std::int64_t rows, std::int64_t seq,
                           std::int64_t hidden) override {
+    expect_types(
+        tokens.type == ElemType::I32 && floating(dout.type) && grad_of(dwte.type, dout.type) &&
+            grad_of(dwpe.type, dout.type),
+        "embedding_backward",
+        {{"tokens", tokens.type}, {"dout", dout.type}, {"dwte", dwte.type}, {"dwpe", dwpe.type}},
+        "tokens are i32; dout is the compute type T; dwte, dwpe are T or f32");
+    require_numel(tokens, rows, "embedding_backward tokens");
+    require_numel(dout, rows * hidden, "embedding_backward dout");
+    require_numel(dwpe, std::min(rows, seq) * hidden, "embedding_backward dwpe");
+    const std::int64_t vocab = dwte.numel / hidden;
     s.enqueue_host([=] {
+      Fp32In df(dout, rows * hidden);
+      Fp32Out ef(dwte, vocab * hidden, Start::Current);
+      Fp32Out pf(dwpe, std::min(rows, seq) * hidden, Start::Current);
       for (std::int64_t n = 0; n < rows; ++n) {
         std::int32_t t = tokens.i32()[n];
-        const float* d = dout.f32() + n * hidden;
-        float* e = dwte.f32() + t * hidden;
-        float* p = dwpe.f32() + (n % seq) * hidden;
+        if (t < 0 || t >= vocab)
+          throw RuntimeFailure("embedding_backward: token id " + std::to_string(t) +
+                               " outside the vocabulary of " + std::to_string(vocab));
+        const float* d = df.get() + n * hidden;
+        float* e = ef.get() + t * hidden;
+        float* p = pf.get() + (n % seq) * hidden;
         for (std::int64_t j = 0; j < hidden; ++j) {
           e[j] += d[j];
           p[j] += d[j];
         }
       }
+      ef.commit();
+      pf.commit();
     });
   }
   void cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets, TensorRef losses,
                              TensorRef lse, std::int64_t rows, std::int64_t vocab) override {
+    expect_types(floating(logits.type) && targets.type == ElemType::I32 &&
+                     losses.type == ElemType::F32 && lse.type == ElemType::F32,
+                 "cross_entropy_forward",
+                 {{"logits", logits.type},
+                  {"targets", targets.type},
+                  {"losses", losses.type},
+                  {"lse", lse.type}},
+                 "logits are the compute type; targets are i32; losses, lse are f32");
     require_numel(logits, rows * vocab, "cross_entropy logits");
+    require_numel(targets, rows, "cross_entropy targets");
+    require_numel(losses, rows, "cross_entropy losses");
+    require_numel(lse, rows, "cross_entropy lse");
     s.enqueue_host([=] {
+      Fp32In lf(logits, rows * vocab);
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float* x = logits.f32() + r * vocab;
+        const float* x = lf.get() + r * vocab;
         float mx = *std::max_element(x, x + vocab);
         double z = 0;
         for (std::int64_t j = 0; j < vocab; ++j) z += std::exp(x[j] - mx);
@@ -550,18 +786,38 @@ class CpuDevice final : public Device {
   void cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets, TensorRef lse,
                               TensorRef dlogits, std::int64_t rows, std::int64_t vocab,
                               float grad_scale) override {
+    expect_types(all_are(logits.type, {dlogits.type}) && targets.type == ElemType::I32 &&
+                     lse.type == ElemType::F32,
+                 "cross_entropy_backward",
+                 {{"logits", logits.type},
+                  {"targets", targets.type},
+                  {"lse", lse.type},
+                  {"dlogits", dlogits.type}},
+                 "logits and dlogits share the compute type; targets are i32; lse is f32");
+    require_numel(logits, rows * vocab, "cross_entropy_backward logits");
+    require_numel(targets, rows, "cross_entropy_backward targets");
+    require_numel(lse, rows, "cross_entropy_backward lse");
+    require_numel(dlogits, rows * vocab, "cross_entropy_backward dlogits");
     s.enqueue_host([=] {
+      // Widened before dlogits is written: the two may alias. In F32 both are the same memory
+      // and each element is read before it is overwritten.
+      Fp32In lf(logits, rows * vocab);
+      Fp32Out df(dlogits, rows * vocab, Start::Undefined);
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float* x = logits.f32() + r * vocab;
-        float* d = dlogits.f32() + r * vocab;
+        const float* x = lf.get() + r * vocab;
+        float* d = df.get() + r * vocab;
         float l = lse.f32()[r];
         for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(x[j] - l) * grad_scale;
         d[targets.i32()[r]] -= grad_scale;
       }
+      df.commit();
     });
   }
   void adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
                   const AdamWParams& p) override {
+    expect_types(all_are(ElemType::F32, {param.type, grad.type, m.type, v.type}), "adamw_step",
+                 {{"param", param.type}, {"grad", grad.type}, {"m", m.type}, {"v", v.type}},
+                 "master weights, gradient shard and moments are all f32");
     require_numel(grad, param.numel, "adamw grad");
     require_numel(m, param.numel, "adamw m");
     require_numel(v, param.numel, "adamw v");

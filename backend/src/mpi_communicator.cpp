@@ -1,14 +1,24 @@
 // MPI communicator. Every MPI return code is checked (errors are set to return, not abort, so
 // that the failing rank can name the call before the job is torn down).
+//
+// bf16 / fp16: MPI has no 16-bit floating types, so each communicator commits one 2-byte
+// datatype per format (moving bytes is all that gathers and broadcasts need) and creates
+// commutative user reduction ops for them that widen to fp32, combine and round back. A sum
+// therefore rounds once per pairwise combine (R-1 roundings over R ranks, in MPI's order), not
+// once at the end as an fp32 reduction followed by one cast would.
 #include "cephalo/backend/mpi_communicator.hpp"
 
 // The C API only (CMake defines OMPI_SKIP_MPICXX): the C++ bindings are not warning-free.
 #include <mpi.h>
 
+#include <array>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 
+#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
 
 #define CEPHALO_MPI(call) ::cephalo::backend::check_mpi((call), #call, __FILE__, __LINE__)
@@ -48,18 +58,25 @@ bool MpiRuntime::launched_by_mpirun() {
 
 namespace {
 
-MPI_Datatype mpi_type(ElemType t) {
-  switch (t) {
-    case ElemType::F32:
-      return MPI_FLOAT;
-    case ElemType::I32:
-      return MPI_INT32_T;
-    case ElemType::F16:
-    case ElemType::BF16:
-      break;
-  }
-  throw RuntimeFailure(std::string("mpi communicator: element type ") + to_string(t) +
-                       " unsupported (the CPU backend communicates fp32)");
+// The fp32 combine of two already-widened elements. Max and Min propagate NaN from either side
+// (a NaN gradient must not be hidden by a reduction).
+struct SumOf {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOf {
+  float operator()(float a, float b) const { return a > b || std::isnan(a) ? a : b; }
+};
+struct MinOf {
+  float operator()(float a, float b) const { return a < b || std::isnan(a) ? a : b; }
+};
+
+// MPI_User_function for a 2-byte floating format: inout[i] = round(in[i] (op) inout[i]).
+template <float (*Widen)(std::uint16_t), std::uint16_t (*Round)(float), class Combine>
+void combine_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  const Combine combine;
+  for (int i = 0; i < *len; ++i) b[i] = Round(combine(Widen(a[i]), Widen(b[i])));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -96,11 +113,22 @@ class MpiCommunicator final : public Communicator {
     CEPHALO_MPI(MPI_Comm_set_errhandler(host_comm_, MPI_ERRORS_RETURN));
     CEPHALO_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     CEPHALO_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    for (MPI_Datatype* t : {&bf16_type_, &f16_type_}) {
+      CEPHALO_MPI(MPI_Type_contiguous(1, MPI_UINT16_T, t));
+      CEPHALO_MPI(MPI_Type_commit(t));
+    }
+    create_ops<bf16_to_float, float_to_bf16>(bf16_ops_);
+    create_ops<f16_to_float, float_to_f16>(f16_ops_);
   }
   ~MpiCommunicator() override {
+    // After MPI_Finalize every handle is gone already (and freeing one would be an error).
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
+      for (auto* ops : {&bf16_ops_, &f16_ops_})
+        for (MPI_Op& op : *ops) MPI_Op_free(&op);
+      MPI_Type_free(&bf16_type_);
+      MPI_Type_free(&f16_type_);
       MPI_Comm_free(&stream_comm_);
       MPI_Comm_free(&host_comm_);
     }
@@ -113,20 +141,21 @@ class MpiCommunicator final : public Communicator {
     expect(recv.numel == send.numel * size_ && recv.type == send.type,
            "all_gather: recv must hold size() * send elements of the same type");
     MPI_Comm c = stream_comm_;
+    MPI_Datatype t = datatype(send.type);
     s.enqueue_host([=] {
       int n = to_int(send.numel, "all_gather");
-      CEPHALO_MPI(
-          MPI_Allgather(send.data, n, mpi_type(send.type), recv.data, n, mpi_type(recv.type), c));
+      CEPHALO_MPI(MPI_Allgather(send.data, n, t, recv.data, n, t, c));
     });
   }
   void reduce_scatter(Stream& s, TensorRef send, TensorRef recv, ReduceOp op) override {
     expect(send.numel == recv.numel * size_ && recv.type == send.type,
            "reduce_scatter: send must hold size() * recv elements of the same type");
     MPI_Comm c = stream_comm_;
+    MPI_Datatype t = datatype(send.type);
+    MPI_Op o = reduction(send.type, op);
     s.enqueue_host([=] {
       int n = to_int(recv.numel, "reduce_scatter");
-      CEPHALO_MPI(
-          MPI_Reduce_scatter_block(send.data, recv.data, n, mpi_type(send.type), mpi_op(op), c));
+      CEPHALO_MPI(MPI_Reduce_scatter_block(send.data, recv.data, n, t, o, c));
     });
   }
   void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
@@ -136,11 +165,13 @@ class MpiCommunicator final : public Communicator {
            "all_gather_v: send has " + std::to_string(send.numel) + " elements, counts[rank] " +
                std::to_string(counts[static_cast<std::size_t>(rank_)]));
     expect(recv.numel == total, "all_gather_v: recv must hold sum(counts) elements");
+    expect(recv.type == send.type, "all_gather_v: send and recv must share an element type");
     MPI_Comm c = stream_comm_;
+    MPI_Datatype t = datatype(send.type);
     const std::size_t me = static_cast<std::size_t>(rank_);
     s.enqueue_host([=, c32 = c32, displs = displs] {
-      CEPHALO_MPI(MPI_Allgatherv(send.data, c32[me], mpi_type(send.type), recv.data, c32.data(),
-                                 displs.data(), mpi_type(recv.type), c));
+      CEPHALO_MPI(
+          MPI_Allgatherv(send.data, c32[me], t, recv.data, c32.data(), displs.data(), t, c));
     });
   }
   void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
@@ -149,25 +180,28 @@ class MpiCommunicator final : public Communicator {
     expect(send.numel == total, "reduce_scatter_v: send must hold sum(counts) elements");
     expect(recv.numel == counts[static_cast<std::size_t>(rank_)],
            "reduce_scatter_v: recv must hold counts[rank] elements");
+    expect(recv.type == send.type, "reduce_scatter_v: send and recv must share an element type");
     MPI_Comm c = stream_comm_;
+    MPI_Datatype t = datatype(send.type);
+    MPI_Op o = reduction(send.type, op);
     s.enqueue_host([=, c32 = c32] {
-      CEPHALO_MPI(
-          MPI_Reduce_scatter(send.data, recv.data, c32.data(), mpi_type(send.type), mpi_op(op), c));
+      CEPHALO_MPI(MPI_Reduce_scatter(send.data, recv.data, c32.data(), t, o, c));
     });
   }
   void all_reduce(Stream& s, TensorRef data, ReduceOp op) override {
     MPI_Comm c = stream_comm_;
+    MPI_Datatype t = datatype(data.type);
+    MPI_Op o = reduction(data.type, op);
     s.enqueue_host([=] {
-      CEPHALO_MPI(MPI_Allreduce(MPI_IN_PLACE, data.data, to_int(data.numel, "all_reduce"),
-                                mpi_type(data.type), mpi_op(op), c));
+      CEPHALO_MPI(
+          MPI_Allreduce(MPI_IN_PLACE, data.data, to_int(data.numel, "all_reduce"), t, o, c));
     });
   }
   void broadcast(Stream& s, TensorRef data, int root) override {
     MPI_Comm c = stream_comm_;
-    s.enqueue_host([=] {
-      CEPHALO_MPI(
-          MPI_Bcast(data.data, to_int(data.numel, "broadcast"), mpi_type(data.type), root, c));
-    });
+    MPI_Datatype t = datatype(data.type);
+    s.enqueue_host(
+        [=] { CEPHALO_MPI(MPI_Bcast(data.data, to_int(data.numel, "broadcast"), t, root, c)); });
   }
 
   void all_reduce_host(double* values, int count, ReduceOp op) override {
@@ -186,6 +220,38 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Created once per communicator (after MPI_Init, freed before MPI_Finalize by the destructor)
+  // and indexed by ReduceOp (Sum, Max, Min). Commutative: MPI may combine in any order.
+  template <float (*Widen)(std::uint16_t), std::uint16_t (*Round)(float)>
+  static void create_ops(std::array<MPI_Op, 3>& ops) {
+    CEPHALO_MPI(MPI_Op_create(&combine_16bit<Widen, Round, SumOf>, 1,
+                              &ops[static_cast<std::size_t>(ReduceOp::Sum)]));
+    CEPHALO_MPI(MPI_Op_create(&combine_16bit<Widen, Round, MaxOf>, 1,
+                              &ops[static_cast<std::size_t>(ReduceOp::Max)]));
+    CEPHALO_MPI(MPI_Op_create(&combine_16bit<Widen, Round, MinOf>, 1,
+                              &ops[static_cast<std::size_t>(ReduceOp::Min)]));
+  }
+  MPI_Datatype datatype(ElemType t) const {
+    switch (t) {
+      case ElemType::F32:
+        return MPI_FLOAT;
+      case ElemType::I32:
+        return MPI_INT32_T;
+      case ElemType::F16:
+        return f16_type_;
+      case ElemType::BF16:
+        return bf16_type_;
+    }
+    throw RuntimeFailure("mpi communicator: unknown element type " +
+                         std::to_string(static_cast<int>(t)));
+  }
+  // MPI's built-in ops for f32/i32; the widening user ops for the 16-bit formats.
+  MPI_Op reduction(ElemType t, ReduceOp op) const {
+    if (t == ElemType::BF16) return bf16_ops_[static_cast<std::size_t>(op)];
+    if (t == ElemType::F16) return f16_ops_[static_cast<std::size_t>(op)];
+    return mpi_op(op);
+  }
+
   struct Layout {
     std::vector<int> counts;
     std::vector<int> displs;
@@ -206,6 +272,10 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm stream_comm_ = MPI_COMM_NULL;
   MPI_Comm host_comm_ = MPI_COMM_NULL;
+  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
+  MPI_Datatype f16_type_ = MPI_DATATYPE_NULL;
+  std::array<MPI_Op, 3> bf16_ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  std::array<MPI_Op, 3> f16_ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   int rank_ = 0;
   int size_ = 1;
 };

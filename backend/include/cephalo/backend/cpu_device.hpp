@@ -1,7 +1,9 @@
 #pragma once
-// The CPU implementation of Device: fp32 kernels on Eigen, a compute "stream" that runs inline
-// on the calling thread, and worker threads for the comm and copy streams (so collectives
-// overlap compute, as CUDA streams do). Memory is the process heap, accounted per space.
+// The CPU implementation of Device: fp32 kernels on Eigen (bf16 / fp16 tensors are widened to
+// fp32 and rounded back once per output, device.hpp's element-type contract), a compute
+// "stream" that runs inline on the calling thread, and worker threads for the comm and copy
+// streams (so collectives overlap compute, as CUDA streams do). Memory is the process heap,
+// accounted per space.
 #include <memory>
 
 #include "cephalo/backend/device.hpp"

@@ -1,0 +1,49 @@
+// The MPI communicator's bf16 / fp16 collectives across three real processes: runs
+// mpi_collectives_check (which compares every result with fp32 references on every rank) under
+// mpirun, and once with an injected mismatch to show that the check reports one.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string output;
+};
+
+// `mpirun -np 3 mpi_collectives_check ARGS` (stdout and stderr together) under a hard timeout,
+// so a hung collective fails the test instead of the CI.
+Outcome run_check(const std::string& args) {
+  const std::string cmd =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 ") +
+      CEPHALO_MPIEXEC + " --oversubscribe --allow-run-as-root -np 3 " +
+      CEPHALO_MPI_COLLECTIVES_CHECK + " " + args + " 2>&1";
+  Outcome out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) out.output += buf.data();
+  const int status = pclose(pipe);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(MpiCollectives, Bf16AndF16AgreeWithFp32ReferencesOnThreeRanks) {
+  const Outcome o = run_check("");
+  EXPECT_EQ(o.code, 0) << o.output;
+  // 2 types x (all_gather_v, all_gather, broadcast + 3 ops x 3 reductions) = 24 checks.
+  EXPECT_NE(o.output.find("24 checks on 3 ranks, all agree"), std::string::npos) << o.output;
+}
+
+TEST(MpiCollectives, AMismatchIsReported) {
+  const Outcome o = run_check("--corrupt");
+  EXPECT_EQ(o.code, 1) << o.output;
+  EXPECT_NE(o.output.find("rank 1: mismatch in all_gather_v bf16"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("1 mismatches"), std::string::npos) << o.output;
+}
+
+}  // namespace
