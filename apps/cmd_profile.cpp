@@ -57,7 +57,8 @@ struct ProfileArgs {
   std::string model;
   int seq = 0;
   std::string micro_batches = "1..4";
-  std::string as_gpu;  // catalog name recorded in the rows (default: CPU-core / the GPU)
+  std::string as_gpu;          // catalog name recorded in the rows (default: CPU-core / the GPU)
+  std::string dtype = "fp32";  // compute type of parameters and activations (as a job's)
   int threads = 1;
   int repeats = 5;
   int warmup = 1;
@@ -205,23 +206,20 @@ class Profiler {
     return {summarise(ms, args_.statistic), stddev(ms)};
   }
 
-  Buffer random_f32(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
+  // Normal(0, scale) values in `type` (generated in fp32, cast on the device).
+  Buffer random(std::int64_t n, std::uint64_t seed, float scale = 1.0f,
+                ElemType type = ElemType::F32) {
     std::vector<float> host(static_cast<std::size_t>(n));
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.0f, scale);
     for (float& x : host) x = dist(rng);
-    Buffer b = dev_.allocate(static_cast<std::size_t>(n), ElemType::F32);
-    dev_.upload(b.ref(), host.data(), host.size() * sizeof(float));
-    return b;
+    return upload(host, type);
   }
-  Buffer unit_params(const backend::GptModel& model, int unit) {
-    auto host = model.initial_unit(unit);
-    Buffer b = dev_.allocate(host.size(), ElemType::F32);
-    dev_.upload(b.ref(), host.data(), host.size() * sizeof(float));
-    return b;
+  Buffer unit_params(const backend::GptModel& model, int unit, ElemType type) {
+    return upload(model.initial_unit(unit), type);
   }
-  Buffer zeros(std::int64_t n) {
-    Buffer b = dev_.allocate(static_cast<std::size_t>(n), ElemType::F32);
+  Buffer zeros(std::int64_t n, ElemType type = ElemType::F32) {
+    Buffer b = dev_.allocate(static_cast<std::size_t>(n), type);
     dev_.fill(dev_.stream(StreamKind::Compute), b.ref(), 0.0f);
     return b;
   }
@@ -239,6 +237,17 @@ class Profiler {
   backend::Communicator* comm() { return comm_; }
 
  private:
+  Buffer upload(const std::vector<float>& host, ElemType type) {
+    Buffer wide = dev_.allocate(host.size(), ElemType::F32);
+    dev_.upload(wide.ref(), host.data(), host.size() * sizeof(float));
+    if (type == ElemType::F32) return wide;
+    Buffer b = dev_.allocate(host.size(), type);
+    auto& cs = dev_.stream(StreamKind::Compute);
+    dev_.cast(cs, wide.ref(), b.ref());
+    cs.synchronize();
+    return b;
+  }
+
   Device& dev_;
   backend::Communicator* comm_;
   const ProfileArgs& args_;
@@ -288,6 +297,13 @@ void run_profile(const ProfileArgs& a) {
                                             std::to_string(spec.max_positions) + "), got " +
                                             std::to_string(a.seq));
   const backend::GptConfig cfg = backend::GptConfig::from_spec(spec, a.seq);
+  const auto dtype = parse_dtype(a.dtype);
+  if (!dtype)
+    throw CLI::ValidationError("--dtype",
+                               "expected fp32, tf32, bf16 or fp16, got \"" + a.dtype + "\"");
+  // Parameters and activations in the compute type, gradients in fp32 (a job's default reduce
+  // type), exactly as the executor runs such a job.
+  const ElemType ct = backend::elem_type_of(*dtype);
   const auto max_bytes = parse_quantity(a.max_collective_bytes, Quantity::Bytes);
   if (!max_bytes || *max_bytes < 64 * 1024)
     throw CLI::ValidationError("--max-bytes",
@@ -309,8 +325,9 @@ void run_profile(const ProfileArgs& a) {
   std::string gpu_name = a.as_gpu;
   if (a.device == "cuda") {
 #ifdef CEPHALO_HAVE_CUDA
-    cuda::CudaDeviceOptions o;  // fp32 GEMMs without TF32: the rows are recorded as fp32
+    cuda::CudaDeviceOptions o;
     o.device = cuda::local_device_index();
+    o.allow_tf32 = *dtype == Dtype::TF32;  // fp32 rows are measured without tensor-core TF32
     device = cuda::make_cuda_device(o);
     if (world > 1) nccl = cuda::make_nccl_communicator(*device, *mpi_comm);
 #else
@@ -341,19 +358,21 @@ void run_profile(const ProfileArgs& a) {
       std::to_string(world) + " rank(s), recorded as " + dspec.name);
 
   // ---- compute: one layer, the embedding, the head, per micro-batch size ----
-  Buffer layer_params = prof.unit_params(model, 1);
+  if (!dev.supports(ct))
+    throw InfeasibleError("device " + dev.name() + " cannot compute in " + a.dtype);
+  Buffer layer_params = prof.unit_params(model, 1, ct);
   Buffer layer_grads = prof.zeros(model.unit_numel(1));
-  Buffer emb_params = prof.unit_params(model, 0);
+  Buffer emb_params = prof.unit_params(model, 0, ct);
   Buffer emb_grads = prof.zeros(model.unit_numel(0));
-  Buffer head_params = prof.unit_params(model, model.head_unit());
+  Buffer head_params = prof.unit_params(model, model.head_unit(), ct);
   Buffer head_grads = prof.zeros(model.unit_numel(model.head_unit()));
   std::vector<Point> layer_pts, emb_pts, head_pts;
   const float grad_scale = 1.0f / static_cast<float>(cfg.seq * 64);
   for (int m : micro_batches) {
     const std::int64_t rows = static_cast<std::int64_t>(m) * cfg.seq;
     const std::int64_t n = rows * cfg.hidden;
-    Buffer x = prof.random_f32(n, 11 + static_cast<std::uint64_t>(m));
-    Buffer y = prof.zeros(n), dy = prof.random_f32(n, 97, 1e-3f), dx = prof.zeros(n);
+    Buffer x = prof.random(n, 11 + static_cast<std::uint64_t>(m), 1.0f, ct);
+    Buffer y = prof.zeros(n, ct), dy = prof.random(n, 97, 1e-3f, ct), dx = prof.zeros(n, ct);
     Buffer tok = prof.tokens(cfg, m, false), tgt = prof.tokens(cfg, m, true);
     backend::LayerActivations acts, acts2;
     Point lp{m, {}, {}, {}};
@@ -396,7 +415,7 @@ void run_profile(const ProfileArgs& a) {
     const double total = static_cast<double>(model.total_parameters());
     for (double frac : {0.125, 0.25, 0.5, 1.0}) {
       const auto n = static_cast<std::int64_t>(std::max(1.0, std::round(total * frac)));
-      Buffer p = prof.random_f32(n, 5, 0.02f), g = prof.random_f32(n, 6, 1e-3f);
+      Buffer p = prof.random(n, 5, 0.02f), g = prof.random(n, 6, 1e-3f);
       Buffer mom = prof.zeros(n), var = prof.zeros(n);
       std::int64_t step = 0;
       Sample s = prof.time_compute([&] {
@@ -414,7 +433,7 @@ void run_profile(const ProfileArgs& a) {
   Json copies = Json::array();
   for (double bytes = 64 * 1024; bytes <= max_coll_bytes; bytes *= 4) {
     const auto n = static_cast<std::int64_t>(bytes / 4);
-    Buffer d = prof.random_f32(n, 9);
+    Buffer d = prof.random(n, 9);
     Buffer h =
         dev.allocate(static_cast<std::size_t>(n), ElemType::F32, backend::MemorySpace::PinnedHost);
     auto& copy = dev.stream(StreamKind::Copy);
@@ -457,8 +476,8 @@ void run_profile(const ProfileArgs& a) {
         acc += counts[static_cast<std::size_t>(r)];
       }
       const std::int64_t mine = counts[static_cast<std::size_t>(rank)];
-      Buffer full = prof.random_f32(total, 21 + static_cast<std::uint64_t>(rank));
-      Buffer part = prof.random_f32(std::max(even, mine), 31);
+      Buffer full = prof.random(total, 21 + static_cast<std::uint64_t>(rank));
+      Buffer part = prof.random(std::max(even, mine), 31);
       struct Case {
         const char* kind;
         bool uneven;
@@ -509,7 +528,8 @@ void run_profile(const ProfileArgs& a) {
   }
 
   if (!lead) return;
-  Json row = {{"model", spec.name}, {"gpu", dspec.name}, {"seq", a.seq}, {"dtype", "fp32"}};
+  Json row = {
+      {"model", spec.name}, {"gpu", dspec.name}, {"seq", a.seq}, {"dtype", to_string(*dtype)}};
   Json lj = Json::array(), ej = Json::array(), hj = Json::array();
   for (const auto& p : layer_pts) lj.push_back(point_json(p, true, a.repeats));
   for (const auto& p : emb_pts) ej.push_back(point_json(p, false, a.repeats));
@@ -652,6 +672,8 @@ void add_profile_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--as", a->as_gpu,
                   "catalog device the rows are recorded under (default: cpu for --device cpu)");
+  cmd->add_option("--dtype", a->dtype, "compute type of the layer timings: fp32, tf32, bf16, fp16")
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads per rank")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "timed calls per point (median)")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed calls before each point")->capture_default_str();

@@ -30,6 +30,7 @@ struct RunArgs {
   int checkpoint_every = 0;
   int threads = 0;
   std::uint64_t seed = 42;
+  double loss_scale = 65536.0;  // initial dynamic loss scale (fp16 jobs only)
   bool json = false;
 };
 
@@ -129,9 +130,10 @@ void run(RunArgs& a) {
         "toolkit and NCCL; see backend/cuda/)");
 #endif
   if (rank == 0) {
-    if (sc.job.precision.compute != Dtype::FP32 && sc.job.precision.compute != Dtype::TF32)
-      std::cerr << "note: the CPU device computes in fp32 (the job asks for "
-                << to_string(sc.job.precision.compute) << ")\n";
+    if (a.device != "cuda" && sc.job.precision.compute != Dtype::FP32 &&
+        sc.job.precision.compute != Dtype::TF32)
+      std::cerr << "note: the CPU device stores " << to_string(sc.job.precision.compute)
+                << " and computes in fp32, rounding every output (slower than fp32 on CPU)\n";
     if (sc.cluster.emulated())
       std::cerr << "note: EMULATION: ranks with a slowdown factor hold their compute stream "
                    "(factor - 1)x each op's measured time\n";
@@ -158,6 +160,7 @@ void run(RunArgs& a) {
   backend::ExecutorOptions eopt;
   eopt.data_seed = a.seed;
   eopt.slowdown = me.slot->slowdown;
+  eopt.loss_scale_init = a.loss_scale;
   if (failure && failure->rank == rank) {
     eopt.fail_at_step = failure->step;
     eopt.fail_by_kill = failure->kill;
@@ -177,17 +180,24 @@ void run(RunArgs& a) {
         std::cerr << "resumed from " << a.resume << " at step " << exec.next_step() << "\n";
     }
     std::vector<backend::StepResult> steps;
-    TextTable table({"step", "loss", "step time", "samples/s", "tokens/s"});
+    const bool fp16 = sc.job.precision.compute == Dtype::FP16;
+    std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
+    if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
+    TextTable table(columns);
     while (exec.next_step() < a.steps) {
       step_now = exec.next_step();
       auto r = exec.run_step();
       steps.push_back(r);
-      table.add_row({std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
-                     fixed(r.samples_per_s, 1),
-                     fixed(r.samples_per_s * sc.job.sequence_length, 0)});
+      std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5),
+                                   format_seconds(r.time_s), fixed(r.samples_per_s, 1),
+                                   fixed(r.samples_per_s * sc.job.sequence_length, 0)};
+      if (fp16) row.insert(row.end(), {fixed(r.loss_scale, 0), r.skipped ? "skipped" : "applied"});
+      table.add_row(row);
       if (rank == 0 && !a.json)
         std::cerr << "step " << r.step << "  loss " << fixed(r.loss, 5) << "  "
-                  << format_seconds(r.time_s) << "\n";
+                  << format_seconds(r.time_s)
+                  << (r.skipped ? "  (fp16 overflow: update skipped, loss scale lowered)" : "")
+                  << "\n";
       if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0 &&
           exec.next_step() % a.checkpoint_every == 0)
         exec.save_checkpoint(a.checkpoint_dir);
@@ -234,7 +244,9 @@ void run(RunArgs& a) {
         js.push_back({{"step", r.step},
                       {"loss", r.loss},
                       {"time_s", r.time_s},
-                      {"samples_per_s", r.samples_per_s}});
+                      {"samples_per_s", r.samples_per_s},
+                      {"loss_scale", r.loss_scale},
+                      {"update_skipped", r.skipped}});
       Json out = {{"scenario", sc.name},
                   {"plan", a.plan},
                   {"device", device->kind()},
@@ -287,6 +299,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--threads", a.threads, "CPU threads per rank (default: cluster spec or 1)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--seed", a.seed, "Seed of the synthetic token stream");
+  cmd->add_option("--loss-scale", a.loss_scale,
+                  "Initial dynamic loss scale of fp16 jobs (halved on overflow, doubled after "
+                  "2000 clean steps)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   // Testing hooks, not shown in --help.
   cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
   cmd->add_option("--dump-params", a.dump_params, "")->group("");

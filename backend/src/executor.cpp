@@ -70,9 +70,16 @@ struct Executor::Impl {
   int ranks = 1;
   int units = 0;
   std::int64_t rows_per_sample = 0;
+  ElemType compute_type = ElemType::F32;  // gathered parameters, activations, input gradients
+  ElemType reduce_type = ElemType::F32;   // unit gradients, reduce-scatter, gradient shard
+  bool loss_scaling = false;              // fp16 compute: dynamic loss scaling
+  double loss_scale = 1.0;
+  int clean_steps = 0;  // consecutive steps without overflow (growth of the loss scale)
+  bool last_skipped = false;
+  double last_loss_scale = 1.0;
 
   // Sharded training state, per unit: owned slice of the flat fp32 parameters, its gradient
-  // accumulator and the AdamW moments.
+  // accumulator (reduce type) and the fp32 AdamW moments.
   std::vector<std::vector<std::int64_t>> offsets;  // per unit: rank -> start (size ranks+1)
   std::vector<Buffer> param, grad, m, v;
   std::int64_t adam_step = 0;
@@ -116,13 +123,32 @@ struct Executor::Impl {
                            std::to_string(graph.summary().num_units) + " units, the model " +
                            std::to_string(units));
     rows_per_sample = model.config().seq;
+    const Precision& prec = scenario.job.precision;
+    if (prec.params != Dtype::FP32)
+      throw InfeasibleError(
+          "the executor keeps fp32 master weights and AdamW state; the job asks "
+          "for precision.params = " +
+          to_string(prec.params) + " (use fp32)");
+    compute_type = elem_type_of(prec.compute);
+    reduce_type = elem_type_of(prec.reduce);
+    for (ElemType t : {compute_type, reduce_type})
+      if (!dev.supports(t))
+        throw InfeasibleError("device " + dev.name() + " cannot compute in " + to_string(t));
+    loss_scaling = compute_type == ElemType::F16;
+    loss_scale = loss_scaling ? opt.loss_scale_init : 1.0;
+    if (loss_scaling &&
+        !(opt.loss_scale_init > 0 && opt.loss_scale_backoff > 0 && opt.loss_scale_backoff < 1 &&
+          opt.loss_scale_growth >= 1 && opt.loss_scale_growth_interval >= 1))
+      throw RuntimeFailure(
+          "executor: invalid loss-scaling options (init > 0, 0 < backoff < 1, "
+          "growth >= 1, growth interval >= 1)");
     std::vector<double> shares;
     for (const auto& r : plan.ranks) shares.push_back(r.state_share);
     for (int u = 0; u < units; ++u) {
       offsets.push_back(shard_offsets(model.unit_numel(u), shares));
       const std::int64_t n = owned(u);
       param.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::F32));
-      grad.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::F32));
+      grad.push_back(dev.allocate(static_cast<std::size_t>(n), reduce_type));
       m.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::F32));
       v.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::F32));
       auto init = model.initial_unit(u);
@@ -163,9 +189,11 @@ struct Executor::Impl {
   std::int64_t rows(int mb) const {
     return mb_sizes[static_cast<std::size_t>(mb)] * rows_per_sample;
   }
-  Buffer f32(std::int64_t n, MemorySpace space = MemorySpace::Device) {
-    return dev.allocate(static_cast<std::size_t>(n), ElemType::F32, space);
+  Buffer f32(std::int64_t n) { return dev.allocate(static_cast<std::size_t>(n), ElemType::F32); }
+  Buffer activation(std::int64_t n) {
+    return dev.allocate(static_cast<std::size_t>(n), compute_type);
   }
+  Buffer gradient(std::int64_t n) { return dev.allocate(static_cast<std::size_t>(n), reduce_type); }
 
   void retire(Buffer b, Stream& s) {
     if (!b) return;
@@ -178,20 +206,30 @@ struct Executor::Impl {
     while (!retired.empty() && retired.front().done->query()) retired.pop_front();
   }
 
-  // Gather a unit's shard into `full` (slice of length unit_numel) on the comm stream.
-  void gather_unit(Stream& s, int u, TensorRef full) {
+  // Gather unit u's shards of `state` (param or grad) into `full` (unit_numel elements, of
+  // full's element type) on stream `s`. A shard of another type is cast into a transient send
+  // buffer first (FSDP mixed precision: the fp32 master shard travels in the compute type).
+  void gather_unit(Stream& s, int u, const std::vector<Buffer>& state, TensorRef full) {
     auto c = counts(u);
+    TensorRef shard = state[u].slice(0, owned(u));
+    Buffer send;
+    if (shard.type != full.type) {
+      send = dev.allocate(static_cast<std::size_t>(owned(u)), full.type);
+      if (owned(u)) dev.cast(s, shard, send.ref());
+      shard = send.ref();
+    }
     // Even shards (equal counts) take the even collective (MPI_Allgather / ncclAllGather);
     // anything else the -v variant (MPI_Allgatherv / grouped broadcasts on NCCL).
     if (std::adjacent_find(c.begin(), c.end(), std::not_equal_to<>()) == c.end())
-      comm.all_gather(s, param[u].slice(0, owned(u)), full);
+      comm.all_gather(s, shard, full);
     else
-      comm.all_gather_v(s, param[u].slice(0, owned(u)), full, c);
+      comm.all_gather_v(s, shard, full, c);
+    retire(std::move(send), s);
   }
   // Reduce a full gradient onto the owners and add it into this rank's accumulator.
   void reduce_unit(Stream& s, int u, TensorRef full) {
     auto c = counts(u);
-    Buffer tmp = f32(owned(u));
+    Buffer tmp = gradient(owned(u));
     if (std::adjacent_find(c.begin(), c.end(), std::not_equal_to<>()) == c.end())
       comm.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
     else
@@ -231,11 +269,11 @@ struct Executor::Impl {
   void ensure_phase_grads(const tr::Op& op) {
     if (phase_grad.count(op.phase)) return;
     auto& cs = dev.stream(StreamKind::Compute);
-    Buffer g = f32(model.unit_numel(op.unit));
+    Buffer g = gradient(model.unit_numel(op.unit));
     dev.fill(cs, g.ref(), 0.0f);
     phase_grad[op.phase] = std::move(g);
     if (op.unit == model.head_unit()) {
-      Buffer e = f32(model.unit_numel(0));
+      Buffer e = gradient(model.unit_numel(0));
       dev.fill(cs, e.ref(), 0.0f);
       phase_emb_grad[op.phase] = std::move(e);
     }
@@ -244,8 +282,9 @@ struct Executor::Impl {
   void run_compute(const tr::Op& op) {
     const int u = op.unit, mb = op.micro_batch;
     const bool head = u == model.head_unit();
-    const float grad_scale =
-        1.0f / static_cast<float>(static_cast<double>(plan.global_batch()) * rows_per_sample);
+    // Mean token loss over the global batch, times the fp16 loss scale.
+    const float grad_scale = static_cast<float>(
+        loss_scale / (static_cast<double>(plan.global_batch()) * rows_per_sample));
     switch (op.kind) {
       case tr::OpKind::Forward: {
         if (head) {
@@ -254,7 +293,7 @@ struct Executor::Impl {
               boundary[u][mb].ref(), targets[mb].ref(), rows(mb), 0.0f, {}, {}, {});
           break;
         }
-        Buffer y = f32(rows(mb) * model.config().hidden);
+        Buffer y = activation(rows(mb) * model.config().hidden);
         if (u == 0)
           model.embedding_forward(dev, unit_params(op.phase, 0), tokens[mb].ref(), y.ref(),
                                   rows(mb));
@@ -267,7 +306,7 @@ struct Executor::Impl {
       case tr::OpKind::Recompute: {
         // The embedding needs nothing saved; the head recomputes inside its backward op.
         if (u >= 1 && !head) {
-          Buffer y = f32(rows(mb) * model.config().hidden);
+          Buffer y = activation(rows(mb) * model.config().hidden);
           model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(),
                               recomputed[mb], rows(mb));
           retire(std::move(y), dev.stream(StreamKind::Compute));
@@ -278,7 +317,7 @@ struct Executor::Impl {
         ensure_phase_grads(op);
         auto& cs = dev.stream(StreamKind::Compute);
         if (head) {
-          Buffer dx = f32(rows(mb) * model.config().hidden);
+          Buffer dx = activation(rows(mb) * model.config().hidden);
           model.head_forward_backward(
               dev, unit_params(op.phase, u), embedding_params_for_head(op.phase),
               boundary[u][mb].ref(), targets[mb].ref(), rows(mb), grad_scale, dx.ref(),
@@ -286,7 +325,7 @@ struct Executor::Impl {
           dgrad[mb] = std::move(dx);
           retire(std::move(boundary[u][mb]), cs);
         } else if (u >= 1) {
-          Buffer dx = f32(rows(mb) * model.config().hidden);
+          Buffer dx = activation(rows(mb) * model.config().hidden);
           model.layer_backward(dev, unit_params(op.phase, u), phase_grad.at(op.phase).ref(),
                                boundary[u][mb].ref(), recomputed[mb], dgrad[mb].ref(), dx.ref(),
                                rows(mb));
@@ -301,21 +340,78 @@ struct Executor::Impl {
         }
         break;
       }
-      case tr::OpKind::OptimizerStep: {
-        dev.stream(StreamKind::Comm).synchronize();  // every reduce-scatter has landed
-        ++adam_step;
-        const auto& o = scenario.job.optimizer;
-        AdamWParams p{static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
-                      static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
-                      static_cast<float>(o.weight_decay),  adam_step};
-        auto& cs = dev.stream(StreamKind::Compute);
-        for (int uu = 0; uu < units; ++uu)
-          if (owned(uu))
-            dev.adamw_step(cs, param[uu].ref(), grad[uu].ref(), m[uu].ref(), v[uu].ref(), p);
+      case tr::OpKind::OptimizerStep:
+        optimizer_step();
         break;
-      }
       default:
         throw RuntimeFailure("executor: op " + graph.op_name(op.id) + " is not a compute op");
+    }
+  }
+
+  // True when any rank's gradient shard holds an inf or NaN (collective, blocking): the sum of
+  // a shard is finite exactly when every element is (overflow cannot come from summing
+  // gradients that are themselves far below fp32's range).
+  bool gradients_overflowed() {
+    auto& cs = dev.stream(StreamKind::Compute);
+    Buffer sums = f32(units);
+    for (int u = 0; u < units; ++u) {
+      if (owned(u))
+        dev.sum(cs, grad[u].slice(0, owned(u)), sums.slice(u, 1));
+      else
+        dev.fill(cs, sums.slice(u, 1), 0.0f);
+    }
+    cs.synchronize();
+    std::vector<float> host(static_cast<std::size_t>(units));
+    dev.download(host.data(), sums.ref(), host.size() * sizeof(float));
+    double bad = 0;
+    for (float x : host)
+      if (!std::isfinite(x)) bad = 1;
+    comm.all_reduce_host(&bad, 1, ReduceOp::Max);
+    return bad > 0;
+  }
+
+  void optimizer_step() {
+    dev.stream(StreamKind::Comm).synchronize();  // every reduce-scatter has landed
+    last_loss_scale = loss_scale;
+    last_skipped = false;
+    if (loss_scaling) {
+      if (gradients_overflowed()) {
+        // Same decision on every rank (the flag was all-reduced), so shards stay consistent.
+        last_skipped = true;
+        loss_scale *= opt.loss_scale_backoff;
+        clean_steps = 0;
+        return;
+      }
+      if (++clean_steps >= opt.loss_scale_growth_interval) {
+        loss_scale *= opt.loss_scale_growth;
+        clean_steps = 0;
+      }
+    }
+    ++adam_step;
+    const auto& o = scenario.job.optimizer;
+    AdamWParams p{static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
+                  static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
+                  static_cast<float>(o.weight_decay),  adam_step};
+    auto& cs = dev.stream(StreamKind::Compute);
+    const float unscale = static_cast<float>(1.0 / last_loss_scale);
+    for (int u = 0; u < units; ++u) {
+      if (!owned(u)) continue;
+      // AdamW reads an fp32 gradient: a bf16/fp16 shard is widened, and a loss-scaled one
+      // unscaled, in a transient fp32 buffer (the shard itself stays as reduced, so
+      // gather_gradients sees one convention whatever the types).
+      Buffer wide;
+      TensorRef g = grad[u].slice(0, owned(u));
+      if (reduce_type != ElemType::F32 || unscale != 1.0f) {
+        wide = f32(owned(u));
+        if (reduce_type == ElemType::F32)
+          dev.copy(cs, wide.ref(), g);
+        else
+          dev.cast(cs, g, wide.ref());
+        g = wide.ref();
+      }
+      if (unscale != 1.0f) dev.scale(cs, g, unscale);
+      dev.adamw_step(cs, param[u].ref(), g, m[u].ref(), v[u].ref(), p);
+      retire(std::move(wide), cs);
     }
   }
 
@@ -328,9 +424,9 @@ struct Executor::Impl {
       case tr::OpKind::AllGatherV: {
         // The head's logits use the embedding's wte (tied), so its gather brings unit 0 too.
         const std::int64_t lead = head ? model.unit_numel(0) : 0;
-        Buffer full = f32(lead + model.unit_numel(u));
-        if (head) gather_unit(s, 0, full.slice(0, lead));
-        gather_unit(s, u, full.slice(lead, model.unit_numel(u)));
+        Buffer full = activation(lead + model.unit_numel(u));
+        if (head) gather_unit(s, 0, param, full.slice(0, lead));
+        gather_unit(s, u, param, full.slice(lead, model.unit_numel(u)));
         gathered[op.phase] = std::move(full);
         break;
       }
@@ -483,6 +579,8 @@ StepResult Executor::run_step() {
   r.loss = vals[0] / (static_cast<double>(I.plan.global_batch()) * I.rows_per_sample);
   r.time_s = slowest;
   r.samples_per_s = slowest > 0 ? I.plan.global_batch() / slowest : 0;
+  r.loss_scale = I.last_loss_scale;
+  r.skipped = I.last_skipped;
   ++step_;
   return r;
 }
@@ -604,13 +702,17 @@ std::vector<float> Executor::gather_full(bool gradients) {
   auto& I = *impl_;
   std::vector<float> out;
   auto& cs = I.dev.stream(StreamKind::Comm);
+  // Gradients are stored as reduced, i.e. still multiplied by the fp16 loss scale.
+  const double unscale = gradients ? 1.0 / I.last_loss_scale : 1.0;
   for (int u = 0; u < I.units; ++u) {
     Buffer full = I.f32(model_.unit_numel(u));
-    I.comm.all_gather_v(cs, (gradients ? I.grad[u] : I.param[u]).slice(0, I.owned(u)), full.ref(),
-                        I.counts(u));
+    I.gather_unit(cs, u, gradients ? I.grad : I.param, full.ref());
     cs.synchronize();
+    I.retired.clear();
     std::vector<float> host(static_cast<std::size_t>(full.numel()));
     I.dev.download(host.data(), full.ref(), host.size() * 4);
+    if (unscale != 1.0)
+      for (float& x : host) x = static_cast<float>(x * unscale);
     out.insert(out.end(), host.begin(), host.end());
   }
   return out;
@@ -669,6 +771,8 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
                      {"version", 1},
                      {"step", step_},
                      {"adam_step", I.adam_step},
+                     {"loss_scale", I.loss_scale},
+                     {"loss_scale_clean_steps", I.clean_steps},
                      {"data_seed", I.opt.data_seed},
                      {"ranks", I.ranks},
                      {"model",
@@ -699,6 +803,11 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
   r.integer("version", 1, 1);
   const int step = static_cast<int>(r.integer("step", 0));
   const std::int64_t adam_step = r.integer("adam_step", 0);
+  // fp16 loss-scaler state (absent in checkpoints of older builds: start afresh).
+  const double loss_scale = r.number_or("loss_scale", I.loss_scale);
+  if (!(loss_scale > 0)) r.child("loss_scale").fail("a positive loss scale");
+  const int clean_steps =
+      static_cast<int>(r.integer_or("loss_scale_clean_steps", I.clean_steps, 0, 1 << 30));
   r.integer("data_seed", 0);
   const int old_ranks = static_cast<int>(r.integer("ranks", 1, 1 << 20));
   auto model = r.child("model");
@@ -777,6 +886,11 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
     }
   }
   I.adam_step = adam_step;
+  // A loss scale only means something under fp16; a run resumed in another precision keeps 1.
+  if (I.loss_scaling) {
+    I.loss_scale = loss_scale;
+    I.clean_steps = clean_steps;
+  }
   step_ = step;
   I.comm.barrier();
 }

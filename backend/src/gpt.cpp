@@ -175,21 +175,23 @@ void GptModel::layer_forward(Device& d, TensorRef params, TensorRef x, TensorRef
   const std::int64_t C = config_.hidden, F = config_.ffn, N = rows;
   const AttentionShape shape{rows / config_.seq, config_.seq, config_.heads,
                              config_.hidden / config_.heads};
-  auto sized = [&](Buffer& b, std::int64_t n) {
-    if (b.numel() != n) b = d.allocate(static_cast<std::size_t>(n), ElemType::F32);
+  // Activations take the compute type of the input; statistics are always fp32 (device.hpp).
+  const ElemType T = x.type;
+  auto sized = [&](Buffer& b, std::int64_t n, ElemType type) {
+    if (b.numel() != n || b.type() != type) b = d.allocate(static_cast<std::size_t>(n), type);
   };
-  sized(a.ln1, N * C);
-  sized(a.ln1_mean, N);
-  sized(a.ln1_rstd, N);
-  sized(a.qkv, N * 3 * C);
-  sized(a.att, N * C);
-  sized(a.att_lse, shape.batch * shape.heads * shape.seq);
-  sized(a.mid, N * C);
-  sized(a.ln2, N * C);
-  sized(a.ln2_mean, N);
-  sized(a.ln2_rstd, N);
-  sized(a.fc, N * F);
-  sized(a.act, N * F);
+  sized(a.ln1, N * C, T);
+  sized(a.ln1_mean, N, ElemType::F32);
+  sized(a.ln1_rstd, N, ElemType::F32);
+  sized(a.qkv, N * 3 * C, T);
+  sized(a.att, N * C, T);
+  sized(a.att_lse, shape.batch * shape.heads * shape.seq, ElemType::F32);
+  sized(a.mid, N * C, T);
+  sized(a.ln2, N * C, T);
+  sized(a.ln2_mean, N, ElemType::F32);
+  sized(a.ln2_rstd, N, ElemType::F32);
+  sized(a.fc, N * F, T);
+  sized(a.act, N * F, T);
   const int u = 1;  // every layer has the same slot layout
   auto P = [&](int i) { return slot(params, u, i); };
   d.layer_norm_forward(s, x, P(LN1_G), P(LN1_B), a.ln1.ref(), a.ln1_mean.ref(), a.ln1_rstd.ref(), N,
@@ -220,9 +222,10 @@ void GptModel::layer_backward(Device& d, TensorRef params, TensorRef grads, Tens
                              config_.hidden / config_.heads};
   auto P = [&](int i) { return slot(params, 1, i); };
   auto G = [&](int i) { return slot(grads, 1, i); };
-  auto f32 = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), ElemType::F32); };
-  Buffer dmid = f32(N * C), dact = f32(N * F), dfc = f32(N * F), dln = f32(N * C), tmp = f32(N * C),
-         datt = f32(N * C), dqkv = f32(N * 3 * C);
+  // Input gradients are in the compute type of the activations.
+  auto act = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), x.type); };
+  Buffer dmid = act(N * C), dact = act(N * F), dfc = act(N * F), dln = act(N * C), tmp = act(N * C),
+         datt = act(N * C), dqkv = act(N * 3 * C);
   // MLP: y = mid + gelu(ln2(mid) W_fc + b_fc) W_out + b_out
   d.copy(s, dmid.ref(), dy.slice(0, N * C));
   d.gemm(s, Transpose::No, Transpose::Yes, N, F, C, 1.0f, dy, P(W_OUT), 0.0f, dact.ref());
@@ -260,7 +263,8 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
   const std::int64_t C = config_.hidden, V = config_.vocab, N = rows;
   const int hu = head_unit();
   auto f32 = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), ElemType::F32); };
-  Buffer h = f32(N * C), mean = f32(N), rstd = f32(N), logits = f32(N * V), losses = f32(N),
+  auto act = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), x.type); };
+  Buffer h = act(N * C), mean = f32(N), rstd = f32(N), logits = act(N * V), losses = f32(N),
          lse = f32(N), total = f32(1);
   TensorRef wte = slot(embedding_params, 0, 0);
   d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), h.ref(),
@@ -269,7 +273,7 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
   d.cross_entropy_forward(s, logits.ref(), targets, losses.ref(), lse.ref(), N, V);
   d.sum(s, losses.ref(), total.ref());
   if (!dx.empty()) {
-    Buffer dh = f32(N * C);
+    Buffer dh = act(N * C);
     d.cross_entropy_backward(s, logits.ref(), targets, lse.ref(), logits.ref(), N, V, grad_scale);
     d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, logits.ref(), wte, 0.0f, dh.ref());
     d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, logits.ref(), h.ref(), 1.0f,

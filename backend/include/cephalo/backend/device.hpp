@@ -21,10 +21,24 @@
 // units, gradients, activations, optimizer state). Buffers are RAII and free on destruction.
 //
 // Kernels: row-major, contiguous. All take a Stream (CPU ignores it for compute kernels, which
-// run inline) and TensorRef views. Floating tensors of one call share one element type unless
-// the signature says otherwise; accumulation is always fp32. Kernels named "..._backward" that
-// produce parameter gradients ACCUMULATE into them (+=), because gradients of one layer are
-// summed over micro-batches; input gradients are OVERWRITTEN.
+// run inline) and TensorRef views. Kernels named "..._backward" that produce parameter
+// gradients ACCUMULATE into them (+=), because gradients of one layer are summed over
+// micro-batches; input gradients are OVERWRITTEN.
+//
+// Element types (mixed precision, the same contract on every device). A call has one
+// "compute type" T in {F32, BF16, F16}: activations, gathered parameters, input gradients and
+// logits are T. Arithmetic is fp32 whatever T is; each output element is rounded to its storage
+// type once per call. Exceptions to "everything is T":
+//   * statistics are always F32: layer-norm mean/rstd, attention and cross-entropy lse, losses,
+//     the output of sum(); token ids and targets are I32;
+//   * parameter-gradient outputs (gemm C when it accumulates a weight gradient, dbias, dgamma,
+//     dbeta, dwte, dwpe) are T or F32 — the += happens in fp32, so an F32 gradient buffer
+//     sums micro-batches without bf16 rounding;
+//   * gemm: A and B share T; C is T or F32;
+//   * axpy: x and y may have different floating types; cast: any floating -> any floating;
+//     fill/scale: any floating type;
+//   * adamw_step: all F32 (master weights, gradient shard, moments).
+// A device that cannot run a combination throws RuntimeFailure naming the kernel and types.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -166,7 +180,7 @@ class Device {
   // Identity, e.g. kind "cpu" / "cuda", name "cpu:0 (4 threads)" / "cuda:0 (NVIDIA H100)".
   virtual std::string kind() const = 0;
   virtual std::string name() const = 0;
-  // Element types the GEMM and elementwise kernels accept (CPU: F32 only).
+  // Floating element types the kernels accept as compute type T (see the contract above).
   virtual bool supports(ElemType type) const = 0;
 
   // ---- streams, events, synchronisation ----

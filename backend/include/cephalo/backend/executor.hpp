@@ -6,6 +6,12 @@
 //
 // Device-agnostic: everything goes through Device / Communicator, so the CUDA backend reuses
 // this file unchanged.
+//
+// Precision follows the job (`precision` in the job file, DESIGN §4): master weights and AdamW
+// moments are fp32 (`params` must be fp32); gathered parameters, activations and input
+// gradients are `compute` (fp32/tf32 -> F32, bf16, fp16); unit gradients, their
+// reduce-scatter and the gradient shard are `reduce`. These are exactly the bytes the memory
+// model charges. fp16 compute trains with dynamic loss scaling (below).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -32,6 +38,14 @@ struct ExecutorOptions {
   int fail_at_step = -1;
   // ... by dying on SIGKILL instead (no message, no cleanup: what an OOM kill looks like).
   bool fail_by_kill = false;
+  // Dynamic loss scaling, used only when the job computes in fp16 (bf16 and fp32 have fp32's
+  // exponent range): the loss gradient is multiplied by the scale; a step whose gradients hold
+  // an inf/NaN on any rank is skipped on every rank and the scale multiplied by `backoff`;
+  // after `growth_interval` clean steps in a row it is multiplied by `growth`.
+  double loss_scale_init = 65536.0;
+  double loss_scale_growth = 2.0;
+  double loss_scale_backoff = 0.5;
+  int loss_scale_growth_interval = 2000;
 };
 
 struct StepResult {
@@ -39,6 +53,8 @@ struct StepResult {
   double loss = 0;    // mean token loss over the global batch, before the update
   double time_s = 0;  // slowest rank's wall time of the step
   double samples_per_s = 0;
+  double loss_scale = 1;  // the scale this step's gradients were computed with (1 unless fp16)
+  bool skipped = false;   // fp16 overflow: the update was skipped on every rank
 };
 
 class Executor {
@@ -65,7 +81,8 @@ class Executor {
 
   // Full (gathered) fp32 parameters of every unit, concatenated in unit order. Collective.
   std::vector<float> gather_parameters();
-  // Full reduced gradients of the last step (what the optimizer consumed), same layout.
+  // Full reduced gradients of the last step as fp32, same layout (what the optimizer
+  // consumed: divided by the loss scale under fp16).
   std::vector<float> gather_gradients();
 
   // Checkpoint: every rank writes its shard (params, m, v) atomically, then rank 0 writes the

@@ -9,6 +9,9 @@
 // Weights are stored [in x out] so a linear layer is y = x W + b. Every compute function runs
 // on a Device with views of the gathered unit parameters; gradients ACCUMULATE into the
 // unit's gradient buffer (micro-batches sum), input gradients are overwritten.
+// Precision: the element type of the input activations and gathered parameters (F32, BF16 or
+// F16) is the compute type of every activation and input gradient the model allocates; the
+// gradient buffers may be that type or F32 (device.hpp's mixed-precision contract).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,0 +1,116 @@
+#pragma once
+// `cephalo run` under mpirun for the backend's multi-process tests, and the comparisons of
+// dumped parameter/gradient vectors of gpt-tiny (sequence 16) they share.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace cephalo::test_support {
+
+namespace fs = std::filesystem;
+
+inline const std::string kSrc = CEPHALO_SOURCE_DIR;
+
+struct Outcome {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// Runs `mpirun -np N cephalo run ARGS` (stdout and stderr together), under a hard timeout so a
+// hung job fails the test instead of the CI.
+inline Outcome mpirun(int ranks, const std::string& args, int timeout_s = 120) {
+  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 " +
+                    std::to_string(timeout_s) + " " + CEPHALO_MPIEXEC +
+                    " --oversubscribe --allow-run-as-root -np " + std::to_string(ranks) + " " +
+                    CEPHALO_CLI + " run " + args + " 2>&1";
+  auto t0 = std::chrono::steady_clock::now();
+  Outcome out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) out.output += buf.data();
+  int status = pclose(pipe);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+inline std::string scenario(int ranks) {
+  return kSrc + "/scenarios/cpu-" + std::to_string(ranks) + "rank.json";
+}
+inline std::string plan(const std::string& name) {
+  return kSrc + "/scenarios/plans/" + name + ".json";
+}
+
+inline std::vector<float> read_floats(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("cephalo-mpi-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// Unit boundaries of gpt-tiny at sequence 16 (embedding, 2 layers, head), for per-unit norms.
+inline std::vector<std::size_t> tiny_units() {
+  const std::size_t C = 64, F = 256, V = 256, T = 16;
+  const std::size_t layer = 4 * C + C * 3 * C + 3 * C + C * C + C + C * F + F + F * C + C;
+  return {V * C + T * C, layer, layer, 2 * C};
+}
+
+// ||a - b|| / ||b|| per unit; the largest over units.
+inline double worst_unit_relative(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  std::size_t off = 0;
+  for (std::size_t n : tiny_units()) {
+    double d = 0, r = 0;
+    for (std::size_t i = off; i < off + n; ++i) {
+      d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      r += static_cast<double>(b[i]) * b[i];
+    }
+    worst = std::max(worst, std::sqrt(d) / std::max(std::sqrt(r), 1e-30));
+    off += n;
+  }
+  return worst;
+}
+
+// Per element: |a - b| <= rel * max|b| of the unit (an absolute floor at the unit's scale).
+inline double worst_element_relative(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  std::size_t off = 0;
+  for (std::size_t n : tiny_units()) {
+    double scale = 0;
+    for (std::size_t i = off; i < off + n; ++i)
+      scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+    for (std::size_t i = off; i < off + n; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(scale, 1e-30));
+    off += n;
+  }
+  return worst;
+}
+
+}  // namespace cephalo::test_support
