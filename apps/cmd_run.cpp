@@ -145,13 +145,20 @@ void run(RunArgs& a) {
   // --device cuda: the CUDA device of this rank's local GPU and NCCL (its unique id over MPI);
   // make_cuda_device fails with CUDA's reason (exit 4) on a machine without a usable GPU.
   std::unique_ptr<backend::Device> device;
-  auto mpi = backend::make_mpi_communicator();
+  // Uneven shards are gathered and reduced the way the plan says (the cost model priced that
+  // variant): MPI's -v collectives or padding around the even ones; NCCL's grouped
+  // broadcast/reduce or padding around its ring.
+  auto mpi = backend::make_mpi_communicator({plan.uneven_collective});
   std::unique_ptr<backend::Communicator> nccl;
 #ifdef CEPHALO_HAVE_CUDA
   if (a.device == "cuda") {
     device = cuda::make_cuda_device(
         {cuda::local_device_index(), sc.job.precision.compute == Dtype::TF32});
-    nccl = cuda::make_nccl_communicator(*device, *mpi, cuda::NcclOptions::from_environment());
+    cuda::NcclOptions nopt;
+    nopt.uneven = plan.uneven_collective == UnevenCollective::Padded
+                      ? cuda::UnevenAlgorithm::PaddedRing
+                      : cuda::UnevenAlgorithm::GroupedBroadcastReduce;
+    nccl = cuda::make_nccl_communicator(*device, *mpi, nopt);
   }
 #endif
   if (!device) device = backend::make_cpu_device(dopt);

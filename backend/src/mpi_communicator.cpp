@@ -11,12 +11,15 @@
 // The C API only (CMake defines OMPI_SKIP_MPICXX): the C++ bindings are not warning-free.
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
@@ -104,7 +107,7 @@ void expect(bool ok, const std::string& message) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
+  explicit MpiCommunicator(const MpiCommunicatorOptions& options) : options_(options) {
     // Separate communicators for stream collectives (comm thread) and host helpers (main
     // thread) so that concurrent calls from the two threads never interleave on one context.
     CEPHALO_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &stream_comm_));
@@ -169,6 +172,23 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = stream_comm_;
     MPI_Datatype t = datatype(send.type);
     const std::size_t me = static_cast<std::size_t>(rank_);
+    if (options_.uneven == UnevenCollective::Padded) {
+      const std::size_t es = element_size(send.type);
+      const int pad = *std::max_element(c32.begin(), c32.end());
+      s.enqueue_host([=, c32 = c32, displs = displs] {
+        // Every rank sends `pad` elements (its shard, zero-filled); the blocks land at r * pad
+        // and are compacted to the shard offsets.
+        std::vector<char> out(static_cast<std::size_t>(pad) * es, 0);
+        std::vector<char> in(static_cast<std::size_t>(pad) * es * c32.size());
+        std::memcpy(out.data(), send.data, static_cast<std::size_t>(c32[me]) * es);
+        CEPHALO_MPI(MPI_Allgather(out.data(), pad, t, in.data(), pad, t, c));
+        for (std::size_t r = 0; r < c32.size(); ++r)
+          std::memcpy(static_cast<char*>(recv.data) + static_cast<std::size_t>(displs[r]) * es,
+                      in.data() + r * static_cast<std::size_t>(pad) * es,
+                      static_cast<std::size_t>(c32[r]) * es);
+      });
+      return;
+    }
     s.enqueue_host([=, c32 = c32, displs = displs] {
       CEPHALO_MPI(
           MPI_Allgatherv(send.data, c32[me], t, recv.data, c32.data(), displs.data(), t, c));
@@ -184,6 +204,26 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = stream_comm_;
     MPI_Datatype t = datatype(send.type);
     MPI_Op o = reduction(send.type, op);
+    if (options_.uneven == UnevenCollective::Padded) {
+      const std::size_t es = element_size(send.type);
+      const int pad = *std::max_element(c32.begin(), c32.end());
+      const std::size_t me = static_cast<std::size_t>(rank_);
+      s.enqueue_host([=, c32 = c32, displs = displs] {
+        // Rank r's block is placed at r * pad with a zero tail (zeros are neutral for Sum; for
+        // Max/Min the tail is never read back), reduced with the even collective, and the
+        // first counts[rank] elements of this rank's padded block are its result.
+        std::vector<char> out(static_cast<std::size_t>(pad) * es * c32.size(), 0);
+        std::vector<char> in(static_cast<std::size_t>(pad) * es);
+        for (std::size_t r = 0; r < c32.size(); ++r)
+          std::memcpy(
+              out.data() + r * static_cast<std::size_t>(pad) * es,
+              static_cast<const char*>(send.data) + static_cast<std::size_t>(displs[r]) * es,
+              static_cast<std::size_t>(c32[r]) * es);
+        CEPHALO_MPI(MPI_Reduce_scatter_block(out.data(), in.data(), pad, t, o, c));
+        std::memcpy(recv.data, in.data(), static_cast<std::size_t>(c32[me]) * es);
+      });
+      return;
+    }
     s.enqueue_host([=, c32 = c32] {
       CEPHALO_MPI(MPI_Reduce_scatter(send.data, recv.data, c32.data(), t, o, c));
     });
@@ -270,6 +310,7 @@ class MpiCommunicator final : public Communicator {
     return l;
   }
 
+  MpiCommunicatorOptions options_;
   MPI_Comm stream_comm_ = MPI_COMM_NULL;
   MPI_Comm host_comm_ = MPI_COMM_NULL;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
@@ -282,8 +323,8 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>();
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options) {
+  return std::make_unique<MpiCommunicator>(options);
 }
 
 }  // namespace cephalo::backend

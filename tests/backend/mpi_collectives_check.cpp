@@ -202,7 +202,7 @@ class Checker {
 };
 
 // Every check for both 16-bit formats; the exit code (0 or 1) agreed by all ranks.
-int run_checks(Communicator& comm, bool corrupt) {
+int run_checks(Communicator& comm, bool corrupt, const char* uneven) {
   auto dev = make_cpu_device({});
   Checker checker(*dev, comm, corrupt);
   for (ElemType t : {ElemType::BF16, ElemType::F16}) checker.run(t);
@@ -210,11 +210,11 @@ int run_checks(Communicator& comm, bool corrupt) {
   comm.all_reduce_host(&bad, 1, ReduceOp::Sum);
   if (comm.rank() == 0) {
     if (bad == 0)
-      std::printf("mpi_collectives_check: %d checks on %d ranks, all agree\n", checker.checks(),
-                  comm.size());
+      std::printf("mpi_collectives_check (%s uneven): %d checks on %d ranks, all agree\n", uneven,
+                  checker.checks(), comm.size());
     else
-      std::printf("mpi_collectives_check: %d checks on %d ranks, %d mismatches\n", checker.checks(),
-                  comm.size(), static_cast<int>(bad));
+      std::printf("mpi_collectives_check (%s uneven): %d checks on %d ranks, %d mismatches\n",
+                  uneven, checker.checks(), comm.size(), static_cast<int>(bad));
   }
   return bad == 0 ? 0 : 1;
 }
@@ -225,14 +225,20 @@ int main(int argc, char** argv) {
   const bool corrupt = argc > 1 && std::string(argv[1]) == "--corrupt";
   try {
     MpiRuntime mpi(&argc, &argv);
-    auto comm = make_mpi_communicator();
-    try {
-      return run_checks(*comm, corrupt);
-    } catch (const std::exception& e) {
-      // The other ranks may be blocked in a collective this rank will never join.
-      std::fprintf(stderr, "mpi_collectives_check: rank %d: error: %s\n", comm->rank(), e.what());
-      comm->abort(2);
+    // Both ways of running uneven collectives (MPI's -v calls, padding around the even ones).
+    int status = 0;
+    for (cephalo::UnevenCollective uneven :
+         {cephalo::UnevenCollective::Grouped, cephalo::UnevenCollective::Padded}) {
+      auto comm = make_mpi_communicator({uneven});
+      try {
+        status |= run_checks(*comm, corrupt, to_string(uneven).c_str());
+      } catch (const std::exception& e) {
+        // The other ranks may be blocked in a collective this rank will never join.
+        std::fprintf(stderr, "mpi_collectives_check: rank %d: error: %s\n", comm->rank(), e.what());
+        comm->abort(2);
+      }
     }
+    return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi_collectives_check: error: %s\n", e.what());
     return 2;

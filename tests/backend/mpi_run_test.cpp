@@ -71,6 +71,12 @@ TEST(MpiRun, UnevenLayeredStepEqualsSingleRankFullBatch) {
   expect_one_step_matches_reference("cpu-3rank-uneven-layered");
 }
 
+TEST(MpiRun, UnevenPaddedCollectivesStepEqualsSingleRankFullBatch) {
+  // uneven_collective: padded — shards padded to the largest around MPI_Allgather /
+  // MPI_Reduce_scatter_block instead of the -v calls.
+  expect_one_step_matches_reference("cpu-3rank-uneven-padded");
+}
+
 TEST(MpiRun, UnevenStandardStepEqualsSingleRankFullBatch) {
   expect_one_step_matches_reference("cpu-3rank-uneven-standard");
 }

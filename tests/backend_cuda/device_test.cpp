@@ -416,11 +416,5 @@ INSTANTIATE_TEST_SUITE_P(BothUnevenAlgorithms, Nccl,
                            return std::string(to_string(info.param));
                          });
 
-TEST(NcclOptions, ParsesAlgorithmNames) {
-  EXPECT_EQ(parse_uneven_algorithm("Padded"), UnevenAlgorithm::PaddedRing);
-  EXPECT_EQ(parse_uneven_algorithm("grouped"), UnevenAlgorithm::GroupedBroadcastReduce);
-  EXPECT_THROW(parse_uneven_algorithm("ring"), Error);
-}
-
 }  // namespace
 }  // namespace cephalo::cuda

@@ -22,21 +22,6 @@ const char* to_string(UnevenAlgorithm a) {
   return a == UnevenAlgorithm::PaddedRing ? "padded" : "grouped";
 }
 
-UnevenAlgorithm parse_uneven_algorithm(const std::string& text) {
-  std::string t = text;
-  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (t == "grouped") return UnevenAlgorithm::GroupedBroadcastReduce;
-  if (t == "padded") return UnevenAlgorithm::PaddedRing;
-  throw Error("unknown uneven collective algorithm '" + text + "' (expected grouped or padded)");
-}
-
-NcclOptions NcclOptions::from_environment() {
-  NcclOptions o;
-  if (const char* v = std::getenv("CEPHALO_NCCL_UNEVEN"); v != nullptr && *v != '\0')
-    o.uneven = parse_uneven_algorithm(v);
-  return o;
-}
-
 namespace {
 
 ncclDataType_t nccl_type(ElemType t) {

@@ -23,14 +23,10 @@ enum class UnevenAlgorithm {
 };
 
 const char* to_string(UnevenAlgorithm a);  // "grouped", "padded"
-// Parses "grouped" / "padded" (case-insensitive); Error for anything else.
-UnevenAlgorithm parse_uneven_algorithm(const std::string& text);
 
 struct NcclOptions {
+  // `cephalo run` sets it from the plan's uneven_collective, the variant the cost model priced.
   UnevenAlgorithm uneven = UnevenAlgorithm::GroupedBroadcastReduce;
-  // Defaults overridden by CEPHALO_NCCL_UNEVEN=grouped|padded (Error for other values), so a
-  // run can switch variants without a rebuild or a plan change.
-  static NcclOptions from_environment();
 };
 
 // The variant an NCCL communicator uses for uneven collectives (Error for other communicators),
