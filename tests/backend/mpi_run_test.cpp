@@ -16,9 +16,17 @@
 #include <vector>
 
 #include "../support/mpi_cli.hpp"
+#include "cephalo/backend/cpu_device.hpp"
+#include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/single_rank_communicator.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace fs = std::filesystem;
 using namespace cephalo::test_support;
+using cephalo::load_plan;
+using cephalo::Plan;
+using cephalo::Scenario;
+using cephalo::validate_plan_for;
 
 namespace {
 
@@ -69,6 +77,35 @@ void expect_one_step_matches_reference(const std::string& plan_name, int ranks =
 
 TEST(MpiRun, UnevenLayeredStepEqualsSingleRankFullBatch) {
   expect_one_step_matches_reference("cpu-3rank-uneven-layered");
+}
+
+TEST(MpiRun, SingleRankCommunicatorWithoutMpiEqualsTheMpiRun) {
+  // The executor in this process (no MPI_Init) over the single-rank communicator, against
+  // `mpirun -np 1 cephalo run`: same device, same program, so the same numbers.
+  const auto& ref = single_rank_reference();
+  const Scenario sc = cephalo::costmodels::load_scenario(scenario(1));
+  const Plan pl = load_plan(plan("cpu-1rank-full"));
+  validate_plan_for(pl, sc, plan("cpu-1rank-full"));
+  const auto graph = cephalo::traces::build_training_graph(pl, sc);
+  auto dev = cephalo::backend::make_cpu_device({});
+  auto comm = cephalo::backend::make_single_rank_communicator(*dev);
+  EXPECT_EQ(comm->size(), 1);
+  cephalo::backend::Executor exec(
+      sc, pl, graph, cephalo::backend::GptConfig::from_spec(sc.job.model, sc.job.sequence_length),
+      *dev, *comm, {});
+  const auto step = exec.run_step();
+  EXPECT_TRUE(std::isfinite(step.loss));
+  const auto p = exec.gather_parameters(), g = exec.gather_gradients();
+  ASSERT_EQ(p.size(), ref.params.size());
+  ASSERT_EQ(g.size(), ref.grads.size());
+  EXPECT_LT(worst_element_relative(g, ref.grads), 1e-6);
+  EXPECT_LT(worst_unit_relative(p, ref.params), 1e-6);
+  // A mismatched collective is refused, not silently truncated.
+  auto small = dev->allocate(4, cephalo::backend::ElemType::F32);
+  auto large = dev->allocate(8, cephalo::backend::ElemType::F32);
+  auto& s = dev->stream(cephalo::backend::StreamKind::Comm);
+  EXPECT_THROW(comm->all_gather(s, small.ref(), large.ref()), cephalo::RuntimeFailure);
+  EXPECT_THROW(comm->all_gather_v(s, small.ref(), large.ref(), {4, 4}), cephalo::RuntimeFailure);
 }
 
 TEST(MpiRun, UnevenPaddedCollectivesStepEqualsSingleRankFullBatch) {
