@@ -93,7 +93,6 @@ struct Executor::Impl {
   std::vector<std::vector<Buffer>> boundary;   // [unit][mb]: input activation of unit
   std::vector<std::vector<Buffer>> offloaded;  // [unit][mb]: host copy (offload: host)
   std::vector<Buffer> dgrad;                   // [mb]: gradient w.r.t. current unit input
-  LayerActivations scratch;                    // forward-only activations (not kept)
   std::vector<LayerActivations> recomputed;    // [mb] activations of the recompute
   std::deque<Retired> retired;
   std::vector<std::shared_ptr<Event>> start_ev, end_ev;  // per op of this rank's program
@@ -202,8 +201,13 @@ struct Executor::Impl {
     retired.push_back({std::move(b), std::move(ev)});
     reap();
   }
+  // Frees every retired buffer whose last use has completed. The whole queue is scanned: buffers
+  // retired on different streams complete out of order (a reduce-scatter still in flight must
+  // not hold back the compute-stream buffers retired after it).
   void reap() {
-    while (!retired.empty() && retired.front().done->query()) retired.pop_front();
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const Retired& r) { return r.done->query(); }),
+                  retired.end());
   }
 
   // Gather unit u's shards of `state` (param or grad) into `full` (unit_numel elements, of
@@ -238,13 +242,22 @@ struct Executor::Impl {
     retire(std::move(tmp), s);
   }
 
+  // A tied head's logits use the embedding's wte: its phases gather unit 0 in front of the
+  // head and reduce a wte gradient contribution into unit 0's shard. An untied head owns its
+  // weight and its phases are exactly the graph's.
+  bool brings_embedding(int u) const { return u == model.head_unit() && model.config().tied_head; }
   TensorRef unit_params(int phase, int u) {
     Buffer& b = gathered.at(phase);
-    if (u == model.head_unit()) return b.slice(model.unit_numel(0), model.unit_numel(u));
+    if (brings_embedding(u)) return b.slice(model.unit_numel(0), model.unit_numel(u));
     return b.slice(0, model.unit_numel(u));
   }
   TensorRef embedding_params_for_head(int phase) {
+    if (!model.config().tied_head) return {};
     return gathered.at(phase).slice(0, model.unit_numel(0));
+  }
+  TensorRef embedding_grads_for_head(int phase) {
+    if (!model.config().tied_head) return {};
+    return phase_emb_grad.at(phase).ref();
   }
 
   void prepare_data(int step) {
@@ -272,7 +285,7 @@ struct Executor::Impl {
     Buffer g = gradient(model.unit_numel(op.unit));
     dev.fill(cs, g.ref(), 0.0f);
     phase_grad[op.phase] = std::move(g);
-    if (op.unit == model.head_unit()) {
+    if (brings_embedding(op.unit)) {
       Buffer e = gradient(model.unit_numel(0));
       dev.fill(cs, e.ref(), 0.0f);
       phase_emb_grad[op.phase] = std::move(e);
@@ -294,12 +307,17 @@ struct Executor::Impl {
           break;
         }
         Buffer y = activation(rows(mb) * model.config().hidden);
-        if (u == 0)
+        if (u == 0) {
           model.embedding_forward(dev, unit_params(op.phase, 0), tokens[mb].ref(), y.ref(),
                                   rows(mb));
-        else
+        } else {
+          // The checkpointed forward keeps only the unit's output: its activations are the
+          // op's working set and go when it ends (the graph's F op frees them too), so they
+          // never coexist with a backward's.
+          LayerActivations scratch;
           model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(),
                               scratch, rows(mb));
+        }
         boundary[u + 1][mb] = std::move(y);
         break;
       }
@@ -321,7 +339,7 @@ struct Executor::Impl {
           model.head_forward_backward(
               dev, unit_params(op.phase, u), embedding_params_for_head(op.phase),
               boundary[u][mb].ref(), targets[mb].ref(), rows(mb), grad_scale, dx.ref(),
-              phase_grad.at(op.phase).ref(), phase_emb_grad.at(op.phase).ref());
+              phase_grad.at(op.phase).ref(), embedding_grads_for_head(op.phase));
           dgrad[mb] = std::move(dx);
           retire(std::move(boundary[u][mb]), cs);
         } else if (u >= 1) {
@@ -418,14 +436,13 @@ struct Executor::Impl {
   void run_comm(const tr::Op& op) {
     auto& s = dev.stream(StreamKind::Comm);
     const int u = op.unit;
-    const bool head = u == model.head_unit();
     switch (op.kind) {
       case tr::OpKind::AllGather:
       case tr::OpKind::AllGatherV: {
-        // The head's logits use the embedding's wte (tied), so its gather brings unit 0 too.
-        const std::int64_t lead = head ? model.unit_numel(0) : 0;
+        const bool tied = brings_embedding(u);
+        const std::int64_t lead = tied ? model.unit_numel(0) : 0;
         Buffer full = activation(lead + model.unit_numel(u));
-        if (head) gather_unit(s, 0, param, full.slice(0, lead));
+        if (tied) gather_unit(s, 0, param, full.slice(0, lead));
         gather_unit(s, u, param, full.slice(lead, model.unit_numel(u)));
         gathered[op.phase] = std::move(full);
         break;
@@ -433,11 +450,12 @@ struct Executor::Impl {
       case tr::OpKind::ReduceScatter:
       case tr::OpKind::ReduceScatterV: {
         if (!phase_grad.count(op.phase)) ensure_phase_grads(op);  // no compute: zeros
+        const bool tied = brings_embedding(u);
         reduce_unit(s, u, phase_grad.at(op.phase).ref());
-        if (head) reduce_unit(s, 0, phase_emb_grad.at(op.phase).ref());
+        if (tied) reduce_unit(s, 0, phase_emb_grad.at(op.phase).ref());
         retire(std::move(phase_grad.at(op.phase)), s);
         phase_grad.erase(op.phase);
-        if (head) {
+        if (tied) {
           retire(std::move(phase_emb_grad.at(op.phase)), s);
           phase_emb_grad.erase(op.phase);
         }
@@ -506,6 +524,7 @@ struct Executor::Impl {
     const auto t0 = Clock::now();
     for (const auto& op : prog) {
       const std::size_t i = op.id - first;
+      reap();  // buffers whose last use completed since the previous op
       Stream& s = dev.stream(device_stream(op.stream));
       for (tr::OpId d : graph.waits_on(op.id)) s.wait(*end_ev[d - first]);
       start_ev[i] = std::shared_ptr<Event>(dev.create_event());
@@ -781,7 +800,8 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
                        {"heads", c.heads},
                        {"ffn", c.ffn},
                        {"vocab", c.vocab},
-                       {"seq", c.seq}}},
+                       {"seq", c.seq},
+                       {"tied_head", c.tied_head}}},
                      {"units", units}};
     write_file_atomically(step_dir / "manifest.json", manifest.dump(2) + "\n");
     write_file_atomically(dir / "latest", step_dir_name(step_) + "\n");
@@ -823,6 +843,11 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
       model.child(key).fail_value(std::to_string(got),
                                   std::to_string(want) + " (the model of the run being resumed)");
   }
+  // Absent in checkpoints written before untied heads existed, which were all tied.
+  if (model.boolean_or("tied_head", true) != c.tied_head)
+    model.child("tied_head")
+        .fail(std::string(c.tied_head ? "true" : "false") +
+              " (the model of the run being resumed)");
   model.finish();
   auto units = r.child("units");
   if (!units.is_array() || static_cast<int>(units.size()) != I.units)

@@ -32,12 +32,11 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
   auto refuse = [&](const std::string& why) {
     throw InfeasibleError("model \"" + spec.name + "\": " + why +
                           "; the backend implements GPT decoders (learned positions, "
-                          "LayerNorm, GELU, tied head)");
+                          "LayerNorm, GELU, tied or untied head)");
   };
   if (spec.family != "gpt") refuse("family \"" + spec.family + "\" is not \"gpt\"");
   if (spec.activation != "gelu") refuse("activation \"" + spec.activation + "\"");
   if (spec.norm != "layernorm") refuse("norm \"" + spec.norm + "\"");
-  if (!spec.tied_embeddings) refuse("untied head");
   if (spec.kv_heads != spec.heads) refuse("grouped-query attention");
   if (spec.heads <= 0 || spec.hidden % spec.heads != 0)
     refuse("hidden " + std::to_string(spec.hidden) + " not divisible by heads " +
@@ -54,6 +53,7 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
   c.ffn = spec.ffn_hidden;
   c.vocab = spec.vocab_size;
   c.seq = sequence_length;
+  c.tied_head = spec.tied_embeddings;
   return c;
 }
 
@@ -82,7 +82,10 @@ GptModel::GptModel(const GptConfig& c) : config_(c) {
                             {"b_fc", F},
                             {"w_out", F * C},
                             {"b_out", C}}));
-  slots_.push_back(build({{"lnf_g", C}, {"lnf_b", C}}));
+  if (c.tied_head)
+    slots_.push_back(build({{"lnf_g", C}, {"lnf_b", C}}));
+  else
+    slots_.push_back(build({{"lnf_g", C}, {"lnf_b", C}, {"w_head", std::int64_t{c.vocab} * C}}));
 }
 
 std::int64_t GptModel::unit_numel(int unit) const {
@@ -106,10 +109,10 @@ double GptModel::training_flops(double samples) const {
   // 6 FLOPs per parameter per token for the matmuls (2 forward + 4 backward) plus attention
   // scores and values: 12 * layers * seq * hidden per token (causal halving ignored, as in
   // the usual MFU convention). The position table is a lookup, not a matmul.
-  const double C = config_.hidden, T = config_.seq;
+  // wte is a lookup too, but a tied head multiplies by it (an untied w_head is counted already).
+  const double C = config_.hidden, T = config_.seq, VC = static_cast<double>(config_.vocab) * C;
   const double matmul_params =
-      static_cast<double>(total_parameters()) - T * C - static_cast<double>(config_.vocab) * C +
-      static_cast<double>(config_.vocab) * C;  // tied head weight is a real matmul
+      static_cast<double>(total_parameters()) - T * C - VC + (config_.tied_head ? VC : 0.0);
   const double per_token = 6.0 * matmul_params + 12.0 * config_.layers * T * C;
   return per_token * T * samples;
 }
@@ -121,7 +124,8 @@ std::vector<float> GptModel::initial_unit(int unit) const {
   for (const auto& s : unit_slots(unit)) {
     float* p = v.data() + s.offset;
     double stddev = 0;
-    if (s.name == "wte" || s.name == "wpe" || s.name == "w_qkv" || s.name == "w_fc")
+    if (s.name == "wte" || s.name == "wpe" || s.name == "w_qkv" || s.name == "w_fc" ||
+        s.name == "w_head")
       stddev = 0.02;
     else if (s.name == "w_proj" || s.name == "w_out")
       stddev = resid_scale;
@@ -222,34 +226,57 @@ void GptModel::layer_backward(Device& d, TensorRef params, TensorRef grads, Tens
                              config_.hidden / config_.heads};
   auto P = [&](int i) { return slot(params, 1, i); };
   auto G = [&](int i) { return slot(grads, 1, i); };
-  // Input gradients are in the compute type of the activations.
+  // Input gradients are in the compute type of the activations. Each temporary lives only
+  // while a step needs it, so the backward holds at most max(C + 2F, 5C) x N elements beyond
+  // the saved activations and dx (dmid + dact + dfc around the GELU; dmid + datt + dqkv, then
+  // dmid + dqkv + dln, in attention): costmodels::unit_backward_transient_bytes charges that.
+  // Releasing a buffer here is safe on every device: the CPU compute stream runs inline, and
+  // the CUDA device defers a free until every stream has passed it.
   auto act = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), x.type); };
-  Buffer dmid = act(N * C), dact = act(N * F), dfc = act(N * F), dln = act(N * C), tmp = act(N * C),
-         datt = act(N * C), dqkv = act(N * 3 * C);
+  Buffer dmid = act(N * C);
   // MLP: y = mid + gelu(ln2(mid) W_fc + b_fc) W_out + b_out
   d.copy(s, dmid.ref(), dy.slice(0, N * C));
-  d.gemm(s, Transpose::No, Transpose::Yes, N, F, C, 1.0f, dy, P(W_OUT), 0.0f, dact.ref());
-  d.gemm(s, Transpose::Yes, Transpose::No, F, C, N, 1.0f, a.act.ref(), dy, 1.0f, G(W_OUT));
-  d.bias_backward(s, dy, G(B_OUT), N, C);
-  d.gelu_backward(s, a.fc.ref(), dact.ref(), dfc.ref());
+  Buffer dfc = act(N * F);
+  {
+    Buffer dact = act(N * F);
+    d.gemm(s, Transpose::No, Transpose::Yes, N, F, C, 1.0f, dy, P(W_OUT), 0.0f, dact.ref());
+    d.gemm(s, Transpose::Yes, Transpose::No, F, C, N, 1.0f, a.act.ref(), dy, 1.0f, G(W_OUT));
+    d.bias_backward(s, dy, G(B_OUT), N, C);
+    d.gelu_backward(s, a.fc.ref(), dact.ref(), dfc.ref());
+  }
+  Buffer dln = act(N * C);
   d.gemm(s, Transpose::No, Transpose::Yes, N, C, F, 1.0f, dfc.ref(), P(W_FC), 0.0f, dln.ref());
   d.gemm(s, Transpose::Yes, Transpose::No, C, F, N, 1.0f, a.ln2.ref(), dfc.ref(), 1.0f, G(W_FC));
   d.bias_backward(s, dfc.ref(), G(B_FC), N, F);
-  d.layer_norm_backward(s, a.mid.ref(), P(LN2_G), a.ln2_mean.ref(), a.ln2_rstd.ref(), dln.ref(),
-                        tmp.ref(), G(LN2_G), G(LN2_B), N, C);
-  d.axpy(s, 1.0f, tmp.ref(), dmid.ref());
+  dfc.reset();
+  {
+    Buffer tmp = act(N * C);
+    d.layer_norm_backward(s, a.mid.ref(), P(LN2_G), a.ln2_mean.ref(), a.ln2_rstd.ref(), dln.ref(),
+                          tmp.ref(), G(LN2_G), G(LN2_B), N, C);
+    d.axpy(s, 1.0f, tmp.ref(), dmid.ref());
+  }
+  dln.reset();
   // Attention: mid = x + attn(ln1(x)) W_proj + b_proj
-  d.gemm(s, Transpose::No, Transpose::Yes, N, C, C, 1.0f, dmid.ref(), P(W_PROJ), 0.0f, datt.ref());
-  d.gemm(s, Transpose::Yes, Transpose::No, C, C, N, 1.0f, a.att.ref(), dmid.ref(), 1.0f, G(W_PROJ));
-  d.bias_backward(s, dmid.ref(), G(B_PROJ), N, C);
-  d.attention_backward(s, shape, a.qkv.ref(), a.att.ref(), a.att_lse.ref(), datt.ref(), dqkv.ref());
+  Buffer dqkv = act(N * 3 * C);
+  {
+    Buffer datt = act(N * C);
+    d.gemm(s, Transpose::No, Transpose::Yes, N, C, C, 1.0f, dmid.ref(), P(W_PROJ), 0.0f,
+           datt.ref());
+    d.gemm(s, Transpose::Yes, Transpose::No, C, C, N, 1.0f, a.att.ref(), dmid.ref(), 1.0f,
+           G(W_PROJ));
+    d.bias_backward(s, dmid.ref(), G(B_PROJ), N, C);
+    d.attention_backward(s, shape, a.qkv.ref(), a.att.ref(), a.att_lse.ref(), datt.ref(),
+                         dqkv.ref());
+  }
+  Buffer dln1 = act(N * C);
   d.gemm(s, Transpose::No, Transpose::Yes, N, C, 3 * C, 1.0f, dqkv.ref(), P(W_QKV), 0.0f,
-         dln.ref());
+         dln1.ref());
   d.gemm(s, Transpose::Yes, Transpose::No, C, 3 * C, N, 1.0f, a.ln1.ref(), dqkv.ref(), 1.0f,
          G(W_QKV));
   d.bias_backward(s, dqkv.ref(), G(B_QKV), N, 3 * C);
-  d.layer_norm_backward(s, x, P(LN1_G), a.ln1_mean.ref(), a.ln1_rstd.ref(), dln.ref(), dx, G(LN1_G),
-                        G(LN1_B), N, C);
+  dqkv.reset();
+  d.layer_norm_backward(s, x, P(LN1_G), a.ln1_mean.ref(), a.ln1_rstd.ref(), dln1.ref(), dx,
+                        G(LN1_G), G(LN1_B), N, C);
   d.axpy(s, 1.0f, dmid.ref(), dx);
   // Temporaries must outlive queued work on asynchronous devices.
   s.synchronize();
@@ -266,18 +293,19 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
   auto act = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), x.type); };
   Buffer h = act(N * C), mean = f32(N), rstd = f32(N), logits = act(N * V), losses = f32(N),
          lse = f32(N), total = f32(1);
-  TensorRef wte = slot(embedding_params, 0, 0);
+  // The logits' weight [vocab x hidden]: the embedding's wte (tied) or the head's own w_head.
+  const TensorRef w = config_.tied_head ? slot(embedding_params, 0, 0) : slot(head_params, hu, 2);
   d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), h.ref(),
                        mean.ref(), rstd.ref(), N, C, config_.ln_eps);
-  d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, h.ref(), wte, 0.0f, logits.ref());
+  d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, h.ref(), w, 0.0f, logits.ref());
   d.cross_entropy_forward(s, logits.ref(), targets, losses.ref(), lse.ref(), N, V);
   d.sum(s, losses.ref(), total.ref());
   if (!dx.empty()) {
     Buffer dh = act(N * C);
     d.cross_entropy_backward(s, logits.ref(), targets, lse.ref(), logits.ref(), N, V, grad_scale);
-    d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, logits.ref(), wte, 0.0f, dh.ref());
+    d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, logits.ref(), w, 0.0f, dh.ref());
     d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, logits.ref(), h.ref(), 1.0f,
-           slot(embedding_grads, 0, 0));
+           config_.tied_head ? slot(embedding_grads, 0, 0) : slot(head_grads, hu, 2));
     d.layer_norm_backward(s, x, slot(head_params, hu, 0), mean.ref(), rstd.ref(), dh.ref(), dx,
                           slot(head_grads, hu, 0), slot(head_grads, hu, 1), N, C);
     s.synchronize();

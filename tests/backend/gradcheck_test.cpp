@@ -169,6 +169,39 @@ TEST(GradCheck, HeadBackwardMatchesFiniteDifferences) {
   expect_matches_fd("head input", x, dxs, loss);
 }
 
+TEST(GradCheck, UntiedHeadBackwardMatchesFiniteDifferences) {
+  auto dev = make_cpu_device({});
+  GptConfig cfg = small_config();
+  cfg.tied_head = false;
+  GptModel model(cfg);
+  const auto& c = model.config();
+  const std::int64_t rows = 2 * c.seq, C = c.hidden;
+  // The head unit holds the final norm and its own [vocab x hidden] weight.
+  ASSERT_EQ(model.unit_numel(model.head_unit()), 2 * C + std::int64_t{c.vocab} * C);
+  auto head = model.initial_unit(model.head_unit());
+  auto hn = randn(head.size(), 0.2f, 7);
+  for (std::size_t i = 0; i < head.size(); ++i) head[i] += hn[i];
+  auto x = randn(static_cast<std::size_t>(rows * C), 1.0f, 8);
+  std::vector<std::int32_t> tgt(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < tgt.size(); ++i) tgt[i] = static_cast<std::int32_t>((i * 5 + 2) % 20);
+  Buffer t = dev->allocate(tgt.size(), ElemType::I32);
+  dev->upload(t.ref(), tgt.data(), tgt.size() * 4);
+  // No embedding parameters are passed: an untied head must not read them.
+  auto loss = [&]() {
+    Buffer hp = upload(*dev, head), xb = upload(*dev, x);
+    return model.head_forward_backward(*dev, hp.ref(), {}, xb.ref(), t.ref(), rows, 0.0f, {}, {},
+                                       {});
+  };
+  Buffer hp = upload(*dev, head), xb = upload(*dev, x);
+  Buffer hg = dev->allocate(head.size(), ElemType::F32);
+  Buffer dx = dev->allocate(rows * C, ElemType::F32);
+  dev->fill(dev->stream(StreamKind::Compute), hg.ref(), 0.0f);
+  model.head_forward_backward(*dev, hp.ref(), {}, xb.ref(), t.ref(), rows, 1.0f, dx.ref(), hg.ref(),
+                              {});
+  expect_matches_fd("untied head (final norm, w_head)", head, download(*dev, hg), loss);
+  expect_matches_fd("head input", x, download(*dev, dx), loss);
+}
+
 TEST(GradCheck, EmbeddingBackwardMatchesFiniteDifferences) {
   auto dev = make_cpu_device({});
   GptModel model(small_config());

@@ -20,18 +20,12 @@ using nlohmann::json;
 
 namespace {
 
-// The CPU test scenario on `ranks` ranks with the tiny job inlined and its precision replaced.
+// The CPU test scenario on `ranks` ranks with the tiny job's precision replaced.
 std::string scenario_in(const fs::path& dir, int ranks, const std::string& params,
                         const std::string& compute, const std::string& reduce) {
-  json sc = json::parse(std::ifstream(scenario(ranks)));
-  json job = json::parse(std::ifstream(kSrc + "/scenarios/jobs/gpt-tiny-cpu.json"));
-  job["name"] = "gpt-tiny-cpu-" + compute;
-  job["precision"] = {{"params", params}, {"compute", compute}, {"reduce", reduce}};
-  sc["job"] = job;
-  sc["name"] = "cpu-" + std::to_string(ranks) + "rank-" + compute + "-" + reduce;
-  const fs::path file = dir / (sc["name"].get<std::string>() + ".json");
-  std::ofstream(file) << sc.dump(2);
-  return file.string();
+  return scenario_variant(dir, ranks, params + "-" + compute + "-" + reduce, [&](json& job) {
+    job["precision"] = {{"params", params}, {"compute", compute}, {"reduce", reduce}};
+  });
 }
 
 struct Dump {

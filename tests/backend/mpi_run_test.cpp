@@ -108,6 +108,53 @@ TEST(MpiRun, SingleRankCommunicatorWithoutMpiEqualsTheMpiRun) {
   EXPECT_THROW(comm->all_gather_v(s, small.ref(), large.ref(), {4, 4}), cephalo::RuntimeFailure);
 }
 
+TEST(MpiRun, UntiedHeadUnevenStepEqualsSingleRankFullBatch) {
+  // The head owns its [vocab x hidden] weight: its phases gather and reduce only the head unit
+  // (no embedding brought along), and the split step still equals the full-batch step.
+  TempDir dir;
+  auto untied = [](nlohmann::json& job) {
+    job["model"] = {{"name", "gpt-tiny-untied"},
+                    {"family", "gpt"},
+                    {"layers", 2},
+                    {"hidden", 64},
+                    {"heads", 4},
+                    {"vocab_size", 256},
+                    {"max_positions", 64},
+                    {"tied_embeddings", false}};
+  };
+  auto run = [&](int ranks, const std::string& plan_name) {
+    const auto p = dir.path / (plan_name + ".p.bin"), g = dir.path / (plan_name + ".g.bin");
+    auto o = mpirun(ranks, "--scenario " + scenario_variant(dir.path, ranks, "untied", untied) +
+                               " --plan " + plan(plan_name) + " --steps 1 --dump-params " +
+                               p.string() + " --dump-grads " + g.string());
+    EXPECT_EQ(o.code, 0) << o.output;
+    return std::make_pair(read_floats(p), read_floats(g));
+  };
+  const auto [ref_p, ref_g] = run(1, "cpu-1rank-full");
+  const auto [p, g] = run(3, "cpu-3rank-uneven-layered");
+  // Tied size plus the head's own weight (256 x 64).
+  std::size_t tied = 0;
+  for (auto n : tiny_units()) tied += n;
+  ASSERT_EQ(ref_g.size(), tied + 256 * 64);
+  ASSERT_EQ(g.size(), ref_g.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - ref_g[i]));
+  double scale = 0;
+  for (float x : ref_g) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  EXPECT_LT(worst, 1e-5 * scale);
+  // The head's weight received a gradient of its own.
+  double head_norm = 0;
+  for (std::size_t i = tied; i < g.size(); ++i) head_norm += std::fabs(g[i]);
+  EXPECT_GT(head_norm, 0.0);
+  double pd = 0, pn = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    pd += (static_cast<double>(p[i]) - ref_p[i]) * (static_cast<double>(p[i]) - ref_p[i]);
+    pn += static_cast<double>(ref_p[i]) * ref_p[i];
+  }
+  EXPECT_LT(std::sqrt(pd / pn), 1e-5);
+}
+
 TEST(MpiRun, UnevenPaddedCollectivesStepEqualsSingleRankFullBatch) {
   // uneven_collective: padded — shards padded to the largest around MPI_Allgather /
   // MPI_Reduce_scatter_block instead of the -v calls.

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,22 @@ inline Outcome mpirun(int ranks, const std::string& args, int timeout_s = 120) {
 inline std::string scenario(int ranks) {
   return kSrc + "/scenarios/cpu-" + std::to_string(ranks) + "rank.json";
 }
+// A variant of the CPU test scenario on `ranks` ranks, written into `dir`: the tiny job inlined
+// and changed by `edit` (precision, an inline model, ...); `tag` names the file.
+inline std::string scenario_variant(const fs::path& dir, int ranks, const std::string& tag,
+                                    const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json sc = nlohmann::json::parse(std::ifstream(scenario(ranks)));
+  nlohmann::json job =
+      nlohmann::json::parse(std::ifstream(kSrc + "/scenarios/jobs/gpt-tiny-cpu.json"));
+  job["name"] = "gpt-tiny-cpu-" + tag;
+  edit(job);
+  sc["job"] = job;
+  sc["name"] = "cpu-" + std::to_string(ranks) + "rank-" + tag;
+  const fs::path file = dir / (sc["name"].get<std::string>() + ".json");
+  std::ofstream(file) << sc.dump(2);
+  return file.string();
+}
+
 inline std::string plan(const std::string& name) {
   return kSrc + "/scenarios/plans/" + name + ".json";
 }

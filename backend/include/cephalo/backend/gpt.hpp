@@ -1,11 +1,13 @@
 #pragma once
 // The GPT decoder the backend trains (DESIGN §7): token + position embedding, pre-LN blocks
-// (causal multi-head attention, GELU MLP, residuals), final layer norm, head tied to the token
-// embedding, softmax cross-entropy. Parameters live in one flat buffer per FSDP unit:
+// (causal multi-head attention, GELU MLP, residuals), final layer norm, a head tied to the
+// token embedding or with its own weight (the model's `tied_embeddings`), softmax
+// cross-entropy. Parameters live in one flat buffer per FSDP unit:
 //   unit 0      embedding: wte [vocab x hidden], wpe [seq x hidden]
 //   unit 1..L   layer l:   ln1 g,b | w_qkv [h x 3h], b_qkv | w_proj [h x h], b_proj |
 //                          ln2 g,b | w_fc [h x f], b_fc | w_out [f x h], b_out
-//   unit L+1    head:      final norm g,b (the logits use unit 0's wte: tied)
+//   unit L+1    head:      final norm g,b, then, untied, w_head [vocab x hidden]
+//                          (tied: the logits use unit 0's wte)
 // Weights are stored [in x out] so a linear layer is y = x W + b. Every compute function runs
 // on a Device with views of the gathered unit parameters; gradients ACCUMULATE into the
 // unit's gradient buffer (micro-batches sum), input gradients are overwritten.
@@ -29,6 +31,7 @@ struct GptConfig {
   int vocab = 256;
   int seq = 32;
   float ln_eps = 1e-5f;
+  bool tied_head = true;  // logits use the embedding's wte; false: the head's own w_head
   std::uint64_t init_seed = 1234;
 
   // From a catalog/inline ModelSpec and the job's sequence length; InfeasibleError for
@@ -81,9 +84,10 @@ class GptModel {
   void layer_backward(Device& d, TensorRef params, TensorRef grads, TensorRef x,
                       const LayerActivations& acts, TensorRef dy, TensorRef dx,
                       std::int64_t rows) const;
-  // Final norm + tied head + cross-entropy. Returns the sum of token losses of the micro-batch.
+  // Final norm + head + cross-entropy. Returns the sum of token losses of the micro-batch.
   // When `dx` is non-empty also runs backward: token-loss gradients scaled by `grad_scale`,
-  // dx overwritten, head grads (final norm) and embedding grads (wte, tied) accumulated.
+  // dx overwritten, head grads (final norm, w_head) accumulated, and with a tied head the wte
+  // gradient into embedding_grads. Untied, embedding_params / embedding_grads are not used.
   double head_forward_backward(Device& d, TensorRef head_params, TensorRef embedding_params,
                                TensorRef x, TensorRef targets, std::int64_t rows, float grad_scale,
                                TensorRef dx, TensorRef head_grads, TensorRef embedding_grads) const;
