@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,9 +20,12 @@
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/gpt.hpp"
 #include "cephalo/backend/single_rank_communicator.hpp"
+#include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "cuda_test_util.hpp"
 
@@ -180,9 +184,29 @@ TEST(ExecutorOnOneGpu, Gpt13bBf16TrainsAndIsComparedWithTheSimulator) {
                 r.time_s * 1e3);
   }
   const auto measured = exec.last_report();
+  std::vector<std::int64_t> start_ns, end_ns;
+  exec.last_op_times(start_ns, end_ns);
+  const auto memory = exec.last_memory();
   auto models = costmodels::make_cost_models(sc);
+  sim::SimOptions sim_options;
+  sim_options.record_ops = true;
   const auto simulated =
-      sim::simulate(graph, sc, plan, *models.compute, *models.comm, sim::SimOptions{}).report;
+      sim::simulate(graph, sc, plan, *models.compute, *models.comm, sim_options).report;
+  // For `cephalo compare --scenario ... --plan ... sim.json run.json` afterwards, and a Perfetto
+  // trace of the measured step: written where scripts/gpu-check collects its results.
+  if (const char* out = std::getenv("CEPHALO_GPU_CHECK_OUT"); out && *out) {
+    const std::filesystem::path dir(out);
+    write_file_atomically(dir / "executor-sim.json", traces::render_json(simulated));
+    write_file_atomically(dir / "executor-run.json", traces::render_json(measured));
+    traces::TraceInput trace;
+    trace.graph = &graph;
+    trace.start_ns = &start_ns;
+    trace.end_ns = &end_ns;
+    trace.rank_labels = {gpu->name()};
+    trace.memory = memory;
+    trace.title = "executor on one GPU, measured: " + sc.name + ", step 3";
+    traces::write_chrome_trace(dir / "executor-trace.json", trace);
+  }
   const double peak = measured.ranks.at(0).peak_memory_bytes;
   const double sim_peak = simulated.ranks.at(0).peak_memory_bytes;
   std::printf(
