@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/random_data.hpp"
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
@@ -143,13 +144,7 @@ TEST(HalfConversion, EveryPatternRoundTrips) {
 // ---------------------------------------------------------------------------------------------
 // Kernels in bf16 / fp16 against f32 on rounded inputs
 
-std::vector<float> randn(std::size_t n, float scale, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using cephalo::test_support::randn;
 
 // The values a tensor of `type` holds after storing `v` (each rounded once).
 std::vector<float> rounded(const std::vector<float>& v, ElemType type) {

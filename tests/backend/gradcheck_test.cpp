@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "../support/random_data.hpp"
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/gpt.hpp"
@@ -27,13 +28,7 @@ GptConfig small_config() {
   return c;
 }
 
-std::vector<float> randn(std::size_t n, float scale, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using cephalo::test_support::randn;
 
 Buffer upload(Device& d, const std::vector<float>& host) {
   Buffer b = d.allocate(host.size(), ElemType::F32);
