@@ -1,8 +1,10 @@
 // `cephalo run --scenario F --plan P --steps K [...]`: trains the scenario's model under the
 // plan on real devices, one process per plan rank (started by mpirun), and reports measured
 // per-step loss and throughput, a RunResult (the SimResult schema) and a Chrome trace.
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -30,7 +32,8 @@ struct RunArgs {
   int checkpoint_every = 0;
   int threads = 0;
   std::uint64_t seed = 42;
-  double loss_scale = 65536.0;  // initial dynamic loss scale (fp16 jobs only)
+  double loss_scale = 65536.0;    // initial dynamic loss scale (fp16 jobs only)
+  std::string report = "median";  // which step the RunResult and trace describe
   bool json = false;
 };
 
@@ -81,6 +84,33 @@ Setup load_and_check(const RunArgs& a, int world_size) {
   if (a.device != "cpu" && a.device != "cuda")
     throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
   return s;
+}
+
+// One measured step as the RunResult and the trace describe it.
+struct MeasuredStep {
+  int step = 0;
+  double time_s = 0;
+  traces::IterationReport report;
+  std::vector<std::int64_t> start_ns, end_ns;
+  std::vector<std::vector<traces::MemorySample>> memory;
+};
+
+// The steps a report may be taken from: all but the run's first (it pays for first-touch
+// allocations and cold caches) when there are others, and at most the last 31 of them so that a
+// long run keeps a bounded window.
+constexpr std::size_t kReportWindow = 31;
+
+// The step the report describes: `median` = the step whose time is the median of the window
+// (typical), `min` = the fastest (least disturbed on a shared machine), `last` = the last.
+const MeasuredStep& pick_report_step(const std::deque<MeasuredStep>& window,
+                                     const std::string& statistic) {
+  if (statistic == "last") return window.back();
+  std::vector<const MeasuredStep*> by_time;
+  for (const auto& m : window) by_time.push_back(&m);
+  std::sort(by_time.begin(), by_time.end(),
+            [](const MeasuredStep* a, const MeasuredStep* b) { return a->time_s < b->time_s; });
+  if (statistic == "min") return *by_time.front();
+  return *by_time[(by_time.size() - 1) / 2];  // the lower median: a step that really ran
 }
 
 std::string rank_label(const RankDevice& d) {
@@ -191,10 +221,21 @@ void run(RunArgs& a) {
     std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
     if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
     TextTable table(columns);
+    std::deque<MeasuredStep> window;
     while (exec.next_step() < a.steps) {
       step_now = exec.next_step();
       auto r = exec.run_step();
       steps.push_back(r);
+      // Collective on every rank (each gathers the step's measurements from all ranks).
+      MeasuredStep m;
+      m.step = r.step;
+      m.time_s = r.time_s;
+      m.report = exec.last_report();
+      exec.last_op_times(m.start_ns, m.end_ns);
+      m.memory = exec.last_memory();
+      if (steps.size() == 2 && a.report != "last") window.clear();  // drop the first step
+      window.push_back(std::move(m));
+      if (window.size() > kReportWindow) window.pop_front();
       std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5),
                                    format_seconds(r.time_s), fixed(r.samples_per_s, 1),
                                    fixed(r.samples_per_s * sc.job.sequence_length, 0)};
@@ -213,10 +254,13 @@ void run(RunArgs& a) {
       if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
       return;
     }
-    auto report = exec.last_report();
-    std::vector<std::int64_t> start_ns, end_ns;
-    exec.last_op_times(start_ns, end_ns);
-    auto memory = exec.last_memory();
+    const MeasuredStep& chosen = pick_report_step(window, a.report);
+    const auto& report = chosen.report;
+    const std::string which = window.size() == 1 ? "step " + std::to_string(chosen.step)
+                                                 : "step " + std::to_string(chosen.step) + " (" +
+                                                       a.report + " step time of steps " +
+                                                       std::to_string(window.front().step) + "-" +
+                                                       std::to_string(window.back().step) + ")";
     std::vector<float> params, grads;
     if (!a.dump_params.empty()) params = exec.gather_parameters();
     if (!a.dump_grads.empty()) grads = exec.gather_gradients();
@@ -225,12 +269,11 @@ void run(RunArgs& a) {
     if (!a.trace.empty()) {
       traces::TraceInput in;
       in.graph = &graph;
-      in.start_ns = &start_ns;
-      in.end_ns = &end_ns;
+      in.start_ns = &chosen.start_ns;
+      in.end_ns = &chosen.end_ns;
       for (const auto& d : devices) in.rank_labels.push_back(rank_label(d));
-      in.memory = memory;
-      in.title = "cephalo run (" + device->kind() + ", measured): " + sc.name + ", step " +
-                 std::to_string(steps.back().step) +
+      in.memory = chosen.memory;
+      in.title = "cephalo run (" + device->kind() + ", measured): " + sc.name + ", " + which +
                  (sc.cluster.emulated() ? " [EMULATED slowdown]" : "");
       traces::write_chrome_trace(a.trace, in);
     }
@@ -261,6 +304,8 @@ void run(RunArgs& a) {
                   {"emulated", !emulation.empty()},
                   {"emulation", emulation},
                   {"steps", js},
+                  {"report_step", chosen.step},
+                  {"report_statistic", a.report},
                   {"report", traces::to_json(report)}};
       std::cout << out.dump(2) << "\n";
       return;
@@ -271,9 +316,7 @@ void run(RunArgs& a) {
               << to_string(plan.accumulation) << " accumulation\n";
     if (!emulation.empty())
       std::cout << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
-    std::cout << table.render() << "\n"
-              << "last step, measured:\n"
-              << traces::render_table(report);
+    std::cout << table.render() << "\n" << which << ", measured:\n" << traces::render_table(report);
   } catch (const std::exception& e) {
     if (size == 1) throw;
     // Tell the user which rank died and why, then take the whole job down now rather than
@@ -295,8 +338,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--plan", a.plan, "Plan file")->required();
   cmd->add_option("--steps", a.steps, "Train until this step (counting resumed steps)")
       ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--trace", a.trace, "Write the last step's Chrome/Perfetto trace here");
-  cmd->add_option("--result", a.result, "Write the last step's RunResult JSON here");
+  cmd->add_option("--trace", a.trace, "Write the reported step's Chrome/Perfetto trace here");
+  cmd->add_option("--result", a.result, "Write the reported step's RunResult JSON here");
+  cmd->add_option("--report", a.report,
+                  "Which step the RunResult and trace describe: median (typical step time), min "
+                  "(fastest) or last; the run's first step is left out when there are others, "
+                  "and the window is the last 31 steps")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"median", "min", "last"}));
   cmd->add_flag("--json", a.json, "Print the record as JSON instead of tables");
   cmd->add_option("--checkpoint-dir", a.checkpoint_dir, "Folder for sharded checkpoints");
   cmd->add_option("--checkpoint-every", a.checkpoint_every, "Checkpoint every N steps")

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -201,6 +202,31 @@ TEST(MpiRun, LossFallsOverFiftySteps) {
   EXPECT_EQ(result.at("ranks").size(), 2u);
   EXPECT_GT(result.at("iteration_time_s").get<double>(), 0.0);
   EXPECT_GT(result.at("ranks")[0].at("peak_memory_bytes").get<double>(), 0.0);
+}
+
+TEST(MpiRun, ReportDescribesTheMedianOrFastestStepAfterTheFirst) {
+  for (const std::string statistic : {"median", "min", "last"}) {
+    auto o = mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
+                           " --steps 6 --json --report " + statistic);
+    ASSERT_EQ(o.code, 0) << o.output;
+    auto j = nlohmann::json::parse(o.output.substr(o.output.find('{')));
+    const auto& steps = j.at("steps");
+    ASSERT_EQ(steps.size(), 6u);
+    // Steps 1-5 (the first pays for first-touch allocations) sorted by time.
+    std::vector<std::pair<double, int>> by_time;
+    for (int i = 1; i < 6; ++i)
+      by_time.push_back({steps[static_cast<std::size_t>(i)].at("time_s").get<double>(), i});
+    std::sort(by_time.begin(), by_time.end());
+    const int want = statistic == "median" ? by_time[2].second
+                     : statistic == "min"  ? by_time[0].second
+                                           : 5;
+    EXPECT_EQ(j.at("report_step").get<int>(), want) << statistic;
+    EXPECT_EQ(j.at("report_statistic"), statistic);
+    // The report is that step's: the slowest rank's wall time is the step time.
+    EXPECT_DOUBLE_EQ(j.at("report").at("iteration_time_s").get<double>(),
+                     steps[static_cast<std::size_t>(want)].at("time_s").get<double>())
+        << statistic;
+  }
 }
 
 TEST(MpiRun, ResumeUnderAnotherPlanMatchesUninterruptedRun) {
