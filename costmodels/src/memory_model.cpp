@@ -21,17 +21,21 @@ double MemoryBreakdown::term(const std::string& name) const {
 
 namespace {
 
-double largest_unit_parameters(const ModelSpec& m) {
+// The largest set of parameters one phase gathers (a tied head brings the embedding).
+double largest_phase_parameters(const ModelSpec& m) {
   double best = 0;
-  for (int u = 0; u < num_units(m); ++u) best = std::max(best, unit_parameters(m, u));
+  for (int u = 0; u < num_units(m); ++u) best = std::max(best, phase_parameters(m, u));
   return best;
 }
 
+// Saved activations plus the backward's input-gradient temporaries of the largest unit.
 double largest_working_set(const Job& job, int micro_batch) {
   double best = 0;
   for (int u = 0; u < num_units(job.model); ++u)
     best = std::max(best, unit_working_bytes(job.model, u, job.sequence_length, micro_batch,
-                                             job.precision.compute));
+                                             job.precision.compute) +
+                              unit_backward_transient_bytes(job.model, u, job.sequence_length,
+                                                            micro_batch, job.precision.compute));
   return best;
 }
 
@@ -60,10 +64,17 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   t.push_back(
       {"training_state", in.state_share * params *
                              (bytes_per_element(p.params) + bytes_per_element(p.reduce) + 8.0)});
-  const double unit = largest_unit_parameters(m);
+  const double unit = largest_phase_parameters(m);
   t.push_back({"gathered_params",
                k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
   t.push_back({"unit_gradient", k.unit_scale * unit * bytes_per_element(p.reduce)});
+  // Transient shards of the collectives: the reduce-scatter's received shard (reduce dtype),
+  // and, when the master weights are not kept in the compute dtype, the gather's send shard
+  // cast to it.
+  const double cast = bytes_per_element(p.compute) != bytes_per_element(p.params)
+                          ? bytes_per_element(p.compute)
+                          : 0.0;
+  t.push_back({"comm_buffers", in.state_share * unit * (bytes_per_element(p.reduce) + cast)});
   double activations = 0;
   if (in.offload == Offload::Host) {
     // The current layer's inputs, outputs and gradients for the micro-batches on the device.
@@ -82,8 +93,12 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
     if (term.name != "training_state") dynamic += term.bytes;
   t.push_back({"cuda_context", in.gpu_runtime ? k.cuda_context : 0.0});
   t.push_back({"nccl_reserve", in.gpu_runtime && in.world_size > 1 ? k.nccl_reserve : 0.0});
-  t.push_back({"fragmentation", k.fragmentation * dynamic});
+  t.push_back({"fragmentation", allocator_slack_fraction(in.gpu_runtime, k) * dynamic});
   return t;
+}
+
+double allocator_slack_fraction(bool gpu_runtime, const MemoryConstants& k) {
+  return gpu_runtime ? k.fragmentation : 0.0;
 }
 
 double runtime_reserve_bytes(bool gpu_runtime, int world_size, const MemoryConstants& k) {
@@ -134,6 +149,9 @@ double compute_memory_bytes(const Job& job, int micro_batch, const MemoryConstan
   RankMemoryInputs in;
   in.micro_batch_sizes = {micro_batch};
   in.prefetch = true;
+  // Compute memory is what comes on top of the sharded state: nothing that scales with the
+  // rank's share (the training state, the collectives' shards) belongs to it.
+  in.state_share = 0;
   double total = 0;
   for (const auto& t : memory_terms(job, in, constants))
     if (t.name != "training_state" && t.name != "cuda_context" && t.name != "nccl_reserve")

@@ -76,6 +76,15 @@ double unit_parameters(const ModelSpec& m, int unit) {
   return 0;
 }
 
+double phase_parameters(const ModelSpec& m, int unit) {
+  double p = unit_parameters(m, unit);
+  // A tied head's logits use the embedding's weight: its phases gather (and reduce-scatter the
+  // gradient of) the whole embedding unit together with the head's own parameters.
+  if (unit_kind(m, unit) == UnitKind::Head && m.tied_embeddings && m.family != "vit")
+    p += embedding_parameters(m);
+  return p;
+}
+
 double total_parameters(const ModelSpec& m) {
   return embedding_parameters(m) + m.num_layers * layer_parameters(m) + head_parameters(m);
 }
@@ -120,15 +129,25 @@ double boundary_activation_bytes(const ModelSpec& m, int seq, int micro_batch, D
 double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype) {
   const int seq = effective_sequence(m, seq_in);
   double b = micro_batch, s = seq;
-  double scale = bytes_per_element(dtype) / 2.0;  // the closed form is for 16-bit activations
   switch (unit_kind(m, unit)) {
-    case UnitKind::Layer:
-      // Activations saved inside one transformer layer (Korthikanti et al., 2022, no
-      // recomputation): s·b·h·34 bytes at 16 bits, without their 5·a·s/h term for the s×s
-      // attention probabilities: memory-efficient attention (PyTorch SDPA / flash) keeps none.
-      // Against the published Cephalo memory curves the median error is 20.9% without the term
-      // and 23.3% with it.
-      return s * b * h(m) * 34.0 * scale;
+    case UnitKind::Layer: {
+      // Activations saved inside one transformer layer for its backward, counted tensor by
+      // tensor as GptModel::layer_forward keeps them (cf. Korthikanti et al., 2022, whose
+      // 34·s·b·h bytes at 16 bits also hold the layer's input, here the checkpointed boundary
+      // that the activations term already holds, and two dropout masks; no dropout here).
+      // Per token, in the compute dtype: the first norm's output (h), q, k, v (h + 2·kv), the
+      // attention context (h), the residual sum after attention (h), the second norm's output
+      // (h), and the MLP's pre-activation and activation (2f; a gated MLP keeps gate, up and
+      // their product: 3f). In fp32: each norm's statistics (mean and rstd for LayerNorm, rstd
+      // for RMSNorm) and one softmax log-sum-exp per head. No s×s attention probabilities:
+      // memory-efficient attention (PyTorch SDPA / flash, and the backend's) keeps none.
+      // (Against the published Cephalo memory curves the s×s term raised the median error
+      // from 20.9% to 23.3%.)
+      const double elements =
+          5 * h(m) + 2 * kv_dim(m) + (m.activation == "swiglu" ? 3.0 : 2.0) * m.ffn_hidden;
+      const double fp32_stats = 2.0 * (m.norm == "layernorm" ? 2 : 1) + m.heads;
+      return s * b * (elements * bytes_per_element(dtype) + fp32_stats * 4.0);
+    }
     case UnitKind::Embedding:
       return boundary_activation_bytes(m, seq, micro_batch, dtype) * 2;
     case UnitKind::Head: {
@@ -138,6 +157,19 @@ double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_ba
     }
   }
   return 0;
+}
+
+double unit_backward_transient_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch,
+                                     Dtype dtype) {
+  if (unit_kind(m, unit) != UnitKind::Layer) return 0;
+  const double tokens = static_cast<double>(effective_sequence(m, seq_in)) * micro_batch;
+  // Per token, in elements of the compute dtype: the residual gradient (h) lives through the
+  // whole backward; around the MLP activation it meets the gradients of the activation's
+  // output and input (f each; a gated MLP also the up projection's: 3f), in attention the
+  // context gradient (h) and the q, k, v gradients (h + 2·kv).
+  const double mlp = h(m) + (m.activation == "swiglu" ? 3.0 : 2.0) * m.ffn_hidden;
+  const double attention = 3 * h(m) + 2 * kv_dim(m);
+  return tokens * std::max(mlp, attention) * bytes_per_element(dtype);
 }
 
 std::string to_string(OpClass c) {

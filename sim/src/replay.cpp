@@ -102,7 +102,7 @@ class Replay {
   std::vector<char> busy_;
   std::vector<std::uint32_t> arrived_;
   std::vector<double> mem_, peak_, capacity_;
-  double dynamic_scale_ = 1.0;  // 1 + allocator fragmentation on transient allocations
+  std::vector<double> dynamic_scale_;  // per rank: 1 + allocator slack on transient allocations
   std::size_t done_ = 0;
   bool oom_ = false;
   traces::OomDetail oom_detail_;
@@ -132,7 +132,7 @@ void Replay::record_memory(int r) {
 void Replay::allocate(const Op& op) {
   if (op.mem_alloc == 0) return;
   const int r = op.rank;
-  mem_[r] += op.mem_alloc * dynamic_scale_;
+  mem_[r] += op.mem_alloc * dynamic_scale_[r];
   peak_[r] = std::max(peak_[r], mem_[r]);
   if (!oom_ && mem_[r] > capacity_[r]) {
     oom_ = true;
@@ -145,7 +145,7 @@ void Replay::allocate(const Op& op) {
 
 void Replay::release(const Op& op) {
   if (op.mem_free == 0) return;
-  mem_[op.rank] -= op.mem_free * dynamic_scale_;
+  mem_[op.rank] -= op.mem_free * dynamic_scale_[op.rank];
   record_memory(op.rank);
 }
 
@@ -437,15 +437,18 @@ SimResult Replay::run() {
   const costmodels::MemoryConstants constants;
   const double fraction =
       opt_.usable_fraction >= 0 ? opt_.usable_fraction : constants.usable_fraction;
-  dynamic_scale_ = 1.0 + (opt_.fragmentation >= 0 ? opt_.fragmentation : constants.fragmentation);
   mem_.resize(ranks);
   peak_.resize(ranks);
   capacity_.resize(ranks);
+  dynamic_scale_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
+    const bool gpu_runtime = devices_[r].slot->spec.kind != "cpu";
     const double reserve = opt_.reserve_bytes >= 0
                                ? opt_.reserve_bytes
-                               : costmodels::runtime_reserve_bytes(
-                                     devices_[r].slot->spec.kind != "cpu", ranks, constants);
+                               : costmodels::runtime_reserve_bytes(gpu_runtime, ranks, constants);
+    dynamic_scale_[r] = 1.0 + (opt_.fragmentation >= 0
+                                   ? opt_.fragmentation
+                                   : costmodels::allocator_slack_fraction(gpu_runtime, constants));
     mem_[r] = g_.static_bytes(r) + reserve;
     peak_[r] = mem_[r];
     capacity_[r] = devices_[r].slot->spec.memory_bytes * fraction;

@@ -77,5 +77,11 @@ TEST(MemoryValidation, AgainstPublishedComputeMemory) {
             << fixed(v.in_sample_median_ape, 1)
             << "%; fitted leave-one-model-out: " << fixed(v.median_ape, 1) << "%\n";
   EXPECT_GT(v.rows.size(), 200u);
-  EXPECT_LE(v.closed_form_median_ape, 22.0);  // recorded 20.9%: see costmodels/README.md
+  // Recorded 23.3% (costmodels/README.md). It was 20.9% before the working set followed the
+  // backend's layer tensor by tensor and added its backward's input-gradient temporaries. The
+  // ViT rows move (their working set is a layer's; GPT, LLaMA, Mistral and BERT rows are mostly
+  // ruled by the LM head's logits): median signed error per model and dtype from -3..+20% to
+  // +7..+38% over the published points, measured on PyTorch, which frees saved activations
+  // during the backward instead of holding them to its end as the backend does.
+  EXPECT_LE(v.closed_form_median_ape, 24.0);
 }

@@ -284,3 +284,93 @@ TEST(TrainingGraph, LayeredCollectiveCountsHoldWithDifferentMicroBatchCountsPerR
 
 }  // namespace
 }  // namespace cephalo::traces
+
+namespace cephalo::traces {
+namespace {
+
+// A head tied to the token embedding computes its logits with the embedding's weight, so the
+// backend's head phases gather the whole embedding unit with the head and reduce its gradient
+// with the head's: the graph charges those bytes, to memory and to the collectives. A gather
+// also holds the rank's master shard cast to the compute dtype until it ends, and a
+// reduce-scatter the shard it receives.
+TEST(TrainingGraph, HeadPhasesOfATiedModelGatherAndReduceTheEmbeddingToo) {
+  Scenario s = tiny_scenario(2, 2, 8);  // fp32 master and reduce, fp16 compute, even shares
+  const ModelSpec& m = s.job.model;
+  ASSERT_TRUE(m.tied_embeddings);
+  const int head = m.num_layers + 1;
+  const double own = costmodels::head_parameters(m);               // final norm: 2 × 256
+  const double phase = own + costmodels::embedding_parameters(m);  // + (1000 + 128) × 256
+  EXPECT_DOUBLE_EQ(phase, 512 + 1128 * 256);
+  TrainingGraph g = build_training_graph(tiny_plan(s, 2), s);
+  EXPECT_DOUBLE_EQ(g.unit_sizes(head).parameters, own);
+  EXPECT_DOUBLE_EQ(g.unit_sizes(head).gathered_bytes, phase * 2);
+  EXPECT_DOUBLE_EQ(g.unit_sizes(head).gradient_bytes, phase * 4);
+  int gathers = 0, reduces = 0;
+  for (const Op& o : g.program(0)) {
+    if (o.unit != head) continue;
+    if (o.kind == OpKind::AllGather) {
+      ++gathers;
+      EXPECT_DOUBLE_EQ(o.bytes, phase * 2);
+      EXPECT_DOUBLE_EQ(o.shard_bytes, phase * 2 * 0.5);
+      // The gathered phase (freed by the phase's last compute op) and the fp16 send shard.
+      EXPECT_DOUBLE_EQ(o.mem_alloc, phase * 2 * 1.5);
+      EXPECT_DOUBLE_EQ(o.mem_free, phase * 2 * 0.5);
+    }
+    if (o.kind == OpKind::ReduceScatter) {
+      ++reduces;
+      EXPECT_DOUBLE_EQ(o.bytes, phase * 4);
+      EXPECT_DOUBLE_EQ(o.mem_alloc, phase * 4 * 0.5);  // the received shard
+      EXPECT_DOUBLE_EQ(o.mem_free, phase * 4 * 1.5);   // and the phase's gradient buffer
+    }
+  }
+  EXPECT_EQ(gathers, 2);
+  EXPECT_EQ(reduces, 1);
+  for (const Collective& c : g.collectives()) {
+    if (c.unit != head) continue;
+    EXPECT_DOUBLE_EQ(c.total_bytes, phase * (c.kind == OpKind::AllGather ? 2 : 4));
+  }
+
+  // An untied head owns its weight (vocabulary × hidden): its phases are its own parameters.
+  Scenario untied = s;
+  untied.job.model.tied_embeddings = false;
+  TrainingGraph gu = build_training_graph(tiny_plan(untied, 2), untied);
+  EXPECT_DOUBLE_EQ(gu.unit_sizes(head).gathered_bytes, (512 + 1000 * 256) * 2.0);
+}
+
+// A layer's backward holds, besides the saved activations of its recompute and its input and
+// output gradients, its own input-gradient temporaries: max(h + 2f, 5h) elements per token at
+// its high-water mark (GptModel::layer_backward), here (256 + 2 × 1024) × 2 B per token.
+TEST(TrainingGraph, LayerBackwardsHoldTheirInputGradientTemporaries) {
+  Scenario s = tiny_scenario(2, 2, 8);
+  s.job.precision.reduce = Dtype::BF16;
+  const ModelSpec& m = s.job.model;
+  TrainingGraph g = build_training_graph(tiny_plan(s, 2), s);
+  int checked = 0;
+  for (const Op& o : g.program(0)) {
+    if (o.kind == OpKind::OptimizerStep) {
+      // AdamW widens the bf16 gradient shard of one unit at a time into fp32.
+      EXPECT_DOUBLE_EQ(o.mem_alloc, costmodels::layer_parameters(m) * 0.5 * 4);
+      EXPECT_DOUBLE_EQ(o.mem_free, o.mem_alloc);
+    }
+    if (o.kind != OpKind::Backward || o.unit < 1 || o.unit > m.num_layers) continue;
+    const double tokens = 128.0 * o.micro_batch_size;
+    const double transient = tokens * (256 + 2 * 1024) * 2;
+    EXPECT_DOUBLE_EQ(
+        costmodels::unit_backward_transient_bytes(m, o.unit, 128, o.micro_batch_size, Dtype::FP16),
+        transient);
+    const double boundary = tokens * 256 * 2;
+    // Layered: micro-batches run backwards, the first one (index 1) allocates the gradient.
+    const double gradient = o.micro_batch == 1 ? g.unit_sizes(o.unit).gradient_bytes : 0.0;
+    EXPECT_DOUBLE_EQ(o.mem_alloc, boundary + gradient + transient);
+    const double saved =
+        costmodels::unit_working_bytes(m, o.unit, 128, o.micro_batch_size, Dtype::FP16);
+    // The phase's last backward (micro-batch 0) also releases the gathered layer.
+    const double gathered = o.micro_batch == 0 ? g.unit_sizes(o.unit).gathered_bytes : 0.0;
+    EXPECT_DOUBLE_EQ(o.mem_free, saved + transient + 2 * boundary + gathered);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 * 2);  // 2 layers × 2 micro-batches
+}
+
+}  // namespace
+}  // namespace cephalo::traces

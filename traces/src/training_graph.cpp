@@ -242,6 +242,12 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  auto transient = [&](int unit, int mb) {
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+  };
+  // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
+  // (tf32 computes on fp32 storage: no copy).
+  const bool cast_send = bytes_per_element(job.precision.params) != bytes_per_element(act);
 
   std::vector<OpId> ag(num_phases, kNoOp);
   std::vector<OpId> phase_done(num_phases, kNoOp);
@@ -259,7 +265,10 @@ void GraphBuilder::build_rank(int r) {
     o.collective = ag_collective_[p];
     o.bytes = g_.unit_sizes_[ph.unit].gathered_bytes;
     o.shard_bytes = o.bytes * pr.state_share;
-    o.mem_alloc = o.bytes;
+    // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
+    // when the gather ends).
+    o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
+    o.mem_free = cast_send ? o.shard_bytes : 0.0;
     OpId wait = p - lookahead >= 0 ? phase_done[p - lookahead] : kNoOp;
     ag[p] = emit(o, {wait});
   };
@@ -339,9 +348,13 @@ void GraphBuilder::build_rank(int r) {
         Op b = rc;
         b.kind = OpKind::Backward;
         b.flops = flops.backward;
+        // The input gradient, the phase's gradient buffer (first micro-batch) and the
+        // backward's own input-gradient temporaries, held while it runs.
+        const double t = transient(u, size);
         b.mem_alloc =
-            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0);
-        b.mem_free = w + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
+            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
+        b.mem_free =
+            w + t + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
         last_compute = emit(b, {});
         backward_steps.push_back(last_compute);
       }
@@ -362,9 +375,9 @@ void GraphBuilder::build_rank(int r) {
       rs.bytes = g_.unit_sizes_[u].gradient_bytes;
       rs.shard_bytes = rs.bytes * pr.state_share;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
-      // ran no micro-batch in this phase (it contributes zeros).
-      rs.mem_alloc = last_compute == kNoOp ? rs.bytes : 0.0;
-      rs.mem_free = rs.bytes;
+      // ran no micro-batch in this phase (it contributes zeros); and the received shard.
+      rs.mem_alloc = (last_compute == kNoOp ? rs.bytes : 0.0) + rs.shard_bytes;
+      rs.mem_free = rs.bytes + rs.shard_bytes;
       last_rs = emit(rs, {last_compute});
     }
   }
@@ -376,6 +389,14 @@ void GraphBuilder::build_rank(int r) {
   opt.shard_parameters = costmodels::total_parameters(model) * pr.state_share;
   // AdamW: about 12 FLOPs per parameter (moments, bias correction, update, weight decay).
   opt.flops = 12.0 * opt.shard_parameters;
+  // AdamW reads fp32 gradients: a 16-bit or loss-scaled (fp16) gradient shard is widened into
+  // a transient fp32 copy, one unit at a time.
+  if (bytes_per_element(job.precision.reduce) != 4.0 || act == Dtype::FP16) {
+    double largest = 0;
+    for (int u = 0; u < units_; ++u)
+      largest = std::max(largest, costmodels::unit_parameters(model, u));
+    opt.mem_alloc = opt.mem_free = largest * pr.state_share * 4.0;
+  }
   emit(opt, {last_rs});
 }
 
@@ -404,8 +425,10 @@ TrainingGraph GraphBuilder::build() {
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
-    s.gathered_bytes = s.parameters * compute_bytes;
-    s.gradient_bytes = s.parameters * reduce_bytes;
+    // What a phase of the unit gathers and reduces: a tied head brings the embedding unit.
+    const double phase = costmodels::phase_parameters(model, u);
+    s.gathered_bytes = phase * compute_bytes;
+    s.gradient_bytes = phase * reduce_bytes;
     auto f = costmodels::unit_flops(model, u, job.sequence_length, 1);
     model_flops += (f.forward + f.backward) * g_.summary_.global_batch;
   }

@@ -4,14 +4,19 @@
 // Terms (bytes, on the device):
 //   training_state    the rank's share of every unit: fp32 master + gradient shard (reduce
 //                     dtype) + Adam m and v (fp32) = 16 B/param at fp32/fp32
-//   gathered_params   the full current unit in the compute dtype, twice with prefetch
+//   gathered_params   the full current unit in the compute dtype, twice with prefetch (the
+//                     largest phase: a tied head's phases gather the embedding unit too)
 //   unit_gradient     the full gradient of the current unit (reduce dtype) before its
 //                     reduce-scatter; under layered accumulation it accumulates all micro-batches
+//   comm_buffers      the rank's shard of that unit in flight: the reduce-scatter's received
+//                     shard, plus the gather's send shard cast to the compute dtype when it
+//                     differs from the master weights' dtype
 //   activations       checkpointed unit-boundary activations: L+1 unit inputs plus the
 //                     activation-gradient buffer, for every micro-batch (layered) or for one
 //                     micro-batch (standard); with host offload only the current layer's
 //   working_set       one unit's forward+backward working set during recompute (the largest
-//                     unit: usually a layer, the LM head's logits at large vocabularies)
+//                     unit: usually a layer, the LM head's logits at large vocabularies): its
+//                     saved activations plus the backward's input-gradient temporaries
 //   cuda_context      CUDA context + cuBLAS/cuDNN workspaces
 //   nccl_reserve      NCCL channel buffers (only with more than one rank)
 //   fragmentation     caching-allocator slack on the dynamic terms
@@ -73,7 +78,9 @@ struct RankMemoryInputs {
   Offload offload = Offload::None;
   bool prefetch = true;
   int world_size = 1;
-  // CPU devices (the CPU backend) run no CUDA context and no NCCL, so those reserves vanish.
+  // CPU devices (the CPU backend) run no CUDA context and no NCCL, so those reserves vanish,
+  // and no caching allocator: each buffer is allocated and freed as itself, so there is no
+  // allocator slack (fragmentation) either.
   bool gpu_runtime = true;
 };
 
@@ -81,6 +88,10 @@ struct RankMemoryInputs {
 // workspaces, plus NCCL buffers when there is more than one rank; zero on CPU devices.
 double runtime_reserve_bytes(bool gpu_runtime, int world_size,
                              const MemoryConstants& constants = memory_constants());
+// Allocator slack as a fraction of the dynamic (non-state) bytes: the caching allocator's
+// `fragmentation` on GPU devices, zero on CPU devices (no caching allocator).
+double allocator_slack_fraction(bool gpu_runtime,
+                                const MemoryConstants& constants = memory_constants());
 
 std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& inputs,
                                      const MemoryConstants& constants = {});

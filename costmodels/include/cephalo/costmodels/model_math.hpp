@@ -18,6 +18,10 @@ double layer_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);
 double head_parameters(const ModelSpec& model);  // excludes a tied weight
 double unit_parameters(const ModelSpec& model, int unit);
+// Parameters a phase of `unit` gathers and reduce-scatters: the unit's own, plus, for the head
+// of a model with tied embeddings, the whole embedding unit (the backend's head phases gather
+// unit 0 in front of the head, whose logits use wte, and reduce its wte gradient into unit 0).
+double phase_parameters(const ModelSpec& model, int unit);
 double total_parameters(const ModelSpec& model);
 
 // Floating-point operations of one unit for `micro_batch` samples of `seq` tokens
@@ -29,9 +33,18 @@ struct UnitFlops {
 UnitFlops unit_flops(const ModelSpec& model, int unit, int seq, int micro_batch);
 
 // Bytes of the activation at a unit's input boundary (what layered accumulation keeps per
-// micro-batch), and the peak working set of running one unit's forward+backward.
+// micro-batch), and a unit's working set: what its forward (and the recompute before its
+// backward) keeps for the backward, on top of the boundaries.
 double boundary_activation_bytes(const ModelSpec& model, int seq, int micro_batch, Dtype dtype);
 double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype);
+// Peak bytes of the input-gradient temporaries a unit's backward holds on top of its working
+// set (the saved activations) and of its output gradient (a boundary): for a transformer layer
+// max(h + 2f, 3h + 2·kv) per token (h + 3f with a gated MLP) in the compute dtype, what
+// GptModel::layer_backward allocates at its two high-water marks (GELU and attention backward).
+// Zero for embedding and head: the head's fp32-softmax-sized buffer in unit_working_bytes
+// covers its input-gradient temporaries.
+double unit_backward_transient_bytes(const ModelSpec& model, int unit, int seq, int micro_batch,
+                                     Dtype dtype);
 
 // Tokens per sample the model actually processes: the job's sequence length for language
 // models, patches + class token for ViT (whose input size is fixed by image and patch size).

@@ -39,7 +39,8 @@ struct SimOptions {
   // holds besides the plan's tensors; transient allocations are scaled by 1 + fragmentation
   // (caching-allocator slack). Negative values take costmodels::MemoryConstants' defaults
   // (CUDA context + NCCL buffers with more than one rank, usable fraction 1, fragmentation
-  // 0.08), so the simulated peak and costmodels::predict_memory use the same constants.
+  // 0.08; on CPU devices no reserve and no slack), so the simulated peak and
+  // costmodels::predict_memory use the same constants.
   double usable_fraction = -1;
   double fragmentation = -1;
   double reserve_bytes = -1;

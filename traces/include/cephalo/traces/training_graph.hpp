@@ -114,9 +114,10 @@ struct GraphSummary {
 
 // Per-unit sizes used to fill ops (exposed for tests and the backend).
 struct UnitSizes {
-  double parameters = 0;
-  double gathered_bytes = 0;  // parameters × compute dtype
-  double gradient_bytes = 0;  // parameters × reduce dtype
+  double parameters = 0;      // the unit's own
+  double gathered_bytes = 0;  // what a phase of the unit gathers, in the compute dtype: its
+                              // parameters, and for a tied head the embedding unit's too
+  double gradient_bytes = 0;  // what a phase reduce-scatters, same parameters × reduce dtype
 };
 
 class TrainingGraph {
