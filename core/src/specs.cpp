@@ -51,6 +51,11 @@ DeviceSpec parse_device_spec(JsonReader& reader) {
     spec.price_per_hour = price->as_number();
     if (spec.price_per_hour < 0) price->fail("a price >= 0 in USD per hour");
   }
+  if (auto tdp = reader.optional_child("tdp_watts")) {
+    spec.tdp_watts = tdp->as_number();
+    if (!(spec.tdp_watts > 0 && spec.tdp_watts <= 1e5))
+      tdp->fail("a board power limit in watts, > 0 and <= 100000");
+  }
   spec.source = reader.string_or("source", "");
   reader.finish();
   return spec;
@@ -69,6 +74,7 @@ Json to_json(const DeviceSpec& spec) {
             {"pcie_lanes", spec.pcie_lanes},
             {"nvlink_bandwidth", spec.nvlink_bandwidth}};
   if (spec.price_per_hour >= 0) j["price_per_hour"] = spec.price_per_hour;
+  if (spec.tdp_watts > 0) j["tdp_watts"] = spec.tdp_watts;
   if (!spec.source.empty()) j["source"] = spec.source;
   return j;
 }

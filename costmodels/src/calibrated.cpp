@@ -49,9 +49,13 @@ ModelSpec profiled_spec(const LayerProfile& row) {
   return m;
 }
 
-namespace {
+int profiled_layers(const LayerProfile& row, bool whole_stack_test_model) {
+  if (whole_stack_test_model && row.file_model == "deepspeedgpt_test")
+    return ModelCatalog::builtin().get(row.model).num_layers;
+  return 1;
+}
 
-using FamilyFactor = std::function<std::array<double, 2>(const std::string& family)>;
+namespace {
 
 // Forward GEMM + attention FLOPs of one layer per sample.
 double layer_flops(const ModelSpec& m, int seq) { return unit_flops(m, 1, seq, 1).forward; }
@@ -106,15 +110,25 @@ OpFeatures solve(const std::vector<OpFeatures>& x, const std::vector<double>& w,
 }
 
 struct Sample {
-  PhaseFeatures x;
+  PhaseFeatures x;  // at the datasheet peak (no sustained-rate fraction applied)
   double forward_s = 0, backward_s = 0;
   double weight = 1;
 };
 
-std::vector<Sample> samples_of(const LayerProfile& row) {
+// A training row with its points' features, computed once per fit.
+struct RowData {
+  const LayerProfile* row = nullptr;
+  std::string family;     // family key (per dtype class when family_per_dtype)
+  std::string model_key;  // model key (likewise)
+  int pipeline = 0;       // pipeline_class of its GPU and dtype
+  const DeviceSpec* gpu = nullptr;
+  std::vector<Sample> samples;
+};
+
+std::vector<Sample> samples_of(const LayerProfile& row, bool whole_stack) {
   const ModelSpec model = profiled_spec(row);
   const DeviceSpec& gpu = GpuCatalog::builtin().get(row.gpu);
-  auto points = row_points(row);
+  auto points = row_points(row, whole_stack);
   std::vector<Sample> out;
   for (const auto& p : points) {
     Sample s;
@@ -127,14 +141,28 @@ std::vector<Sample> samples_of(const LayerProfile& row) {
   return out;
 }
 
-Theta fit_theta(const std::vector<const LayerProfile*>& rows, const Theta& prior, double ridge,
-                const FamilyFactor& phi) {
+// The FLOP features (GEMM, attention) at a sustained fraction of the datasheet peak.
+PhaseFeatures at_fraction(PhaseFeatures x, double fraction) {
+  for (auto* f : {&x.forward, &x.backward}) {
+    (*f)[0] /= fraction;
+    (*f)[1] /= fraction;
+  }
+  return x;
+}
+
+using Fraction = std::function<double(const RowData&)>;
+using RowFactor = std::function<std::array<double, 2>(const RowData&)>;
+
+Theta fit_theta(const std::vector<const RowData*>& rows, const Theta& prior, double ridge,
+                const RowFactor& phi, const Fraction& fraction) {
   std::vector<OpFeatures> xf, xb;
   std::vector<double> w;
   for (const auto* r : rows) {
-    auto factor = phi(ModelCatalog::builtin().get(r->model).family);
-    for (const auto& s : samples_of(*r)) {
-      OpFeatures f = s.x.forward, b = s.x.backward;
+    auto factor = phi(*r);
+    double q = fraction(*r);
+    for (const auto& s : r->samples) {
+      PhaseFeatures x = at_fraction(s.x, q);
+      OpFeatures f = x.forward, b = x.backward;
       for (auto& v : f) v /= s.forward_s / factor[0];
       for (auto& v : b) v /= s.backward_s / factor[1];
       xf.push_back(f);
@@ -154,6 +182,75 @@ Theta fit_theta(const std::vector<const LayerProfile*>& rows, const Theta& prior
   return t;
 }
 
+// Normal equations of one GPU's points for one phase (features divided by the target and
+// multiplied by the family factor, at the datasheet peak): A = Σ w² x xᵀ, b = Σ w² x, c = Σ w².
+// Scaling the FLOP features by 1/q is D·A·D and D·b with D = diag(1/q, 1/q, 1, 1, 1), so a
+// pooled fit under any power constant is a 5×5 solve.
+struct Normal {
+  Eigen::Matrix<double, kNumFeatures, kNumFeatures> A =
+      Eigen::Matrix<double, kNumFeatures, kNumFeatures>::Zero();
+  Eigen::Matrix<double, kNumFeatures, 1> b = Eigen::Matrix<double, kNumFeatures, 1>::Zero();
+  double c = 0;
+  void add(const OpFeatures& x, double w2) {
+    Eigen::Map<const Eigen::Matrix<double, kNumFeatures, 1>> v(x.data());
+    A += w2 * v * v.transpose();
+    b += w2 * v;
+    c += w2;
+  }
+  Normal scaled(double q) const {
+    Eigen::Matrix<double, kNumFeatures, 1> d = Eigen::Matrix<double, kNumFeatures, 1>::Ones();
+    d(0) = d(1) = 1 / q;
+    Normal n;
+    n.A = d.asDiagonal() * A * d.asDiagonal();
+    n.b = d.asDiagonal() * b;
+    n.c = c;
+    return n;
+  }
+  double sse(const OpFeatures& t) const {
+    Eigen::Map<const Eigen::Matrix<double, kNumFeatures, 1>> v(t.data());
+    return std::max(0.0, v.dot(A * v) - 2 * v.dot(b) + c);
+  }
+};
+
+// The weighted least-squares problem of `solve` from its normal equations (same ridge toward
+// `prior`, same non-negativity by an active set).
+OpFeatures solve_normal(const Normal& n, const OpFeatures& prior, double ridge) {
+  constexpr int K = static_cast<int>(kNumFeatures);
+  std::vector<bool> active(kNumFeatures, true);
+  OpFeatures theta{};
+  const double s2 = ridge * std::max(1.0, n.c);
+  for (int iter = 0; iter < 5; ++iter) {
+    std::vector<int> cols;
+    for (int k = 0; k < K; ++k)
+      if (active[static_cast<std::size_t>(k)]) cols.push_back(k);
+    const auto p = static_cast<Eigen::Index>(cols.size());
+    Eigen::MatrixXd A(p, p);
+    Eigen::VectorXd y(p);
+    for (Eigen::Index i = 0; i < p; ++i) {
+      const int ci = cols[static_cast<std::size_t>(i)];
+      for (Eigen::Index j = 0; j < p; ++j) A(i, j) = n.A(ci, cols[static_cast<std::size_t>(j)]);
+      y(i) = n.b(ci);
+      double pk = prior[static_cast<std::size_t>(ci)];
+      A(i, i) += pk > 0 ? s2 / (pk * pk) : s2;
+      y(i) += pk > 0 ? s2 / pk : 0;
+    }
+    Eigen::VectorXd sol = A.ldlt().solve(y);
+    bool negative = false;
+    theta.fill(0);
+    for (Eigen::Index c = 0; c < p; ++c) {
+      const auto ci = static_cast<std::size_t>(cols[static_cast<std::size_t>(c)]);
+      if (sol(c) < 0) {
+        active[ci] = false;
+        negative = true;
+      } else {
+        theta[ci] = sol(c);
+      }
+    }
+    if (!negative) break;
+  }
+  return theta;
+}
+
 Theta roofline_prior() {
   Theta t;
   t.forward = Efficiency{}.coefficients();
@@ -169,7 +266,17 @@ double predict_s(const OpFeatures& theta, const OpFeatures& x) {
 
 }  // namespace
 
-std::vector<RowPoint> row_points(const LayerProfile& row) {
+std::vector<RowPoint> row_points(const LayerProfile& row, bool whole_stack_test_model) {
+  const double n = profiled_layers(row, whole_stack_test_model);
+  std::vector<RowPoint> out = raw_points(row);
+  for (auto& p : out) {
+    p.forward_ms /= n;
+    p.backward_ms /= n;
+  }
+  return out;
+}
+
+std::vector<RowPoint> raw_points(const LayerProfile& row) {
   std::vector<RowPoint> out;
   if (!row.micro_batches.empty()) {
     for (std::size_t i = 0; i < row.micro_batches.size(); ++i)
@@ -183,15 +290,16 @@ std::vector<RowPoint> row_points(const LayerProfile& row) {
   return out;
 }
 
-std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables) {
+std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables,
+                                                    bool whole_stack_test_model) {
   std::vector<InconsistentRow> out;
   std::set<const LayerProfile*> flagged;
   auto flag = [&](const LayerProfile* r, std::string why) {
     if (flagged.insert(r).second) out.push_back({r, std::move(why)});
   };
-  auto total_at = [](const LayerProfile& r, int m) {
+  auto total_at = [&](const LayerProfile& r, int m) {
     LayerTime t = ProfileTables::evaluate(r, m);
-    return t.forward_ms + t.backward_ms;
+    return (t.forward_ms + t.backward_ms) / profiled_layers(r, whole_stack_test_model);
   };
   // (a) Measured points that fall as the micro-batch grows (noise or throttling).
   for (const auto& r : tables.rows()) {
@@ -210,7 +318,8 @@ std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables)
   for (const auto& r : tables.rows()) {
     const ModelSpec m = profiled_spec(r);
     const DeviceSpec& g = GpuCatalog::builtin().get(r.gpu);
-    double rate = layer_flops(m, r.seq) * 8 / (ProfileTables::evaluate(r, 8).forward_ms * 1e-3);
+    double rate = layer_flops(m, r.seq) * profiled_layers(r, whole_stack_test_model) * 8 /
+                  (ProfileTables::evaluate(r, 8).forward_ms * 1e-3);
     if (rate > effective_peak(g, r.dtype))
       flag(&r, "forward implies " + fmt(rate / 1e12, 1) + " TFLOP/s, above the " +
                    fmt(effective_peak(g, r.dtype) / 1e12, 1) + " TFLOP/s peak");
@@ -268,13 +377,14 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
   auto model = std::make_shared<CalibratedComputeModel>();
   const CalibrationOptions& o = opt;
   model->median_of_gpus_ = o.unseen_median_of_gpus;
+  model->family_per_dtype_ = o.family_per_dtype;
+  model->power_exponent_ = o.power_exponent;
   std::set<const LayerProfile*> bad;
   if (o.drop_inconsistent) {
-    model->dropped_ = find_inconsistent_rows(tables);
+    model->dropped_ = find_inconsistent_rows(tables, o.whole_stack_test_model);
     for (const auto& i : model->dropped_) bad.insert(i.row);
   }
-  std::map<int, std::vector<const LayerProfile*>> by_class;
-  std::map<std::pair<std::string, int>, std::vector<const LayerProfile*>> by_gpu;
+  std::vector<RowData> data;
   for (const auto& r : tables.rows()) {
     if (bad.count(&r)) continue;
     if (std::find(o.exclude_gpus.begin(), o.exclude_gpus.end(), r.gpu) != o.exclude_gpus.end())
@@ -282,29 +392,119 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     if (std::find(o.exclude_model_on_gpu.begin(), o.exclude_model_on_gpu.end(),
                   std::make_pair(r.model, r.gpu)) != o.exclude_model_on_gpu.end())
       continue;
-    by_class[dtype_class(r.dtype)].push_back(&r);
-    by_gpu[{r.gpu, dtype_class(r.dtype)}].push_back(&r);
+    if (std::find(o.exclude_models.begin(), o.exclude_models.end(), r.model) !=
+        o.exclude_models.end())
+      continue;
+    RowData d;
+    d.row = &r;
+    d.pipeline = pipeline_class(GpuCatalog::builtin().get(r.gpu), r.dtype);
+    d.family = model->family_key(ModelCatalog::builtin().get(r.model).family, r.dtype);
+    d.model_key = model->family_key(r.model, r.dtype);
+    d.gpu = &GpuCatalog::builtin().get(r.gpu);
+    d.samples = samples_of(r, o.whole_stack_test_model);
+    data.push_back(std::move(d));
   }
-  // Alternate: θ given the family factors, then each family's factor as the geometric mean of
-  // measured / predicted over its training rows.
-  auto phi = [&](const std::string& family) -> std::array<double, 2> {
-    auto it = model->family_.find(family);
-    return it == model->family_.end() ? std::array<double, 2>{1, 1} : it->second;
+  std::map<int, std::vector<const RowData*>> by_class;  // per pipeline
+  std::map<std::pair<std::string, int>, std::vector<const RowData*>> by_gpu;
+  for (const auto& d : data) {
+    by_class[d.pipeline].push_back(&d);
+    by_gpu[{d.row->gpu, d.pipeline}].push_back(&d);
+  }
+  // Alternate: θ given the factors, then each family's factor as the geometric mean of
+  // measured / predicted over its training rows, then each model's shrunk residual factor.
+  auto lookup = [](const std::map<std::string, std::array<double, 2>>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::array<double, 2>{1, 1} : it->second;
   };
+  auto family_only = [&](const RowData& d) { return lookup(model->family_, d.family); };
+  auto model_only = [&](const RowData& d) { return lookup(model->model_, d.model_key); };
+  auto phi = [&](const RowData& d) -> std::array<double, 2> {
+    auto f = family_only(d), g = model_only(d);
+    return {f[0] * g[0], f[1] * g[1]};
+  };
+  auto fraction = [&](const RowData& d) { return model->sustained_fraction(*d.gpu, d.row->dtype); };
   for (int iter = 0; iter < 4; ++iter) {
-    for (int c : {0, 1}) model->pooled_[c] = fit_theta(by_class[c], roofline_prior(), 1e-3, phi);
+    for (int c : {0, 1}) {
+      // The power constant of the pipeline, chosen by leave-one-GPU-out over the training GPUs
+      // (never the GPU being validated): for each candidate (no cap among them), θ pooled over
+      // all training GPUs but one predicts that one; the candidate with the least median over
+      // GPUs of the RMS relative error wins. The median, as in the validation: with the mean,
+      // the RTX 3090's two GPT rows (twice any other GPU's GPT rate) decide the tensor cap.
+      if (o.power_limit && !by_class[c].empty()) {
+        std::map<std::string, std::array<Normal, 2>> normals;  // per GPU: forward, backward
+        for (const auto* r : by_class[c]) {
+          auto factor = phi(*r);
+          for (const auto& smp : r->samples) {
+            OpFeatures f = smp.x.forward, b = smp.x.backward;
+            for (auto& v : f) v /= smp.forward_s / factor[0];
+            for (auto& v : b) v /= smp.backward_s / factor[1];
+            auto& nn = normals[r->row->gpu];
+            nn[0].add(f, smp.weight * smp.weight);
+            nn[1].add(b, smp.weight * smp.weight);
+          }
+        }
+        const Theta prior = roofline_prior();
+        double best = -1, best_k = 0;
+        for (int step = -1; step <= 48; ++step) {
+          const double k = step < 0 ? 0 : 0.25e-12 * std::pow(2.0, step / 6.0);  // W per FLOP/s
+          model->watts_per_flops_[static_cast<std::size_t>(c)] = k;
+          std::map<std::string, std::array<Normal, 2>> at_k;
+          std::array<Normal, 2> total;
+          for (const auto& [gpu, nn] : normals) {
+            double q = model->sustained_fraction(GpuCatalog::builtin().get(gpu),
+                                                 c ? Dtype::FP16 : Dtype::FP32);
+            auto& a = at_k[gpu];
+            for (int ph : {0, 1}) {
+              a[static_cast<std::size_t>(ph)] = nn[static_cast<std::size_t>(ph)].scaled(q);
+              total[static_cast<std::size_t>(ph)].A += a[static_cast<std::size_t>(ph)].A;
+              total[static_cast<std::size_t>(ph)].b += a[static_cast<std::size_t>(ph)].b;
+              total[static_cast<std::size_t>(ph)].c += a[static_cast<std::size_t>(ph)].c;
+            }
+          }
+          std::vector<double> rms;
+          for (const auto& [gpu, a] : at_k) {
+            double e2 = 0, n = 0;
+            for (int ph : {0, 1}) {
+              const auto i = static_cast<std::size_t>(ph);
+              Normal rest = total[i];
+              rest.A -= a[i].A;
+              rest.b -= a[i].b;
+              rest.c -= a[i].c;
+              if (rest.c <= 0) continue;
+              OpFeatures t = solve_normal(rest, ph ? prior.backward : prior.forward, 1e-3);
+              e2 += a[i].sse(t);
+              n += a[i].c;
+            }
+            if (n > 0) rms.push_back(std::sqrt(e2 / n));
+          }
+          const double score = median(rms);
+          // Beyond the k that caps every GPU the score is flat (θ absorbs the scale): the
+          // smallest k within 0.1% of the best caps no more GPUs than the data ask for.
+          if (best < 0 || score < best * (1 - 1e-3)) {
+            best = score;
+            best_k = k;
+          } else if (score < best) {
+            best = score;
+          }
+        }
+        model->watts_per_flops_[static_cast<std::size_t>(c)] = best_k;
+      }
+      model->pooled_[c] = fit_theta(by_class[c], roofline_prior(), 1e-3, phi, fraction);
+    }
     for (auto& [key, rows] : by_gpu)
-      model->per_gpu_[key] = fit_theta(rows, model->pooled_[key.second], o.ridge, phi);
+      model->per_gpu_[key] = fit_theta(rows, model->pooled_[key.second], o.ridge, phi, fraction);
     if (!o.family_factors) break;
     std::map<std::string, std::array<double, 3>> sums;  // log fwd, log bwd, count
     for (auto& [key, rows] : by_gpu)
       for (const auto* r : rows) {
         const Theta& t = model->per_gpu_[key];
-        std::string fam = ModelCatalog::builtin().get(r->model).family;
-        for (const auto& s : samples_of(*r)) {
-          auto& acc = sums[fam];
-          acc[0] += std::log(s.forward_s / predict_s(t.forward, s.x.forward));
-          acc[1] += std::log(s.backward_s / predict_s(t.backward, s.x.backward));
+        double q = fraction(*r);
+        auto g = model_only(*r);
+        for (const auto& s : r->samples) {
+          PhaseFeatures x = at_fraction(s.x, q);
+          auto& acc = sums[r->family];
+          acc[0] += std::log(s.forward_s / (g[0] * predict_s(t.forward, x.forward)));
+          acc[1] += std::log(s.backward_s / (g[1] * predict_s(t.backward, x.backward)));
           acc[2] += 1;
         }
       }
@@ -316,6 +516,46 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     }
     for (auto& [fam, acc] : sums)
       model->family_[fam] = {std::exp(acc[0] / acc[2] - mf), std::exp(acc[1] / acc[2] - mb)};
+    // Per model: the residual over its rows on the training GPUs (each row counts once),
+    // shrunk toward 1 with a pseudo-count of rows.
+    if (o.model_pseudo_rows >= 0) {
+      std::map<std::string, std::array<double, 3>> msums;
+      for (auto& [key, rows] : by_gpu)
+        for (const auto* r : rows) {
+          const Theta& t = model->per_gpu_[key];
+          double q = fraction(*r);
+          auto f = family_only(*r);
+          double lf = 0, lb = 0;
+          for (const auto& s : r->samples) {
+            PhaseFeatures x = at_fraction(s.x, q);
+            lf += std::log(s.forward_s / (f[0] * predict_s(t.forward, x.forward)));
+            lb += std::log(s.backward_s / (f[1] * predict_s(t.backward, x.backward)));
+          }
+          auto& acc = msums[r->model_key];
+          acc[0] += lf / static_cast<double>(r->samples.size());
+          acc[1] += lb / static_cast<double>(r->samples.size());
+          acc[2] += 1;
+        }
+      // Shrunk toward 1, then centred within each family (row-weighted geometric mean 1), so
+      // the family factor describes the family's typical model and an unseen model gets it.
+      std::map<std::string, std::array<double, 2>> logs;
+      for (auto& [key, acc] : msums)
+        logs[key] = {acc[0] / (acc[2] + o.model_pseudo_rows),
+                     acc[1] / (acc[2] + o.model_pseudo_rows)};
+      std::map<std::string, std::array<double, 3>> centre;  // per family: Σ log fwd, bwd, rows
+      for (const auto& d : data) {
+        auto& c = centre[d.family];
+        c[0] += logs[d.model_key][0];
+        c[1] += logs[d.model_key][1];
+        c[2] += 1;
+      }
+      std::map<std::string, std::string> family_of;
+      for (const auto& d : data) family_of[d.model_key] = d.family;
+      for (auto& [key, l] : logs) {
+        const auto& c = centre[family_of[key]];
+        model->model_[key] = {std::exp(l[0] - c[0] / c[2]), std::exp(l[1] - c[1] / c[2])};
+      }
+    }
   }
   // Per (GPU, dtype class, family): the residual factor of that family on that GPU, shrunk
   // toward 1 with a pseudo-count of rows, so one odd row cannot move it far.
@@ -325,24 +565,57 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     for (auto& [key, rows] : by_gpu)
       for (const auto* r : rows) {
         const Theta& t = model->per_gpu_[key];
-        std::string fam = ModelCatalog::builtin().get(r->model).family;
-        auto f = phi(fam);
-        auto samples = samples_of(*r);
+        auto f = phi(*r);
+        double q = fraction(*r);
         double lf = 0, lb = 0;
-        for (const auto& s : samples) {
-          lf += std::log(s.forward_s / (f[0] * predict_s(t.forward, s.x.forward)));
-          lb += std::log(s.backward_s / (f[1] * predict_s(t.backward, s.x.backward)));
+        for (const auto& s : r->samples) {
+          PhaseFeatures x = at_fraction(s.x, q);
+          lf += std::log(s.forward_s / (f[0] * predict_s(t.forward, x.forward)));
+          lb += std::log(s.backward_s / (f[1] * predict_s(t.backward, x.backward)));
         }
-        auto& acc = sums[{key.first, key.second, fam}];
-        acc[0] += lf / static_cast<double>(samples.size());
-        acc[1] += lb / static_cast<double>(samples.size());
+        auto& acc = sums[{key.first, key.second, r->family}];
+        acc[0] += lf / static_cast<double>(r->samples.size());
+        acc[1] += lb / static_cast<double>(r->samples.size());
         acc[2] += 1;
       }
     for (auto& [key, acc] : sums)
       model->local_[key] = {std::exp(acc[0] / (acc[2] + kappa)),
                             std::exp(acc[1] / (acc[2] + kappa))};
   }
+  // Lookup tables for prediction, by plain names and dtype class (no keys built per call).
+  for (const auto& d : data) {
+    const std::string& family = ModelCatalog::builtin().get(d.row->model).family;
+    for (int dc : {0, 1}) {
+      const Dtype probe = dc ? Dtype::FP16 : Dtype::FP32;
+      const auto i = static_cast<std::size_t>(dc);
+      if (auto f = model->family_.find(model->family_key(family, probe)); f != model->family_.end())
+        model->family_by_name_[family].f[i] = f->second;
+      if (auto m = model->model_.find(model->family_key(d.row->model, probe));
+          m != model->model_.end())
+        model->model_by_name_[d.row->model].f[i] = m->second;
+      if (auto l = model->local_.find(
+              {d.row->gpu, pipeline_class(*d.gpu, probe), model->family_key(family, probe)});
+          l != model->local_.end())
+        model->local_by_name_[d.row->gpu][family].f[i] = l->second;
+    }
+  }
   return model;
+}
+
+int pipeline_class(const DeviceSpec& device, Dtype dtype) {
+  return dtype_class(dtype) && effective_peak(device, dtype) > device.peak_fp32 ? 1 : 0;
+}
+
+std::string CalibratedComputeModel::family_key(const std::string& family, Dtype dtype) const {
+  return family_per_dtype_ ? family + (dtype_class(dtype) ? "/16" : "/32") : family;
+}
+
+double CalibratedComputeModel::sustained_fraction(const DeviceSpec& device, Dtype dtype) const {
+  double k = watts_per_flops_[static_cast<std::size_t>(pipeline_class(device, dtype))];
+  if (!(k > 0) || !(device.tdp_watts > 0)) return 1;
+  const double r = device.tdp_watts / (k * effective_peak(device, dtype));
+  if (r >= 1) return 1;
+  return power_exponent_ == 1.0 / 3.0 ? std::cbrt(r) : std::pow(r, power_exponent_);
 }
 
 std::shared_ptr<const CalibratedComputeModel> CalibratedComputeModel::builtin() {
@@ -350,60 +623,62 @@ std::shared_ptr<const CalibratedComputeModel> CalibratedComputeModel::builtin() 
   return m;
 }
 
-const Theta& CalibratedComputeModel::theta(const std::string& gpu, Dtype dtype, bool* own) const {
-  auto it = per_gpu_.find({gpu, dtype_class(dtype)});
+const Theta& CalibratedComputeModel::theta(const DeviceSpec& device, Dtype dtype, bool* own) const {
+  const int c = pipeline_class(device, dtype);
+  auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();
   if (it != per_gpu_.end()) return it->second;
-  return pooled_.at(dtype_class(dtype));
+  return pooled_.at(c);
 }
 
-std::array<double, 2> CalibratedComputeModel::family_factor(const std::string& family) const {
-  auto it = family_.find(family);
-  return it == family_.end() ? std::array<double, 2>{1, 1} : it->second;
+std::array<double, 2> CalibratedComputeModel::family_factor(const std::string& family,
+                                                            Dtype dtype) const {
+  auto it = family_by_name_.find(family);
+  return it == family_by_name_.end() ? std::array<double, 2>{1, 1}
+                                     : it->second.f[static_cast<std::size_t>(dtype_class(dtype))];
 }
 
-std::array<double, 2> CalibratedComputeModel::factor(const std::string& gpu, Dtype dtype,
-                                                     const std::string& family) const {
-  auto f = family_factor(family);
-  auto it = local_.find({gpu, dtype_class(dtype), family});
-  if (it != local_.end()) {
-    f[0] *= it->second[0];
-    f[1] *= it->second[1];
-  }
+std::array<double, 2> CalibratedComputeModel::factor(const DeviceSpec& device, Dtype dtype,
+                                                     const std::string& family,
+                                                     const std::string& model_name) const {
+  const auto dc = static_cast<std::size_t>(dtype_class(dtype));
+  auto f = family_factor(family, dtype);
+  auto times = [&](const std::array<double, 2>& g) {
+    f[0] *= g[0];
+    f[1] *= g[1];
+  };
+  if (auto m = model_by_name_.find(model_name); m != model_by_name_.end()) times(m->second.f[dc]);
+  if (auto g = local_by_name_.find(device.name); g != local_by_name_.end())
+    if (auto l = g->second.find(family); l != g->second.end()) times(l->second.f[dc]);
   return f;
 }
 
-double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const std::string& family,
-                                               Dtype dtype, const PhaseFeatures& x, bool backward,
-                                               bool* own) const {
-  auto it = per_gpu_.find({device.name, dtype_class(dtype)});
+double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const ModelSpec& model,
+                                               Dtype dtype, const PhaseFeatures& x_peak,
+                                               bool backward, bool* own) const {
+  const int c = pipeline_class(device, dtype);
+  const PhaseFeatures x = at_fraction(x_peak, sustained_fraction(device, dtype));
+  const auto f = factor(device, dtype, model.family, model.name);
+  auto eval = [&](const Theta& t) {
+    return backward ? f[1] * predict_s(t.backward, x.backward)
+                    : f[0] * predict_s(t.forward, x.forward);
+  };
+  auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();
-  if (it != per_gpu_.end() || !median_of_gpus_) {
-    const Theta& t = theta(device.name, dtype);
-    auto f = factor(device.name, dtype, family);
-    return backward ? f[1] * predict_s(t.backward, x.backward)
-                    : f[0] * predict_s(t.forward, x.forward);
-  }
+  if (it != per_gpu_.end()) return eval(it->second);
+  if (!median_of_gpus_) return eval(pooled_.at(c));
   // An unprofiled GPU: every profiled GPU's θ applied to this GPU's features; the median is
-  // robust to GPUs that run far from their datasheet (power-capped T4/L4).
+  // robust to GPUs that run far from their datasheet.
   std::vector<double> v;
-  auto f = family_factor(family);
   for (const auto& [key, t] : per_gpu_)
-    if (key.second == dtype_class(dtype))
-      v.push_back(backward ? f[1] * predict_s(t.backward, x.backward)
-                           : f[0] * predict_s(t.forward, x.forward));
-  if (v.empty()) {
-    const Theta& t = theta(device.name, dtype);
-    return backward ? f[1] * predict_s(t.backward, x.backward)
-                    : f[0] * predict_s(t.forward, x.forward);
-  }
-  return median(v);
+    if (key.second == c) v.push_back(eval(t));
+  return v.empty() ? eval(pooled_.at(c)) : median(v);
 }
 
 double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq,
                                         Dtype dtype, int micro_batch, bool backward) const {
   PhaseFeatures x = unit_features(device, model, 1, seq, micro_batch, dtype);
-  return 1e3 * predict_seconds(device, model.family, dtype, x, backward);
+  return 1e3 * predict_seconds(device, model, dtype, x, backward);
 }
 
 ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
@@ -413,8 +688,7 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
   const Dtype dtype = job.precision.compute;
   PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype);
   bool own = false;
-  double s =
-      predict_seconds(device, job.model.family, dtype, x, phase == ComputePhase::Backward, &own);
+  double s = predict_seconds(device, job.model, dtype, x, phase == ComputePhase::Backward, &own);
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
 }
 
@@ -430,11 +704,11 @@ namespace {
 // Mean absolute percentage error of `predict` over a row's points (forward and backward
 // separately; forward+backward together for rows published only as a sum).
 template <typename Predict>
-double row_ape(const LayerProfile& row, Predict predict) {
+double row_ape(const LayerProfile& row, Predict predict, bool whole_stack) {
   const ModelSpec model = profiled_spec(row);
   const DeviceSpec& gpu = GpuCatalog::builtin().get(row.gpu);
   std::vector<double> errs;
-  for (const auto& p : row_points(row)) {
+  for (const auto& p : row_points(row, whole_stack)) {
     double f = predict(gpu, model, row.seq, row.dtype, p.micro_batch, false);
     double b = predict(gpu, model, row.seq, row.dtype, p.micro_batch, true);
     if (row.shape == ProfileShape::Combined || row.shape == ProfileShape::CombinedSlope) {
@@ -454,9 +728,10 @@ GroupError summarize(const std::string& name, const std::vector<double>& apes) {
 
 }  // namespace
 
-ValidationReport validate_compute_models(const ProfileTables& tables) {
+ValidationReport validate_compute_models(const ProfileTables& tables,
+                                         const CalibrationOptions& base) {
   ValidationReport rep;
-  rep.inconsistent = find_inconsistent_rows(tables);
+  rep.inconsistent = find_inconsistent_rows(tables, base.whole_stack_test_model);
   std::set<const LayerProfile*> bad;
   for (const auto& i : rep.inconsistent) bad.insert(i.row);
   std::vector<const LayerProfile*> rows;
@@ -470,14 +745,18 @@ ValidationReport validate_compute_models(const ProfileTables& tables) {
   // Leave one GPU out: θ pooled over the other GPUs, applied from the held-out GPU's specs.
   std::vector<double> all_logo, gpu_means;
   for (const auto& gpu : gpus) {
-    CalibrationOptions o;
+    CalibrationOptions o = base;
     o.exclude_gpus = {gpu};
     auto model = CalibratedComputeModel::fit(tables, o);
     std::vector<double> apes;
     for (const auto* r : rows) {
       if (r->gpu != gpu) continue;
-      double e = row_ape(*r, [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb,
-                                 bool bwd) { return model->layer_ms(d, m, s, dt, mb, bwd); });
+      double e = row_ape(
+          *r,
+          [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+            return model->layer_ms(d, m, s, dt, mb, bwd);
+          },
+          base.whole_stack_test_model);
       apes.push_back(e);
       rep.logo_rows.push_back({r->model, r->gpu, r->seq, r->dtype, e});
       all_logo.push_back(e);
@@ -496,13 +775,17 @@ ValidationReport validate_compute_models(const ProfileTables& tables) {
       if (r->gpu == gpu) models.insert(r->model);
     std::vector<double> apes;
     for (const auto& held : models) {
-      CalibrationOptions o;
+      CalibrationOptions o = base;
       o.exclude_model_on_gpu = {{held, gpu}};
       auto model = CalibratedComputeModel::fit(tables, o);
       for (const auto* r : rows) {
         if (r->gpu != gpu || r->model != held) continue;
-        double e = row_ape(*r, [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb,
-                                   bool bwd) { return model->layer_ms(d, m, s, dt, mb, bwd); });
+        double e = row_ape(
+            *r,
+            [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+              return model->layer_ms(d, m, s, dt, mb, bwd);
+            },
+            base.whole_stack_test_model);
         apes.push_back(e);
         rep.lomo_rows.push_back({r->model, r->gpu, r->seq, r->dtype, e});
         all_lomo.push_back(e);
@@ -514,19 +797,54 @@ ValidationReport validate_compute_models(const ProfileTables& tables) {
   rep.lomo_median_over_gpus = median(lomo_means);
   rep.lomo_overall = mean(all_lomo);
 
+  // Leave one model out everywhere: a model none of whose rows (on any GPU) is seen, so only
+  // its architecture, family and the GPUs' θ predict it.
+  {
+    std::set<std::string> models;
+    for (const auto* r : rows) models.insert(r->model);
+    std::map<std::string, std::vector<double>> per_gpu;
+    std::vector<double> all;
+    for (const auto& held : models) {
+      CalibrationOptions o = base;
+      o.exclude_models = {held};
+      auto model = CalibratedComputeModel::fit(tables, o);
+      for (const auto* r : rows) {
+        if (r->model != held) continue;
+        double e = row_ape(
+            *r,
+            [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+              return model->layer_ms(d, m, s, dt, mb, bwd);
+            },
+            base.whole_stack_test_model);
+        per_gpu[r->gpu].push_back(e);
+        all.push_back(e);
+      }
+    }
+    std::vector<double> means;
+    for (const auto& [gpu, apes] : per_gpu) {
+      rep.unseen_model.push_back(summarize(gpu, apes));
+      means.push_back(rep.unseen_model.back().mape);
+    }
+    rep.unseen_model_median_over_gpus = median(means);
+    rep.unseen_model_overall = mean(all);
+  }
+
   RooflineComputeModel roofline;
   std::vector<double> roof;
   for (const auto* r : rows)
-    roof.push_back(row_ape(*r, [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb,
-                                   bool bwd) {
-      Job job;
-      job.model = m;
-      job.sequence_length = s;
-      job.precision.compute = dt;
-      return 1e3 *
-             roofline.unit_time(d, job, 1, bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)
-                 .seconds;
-    }));
+    roof.push_back(row_ape(
+        *r,
+        [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+          Job job;
+          job.model = m;
+          job.sequence_length = s;
+          job.precision.compute = dt;
+          return 1e3 *
+                 roofline
+                     .unit_time(d, job, 1, bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)
+                     .seconds;
+        },
+        base.whole_stack_test_model));
   rep.roofline_overall = mean(roof);
   return rep;
 }

@@ -184,3 +184,38 @@ TEST(Roofline, TimesGrowWithSizeAndFasterGpusAreFaster) {
   EXPECT_GT(roofline.unit_time(a100, job, 1, ComputePhase::Backward, 8).seconds, t8);
   EXPECT_THROW(roofline.unit_time(a100, job, 1, ComputePhase::Forward, 0), ValidationError);
 }
+
+TEST(GpuCatalog, BoardPowerIsParsedCheckedAndPrinted) {
+  Json j = {{"name", "X"},
+            {"memory", "16GB"},
+            {"memory_bandwidth", "300GB/s"},
+            {"peak_fp32", "8TFLOPS"},
+            {"tdp_watts", 70}};
+  JsonReader r(j, "inline.json");
+  DeviceSpec d = parse_device_spec(r);
+  EXPECT_DOUBLE_EQ(d.tdp_watts, 70);
+  EXPECT_DOUBLE_EQ(to_json(d).at("tdp_watts").get<double>(), 70);
+  for (const Json& bad : {Json(0), Json(-5), Json("70W"), Json(1e6)}) {
+    Json b = j;
+    b["tdp_watts"] = bad;
+    JsonReader rb(b, "inline.json");
+    try {
+      parse_device_spec(rb);
+      ADD_FAILURE() << "accepted tdp_watts " << bad.dump();
+    } catch (const ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find("tdp_watts"), std::string::npos) << e.what();
+    }
+  }
+  Json none = j;
+  none.erase("tdp_watts");
+  JsonReader rn(none, "inline.json");
+  DeviceSpec n = parse_device_spec(rn);
+  EXPECT_EQ(n.tdp_watts, 0);
+  EXPECT_FALSE(to_json(n).contains("tdp_watts"));
+  // Every GPU of the catalog has a board power, and its source says where it comes from.
+  for (const auto& g : GpuCatalog::builtin().all()) {
+    if (g.kind != "gpu") continue;
+    EXPECT_GT(g.tdp_watts, 0) << g.name;
+    EXPECT_NE(g.source.find("tdp_watts"), std::string::npos) << g.name;
+  }
+}

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
@@ -145,4 +147,69 @@ TEST(CommCalibration, CopiesFromAnOwnProfileSetCopyTime) {
   EXPECT_NEAR(models.compute->unit_time(l4, s.job, 1, ComputePhase::Forward, 1).seconds, 9e-3,
               1e-12);
   std::filesystem::remove_all(dir);
+}
+
+TEST(CalibratedModel, PowerLimitedPartsSustainLessOfTheirPeak) {
+  auto m = CalibratedComputeModel::builtin();
+  ASSERT_GT(m->watts_per_flops(0), 0);  // the fp32 (CUDA-core) power constant is fitted
+  const auto& cat = GpuCatalog::builtin();
+  auto q = [&](const char* gpu, Dtype d) { return m->sustained_fraction(cat.get(gpu), d); };
+  // fp32 board power per datasheet TFLOP/s: L4 2.4 W, L40S 3.8 W, A6000 7.8 W, V100 19 W.
+  EXPECT_LT(q("L4", Dtype::FP32), q("L40S", Dtype::FP32));
+  EXPECT_LE(q("L40S", Dtype::FP32), q("RTX-A6000", Dtype::FP32));
+  EXPECT_LE(q("RTX-A6000", Dtype::FP32), q("V100-SXM2-16GB", Dtype::FP32));
+  EXPECT_LE(q("V100-SXM2-16GB", Dtype::FP32), 1.0);
+  // Below the cap the sustained clock goes as the cube root of the power budget (P ∝ f³).
+  const DeviceSpec& l4 = cat.get("L4");
+  const DeviceSpec& l40s = cat.get("L40S");
+  if (q("L40S", Dtype::FP32) < 1) {
+    EXPECT_NEAR(q("L4", Dtype::FP32) / q("L40S", Dtype::FP32),
+                std::cbrt((l4.tdp_watts / l4.peak_fp32) / (l40s.tdp_watts / l40s.peak_fp32)),
+                1e-12);
+  }
+  // Without a board power in the spec nothing is capped.
+  DeviceSpec unknown = l4;
+  unknown.tdp_watts = 0;
+  EXPECT_EQ(m->sustained_fraction(unknown, Dtype::FP32), 1.0);
+  // Pascal runs fp16 on its fp32 pipeline, so it shares fp32's θ and power constant.
+  EXPECT_EQ(pipeline_class(cat.get("P100"), Dtype::FP16), 0);
+  EXPECT_EQ(pipeline_class(cat.get("T4"), Dtype::FP16), 1);
+  EXPECT_EQ(pipeline_class(cat.get("T4"), Dtype::FP32), 0);
+  // Every catalog GPU gets a finite, positive layer time (profiled or not).
+  Job job;
+  job.model = ModelCatalog::builtin().get("llama-7b");
+  job.sequence_length = 2048;
+  for (Dtype d : {Dtype::FP32, Dtype::BF16, Dtype::FP16})
+    for (const auto& g : cat.all()) {
+      if (g.kind != "gpu") continue;
+      job.precision.compute = d;
+      double s = m->unit_time(g, job, 1, ComputePhase::Backward, 4).seconds;
+      EXPECT_TRUE(std::isfinite(s) && s > 0) << g.name << " " << to_string(d);
+    }
+}
+
+TEST(CalibratedModel, TestGptRowsCoverTheWholeStackAndModelFactorsFallBackToTheFamily) {
+  const auto& t = ProfileTables::builtin();
+  int test_rows = 0;
+  for (const auto& r : t.rows()) {
+    if (r.file_model == "deepspeedgpt_test") {
+      ++test_rows;
+      EXPECT_EQ(profiled_layers(r), 12);
+      EXPECT_EQ(profiled_layers(r, false), 1);
+      EXPECT_NEAR(row_points(r).front().forward_ms * 12, raw_points(r).front().forward_ms, 1e-9);
+    } else {
+      EXPECT_EQ(profiled_layers(r), 1) << r.file_model;
+    }
+  }
+  EXPECT_EQ(test_rows, 3);
+  // A model never profiled gets its family's factor; a profiled one its own on top.
+  auto m = CalibratedComputeModel::builtin();
+  const DeviceSpec& h100 = GpuCatalog::builtin().get("H100-SXM");
+  auto family = m->factor(h100, Dtype::BF16, "llama", "no-such-model");
+  auto f16 = m->family_factor("llama", Dtype::BF16);
+  EXPECT_DOUBLE_EQ(family[0], f16[0]);
+  EXPECT_DOUBLE_EQ(family[1], f16[1]);
+  auto own = m->factor(h100, Dtype::BF16, "llama", "llama-7b");
+  EXPECT_GT(own[0], 0);
+  EXPECT_NE(own[0], family[0]);
 }

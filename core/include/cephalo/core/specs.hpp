@@ -24,6 +24,7 @@ struct DeviceSpec {
   int pcie_lanes = 0;
   double nvlink_bandwidth = 0;    // bytes/s per GPU, per direction; 0 without NVLink
   double price_per_hour = -1;     // on-demand USD per device-hour; < 0 when none is public
+  double tdp_watts = 0;           // board power limit (TDP) in W; 0 when not given
   std::string source;             // where the numbers come from
 
   // Dense peak for a compute dtype; falls back to fp32 when the format is not accelerated.

@@ -2,12 +2,20 @@
 // The calibrated compute model: the roofline op breakdown (analytic_compute.hpp) with its
 // efficiencies fitted by Eigen least squares to the profiles that exist.
 //
-// Per (GPU, dtype class) and phase the model is linear in θ = (1/η_gemm, 1/η_attention,
-// 1/η_memory, µs per kernel):   t = Σ_k θ_k · x_k(model, seq, micro-batch, GPU specs)
-// fitted on relative errors. A GPU with profiles gets its own θ, shrunk toward the pooled θ
-// (ridge); a GPU without profiles gets the pooled θ of its dtype class, i.e. it is predicted
-// from its datasheet peaks and bandwidth alone. Rows the inconsistency detector flags are
-// listed and left out of every fit.
+// Per (GPU, pipeline) and phase the model is linear in θ = (1/η_gemm, 1/η_attention,
+// 1/η_memory, GEMM-traffic weight, µs per kernel):
+//     t = φ_family · ψ_model · λ_gpu,family · Σ_k θ_k · x_k(model, seq, micro-batch, GPU specs)
+// fitted on relative errors. The FLOP features are taken at the rate the board can sustain,
+// q · peak with q = min(1, (tdp_watts / (k · peak))^(1/3)): dynamic power grows as f·V² with V
+// roughly ∝ f, so a power-limited part runs at a clock ∝ the cube root of its budget. One k per
+// pipeline (CUDA-core fp32, tensor-core fp16/bf16) is chosen on the training GPUs by
+// leave-one-GPU-out among them. A GPU with profiles gets its own θ, shrunk toward the pooled θ
+// (ridge); a GPU without profiles gets the pooled θ of its pipeline, i.e. it is predicted from
+// its datasheet peaks, bandwidth and board power alone. φ is one factor per model family and
+// dtype class, ψ a model's residual over its rows on the training GPUs (centred in its family,
+// shrunk toward 1), λ a family's residual on one GPU (shrunk toward 1). Rows the
+// inconsistency detector flags are listed and left out of every fit.
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,27 +39,50 @@ struct InconsistentRow {
   const LayerProfile* row = nullptr;
   std::string reason;
 };
-std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables);
+std::vector<InconsistentRow> find_inconsistent_rows(const ProfileTables& tables,
+                                                    bool whole_stack_test_model = true);
 
 struct CalibrationOptions {
   double ridge = 0.05;  // shrinkage of a GPU's θ toward the pooled θ (relative units)
   std::vector<std::string> exclude_gpus;  // canonical names left out (leave-one-GPU-out)
   // (model, gpu) pairs left out (leave-one-model-out); model is canonical
   std::vector<std::pair<std::string, std::string>> exclude_model_on_gpu;
+  std::vector<std::string> exclude_models;  // canonical models left out on every GPU
   bool drop_inconsistent = true;
   bool family_factors = true;  // one multiplicative factor per model family and phase
   // Shrinkage of a family's residual factor on one GPU toward 1: a pseudo-count in rows
-  // (chosen by leave-one-model-out: 0.5 → 12.2%, 1 → 13.3%, 2 → 14.6%, 4 → 14.4% median).
+  // (chosen by the previous model's leave-one-model-out: 0.5 → 12.2%, 1 → 13.3%, 2 → 14.6%,
+  // 4 → 14.4% median; kept at 1).
   double local_pseudo_rows = 1.0;
   // An unprofiled GPU is predicted with θ pooled over all profiled rows (false), or with the
-  // median over the profiled GPUs' own θ applied to its specs (true). Leave-one-GPU-out median:
-  // pooled 18.3%, median-of-GPUs 19.6%, so pooled is the default.
+  // median over the profiled GPUs' own θ applied to its specs (true). Leave-one-GPU-out median
+  // of the previous model: pooled 18.3%, median-of-GPUs 19.6%, so pooled is the default.
   bool unseen_median_of_gpus = false;
+  // Sustained FLOP rate q·peak, q = min(1, (tdp_watts / (k·peak))^power_exponent), one k per
+  // pipeline chosen by leave-one-GPU-out over the training GPUs (see the file comment).
+  bool power_limit = true;
+  double power_exponent = 1.0 / 3.0;  // P ∝ f³; not tuned (1 and 1/2: costmodels/README.md)
+  // Per-model residual factors, shrunk toward 1 with this pseudo-count of rows (as
+  // local_pseudo_rows, not tuned); < 0: none.
+  double model_pseudo_rows = 1;
+  // Family (and model) factors per dtype class (fp16/bf16 vs fp32): Cephalo's GPT layers are
+  // 2.2-3.4x slower per FLOP than its LLaMA layers in fp16, 1.2-1.6x in fp32.
+  bool family_per_dtype = true;
+  bool whole_stack_test_model = true;  // see profiled_layers
 };
 
 // The architecture a profile row was measured on (the catalog entry, with Cephalo's ViT image
 // size of 384).
 ModelSpec profiled_spec(const LayerProfile& row);
+// The pipeline a (device, dtype) computes on: 1 for fp16/bf16 on a GPU whose effective peak
+// for it exceeds fp32 (tensor cores), 0 for fp32 and for fp16 on Pascal (fp32 pipeline).
+// θ, its pooling and the power constant are per pipeline.
+int pipeline_class(const DeviceSpec& device, Dtype dtype);
+// Transformer layers a row's times cover. 1, except Cephalo's test GPT (`deepspeedgpt_test`,
+// 12 layers of hidden 512), whose rows time the whole 12-layer stack: per layer they imply
+// 0.4-1.3 TFLOP/s, 10x below every other GPT row on the same GPUs, and divided by 12 they fall
+// among them. (`whole_stack_test_model` = false reads them as per-layer, for comparison.)
+int profiled_layers(const LayerProfile& row, bool whole_stack_test_model = true);
 
 class CalibratedComputeModel : public ComputeModel {
  public:
@@ -70,26 +101,50 @@ class CalibratedComputeModel : public ComputeModel {
   double layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq, Dtype dtype,
                   int micro_batch, bool backward) const;
   // θ used for a device: its own when profiled (`own` = true), else the pooled one.
-  const Theta& theta(const std::string& gpu, Dtype dtype, bool* own = nullptr) const;
+  const Theta& theta(const DeviceSpec& device, Dtype dtype, bool* own = nullptr) const;
   const std::map<std::pair<std::string, int>, Theta>& per_gpu() const { return per_gpu_; }
   const std::vector<InconsistentRow>& dropped() const { return dropped_; }
-  std::array<double, 2> family_factor(const std::string& family) const;  // forward, backward
-  // Family factor times the family's shrunk residual factor on this GPU, when it has one.
-  std::array<double, 2> factor(const std::string& gpu, Dtype dtype,
-                               const std::string& family) const;
+  // Forward, backward factor of a family for a compute dtype.
+  std::array<double, 2> family_factor(const std::string& family, Dtype dtype) const;
+  // Family factor times the model's factor (when the model was profiled) times the family's
+  // shrunk residual factor on this GPU (when it has one).
+  std::array<double, 2> factor(const DeviceSpec& device, Dtype dtype, const std::string& family,
+                               const std::string& model = "") const;
+  // Fraction of the effective peak a device sustains: min(1, (tdp_watts / (k·peak))^(1/3)); 1
+  // without a board power in its spec or when its pipeline is not capped.
+  double sustained_fraction(const DeviceSpec& device, Dtype dtype) const;
+  // The power constant k of a pipeline (pipeline_class), W per FLOP/s (0: no cap).
+  double watts_per_flops(int pipeline) const {
+    return watts_per_flops_[static_cast<std::size_t>(pipeline)];
+  }
 
  private:
-  double predict_seconds(const DeviceSpec& device, const std::string& family, Dtype dtype,
+  double predict_seconds(const DeviceSpec& device, const ModelSpec& model, Dtype dtype,
                          const PhaseFeatures& x, bool backward, bool* own = nullptr) const;
+  std::string family_key(const std::string& family, Dtype dtype) const;
   bool median_of_gpus_ = false;
-  std::map<std::string, std::array<double, 2>> family_;
+  bool family_per_dtype_ = false;
+  double power_exponent_ = 1.0 / 3.0;
+  std::array<double, 2> watts_per_flops_{0, 0};
+  std::map<std::string, std::array<double, 2>> family_;  // family key (family_key)
+  std::map<std::string, std::array<double, 2>> model_;   // model key (family_key of the name)
+  // (gpu, pipeline, family key) → the family's residual factor on that GPU
   std::map<std::tuple<std::string, int, std::string>, std::array<double, 2>> local_;
-  std::map<std::pair<std::string, int>, Theta> per_gpu_;  // (gpu, dtype class)
-  std::map<int, Theta> pooled_;                           // dtype class
+  // The same factors for prediction, by plain name and dtype class ([0] fp32, [1] fp16/bf16;
+  // 1 where none was fitted).
+  struct ByDtype {
+    std::array<std::array<double, 2>, 2> f{{{1, 1}, {1, 1}}};
+  };
+  std::map<std::string, ByDtype> family_by_name_, model_by_name_;
+  std::map<std::string, std::map<std::string, ByDtype>> local_by_name_;  // gpu → family
+  std::map<std::pair<std::string, int>, Theta> per_gpu_;                 // (gpu, pipeline)
+  std::map<int, Theta> pooled_;                                          // pipeline
   std::vector<InconsistentRow> dropped_;
 };
 
-// Leave-one-GPU-out and leave-one-model-out validation over the shipped profiles.
+// Leave-one-GPU-out, leave-one-model-out (the model held out on one GPU; its rows on other
+// GPUs stay in) and unseen-model (held out on every GPU) validation over the shipped profiles.
+// `base` is the configuration validated (exclusions are added per fold).
 struct RowError {
   std::string model, gpu;
   int seq = 0;
@@ -107,17 +162,24 @@ struct ValidationReport {
   double logo_median_over_gpus = 0, logo_overall = 0;
   std::vector<GroupError> leave_one_model_out;  // per GPU (models held out one at a time)
   double lomo_median_over_gpus = 0, lomo_overall = 0;
+  // The model left out on every GPU (an architecture never profiled), per GPU.
+  std::vector<GroupError> unseen_model;
+  double unseen_model_median_over_gpus = 0, unseen_model_overall = 0;
   std::vector<RowError> logo_rows, lomo_rows;
   std::vector<InconsistentRow> inconsistent;
   double roofline_overall = 0;  // the uncalibrated roofline, for reference
 };
-ValidationReport validate_compute_models(const ProfileTables& tables);
+ValidationReport validate_compute_models(const ProfileTables& tables,
+                                         const CalibrationOptions& base = {});
 
 // The points a row is judged on: its measured micro-batches, else m = 1, 2, 4, 8 of its fit.
 struct RowPoint {
   int micro_batch = 0;
   double forward_ms = 0, backward_ms = 0;
 };
-std::vector<RowPoint> row_points(const LayerProfile& row);
+// Per layer (the row's times divided by profiled_layers).
+std::vector<RowPoint> row_points(const LayerProfile& row, bool whole_stack_test_model = true);
+// As published (per row, whatever it covers).
+std::vector<RowPoint> raw_points(const LayerProfile& row);
 
 }  // namespace cephalo::costmodels
