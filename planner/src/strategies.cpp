@@ -324,9 +324,10 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     auto comm = models.comm;
     std::vector<std::pair<double, int>> unit_bytes;  // (parameters, how many units)
     const int units = costmodels::num_units(job.model);
-    unit_bytes.emplace_back(costmodels::unit_parameters(job.model, 0), 1);
-    unit_bytes.emplace_back(costmodels::unit_parameters(job.model, 1), job.model.num_layers);
-    unit_bytes.emplace_back(costmodels::unit_parameters(job.model, units - 1), 1);
+    // What each unit's phases move (phase_parameters): a tied head brings the embedding along.
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 0), 1);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 1), job.model.num_layers);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, units - 1), 1);
     const double compute_bytes = bytes_per_element(job.precision.compute);
     const double reduce_bytes = bytes_per_element(job.precision.reduce);
     std::vector<int> all(n);
@@ -486,7 +487,7 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
     for (int u = 0; u < units; ++u) {
       if (u > 1 && u < units - 1) continue;  // layers are identical: count unit 1 L times
       const double count = (u == 1) ? job.model.num_layers : 1;
-      const double pu = costmodels::unit_parameters(job.model, u);
+      const double pu = costmodels::phase_parameters(job.model, u);  // tied head: + embedding
       if (pu <= 0) continue;
       costmodels::CollectiveRequest ag;
       ag.kind = costmodels::CollectiveKind::AllGather;
