@@ -800,6 +800,7 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
                        {"heads", c.heads},
                        {"ffn", c.ffn},
                        {"vocab", c.vocab},
+                       {"positions", c.position_rows()},
                        {"seq", c.seq},
                        {"tied_head", c.tied_head}}},
                      {"units", units}};
@@ -836,13 +837,22 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
                                                                              {"hidden", c.hidden},
                                                                              {"heads", c.heads},
                                                                              {"ffn", c.ffn},
-                                                                             {"vocab", c.vocab},
-                                                                             {"seq", c.seq}}) {
+                                                                             {"vocab", c.vocab}}) {
     auto got = model.integer(key);
     if (got != want)
       model.child(key).fail_value(std::to_string(got),
                                   std::to_string(want) + " (the model of the run being resumed)");
   }
+  // The sequence length of the run that wrote it is informational: the position table has the
+  // model's rows, so a run may resume at another length. Checkpoints written before the table
+  // had the model's rows sized it by their sequence (the unit sizes below catch a mismatch).
+  const auto old_seq = model.integer("seq", 1);
+  const auto positions = model.integer_or("positions", old_seq, 1);
+  if (positions != c.position_rows())
+    model.child(model.has("positions") ? "positions" : "seq")
+        .fail_value(std::to_string(positions),
+                    std::to_string(c.position_rows()) +
+                        " position rows (the model of the run being resumed)");
   // Absent in checkpoints written before untied heads existed, which were all tied.
   if (model.boolean_or("tied_head", true) != c.tied_head)
     model.child("tied_head")

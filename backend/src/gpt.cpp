@@ -53,11 +53,15 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
   c.ffn = spec.ffn_hidden;
   c.vocab = spec.vocab_size;
   c.seq = sequence_length;
+  c.positions = spec.max_positions;  // 0 (unbounded in the catalog): as many as the sequence
   c.tied_head = spec.tied_embeddings;
   return c;
 }
 
 GptModel::GptModel(const GptConfig& c) : config_(c) {
+  if (c.positions > 0 && c.positions < c.seq)
+    throw InfeasibleError("sequence length " + std::to_string(c.seq) + " exceeds the model's " +
+                          std::to_string(c.positions) + " positions");
   const std::int64_t C = c.hidden, F = c.ffn;
   auto build = [](std::initializer_list<std::pair<const char*, std::int64_t>> items) {
     std::vector<ParamSlot> out;
@@ -68,7 +72,10 @@ GptModel::GptModel(const GptConfig& c) : config_(c) {
     }
     return out;
   };
-  slots_.push_back(build({{"wte", std::int64_t{c.vocab} * C}, {"wpe", std::int64_t{c.seq} * C}}));
+  // wpe has a row per position the model knows (its max_positions), not per token of this
+  // job's sequence: the parameter count is the model's, and a checkpoint resumes at any length.
+  slots_.push_back(
+      build({{"wte", std::int64_t{c.vocab} * C}, {"wpe", std::int64_t{c.position_rows()} * C}}));
   for (int l = 0; l < c.layers; ++l)
     slots_.push_back(build({{"ln1_g", C},
                             {"ln1_b", C},
@@ -111,8 +118,8 @@ double GptModel::training_flops(double samples) const {
   // the usual MFU convention). The position table is a lookup, not a matmul.
   // wte is a lookup too, but a tied head multiplies by it (an untied w_head is counted already).
   const double C = config_.hidden, T = config_.seq, VC = static_cast<double>(config_.vocab) * C;
-  const double matmul_params =
-      static_cast<double>(total_parameters()) - T * C - VC + (config_.tied_head ? VC : 0.0);
+  const double matmul_params = static_cast<double>(total_parameters()) -
+                               config_.position_rows() * C - VC + (config_.tied_head ? VC : 0.0);
   const double per_token = 6.0 * matmul_params + 12.0 * config_.layers * T * C;
   return per_token * T * samples;
 }
@@ -136,6 +143,10 @@ std::vector<float> GptModel::initial_unit(int unit) const {
     }
   }
   return v;
+}
+
+TensorRef GptModel::used_positions(TensorRef embedding) const {
+  return slot(embedding, 0, 1).slice(0, std::int64_t{config_.seq} * config_.hidden);
 }
 
 TensorRef GptModel::slot(TensorRef unit, int unit_index, int slot_index) const {
@@ -162,14 +173,14 @@ enum LayerSlot {
 void GptModel::embedding_forward(Device& d, TensorRef params, TensorRef tokens, TensorRef out,
                                  std::int64_t rows) const {
   auto& s = d.stream(StreamKind::Compute);
-  d.embedding_forward(s, tokens, slot(params, 0, 0), slot(params, 0, 1), out, rows, config_.seq,
+  d.embedding_forward(s, tokens, slot(params, 0, 0), used_positions(params), out, rows, config_.seq,
                       config_.hidden);
 }
 
 void GptModel::embedding_backward(Device& d, TensorRef grads, TensorRef tokens, TensorRef dout,
                                   std::int64_t rows) const {
   auto& s = d.stream(StreamKind::Compute);
-  d.embedding_backward(s, tokens, dout, slot(grads, 0, 0), slot(grads, 0, 1), rows, config_.seq,
+  d.embedding_backward(s, tokens, dout, slot(grads, 0, 0), used_positions(grads), rows, config_.seq,
                        config_.hidden);
 }
 

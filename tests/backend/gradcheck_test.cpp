@@ -25,6 +25,7 @@ GptConfig small_config() {
   c.ffn = 32;
   c.vocab = 20;
   c.seq = 8;
+  c.positions = 12;  // rows 8..11 of wpe exist but are not used: their gradient must stay 0
   return c;
 }
 
@@ -221,6 +222,10 @@ TEST(GradCheck, EmbeddingBackwardMatchesFiniteDifferences) {
   model.embedding_backward(*dev, g.ref(), t.ref(), dy.ref(), rows);
   auto grads = download(*dev, g);
   expect_matches_fd("embedding", emb, grads, loss, 200);
+  // wpe has the model's 12 position rows; this sequence uses the first 8.
+  ASSERT_EQ(model.unit_numel(0), std::int64_t{c.vocab} * C + 12 * C);
+  for (std::int64_t i = std::int64_t{c.vocab} * C + c.seq * C; i < model.unit_numel(0); ++i)
+    ASSERT_EQ(grads[static_cast<std::size_t>(i)], 0.0f) << "unused position row element " << i;
 }
 
 TEST(Sharding, OffsetsCoverTheUnitContiguously) {

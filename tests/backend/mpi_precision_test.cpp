@@ -13,6 +13,7 @@
 
 #include "../support/mpi_cli.hpp"
 #include "cephalo/backend/gpt.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace fs = std::filesystem;
 using namespace cephalo::test_support;
@@ -154,8 +155,8 @@ TEST(MpiPrecision, SkippedStepsLeaveTheMasterWeightsUntouched) {
     scale /= 2;
   }
   // Bitwise the initial weights (what every rank initialises from the model's seed).
-  cephalo::backend::GptConfig cfg = cephalo::backend::GptConfig::tiny();
-  cfg.seq = 16;
+  const auto cfg = cephalo::backend::GptConfig::from_spec(
+      cephalo::costmodels::ModelCatalog::builtin().get("gpt-tiny"), 16);
   cephalo::backend::GptModel model(cfg);
   std::vector<float> initial;
   for (int u = 0; u < model.num_units(); ++u) {

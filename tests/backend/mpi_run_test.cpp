@@ -261,6 +261,28 @@ TEST(MpiRun, ResumeUnderAnotherPlanMatchesUninterruptedRun) {
   EXPECT_GT(worst_unit_relative(read_floats(dir.path / "fresh.bin"), b), 1e-3);
 }
 
+TEST(MpiRun, ResumeAtAnotherSequenceLength) {
+  // The position table has the model's 64 rows whatever the sequence, so a checkpoint written
+  // at sequence 16 resumes at 32 (the usual "train short, then long" schedule).
+  TempDir dir;
+  const auto ckpt = dir.path / "ckpt";
+  auto first =
+      mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
+                    " --steps 2 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 2");
+  ASSERT_EQ(first.code, 0) << first.output;
+  const auto longer = scenario_variant(dir.path, 2, "seq32",
+                                       [](nlohmann::json& job) { job["sequence_length"] = 32; });
+  auto second = mpirun(2, "--scenario " + longer + " --plan " + plan("cpu-2rank-uneven") +
+                              " --steps 4 --json --resume " + ckpt.string());
+  ASSERT_EQ(second.code, 0) << second.output;
+  auto j = nlohmann::json::parse(second.output.substr(second.output.find('{')));
+  ASSERT_EQ(j.at("steps").size(), 2u);  // steps 2 and 3
+  EXPECT_EQ(j.at("steps")[0].at("step"), 2);
+  for (const auto& st : j.at("steps")) EXPECT_TRUE(std::isfinite(st.at("loss").get<double>()));
+  // Trained for two steps already: below the untrained level log(256) = 5.55.
+  EXPECT_LT(j.at("steps")[0].at("loss").get<double>(), 5.5);
+}
+
 TEST(MpiRun, InjectedRankFailureEndsEveryRankWithItsCause) {
   auto o = mpirun(3,
                   "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +

@@ -3,7 +3,8 @@
 // (causal multi-head attention, GELU MLP, residuals), final layer norm, a head tied to the
 // token embedding or with its own weight (the model's `tied_embeddings`), softmax
 // cross-entropy. Parameters live in one flat buffer per FSDP unit:
-//   unit 0      embedding: wte [vocab x hidden], wpe [seq x hidden]
+//   unit 0      embedding: wte [vocab x hidden], wpe [positions x hidden] (the first seq rows
+//                          are used)
 //   unit 1..L   layer l:   ln1 g,b | w_qkv [h x 3h], b_qkv | w_proj [h x h], b_proj |
 //                          ln2 g,b | w_fc [h x f], b_fc | w_out [f x h], b_out
 //   unit L+1    head:      final norm g,b, then, untied, w_head [vocab x hidden]
@@ -30,6 +31,7 @@ struct GptConfig {
   int ffn = 256;
   int vocab = 256;
   int seq = 32;
+  int positions = 0;  // rows of wpe: the model's max_positions (0 = seq)
   float ln_eps = 1e-5f;
   bool tied_head = true;  // logits use the embedding's wte; false: the head's own w_head
   std::uint64_t init_seed = 1234;
@@ -38,6 +40,7 @@ struct GptConfig {
   // architectures this backend does not implement (non-GPT families, rotary, SwiGLU, ...).
   static GptConfig from_spec(const ModelSpec& spec, int sequence_length);
   static GptConfig tiny();  // the test preset: 2 layers, hidden 64, 4 heads, vocab 256, seq 32
+  int position_rows() const { return positions > 0 ? positions : seq; }
 };
 
 // Offset and length of a named tensor inside its unit's flat buffer.
@@ -94,6 +97,7 @@ class GptModel {
 
  private:
   TensorRef slot(TensorRef unit, int unit_index, int slot_index) const;
+  TensorRef used_positions(TensorRef embedding) const;  // wpe's first seq rows
   GptConfig config_;
   std::vector<std::vector<ParamSlot>> slots_;
 };
