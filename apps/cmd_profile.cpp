@@ -11,7 +11,10 @@
 //  * under `mpirun -np N` (N ≥ 2): sweeps of even and uneven all-gather and reduce-scatter over
 //    sizes, through the backend's Communicator on the comm stream. The even points are also
 //    written as an nccl-tests-like sweep ("cephalo-collective-sweep", --sweep-out) that
-//    costmodels::calibrate_comm fits.
+//    costmodels::calibrate_comm fits. Every point is measured twice: on otherwise idle ranks,
+//    and under compute load (`"under_compute": true`: every rank keeps its compute stream
+//    busy with a layer GEMM until the collective completes, as prefetch and overlapped
+//    reduce-scatters do in training); the comm model fits the two separately.
 // Every point is the median of --repeats timed calls after --warmup untimed ones; under mpirun
 // every rank measures at once (as in training) and the compute numbers are averaged over ranks.
 // Progress goes to stderr; rank 0 prints and writes.
@@ -186,6 +189,44 @@ class Profiler {
       fn(s);
       s.synchronize();
       double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      comm_->all_reduce_host(&t, 1, backend::ReduceOp::Max);
+      sec.push_back(t);
+    }
+    return summarise(sec, args_.statistic);
+  }
+
+  // The same call under compute load, as in training (prefetch, overlapped reduce-scatter):
+  // all ranks start together after a barrier, enqueue the collective on the comm stream and,
+  // until it has completed, keep their compute stream busy with `load` (one GEMM per call; at
+  // most two in flight on a GPU, inline on the CPU device), polling the comm stream's event
+  // between them. The time is from the comm stream's start event to its stop event (stamped
+  // where the stream runs them, so not rounded to a GEMM), the slowest rank's.
+  template <class Fn, class Load>
+  double time_collective_under_load(Fn&& fn, Load&& load) {
+    auto& s = dev_.stream(StreamKind::Comm);
+    auto& cs = dev_.stream(StreamKind::Compute);
+    auto start = dev_.create_event();
+    auto stop = dev_.create_event();
+    std::unique_ptr<backend::Event> done[2] = {dev_.create_event(), dev_.create_event()};
+    auto once = [&]() -> double {
+      comm_->barrier();
+      start->record(s);
+      fn(s);
+      stop->record(s);
+      int i = 0;
+      while (!stop->query()) {
+        load();
+        done[i & 1]->record(cs);
+        ++i;
+        if (i >= 2) done[i & 1]->synchronize();
+      }
+      cs.synchronize();
+      return stop->seconds_since(*start);
+    };
+    for (int i = 0; i < args_.warmup; ++i) once();
+    std::vector<double> sec;
+    for (int i = 0; i < args_.repeats; ++i) {
+      double t = once();
       comm_->all_reduce_host(&t, 1, backend::ReduceOp::Max);
       sec.push_back(t);
     }
@@ -463,6 +504,16 @@ void run_profile(const ProfileArgs& a) {
     for (int r = 0; r < world; ++r) shares[static_cast<std::size_t>(r)] = r + 1.0;
     double sum = std::accumulate(shares.begin(), shares.end(), 0.0);
     for (double& s : shares) s /= sum;
+    // The compute load for the under-load points: the layer's MLP up-projection at the
+    // largest profiled micro-batch (a GEMM the training step runs while collectives overlap).
+    const std::int64_t gm = static_cast<std::int64_t>(micro_batches.back()) * cfg.seq,
+                       gk = cfg.hidden, gn = cfg.ffn;
+    Buffer ga = prof.random(gm * gk, 41, 1.0f, ct), gb = prof.random(gk * gn, 42, 0.02f, ct);
+    Buffer gc = prof.zeros(gm * gn, ct);
+    auto load = [&] {
+      dev.gemm(cs, backend::Transpose::No, backend::Transpose::No, gm, gn, gk, 1.0f, ga.ref(),
+               gb.ref(), 0.0f, gc.ref());
+    };
     for (double bytes = 4 * 1024; bytes <= max_coll_bytes; bytes *= 4) {
       const std::int64_t total = static_cast<std::int64_t>(bytes / 4) / world * world;
       const std::int64_t even = total / world;
@@ -500,26 +551,29 @@ void run_profile(const ProfileArgs& a) {
                                     backend::ReduceOp::Sum);
            }},
       };
-      for (const Case& c : cases) {
-        double sec = prof.time_collective(c.call);
-        const double tb = static_cast<double>(total) * 4;
-        const double algbw = tb / sec;
-        const double busbw = algbw * (world - 1.0) / world;
-        Json point = {{"collective", c.kind},
-                      {"ranks", ranks},
-                      {"bytes", tb},
-                      {"time_us", sec * 1e6},
-                      {"algbw_GBps", algbw / 1e9},
-                      {"busbw_GBps", busbw / 1e9},
-                      {"uneven", c.uneven}};
-        if (c.uneven) point["shares"] = shares;
-        collectives.push_back(point);
-        if (!c.uneven) {
-          Json sp = point;
-          sp.erase("uneven");
-          sweep_results.push_back(sp);
+      for (const Case& c : cases)
+        for (bool under_load : {false, true}) {
+          double sec = under_load ? prof.time_collective_under_load(c.call, load)
+                                  : prof.time_collective(c.call);
+          const double tb = static_cast<double>(total) * 4;
+          const double algbw = tb / sec;
+          const double busbw = algbw * (world - 1.0) / world;
+          Json point = {{"collective", c.kind},
+                        {"ranks", ranks},
+                        {"bytes", tb},
+                        {"time_us", sec * 1e6},
+                        {"algbw_GBps", algbw / 1e9},
+                        {"busbw_GBps", busbw / 1e9},
+                        {"uneven", c.uneven}};
+          if (c.uneven) point["shares"] = shares;
+          if (under_load) point["under_compute"] = true;
+          collectives.push_back(point);
+          if (!c.uneven) {
+            Json sp = point;
+            sp.erase("uneven");
+            sweep_results.push_back(sp);
+          }
         }
-      }
       say("collectives at " + format_bytes(static_cast<double>(total) * 4) + " done");
     }
   } else if (world == 1 && lead) {
@@ -587,9 +641,10 @@ void run_profile(const ProfileArgs& a) {
     o.add_row({fixed(p["parameters"].get<double>(), 0), fixed(p["ms"].get<double>(), 3)});
   std::cout << o.render();
   if (!collectives.empty()) {
-    TextTable c({"collective", "uneven", "bytes", "time", "busbw GB/s"});
+    TextTable c({"collective", "uneven", "under compute", "bytes", "time", "busbw GB/s"});
     for (const Json& p : collectives)
       c.add_row({p["collective"].get<std::string>(), p["uneven"].get<bool>() ? "yes" : "no",
+                 p.value("under_compute", false) ? "yes" : "no",
                  format_bytes(p["bytes"].get<double>()),
                  format_seconds(p["time_us"].get<double>() * 1e-6),
                  fixed(p["busbw_GBps"].get<double>(), 2)});

@@ -56,6 +56,13 @@ LinkCorrection CommCalibration::correction(const std::string& kind) const {
   return {};
 }
 
+LinkCorrection CommCalibration::correction(const std::string& kind, bool under_compute) const {
+  if (under_compute)
+    if (auto it = links_under_compute.find(kind); it != links_under_compute.end())
+      return it->second;
+  return correction(kind);
+}
+
 CommCalibration AlphaBetaCommModel::default_calibration() {
   CommCalibration c;
   c.links["pcie"] = {0.8, -1};
@@ -90,7 +97,8 @@ struct RingLinks {
 
 class Topology {
  public:
-  Topology(const Cluster& cluster, const CommCalibration& cal) : cal_(cal) {
+  Topology(const Cluster& cluster, const CommCalibration& cal, bool under_compute = false)
+      : cal_(cal), under_compute_(under_compute) {
     ranks_ = cluster.ranks();
     nodes_ = &cluster.nodes;
   }
@@ -99,7 +107,7 @@ class Topology {
 
   Hop intra(int a, int b) const {
     const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
-    LinkCorrection c = cal_.correction(node.intra_link.kind);
+    LinkCorrection c = cal_.correction(node.intra_link.kind, under_compute_);
     double bw = node.intra_link.bandwidth;
     if (node.intra_link.kind == "pcie")  // traffic leaves each GPU through its own slot
       bw = std::min({bw, rank(a).slot->spec.pcie_bandwidth(), rank(b).slot->spec.pcie_bandwidth()});
@@ -108,7 +116,7 @@ class Topology {
   }
   Hop nic(int node_index, int sharing = 1) const {
     const Node& node = (*nodes_)[static_cast<std::size_t>(node_index)];
-    LinkCorrection c = cal_.correction(node.nic.kind);
+    LinkCorrection c = cal_.correction(node.nic.kind, under_compute_);
     return {node.nic.bandwidth * c.bandwidth_efficiency / std::max(1, sharing),
             c.latency_s >= 0 ? c.latency_s : node.nic.latency, node.nic.kind};
   }
@@ -122,6 +130,7 @@ class Topology {
 
  private:
   const CommCalibration& cal_;
+  bool under_compute_ = false;
   std::vector<RankDevice> ranks_;
   const std::vector<Node>* nodes_ = nullptr;
 };
@@ -152,7 +161,7 @@ double ring_seconds(CollectiveKind kind, int n, double bytes, const RingLinks& l
 
 CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
                                                   const CollectiveRequest& request) const {
-  Topology topo(cluster, calibration_);
+  Topology topo(cluster, calibration_, request.overlaps_compute);
   const int n = static_cast<int>(request.ranks.size());
   if (n == 0) throw ValidationError("", "ranks", "[]", "at least one participating rank");
   if (request.shard_bytes.size() != request.ranks.size())
@@ -293,6 +302,7 @@ std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file)
   for (auto& r : root.child("results").elements()) {
     r.allow({"algbw_GBps", "busbw_GBps", "algorithm", "in_place"});
     SweepPoint p;
+    p.under_compute = r.boolean_or("under_compute", false);
     p.kind = parse_collective_kind(r.string("collective"));
     for (auto& x : r.child("ranks").elements())
       p.ranks.push_back(static_cast<int>(x.as_integer(0, 1 << 20)));
@@ -326,7 +336,7 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     bool has_tree = false;
     double t = 0;
   };
-  std::map<std::string, std::vector<Row>> rows;
+  std::map<std::pair<bool, std::string>, std::vector<Row>> rows;  // (under compute, kind)
   for (const auto& p : points) {
     for (int r : p.ranks)
       if (r < 0 || r >= topo.size())
@@ -354,12 +364,17 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
         row.ring = {double(n - 1), p.bytes / l.bandwidth};
         break;
     }
-    rows[l.bottleneck_kind].push_back(row);
+    rows[{p.under_compute, l.bottleneck_kind}].push_back(row);
   }
   CommCalibration out = AlphaBetaCommModel().calibration();
   out.launch_overhead_s = 0;  // absorbed into α by the fit
-  out.source = "fitted to " + std::to_string(points.size()) + " measured points";
-  for (auto& [kind, r] : rows) {
+  const auto loaded = static_cast<std::size_t>(std::count_if(
+      points.begin(), points.end(), [](const SweepPoint& p) { return p.under_compute; }));
+  out.source = "fitted to " + std::to_string(points.size() - loaded) + " measured points";
+  if (loaded > 0)
+    out.source += " (+" + std::to_string(loaded) + " under compute load, fitted separately)";
+  for (auto& [key, r] : rows) {
+    const auto& [under_compute, kind] = key;
     if (r.size() < 2) continue;
     Eigen::Vector2d theta(10e-6, 1.0);  // α, 1/η: start from "ring everywhere"
     std::vector<bool> tree(r.size(), false);
@@ -388,7 +403,7 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     LinkCorrection c;
     c.latency_s = std::max(0.0, theta(0));
     c.bandwidth_efficiency = theta(1) > 0 ? std::min(1.0, 1.0 / theta(1)) : 1.0;
-    out.links[kind] = c;
+    (under_compute ? out.links_under_compute : out.links)[kind] = c;
   }
   return out;
 }

@@ -19,7 +19,7 @@ using traces::OpId;
 using traces::OpKind;
 using traces::Stream;
 
-enum EventKind : std::uint32_t { kOpDone = 0, kFlowDone = 1 };
+enum EventKind : std::uint32_t { kOpDone = 0, kFlowDone = 1, kCollectiveStart = 2 };
 
 struct Flow {
   double work = 0;  // seconds left at full rate, as of `last`
@@ -75,7 +75,7 @@ class Replay {
   void record_memory(int rank);
   Time compute_duration(const Op& op);
   double copy_seconds(const Op& op);
-  double collective_seconds(const traces::Collective& c);
+  double collective_seconds(const traces::Collective& c, bool overlaps_compute);
 
   // Flows.
   std::uint32_t new_flow();
@@ -100,6 +100,7 @@ class Replay {
   std::vector<std::uint32_t> remaining_;
   std::vector<std::uint32_t> cursor_;
   std::vector<char> busy_;
+  std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
   std::vector<std::uint32_t> arrived_;
   std::vector<double> mem_, peak_, capacity_;
   std::vector<double> dynamic_scale_;  // per rank: 1 + allocator slack on transient allocations
@@ -185,13 +186,15 @@ double Replay::copy_seconds(const Op& op) {
   return t;
 }
 
-double Replay::collective_seconds(const traces::Collective& c) {
-  auto key = std::make_pair(static_cast<int>(c.kind), c.total_bytes);
+double Replay::collective_seconds(const traces::Collective& c, bool overlaps_compute) {
+  auto key =
+      std::make_pair(2 * static_cast<int>(c.kind) + (overlaps_compute ? 1 : 0), c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   costmodels::CollectiveRequest req;
   req.kind = collective_kind(c.kind);
   req.uneven = plan_.uneven_collective;
+  req.overlaps_compute = overlaps_compute;
   for (const auto& m : g_.members(c)) {
     req.ranks.push_back(m.rank);
     req.shard_bytes.push_back(m.shard_bytes);
@@ -314,7 +317,10 @@ void Replay::start_op(OpId id) {
   if (op.collective >= 0) {
     out_.arrive_ns[id] = now;
     const auto& c = g_.collectives()[op.collective];
-    if (++arrived_[op.collective] == c.members_count) start_collective(op.collective);
+    // The last arrival starts it after the other events of this instant (completions queued
+    // earlier), so a compute op that starts at this same instant counts as overlapping it.
+    if (++arrived_[op.collective] == c.members_count)
+      engine_.schedule_at(now, kCollectiveStart, static_cast<std::uint32_t>(op.collective));
     return;
   }
   out_.start_ns[id] = now;
@@ -329,7 +335,9 @@ void Replay::start_op(OpId id) {
     start_flow(f, copy_seconds(op));
     return;
   }
-  engine_.schedule_at(now + compute_duration(op), kOpDone, id);
+  const Time end = now + compute_duration(op);
+  compute_end_[op.rank] = end;
+  engine_.schedule_at(end, kOpDone, id);
 }
 
 void Replay::start_collective(std::int32_t c) {
@@ -341,8 +349,13 @@ void Replay::start_collective(std::int32_t c) {
   // Which links the collective crosses.
   int first_node = -1;
   bool multi_node = false;
+  // The collective overlaps compute when, as it starts, any member's compute stream runs an op
+  // that ends after this instant: one that starts at this instant counts (the start was
+  // deferred behind this instant's completions), one ending exactly now does not.
+  bool overlaps_compute = false;
   for (const auto& m : g_.members(col)) {
     out_.start_ns[m.op] = now;
+    overlaps_compute |= compute_end_[m.rank] > now;
     allocate(g_.op(m.op));
     int node = devices_[m.rank].node;
     if (first_node < 0) first_node = node;
@@ -373,7 +386,7 @@ void Replay::start_collective(std::int32_t c) {
   fl.op = kNoOp;
   fl.collective = c;
   fl.links.assign(scratch_links_.begin(), scratch_links_.end());
-  start_flow(f, collective_seconds(col));
+  start_flow(f, collective_seconds(col, overlaps_compute));
 }
 
 void Replay::complete_op(OpId id) {
@@ -427,6 +440,7 @@ SimResult Replay::run() {
   const std::size_t lanes = static_cast<std::size_t>(ranks) * traces::kNumStreams;
   cursor_.assign(lanes, 0);
   busy_.assign(lanes, 0);
+  compute_end_.assign(static_cast<std::size_t>(ranks), 0);
   arrived_.assign(g_.collectives().size(), 0);
   out_.start_ns.assign(n, -1);
   out_.end_ns.assign(n, -1);
@@ -463,8 +477,10 @@ SimResult Replay::run() {
   engine_.run([&](const Event& e) {
     if (e.kind == kOpDone)
       complete_op(e.target);
-    else
+    else if (e.kind == kFlowDone)
       on_flow_done(e);
+    else
+      start_collective(static_cast<std::int32_t>(e.target));
   });
   if (done_ != n) {
     for (const Op& op : g_.ops())

@@ -113,6 +113,85 @@ TEST(CommCalibration, RecoversLinkEfficiencyAndLatencyFromASweep) {
   std::filesystem::remove_all(dir);
 }
 
+// Points measured under compute load ("under_compute": true) are fitted separately; the model
+// uses that fit only for requests flagged overlaps_compute, and a sweep without such points
+// (every file written before the field existed) leaves flagged requests as they were.
+TEST(CommCalibration, UnderComputeFitIsUsedOnlyForFlaggedRequests) {
+  Scenario s = load_scenario(kScenarios / "default.json");  // one PCIe node, 4 GPUs
+  CommCalibration idle, loaded;
+  idle.links["pcie"] = {0.6, 20e-6};
+  loaded.links["pcie"] = {0.3, 50e-6};
+  idle.launch_overhead_s = loaded.launch_overhead_s = 0;
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::to_string(::getpid()) + "_cephalo_sweep_load_test");
+  std::filesystem::create_directories(dir);
+  Json old_sweep = {
+      {"format", "cephalo-collective-sweep"}, {"version", 1}, {"results", Json::array()}};
+  Json sweep = old_sweep;
+  for (bool under : {false, true})
+    for (auto kind : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter})
+      for (double bytes = 1 << 16; bytes <= (1 << 26); bytes *= 4) {
+        CollectiveRequest r;
+        r.kind = kind;
+        r.ranks = {0, 1, 2, 3};
+        r.shard_bytes.assign(4, bytes / 4);
+        auto e = AlphaBetaCommModel(under ? loaded : idle).collective(s.cluster, r);
+        Json p = {{"collective", to_string(kind)},
+                  {"ranks", r.ranks},
+                  {"bytes", bytes},
+                  {"time_us", e.seconds * 1e6}};
+        if (under) p["under_compute"] = true;
+        sweep["results"].push_back(p);
+        if (!under) old_sweep["results"].push_back(p);
+      }
+  std::ofstream(dir / "sweep.json") << sweep.dump(1);
+  std::ofstream(dir / "old.json") << old_sweep.dump(1);
+  auto points = load_collective_sweep(dir / "sweep.json");
+  ASSERT_EQ(points.size(), 2 * 2 * 6u);
+  EXPECT_FALSE(points.front().under_compute);
+  EXPECT_TRUE(points.back().under_compute);
+  CommCalibration fitted = calibrate_comm(s.cluster, points);
+  EXPECT_NEAR(fitted.links["pcie"].bandwidth_efficiency, 0.6, 1e-6);
+  EXPECT_NEAR(fitted.links["pcie"].latency_s, 20e-6, 1e-9);
+  ASSERT_TRUE(fitted.links_under_compute.count("pcie"));
+  EXPECT_NEAR(fitted.links_under_compute["pcie"].bandwidth_efficiency, 0.3, 1e-6);
+  EXPECT_NEAR(fitted.links_under_compute["pcie"].latency_s, 50e-6, 1e-9);
+
+  CollectiveRequest r;
+  r.kind = CollectiveKind::AllGather;
+  r.ranks = {0, 1, 2, 3};
+  r.shard_bytes.assign(4, 1e7);
+  CollectiveRequest flagged = r;
+  flagged.overlaps_compute = true;
+  const double t_idle = AlphaBetaCommModel(idle).collective(s.cluster, r).seconds;
+  const double t_loaded = AlphaBetaCommModel(loaded).collective(s.cluster, r).seconds;
+  ASSERT_GT(t_loaded, 1.5 * t_idle);
+  s.calibration.push_back(dir / "sweep.json");
+  auto models = make_cost_models(s, "roofline");
+  EXPECT_NEAR(models.comm->collective(s.cluster, r).seconds, t_idle, 1e-9);
+  EXPECT_NEAR(models.comm->collective(s.cluster, flagged).seconds, t_loaded, 1e-9);
+  // An old sweep (no under-load points): the flag changes nothing.
+  s.calibration.back() = dir / "old.json";
+  auto old_models = make_cost_models(s, "roofline");
+  EXPECT_DOUBLE_EQ(old_models.comm->collective(s.cluster, flagged).seconds,
+                   old_models.comm->collective(s.cluster, r).seconds);
+  EXPECT_NEAR(old_models.comm->collective(s.cluster, r).seconds, t_idle, 1e-9);
+  // Uncalibrated (published defaults): unaffected too.
+  AlphaBetaCommModel defaults;
+  EXPECT_DOUBLE_EQ(defaults.collective(s.cluster, flagged).seconds,
+                   defaults.collective(s.cluster, r).seconds);
+  // The field must be a boolean; unknown keys are still rejected.
+  std::ofstream(dir / "bad.json") << R"({"format": "cephalo-collective-sweep", "version": 1,
+    "results": [{"collective": "all_gather", "ranks": [0, 1], "bytes": 1024, "time_us": 3,
+                 "under_compute": "yes"}]})";
+  EXPECT_THROW(load_collective_sweep(dir / "bad.json"), ValidationError);
+  std::ofstream(dir / "bad2.json") << R"({"format": "cephalo-collective-sweep", "version": 1,
+    "results": [{"collective": "all_gather", "ranks": [0, 1], "bytes": 1024, "time_us": 3,
+                 "under_load": true}]})";
+  EXPECT_THROW(load_collective_sweep(dir / "bad2.json"), ValidationError);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CommCalibration, CopiesFromAnOwnProfileSetCopyTime) {
   Scenario s = load_scenario(kScenarios / "default.json");
   auto dir = std::filesystem::temp_directory_path() /

@@ -43,16 +43,22 @@ TEST(ProfileMpi, CollectiveSweepCalibratesTheCommModel) {
   ASSERT_EQ(c.code, 0) << c.err;
   Json written = cephalo::read_json_file(out);
   ASSERT_TRUE(written.contains("collectives"));
-  int even = 0, uneven = 0;
+  int even = 0, uneven = 0, under_compute = 0;
   for (const Json& p : written["collectives"]) {
     (p["uneven"].get<bool>() ? uneven : even) += 1;
+    if (p.value("under_compute", false)) ++under_compute;
     EXPECT_GT(p["time_us"].get<double>(), 0);
   }
-  EXPECT_EQ(even, 2 * 3);  // all-gather and reduce-scatter at 4, 16 and 64 KiB
-  EXPECT_EQ(uneven, 2 * 3);
+  // All-gather and reduce-scatter at 4, 16 and 64 KiB, each on idle ranks and under compute.
+  EXPECT_EQ(even, 2 * 3 * 2);
+  EXPECT_EQ(uneven, 2 * 3 * 2);
+  EXPECT_EQ(under_compute, 2 * 3 * 2);
   auto points = cephalo::costmodels::load_collective_sweep(sweep);
-  EXPECT_EQ(points.size(), 6u);
+  EXPECT_EQ(points.size(), 12u);
   EXPECT_EQ(points[0].ranks, (std::vector<int>{0, 1}));
+  std::size_t loaded = 0;
+  for (const auto& p : points) loaded += p.under_compute ? 1 : 0;
+  EXPECT_EQ(loaded, 6u);
 }
 
 }  // namespace

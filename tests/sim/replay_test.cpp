@@ -84,6 +84,84 @@ TEST(Replay, CopiesSharingPcieWithGathersSlowBothDown) {
   EXPECT_EQ(g.run(1, Accumulation::Layered, false, Offload::None, true).iteration_ns, ms(25.5));
 }
 
+// A comm model whose collectives take 3× as long when the request says they overlap compute,
+// so each collective's simulated duration tells which way the replay flagged it.
+class OverlapAwareComm final : public costmodels::CommModel {
+ public:
+  FixedCommModel base;
+  costmodels::CollectiveEstimate collective(const Cluster& c,
+                                            const costmodels::CollectiveRequest& r) const override {
+    auto e = base.collective(c, r);
+    if (r.overlaps_compute) e.seconds *= 3;
+    return e;
+  }
+  double copy_time(const Cluster& c, int rank, double bytes) const override {
+    return base.copy_time(c, rank, bytes);
+  }
+};
+
+// The rule (sim/README.md): a collective overlaps compute when, as it starts, the compute
+// stream of any member rank is running an op. Checked against the replay's own op times: a
+// compute op [start, end) on a member rank containing the collective's start.
+TEST(Replay, FlagsCollectivesThatStartWhileAMemberComputes) {
+  int flagged_total = 0, plain_total = 0;
+  for (bool prefetch : {false, true})
+    for (auto acc : {Accumulation::Layered, Accumulation::Standard})
+      for (int mbs : {1, 2}) {
+        Scenario s = tiny_scenario(2, 2, 8);
+        Plan p = tiny_plan(s, mbs, acc, prefetch, Offload::None);
+        auto g = build_training_graph(p, s);
+        FixedComputeModel compute;
+        OverlapAwareComm comm;
+        SimOptions opt;
+        opt.link_sharing = false;  // durations are exactly the comm model's
+        SimResult r = simulate(g, s, p, compute, comm, opt);
+        for (const auto& c : g.collectives()) {
+          const auto members = g.members(c);
+          const Time t0 = r.start_ns[members[0].op];
+          bool busy = false;
+          for (const auto& m : members)
+            for (const auto& op : g.ops())
+              if (op.rank == m.rank && op.stream == traces::Stream::Compute &&
+                  r.start_ns[op.id] <= t0 && t0 < r.end_ns[op.id])
+                busy = true;
+          const bool gather =
+              c.kind == traces::OpKind::AllGather || c.kind == traces::OpKind::AllGatherV;
+          const Time base =
+              ms(1e3 * (gather ? comm.base.all_gather_s : comm.base.reduce_scatter_s));
+          const Time took = r.end_ns[members[0].op] - t0;
+          EXPECT_EQ(took, busy ? 3 * base : base)
+              << "collective " << c.id << " (unit " << c.unit << ", " << traces::to_string(c.kind)
+              << ") prefetch " << prefetch << " mbs " << mbs;
+          (busy ? flagged_total : plain_total) += 1;
+        }
+      }
+  // Both kinds occur: prefetched gathers and reduce-scatters overlap compute, the first gather
+  // and the last reduce-scatter of an iteration do not.
+  EXPECT_GT(flagged_total, 0);
+  EXPECT_GT(plain_total, 0);
+}
+
+TEST(Replay, FirstGatherIsIdleAndPrefetchedGathersOverlap) {
+  Scenario s = tiny_scenario(2, 2, 8);
+  Plan p = tiny_plan(s, 1, Accumulation::Layered, true, Offload::None);
+  auto g = build_training_graph(p, s);
+  FixedComputeModel compute;
+  OverlapAwareComm comm;
+  SimOptions opt;
+  opt.link_sharing = false;
+  SimResult r = simulate(g, s, p, compute, comm, opt);
+  std::map<int, Time> first_gather;  // unit -> duration of its first (forward) gather
+  for (const auto& c : g.collectives())
+    if (c.kind == traces::OpKind::AllGather && !first_gather.count(c.unit)) {
+      auto m = g.members(c)[0].op;
+      first_gather[c.unit] = r.end_ns[m] - r.start_ns[m];
+    }
+  EXPECT_EQ(first_gather.at(0), ms(1));  // nothing computes before the embedding's gather
+  EXPECT_EQ(first_gather.at(1), ms(3));  // prefetched while the embedding's forward runs
+  EXPECT_EQ(first_gather.at(2), ms(3));
+}
+
 TEST(Replay, PrefetchAndLayeredBeatTheirAlternatives) {
   for (int mbs : {1, 2, 4}) {
     Fixture a, b, c;

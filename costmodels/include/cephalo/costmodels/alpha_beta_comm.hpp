@@ -39,10 +39,16 @@ struct CopyFit {
 
 struct CommCalibration {
   std::map<std::string, LinkCorrection> links;  // by link kind
-  std::map<std::string, CopyFit> copies;        // by canonical device name (from profiles)
-  double launch_overhead_s = 10e-6;             // per collective call
+  // Fitted to points measured while every participant's compute stream was busy ("under
+  // compute load"); used for collectives with CollectiveRequest::overlaps_compute, per link
+  // kind, when the kind has such a fit. Empty unless a sweep had under-load points.
+  std::map<std::string, LinkCorrection> links_under_compute;
+  std::map<std::string, CopyFit> copies;  // by canonical device name (from profiles)
+  double launch_overhead_s = 10e-6;       // per collective call
   std::string source = "defaults";
   LinkCorrection correction(const std::string& link_kind) const;
+  // The under-load correction when `under_compute` and the kind has one, else correction().
+  LinkCorrection correction(const std::string& link_kind, bool under_compute) const;
 };
 
 class AlphaBetaCommModel : public CommModel {
@@ -63,19 +69,23 @@ class AlphaBetaCommModel : public CommModel {
 // One measured point of a collective sweep.
 struct SweepPoint {
   CollectiveKind kind = CollectiveKind::AllReduce;
-  std::vector<int> ranks;  // participants (global ranks of the scenario's cluster)
-  double bytes = 0;        // total size, as nccl-tests reports it
-  double seconds = 0;      // measured time per call
+  std::vector<int> ranks;      // participants (global ranks of the scenario's cluster)
+  double bytes = 0;            // total size, as nccl-tests reports it
+  double seconds = 0;          // measured time per call
+  bool under_compute = false;  // measured while every rank's compute stream was busy
 };
 
 // Reads an nccl-tests-like sweep record (format documented in costmodels/README.md):
 // {"format": "cephalo-collective-sweep", "version": 1, "cluster": "...",
 //  "results": [{"collective": "all_reduce", "ranks": [0,1,2,3], "bytes": 1048576,
-//               "time_us": 812.5, "algbw_GBps": ..., "busbw_GBps": ...}, ...]}
+//               "time_us": 812.5, "algbw_GBps": ..., "busbw_GBps": ...,
+//               "under_compute": true (optional, default false)}, ...]}
 std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file);
 
 // Fits per-link-kind bandwidth efficiency and latency to the sweep by least squares on the
-// α-β ring model (one kind at a time: the bottleneck link kind of each point's group).
+// α-β ring model (one kind at a time: the bottleneck link kind of each point's group). Idle
+// points give `links`; points measured under compute load, fitted separately the same way,
+// give `links_under_compute`.
 CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points);
 
 CollectiveKind parse_collective_kind(const std::string& text);  // "all-gather", "all_gather", ...

@@ -15,6 +15,10 @@ struct CollectiveRequest {
   std::vector<int> ranks;           // participants (global ranks of the cluster)
   std::vector<double> shard_bytes;  // per participant: bytes it owns (even: all equal)
   UnevenCollective uneven = UnevenCollective::Grouped;  // used when shards differ
+  // The collective runs while a participant's compute stream is busy (prefetch, overlapped
+  // reduce-scatter). A model calibrated under compute load uses that fit for it; otherwise the
+  // flag changes nothing.
+  bool overlaps_compute = false;
 };
 
 struct CollectiveEstimate {
