@@ -21,6 +21,7 @@
 #include <deque>
 #include <exception>
 #include <initializer_list>
+#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -277,6 +278,62 @@ struct SpaceCounter {
     }
   }
   void sub(std::size_t b) { current.fetch_sub(b); }
+};
+
+// Freed blocks kept for reuse, by exact (rounded) size. Returning every buffer to the C heap
+// made each step's gathered units, activations and temporaries fresh mmap'd pages (glibc maps
+// blocks above 128 KiB), so every first write page-faulted: collectives on new buffers ran
+// several times slower than the profile's warm ones, and compute paid too. The executor's
+// sizes repeat from step to step, so an exact-size cache (what a GPU caching allocator does)
+// turns them into reuse. Bounded: beyond `limit` cached bytes a freed block goes back to the
+// heap. Accounting is unaffected (it counts what is allocated, not what is cached).
+class BlockCache {
+ public:
+  explicit BlockCache(std::size_t limit) : limit_(limit) {}
+  ~BlockCache() {
+    for (auto& [bytes, p] : free_) std::free(p);
+  }
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+
+  static std::size_t rounded(std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+  void* take(std::size_t bytes) {
+    const std::size_t r = rounded(bytes);
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find(r);
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        cached_ -= r;
+        return p;
+      }
+    }
+    // 64-byte alignment for vectorised Eigen kernels (4 KiB: page-aligned blocks).
+    return std::aligned_alloc(4096, r);
+  }
+  void give(void* p, std::size_t bytes) noexcept {
+    const std::size_t r = rounded(bytes);
+    {
+      std::lock_guard lock(mu_);
+      if (cached_ + r <= limit_) {
+        try {
+          free_.emplace(r, p);
+          cached_ += r;
+          return;
+        } catch (...) {  // no memory for the map node: release the block instead
+        }
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<std::size_t, void*> free_;
+  std::size_t cached_ = 0;
+  std::size_t limit_;
 };
 
 inline float gelu(float x) {
@@ -843,8 +900,7 @@ class CpuDevice final : public Device {
  protected:
   void* raw_allocate(std::size_t bytes, MemorySpace space) override {
     if (bytes == 0) return nullptr;
-    // 64-byte alignment for vectorised Eigen kernels.
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void* p = cache(space).take(bytes);
     if (!p)
       throw RuntimeFailure("cpu device: out of memory allocating " + std::to_string(bytes) +
                            " bytes");
@@ -852,13 +908,16 @@ class CpuDevice final : public Device {
     return p;
   }
   void raw_free(void* data, std::size_t bytes, MemorySpace space) noexcept override {
-    std::free(data);
+    cache(space).give(data, bytes);
     counter(space).sub(bytes);
   }
 
  private:
   SpaceCounter& counter(MemorySpace s) {
     return s == MemorySpace::Device ? device_mem_ : host_mem_;
+  }
+  BlockCache& cache(MemorySpace s) {
+    return s == MemorySpace::Device ? device_cache_ : host_cache_;
   }
   const SpaceCounter& counter(MemorySpace s) const {
     return s == MemorySpace::Device ? device_mem_ : host_mem_;
@@ -867,6 +926,7 @@ class CpuDevice final : public Device {
   CpuDeviceOptions options_;
   CpuStream compute_, comm_, copy_;
   SpaceCounter device_mem_, host_mem_;
+  BlockCache device_cache_{options_.cache_bytes}, host_cache_{options_.cache_bytes};
 };
 
 }  // namespace

@@ -10,15 +10,20 @@
 
 // The C API only (CMake defines OMPI_SKIP_MPICXX): the C++ bindings are not warning-free.
 #include <mpi.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "cephalo/backend/half.hpp"
@@ -105,6 +110,28 @@ void expect(bool ok, const std::string& message) {
   if (!ok) throw RuntimeFailure("mpi communicator: " + message);
 }
 
+// Completes a nonblocking collective started by `start` on the calling (comm stream) thread
+// without spinning on a core: a blocking MPI collective busy-polls until every peer arrives,
+// which on a CPU rank steals the core its compute thread needs (the collective then waits for
+// the peer's comm thread to be scheduled, and the rank's compute slows down too). Polls hot
+// for a few tries (a collective about to finish), then sleeps between tests; the thread's
+// timer slack is cut to 1 us so that a 5 us sleep is not rounded up to the default 50 us.
+template <class Start>
+void complete(Start&& start) {
+#ifdef __linux__
+  thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL) == 0;
+  (void)slack_set;
+#endif
+  MPI_Request request = MPI_REQUEST_NULL;
+  start(&request);
+  int done = 0;
+  for (int tries = 0;; ++tries) {
+    CEPHALO_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (tries >= 64) std::this_thread::sleep_for(std::chrono::microseconds(tries < 1024 ? 5 : 50));
+  }
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(const MpiCommunicatorOptions& options) : options_(options) {
@@ -147,7 +174,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype t = datatype(send.type);
     s.enqueue_host([=] {
       int n = to_int(send.numel, "all_gather");
-      CEPHALO_MPI(MPI_Allgather(send.data, n, t, recv.data, n, t, c));
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(MPI_Iallgather(send.data, n, t, recv.data, n, t, c, r));
+      });
     });
   }
   void reduce_scatter(Stream& s, TensorRef send, TensorRef recv, ReduceOp op) override {
@@ -158,7 +187,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Op o = reduction(send.type, op);
     s.enqueue_host([=] {
       int n = to_int(recv.numel, "reduce_scatter");
-      CEPHALO_MPI(MPI_Reduce_scatter_block(send.data, recv.data, n, t, o, c));
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(MPI_Ireduce_scatter_block(send.data, recv.data, n, t, o, c, r));
+      });
     });
   }
   void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
@@ -181,7 +212,9 @@ class MpiCommunicator final : public Communicator {
         std::vector<char> out(static_cast<std::size_t>(pad) * es, 0);
         std::vector<char> in(static_cast<std::size_t>(pad) * es * c32.size());
         std::memcpy(out.data(), send.data, static_cast<std::size_t>(c32[me]) * es);
-        CEPHALO_MPI(MPI_Allgather(out.data(), pad, t, in.data(), pad, t, c));
+        complete([&](MPI_Request* r) {
+          CEPHALO_MPI(MPI_Iallgather(out.data(), pad, t, in.data(), pad, t, c, r));
+        });
         for (std::size_t r = 0; r < c32.size(); ++r)
           std::memcpy(static_cast<char*>(recv.data) + static_cast<std::size_t>(displs[r]) * es,
                       in.data() + r * static_cast<std::size_t>(pad) * es,
@@ -190,8 +223,10 @@ class MpiCommunicator final : public Communicator {
       return;
     }
     s.enqueue_host([=, c32 = c32, displs = displs] {
-      CEPHALO_MPI(
-          MPI_Allgatherv(send.data, c32[me], t, recv.data, c32.data(), displs.data(), t, c));
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(
+            MPI_Iallgatherv(send.data, c32[me], t, recv.data, c32.data(), displs.data(), t, c, r));
+      });
     });
   }
   void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
@@ -219,13 +254,17 @@ class MpiCommunicator final : public Communicator {
               out.data() + r * static_cast<std::size_t>(pad) * es,
               static_cast<const char*>(send.data) + static_cast<std::size_t>(displs[r]) * es,
               static_cast<std::size_t>(c32[r]) * es);
-        CEPHALO_MPI(MPI_Reduce_scatter_block(out.data(), in.data(), pad, t, o, c));
+        complete([&](MPI_Request* r) {
+          CEPHALO_MPI(MPI_Ireduce_scatter_block(out.data(), in.data(), pad, t, o, c, r));
+        });
         std::memcpy(recv.data, in.data(), static_cast<std::size_t>(c32[me]) * es);
       });
       return;
     }
     s.enqueue_host([=, c32 = c32] {
-      CEPHALO_MPI(MPI_Reduce_scatter(send.data, recv.data, c32.data(), t, o, c));
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(MPI_Ireduce_scatter(send.data, recv.data, c32.data(), t, o, c, r));
+      });
     });
   }
   void all_reduce(Stream& s, TensorRef data, ReduceOp op) override {
@@ -233,15 +272,20 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype t = datatype(data.type);
     MPI_Op o = reduction(data.type, op);
     s.enqueue_host([=] {
-      CEPHALO_MPI(
-          MPI_Allreduce(MPI_IN_PLACE, data.data, to_int(data.numel, "all_reduce"), t, o, c));
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(
+            MPI_Iallreduce(MPI_IN_PLACE, data.data, to_int(data.numel, "all_reduce"), t, o, c, r));
+      });
     });
   }
   void broadcast(Stream& s, TensorRef data, int root) override {
     MPI_Comm c = stream_comm_;
     MPI_Datatype t = datatype(data.type);
-    s.enqueue_host(
-        [=] { CEPHALO_MPI(MPI_Bcast(data.data, to_int(data.numel, "broadcast"), t, root, c)); });
+    s.enqueue_host([=] {
+      complete([&](MPI_Request* r) {
+        CEPHALO_MPI(MPI_Ibcast(data.data, to_int(data.numel, "broadcast"), t, root, c, r));
+      });
+    });
   }
 
   void all_reduce_host(double* values, int count, ReduceOp op) override {

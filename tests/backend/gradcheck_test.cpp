@@ -257,6 +257,32 @@ TEST(CpuDevice, AccountsMemoryAndPeak) {
   EXPECT_EQ(dev->memory_stats().peak, before);
 }
 
+TEST(CpuDevice, FreedBlocksAreReusedWithoutChangingTheAccounting) {
+  auto dev = make_cpu_device({});
+  void* first = nullptr;
+  {
+    Buffer a = dev->allocate(300000, ElemType::F32);  // 1.2 MB: a fresh mmap'd block in glibc
+    first = a.data();
+  }
+  EXPECT_EQ(dev->memory_stats().current, 0u);  // cached, not allocated
+  Buffer b = dev->allocate(300000, ElemType::F32);
+  EXPECT_EQ(b.data(), first) << "a freed block of the same size is reused (pages already touched)";
+  Buffer c = dev->allocate(300000, ElemType::F32);
+  EXPECT_NE(c.data(), b.data());
+  EXPECT_EQ(dev->memory_stats().current, 2400000u);
+  EXPECT_EQ(dev->memory_stats().peak, 2400000u);
+  // Another size class does not take the cached block; the spaces have their own caches.
+  c.reset();
+  Buffer d = dev->allocate(200000, ElemType::F32);
+  EXPECT_NE(d.data(), first);
+  Buffer h = dev->allocate(300000, ElemType::F32, MemorySpace::PinnedHost);
+  EXPECT_EQ(dev->memory_stats(MemorySpace::PinnedHost).current, 1200000u);
+  // With the cache off every block goes back to the heap (nothing to assert on addresses).
+  auto uncached = make_cpu_device({0, 1, 0, 0});
+  { Buffer e = uncached->allocate(1000, ElemType::F32); }
+  EXPECT_EQ(uncached->memory_stats().current, 0u);
+}
+
 TEST(CpuDevice, CommStreamRunsInOrderAndEventsTime) {
   auto dev = make_cpu_device({});
   auto& comm = dev->stream(StreamKind::Comm);
