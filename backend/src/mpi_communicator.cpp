@@ -114,8 +114,9 @@ void expect(bool ok, const std::string& message) {
 // without spinning on a core: a blocking MPI collective busy-polls until every peer arrives,
 // which on a CPU rank steals the core its compute thread needs (the collective then waits for
 // the peer's comm thread to be scheduled, and the rank's compute slows down too). Polls hot
-// for a few tries (a collective about to finish), then sleeps between tests; the thread's
-// timer slack is cut to 1 us so that a 5 us sleep is not rounded up to the default 50 us.
+// for a few tries (a collective about to finish), then sleeps 5 us between tests (a small
+// fraction of a core while waiting); the thread's timer slack is cut to 1 us so that the sleep
+// is not rounded up to the default 50 us.
 template <class Start>
 void complete(Start&& start) {
 #ifdef __linux__
@@ -128,7 +129,10 @@ void complete(Start&& start) {
   for (int tries = 0;; ++tries) {
     CEPHALO_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    if (tries >= 64) std::this_thread::sleep_for(std::chrono::microseconds(tries < 1024 ? 5 : 50));
+    // Never a longer sleep after a long wait: once the last peer arrives, each round of the
+    // collective's algorithm progresses only inside MPI_Test, so the polling interval is
+    // paid per round.
+    if (tries >= 64) std::this_thread::sleep_for(std::chrono::microseconds(5));
   }
 }
 
