@@ -57,7 +57,7 @@ TEST(MemoryModel, TermsFollowTheBackendTensorByTensor) {
   EXPECT_DOUBLE_EQ(term(cpu, "comm_buffers"), 0.5 * layer * 4);  // the received gradient shard
   EXPECT_EQ(term(cpu, "cuda_context"), 0.0);
   EXPECT_EQ(term(cpu, "nccl_reserve"), 0.0);
-  EXPECT_EQ(term(cpu, "fragmentation"), 0.0);  // no caching allocator on a CPU device
+  EXPECT_EQ(term(cpu, "fragmentation"), 0.0);  // a CPU device reports allocated bytes
   in.gpu_runtime = true;
   auto gpu = memory_terms(job, in);
   double dynamic = 0;

@@ -79,8 +79,8 @@ struct RankMemoryInputs {
   bool prefetch = true;
   int world_size = 1;
   // CPU devices (the CPU backend) run no CUDA context and no NCCL, so those reserves vanish,
-  // and no caching allocator: each buffer is allocated and freed as itself, so there is no
-  // allocator slack (fragmentation) either.
+  // and their memory is what is allocated (the CPU device's exact-size block cache is not
+  // counted, and an exact-size reuse cannot fragment), so there is no allocator slack either.
   bool gpu_runtime = true;
 };
 
@@ -89,7 +89,7 @@ struct RankMemoryInputs {
 double runtime_reserve_bytes(bool gpu_runtime, int world_size,
                              const MemoryConstants& constants = memory_constants());
 // Allocator slack as a fraction of the dynamic (non-state) bytes: the caching allocator's
-// `fragmentation` on GPU devices, zero on CPU devices (no caching allocator).
+// `fragmentation` on GPU devices, zero on CPU devices (they report allocated bytes).
 double allocator_slack_fraction(bool gpu_runtime,
                                 const MemoryConstants& constants = memory_constants());
 
