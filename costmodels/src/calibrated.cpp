@@ -423,6 +423,20 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     return {f[0] * g[0], f[1] * g[1]};
   };
   auto fraction = [&](const RowData& d) { return model->sustained_fraction(*d.gpu, d.row->dtype); };
+  // Mean over a row's samples of log(measured / predicted) for forward and backward, with θ `t`
+  // and the factors `f` applied: the residual a per-model or per-family factor absorbs.
+  auto mean_log_residual = [&](const RowData& d, const Theta& t,
+                               const std::array<double, 2>& f) -> std::array<double, 2> {
+    const double q = fraction(d);
+    double lf = 0, lb = 0;
+    for (const auto& smp : d.samples) {
+      PhaseFeatures x = at_fraction(smp.x, q);
+      lf += std::log(smp.forward_s / (f[0] * predict_s(t.forward, x.forward)));
+      lb += std::log(smp.backward_s / (f[1] * predict_s(t.backward, x.backward)));
+    }
+    const double n = static_cast<double>(d.samples.size());
+    return {lf / n, lb / n};
+  };
   for (int iter = 0; iter < 4; ++iter) {
     for (int c : {0, 1}) {
       // The power constant of the pipeline, chosen by leave-one-GPU-out over the training GPUs
@@ -522,18 +536,10 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
       std::map<std::string, std::array<double, 3>> msums;
       for (auto& [key, rows] : by_gpu)
         for (const auto* r : rows) {
-          const Theta& t = model->per_gpu_[key];
-          double q = fraction(*r);
-          auto f = family_only(*r);
-          double lf = 0, lb = 0;
-          for (const auto& s : r->samples) {
-            PhaseFeatures x = at_fraction(s.x, q);
-            lf += std::log(s.forward_s / (f[0] * predict_s(t.forward, x.forward)));
-            lb += std::log(s.backward_s / (f[1] * predict_s(t.backward, x.backward)));
-          }
+          const auto [lf, lb] = mean_log_residual(*r, model->per_gpu_[key], family_only(*r));
           auto& acc = msums[r->model_key];
-          acc[0] += lf / static_cast<double>(r->samples.size());
-          acc[1] += lb / static_cast<double>(r->samples.size());
+          acc[0] += lf;
+          acc[1] += lb;
           acc[2] += 1;
         }
       // Shrunk toward 1, then centred within each family (row-weighted geometric mean 1), so
@@ -564,18 +570,10 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     std::map<std::tuple<std::string, int, std::string>, std::array<double, 3>> sums;
     for (auto& [key, rows] : by_gpu)
       for (const auto* r : rows) {
-        const Theta& t = model->per_gpu_[key];
-        auto f = phi(*r);
-        double q = fraction(*r);
-        double lf = 0, lb = 0;
-        for (const auto& s : r->samples) {
-          PhaseFeatures x = at_fraction(s.x, q);
-          lf += std::log(s.forward_s / (f[0] * predict_s(t.forward, x.forward)));
-          lb += std::log(s.backward_s / (f[1] * predict_s(t.backward, x.backward)));
-        }
+        const auto [lf, lb] = mean_log_residual(*r, model->per_gpu_[key], phi(*r));
         auto& acc = sums[{key.first, key.second, r->family}];
-        acc[0] += lf / static_cast<double>(r->samples.size());
-        acc[1] += lb / static_cast<double>(r->samples.size());
+        acc[0] += lf;
+        acc[1] += lb;
         acc[2] += 1;
       }
     for (auto& [key, acc] : sums)
