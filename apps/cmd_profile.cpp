@@ -34,6 +34,7 @@
 #include "cephalo/backend/device.hpp"
 #include "cephalo/backend/gpt.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/table.hpp"
@@ -353,7 +354,8 @@ void run_profile(const ProfileArgs& a) {
                                    a.max_collective_bytes + "\"");
   const double max_coll_bytes = *max_bytes;
 
-  backend::MpiRuntime mpi(nullptr, nullptr);
+  // Without mpirun a single process profiles without initialising MPI (no collective sweep).
+  backend::MpiRuntime mpi(nullptr, nullptr, /*only_under_launcher=*/true);
   const int rank = mpi.world_rank(), world = mpi.world_size();
   const bool lead = rank == 0;
   auto say = [&](const std::string& line) {
@@ -361,8 +363,8 @@ void run_profile(const ProfileArgs& a) {
   };
 
   std::unique_ptr<Device> device;
-  auto mpi_comm = backend::make_mpi_communicator();
-  std::unique_ptr<backend::Communicator> nccl;
+  std::unique_ptr<backend::Communicator> mpi_comm, nccl, single;
+  if (mpi.initialized()) mpi_comm = backend::make_mpi_communicator();
   std::string gpu_name = a.as_gpu;
   if (a.device == "cuda") {
 #ifdef CEPHALO_HAVE_CUDA
@@ -370,7 +372,7 @@ void run_profile(const ProfileArgs& a) {
     o.device = cuda::local_device_index();
     o.allow_tf32 = *dtype == Dtype::TF32;  // fp32 rows are measured without tensor-core TF32
     device = cuda::make_cuda_device(o);
-    if (world > 1) nccl = cuda::make_nccl_communicator(*device, *mpi_comm);
+    if (mpi_comm && world > 1) nccl = cuda::make_nccl_communicator(*device, *mpi_comm);
 #else
     throw RuntimeFailure(
         "this build of cephalo has no CUDA backend (configure with a CUDA "
@@ -388,7 +390,8 @@ void run_profile(const ProfileArgs& a) {
     if (gpu_name.empty()) gpu_name = "cpu";
   }
   const DeviceSpec& dspec = costmodels::GpuCatalog::builtin().get(gpu_name);
-  backend::Communicator* comm = nccl ? nccl.get() : mpi_comm.get();
+  if (!mpi_comm) single = backend::make_single_rank_communicator(*device);
+  backend::Communicator* comm = nccl ? nccl.get() : mpi_comm ? mpi_comm.get() : single.get();
   Profiler prof(*device, comm, a);
   Device& dev = *device;
   auto& cs = dev.stream(StreamKind::Compute);

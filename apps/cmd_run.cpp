@@ -16,6 +16,7 @@
 #endif
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
@@ -120,7 +121,9 @@ std::string rank_label(const RankDevice& d) {
 }
 
 void run(RunArgs& a) {
-  backend::MpiRuntime mpi_runtime(nullptr, nullptr);
+  // A single process started without mpirun needs no MPI at all (a GPU machine without an MPI
+  // installation): it is rank 0 of 1 over the single-rank communicator.
+  backend::MpiRuntime mpi_runtime(nullptr, nullptr, /*only_under_launcher=*/true);
   const int rank = mpi_runtime.world_rank(), size = mpi_runtime.world_size();
   std::optional<InjectedFailure> failure;
   if (!a.inject_failure.empty()) failure = parse_failure(a.inject_failure);
@@ -144,7 +147,7 @@ void run(RunArgs& a) {
       std::fprintf(stderr, "error: %s\n", e.what());
       std::fflush(stderr);
     }
-    backend::make_mpi_communicator()->barrier();
+    if (mpi_runtime.initialized()) backend::make_mpi_communicator()->barrier();
     throw CLI::RuntimeError("", code);
   }
   const Scenario& sc = setup.scenario;
@@ -178,8 +181,8 @@ void run(RunArgs& a) {
   // Uneven shards are gathered and reduced the way the plan says (the cost model priced that
   // variant): MPI's -v collectives or padding around the even ones; NCCL's grouped
   // broadcast/reduce or padding around its ring.
-  auto mpi = backend::make_mpi_communicator({plan.uneven_collective});
-  std::unique_ptr<backend::Communicator> nccl;
+  std::unique_ptr<backend::Communicator> mpi, nccl, single;
+  if (mpi_runtime.initialized()) mpi = backend::make_mpi_communicator({plan.uneven_collective});
 #ifdef CEPHALO_HAVE_CUDA
   if (a.device == "cuda") {
     device = cuda::make_cuda_device(
@@ -188,11 +191,12 @@ void run(RunArgs& a) {
     nopt.uneven = plan.uneven_collective == UnevenCollective::Padded
                       ? cuda::UnevenAlgorithm::PaddedRing
                       : cuda::UnevenAlgorithm::GroupedBroadcastReduce;
-    nccl = cuda::make_nccl_communicator(*device, *mpi, nopt);
+    if (mpi) nccl = cuda::make_nccl_communicator(*device, *mpi, nopt);
   }
 #endif
   if (!device) device = backend::make_cpu_device(dopt);
-  backend::Communicator* comm = nccl ? nccl.get() : mpi.get();
+  if (!mpi && !nccl) single = backend::make_single_rank_communicator(*device);
+  backend::Communicator* comm = nccl ? nccl.get() : mpi ? mpi.get() : single.get();
 
   backend::ExecutorOptions eopt;
   eopt.data_seed = a.seed;

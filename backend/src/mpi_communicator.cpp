@@ -42,7 +42,8 @@ void check_mpi(int rc, const char* what, const char* file, int line) {
                        ": " + std::string(text, static_cast<std::size_t>(len)));
 }
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+MpiRuntime::MpiRuntime(int* argc, char*** argv, bool only_under_launcher) {
+  if (only_under_launcher && !launched_by_mpirun()) return;  // rank 0 of 1, no MPI
   int provided = 0;
   CEPHALO_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   CEPHALO_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -52,9 +53,11 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
         std::to_string(provided) + "); the backend's comm thread needs it");
   CEPHALO_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   CEPHALO_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  initialized_ = true;
 }
 
 MpiRuntime::~MpiRuntime() {
+  if (!initialized_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -4,6 +4,7 @@
 // precisions the executor refuses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "../support/mpi_cli.hpp"
+#include "../support/run_command.hpp"
 #include "cephalo/backend/gpt.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 
@@ -185,27 +187,59 @@ TEST(MpiPrecision, Fp16StepWithLossScaleTracksTheFp32Step) {
   EXPECT_LT(worst_unit_relative(h.params, ref.params), 3e-2);
 }
 
-TEST(MpiPrecision, Bf16HalvesTheActivationAndGatheredParameterBytes) {
+TEST(MpiPrecision, Bf16SavesTheMemoryTheModelSays) {
   TempDir dir;
+  // Per rank, the smaller peak of two runs: a buffer whose free lands late (the comm thread's
+  // timing) can only raise a peak, by up to a gathered unit on this tiny model.
   auto peak = [&](const std::string& compute) {
-    auto j = run_json(3, scenario_in(dir.path, 3, "fp32", compute, "fp32"),
-                      "cpu-3rank-uneven-layered", 1);
     std::vector<double> v;
-    if (!j.contains("report")) return v;
-    for (const auto& r : j.at("report").at("ranks"))
-      v.push_back(r.at("peak_memory_bytes").get<double>());
+    for (int run = 0; run < 2; ++run) {
+      auto j = run_json(3, scenario_in(dir.path, 3, "fp32", compute, "fp32"),
+                        "cpu-3rank-uneven-layered", 1);
+      if (!j.contains("report")) return std::vector<double>{};
+      const auto& ranks = j.at("report").at("ranks");
+      for (std::size_t r = 0; r < ranks.size(); ++r) {
+        const double p = ranks[r].at("peak_memory_bytes").get<double>();
+        if (run == 0)
+          v.push_back(p);
+        else
+          v[r] = std::min(v[r], p);
+      }
+    }
     return v;
   };
   auto f32 = peak("fp32"), b16 = peak("bf16");
   ASSERT_EQ(f32.size(), 3u);
   ASSERT_EQ(b16.size(), 3u);
+  // What the memory model says bf16 saves (the simulator's peaks of the same plan).
+  auto simulated = [&](const std::string& compute) {
+    auto r = cephalo::test_support::run_command(std::string(CEPHALO_CLI) +
+                                                " simulate --json --scenario " +
+                                                scenario_in(dir.path, 3, "fp32", compute, "fp32") +
+                                                " --plan " + plan("cpu-3rank-uneven-layered"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    const json result = json::parse(r.out);  // kept: a range-for over .at() of a temporary dangles
+    std::vector<double> v;
+    for (const auto& rank : result.at("ranks"))
+      v.push_back(rank.at("peak_memory_bytes").get<double>());
+    return v;
+  };
+  const auto sim32 = simulated("fp32"), sim16 = simulated("bf16");
+  double saved = 0, predicted = 0;
   for (std::size_t r = 0; r < 3; ++r) {
-    std::cout << "rank " << r << " peak: fp32 " << f32[r] << " B, bf16 " << b16[r] << " B\n";
-    // fp32 master state (params, grads, m, v: 16 B/param of the shard) is unchanged; the
-    // rest (gathered units, activations, temporaries) halves.
-    EXPECT_LT(b16[r], 0.9 * f32[r]) << "rank " << r;
+    std::cout << "rank " << r << " peak: fp32 " << f32[r] << " B, bf16 " << b16[r]
+              << " B (simulated " << sim32[r] << " / " << sim16[r] << ")\n";
+    // fp32 master state (params, gradient shard, Adam m, v) is the same in both.
     EXPECT_GT(b16[r], 0.3 * f32[r]) << "rank " << r;
+    saved += f32[r] - b16[r];
+    predicted += sim32[r] - sim16[r];
   }
+  // Summed over ranks, the measured saving is the modelled one: a buffer freed late on the
+  // comm thread moves one rank's peak by up to a gathered unit, which stays well inside this
+  // band; an executor that ignored the precision would save about nothing.
+  std::cout << "bf16 saves " << saved << " B measured, " << predicted << " B simulated\n";
+  EXPECT_GT(saved, 0.5 * predicted);
+  EXPECT_LT(saved, 1.5 * predicted);
 }
 
 TEST(MpiPrecision, NonFp32MasterWeightsAreRefusedWithTheReason) {

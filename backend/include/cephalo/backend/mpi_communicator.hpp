@@ -11,20 +11,25 @@ namespace cephalo::backend {
 
 // Initialises MPI with MPI_THREAD_MULTIPLE (the comm stream is a separate thread that issues
 // collectives while the main thread may call host-side helpers) and finalises it on exit.
+// With `only_under_launcher`, a process that no MPI launcher started does not initialise MPI
+// at all: it is rank 0 of 1 and uses the single-rank communicator (single_rank_communicator.hpp),
+// so one process runs where no MPI runtime is installed (a lone GPU machine).
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);
+  MpiRuntime(int* argc, char*** argv, bool only_under_launcher = false);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
+  bool initialized() const { return initialized_; }
   // True when this process was started by an MPI launcher (mpirun sets OMPI_/PMI_ variables).
   static bool launched_by_mpirun();
 
  private:
   int rank_ = 0;
   int size_ = 1;
+  bool initialized_ = false;
 };
 
 // How all_gather_v / reduce_scatter_v run when shards differ (the plan's `uneven_collective`,
