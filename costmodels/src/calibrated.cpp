@@ -742,6 +742,15 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
 
   // Leave one GPU out: θ pooled over the other GPUs, applied from the held-out GPU's specs.
   std::vector<double> all_logo, gpu_means;
+  // A row's error under a model fitted without it (the protocols differ only in what is left out).
+  auto held_out_ape = [&](const CalibratedComputeModel& fitted, const LayerProfile& r) {
+    return row_ape(
+        r,
+        [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+          return fitted.layer_ms(d, m, s, dt, mb, bwd);
+        },
+        base.whole_stack_test_model);
+  };
   for (const auto& gpu : gpus) {
     CalibrationOptions o = base;
     o.exclude_gpus = {gpu};
@@ -749,12 +758,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
     std::vector<double> apes;
     for (const auto* r : rows) {
       if (r->gpu != gpu) continue;
-      double e = row_ape(
-          *r,
-          [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
-            return model->layer_ms(d, m, s, dt, mb, bwd);
-          },
-          base.whole_stack_test_model);
+      double e = held_out_ape(*model, *r);
       apes.push_back(e);
       rep.logo_rows.push_back({r->model, r->gpu, r->seq, r->dtype, e});
       all_logo.push_back(e);
@@ -778,12 +782,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
       auto model = CalibratedComputeModel::fit(tables, o);
       for (const auto* r : rows) {
         if (r->gpu != gpu || r->model != held) continue;
-        double e = row_ape(
-            *r,
-            [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
-              return model->layer_ms(d, m, s, dt, mb, bwd);
-            },
-            base.whole_stack_test_model);
+        double e = held_out_ape(*model, *r);
         apes.push_back(e);
         rep.lomo_rows.push_back({r->model, r->gpu, r->seq, r->dtype, e});
         all_lomo.push_back(e);
@@ -808,12 +807,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
       auto model = CalibratedComputeModel::fit(tables, o);
       for (const auto* r : rows) {
         if (r->model != held) continue;
-        double e = row_ape(
-            *r,
-            [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
-              return model->layer_ms(d, m, s, dt, mb, bwd);
-            },
-            base.whole_stack_test_model);
+        double e = held_out_ape(*model, *r);
         per_gpu[r->gpu].push_back(e);
         all.push_back(e);
       }
