@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../support/mpi_cli.hpp"
+#include "../support/run_command.hpp"
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/single_rank_communicator.hpp"
@@ -306,6 +307,25 @@ TEST(MpiRun, RankKilledBySignalEndsEveryRank) {
   // mpirun names the dead process and the signal.
   EXPECT_NE(o.output.find("rank 2"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("signal 9"), std::string::npos) << o.output;
+}
+
+TEST(MpiRun, BadRunAndProfileValuesAreRefusedNamingTheFlag) {
+  // One process, no mpirun: the command line is checked before anything starts.
+  const std::string cli = CEPHALO_CLI;
+  const std::string job = " --scenario " + scenario(1) + " --plan " + plan("cpu-1rank-full");
+  struct Case {
+    std::string args, flag;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"run" + job + " --loss-scale -1", "--loss-scale"},
+           {"run" + job + " --loss-scale 0", "--loss-scale"},
+           {"run" + job + " --report mean", "--report"},
+           {"profile --model gpt-tiny --seq 16 --dtype bf17", "--dtype"},
+       }) {
+    auto r = cephalo::test_support::run_command(cli + " " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << "\n" << r.err;
+  }
 }
 
 TEST(MpiRun, PlanForAnotherRankCountIsRefusedBeforeCompute) {
