@@ -3,11 +3,13 @@
 // per-step loss and throughput, a RunResult (the SimResult schema) and a Chrome trace.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "cephalo/backend/cpu_device.hpp"
 #ifdef CEPHALO_HAVE_CUDA
@@ -363,7 +365,16 @@ void add_run_command(CLI::App& app) {
                   "Initial dynamic loss scale of fp16 jobs (halved on overflow, doubled after "
                   "2000 clean steps)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            double v = 0;
+            std::istringstream in(text);
+            in >> v;
+            return in && in.eof() && v > 0 && std::isfinite(v)
+                       ? std::string()
+                       : "expected a positive loss scale such as 65536, got \"" + text + "\"";
+          },
+          "POSITIVE"));
   // Testing hooks, not shown in --help.
   cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
   cmd->add_option("--dump-params", a.dump_params, "")->group("");
