@@ -106,6 +106,21 @@ double interpolate(const std::vector<int>& m, const std::vector<double>& t, doub
   return t[lo] + w * (t[hi] - t[lo]);
 }
 
+// A row's identity: catalog names (what lookups use) and the names as the file wrote them.
+LayerProfile profile_row(const std::string& model, const std::string& gpu, int seq, Dtype dtype,
+                         const std::string& file_model, const std::string& file_gpu,
+                         const std::filesystem::path& file) {
+  LayerProfile p;
+  p.model = model;
+  p.gpu = gpu;
+  p.seq = seq;
+  p.dtype = dtype;
+  p.file_model = file_model;
+  p.file_gpu = file_gpu;
+  p.file = file.string();
+  return p;
+}
+
 }  // namespace
 
 void ProfileTables::add(LayerProfile row) {
@@ -167,14 +182,8 @@ ProfileTables ProfileTables::load_cephalo(const std::filesystem::path& file) {
           JsonReader r = seq_reader.child(dtype_text);
           auto dtype = parse_dtype(dtype_text);
           if (!dtype) r.fail_value(dtype_text, "a dtype key (float16, float32, bfloat16)");
-          LayerProfile p;
-          p.model = model->name;
-          p.gpu = gpu->name;
-          p.seq = seq;
-          p.dtype = *dtype;
-          p.file_model = model_name;
-          p.file_gpu = gpu_name;
-          p.file = file.string();
+          LayerProfile p =
+              profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
           if (entry.is_number()) {
             p.shape = ProfileShape::CombinedSlope;
             p.forward = {r.as_number(), 0};
@@ -279,14 +288,7 @@ ProfileTables ProfileTables::load_own(const std::filesystem::path& file) {
     auto dtype_text = r.string("dtype");
     auto dtype = parse_dtype(dtype_text);
     if (!dtype) r.child("dtype").fail("fp16, bf16, fp32 or tf32");
-    LayerProfile p;
-    p.model = model->name;
-    p.gpu = gpu->name;
-    p.seq = seq;
-    p.dtype = *dtype;
-    p.file_model = model_name;
-    p.file_gpu = gpu_name;
-    p.file = file.string();
+    LayerProfile p = profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
     read_points(r.child("layer"), p, true);
     for (const char* unit : {"embedding", "head"}) {
       if (auto u = r.optional_child(unit)) {
