@@ -3,6 +3,8 @@
 // Run: build/bin/backend_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <cstring>
+
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/gpt.hpp"
 
@@ -61,6 +63,27 @@ void BM_GptTinyLayerStep(benchmark::State& state) {
                                                    benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GptTinyLayerStep)->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
+
+// A step's buffer churn: allocate N MiB, write every byte (what a kernel does to an output),
+// free, with the CPU device's block cache (second arg 1) and without it (0). glibc serves a
+// repeated size below its dynamic mmap threshold (at most 32 MiB) from the heap after the
+// first free; above it every reuse is a fresh mmap that page-faults.
+static void BM_CpuAllocateWriteFree(benchmark::State& state) {
+  CpuDeviceOptions o;
+  o.cache_bytes = state.range(0) ? CpuDeviceOptions{}.cache_bytes : 0;
+  auto dev = make_cpu_device(o);
+  const std::size_t kBytes = static_cast<std::size_t>(state.range(1)) << 20;
+  for (auto _ : state) {
+    Buffer b = dev->allocate(kBytes / 4, ElemType::F32);
+    std::memset(b.data(), 1, kBytes);
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * kBytes);
+}
+BENCHMARK(BM_CpuAllocateWriteFree)
+    ->ArgsProduct({{0, 1}, {1, 64}})
+    ->ArgNames({"cache", "MiB"})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
