@@ -19,6 +19,7 @@
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/single_rank_communicator.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
@@ -86,6 +87,12 @@ Setup load_and_check(const RunArgs& a, int world_size) {
   s.model = backend::GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
   if (a.device != "cpu" && a.device != "cuda")
     throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
+  // Every output location before any training, on every rank: one verdict, one exit code.
+  check_outputs({{"--trace", a.trace},
+                 {"--result", a.result},
+                 {"--dump-params", a.dump_params},
+                 {"--dump-grads", a.dump_grads}});
+  if (!a.checkpoint_dir.empty()) check_output_folder(a.checkpoint_dir, "--checkpoint-dir");
   return s;
 }
 
