@@ -58,23 +58,34 @@ struct Target {
   struct stat st {};
 };
 
+// Follows the chain of symlinks at `path` to its end (a file, or a name that does not exist).
+fs::path follow_links(const fs::path& file, const std::string& what) {
+  fs::path path = file;
+  struct stat st {};
+  for (int hops = 0; ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    if (hops == 40) refuse(file, what, "too many levels of symbolic links");
+    std::error_code ec;
+    fs::path link = fs::read_symlink(path, ec);
+    if (ec) refuse(file, what, "cannot read symbolic link: " + ec.message());
+    path = link.is_absolute() ? link : path.parent_path() / link;
+  }
+  return path;
+}
+
 Target resolve(const fs::path& file, const std::string& what) {
   if (file.empty()) refuse(file, what, "empty file name");
   Target t;
   t.path = file;
-  for (int hops = 0;; ++hops) {
-    if (::lstat(t.path.c_str(), &t.st) != 0) {
-      if (errno == ENOENT) return t;  // Missing (its folder is checked by the caller)
-      refuse(file, what, "cannot be examined: " + errno_text(errno));
-    }
-    if (!S_ISLNK(t.st.st_mode)) break;
-    if (hops == 40) refuse(file, what, "too many levels of symbolic links");
-    std::error_code ec;
-    fs::path link = fs::read_symlink(t.path, ec);
-    if (ec) refuse(file, what, "cannot read symbolic link: " + ec.message());
-    t.path = link.is_absolute() ? link : t.path.parent_path() / link;
+  if (::stat(t.path.c_str(), &t.st) != 0) {
+    if (errno != ENOENT) refuse(file, what, "cannot be examined: " + errno_text(errno));
+    t.path = follow_links(file, what);  // a dangling link creates its target
+    return t;                           // Missing (its folder is checked by the caller)
   }
   const mode_t m = t.st.st_mode;
+  // A regular file is replaced in its own folder, so the links are followed by hand. Anything
+  // else is opened by its own name: the kernel follows "magic" links such as /dev/stdout ->
+  // /proc/self/fd/1 -> pipe:[...] that name no real path.
+  if (S_ISREG(m)) t.path = follow_links(file, what);
   const std::string via = t.path == file ? "" : " (symlink to " + t.path.string() + ")";
   if (S_ISREG(m))
     t.kind = Kind::Regular;
@@ -83,13 +94,13 @@ Target resolve(const fs::path& file, const std::string& what) {
   else if (S_ISFIFO(m))
     t.kind = Kind::Fifo;
   else if (S_ISDIR(m))
-    refuse(file, what, "is a directory" + via + "; expected a file name");
+    refuse(file, what, "is a directory; expected a file name");
   else if (S_ISBLK(m))
-    refuse(file, what, "is a block device" + via + "; refusing to write to it");
+    refuse(file, what, "is a block device; refusing to write to it");
   else if (S_ISSOCK(m))
-    refuse(file, what, "is a socket" + via + "; expected a file name");
+    refuse(file, what, "is a socket; expected a file name");
   else
-    refuse(file, what, "is not a regular file" + via + "; expected a file name");
+    refuse(file, what, "is not a regular file; expected a file name");
   if (auto input = input_named(t.st))
     refuse(file, what,
            "is the same file as the input " + *input + via +
