@@ -3,6 +3,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/strategies.hpp"
@@ -23,6 +24,7 @@ struct PlanArgs {
 
 void run_plan(const PlanArgs& a) {
   const Scenario scenario = costmodels::load_scenario(a.scenario);
+  check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
   opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
                                                      : planner::ShareObjective::MinParams;

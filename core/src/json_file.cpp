@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 
 namespace cephalo {
 namespace {
@@ -228,6 +229,7 @@ std::string read_input_file(const std::filesystem::path& file) {
   } closer{fd};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     throw IoError(file.string() + ": is " + kind_of(st.st_mode) + "; expected a regular JSON file");
+  note_input_file(file);  // outputs of this command may not overwrite it (output_file.hpp)
   if (static_cast<std::uint64_t>(st.st_size) > kMaxJsonFileBytes)
     throw IoError(file.string() + ": " + std::to_string(st.st_size) +
                   " bytes; JSON inputs may be at most " + std::to_string(kMaxJsonFileBytes) +
