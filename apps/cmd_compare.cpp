@@ -15,6 +15,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/compare.hpp"
@@ -57,6 +58,7 @@ void run_compare(const Options& opt) {
   }
   traces::CompareReport report = traces::compare(sim, opt.sim_file, run, opt.run_file, ctx);
   for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
+  check_outputs({{"--trace", opt.trace_file}});  // every input is read (output_file.hpp)
 
   Json record = traces::to_json(report, ctx.graph);
   if (!opt.trace_file.empty()) {
