@@ -205,11 +205,14 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
         // n concurrent broadcasts (reduces) along the ring; the link into rank j carries every
         // shard but s_j, so the slowest receiver bounds the group.
         double worst = 0;
+        // Position of each rank in the request (a lookup table: a search per rank would make
+        // pricing a 10k-rank collective quadratic).
+        std::vector<std::size_t> pos(static_cast<std::size_t>(topo.size()));
+        for (std::size_t j = 0; j < request.ranks.size(); ++j)
+          pos[static_cast<std::size_t>(request.ranks[j])] = j;
         for (std::size_t i = 0; i < ranks.size(); ++i) {
           int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
-          auto pos = std::find(request.ranks.begin(), request.ranks.end(), ranks[i]) -
-                     request.ranks.begin();
-          double into = total - request.shard_bytes[static_cast<std::size_t>(pos)];
+          double into = total - request.shard_bytes[pos[static_cast<std::size_t>(ranks[i])]];
           worst = std::max(worst, into / topo.between(prev, ranks[i]).bandwidth);
         }
         est.seconds = (n - 1) * ring.latency + worst + (n - 1) * 1e-6 /*per-op enqueue*/;
