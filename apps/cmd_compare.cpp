@@ -18,6 +18,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -292,6 +293,7 @@ void run_compare(const Options& opt) {
                             std::to_string(graph->num_ranks()) + " ranks like " + opt.plan_file);
   }
 
+  check_outputs({{"--trace", opt.trace_file}});  // every input is read (output_file.hpp)
   std::vector<std::int64_t> s_start, s_end, m_start, m_end;
   bool have_ops = graph && !sim.ops.empty() && !run.ops.empty();
   std::string ops_note;

@@ -14,6 +14,7 @@
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/backend/training_session.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
@@ -80,6 +81,12 @@ Setup load_and_check(const RunArgs& a, int world_size) {
                               std::to_string(s.plan.ranks.size()) + " (this job has " +
                               std::to_string(world_size) + ")");
   s.model = backend::GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
+  // Every output location before any training, on every rank: one verdict, one exit code.
+  check_outputs({{"--trace", a.trace},
+                 {"--result", a.result},
+                 {"--dump-params", a.dump_params},
+                 {"--dump-grads", a.dump_grads}});
+  if (!a.checkpoint_dir.empty()) check_output_folder(a.checkpoint_dir, "--checkpoint-dir");
   return s;
 }
 
@@ -150,10 +157,6 @@ void run(RunArgs& a) {
   sopt.checkpoint_every = a.checkpoint_every;
   sopt.overwrite_checkpoints = a.overwrite_checkpoints;
   sopt.resume = a.resume;
-  for (const auto& [flag, file] :
-       {std::pair{"--trace", a.trace}, std::pair{"--result", a.result},
-        std::pair{"--dump-params", a.dump_params}, std::pair{"--dump-grads", a.dump_grads}})
-    if (!file.empty()) sopt.outputs.push_back({flag, file});
   sopt.rank_label = rank_label(me);
 
   backend::TrainingSession session(*rt.comm, sopt);
