@@ -8,6 +8,7 @@
 
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/kernel_validation.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/profile.hpp"
 #include "cephalo/costmodels/published_throughput.hpp"
@@ -147,4 +148,32 @@ TEST(PublishedThroughput, ComputeOnlyInSampleAndHeldOutByGpu) {
   // Guards: recorded 3.9 % and 3.9 % + 1 point.
   EXPECT_LE(mean(in_err), 4.9);
   EXPECT_LE(mean(out_err), 4.9);
+}
+
+// The NeuSight kernel set: per op class, each kernel priced from its FLOPs and bytes with θ
+// per class, in-sample (per GPU), leave-one-GPU-out and leave-one-generation-out; GEMM waves
+// over the SMs on and off.
+TEST(KernelValidation, PerOpErrorsOnTheNeuSightKernels) {
+  const auto set = load_kernel_set(std::filesystem::path(CEPHALO_SOURCE_DIR) /
+                                   "scenarios/calibration/neusight-kernels");
+  ASSERT_GT(set.rows.size(), 10000u);
+  const std::vector<std::string> protocols = {"in-sample", "leave-one-GPU-out",
+                                              "leave-one-generation-out"};
+  std::map<bool, KernelReport> reps;
+  for (bool waves : {false, true}) reps[waves] = validate_kernels(set, waves);
+  TextTable t({"op", "rows", "in-sample %", "LOGO %", "LOGenO %", "LOGO, waves %"});
+  for (const auto& [op, n] : reps[false].rows) {
+    const auto& m = reps[false].mape.at(op);
+    t.add_row({op, std::to_string(n), fixed(m.at(protocols[0]), 1), fixed(m.at(protocols[1]), 1),
+               fixed(m.at(protocols[2]), 1), fixed(reps[true].mape.at(op).at(protocols[1]), 1)});
+  }
+  TextTable g({"gpu", "in-sample %", "LOGO %", "LOGenO %"});
+  for (const auto& d : set.devices)
+    g.add_row({d.name, fixed(reps[false].mape_by_gpu.at(protocols[0]).at(d.name), 1),
+               fixed(reps[false].mape_by_gpu.at(protocols[1]).at(d.name), 1),
+               fixed(reps[false].mape_by_gpu.at(protocols[2]).at(d.name), 1)});
+  std::cout << "\nNeuSight kernels (fp32, eager), MAPE per op\n"
+            << t.render() << "\n"
+            << g.render() << "\n";
+  for (const auto& [op, m] : reps[false].mape) EXPECT_LT(m.at(protocols[0]), 100.0) << op;
 }
