@@ -3,6 +3,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "commands.hpp"
@@ -21,6 +22,7 @@ struct PlanArgs {
 
 void run_plan(const PlanArgs& a) {
   const Scenario scenario = costmodels::load_scenario(a.scenario);
+  check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
   opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
                                                      : planner::ShareObjective::MinParams;

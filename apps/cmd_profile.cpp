@@ -37,6 +37,7 @@
 #include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
@@ -323,6 +324,13 @@ std::string host_name() {
   return buf;
 }
 
+// The collective sweep's default file beside the calibration file ("" without one).
+std::string sweep_file_of(const std::string& output) {
+  if (output.empty()) return "";
+  const std::filesystem::path p = output;
+  return (p.parent_path() / (p.stem().string() + ".sweep.json")).string();
+}
+
 void run_profile(const ProfileArgs& a) {
   if (a.device != "cpu" && a.device != "cuda")
     throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
@@ -358,6 +366,11 @@ void run_profile(const ProfileArgs& a) {
   backend::MpiRuntime mpi(nullptr, nullptr, /*only_under_launcher=*/true);
   const int rank = mpi.world_rank(), world = mpi.world_size();
   const bool lead = rank == 0;
+  // Output locations before measuring (output_file.hpp); the sweep file as written below.
+  check_outputs({{"--output", a.output},
+                 {"--sweep-out", !a.sweep_output.empty() || world == 1 || a.no_collectives
+                                     ? a.sweep_output
+                                     : sweep_file_of(a.output)}});
   auto say = [&](const std::string& line) {
     if (lead) std::cerr << "profile: " << line << std::endl;
   };
@@ -609,11 +622,7 @@ void run_profile(const ProfileArgs& a) {
     std::cerr << "profile: wrote " << a.output << std::endl;
   }
   if (!sweep_results.empty()) {
-    std::string sweep_file = a.sweep_output;
-    if (sweep_file.empty() && !a.output.empty()) {
-      std::filesystem::path p = a.output;
-      sweep_file = (p.parent_path() / (p.stem().string() + ".sweep.json")).string();
-    }
+    std::string sweep_file = a.sweep_output.empty() ? sweep_file_of(a.output) : a.sweep_output;
     if (!sweep_file.empty()) {
       Json sweep = {{"format", "cephalo-collective-sweep"},
                     {"version", 1},

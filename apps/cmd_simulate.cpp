@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -42,6 +43,7 @@ void add_simulate_command(CLI::App& app) {
     Plan plan = load_plan(a.plan);
     validate_plan_for(plan, scenario, a.plan);
     auto models = costmodels::make_cost_models(scenario, a.compute_model);
+    check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
 
     const auto t0 = std::chrono::steady_clock::now();
     traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);

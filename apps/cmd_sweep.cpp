@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "commands.hpp"
 
@@ -17,6 +18,7 @@ struct SweepArgs {
 
 void run_sweep_command(const SweepArgs& a) {
   const auto spec = planner::load_sweep_spec(a.spec);
+  check_outputs({{"--output", a.output}});  // before the sweep (output_file.hpp)
   const auto rows = planner::run_sweep(spec, !a.quiet);
   if (rows.empty()) return;  // MPI ranks other than 0
   if (!a.output.empty()) {

@@ -7,6 +7,8 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "cephalo/core/output_file.hpp"
+
 namespace cephalo {
 namespace {
 
@@ -59,6 +61,7 @@ Json read_json_file(const std::filesystem::path& file) {
   if (!std::filesystem::exists(file, ec)) throw IoError(file.string() + ": no such file");
   std::ifstream in(file, std::ios::binary);
   if (!in) throw IoError(file.string() + ": cannot be opened for reading");
+  note_input_file(file);  // outputs of this command may not overwrite it (output_file.hpp)
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) throw IoError(file.string() + ": read failed");
@@ -78,37 +81,6 @@ Json read_json_file(const std::filesystem::path& file) {
   } catch (const Json::exception& e) {
     throw ValidationError(file.string(), "$", std::string("unreadable JSON (") + e.what() + ")",
                           "a valid JSON document with numbers in range");
-  }
-}
-
-void write_file_atomically(const std::filesystem::path& file, const std::string& text) {
-  std::filesystem::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw IoError(file.string() + ": folder " + dir.string() + " does not exist");
-  // Hidden temporary beside the target so the rename stays on one file system.
-  std::string temp_name = ".";
-  temp_name += file.filename().string();
-  temp_name += ".tmp.";
-  temp_name += std::to_string(::getpid());
-  std::filesystem::path temp = dir / temp_name;
-  {
-    std::FILE* out = std::fopen(temp.c_str(), "wb");
-    if (!out) throw IoError(file.string() + ": cannot create temporary file " + temp.string());
-    bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
-    ok = (std::fflush(out) == 0) && ok;
-    ok = (::fsync(fileno(out)) == 0) && ok;
-    ok = (std::fclose(out) == 0) && ok;
-    if (!ok) {
-      std::filesystem::remove(temp, ec);
-      throw IoError(file.string() + ": write failed (disk full?)");
-    }
-  }
-  std::filesystem::rename(temp, file, ec);
-  if (ec) {
-    std::filesystem::remove(temp, ec);
-    throw IoError(file.string() + ": cannot replace file: " + ec.message());
   }
 }
 
