@@ -18,6 +18,7 @@ std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& file
   std::vector<std::vector<std::string>> out;
   std::string line;
   while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
     std::vector<std::string> cells;
     std::stringstream ss(line);
     std::string cell;

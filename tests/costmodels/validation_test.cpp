@@ -175,5 +175,10 @@ TEST(KernelValidation, PerOpErrorsOnTheNeuSightKernels) {
   std::cout << "\nNeuSight kernels (fp32, eager), MAPE per op\n"
             << t.render() << "\n"
             << g.render() << "\n";
-  for (const auto& [op, m] : reps[false].mape) EXPECT_LT(m.at(protocols[0]), 100.0) << op;
+  // Guard: the mean over ops of the leave-one-GPU-out MAPE, recorded 24.0 % (2026-12-01) + 1.
+  double logo = 0;
+  for (const auto& [op, m] : reps[false].mape) logo += m.at(protocols[1]);
+  logo /= static_cast<double>(reps[false].mape.size());
+  std::cout << "mean over ops, leave-one-GPU-out: " << fixed(logo, 1) << "%\n";
+  EXPECT_LE(logo, 25.0);
 }
