@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -13,6 +14,7 @@
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -32,16 +34,19 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
   cmd->add_option("--compute-model", a.compute_model,
                   "Compute model source: auto, profile, calibrated, roofline")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of(costmodels::compute_sources()));
   cmd->add_flag("--no-link-sharing", a.no_link_sharing,
                 "Give every transfer its isolated time (no bandwidth sharing on links)");
   cmd->add_option("--queue", a.queue, "Event queue: binary-heap or pairing-heap")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
     Scenario scenario = costmodels::load_scenario(a.scenario);
     Plan plan = load_plan(a.plan);
     validate_plan_for(plan, scenario, a.plan);
     auto models = costmodels::make_cost_models(scenario, a.compute_model);
+    check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
 
     const auto t0 = std::chrono::steady_clock::now();
     traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);

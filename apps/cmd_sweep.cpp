@@ -7,6 +7,7 @@
 
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "commands.hpp"
@@ -35,6 +36,7 @@ void run_sweep_command(const SweepArgs& a) {
   const auto spec = planner::load_sweep_spec(a.spec);
   // Refuses a space above --max-mixes (ValidationError, exit 1) before enumerating it.
   const auto mixes = planner::enumerate_mixes(spec, a.max_mixes);
+  check_outputs({{"--output", a.output}});  // before the sweep (output_file.hpp)
   backend::MpiRuntime mpi(nullptr, nullptr, /*only_under_launcher=*/true);
   const int rank = mpi.world_rank(), size = mpi.world_size();
   const std::string where = size > 1 ? " [rank " + std::to_string(rank) + "]" : "";

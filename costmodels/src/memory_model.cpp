@@ -28,14 +28,19 @@ double largest_phase_parameters(const ModelSpec& m) {
   return best;
 }
 
-// Saved activations plus the backward's input-gradient temporaries of the largest unit.
-double largest_working_set(const Job& job, int micro_batch) {
+// Saved activations plus the backward's input-gradient temporaries of the largest unit, plus
+// the s×s scores and their gradient eager attention holds on a GPU.
+double largest_working_set(const Job& job, int micro_batch, bool gpu_runtime) {
   double best = 0;
   for (int u = 0; u < num_units(job.model); ++u)
-    best = std::max(best, unit_working_bytes(job.model, u, job.sequence_length, micro_batch,
-                                             job.precision.compute) +
-                              unit_backward_transient_bytes(job.model, u, job.sequence_length,
-                                                            micro_batch, job.precision.compute));
+    best = std::max(
+        best,
+        unit_working_bytes(job.model, u, job.sequence_length, micro_batch, job.precision.compute) +
+            unit_backward_transient_bytes(job.model, u, job.sequence_length, micro_batch,
+                                          job.precision.compute) +
+            (gpu_runtime ? eager_attention_bytes(job.model, u, job.sequence_length, micro_batch,
+                                                 job.implementation)
+                         : 0.0));
   return best;
 }
 
@@ -86,7 +91,8 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
     activations = boundaries * largest_mb * boundary_per_sample;
   }
   t.push_back({"activations", k.activation_scale * activations});
-  t.push_back({"working_set", k.working_scale * largest_working_set(job, largest_mb)});
+  t.push_back(
+      {"working_set", k.working_scale * largest_working_set(job, largest_mb, in.gpu_runtime)});
   t.push_back({"framework_buffers", k.framework_buffers});
   double dynamic = 0;
   for (const auto& term : t)
