@@ -55,22 +55,35 @@ DeviceSpec parse_device_spec(JsonReader& reader) {
   spec.name = reader.string("name");
   if (spec.name.empty()) reader.child("name").fail("a non-empty name");
   spec.kind = reader.has("kind") ? reader.child("kind").as_enum({"gpu", "cpu"}) : "gpu";
-  spec.memory_bytes = reader.quantity("memory", Quantity::Bytes);
-  if (spec.memory_bytes <= 0) reader.child("memory").fail("a memory size > 0");
-  spec.memory_bandwidth = reader.quantity("memory_bandwidth", Quantity::Bandwidth);
-  if (spec.memory_bandwidth <= 0) reader.child("memory_bandwidth").fail("a bandwidth > 0");
-  spec.peak_fp32 = reader.quantity("peak_fp32", Quantity::FlopRate);
-  if (spec.peak_fp32 <= 0) reader.child("peak_fp32").fail("a FLOP rate > 0");
-  spec.peak_tf32 = reader.optional_quantity("peak_tf32", Quantity::FlopRate).value_or(0);
-  spec.peak_fp16 = reader.optional_quantity("peak_fp16", Quantity::FlopRate).value_or(0);
-  spec.peak_bf16 = reader.optional_quantity("peak_bf16", Quantity::FlopRate).value_or(0);
+  spec.memory_bytes = reader.quantity_in("memory", Quantity::Bytes, kMemoryCapacityRange.lo,
+                                         kMemoryCapacityRange.hi);
+  spec.memory_bandwidth = reader.quantity_in("memory_bandwidth", Quantity::Bandwidth,
+                                             kMemoryBandwidthRange.lo, kMemoryBandwidthRange.hi);
+  spec.peak_fp32 =
+      reader.quantity_in("peak_fp32", Quantity::FlopRate, kFlopRateRange.lo, kFlopRateRange.hi);
+  // The other peaks are optional; 0 means "not accelerated" (peak_flops falls back to fp32).
+  auto optional_peak = [&](const char* key) {
+    auto c = reader.optional_child(key);
+    if (!c) return 0.0;
+    const double v = c->as_quantity(Quantity::FlopRate);
+    return v == 0 ? 0.0
+                  : c->as_quantity_in(Quantity::FlopRate, kFlopRateRange.lo, kFlopRateRange.hi);
+  };
+  spec.peak_tf32 = optional_peak("peak_tf32");
+  spec.peak_fp16 = optional_peak("peak_fp16");
+  spec.peak_bf16 = optional_peak("peak_bf16");
   spec.pcie_generation = static_cast<int>(reader.integer_or("pcie_generation", 3, 1, 6));
   spec.pcie_lanes = static_cast<int>(reader.integer_or("pcie_lanes", 16, 1, 32));
-  spec.nvlink_bandwidth =
-      reader.optional_quantity("nvlink_bandwidth", Quantity::Bandwidth).value_or(0);
+  if (auto nv = reader.optional_child("nvlink_bandwidth")) {
+    const double v = nv->as_quantity(Quantity::Bandwidth);  // 0: no NVLink
+    spec.nvlink_bandwidth = v == 0 ? 0.0
+                                   : nv->as_quantity_in(Quantity::Bandwidth, kLinkBandwidthRange.lo,
+                                                        kLinkBandwidthRange.hi);
+  }
   if (auto price = reader.optional_child("price_per_hour")) {
     spec.price_per_hour = price->as_number();
-    if (spec.price_per_hour < 0) price->fail("a price >= 0 in USD per hour");
+    if (!(spec.price_per_hour >= kPriceRange.lo && spec.price_per_hour <= kPriceRange.hi))
+      price->fail("a price in USD per hour from 0 to 10000");
   }
   if (auto tdp = reader.optional_child("tdp_watts")) {
     spec.tdp_watts = tdp->as_number();
@@ -189,11 +202,14 @@ LinkSpec parse_link_spec(JsonReader& reader) {
     pcie.pcie_lanes = static_cast<int>(reader.integer_or("lanes", 16, 1, 32));
     link.bandwidth = pcie.pcie_bandwidth();
   } else {
-    link.bandwidth = reader.quantity("bandwidth", Quantity::Bandwidth);
-    if (link.bandwidth <= 0) reader.child("bandwidth").fail("a bandwidth > 0");
+    link.bandwidth = reader.quantity_in("bandwidth", Quantity::Bandwidth, kLinkBandwidthRange.lo,
+                                        kLinkBandwidthRange.hi);
   }
   double default_latency = link.kind == "nvlink" ? 2e-6 : link.kind == "pcie" ? 5e-6 : 10e-6;
-  link.latency = reader.optional_quantity("latency", Quantity::Seconds).value_or(default_latency);
+  link.latency = reader.has("latency")
+                     ? reader.quantity_in("latency", Quantity::Seconds, kLinkLatencyRange.lo,
+                                          kLinkLatencyRange.hi)
+                     : default_latency;
   reader.finish();
   return link;
 }

@@ -118,29 +118,46 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
 
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank,
                                const MemoryConstants& k) {
-  auto it = std::find_if(plan.ranks.begin(), plan.ranks.end(),
-                         [&](const PlanRank& r) { return r.rank == rank; });
+  // The plan's ranks are normally in rank order: look there first (constant time, so a caller
+  // predicting every rank of a 100k-GPU plan is not quadratic).
+  auto it = rank >= 0 && rank < static_cast<int>(plan.ranks.size()) &&
+                    plan.ranks[static_cast<std::size_t>(rank)].rank == rank
+                ? plan.ranks.begin() + rank
+                : std::find_if(plan.ranks.begin(), plan.ranks.end(),
+                               [&](const PlanRank& r) { return r.rank == rank; });
   if (it == plan.ranks.end())
     throw ValidationError("", "ranks", std::to_string(rank), "a rank present in the plan");
-  auto devices = scenario.cluster.ranks();
-  if (rank < 0 || rank >= static_cast<int>(devices.size()))
+  // The rank's device without listing every rank of the cluster.
+  const DeviceSlot* slot = nullptr;
+  int world_size = 0;
+  for (const auto& node : scenario.cluster.nodes) {
+    const int here = static_cast<int>(node.devices.size());
+    if (!slot && rank >= world_size && rank < world_size + here)
+      slot = &node.devices[static_cast<std::size_t>(rank - world_size)];
+    world_size += here;
+  }
+  if (!slot)
     throw ValidationError("", "ranks[" + std::to_string(rank) + "]", std::to_string(rank),
                           "a rank of the scenario's cluster");
-  const DeviceSpec& spec = devices[static_cast<std::size_t>(rank)].slot->spec;
+  return predict_memory(scenario.job, plan, *it, slot->spec, world_size, k);
+}
+
+MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,
+                               const DeviceSpec& spec, int world_size, const MemoryConstants& k) {
   RankMemoryInputs in;
-  in.state_share = it->state_share;
-  in.micro_batch_sizes = it->micro_batch_sizes();
+  in.state_share = rank.state_share;
+  in.micro_batch_sizes = rank.micro_batch_sizes();
   in.accumulation = plan.accumulation;
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
-  in.world_size = static_cast<int>(devices.size());
+  in.world_size = world_size;
   in.gpu_runtime = spec.kind != "cpu";
   MemoryBreakdown b;
-  b.rank = rank;
+  b.rank = rank.rank;
   b.gpu = spec.name;
-  if (it->batch == 0) in.micro_batch_sizes = {1};  // a rank with no samples still gathers units
-  b.terms = memory_terms(scenario.job, in, k);
-  if (it->batch == 0)
+  if (rank.batch == 0) in.micro_batch_sizes = {1};  // a rank with no samples still gathers units
+  b.terms = memory_terms(job, in, k);
+  if (rank.batch == 0)
     for (auto& term : b.terms)
       if (term.name == "activations" || term.name == "working_set") term.bytes = 0;
   for (const auto& term : b.terms) b.total += term.bytes;

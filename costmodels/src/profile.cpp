@@ -338,9 +338,28 @@ ProfileTables ProfileTables::load_own(const std::filesystem::path& file) {
   return out;
 }
 
+bool ProfileTables::is_cephalo_layout(const nlohmann::json& j) {
+  if (!j.is_object() || j.empty()) return false;
+  for (const auto& [model, by_gpu] : j.items()) {
+    if (!by_gpu.is_object() || by_gpu.empty()) return false;
+    for (const auto& [gpu, by_seq] : by_gpu.items()) {
+      if (!by_seq.is_object() || by_seq.empty()) return false;
+      for (const auto& [seq, by_dtype] : by_seq.items())
+        if (seq.empty() || seq.find_first_not_of("0123456789") != std::string::npos ||
+            !by_dtype.is_object())
+          return false;
+    }
+  }
+  return true;
+}
+
 ProfileTables ProfileTables::load(const std::filesystem::path& file) {
   Json j = read_json_file(file);
   if (j.is_object() && j.contains("format")) return load_own(file);
+  if (!is_cephalo_layout(j))
+    throw ValidationError(file.string(), "format", "nothing (no \"format\" key)",
+                          "a profile: \"format\": \"cephalo-profile\", or Cephalo's "
+                          "model_latencies.json layout {model: {gpu: {seq: {dtype: entry}}}}");
   return load_cephalo(file);
 }
 

@@ -10,6 +10,11 @@
 
 namespace cephalo {
 
+// Most devices a cluster may have, summed over every node's "count"s before any device is
+// created (a small file must not be able to ask for gigabytes). 2^20 leaves ten times the
+// 100k-GPU clusters the planner is built for; each device slot costs a few hundred bytes.
+constexpr int kMaxDevices = 1 << 20;
+
 // Name resolution for GPUs and models; costmodels/ implements it with its catalogs.
 class SpecLookup {
  public:

@@ -10,6 +10,20 @@
 
 namespace cephalo {
 
+// Physically meaningful ranges for hardware quantities, checked wherever a spec is read
+// (catalogs and inline specs alike). They are wide (from a slow CPU socket to ten times
+// today's fastest parts) but keep every derived time finite: a bandwidth of 1e-320 B/s or a
+// FLOP rate of 1e-30 is a typo, and would reach the simulator as an infinite duration.
+struct PhysicalRange {
+  double lo, hi;
+};
+constexpr PhysicalRange kLinkBandwidthRange{1e6, 1e14};  // 1 MB/s to 100 TB/s
+constexpr PhysicalRange kLinkLatencyRange{0.0, 1.0};     // 0 to 1 s
+constexpr PhysicalRange kMemoryCapacityRange{1024.0 * 1024.0, 1125899906842624.0};  // 1 MiB-1 PiB
+constexpr PhysicalRange kMemoryBandwidthRange{1e6, 1e14};  // 1 MB/s to 100 TB/s
+constexpr PhysicalRange kFlopRateRange{1e6, 1e18};         // 1 MFLOP/s to 1 EFLOP/s
+constexpr PhysicalRange kPriceRange{0.0, 1e4};             // USD per device-hour
+
 // One accelerator (or CPU socket used as a device) as its datasheet describes it.
 struct DeviceSpec {
   std::string name;             // canonical catalog name, e.g. "A100-80GB"

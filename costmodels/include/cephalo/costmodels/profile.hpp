@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/scenario.hpp"
 
@@ -91,8 +93,12 @@ class ProfileTables {
   static ProfileTables load_cephalo(const std::filesystem::path& file);
   // The project's format.
   static ProfileTables load_own(const std::filesystem::path& file);
-  // Either format, by content.
+  // Either format, by content: "format": "cephalo-profile", or no "format" and the Cephalo
+  // layout; anything else (a plan, a sweep spec) is a ValidationError, not an empty table.
   static ProfileTables load(const std::filesystem::path& file);
+  // Whether `j` has the shape of Cephalo's model_latencies.json, {model: {gpu: {seq: {dtype:
+  // entry}}}} with numeric seq keys (that file carries no "format" key of its own).
+  static bool is_cephalo_layout(const nlohmann::json& j);
   // The shipped Cephalo profiles (data_dir()/calibration/cephalo-profiles/model_latencies.json).
   static const ProfileTables& builtin();
 
