@@ -158,10 +158,6 @@ void run(RunArgs& a) {
   sopt.checkpoint_every = a.checkpoint_every;
   sopt.overwrite_checkpoints = a.overwrite_checkpoints;
   sopt.resume = a.resume;
-  for (const auto& [flag, file] :
-       {std::pair{"--trace", a.trace}, std::pair{"--result", a.result},
-        std::pair{"--dump-params", a.dump_params}, std::pair{"--dump-grads", a.dump_grads}})
-    if (!file.empty()) sopt.outputs.push_back({flag, file});
   sopt.rank_label = rank_label(me);
 
   backend::TrainingSession session(*rt.comm, sopt);

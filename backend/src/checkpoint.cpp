@@ -82,15 +82,6 @@ std::string checksum_hex(std::uint64_t value) {
   return buf;
 }
 
-std::string plan_hash(const Plan& plan) {
-  Json j = to_json(plan);
-  if (j.is_object()) {
-    j.erase("predicted");
-    j.erase("strategy");
-  }
-  return "xxh64:" + checksum_hex(shard_checksum(j.dump()));
-}
-
 std::string step_dir_name(int step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08d", step);

@@ -29,12 +29,6 @@ StreamKind device_stream(tr::Stream s) {
   return StreamKind::Compute;
 }
 
-std::vector<double> state_shares(const Plan& plan) {
-  std::vector<double> shares;
-  for (const auto& r : plan.ranks) shares.push_back(r.state_share);
-  return shares;
-}
-
 }  // namespace
 
 Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& g,
@@ -74,19 +68,16 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
   for (ElemType t : {compute_type, reduce_type})
     if (!dev.supports(t))
       throw InfeasibleError("device " + dev.name() + " cannot compute in " + to_string(t));
-  state = std::make_unique<ShardedState>(dev, model, state_shares(plan), rank, reduce_type);
+  for (int u = 0; u < units; ++u)
+    if (graph.unit_sizes(u).numel != model.unit_numel(u))
+      throw RuntimeFailure("executor: the training graph's unit " + std::to_string(u) + " has " +
+                           std::to_string(graph.unit_sizes(u).numel) + " elements, the model " +
+                           std::to_string(model.unit_numel(u)));
+  state = std::make_unique<ShardedState>(dev, model, graph, rank, reduce_type);
   mb_sizes = plan.ranks[static_cast<std::size_t>(rank)].batch > 0
                  ? plan.ranks[static_cast<std::size_t>(rank)].micro_batch_sizes()
                  : std::vector<int>{};
-  // Which op last touches each phase's gathered parameters on this rank.
-  auto prog = graph.program(rank);
-  int phases = 0;
-  for (const auto& op : graph.ops()) phases = std::max(phases, op.phase + 1);
-  phase_last_op.assign(static_cast<std::size_t>(phases), -1);
-  for (const auto& op : prog)
-    if (op.phase >= 0 && (tr::is_compute(op.kind) || op.kind == tr::OpKind::AllGather ||
-                          op.kind == tr::OpKind::AllGatherV))
-      phase_last_op[static_cast<std::size_t>(op.phase)] = static_cast<int>(op.id);
+  read_graph_decisions();
   dev.synchronize();
 }
 
@@ -119,9 +110,10 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
     if (n) dev.cast(s, shard, send.ref());
     shard = send.ref();
   }
-  // Even shards (equal counts) take the even collective (MPI_Allgather / ncclAllGather);
-  // anything else the -v variant (MPI_Allgatherv / grouped broadcasts on NCCL).
-  if (state->even(u))
+  // The graph's variant: Even takes the even collective (MPI_Allgather / ncclAllGather);
+  // Grouped and Padded the -v call, which the communicator runs as the plan's
+  // uneven_collective (the same setting the graph resolved them from, runtime.hpp).
+  if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
     comm.all_gather(s, shard, full);
   else
     comm.all_gather_v(s, shard, full, state->counts(u));
@@ -132,7 +124,7 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
 void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
   const std::int64_t n = state->owned(u);
   Buffer tmp = gradient(n);
-  if (state->even(u))
+  if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
     comm.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
   else
     comm.reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum);
@@ -140,24 +132,73 @@ void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
   retire(std::move(tmp), s);
 }
 
-// A tied head's logits use the embedding's wte: its phases gather unit 0 in front of the
-// head and reduce a wte gradient contribution into unit 0's shard. An untied head owns its
-// weight and its phases are exactly the graph's.
-bool Executor::Impl::brings_embedding(int u) const {
-  return u == model.head_unit() && model.config().tied_head;
+void Executor::Impl::read_graph_decisions() {
+  int phases = 0;
+  for (const auto& op : graph.ops()) phases = std::max(phases, op.phase + 1);
+  phase_segments.assign(static_cast<std::size_t>(phases), {});
+  unit_variant.assign(static_cast<std::size_t>(units), tr::CollectiveVariant::Even);
+  std::vector<bool> seen(static_cast<std::size_t>(units), false);
+  for (const auto& c : graph.collectives()) {
+    std::vector<PhaseSegment> segs;
+    std::int64_t offset = 0;
+    for (const auto& seg : graph.segments(c)) {
+      segs.push_back({seg.unit, offset, seg.numel, seg.variant});
+      offset += seg.numel;
+      auto& known = unit_variant[static_cast<std::size_t>(seg.unit)];
+      if (seen[static_cast<std::size_t>(seg.unit)] && known != seg.variant)
+        throw RuntimeFailure("executor: the graph moves unit " + std::to_string(seg.unit) +
+                             " both as " + to_string(known) + " and as " + to_string(seg.variant));
+      known = seg.variant;
+      seen[static_cast<std::size_t>(seg.unit)] = true;
+    }
+    auto& phase = phase_segments[static_cast<std::size_t>(c.phase)];
+    if (phase.empty()) phase = std::move(segs);
+  }
 }
+
+const std::vector<PhaseSegment>& Executor::Impl::segments_of(int phase) const {
+  const auto& segs = phase_segments.at(static_cast<std::size_t>(phase));
+  if (segs.empty())
+    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " has no collective");
+  return segs;
+}
+
+std::int64_t Executor::Impl::phase_numel(int phase) const {
+  const auto& segs = segments_of(phase);
+  return segs.back().offset + segs.back().numel;
+}
+
+const PhaseSegment* Executor::Impl::find_segment(int phase, int unit) const {
+  for (const auto& seg : segments_of(phase))
+    if (seg.unit == unit) return &seg;
+  return nullptr;
+}
+
+// A unit's parameters (gradient) inside the phase's gathered buffer, where the graph's
+// segments put it.
 TensorRef Executor::Impl::unit_params(int phase, int u) {
-  Buffer& b = gathered.at(phase);
-  if (brings_embedding(u)) return b.slice(model.unit_numel(0), model.unit_numel(u));
-  return b.slice(0, model.unit_numel(u));
+  const PhaseSegment* seg = find_segment(phase, u);
+  if (!seg)
+    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " gathers no unit " +
+                         std::to_string(u));
+  return gathered.at(phase).slice(seg->offset, seg->numel);
 }
+TensorRef Executor::Impl::unit_grads(int phase, int u) {
+  const PhaseSegment* seg = find_segment(phase, u);
+  if (!seg)
+    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " reduces no unit " +
+                         std::to_string(u));
+  return phase_grad.at(phase).slice(seg->offset, seg->numel);
+}
+// A tied head's logits use the embedding's wte, which the graph gathers in front of the head
+// in the head's phases (costmodels::phase_parameters); an untied head owns its weight.
 TensorRef Executor::Impl::embedding_params_for_head(int phase) {
   if (!model.config().tied_head) return {};
-  return gathered.at(phase).slice(0, model.unit_numel(0));
+  return unit_params(phase, 0);
 }
 TensorRef Executor::Impl::embedding_grads_for_head(int phase) {
   if (!model.config().tied_head) return {};
-  return phase_emb_grad.at(phase).ref();
+  return unit_grads(phase, 0);
 }
 
 void Executor::Impl::prepare_data(int step) {
@@ -181,15 +222,9 @@ void Executor::Impl::prepare_data(int step) {
 
 void Executor::Impl::ensure_phase_grads(const tr::Op& op) {
   if (phase_grad.count(op.phase)) return;
-  auto& cs = dev.stream(StreamKind::Compute);
-  Buffer g = gradient(model.unit_numel(op.unit));
-  dev.fill(cs, g.ref(), 0.0f);
+  Buffer g = gradient(phase_numel(op.phase));
+  dev.fill(dev.stream(StreamKind::Compute), g.ref(), 0.0f);
   phase_grad[op.phase] = std::move(g);
-  if (brings_embedding(op.unit)) {
-    Buffer e = gradient(model.unit_numel(0));
-    dev.fill(cs, e.ref(), 0.0f);
-    phase_emb_grad[op.phase] = std::move(e);
-  }
 }
 
 void Executor::Impl::run_compute(const tr::Op& op) {
@@ -235,15 +270,15 @@ void Executor::Impl::run_compute(const tr::Op& op) {
       auto& cs = dev.stream(StreamKind::Compute);
       if (head) {
         Buffer dx = activation(rows(mb) * model.config().hidden);
-        model.head_forward_backward(
-            dev, unit_params(op.phase, u), embedding_params_for_head(op.phase),
-            boundary[u][mb].ref(), targets[mb].ref(), rows(mb), grad_scale, dx.ref(),
-            phase_grad.at(op.phase).ref(), embedding_grads_for_head(op.phase));
+        model.head_forward_backward(dev, unit_params(op.phase, u),
+                                    embedding_params_for_head(op.phase), boundary[u][mb].ref(),
+                                    targets[mb].ref(), rows(mb), grad_scale, dx.ref(),
+                                    unit_grads(op.phase, u), embedding_grads_for_head(op.phase));
         dgrad[mb] = std::move(dx);
         retire(std::move(boundary[u][mb]), cs);
       } else if (u >= 1) {
         Buffer dx = activation(rows(mb) * model.config().hidden);
-        model.layer_backward(dev, unit_params(op.phase, u), phase_grad.at(op.phase).ref(),
+        model.layer_backward(dev, unit_params(op.phase, u), unit_grads(op.phase, u),
                              boundary[u][mb].ref(), recomputed[mb], dgrad[mb].ref(), dx.ref(),
                              rows(mb));
         retire(std::move(dgrad[mb]), cs);
@@ -277,32 +312,26 @@ void Executor::Impl::optimizer_step() {
                [this](Buffer b, Stream& s) { retire(std::move(b), s); });
 }
 
+// A collective moves the graph's segments of its phase, each with its own variant.
 void Executor::Impl::run_comm(const tr::Op& op) {
   auto& s = dev.stream(StreamKind::Comm);
-  const int u = op.unit;
   switch (op.kind) {
     case tr::OpKind::AllGather:
     case tr::OpKind::AllGatherV: {
-      const bool tied = brings_embedding(u);
-      const std::int64_t lead = tied ? model.unit_numel(0) : 0;
-      Buffer full = activation(lead + model.unit_numel(u));
-      if (tied) gather_unit(s, 0, false, full.slice(0, lead));
-      gather_unit(s, u, false, full.slice(lead, model.unit_numel(u)));
+      Buffer full = activation(phase_numel(op.phase));
+      for (const auto& seg : segments_of(op.phase))
+        gather_unit(s, seg.unit, false, full.slice(seg.offset, seg.numel));
       gathered[op.phase] = std::move(full);
       break;
     }
     case tr::OpKind::ReduceScatter:
     case tr::OpKind::ReduceScatterV: {
       if (!phase_grad.count(op.phase)) ensure_phase_grads(op);  // no compute: zeros
-      const bool tied = brings_embedding(u);
-      reduce_unit(s, u, phase_grad.at(op.phase).ref());
-      if (tied) reduce_unit(s, 0, phase_emb_grad.at(op.phase).ref());
-      retire(std::move(phase_grad.at(op.phase)), s);
+      Buffer& g = phase_grad.at(op.phase);
+      for (const auto& seg : segments_of(op.phase))
+        reduce_unit(s, seg.unit, g.slice(seg.offset, seg.numel));
+      retire(std::move(g), s);
       phase_grad.erase(op.phase);
-      if (tied) {
-        retire(std::move(phase_emb_grad.at(op.phase)), s);
-        phase_emb_grad.erase(op.phase);
-      }
       break;
     }
     default:
@@ -380,8 +409,8 @@ double Executor::Impl::step(int step_index) {
     }
     end_ev[i]->record(s);
     issued_bytes[i] = static_cast<double>(dev.memory_stats(MemorySpace::Device).current);
-    if (op.phase >= 0 &&
-        phase_last_op[static_cast<std::size_t>(op.phase)] == static_cast<int>(op.id)) {
+    // The graph says which op's end releases the phase's gathered parameters.
+    if (op.frees_gathered) {
       auto it = gathered.find(op.phase);
       if (it != gathered.end()) {
         retire(std::move(it->second), s);

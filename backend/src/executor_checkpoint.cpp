@@ -7,6 +7,7 @@
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "executor_impl.hpp"
 
 namespace cephalo::backend {
@@ -29,7 +30,7 @@ CheckpointModel shape_of(const GptConfig& c) {
 }  // namespace
 
 RunIdentity Executor::identity() const {
-  return {impl_->scenario.job.model_name, plan_hash(impl_->plan), impl_->opt.data_seed};
+  return {impl_->scenario.job.model_name, traces::plan_hash(impl_->plan), impl_->opt.data_seed};
 }
 
 void Executor::save_checkpoint(const std::filesystem::path& dir) {

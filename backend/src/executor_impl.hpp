@@ -14,6 +14,15 @@
 
 namespace cephalo::backend {
 
+// One unit's flat buffer inside a phase's gathered parameters (and gradient), as the graph's
+// collective segments lay it out: a tied head's phases are [unit 0 | head].
+struct PhaseSegment {
+  int unit = -1;
+  std::int64_t offset = 0;  // elements into the phase's buffer
+  std::int64_t numel = 0;
+  traces::CollectiveVariant variant = traces::CollectiveVariant::Even;
+};
+
 // A buffer whose last use was enqueued on a stream: freed once `done` has completed.
 struct Retired {
   Buffer buffer;
@@ -44,16 +53,18 @@ struct Executor::Impl {
   // Per-step state.
   std::vector<Buffer> tokens, targets;  // per micro-batch, I32 [rows]
   std::vector<int> mb_sizes;
-  std::map<int, Buffer> gathered;        // phase -> full unit (head phases: [embedding | head])
-  std::map<int, Buffer> phase_grad;      // phase -> full gradient of the unit
-  std::map<int, Buffer> phase_emb_grad;  // head phases: embedding-gradient contribution (tied)
+  // Read from the graph once: per phase, the units its collectives move (buffer order); per
+  // unit, the collective variant its slices take.
+  std::vector<std::vector<PhaseSegment>> phase_segments;
+  std::vector<traces::CollectiveVariant> unit_variant;
+  std::map<int, Buffer> gathered;              // phase -> its segments' parameters, gathered
+  std::map<int, Buffer> phase_grad;            // phase -> its segments' full gradients
   std::vector<std::vector<Buffer>> boundary;   // [unit][mb]: input activation of unit
   std::vector<std::vector<Buffer>> offloaded;  // [unit][mb]: host copy (offload: host)
   std::vector<Buffer> dgrad;                   // [mb]: gradient w.r.t. current unit input
   std::vector<LayerActivations> recomputed;    // [mb] activations of the recompute
   std::deque<Retired> retired;
   std::vector<std::shared_ptr<Event>> start_ev, end_ev;  // per op of this rank's program
-  std::vector<int> phase_last_op;  // phase -> last op id that uses its gathered unit
   double loss_sum = 0;
 
   // Last step's measurements.
@@ -77,10 +88,14 @@ struct Executor::Impl {
 
   void retire(Buffer b, Stream& s);
   void reap();
+  void read_graph_decisions();
+  const std::vector<PhaseSegment>& segments_of(int phase) const;
+  std::int64_t phase_numel(int phase) const;
+  const PhaseSegment* find_segment(int phase, int unit) const;
   void gather_unit(Stream& s, int u, bool gradients, TensorRef full);
   void reduce_unit(Stream& s, int u, TensorRef full);
-  bool brings_embedding(int u) const;
   TensorRef unit_params(int phase, int u);
+  TensorRef unit_grads(int phase, int u);
   TensorRef embedding_params_for_head(int phase);
   TensorRef embedding_grads_for_head(int phase);
   void prepare_data(int step);

@@ -1,9 +1,11 @@
 // The measured report of the last step (the SimResult schema): every rank's op intervals and
-// memory samples gathered with host all-reduces, busy time per lane, MFU.
+// memory samples gathered with host all-reduces, summarised by traces::summarize.
 #include <algorithm>
 
+#include <cmath>
 #include "cephalo/backend/executor.hpp"
-#include "cephalo/core/table.hpp"
+
+#include "cephalo/traces/summarize.hpp"
 #include "executor_impl.hpp"
 
 namespace cephalo::backend {
@@ -48,76 +50,29 @@ std::vector<std::vector<traces::MemorySample>> Executor::last_memory() {
   return out;
 }
 
+// The record is traces::summarize's (the definitions the simulator's record uses too); what the
+// executor contributes are the measurements: every op's interval, every rank's peak and wall
+// time of the step.
 traces::IterationReport Executor::last_report() {
   auto& I = *impl_;
   std::vector<std::int64_t> s, e;
   last_op_times(s, e);
-  traces::IterationReport rep;
-  rep.source = I.dev.kind();
   const int R = I.ranks;
-  // Per-rank peak memory and iteration time.
   std::vector<double> per(static_cast<std::size_t>(2 * R), 0.0);
   per[static_cast<std::size_t>(I.rank)] = static_cast<double>(I.last_peak);
   per[static_cast<std::size_t>(R + I.rank)] = I.last_iteration_s;
   I.comm.all_reduce_host(per.data(), 2 * R, ReduceOp::Sum);
-  double iter = 0;
-  for (int r = 0; r < R; ++r) iter = std::max(iter, per[static_cast<std::size_t>(R + r)]);
-  rep.iteration_time_s = iter;
-  rep.samples_per_s = iter > 0 ? I.plan.global_batch() / iter : 0;
-  rep.tokens_per_s = rep.samples_per_s * I.rows_per_sample;
-  double peak_sum = 0;
-  auto devices = I.scenario.cluster.ranks();
-  for (const auto& d : devices)
-    peak_sum += d.slot->spec.peak_flops(I.scenario.job.precision.compute) / d.slot->slowdown;
-  const double flops = model_.training_flops(I.plan.global_batch());
-  rep.mfu = iter > 0 && peak_sum > 0 ? flops / (iter * peak_sum) : 0;
-  rep.events = I.graph.num_ops();  // every rank executes every op of its program
-  // Busy time per lane from the measured intervals.
-  for (int r = 0; r < R; ++r) {
-    traces::RankReport rr;
-    rr.rank = r;
-    const auto& d = devices[static_cast<std::size_t>(r)];
-    rr.gpu = d.slot->type;
-    if (d.slot->slowdown != 1.0)
-      rr.gpu += " (emulated " + fixed(d.slot->slowdown, 2) + "x slowdown)";
-    rr.node = d.node;
-    std::vector<std::pair<std::int64_t, std::int64_t>> comp, com;
-    for (const auto& op : I.graph.program(r)) {
-      if (s[op.id] < 0) continue;
-      (tr::is_compute(op.kind) ? comp : com).push_back({s[op.id], e[op.id]});
-    }
-    auto total = [](std::vector<std::pair<std::int64_t, std::int64_t>> v) {
-      std::sort(v.begin(), v.end());
-      std::int64_t sum = 0, cur_s = -1, cur_e = -1;
-      for (auto [a, b] : v) {
-        if (a > cur_e) {
-          if (cur_e > cur_s) sum += cur_e - cur_s;
-          cur_s = a;
-          cur_e = b;
-        } else {
-          cur_e = std::max(cur_e, b);
-        }
-      }
-      if (cur_e > cur_s) sum += cur_e - cur_s;
-      return sum;
-    };
-    auto both = comp;
-    both.insert(both.end(), com.begin(), com.end());
-    const double busy_compute = static_cast<double>(total(comp)) * 1e-9;
-    const double busy_any = static_cast<double>(total(both)) * 1e-9;
-    rr.compute_s = busy_compute;
-    rr.comm_s = static_cast<double>(total(com)) * 1e-9;
-    rr.exposed_comm_s = std::max(0.0, busy_any - busy_compute);
-    rr.idle_s = std::max(0.0, per[static_cast<std::size_t>(R + r)] - busy_any);
-    rr.peak_memory_bytes = per[static_cast<std::size_t>(r)];
-    rr.capacity_bytes = d.slot->spec.memory_bytes;
-    rep.ranks.push_back(rr);
-  }
-  for (std::size_t i = 0; i < s.size(); ++i)
-    if (s[i] >= 0)
-      rep.ops.push_back({static_cast<std::uint32_t>(i), static_cast<double>(s[i]) * 1e-9,
-                         static_cast<double>(e[i]) * 1e-9});
-  return rep;
+  double slowest = 0;
+  for (int r = 0; r < R; ++r) slowest = std::max(slowest, per[static_cast<std::size_t>(R + r)]);
+  tr::IterationMeasurements m;
+  m.source = I.dev.kind();
+  m.start_ns = s;
+  m.end_ns = e;
+  m.peak_memory_bytes.assign(per.begin(), per.begin() + R);
+  m.iteration_end_ns = static_cast<std::int64_t>(std::llround(slowest * 1e9));
+  m.events = I.graph.num_ops();  // every rank executes every op of its program
+  m.record_ops = true;
+  return tr::summarize(I.graph, I.scenario, I.plan, m);
 }
 
 }  // namespace cephalo::backend

@@ -1,32 +1,14 @@
 #include "cephalo/backend/sharded_state.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <functional>
-
 namespace cephalo::backend {
 
-std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares) {
-  std::vector<std::int64_t> off(shares.size() + 1, 0);
-  double prefix = 0;
-  for (std::size_t r = 0; r < shares.size(); ++r) {
-    prefix += shares[r];
-    off[r + 1] =
-        r + 1 == shares.size()
-            ? numel
-            : std::clamp<std::int64_t>(
-                  static_cast<std::int64_t>(std::floor(static_cast<double>(numel) * prefix + 0.5)),
-                  off[r], numel);
-  }
-  return off;
-}
-
-ShardedState::ShardedState(Device& dev, const GptModel& model, const std::vector<double>& shares,
+ShardedState::ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph,
                            int rank, ElemType reduce_type)
     : dev_(dev), rank_(rank), reduce_type_(reduce_type) {
   auto& cs = dev.stream(StreamKind::Compute);
   for (int u = 0; u < model.num_units(); ++u) {
-    offsets_.push_back(shard_offsets(model.unit_numel(u), shares));
+    const auto o = graph.unit_offsets(u);
+    offsets_.emplace_back(o.begin(), o.end());
     const auto n = static_cast<std::size_t>(owned(u));
     param_.push_back(dev.allocate(n, ElemType::F32));
     grad_.push_back(dev.allocate(n, reduce_type));
@@ -45,11 +27,6 @@ std::vector<std::int64_t> ShardedState::counts(int u) const {
   const auto& o = offsets(u);
   for (std::size_t r = 0; r + 1 < o.size(); ++r) c.push_back(o[r + 1] - o[r]);
   return c;
-}
-
-bool ShardedState::even(int u) const {
-  const auto c = counts(u);
-  return std::adjacent_find(c.begin(), c.end(), std::not_equal_to<>()) == c.end();
 }
 
 void ShardedState::zero_gradients(Stream& s) {

@@ -1,7 +1,5 @@
 #include "cephalo/backend/training_session.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -43,18 +41,6 @@ void agree(Communicator& comm, const std::function<void()>& check) {
                       packet.substr(colon + 1));
 }
 
-void check_output_location(const std::string& flag, const fs::path& file) {
-  std::error_code ec;
-  fs::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    throw IoError(flag + " " + file.string() + ": folder " + dir.string() + " does not exist");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw IoError(flag + " " + file.string() + ": folder " + dir.string() + " is not writable");
-  if (fs::exists(fs::symlink_status(file, ec)) && !fs::is_regular_file(file, ec))
-    throw IoError(flag + " " + file.string() + ": exists and is not a regular file");
-}
-
 const MeasuredStep& pick_report_step(const std::deque<MeasuredStep>& window,
                                      const std::string& statistic) {
   if (statistic == "last") return window.back();
@@ -79,8 +65,6 @@ Executor& TrainingSession::prepare(
     const std::function<std::unique_ptr<Executor>()>& make_executor) {
   const bool checkpoints = !opt_.checkpoint_dir.empty();
   agree(comm_, [&] {
-    if (comm_.rank() == 0)
-      for (const auto& [flag, file] : opt_.outputs) check_output_location(flag, file);
     if (checkpoints)
       check_checkpoint_dir(opt_.checkpoint_dir, opt_.resume, opt_.overwrite_checkpoints);
     exec_ = make_executor();

@@ -214,8 +214,32 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
     job.optimizer.weight_decay = positive("weight_decay", 0.01, 0, 10);
     o->finish();
   }
+  if (auto impl = reader.optional_child("implementation"))
+    job.implementation = parse_implementation(*impl);
   reader.finish();
   return job;
+}
+
+std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? "flash" : "eager"; }
+
+std::string to_string(const Implementation& impl) {
+  return to_string(impl.attention) + (impl.fused_elementwise ? ", fused" : ", unfused");
+}
+
+Implementation parse_implementation(JsonReader& reader) {
+  if (!reader.is_object())
+    reader.fail("an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool}");
+  Implementation impl;
+  if (auto a = reader.optional_child("attention"))
+    impl.attention =
+        a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
+  impl.fused_elementwise = reader.boolean_or("fused_elementwise", true);
+  reader.finish();
+  return impl;
+}
+
+Json to_json(const Implementation& impl) {
+  return {{"attention", to_string(impl.attention)}, {"fused_elementwise", impl.fused_elementwise}};
 }
 
 Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
@@ -310,7 +334,8 @@ Json to_json(const Job& job) {
             {"beta1", job.optimizer.beta1},
             {"beta2", job.optimizer.beta2},
             {"epsilon", job.optimizer.epsilon},
-            {"weight_decay", job.optimizer.weight_decay}}}};
+            {"weight_decay", job.optimizer.weight_decay}}},
+          {"implementation", to_json(job.implementation)}};
 }
 
 Json to_json(const Scenario& scenario) {

@@ -5,10 +5,18 @@ namespace cephalo {
 double DeviceSpec::peak_flops(Dtype dtype) const {
   double peak = 0;
   switch (dtype) {
-    case Dtype::FP32: peak = peak_fp32; break;
-    case Dtype::TF32: peak = peak_tf32; break;
-    case Dtype::FP16: peak = peak_fp16; break;
-    case Dtype::BF16: peak = peak_bf16; break;
+    case Dtype::FP32:
+      peak = peak_fp32;
+      break;
+    case Dtype::TF32:
+      peak = peak_tf32;
+      break;
+    case Dtype::FP16:
+      peak = peak_fp16;
+      break;
+    case Dtype::BF16:
+      peak = peak_bf16;
+      break;
   }
   return peak > 0 ? peak : peak_fp32;
 }
@@ -17,13 +25,26 @@ double DeviceSpec::pcie_bandwidth() const {
   // Usable bytes/s per lane and direction after line coding (128b/130b from gen 3 on).
   double per_lane = 0;
   switch (pcie_generation) {
-    case 1: per_lane = 0.25e9; break;
-    case 2: per_lane = 0.5e9; break;
-    case 3: per_lane = 0.985e9; break;
-    case 4: per_lane = 1.969e9; break;
-    case 5: per_lane = 3.938e9; break;
-    case 6: per_lane = 7.563e9; break;
-    default: per_lane = 0;
+    case 1:
+      per_lane = 0.25e9;
+      break;
+    case 2:
+      per_lane = 0.5e9;
+      break;
+    case 3:
+      per_lane = 0.985e9;
+      break;
+    case 4:
+      per_lane = 1.969e9;
+      break;
+    case 5:
+      per_lane = 3.938e9;
+      break;
+    case 6:
+      per_lane = 7.563e9;
+      break;
+    default:
+      per_lane = 0;
   }
   return per_lane * (pcie_lanes > 0 ? pcie_lanes : 16);
 }
@@ -69,6 +90,16 @@ DeviceSpec parse_device_spec(JsonReader& reader) {
     if (!(spec.tdp_watts > 0 && spec.tdp_watts <= 1e5))
       tdp->fail("a board power limit in watts, > 0 and <= 100000");
   }
+  if (auto a = reader.optional_child("architecture"))
+    spec.architecture =
+        a->as_enum({"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cpu"});
+  spec.sm_count = static_cast<int>(reader.integer_or("sm_count", 0, 1, 100000));
+  if (auto c = reader.optional_child("boost_clock_mhz")) {
+    spec.boost_clock_hz = c->as_number() * 1e6;
+    if (!(spec.boost_clock_hz > 0 && spec.boost_clock_hz < 1e10))
+      c->fail("a boost clock in MHz, > 0 and < 10000");
+  }
+  spec.l2_bytes = reader.optional_quantity("l2_cache", Quantity::Bytes).value_or(0);
   spec.source = reader.string_or("source", "");
   reader.finish();
   return spec;
@@ -88,6 +119,10 @@ Json to_json(const DeviceSpec& spec) {
             {"nvlink_bandwidth", spec.nvlink_bandwidth}};
   if (spec.price_per_hour >= 0) j["price_per_hour"] = spec.price_per_hour;
   if (spec.tdp_watts > 0) j["tdp_watts"] = spec.tdp_watts;
+  if (!spec.architecture.empty()) j["architecture"] = spec.architecture;
+  if (spec.sm_count > 0) j["sm_count"] = spec.sm_count;
+  if (spec.boost_clock_hz > 0) j["boost_clock_mhz"] = spec.boost_clock_hz / 1e6;
+  if (spec.l2_bytes > 0) j["l2_cache"] = spec.l2_bytes;
   if (!spec.source.empty()) j["source"] = spec.source;
   return j;
 }

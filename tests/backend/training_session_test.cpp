@@ -104,15 +104,17 @@ TEST(TrainingSession, FailuresBeforeTrainingAreAgreedWithTheirKind) {
   OneRank job;
   SessionOptions o;
   o.steps = 2;
-  o.outputs.push_back({"--result", dir.path / "missing" / "r.json"});
+  std::ofstream(dir.path / "file") << "x";
+  o.checkpoint_dir = dir.path / "file";  // a file, not a folder
+  o.checkpoint_every = 1;
   TrainingSession session(*job.comm, o);
   try {
     session.prepare(job.factory());
-    ADD_FAILURE() << "a missing output folder was accepted";
+    ADD_FAILURE() << "a file was accepted as checkpoint folder";
   } catch (const AgreedFailure& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Io);
     EXPECT_EQ(e.failed_rank(), 0);
-    EXPECT_NE(std::string(e.what()).find("--result"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a folder"), std::string::npos) << e.what();
   }
   // An infeasible precision is refused with its own kind, before any step.
   job.sc.job.precision.params = Dtype::BF16;

@@ -26,7 +26,7 @@ inline constexpr int kCheckpointVersion = 2;
 // hash is provenance; the model and the data seed must match the run that resumes.
 struct RunIdentity {
   std::string model;      // the job's model name
-  std::string plan_hash;  // plan_hash() of the plan that wrote the checkpoint
+  std::string plan_hash;  // traces::plan_hash of the plan that wrote the checkpoint
   std::uint64_t data_seed = 0;
 };
 
@@ -72,10 +72,6 @@ std::string render_checkpoint_manifest(const CheckpointManifest& manifest);
 // XXH64 (seed 0) of a shard's bytes, and its 16-hex-digit spelling in the manifest.
 std::uint64_t shard_checksum(std::string_view bytes);
 std::string checksum_hex(std::uint64_t value);
-
-// "xxh64:<16 hex>" of the plan's canonical JSON without its informational fields (predictions,
-// the strategy that produced it): the same schedule has the same hash whatever its file.
-std::string plan_hash(const Plan& plan);
 
 std::string step_dir_name(int step);   // step_XXXXXXXX
 std::string rank_file_name(int rank);  // rank_RRRRR.bin

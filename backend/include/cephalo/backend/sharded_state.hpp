@@ -8,18 +8,23 @@
 
 #include "cephalo/backend/device.hpp"
 #include "cephalo/backend/gpt.hpp"
+#include "cephalo/traces/training_graph.hpp"
 
 namespace cephalo::backend {
 
 // Contiguous shard slices of a unit of `numel` elements for the plan's state shares:
-// rank r owns [offsets[r], offsets[r+1]). Deterministic rounding, same on every rank.
-std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares);
+// rank r owns [offsets[r], offsets[r+1]). The graph's sharding (traces::shard_offsets), which
+// the executor reads from the graph; kept here for the profiler and tests.
+inline std::vector<std::int64_t> shard_offsets(std::int64_t numel,
+                                               const std::vector<double>& shares) {
+  return traces::shard_offsets(numel, shares);
+}
 
 class ShardedState {
  public:
-  // Allocates the shards and initialises the owned parameters from the model's deterministic
-  // initialisation (Adam moments zero).
-  ShardedState(Device& dev, const GptModel& model, const std::vector<double>& shares, int rank,
+  // Allocates the slices the graph gives `rank` (graph.unit_offsets) and initialises the owned
+  // parameters from the model's deterministic initialisation (Adam moments zero).
+  ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph, int rank,
                ElemType reduce_type);
 
   int units() const { return static_cast<int>(offsets_.size()); }
@@ -34,8 +39,6 @@ class ShardedState {
   }
   // Elements each rank owns of unit u (the -v collectives' counts).
   std::vector<std::int64_t> counts(int u) const;
-  // Every rank owns the same number of elements of unit u (the even collectives apply).
-  bool even(int u) const;
 
   Buffer& param(int u) { return param_[static_cast<std::size_t>(u)]; }
   Buffer& grad(int u) { return grad_[static_cast<std::size_t>(u)]; }

@@ -1,7 +1,7 @@
 #pragma once
 // A training session (DESIGN §7): what `cephalo run` does between parsing and printing.
 //  1. prepare(): everything that can be refused before a step runs, checked on every rank and
-//     agreed, so a bad output folder, another run's checkpoint folder, a corrupt checkpoint or
+//     agreed, so a bad checkpoint folder, another run's checkpoints, a corrupt checkpoint or
 //     an infeasible precision ends every rank with the same message and exit code whether the
 //     job has 1 rank or many;
 //  2. run(): the loop — checkpoint cadence, the window of steps the report is picked from, and
@@ -45,10 +45,6 @@ class AgreedFailure : public Error {
 // not be collective (a rank that throws would leave the others waiting).
 void agree(Communicator& comm, const std::function<void()>& check);
 
-// Checks that `file` can be written later: its folder exists and is writable, and an existing
-// `file` is a regular file. IoError naming `flag`, the path and the reason.
-void check_output_location(const std::string& flag, const std::filesystem::path& file);
-
 struct SessionOptions {
   int steps = 10;                 // train until this step (counting resumed steps)
   std::string report = "median";  // median | min | last: which step the report describes
@@ -56,9 +52,7 @@ struct SessionOptions {
   int checkpoint_every = 0;  // with checkpoint_dir: save after every N-th step
   bool overwrite_checkpoints = false;
   std::filesystem::path resume;  // resume from this folder's latest checkpoint
-  // Files rank 0 writes after training (flag, path): checked before training.
-  std::vector<std::pair<std::string, std::filesystem::path>> outputs;
-  std::string rank_label;  // this rank's device, for the abort message
+  std::string rank_label;        // this rank's device, for the abort message
 };
 
 // One measured step as the RunResult and the trace describe it.
@@ -93,9 +87,10 @@ class TrainingSession {
   // command line refuses those first).
   TrainingSession(Communicator& comm, SessionOptions options);
 
-  // Before any step, agreed across ranks (AgreedFailure): output locations (rank 0), the
-  // checkpoint folder (every rank), the executor's construction, the resume. Then, with
-  // overwrite_checkpoints, the old checkpoints are removed (rank 0).
+  // Before any step, agreed across ranks (AgreedFailure): the checkpoint folder, the
+  // executor's construction, the resume (the command checks its output files before, with
+  // core/output_file.hpp). Then, with overwrite_checkpoints, the old checkpoints are removed
+  // (rank 0).
   Executor& prepare(const std::function<std::unique_ptr<Executor>()>& make_executor);
 
   // Trains up to options.steps, calling on_step after each step on every rank. A failure on

@@ -26,20 +26,25 @@ constexpr PhysicalRange kPriceRange{0.0, 1e4};             // USD per device-hou
 
 // One accelerator (or CPU socket used as a device) as its datasheet describes it.
 struct DeviceSpec {
-  std::string name;               // canonical catalog name, e.g. "A100-80GB"
-  std::string kind = "gpu";       // "gpu" or "cpu"
-  double memory_bytes = 0;        // device memory capacity
-  double memory_bandwidth = 0;    // bytes/s
-  double peak_fp32 = 0;           // dense FLOP/s, 0 when unsupported
+  std::string name;             // canonical catalog name, e.g. "A100-80GB"
+  std::string kind = "gpu";     // "gpu" or "cpu"
+  double memory_bytes = 0;      // device memory capacity
+  double memory_bandwidth = 0;  // bytes/s
+  double peak_fp32 = 0;         // dense FLOP/s, 0 when unsupported
   double peak_tf32 = 0;
   double peak_fp16 = 0;
   double peak_bf16 = 0;
-  int pcie_generation = 0;        // host link
+  int pcie_generation = 0;  // host link
   int pcie_lanes = 0;
-  double nvlink_bandwidth = 0;    // bytes/s per GPU, per direction; 0 without NVLink
-  double price_per_hour = -1;     // on-demand USD per device-hour; < 0 when none is public
-  double tdp_watts = 0;           // board power limit (TDP) in W; 0 when not given
-  std::string source;             // where the numbers come from
+  double nvlink_bandwidth = 0;  // bytes/s per GPU, per direction; 0 without NVLink
+  double price_per_hour = -1;   // on-demand USD per device-hour; < 0 when none is public
+  double tdp_watts = 0;         // board power limit (TDP) in W; 0 when not given
+  // For the op-level compute model (costmodels/README.md); 0 / empty when not given inline.
+  std::string architecture;   // generation: pascal, volta, turing, ampere, ada, hopper, blackwell
+  int sm_count = 0;           // streaming multiprocessors (GEMM tiles run in waves over them)
+  double boost_clock_hz = 0;  // datasheet boost clock
+  double l2_bytes = 0;        // L2 cache
+  std::string source;         // where the numbers come from
 
   // Dense peak for a compute dtype; falls back to fp32 when the format is not accelerated.
   double peak_flops(Dtype dtype) const;
@@ -54,22 +59,22 @@ Json to_json(const DeviceSpec& spec);
 // Transformer architecture. Derived counts (parameters, FLOPs) live in costmodels/.
 struct ModelSpec {
   std::string name;
-  std::string family = "gpt";     // "gpt", "llama", "bert", "vit"
+  std::string family = "gpt";  // "gpt", "llama", "bert", "vit"
   int num_layers = 0;
   int hidden = 0;
   int heads = 0;
-  int kv_heads = 0;               // == heads without grouped-query attention
-  int ffn_hidden = 0;             // MLP inner size
-  int vocab_size = 0;             // 0 for ViT
-  int max_positions = 0;          // learned position embeddings (0: rotary, none stored)
+  int kv_heads = 0;                 // == heads without grouped-query attention
+  int ffn_hidden = 0;               // MLP inner size
+  int vocab_size = 0;               // 0 for ViT
+  int max_positions = 0;            // learned position embeddings (0: rotary, none stored)
   std::string activation = "gelu";  // "gelu" or "swiglu"
   std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
-  bool bias = true;               // linear layers carry biases
-  bool tied_embeddings = true;    // head shares the token embedding
-  int image_size = 0;             // ViT only
-  int patch_size = 0;             // ViT only
-  int channels = 3;               // ViT only
-  int num_classes = 0;            // ViT only
+  bool bias = true;                 // linear layers carry biases
+  bool tied_embeddings = true;      // head shares the token embedding
+  int image_size = 0;               // ViT only
+  int patch_size = 0;               // ViT only
+  int channels = 3;                 // ViT only
+  int num_classes = 0;              // ViT only
   std::vector<std::string> aliases;
   std::string source;
 };

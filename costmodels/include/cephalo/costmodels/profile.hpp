@@ -22,6 +22,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "cephalo/core/dtype.hpp"
+#include "cephalo/core/scenario.hpp"
 
 namespace cephalo::costmodels {
 
@@ -44,6 +45,9 @@ struct LayerProfile {
   std::string file_gpu;
   std::string file;
   ProfileShape shape = ProfileShape::Fit;
+  // The software stack the row was measured with (every source records it; see
+  // cephalo_profile_implementation and costmodels/README.md).
+  Implementation implementation;
   LinearFit forward, backward;
   // Measured points (may be empty), ascending micro-batch sizes; Cephalo rows are 1..K.
   std::vector<int> micro_batches;
@@ -75,6 +79,13 @@ struct OptimizerProfile {
   std::string gpu;
   std::vector<std::pair<double, double>> points;  // (parameters, ms)
 };
+
+// What the Cephalo paper's profiles ran (their code: DeepSpeed-style GPT, BERT and ViT layers
+// with eager attention and unfused elementwise kernels; Hugging Face LLaMA / Mistral layers,
+// which use flash-attn 2 in fp16/bf16 on Ampere and newer and eager (SDPA math) attention
+// elsewhere). `architecture` is the GPU's catalog generation.
+Implementation cephalo_profile_implementation(const std::string& family,
+                                              const std::string& architecture, Dtype dtype);
 
 class ProfileTables {
  public:
