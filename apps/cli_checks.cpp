@@ -6,6 +6,7 @@
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace cephalo::cli {
 namespace {
@@ -100,6 +101,32 @@ CLI::Validator dtype_name() {
                "; expected one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)";
       },
       "{fp32, tf32, fp16, bf16}");
+}
+
+namespace {
+
+template <typename Catalog>
+CLI::Validator catalog_name(const char* what, const char* listing_command) {
+  return CLI::Validator(
+      [what, listing_command](std::string& text) -> std::string {
+        const auto& catalog = Catalog::builtin();
+        if (catalog.find(text)) return {};
+        std::string message = "got " + in_quotes(text) + "; expected a " + what +
+                              " from the catalog (`" + listing_command + "`)";
+        auto close = closest_names(text, catalog.names());
+        if (!close.empty()) message += "; closest: " + join(close);
+        return message;
+      },
+      std::string(what) == "GPU" ? "GPU" : "MODEL");
+}
+
+}  // namespace
+
+CLI::Validator catalog_gpu() {
+  return catalog_name<costmodels::GpuCatalog>("GPU", "cephalo describe gpus");
+}
+CLI::Validator catalog_model() {
+  return catalog_name<costmodels::ModelCatalog>("model", "cephalo describe models");
 }
 
 std::string unknown_subcommand_message(const CLI::App& app, int argc, const char* const* argv) {

@@ -21,6 +21,9 @@ CLI::Validator number_in(double lo, double hi);
 CLI::Validator one_of(std::vector<std::string> allowed);
 // A compute dtype parse_dtype accepts (fp32, tf32, fp16, bf16 and their long names).
 CLI::Validator dtype_name();
+// A name (or alias) in the built-in GPU / model catalog; the message lists the closest ones.
+CLI::Validator catalog_gpu();
+CLI::Validator catalog_model();
 
 // When argv names a subcommand that does not exist (at the top level or under a command that
 // needs one), the message to print: "unknown command \"simulat\"; did you mean \"simulate\"?";

@@ -56,22 +56,8 @@ Scenario single_gpu_scenario(const DeviceSpec& spec, const Job& job) {
 }
 
 void predict_layer(const LayerArgs& a) {
-  // Catalog names given on the command line are flag values: a miss is a bad command line.
-  auto flag_lookup = [](const char* flag, const std::string& name, auto get) -> decltype(auto) {
-    try {
-      return get(name);
-    } catch (const NotFoundError& e) {
-      throw ValidationError(kCommandLine, flag, "\"" + name + "\"",
-                            std::string("a catalog name (") + e.what() + ")");
-    }
-  };
-  const DeviceSpec& gpu = flag_lookup(
-      "--gpu", a.gpu,
-      [](const std::string& n) -> const auto& { return costmodels::GpuCatalog::builtin().get(n); });
-  const ModelSpec& model = flag_lookup(
-      "--model", a.model, [](const std::string& n) -> const auto& {
-        return costmodels::ModelCatalog::builtin().get(n);
-      });
+  const DeviceSpec& gpu = costmodels::GpuCatalog::builtin().get(a.gpu);
+  const ModelSpec& model = costmodels::ModelCatalog::builtin().get(a.model);
   auto dtype = parse_dtype(a.dtype);
   if (!dtype) throw ValidationError("command line", "--dtype", a.dtype, "fp16, bf16 or fp32");
   if (a.seq <= 0)
@@ -260,8 +246,12 @@ void add_predict_command(CLI::App& app) {
 
   static LayerArgs layer;
   auto* l = cmd->add_subcommand("layer", "Per-layer forward/backward time of a model on a GPU");
-  l->add_option("--gpu", layer.gpu, "GPU (catalog name or alias, e.g. l4, a6000)")->required();
-  l->add_option("--model", layer.model, "model (catalog name or alias)")->required();
+  l->add_option("--gpu", layer.gpu, "GPU (catalog name or alias, e.g. l4, a6000)")
+      ->required()
+      ->check(catalog_gpu());
+  l->add_option("--model", layer.model, "model (catalog name or alias)")
+      ->required()
+      ->check(catalog_model());
   l->add_option("--seq", layer.seq, "sequence length")->required()->check(integer_in(1, 1 << 22));
   l->add_option("--dtype", layer.dtype, "compute dtype: fp16, bf16 or fp32")->check(dtype_name());
   l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")

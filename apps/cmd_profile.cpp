@@ -294,7 +294,8 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "cpu or cuda")
       ->capture_default_str()
       ->check(one_of({"cpu", "cuda"}));
-  cmd->add_option("--model", a->model, "catalog model (required to measure)");
+  cmd->add_option("--model", a->model, "catalog model (required to measure)")
+      ->check(catalog_model());
   cmd->add_option("--seq", a->seq, "sequence length (required to measure)")
       ->check(integer_in(1, 1 << 22));
   cmd->add_option("--micro-batches", a->micro_batches, "sizes: 1..K, K or a list 1,2,4")

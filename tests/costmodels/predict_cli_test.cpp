@@ -46,14 +46,15 @@ TEST(PredictCli, LayerJsonHasTheDocumentedKeys) {
 }
 
 TEST(PredictCli, BadInputsGiveClearErrors) {
+  // Bad flag values are a bad command line: exit 2 (apps/README.md).
   auto gpu = run("predict layer --gpu l44 --model gpt-2.7b --seq 512 --micro-batch 1");
-  EXPECT_EQ(gpu.code, 1);
+  EXPECT_EQ(gpu.code, 2);
   EXPECT_NE(gpu.out.find("L4"), std::string::npos) << gpu.out;
   auto model = run("predict layer --gpu l4 --model gtp-2.7b --seq 512 --micro-batch 1");
-  EXPECT_EQ(model.code, 1);
+  EXPECT_EQ(model.code, 2);
   EXPECT_NE(model.out.find("gpt-2.7b"), std::string::npos) << model.out;
   auto mb = run("predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 0");
-  EXPECT_EQ(mb.code, 1);
+  EXPECT_EQ(mb.code, 2);
   EXPECT_NE(mb.out.find("--micro-batch"), std::string::npos) << mb.out;
   auto profile =
       run("predict layer --gpu h100 --model gpt-2.7b --seq 512 --micro-batch 2 "
@@ -62,11 +63,11 @@ TEST(PredictCli, BadInputsGiveClearErrors) {
   EXPECT_NE(profile.out.find("calibrated"), std::string::npos) << profile.out;
   auto bytes = run("predict collective --scenario " + kRoot +
                    "/scenarios/default.json --kind all-gather --bytes -5");
-  EXPECT_EQ(bytes.code, 1);
+  EXPECT_EQ(bytes.code, 2);
   auto shares =
       run("predict collective --scenario " + kRoot +
           "/scenarios/default.json --kind all-gather --bytes 1MiB --shares 0.5,0.2,0.2,0.2");
-  EXPECT_EQ(shares.code, 1);
+  EXPECT_EQ(shares.code, 2);
   EXPECT_NE(shares.out.find("sum"), std::string::npos) << shares.out;
 }
 

@@ -69,7 +69,7 @@ TEST(Profile, WritesWhatTheCostModelsRead) {
 
 TEST(Profile, BadRequestsFailClearly) {
   Cli unknown = cli("profile --model gpt-tinny --seq 16");
-  EXPECT_EQ(unknown.code, 1) << unknown.err;
+  EXPECT_EQ(unknown.code, 2) << unknown.err;  // a bad flag value (apps/README.md)
   EXPECT_NE(unknown.err.find("gpt-tiny"), std::string::npos) << "closest name suggested";
   Cli mb = cli("profile --model gpt-tiny --seq 16 --micro-batches 0");
   EXPECT_EQ(mb.code, 2) << mb.err;
