@@ -25,6 +25,7 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/profile.hpp"
 #include "cephalo/costmodels/profile_writer.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -290,20 +291,31 @@ void add_profile_command(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   auto* cmd = app.add_subcommand(
       "profile", "Measure per-layer compute, optimizer, copies and (under mpirun) collectives");
-  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda")
+      ->capture_default_str()
+      ->check(one_of({"cpu", "cuda"}));
   cmd->add_option("--model", a->model, "catalog model (required to measure)");
-  cmd->add_option("--seq", a->seq, "sequence length (required to measure)");
+  cmd->add_option("--seq", a->seq, "sequence length (required to measure)")
+      ->check(integer_in(1, 1 << 22));
   cmd->add_option("--micro-batches", a->micro_batches, "sizes: 1..K, K or a list 1,2,4")
       ->capture_default_str();
   cmd->add_option("--as", a->as_gpu,
                   "catalog device the rows are recorded under (default: cpu for --device cpu)");
   cmd->add_option("--dtype", a->dtype, "compute type of the layer timings: fp32, tf32, bf16, fp16")
-      ->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads per rank")->capture_default_str();
-  cmd->add_option("--repeats", a->repeats, "timed calls per point (median)")->capture_default_str();
-  cmd->add_option("--warmup", a->warmup, "untimed calls before each point")->capture_default_str();
+      ->capture_default_str()
+      ->check(dtype_name());
+  cmd->add_option("--threads", a->threads, "CPU threads per rank")
+      ->capture_default_str()
+      ->check(integer_in(1, 1024));
+  cmd->add_option("--repeats", a->repeats, "timed calls per point (median)")
+      ->capture_default_str()
+      ->check(integer_in(1, 100000));
+  cmd->add_option("--warmup", a->warmup, "untimed calls before each point")
+      ->capture_default_str()
+      ->check(integer_in(0, 100000));
   cmd->add_option("--statistic", a->statistic, "of the repeats: median or min")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"median", "min"}));
   cmd->add_option("--max-bytes", a->max_collective_bytes, "largest collective and copy size")
       ->capture_default_str();
   cmd->add_flag("--no-collectives", a->no_collectives, "skip the collective sweep under mpirun");

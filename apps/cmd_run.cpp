@@ -18,6 +18,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -270,7 +271,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--scenario", a.scenario, "Scenario file")->required();
   cmd->add_option("--plan", a.plan, "Plan file")->required();
   cmd->add_option("--steps", a.steps, "Train until this step (counting resumed steps)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(integer_in(1, 1000000));
   cmd->add_option("--trace", a.trace, "Write the reported step's Chrome/Perfetto trace here");
   cmd->add_option("--result", a.result, "Write the reported step's RunResult JSON here");
   cmd->add_option("--report", a.report,
@@ -278,14 +279,14 @@ void add_run_command(CLI::App& app) {
                   "(fastest) or last; the run's first step is left out when there are others, "
                   "and the window is the last 31 steps")
       ->capture_default_str()
-      ->check(CLI::IsMember({"median", "min", "last"}));
+      ->check(one_of({"median", "min", "last"}));
   cmd->add_flag("--json", a.json, "Print the record as JSON instead of tables");
   // A folder without a cadence (or the reverse) would silently write nothing: refused (exit 2).
   auto* ckpt_dir =
       cmd->add_option("--checkpoint-dir", a.checkpoint_dir, "Folder for sharded checkpoints");
   auto* ckpt_every = cmd->add_option("--checkpoint-every", a.checkpoint_every,
                                      "Checkpoint every N steps (needs --checkpoint-dir)")
-                         ->check(CLI::Range(1, 1000000));
+                         ->check(integer_in(1, 1000000));
   ckpt_dir->needs(ckpt_every);
   ckpt_every->needs(ckpt_dir);
   cmd->add_flag("--overwrite-checkpoints", a.overwrite_checkpoints,
@@ -293,10 +294,10 @@ void add_run_command(CLI::App& app) {
                 "training)")
       ->needs(ckpt_dir);
   cmd->add_option("--resume", a.resume, "Resume from the latest checkpoint in this folder");
-  cmd->add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", a.device, "cpu or cuda")->check(one_of({"cpu", "cuda"}));
   cmd->add_option("--threads", a.threads, "CPU threads per rank (default: cluster spec or 1)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--seed", a.seed, "Seed of the synthetic token stream");
+      ->check(integer_in(1, 1024));
+  cmd->add_option("--seed", a.seed, "Seed of the synthetic token stream")->check(unsigned_64());
   cmd->add_option("--loss-scale", a.loss_scale,
                   "Initial dynamic loss scale of fp16 jobs (halved on overflow, doubled after "
                   "2000 clean steps)")

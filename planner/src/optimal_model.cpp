@@ -102,9 +102,9 @@ std::vector<double> water_fill_shares(const std::vector<double>& rooms) {
 }
 
 OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
-  const int n = static_cast<int>(p.ranks.size());
+  const int n = p.num_ranks();
   std::vector<OptimalRankModel> ranks;
-  for (const auto& r : p.ranks) ranks.push_back(normalised(r));
+  for (int i = 0; i < n; ++i) ranks.push_back(normalised(p.model_of(i)));
   OptimalSolution best;
   best.iteration_seconds = kInf;
   std::vector<int> b(n, 1), m(n, 1);

@@ -23,9 +23,9 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   p.global_batch = B;
   // Memory shape (the same on every rank but for the usable capacity).
   const Job& job = s.job;
-  const double at1 = terms_total(job, memory_inputs(s, offload, 0.0, {1}));
-  const double at11 = terms_total(job, memory_inputs(s, offload, 0.0, {1, 1}));
-  const double state = terms_total(job, memory_inputs(s, offload, 1.0, {1})) - at1;
+  const double at1 = terms_total(job, memory_inputs(n, offload, 0.0, {1}));
+  const double at11 = terms_total(job, memory_inputs(n, offload, 0.0, {1, 1}));
+  const double state = terms_total(job, memory_inputs(n, offload, 1.0, {1})) - at1;
   const double per_sample = at11 - at1;
   p.state_bytes = state;
   double largest_usable = 0;
@@ -35,7 +35,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
   std::vector<double> working(1, 0.0);  // fixed + w(m)
   for (int m = 1; m <= limit; ++m) {
-    const double base = terms_total(job, memory_inputs(s, offload, 0.0, {m}));
+    const double base = terms_total(job, memory_inputs(n, offload, 0.0, {m}));
     const double fw = base - per_sample * m;
     if (m > 1 && base > largest_usable) break;
     working.push_back(fw);
@@ -45,7 +45,14 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   // micro-batch takes the longer of its compute and its copies (d2h in forward, h2d back).
   const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length, 1,
                                                                 job.precision.compute);
+  // One model per class of identical ranks (device type, slowdown): the tables depend on
+  // nothing else, and a 100k-GPU cluster then holds a few of them, not 100k.
+  std::map<std::pair<std::string, double>, int> class_of;
   for (const auto& d : sm.devices) {
+    const auto key = std::make_pair(d.slot->spec.name, d.slot->slowdown);
+    auto [it, fresh] = class_of.emplace(key, static_cast<int>(p.ranks.size()));
+    p.rank_class.push_back(it->second);
+    if (!fresh) continue;
     OptimalRankModel r;
     r.name = "rank " + std::to_string(d.rank) + " (" + d.slot->spec.name + ")";
     r.micro_batch_time.assign(mmax + 1, 0.0);

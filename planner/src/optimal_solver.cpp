@@ -9,6 +9,8 @@
 #include <map>
 #include <queue>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
@@ -30,22 +32,30 @@ struct Group {
 std::vector<Group> group_ranks(const OptimalProblem& p) {
   std::vector<Group> groups;
   std::map<std::vector<double>, std::size_t> index;
-  for (std::size_t i = 0; i < p.ranks.size(); ++i) {
-    OptimalRankModel m = normalised(p.ranks[i]);
-    std::vector<double> key = m.micro_batch_time;
-    key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
-    key.push_back(-1);
-    key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
-    key.push_back(-2);
-    key.push_back(m.phase_weight);
-    key.push_back(m.extra_micro_batch_overhead);
-    key.push_back(m.fixed_bytes);
-    key.push_back(m.bytes_per_sample);
-    key.push_back(m.usable_bytes);
-    key.push_back(static_cast<double>(m.micro_batch_time.size()));
-    auto [it, inserted] = index.emplace(std::move(key), groups.size());
-    if (inserted) groups.push_back({std::move(m), {}});
-    groups[it->second].ranks.push_back(static_cast<int>(i));
+  // Each class's model is normalised and keyed once; its ranks join the group of the first
+  // class with the same normalised model (groups in order of their first rank).
+  std::vector<long> group_of_class(p.ranks.size(), -1);
+  const int n = p.num_ranks();
+  for (int i = 0; i < n; ++i) {
+    const auto c = static_cast<std::size_t>(p.class_of(i));
+    if (group_of_class[c] < 0) {
+      OptimalRankModel m = normalised(p.ranks[c]);
+      std::vector<double> key = m.micro_batch_time;
+      key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
+      key.push_back(-1);
+      key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
+      key.push_back(-2);
+      key.push_back(m.phase_weight);
+      key.push_back(m.extra_micro_batch_overhead);
+      key.push_back(m.fixed_bytes);
+      key.push_back(m.bytes_per_sample);
+      key.push_back(m.usable_bytes);
+      key.push_back(static_cast<double>(m.micro_batch_time.size()));
+      auto [it, inserted] = index.emplace(std::move(key), groups.size());
+      if (inserted) groups.push_back({std::move(m), {}});
+      group_of_class[c] = static_cast<long>(it->second);
+    }
+    groups[static_cast<std::size_t>(group_of_class[c])].ranks.push_back(i);
   }
   return groups;
 }
@@ -69,7 +79,7 @@ struct Frontier {
 class Solver {
  public:
   explicit Solver(const OptimalProblem& p) : p_(p), groups_(group_ranks(p)) {
-    n_ = static_cast<int>(p.ranks.size());
+    n_ = p.num_ranks();
     batch_ = p.global_batch;
     max_rank_batch_ = batch_ - (n_ - 1);
     frontiers_.resize(groups_.size());
@@ -219,11 +229,15 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
           group_of[r] = static_cast<int>(gi);
           (*batches)[r] = at[gi].cap;
         }
+      std::map<std::pair<int, int>, double> best_of;  // (group, batch): alike ranks once
       auto best_time = [&](int r, int b) {
+        auto [it, fresh] = best_of.emplace(std::make_pair(group_of[r], b), kInf);
+        if (!fresh) return it->second;
         const auto& g = groups_[group_of[r]];
         double best = kInf;
         for (int m = 1; m <= g.model.max_micro_batch(); ++m)
           best = std::min(best, optimal_compute_time(g.model, b, m));
+        it->second = best;
         return best;
       };
       for (int r = 0; r < n_; ++r) heap.emplace(best_time(r, (*batches)[r]), r);
@@ -303,11 +317,23 @@ OptimalSolution Solver::build(double tau, double sigma) {
   std::vector<double> shares = water_fill_shares(rooms);
   OptimalSolution sol;
   sol.ranks.resize(n_);
+  // The configuration depends only on (group, batch, share): ranks alike are chosen once.
+  std::map<std::tuple<int, int, double>, std::pair<int, double>> chosen;
   for (int r = 0; r < n_; ++r) {
     const auto& model = groups_[group_of[r]].model;
     auto& c = sol.ranks[r];
     c.batch = batches[r];
     c.share = shares[r];
+    const auto key = std::make_tuple(group_of[r], c.batch, c.share);
+    if (auto it = chosen.find(key); it != chosen.end()) {
+      c.micro_batch = it->second.first;
+      c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
+      c.compute_seconds = it->second.second;
+      c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
+      sol.compute_seconds = std::max(sol.compute_seconds, c.compute_seconds);
+      sol.max_share = std::max(sol.max_share, c.share);
+      continue;
+    }
     // The fastest configuration within τ whose memory holds the share.
     double best_t = kInf, best_w = kInf;
     for (int m = 1; m <= model.max_micro_batch(); ++m) {
@@ -329,6 +355,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
           c.micro_batch = std::min(m, c.batch);
       best_t = optimal_compute_time(model, c.batch, c.micro_batch);
     }
+    chosen.emplace(key, std::make_pair(c.micro_batch, best_t));
     c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
     c.compute_seconds = best_t;
     c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);

@@ -32,7 +32,8 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
     RankPrediction p;
     p.rank = r.rank;
     p.gpu = d.slot->spec.name;
-    const auto mem = costmodels::predict_memory(s, res.plan, r.rank);
+    const auto mem = costmodels::predict_memory(s.job, res.plan, r, d.slot->spec,
+                                                static_cast<int>(sm.devices.size()));
     p.memory_bytes = mem.total;
     p.usable_bytes = mem.usable;
     auto& table = sm.table(d);

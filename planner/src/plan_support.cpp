@@ -62,7 +62,7 @@ double terms_total(const Job& job, const costmodels::RankMemoryInputs& in) {
   return total;
 }
 
-costmodels::RankMemoryInputs memory_inputs(const Scenario& s, Offload offload, double share,
+costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
                                            std::vector<int> sizes) {
   costmodels::RankMemoryInputs in;
   in.state_share = share;
@@ -70,7 +70,7 @@ costmodels::RankMemoryInputs memory_inputs(const Scenario& s, Offload offload, d
   in.accumulation = Accumulation::Layered;
   in.offload = offload;
   in.prefetch = true;
-  in.world_size = s.cluster.num_ranks();
+  in.world_size = world_size;
   return in;
 }
 
@@ -84,12 +84,14 @@ namespace {
 
 // Largest micro-batch ≤ limit whose memory (share, b = m·count…) fits: used by even and
 // proportional to split their batches "as memory requires".
-int largest_fitting_micro_batch(const Scenario& s, int batch, double share, double usable) {
+int largest_fitting_micro_batch(const Job& job, int world_size, int batch, double share,
+                                double usable) {
   for (int m = batch; m >= 1; --m) {
     const int n = (batch + m - 1) / m;
     std::vector<int> sizes(n, m);
     sizes.back() = batch - (n - 1) * m;
-    if (terms_total(s.job, memory_inputs(s, Offload::None, share, sizes)) <= usable) return m;
+    if (terms_total(job, memory_inputs(world_size, Offload::None, share, sizes)) <= usable)
+      return m;
   }
   return 0;
 }
@@ -126,12 +128,17 @@ void check_batch(const Scenario& s, const std::string& who) {
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who) {
   const int n = static_cast<int>(plan.ranks.size());
   const auto devices = s.cluster.ranks();
+  // The answer depends only on (usable bytes, batch): ranks of one device type with the same
+  // batch are evaluated once (a 100k-GPU plan has a handful of such pairs).
+  std::map<std::pair<double, int>, int> fitting;
   for (auto& r : plan.ranks) {
     r.state_share = 1.0 / n;
     const double usable = plannable_bytes(devices[r.rank].slot->spec);
-    const int m = largest_fitting_micro_batch(s, r.batch, r.state_share, usable);
+    auto [it, fresh] = fitting.emplace(std::make_pair(usable, r.batch), 0);
+    if (fresh) it->second = largest_fitting_micro_batch(s.job, n, r.batch, r.state_share, usable);
+    const int m = it->second;
     if (m == 0) {
-      const double need = terms_total(s.job, memory_inputs(s, Offload::None, r.state_share, {1}));
+      const double need = terms_total(s.job, memory_inputs(n, Offload::None, r.state_share, {1}));
       std::ostringstream msg;
       msg << who << ": rank " << r.rank << " (" << devices[r.rank].slot->spec.name
           << ") cannot hold an equal share of the training state plus one sample: needs "

@@ -65,7 +65,8 @@ struct ScenarioModel {
 };
 
 double terms_total(const Job& job, const costmodels::RankMemoryInputs& in);
-costmodels::RankMemoryInputs memory_inputs(const Scenario& s, Offload offload, double share,
+// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch).
+costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
                                            std::vector<int> sizes);
 
 double usable_bytes(const DeviceSpec& spec);

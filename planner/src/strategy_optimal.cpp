@@ -83,9 +83,14 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
       }
     }
     if (overshoot.empty()) overshoot[devices[check.oom_rank].slot->spec.name] = 0;
-    for (std::size_t i = 0; i < m.problem.ranks.size(); ++i) {
+    // Once per model (a class of identical ranks shares one), by its first rank's device.
+    std::vector<bool> shrunk(m.problem.ranks.size(), false);
+    for (int i = 0; i < m.problem.num_ranks(); ++i) {
+      const auto c = static_cast<std::size_t>(m.problem.class_of(i));
+      if (shrunk[c]) continue;
+      shrunk[c] = true;
       auto it = overshoot.find(devices[i].slot->spec.name);
-      if (it != overshoot.end()) m.problem.ranks[i].usable_bytes -= it->second + kPlanHeadroomBytes;
+      if (it != overshoot.end()) m.problem.ranks[c].usable_bytes -= it->second + kPlanHeadroomBytes;
     }
     why = "the simulator finds the plan out of memory (" + check.oom_detail + ")";
   }
@@ -149,7 +154,7 @@ double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) 
   double f_max = 0, k_max = 0, sigma = 0;
   for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
     const auto& pr = plan.ranks[i];
-    const auto& rm = problem.ranks[i];
+    const auto& rm = problem.model_of(static_cast<int>(i));
     const double f = optimal_forward_time(rm, pr.batch, pr.micro_batch);
     f_max = std::max(f_max, f);
     k_max = std::max(k_max, optimal_compute_time(rm, pr.batch, pr.micro_batch) - f);

@@ -11,9 +11,10 @@ namespace {
 
 using Interval = std::pair<std::int64_t, std::int64_t>;
 
-// |∪ intervals| (sorts its argument).
+// |∪ intervals|. The intervals of one stream come in stream order (starts non-decreasing; a
+// measured lane may still be out of order by a clock tick, hence the check before sorting).
 std::int64_t union_length(std::vector<Interval>& v) {
-  std::sort(v.begin(), v.end());
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   std::int64_t total = 0, lo = 0, hi = -1;
   bool open = false;
   for (auto [a, b] : v) {
@@ -28,6 +29,20 @@ std::int64_t union_length(std::vector<Interval>& v) {
   }
   if (open) total += hi - lo;
   return total;
+}
+
+// The intervals of the ops of one rank's stream that ran, in stream order, appended to `out`.
+void lane(const TrainingGraph& g, int rank, Stream s, const IterationMeasurements& m,
+          std::vector<Interval>& out) {
+  for (OpId id : g.stream_program(rank, s))
+    if (m.start_ns[id] >= 0) out.emplace_back(m.start_ns[id], m.end_ns[id]);
+}
+
+// Sorted union of two sorted lists (a linear merge instead of a sort).
+void merge_into(const std::vector<Interval>& a, const std::vector<Interval>& b,
+                std::vector<Interval>& out) {
+  out.resize(a.size() + b.size());
+  std::merge(a.begin(), a.end(), b.begin(), b.end(), out.begin());
 }
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
@@ -45,14 +60,37 @@ double effective_peak_flops(const DeviceSlot& slot, Dtype compute) {
 }
 
 std::string plan_hash(const Plan& plan) {
-  Json j = to_json(plan);
-  j.erase("strategy");
-  j.erase("predicted");
-  const std::string text = j.dump();
+  // Every field of the plan that decides what runs, written field by field (not through the
+  // JSON writer: a 10k-rank plan is hashed once per simulation, also inside the planner's
+  // search). A field added to Plan must be added here.
   std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    h ^= c;
+  auto add = [&h](const std::string& text) {
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // field separator
     h *= 1099511628211ull;
+  };
+  char num[40];
+  auto add_number = [&](double v) {
+    std::snprintf(num, sizeof num, "%.17g", v);
+    add(num);
+  };
+  add_number(plan.version);
+  add(plan.scenario);
+  add(to_string(plan.accumulation));
+  add(to_string(plan.offload));
+  add(plan.prefetch ? "prefetch" : "no prefetch");
+  add(to_string(plan.uneven_collective));
+  for (const PlanRank& r : plan.ranks) {
+    add_number(r.rank);
+    add_number(r.node);
+    add(r.gpu);
+    add_number(r.batch);
+    add_number(r.micro_batch);
+    add_number(r.micro_batches);
+    add_number(r.state_share);
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -92,20 +130,24 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
   rep.mfu = t > 0 && peak_flops > 0 ? g.summary().model_flops_per_iteration / (t * peak_flops) : 0;
   rep.events = m.events;
 
-  std::vector<Interval> compute, comm, copies, busy;
+  std::vector<Interval> compute, comm, copies, d2h, h2d, busy;
   for (int r = 0; r < ranks; ++r) {
     compute.clear();
     comm.clear();
-    copies.clear();
-    for (const Op& op : g.program(r)) {
-      const std::int64_t a = m.start_ns[op.id], b = m.end_ns[op.id];
-      if (a < 0) continue;
-      (is_compute(op.kind) ? compute : is_collective(op.kind) ? comm : copies).emplace_back(a, b);
-    }
-    busy = compute;
-    busy.insert(busy.end(), comm.begin(), comm.end());
-    const std::int64_t compute_ns = union_length(compute);
+    d2h.clear();
+    h2d.clear();
+    lane(g, r, Stream::Compute, m, compute);
+    lane(g, r, Stream::Comm, m, comm);
+    lane(g, r, Stream::D2H, m, d2h);
+    lane(g, r, Stream::H2D, m, h2d);
+    const std::int64_t compute_ns = union_length(compute);  // sorts compute and comm if needed
+    const std::int64_t comm_ns = union_length(comm);
+    merge_into(compute, comm, busy);
     const std::int64_t busy_ns = union_length(busy);
+    if (!std::is_sorted(d2h.begin(), d2h.end())) std::sort(d2h.begin(), d2h.end());
+    if (!std::is_sorted(h2d.begin(), h2d.end())) std::sort(h2d.begin(), h2d.end());
+    merge_into(d2h, h2d, copies);
+    const std::int64_t copy_ns = union_length(copies);
     const auto& d = devices[static_cast<std::size_t>(r)];
     RankReport rr;
     rr.rank = r;
@@ -113,8 +155,8 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
     rr.node = d.node;
     rr.slowdown = d.slot->slowdown;
     rr.compute_s = seconds(compute_ns);
-    rr.comm_s = seconds(union_length(comm));
-    rr.copy_s = seconds(union_length(copies));
+    rr.comm_s = seconds(comm_ns);
+    rr.copy_s = seconds(copy_ns);
     rr.exposed_comm_s = seconds(busy_ns - compute_ns);
     rr.idle_s = seconds(end - busy_ns);
     rr.peak_memory_bytes = m.peak_memory_bytes[static_cast<std::size_t>(r)];

@@ -27,8 +27,10 @@ double usable_capacity_bytes(const DeviceSpec& spec, double usable_fraction = -1
 // longer), so the MFU of an emulated cluster is judged against the cluster it emulates.
 double effective_peak_flops(const DeviceSlot& slot, Dtype compute);
 
-// FNV-1a 64 of the plan's canonical JSON without its informational keys (strategy,
-// predicted), as 16 hex digits: two records carrying the same hash ran the same plan.
+// FNV-1a 64 over every field of the plan that decides what runs (version, scenario name,
+// accumulation, offload, prefetch, uneven collective, every rank's placement, batches and
+// share; not the informational strategy and predictions), as 16 hex digits: two records
+// carrying the same hash ran the same plan.
 std::string plan_hash(const Plan& plan);
 
 // What one iteration produced, in integer nanoseconds from a common origin (t = 0 when every

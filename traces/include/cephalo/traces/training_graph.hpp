@@ -81,6 +81,10 @@ struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
   Pass pass = Pass::Forward;
+  // The op whose end releases the phase's gathered parameters (the phase's last compute op, or
+  // its gather when the rank runs no compute in the phase). Its mem_free includes them. (Here,
+  // in the padding after `pass`, so an Op stays 88 bytes.)
+  bool frees_gathered = false;
   std::int32_t rank = 0;
   std::int32_t unit = -1;             // 0 embedding, 1..L layers, L+1 head; -1 for the optimizer
   std::int32_t micro_batch = -1;      // index within the rank's micro-batches; -1 if none
@@ -93,10 +97,7 @@ struct Op {
   double shard_parameters = 0;        // optimizer: parameters owned by the rank
   double mem_alloc = 0;               // device bytes allocated when the op starts
   double mem_free = 0;                // device bytes released when the op ends
-  // The op whose end releases the phase's gathered parameters (the phase's last compute op, or
-  // its gather when the rank runs no compute in the phase). Its mem_free includes them.
-  bool frees_gathered = false;
-  std::uint32_t deps_begin = 0;  // into the waits-on array (use TrainingGraph::waits_on)
+  std::uint32_t deps_begin = 0;       // into the waits-on array (use TrainingGraph::waits_on)
   std::uint32_t deps_count = 0;
 };
 
