@@ -1,0 +1,376 @@
+// The CPU device's transformer kernels (layer norm, GELU, causal attention, embedding,
+// cross-entropy, AdamW): plain fp32 loops, the reference the CUDA device is tested against.
+#include "cpu_device_impl.hpp"
+
+namespace cephalo::backend::cpu_detail {
+
+void CpuDevice::layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
+                                   TensorRef y, TensorRef mean, TensorRef rstd, std::int64_t rows,
+                                   std::int64_t cols, float eps) {
+  expect_types(all_are(x.type, {gamma.type, beta.type, y.type}) && mean.type == ElemType::F32 &&
+                   rstd.type == ElemType::F32,
+               "layer_norm_forward",
+               {{"x", x.type},
+                {"gamma", gamma.type},
+                {"beta", beta.type},
+                {"y", y.type},
+                {"mean", mean.type},
+                {"rstd", rstd.type}},
+               "x, gamma, beta, y share the compute type; mean, rstd are f32");
+  require_numel(x, rows * cols, "layer_norm x");
+  require_numel(gamma, cols, "layer_norm gamma");
+  require_numel(beta, cols, "layer_norm beta");
+  require_numel(y, rows * cols, "layer_norm y");
+  require_numel(mean, rows, "layer_norm mean");
+  require_numel(rstd, rows, "layer_norm rstd");
+  s.enqueue_host([=] {
+    Fp32In xf(x, rows * cols), gf(gamma, cols), bf(beta, cols);
+    Fp32Out yf(y, rows * cols, Start::Undefined);
+    const float* g = gf.get();
+    const float* be = bf.get();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = xf.get() + r * cols;
+      float* yr = yf.get() + r * cols;
+      double mu = 0;
+      for (std::int64_t j = 0; j < cols; ++j) mu += xr[j];
+      mu /= static_cast<double>(cols);
+      double var = 0;
+      for (std::int64_t j = 0; j < cols; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+      var /= static_cast<double>(cols);
+      float rs = static_cast<float>(1.0 / std::sqrt(var + eps));
+      float m = static_cast<float>(mu);
+      for (std::int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * rs * g[j] + be[j];
+      mean.f32()[r] = m;
+      rstd.f32()[r] = rs;
+    }
+    yf.commit();
+  });
+}
+
+void CpuDevice::layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
+                                    TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
+                                    TensorRef dbeta, std::int64_t rows, std::int64_t cols) {
+  expect_types(all_are(x.type, {gamma.type, dy.type, dx.type}) && mean.type == ElemType::F32 &&
+                   rstd.type == ElemType::F32 && grad_of(dgamma.type, x.type) &&
+                   grad_of(dbeta.type, x.type),
+               "layer_norm_backward",
+               {{"x", x.type},
+                {"gamma", gamma.type},
+                {"mean", mean.type},
+                {"rstd", rstd.type},
+                {"dy", dy.type},
+                {"dx", dx.type},
+                {"dgamma", dgamma.type},
+                {"dbeta", dbeta.type}},
+               "x, gamma, dy, dx share the compute type T; mean, rstd are f32; dgamma, dbeta "
+               "are T or f32");
+  require_numel(x, rows * cols, "layer_norm_backward x");
+  require_numel(gamma, cols, "layer_norm_backward gamma");
+  require_numel(mean, rows, "layer_norm_backward mean");
+  require_numel(rstd, rows, "layer_norm_backward rstd");
+  require_numel(dy, rows * cols, "layer_norm_backward dy");
+  require_numel(dx, rows * cols, "layer_norm_backward dx");
+  require_numel(dgamma, cols, "layer_norm_backward dgamma");
+  require_numel(dbeta, cols, "layer_norm_backward dbeta");
+  s.enqueue_host([=] {
+    Fp32In xf(x, rows * cols), gf(gamma, cols), dyf(dy, rows * cols);
+    Fp32Out dxf(dx, rows * cols, Start::Undefined);
+    Fp32Out dg(dgamma, cols, Start::Current), db(dbeta, cols, Start::Current);
+    const float* gm = gf.get();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = xf.get() + r * cols;
+      const float* dyr = dyf.get() + r * cols;
+      float* dxr = dxf.get() + r * cols;
+      float m = mean.f32()[r], rs = rstd.f32()[r];
+      double sum_g = 0, sum_gx = 0;
+      for (std::int64_t j = 0; j < cols; ++j) {
+        float xhat = (xr[j] - m) * rs;
+        float g = dyr[j] * gm[j];
+        sum_g += g;
+        sum_gx += g * xhat;
+        dg.get()[j] += dyr[j] * xhat;
+        db.get()[j] += dyr[j];
+      }
+      float mg = static_cast<float>(sum_g / static_cast<double>(cols));
+      float mgx = static_cast<float>(sum_gx / static_cast<double>(cols));
+      for (std::int64_t j = 0; j < cols; ++j) {
+        float xhat = (xr[j] - m) * rs;
+        float g = dyr[j] * gm[j];
+        dxr[j] = rs * (g - mg - xhat * mgx);
+      }
+    }
+    dxf.commit();
+    dg.commit();
+    db.commit();
+  });
+}
+
+void CpuDevice::gelu_forward(Stream& s, TensorRef x, TensorRef y) {
+  expect_types(all_are(x.type, {y.type}), "gelu_forward", {{"x", x.type}, {"y", y.type}},
+               "x and y share the compute type");
+  require_numel(y, x.numel, "gelu y");
+  s.enqueue_host([=] {
+    Fp32In xf(x, x.numel);
+    Fp32Out yf(y, x.numel, Start::Undefined);
+    for (std::int64_t i = 0; i < x.numel; ++i) yf.get()[i] = gelu(xf.get()[i]);
+    yf.commit();
+  });
+}
+
+void CpuDevice::gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) {
+  expect_types(all_are(x.type, {dy.type, dx.type}), "gelu_backward",
+               {{"x", x.type}, {"dy", dy.type}, {"dx", dx.type}},
+               "x, dy, dx share the compute type");
+  require_numel(dy, x.numel, "gelu_backward dy");
+  require_numel(dx, x.numel, "gelu_backward dx");
+  s.enqueue_host([=] {
+    Fp32In xf(x, x.numel), dyf(dy, x.numel);
+    Fp32Out dxf(dx, x.numel, Start::Undefined);
+    for (std::int64_t i = 0; i < x.numel; ++i) dxf.get()[i] = dyf.get()[i] * gelu_grad(xf.get()[i]);
+    dxf.commit();
+  });
+}
+
+void CpuDevice::attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
+                                  TensorRef lse) {
+  expect_types(all_are(qkv.type, {out.type}) && lse.type == ElemType::F32, "attention_forward",
+               {{"qkv", qkv.type}, {"out", out.type}, {"lse", lse.type}},
+               "qkv and out share the compute type; lse is f32");
+  const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
+  require_numel(qkv, sh.batch * T * 3 * C, "attention qkv");
+  require_numel(out, sh.batch * T * C, "attention out");
+  require_numel(lse, sh.batch * sh.heads * T, "attention lse");
+  s.enqueue_host([=] {
+    Fp32In qkvf(qkv, sh.batch * T * 3 * C);
+    Fp32Out outf(out, sh.batch * T * C, Start::Undefined);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    RowMat S(T, T);
+    for (std::int64_t b = 0; b < sh.batch; ++b)
+      for (std::int64_t h = 0; h < sh.heads; ++h) {
+        float* base = qkvf.get() + b * T * 3 * C + h * D;
+        StridedMap Q(base, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap K(base + C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap V(base + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap O(outf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+        S.noalias() = scale * Q * K.transpose();
+        float* l = lse.f32() + (b * sh.heads + h) * T;
+        for (std::int64_t i = 0; i < T; ++i) {
+          float mx = S(i, 0);
+          for (std::int64_t j = 1; j <= i; ++j) mx = std::max(mx, S(i, j));
+          double z = 0;
+          for (std::int64_t j = 0; j <= i; ++j) {
+            S(i, j) = std::exp(S(i, j) - mx);
+            z += S(i, j);
+          }
+          for (std::int64_t j = 0; j <= i; ++j) S(i, j) = static_cast<float>(S(i, j) / z);
+          for (std::int64_t j = i + 1; j < T; ++j) S(i, j) = 0.0f;
+          l[i] = mx + static_cast<float>(std::log(z));
+        }
+        O.noalias() = S * V;
+      }
+    outf.commit();
+  });
+}
+
+void CpuDevice::attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv,
+                                   TensorRef out, TensorRef lse, TensorRef dout, TensorRef dqkv) {
+  expect_types(all_are(qkv.type, {out.type, dout.type, dqkv.type}) && lse.type == ElemType::F32,
+               "attention_backward",
+               {{"qkv", qkv.type},
+                {"out", out.type},
+                {"lse", lse.type},
+                {"dout", dout.type},
+                {"dqkv", dqkv.type}},
+               "qkv, out, dout, dqkv share the compute type; lse is f32");
+  const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
+  require_numel(qkv, sh.batch * T * 3 * C, "attention_backward qkv");
+  require_numel(out, sh.batch * T * C, "attention_backward out");
+  require_numel(lse, sh.batch * sh.heads * T, "attention_backward lse");
+  require_numel(dout, sh.batch * T * C, "attention_backward dout");
+  require_numel(dqkv, sh.batch * T * 3 * C, "attention_backward dqkv");
+  s.enqueue_host([=] {
+    Fp32In qkvf(qkv, sh.batch * T * 3 * C), outf(out, sh.batch * T * C),
+        doutf(dout, sh.batch * T * C);
+    Fp32Out dqkvf(dqkv, sh.batch * T * 3 * C, Start::Undefined);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    RowMat P(T, T), dP(T, T);
+    for (std::int64_t b = 0; b < sh.batch; ++b)
+      for (std::int64_t h = 0; h < sh.heads; ++h) {
+        float* base = qkvf.get() + b * T * 3 * C + h * D;
+        float* dbase = dqkvf.get() + b * T * 3 * C + h * D;
+        StridedMap Q(base, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap K(base + C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap V(base + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap dQ(dbase, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap dK(dbase + C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap dV(dbase + 2 * C, T, D, Eigen::OuterStride<>(3 * C));
+        StridedMap O(outf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+        StridedMap dO(doutf.get() + b * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+        const float* l = lse.f32() + (b * sh.heads + h) * T;
+        P.noalias() = scale * Q * K.transpose();
+        for (std::int64_t i = 0; i < T; ++i)
+          for (std::int64_t j = 0; j < T; ++j) P(i, j) = j <= i ? std::exp(P(i, j) - l[i]) : 0;
+        dV.noalias() = P.transpose() * dO;
+        dP.noalias() = dO * V.transpose();
+        for (std::int64_t i = 0; i < T; ++i) {
+          float delta = O.row(i).dot(dO.row(i));
+          for (std::int64_t j = 0; j < T; ++j) dP(i, j) = P(i, j) * (dP(i, j) - delta) * scale;
+        }
+        dQ.noalias() = dP * K;
+        dK.noalias() = dP.transpose() * Q;
+      }
+    dqkvf.commit();
+  });
+}
+
+void CpuDevice::embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
+                                  TensorRef out, std::int64_t rows, std::int64_t seq,
+                                  std::int64_t hidden) {
+  expect_types(tokens.type == ElemType::I32 && all_are(wte.type, {wpe.type, out.type}),
+               "embedding_forward",
+               {{"tokens", tokens.type}, {"wte", wte.type}, {"wpe", wpe.type}, {"out", out.type}},
+               "tokens are i32; wte, wpe, out share the compute type");
+  require_numel(tokens, rows, "embedding tokens");
+  require_numel(wpe, std::min(rows, seq) * hidden, "embedding wpe");
+  require_numel(out, rows * hidden, "embedding out");
+  const std::int64_t vocab = wte.numel / hidden;
+  s.enqueue_host([=] {
+    Fp32In wtef(wte, vocab * hidden), wpef(wpe, std::min(rows, seq) * hidden);
+    Fp32Out outf(out, rows * hidden, Start::Undefined);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      std::int32_t t = tokens.i32()[n];
+      if (t < 0 || t >= vocab)
+        throw RuntimeFailure("embedding: token id " + std::to_string(t) +
+                             " outside the vocabulary of " + std::to_string(vocab));
+      const float* e = wtef.get() + t * hidden;
+      const float* p = wpef.get() + (n % seq) * hidden;
+      float* o = outf.get() + n * hidden;
+      for (std::int64_t j = 0; j < hidden; ++j) o[j] = e[j] + p[j];
+    }
+    outf.commit();
+  });
+}
+
+void CpuDevice::embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
+                                   TensorRef dwpe, std::int64_t rows, std::int64_t seq,
+                                   std::int64_t hidden) {
+  expect_types(
+      tokens.type == ElemType::I32 && floating(dout.type) && grad_of(dwte.type, dout.type) &&
+          grad_of(dwpe.type, dout.type),
+      "embedding_backward",
+      {{"tokens", tokens.type}, {"dout", dout.type}, {"dwte", dwte.type}, {"dwpe", dwpe.type}},
+      "tokens are i32; dout is the compute type T; dwte, dwpe are T or f32");
+  require_numel(tokens, rows, "embedding_backward tokens");
+  require_numel(dout, rows * hidden, "embedding_backward dout");
+  require_numel(dwpe, std::min(rows, seq) * hidden, "embedding_backward dwpe");
+  const std::int64_t vocab = dwte.numel / hidden;
+  s.enqueue_host([=] {
+    Fp32In df(dout, rows * hidden);
+    Fp32Out ef(dwte, vocab * hidden, Start::Current);
+    Fp32Out pf(dwpe, std::min(rows, seq) * hidden, Start::Current);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      std::int32_t t = tokens.i32()[n];
+      if (t < 0 || t >= vocab)
+        throw RuntimeFailure("embedding_backward: token id " + std::to_string(t) +
+                             " outside the vocabulary of " + std::to_string(vocab));
+      const float* d = df.get() + n * hidden;
+      float* e = ef.get() + t * hidden;
+      float* p = pf.get() + (n % seq) * hidden;
+      for (std::int64_t j = 0; j < hidden; ++j) {
+        e[j] += d[j];
+        p[j] += d[j];
+      }
+    }
+    ef.commit();
+    pf.commit();
+  });
+}
+
+void CpuDevice::cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets,
+                                      TensorRef losses, TensorRef lse, std::int64_t rows,
+                                      std::int64_t vocab) {
+  expect_types(floating(logits.type) && targets.type == ElemType::I32 &&
+                   losses.type == ElemType::F32 && lse.type == ElemType::F32,
+               "cross_entropy_forward",
+               {{"logits", logits.type},
+                {"targets", targets.type},
+                {"losses", losses.type},
+                {"lse", lse.type}},
+               "logits are the compute type; targets are i32; losses, lse are f32");
+  require_numel(logits, rows * vocab, "cross_entropy logits");
+  require_numel(targets, rows, "cross_entropy targets");
+  require_numel(losses, rows, "cross_entropy losses");
+  require_numel(lse, rows, "cross_entropy lse");
+  s.enqueue_host([=] {
+    Fp32In lf(logits, rows * vocab);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = lf.get() + r * vocab;
+      float mx = *std::max_element(x, x + vocab);
+      double z = 0;
+      for (std::int64_t j = 0; j < vocab; ++j) z += std::exp(x[j] - mx);
+      float l = mx + static_cast<float>(std::log(z));
+      lse.f32()[r] = l;
+      losses.f32()[r] = l - x[targets.i32()[r]];
+    }
+  });
+}
+
+void CpuDevice::cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
+                                       TensorRef lse, TensorRef dlogits, std::int64_t rows,
+                                       std::int64_t vocab, float grad_scale) {
+  expect_types(all_are(logits.type, {dlogits.type}) && targets.type == ElemType::I32 &&
+                   lse.type == ElemType::F32,
+               "cross_entropy_backward",
+               {{"logits", logits.type},
+                {"targets", targets.type},
+                {"lse", lse.type},
+                {"dlogits", dlogits.type}},
+               "logits and dlogits share the compute type; targets are i32; lse is f32");
+  require_numel(logits, rows * vocab, "cross_entropy_backward logits");
+  require_numel(targets, rows, "cross_entropy_backward targets");
+  require_numel(lse, rows, "cross_entropy_backward lse");
+  require_numel(dlogits, rows * vocab, "cross_entropy_backward dlogits");
+  s.enqueue_host([=] {
+    // Widened before dlogits is written: the two may alias. In F32 both are the same memory
+    // and each element is read before it is overwritten.
+    Fp32In lf(logits, rows * vocab);
+    Fp32Out df(dlogits, rows * vocab, Start::Undefined);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = lf.get() + r * vocab;
+      float* d = df.get() + r * vocab;
+      float l = lse.f32()[r];
+      for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(x[j] - l) * grad_scale;
+      d[targets.i32()[r]] -= grad_scale;
+    }
+    df.commit();
+  });
+}
+
+void CpuDevice::adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                           const AdamWParams& p) {
+  expect_types(all_are(ElemType::F32, {param.type, grad.type, m.type, v.type}), "adamw_step",
+               {{"param", param.type}, {"grad", grad.type}, {"m", m.type}, {"v", v.type}},
+               "master weights, gradient shard and moments are all f32");
+  require_numel(grad, param.numel, "adamw grad");
+  require_numel(m, param.numel, "adamw m");
+  require_numel(v, param.numel, "adamw v");
+  s.enqueue_host([=] {
+    // PyTorch's AdamW: decay first, then the bias-corrected Adam update.
+    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+    const float step_size = static_cast<float>(p.lr / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    for (std::int64_t i = 0; i < param.numel; ++i) {
+      float g = grad.f32()[i];
+      float& w = param.f32()[i];
+      float& mi = m.f32()[i];
+      float& vi = v.f32()[i];
+      w *= 1.0f - p.lr * p.weight_decay;
+      mi = p.beta1 * mi + (1.0f - p.beta1) * g;
+      vi = p.beta2 * vi + (1.0f - p.beta2) * g * g;
+      w -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + p.eps);
+    }
+  });
+}
+
+}  // namespace cephalo::backend::cpu_detail
