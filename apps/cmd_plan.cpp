@@ -5,7 +5,9 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -56,20 +58,22 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--scenario", args->scenario, "Scenario JSON file")->required();
   cmd->add_option("--strategy", args->options.strategy,
                   "even | proportional | cephalo | optimal | search")
-      ->check(CLI::IsMember(planner::strategy_names()));
+      ->check(one_of(planner::strategy_names()));
   cmd->add_option("-o,--output", args->output, "Write the plan (JSON) to this file");
   cmd->add_flag("--json", args->json, "Print the plan as JSON instead of the table");
   cmd->add_option("--offload", args->options.offload, "optimal/search: none | host | auto")
-      ->check(CLI::IsMember({"none", "host", "auto"}));
+      ->check(one_of({"none", "host", "auto"}));
   cmd->add_option("--compute-source", args->options.compute_source,
-                  "Compute model: auto | profile | calibrated | roofline");
+                  "Compute model: auto | profile | calibrated | roofline")
+      ->check(one_of(costmodels::compute_sources()));
   cmd->add_option("--cephalo-shares", args->cephalo_shares, "cephalo: min_params | min_util")
-      ->check(CLI::IsMember({"min_params", "min_util"}));
+      ->check(one_of({"min_params", "min_util"}));
   cmd->add_flag("--cephalo-corrected-share-memory", args->cephalo_corrected,
                 "cephalo: evaluate the share split with the real micro-batch size (the published "
                 "code passes the micro-batch count)");
   cmd->add_option("--search-neighbours", args->options.search_neighbours,
-                  "search: neighbour plans to simulate at most");
+                  "search: neighbour plans to simulate at most")
+      ->check(integer_in(1, 100000));
   cmd->add_flag("--progress", args->options.progress, "Progress on stderr");
   cmd->callback([args] { run_plan(*args); });
 }

@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -55,8 +56,22 @@ Scenario single_gpu_scenario(const DeviceSpec& spec, const Job& job) {
 }
 
 void predict_layer(const LayerArgs& a) {
-  const DeviceSpec& gpu = costmodels::GpuCatalog::builtin().get(a.gpu);
-  const ModelSpec& model = costmodels::ModelCatalog::builtin().get(a.model);
+  // Catalog names given on the command line are flag values: a miss is a bad command line.
+  auto flag_lookup = [](const char* flag, const std::string& name, auto get) -> decltype(auto) {
+    try {
+      return get(name);
+    } catch (const NotFoundError& e) {
+      throw ValidationError(kCommandLine, flag, "\"" + name + "\"",
+                            std::string("a catalog name (") + e.what() + ")");
+    }
+  };
+  const DeviceSpec& gpu = flag_lookup(
+      "--gpu", a.gpu,
+      [](const std::string& n) -> const auto& { return costmodels::GpuCatalog::builtin().get(n); });
+  const ModelSpec& model = flag_lookup(
+      "--model", a.model, [](const std::string& n) -> const auto& {
+        return costmodels::ModelCatalog::builtin().get(n);
+      });
   auto dtype = parse_dtype(a.dtype);
   if (!dtype) throw ValidationError("command line", "--dtype", a.dtype, "fp16, bf16 or fp32");
   if (a.seq <= 0)
@@ -247,10 +262,13 @@ void add_predict_command(CLI::App& app) {
   auto* l = cmd->add_subcommand("layer", "Per-layer forward/backward time of a model on a GPU");
   l->add_option("--gpu", layer.gpu, "GPU (catalog name or alias, e.g. l4, a6000)")->required();
   l->add_option("--model", layer.model, "model (catalog name or alias)")->required();
-  l->add_option("--seq", layer.seq, "sequence length")->required();
-  l->add_option("--dtype", layer.dtype, "compute dtype: fp16, bf16 or fp32");
-  l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")->required();
-  l->add_option("--source", layer.source, "auto | profile | calibrated | roofline");
+  l->add_option("--seq", layer.seq, "sequence length")->required()->check(integer_in(1, 1 << 22));
+  l->add_option("--dtype", layer.dtype, "compute dtype: fp16, bf16 or fp32")->check(dtype_name());
+  l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")
+      ->required()
+      ->check(integer_in(1, 1 << 24));
+  l->add_option("--source", layer.source, "auto | profile | calibrated | roofline")
+      ->check(one_of(costmodels::compute_sources()));
   l->add_flag("--json", layer.json, "Print the record as JSON");
   l->callback([] { predict_layer(layer); });
 
@@ -266,11 +284,14 @@ void add_predict_command(CLI::App& app) {
                                 "Time and bandwidth of a collective on a scenario's cluster");
   c->add_option("--scenario", coll.scenario, "scenario file")->required();
   c->add_option("--kind", coll.kind, "all-gather | reduce-scatter | all-reduce | broadcast")
-      ->required();
+      ->required()
+      ->check(one_of({"all-gather", "reduce-scatter", "all-reduce", "broadcast", "allgather",
+                      "reducescatter", "allreduce", "bcast"}));
   c->add_option("--bytes", coll.bytes, "total size (bytes, or with a unit: 64MiB)")->required();
   c->add_option("--shares", coll.shares, "per-rank shares a,b,... summing to 1 (uneven shards)");
   c->add_option("--ranks", coll.ranks, "participating ranks r0,r1,... (default: all)");
-  c->add_option("--uneven", coll.uneven, "uneven-shard variant: grouped (default) or padded");
+  c->add_option("--uneven", coll.uneven, "uneven-shard variant: grouped (default) or padded")
+      ->check(one_of({"grouped", "padded"}));
   c->add_option("--sweep", coll.sweep, "measured collective sweep to calibrate the links with");
   c->add_flag("--json", coll.json, "Print the record as JSON");
   c->callback([] { predict_collective(coll); });

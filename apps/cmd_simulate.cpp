@@ -14,6 +14,7 @@
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -33,11 +34,13 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
   cmd->add_option("--compute-model", a.compute_model,
                   "Compute model source: auto, profile, calibrated, roofline")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of(costmodels::compute_sources()));
   cmd->add_flag("--no-link-sharing", a.no_link_sharing,
                 "Give every transfer its isolated time (no bandwidth sharing on links)");
   cmd->add_option("--queue", a.queue, "Event queue: binary-heap or pairing-heap")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
     Scenario scenario = costmodels::load_scenario(a.scenario);
     Plan plan = load_plan(a.plan);

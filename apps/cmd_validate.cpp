@@ -4,6 +4,7 @@
 
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -23,6 +24,8 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
   }
   if (j.contains("cluster") || j.contains("job")) {
     Scenario s = parse_scenario(r, lookup, std::filesystem::path(file).parent_path());
+    // What every command does next: read the calibration files it lists, with the same code.
+    costmodels::make_cost_models(s);
     return "scenario " + s.name + ", " + std::to_string(s.cluster.num_ranks()) + " devices, " +
            s.job.model_name;
   }
@@ -42,14 +45,16 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
     auto catalog = costmodels::ModelCatalog::load(file);
     return "model catalog, " + std::to_string(catalog.all().size()) + " models";
   }
-  r.fail("a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
+  r.fail(
+      "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
          "(\"ranks\") or catalog (\"devices\", \"models\")");
 }
 
 }  // namespace
 
 void add_validate_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("validate", "Check scenario, cluster, job, plan and catalog files");
+  auto* cmd =
+      app.add_subcommand("validate", "Check scenario, cluster, job, plan and catalog files");
   static std::vector<std::string> files;
   static std::string scenario_file;
   cmd->add_option("files", files, "Files to check")->required();
@@ -57,23 +62,25 @@ void add_validate_command(CLI::App& app) {
   cmd->callback([] {
     std::optional<Scenario> scenario;
     if (!scenario_file.empty()) scenario = costmodels::load_scenario(scenario_file);
-    int bad = 0;
+    int invalid = 0, unreadable = 0;
     for (const auto& file : files) {
       try {
         std::string what = validate_one(file, scenario);
         std::cout << file << ": ok (" << what << ")\n";
       } catch (const Error& e) {
-        ++bad;
+        // Unreadable (a FIFO, a folder, missing) is exit 5 as in every command; invalid wins.
+        ++(dynamic_cast<const IoError*>(&e) ? unreadable : invalid);
         std::string message = e.what();
         // Messages of ValidationError already start with the file name.
         if (message.rfind(file, 0) != 0) message = file + ": " + message;
         std::cout << message << "\n";
       }
     }
-    if (bad)
-      throw CLI::RuntimeError(std::to_string(bad) + " of " + std::to_string(files.size()) +
-                                  " file(s) invalid",
-                              kInvalidInput);
+    if (invalid + unreadable)
+      throw CLI::RuntimeError(std::to_string(invalid + unreadable) + " of " +
+                                  std::to_string(files.size()) + " file(s) " +
+                                  (invalid ? "invalid" : "unreadable"),
+                              invalid ? kInvalidInput : kIo);
   });
 }
 

@@ -15,6 +15,10 @@ enum ExitCode : int {
   kIo = 5,             // files that cannot be read or written
 };
 
+// The "file" of a ValidationError about a flag value a command checks itself; main() gives it
+// the exit code of a bad command line.
+inline constexpr const char* kCommandLine = "command line";
+
 void add_describe_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,11 @@ int main(int argc, char** argv) {
   cli::add_run_command(app);
   cli::add_compare_command(app);
   cli::add_profile_command(app);
+  // CLI11 would only say the word "was not expected"; name the commands instead.
+  if (auto message = cli::unknown_subcommand_message(app, argc, argv); !message.empty()) {
+    std::cerr << "error: " << message << "\nRun with --help for more information.\n";
+    return cli::kUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
@@ -31,7 +37,9 @@ int main(int argc, char** argv) {
     return code == 0 ? cli::kOk : cli::kUsage;
   } catch (const ValidationError& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return cli::kInvalidInput;
+    // Commands report a flag value they check themselves as the file "command line": that is
+    // a bad command line (2), like every value a CLI11 validator refuses.
+    return e.file() == cli::kCommandLine ? cli::kUsage : cli::kInvalidInput;
   } catch (const NotFoundError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return cli::kInvalidInput;

@@ -202,6 +202,14 @@ BENCHMARK(BM_BuildAndReplay)
 BENCHMARK(BM_BuildGraph)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_Replay)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_BuildAndReplay)->Args({1024, 96, 8, 0})->Unit(benchmark::kMillisecond)->Iterations(2);
+// Scaling in ranks (issue 14: near-linear): the same 8-layer model, one micro-batch, on 1k, 4k
+// and 10k GPUs; time per rank should stay roughly flat.
+BENCHMARK(BM_Replay)
+    ->Args({1024, 8, 1})
+    ->Args({4096, 8, 1})
+    ->Args({10240, 8, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 
 }  // namespace
 

@@ -67,6 +67,34 @@ bool MpiRuntime::launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
+std::vector<std::string> MpiRuntime::gather_strings_to_root(const std::string& mine) const {
+  if (!initialized_ || size_ == 1) return {mine};
+  if (mine.size() > static_cast<std::size_t>(INT_MAX))
+    throw RuntimeFailure("gather_strings_to_root: " + std::to_string(mine.size()) +
+                         " bytes on rank " + std::to_string(rank_) + " exceed an MPI count");
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(size_)), offsets(lens.size());
+  CEPHALO_MPI(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (rank_ == 0) {
+    long long total = 0;
+    for (std::size_t r = 0; r < lens.size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += lens[r];
+      if (total > INT_MAX)
+        throw RuntimeFailure("gather_strings_to_root: the ranks' strings exceed an MPI count");
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  CEPHALO_MPI(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(),
+                          MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (rank_ != 0) return {};
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < lens.size(); ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lens[r])));
+  return out;
+}
+
 namespace {
 
 // The fp32 combine of two already-widened elements. Max and Min propagate NaN from either side

@@ -7,6 +7,11 @@
 namespace cephalo {
 namespace {
 
+// A JSON path holds keys from the file (clipped like any echo, with room for a few levels);
+// "expected" may list every allowed key or name.
+constexpr std::size_t kMaxPathChars = 2 * kMaxEchoChars;
+constexpr std::size_t kMaxExpectedChars = 10 * kMaxEchoChars;
+
 std::string validation_message(const std::string& file, const std::string& path,
                                const std::string& value, const std::string& expected) {
   std::ostringstream out;
@@ -40,7 +45,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 std::string not_found_message(const std::string& what, const std::string& name,
                               const std::vector<std::string>& known) {
   std::ostringstream out;
-  out << "unknown " << what << " \"" << name << "\"";
+  out << "unknown " << what << " \"" << clip(name) << "\"";
   auto close = closest_names(name, known);
   if (!close.empty()) {
     out << "; closest known: ";
@@ -53,19 +58,30 @@ std::string not_found_message(const std::string& what, const std::string& name,
 
 ValidationError::ValidationError(std::string file, std::string json_path, std::string value,
                                  std::string expected)
-    : Error(validation_message(file, json_path, value, expected)),
+    : Error(validation_message(file, clip(json_path, kMaxPathChars), clip(value),
+                               clip(expected, kMaxExpectedChars))),
       file_(std::move(file)),
-      json_path_(std::move(json_path)),
-      value_(std::move(value)),
-      expected_(std::move(expected)) {}
+      json_path_(clip(json_path, kMaxPathChars)),
+      value_(clip(value)),
+      expected_(clip(expected, kMaxExpectedChars)) {}
 
 NotFoundError::NotFoundError(const std::string& what, const std::string& name,
                              const std::vector<std::string>& known)
     : Error(not_found_message(what, name, known)) {}
 
+std::string clip(const std::string& text, std::size_t max) {
+  if (text.size() <= max) return text;
+  std::size_t cut = max;
+  // Back up to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes in all)";
+}
+
 std::vector<std::string> closest_names(const std::string& name,
                                        const std::vector<std::string>& known,
                                        std::size_t how_many) {
+  // Edit distance is quadratic; a name this long is not a typo of anything we know.
+  if (name.size() > kMaxEchoChars) return {};
   std::vector<std::pair<std::size_t, std::string>> scored;
   const std::string key = lower(name);
   for (const auto& candidate : known) {

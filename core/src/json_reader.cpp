@@ -32,56 +32,21 @@ std::string type_name(const Json& v) {
   }
 }
 
-// Line and column of a byte offset, for parse errors.
-std::pair<std::size_t, std::size_t> line_column(const std::string& text, std::size_t offset) {
-  std::size_t line = 1, column = 1;
-  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return {line, column};
-}
-
 }  // namespace
 
 std::string brief(const Json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
-Json read_json_file(const std::filesystem::path& file) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec))
-    throw IoError(file.string() + ": is a directory; expected a JSON file");
-  if (!std::filesystem::exists(file, ec)) throw IoError(file.string() + ": no such file");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw IoError(file.string() + ": cannot be opened for reading");
-  note_input_file(file);  // outputs of this command may not overwrite it (output_file.hpp)
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw IoError(file.string() + ": read failed");
-  const std::string text = buffer.str();
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
-    std::string what = e.what();
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...: ".
-    auto colon = what.find(": ", what.find("parse error"));
-    std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
-    throw ValidationError(file.string(), "$",
-                          "malformed JSON at line " + std::to_string(line) + ", column " +
-                              std::to_string(column) + " (" + reason + ")",
-                          "a complete, valid JSON document (NaN and Infinity are not JSON)");
-  } catch (const Json::exception& e) {
-    throw ValidationError(file.string(), "$", std::string("unreadable JSON (") + e.what() + ")",
-                          "a valid JSON document with numbers in range");
+  // A long string is cut before it is escaped and copied; anything else is at most
+  // kMaxJsonDepth deep (the reader refuses deeper documents), so dump() cannot recurse far.
+  if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    if (s.size() > kMaxEchoChars) {
+      std::string out(1, '"');  // appended, not `"\"" + ...`: GCC 12 warns falsely on that
+      out += clip(s);
+      out += '"';
+      return out;
+    }
   }
+  return clip(value.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 JsonReader::JsonReader(const Json& value, std::string file, std::string path)
@@ -209,6 +174,18 @@ double JsonReader::as_quantity(Quantity kind) const {
     return *parsed;
   }
   fail(describe_quantity(kind) + ", not " + type_name(*value_));
+}
+
+double JsonReader::as_quantity_in(Quantity kind, double lo, double hi) const {
+  const double v = as_quantity(kind);
+  if (!(v >= lo && v <= hi)) {
+    // Echo what was written, and what it means in base units when it was a string.
+    std::string got = brief(*value_);
+    if (value_->is_string()) got += " (" + format_quantity(v, kind) + ")";
+    fail_value(got, describe_quantity(kind) + " from " + format_quantity(lo, kind) + " to " +
+                        format_quantity(hi, kind));
+  }
+  return v;
 }
 
 std::string JsonReader::as_enum(const std::vector<std::string>& allowed) const {

@@ -58,19 +58,23 @@ Plan parse_plan(JsonReader& reader) {
   }
   auto ranks = reader.child("ranks");
   if (!ranks.is_array() || ranks.size() == 0) ranks.fail("a non-empty array of ranks");
+  if (ranks.size() > static_cast<std::size_t>(kMaxDevices))
+    ranks.fail_value(std::to_string(ranks.size()) + " ranks",
+                     "at most " + std::to_string(kMaxDevices) + " ranks (one per device)");
   double share_sum = 0;
   for (auto& r : ranks.elements()) {
     if (!r.is_object()) r.fail("an object describing one rank");
     PlanRank pr;
-    pr.rank = static_cast<int>(r.integer("rank", 0, 1 << 20));
+    pr.rank = static_cast<int>(r.integer("rank", 0, kMaxDevices - 1));
     if (pr.rank != static_cast<int>(plan.ranks.size()))
       r.child("rank").fail("rank " + std::to_string(plan.ranks.size()) +
                            " (ranks are listed once each, in order from 0)");
-    pr.node = static_cast<int>(r.integer("node", 0, 1 << 20));
+    pr.node = static_cast<int>(r.integer("node", 0, kMaxDevices - 1));
     pr.gpu = r.string("gpu");
     pr.batch = static_cast<int>(r.integer("batch", 0, 1 << 24));
     pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
-    pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, 1 << 24));
+    pr.micro_batches =
+        static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
     if (pr.batch == 0) {
       if (pr.micro_batch != 0 || pr.micro_batches != 0)
         r.child("micro_batches").fail("0 micro-batches of size 0 for a rank with batch 0");
@@ -107,6 +111,14 @@ Plan load_plan(const std::filesystem::path& file) {
 }
 
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
+  // A plan made for another scenario may still match rank for rank (same cluster, other job)
+  // and would then run the wrong experiment without a word.
+  if (!plan.scenario.empty() && plan.scenario != scenario.name)
+    throw ValidationError(plan_file, "scenario", "\"" + plan.scenario + "\"",
+                          "\"" + scenario.name + "\", the name of the scenario given" +
+                              (scenario.file.empty() ? "" : " (" + scenario.file.string() + ")") +
+                              "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
+                              "if the two really are the same)");
   auto devices = scenario.cluster.ranks();
   if (plan.ranks.size() != devices.size())
     throw ValidationError(plan_file, "ranks", std::to_string(plan.ranks.size()) + " ranks",
@@ -125,6 +137,15 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                             "\"" + slot.type + "\" (the cluster's device for rank " +
                                 std::to_string(i) + ")");
   }
+  std::int64_t passes = 0;
+  const std::int64_t units = scenario.job.model.num_layers + 2;  // layers, embedding, head
+  for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
+  if (passes > kMaxScheduledUnitPasses)
+    throw ValidationError(plan_file, "ranks[*].micro_batches",
+                          std::to_string(passes) + " unit passes (" + std::to_string(units) +
+                              " units x micro-batches, summed over ranks)",
+                          "at most " + std::to_string(kMaxScheduledUnitPasses) +
+                              " unit passes per iteration (fewer, larger micro-batches)");
   if (plan.global_batch() != scenario.job.global_batch)
     throw ValidationError(plan_file, "ranks[*].batch",
                           "batches summing to " + std::to_string(plan.global_batch()),

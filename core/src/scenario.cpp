@@ -5,8 +5,6 @@
 namespace cephalo {
 namespace {
 
-constexpr int kMaxRanks = 1 << 17;
-
 DeviceSlot parse_slot_type(JsonReader& reader, const SpecLookup& lookup, const std::string& name) {
   auto spec = lookup.find_device(name);
   if (!spec) {
@@ -42,7 +40,7 @@ std::vector<DeviceSlot> parse_device_entry(JsonReader& entry, const SpecLookup& 
   } else {
     entry.fail("an object with \"type\" (catalog name) or \"spec\" (inline device)");
   }
-  auto count = entry.integer_or("count", 1, 1, kMaxRanks);
+  auto count = entry.integer_or("count", 1, 1, kMaxDevices);
   if (auto s = entry.optional_child("slowdown")) {
     slot.slowdown = s->as_number();
     if (slot.slowdown < 1.0 || slot.slowdown > 1000.0)
@@ -51,6 +49,30 @@ std::vector<DeviceSlot> parse_device_entry(JsonReader& entry, const SpecLookup& 
   slot.threads = static_cast<int>(entry.integer_or("threads", 0, 0, 1024));
   entry.finish();
   return std::vector<DeviceSlot>(static_cast<std::size_t>(count), slot);
+}
+
+// Sums the devices every node asks for without creating any, so an absurd total (200 entries
+// of 131072 GPUs in a 7 KB file) is refused before memory is spent on it. Entries this pass
+// cannot read are left to the full parse, which reports them at their path.
+void check_device_total(JsonReader& nodes) {
+  std::int64_t total = 0;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    JsonReader node = nodes.element(n);
+    if (!node.is_object() || !node.has("gpus")) continue;
+    JsonReader gpus = node.child("gpus");
+    if (!gpus.is_array()) continue;
+    for (std::size_t g = 0; g < gpus.size(); ++g) {
+      JsonReader entry = gpus.element(g);
+      std::int64_t count = 1;
+      if (entry.is_object() && entry.has("count"))
+        count = entry.child("count").as_integer(1, kMaxDevices);
+      total += count;
+      if (total > kMaxDevices)
+        entry.fail_value(std::to_string(total) + " devices in the cluster up to this entry",
+                         "at most " + std::to_string(kMaxDevices) +
+                             " devices in a cluster (summed over all nodes)");
+    }
+  }
 }
 
 LinkSpec default_nic() {
@@ -93,7 +115,7 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
   auto nodes = reader.child("nodes");
   if (!nodes.is_array() || nodes.size() == 0)
     nodes.fail("a non-empty array of nodes (a cluster needs at least one GPU)");
-  int total = 0;
+  check_device_total(nodes);
   for (auto& node_reader : nodes.elements()) {
     if (!node_reader.is_object()) node_reader.fail("an object describing a node");
     Node node;
@@ -102,10 +124,6 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
     if (!gpus.is_array() || gpus.size() == 0) gpus.fail("a non-empty array of GPUs");
     for (auto& entry : gpus.elements())
       for (auto& slot : parse_device_entry(entry, lookup)) node.devices.push_back(slot);
-    total += static_cast<int>(node.devices.size());
-    if (total > kMaxRanks)
-      gpus.fail_value(std::to_string(total) + " devices in total",
-                      "at most " + std::to_string(kMaxRanks) + " devices");
     if (auto link = node_reader.optional_child("intra_link")) {
       node.intra_link = parse_link_spec(*link);
     } else {
@@ -196,8 +214,32 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
     job.optimizer.weight_decay = positive("weight_decay", 0.01, 0, 10);
     o->finish();
   }
+  if (auto impl = reader.optional_child("implementation"))
+    job.implementation = parse_implementation(*impl);
   reader.finish();
   return job;
+}
+
+std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? "flash" : "eager"; }
+
+std::string to_string(const Implementation& impl) {
+  return to_string(impl.attention) + (impl.fused_elementwise ? ", fused" : ", unfused");
+}
+
+Implementation parse_implementation(JsonReader& reader) {
+  if (!reader.is_object())
+    reader.fail("an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool}");
+  Implementation impl;
+  if (auto a = reader.optional_child("attention"))
+    impl.attention =
+        a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
+  impl.fused_elementwise = reader.boolean_or("fused_elementwise", true);
+  reader.finish();
+  return impl;
+}
+
+Json to_json(const Implementation& impl) {
+  return {{"attention", to_string(impl.attention)}, {"fused_elementwise", impl.fused_elementwise}};
 }
 
 Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
@@ -292,7 +334,8 @@ Json to_json(const Job& job) {
             {"beta1", job.optimizer.beta1},
             {"beta2", job.optimizer.beta2},
             {"epsilon", job.optimizer.epsilon},
-            {"weight_decay", job.optimizer.weight_decay}}}};
+            {"weight_decay", job.optimizer.weight_decay}}},
+          {"implementation", to_json(job.implementation)}};
 }
 
 Json to_json(const Scenario& scenario) {

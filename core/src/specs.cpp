@@ -5,10 +5,18 @@ namespace cephalo {
 double DeviceSpec::peak_flops(Dtype dtype) const {
   double peak = 0;
   switch (dtype) {
-    case Dtype::FP32: peak = peak_fp32; break;
-    case Dtype::TF32: peak = peak_tf32; break;
-    case Dtype::FP16: peak = peak_fp16; break;
-    case Dtype::BF16: peak = peak_bf16; break;
+    case Dtype::FP32:
+      peak = peak_fp32;
+      break;
+    case Dtype::TF32:
+      peak = peak_tf32;
+      break;
+    case Dtype::FP16:
+      peak = peak_fp16;
+      break;
+    case Dtype::BF16:
+      peak = peak_bf16;
+      break;
   }
   return peak > 0 ? peak : peak_fp32;
 }
@@ -17,13 +25,26 @@ double DeviceSpec::pcie_bandwidth() const {
   // Usable bytes/s per lane and direction after line coding (128b/130b from gen 3 on).
   double per_lane = 0;
   switch (pcie_generation) {
-    case 1: per_lane = 0.25e9; break;
-    case 2: per_lane = 0.5e9; break;
-    case 3: per_lane = 0.985e9; break;
-    case 4: per_lane = 1.969e9; break;
-    case 5: per_lane = 3.938e9; break;
-    case 6: per_lane = 7.563e9; break;
-    default: per_lane = 0;
+    case 1:
+      per_lane = 0.25e9;
+      break;
+    case 2:
+      per_lane = 0.5e9;
+      break;
+    case 3:
+      per_lane = 0.985e9;
+      break;
+    case 4:
+      per_lane = 1.969e9;
+      break;
+    case 5:
+      per_lane = 3.938e9;
+      break;
+    case 6:
+      per_lane = 7.563e9;
+      break;
+    default:
+      per_lane = 0;
   }
   return per_lane * (pcie_lanes > 0 ? pcie_lanes : 16);
 }
@@ -34,28 +55,51 @@ DeviceSpec parse_device_spec(JsonReader& reader) {
   spec.name = reader.string("name");
   if (spec.name.empty()) reader.child("name").fail("a non-empty name");
   spec.kind = reader.has("kind") ? reader.child("kind").as_enum({"gpu", "cpu"}) : "gpu";
-  spec.memory_bytes = reader.quantity("memory", Quantity::Bytes);
-  if (spec.memory_bytes <= 0) reader.child("memory").fail("a memory size > 0");
-  spec.memory_bandwidth = reader.quantity("memory_bandwidth", Quantity::Bandwidth);
-  if (spec.memory_bandwidth <= 0) reader.child("memory_bandwidth").fail("a bandwidth > 0");
-  spec.peak_fp32 = reader.quantity("peak_fp32", Quantity::FlopRate);
-  if (spec.peak_fp32 <= 0) reader.child("peak_fp32").fail("a FLOP rate > 0");
-  spec.peak_tf32 = reader.optional_quantity("peak_tf32", Quantity::FlopRate).value_or(0);
-  spec.peak_fp16 = reader.optional_quantity("peak_fp16", Quantity::FlopRate).value_or(0);
-  spec.peak_bf16 = reader.optional_quantity("peak_bf16", Quantity::FlopRate).value_or(0);
+  spec.memory_bytes = reader.quantity_in("memory", Quantity::Bytes, kMemoryCapacityRange.lo,
+                                         kMemoryCapacityRange.hi);
+  spec.memory_bandwidth = reader.quantity_in("memory_bandwidth", Quantity::Bandwidth,
+                                             kMemoryBandwidthRange.lo, kMemoryBandwidthRange.hi);
+  spec.peak_fp32 =
+      reader.quantity_in("peak_fp32", Quantity::FlopRate, kFlopRateRange.lo, kFlopRateRange.hi);
+  // The other peaks are optional; 0 means "not accelerated" (peak_flops falls back to fp32).
+  auto optional_peak = [&](const char* key) {
+    auto c = reader.optional_child(key);
+    if (!c) return 0.0;
+    const double v = c->as_quantity(Quantity::FlopRate);
+    return v == 0 ? 0.0
+                  : c->as_quantity_in(Quantity::FlopRate, kFlopRateRange.lo, kFlopRateRange.hi);
+  };
+  spec.peak_tf32 = optional_peak("peak_tf32");
+  spec.peak_fp16 = optional_peak("peak_fp16");
+  spec.peak_bf16 = optional_peak("peak_bf16");
   spec.pcie_generation = static_cast<int>(reader.integer_or("pcie_generation", 3, 1, 6));
   spec.pcie_lanes = static_cast<int>(reader.integer_or("pcie_lanes", 16, 1, 32));
-  spec.nvlink_bandwidth =
-      reader.optional_quantity("nvlink_bandwidth", Quantity::Bandwidth).value_or(0);
+  if (auto nv = reader.optional_child("nvlink_bandwidth")) {
+    const double v = nv->as_quantity(Quantity::Bandwidth);  // 0: no NVLink
+    spec.nvlink_bandwidth = v == 0 ? 0.0
+                                   : nv->as_quantity_in(Quantity::Bandwidth, kLinkBandwidthRange.lo,
+                                                        kLinkBandwidthRange.hi);
+  }
   if (auto price = reader.optional_child("price_per_hour")) {
     spec.price_per_hour = price->as_number();
-    if (spec.price_per_hour < 0) price->fail("a price >= 0 in USD per hour");
+    if (!(spec.price_per_hour >= kPriceRange.lo && spec.price_per_hour <= kPriceRange.hi))
+      price->fail("a price in USD per hour from 0 to 10000");
   }
   if (auto tdp = reader.optional_child("tdp_watts")) {
     spec.tdp_watts = tdp->as_number();
     if (!(spec.tdp_watts > 0 && spec.tdp_watts <= 1e5))
       tdp->fail("a board power limit in watts, > 0 and <= 100000");
   }
+  if (auto a = reader.optional_child("architecture"))
+    spec.architecture =
+        a->as_enum({"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cpu"});
+  spec.sm_count = static_cast<int>(reader.integer_or("sm_count", 0, 1, 100000));
+  if (auto c = reader.optional_child("boost_clock_mhz")) {
+    spec.boost_clock_hz = c->as_number() * 1e6;
+    if (!(spec.boost_clock_hz > 0 && spec.boost_clock_hz < 1e10))
+      c->fail("a boost clock in MHz, > 0 and < 10000");
+  }
+  spec.l2_bytes = reader.optional_quantity("l2_cache", Quantity::Bytes).value_or(0);
   spec.source = reader.string_or("source", "");
   reader.finish();
   return spec;
@@ -75,6 +119,10 @@ Json to_json(const DeviceSpec& spec) {
             {"nvlink_bandwidth", spec.nvlink_bandwidth}};
   if (spec.price_per_hour >= 0) j["price_per_hour"] = spec.price_per_hour;
   if (spec.tdp_watts > 0) j["tdp_watts"] = spec.tdp_watts;
+  if (!spec.architecture.empty()) j["architecture"] = spec.architecture;
+  if (spec.sm_count > 0) j["sm_count"] = spec.sm_count;
+  if (spec.boost_clock_hz > 0) j["boost_clock_mhz"] = spec.boost_clock_hz / 1e6;
+  if (spec.l2_bytes > 0) j["l2_cache"] = spec.l2_bytes;
   if (!spec.source.empty()) j["source"] = spec.source;
   return j;
 }
@@ -154,11 +202,14 @@ LinkSpec parse_link_spec(JsonReader& reader) {
     pcie.pcie_lanes = static_cast<int>(reader.integer_or("lanes", 16, 1, 32));
     link.bandwidth = pcie.pcie_bandwidth();
   } else {
-    link.bandwidth = reader.quantity("bandwidth", Quantity::Bandwidth);
-    if (link.bandwidth <= 0) reader.child("bandwidth").fail("a bandwidth > 0");
+    link.bandwidth = reader.quantity_in("bandwidth", Quantity::Bandwidth, kLinkBandwidthRange.lo,
+                                        kLinkBandwidthRange.hi);
   }
   double default_latency = link.kind == "nvlink" ? 2e-6 : link.kind == "pcie" ? 5e-6 : 10e-6;
-  link.latency = reader.optional_quantity("latency", Quantity::Seconds).value_or(default_latency);
+  link.latency = reader.has("latency")
+                     ? reader.quantity_in("latency", Quantity::Seconds, kLinkLatencyRange.lo,
+                                          kLinkLatencyRange.hi)
+                     : default_latency;
   reader.finish();
   return link;
 }

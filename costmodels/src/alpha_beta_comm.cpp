@@ -167,13 +167,17 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
   if (request.shard_bytes.size() != request.ranks.size())
     throw ValidationError("", "shard_bytes", std::to_string(request.shard_bytes.size()) + " values",
                           "one shard size per participating rank (" + std::to_string(n) + ")");
-  std::set<int> seen;
-  for (int r : request.ranks) {
+  // position[r]: where rank r is in request.ranks (-1: not in it); linear in the cluster, so
+  // a collective over 100k ranks costs no more than its ring.
+  std::vector<int> position(static_cast<std::size_t>(topo.size()), -1);
+  for (std::size_t i = 0; i < request.ranks.size(); ++i) {
+    const int r = request.ranks[i];
     if (r < 0 || r >= topo.size())
       throw ValidationError("", "ranks", std::to_string(r),
                             "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
-    if (!seen.insert(r).second)
+    if (position[static_cast<std::size_t>(r)] >= 0)
       throw ValidationError("", "ranks", std::to_string(r), "each rank at most once");
+    position[static_cast<std::size_t>(r)] = static_cast<int>(i);
   }
   double total = 0, smallest = std::numeric_limits<double>::infinity(), largest = 0;
   for (double b : request.shard_bytes) {
@@ -207,8 +211,7 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
         double worst = 0;
         for (std::size_t i = 0; i < ranks.size(); ++i) {
           int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
-          auto pos = std::find(request.ranks.begin(), request.ranks.end(), ranks[i]) -
-                     request.ranks.begin();
+          const int pos = position[static_cast<std::size_t>(ranks[i])];
           double into = total - request.shard_bytes[static_cast<std::size_t>(pos)];
           worst = std::max(worst, into / topo.between(prev, ranks[i]).bandwidth);
         }
@@ -274,13 +277,21 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
 }
 
 double AlphaBetaCommModel::copy_time(const Cluster& cluster, int rank, double bytes) const {
-  auto ranks = cluster.ranks();
-  if (rank < 0 || rank >= static_cast<int>(ranks.size()))
+  // The rank's device by walking the nodes (not listing every rank: the planner asks per rank).
+  const DeviceSpec* found = nullptr;
+  int first = 0;
+  for (const auto& node : cluster.nodes) {
+    const int here = static_cast<int>(node.devices.size());
+    if (!found && rank >= first && rank < first + here)
+      found = &node.devices[static_cast<std::size_t>(rank - first)].spec;
+    first += here;
+  }
+  if (!found)
     throw ValidationError("", "rank", std::to_string(rank),
-                          "a rank of the cluster (0.." + std::to_string(ranks.size() - 1) + ")");
+                          "a rank of the cluster (0.." + std::to_string(first - 1) + ")");
   if (!(bytes >= 0) || !std::isfinite(bytes))
     throw ValidationError("", "bytes", std::to_string(bytes), "a byte count >= 0");
-  const DeviceSpec& spec = ranks[static_cast<std::size_t>(rank)].slot->spec;
+  const DeviceSpec& spec = *found;
   if (auto it = calibration_.copies.find(spec.name);
       it != calibration_.copies.end() && it->second.bandwidth > 0)
     return it->second.latency_s + bytes / it->second.bandwidth;

@@ -24,18 +24,21 @@ void check_micro_batch(int micro_batch) {
 }
 
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
-                            int micro_batch, Dtype dtype) {
+                            int micro_batch, Dtype dtype, const Implementation& impl, bool waves) {
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
   PhaseFeatures f;
-  for (const OpCost& op : unit_ops(model, unit, seq, micro_batch, dtype)) {
+  for (const OpCost& op : unit_ops(model, unit, seq, micro_batch, dtype, impl)) {
     switch (op.op_class) {
       case OpClass::Gemm:
-        f.forward[0] += op.forward_flops / peak;
-        f.backward[0] += op.backward_flops / peak;
+      case OpClass::FusedAttention: {
+        const double w = waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0;
+        f.forward[0] += op.forward_flops / (peak * w);
+        f.backward[0] += op.backward_flops / (peak * w);
         f.forward[3] += op.forward_bytes / bw;
         f.backward[3] += op.backward_bytes / bw;
         break;
+      }
       case OpClass::Attention:
         f.forward[1] += op.forward_flops / peak;
         f.backward[1] += op.backward_flops / peak;
@@ -71,10 +74,11 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
   const bool fwd = phase != ComputePhase::Backward;
   const Efficiency& eff = fwd ? forward_ : backward_;
   double seconds = 0;
-  for (const OpCost& op : unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype)) {
+  for (const OpCost& op :
+       unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype, job.implementation)) {
     double flops = fwd ? op.forward_flops : op.backward_flops;
     double bytes = fwd ? op.forward_bytes : op.backward_bytes;
-    double eta = op.op_class == OpClass::Gemm        ? eff.gemm
+    double eta = (op.op_class == OpClass::Gemm || op.op_class == OpClass::FusedAttention) ? eff.gemm
                  : op.op_class == OpClass::Attention ? eff.attention
                                                      : 1.0;
     double t_compute = op.op_class == OpClass::Memory ? 0 : flops / (eta * peak);

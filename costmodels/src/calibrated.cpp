@@ -11,6 +11,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/published_throughput.hpp"
 
 namespace cephalo::costmodels {
 namespace {
@@ -125,14 +126,15 @@ struct RowData {
   std::vector<Sample> samples;
 };
 
-std::vector<Sample> samples_of(const LayerProfile& row, bool whole_stack) {
+std::vector<Sample> samples_of(const LayerProfile& row, bool whole_stack, bool waves) {
   const ModelSpec model = profiled_spec(row);
   const DeviceSpec& gpu = GpuCatalog::builtin().get(row.gpu);
   auto points = row_points(row, whole_stack);
   std::vector<Sample> out;
   for (const auto& p : points) {
     Sample s;
-    s.x = unit_features(gpu, model, 1, row.seq, p.micro_batch, row.dtype);
+    s.x =
+        unit_features(gpu, model, 1, row.seq, p.micro_batch, row.dtype, row.implementation, waves);
     s.forward_s = p.forward_ms * 1e-3;
     s.backward_s = p.backward_ms * 1e-3;
     s.weight = 1.0 / std::sqrt(static_cast<double>(points.size()));  // each row counts alike
@@ -377,6 +379,7 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
   auto model = std::make_shared<CalibratedComputeModel>();
   const CalibrationOptions& o = opt;
   model->median_of_gpus_ = o.unseen_median_of_gpus;
+  model->waves_ = o.gemm_waves;
   model->family_per_dtype_ = o.family_per_dtype;
   model->power_exponent_ = o.power_exponent;
   std::set<const LayerProfile*> bad;
@@ -401,7 +404,7 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     d.family = model->family_key(ModelCatalog::builtin().get(r.model).family, r.dtype);
     d.model_key = model->family_key(r.model, r.dtype);
     d.gpu = &GpuCatalog::builtin().get(r.gpu);
-    d.samples = samples_of(r, o.whole_stack_test_model);
+    d.samples = samples_of(r, o.whole_stack_test_model, o.gemm_waves);
     data.push_back(std::move(d));
   }
   std::map<int, std::vector<const RowData*>> by_class;  // per pipeline
@@ -507,6 +510,16 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     }
     for (auto& [key, rows] : by_gpu)
       model->per_gpu_[key] = fit_theta(rows, model->pooled_[key.second], o.ridge, phi, fraction);
+    // Per architecture generation: θ pooled over the generation's training GPUs, shrunk toward
+    // the pipeline's pooled θ; what an unprofiled GPU of that generation gets.
+    if (o.per_generation) {
+      std::map<std::pair<std::string, int>, std::vector<const RowData*>> by_gen;
+      for (const auto& d : data) by_gen[{d.gpu->architecture, d.pipeline}].push_back(&d);
+      model->per_generation_.clear();
+      for (auto& [key, rows] : by_gen)
+        model->per_generation_[key] =
+            fit_theta(rows, model->pooled_[key.second], o.generation_ridge, phi, fraction);
+    }
     if (!o.family_factors) break;
     std::map<std::string, std::array<double, 3>> sums;  // log fwd, log bwd, count
     for (auto& [key, rows] : by_gpu)
@@ -597,6 +610,24 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
         model->local_by_name_[d.row->gpu][family].f[i] = l->second;
     }
   }
+  // The factor of each published software stack: the geometric mean over its points of
+  // measured / predicted iteration time, with every factor above fixed (so after the lookup tables)
+  // (one scalar per implementation label, tensor-core points only; communication, a few per cent of
+  // these iterations, is absorbed). Only the published sources' own points are used.
+  if (o.published_stacks) {
+    std::map<std::string, std::pair<double, int>> sums;
+    for (const auto& pt : builtin_published_throughput()) {
+      const DeviceSpec& gpu = GpuCatalog::builtin().get(pt.gpu);
+      if (pipeline_class(gpu, pt.job.precision.compute) != 1) continue;
+      if (std::find(o.exclude_gpus.begin(), o.exclude_gpus.end(), pt.gpu) != o.exclude_gpus.end())
+        continue;
+      auto& acc = sums[to_string(pt.job.implementation)];
+      acc.first += std::log(pt.measured_iteration_s() / published_compute_seconds(*model, pt));
+      acc.second += 1;
+    }
+    for (const auto& [key, acc] : sums)
+      model->stack_[key] = {std::exp(acc.first / acc.second), acc.second};
+  }
   return model;
 }
 
@@ -626,6 +657,8 @@ const Theta& CalibratedComputeModel::theta(const DeviceSpec& device, Dtype dtype
   auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();
   if (it != per_gpu_.end()) return it->second;
+  if (auto g = per_generation_.find({device.architecture, c}); g != per_generation_.end())
+    return g->second;
   return pooled_.at(c);
 }
 
@@ -651,12 +684,13 @@ std::array<double, 2> CalibratedComputeModel::factor(const DeviceSpec& device, D
   return f;
 }
 
-double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const ModelSpec& model,
-                                               Dtype dtype, const PhaseFeatures& x_peak,
-                                               bool backward, bool* own) const {
+double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const std::string& stack,
+                                               const std::string& model_name, Dtype dtype,
+                                               const PhaseFeatures& x_peak, bool backward,
+                                               bool* own) const {
   const int c = pipeline_class(device, dtype);
   const PhaseFeatures x = at_fraction(x_peak, sustained_fraction(device, dtype));
-  const auto f = factor(device, dtype, model.family, model.name);
+  const auto f = factor(device, dtype, stack, model_name);
   auto eval = [&](const Theta& t) {
     return backward ? f[1] * predict_s(t.backward, x.backward)
                     : f[0] * predict_s(t.forward, x.forward);
@@ -664,6 +698,8 @@ double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const M
   auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();
   if (it != per_gpu_.end()) return eval(it->second);
+  if (auto g = per_generation_.find({device.architecture, c}); g != per_generation_.end())
+    return eval(g->second);
   if (!median_of_gpus_) return eval(pooled_.at(c));
   // An unprofiled GPU: every profiled GPU's θ applied to this GPU's features; the median is
   // robust to GPUs that run far from their datasheet.
@@ -674,9 +710,33 @@ double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const M
 }
 
 double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq,
-                                        Dtype dtype, int micro_batch, bool backward) const {
-  PhaseFeatures x = unit_features(device, model, 1, seq, micro_batch, dtype);
-  return 1e3 * predict_seconds(device, model, dtype, x, backward);
+                                        Dtype dtype, int micro_batch, bool backward,
+                                        const Implementation& impl) const {
+  PhaseFeatures x = unit_features(device, model, 1, seq, micro_batch, dtype, impl, waves_);
+  return 1e3 * predict_seconds(device, model.family, model.name, dtype, x, backward);
+}
+
+double CalibratedComputeModel::stack_factor(const Implementation& impl, int pipeline) const {
+  if (pipeline != 1) return 1;
+  auto it = stack_.find(to_string(impl));
+  return it == stack_.end() ? 1.0 : it->second.first;
+}
+
+int CalibratedComputeModel::stack_points(const Implementation& impl) const {
+  auto it = stack_.find(to_string(impl));
+  return it == stack_.end() ? 0 : it->second.second;
+}
+
+std::pair<std::string, std::string> CalibratedComputeModel::job_stack(const Job& job) {
+  // Eager, unfused layers of a family are what the Cephalo source ran for that family (its
+  // DeepSpeed-style GPT, BERT and ViT layers): that source's factors, with the model's own
+  // when it was profiled. Any other stack is priced by its op list with the factors of the
+  // reference stack, the source's Hugging Face LLaMA layers; a GPT-shaped model no longer
+  // inherits the DeepSpeed GPT layers' 2-3x slowdown.
+  const Implementation& impl = job.implementation;
+  if (impl.attention == AttentionKernel::Eager && !impl.fused_elementwise)
+    return {job.model.family, job.model.name};
+  return {kReferenceStack, ""};
 }
 
 ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
@@ -684,9 +744,13 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
                                                   int micro_batch) const {
   check_micro_batch(micro_batch);
   const Dtype dtype = job.precision.compute;
-  PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype);
+  PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype,
+                                  job.implementation, waves_);
   bool own = false;
-  double s = predict_seconds(device, job.model, dtype, x, phase == ComputePhase::Backward, &own);
+  const auto [stack, model_name] = job_stack(job);
+  double s =
+      predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward, &own) *
+      stack_factor(job.implementation, pipeline_class(device, dtype));
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
 }
 
@@ -747,7 +811,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
     return row_ape(
         r,
         [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
-          return fitted.layer_ms(d, m, s, dt, mb, bwd);
+          return fitted.layer_ms(d, m, s, dt, mb, bwd, r.implementation);
         },
         base.whole_stack_test_model);
   };
@@ -768,6 +832,29 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
   }
   rep.logo_median_over_gpus = median(gpu_means);
   rep.logo_overall = mean(all_logo);
+
+  // Leave one generation out: every GPU of the generation held out at once.
+  {
+    std::map<std::string, std::vector<std::string>> gens;
+    for (const auto& gpu : gpus) gens[GpuCatalog::builtin().get(gpu).architecture].push_back(gpu);
+    std::vector<double> all, means;
+    for (const auto& [gen, members] : gens) {
+      CalibrationOptions o = base;
+      o.exclude_gpus = members;
+      auto model = CalibratedComputeModel::fit(tables, o);
+      std::vector<double> apes;
+      for (const auto* r : rows) {
+        if (std::find(members.begin(), members.end(), r->gpu) == members.end()) continue;
+        double e = held_out_ape(*model, *r);
+        apes.push_back(e);
+        all.push_back(e);
+      }
+      rep.leave_one_generation_out.push_back(summarize(gen, apes));
+      means.push_back(rep.leave_one_generation_out.back().mape);
+    }
+    rep.logeno_median_over_generations = median(means);
+    rep.logeno_overall = mean(all);
+  }
 
   // Leave one model out on each GPU: the GPU's own θ fitted without that model's rows.
   std::vector<double> all_lomo, lomo_means;
@@ -831,6 +918,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
           job.model = m;
           job.sequence_length = s;
           job.precision.compute = dt;
+          job.implementation = r->implementation;
           return 1e3 *
                  roofline
                      .unit_time(d, job, 1, bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)

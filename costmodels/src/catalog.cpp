@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "cephalo/core/error.hpp"
+
 namespace cephalo::costmodels {
 namespace {
 
@@ -49,8 +51,26 @@ std::filesystem::path data_dir() {
 GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {
   GpuCatalog catalog;
   load_entries<DeviceSpec>(
-      file, "devices", [](JsonReader& r) { return parse_device_spec(r); }, catalog.devices_,
-      catalog.index_);
+      file, "devices",
+      [](JsonReader& r) {
+        DeviceSpec spec = parse_device_spec(r);
+        // What the op-level compute model needs of every catalog GPU (an inline spec may
+        // omit them: it is then priced without waves, clock or generation).
+        if (spec.kind == "gpu") {
+          auto missing = [&](const char* key, const char* expected) {
+            throw ValidationError(r.file(), r.where() + "." + key, "nothing (missing)",
+                                  std::string(expected) + " for GPU \"" + spec.name + "\"");
+          };
+          if (spec.architecture.empty())
+            missing("architecture", "one of pascal, volta, turing, ampere, ada, hopper, blackwell");
+          if (spec.sm_count <= 0) missing("sm_count", "the number of SMs");
+          if (spec.boost_clock_hz <= 0) missing("boost_clock_mhz", "the boost clock in MHz");
+          if (spec.l2_bytes <= 0) missing("l2_cache", "the L2 cache size, e.g. \"40MiB\"");
+          if (spec.tdp_watts <= 0) missing("tdp_watts", "the board power limit in W");
+        }
+        return spec;
+      },
+      catalog.devices_, catalog.index_);
   return catalog;
 }
 

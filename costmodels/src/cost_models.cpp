@@ -50,11 +50,18 @@ CalibrationKind classify(const Json& j) {
     if (j["format"] == "cephalo-collective-sweep") return CalibrationKind::CollectiveSweep;
     return CalibrationKind::Unknown;
   }
-  for (auto& [k, v] : j.items())
-    for (auto& [k2, v2] : v.items())
-      if (v2.is_object() && v2.contains("profiled_compute_memory"))
-        return CalibrationKind::MemoryProfile;
-  return CalibrationKind::LayerProfile;  // Cephalo model_latencies.json layout
+  // Cephalo's files carry no "format": recognise them by shape, and nothing else, so a plan
+  // or a sweep spec given as calibration is refused instead of read as an empty profile.
+  bool memory_layout = !j.empty();
+  for (auto& [k, v] : j.items()) {
+    if (!v.is_object() || v.empty()) memory_layout = false;
+    else
+      for (auto& [k2, v2] : v.items())
+        if (!v2.is_object() || !v2.contains("profiled_compute_memory")) memory_layout = false;
+  }
+  if (memory_layout) return CalibrationKind::MemoryProfile;
+  if (ProfileTables::is_cephalo_layout(j)) return CalibrationKind::LayerProfile;
+  return CalibrationKind::Unknown;
 }
 
 }  // namespace
@@ -85,9 +92,12 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
         break;
       }
       case CalibrationKind::MemoryProfile:
-        break;  // read by the planner's memory lookups
+        MemoryProfiles::load(file);  // checked; read by the planner's memory lookups
+        break;
       case CalibrationKind::Unknown:
-        throw ValidationError(file.string(), "format", brief(j.value("format", Json())),
+        throw ValidationError(file.string(), "format",
+                              j.is_object() && j.contains("format") ? brief(j["format"])
+                                                                    : "nothing (no \"format\" key)",
                               "\"cephalo-profile\", \"cephalo-collective-sweep\" or a Cephalo "
                               "model_latencies/model_memory file");
     }

@@ -28,14 +28,19 @@ double largest_phase_parameters(const ModelSpec& m) {
   return best;
 }
 
-// Saved activations plus the backward's input-gradient temporaries of the largest unit.
-double largest_working_set(const Job& job, int micro_batch) {
+// Saved activations plus the backward's input-gradient temporaries of the largest unit, plus
+// the s×s scores and their gradient eager attention holds on a GPU.
+double largest_working_set(const Job& job, int micro_batch, bool gpu_runtime) {
   double best = 0;
   for (int u = 0; u < num_units(job.model); ++u)
-    best = std::max(best, unit_working_bytes(job.model, u, job.sequence_length, micro_batch,
-                                             job.precision.compute) +
-                              unit_backward_transient_bytes(job.model, u, job.sequence_length,
-                                                            micro_batch, job.precision.compute));
+    best = std::max(
+        best,
+        unit_working_bytes(job.model, u, job.sequence_length, micro_batch, job.precision.compute) +
+            unit_backward_transient_bytes(job.model, u, job.sequence_length, micro_batch,
+                                          job.precision.compute) +
+            (gpu_runtime ? eager_attention_bytes(job.model, u, job.sequence_length, micro_batch,
+                                                 job.implementation)
+                         : 0.0));
   return best;
 }
 
@@ -86,7 +91,8 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
     activations = boundaries * largest_mb * boundary_per_sample;
   }
   t.push_back({"activations", k.activation_scale * activations});
-  t.push_back({"working_set", k.working_scale * largest_working_set(job, largest_mb)});
+  t.push_back(
+      {"working_set", k.working_scale * largest_working_set(job, largest_mb, in.gpu_runtime)});
   t.push_back({"framework_buffers", k.framework_buffers});
   double dynamic = 0;
   for (const auto& term : t)
@@ -112,29 +118,46 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
 
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank,
                                const MemoryConstants& k) {
-  auto it = std::find_if(plan.ranks.begin(), plan.ranks.end(),
-                         [&](const PlanRank& r) { return r.rank == rank; });
+  // The plan's ranks are normally in rank order: look there first (constant time, so a caller
+  // predicting every rank of a 100k-GPU plan is not quadratic).
+  auto it = rank >= 0 && rank < static_cast<int>(plan.ranks.size()) &&
+                    plan.ranks[static_cast<std::size_t>(rank)].rank == rank
+                ? plan.ranks.begin() + rank
+                : std::find_if(plan.ranks.begin(), plan.ranks.end(),
+                               [&](const PlanRank& r) { return r.rank == rank; });
   if (it == plan.ranks.end())
     throw ValidationError("", "ranks", std::to_string(rank), "a rank present in the plan");
-  auto devices = scenario.cluster.ranks();
-  if (rank < 0 || rank >= static_cast<int>(devices.size()))
+  // The rank's device without listing every rank of the cluster.
+  const DeviceSlot* slot = nullptr;
+  int world_size = 0;
+  for (const auto& node : scenario.cluster.nodes) {
+    const int here = static_cast<int>(node.devices.size());
+    if (!slot && rank >= world_size && rank < world_size + here)
+      slot = &node.devices[static_cast<std::size_t>(rank - world_size)];
+    world_size += here;
+  }
+  if (!slot)
     throw ValidationError("", "ranks[" + std::to_string(rank) + "]", std::to_string(rank),
                           "a rank of the scenario's cluster");
-  const DeviceSpec& spec = devices[static_cast<std::size_t>(rank)].slot->spec;
+  return predict_memory(scenario.job, plan, *it, slot->spec, world_size, k);
+}
+
+MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,
+                               const DeviceSpec& spec, int world_size, const MemoryConstants& k) {
   RankMemoryInputs in;
-  in.state_share = it->state_share;
-  in.micro_batch_sizes = it->micro_batch_sizes();
+  in.state_share = rank.state_share;
+  in.micro_batch_sizes = rank.micro_batch_sizes();
   in.accumulation = plan.accumulation;
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
-  in.world_size = static_cast<int>(devices.size());
+  in.world_size = world_size;
   in.gpu_runtime = spec.kind != "cpu";
   MemoryBreakdown b;
-  b.rank = rank;
+  b.rank = rank.rank;
   b.gpu = spec.name;
-  if (it->batch == 0) in.micro_batch_sizes = {1};  // a rank with no samples still gathers units
-  b.terms = memory_terms(scenario.job, in, k);
-  if (it->batch == 0)
+  if (rank.batch == 0) in.micro_batch_sizes = {1};  // a rank with no samples still gathers units
+  b.terms = memory_terms(job, in, k);
+  if (rank.batch == 0)
     for (auto& term : b.terms)
       if (term.name == "activations" || term.name == "working_set") term.bytes = 0;
   for (const auto& term : b.terms) b.total += term.bytes;

@@ -1,6 +1,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cephalo/core/error.hpp"
 
@@ -172,12 +173,33 @@ double unit_backward_transient_bytes(const ModelSpec& m, int unit, int seq_in, i
   return tokens * std::max(mlp, attention) * bytes_per_element(dtype);
 }
 
+double output_tiles(double m, double n, double batch) {
+  return batch * std::ceil(m / 128.0) * std::ceil(n / 128.0);
+}
+
+double wave_efficiency(double tiles, int sm_count) {
+  if (!(tiles > 0) || sm_count <= 0) return 1;
+  const double waves = std::ceil(tiles / sm_count);
+  return tiles / (waves * sm_count);
+}
+
+bool causal_attention(const ModelSpec& m) { return m.family == "gpt" || m.family == "llama"; }
+
+double eager_attention_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch,
+                             const Implementation& impl) {
+  if (impl.attention != AttentionKernel::Eager || unit_kind(m, unit) != UnitKind::Layer) return 0;
+  const double s = effective_sequence(m, seq_in);
+  return 2.0 * micro_batch * m.heads * s * s * 4.0;
+}
+
 std::string to_string(OpClass c) {
   switch (c) {
     case OpClass::Gemm:
       return "gemm";
     case OpClass::Attention:
       return "attention";
+    case OpClass::FusedAttention:
+      return "fused_attention";
     case OpClass::Memory:
       return "memory";
   }
@@ -190,8 +212,9 @@ double optimizer_bytes_per_parameter(Dtype params, Dtype reduce, Dtype compute) 
   return 2 * p + g + 2 * 4.0 * 2 + bytes_per_element(compute);
 }
 
-std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro_batch,
-                             Dtype dtype) {
+std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype,
+                             const Implementation& impl) {
+  const bool fused = impl.fused_elementwise;
   const double e = bytes_per_element(dtype);
   const double s = effective_sequence(m, seq_in), b = micro_batch, hd = h(m);
   const double tokens = s * b;
@@ -206,6 +229,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
     op.backward_flops = 2 * op.forward_flops;
     op.backward_bytes = 2 * op.forward_bytes;
     op.backward_kernels = 2;
+    op.tiles = output_tiles(rows, n);
     ops.push_back(op);
   };
   // A bandwidth-bound elementwise kernel over `elements` values: `passes` reads+writes.
@@ -229,22 +253,38 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
       break;
     case UnitKind::Layer: {
       const double kv = kv_dim(m), f = m.ffn_hidden, a = m.heads;
-      memory("norm1", tokens * hd, 2, 5);
+      // Fused: the previous layer's residual add is done by this norm (reads both, writes
+      // the sum and the normalised output); the embedding's output needs no add.
+      memory("norm1", tokens * hd, fused ? 4 : 2, 5);
       gemm("qkv", tokens, hd, hd + 2 * kv);
-      OpCost scores{"scores", OpClass::Attention};
-      scores.forward_flops = 2 * b * s * s * hd;
-      scores.forward_bytes = e * (2 * tokens * hd + b * a * s * s);
-      scores.backward_flops = 2 * scores.forward_flops;
-      scores.backward_bytes = 2 * scores.forward_bytes;
-      scores.backward_kernels = 2;
-      ops.push_back(scores);
-      memory("softmax", b * a * s * s, 2, 5);
-      OpCost context = scores;
-      context.name = "context";
-      ops.push_back(context);
+      if (impl.attention == AttentionKernel::Flash) {
+        OpCost fa{"flash_attention", OpClass::FusedAttention};
+        fa.forward_flops = 4 * b * s * s * hd * (causal_attention(m) ? 0.5 : 1.0);
+        // q, k, v read, o written, one fp32 log-sum-exp per head and row.
+        fa.forward_bytes = e * tokens * (2 * hd + 2 * kv) + 4 * b * a * s;
+        fa.backward_flops = 2.5 * fa.forward_flops;
+        // q, k, v, o, dO and the lse read; dq, dk, dv written (plus the dO·O row sums).
+        fa.backward_bytes = e * tokens * (4 * hd + 4 * kv + hd) + 8 * b * a * s;
+        fa.backward_kernels = 2;
+        // One block per 128 query rows of each (sample, head).
+        fa.tiles = output_tiles(s, 128, b * a);
+        ops.push_back(fa);
+      } else {
+        OpCost scores{"scores", OpClass::Attention};
+        scores.forward_flops = 2 * b * s * s * hd;
+        scores.forward_bytes = e * (2 * tokens * hd + b * a * s * s);
+        scores.backward_flops = 2 * scores.forward_flops;
+        scores.backward_bytes = 2 * scores.forward_bytes;
+        scores.backward_kernels = 2;
+        ops.push_back(scores);
+        memory("softmax", b * a * s * s, 2, 5);
+        OpCost context = scores;
+        context.name = "context";
+        ops.push_back(context);
+      }
       gemm("attn_proj", tokens, hd, hd);
-      memory("residual1", tokens * hd, 3, 1);
-      memory("norm2", tokens * hd, 2, 5);
+      if (!fused) memory("residual1", tokens * hd, 3, 1);
+      memory("norm2", tokens * hd, fused ? 4 : 2, 5);
       if (m.activation == "swiglu") {
         gemm("mlp_gate_up", tokens, hd, 2 * f);
         memory("swiglu", tokens * f, 3, 8);
@@ -253,7 +293,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
         memory("gelu", tokens * f, 2, 8);
       }
       gemm("mlp_down", tokens, f, hd);
-      memory("residual2", tokens * hd, 3, 1);
+      if (!fused) memory("residual2", tokens * hd, 3, 1);
       break;
     }
     case UnitKind::Head:

@@ -123,6 +123,15 @@ LayerProfile profile_row(const std::string& model, const std::string& gpu, int s
 
 }  // namespace
 
+Implementation cephalo_profile_implementation(const std::string& family,
+                                              const std::string& architecture, Dtype dtype) {
+  const bool hf = family == "llama";
+  const bool ampere_or_newer = architecture == "ampere" || architecture == "ada" ||
+                               architecture == "hopper" || architecture == "blackwell";
+  const bool half = dtype == Dtype::FP16 || dtype == Dtype::BF16;
+  return {hf && ampere_or_newer && half ? AttentionKernel::Flash : AttentionKernel::Eager, false};
+}
+
 void ProfileTables::add(LayerProfile row) {
   auto key =
       std::make_tuple(lower(row.model), lower(row.gpu), row.seq, static_cast<int>(row.dtype));
@@ -184,6 +193,8 @@ ProfileTables ProfileTables::load_cephalo(const std::filesystem::path& file) {
           if (!dtype) r.fail_value(dtype_text, "a dtype key (float16, float32, bfloat16)");
           LayerProfile p =
               profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
+          p.implementation =
+              cephalo_profile_implementation(model->family, gpu->architecture, *dtype);
           if (entry.is_number()) {
             p.shape = ProfileShape::CombinedSlope;
             p.forward = {r.as_number(), 0};
@@ -289,6 +300,11 @@ ProfileTables ProfileTables::load_own(const std::filesystem::path& file) {
     auto dtype = parse_dtype(dtype_text);
     if (!dtype) r.child("dtype").fail("fp16, bf16, fp32 or tf32");
     LayerProfile p = profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
+    // Version-1 files carry no label: the only writer is `cephalo profile`, whose CPU and CUDA
+    // devices run eager attention (materialised scores) and unfused elementwise kernels.
+    p.implementation = {AttentionKernel::Eager, false};
+    if (auto impl = r.optional_child("implementation"))
+      p.implementation = parse_implementation(*impl);
     read_points(r.child("layer"), p, true);
     for (const char* unit : {"embedding", "head"}) {
       if (auto u = r.optional_child(unit)) {
@@ -322,9 +338,28 @@ ProfileTables ProfileTables::load_own(const std::filesystem::path& file) {
   return out;
 }
 
+bool ProfileTables::is_cephalo_layout(const nlohmann::json& j) {
+  if (!j.is_object() || j.empty()) return false;
+  for (const auto& [model, by_gpu] : j.items()) {
+    if (!by_gpu.is_object() || by_gpu.empty()) return false;
+    for (const auto& [gpu, by_seq] : by_gpu.items()) {
+      if (!by_seq.is_object() || by_seq.empty()) return false;
+      for (const auto& [seq, by_dtype] : by_seq.items())
+        if (seq.empty() || seq.find_first_not_of("0123456789") != std::string::npos ||
+            !by_dtype.is_object())
+          return false;
+    }
+  }
+  return true;
+}
+
 ProfileTables ProfileTables::load(const std::filesystem::path& file) {
   Json j = read_json_file(file);
   if (j.is_object() && j.contains("format")) return load_own(file);
+  if (!is_cephalo_layout(j))
+    throw ValidationError(file.string(), "format", "nothing (no \"format\" key)",
+                          "a profile: \"format\": \"cephalo-profile\", or Cephalo's "
+                          "model_latencies.json layout {model: {gpu: {seq: {dtype: entry}}}}");
   return load_cephalo(file);
 }
 

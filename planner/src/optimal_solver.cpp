@@ -9,42 +9,20 @@
 #include <map>
 #include <queue>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
+#include "optimal_internal.hpp"
 
 namespace cephalo::planner {
+using detail::kCoverTolerance;
+using detail::kInf;
+using detail::normalised;
+
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kCoverTolerance = 1e-12;  // Σ shares ≥ 1 up to rounding
-
-// The model takes c_i and w_i nondecreasing in m (running maximum of the given tables).
-OptimalRankModel normalised(const OptimalRankModel& r) {
-  OptimalRankModel out = r;
-  if (out.forward_time.size() == out.micro_batch_time.size() && out.phase_weight > 0) {
-    // Both phases nondecreasing in m, so both totals grow with the batch.
-    std::vector<double> k(out.micro_batch_time.size(), 0.0);
-    for (std::size_t m = 1; m < k.size(); ++m) {
-      k[m] = out.micro_batch_time[m] - out.forward_time[m];
-      if (m >= 2) {
-        k[m] = std::max(k[m], k[m - 1]);
-        out.forward_time[m] = std::max(out.forward_time[m], out.forward_time[m - 1]);
-      }
-      out.micro_batch_time[m] = out.forward_time[m] + k[m];
-    }
-  } else {
-    out.forward_time.clear();
-    out.phase_weight = 0;
-  }
-  for (std::size_t m = 2; m < out.micro_batch_time.size(); ++m)
-    out.micro_batch_time[m] = std::max(out.micro_batch_time[m], out.micro_batch_time[m - 1]);
-  for (std::size_t m = 2; m < out.working_bytes.size(); ++m)
-    out.working_bytes[m] = std::max(out.working_bytes[m], out.working_bytes[m - 1]);
-  return out;
-}
-
 // Ranks with identical models are solved once; a group is a model and its ranks.
 struct Group {
   OptimalRankModel model;
@@ -54,22 +32,30 @@ struct Group {
 std::vector<Group> group_ranks(const OptimalProblem& p) {
   std::vector<Group> groups;
   std::map<std::vector<double>, std::size_t> index;
-  for (std::size_t i = 0; i < p.ranks.size(); ++i) {
-    OptimalRankModel m = normalised(p.ranks[i]);
-    std::vector<double> key = m.micro_batch_time;
-    key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
-    key.push_back(-1);
-    key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
-    key.push_back(-2);
-    key.push_back(m.phase_weight);
-    key.push_back(m.extra_micro_batch_overhead);
-    key.push_back(m.fixed_bytes);
-    key.push_back(m.bytes_per_sample);
-    key.push_back(m.usable_bytes);
-    key.push_back(static_cast<double>(m.micro_batch_time.size()));
-    auto [it, inserted] = index.emplace(std::move(key), groups.size());
-    if (inserted) groups.push_back({std::move(m), {}});
-    groups[it->second].ranks.push_back(static_cast<int>(i));
+  // Each class's model is normalised and keyed once; its ranks join the group of the first
+  // class with the same normalised model (groups in order of their first rank).
+  std::vector<long> group_of_class(p.ranks.size(), -1);
+  const int n = p.num_ranks();
+  for (int i = 0; i < n; ++i) {
+    const auto c = static_cast<std::size_t>(p.class_of(i));
+    if (group_of_class[c] < 0) {
+      OptimalRankModel m = normalised(p.ranks[c]);
+      std::vector<double> key = m.micro_batch_time;
+      key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
+      key.push_back(-1);
+      key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
+      key.push_back(-2);
+      key.push_back(m.phase_weight);
+      key.push_back(m.extra_micro_batch_overhead);
+      key.push_back(m.fixed_bytes);
+      key.push_back(m.bytes_per_sample);
+      key.push_back(m.usable_bytes);
+      key.push_back(static_cast<double>(m.micro_batch_time.size()));
+      auto [it, inserted] = index.emplace(std::move(key), groups.size());
+      if (inserted) groups.push_back({std::move(m), {}});
+      group_of_class[c] = static_cast<long>(it->second);
+    }
+    groups[static_cast<std::size_t>(group_of_class[c])].ranks.push_back(i);
   }
   return groups;
 }
@@ -93,7 +79,7 @@ struct Frontier {
 class Solver {
  public:
   explicit Solver(const OptimalProblem& p) : p_(p), groups_(group_ranks(p)) {
-    n_ = static_cast<int>(p.ranks.size());
+    n_ = p.num_ranks();
     batch_ = p.global_batch;
     max_rank_batch_ = batch_ - (n_ - 1);
     frontiers_.resize(groups_.size());
@@ -243,11 +229,15 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
           group_of[r] = static_cast<int>(gi);
           (*batches)[r] = at[gi].cap;
         }
+      std::map<std::pair<int, int>, double> best_of;  // (group, batch): alike ranks once
       auto best_time = [&](int r, int b) {
+        auto [it, fresh] = best_of.emplace(std::make_pair(group_of[r], b), kInf);
+        if (!fresh) return it->second;
         const auto& g = groups_[group_of[r]];
         double best = kInf;
         for (int m = 1; m <= g.model.max_micro_batch(); ++m)
           best = std::min(best, optimal_compute_time(g.model, b, m));
+        it->second = best;
         return best;
       };
       for (int r = 0; r < n_; ++r) heap.emplace(best_time(r, (*batches)[r]), r);
@@ -327,11 +317,23 @@ OptimalSolution Solver::build(double tau, double sigma) {
   std::vector<double> shares = water_fill_shares(rooms);
   OptimalSolution sol;
   sol.ranks.resize(n_);
+  // The configuration depends only on (group, batch, share): ranks alike are chosen once.
+  std::map<std::tuple<int, int, double>, std::pair<int, double>> chosen;
   for (int r = 0; r < n_; ++r) {
     const auto& model = groups_[group_of[r]].model;
     auto& c = sol.ranks[r];
     c.batch = batches[r];
     c.share = shares[r];
+    const auto key = std::make_tuple(group_of[r], c.batch, c.share);
+    if (auto it = chosen.find(key); it != chosen.end()) {
+      c.micro_batch = it->second.first;
+      c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
+      c.compute_seconds = it->second.second;
+      c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
+      sol.compute_seconds = std::max(sol.compute_seconds, c.compute_seconds);
+      sol.max_share = std::max(sol.max_share, c.share);
+      continue;
+    }
     // The fastest configuration within τ whose memory holds the share.
     double best_t = kInf, best_w = kInf;
     for (int m = 1; m <= model.max_micro_batch(); ++m) {
@@ -353,6 +355,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
           c.micro_batch = std::min(m, c.batch);
       best_t = optimal_compute_time(model, c.batch, c.micro_batch);
     }
+    chosen.emplace(key, std::make_pair(c.micro_batch, best_t));
     c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
     c.compute_seconds = best_t;
     c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
@@ -462,67 +465,6 @@ OptimalSolution Solver::solve() {
 
 }  // namespace
 
-double optimal_compute_time(const OptimalRankModel& r, int batch, int micro_batch) {
-  const int m = std::min(micro_batch, batch);
-  const int n = (batch + m - 1) / m;
-  const int last = batch - (n - 1) * m;
-  const double t =
-      (n - 1) * (r.micro_batch_time[m] + r.extra_micro_batch_overhead) + r.micro_batch_time[last];
-  if (r.phase_weight <= 0 || r.forward_time.size() != r.micro_batch_time.size()) return t;
-  const double f = (n - 1) * r.forward_time[m] + r.forward_time[last];
-  return std::max(f / r.phase_weight, (t - f) / (1 - r.phase_weight));
-}
-
-double optimal_forward_time(const OptimalRankModel& r, int batch, int micro_batch) {
-  if (r.forward_time.size() != r.micro_batch_time.size()) return 0;
-  const int m = std::min(micro_batch, batch);
-  const int n = (batch + m - 1) / m;
-  const int last = batch - (n - 1) * m;
-  return (n - 1) * r.forward_time[m] + r.forward_time[last];
-}
-
-double optimal_memory(const OptimalRankModel& r, int batch, int micro_batch, double share,
-                      double state_bytes) {
-  return r.fixed_bytes + r.working_bytes[micro_batch] + r.bytes_per_sample * batch +
-         share * state_bytes;
-}
-
-double water_fill_level(const std::vector<double>& rooms) {
-  const double n = static_cast<double>(rooms.size());
-  double total = 0;
-  for (double r : rooms) total += std::max(0.0, r);
-  if (total < 1 - kCoverTolerance) return kInf;
-  std::vector<double> sorted;
-  for (double r : rooms) sorted.push_back(std::max(0.0, r));
-  std::sort(sorted.begin(), sorted.end());
-  // Level λ: Σ min(λ, r_i) = 1. Ranks below λ give all their room.
-  double given = 0;
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    const double rest = n - static_cast<double>(i);
-    const double level = (1 - given) / rest;
-    if (level <= sorted[i]) return std::max(level, 1.0 / n);
-    given += sorted[i];
-  }
-  return sorted.back();
-}
-
-std::vector<double> water_fill_shares(const std::vector<double>& rooms) {
-  const std::size_t n = rooms.size();
-  const double level = water_fill_level(rooms);
-  std::vector<double> s(n);
-  if (level <= 1.0 / static_cast<double>(n)) {
-    std::fill(s.begin(), s.end(), 1.0 / static_cast<double>(n));
-    return s;
-  }
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    s[i] = std::min(level, std::max(0.0, rooms[i]));
-    sum += s[i];
-  }
-  for (auto& x : s) x /= sum;
-  return s;
-}
-
 OptimalSolution solve_optimal(const OptimalProblem& problem) {
   Solver solver(problem);
   return solver.solve();
@@ -539,64 +481,6 @@ std::vector<OptimalSolution> solve_optimal_candidates(const OptimalProblem& prob
     return a.iteration_seconds < b.iteration_seconds;
   });
   return out;
-}
-
-OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
-  const int n = static_cast<int>(p.ranks.size());
-  std::vector<OptimalRankModel> ranks;
-  for (const auto& r : p.ranks) ranks.push_back(normalised(r));
-  OptimalSolution best;
-  best.iteration_seconds = kInf;
-  std::vector<int> b(n, 1), m(n, 1);
-  // Enumerate compositions of B into n parts ≥ 1, and every micro-batch size per rank.
-  std::function<void(int, int)> over_batches = [&](int i, int left) {
-    if (i == n - 1) {
-      b[i] = left;
-      std::function<void(int)> over_micro = [&](int j) {
-        if (j == n) {
-          std::vector<double> rooms(n);
-          double tau = 0;
-          for (int k = 0; k < n; ++k) {
-            const double free = ranks[k].usable_bytes - ranks[k].fixed_bytes -
-                                ranks[k].working_bytes[m[k]] - ranks[k].bytes_per_sample * b[k];
-            if (free < 0) return;
-            rooms[k] = p.state_bytes > 0 ? free / p.state_bytes : kInf;
-            tau = std::max(tau, optimal_compute_time(ranks[k], b[k], m[k]));
-          }
-          const double sigma = water_fill_level(rooms);
-          if (sigma == kInf) return;
-          const double c = p.comm_seconds ? p.comm_seconds(sigma) : 0.0;
-          const double t = std::max(c, tau) + p.optimizer_seconds * sigma;
-          if (t < best.iteration_seconds) {
-            best.iteration_seconds = t;
-            best.compute_seconds = tau;
-            best.max_share = sigma;
-            best.comm_seconds = c;
-            best.optimizer_seconds = p.optimizer_seconds * sigma;
-            best.ranks.assign(n, {});
-            for (int k = 0; k < n; ++k) {
-              best.ranks[k].batch = b[k];
-              best.ranks[k].micro_batch = std::min(m[k], b[k]);
-            }
-          }
-          return;
-        }
-        for (int mm = 1; mm <= ranks[j].max_micro_batch(); ++mm) {
-          m[j] = mm;
-          over_micro(j + 1);
-        }
-      };
-      over_micro(0);
-      return;
-    }
-    for (int x = 1; x <= left - (n - 1 - i); ++x) {
-      b[i] = x;
-      over_batches(i + 1, left - x);
-    }
-  };
-  if (n > 0 && p.global_batch >= n) over_batches(0, p.global_batch);
-  if (best.iteration_seconds == kInf) throw InfeasibleError("optimal (brute force): nothing fits");
-  return best;
 }
 
 }  // namespace cephalo::planner

@@ -1,12 +1,11 @@
 // What-if sweeps over cluster mixes; see sweep.hpp.
 #include "cephalo/planner/sweep.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
@@ -25,13 +24,6 @@ Json link_json(JsonReader r) {
   return r.value();
 }
 
-// Under mpirun (Open MPI, MPICH/PMI) the launcher sets these; a plain run skips MPI entirely.
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 Json row_json(const SweepRow& r, std::size_t index) {
   return {{"index", index},
           {"counts", r.counts},
@@ -46,6 +38,12 @@ Json row_json(const SweepRow& r, std::size_t index) {
           {"pareto", r.pareto},
           {"planning_s", r.planning_s},
           {"error", r.error}};
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 SweepRow row_from_json(const Json& j) {
@@ -117,9 +115,7 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   spec.strategy = root.string_or("strategy", "optimal");
   const auto& names = strategy_names();
   if (std::find(names.begin(), names.end(), spec.strategy) == names.end())
-    root.child("strategy")
-        .fail_value("\"" + spec.strategy + "\"",
-                    "one of even, proportional, cephalo, optimal, search");
+    root.child("strategy").fail_value("\"" + spec.strategy + "\"", "one of " + join_names(names));
   if (auto c = root.optional_child("constraints")) {
     spec.max_cost_per_hour = c->number_or("max_cost_per_hour", -1);
     spec.min_samples_per_s = c->number_or("min_samples_per_s", 0);
@@ -144,30 +140,96 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   return spec;
 }
 
-std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec) {
-  std::vector<std::vector<int>> out;
-  std::vector<int> c(spec.pool.size());
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = spec.pool[i].min_count;
-  int batch = 0;
+namespace {
+
+int spec_global_batch(const SweepSpec& spec) {
   if (spec.job.contains("global_batch") && spec.job["global_batch"].is_number_integer())
-    batch = spec.job["global_batch"].get<int>();
-  for (;;) {
-    int total = 0;
-    double cost = 0;
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      total += c[i];
-      cost += c[i] * spec.pool[i].price_per_hour;
-    }
-    const bool within_budget = spec.max_cost_per_hour < 0 || cost <= spec.max_cost_per_hour + 1e-9;
-    if (total > 0 && (batch == 0 || total <= batch) && within_budget) out.push_back(c);
-    std::size_t k = 0;
-    for (; k < c.size(); ++k) {
-      c[k] += spec.pool[k].step;
-      if (c[k] <= spec.pool[k].max_count) break;
-      c[k] = spec.pool[k].min_count;
-    }
-    if (k == c.size()) break;
+    return spec.job["global_batch"].get<int>();
+  return 0;  // unknown here: parse_scenario judges it per mix
+}
+
+// Calls visit(counts) for every mix that passes the filters, the first pool entry varying
+// fastest, until visit returns false. Only partial mixes that can still be completed are
+// extended: prices and counts are ≥ 0, so the cost and the GPU total only grow with a count,
+// and a partial mix over the budget (or the batch) with the remaining entries at their
+// minimum stays over. Each visited partial mix therefore leads to a mix that passes (or to the
+// all-zero one), and the walk costs O(pool size) per mix visited.
+template <class Visit>
+void walk_mixes(const SweepSpec& spec, Visit&& visit) {
+  const std::size_t n = spec.pool.size();
+  const int batch = spec_global_batch(spec);
+  const double budget = spec.max_cost_per_hour < 0 ? std::numeric_limits<double>::infinity()
+                                                   : spec.max_cost_per_hour + 1e-9;
+  // Cost and total of entries [0, k) at their minimum (what the inner entries add at least).
+  std::vector<double> min_cost(n + 1, 0.0);
+  std::vector<long long> min_total(n + 1, 0);
+  for (std::size_t k = 0; k < n; ++k) {
+    min_cost[k + 1] = min_cost[k] + spec.pool[k].min_count * spec.pool[k].price_per_hour;
+    min_total[k + 1] = min_total[k] + spec.pool[k].min_count;
   }
+  // Tolerance for the pruning only (sums in another order than the final check's).
+  const double slack = 1e-6 * std::max(1.0, std::abs(budget));
+  std::vector<int> c(n);
+  bool go = true;
+  // Entries are chosen from the last (slowest varying) to the first.
+  auto rec = [&](auto&& self, std::size_t k, double cost, long long total) -> void {
+    if (!go) return;
+    if (k == 0) {
+      long long gpus = 0;
+      double exact = 0;
+      for (std::size_t i = 0; i < n; ++i) {  // the filters exactly as stated, in pool order
+        gpus += c[i];
+        exact += c[i] * spec.pool[i].price_per_hour;
+      }
+      const bool within_budget = spec.max_cost_per_hour < 0 || exact <= budget;
+      if (gpus > 0 && (batch == 0 || gpus <= batch) && within_budget) go = visit(c);
+      return;
+    }
+    const auto& p = spec.pool[k - 1];
+    for (int v = p.min_count; v <= p.max_count && go; v += p.step) {
+      const double at_least = cost + v * p.price_per_hour + min_cost[k - 1];
+      const long long gpus_at_least = total + v + min_total[k - 1];
+      if (at_least > budget + slack || (batch > 0 && gpus_at_least > batch)) break;
+      c[k - 1] = v;
+      self(self, k - 1, cost + v * p.price_per_hour, total + v);
+    }
+  };
+  rec(rec, n, 0.0, 0);
+}
+
+}  // namespace
+
+MixCount count_mixes(const SweepSpec& spec, std::uint64_t limit) {
+  MixCount count;
+  constexpr auto kMax = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t product = 1;
+  for (const auto& p : spec.pool) {
+    const auto choices = static_cast<std::uint64_t>((p.max_count - p.min_count) / p.step + 1);
+    product = product > kMax / choices ? kMax : product * choices;
+  }
+  bool zero_allowed = true;
+  for (const auto& p : spec.pool) zero_allowed = zero_allowed && p.min_count == 0;
+  count.unfiltered = product == kMax ? kMax : product - (zero_allowed ? 1 : 0);
+  walk_mixes(spec, [&](const std::vector<int>&) { return ++count.mixes <= limit; });
+  return count;
+}
+
+std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec, std::uint64_t max_mixes) {
+  const MixCount count = count_mixes(spec, max_mixes);
+  if (count.mixes > max_mixes)
+    throw ValidationError(
+        spec.file.string(), "$.pool",
+        "more than " + std::to_string(max_mixes) + " mixes (" + std::to_string(count.unfiltered) +
+            " combinations of counts before the budget and global-batch filters)",
+        "a sweep of at most " + std::to_string(max_mixes) +
+            " mixes (--max-mixes): raise a pool entry's step, lower its max_count, set "
+            "constraints.max_cost_per_hour, or raise --max-mixes");
+  std::vector<std::vector<int>> out;
+  out.reserve(static_cast<std::size_t>(count.mixes));
+  walk_mixes(spec, [&](const std::vector<int>& c) {
+    out.push_back(c);
+    return true;
+  });
   return out;
 }
 
@@ -256,68 +318,35 @@ void mark_pareto(std::vector<SweepRow>& rows) {
   }
 }
 
-std::vector<SweepRow> run_sweep(const SweepSpec& spec, bool progress) {
-  const auto mixes = enumerate_mixes(spec);
-  int rank = 0, size = 1;
-  bool we_initialised = false;
-  const bool mpi = launched_by_mpi();
-  if (mpi) {
-    int initialised = 0;
-    MPI_Initialized(&initialised);
-    if (!initialised) {
-      MPI_Init(nullptr, nullptr);
-      we_initialised = true;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
+                                     const std::vector<std::vector<int>>& mixes,
+                                     const SweepProgress& progress) {
+  std::vector<SweepRow> rows;
+  rows.reserve(mixes.size());
+  for (const auto& m : mixes) {
+    rows.push_back(evaluate_mix(spec, m));
+    if (progress) progress(rows.size(), mixes.size(), rows.back());
   }
-  if (progress && rank == 0)
-    std::cerr << "sweep " << spec.name << ": " << mixes.size() << " mixes, strategy "
-              << spec.strategy << (size > 1 ? ", " + std::to_string(size) + " MPI ranks" : "")
-              << "\n";
-  Json mine = Json::array();
-  std::vector<SweepRow> rows(mixes.size());
-  std::size_t done = 0;
-  for (std::size_t i = static_cast<std::size_t>(rank); i < mixes.size();
-       i += static_cast<std::size_t>(size)) {
-    rows[i] = evaluate_mix(spec, mixes[i]);
-    mine.push_back(row_json(rows[i], i));
-    ++done;
-    if (progress)
-      std::cerr << "sweep" << (size > 1 ? " [rank " + std::to_string(rank) + "]" : "") << " "
-                << done << "/" << (mixes.size() + size - 1 - rank) / size << ": " << rows[i].mix
-                << ": "
-                << (rows[i].feasible ? fixed(rows[i].samples_per_s, 2) + " samples/s"
-                                     : "infeasible")
-                << "\n";
-  }
-  if (size > 1) {
-    const std::string text = mine.dump();
-    int len = static_cast<int>(text.size());
-    std::vector<int> lens(size), offsets(size);
-    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    std::string all;
-    if (rank == 0) {
-      int total = 0;
-      for (int r = 0; r < size; ++r) {
-        offsets[r] = total;
-        total += lens[r];
-      }
-      all.resize(static_cast<std::size_t>(total));
-    }
-    MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0,
-                MPI_COMM_WORLD);
-    if (rank == 0) {
-      for (int r = 1; r < size; ++r) {
-        const Json part = Json::parse(all.substr(offsets[r], lens[r]));
-        for (const auto& j : part) rows[j.at("index").get<std::size_t>()] = row_from_json(j);
-      }
-    }
-  }
-  if (we_initialised) MPI_Finalize();
-  if (rank != 0) return {};
-  mark_pareto(rows);
   return rows;
+}
+
+Json rows_to_json(const std::vector<SweepRow>& rows, const std::vector<std::size_t>& indices) {
+  if (rows.size() != indices.size())
+    throw ValidationError("", "indices", std::to_string(indices.size()) + " indices",
+                          "one index per row (" + std::to_string(rows.size()) + ")");
+  Json out = Json::array();
+  for (std::size_t i = 0; i < rows.size(); ++i) out.push_back(row_json(rows[i], indices[i]));
+  return out;
+}
+
+void place_rows(const Json& rows, std::vector<SweepRow>& all) {
+  for (const auto& j : rows) {
+    const auto index = j.at("index").get<std::size_t>();
+    if (index >= all.size())
+      throw ValidationError("", "index", std::to_string(index),
+                            "a row index below " + std::to_string(all.size()));
+    all[index] = row_from_json(j);
+  }
 }
 
 std::string sweep_csv(const std::vector<SweepRow>& rows) {

@@ -5,12 +5,20 @@
 #include <utility>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
 
 namespace cephalo::sim {
 
 Time to_ticks(double seconds) {
-  if (!(seconds >= 0) || seconds > 9.0e9)
+  if (!(seconds >= 0))
     throw std::invalid_argument("duration out of range: " + std::to_string(seconds) + " s");
+  // Finite but too long (valid hardware numbers at their extremes, not a bug): the user hears
+  // it as an infeasible request (exit 3), not a crash (exit 4). One op is at most 1e9 s and the
+  // clock at most kMaxTime (about 146 years), so `now + duration` cannot overflow.
+  if (seconds > kMaxDurationSeconds)
+    throw InfeasibleError("an op would take " + format_seconds(seconds) +
+                          ", more than the simulator's 1e9 s (31 years) per op; check the "
+                          "cluster's bandwidths, FLOP rates and slowdowns");
   return static_cast<Time>(std::llround(seconds * 1e9));
 }
 
@@ -141,6 +149,11 @@ Engine::Engine(std::unique_ptr<EventQueue> queue) : queue_(std::move(queue)) {
 }
 
 void Engine::schedule_at(Time time, std::uint32_t kind, std::uint32_t target, std::uint64_t data) {
+  if (time > kMaxTime)
+    throw InfeasibleError("the simulated iteration would last more than " +
+                          format_seconds(to_seconds(kMaxTime)) +
+                          ", beyond the simulator's clock; check the cluster's bandwidths, FLOP "
+                          "rates and slowdowns");
   if (time < now_)
     throw std::logic_error("event scheduled in the past: t=" + std::to_string(time) +
                            " ns < now=" + std::to_string(now_) + " ns");

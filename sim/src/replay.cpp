@@ -9,6 +9,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::sim {
 namespace {
@@ -187,13 +188,17 @@ double Replay::copy_seconds(const Op& op) {
 }
 
 double Replay::collective_seconds(const traces::Collective& c, bool overlaps_compute) {
-  auto key =
-      std::make_pair(2 * static_cast<int>(c.kind) + (overlaps_compute ? 1 : 0), c.total_bytes);
+  // The graph resolved the variant (from the integer slices each member moves); the comm model
+  // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
+  auto key = std::make_pair(
+      (4 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
+      c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   costmodels::CollectiveRequest req;
   req.kind = collective_kind(c.kind);
-  req.uneven = plan_.uneven_collective;
+  req.uneven = c.variant == traces::CollectiveVariant::Padded ? UnevenCollective::Padded
+                                                              : UnevenCollective::Grouped;
   req.overlaps_compute = overlaps_compute;
   for (const auto& m : g_.members(c)) {
     req.ranks.push_back(m.rank);
@@ -404,22 +409,6 @@ void Replay::complete_op(OpId id) {
 
 // ----- run -----------------------------------------------------------------------------------
 
-// Measure of the intersection of two sorted lists of disjoint intervals.
-Time overlap(const std::vector<std::pair<Time, Time>>& a,
-             const std::vector<std::pair<Time, Time>>& b) {
-  Time total = 0;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    Time lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
-    if (a[i].second < b[j].second)
-      ++i;
-    else
-      ++j;
-  }
-  return total;
-}
-
 SimResult Replay::run() {
   const int ranks = g_.num_ranks();
   const std::size_t n = g_.num_ops();
@@ -449,8 +438,6 @@ SimResult Replay::run() {
   link_flows_.assign(static_cast<std::size_t>(3 * ranks + 2 * num_nodes_), {});
 
   const costmodels::MemoryConstants constants;
-  const double fraction =
-      opt_.usable_fraction >= 0 ? opt_.usable_fraction : constants.usable_fraction;
   mem_.resize(ranks);
   peak_.resize(ranks);
   capacity_.resize(ranks);
@@ -465,7 +452,7 @@ SimResult Replay::run() {
                                    : costmodels::allocator_slack_fraction(gpu_runtime, constants));
     mem_[r] = g_.static_bytes(r) + reserve;
     peak_[r] = mem_[r];
-    capacity_[r] = devices_[r].slot->spec.memory_bytes * fraction;
+    capacity_[r] = traces::usable_capacity_bytes(devices_[r].slot->spec, opt_.usable_fraction);
     if (!oom_ && mem_[r] > capacity_[r]) {
       oom_ = true;
       oom_detail_ = {r, -1, "sharded training state", mem_[r], capacity_[r], mem_[r]};
@@ -493,53 +480,16 @@ SimResult Replay::run() {
   Time end = 0;
   for (std::size_t i = 0; i < n; ++i) end = std::max(end, out_.end_ns[i]);
   out_.iteration_ns = end;
-  traces::IterationReport& rep = out_.report;
-  rep.source = "sim";
-  rep.iteration_time_s = to_seconds(end);
-  const double t = rep.iteration_time_s;
-  rep.samples_per_s = t > 0 ? g_.summary().global_batch / t : 0;
-  rep.tokens_per_s = rep.samples_per_s * g_.summary().sequence_length;
-  double peak_flops = 0;
-  for (const auto& d : devices_) peak_flops += d.slot->spec.peak_flops(s_.job.precision.compute);
-  rep.mfu = t > 0 && peak_flops > 0 ? g_.summary().model_flops_per_iteration / (t * peak_flops) : 0;
-  rep.oom = oom_;
-  if (oom_) rep.oom_detail = oom_detail_;
-  rep.events = engine_.processed();
-
-  std::vector<std::pair<Time, Time>> busy, active;
-  for (int r = 0; r < ranks; ++r) {
-    busy.clear();
-    active.clear();
-    Time compute = 0, comm = 0, active_total = 0;
-    for (OpId id : g_.stream_program(r, Stream::Compute)) {
-      busy.emplace_back(out_.start_ns[id], out_.end_ns[id]);
-      compute += out_.end_ns[id] - out_.start_ns[id];
-    }
-    for (OpId id : g_.stream_program(r, Stream::Comm)) {
-      // Waiting at a collective for slower ranks is idleness, not communication.
-      active.emplace_back(out_.start_ns[id], out_.end_ns[id]);
-      active_total += out_.end_ns[id] - out_.start_ns[id];
-      comm += out_.end_ns[id] - out_.start_ns[id];
-    }
-    const Time both = overlap(busy, active);
-    traces::RankReport rr;
-    rr.rank = r;
-    rr.gpu = devices_[r].slot->spec.name;
-    rr.node = devices_[r].node;
-    rr.compute_s = to_seconds(compute);
-    rr.comm_s = to_seconds(comm);
-    rr.exposed_comm_s = to_seconds(active_total - both);
-    rr.idle_s = to_seconds(end - (compute + active_total - both));
-    rr.peak_memory_bytes = peak_[r];
-    rr.capacity_bytes = capacity_[r];
-    rep.ranks.push_back(rr);
-  }
-  if (opt_.record_ops) {
-    rep.ops.reserve(n);
-    for (std::size_t i = 0; i < n; ++i)
-      rep.ops.push_back({static_cast<std::uint32_t>(i), to_seconds(out_.start_ns[i]),
-                         to_seconds(out_.end_ns[i])});
-  }
+  traces::IterationMeasurements m;
+  m.source = "sim";
+  m.start_ns = out_.start_ns;
+  m.end_ns = out_.end_ns;
+  m.peak_memory_bytes = peak_;
+  if (oom_) m.oom = oom_detail_;
+  m.events = engine_.processed();
+  m.record_ops = opt_.record_ops;
+  m.usable_fraction = opt_.usable_fraction;
+  out_.report = traces::summarize(g_, s_, plan_, m);
   return std::move(out_);
 }
 

@@ -8,9 +8,13 @@ run the same ops, every error is finite) and reports the accuracy targets:
   * median |iteration-time error| <= 10 %
   * per-rank peak-memory error <= 10 % (max over plans and ranks)
   * Kendall tau between simulated and measured plan order (by iteration time)
-Targets are enforced only with --strict (or CEPHALO_ACCURACY_STRICT=1): on a shared 2-core
-machine the measured side is dominated by scheduling noise, and a red CI for that would say
-nothing about the code. The README of this folder records the results with their date.
+The targets themselves are enforced only with --strict (or CEPHALO_ACCURACY_STRICT=1): on a
+shared 2-core machine the measured side is dominated by scheduling noise, and a red CI for that
+would say nothing about the code. Always enforced are looser bounds (FAIL_BOUNDS) that the
+noise of such a machine has not come near (README: median 4-6 %, memory <= 5.2 %, tau 0.6-0.8)
+but a broken simulator or backend would cross: a cost model off by 1.5x, a memory term dropped
+or doubled, or an order that no longer follows the measurement. The README of this folder
+records the results with their date.
 """
 import argparse
 import datetime
@@ -24,6 +28,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Always enforced (see the module docstring): median |iteration-time error|, max |peak-memory
+# error| over plans and ranks, and Kendall tau of the plan order.
+FAIL_BOUNDS = {"median_abs_iteration_error": 0.35, "max_abs_peak_memory_error": 0.15,
+               "kendall_tau": 0.0}
 
 
 def log(msg):
@@ -258,6 +267,17 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=2)
+    broken = []
+    if not med_it <= FAIL_BOUNDS["median_abs_iteration_error"]:
+        broken.append(f"median |iteration error| {100 * med_it:.1f} % > "
+                      f"{100 * FAIL_BOUNDS['median_abs_iteration_error']:.0f} %")
+    if not max_mem <= FAIL_BOUNDS["max_abs_peak_memory_error"]:
+        broken.append(f"max |peak-memory error| {100 * max_mem:.1f} % > "
+                      f"{100 * FAIL_BOUNDS['max_abs_peak_memory_error']:.0f} %")
+    if not (math.isfinite(tau) and tau > FAIL_BOUNDS["kendall_tau"]):
+        broken.append(f"Kendall tau {tau:.3f} <= {FAIL_BOUNDS['kendall_tau']}")
+    if broken:
+        raise SystemExit("accuracy outside the always-enforced bounds: " + "; ".join(broken))
     if a.strict and not all(t["met"] for t in targets.values()):
         raise SystemExit("accuracy targets not met (--strict)")
 

@@ -48,6 +48,22 @@ const Reference& single_rank_reference() {
   return ref;
 }
 
+// gpt-tiny's parameters before any step (the executor's deterministic initialisation).
+std::vector<float> initial_parameters() {
+  static const std::vector<float> init = [] {
+    const Scenario sc = cephalo::costmodels::load_scenario(scenario(1));
+    cephalo::backend::GptModel model(
+        cephalo::backend::GptConfig::from_spec(sc.job.model, sc.job.sequence_length));
+    std::vector<float> all;
+    for (int u = 0; u < model.num_units(); ++u) {
+      auto x = model.initial_unit(u);
+      all.insert(all.end(), x.begin(), x.end());
+    }
+    return all;
+  }();
+  return init;
+}
+
 void expect_one_step_matches_reference(const std::string& plan_name, int ranks = 3) {
   const auto& ref = single_rank_reference();
   ASSERT_EQ(ref.params.size(), [] {
@@ -70,9 +86,15 @@ void expect_one_step_matches_reference(const std::string& plan_name, int ranks =
   // true gradient is exactly zero (the key bias: softmax is shift-invariant) carry fp32
   // summation noise amplified by lr/eps; the unit norm is the meaningful fp32 comparison.
   EXPECT_LT(worst_unit_relative(p, ref.params), 1e-5) << plan_name;
-  // And it is a real step: parameters moved.
-  std::vector<float> none;
-  EXPECT_GT(worst_unit_relative(p, std::vector<float>(p.size(), 0.0f)), 0.0);
+  // And it is a real step: every unit moved from its initial values (by about lr relative to
+  // the weights; 1e-6 is far above fp32 noise and far below one AdamW step).
+  EXPECT_GT(worst_unit_relative(p, initial_parameters()), 1e-6) << plan_name;
+  for (std::size_t u = 0, off = 0; u < tiny_units().size(); off += tiny_units()[u], ++u) {
+    const auto init = initial_parameters();
+    double d = 0;
+    for (std::size_t i = off; i < off + tiny_units()[u]; ++i) d += std::fabs(p[i] - init[i]);
+    EXPECT_GT(d, 0.0) << plan_name << ": unit " << u << " did not move";
+  }
 }
 
 }  // namespace

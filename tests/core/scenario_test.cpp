@@ -65,6 +65,9 @@ TEST(Plan, RoundTripsThroughJson) {
   EXPECT_EQ(to_json(plan2), again);
 
   Scenario s = costmodels::load_scenario(kScenarios / "default.json");
+  // Made for scenario "s", checked against "paper-gpt2.7b": refused although the ranks match.
+  EXPECT_THROW(validate_plan_for(plan, s, "plan.json"), ValidationError);
+  plan.scenario = s.name;
   EXPECT_NO_THROW(validate_plan_for(plan, s, "plan.json"));
   plan.ranks[3].gpu = "t4";
   try {

@@ -28,14 +28,54 @@ TEST(ModelMath, GptForwardFlopsPerLayerMatchTheTextbookFormula) {
         UnitFlops f = unit_flops(m, 1, seq, b);
         EXPECT_DOUBLE_EQ(f.forward, expected) << name << " s=" << seq << " b=" << b;
         EXPECT_DOUBLE_EQ(f.backward, 2 * expected);
-        // The op breakdown sums to the same GEMM + attention FLOPs.
+        // The eager op breakdown sums to the same GEMM + attention FLOPs.
         double ops = 0;
-        for (const auto& op : unit_ops(m, 1, seq, b, Dtype::FP16))
+        for (const auto& op : unit_ops(m, 1, seq, b, Dtype::FP16, {AttentionKernel::Eager, false}))
           if (op.op_class != OpClass::Memory) ops += op.forward_flops;
         EXPECT_DOUBLE_EQ(ops, expected);
       }
     }
   }
+}
+
+TEST(ModelMath, FlashAttentionSkipsTheMaskedHalfAndMovesNoScores) {
+  const ModelSpec& gpt = ModelCatalog::builtin().get("gpt-2.7b");
+  const double s = 2048, b = 2, h = gpt.hidden, a = gpt.heads;
+  auto find = [](const std::vector<OpCost>& ops, const std::string& name) -> const OpCost* {
+    for (const auto& op : ops)
+      if (name == op.name) return &op;
+    return nullptr;
+  };
+  auto flash = unit_ops(gpt, 1, 2048, 2, Dtype::BF16, {AttentionKernel::Flash, true});
+  const OpCost* fa = find(flash, "flash_attention");
+  ASSERT_NE(fa, nullptr);
+  EXPECT_EQ(find(flash, "softmax"), nullptr);
+  EXPECT_EQ(find(flash, "scores"), nullptr);
+  // Causal: half of QKᵀ and PV (4·b·s²·h in full); the backward recomputes the scores.
+  EXPECT_DOUBLE_EQ(fa->forward_flops, 2 * b * s * s * h);
+  EXPECT_DOUBLE_EQ(fa->backward_flops, 2.5 * fa->forward_flops);
+  // Its traffic grows with s, not s²: q, k, v, o and a log-sum-exp per head and row.
+  EXPECT_LT(fa->forward_bytes, 2.0 * (4 * b * s * h + 4 * b * a * s));
+  auto eager = unit_ops(gpt, 1, 2048, 2, Dtype::BF16, {AttentionKernel::Eager, true});
+  ASSERT_NE(find(eager, "softmax"), nullptr);
+  EXPECT_GE(find(eager, "scores")->forward_bytes, 2 * b * a * s * s);
+  // BERT attends both ways: no halving.
+  const ModelSpec& bert = ModelCatalog::builtin().get("bert-large");
+  auto bi = unit_ops(bert, 1, 512, 1, Dtype::FP16, {AttentionKernel::Flash, true});
+  EXPECT_DOUBLE_EQ(find(bi, "flash_attention")->forward_flops, 4.0 * 512 * 512 * bert.hidden);
+  // Fused elementwise: the residual adds are done by the norms (two kernels fewer).
+  auto unfused = unit_ops(gpt, 1, 2048, 2, Dtype::BF16, {AttentionKernel::Flash, false});
+  EXPECT_EQ(unfused.size(), flash.size() + 2);
+  EXPECT_NE(find(unfused, "residual1"), nullptr);
+  EXPECT_EQ(find(flash, "residual1"), nullptr);
+}
+
+TEST(ModelMath, EagerAttentionHoldsTheScoresAndTheirGradient) {
+  const ModelSpec& gpt = ModelCatalog::builtin().get("gpt-2.7b");
+  EXPECT_DOUBLE_EQ(eager_attention_bytes(gpt, 1, 1024, 3, {AttentionKernel::Eager, false}),
+                   2.0 * 3 * gpt.heads * 1024.0 * 1024.0 * 4.0);
+  EXPECT_EQ(eager_attention_bytes(gpt, 1, 1024, 3, {}), 0.0);
+  EXPECT_EQ(eager_attention_bytes(gpt, 0, 1024, 3, {AttentionKernel::Eager, false}), 0.0);
 }
 
 TEST(ModelMath, ParameterCountsMatchPublishedModelStats) {

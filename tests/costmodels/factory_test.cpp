@@ -292,3 +292,114 @@ TEST(CalibratedModel, TestGptRowsCoverTheWholeStackAndModelFactorsFallBackToTheF
   EXPECT_GT(own[0], 0);
   EXPECT_NE(own[0], family[0]);
 }
+
+TEST(CalibratedModel, TheImplementationNotTheFamilyDecidesTheSoftwareFactor) {
+  auto m = CalibratedComputeModel::builtin();
+  const DeviceSpec& a100 = GpuCatalog::builtin().get("A100-80GB");
+  Job job;
+  job.model = ModelCatalog::builtin().get("gpt-2.7b");
+  job.model.name = "gpt-shaped";
+  job.sequence_length = 2048;
+  job.precision.compute = Dtype::BF16;
+  Job relabelled = job;
+  relabelled.model.family = "llama";
+  // Flash, fused (the default): a GPT-shaped layer costs what the same shape labelled LLaMA
+  // costs; the DeepSpeed GPT layers' factor is not inherited.
+  auto layer = [&](const Job& j, ComputePhase p) { return m->unit_time(a100, j, 1, p, 4).seconds; };
+  EXPECT_DOUBLE_EQ(layer(job, ComputePhase::Forward), layer(relabelled, ComputePhase::Forward));
+  EXPECT_DOUBLE_EQ(layer(job, ComputePhase::Backward), layer(relabelled, ComputePhase::Backward));
+  EXPECT_EQ(CalibratedComputeModel::job_stack(job).first, CalibratedComputeModel::kReferenceStack);
+  // Eager and unfused is what the Cephalo source ran for GPT: its factor applies, and the
+  // layer is slower (materialised scores, slower stack).
+  Job eager = job;
+  eager.implementation = {AttentionKernel::Eager, false};
+  EXPECT_EQ(CalibratedComputeModel::job_stack(eager).first, "gpt");
+  EXPECT_GT(layer(eager, ComputePhase::Forward), 1.2 * layer(job, ComputePhase::Forward));
+  // Flash attention is cheaper than eager at long sequences even with the same factors.
+  Job eager_llama = relabelled;
+  eager_llama.implementation = {AttentionKernel::Eager, true};
+  EXPECT_GT(layer(eager_llama, ComputePhase::Forward), layer(relabelled, ComputePhase::Forward));
+}
+
+TEST(CalibratedModel, CalibrationRowsCarryTheImplementationTheyWereMeasuredWith) {
+  int flash = 0, eager = 0;
+  for (const auto& r : ProfileTables::builtin().rows()) {
+    const auto& gpu = GpuCatalog::builtin().get(r.gpu);
+    const auto& family = ModelCatalog::builtin().get(r.model).family;
+    const bool half = r.dtype == Dtype::FP16 || r.dtype == Dtype::BF16;
+    const bool ampere_plus =
+        gpu.architecture == "ampere" || gpu.architecture == "ada" || gpu.architecture == "hopper";
+    const bool expect_flash = family == "llama" && half && ampere_plus;
+    EXPECT_EQ(r.implementation.attention == AttentionKernel::Flash, expect_flash)
+        << r.model << " on " << r.gpu << " " << to_string(r.dtype);
+    EXPECT_FALSE(r.implementation.fused_elementwise);
+    (expect_flash ? flash : eager)++;
+  }
+  EXPECT_GT(flash, 20);
+  EXPECT_GT(eager, 100);
+}
+
+TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-impl-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& impl) {
+    auto f = dir / "s.json";
+    std::ofstream(f) << R"({"cluster": {"nodes": [{"gpus": ["A100-80GB"]}]},
+      "job": {"model": "gpt-2.7b", "sequence_length": 512, "global_batch": 4,
+              "implementation": )"
+                     << impl << "}}";
+    return f;
+  };
+  auto ok =
+      costmodels::load_scenario(write(R"({"attention": "eager", "fused_elementwise": false})"));
+  EXPECT_EQ(ok.job.implementation.attention, AttentionKernel::Eager);
+  EXPECT_FALSE(ok.job.implementation.fused_elementwise);
+  EXPECT_EQ(costmodels::load_scenario(write("{}")).job.implementation, Implementation{});
+  for (const char* bad : {R"({"attention": "paged"})", R"({"fused_elementwise": "yes"})",
+                          R"({"attention": "flash", "kernels": 3})", R"("flash")"}) {
+    try {
+      costmodels::load_scenario(write(bad));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ValidationError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("s.json"), std::string::npos) << what;
+      EXPECT_NE(what.find("implementation"), std::string::npos) << what;
+    }
+  }
+  try {
+    costmodels::load_scenario(write(R"({"attention": "paged"})"));
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("paged"), std::string::npos) << what;
+    EXPECT_NE(what.find("flash"), std::string::npos) << what;
+    EXPECT_NE(what.find("eager"), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GpuCatalog, AGpuWithoutAFieldTheComputeModelNeedsIsRefused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-cat-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto f = dir / "gpus.json";
+  std::ofstream(f) << R"({"devices": [{"name": "X1", "memory": "16GB",
+    "memory_bandwidth": "900GB/s", "peak_fp32": "15TFLOPS", "tdp_watts": 300,
+    "architecture": "volta", "boost_clock_mhz": 1500, "l2_cache": "6MiB"}]})";
+  try {
+    GpuCatalog::load(f);
+    ADD_FAILURE() << "accepted a GPU without sm_count";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("gpus.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("sm_count"), std::string::npos) << what;
+    EXPECT_NE(what.find("X1"), std::string::npos) << what;
+  }
+  for (const auto& d : GpuCatalog::builtin().all())
+    if (d.kind == "gpu") {
+      EXPECT_GT(d.sm_count, 0) << d.name;
+      EXPECT_FALSE(d.architecture.empty()) << d.name;
+      EXPECT_NE(d.source.find("sm_count"), std::string::npos) << d.name;
+    }
+  std::filesystem::remove_all(dir);
+}

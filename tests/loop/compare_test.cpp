@@ -16,6 +16,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/report.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
 #include "../support/run_command.hpp"
@@ -228,6 +229,34 @@ TEST_F(CompareTest, OpIdOutsideTheGraphIsAnInputError) {
   EXPECT_EQ(c.code, 1);
   EXPECT_NE(c.err.find("bad.json"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find(".id"), std::string::npos) << c.err;
+}
+
+// Issue 14's checks, through the binary (traces/compare_test.cpp has them without it).
+TEST_F(CompareTest, SwappedArgumentsAndTheSameFileTwiceAreInputErrors) {
+  Cli swapped = cli("compare " + (dir_ / "run.json").string() + " " + (dir_ / "sim.json").string());
+  EXPECT_EQ(swapped.code, 1) << swapped.err;
+  EXPECT_NE(swapped.err.find("swapped"), std::string::npos) << swapped.err;
+  Cli same = cli("compare " + (dir_ / "sim.json").string() + " " + (dir_ / "sim.json").string());
+  EXPECT_EQ(same.code, 1) << same.err;
+  EXPECT_NE(same.err.find("same file"), std::string::npos) << same.err;
+}
+
+TEST_F(CompareTest, ARecordOfAnotherPlanIsAnInputError) {
+  auto plan = cephalo::load_plan(kPlan);
+  IterationReport sim = sim_, run = run_;
+  sim.plan_hash = plan_hash(plan);
+  run.plan_hash = plan_hash(plan);
+  write(dir_ / "sim.json", to_json(sim));
+  write(dir_ / "run.json", to_json(run));
+  Cli ok = cli("compare " + files() + graph_args() + " --json");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.err.find("warning"), std::string::npos) << ok.err;
+  run.plan_hash = "0123456789abcdef";
+  write(dir_ / "run.json", to_json(run));
+  Cli bad = cli("compare " + files() + graph_args() + " --json");
+  EXPECT_EQ(bad.code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("plan_hash"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("run.json"), std::string::npos) << bad.err;
 }
 
 TEST_F(CompareTest, MissingFileIsAnIoError) {

@@ -134,4 +134,36 @@ TEST(SweepCli, BadSpecNamesFileAndPath) {
   EXPECT_NE(r.out.find("colour"), std::string::npos) << r.out;
 }
 
+TEST(SweepCli, ASpaceAboveMaxMixesIsRefusedWithItsCountBeforePlanning) {
+  const auto spec = tmp("huge-sweep.json");
+  // 4097^4 - 1 ≈ 2.8e14 combinations of counts, no budget.
+  std::ofstream(spec) << R"({"name": "huge", "pool": [{"gpu": "a6000", "max_count": 4096},
+    {"gpu": "l4", "max_count": 4096}, {"gpu": "t4", "max_count": 4096},
+    {"gpu": "a10g", "max_count": 4096}], "node": {"gpus_per_node": 8,
+    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
+    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
+    "job": ")" << CEPHALO_SOURCE_DIR
+                      << R"(/scenarios/jobs/gpt-2.7b-s512.json"})";
+  auto r = run("sweep --spec " + spec.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("huge-sweep.json"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("281749955297280"), std::string::npos) << r.out;  // 4097^4 - 1
+  EXPECT_NE(r.out.find("more than 5000 mixes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("samples/s"), std::string::npos) << r.out;  // nothing was planned
+  // The bound is the flag's: the 8-mix sweep passes with 8 and is refused with 7.
+  const auto small = tmp("sweep.json");
+  std::ofstream(small) << R"({"name": "s", "pool": [{"gpu": "a6000", "max_count": 2},
+    {"gpu": "l4", "max_count": 2}], "node": {"gpus_per_node": 4,
+    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
+    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
+    "job": ")" << CEPHALO_SOURCE_DIR
+                       << R"(/scenarios/jobs/gpt-2.7b-s512.json", "strategy": "even"})";
+  r = run("sweep --quiet --max-mixes 7 --spec " + small.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("more than 7 mixes"), std::string::npos) << r.out;
+  r = run("sweep --quiet --max-mixes 8 --spec " + small.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(run("sweep --max-mixes 0 --spec " + small.string()).code, 2);
+}
+
 }  // namespace

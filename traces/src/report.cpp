@@ -8,6 +8,7 @@ namespace cephalo::traces {
 Json to_json(const IterationReport& r) {
   Json j = Json::object();
   j["source"] = r.source;
+  j["plan_hash"] = r.plan_hash;
   j["iteration_time_s"] = r.iteration_time_s;
   j["samples_per_s"] = r.samples_per_s;
   j["tokens_per_s"] = r.tokens_per_s;
@@ -28,8 +29,10 @@ Json to_json(const IterationReport& r) {
     ranks.push_back({{"rank", k.rank},
                      {"gpu", k.gpu},
                      {"node", k.node},
+                     {"slowdown", k.slowdown},
                      {"compute_s", k.compute_s},
                      {"comm_s", k.comm_s},
+                     {"copy_s", k.copy_s},
                      {"exposed_comm_s", k.exposed_comm_s},
                      {"idle_s", k.idle_s},
                      {"peak_memory_bytes", k.peak_memory_bytes},
@@ -48,6 +51,7 @@ IterationReport parse_iteration_report(JsonReader& in) {
   if (!in.is_object()) in.fail("an iteration report object");
   IterationReport r;
   r.source = in.string_or("source", "sim");
+  r.plan_hash = in.string_or("plan_hash", "");
   r.iteration_time_s = in.number("iteration_time_s");
   r.samples_per_s = in.number("samples_per_s");
   r.tokens_per_s = in.number("tokens_per_s");
@@ -70,8 +74,10 @@ IterationReport parse_iteration_report(JsonReader& in) {
     rr.rank = static_cast<int>(k.integer("rank", 0));
     rr.gpu = k.string("gpu");
     rr.node = static_cast<int>(k.integer_or("node", 0, 0));
+    rr.slowdown = k.number_or("slowdown", 1);
     rr.compute_s = k.number("compute_s");
     rr.comm_s = k.number("comm_s");
+    rr.copy_s = k.number_or("copy_s", 0);
     rr.exposed_comm_s = k.number("exposed_comm_s");
     rr.idle_s = k.number("idle_s");
     rr.peak_memory_bytes = k.number("peak_memory_bytes");
@@ -118,14 +124,15 @@ std::string render_table(const IterationReport& r) {
     out += "OOM             no\n";
   }
   out += "events          " + std::to_string(r.events) + "\n\n";
-  TextTable t({"rank", "gpu", "node", "compute", "comm", "exposed comm", "idle", "peak memory",
-               "capacity", "peak %"});
+  TextTable t({"rank", "gpu", "node", "compute", "comm", "copies", "exposed comm", "idle",
+               "peak memory", "capacity", "peak %"});
   t.set_align(1, TextTable::Align::Left);
   for (const RankReport& k : r.ranks)
     t.add_row(
         {std::to_string(k.rank), k.gpu, std::to_string(k.node), format_seconds(k.compute_s),
-         format_seconds(k.comm_s), format_seconds(k.exposed_comm_s), format_seconds(k.idle_s),
-         format_bytes(k.peak_memory_bytes), format_bytes(k.capacity_bytes),
+         format_seconds(k.comm_s), format_seconds(k.copy_s), format_seconds(k.exposed_comm_s),
+         format_seconds(k.idle_s), format_bytes(k.peak_memory_bytes),
+         format_bytes(k.capacity_bytes),
          k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
   out += t.render();
   return out;

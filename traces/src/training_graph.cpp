@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <boost/graph/topological_sort.hpp>
+#include <cmath>
 #include <iterator>
 #include <stdexcept>
 
@@ -10,93 +11,6 @@
 #include "cephalo/costmodels/model_math.hpp"
 
 namespace cephalo::traces {
-
-std::string to_string(OpKind kind) {
-  switch (kind) {
-    case OpKind::Forward:
-      return "forward";
-    case OpKind::Backward:
-      return "backward";
-    case OpKind::Recompute:
-      return "recompute";
-    case OpKind::OptimizerStep:
-      return "optimizer_step";
-    case OpKind::AllGather:
-      return "all_gather";
-    case OpKind::AllGatherV:
-      return "all_gather_v";
-    case OpKind::ReduceScatter:
-      return "reduce_scatter";
-    case OpKind::ReduceScatterV:
-      return "reduce_scatter_v";
-    case OpKind::AllReduce:
-      return "all_reduce";
-    case OpKind::CopyD2H:
-      return "copy_d2h";
-    case OpKind::CopyH2D:
-      return "copy_h2d";
-  }
-  return "?";
-}
-
-std::string short_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::Forward:
-      return "F";
-    case OpKind::Backward:
-      return "B";
-    case OpKind::Recompute:
-      return "RC";
-    case OpKind::OptimizerStep:
-      return "OPT";
-    case OpKind::AllGather:
-      return "AG";
-    case OpKind::AllGatherV:
-      return "AGv";
-    case OpKind::ReduceScatter:
-      return "RS";
-    case OpKind::ReduceScatterV:
-      return "RSv";
-    case OpKind::AllReduce:
-      return "AR";
-    case OpKind::CopyD2H:
-      return "D2H";
-    case OpKind::CopyH2D:
-      return "H2D";
-  }
-  return "?";
-}
-
-std::string to_string(Stream stream) {
-  switch (stream) {
-    case Stream::Compute:
-      return "compute";
-    case Stream::Comm:
-      return "comm";
-    case Stream::D2H:
-      return "d2h";
-    case Stream::H2D:
-      return "h2d";
-  }
-  return "?";
-}
-
-bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::AllGatherV || k == OpKind::ReduceScatter ||
-         k == OpKind::ReduceScatterV || k == OpKind::AllReduce;
-}
-bool is_compute(OpKind k) {
-  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
-         k == OpKind::OptimizerStep;
-}
-bool is_copy(OpKind k) { return k == OpKind::CopyD2H || k == OpKind::CopyH2D; }
-
-Stream stream_of(OpKind k) {
-  if (is_collective(k)) return Stream::Comm;
-  if (k == OpKind::CopyD2H) return Stream::D2H;
-  if (k == OpKind::CopyH2D) return Stream::H2D;
-  return Stream::Compute;
-}
 
 struct TrainingGraph::BoostGraph {
   using Graph =
@@ -130,6 +44,21 @@ std::span<const OpId> TrainingGraph::waited_by(OpId id) const {
 
 std::span<const CollectiveMember> TrainingGraph::members(const Collective& c) const {
   return {members_.data() + c.members_begin, c.members_count};
+}
+
+std::span<const CollectiveSegment> TrainingGraph::segments(const Collective& c) const {
+  return {segments_.data() + c.segments_begin, c.segments_count};
+}
+
+std::span<const std::int64_t> TrainingGraph::unit_offsets(int unit) const {
+  const std::size_t stride = static_cast<std::size_t>(summary_.num_ranks) + 1;
+  return {unit_offsets_.data() + static_cast<std::size_t>(unit) * stride, stride};
+}
+
+UnitSlice TrainingGraph::slice(int unit, int rank) const {
+  auto off = unit_offsets(unit);
+  return {off[static_cast<std::size_t>(rank)],
+          off[static_cast<std::size_t>(rank) + 1] - off[static_cast<std::size_t>(rank)]};
 }
 
 std::string TrainingGraph::op_name(OpId id) const {
@@ -194,6 +123,9 @@ class GraphBuilder {
 
   OpId emit(Op op, std::initializer_list<OpId> deps);
   void build_rank(int r);
+  std::int32_t add_collective(int phase, bool gather);
+  // Elements rank r owns over all units (its sharded state).
+  std::int64_t owned_elements(int r) const;
 
   const Plan& plan_;
   const Scenario& scenario_;
@@ -233,7 +165,6 @@ void GraphBuilder::build_rank(int r) {
   const bool offload = plan_.offload == Offload::Host;
   const int lookahead = plan_.prefetch ? 2 : 1;
   const int num_phases = static_cast<int>(phases_.size());
-  const bool even = plan_.even_shares();
 
   // Per micro-batch-size quantities (a rank has at most two distinct sizes).
   auto boundary = [&](int mb) {
@@ -257,14 +188,15 @@ void GraphBuilder::build_rank(int r) {
 
   auto emit_gather = [&](int p) {
     const Phase& ph = phases_[p];
+    const Collective& c = g_.collectives_[ag_collective_[p]];
     Op o;
-    o.kind = even ? OpKind::AllGather : OpKind::AllGatherV;
+    o.kind = c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV;
     o.pass = ph.pass;
     o.unit = ph.unit;
     o.phase = p;
-    o.collective = ag_collective_[p];
-    o.bytes = g_.unit_sizes_[ph.unit].gathered_bytes;
-    o.shard_bytes = o.bytes * pr.state_share;
+    o.collective = c.id;
+    o.bytes = c.total_bytes;
+    o.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
     // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
     // when the gather ends).
     o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
@@ -363,17 +295,20 @@ void GraphBuilder::build_rank(int r) {
     phase_done[p] = last_compute != kNoOp ? last_compute : ag[p];
     // The gathered parameters are released when the phase's compute is done.
     g_.ops_[phase_done[p]].mem_free += g_.unit_sizes_[u].gathered_bytes;
+    g_.ops_[phase_done[p]].frees_gathered = true;
 
     if (p + lookahead < num_phases) emit_gather(p + lookahead);
     if (ph.pass == Pass::Backward) {
+      const Collective& c = g_.collectives_[rs_collective_[p]];
       Op rs;
-      rs.kind = even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
+      rs.kind =
+          c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
       rs.pass = Pass::Backward;
       rs.unit = u;
       rs.phase = p;
-      rs.collective = rs_collective_[p];
-      rs.bytes = g_.unit_sizes_[u].gradient_bytes;
-      rs.shard_bytes = rs.bytes * pr.state_share;
+      rs.collective = c.id;
+      rs.bytes = c.total_bytes;
+      rs.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
       // ran no micro-batch in this phase (it contributes zeros); and the received shard.
       rs.mem_alloc = (last_compute == kNoOp ? rs.bytes : 0.0) + rs.shard_bytes;
@@ -386,18 +321,81 @@ void GraphBuilder::build_rank(int r) {
   opt.kind = OpKind::OptimizerStep;
   opt.pass = Pass::Step;
   opt.unit = -1;
-  opt.shard_parameters = costmodels::total_parameters(model) * pr.state_share;
+  opt.shard_parameters = static_cast<double>(owned_elements(r));
   // AdamW: about 12 FLOPs per parameter (moments, bias correction, update, weight decay).
   opt.flops = 12.0 * opt.shard_parameters;
   // AdamW reads fp32 gradients: a 16-bit or loss-scaled (fp16) gradient shard is widened into
   // a transient fp32 copy, one unit at a time.
   if (bytes_per_element(job.precision.reduce) != 4.0 || act == Dtype::FP16) {
-    double largest = 0;
-    for (int u = 0; u < units_; ++u)
-      largest = std::max(largest, costmodels::unit_parameters(model, u));
-    opt.mem_alloc = opt.mem_free = largest * pr.state_share * 4.0;
+    std::int64_t largest = 0;
+    for (int u = 0; u < units_; ++u) largest = std::max(largest, g_.slice(u, r).count);
+    opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
   }
   emit(opt, {last_rs});
+}
+
+std::int64_t GraphBuilder::owned_elements(int r) const {
+  std::int64_t n = 0;
+  for (int u = 0; u < units_; ++u) n += g_.slice(u, r).count;
+  return n;
+}
+
+// One collective of phase p: the gather of its parameters or the reduce-scatter of its
+// gradient. The variant of each segment follows from its integer counts; the collective is
+// Even only when all of its segments are.
+std::int32_t GraphBuilder::add_collective(int p, bool gather) {
+  const Phase& ph = phases_[p];
+  const ModelSpec& model = scenario_.job.model;
+  const Precision& prec = scenario_.job.precision;
+  const int ranks = g_.summary_.num_ranks;
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.unit = ph.unit;
+  c.pass = ph.pass;
+  c.phase = p;
+  c.element_bytes = bytes_per_element(gather ? prec.compute : prec.reduce);
+  c.segments_begin = static_cast<std::uint32_t>(g_.segments_.size());
+  // A head tied to the embedding brings the whole embedding unit (costmodels::phase_parameters).
+  const double extra =
+      costmodels::phase_parameters(model, ph.unit) - costmodels::unit_parameters(model, ph.unit);
+  std::vector<int> units;
+  if (extra > 0) {
+    if (extra != costmodels::unit_parameters(model, 0))
+      throw std::logic_error("phase_parameters adds something other than the embedding unit");
+    units.push_back(0);
+  }
+  units.push_back(ph.unit);
+  const UnevenCollective uneven = plan_.uneven_collective;
+  c.variant = CollectiveVariant::Even;
+  for (int u : units) {
+    CollectiveSegment seg;
+    seg.unit = u;
+    seg.numel = g_.unit_sizes_[u].numel;
+    const std::int64_t first = g_.slice(u, 0).count;
+    bool equal = true;
+    for (int r = 1; r < ranks; ++r) equal &= g_.slice(u, r).count == first;
+    seg.variant = equal                                ? CollectiveVariant::Even
+                  : uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
+                                                       : CollectiveVariant::Grouped;
+    if (seg.variant != CollectiveVariant::Even) c.variant = seg.variant;
+    c.total_bytes += static_cast<double>(seg.numel) * c.element_bytes;
+    g_.segments_.push_back(seg);
+  }
+  c.segments_count = static_cast<std::uint32_t>(units.size());
+  c.kind = gather ? (c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV)
+                  : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
+                                                          : OpKind::ReduceScatterV);
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  c.members_count = static_cast<std::uint32_t>(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    CollectiveMember m;
+    m.rank = r;
+    for (int u : units) m.elements += g_.slice(u, r).count;
+    m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
+    g_.members_.push_back(m);
+  }
+  g_.collectives_.push_back(c);
+  return c.id;
 }
 
 TrainingGraph GraphBuilder::build() {
@@ -421,10 +419,18 @@ TrainingGraph GraphBuilder::build() {
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
   const double param_bytes = bytes_per_element(job.precision.params);
   g_.unit_sizes_.resize(units_);
-  double model_flops = 0;
+  std::vector<double> shares;
+  for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
+    s.numel = std::llround(s.parameters);
+    auto off = shard_offsets(s.numel, shares);
+    g_.unit_offsets_.insert(g_.unit_offsets_.end(), off.begin(), off.end());
+  }
+  double model_flops = 0;
+  for (int u = 0; u < units_; ++u) {
+    UnitSizes& s = g_.unit_sizes_[u];
     // What a phase of the unit gathers and reduces: a tied head brings the embedding unit.
     const double phase = costmodels::phase_parameters(model, u);
     s.gathered_bytes = phase * compute_bytes;
@@ -445,41 +451,19 @@ TrainingGraph GraphBuilder::build() {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
   }
-  const bool even = plan_.even_shares();
   for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
-    const Phase& ph = phases_[p];
-    auto add = [&](OpKind kind, double total) {
-      Collective c;
-      c.id = static_cast<std::int32_t>(g_.collectives_.size());
-      c.kind = kind;
-      c.unit = ph.unit;
-      c.pass = ph.pass;
-      c.phase = p;
-      c.total_bytes = total;
-      c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-      c.members_count = static_cast<std::uint32_t>(ranks);
-      for (int r = 0; r < ranks; ++r)
-        g_.members_.push_back({r, kNoOp, total * plan_.ranks[r].state_share});
-      g_.collectives_.push_back(c);
-      return c.id;
-    };
-    ag_collective_.push_back(
-        add(even ? OpKind::AllGather : OpKind::AllGatherV, g_.unit_sizes_[ph.unit].gathered_bytes));
-    rs_collective_.push_back(ph.pass == Pass::Backward
-                                 ? add(even ? OpKind::ReduceScatter : OpKind::ReduceScatterV,
-                                       g_.unit_sizes_[ph.unit].gradient_bytes)
-                                 : -1);
+    ag_collective_.push_back(add_collective(p, true));
+    rs_collective_.push_back(phases_[p].pass == Pass::Backward ? add_collective(p, false) : -1);
   }
 
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
-  const double total_params = costmodels::total_parameters(model);
   for (int r = 0; r < ranks; ++r) {
     build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
-    // Master parameters, gradient shard and the two fp32 Adam moments of the owned shard.
+    // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] =
-        total_params * plan_.ranks[r].state_share * (param_bytes + reduce_bytes + 8.0);
+        static_cast<double>(owned_elements(r)) * (param_bytes + reduce_bytes + 8.0);
   }
 
   // Collective members' op ids.

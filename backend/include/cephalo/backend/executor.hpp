@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "cephalo/backend/checkpoint.hpp"
 #include "cephalo/backend/communicator.hpp"
 #include "cephalo/backend/device.hpp"
 #include "cephalo/backend/gpt.hpp"
+#include "cephalo/backend/sharded_state.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
@@ -85,12 +87,17 @@ class Executor {
   // consumed: divided by the loss scale under fp16).
   std::vector<float> gather_gradients();
 
-  // Checkpoint: every rank writes its shard (params, m, v) atomically, then rank 0 writes the
-  // manifest and finally `latest`; a checkpoint without manifest is never used. Collective.
+  // Checkpoint (checkpoint.hpp): every rank writes its shard (params, m, v) atomically, then
+  // rank 0 writes the manifest (with every shard's size and checksum) and finally `latest`; a
+  // checkpoint without manifest is never used. Collective.
   void save_checkpoint(const std::filesystem::path& dir);
   // Restores from dir/latest; the checkpoint may come from another plan (rank count, shares):
-  // each rank reads the byte ranges of the old shards that overlap its new slice.
+  // each rank reads and verifies the old shards that overlap its new slices, then copies the
+  // overlapping byte ranges. Not collective: a rank that fails here throws, and the caller
+  // (TrainingSession) agrees on the outcome across ranks.
   void load_checkpoint(const std::filesystem::path& dir);
+  // The run as its checkpoints name it: model, plan hash, data seed.
+  RunIdentity identity() const;
 
   const GptModel& model() const { return model_; }
 
@@ -101,9 +108,5 @@ class Executor {
   GptModel model_;
   int step_ = 0;
 };
-
-// Contiguous shard slices of a unit of `numel` elements for the plan's state shares:
-// rank r owns [offsets[r], offsets[r+1]). Deterministic rounding, same on every rank.
-std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares);
 
 }  // namespace cephalo::backend

@@ -3,6 +3,7 @@
 // every backend). MpiRuntime owns MPI_Init_thread / MPI_Finalize for the process.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cephalo/backend/communicator.hpp"
 #include "cephalo/core/plan.hpp"
@@ -25,6 +26,10 @@ class MpiRuntime {
   bool initialized() const { return initialized_; }
   // True when this process was started by an MPI launcher (mpirun sets OMPI_/PMI_ variables).
   static bool launched_by_mpirun();
+  // Collective over MPI_COMM_WORLD: every rank's string, in rank order, on rank 0 (an empty
+  // vector on the others). Without MPI (one process) just {mine}. For small host-side results
+  // such as `cephalo sweep`'s rows; the total must stay below 2 GiB (MPI counts are int).
+  std::vector<std::string> gather_strings_to_root(const std::string& mine) const;
 
  private:
   int rank_ = 0;

@@ -56,7 +56,15 @@ class RuntimeFailure : public Error {
   using Error::Error;
 };
 
+// Longest piece of user-supplied text a message echoes. Longer text is cut, and the cut says
+// how long the original was, so a 5 MB key in a file cannot make a 10 MB error message.
+constexpr std::size_t kMaxEchoChars = 200;
+// `text` itself when at most `max` bytes; else its first `max` bytes (not splitting a UTF-8
+// character) followed by "... (N bytes in all)".
+std::string clip(const std::string& text, std::size_t max = kMaxEchoChars);
+
 // Closest names to `name` among `known` by edit distance (case-insensitive), best first.
+// Empty for names longer than kMaxEchoChars (nothing in a catalog is that long).
 std::vector<std::string> closest_names(const std::string& name,
                                        const std::vector<std::string>& known,
                                        std::size_t how_many = 3);

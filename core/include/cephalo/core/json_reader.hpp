@@ -18,8 +18,24 @@ namespace cephalo {
 
 using Json = nlohmann::json;
 
-// Reads and parses a JSON file; IoError for unreadable files or directories, ValidationError
-// (path "$") for malformed JSON, with the parser's byte offset.
+// Bounds on every JSON input, checked while reading (before anything is built from it).
+// Deeper nesting than any of our schemas needs (they use < 10 levels) is refused, so nothing
+// recursive ever meets a document deep enough to overflow the stack.
+constexpr std::size_t kMaxJsonDepth = 256;
+// A plan for 1M ranks, pretty-printed, is about 200 MB.
+constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t{1} << 30;
+
+// The bytes of an input file. Only regular files are opened: a FIFO, directory, socket or
+// device gets an IoError at once (a FIFO would block, a device could stream forever), as does
+// a file over kMaxJsonFileBytes.
+std::string read_input_file(const std::filesystem::path& file);
+
+// Parses JSON text read from `file` (used in messages). ValidationError (path "$") for
+// malformed JSON, with line and column; ValidationError at the key's path for a key given
+// twice in one object (with both positions) and for nesting deeper than kMaxJsonDepth.
+Json parse_json_text(const std::string& text, const std::string& file);
+
+// read_input_file + parse_json_text.
 Json read_json_file(const std::filesystem::path& file);
 
 // Writes `text` to `file` atomically: a temporary in the same folder, flushed, then renamed.
@@ -65,6 +81,8 @@ class JsonReader {
   double as_number() const;  // finite
   std::int64_t as_integer(std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX) const;
   double as_quantity(Quantity kind) const;  // number in base units or string with unit; >= 0
+  // as_quantity within [lo, hi] (a physically meaningful range); the message states the range.
+  double as_quantity_in(Quantity kind, double lo, double hi) const;
   std::string as_enum(const std::vector<std::string>& allowed) const;
 
   // Shorthands for keys of this object.
@@ -81,6 +99,9 @@ class JsonReader {
                           std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX);
   double quantity(const std::string& key, Quantity kind) { return child(key).as_quantity(kind); }
   std::optional<double> optional_quantity(const std::string& key, Quantity kind);
+  double quantity_in(const std::string& key, Quantity kind, double lo, double hi) {
+    return child(key).as_quantity_in(kind, lo, hi);
+  }
 
  private:
   const Json* value_;

@@ -48,12 +48,23 @@ struct Plan {
 };
 
 constexpr double kShareSumTolerance = 1e-9;
+// Size bounds, checked while a plan is read so nothing downstream (graph builder, simulator,
+// backend) allocates for an absurd plan. A rank runs at most kMaxMicroBatchesPerRank
+// micro-batches; the training graph holds about 3 ops per unit (layers + 2) and micro-batch
+// on each rank, and the sum over ranks of units x micro-batches may be at most
+// kMaxScheduledUnitPasses. Measured: simulate takes about 390 bytes per unit pass (877 MB
+// for 4 ranks x 16384 micro-batches of gpt-2.7b), so the bound is about 6.5 GB; 100k ranks of
+// one micro-batch of a 32-layer model are 3.4M passes.
+constexpr int kMaxMicroBatchesPerRank = 1 << 16;
+constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
 
 // Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares).
 Plan parse_plan(JsonReader& reader);
 Plan load_plan(const std::filesystem::path& file);
-// Checks the plan against a scenario: rank count, nodes and device types match the cluster,
-// Σ batch = global batch. Throws ValidationError naming `plan_file` and the field.
+// Checks the plan against a scenario: the scenario it names (when it names one) is this one,
+// rank count, nodes and device types match the cluster, Σ batch = global batch, and the
+// schedule is within kMaxScheduledUnitPasses. Throws ValidationError naming `plan_file` and
+// the field.
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
 Json to_json(const Plan& plan);
 

@@ -10,6 +10,11 @@
 
 namespace cephalo {
 
+// Most devices a cluster may have, summed over every node's "count"s before any device is
+// created (a small file must not be able to ask for gigabytes). 2^20 leaves ten times the
+// 100k-GPU clusters the planner is built for; each device slot costs a few hundred bytes.
+constexpr int kMaxDevices = 1 << 20;
+
 // Name resolution for GPUs and models; costmodels/ implements it with its catalogs.
 class SpecLookup {
  public:
@@ -22,17 +27,17 @@ class SpecLookup {
 
 // One device slot in a node.
 struct DeviceSlot {
-  std::string type;        // name as written (catalog name or alias, or the inline spec's name)
-  DeviceSpec spec;         // resolved
-  double slowdown = 1.0;   // emulation: repeat compute this many times (1 = real hardware)
-  int threads = 0;         // CPU devices: worker threads (0 = default)
+  std::string type;       // name as written (catalog name or alias, or the inline spec's name)
+  DeviceSpec spec;        // resolved
+  double slowdown = 1.0;  // emulation: repeat compute this many times (1 = real hardware)
+  int threads = 0;        // CPU devices: worker threads (0 = default)
 };
 
 struct Node {
   std::string name;
   std::vector<DeviceSlot> devices;
-  LinkSpec intra_link;     // between devices of this node (PCIe through the host, or NVLink)
-  LinkSpec nic;            // node to switch
+  LinkSpec intra_link;  // between devices of this node (PCIe through the host, or NVLink)
+  LinkSpec nic;         // node to switch
 };
 
 // A device with its global rank, as the plan and the backend number them (node-major order).
@@ -67,6 +72,22 @@ struct OptimizerSpec {
   double weight_decay = 0.01;
 };
 
+// How the model's layers are implemented: the same architecture costs different time and
+// memory depending on the kernels the software stack runs (DESIGN §4, costmodels/README.md).
+enum class AttentionKernel {
+  Flash,  // fused attention (FlashAttention / PyTorch SDPA): no s×s scores in memory
+  Eager,  // scores materialised, softmax as its own kernel (what the backend's devices run)
+};
+std::string to_string(AttentionKernel a);
+
+struct Implementation {
+  AttentionKernel attention = AttentionKernel::Flash;
+  bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
+  bool operator==(const Implementation&) const = default;
+};
+// "flash, fused" style label, as calibration sources and reports print it.
+std::string to_string(const Implementation& impl);
+
 struct Job {
   std::string model_name;  // as written
   ModelSpec model;         // resolved
@@ -74,11 +95,12 @@ struct Job {
   int global_batch = 0;
   Precision precision;
   OptimizerSpec optimizer;
+  Implementation implementation;  // defaults: what current PyTorch FSDP stacks run
 };
 
 struct Scenario {
   std::string name;
-  std::filesystem::path file;                 // where it was loaded from (empty if built in code)
+  std::filesystem::path file;  // where it was loaded from (empty if built in code)
   Cluster cluster;
   Job job;
   std::vector<std::filesystem::path> calibration;  // resolved relative to the scenario file
@@ -94,6 +116,10 @@ Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
 Cluster load_cluster(const std::filesystem::path& file, const SpecLookup& lookup);
 Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
+
+// Reads {"attention": "flash"|"eager", "fused_elementwise": bool} (both optional).
+Implementation parse_implementation(JsonReader& reader);
+Json to_json(const Implementation& impl);
 
 Json to_json(const Cluster& cluster);
 Json to_json(const Job& job);

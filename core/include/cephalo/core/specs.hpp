@@ -10,22 +10,41 @@
 
 namespace cephalo {
 
+// Physically meaningful ranges for hardware quantities, checked wherever a spec is read
+// (catalogs and inline specs alike). They are wide (from a slow CPU socket to ten times
+// today's fastest parts) but keep every derived time finite: a bandwidth of 1e-320 B/s or a
+// FLOP rate of 1e-30 is a typo, and would reach the simulator as an infinite duration.
+struct PhysicalRange {
+  double lo, hi;
+};
+constexpr PhysicalRange kLinkBandwidthRange{1e6, 1e14};  // 1 MB/s to 100 TB/s
+constexpr PhysicalRange kLinkLatencyRange{0.0, 1.0};     // 0 to 1 s
+constexpr PhysicalRange kMemoryCapacityRange{1024.0 * 1024.0, 1125899906842624.0};  // 1 MiB-1 PiB
+constexpr PhysicalRange kMemoryBandwidthRange{1e6, 1e14};  // 1 MB/s to 100 TB/s
+constexpr PhysicalRange kFlopRateRange{1e6, 1e18};         // 1 MFLOP/s to 1 EFLOP/s
+constexpr PhysicalRange kPriceRange{0.0, 1e4};             // USD per device-hour
+
 // One accelerator (or CPU socket used as a device) as its datasheet describes it.
 struct DeviceSpec {
-  std::string name;               // canonical catalog name, e.g. "A100-80GB"
-  std::string kind = "gpu";       // "gpu" or "cpu"
-  double memory_bytes = 0;        // device memory capacity
-  double memory_bandwidth = 0;    // bytes/s
-  double peak_fp32 = 0;           // dense FLOP/s, 0 when unsupported
+  std::string name;             // canonical catalog name, e.g. "A100-80GB"
+  std::string kind = "gpu";     // "gpu" or "cpu"
+  double memory_bytes = 0;      // device memory capacity
+  double memory_bandwidth = 0;  // bytes/s
+  double peak_fp32 = 0;         // dense FLOP/s, 0 when unsupported
   double peak_tf32 = 0;
   double peak_fp16 = 0;
   double peak_bf16 = 0;
-  int pcie_generation = 0;        // host link
+  int pcie_generation = 0;  // host link
   int pcie_lanes = 0;
-  double nvlink_bandwidth = 0;    // bytes/s per GPU, per direction; 0 without NVLink
-  double price_per_hour = -1;     // on-demand USD per device-hour; < 0 when none is public
-  double tdp_watts = 0;           // board power limit (TDP) in W; 0 when not given
-  std::string source;             // where the numbers come from
+  double nvlink_bandwidth = 0;  // bytes/s per GPU, per direction; 0 without NVLink
+  double price_per_hour = -1;   // on-demand USD per device-hour; < 0 when none is public
+  double tdp_watts = 0;         // board power limit (TDP) in W; 0 when not given
+  // For the op-level compute model (costmodels/README.md); 0 / empty when not given inline.
+  std::string architecture;   // generation: pascal, volta, turing, ampere, ada, hopper, blackwell
+  int sm_count = 0;           // streaming multiprocessors (GEMM tiles run in waves over them)
+  double boost_clock_hz = 0;  // datasheet boost clock
+  double l2_bytes = 0;        // L2 cache
+  std::string source;         // where the numbers come from
 
   // Dense peak for a compute dtype; falls back to fp32 when the format is not accelerated.
   double peak_flops(Dtype dtype) const;
@@ -40,22 +59,22 @@ Json to_json(const DeviceSpec& spec);
 // Transformer architecture. Derived counts (parameters, FLOPs) live in costmodels/.
 struct ModelSpec {
   std::string name;
-  std::string family = "gpt";     // "gpt", "llama", "bert", "vit"
+  std::string family = "gpt";  // "gpt", "llama", "bert", "vit"
   int num_layers = 0;
   int hidden = 0;
   int heads = 0;
-  int kv_heads = 0;               // == heads without grouped-query attention
-  int ffn_hidden = 0;             // MLP inner size
-  int vocab_size = 0;             // 0 for ViT
-  int max_positions = 0;          // learned position embeddings (0: rotary, none stored)
+  int kv_heads = 0;                 // == heads without grouped-query attention
+  int ffn_hidden = 0;               // MLP inner size
+  int vocab_size = 0;               // 0 for ViT
+  int max_positions = 0;            // learned position embeddings (0: rotary, none stored)
   std::string activation = "gelu";  // "gelu" or "swiglu"
   std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
-  bool bias = true;               // linear layers carry biases
-  bool tied_embeddings = true;    // head shares the token embedding
-  int image_size = 0;             // ViT only
-  int patch_size = 0;             // ViT only
-  int channels = 3;               // ViT only
-  int num_classes = 0;            // ViT only
+  bool bias = true;                 // linear layers carry biases
+  bool tied_embeddings = true;      // head shares the token embedding
+  int image_size = 0;               // ViT only
+  int patch_size = 0;               // ViT only
+  int channels = 3;                 // ViT only
+  int num_classes = 0;              // ViT only
   std::vector<std::string> aliases;
   std::string source;
 };

@@ -24,8 +24,14 @@ struct PhaseFeatures {
   OpFeatures forward{};
   OpFeatures backward{};
 };
+// Flash attention's FLOPs count in the GEMM column (tensor-core matmuls tiled in on-chip
+// memory run at GEMM-like rates: FlashAttention-2 reaches 50-73 % of the A100's peak, cuBLAS
+// GEMMs of these sizes 70-85 %); its q/k/v/o traffic in the operand-bytes column.
+// With `waves`, each GEMM's FLOPs are divided by its wave efficiency over the device's SMs
+// (wave_efficiency; no effect on a spec without sm_count).
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
-                            int micro_batch, Dtype dtype);
+                            int micro_batch, Dtype dtype, const Implementation& impl = {},
+                            bool waves = true);
 
 // Efficiencies of one (device, dtype, phase); the coefficients θ above.
 struct Efficiency {

@@ -69,6 +69,15 @@ struct CalibrationOptions {
   // 2.2-3.4x slower per FLOP than its LLaMA layers in fp16, 1.2-1.6x in fp32.
   bool family_per_dtype = true;
   bool whole_stack_test_model = true;  // see profiled_layers
+  // Fit the factor of each published stack (implementation label) on the published
+  // end-to-end points (published_throughput.hpp), tensor-core pipeline only.
+  bool published_stacks = true;
+  // GEMM FLOPs divided by their wave efficiency over the GPU's SMs (unit_features).
+  bool gemm_waves = false;
+  // An unprofiled GPU gets θ pooled over the training GPUs of its architecture generation
+  // (shrunk toward the pipeline's pooled θ with this ridge), else the pipeline's pooled θ.
+  bool per_generation = true;
+  double generation_ridge = 0.2;
 };
 
 // The architecture a profile row was measured on (the catalog entry, with Cephalo's ViT image
@@ -97,9 +106,17 @@ class CalibratedComputeModel : public ComputeModel {
                                  double shard_parameters) const override;
   std::string name() const override { return "calibrated"; }
 
-  // Per-layer time for a model on a device (used by validation).
+  // Per-layer time for a model on a device as a Cephalo profile row measured it (validation):
+  // its family's source factors, the row's implementation.
   double layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq, Dtype dtype,
-                  int micro_batch, bool backward) const;
+                  int micro_batch, bool backward, const Implementation& impl) const;
+  // The factors a job is priced with: (stack, model) keys of the source factors (see .cpp).
+  static constexpr const char* kReferenceStack = "llama";
+  static std::pair<std::string, std::string> job_stack(const Job& job);
+  // The factor of a software stack fitted on published end-to-end throughput (1 when none was
+  // fitted for the implementation or the pipeline), and how many points it rests on.
+  double stack_factor(const Implementation& impl, int pipeline) const;
+  int stack_points(const Implementation& impl) const;
   // θ used for a device: its own when profiled (`own` = true), else the pooled one.
   const Theta& theta(const DeviceSpec& device, Dtype dtype, bool* own = nullptr) const;
   const std::map<std::pair<std::string, int>, Theta>& per_gpu() const { return per_gpu_; }
@@ -119,10 +136,12 @@ class CalibratedComputeModel : public ComputeModel {
   }
 
  private:
-  double predict_seconds(const DeviceSpec& device, const ModelSpec& model, Dtype dtype,
-                         const PhaseFeatures& x, bool backward, bool* own = nullptr) const;
+  double predict_seconds(const DeviceSpec& device, const std::string& stack,
+                         const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
+                         bool backward, bool* own = nullptr) const;
   std::string family_key(const std::string& family, Dtype dtype) const;
   bool median_of_gpus_ = false;
+  bool waves_ = true;
   bool family_per_dtype_ = false;
   double power_exponent_ = 1.0 / 3.0;
   std::array<double, 2> watts_per_flops_{0, 0};
@@ -139,7 +158,9 @@ class CalibratedComputeModel : public ComputeModel {
   std::map<std::string, std::map<std::string, ByDtype>> local_by_name_;  // gpu → family
   std::map<std::pair<std::string, int>, Theta> per_gpu_;                 // (gpu, pipeline)
   std::map<int, Theta> pooled_;                                          // pipeline
+  std::map<std::pair<std::string, int>, Theta> per_generation_;          // (architecture, pipeline)
   std::vector<InconsistentRow> dropped_;
+  std::map<std::string, std::pair<double, int>> stack_;  // to_string(impl) → factor, points
 };
 
 // Leave-one-GPU-out, leave-one-model-out (the model held out on one GPU; its rows on other
@@ -165,6 +186,9 @@ struct ValidationReport {
   // The model left out on every GPU (an architecture never profiled), per GPU.
   std::vector<GroupError> unseen_model;
   double unseen_model_median_over_gpus = 0, unseen_model_overall = 0;
+  // Every GPU of one architecture generation left out: predicted from the other generations.
+  std::vector<GroupError> leave_one_generation_out;  // per generation
+  double logeno_median_over_generations = 0, logeno_overall = 0;
   std::vector<RowError> logo_rows, lomo_rows;
   std::vector<InconsistentRow> inconsistent;
   double roofline_overall = 0;  // the uncalibrated roofline, for reference

@@ -99,6 +99,11 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& inp
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank);
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank,
                                const MemoryConstants& constants);
+// The same for a caller that has the rank's plan row, device and the world size at hand (the
+// planner predicts every rank of plans with up to 100k ranks).
+MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,
+                               const DeviceSpec& spec, int world_size,
+                               const MemoryConstants& constants = memory_constants());
 
 // The memory Cephalo's profiler calls "compute memory": what one micro-batch of `micro_batch`
 // samples adds on top of the sharded training state (gathered unit, unit gradient, the

@@ -45,6 +45,18 @@ double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_b
 // covers its input-gradient temporaries.
 double unit_backward_transient_bytes(const ModelSpec& model, int unit, int seq, int micro_batch,
                                      Dtype dtype);
+// Extra bytes eager attention holds while a layer's attention runs on a GPU: the s×s scores of
+// every head of the micro-batch in fp32 (softmax output overwrites them in place) and, in the
+// backward, their gradient dP as well (2 × b·heads·s² × 4 B). What PyTorch eager attention and
+// the CUDA backend's materialised-score attention allocate; 0 for flash attention, for units
+// that are not layers, and on CPU devices (the CPU backend computes one head's s×s at a time,
+// outside the device allocator).
+double eager_attention_bytes(const ModelSpec& model, int unit, int seq, int micro_batch,
+                             const Implementation& impl);
+
+// Whether the model's self-attention is causal (decoders: GPT, LLaMA) or bidirectional (BERT,
+// ViT): flash attention skips the masked half of the s×s products only when causal.
+bool causal_attention(const ModelSpec& model);
 
 // Tokens per sample the model actually processes: the job's sequence length for language
 // models, patches + class token for ViT (whose input size is fixed by image and patch size).
@@ -52,10 +64,14 @@ int effective_sequence(const ModelSpec& model, int seq);
 
 // The kernels of one unit, for the roofline and calibrated compute models. Op classes:
 //   Gemm      dense matrix multiplies against weights (QKV, projection, MLP, head, patch embed)
-//   Attention the batched s×s matmuls of attention (scores and context)
+//   Attention the batched s×s matmuls of eager attention (scores and context)
+//   FusedAttention one FlashAttention kernel (forward) / two (backward): QKᵀ, softmax and PV in
+//             on-chip memory, only q, k, v, o and the log-sum-exp in DRAM; causal masking
+//             skips half the products; the backward recomputes the scores (5 matmuls of the
+//             forward's 2, i.e. 2.5× its FLOPs)
 //   Memory    bandwidth-bound kernels (norms, softmax, activations, residual adds, embedding
 //             gather, dropout-free loss), costed by the bytes they read and write
-enum class OpClass { Gemm, Attention, Memory };
+enum class OpClass { Gemm, Attention, FusedAttention, Memory };
 std::string to_string(OpClass op_class);
 
 struct OpCost {
@@ -67,13 +83,25 @@ struct OpCost {
   double backward_bytes = 0;
   int forward_kernels = 1;  // launches, for the per-kernel overhead term
   int backward_kernels = 1;
+  // Output tiles of the kernel's grid (GEMMs and flash attention; 0 otherwise): 128×128 output
+  // tiles, one thread block each, run in waves over the SMs (a 132-SM GPU runs 133 tiles in
+  // two waves, the second nearly empty).
+  double tiles = 0;
 };
+// Output tiles of an [m×n] result in 128×128 blocks, times `batch` independent products.
+double output_tiles(double m, double n, double batch = 1);
+// Fraction of the SM-time a grid of `tiles` blocks keeps busy on `sm_count` SMs (1 when either
+// is 0): tiles / (waves · SMs) with waves = ⌈tiles / SMs⌉.
+double wave_efficiency(double tiles, int sm_count);
 
-// Every op of one unit for `micro_batch` samples. Sums of forward_flops over the ops equal
-// unit_flops(...).forward for the layer's GEMM and attention classes (the Memory class adds
-// its own small FLOP counts, which unit_flops leaves out).
+// Every op of one unit for `micro_batch` samples, as the implementation runs them. With eager
+// attention, sums of forward_flops over the ops equal unit_flops(...).forward for the layer's
+// GEMM and attention classes (the Memory class adds its own small FLOP counts, which
+// unit_flops leaves out); flash attention executes fewer (causal halving). Unfused elementwise
+// code runs each residual add as its own kernel; fused, the add is done by the following norm
+// (one kernel reading both inputs, writing the sum and the normalised output).
 std::vector<OpCost> unit_ops(const ModelSpec& model, int unit, int seq, int micro_batch,
-                             Dtype dtype);
+                             Dtype dtype, const Implementation& impl = {});
 
 // Bytes an AdamW step reads and writes per parameter: fp32 master, gradient (reduce dtype),
 // m and v read and written, plus the compute-dtype copy of the parameter written back.

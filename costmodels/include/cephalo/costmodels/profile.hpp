@@ -19,7 +19,10 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "cephalo/core/dtype.hpp"
+#include "cephalo/core/scenario.hpp"
 
 namespace cephalo::costmodels {
 
@@ -42,6 +45,9 @@ struct LayerProfile {
   std::string file_gpu;
   std::string file;
   ProfileShape shape = ProfileShape::Fit;
+  // The software stack the row was measured with (every source records it; see
+  // cephalo_profile_implementation and costmodels/README.md).
+  Implementation implementation;
   LinearFit forward, backward;
   // Measured points (may be empty), ascending micro-batch sizes; Cephalo rows are 1..K.
   std::vector<int> micro_batches;
@@ -74,14 +80,25 @@ struct OptimizerProfile {
   std::vector<std::pair<double, double>> points;  // (parameters, ms)
 };
 
+// What the Cephalo paper's profiles ran (their code: DeepSpeed-style GPT, BERT and ViT layers
+// with eager attention and unfused elementwise kernels; Hugging Face LLaMA / Mistral layers,
+// which use flash-attn 2 in fp16/bf16 on Ampere and newer and eager (SDPA math) attention
+// elsewhere). `architecture` is the GPU's catalog generation.
+Implementation cephalo_profile_implementation(const std::string& family,
+                                              const std::string& architecture, Dtype dtype);
+
 class ProfileTables {
  public:
   // Cephalo's model_latencies.json.
   static ProfileTables load_cephalo(const std::filesystem::path& file);
   // The project's format.
   static ProfileTables load_own(const std::filesystem::path& file);
-  // Either format, by content.
+  // Either format, by content: "format": "cephalo-profile", or no "format" and the Cephalo
+  // layout; anything else (a plan, a sweep spec) is a ValidationError, not an empty table.
   static ProfileTables load(const std::filesystem::path& file);
+  // Whether `j` has the shape of Cephalo's model_latencies.json, {model: {gpu: {seq: {dtype:
+  // entry}}}} with numeric seq keys (that file carries no "format" key of its own).
+  static bool is_cephalo_layout(const nlohmann::json& j);
   // The shipped Cephalo profiles (data_dir()/calibration/cephalo-profiles/model_latencies.json).
   static const ProfileTables& builtin();
 

@@ -53,7 +53,20 @@ struct OptimalRankModel {
 };
 
 struct OptimalProblem {
+  // One model per rank; or, with rank_class given, one per class of identical ranks and
+  // rank_class[i] the model of rank i (a 100k-GPU cluster of a few device types then holds a
+  // few tables, not 100k).
   std::vector<OptimalRankModel> ranks;
+  std::vector<int> rank_class;
+  int num_ranks() const {
+    return static_cast<int>(rank_class.empty() ? ranks.size() : rank_class.size());
+  }
+  int class_of(int rank) const {
+    return rank_class.empty() ? rank : rank_class[static_cast<std::size_t>(rank)];
+  }
+  const OptimalRankModel& model_of(int rank) const {
+    return ranks[static_cast<std::size_t>(class_of(rank))];
+  }
   int global_batch = 0;
   double state_bytes = 0;        // S: the whole sharded training state
   double optimizer_seconds = 0;  // O: optimizer step over the whole state

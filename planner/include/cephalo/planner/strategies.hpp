@@ -1,5 +1,7 @@
 #pragma once
-// The planner's entry point: a Scenario in, a Plan out, by one of five strategies.
+// The planner's entry point: a Scenario in, a Plan out, by one of the strategies of one table
+// (`strategies()`; dispatch and `strategy_names()` both read it, so a strategy is one row and
+// one file, src/strategy_<name>.cpp):
 //
 //   even          stock FSDP: equal batches (remainder spread), equal shares, micro-batches as
 //                 memory requires
@@ -9,11 +11,10 @@
 //   search        simulate the best candidates of `optimal` and their neighbours (and the
 //                 other strategies' plans), return the best simulated plan
 //
-// Every plan comes with the same per-rank prediction (memory from the memory model, compute
-// from the compute model, the iteration from the `optimal` model), so strategies compare on
-// one scale; `search` adds the simulated time.
-#include <optional>
+// Every plan comes with the same per-rank prediction (plan_result.hpp); `search` adds the
+// simulated time.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cephalo/core/plan.hpp"
@@ -21,56 +22,24 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/cephalo_optimizer.hpp"
 #include "cephalo/planner/optimal_solver.hpp"
+#include "cephalo/planner/plan_result.hpp"
 
 namespace cephalo::planner {
 
-const std::vector<std::string>& strategy_names();  // in the order above
-
-struct PlannerOptions {
-  std::string strategy = "optimal";
-  std::string compute_source = "auto";  // costmodels::make_cost_models source
-  // optimal / search: "none", "host" or "auto" (solve both, keep the faster)
-  std::string offload = "auto";
-  // Largest micro-batch the optimal model tabulates (bounds the table-building cost).
-  int max_micro_batch = 512;
-  // optimal: replay the plan on the simulator and tighten the memory budget of a device type
-  // the simulator finds over capacity, then solve again (at most 5 times).
-  bool verify_with_simulator = true;
-  // cephalo
-  ShareObjective cephalo_share = ShareObjective::MinParams;
-  bool cephalo_published_share_memory = true;
-  std::string cephalo_memory_cluster;  // empty: paper, paper_4gpu, aws-16gpu, ... first found
-  // search
-  int search_neighbours = 24;  // simulated neighbour plans at most
-  bool progress = false;       // progress lines on stderr
+// One strategy: its name on the command line, one line for help texts, and the function.
+// `plan` gets the cost models make_plan built; it may throw InfeasibleError.
+struct Strategy {
+  std::string_view name;
+  std::string_view description;
+  PlanResult (*plan)(const Scenario& scenario, const costmodels::CostModels& models,
+                     const PlannerOptions& options);
 };
 
-struct RankPrediction {
-  int rank = 0;
-  std::string gpu;
-  double memory_bytes = 0;  // memory model, this plan
-  double usable_bytes = 0;
-  double compute_s = 0;            // the rank's compute per iteration (all units, all phases)
-  double compute_per_layer_s = 0;  // one transformer layer, all micro-batches, fwd+rc+bwd
-};
+const std::vector<Strategy>& strategies();         // in the order above
+const std::vector<std::string>& strategy_names();  // the names of strategies(), same order
 
-struct PlanResult {
-  Plan plan;
-  std::vector<RankPrediction> ranks;
-  double predicted_iteration_s = 0;  // the optimal model's time of this plan
-  double predicted_comm_s = 0;
-  double predicted_optimizer_s = 0;
-  double planning_s = 0;                        // wall time of the strategy
-  std::optional<double> simulated_iteration_s;  // search only
-  int simulated_candidates = 0;
-  std::string note;   // e.g. the cephalo strategy's profile rows
-  bool fits() const;  // every rank within its usable memory
-};
-
+// Runs options.strategy (NotFoundError for an unknown name), predicts, times it.
 PlanResult make_plan(const Scenario& scenario, const PlannerOptions& options);
-
-// The shared prediction for any plan (used for the table of every strategy).
-void predict(const Scenario& scenario, const costmodels::CostModels& models, PlanResult& result);
 
 // Builds the `optimal` model of a scenario (exposed for benchmarks and tests).
 OptimalProblem build_optimal_problem(const Scenario& scenario, const costmodels::CostModels& models,
@@ -79,9 +48,5 @@ OptimalProblem build_optimal_problem(const Scenario& scenario, const costmodels:
 // The published optimizer's inputs for a scenario (profiles, memory curve, capacities).
 CephaloInputs build_cephalo_inputs(const Scenario& scenario, const PlannerOptions& options,
                                    std::string* note = nullptr);
-
-// Per-rank table and JSON of a result.
-std::string render_table(const PlanResult& result);
-Json to_json(const PlanResult& result);
 
 }  // namespace cephalo::planner

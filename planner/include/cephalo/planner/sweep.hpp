@@ -15,7 +15,9 @@
 // simulated. A type's GPUs fill nodes of its own (homogeneous nodes), so links follow the
 // node shape. The Pareto frontier is over (lower $/hour, higher simulated samples/s) among
 // the mixes that fit and meet the constraints.
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,15 +67,47 @@ struct SweepRow {
   std::string error;  // why it is infeasible
 };
 
-std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec);
+// The size of a sweep's space, counted before anything is enumerated or planned.
+struct MixCount {
+  // Closed form: Π over pool entries of the counts each can take, minus the all-zero mix
+  // (an upper bound: before the budget and the global-batch filters). Saturates at 2^64 − 1.
+  std::uint64_t unfiltered = 0;
+  // Mixes that pass the filters, counted exactly up to `limit`; `limit + 1` means "more".
+  std::uint64_t mixes = 0;
+};
+// Counts with a walk that visits only mixes that pass the filters (prices ≥ 0 and counts ≥ 0
+// make cost and GPU total monotone, so a partial mix that is already over cannot be
+// completed), stopping after limit + 1: O(pool size × limit) whatever the pool allows.
+MixCount count_mixes(const SweepSpec& spec, std::uint64_t limit);
+
+// Default of `cephalo sweep --max-mixes`: each mix is planned and simulated (~50 ms for a
+// few GPUs), so a few thousand is minutes of work.
+constexpr std::uint64_t kDefaultMaxMixes = 5000;
+
+// Every mix that passes the filters (each type from min_count to max_count by step, not all
+// zero, no more GPUs than the global batch, within the budget), the first pool entry varying
+// fastest. Counts first and throws ValidationError (file, "$.pool", the count, the bound)
+// when there are more than `max_mixes`, before building any.
+std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec,
+                                              std::uint64_t max_mixes = kDefaultMaxMixes);
 // The scenario of one mix (exposed for tests).
 Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts);
 SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts);
 void mark_pareto(std::vector<SweepRow>& rows);
 
-// Runs the sweep. Under MPI with more than one rank the mixes are dealt round-robin and the
-// rows gathered on rank 0 (other ranks return an empty vector). Progress on stderr.
-std::vector<SweepRow> run_sweep(const SweepSpec& spec, bool progress);
+// The sweep as a pure function: rows[i] evaluates mixes[i] (in this process, in order);
+// `progress`, when given, is called after each row. No Pareto marks (mark_pareto does that
+// once all rows of the sweep are in, e.g. after they were gathered from several processes).
+using SweepProgress = std::function<void(std::size_t done, std::size_t total, const SweepRow&)>;
+std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
+                                     const std::vector<std::vector<int>>& mixes,
+                                     const SweepProgress& progress = {});
+
+// Rows to and from JSON with their index in the sweep, so rows evaluated elsewhere (another
+// MPI rank) can be put back in place: rows_to_json({rows}, {their indices}) and
+// place_rows(json, all_rows).
+Json rows_to_json(const std::vector<SweepRow>& rows, const std::vector<std::size_t>& indices);
+void place_rows(const Json& rows, std::vector<SweepRow>& all);
 
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows);

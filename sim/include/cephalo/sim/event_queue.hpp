@@ -19,8 +19,12 @@ constexpr Time kNanosecond = 1;
 constexpr Time kMicrosecond = 1000;
 constexpr Time kSecond = 1000000000;
 
+// Bounds of the clock: one duration at most 1e9 s, an event at most 2^62 ns (~146 years), so
+// adding a duration to any scheduled time never overflows.
+constexpr double kMaxDurationSeconds = 1e9;
+constexpr Time kMaxTime = Time{1} << 62;
 // Seconds to ticks, rounded to the nearest nanosecond; throws std::invalid_argument for a
-// negative, NaN or out-of-range duration.
+// negative or NaN duration, InfeasibleError for one beyond kMaxDurationSeconds.
 Time to_ticks(double seconds);
 inline double to_seconds(Time t) { return static_cast<double>(t) * 1e-9; }
 

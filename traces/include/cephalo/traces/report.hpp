@@ -12,16 +12,24 @@
 
 namespace cephalo::traces {
 
+// Every field is defined here once and computed once, by `summarize` (summarize.hpp), for the
+// simulator and the backend alike. Intervals are the ops' [start, end) from the common origin
+// (t = 0: every rank starts the step); |∪ X| is the measure of the union of the intervals X.
 struct RankReport {
   int rank = 0;
-  std::string gpu;  // device type name
+  std::string gpu;  // device type (the resolved spec's name)
   int node = 0;
-  double compute_s = 0;       // compute stream busy
-  double comm_s = 0;          // collectives in flight (from their start to their end)
-  double exposed_comm_s = 0;  // a collective in flight while the compute stream idles
-  double idle_s = 0;          // neither; includes waiting at collectives for slower ranks
-  double peak_memory_bytes = 0;
-  double capacity_bytes = 0;  // usable device memory the peak is judged against
+  double slowdown = 1;   // the slot's emulation slowdown (1 = real hardware)
+  double compute_s = 0;  // |∪ compute-stream ops| (forward, backward, recompute, optimizer)
+  // |∪ collectives| (the comm stream). A simulated collective starts when its last member
+  // arrives, so waiting for a slower rank is idle time; a measured one starts when this rank
+  // issues it (a blocking wait inside it is measured as communication).
+  double comm_s = 0;
+  double copy_s = 0;          // |∪ host<->device copies| (offload); not part of comm_s
+  double exposed_comm_s = 0;  // |∪ compute ∪ comm| − compute_s: collectives not hidden by compute
+  double idle_s = 0;  // iteration_time_s − |∪ compute ∪ comm| (against the global end)
+  double peak_memory_bytes = 0;  // highest device bytes in use during the iteration
+  double capacity_bytes = 0;     // usable device memory (usable_capacity_bytes)
 };
 
 struct OomDetail {
@@ -40,11 +48,17 @@ struct OpTiming {
 };
 
 struct IterationReport {
-  std::string source = "sim";  // "sim", "cpu", "cuda"
-  double iteration_time_s = 0;
-  double samples_per_s = 0;
-  double tokens_per_s = 0;
-  double mfu = 0;  // model FLOPs / (time × Σ peak of the compute dtype)
+  std::string source = "sim";   // "sim" (a SimResult), "cpu" or "cuda" (a RunResult)
+  std::string plan_hash;        // plan_hash(plan) of the plan that ran ("" in old records)
+  double iteration_time_s = 0;  // common origin to the iteration's end (IterationMeasurements)
+  double samples_per_s = 0;     // global batch / iteration_time_s
+  double tokens_per_s = 0;      // samples_per_s × the job's sequence length
+  // Model FLOPs of the iteration (forward + backward, no recompute, costmodels::unit_flops:
+  // GraphSummary::model_flops_per_iteration) / (iteration_time_s × Σ effective_peak_flops),
+  // the peak of the compute dtype divided by each slot's emulation slowdown.
+  double mfu = 0;
+  // Some rank exceeded its usable capacity: the first allocation that did (simulator), or the
+  // rank whose peak did (op -1, "measured peak") when only peaks are known.
   bool oom = false;
   std::optional<OomDetail> oom_detail;
   std::uint64_t events = 0;  // simulator: events processed; backend: ops executed
@@ -52,8 +66,8 @@ struct IterationReport {
   std::vector<OpTiming> ops;  // sorted by id; empty unless requested
 };
 
-// JSON keys: source, iteration_time_s, samples_per_s, tokens_per_s, mfu, oom, oom_detail (only
-// when oom), events, ranks[...], ops (only when non-empty: [{id, start_s, end_s}]).
+// JSON keys: source, plan_hash, iteration_time_s, samples_per_s, tokens_per_s, mfu, oom, oom_detail
+// (only when oom), events, ranks[...], ops (only when non-empty: [{id, start_s, end_s}]).
 Json to_json(const IterationReport& report);
 IterationReport parse_iteration_report(JsonReader& reader);
 IterationReport load_iteration_report(const std::filesystem::path& file);

@@ -57,6 +57,22 @@ bool is_compute(OpKind kind);
 bool is_copy(OpKind kind);
 Stream stream_of(OpKind kind);
 
+// What a collective runs, decided once by the graph builder from the integer element counts it
+// moves (`shard_offsets`) and the plan's `uneven_collective`: Even when every member moves the
+// same number of elements (MPI_Allgather / ncclAllGather and the reduce-scatter twins), else
+// the plan's uneven variant: Grouped (all-gather-v / reduce-scatter-v: one broadcast / reduce
+// per owner) or Padded (every shard padded to the largest around the even collective). Equal
+// shares with a unit size not divisible by the rank count are therefore uneven: that is what
+// the backend runs, and what the simulator prices.
+enum class CollectiveVariant : std::uint8_t { Even = 0, Grouped = 1, Padded = 2 };
+std::string to_string(CollectiveVariant variant);  // "even", "grouped", "padded"
+
+// Element ranges of one unit's flat buffer owned by each rank, for shares summing to 1: rank r
+// owns [off[r], off[r+1]) with off[r+1] = round(numel × Σ_{i<=r} share_i) (clamped to be
+// monotone; the last ends at numel). The one rounding rule for the graph, the executor's
+// sharded state and checkpoints.
+std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares);
+
 // Direction of the pass an op belongs to.
 enum class Pass : std::uint8_t { Forward = 0, Backward = 1, Step = 2 };
 
@@ -65,6 +81,10 @@ struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
   Pass pass = Pass::Forward;
+  // The op whose end releases the phase's gathered parameters (the phase's last compute op, or
+  // its gather when the rank runs no compute in the phase). Its mem_free includes them. (Here,
+  // in the padding after `pass`, so an Op stays 88 bytes.)
+  bool frees_gathered = false;
   std::int32_t rank = 0;
   std::int32_t unit = -1;             // 0 embedding, 1..L layers, L+1 head; -1 for the optimizer
   std::int32_t micro_batch = -1;      // index within the rank's micro-batches; -1 if none
@@ -88,15 +108,38 @@ struct Collective {
   std::int32_t unit = -1;
   Pass pass = Pass::Forward;
   std::int32_t phase = -1;
-  double total_bytes = 0;           // gathered / reduced buffer
+  // Resolved once (see CollectiveVariant): Even iff every segment is Even. The op kinds agree
+  // (AllGatherV / ReduceScatterV iff not Even).
+  CollectiveVariant variant = CollectiveVariant::Even;
+  double element_bytes = 0;         // bytes per element moved (compute dtype; reduce dtype)
+  double total_bytes = 0;           // gathered / reduced buffer = Σ segment numel × element_bytes
   std::uint32_t members_begin = 0;  // into the members arrays (use TrainingGraph::members)
   std::uint32_t members_count = 0;
+  std::uint32_t segments_begin = 0;  // into the segments array (use TrainingGraph::segments)
+  std::uint32_t segments_count = 0;
 };
 
 struct CollectiveMember {
   std::int32_t rank = 0;
   OpId op = kNoOp;
-  double shard_bytes = 0;
+  std::int64_t elements = 0;  // Σ over the segments of the rank's slice of each
+  double shard_bytes = 0;     // elements × element_bytes
+};
+
+// One unit's flat buffer inside a collective, in buffer order. A phase of unit u moves unit u;
+// the phase of a head tied to the embedding moves unit 0 first and then the head
+// (costmodels::phase_parameters), as two calls of the backend's communicator, each with its own
+// variant. Member r's slice of the segment is `graph.slice(unit, r)`.
+struct CollectiveSegment {
+  std::int32_t unit = -1;
+  std::int64_t numel = 0;  // elements of the unit's flat buffer
+  CollectiveVariant variant = CollectiveVariant::Even;
+};
+
+// A rank's element range of a unit's flat buffer.
+struct UnitSlice {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
 };
 
 // Model-level quantities the builder derives from the Job, kept so consumers do not have to
@@ -114,6 +157,7 @@ struct GraphSummary {
 
 // Per-unit sizes used to fill ops (exposed for tests and the backend).
 struct UnitSizes {
+  std::int64_t numel = 0;     // elements of the unit's flat buffer (= parameters)
   double parameters = 0;      // the unit's own
   double gathered_bytes = 0;  // what a phase of the unit gathers, in the compute dtype: its
                               // parameters, and for a tied head the embedding unit's too
@@ -144,9 +188,15 @@ class TrainingGraph {
 
   const std::vector<Collective>& collectives() const { return collectives_; }
   std::span<const CollectiveMember> members(const Collective& c) const;
+  std::span<const CollectiveSegment> segments(const Collective& c) const;
 
-  // Device bytes held for the whole iteration (sharded training state: master parameters,
-  // gradient shard, Adam moments).
+  // Sharding of every unit's flat buffer (shard_offsets of its numel over the plan's shares):
+  // `unit_offsets(u)` has num_ranks + 1 entries; `slice(u, r)` is rank r's range.
+  std::span<const std::int64_t> unit_offsets(int unit) const;
+  UnitSlice slice(int unit, int rank) const;
+
+  // Device bytes held for the whole iteration (sharded training state of the rank's slices:
+  // master parameters, gradient shard, Adam moments).
   double static_bytes(int rank) const { return static_bytes_[rank]; }
   const UnitSizes& unit_sizes(int unit) const { return unit_sizes_[unit]; }
 
@@ -174,6 +224,8 @@ class TrainingGraph {
   std::vector<OpId> stream_ops_;
   std::vector<Collective> collectives_;
   std::vector<CollectiveMember> members_;
+  std::vector<CollectiveSegment> segments_;
+  std::vector<std::int64_t> unit_offsets_;  // units × (ranks + 1)
   std::vector<double> static_bytes_;
   std::vector<UnitSizes> unit_sizes_;
   mutable std::unique_ptr<BoostGraph> boost_;

@@ -1,4 +1,4 @@
-// Simulator-in-the-loop refinement of the `optimal` plan (see search.hpp).
+// `search`: simulator-in-the-loop refinement of the other strategies' plans (see search.hpp).
 #include "cephalo/planner/search.hpp"
 
 #include <algorithm>
@@ -10,9 +10,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/planner/strategies.hpp"
-#include "cephalo/sim/replay.hpp"
-#include "cephalo/traces/training_graph.hpp"
+#include "strategy_functions.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -85,50 +83,30 @@ std::vector<Plan> neighbours(const Scenario& s, const Plan& base, const PlanResu
 
 }  // namespace
 
-SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models,
-                         const Plan& plan) {
-  validate_plan_for(plan, s, "<planner>");
-  const auto graph = traces::build_training_graph(plan, s);
-  const auto result = sim::simulate(graph, s, plan, *models.compute, *models.comm);
-  SimOutcome out;
-  out.iteration_s = result.report.iteration_time_s;
-  out.samples_per_s = result.report.samples_per_s;
-  out.oom = result.report.oom;
-  for (const auto& r : result.report.ranks) {
-    out.peak_bytes.push_back(r.peak_memory_bytes);
-    out.capacity_bytes.push_back(r.capacity_bytes);
-  }
-  if (result.report.oom_detail) {
-    const auto& d = *result.report.oom_detail;
-    out.oom_rank = d.rank;
-    out.oom_detail = "rank " + std::to_string(d.rank) + ", op " + d.op_name + ", " +
-                     format_bytes(d.bytes) + " > " + format_bytes(d.capacity_bytes);
-  }
-  return out;
-}
-
 PlanResult search_plan(const Scenario& s, const costmodels::CostModels& models,
                        const PlannerOptions& options) {
   std::vector<PlanResult> seeds;
   std::string first_error;
-  auto add_seed = [&](PlannerOptions o) {
+  // The seeds: the other strategies' plans, each with the shared prediction.
+  using StrategyFunction =
+      PlanResult (*)(const Scenario&, const costmodels::CostModels&, const PlannerOptions&);
+  auto add_seed = [&](StrategyFunction plan, const std::string& strategy, PlannerOptions o) {
+    o.strategy = strategy;
     try {
-      seeds.push_back(make_plan(s, o));
+      seeds.push_back(plan(s, models, o));
+      predict(s, models, seeds.back());
     } catch (const InfeasibleError& e) {
       if (first_error.empty()) first_error = e.what();
     }
   };
   for (const std::string offload : {"none", "host"}) {
     PlannerOptions o = options;
-    o.strategy = "optimal";
     o.offload = offload;
-    add_seed(o);
+    add_seed(detail::plan_optimal, "optimal", o);
   }
-  for (const std::string other : {"cephalo", "proportional", "even"}) {
-    PlannerOptions o = options;
-    o.strategy = other;
-    add_seed(o);
-  }
+  add_seed(detail::plan_cephalo, "cephalo", options);
+  add_seed(detail::plan_proportional, "proportional", options);
+  add_seed(detail::plan_even, "even", options);
   if (seeds.empty()) throw InfeasibleError("search: no strategy found a plan: " + first_error);
 
   std::set<std::string> seen;
@@ -193,4 +171,12 @@ PlanResult search_plan(const Scenario& s, const costmodels::CostModels& models,
   return best;
 }
 
+namespace detail {
+
+PlanResult plan_search(const Scenario& s, const costmodels::CostModels& models,
+                       const PlannerOptions& options) {
+  return search_plan(s, models, options);
+}
+
+}  // namespace detail
 }  // namespace cephalo::planner

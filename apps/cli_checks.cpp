@@ -1,0 +1,134 @@
+#include "cli_checks.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include "cephalo/core/dtype.hpp"
+#include "cephalo/core/error.hpp"
+
+namespace cephalo::cli {
+namespace {
+
+std::string in_quotes(const std::string& text) { return "\"" + clip(text) + "\""; }
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+bool decimal_integer_text(const std::string& text, bool allow_sign) {
+  std::size_t i = 0;
+  if (allow_sign && i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+  if (i == text.size()) return false;
+  for (; i < text.size(); ++i)
+    if (text[i] < '0' || text[i] > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
+  const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        std::int64_t v = 0;
+        const char* begin = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+        const char* end = text.data() + text.size();
+        if (!decimal_integer_text(text, true))
+          return "got " + in_quotes(text) + ", which is not an integer; expected " + range;
+        auto [ptr, ec] = std::from_chars(begin, end, v);
+        if (ec != std::errc() || ptr != end || v < lo || v > hi)
+          return "got " + in_quotes(text) + "; expected " + range;
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::string range = "an integer from 0 to 18446744073709551615 (64 bits)";
+        std::uint64_t v = 0;
+        if (!decimal_integer_text(text, false))
+          return "got " + in_quotes(text) + ", which is not a non-negative integer; expected " +
+                 range;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || ptr != text.data() + text.size())
+          return "got " + in_quotes(text) + ", which does not fit in 64 bits; expected " + range;
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator number_in(double lo, double hi) {
+  std::ostringstream r;
+  r << "a number from " << lo << " to " << hi;
+  const std::string range = r.str();
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        double v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < lo ||
+            v > hi)
+          return "got " + in_quotes(text) + "; expected " + range;
+        return {};
+      },
+      "NUMBER in [" + r.str().substr(std::string("a number from ").size()) + "]");
+}
+
+CLI::Validator one_of(std::vector<std::string> allowed) {
+  const std::string listing = join(allowed);
+  return CLI::Validator(
+      [allowed, listing](std::string& text) -> std::string {
+        for (const auto& a : allowed)
+          if (a == text) return {};
+        std::string message = "got " + in_quotes(text) + "; expected one of " + listing;
+        auto close = closest_names(text, allowed, 1);
+        if (!close.empty()) message += " (did you mean \"" + close.front() + "\"?)";
+        return message;
+      },
+      "{" + listing + "}");
+}
+
+CLI::Validator dtype_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_dtype(text)) return {};
+        return "got " + in_quotes(text) +
+               "; expected one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)";
+      },
+      "{fp32, tf32, fp16, bf16}");
+}
+
+std::string unknown_subcommand_message(const CLI::App& app, int argc, const char* const* argv) {
+  const CLI::App* current = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string token = argv[i];
+    // Past the first flag, positional words may be flag values; CLI11 judges those.
+    if (token.empty() || token[0] == '-') return {};
+    const auto subcommands = current->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) return {};
+    std::vector<std::string> names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : subcommands) {
+      names.push_back(sub->get_name());
+      if (sub->check_name(token)) next = sub;
+    }
+    if (next) {
+      current = next;
+      continue;
+    }
+    // A command whose subcommand is optional may take positionals of its own.
+    if (current->get_require_subcommand_min() == 0) return {};
+    std::string where = current == &app ? "" : " for \"" + current->get_name() + "\"";
+    std::string message = "unknown command " + in_quotes(token) + where;
+    auto close = closest_names(token, names, 1);
+    if (!close.empty()) message += "; did you mean \"" + close.front() + "\"?";
+    return message + " (commands: " + join(names) + ")";
+  }
+  return {};
+}
+
+}  // namespace cephalo::cli

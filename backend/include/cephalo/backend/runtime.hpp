@@ -1,0 +1,39 @@
+#pragma once
+// One factory for a rank's device and communicator (`cephalo run` and `cephalo profile`):
+// the CPU device with MPI (or, without mpirun, the single-rank communicator), or the CUDA
+// device of this rank's local GPU with NCCL bootstrapped over MPI.
+#include <memory>
+#include <string>
+
+#include "cephalo/backend/communicator.hpp"
+#include "cephalo/backend/cpu_device.hpp"
+#include "cephalo/backend/device.hpp"
+#include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/core/plan.hpp"
+
+namespace cephalo::backend {
+
+struct RuntimeOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  CpuDeviceOptions cpu;        // --device cpu
+  bool allow_tf32 = false;     // --device cuda: FP32 GEMMs on tensor cores (TF32 jobs)
+  // How uneven shards are gathered and reduced (the variant the cost model priced): MPI's -v
+  // collectives or padding around the even ones; NCCL's grouped broadcast/reduce or padding
+  // around its ring.
+  UnevenCollective uneven = UnevenCollective::Grouped;
+};
+
+// The communicators are owned here; `comm` is the one to use (NCCL on CUDA under mpirun, MPI on
+// CPU under mpirun, the single-rank communicator without it).
+struct Runtime {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> mpi, nccl, single;
+  Communicator* comm = nullptr;
+};
+
+// RuntimeFailure for --device cuda in a build without the CUDA backend, or with CUDA's reason
+// on a machine without a usable GPU; ValidationError-free (the device name is checked by the
+// command line).
+Runtime make_runtime(const MpiRuntime& mpi, const RuntimeOptions& options);
+
+}  // namespace cephalo::backend

@@ -1,0 +1,67 @@
+#pragma once
+// This rank's shard of the training state (DESIGN §4 "Sharding"): for every FSDP unit, the
+// owned contiguous slice of the flat fp32 parameters, its gradient accumulator (in the job's
+// reduce type) and the fp32 AdamW moments, plus the optimizer's step count.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cephalo/backend/device.hpp"
+#include "cephalo/backend/gpt.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::backend {
+
+// Contiguous shard slices of a unit of `numel` elements for the plan's state shares:
+// rank r owns [offsets[r], offsets[r+1]). The graph's sharding (traces::shard_offsets), which
+// the executor reads from the graph; kept here for the profiler and tests.
+inline std::vector<std::int64_t> shard_offsets(std::int64_t numel,
+                                               const std::vector<double>& shares) {
+  return traces::shard_offsets(numel, shares);
+}
+
+class ShardedState {
+ public:
+  // Allocates the slices the graph gives `rank` (graph.unit_offsets) and initialises the owned
+  // parameters from the model's deterministic initialisation (Adam moments zero).
+  ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph, int rank,
+               ElemType reduce_type);
+
+  int units() const { return static_cast<int>(offsets_.size()); }
+  int rank() const { return rank_; }
+  int ranks() const { return static_cast<int>(offsets_.front().size()) - 1; }
+  const std::vector<std::int64_t>& offsets(int u) const {
+    return offsets_[static_cast<std::size_t>(u)];
+  }
+  std::int64_t begin(int u) const { return offsets(u)[static_cast<std::size_t>(rank_)]; }
+  std::int64_t owned(int u) const {
+    return offsets(u)[static_cast<std::size_t>(rank_) + 1] - begin(u);
+  }
+  // Elements each rank owns of unit u (the -v collectives' counts).
+  std::vector<std::int64_t> counts(int u) const;
+
+  Buffer& param(int u) { return param_[static_cast<std::size_t>(u)]; }
+  Buffer& grad(int u) { return grad_[static_cast<std::size_t>(u)]; }
+  Buffer& m(int u) { return m_[static_cast<std::size_t>(u)]; }
+  Buffer& v(int u) { return v_[static_cast<std::size_t>(u)]; }
+  ElemType reduce_type() const { return reduce_type_; }
+
+  void zero_gradients(Stream& s);
+
+  // Checkpoint shard: for every unit the owned slice of params, then m, then v (fp32, native
+  // endianness). Blocking (downloads).
+  std::string serialize();
+  // Restores unit u's owned slice (owned(u) floats each).
+  void restore(int u, const float* params, const float* m, const float* v);
+
+  std::int64_t adam_step = 0;  // AdamW updates applied (bias correction)
+
+ private:
+  Device& dev_;
+  int rank_;
+  ElemType reduce_type_;
+  std::vector<std::vector<std::int64_t>> offsets_;
+  std::vector<Buffer> param_, grad_, m_, v_;
+};
+
+}  // namespace cephalo::backend

@@ -1,0 +1,112 @@
+#pragma once
+// A training session (DESIGN §7): what `cephalo run` does between parsing and printing.
+//  1. prepare(): everything that can be refused before a step runs, checked on every rank and
+//     agreed, so a bad checkpoint folder, another run's checkpoints, a corrupt checkpoint or
+//     an infeasible precision ends every rank with the same message and exit code whether the
+//     job has 1 rank or many;
+//  2. run(): the loop — checkpoint cadence, the window of steps the report is picked from, and
+//     the abort policy (a rank that fails mid-step names itself and takes the job down).
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cephalo/backend/communicator.hpp"
+#include "cephalo/backend/executor.hpp"
+#include "cephalo/core/error.hpp"
+
+namespace cephalo::backend {
+
+// The kinds of failure a session distinguishes; the values are the CLI's exit codes
+// (apps/commands.hpp), so every rank of a job exits with the same one.
+enum class ErrorKind : int { InvalidInput = 1, Infeasible = 3, Runtime = 4, Io = 5 };
+ErrorKind error_kind(const std::exception& e);
+
+// A failure before training, agreed by every rank: the kind and message of the lowest rank
+// that failed (`failed_rank`), identical on every rank.
+class AgreedFailure : public Error {
+ public:
+  AgreedFailure(ErrorKind kind, int failed_rank, const std::string& message)
+      : Error(message), kind_(kind), failed_rank_(failed_rank) {}
+  ErrorKind kind() const { return kind_; }
+  int failed_rank() const { return failed_rank_; }
+
+ private:
+  ErrorKind kind_;
+  int failed_rank_;
+};
+
+// Runs `check` on every rank; when it throws on any, every rank throws AgreedFailure.
+// Collective: one all-reduce, plus a broadcast of the message on failure. `check` itself must
+// not be collective (a rank that throws would leave the others waiting).
+void agree(Communicator& comm, const std::function<void()>& check);
+
+struct SessionOptions {
+  int steps = 10;                 // train until this step (counting resumed steps)
+  std::string report = "median";  // median | min | last: which step the report describes
+  std::filesystem::path checkpoint_dir;
+  int checkpoint_every = 0;  // with checkpoint_dir: save after every N-th step
+  bool overwrite_checkpoints = false;
+  std::filesystem::path resume;  // resume from this folder's latest checkpoint
+  std::string rank_label;        // this rank's device, for the abort message
+};
+
+// One measured step as the RunResult and the trace describe it.
+struct MeasuredStep {
+  int step = 0;
+  double time_s = 0;
+  traces::IterationReport report;
+  std::vector<std::int64_t> start_ns, end_ns;
+  std::vector<std::vector<traces::MemorySample>> memory;
+};
+
+// The steps a report may be taken from: all but the run's first (it pays for first-touch
+// allocations and cold caches) when there are others, and at most the last 31 of them so that
+// a long run keeps a bounded window.
+inline constexpr std::size_t kReportWindow = 31;
+
+// `median` = the step whose time is the (lower) median of the window (typical), `min` = the
+// fastest (least disturbed on a shared machine), `last` = the last.
+const MeasuredStep& pick_report_step(const std::deque<MeasuredStep>& window,
+                                     const std::string& statistic);
+
+struct SessionResult {
+  std::vector<StepResult> steps;  // this run's steps (empty: already at --steps)
+  MeasuredStep reported;          // the step the report describes
+  int window_first = 0, window_last = 0;
+  std::size_t window_size = 0;
+};
+
+class TrainingSession {
+ public:
+  // RuntimeFailure for inconsistent options (a cadence without a folder or the reverse: the
+  // command line refuses those first).
+  TrainingSession(Communicator& comm, SessionOptions options);
+
+  // Before any step, agreed across ranks (AgreedFailure): the checkpoint folder, the
+  // executor's construction, the resume (the command checks its output files before, with
+  // core/output_file.hpp). Then, with overwrite_checkpoints, the old checkpoints are removed
+  // (rank 0).
+  Executor& prepare(const std::function<std::unique_ptr<Executor>()>& make_executor);
+
+  // Trains up to options.steps, calling on_step after each step on every rank. A failure on
+  // a one-rank job is rethrown; on a larger job the failing rank prints "error: rank R of N
+  // (label) failed at step S: cause; aborting all ranks" and ends the job with its kind's exit
+  // code (the other ranks may be inside a collective and cannot agree any more).
+  SessionResult run(const std::function<void(const StepResult&)>& on_step);
+
+  Executor& executor() { return *exec_; }
+
+ private:
+  Communicator& comm_;
+  SessionOptions opt_;
+  // Outlives a failure: the comm thread may still be inside a collective on its buffers until
+  // the abort ends the process.
+  std::unique_ptr<Executor> exec_;
+};
+
+}  // namespace cephalo::backend

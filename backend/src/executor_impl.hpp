@@ -1,0 +1,111 @@
+#pragma once
+// Private to the executor's files: the state of one rank's Executor. The interpreter
+// (executor.cpp) walks the graph's ops over it; executor_report.cpp turns its last step's
+// measurements into the RunResult; executor_checkpoint.cpp saves and restores its shards.
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cephalo/backend/emulation.hpp"
+#include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/optimizer.hpp"
+#include "cephalo/backend/sharded_state.hpp"
+
+namespace cephalo::backend {
+
+// One unit's flat buffer inside a phase's gathered parameters (and gradient), as the graph's
+// collective segments lay it out: a tied head's phases are [unit 0 | head].
+struct PhaseSegment {
+  int unit = -1;
+  std::int64_t offset = 0;  // elements into the phase's buffer
+  std::int64_t numel = 0;
+  traces::CollectiveVariant variant = traces::CollectiveVariant::Even;
+};
+
+// A buffer whose last use was enqueued on a stream: freed once `done` has completed.
+struct Retired {
+  Buffer buffer;
+  std::shared_ptr<Event> done;
+};
+
+struct Executor::Impl {
+  const Scenario& scenario;
+  const Plan& plan;
+  const traces::TrainingGraph& graph;
+  const GptModel& model;
+  Device& dev;
+  Communicator& comm;
+  ExecutorOptions opt;
+  int rank = 0;
+  int ranks = 1;
+  int units = 0;
+  std::int64_t rows_per_sample = 0;
+  ElemType compute_type = ElemType::F32;  // gathered parameters, activations, input gradients
+  ElemType reduce_type = ElemType::F32;   // unit gradients, reduce-scatter, gradient shard
+  std::unique_ptr<ShardedState> state;
+  LossScaler scaler;
+  FailureInjection failure;
+  SlowdownEmulator slowdown;
+  bool last_skipped = false;
+  double last_loss_scale = 1.0;
+
+  // Per-step state.
+  std::vector<Buffer> tokens, targets;  // per micro-batch, I32 [rows]
+  std::vector<int> mb_sizes;
+  // Read from the graph once: per phase, the units its collectives move (buffer order); per
+  // unit, the collective variant its slices take.
+  std::vector<std::vector<PhaseSegment>> phase_segments;
+  std::vector<traces::CollectiveVariant> unit_variant;
+  std::map<int, Buffer> gathered;              // phase -> its segments' parameters, gathered
+  std::map<int, Buffer> phase_grad;            // phase -> its segments' full gradients
+  std::vector<std::vector<Buffer>> boundary;   // [unit][mb]: input activation of unit
+  std::vector<std::vector<Buffer>> offloaded;  // [unit][mb]: host copy (offload: host)
+  std::vector<Buffer> dgrad;                   // [mb]: gradient w.r.t. current unit input
+  std::vector<LayerActivations> recomputed;    // [mb] activations of the recompute
+  std::deque<Retired> retired;
+  std::vector<std::shared_ptr<Event>> start_ev, end_ev;  // per op of this rank's program
+  double loss_sum = 0;
+
+  // Last step's measurements.
+  std::vector<std::int64_t> last_start, last_end;  // per global op id; -1 = not this rank's
+  std::vector<double> last_bytes;                  // per global op id: allocated after issue
+  std::vector<double> issued_bytes;                // this step, per op of the program
+  double last_iteration_s = 0;
+  std::size_t last_peak = 0;
+
+  Impl(const Scenario& s, const Plan& p, const traces::TrainingGraph& g, const GptModel& mdl,
+       Device& d, Communicator& c, const ExecutorOptions& o);
+
+  std::int64_t rows(int mb) const {
+    return mb_sizes[static_cast<std::size_t>(mb)] * rows_per_sample;
+  }
+  Buffer f32(std::int64_t n) { return dev.allocate(static_cast<std::size_t>(n), ElemType::F32); }
+  Buffer activation(std::int64_t n) {
+    return dev.allocate(static_cast<std::size_t>(n), compute_type);
+  }
+  Buffer gradient(std::int64_t n) { return dev.allocate(static_cast<std::size_t>(n), reduce_type); }
+
+  void retire(Buffer b, Stream& s);
+  void reap();
+  void read_graph_decisions();
+  const std::vector<PhaseSegment>& segments_of(int phase) const;
+  std::int64_t phase_numel(int phase) const;
+  const PhaseSegment* find_segment(int phase, int unit) const;
+  void gather_unit(Stream& s, int u, bool gradients, TensorRef full);
+  void reduce_unit(Stream& s, int u, TensorRef full);
+  TensorRef unit_params(int phase, int u);
+  TensorRef unit_grads(int phase, int u);
+  TensorRef embedding_params_for_head(int phase);
+  TensorRef embedding_grads_for_head(int phase);
+  void prepare_data(int step);
+  void ensure_phase_grads(const traces::Op& op);
+  void run_compute(const traces::Op& op);
+  void optimizer_step();
+  void run_comm(const traces::Op& op);
+  void run_copy(const traces::Op& op);
+  void begin_step(int step_index);
+  double step(int step_index);
+};
+
+}  // namespace cephalo::backend

@@ -1,0 +1,59 @@
+#include "cephalo/backend/sharded_state.hpp"
+
+namespace cephalo::backend {
+
+ShardedState::ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph,
+                           int rank, ElemType reduce_type)
+    : dev_(dev), rank_(rank), reduce_type_(reduce_type) {
+  auto& cs = dev.stream(StreamKind::Compute);
+  for (int u = 0; u < model.num_units(); ++u) {
+    const auto o = graph.unit_offsets(u);
+    offsets_.emplace_back(o.begin(), o.end());
+    const auto n = static_cast<std::size_t>(owned(u));
+    param_.push_back(dev.allocate(n, ElemType::F32));
+    grad_.push_back(dev.allocate(n, reduce_type));
+    m_.push_back(dev.allocate(n, ElemType::F32));
+    v_.push_back(dev.allocate(n, ElemType::F32));
+    if (!n) continue;
+    auto init = model.initial_unit(u);
+    dev.upload(param(u).ref(), init.data() + begin(u), n * 4);
+    dev.fill(cs, m(u).ref(), 0.0f);
+    dev.fill(cs, v(u).ref(), 0.0f);
+  }
+}
+
+std::vector<std::int64_t> ShardedState::counts(int u) const {
+  std::vector<std::int64_t> c;
+  const auto& o = offsets(u);
+  for (std::size_t r = 0; r + 1 < o.size(); ++r) c.push_back(o[r + 1] - o[r]);
+  return c;
+}
+
+void ShardedState::zero_gradients(Stream& s) {
+  for (int u = 0; u < units(); ++u)
+    if (owned(u)) dev_.fill(s, grad(u).ref(), 0.0f);
+}
+
+std::string ShardedState::serialize() {
+  dev_.synchronize();
+  std::string bytes;
+  for (int u = 0; u < units(); ++u) {
+    const auto n = static_cast<std::size_t>(owned(u));
+    std::vector<float> host(n);
+    for (Buffer* b : {&param(u), &m(u), &v(u)}) {
+      if (n) dev_.download(host.data(), b->ref(), n * 4);
+      bytes.append(reinterpret_cast<const char*>(host.data()), n * 4);
+    }
+  }
+  return bytes;
+}
+
+void ShardedState::restore(int u, const float* params, const float* mm, const float* vv) {
+  const auto bytes = static_cast<std::size_t>(owned(u)) * 4;
+  if (!bytes) return;
+  dev_.upload(param(u).ref(), params, bytes);
+  dev_.upload(m(u).ref(), mm, bytes);
+  dev_.upload(v(u).ref(), vv, bytes);
+}
+
+}  // namespace cephalo::backend

@@ -1,0 +1,28 @@
+#pragma once
+// One plan replayed on the discrete-event simulator, reduced to what the planner judges by
+// (time, OOM verdict, per-rank peaks). Used by `optimal` (memory check, candidate replays),
+// `search` and the sweeps.
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+
+namespace cephalo::planner {
+
+struct SimOutcome {
+  double iteration_s = 0;
+  double samples_per_s = 0;
+  bool oom = false;
+  std::string oom_detail;  // "rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB"
+  int oom_rank = -1;
+  std::vector<double> peak_bytes;      // per rank
+  std::vector<double> capacity_bytes;  // per rank, what the simulator judged against
+};
+
+// Builds the TrainingGraph of `plan` and replays it.
+SimOutcome simulate_plan(const Scenario& scenario, const costmodels::CostModels& models,
+                         const Plan& plan);
+
+}  // namespace cephalo::planner

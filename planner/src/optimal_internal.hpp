@@ -1,0 +1,15 @@
+#pragma once
+// Shared by the `optimal` solver and its brute-force reference (internal).
+#include <limits>
+
+#include "cephalo/planner/optimal_solver.hpp"
+
+namespace cephalo::planner::detail {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kCoverTolerance = 1e-12;  // Σ shares ≥ 1 up to rounding
+
+// The model takes c_i and w_i nondecreasing in m (running maximum of the given tables).
+OptimalRankModel normalised(const OptimalRankModel& r);
+
+}  // namespace cephalo::planner::detail

@@ -1,0 +1,139 @@
+// The `optimal` model of a scenario (OptimalProblem, optimal_solver.hpp) read off the cost
+// models: per-rank compute and memory tables, the optimizer step, the padded communication.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/planner/strategies.hpp"
+#include "plan_support.hpp"
+
+namespace cephalo::planner {
+
+using namespace detail;
+
+OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostModels& models,
+                                     Offload offload, int max_micro_batch) {
+  ScenarioModel sm(s, models);
+  const int n = static_cast<int>(sm.devices.size());
+  const int B = s.job.global_batch;
+  OptimalProblem p;
+  p.global_batch = B;
+  // Memory shape (the same on every rank but for the usable capacity).
+  const Job& job = s.job;
+  const double at1 = terms_total(job, memory_inputs(n, offload, 0.0, {1}));
+  const double at11 = terms_total(job, memory_inputs(n, offload, 0.0, {1, 1}));
+  const double state = terms_total(job, memory_inputs(n, offload, 1.0, {1})) - at1;
+  const double per_sample = at11 - at1;
+  p.state_bytes = state;
+  double largest_usable = 0;
+  for (const auto& d : sm.devices)
+    largest_usable = std::max(largest_usable, plannable_bytes(d.slot->spec));
+  // Working set by micro-batch, up to what fits the largest device or the per-rank batch bound.
+  const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
+  std::vector<double> working(1, 0.0);  // fixed + w(m)
+  for (int m = 1; m <= limit; ++m) {
+    const double base = terms_total(job, memory_inputs(n, offload, 0.0, {m}));
+    const double fw = base - per_sample * m;
+    if (m > 1 && base > largest_usable) break;
+    working.push_back(fw);
+  }
+  const int mmax = static_cast<int>(working.size()) - 1;
+  // Host offload: boundary activations leave over the rank's PCIe link while it computes; a
+  // micro-batch takes the longer of its compute and its copies (d2h in forward, h2d back).
+  const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length, 1,
+                                                                job.precision.compute);
+  // One model per class of identical ranks (device type, slowdown): the tables depend on
+  // nothing else, and a 100k-GPU cluster then holds a few of them, not 100k.
+  std::map<std::pair<std::string, double>, int> class_of;
+  for (const auto& d : sm.devices) {
+    const auto key = std::make_pair(d.slot->spec.name, d.slot->slowdown);
+    auto [it, fresh] = class_of.emplace(key, static_cast<int>(p.ranks.size()));
+    p.rank_class.push_back(it->second);
+    if (!fresh) continue;
+    OptimalRankModel r;
+    r.name = "rank " + std::to_string(d.rank) + " (" + d.slot->spec.name + ")";
+    r.micro_batch_time.assign(mmax + 1, 0.0);
+    r.forward_time.assign(mmax + 1, 0.0);
+    r.working_bytes.assign(mmax + 1, 0.0);
+    auto& table = sm.table(d);
+    for (int m = 1; m <= mmax; ++m) {
+      const double compute = table.micro_batch(m);
+      double t = compute;
+      if (offload == Offload::Host) {
+        const double copies = 2.0 * (job.model.num_layers + 1) *
+                              models.comm->copy_time(s.cluster, d.rank, boundary * m);
+        t = std::max(t, copies);
+      }
+      r.micro_batch_time[m] = t;
+      r.forward_time[m] = compute > 0 ? table.forward(m) * t / compute : 0.0;
+      r.working_bytes[m] = working[m];
+    }
+    r.fixed_bytes = 0;  // folded into working_bytes
+    r.bytes_per_sample = per_sample;
+    r.usable_bytes = plannable_bytes(d.slot->spec);
+    p.ranks.push_back(std::move(r));
+  }
+  // Optimizer step over the whole state on the slowest device (times σ in the model).
+  const double params = costmodels::total_parameters(job.model);
+  for (const auto& d : sm.devices)
+    p.optimizer_seconds = std::max(
+        p.optimizer_seconds,
+        models.compute->optimizer_time(d.slot->spec, job, params).seconds * d.slot->slowdown);
+  // Communication with shards padded to σ: every unit is all-gathered in forward and again in
+  // backward and reduce-scattered once per iteration.
+  if (n > 1) {
+    const Cluster* cluster = &s.cluster;
+    auto comm = models.comm;
+    std::vector<std::pair<double, int>> unit_bytes;  // (parameters, how many units)
+    const int units = costmodels::num_units(job.model);
+    // What each unit's phases move (phase_parameters): a tied head brings the embedding along.
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 0), 1);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 1), job.model.num_layers);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, units - 1), 1);
+    const double compute_bytes = bytes_per_element(job.precision.compute);
+    const double reduce_bytes = bytes_per_element(job.precision.reduce);
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    auto cache = std::make_shared<std::map<double, double>>();
+    auto raw = [=](double sigma) {
+      auto it = cache->find(sigma);
+      if (it != cache->end()) return it->second;
+      double total = 0;
+      for (const auto& [params_u, count] : unit_bytes) {
+        if (params_u <= 0) continue;
+        // One rank holds σ, the others share the rest: the padded variant then costs what
+        // any plan with largest share σ pays with it (its cost depends only on the largest
+        // shard), and the plan later runs whichever variant is cheaper.
+        auto shards = [&](double bytes) {
+          std::vector<double> v(n, sigma * bytes);
+          if (sigma > 1.0 / n)
+            for (int k = 1; k < n; ++k) v[k] = (1 - sigma) * bytes / (n - 1);
+          return v;
+        };
+        costmodels::CollectiveRequest ag;
+        ag.kind = costmodels::CollectiveKind::AllGather;
+        ag.ranks = all;
+        ag.uneven = UnevenCollective::Padded;
+        ag.shard_bytes = shards(params_u * compute_bytes);
+        costmodels::CollectiveRequest rs = ag;
+        rs.kind = costmodels::CollectiveKind::ReduceScatter;
+        rs.shard_bytes = shards(params_u * reduce_bytes);
+        total += count * (2 * comm->collective(*cluster, ag).seconds +
+                          comm->collective(*cluster, rs).seconds);
+      }
+      cache->emplace(sigma, total);
+      return total;
+    };
+    // C must be nondecreasing in σ (the solver relies on it): never below the even cost.
+    p.comm_seconds = [=](double sigma) {
+      const double even = raw(1.0 / n);
+      return sigma > 1.0 / n ? std::max(even, raw(sigma)) : even;
+    };
+  }
+  return p;
+}
+
+}  // namespace cephalo::planner

@@ -1,0 +1,146 @@
+// The shared prediction of a plan, its table and its JSON; see plan_result.hpp.
+#include "cephalo/planner/plan_result.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "plan_support.hpp"
+
+namespace cephalo::planner {
+
+using namespace detail;
+
+bool PlanResult::fits() const {
+  for (const auto& r : ranks)
+    if (r.memory_bytes > r.usable_bytes) return false;
+  return true;
+}
+
+void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult& res) {
+  ScenarioModel sm(s, models);
+  res.ranks.clear();
+  double tau = 0, sigma = 0;
+  const double params = costmodels::total_parameters(s.job.model);
+  double opt = 0;
+  for (const auto& r : res.plan.ranks) {
+    const auto& d = sm.devices[r.rank];
+    RankPrediction p;
+    p.rank = r.rank;
+    p.gpu = d.slot->spec.name;
+    const auto mem = costmodels::predict_memory(s.job, res.plan, r, d.slot->spec,
+                                                static_cast<int>(sm.devices.size()));
+    p.memory_bytes = mem.total;
+    p.usable_bytes = mem.usable;
+    auto& table = sm.table(d);
+    for (int size : r.micro_batch_sizes()) {
+      p.compute_s += table.micro_batch(size);
+      p.compute_per_layer_s += table.layer(size);
+    }
+    tau = std::max(tau, p.compute_s);
+    sigma = std::max(sigma, r.state_share);
+    opt = std::max(opt, models.compute->optimizer_time(d.slot->spec, s.job, params).seconds *
+                            d.slot->slowdown * r.state_share);
+    res.ranks.push_back(p);
+  }
+  // Communication as the plan will run it: even collectives, or its uneven variant.
+  const int n = static_cast<int>(sm.devices.size());
+  double comm = 0;
+  if (n > 1) {
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    const auto& job = s.job;
+    const int units = costmodels::num_units(job.model);
+    for (int u = 0; u < units; ++u) {
+      if (u > 1 && u < units - 1) continue;  // layers are identical: count unit 1 L times
+      const double count = (u == 1) ? job.model.num_layers : 1;
+      const double pu = costmodels::phase_parameters(job.model, u);  // tied head: + embedding
+      if (pu <= 0) continue;
+      costmodels::CollectiveRequest ag;
+      ag.kind = costmodels::CollectiveKind::AllGather;
+      ag.ranks = all;
+      ag.uneven = res.plan.uneven_collective;
+      costmodels::CollectiveRequest rs = ag;
+      rs.kind = costmodels::CollectiveKind::ReduceScatter;
+      for (const auto& r : res.plan.ranks) {
+        ag.shard_bytes.push_back(r.state_share * pu * bytes_per_element(job.precision.compute));
+        rs.shard_bytes.push_back(r.state_share * pu * bytes_per_element(job.precision.reduce));
+      }
+      comm += count * (2 * models.comm->collective(s.cluster, ag).seconds +
+                       models.comm->collective(s.cluster, rs).seconds);
+    }
+  }
+  res.predicted_comm_s = comm;
+  res.predicted_optimizer_s = opt;
+  res.predicted_iteration_s = std::max(comm, tau) + opt;
+  res.plan.predicted = Json::object();
+  res.plan.predicted["iteration_time_s"] = res.predicted_iteration_s;
+  res.plan.predicted["samples_per_s"] = s.job.global_batch / res.predicted_iteration_s;
+  res.plan.predicted["comm_s"] = comm;
+  res.plan.predicted["optimizer_s"] = opt;
+  res.plan.predicted["model"] = "planner: max(comm, max compute) + optimizer step";
+}
+
+std::string render_table(const PlanResult& res) {
+  TextTable t({"rank", "gpu", "batch", "micro-batches", "state share", "memory / usable",
+               "compute/layer", "compute"});
+  for (std::size_t i = 0; i < res.plan.ranks.size(); ++i) {
+    const auto& r = res.plan.ranks[i];
+    const auto& p = res.ranks[i];
+    t.add_row({std::to_string(r.rank), p.gpu, std::to_string(r.batch),
+               std::to_string(r.micro_batch) + " x " + std::to_string(r.micro_batches),
+               fixed(r.state_share, 4),
+               format_bytes(p.memory_bytes) + " / " + format_bytes(p.usable_bytes) +
+                   (p.memory_bytes > p.usable_bytes ? " OOM" : ""),
+               format_seconds(p.compute_per_layer_s), format_seconds(p.compute_s)});
+  }
+  std::ostringstream out;
+  out << t.render();
+  out << "strategy " << res.plan.strategy << ": predicted iteration "
+      << format_seconds(res.predicted_iteration_s) << " ("
+      << fixed(res.plan.global_batch() / res.predicted_iteration_s, 2) << " samples/s; comm "
+      << format_seconds(res.predicted_comm_s) << ", optimizer step "
+      << format_seconds(res.predicted_optimizer_s) << "), offload " << to_string(res.plan.offload)
+      << (res.plan.even_shares()
+              ? ", even shares"
+              : ", uneven shares (" + to_string(res.plan.uneven_collective) + ")");
+  if (res.simulated_iteration_s)
+    out << "\nsimulated iteration " << format_seconds(*res.simulated_iteration_s) << " ("
+        << fixed(res.plan.global_batch() / *res.simulated_iteration_s, 2) << " samples/s) best of "
+        << res.simulated_candidates << " simulated candidates";
+  out << "\nplanned in " << format_seconds(res.planning_s);
+  if (!res.note.empty()) out << "; " << res.note;
+  out << "\n";
+  return out.str();
+}
+
+Json to_json(const PlanResult& res) {
+  Json j;
+  j["plan"] = cephalo::to_json(res.plan);
+  Json ranks = Json::array();
+  for (const auto& p : res.ranks)
+    ranks.push_back({{"rank", p.rank},
+                     {"gpu", p.gpu},
+                     {"memory_bytes", p.memory_bytes},
+                     {"usable_bytes", p.usable_bytes},
+                     {"compute_s", p.compute_s},
+                     {"compute_per_layer_s", p.compute_per_layer_s}});
+  j["ranks"] = ranks;
+  j["predicted_iteration_s"] = res.predicted_iteration_s;
+  j["predicted_samples_per_s"] = res.plan.global_batch() / res.predicted_iteration_s;
+  j["predicted_comm_s"] = res.predicted_comm_s;
+  j["predicted_optimizer_s"] = res.predicted_optimizer_s;
+  j["planning_s"] = res.planning_s;
+  j["simulated_iteration_s"] =
+      res.simulated_iteration_s ? Json(*res.simulated_iteration_s) : Json(nullptr);
+  j["simulated_candidates"] = res.simulated_candidates;
+  j["fits"] = res.fits();
+  j["note"] = res.note;
+  return j;
+}
+
+}  // namespace cephalo::planner

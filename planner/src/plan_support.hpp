@@ -1,0 +1,92 @@
+#pragma once
+// What the strategies share (internal to the planner): per-device compute tables, the memory
+// model read as the planners need it, the empty plan of a scenario, equal shares, and the one
+// place a solver's allocation is written into a plan's ranks.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/planner/cephalo_optimizer.hpp"
+#include "cephalo/planner/optimal_solver.hpp"
+
+namespace cephalo::planner::detail {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start);
+
+// Compute time of one micro-batch through every unit and phase on one device type, cached by
+// micro-batch size (layers are identical, so one layer is evaluated and multiplied by L).
+class ComputeTable {
+ public:
+  ComputeTable(const costmodels::ComputeModel& model, const Job& job, const DeviceSpec& spec,
+               double slowdown)
+      : model_(model), job_(job), spec_(spec), slowdown_(slowdown) {}
+
+  double micro_batch(int m) {
+    ensure(m);
+    return total_[m];
+  }
+  double layer(int m) {
+    ensure(m);
+    return layer_[m];
+  }
+  // The forward phase alone of micro_batch(m).
+  double forward(int m) {
+    ensure(m);
+    return forward_[m];
+  }
+
+ private:
+  double unit(int u, int m, bool forward_only = false);
+  void ensure(int m);
+  const costmodels::ComputeModel& model_;
+  const Job& job_;
+  const DeviceSpec& spec_;
+  double slowdown_;
+  std::vector<double> total_, layer_, forward_;
+};
+
+// The scenario's devices and one compute table per (device type, slowdown).
+struct ScenarioModel {
+  ScenarioModel(const Scenario& s, const costmodels::CostModels& m);
+  const Scenario* scenario = nullptr;
+  std::vector<RankDevice> devices;
+  std::map<std::pair<std::string, double>, std::unique_ptr<ComputeTable>> tables;
+  const costmodels::CostModels* models = nullptr;
+
+  ComputeTable& table(const RankDevice& d);
+};
+
+double terms_total(const Job& job, const costmodels::RankMemoryInputs& in);
+// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch).
+costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
+                                           std::vector<int> sizes);
+
+double usable_bytes(const DeviceSpec& spec);
+// What the planners let a plan use: the usable capacity less a small headroom, so a plan at
+// the exact edge of the memory model (the optimum often is) does not go over by rounding or
+// by the simulator's allocation order.
+constexpr double kPlanHeadroomBytes = 128.0 * 1024 * 1024;
+double plannable_bytes(const DeviceSpec& spec);
+
+// A plan for the scenario's devices with every allocation field zero.
+Plan empty_plan(const Scenario& s, const std::string& strategy);
+// InfeasibleError when the global batch cannot give every device a sample.
+void check_batch(const Scenario& s, const std::string& who);
+// Equal shares; micro-batch sizes from memory (stock FSDP gradient accumulation).
+void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who);
+
+// The one place a solver's allocation is written into plan.ranks (batch, micro-batch size and
+// count, state share), rank by rank in the plan's order.
+void set_rank(PlanRank& r, int batch, int micro_batch, int micro_batches, double share);
+void apply_solution(Plan& plan, const OptimalSolution& solution);
+void apply_solution(Plan& plan, const CephaloSolution& solution);
+
+}  // namespace cephalo::planner::detail

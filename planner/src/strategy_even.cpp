@@ -1,0 +1,19 @@
+// `even`: stock FSDP — equal batches (the remainder to the first ranks), equal shares, the
+// largest micro-batch the memory model allows with that share.
+#include "plan_support.hpp"
+#include "strategy_functions.hpp"
+
+namespace cephalo::planner::detail {
+
+PlanResult plan_even(const Scenario& s, const costmodels::CostModels&, const PlannerOptions&) {
+  check_batch(s, "even");
+  PlanResult res;
+  res.plan = empty_plan(s, "even");
+  const int n = static_cast<int>(res.plan.ranks.size());
+  const int B = s.job.global_batch;
+  for (int i = 0; i < n; ++i) res.plan.ranks[i].batch = B / n + (i < B % n ? 1 : 0);
+  fill_equal_shares(s, res.plan, "even");
+  return res;
+}
+
+}  // namespace cephalo::planner::detail

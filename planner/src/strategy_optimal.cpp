@@ -1,0 +1,263 @@
+// `optimal`: our exact optimizer (optimal_solver.hpp) on the project's cost models, checked
+// and refined on the simulator. Per offload mode, four named steps:
+//   1. solve_within_simulated_memory  solve the model; if the simulator finds the plan over
+//                                     capacity, shrink that device type's budget and re-solve
+//   2. pick_collective                the uneven-collective variant the comm model prefers
+//   3. replay_staircase               the other (τ, σ) breakpoints of the solver's walk
+//   4. replay_phase_weighted          the best phase-weighted solution
+// and the offload mode that simulates faster wins (planner/README.md explains why each
+// refinement exists).
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/planner/simulate_plan.hpp"
+#include "cephalo/planner/strategies.hpp"
+#include "plan_support.hpp"
+#include "strategy_functions.hpp"
+
+namespace cephalo::planner::detail {
+namespace {
+
+// How many staircase breakpoints of the optimal model are replayed on the simulator.
+constexpr std::size_t kOptimalCandidates = 8;
+// How many phase weights ρ (evenly spaced over the ranks' forward fractions) are solved.
+constexpr int kPhaseWeights = 5;
+
+// One offload mode's state while it is refined.
+struct ModeSearch {
+  Offload mode = Offload::None;
+  OptimalProblem problem;
+  std::vector<OptimalSolution> candidates;  // the model optimum first (solve_optimal_candidates)
+  PlanResult res;                           // the best plan so far
+  double simulated = -1;                    // its simulated iteration time; < 0: not simulated
+};
+
+std::vector<Offload> offload_modes(const PlannerOptions& opt) {
+  std::vector<Offload> modes;
+  if (opt.offload == "none" || opt.offload == "auto") modes.push_back(Offload::None);
+  if (opt.offload == "host" || opt.offload == "auto") modes.push_back(Offload::Host);
+  if (modes.empty()) throw ValidationError("", "offload", opt.offload, "one of none, host, auto");
+  return modes;
+}
+
+Plan plan_of(const Scenario& s, Offload mode, const OptimalSolution& sol) {
+  Plan plan = empty_plan(s, "optimal");
+  plan.offload = mode;
+  apply_solution(plan, sol);
+  return plan;
+}
+
+// Step 1. The simulator is the judge of memory: when it finds the plan over capacity (its
+// allocation order can peak above the memory model's sum), the device type that overflowed
+// loses the overshoot from its budget and the model is solved again (at most 6 solves).
+// Returns false with `why` when no verified plan was found.
+bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostModels& models,
+                                   const PlannerOptions& opt, ModeSearch& m, std::string& why) {
+  const auto devices = s.cluster.ranks();
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    try {
+      m.candidates = solve_optimal_candidates(m.problem);
+    } catch (const InfeasibleError& e) {
+      why = e.what();
+      return false;
+    }
+    m.res.plan = plan_of(s, m.mode, m.candidates.front());
+    if (!opt.verify_with_simulator) return true;
+    const auto check = simulate_plan(s, models, m.res.plan);
+    if (!check.oom) {
+      m.simulated = check.iteration_s;
+      return true;
+    }
+    std::map<std::string, double> overshoot;
+    for (std::size_t i = 0; i < check.peak_bytes.size(); ++i) {
+      const double over = check.peak_bytes[i] - check.capacity_bytes[i];
+      if (over > 0) {
+        auto& o = overshoot[devices[i].slot->spec.name];
+        o = std::max(o, over);
+      }
+    }
+    if (overshoot.empty()) overshoot[devices[check.oom_rank].slot->spec.name] = 0;
+    // Once per model (a class of identical ranks shares one), by its first rank's device.
+    std::vector<bool> shrunk(m.problem.ranks.size(), false);
+    for (int i = 0; i < m.problem.num_ranks(); ++i) {
+      const auto c = static_cast<std::size_t>(m.problem.class_of(i));
+      if (shrunk[c]) continue;
+      shrunk[c] = true;
+      auto it = overshoot.find(devices[i].slot->spec.name);
+      if (it != overshoot.end()) m.problem.ranks[c].usable_bytes -= it->second + kPlanHeadroomBytes;
+    }
+    why = "the simulator finds the plan out of memory (" + check.oom_detail + ")";
+  }
+  return false;
+}
+
+// Step 2. Uneven shards: the model bounds them by the padded collective; run whichever
+// variant the comm model finds faster for the actual shares.
+void pick_collective(const Scenario& s, const costmodels::CostModels& models, PlanResult& r) {
+  if (r.plan.even_shares()) return;
+  r.plan.uneven_collective = UnevenCollective::Grouped;
+  predict(s, models, r);
+  const double grouped = r.predicted_iteration_s;
+  r.plan.uneven_collective = UnevenCollective::Padded;
+  predict(s, models, r);
+  const double padded = r.predicted_iteration_s;
+  r.plan.uneven_collective =
+      grouped <= padded ? UnevenCollective::Grouped : UnevenCollective::Padded;
+}
+
+// Step 3. Outside the model: the simulator synchronises every unit's forward and backward
+// phases separately (Σ of per-phase maxima ≥ the model's max of per-rank sums), so the model's
+// optimum is not always the fastest in simulation. The other breakpoints of the staircase walk
+// (each the model's best plan for its largest share) are replayed as well and the fastest that
+// fits is kept. The verified replay of step 1 ran the plan's default (grouped) variant; the
+// plan is replayed again only if step 2 changed the variant, and the verified one is kept if
+// the other does not fit.
+void replay_staircase(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m) {
+  auto& res = m.res;
+  const auto& sol = m.candidates.front();
+  if (!res.plan.even_shares() && res.plan.uneven_collective != UnevenCollective::Grouped) {
+    const auto own = simulate_plan(s, models, res.plan);
+    if (own.oom) {
+      res.plan.uneven_collective = UnevenCollective::Grouped;
+      predict(s, models, res);
+    } else {
+      m.simulated = own.iteration_s;
+    }
+  }
+  const std::size_t limit = std::min<std::size_t>(m.candidates.size(), kOptimalCandidates);
+  for (std::size_t k = 1; k < limit; ++k) {
+    PlanResult alt;
+    alt.plan = res.plan;
+    alt.plan.uneven_collective = UnevenCollective::Grouped;
+    apply_solution(alt.plan, m.candidates[k]);
+    pick_collective(s, models, alt);
+    const auto o = simulate_plan(s, models, alt.plan);
+    if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) continue;
+    m.simulated = o.iteration_s;
+    alt.note = "staircase breakpoint " + std::to_string(k) + " of " +
+               std::to_string(m.candidates.size()) + " (model " +
+               format_seconds(m.candidates[k].iteration_seconds) + ", optimum " +
+               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
+    res = std::move(alt);
+    predict(s, models, res);
+  }
+}
+
+// The phase-synchronised time of a plan under the model: max(C(σ), max F + max K) + O·σ.
+double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) {
+  double f_max = 0, k_max = 0, sigma = 0;
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+    const auto& pr = plan.ranks[i];
+    const auto& rm = problem.model_of(static_cast<int>(i));
+    const double f = optimal_forward_time(rm, pr.batch, pr.micro_batch);
+    f_max = std::max(f_max, f);
+    k_max = std::max(k_max, optimal_compute_time(rm, pr.batch, pr.micro_batch) - f);
+    sigma = std::max(sigma, pr.state_share);
+  }
+  const double c = problem.comm_seconds ? problem.comm_seconds(sigma) : 0.0;
+  return std::max(c, f_max + k_max) + problem.optimizer_seconds * sigma;
+}
+
+// Step 4. Phase-weighted candidates: the simulator waits, unit by unit, for the slowest rank
+// of the forward phase and again of the backward phase, i.e. about max_i F_i + max_i K_i
+// rather than the model's max_i (F_i + K_i). Solving the model exactly with a configuration's
+// time max(F/ρ, K/(1 − ρ)) bounds F by ρτ and K by (1 − ρ)τ; the phase optimum is the best of
+// these over ρ, so a few ρ between the ranks' forward fractions give candidates. The one with
+// the smallest phase-synchronised time is replayed, and kept if it simulates faster.
+void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m) {
+  const auto& problem = m.problem;
+  double lo = 1, hi = 0;
+  for (const auto& rm : problem.ranks) {
+    if (rm.micro_batch_time.size() < 2 || rm.micro_batch_time[1] <= 0) continue;
+    const double phi = rm.forward_time[1] / rm.micro_batch_time[1];
+    lo = std::min(lo, phi);
+    hi = std::max(hi, phi);
+  }
+  double best_phase = phase_synchronised_time(problem, m.res.plan);
+  std::optional<PlanResult> pick;
+  const int steps = hi - lo > 1e-9 ? kPhaseWeights : 1;
+  for (int k = 0; k < steps && lo <= hi; ++k) {
+    const double rho = steps == 1 ? lo : lo + (hi - lo) * k / (steps - 1);
+    if (!(rho > 0 && rho < 1)) continue;
+    OptimalProblem weighted = problem;
+    for (auto& rm : weighted.ranks) rm.phase_weight = rho;
+    OptimalSolution ws;
+    try {
+      ws = solve_optimal(weighted);
+    } catch (const InfeasibleError&) {
+      continue;
+    }
+    PlanResult alt;
+    alt.plan = m.res.plan;
+    alt.plan.uneven_collective = UnevenCollective::Grouped;
+    apply_solution(alt.plan, ws);
+    const double pt = phase_synchronised_time(problem, alt.plan);
+    if (pt < best_phase) {
+      best_phase = pt;
+      alt.note = "phase weight " + fixed(rho, 3) + " (phase-synchronised model " +
+                 format_seconds(pt) + "), offload " + to_string(m.mode);
+      pick = std::move(alt);
+    }
+  }
+  if (!pick) return;
+  pick_collective(s, models, *pick);
+  const auto o = simulate_plan(s, models, pick->plan);
+  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
+    m.simulated = o.iteration_s;
+    m.res = std::move(*pick);
+    predict(s, models, m.res);
+  }
+}
+
+}  // namespace
+
+PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
+                        const PlannerOptions& opt) {
+  check_batch(s, "optimal");
+  const auto modes = offload_modes(opt);
+  PlanResult best;
+  double best_score = 0;
+  bool have = false;
+  std::string first_error;
+  for (Offload mode : modes) {
+    ModeSearch m;
+    m.mode = mode;
+    m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch);
+    std::string why;
+    if (!solve_within_simulated_memory(s, models, opt, m, why)) {
+      if (first_error.empty())
+        first_error = why.rfind("optimal:", 0) == 0
+                          ? why
+                          : "optimal (offload " + to_string(mode) + "): " + why;
+      continue;
+    }
+    const auto& sol = m.candidates.front();
+    pick_collective(s, models, m.res);
+    predict(s, models, m.res);
+    m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
+                 std::to_string(sol.feasibility_checks) + " feasibility checks, " +
+                 std::to_string(sol.knapsack_runs) + " knapsack runs), offload " + to_string(mode);
+    if (opt.verify_with_simulator) {
+      replay_staircase(s, models, m);
+      if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
+    }
+    // The offload mode is a discrete choice outside the model (host copies share the PCIe
+    // links with the collectives in the simulator): keep the mode that simulates faster.
+    const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
+    if (!have || score < best_score) {
+      best = std::move(m.res);
+      best_score = score;
+      have = true;
+    }
+  }
+  if (!have) throw InfeasibleError(first_error);
+  return best;
+}
+
+}  // namespace cephalo::planner::detail

@@ -1,0 +1,104 @@
+// The command line's one convention: a bad flag value exits 2 in every command, with a message
+// naming the flag, the value and what is allowed; a mistyped command gets a suggestion.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../support/run_command.hpp"
+
+namespace {
+
+const std::string kRoot = CEPHALO_SOURCE_DIR;
+const std::string kScenario = kRoot + "/scenarios/default.json";
+const std::string kPlan = kRoot + "/scenarios/plans/default-even.json";
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+Outcome cephalo(const std::string& args) {
+  auto r =
+      cephalo::test_support::run_command("timeout 60 " + std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.out + r.err};
+}
+
+struct BadFlag {
+  std::string args;                    // the command line after `cephalo`
+  std::vector<std::string> fragments;  // all must appear in the message
+};
+
+TEST(CommandLine, BadFlagValuesExitTwoNamingFlagValueAndAllowed) {
+  const std::string sp = " --scenario " + kScenario + " --plan " + kPlan;
+  const std::vector<BadFlag> cases = {
+      {"run" + sp + " --steps 1e3", {"--steps", "\"1e3\"", "not an integer", "from 1 to 1000000"}},
+      {"run" + sp + " --steps 0", {"--steps", "\"0\"", "from 1 to 1000000"}},
+      {"run" + sp + " --threads -3", {"--threads", "\"-3\"", "from 1 to 1024"}},
+      {"run" + sp + " --seed 18446744073709551616", {"--seed", "64 bits"}},
+      {"run" + sp + " --seed -1", {"--seed", "\"-1\""}},
+      {"run" + sp + " --device gpu", {"--device", "\"gpu\"", "cpu, cuda"}},
+      {"run" + sp + " --checkpoint-every 2.5", {"--checkpoint-every", "not an integer"}},
+      {"profile --model gpt-tiny --seq 0", {"--seq", "\"0\"", "from 1 to"}},
+      {"profile --model gpt-tiny --seq 8 --threads -3", {"--threads", "\"-3\"", "from 1 to 1024"}},
+      {"profile --model gpt-tiny --seq 8 --statistic mean", {"--statistic", "median, min"}},
+      {"profile --model gpt-tiny --seq 8 --dtype fp8", {"--dtype", "\"fp8\"", "bf16"}},
+      {"simulate" + sp + " --queue fibonacci", {"--queue", "\"fibonacci\"", "binary-heap"}},
+      {"simulate" + sp + " --compute-model fast", {"--compute-model", "\"fast\"", "roofline"}},
+      {"plan --scenario " + kScenario + " --strategy evne", {"--strategy", "\"evne\"", "even"}},
+      {"plan --scenario " + kScenario + " --compute-source x", {"--compute-source", "roofline"}},
+      {"predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 1 --source fast",
+       {"--source", "\"fast\"", "auto, profile, calibrated, roofline"}},
+      {"predict layer --gpu l4 --model gpt-2.7b --seq 0 --micro-batch 1", {"--seq", "\"0\""}},
+      {"predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 1 --dtype fp7",
+       {"--dtype", "\"fp7\""}},
+      {"predict layer --gpu l44x --model gpt-2.7b --seq 512 --micro-batch 1",
+       {"--gpu", "\"l44x\"", "closest"}},
+      {"predict layer --gpu l4 --model gpt-2.7b --seq 100000 --micro-batch 1",
+       {"--seq", "100000", "2048"}},
+      {"predict collective --scenario " + kScenario + " --kind gather --bytes 1MiB",
+       {"--kind", "\"gather\"", "all-gather"}},
+      {"predict collective --scenario " + kScenario +
+           " --kind all-gather --bytes 1MiB "
+           "--uneven even",
+       {"--uneven", "\"even\"", "grouped, padded"}},
+      {"predict collective --scenario " + kScenario + " --kind all-gather --bytes lots",
+       {"--bytes", "lots"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    Outcome o = cephalo(c.args);
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    for (const auto& f : c.fragments) EXPECT_NE(o.output.find(f), std::string::npos) << o.output;
+  }
+}
+
+TEST(CommandLine, MissingRequiredFlagStillSaysRequired) {
+  Outcome o = cephalo("profile --model gpt-tiny");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--seq is required"), std::string::npos) << o.output;
+}
+
+TEST(CommandLine, MistypedCommandGetsASuggestion) {
+  Outcome o = cephalo("simulat --scenario x --plan y");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("did you mean \"simulate\""), std::string::npos) << o.output;
+  o = cephalo("predict laye --gpu l4");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("did you mean \"layer\""), std::string::npos) << o.output;
+  // Known commands and plain help are left to CLI11.
+  EXPECT_EQ(cephalo("--help").exit_code, 0);
+  EXPECT_EQ(cephalo("describe gpus").exit_code, 0);
+}
+
+TEST(CommandLine, GoodValuesStillPass) {
+  Outcome o = cephalo(
+      "predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 2 "
+      "--dtype float16 --source roofline --json");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  o = cephalo("simulate --queue pairing-heap --compute-model roofline --scenario " + kScenario +
+              " --plan " + kPlan);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+}
+
+}  // namespace

@@ -1,0 +1,229 @@
+// Inputs too large, too deep or of the wrong kind to keep as files in tests/data/bad: FIFOs and
+// devices, megabyte keys, nesting deeper than any stack, a plan made for another scenario.
+// Each must get a clean error with the right exit code, never a crash or a hang.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "../support/run_command.hpp"
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = CEPHALO_SOURCE_DIR;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// `timeout` turns a hang into exit 124 instead of a stuck suite.
+Outcome cephalo(const std::string& args) {
+  auto r =
+      cephalo::test_support::run_command("timeout 60 " + std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.out + r.err};
+}
+
+// "inf" or "nan" as a word of its own (not "infeasible"), any case.
+bool prints_non_finite(const std::string& text) {
+  static const std::regex word(R"((^|[^A-Za-z])(inf|nan)([^A-Za-z]|$))", std::regex::icase);
+  return std::regex_search(text, word);
+}
+
+class HostileInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cephalo_hostile_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(HostileInput, FifoIsRefusedAtOnceNotOpened) {
+  const fs::path fifo = dir_ / "plan.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Outcome o = cephalo("validate " + fifo.string());
+  EXPECT_EQ(o.exit_code, 5) << o.output;  // 124 would be the hang this guards against
+  EXPECT_NE(o.output.find("FIFO"), std::string::npos) << o.output;
+  // As a scenario and as a plan of a command, too.
+  o = cephalo("simulate --scenario " + fifo.string() + " --plan " + fifo.string());
+  EXPECT_EQ(o.exit_code, 5) << o.output;
+  EXPECT_THROW(cephalo::read_json_file(fifo), cephalo::IoError);
+}
+
+TEST_F(HostileInput, DeviceAndDirectoryAreRefused) {
+  Outcome o = cephalo("validate /dev/null");
+  EXPECT_EQ(o.exit_code, 5) << o.output;
+  EXPECT_NE(o.output.find("character device"), std::string::npos) << o.output;
+  o = cephalo("validate " + dir_.string());
+  EXPECT_EQ(o.exit_code, 5) << o.output;
+  EXPECT_NE(o.output.find("is a directory"), std::string::npos) << o.output;
+  o = cephalo("validate " + (dir_ / "missing.json").string());
+  EXPECT_EQ(o.exit_code, 5) << o.output;
+  EXPECT_NE(o.output.find("no such file"), std::string::npos) << o.output;
+}
+
+TEST_F(HostileInput, HugeKeyIsEchoedClippedWithItsLength) {
+  const std::string key(5 * 1000 * 1000, 'k');
+  fs::path p = write("cluster.json", "{\"nodes\": [{\"gpus\": [\"l4\"]}], \"" + key + "\": 1}");
+  Outcome o = cephalo("validate " + p.string());
+  EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
+  EXPECT_LT(o.output.size(), 4000u) << o.output.substr(0, 1000);
+  EXPECT_NE(o.output.find("5000000 bytes in all"), std::string::npos) << o.output.substr(0, 1000);
+  // The same for a huge unknown GPU name (a "closest" hint is no use for it either).
+  p = write("gpu.json", "{\"nodes\": [{\"gpus\": [\"" + key + "\"]}]}");
+  o = cephalo("validate " + p.string());
+  EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
+  EXPECT_LT(o.output.size(), 4000u) << o.output.substr(0, 1000);
+}
+
+TEST_F(HostileInput, DeepNestingIsRefusedWhileParsing) {
+  const int depth = 200000;
+  const std::string open(depth, '['), close(depth, ']');
+  // Closed and unclosed, at the top level and inside a field, through every reader.
+  for (const std::string& text : {open + close, open, "{\"nodes\": " + open + close + "}",
+                                  "{\"rows\": [" + open + close + "]}"}) {
+    fs::path p = write("deep.json", text);
+    Outcome o = cephalo("validate " + p.string());
+    EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
+    EXPECT_NE(o.output.find("nesting deeper than 256"), std::string::npos)
+        << o.output.substr(0, 1000);
+    EXPECT_LT(o.output.size(), 4000u);
+  }
+  fs::path p =
+      write("deep.json", "{\"format\": \"cephalo-profile\", \"rows\": " + open + close + "}");
+  Outcome o = cephalo("profile validate --profiles " + p.string());
+  EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
+  EXPECT_NE(o.output.find("nesting deeper than 256"), std::string::npos)
+      << o.output.substr(0, 1000);
+}
+
+TEST_F(HostileInput, DepthLimitIsExactlyTheStatedOne) {
+  const auto nested = [](std::size_t depth) {
+    return std::string(depth, '[') + std::string(depth, ']');
+  };
+  EXPECT_NO_THROW(cephalo::parse_json_text(nested(cephalo::kMaxJsonDepth), "ok.json"));
+  EXPECT_THROW(cephalo::parse_json_text(nested(cephalo::kMaxJsonDepth + 1), "deep.json"),
+               cephalo::ValidationError);
+}
+
+TEST_F(HostileInput, DuplicateKeysNameBothPlaces) {
+  try {
+    cephalo::parse_json_text("{\"a\": {\"b\": 1,\n \"b\": 2}}", "dup.json");
+    FAIL() << "duplicate key accepted";
+  } catch (const cephalo::ValidationError& e) {
+    EXPECT_EQ(e.json_path(), "a.b");
+    EXPECT_NE(std::string(e.what()).find("line 1, column 11 and again at line 2, column 5"),
+              std::string::npos)
+        << e.what();
+  }
+  // Equal keys in different objects are not duplicates.
+  EXPECT_NO_THROW(cephalo::parse_json_text("[{\"a\": 1}, {\"a\": 2}]", "ok.json"));
+}
+
+TEST_F(HostileInput, PlanForAnotherScenarioIsRefused) {
+  std::ifstream in(kRoot / "scenarios/plans/default-even.json");
+  std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string name = "\"paper-gpt2.7b\"";
+  ASSERT_NE(plan.find(name), std::string::npos);
+  fs::path ok = write("ok.json", plan);
+  plan.replace(plan.find(name), name.size(), "\"some-other-scenario\"");
+  fs::path other = write("other.json", plan);
+  const std::string scenario = (kRoot / "scenarios/default.json").string();
+  Outcome o = cephalo("validate --scenario " + scenario + " " + ok.string());
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  o = cephalo("validate --scenario " + scenario + " " + other.string());
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("at scenario: got \"some-other-scenario\""), std::string::npos)
+      << o.output;
+  // The commands run the same check.
+  o = cephalo("simulate --scenario " + scenario + " --plan " + other.string());
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("at scenario"), std::string::npos) << o.output;
+}
+
+// 8 ranks x 65536 micro-batches (each within the per-rank bound) of a 34-unit model is more
+// schedule than the stated bound: refused by validate and by simulate before any allocation.
+TEST_F(HostileInput, ScheduleSizeIsBoundedBeforeSimulating) {
+  write("cluster.json", R"({"nodes": [{"gpus": [{"type": "l4", "count": 8}]}]})");
+  fs::path scenario = write("scenario.json", R"({"name": "big", "cluster": "cluster.json",
+    "job": {"model": "gpt-2.7b", "sequence_length": 512, "global_batch": 524288}})");
+  std::string ranks;
+  for (int r = 0; r < 8; ++r)
+    ranks += std::string(r ? "," : "") + "{\"rank\": " + std::to_string(r) +
+             R"(, "node": 0, "gpu": "l4", "batch": 65536, "micro_batch": 1,
+                "micro_batches": 65536, "state_share": 0.125})";
+  fs::path plan =
+      write("plan.json", R"({"version": 1, "scenario": "big", "ranks": [)" + ranks + "]}");
+  for (const std::string& args :
+       {"validate --scenario " + scenario.string() + " " + plan.string(),
+        "simulate --scenario " + scenario.string() + " --plan " + plan.string()}) {
+    SCOPED_TRACE(args);
+    Outcome o = cephalo(args);
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_NE(o.output.find("ranks[*].micro_batches"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("at most 16777216 unit passes"), std::string::npos) << o.output;
+  }
+}
+
+TEST_F(HostileInput, CalibrationIsCheckedByValidateAsByTheCommands) {
+  const fs::path bad = kRoot / "tests/data/bad/plan_as_calibration.scenario.json";
+  Outcome v = cephalo("validate " + bad.string());
+  EXPECT_EQ(v.exit_code, 1) << v.output;
+  Outcome p = cephalo("plan --strategy even --scenario " + bad.string());
+  EXPECT_EQ(p.exit_code, 1) << p.output;
+  EXPECT_NE(p.output.find("default-even.json: at format"), std::string::npos) << p.output;
+}
+
+// The extremes validate accepts (slowest link, longest latency, slowest device, largest
+// slowdown; fastest everything) still give finite predictions: plan and simulate print no inf
+// or NaN and do not fail at run time (exit 3 "beyond the simulator's clock" is an answer).
+TEST_F(HostileInput, ExtremeButValidValuesGiveFiniteResults) {
+  write("cluster.json", R"({"name": "extremes", "nodes": [
+    {"gpus": [{"spec": {"name": "slowest", "memory": "1024TiB", "memory_bandwidth": "1MB/s",
+                        "peak_fp32": "1MFLOPS"}, "count": 2, "slowdown": 1000}],
+     "intra_link": {"kind": "pcie", "bandwidth": "1MB/s", "latency": "1s"},
+     "nic": {"kind": "ethernet", "bandwidth": "1MB/s", "latency": "1s"}},
+    {"gpus": [{"spec": {"name": "fastest", "memory": "1024TiB", "memory_bandwidth": "100TB/s",
+                        "peak_fp32": "1000PFLOPS"}}],
+     "intra_link": {"kind": "pcie", "bandwidth": "100TB/s", "latency": 0},
+     "nic": {"kind": "ethernet", "bandwidth": "100TB/s", "latency": 0}}]})");
+  fs::path scenario = write("scenario.json", R"({"name": "extreme", "cluster": "cluster.json",
+    "job": {"model": "gpt-2.7b", "sequence_length": 2048, "global_batch": 64}})");
+  Outcome v = cephalo("validate " + scenario.string());
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  for (const char* strategy : {"even", "proportional"}) {
+    SCOPED_TRACE(strategy);
+    const fs::path plan = dir_ / (std::string(strategy) + ".json");
+    Outcome p = cephalo("plan --strategy " + std::string(strategy) + " --scenario " +
+                        scenario.string() + " -o " + plan.string());
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_FALSE(prints_non_finite(p.output)) << p.output;
+    for (const char* format : {"", " --json"}) {
+      Outcome s = cephalo("simulate" + std::string(format) + " --scenario " + scenario.string() +
+                          " --plan " + plan.string());
+      EXPECT_TRUE(s.exit_code == 0 || s.exit_code == 3) << s.output;
+      EXPECT_FALSE(prints_non_finite(s.output)) << s.output;
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,231 @@
+// The decisions the graph carries for its consumers (the replay and the executor), on awkward
+// shapes: unit sizes not divisible by the rank count, zero shares, tied heads, offload. Every
+// expectation is derived here from the plan's shares and the model's closed forms, not read
+// back from the builder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/training_graph.hpp"
+#include "tiny_scenario.hpp"
+
+namespace cephalo::traces {
+namespace {
+
+using testing::tiny_plan;
+using testing::tiny_scenario;
+
+std::int64_t numel(const Scenario& s, int unit) {
+  return std::llround(costmodels::unit_parameters(s.job.model, unit));
+}
+
+// Rank r's slice of a unit of n elements under `shares`, computed independently of
+// shard_offsets: [round(n × prefix_r), round(n × prefix_{r+1})), the last ending at n.
+std::pair<std::int64_t, std::int64_t> expected_slice(std::int64_t n,
+                                                     const std::vector<double>& shares, int r) {
+  double before = 0;
+  for (int i = 0; i < r; ++i) before += shares[static_cast<std::size_t>(i)];
+  const double after = before + shares[static_cast<std::size_t>(r)];
+  const auto lo = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * before + 0.5));
+  const auto hi = r + 1 == static_cast<int>(shares.size())
+                      ? n
+                      : static_cast<std::int64_t>(std::floor(static_cast<double>(n) * after + 0.5));
+  return {lo, hi - lo};
+}
+
+std::vector<double> shares_of(const Plan& p) {
+  std::vector<double> v;
+  for (const auto& r : p.ranks) v.push_back(r.state_share);
+  return v;
+}
+
+// Every collective's members move exactly their slices of each segment, in element_bytes.
+void expect_collectives_move_the_slices(const TrainingGraph& g, const Scenario& s, const Plan& p) {
+  const auto shares = shares_of(p);
+  const double compute = bytes_per_element(s.job.precision.compute);
+  const double reduce = bytes_per_element(s.job.precision.reduce);
+  for (const Collective& c : g.collectives()) {
+    const bool gather = c.kind == OpKind::AllGather || c.kind == OpKind::AllGatherV;
+    EXPECT_EQ(c.element_bytes, gather ? compute : reduce);
+    std::int64_t total = 0;
+    for (const auto& seg : g.segments(c)) {
+      EXPECT_EQ(seg.numel, numel(s, seg.unit));
+      total += seg.numel;
+    }
+    EXPECT_DOUBLE_EQ(c.total_bytes, static_cast<double>(total) * c.element_bytes);
+    for (const auto& m : g.members(c)) {
+      std::int64_t elements = 0;
+      for (const auto& seg : g.segments(c)) {
+        auto [offset, count] = expected_slice(seg.numel, shares, m.rank);
+        EXPECT_EQ(g.slice(seg.unit, m.rank).offset, offset);
+        EXPECT_EQ(g.slice(seg.unit, m.rank).count, count);
+        elements += count;
+      }
+      EXPECT_EQ(m.elements, elements);
+      EXPECT_DOUBLE_EQ(m.shard_bytes, static_cast<double>(elements) * c.element_bytes);
+      const Op& op = g.op(m.op);
+      EXPECT_EQ(op.kind, c.kind);
+      EXPECT_DOUBLE_EQ(op.shard_bytes, m.shard_bytes);
+      EXPECT_DOUBLE_EQ(op.bytes, c.total_bytes);
+    }
+  }
+}
+
+// Even iff every member of every segment moves the same count; the op kinds say the same.
+void expect_variants(const TrainingGraph& g, UnevenCollective uneven) {
+  for (const Collective& c : g.collectives()) {
+    bool all_even = true;
+    for (const auto& seg : g.segments(c)) {
+      bool equal = true;
+      for (int r = 1; r < g.num_ranks(); ++r)
+        equal &= g.slice(seg.unit, r).count == g.slice(seg.unit, 0).count;
+      const CollectiveVariant want =
+          equal ? CollectiveVariant::Even
+                : (uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
+                                                      : CollectiveVariant::Grouped);
+      EXPECT_EQ(seg.variant, want) << "unit " << seg.unit;
+      all_even &= equal;
+    }
+    EXPECT_EQ(c.variant == CollectiveVariant::Even, all_even);
+    const bool v = c.kind == OpKind::AllGatherV || c.kind == OpKind::ReduceScatterV;
+    EXPECT_EQ(v, !all_even);
+  }
+}
+
+TEST(GraphSlices, EqualSharesOfAnIndivisibleUnitRunTheVVariant) {
+  // Find a rank count that does not divide the layer size: equal shares then give unequal
+  // integer slices, which is what the backend runs (the -v collective), so the graph says so.
+  Scenario probe = tiny_scenario(2, 2, 840);
+  const std::int64_t layer = numel(probe, 1);
+  int ranks = 0;
+  for (int n : {3, 5, 7, 11, 13})
+    if (layer % n != 0) {
+      ranks = n;
+      break;
+    }
+  ASSERT_GT(ranks, 0) << "layer numel " << layer << " divisible by every candidate";
+  Scenario s = tiny_scenario(ranks, 2, 840);
+  for (UnevenCollective uneven : {UnevenCollective::Grouped, UnevenCollective::Padded}) {
+    Plan p = tiny_plan(s, 1);
+    p.uneven_collective = uneven;
+    ASSERT_TRUE(p.even_shares());
+    TrainingGraph g = build_training_graph(p, s);
+    expect_collectives_move_the_slices(g, s, p);
+    expect_variants(g, uneven);
+    bool some_v = false;
+    for (const Collective& c : g.collectives()) some_v |= c.variant != CollectiveVariant::Even;
+    EXPECT_TRUE(some_v);
+  }
+}
+
+TEST(GraphSlices, EqualSharesOfDivisibleUnitsStayEven) {
+  Scenario s = tiny_scenario(2, 2, 8);
+  for (int u = 0; u < 4; ++u) ASSERT_EQ(numel(s, u) % 2, 0) << "unit " << u;
+  Plan p = tiny_plan(s, 2);
+  TrainingGraph g = build_training_graph(p, s);
+  expect_collectives_move_the_slices(g, s, p);
+  for (const Collective& c : g.collectives()) {
+    EXPECT_EQ(c.variant, CollectiveVariant::Even);
+    EXPECT_TRUE(c.kind == OpKind::AllGather || c.kind == OpKind::ReduceScatter);
+  }
+}
+
+TEST(GraphSlices, AZeroShareOwnsNothingButStillJoinsEveryCollective) {
+  Scenario s = tiny_scenario(3, 2, 9);
+  Plan p = tiny_plan(s, 1);
+  p.ranks[0].state_share = 0.5;
+  p.ranks[1].state_share = 0.0;
+  p.ranks[2].state_share = 0.5;
+  TrainingGraph g = build_training_graph(p, s);
+  expect_collectives_move_the_slices(g, s, p);
+  expect_variants(g, p.uneven_collective);
+  for (const Collective& c : g.collectives()) {
+    ASSERT_EQ(g.members(c).size(), 3u);
+    EXPECT_EQ(g.members(c)[1].elements, 0);
+    EXPECT_EQ(g.op(g.members(c)[1].op).shard_bytes, 0.0);
+  }
+  EXPECT_EQ(g.static_bytes(1), 0.0);
+  for (const Op& o : g.program(1))
+    if (o.kind == OpKind::OptimizerStep) {
+      EXPECT_EQ(o.shard_parameters, 0.0);
+    }
+  // The sharded state is the owned slices: fp32 master + fp32 gradient + Adam m, v.
+  std::int64_t owned0 = 0;
+  for (int u = 0; u < g.summary().num_units; ++u)
+    owned0 += expected_slice(numel(s, u), shares_of(p), 0).second;
+  EXPECT_DOUBLE_EQ(g.static_bytes(0), static_cast<double>(owned0) * 16.0);
+}
+
+TEST(GraphSlices, ATiedHeadMovesTheEmbeddingFirstAndAnUntiedOneOnlyItself) {
+  for (bool tied : {true, false}) {
+    Scenario s = tiny_scenario(3, 2, 9);
+    s.job.model.tied_embeddings = tied;
+    Plan p = tiny_plan(s, 1);
+    p.ranks[0].state_share = 0.6;
+    p.ranks[1].state_share = 0.3;
+    p.ranks[2].state_share = 0.1;
+    TrainingGraph g = build_training_graph(p, s);
+    expect_collectives_move_the_slices(g, s, p);
+    expect_variants(g, p.uneven_collective);
+    const int head = g.summary().num_units - 1;
+    for (const Collective& c : g.collectives()) {
+      auto segs = g.segments(c);
+      if (c.unit == head && tied) {
+        ASSERT_EQ(segs.size(), 2u);
+        EXPECT_EQ(segs[0].unit, 0);
+        EXPECT_EQ(segs[1].unit, head);
+      } else {
+        ASSERT_EQ(segs.size(), 1u);
+        EXPECT_EQ(segs[0].unit, c.unit);
+      }
+    }
+  }
+}
+
+// Exactly one op per (rank, phase) releases the gathered parameters: the last op of the phase
+// that uses them (its last compute op, else its gather), and its mem_free includes them.
+TEST(GraphSlices, TheGatheredPhaseIsReleasedByItsLastUserWithOffloadAndStandard) {
+  Scenario s = tiny_scenario(2, 2, 12);
+  for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard})
+    for (Offload off : {Offload::None, Offload::Host}) {
+      Plan p = tiny_plan(s, 2, acc, true, off);
+      p.ranks[0].batch = 9;
+      p.ranks[0].micro_batch = 3;
+      p.ranks[0].micro_batches = 3;
+      p.ranks[1].batch = 3;
+      p.ranks[1].micro_batch = 3;
+      p.ranks[1].micro_batches = 1;
+      TrainingGraph g = build_training_graph(p, s);
+      for (int r = 0; r < 2; ++r) {
+        std::map<int, OpId> last_user, freer;
+        for (const Op& o : g.program(r)) {
+          if (o.phase >= 0 &&
+              (is_compute(o.kind) || o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV))
+            last_user[o.phase] = o.id;
+          if (o.frees_gathered) {
+            EXPECT_FALSE(freer.count(o.phase)) << g.op_name(o.id);
+            freer[o.phase] = o.id;
+            EXPECT_GE(o.mem_free, g.unit_sizes(o.unit).gathered_bytes) << g.op_name(o.id);
+          }
+        }
+        EXPECT_EQ(freer, last_user) << "rank " << r;
+      }
+      if (off == Offload::Host) {
+        int copies = 0;
+        for (const Op& o : g.ops())
+          if (is_copy(o.kind)) {
+            ++copies;
+            EXPECT_DOUBLE_EQ(o.bytes, costmodels::boundary_activation_bytes(
+                                          s.job.model, s.job.sequence_length, o.micro_batch_size,
+                                          s.job.precision.compute));
+          }
+        EXPECT_GT(copies, 0);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace cephalo::traces

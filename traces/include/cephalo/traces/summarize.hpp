@@ -1,0 +1,57 @@
+#pragma once
+// One summary of one iteration: the simulator (sim/ replay) and the backend (executor) both
+// hand their per-op intervals and memory peaks to `summarize`, which builds the SimResult /
+// RunResult (`IterationReport`) with the definitions written once in report.hpp. `compare`
+// therefore compares like with like by construction: a difference is a measurement, never a
+// definition.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::traces {
+
+// Usable device memory of a device (the capacity a peak is judged against, and the simulator's
+// OOM limit): spec memory × `usable_fraction`, where a negative fraction takes
+// costmodels::MemoryConstants::usable_fraction.
+double usable_capacity_bytes(const DeviceSpec& spec, double usable_fraction = -1);
+
+// Peak FLOP/s of a slot as it runs: the spec's peak for the compute dtype divided by the slot's
+// emulation slowdown (an emulated device is slower by exactly that factor on both sides: the
+// simulator multiplies compute times by it, the backend holds the compute stream that much
+// longer), so the MFU of an emulated cluster is judged against the cluster it emulates.
+double effective_peak_flops(const DeviceSlot& slot, Dtype compute);
+
+// FNV-1a 64 over every field of the plan that decides what runs (version, scenario name,
+// accumulation, offload, prefetch, uneven collective, every rank's placement, batches and
+// share; not the informational strategy and predictions), as 16 hex digits: two records
+// carrying the same hash ran the same plan.
+std::string plan_hash(const Plan& plan);
+
+// What one iteration produced, in integer nanoseconds from a common origin (t = 0 when every
+// rank starts the step).
+struct IterationMeasurements {
+  std::string source = "sim";              // "sim", "cpu", "cuda"
+  std::span<const std::int64_t> start_ns;  // per op id of the graph; -1: not run here
+  std::span<const std::int64_t> end_ns;    // per op id; >= start
+  std::vector<double> peak_memory_bytes;   // per rank
+  // End of the iteration: -1 takes the last op's end (the simulator); the backend passes the
+  // slowest rank's host-measured step, which also covers the final synchronisation.
+  std::int64_t iteration_end_ns = -1;
+  // First allocation over the usable capacity seen while running (the simulator tracks memory
+  // over time); without one, a peak above capacity still gives an OOM verdict (op -1).
+  std::optional<OomDetail> oom;
+  std::uint64_t events = 0;     // simulator: events processed; backend: ops executed
+  bool record_ops = false;      // copy the per-op intervals into report.ops
+  double usable_fraction = -1;  // see usable_capacity_bytes
+};
+
+IterationReport summarize(const TrainingGraph& graph, const Scenario& scenario, const Plan& plan,
+                          const IterationMeasurements& measured);
+
+}  // namespace cephalo::traces

@@ -1,0 +1,124 @@
+// Names and classes of op kinds and streams, and the sharding rule (shard_offsets): the small
+// vocabulary every consumer of the TrainingGraph shares.
+#include <algorithm>
+#include <cmath>
+
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::traces {
+
+std::string to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward:
+      return "forward";
+    case OpKind::Backward:
+      return "backward";
+    case OpKind::Recompute:
+      return "recompute";
+    case OpKind::OptimizerStep:
+      return "optimizer_step";
+    case OpKind::AllGather:
+      return "all_gather";
+    case OpKind::AllGatherV:
+      return "all_gather_v";
+    case OpKind::ReduceScatter:
+      return "reduce_scatter";
+    case OpKind::ReduceScatterV:
+      return "reduce_scatter_v";
+    case OpKind::AllReduce:
+      return "all_reduce";
+    case OpKind::CopyD2H:
+      return "copy_d2h";
+    case OpKind::CopyH2D:
+      return "copy_h2d";
+  }
+  return "?";
+}
+
+std::string short_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward:
+      return "F";
+    case OpKind::Backward:
+      return "B";
+    case OpKind::Recompute:
+      return "RC";
+    case OpKind::OptimizerStep:
+      return "OPT";
+    case OpKind::AllGather:
+      return "AG";
+    case OpKind::AllGatherV:
+      return "AGv";
+    case OpKind::ReduceScatter:
+      return "RS";
+    case OpKind::ReduceScatterV:
+      return "RSv";
+    case OpKind::AllReduce:
+      return "AR";
+    case OpKind::CopyD2H:
+      return "D2H";
+    case OpKind::CopyH2D:
+      return "H2D";
+  }
+  return "?";
+}
+
+std::string to_string(Stream stream) {
+  switch (stream) {
+    case Stream::Compute:
+      return "compute";
+    case Stream::Comm:
+      return "comm";
+    case Stream::D2H:
+      return "d2h";
+    case Stream::H2D:
+      return "h2d";
+  }
+  return "?";
+}
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::AllGatherV || k == OpKind::ReduceScatter ||
+         k == OpKind::ReduceScatterV || k == OpKind::AllReduce;
+}
+bool is_compute(OpKind k) {
+  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
+         k == OpKind::OptimizerStep;
+}
+bool is_copy(OpKind k) { return k == OpKind::CopyD2H || k == OpKind::CopyH2D; }
+
+Stream stream_of(OpKind k) {
+  if (is_collective(k)) return Stream::Comm;
+  if (k == OpKind::CopyD2H) return Stream::D2H;
+  if (k == OpKind::CopyH2D) return Stream::H2D;
+  return Stream::Compute;
+}
+
+std::string to_string(CollectiveVariant v) {
+  switch (v) {
+    case CollectiveVariant::Even:
+      return "even";
+    case CollectiveVariant::Grouped:
+      return "grouped";
+    case CollectiveVariant::Padded:
+      return "padded";
+  }
+  return "?";
+}
+
+std::vector<std::int64_t> shard_offsets(std::int64_t numel, const std::vector<double>& shares) {
+  std::vector<std::int64_t> off(shares.size() + 1, 0);
+  double prefix = 0;
+  for (std::size_t r = 0; r < shares.size(); ++r) {
+    prefix += shares[r];
+    off[r + 1] =
+        r + 1 == shares.size()
+            ? numel
+            : std::clamp<std::int64_t>(
+                  static_cast<std::int64_t>(std::floor(static_cast<double>(numel) * prefix + 0.5)),
+                  off[r], numel);
+  }
+  return off;
+}
+
+}  // namespace cephalo::traces

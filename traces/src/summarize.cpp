@@ -1,0 +1,185 @@
+#include "cephalo/traces/summarize.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+
+namespace cephalo::traces {
+namespace {
+
+using Interval = std::pair<std::int64_t, std::int64_t>;
+
+// |∪ intervals|. The intervals of one stream come in stream order (starts non-decreasing; a
+// measured lane may still be out of order by a clock tick, hence the check before sorting).
+std::int64_t union_length(std::vector<Interval>& v) {
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
+  std::int64_t total = 0, lo = 0, hi = -1;
+  bool open = false;
+  for (auto [a, b] : v) {
+    if (!open || a > hi) {
+      if (open) total += hi - lo;
+      lo = a;
+      hi = b;
+      open = true;
+    } else {
+      hi = std::max(hi, b);
+    }
+  }
+  if (open) total += hi - lo;
+  return total;
+}
+
+// The intervals of the ops of one rank's stream that ran, in stream order, appended to `out`.
+void lane(const TrainingGraph& g, int rank, Stream s, const IterationMeasurements& m,
+          std::vector<Interval>& out) {
+  for (OpId id : g.stream_program(rank, s))
+    if (m.start_ns[id] >= 0) out.emplace_back(m.start_ns[id], m.end_ns[id]);
+}
+
+// Sorted union of two sorted lists (a linear merge instead of a sort).
+void merge_into(const std::vector<Interval>& a, const std::vector<Interval>& b,
+                std::vector<Interval>& out) {
+  out.resize(a.size() + b.size());
+  std::merge(a.begin(), a.end(), b.begin(), b.end(), out.begin());
+}
+
+double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
+
+}  // namespace
+
+double usable_capacity_bytes(const DeviceSpec& spec, double usable_fraction) {
+  const double f =
+      usable_fraction >= 0 ? usable_fraction : costmodels::MemoryConstants{}.usable_fraction;
+  return spec.memory_bytes * f;
+}
+
+double effective_peak_flops(const DeviceSlot& slot, Dtype compute) {
+  return slot.spec.peak_flops(compute) / slot.slowdown;
+}
+
+std::string plan_hash(const Plan& plan) {
+  // Every field of the plan that decides what runs, written field by field (not through the
+  // JSON writer: a 10k-rank plan is hashed once per simulation, also inside the planner's
+  // search). A field added to Plan must be added here.
+  std::uint64_t h = 14695981039346656037ull;
+  auto add = [&h](const std::string& text) {
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // field separator
+    h *= 1099511628211ull;
+  };
+  char num[40];
+  auto add_number = [&](double v) {
+    std::snprintf(num, sizeof num, "%.17g", v);
+    add(num);
+  };
+  add_number(plan.version);
+  add(plan.scenario);
+  add(to_string(plan.accumulation));
+  add(to_string(plan.offload));
+  add(plan.prefetch ? "prefetch" : "no prefetch");
+  add(to_string(plan.uneven_collective));
+  for (const PlanRank& r : plan.ranks) {
+    add_number(r.rank);
+    add_number(r.node);
+    add(r.gpu);
+    add_number(r.batch);
+    add_number(r.micro_batch);
+    add_number(r.micro_batches);
+    add_number(r.state_share);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, const Plan& plan,
+                          const IterationMeasurements& m) {
+  const int ranks = g.num_ranks();
+  const std::size_t n = g.num_ops();
+  if (m.start_ns.size() != n || m.end_ns.size() != n)
+    throw RuntimeFailure("summarize: " + std::to_string(m.start_ns.size()) + " start and " +
+                         std::to_string(m.end_ns.size()) + " end times for a graph of " +
+                         std::to_string(n) + " ops");
+  if (static_cast<int>(m.peak_memory_bytes.size()) != ranks)
+    throw RuntimeFailure("summarize: " + std::to_string(m.peak_memory_bytes.size()) +
+                         " memory peaks for " + std::to_string(ranks) + " ranks");
+  const auto devices = scenario.cluster.ranks();
+  if (static_cast<int>(devices.size()) != ranks)
+    throw RuntimeFailure("summarize: the graph has " + std::to_string(ranks) +
+                         " ranks, the cluster " + std::to_string(devices.size()));
+
+  std::int64_t end = 0;
+  for (std::size_t i = 0; i < n; ++i) end = std::max(end, m.end_ns[i]);
+  if (m.iteration_end_ns >= 0) end = std::max(end, m.iteration_end_ns);
+
+  IterationReport rep;
+  rep.source = m.source;
+  rep.plan_hash = plan_hash(plan);
+  rep.iteration_time_s = seconds(end);
+  const double t = rep.iteration_time_s;
+  rep.samples_per_s = t > 0 ? g.summary().global_batch / t : 0;
+  rep.tokens_per_s = rep.samples_per_s * g.summary().sequence_length;
+  double peak_flops = 0;
+  for (const auto& d : devices)
+    peak_flops += effective_peak_flops(*d.slot, scenario.job.precision.compute);
+  rep.mfu = t > 0 && peak_flops > 0 ? g.summary().model_flops_per_iteration / (t * peak_flops) : 0;
+  rep.events = m.events;
+
+  std::vector<Interval> compute, comm, copies, d2h, h2d, busy;
+  for (int r = 0; r < ranks; ++r) {
+    compute.clear();
+    comm.clear();
+    d2h.clear();
+    h2d.clear();
+    lane(g, r, Stream::Compute, m, compute);
+    lane(g, r, Stream::Comm, m, comm);
+    lane(g, r, Stream::D2H, m, d2h);
+    lane(g, r, Stream::H2D, m, h2d);
+    const std::int64_t compute_ns = union_length(compute);  // sorts compute and comm if needed
+    const std::int64_t comm_ns = union_length(comm);
+    merge_into(compute, comm, busy);
+    const std::int64_t busy_ns = union_length(busy);
+    if (!std::is_sorted(d2h.begin(), d2h.end())) std::sort(d2h.begin(), d2h.end());
+    if (!std::is_sorted(h2d.begin(), h2d.end())) std::sort(h2d.begin(), h2d.end());
+    merge_into(d2h, h2d, copies);
+    const std::int64_t copy_ns = union_length(copies);
+    const auto& d = devices[static_cast<std::size_t>(r)];
+    RankReport rr;
+    rr.rank = r;
+    rr.gpu = d.slot->spec.name;
+    rr.node = d.node;
+    rr.slowdown = d.slot->slowdown;
+    rr.compute_s = seconds(compute_ns);
+    rr.comm_s = seconds(comm_ns);
+    rr.copy_s = seconds(copy_ns);
+    rr.exposed_comm_s = seconds(busy_ns - compute_ns);
+    rr.idle_s = seconds(end - busy_ns);
+    rr.peak_memory_bytes = m.peak_memory_bytes[static_cast<std::size_t>(r)];
+    rr.capacity_bytes = usable_capacity_bytes(d.slot->spec, m.usable_fraction);
+    if (!m.oom && !rep.oom && rr.peak_memory_bytes > rr.capacity_bytes) {
+      rep.oom = true;
+      rep.oom_detail =
+          OomDetail{r, -1, "measured peak", rr.peak_memory_bytes, rr.capacity_bytes, 0.0};
+    }
+    rep.ranks.push_back(rr);
+  }
+  if (m.oom) {
+    rep.oom = true;
+    rep.oom_detail = m.oom;
+  }
+  if (m.record_ops) {
+    rep.ops.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+      if (m.start_ns[i] >= 0)
+        rep.ops.push_back(
+            {static_cast<std::uint32_t>(i), seconds(m.start_ns[i]), seconds(m.end_ns[i])});
+  }
+  return rep;
+}
+
+}  // namespace cephalo::traces
