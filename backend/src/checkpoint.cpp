@@ -13,6 +13,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 
 namespace cephalo::backend {
 
@@ -32,6 +33,7 @@ std::string read_whole(const fs::path& file, const char* what) {
                   (fs::exists(file, ec) ? ": not a regular file" : ": no such file"));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw IoError("cannot read " + std::string(what) + " " + file.string());
+  note_input_file(file);  // no output of this run may overwrite it (core/output_file.hpp)
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
