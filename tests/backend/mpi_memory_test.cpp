@@ -33,7 +33,7 @@ json two_rank_plan(const std::string& accumulation, const std::string& offload,
                    const std::vector<int>& batches, const std::vector<int>& micro_batch,
                    const std::vector<double>& shares) {
   json p = {{"version", 1},
-            {"scenario", "cpu-2rank-memory"},
+            {"scenario", "cpu-2rank"},
             {"strategy", "hand-written"},
             {"accumulation", accumulation},
             {"offload", offload},

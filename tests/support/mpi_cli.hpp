@@ -63,8 +63,9 @@ inline std::string scenario_variant(const fs::path& dir, int ranks, const std::s
   job["name"] = "gpt-tiny-cpu-" + tag;
   edit(job);
   sc["job"] = job;
-  sc["name"] = "cpu-" + std::to_string(ranks) + "rank-" + tag;
-  const fs::path file = dir / (sc["name"].get<std::string>() + ".json");
+  // The scenario keeps its name: the shipped plans name it, and a plan made for another
+  // scenario is refused.
+  const fs::path file = dir / ("cpu-" + std::to_string(ranks) + "rank-" + tag + ".json");
   std::ofstream(file) << sc.dump(2);
   return file.string();
 }
