@@ -26,14 +26,16 @@ constexpr std::int64_t kMaxRanks = 1 << 20;
 constexpr std::int64_t kMaxNumel = std::int64_t{1} << 40;
 constexpr std::int64_t kMaxLayers = 1 << 16;
 
-std::string read_whole(const fs::path& file, const char* what) {
+// `latest` is read with record_input = false: it is a pointer that a run resuming into its own
+// folder is meant to advance, unlike manifests and shards, which no output may replace.
+std::string read_whole(const fs::path& file, const char* what, bool record_input = true) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
     throw IoError("cannot read " + std::string(what) + " " + file.string() +
                   (fs::exists(file, ec) ? ": not a regular file" : ": no such file"));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw IoError("cannot read " + std::string(what) + " " + file.string());
-  note_input_file(file);  // no output of this run may overwrite it (core/output_file.hpp)
+  if (record_input) note_input_file(file);  // no output may overwrite it (output_file.hpp)
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -238,7 +240,7 @@ std::string render_checkpoint_manifest(const CheckpointManifest& m) {
 
 LatestCheckpoint read_latest_checkpoint(const fs::path& dir) {
   const auto latest_file = dir / "latest";
-  std::string latest = read_whole(latest_file, "checkpoint pointer");
+  std::string latest = read_whole(latest_file, "checkpoint pointer", /*record_input=*/false);
   while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back())))
     latest.pop_back();
   if (!is_step_dir_name(latest))
