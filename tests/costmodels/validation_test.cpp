@@ -57,7 +57,8 @@ TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
             << "uncalibrated roofline, all rows: " << fixed(rep.roofline_overall, 1) << "%\n"
             << "published stack (flash, fused) factor, tensor pipeline: "
             << fixed(builtin->stack_factor({}, 1), 3) << " on " << builtin->stack_points({})
-            << " points\n"
+            << " points, flash-attention weight "
+            << fixed(builtin->stack_attention_weight({}, 1), 2) << "\n"
             << "power constants (all rows): fp32 pipeline "
             << fixed(builtin->watts_per_flops(0) * 1e12, 2) << " W per TFLOP/s, tensor pipeline "
             << fixed(builtin->watts_per_flops(1) * 1e12, 2) << " W per TFLOP/s\n";
