@@ -624,13 +624,13 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     struct Obs {
       double measured, rest, attention;
     };
-    std::map<std::string, std::vector<Obs>> by_stack;
+    std::map<int, std::vector<Obs>> by_stack;
     for (const auto& pt : builtin_published_throughput()) {
       const DeviceSpec& gpu = GpuCatalog::builtin().get(pt.gpu);
       if (pipeline_class(gpu, pt.job.precision.compute) != 1) continue;
       if (std::find(o.exclude_gpus.begin(), o.exclude_gpus.end(), pt.gpu) != o.exclude_gpus.end())
         continue;
-      const std::string key = to_string(pt.job.implementation);
+      const int key = stack_key(pt.job.implementation);
       const double t1 = published_compute_seconds(*model, pt);
       double t2 = t1;
       if (o.published_attention_weight) {
@@ -759,19 +759,19 @@ double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpe
 
 double CalibratedComputeModel::stack_factor(const Implementation& impl, int pipeline) const {
   if (pipeline != 1) return 1;
-  auto it = stack_.find(to_string(impl));
+  auto it = stack_.find(stack_key(impl));
   return it == stack_.end() ? 1.0 : it->second.first;
 }
 
 double CalibratedComputeModel::stack_attention_weight(const Implementation& impl,
                                                       int pipeline) const {
   if (pipeline != 1 || stack_attention_.empty()) return 1;
-  auto it = stack_attention_.find(to_string(impl));
+  auto it = stack_attention_.find(stack_key(impl));
   return it == stack_attention_.end() ? 1.0 : it->second;
 }
 
 int CalibratedComputeModel::stack_points(const Implementation& impl) const {
-  auto it = stack_.find(to_string(impl));
+  auto it = stack_.find(stack_key(impl));
   return it == stack_.end() ? 0 : it->second.second;
 }
 

@@ -165,8 +165,12 @@ class CalibratedComputeModel : public ComputeModel {
   std::map<int, Theta> pooled_;                                          // pipeline
   std::map<std::pair<std::string, int>, Theta> per_generation_;          // (architecture, pipeline)
   std::vector<InconsistentRow> dropped_;
-  std::map<std::string, std::pair<double, int>> stack_;  // to_string(impl) → factor, points
-  std::map<std::string, double> stack_attention_;        // to_string(impl) → flash weight
+  // Keyed by stack_key(impl) (an int: no string built per unit_time call).
+  static int stack_key(const Implementation& impl) {
+    return static_cast<int>(impl.attention) * 2 + (impl.fused_elementwise ? 1 : 0);
+  }
+  std::map<int, std::pair<double, int>> stack_;  // stack → factor, points
+  std::map<int, double> stack_attention_;        // stack → flash weight
 };
 
 // Leave-one-GPU-out, leave-one-model-out (the model held out on one GPU; its rows on other
