@@ -45,31 +45,8 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 using MapMat = Eigen::Map<RowMat>;
 using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 
-inline void require_numel(const TensorRef& t, std::int64_t n, const char* what) {
-  if (t.numel < n)
-    throw RuntimeFailure(std::string("cpu device: ") + what + " tensor has " +
-                         std::to_string(t.numel) + " elements, needs " + std::to_string(n));
-}
-
+// Floating element types: the compute types (device.hpp); I32 holds token ids.
 inline bool floating(ElemType t) { return t != ElemType::I32; }
-// All of `ts` are the compute type `t`, which must be floating.
-inline bool all_are(ElemType t, std::initializer_list<ElemType> ts) {
-  return floating(t) && std::all_of(ts.begin(), ts.end(), [t](ElemType u) { return u == t; });
-}
-// A parameter-gradient output: the compute type or F32.
-inline bool grad_of(ElemType g, ElemType t) { return g == t || g == ElemType::F32; }
-
-// Throws "cpu device: <kernel> does not take A=bf16, B=f16, C=f32 (<rule>)" unless `ok`.
-inline void expect_types(bool ok, const char* kernel,
-                         std::initializer_list<std::pair<const char*, ElemType>> args,
-                         const char* rule) {
-  if (ok) return;
-  std::string got;
-  for (const auto& [name, type] : args)
-    got += (got.empty() ? "" : ", ") + std::string(name) + "=" + to_string(type);
-  throw RuntimeFailure(std::string("cpu device: ") + kernel + " does not take " + got + " (" +
-                       rule + ")");
-}
 
 // fp32 view of the first n elements of an input tensor: the tensor's own memory when it is F32
 // (zero-copy), otherwise a widened copy (exact).
@@ -184,23 +161,18 @@ class CpuDevice final : public Device {
     for (auto* c : {&device_mem_, &host_mem_}) c->peak.store(c->current.load());
   }
 
-  void copy(Stream& s, TensorRef dst, TensorRef src) override {
-    if (dst.bytes() < src.bytes())
-      throw RuntimeFailure("cpu device: copy of " + std::to_string(src.bytes()) + " bytes into " +
-                           std::to_string(dst.bytes()));
+ protected:
+  void do_copy(Stream& s, TensorRef dst, TensorRef src) override {
     s.enqueue_host([dst, src] { std::memcpy(dst.data, src.data, src.bytes()); });
   }
-  void upload(TensorRef dst, const void* host, std::size_t bytes) override {
-    if (dst.bytes() < bytes) throw RuntimeFailure("cpu device: upload larger than destination");
+  void do_upload(TensorRef dst, const void* host, std::size_t bytes) override {
     std::memcpy(dst.data, host, bytes);
   }
-  void download(void* host, TensorRef src, std::size_t bytes) override {
-    if (src.bytes() < bytes) throw RuntimeFailure("cpu device: download larger than source");
+  void do_download(void* host, TensorRef src, std::size_t bytes) override {
     std::memcpy(host, src.data, bytes);
   }
 
-  void fill(Stream& s, TensorRef x, float value) override {
-    expect_types(floating(x.type), "fill", {{"x", x.type}}, "x is a floating type");
+  void do_fill(Stream& s, TensorRef x, float value) override {
     if (x.type == ElemType::F32) {
       s.enqueue_host([=] { std::fill(x.f32(), x.f32() + x.numel, value); });
       return;
@@ -211,18 +183,14 @@ class CpuDevice final : public Device {
       std::fill(h, h + x.numel, bits);
     });
   }
-  void scale(Stream& s, TensorRef x, float alpha) override {
-    expect_types(floating(x.type), "scale", {{"x", x.type}}, "x is a floating type");
+  void do_scale(Stream& s, TensorRef x, float alpha) override {
     s.enqueue_host([=] {
       Fp32Out y(x, x.numel, Start::Current);
       for (std::int64_t i = 0; i < x.numel; ++i) y.get()[i] *= alpha;
       y.commit();
     });
   }
-  void axpy(Stream& s, float alpha, TensorRef x, TensorRef y) override {
-    expect_types(floating(x.type) && floating(y.type), "axpy", {{"x", x.type}, {"y", y.type}},
-                 "x and y are floating types");
-    require_numel(y, x.numel, "axpy y");
+  void do_axpy(Stream& s, float alpha, TensorRef x, TensorRef y) override {
     s.enqueue_host([=] {
       Fp32In xf(x, x.numel);
       Fp32Out yf(y, x.numel, Start::Current);
@@ -230,10 +198,7 @@ class CpuDevice final : public Device {
       yf.commit();
     });
   }
-  void cast(Stream& s, TensorRef src, TensorRef dst) override {
-    expect_types(floating(src.type) && floating(dst.type), "cast",
-                 {{"src", src.type}, {"dst", dst.type}}, "src and dst are floating types");
-    require_numel(dst, src.numel, "cast dst");
+  void do_cast(Stream& s, TensorRef src, TensorRef dst) override {
     if (src.type == dst.type) {
       copy(s, dst, src);
       return;
@@ -250,10 +215,7 @@ class CpuDevice final : public Device {
       }
     });
   }
-  void sum(Stream& s, TensorRef x, TensorRef out) override {
-    expect_types(floating(x.type) && out.type == ElemType::F32, "sum",
-                 {{"x", x.type}, {"out", out.type}}, "x is a floating type, out is f32");
-    require_numel(out, 1, "sum out");
+  void do_sum(Stream& s, TensorRef x, TensorRef out) override {
     s.enqueue_host([=] {
       Fp32In xf(x, x.numel);
       double acc = 0;  // double: the loss sum must not depend on accumulation order much
@@ -262,14 +224,9 @@ class CpuDevice final : public Device {
     });
   }
 
-  void gemm(Stream& s, Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
-            float alpha, TensorRef a, TensorRef b, float beta, TensorRef c) override {
-    expect_types(all_are(a.type, {b.type}) && grad_of(c.type, a.type), "gemm",
-                 {{"A", a.type}, {"B", b.type}, {"C", c.type}},
-                 "A and B share the compute type T; C is T or f32");
-    require_numel(a, m * k, "gemm A");
-    require_numel(b, k * n, "gemm B");
-    require_numel(c, m * n, "gemm C");
+  void do_gemm(Stream& s, Transpose ta, Transpose tb, std::int64_t m, std::int64_t n,
+               std::int64_t k, float alpha, TensorRef a, TensorRef b, float beta,
+               TensorRef c) override {
     s.enqueue_host([=] {
       Fp32In af(a, m * k), bf(b, k * n);
       // beta == 0 overwrites C (which may hold NaN), so its old values are not needed.
@@ -292,12 +249,8 @@ class CpuDevice final : public Device {
       cf.commit();
     });
   }
-  void add_bias(Stream& s, TensorRef y, TensorRef bias, std::int64_t rows,
-                std::int64_t cols) override {
-    expect_types(all_are(y.type, {bias.type}), "add_bias", {{"y", y.type}, {"bias", bias.type}},
-                 "y and bias share the compute type");
-    require_numel(y, rows * cols, "add_bias y");
-    require_numel(bias, cols, "add_bias bias");
+  void do_add_bias(Stream& s, TensorRef y, TensorRef bias, std::int64_t rows,
+                   std::int64_t cols) override {
     s.enqueue_host([=] {
       Fp32In bf(bias, cols);
       Fp32Out yf(y, rows * cols, Start::Current);
@@ -306,13 +259,8 @@ class CpuDevice final : public Device {
       yf.commit();
     });
   }
-  void bias_backward(Stream& s, TensorRef dy, TensorRef dbias, std::int64_t rows,
-                     std::int64_t cols) override {
-    expect_types(floating(dy.type) && grad_of(dbias.type, dy.type), "bias_backward",
-                 {{"dy", dy.type}, {"dbias", dbias.type}},
-                 "dy is the compute type T; dbias is T or f32");
-    require_numel(dy, rows * cols, "bias_backward dy");
-    require_numel(dbias, cols, "bias_backward dbias");
+  void do_bias_backward(Stream& s, TensorRef dy, TensorRef dbias, std::int64_t rows,
+                        std::int64_t cols) override {
     s.enqueue_host([=] {
       Fp32In dyf(dy, rows * cols);
       Fp32Out db(dbias, cols, Start::Current);
@@ -322,34 +270,34 @@ class CpuDevice final : public Device {
     });
   }
 
-  void layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
-                          TensorRef mean, TensorRef rstd, std::int64_t rows, std::int64_t cols,
-                          float eps) override;
-  void layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean, TensorRef rstd,
-                           TensorRef dy, TensorRef dx, TensorRef dgamma, TensorRef dbeta,
-                           std::int64_t rows, std::int64_t cols) override;
-  void gelu_forward(Stream& s, TensorRef x, TensorRef y) override;
-  void gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) override;
+  void do_layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
+                             TensorRef mean, TensorRef rstd, std::int64_t rows, std::int64_t cols,
+                             float eps) override;
+  void do_layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
+                              TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
+                              TensorRef dbeta, std::int64_t rows, std::int64_t cols) override;
+  void do_gelu_forward(Stream& s, TensorRef x, TensorRef y) override;
+  void do_gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) override;
 
-  void attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
-                         TensorRef lse) override;
-  void attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
-                          TensorRef lse, TensorRef dout, TensorRef dqkv) override;
+  void do_attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
+                            TensorRef lse) override;
+  void do_attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
+                             TensorRef lse, TensorRef dout, TensorRef dqkv) override;
 
-  void embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe, TensorRef out,
-                         std::int64_t rows, std::int64_t seq, std::int64_t hidden) override;
-  void embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
-                          TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                          std::int64_t hidden) override;
-  void cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets, TensorRef losses,
-                             TensorRef lse, std::int64_t rows, std::int64_t vocab) override;
-  void cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets, TensorRef lse,
-                              TensorRef dlogits, std::int64_t rows, std::int64_t vocab,
-                              float grad_scale) override;
-  void adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
-                  const AdamWParams& p) override;
+  void do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
+                            TensorRef out, std::int64_t rows, std::int64_t seq,
+                            std::int64_t hidden) override;
+  void do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
+                             TensorRef dwpe, std::int64_t rows, std::int64_t seq,
+                             std::int64_t hidden) override;
+  void do_cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets, TensorRef losses,
+                                TensorRef lse, std::int64_t rows, std::int64_t vocab) override;
+  void do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets, TensorRef lse,
+                                 TensorRef dlogits, std::int64_t rows, std::int64_t vocab,
+                                 float grad_scale) override;
+  void do_adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                     const AdamWParams& p) override;
 
- protected:
   void* raw_allocate(std::size_t bytes, MemorySpace space) override {
     if (bytes == 0) return nullptr;
     void* p = cache(space).take(bytes);
