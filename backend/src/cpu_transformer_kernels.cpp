@@ -1,8 +1,30 @@
 // The CPU device's transformer kernels (layer norm, GELU, causal attention, embedding,
 // cross-entropy, AdamW): plain fp32 loops, the reference the CUDA device is tested against.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cephalo/backend/half.hpp"
+#include "cephalo/core/error.hpp"
 #include "cpu_device_impl.hpp"
 
 namespace cephalo::backend::cpu_detail {
+
+namespace {
+
+float gelu(float x) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+float gelu_grad(float x) {
+  constexpr float k = 0.7978845608028654f;
+  float u = k * (x + 0.044715f * x * x * x);
+  float t = std::tanh(u);
+  float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+}  // namespace
 
 void CpuDevice::do_layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
                                       TensorRef y, TensorRef mean, TensorRef rstd,
