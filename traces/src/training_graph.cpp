@@ -181,8 +181,16 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  // Eager attention's s×s scores and their gradient are held while a layer's backward runs on a
+  // GPU (the same term as the closed form's working set, memory_model.cpp; a CPU device computes
+  // one head's scores at a time outside its allocator).
+  const bool gpu_runtime =
+      scenario_.cluster.ranks()[static_cast<std::size_t>(r)].slot->spec.kind != "cpu";
   auto transient = [&](int unit, int mb) {
-    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act) +
+           (gpu_runtime
+                ? costmodels::eager_attention_bytes(model, unit, seq, mb, job.implementation)
+                : 0.0);
   };
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
