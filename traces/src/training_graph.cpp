@@ -112,7 +112,9 @@ std::vector<OpId> TrainingGraph::topological_order() const {
 class GraphBuilder {
  public:
   GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
-  TrainingGraph build();
+  // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
+  // variants and static bytes are still those of the whole plan (sim/'s class replay).
+  TrainingGraph build(std::span<const int> only = {});
 
  private:
   struct Phase {
@@ -138,6 +140,8 @@ class GraphBuilder {
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase
   int units_ = 0;
   int current_rank_ = 0;
+  std::vector<int> built_;         // ranks that get ops, ascending
+  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -177,8 +181,16 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  // Eager attention's s×s scores and their gradient are held while a layer's backward runs on a
+  // GPU (the same term as the closed form's working set, memory_model.cpp; a CPU device computes
+  // one head's scores at a time outside its allocator).
+  const bool gpu_runtime =
+      scenario_.cluster.ranks()[static_cast<std::size_t>(r)].slot->spec.kind != "cpu";
   auto transient = [&](int unit, int mb) {
-    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act) +
+           (gpu_runtime
+                ? costmodels::eager_attention_bytes(model, unit, seq, mb, job.implementation)
+                : 0.0);
   };
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
@@ -204,7 +216,7 @@ void GraphBuilder::build_rank(int r) {
     o.phase = p;
     o.collective = c.id;
     o.bytes = c.total_bytes;
-    o.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
+    o.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
     // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
     // when the gather ends).
     o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
@@ -327,7 +339,7 @@ void GraphBuilder::build_rank(int r) {
       rs.phase = p;
       rs.collective = c.id;
       rs.bytes = c.total_bytes;
-      rs.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
+      rs.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
       // ran no backward into it (it contributes zeros); and the received shard.
       rs.mem_alloc = (grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
@@ -414,8 +426,8 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
                   : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
                                                           : OpKind::ReduceScatterV);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  c.members_count = static_cast<std::uint32_t>(ranks);
-  for (int r = 0; r < ranks; ++r) {
+  c.members_count = static_cast<std::uint32_t>(built_.size());
+  for (int r : built_) {
     CollectiveMember m;
     m.rank = r;
     for (int u : units) m.elements += g_.slice(u, r).count;
@@ -426,7 +438,7 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
   return c.id;
 }
 
-TrainingGraph GraphBuilder::build() {
+TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
   const int ranks = static_cast<int>(plan_.ranks.size());
@@ -434,6 +446,17 @@ TrainingGraph GraphBuilder::build() {
     throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
                 std::to_string(scenario_.cluster.num_ranks()) + " devices");
   units_ = costmodels::num_units(model);
+  member_index_.assign(static_cast<std::size_t>(ranks), -1);
+  if (only.empty()) {
+    for (int r = 0; r < ranks; ++r) built_.push_back(r);
+  } else {
+    for (int r : only) {
+      if (r < 0 || r >= ranks || (!built_.empty() && r <= built_.back()))
+        throw std::logic_error("build_training_graph: ranks to build must be ascending and valid");
+      built_.push_back(r);
+    }
+  }
+  for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
 
   g_.summary_.num_ranks = ranks;
   g_.summary_.num_units = units_;
@@ -503,7 +526,7 @@ TrainingGraph GraphBuilder::build() {
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    build_rank(r);
+    if (member_index_[r] >= 0) build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] =
@@ -513,7 +536,7 @@ TrainingGraph GraphBuilder::build() {
   // Collective members' op ids.
   for (const Op& o : g_.ops_)
     if (o.collective >= 0)
-      g_.members_[g_.collectives_[o.collective].members_begin + o.rank].op = o.id;
+      g_.members_[g_.collectives_[o.collective].members_begin + member_index_[o.rank]].op = o.id;
 
   // Stream programs (counting sort by rank and stream; issue order is kept).
   const std::size_t lanes = static_cast<std::size_t>(ranks) * kNumStreams;
@@ -546,6 +569,12 @@ TrainingGraph GraphBuilder::build() {
 
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
   return GraphBuilder(plan, scenario).build();
+}
+
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks) {
+  if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  return GraphBuilder(plan, scenario).build(ranks);
 }
 
 }  // namespace cephalo::traces

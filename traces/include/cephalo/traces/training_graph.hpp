@@ -261,5 +261,10 @@ class TrainingGraph {
 //  * offload host: each micro-batch's layer input is copied to host after the unit consumed
 //    it and copied back before the recompute (one copy ahead with prefetch).
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario);
+// The same graph restricted to `ranks` (ascending, non-empty): only they have ops and are
+// collective members; sharding, collective variants and static bytes are the whole plan's and
+// the other ranks' programs are empty (sim/'s class replay builds one rank per class).
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks);
 
 }  // namespace cephalo::traces
