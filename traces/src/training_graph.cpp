@@ -126,6 +126,10 @@ class GraphBuilder {
   OpId emit(Op op, std::initializer_list<OpId> deps);
   void build_rank(int r);
   std::int32_t add_collective(int phase, bool gather);
+  // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
+  // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
+  // the head always (its logits are recomputed inside the backward in every setting).
+  bool recomputes(int u) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const;
 
@@ -178,8 +182,16 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  // Eager attention's s×s scores and their gradient are held while a layer's backward runs on a
+  // GPU (the same term as the closed form's working set, memory_model.cpp; a CPU device computes
+  // one head's scores at a time outside its allocator).
+  const bool gpu_runtime =
+      scenario_.cluster.ranks()[static_cast<std::size_t>(r)].slot->spec.kind != "cpu";
   auto transient = [&](int unit, int mb) {
-    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act) +
+           (gpu_runtime
+                ? costmodels::eager_attention_bytes(model, unit, seq, mb, job.implementation)
+                : 0.0);
   };
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
@@ -190,6 +202,10 @@ void GraphBuilder::build_rank(int r) {
   std::vector<OpId> d2h(static_cast<std::size_t>(units_) * std::max(mbs, 1), kNoOp);
   std::vector<OpId> backward_steps;  // B ops in order, for the H2D look-ahead
   OpId last_rs = kNoOp;
+  // Whether the unsharded gradient buffer of a gradient phase is allocated on this rank (by
+  // its first backward; released by its reduce-scatter).
+  std::vector<bool> grad_held(static_cast<std::size_t>(num_phases), false);
+  std::vector<OpId> grad_last(static_cast<std::size_t>(num_phases), kNoOp);  // its last backward
 
   auto emit_gather = [&](int p) {
     const Phase& ph = phases_[p];
@@ -218,6 +234,11 @@ void GraphBuilder::build_rank(int r) {
     const int u = ph.unit;
     // Micro-batches this rank runs in this phase, in execution order.
     std::vector<int> order;
+    const std::int32_t gp = g_.gradient_phase_[p];
+    // A layer without a recompute keeps its forward's working set until its backward; the
+    // embedding's forward working set is transient either way (its backward needs only ids).
+    const bool recompute = recomputes(u);
+    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
     if (plan_.accumulation == Accumulation::Layered) {
       for (int m = 0; m < mbs; ++m) order.push_back(ph.pass == Pass::Forward ? m : mbs - 1 - m);
     } else if (ph.round < mbs) {
@@ -239,7 +260,7 @@ void GraphBuilder::build_rank(int r) {
         f.flops = flops.forward;
         const double w = working(u, size);
         f.mem_alloc = w + (u < units_ - 1 ? boundary(size) : 0.0);
-        f.mem_free = w;
+        f.mem_free = keeps ? 0.0 : w;
         last_compute = emit(f, {first ? ag[p] : kNoOp});
         if (offload && u >= 1) {
           Op c;
@@ -272,28 +293,34 @@ void GraphBuilder::build_rank(int r) {
           h2d = emit(c, {d2h[static_cast<std::size_t>(u) * mbs + m], gate});
         }
         const double w = working(u, size);
-        Op rc;
-        rc.kind = OpKind::Recompute;
-        rc.pass = Pass::Backward;
-        rc.unit = u;
-        rc.micro_batch = m;
-        rc.micro_batch_size = size;
-        rc.phase = p;
-        rc.flops = flops.forward;
-        rc.mem_alloc = w;
-        emit(rc, {first ? ag[p] : kNoOp, h2d});
-        Op b = rc;
+        Op b;
+        b.pass = Pass::Backward;
+        b.unit = u;
+        b.micro_batch = m;
+        b.micro_batch_size = size;
+        b.phase = p;
+        if (recompute) {
+          Op rc = b;
+          rc.kind = OpKind::Recompute;
+          rc.flops = flops.forward;
+          rc.mem_alloc = w;
+          emit(rc, {first ? ag[p] : kNoOp, h2d});
+        }
         b.kind = OpKind::Backward;
         b.flops = flops.backward;
-        // The input gradient, the phase's gradient buffer (first micro-batch) and the
-        // backward's own input-gradient temporaries, held while it runs.
+        // The input gradient, the gradient buffer (the first backward that accumulates into
+        // it) and the backward's own input-gradient temporaries, held while it runs.
         const double t = transient(u, size);
-        b.mem_alloc =
-            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
-        b.mem_free =
-            w + t + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
-        last_compute = emit(b, {});
+        const bool alloc_grad = !grad_held[static_cast<std::size_t>(gp)];
+        grad_held[static_cast<std::size_t>(gp)] = true;
+        b.mem_alloc = (u > 0 ? boundary(size) : 0.0) +
+                      (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
+        b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary(size) : 0.0) +
+                     (u < units_ - 1 ? boundary(size) : 0.0);
+        // Without a recompute the backward itself is the phase's first use of the gather.
+        last_compute = recompute ? emit(b, {}) : emit(b, {first ? ag[p] : kNoOp, h2d});
         backward_steps.push_back(last_compute);
+        grad_last[static_cast<std::size_t>(gp)] = last_compute;
       }
       first = false;
     }
@@ -303,7 +330,7 @@ void GraphBuilder::build_rank(int r) {
     g_.ops_[phase_done[p]].frees_gathered = true;
 
     if (p + lookahead < num_phases) emit_gather(p + lookahead);
-    if (ph.pass == Pass::Backward) {
+    if (ph.pass == Pass::Backward && rs_collective_[p] >= 0) {
       const Collective& c = g_.collectives_[rs_collective_[p]];
       Op rs;
       rs.kind =
@@ -315,10 +342,12 @@ void GraphBuilder::build_rank(int r) {
       rs.bytes = c.total_bytes;
       rs.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
-      // ran no micro-batch in this phase (it contributes zeros); and the received shard.
-      rs.mem_alloc = (last_compute == kNoOp ? rs.bytes : 0.0) + rs.shard_bytes;
+      // ran no backward into it (it contributes zeros); and the received shard.
+      rs.mem_alloc = (grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
+      grad_held[static_cast<std::size_t>(p)] = false;
       rs.mem_free = rs.bytes + rs.shard_bytes;
-      last_rs = emit(rs, {last_compute});
+      // The last backward into the buffer (under no_sync possibly an earlier round's).
+      last_rs = emit(rs, {grad_last[static_cast<std::size_t>(p)]});
     }
   }
 
@@ -337,6 +366,13 @@ void GraphBuilder::build_rank(int r) {
     opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
   }
   emit(opt, {last_rs});
+}
+
+bool GraphBuilder::recomputes(int u) const {
+  const ActivationCheckpointing& c = plan_.activation_checkpointing;
+  if (u == units_ - 1) return true;
+  if (u == 0) return c.kind != ActivationCheckpointing::Kind::None;
+  return c.checkpoints_layer(u);
 }
 
 std::int64_t GraphBuilder::owned_elements(int r) const {
@@ -435,6 +471,13 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   g_.summary_.sequence_length = job.sequence_length;
   g_.summary_.global_batch = plan_.global_batch();
   g_.summary_.accumulation = plan_.accumulation;
+  g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
+  // parse_plan refuses the combination; a plan built in code must not slip past it.
+  if (plan_.offload == Offload::Host && !plan_.activation_checkpointing.is_full())
+    throw Error(
+        "offload host needs activation_checkpointing full (offload moves the "
+        "checkpointed layer inputs), the plan has " +
+        to_string(plan_.activation_checkpointing));
   g_.summary_.offload = plan_.offload;
   g_.summary_.prefetch = plan_.prefetch;
 
@@ -442,6 +485,7 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
   const double param_bytes = bytes_per_element(job.precision.params);
   g_.unit_sizes_.resize(units_);
+  for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
   for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
   g_.unit_offsets_.reserve(static_cast<std::size_t>(units_) *
@@ -467,7 +511,7 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
 
   // Phases are common to all ranks, so collectives line up by construction.
   int rounds = 1;
-  if (plan_.accumulation == Accumulation::Standard) {
+  if (plan_.accumulation != Accumulation::Layered) {
     rounds = 0;
     for (const auto& r : plan_.ranks) rounds = std::max(rounds, r.batch > 0 ? r.micro_batches : 0);
     rounds = std::max(rounds, 1);
@@ -476,9 +520,17 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
   }
+  // Under no_sync only the last round reduce-scatters; every round's backward of a unit
+  // accumulates into that round's buffer (its phase index: round-major, forward then backward).
+  const bool no_sync = plan_.accumulation == Accumulation::NoSync;
   for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+    const Phase& ph = phases_[p];
+    std::int32_t gp = -1;
+    if (ph.pass == Pass::Backward)
+      gp = no_sync ? (rounds - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
+    g_.gradient_phase_.push_back(gp);
     ag_collective_.push_back(add_collective(p, true));
-    rs_collective_.push_back(phases_[p].pass == Pass::Backward ? add_collective(p, false) : -1);
+    rs_collective_.push_back(gp == p ? add_collective(p, false) : -1);
   }
 
   g_.rank_offsets_.push_back(0);
