@@ -1,12 +1,15 @@
 // The device API's front functions (backend/src/device.cpp) check the element-type contract and
 // the sizes once, for every device: a device that accepts everything (below) still never sees a
-// call that breaks them, and sees every call that keeps them.
+// call that breaks them, and sees every call that keeps them; on the CPU device every
+// combination the contract refuses is refused naming the kernel and the types.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/device.hpp"
 #include "cephalo/core/error.hpp"
 
@@ -160,3 +163,126 @@ TEST(DeviceApi, FrontFunctionsRefuseBrokenPreconditionsBeforeAnyImplementation) 
       [&] { dev.adamw_step(s, t(8), t(8), t(8), t(8), {}); },
       "adamw m tensor has 7 elements, needs 8");
 }
+
+namespace {
+
+using namespace cephalo::backend;
+using cephalo::RuntimeFailure;
+
+constexpr ElemType kF32 = ElemType::F32, kBF16 = ElemType::BF16, kF16 = ElemType::F16,
+                   kI32 = ElemType::I32;
+
+// ---------------------------------------------------------------------------------------------
+// Refused combinations
+
+// Expects `fn` to throw RuntimeFailure whose message names the kernel and each of `words`.
+void expect_refused(const std::function<void()>& fn, const std::string& kernel,
+                    const std::vector<std::string>& words) {
+  try {
+    fn();
+    ADD_FAILURE() << kernel << ": accepted a combination the contract refuses";
+  } catch (const RuntimeFailure& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(kernel), std::string::npos) << msg;
+    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << w << " in " << msg;
+  }
+}
+
+TEST(DeviceApi, CpuDeviceRefusesCombinationsOutsideTheContract) {
+  auto dev = make_cpu_device({});
+  auto& s = dev->stream(StreamKind::Compute);
+  auto buf = [&](ElemType t, std::int64_t n = 64) { return dev->allocate(n, t); };
+  auto f32 = buf(kF32), f32b = buf(kF32), f32c = buf(kF32), f32d = buf(kF32);
+  auto bf = buf(kBF16), bf2 = buf(kBF16), bf3 = buf(kBF16), bf4 = buf(kBF16);
+  auto hf = buf(kF16), hf2 = buf(kF16), i32 = buf(kI32);
+
+  expect_refused(
+      [&] {
+        dev->gemm(s, Transpose::No, Transpose::No, 2, 2, 2, 1.0f, bf.ref(), hf.ref(), 0.0f,
+                  f32.ref());
+      },
+      "gemm", {"A=bf16", "B=f16", "C=f32"});
+  expect_refused(
+      [&] {
+        dev->gemm(s, Transpose::No, Transpose::No, 2, 2, 2, 1.0f, bf.ref(), bf2.ref(), 0.0f,
+                  hf.ref());
+      },
+      "gemm", {"C=f16"});
+  expect_refused(
+      [&] {
+        dev->gemm(s, Transpose::No, Transpose::No, 2, 2, 2, 1.0f, f32.ref(), f32b.ref(), 0.0f,
+                  bf.ref());
+      },
+      "gemm", {"A=f32", "C=bf16"});
+  expect_refused(
+      [&] {
+        dev->gemm(s, Transpose::No, Transpose::No, 2, 2, 2, 1.0f, i32.ref(), i32.ref(), 0.0f,
+                  f32.ref());
+      },
+      "gemm", {"A=i32"});
+  expect_refused([&] { dev->add_bias(s, bf.ref(), f32.ref(), 2, 2); }, "add_bias", {"bias=f32"});
+  expect_refused([&] { dev->bias_backward(s, bf.ref(), hf.ref(), 2, 2); }, "bias_backward",
+                 {"dbias=f16"});
+  expect_refused(
+      [&] {
+        dev->layer_norm_forward(s, bf.ref(), bf2.ref(), bf3.ref(), bf4.ref(), bf.ref(), f32.ref(),
+                                2, 2, 1e-5f);
+      },
+      "layer_norm_forward", {"mean=bf16"});
+  expect_refused(
+      [&] {
+        dev->layer_norm_forward(s, bf.ref(), f32.ref(), bf3.ref(), bf4.ref(), f32b.ref(),
+                                f32c.ref(), 2, 2, 1e-5f);
+      },
+      "layer_norm_forward", {"gamma=f32"});
+  expect_refused(
+      [&] {
+        dev->layer_norm_backward(s, bf.ref(), bf2.ref(), f32.ref(), f32b.ref(), bf3.ref(),
+                                 bf4.ref(), hf.ref(), f32c.ref(), 2, 2);
+      },
+      "layer_norm_backward", {"dgamma=f16"});
+  expect_refused(
+      [&] {
+        dev->layer_norm_backward(s, bf.ref(), bf2.ref(), f32.ref(), f32b.ref(), bf3.ref(),
+                                 f32d.ref(), f32c.ref(), f32c.ref(), 2, 2);
+      },
+      "layer_norm_backward", {"dx=f32"});
+  expect_refused([&] { dev->gelu_forward(s, bf.ref(), hf.ref()); }, "gelu_forward", {"y=f16"});
+  expect_refused([&] { dev->gelu_backward(s, bf.ref(), f32.ref(), bf2.ref()); }, "gelu_backward",
+                 {"dy=f32"});
+  const AttentionShape sh{1, 2, 1, 2};
+  expect_refused([&] { dev->attention_forward(s, sh, bf.ref(), bf2.ref(), bf3.ref()); },
+                 "attention_forward", {"lse=bf16"});
+  expect_refused(
+      [&] { dev->attention_backward(s, sh, bf.ref(), bf2.ref(), f32.ref(), hf.ref(), bf3.ref()); },
+      "attention_backward", {"dout=f16"});
+  expect_refused(
+      [&] { dev->embedding_forward(s, f32.ref(), bf.ref(), bf2.ref(), bf3.ref(), 2, 2, 2); },
+      "embedding_forward", {"tokens=f32"});
+  expect_refused(
+      [&] { dev->embedding_backward(s, i32.ref(), bf.ref(), hf.ref(), f32.ref(), 2, 2, 2); },
+      "embedding_backward", {"dwte=f16"});
+  expect_refused(
+      [&] { dev->cross_entropy_forward(s, bf.ref(), i32.ref(), bf2.ref(), f32.ref(), 2, 2); },
+      "cross_entropy_forward", {"losses=bf16"});
+  expect_refused(
+      [&] {
+        dev->cross_entropy_backward(s, bf.ref(), i32.ref(), f32.ref(), f32b.ref(), 2, 2, 1.0f);
+      },
+      "cross_entropy_backward", {"logits=bf16", "dlogits=f32"});
+  expect_refused([&] { dev->adamw_step(s, f32.ref(), bf.ref(), f32b.ref(), f32c.ref(), {}); },
+                 "adamw_step", {"grad=bf16"});
+  expect_refused([&] { dev->adamw_step(s, bf.ref(), f32.ref(), f32b.ref(), f32c.ref(), {}); },
+                 "adamw_step", {"param=bf16"});
+  expect_refused([&] { dev->cast(s, bf.ref(), i32.ref()); }, "cast", {"dst=i32"});
+  expect_refused([&] { dev->sum(s, bf.ref(), bf2.ref()); }, "sum", {"out=bf16"});
+  expect_refused([&] { dev->fill(s, i32.ref(), 0.0f); }, "fill", {"x=i32"});
+  expect_refused([&] { dev->axpy(s, 1.0f, i32.ref(), f32.ref()); }, "axpy", {"x=i32"});
+
+  EXPECT_TRUE(dev->supports(kF32));
+  EXPECT_TRUE(dev->supports(kBF16));
+  EXPECT_TRUE(dev->supports(kF16));
+  EXPECT_FALSE(dev->supports(kI32));
+}
+
+}  // namespace
