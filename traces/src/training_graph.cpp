@@ -112,7 +112,9 @@ std::vector<OpId> TrainingGraph::topological_order() const {
 class GraphBuilder {
  public:
   GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
-  TrainingGraph build();
+  // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
+  // variants and static bytes are still those of the whole plan (sim/'s class replay).
+  TrainingGraph build(std::span<const int> only = {});
 
  private:
   struct Phase {
@@ -124,6 +126,10 @@ class GraphBuilder {
   OpId emit(Op op, std::initializer_list<OpId> deps);
   void build_rank(int r);
   std::int32_t add_collective(int phase, bool gather);
+  // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
+  // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
+  // the head always (its logits are recomputed inside the backward in every setting).
+  bool recomputes(int u) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const;
 
@@ -134,6 +140,8 @@ class GraphBuilder {
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase
   int units_ = 0;
   int current_rank_ = 0;
+  std::vector<int> built_;         // ranks that get ops, ascending
+  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -173,8 +181,16 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  // Eager attention's s×s scores and their gradient are held while a layer's backward runs on a
+  // GPU (the same term as the closed form's working set, memory_model.cpp; a CPU device computes
+  // one head's scores at a time outside its allocator).
+  const bool gpu_runtime =
+      scenario_.cluster.ranks()[static_cast<std::size_t>(r)].slot->spec.kind != "cpu";
   auto transient = [&](int unit, int mb) {
-    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act) +
+           (gpu_runtime
+                ? costmodels::eager_attention_bytes(model, unit, seq, mb, job.implementation)
+                : 0.0);
   };
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
@@ -185,6 +201,10 @@ void GraphBuilder::build_rank(int r) {
   std::vector<OpId> d2h(static_cast<std::size_t>(units_) * std::max(mbs, 1), kNoOp);
   std::vector<OpId> backward_steps;  // B ops in order, for the H2D look-ahead
   OpId last_rs = kNoOp;
+  // Whether the unsharded gradient buffer of a gradient phase is allocated on this rank (by
+  // its first backward; released by its reduce-scatter).
+  std::vector<bool> grad_held(static_cast<std::size_t>(num_phases), false);
+  std::vector<OpId> grad_last(static_cast<std::size_t>(num_phases), kNoOp);  // its last backward
 
   auto emit_gather = [&](int p) {
     const Phase& ph = phases_[p];
@@ -196,7 +216,7 @@ void GraphBuilder::build_rank(int r) {
     o.phase = p;
     o.collective = c.id;
     o.bytes = c.total_bytes;
-    o.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
+    o.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
     // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
     // when the gather ends).
     o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
@@ -213,6 +233,11 @@ void GraphBuilder::build_rank(int r) {
     const int u = ph.unit;
     // Micro-batches this rank runs in this phase, in execution order.
     std::vector<int> order;
+    const std::int32_t gp = g_.gradient_phase_[p];
+    // A layer without a recompute keeps its forward's working set until its backward; the
+    // embedding's forward working set is transient either way (its backward needs only ids).
+    const bool recompute = recomputes(u);
+    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
     if (plan_.accumulation == Accumulation::Layered) {
       for (int m = 0; m < mbs; ++m) order.push_back(ph.pass == Pass::Forward ? m : mbs - 1 - m);
     } else if (ph.round < mbs) {
@@ -234,7 +259,7 @@ void GraphBuilder::build_rank(int r) {
         f.flops = flops.forward;
         const double w = working(u, size);
         f.mem_alloc = w + (u < units_ - 1 ? boundary(size) : 0.0);
-        f.mem_free = w;
+        f.mem_free = keeps ? 0.0 : w;
         last_compute = emit(f, {first ? ag[p] : kNoOp});
         if (offload && u >= 1) {
           Op c;
@@ -267,28 +292,34 @@ void GraphBuilder::build_rank(int r) {
           h2d = emit(c, {d2h[static_cast<std::size_t>(u) * mbs + m], gate});
         }
         const double w = working(u, size);
-        Op rc;
-        rc.kind = OpKind::Recompute;
-        rc.pass = Pass::Backward;
-        rc.unit = u;
-        rc.micro_batch = m;
-        rc.micro_batch_size = size;
-        rc.phase = p;
-        rc.flops = flops.forward;
-        rc.mem_alloc = w;
-        emit(rc, {first ? ag[p] : kNoOp, h2d});
-        Op b = rc;
+        Op b;
+        b.pass = Pass::Backward;
+        b.unit = u;
+        b.micro_batch = m;
+        b.micro_batch_size = size;
+        b.phase = p;
+        if (recompute) {
+          Op rc = b;
+          rc.kind = OpKind::Recompute;
+          rc.flops = flops.forward;
+          rc.mem_alloc = w;
+          emit(rc, {first ? ag[p] : kNoOp, h2d});
+        }
         b.kind = OpKind::Backward;
         b.flops = flops.backward;
-        // The input gradient, the phase's gradient buffer (first micro-batch) and the
-        // backward's own input-gradient temporaries, held while it runs.
+        // The input gradient, the gradient buffer (the first backward that accumulates into
+        // it) and the backward's own input-gradient temporaries, held while it runs.
         const double t = transient(u, size);
-        b.mem_alloc =
-            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
-        b.mem_free =
-            w + t + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
-        last_compute = emit(b, {});
+        const bool alloc_grad = !grad_held[static_cast<std::size_t>(gp)];
+        grad_held[static_cast<std::size_t>(gp)] = true;
+        b.mem_alloc = (u > 0 ? boundary(size) : 0.0) +
+                      (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
+        b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary(size) : 0.0) +
+                     (u < units_ - 1 ? boundary(size) : 0.0);
+        // Without a recompute the backward itself is the phase's first use of the gather.
+        last_compute = recompute ? emit(b, {}) : emit(b, {first ? ag[p] : kNoOp, h2d});
         backward_steps.push_back(last_compute);
+        grad_last[static_cast<std::size_t>(gp)] = last_compute;
       }
       first = false;
     }
@@ -298,7 +329,7 @@ void GraphBuilder::build_rank(int r) {
     g_.ops_[phase_done[p]].frees_gathered = true;
 
     if (p + lookahead < num_phases) emit_gather(p + lookahead);
-    if (ph.pass == Pass::Backward) {
+    if (ph.pass == Pass::Backward && rs_collective_[p] >= 0) {
       const Collective& c = g_.collectives_[rs_collective_[p]];
       Op rs;
       rs.kind =
@@ -308,12 +339,14 @@ void GraphBuilder::build_rank(int r) {
       rs.phase = p;
       rs.collective = c.id;
       rs.bytes = c.total_bytes;
-      rs.shard_bytes = g_.members_[c.members_begin + r].shard_bytes;
+      rs.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
-      // ran no micro-batch in this phase (it contributes zeros); and the received shard.
-      rs.mem_alloc = (last_compute == kNoOp ? rs.bytes : 0.0) + rs.shard_bytes;
+      // ran no backward into it (it contributes zeros); and the received shard.
+      rs.mem_alloc = (grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
+      grad_held[static_cast<std::size_t>(p)] = false;
       rs.mem_free = rs.bytes + rs.shard_bytes;
-      last_rs = emit(rs, {last_compute});
+      // The last backward into the buffer (under no_sync possibly an earlier round's).
+      last_rs = emit(rs, {grad_last[static_cast<std::size_t>(p)]});
     }
   }
 
@@ -332,6 +365,13 @@ void GraphBuilder::build_rank(int r) {
     opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
   }
   emit(opt, {last_rs});
+}
+
+bool GraphBuilder::recomputes(int u) const {
+  const ActivationCheckpointing& c = plan_.activation_checkpointing;
+  if (u == units_ - 1) return true;
+  if (u == 0) return c.kind != ActivationCheckpointing::Kind::None;
+  return c.checkpoints_layer(u);
 }
 
 std::int64_t GraphBuilder::owned_elements(int r) const {
@@ -386,8 +426,8 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
                   : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
                                                           : OpKind::ReduceScatterV);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  c.members_count = static_cast<std::uint32_t>(ranks);
-  for (int r = 0; r < ranks; ++r) {
+  c.members_count = static_cast<std::uint32_t>(built_.size());
+  for (int r : built_) {
     CollectiveMember m;
     m.rank = r;
     for (int u : units) m.elements += g_.slice(u, r).count;
@@ -398,7 +438,7 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
   return c.id;
 }
 
-TrainingGraph GraphBuilder::build() {
+TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
   const int ranks = static_cast<int>(plan_.ranks.size());
@@ -406,12 +446,30 @@ TrainingGraph GraphBuilder::build() {
     throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
                 std::to_string(scenario_.cluster.num_ranks()) + " devices");
   units_ = costmodels::num_units(model);
+  member_index_.assign(static_cast<std::size_t>(ranks), -1);
+  if (only.empty()) {
+    for (int r = 0; r < ranks; ++r) built_.push_back(r);
+  } else {
+    for (int r : only) {
+      if (r < 0 || r >= ranks || (!built_.empty() && r <= built_.back()))
+        throw std::logic_error("build_training_graph: ranks to build must be ascending and valid");
+      built_.push_back(r);
+    }
+  }
+  for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
 
   g_.summary_.num_ranks = ranks;
   g_.summary_.num_units = units_;
   g_.summary_.sequence_length = job.sequence_length;
   g_.summary_.global_batch = plan_.global_batch();
   g_.summary_.accumulation = plan_.accumulation;
+  g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
+  // parse_plan refuses the combination; a plan built in code must not slip past it.
+  if (plan_.offload == Offload::Host && !plan_.activation_checkpointing.is_full())
+    throw Error(
+        "offload host needs activation_checkpointing full (offload moves the "
+        "checkpointed layer inputs), the plan has " +
+        to_string(plan_.activation_checkpointing));
   g_.summary_.offload = plan_.offload;
   g_.summary_.prefetch = plan_.prefetch;
 
@@ -419,6 +477,7 @@ TrainingGraph GraphBuilder::build() {
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
   const double param_bytes = bytes_per_element(job.precision.params);
   g_.unit_sizes_.resize(units_);
+  for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
   for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
   for (int u = 0; u < units_; ++u) {
@@ -442,7 +501,7 @@ TrainingGraph GraphBuilder::build() {
 
   // Phases are common to all ranks, so collectives line up by construction.
   int rounds = 1;
-  if (plan_.accumulation == Accumulation::Standard) {
+  if (plan_.accumulation != Accumulation::Layered) {
     rounds = 0;
     for (const auto& r : plan_.ranks) rounds = std::max(rounds, r.batch > 0 ? r.micro_batches : 0);
     rounds = std::max(rounds, 1);
@@ -451,15 +510,23 @@ TrainingGraph GraphBuilder::build() {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
   }
+  // Under no_sync only the last round reduce-scatters; every round's backward of a unit
+  // accumulates into that round's buffer (its phase index: round-major, forward then backward).
+  const bool no_sync = plan_.accumulation == Accumulation::NoSync;
   for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+    const Phase& ph = phases_[p];
+    std::int32_t gp = -1;
+    if (ph.pass == Pass::Backward)
+      gp = no_sync ? (rounds - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
+    g_.gradient_phase_.push_back(gp);
     ag_collective_.push_back(add_collective(p, true));
-    rs_collective_.push_back(phases_[p].pass == Pass::Backward ? add_collective(p, false) : -1);
+    rs_collective_.push_back(gp == p ? add_collective(p, false) : -1);
   }
 
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    build_rank(r);
+    if (member_index_[r] >= 0) build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] =
@@ -469,7 +536,7 @@ TrainingGraph GraphBuilder::build() {
   // Collective members' op ids.
   for (const Op& o : g_.ops_)
     if (o.collective >= 0)
-      g_.members_[g_.collectives_[o.collective].members_begin + o.rank].op = o.id;
+      g_.members_[g_.collectives_[o.collective].members_begin + member_index_[o.rank]].op = o.id;
 
   // Stream programs (counting sort by rank and stream; issue order is kept).
   const std::size_t lanes = static_cast<std::size_t>(ranks) * kNumStreams;
@@ -502,6 +569,12 @@ TrainingGraph GraphBuilder::build() {
 
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
   return GraphBuilder(plan, scenario).build();
+}
+
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks) {
+  if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  return GraphBuilder(plan, scenario).build(ranks);
 }
 
 }  // namespace cephalo::traces
