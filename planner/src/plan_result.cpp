@@ -25,7 +25,7 @@ bool PlanResult::fits() const {
 }
 
 void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult& res) {
-  ScenarioModel sm(s, models);
+  ScenarioModel sm(s, models, res.plan.activation_checkpointing);
   res.ranks.clear();
   double tau = 0, sigma = 0;
   const double params = costmodels::total_parameters(s.job.model);

@@ -17,10 +17,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double ComputeTable::unit(int u, int m, bool forward_only) {
+double ComputeTable::unit(int u, int m, bool forward_only, bool recompute) {
   double t = 0;
   for (auto phase : {ComputePhase::Forward, ComputePhase::Recompute, ComputePhase::Backward}) {
     if (forward_only && phase != ComputePhase::Forward) continue;
+    if (!recompute && phase == ComputePhase::Recompute) continue;
     t += model_.unit_time(spec_, job_, u, phase, m).seconds;
   }
   return t * slowdown_;
@@ -36,24 +37,37 @@ void ComputeTable::ensure(int m) {
       continue;
     }
     const int last = costmodels::num_units(job_.model) - 1;
+    const int layers = job_.model.num_layers;
+    // Layers are identical: checkpointed ones pay F + RC + B, the others F + B; the embedding
+    // has a recompute unless checkpointing is none, the head always (as the graph schedules).
+    int checkpointed = 0;
+    for (int l = 1; l <= layers; ++l) checkpointed += checkpointing_.checkpoints_layer(l) ? 1 : 0;
     const double l = unit(1, k);
-    layer_.push_back(l);
-    total_.push_back(unit(0, k) + job_.model.num_layers * l + unit(last, k));
+    double all_layers = layers * l, per_layer = l;
+    if (checkpointed < layers) {
+      all_layers = checkpointed * l + (layers - checkpointed) * unit(1, k, false, false);
+      per_layer = all_layers / layers;
+    }
+    const bool embedding_rc = checkpointing_.kind != ActivationCheckpointing::Kind::None;
+    layer_.push_back(per_layer);
+    total_.push_back(unit(0, k, false, embedding_rc) + all_layers + unit(last, k));
     forward_.push_back(unit(0, k, true) + job_.model.num_layers * unit(1, k, true) +
                        unit(last, k, true));
   }
 }
 
-ScenarioModel::ScenarioModel(const Scenario& s, const costmodels::CostModels& m)
-    : scenario(&s), devices(s.cluster.ranks()), models(&m) {}
+ScenarioModel::ScenarioModel(const Scenario& s, const costmodels::CostModels& m,
+                             ActivationCheckpointing c)
+    : scenario(&s), devices(s.cluster.ranks()), models(&m), checkpointing(c) {}
 
 ComputeTable& ScenarioModel::table(const RankDevice& d) {
   auto key = std::make_pair(d.slot->spec.name, d.slot->slowdown);
   auto it = tables.find(key);
   if (it == tables.end())
     it = tables
-             .emplace(key, std::make_unique<ComputeTable>(*models->compute, scenario->job,
-                                                          d.slot->spec, d.slot->slowdown))
+             .emplace(key,
+                      std::make_unique<ComputeTable>(*models->compute, scenario->job, d.slot->spec,
+                                                     d.slot->slowdown, checkpointing))
              .first;
   return *it->second;
 }
@@ -155,9 +169,9 @@ std::string over_capacity(const std::string& who, const PlanRank& r, const Devic
   std::ostringstream msg;
   msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need)
       << " with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
-      << r.micro_batch << ", " << to_string(plan.accumulation) << " accumulation and "
-      << to_string(plan.activation_checkpointing) << " activation checkpointing; "
-      << format_bytes(usable) << " usable: shortfall "
+      << r.micro_batch << ", " << to_string(plan.accumulation)
+      << " accumulation and activation checkpointing " << to_string(plan.activation_checkpointing)
+      << "; " << format_bytes(usable) << " usable: shortfall "
       << static_cast<long long>(std::ceil(need - usable)) << " B (" << format_bytes(need - usable)
       << "); would fit: " << fits;
   return msg.str();

@@ -28,9 +28,11 @@ double seconds_since(Clock::time_point start);
 // micro-batch size (layers are identical, so one layer is evaluated and multiplied by L).
 class ComputeTable {
  public:
+  // `checkpointing`: which units pay a recompute (Plan::activation_checkpointing, as the
+  // TrainingGraph schedules it).
   ComputeTable(const costmodels::ComputeModel& model, const Job& job, const DeviceSpec& spec,
-               double slowdown)
-      : model_(model), job_(job), spec_(spec), slowdown_(slowdown) {}
+               double slowdown, ActivationCheckpointing checkpointing = {})
+      : model_(model), job_(job), spec_(spec), slowdown_(slowdown), checkpointing_(checkpointing) {}
 
   double micro_batch(int m) {
     ensure(m);
@@ -47,22 +49,25 @@ class ComputeTable {
   }
 
  private:
-  double unit(int u, int m, bool forward_only = false);
+  double unit(int u, int m, bool forward_only = false, bool recompute = true);
   void ensure(int m);
   const costmodels::ComputeModel& model_;
   const Job& job_;
   const DeviceSpec& spec_;
   double slowdown_;
+  ActivationCheckpointing checkpointing_;
   std::vector<double> total_, layer_, forward_;
 };
 
 // The scenario's devices and one compute table per (device type, slowdown).
 struct ScenarioModel {
-  ScenarioModel(const Scenario& s, const costmodels::CostModels& m);
+  ScenarioModel(const Scenario& s, const costmodels::CostModels& m,
+                ActivationCheckpointing checkpointing = {});
   const Scenario* scenario = nullptr;
   std::vector<RankDevice> devices;
   std::map<std::pair<std::string, double>, std::unique_ptr<ComputeTable>> tables;
   const costmodels::CostModels* models = nullptr;
+  ActivationCheckpointing checkpointing;
 
   ComputeTable& table(const RankDevice& d);
 };

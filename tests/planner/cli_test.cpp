@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -86,6 +87,73 @@ TEST(PlanCli, ModelThatCannotFitNamesTheShortfall) {
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("shortfall"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("TiB"), std::string::npos) << r.out;  // 175B × 16 B does not fit 4 GPUs
+}
+
+TEST(PlanCli, ScheduleFlagsFixWhatTheUserFixedOnEveryStrategy) {
+  // GPT-1.3B: no_sync's unsharded fp32 gradient (5.3 GB) fits beside the L4s' shards.
+  const auto f = tmp("gpt-1.3b-flags.json");
+  write_scenario(f, "gpt-1.3b", 64);
+  for (const std::string s : {"even", "proportional", "cephalo", "optimal", "search"}) {
+    SCOPED_TRACE(s);
+    const auto out = tmp("flags-" + s + ".plan.json");
+    const auto r = run("plan --scenario " + f.string() + " --strategy " + s +
+                       " --micro-batch 2 --accumulation no_sync --activation-checkpointing "
+                       "every:3 -o " +
+                       out.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(run("validate " + out.string() + " --scenario " + f.string()).code, 0);
+    const auto plan = nlohmann::json::parse(std::ifstream(out));
+    EXPECT_EQ(plan["accumulation"], "no_sync");
+    EXPECT_EQ(plan["activation_checkpointing"]["every"], 3);
+    int total = 0;
+    for (const auto& rank : plan["ranks"]) {
+      total += rank["batch"].get<int>();
+      EXPECT_EQ(rank["micro_batch"], std::min(2, rank["batch"].get<int>()));
+    }
+    EXPECT_EQ(total, 64);
+  }
+}
+
+TEST(PlanCli, ChosenCheckpointingIsTheLeastRecomputeThatFits) {
+  // gpt-test on the default cluster fits without any checkpointing; gpt-2.7b at batch 64 on
+  // the same GPUs with equal shares does not, and must fall back to checkpointing.
+  const auto tiny = tmp("tiny-auto.json");
+  write_scenario(tiny, "gpt-test", 8);
+  auto r = run("plan --scenario " + tiny.string() +
+               " --strategy even --activation-checkpointing auto --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["activation_checkpointing"], "none");
+  r = run("plan --scenario " + kDefault +
+          " --strategy even --activation-checkpointing auto --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(nlohmann::json::parse(r.out).value("activation_checkpointing", nlohmann::json("full")),
+            "none");
+}
+
+TEST(PlanCli, InfeasibleScheduleStatesRankPositiveShortfallAndWhatFits) {
+  // Equal shares of gpt-2.7b with every layer's activations kept for 16 samples per rank do
+  // not fit the 24 GB L4.
+  const auto r = run("plan --scenario " + kDefault +
+                     " --strategy even --activation-checkpointing none --micro-batch 16");
+  EXPECT_EQ(r.code, 3) << r.out;
+  const auto at = r.out.find("shortfall ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out[at + 10], '-') << r.out;  // positive, in bytes
+  EXPECT_GT(std::stoll(r.out.substr(at + 10)), 0) << r.out;
+  EXPECT_NE(r.out.find("rank "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("would fit: "), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, BadScheduleFlagsAreUsageErrors) {
+  for (const std::string bad :
+       {"--activation-checkpointing every:0", "--activation-checkpointing every:-2",
+        "--activation-checkpointing selective", "--accumulation nosync", "--micro-batch 0"}) {
+    const auto r = run("plan --scenario " + kDefault + " --strategy even " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+  }
+  const auto r =
+      run("plan --scenario " + kDefault + " --strategy even --activation-checkpointing every:0");
+  EXPECT_NE(r.out.find("every:K"), std::string::npos) << r.out;
 }
 
 TEST(PlanCli, UnknownStrategyIsAUsageError) {
