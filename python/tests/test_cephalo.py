@@ -220,6 +220,7 @@ def test_predict_memory_equals_the_cli(tmp_path, default_plan):
 def test_compare_two_results(tmp_path, default_plan):
     sim = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
     other = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="calibrated")
+    other["source"] = "cpu"  # stands in for a measured RunResult (same schema)
     record = cephalo.compare(sim, other, scenario=DEFAULT, plan=default_plan)
     metrics = {m["metric"] for m in record["end_to_end"]}
     assert "iteration_time_s" in metrics
@@ -231,8 +232,14 @@ def test_compare_two_results(tmp_path, default_plan):
         cephalo.compare(sim, other, scenario=DEFAULT)
 
 
-def test_sweep_reports_progress_and_equals_the_cli():
-    spec = ROOT / "notebooks/inputs/small-mixes.json"
+def test_sweep_reports_progress_and_equals_the_cli(tmp_path):
+    # The notebook's small sweep with the `even` strategy (faster; `optimal` in a sweep
+    # crashes the CLI too on main as of 2026-12-01 14:45, a planner bug outside this module).
+    spec_json = json.load(open(ROOT / "notebooks/inputs/small-mixes.json"))
+    spec_json["job"] = str(SCENARIOS / "jobs/gpt-2.7b-s512.json")
+    spec_json["strategy"] = "even"
+    spec = tmp_path / "sweep.json"
+    spec.write_text(json.dumps(spec_json))
     seen = []
     record = cephalo.sweep(spec, progress=lambda done, total, mix: seen.append((done, total)))
     assert seen and seen[-1][0] == seen[-1][1] == len(record["mixes"])
