@@ -140,8 +140,9 @@ class GraphBuilder {
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase
   int units_ = 0;
   int current_rank_ = 0;
-  std::vector<int> built_;         // ranks that get ops, ascending
-  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
+  std::vector<int> built_;               // ranks that get ops, ascending
+  std::vector<int> member_index_;        // per rank: position among built_, -1 if not built
+  std::vector<signed char> unit_equal_;  // per unit: equal slices on every rank (-1: unknown)
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -411,9 +412,16 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
     CollectiveSegment seg;
     seg.unit = u;
     seg.numel = g_.unit_sizes_[u].numel;
-    const std::int64_t first = g_.slice(u, 0).count;
-    bool equal = true;
-    for (int r = 1; r < ranks; ++r) equal &= g_.slice(u, r).count == first;
+    // Whether every rank owns as many elements of unit u: once per unit (every phase of the
+    // unit asks, and the walk is over all ranks).
+    if (unit_equal_.empty()) unit_equal_.assign(static_cast<std::size_t>(units_), -1);
+    if (unit_equal_[u] < 0) {
+      const std::int64_t first = g_.slice(u, 0).count;
+      bool same = true;
+      for (int r = 1; r < ranks && same; ++r) same = g_.slice(u, r).count == first;
+      unit_equal_[u] = same ? 1 : 0;
+    }
+    const bool equal = unit_equal_[u] == 1;
     seg.variant = equal                                ? CollectiveVariant::Even
                   : uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
                                                        : CollectiveVariant::Grouped;
@@ -480,6 +488,8 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
   for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
+  g_.unit_offsets_.reserve(static_cast<std::size_t>(units_) *
+                           (static_cast<std::size_t>(ranks) + 1));
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
