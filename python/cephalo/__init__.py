@@ -78,8 +78,10 @@ def load_scenario(source, base_dir=None):
         return source
     if _is_path(source):
         return _cephalo.scenario_from_file(_os.fspath(source))
-    return _cephalo.scenario_from_text(_text(source), _DICT_LABEL,
-                                       _os.fspath(base_dir) if base_dir else ".")
+    base = _os.fspath(base_dir) if base_dir else "."
+    # Named as if it were a file in base_dir, so that paths inside (cluster and job files,
+    # a job's {"hf_config": ...}) resolve there, as they would beside a scenario file.
+    return _cephalo.scenario_from_text(_text(source), _os.path.join(base, _DICT_LABEL), base)
 
 
 def load_plan(source):
@@ -104,11 +106,14 @@ def load_cluster(source):
     return _json.loads(_cephalo.cluster_json(_text(source), _DICT_LABEL, False))
 
 
-def load_job(source):
-    """The validated job as a dict; "model_spec" is the architecture it resolved to."""
+def load_job(source, base_dir=None):
+    """The validated job as a dict; "model_spec" is the architecture it resolved to (an
+    {"hf_config": ...} path in a dict resolves against base_dir, default the working
+    directory)."""
     if _is_path(source):
         return _json.loads(_cephalo.job_json("", _os.fspath(source), True))
-    return _json.loads(_cephalo.job_json(_text(source), _DICT_LABEL, False))
+    label = _os.path.join(_os.fspath(base_dir), _DICT_LABEL) if base_dir else _DICT_LABEL
+    return _json.loads(_cephalo.job_json(_text(source), label, False))
 
 
 def validate(scenario, plan=None):

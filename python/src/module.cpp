@@ -123,7 +123,14 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
     ctx = {&*graph, &*plan, plan_label};
   }
   auto report = traces::compare(sim, sim_label, run, run_label, ctx);
-  return traces::to_json(report, ctx.graph).dump(2) + "\n";
+  Json record = traces::to_json(report, ctx.graph);
+  // As apps/cmd_compare.cpp adds it (kept there, not in traces::to_json; same text here).
+  record["implementation"] = {
+      {"simulated",
+       scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)")},
+      {"measured",
+       run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation}};
+  return record.dump(2) + "\n";
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
