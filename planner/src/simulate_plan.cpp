@@ -10,6 +10,7 @@ namespace cephalo::planner {
 SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models,
                          const Plan& plan) {
   validate_plan_for(plan, s, "<planner>");
+  traces::check_groups_hold_state(plan, s, "<planner>");
   const auto graph = traces::build_training_graph(plan, s);
   const auto result = sim::simulate(graph, s, plan, *models.compute, *models.comm);
   SimOutcome out;

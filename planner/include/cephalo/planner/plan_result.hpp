@@ -30,6 +30,10 @@ struct PlannerOptions {
   // search
   int search_neighbours = 24;  // simulated neighbour plans at most
   bool progress = false;       // progress lines on stderr
+  // How the state is sharded (sharding_choice.hpp): "full", "hybrid" or "auto"; groups of
+  // `group_nodes` consecutive nodes (0: hybrid takes 1, auto tries every size).
+  std::string sharding = "full";
+  int group_nodes = 0;
 };
 
 struct RankPrediction {

@@ -14,6 +14,7 @@
 //    piece (nothing is reduced across groups).
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cephalo/core/sharding.hpp"
@@ -78,5 +79,23 @@ class ShardLayout {
   std::vector<std::uint32_t> piece_begin_;  // units + 1
   std::vector<int> owners_;
 };
+
+}  // namespace cephalo::traces
+
+namespace cephalo {
+struct Plan;
+struct Scenario;
+}  // namespace cephalo
+
+namespace cephalo::traces {
+
+// Hybrid sharding: every group must be able to hold one full copy of the sharded training
+// state (master parameters, gradient, Adam m and v) in its devices' usable memory, before any
+// activation; a group that cannot is a bad plan, not an OOM to simulate. Throws
+// ValidationError at "sharding.groups[g]" of `plan_file` naming the group's ranks, the state's
+// bytes and the group's usable bytes. Nothing to check under full sharding (the simulator's
+// OOM verdict covers it).
+void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
+                             const std::string& plan_file);
 
 }  // namespace cephalo::traces
