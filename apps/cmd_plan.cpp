@@ -1,4 +1,5 @@
-// `cephalo plan --scenario F --strategy S [-o plan.json] [--json]`
+// `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
+//  [--activation-checkpointing C] [-o plan.json] [--json]`
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
@@ -19,6 +20,8 @@ struct PlanArgs {
   bool json = false;
   std::string cephalo_shares = "min_params";
   bool cephalo_corrected = false;
+  std::string accumulation;              // empty: the strategy's (layered)
+  std::string activation_checkpointing;  // empty: full; "auto": the planner chooses
   planner::PlannerOptions options;
 };
 
@@ -33,6 +36,15 @@ void run_plan(const PlanArgs& a) {
                                                      : planner::ShareObjective::MinParams;
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
   opt.progress = opt.progress || opt.strategy == "search";
+  if (!a.accumulation.empty())
+    opt.accumulation = a.accumulation == "layered"    ? Accumulation::Layered
+                       : a.accumulation == "standard" ? Accumulation::Standard
+                                                      : Accumulation::NoSync;
+  if (a.activation_checkpointing == "auto")
+    opt.choose_checkpointing = true;
+  else if (!a.activation_checkpointing.empty())
+    opt.activation_checkpointing =
+        parse_activation_checkpointing(a.activation_checkpointing, "--activation-checkpointing");
   const auto result = planner::make_plan(scenario, opt);
   // The Plan carries the prediction, so --json and -o are one valid Plan record.
   Plan plan = result.plan;
@@ -77,6 +89,27 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--search-neighbours", args->options.search_neighbours,
                   "search: neighbour plans to simulate at most")
       ->check(integer_in(1, 100000));
+  cmd->add_option("--micro-batch", args->options.micro_batch,
+                  "Fix every rank's micro-batch size (the last of a rank may be smaller); the "
+                  "strategy chooses the rest")
+      ->check(integer_in(1, 1 << 24));
+  cmd->add_option("--accumulation", args->accumulation,
+                  "Fix the accumulation: layered | standard | no_sync (default: layered)")
+      ->check(one_of({"layered", "standard", "no_sync"}));
+  cmd->add_option("--activation-checkpointing", args->activation_checkpointing,
+                  "Fix the checkpointing: full | none | every:K, or auto (the least recompute "
+                  "that fits); default full")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            if (v == "auto") return std::string();
+            try {
+              parse_activation_checkpointing(v, "--activation-checkpointing");
+            } catch (const ValidationError& e) {
+              return std::string("got \"") + v + "\", expected " + e.expected() + " or auto";
+            }
+            return std::string();
+          },
+          "full|none|every:K|auto"));
   cmd->add_option("--sharding", args->options.sharding,
                   "full | hybrid | auto: shard over every rank, or within groups of nodes "
                   "(replicated across groups; auto simulates full and every group size)")

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/backend/training_session.hpp"
@@ -144,6 +145,15 @@ void run(RunArgs& a) {
   ropt.uneven = plan.uneven_collective;
   // --device cuda fails with CUDA's reason (exit 4) on a machine without a usable GPU.
   backend::Runtime rt = backend::make_runtime(mpi_runtime, ropt);
+  // The backend runs one stack; a scenario that declares another is simulated differently from
+  // what runs here (compare prints both sides).
+  if (rank == 0 && !(sc.job.implementation == backend::executed_implementation()))
+    std::cerr << "warning: the scenario's job declares implementation \""
+              << to_string(sc.job.implementation) << "\" but the backend runs \""
+              << to_string(backend::executed_implementation())
+              << "\": its simulation prices a different stack (set the job's \"implementation\" "
+                 "to {\"attention\": \"eager\", \"fused_elementwise\": false} to compare like "
+                 "with like)\n";
 
   backend::ExecutorOptions eopt;
   eopt.data_seed = a.seed;
@@ -200,7 +210,8 @@ void run(RunArgs& a) {
     return;
   }
   const auto& chosen = result.reported;
-  const auto& report = chosen.report;
+  traces::IterationReport report = chosen.report;
+  report.implementation = to_string(backend::executed_implementation());
   const std::string which = result.window_size == 1
                                 ? "step " + std::to_string(chosen.step)
                                 : "step " + std::to_string(chosen.step) + " (" + a.report +
@@ -251,6 +262,7 @@ void run(RunArgs& a) {
                 {"steps", js},
                 {"report_step", chosen.step},
                 {"report_statistic", a.report},
+                {"implementation", to_json(backend::executed_implementation())},
                 {"report", traces::to_json(report)}};
     std::cout << out.dump(2) << "\n";
     return;
@@ -258,7 +270,8 @@ void run(RunArgs& a) {
   std::cout << "cephalo run: " << sc.name << " (" << sc.job.model_name << ", seq "
             << sc.job.sequence_length << ", global batch " << plan.global_batch() << ") on " << size
             << " " << rt.device->kind() << " rank" << (size == 1 ? "" : "s") << ", "
-            << to_string(plan.accumulation) << " accumulation\n";
+            << to_string(plan.accumulation) << " accumulation, implementation "
+            << report.implementation << "\n";
   if (!emulation.empty())
     std::cout << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
   std::cout << table.render() << "\n" << which << ", measured:\n" << traces::render_table(report);

@@ -1,28 +1,34 @@
 // The CPU device's transformer kernels (layer norm, GELU, causal attention, embedding,
 // cross-entropy, AdamW): plain fp32 loops, the reference the CUDA device is tested against.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cephalo/backend/half.hpp"
+#include "cephalo/core/error.hpp"
 #include "cpu_device_impl.hpp"
 
 namespace cephalo::backend::cpu_detail {
 
-void CpuDevice::layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
-                                   TensorRef y, TensorRef mean, TensorRef rstd, std::int64_t rows,
-                                   std::int64_t cols, float eps) {
-  expect_types(all_are(x.type, {gamma.type, beta.type, y.type}) && mean.type == ElemType::F32 &&
-                   rstd.type == ElemType::F32,
-               "layer_norm_forward",
-               {{"x", x.type},
-                {"gamma", gamma.type},
-                {"beta", beta.type},
-                {"y", y.type},
-                {"mean", mean.type},
-                {"rstd", rstd.type}},
-               "x, gamma, beta, y share the compute type; mean, rstd are f32");
-  require_numel(x, rows * cols, "layer_norm x");
-  require_numel(gamma, cols, "layer_norm gamma");
-  require_numel(beta, cols, "layer_norm beta");
-  require_numel(y, rows * cols, "layer_norm y");
-  require_numel(mean, rows, "layer_norm mean");
-  require_numel(rstd, rows, "layer_norm rstd");
+namespace {
+
+float gelu(float x) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+float gelu_grad(float x) {
+  constexpr float k = 0.7978845608028654f;
+  float u = k * (x + 0.044715f * x * x * x);
+  float t = std::tanh(u);
+  float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+}  // namespace
+
+void CpuDevice::do_layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
+                                      TensorRef y, TensorRef mean, TensorRef rstd,
+                                      std::int64_t rows, std::int64_t cols, float eps) {
   s.enqueue_host([=] {
     Fp32In xf(x, rows * cols), gf(gamma, cols), bf(beta, cols);
     Fp32Out yf(y, rows * cols, Start::Undefined);
@@ -47,31 +53,9 @@ void CpuDevice::layer_norm_forward(Stream& s, TensorRef x, TensorRef gamma, Tens
   });
 }
 
-void CpuDevice::layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
-                                    TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
-                                    TensorRef dbeta, std::int64_t rows, std::int64_t cols) {
-  expect_types(all_are(x.type, {gamma.type, dy.type, dx.type}) && mean.type == ElemType::F32 &&
-                   rstd.type == ElemType::F32 && grad_of(dgamma.type, x.type) &&
-                   grad_of(dbeta.type, x.type),
-               "layer_norm_backward",
-               {{"x", x.type},
-                {"gamma", gamma.type},
-                {"mean", mean.type},
-                {"rstd", rstd.type},
-                {"dy", dy.type},
-                {"dx", dx.type},
-                {"dgamma", dgamma.type},
-                {"dbeta", dbeta.type}},
-               "x, gamma, dy, dx share the compute type T; mean, rstd are f32; dgamma, dbeta "
-               "are T or f32");
-  require_numel(x, rows * cols, "layer_norm_backward x");
-  require_numel(gamma, cols, "layer_norm_backward gamma");
-  require_numel(mean, rows, "layer_norm_backward mean");
-  require_numel(rstd, rows, "layer_norm_backward rstd");
-  require_numel(dy, rows * cols, "layer_norm_backward dy");
-  require_numel(dx, rows * cols, "layer_norm_backward dx");
-  require_numel(dgamma, cols, "layer_norm_backward dgamma");
-  require_numel(dbeta, cols, "layer_norm_backward dbeta");
+void CpuDevice::do_layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
+                                       TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
+                                       TensorRef dbeta, std::int64_t rows, std::int64_t cols) {
   s.enqueue_host([=] {
     Fp32In xf(x, rows * cols), gf(gamma, cols), dyf(dy, rows * cols);
     Fp32Out dxf(dx, rows * cols, Start::Undefined);
@@ -105,10 +89,7 @@ void CpuDevice::layer_norm_backward(Stream& s, TensorRef x, TensorRef gamma, Ten
   });
 }
 
-void CpuDevice::gelu_forward(Stream& s, TensorRef x, TensorRef y) {
-  expect_types(all_are(x.type, {y.type}), "gelu_forward", {{"x", x.type}, {"y", y.type}},
-               "x and y share the compute type");
-  require_numel(y, x.numel, "gelu y");
+void CpuDevice::do_gelu_forward(Stream& s, TensorRef x, TensorRef y) {
   s.enqueue_host([=] {
     Fp32In xf(x, x.numel);
     Fp32Out yf(y, x.numel, Start::Undefined);
@@ -117,12 +98,7 @@ void CpuDevice::gelu_forward(Stream& s, TensorRef x, TensorRef y) {
   });
 }
 
-void CpuDevice::gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) {
-  expect_types(all_are(x.type, {dy.type, dx.type}), "gelu_backward",
-               {{"x", x.type}, {"dy", dy.type}, {"dx", dx.type}},
-               "x, dy, dx share the compute type");
-  require_numel(dy, x.numel, "gelu_backward dy");
-  require_numel(dx, x.numel, "gelu_backward dx");
+void CpuDevice::do_gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx) {
   s.enqueue_host([=] {
     Fp32In xf(x, x.numel), dyf(dy, x.numel);
     Fp32Out dxf(dx, x.numel, Start::Undefined);
@@ -131,15 +107,9 @@ void CpuDevice::gelu_backward(Stream& s, TensorRef x, TensorRef dy, TensorRef dx
   });
 }
 
-void CpuDevice::attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv, TensorRef out,
-                                  TensorRef lse) {
-  expect_types(all_are(qkv.type, {out.type}) && lse.type == ElemType::F32, "attention_forward",
-               {{"qkv", qkv.type}, {"out", out.type}, {"lse", lse.type}},
-               "qkv and out share the compute type; lse is f32");
+void CpuDevice::do_attention_forward(Stream& s, const AttentionShape& sh, TensorRef qkv,
+                                     TensorRef out, TensorRef lse) {
   const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
-  require_numel(qkv, sh.batch * T * 3 * C, "attention qkv");
-  require_numel(out, sh.batch * T * C, "attention out");
-  require_numel(lse, sh.batch * sh.heads * T, "attention lse");
   s.enqueue_host([=] {
     Fp32In qkvf(qkv, sh.batch * T * 3 * C);
     Fp32Out outf(out, sh.batch * T * C, Start::Undefined);
@@ -172,22 +142,10 @@ void CpuDevice::attention_forward(Stream& s, const AttentionShape& sh, TensorRef
   });
 }
 
-void CpuDevice::attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv,
-                                   TensorRef out, TensorRef lse, TensorRef dout, TensorRef dqkv) {
-  expect_types(all_are(qkv.type, {out.type, dout.type, dqkv.type}) && lse.type == ElemType::F32,
-               "attention_backward",
-               {{"qkv", qkv.type},
-                {"out", out.type},
-                {"lse", lse.type},
-                {"dout", dout.type},
-                {"dqkv", dqkv.type}},
-               "qkv, out, dout, dqkv share the compute type; lse is f32");
+void CpuDevice::do_attention_backward(Stream& s, const AttentionShape& sh, TensorRef qkv,
+                                      TensorRef out, TensorRef lse, TensorRef dout,
+                                      TensorRef dqkv) {
   const std::int64_t C = sh.heads * sh.head_dim, T = sh.seq, D = sh.head_dim;
-  require_numel(qkv, sh.batch * T * 3 * C, "attention_backward qkv");
-  require_numel(out, sh.batch * T * C, "attention_backward out");
-  require_numel(lse, sh.batch * sh.heads * T, "attention_backward lse");
-  require_numel(dout, sh.batch * T * C, "attention_backward dout");
-  require_numel(dqkv, sh.batch * T * 3 * C, "attention_backward dqkv");
   s.enqueue_host([=] {
     Fp32In qkvf(qkv, sh.batch * T * 3 * C), outf(out, sh.batch * T * C),
         doutf(dout, sh.batch * T * C);
@@ -223,16 +181,9 @@ void CpuDevice::attention_backward(Stream& s, const AttentionShape& sh, TensorRe
   });
 }
 
-void CpuDevice::embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
-                                  TensorRef out, std::int64_t rows, std::int64_t seq,
-                                  std::int64_t hidden) {
-  expect_types(tokens.type == ElemType::I32 && all_are(wte.type, {wpe.type, out.type}),
-               "embedding_forward",
-               {{"tokens", tokens.type}, {"wte", wte.type}, {"wpe", wpe.type}, {"out", out.type}},
-               "tokens are i32; wte, wpe, out share the compute type");
-  require_numel(tokens, rows, "embedding tokens");
-  require_numel(wpe, std::min(rows, seq) * hidden, "embedding wpe");
-  require_numel(out, rows * hidden, "embedding out");
+void CpuDevice::do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
+                                     TensorRef out, std::int64_t rows, std::int64_t seq,
+                                     std::int64_t hidden) {
   const std::int64_t vocab = wte.numel / hidden;
   s.enqueue_host([=] {
     Fp32In wtef(wte, vocab * hidden), wpef(wpe, std::min(rows, seq) * hidden);
@@ -251,18 +202,9 @@ void CpuDevice::embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, Te
   });
 }
 
-void CpuDevice::embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
-                                   TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                                   std::int64_t hidden) {
-  expect_types(
-      tokens.type == ElemType::I32 && floating(dout.type) && grad_of(dwte.type, dout.type) &&
-          grad_of(dwpe.type, dout.type),
-      "embedding_backward",
-      {{"tokens", tokens.type}, {"dout", dout.type}, {"dwte", dwte.type}, {"dwpe", dwpe.type}},
-      "tokens are i32; dout is the compute type T; dwte, dwpe are T or f32");
-  require_numel(tokens, rows, "embedding_backward tokens");
-  require_numel(dout, rows * hidden, "embedding_backward dout");
-  require_numel(dwpe, std::min(rows, seq) * hidden, "embedding_backward dwpe");
+void CpuDevice::do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
+                                      TensorRef dwpe, std::int64_t rows, std::int64_t seq,
+                                      std::int64_t hidden) {
   const std::int64_t vocab = dwte.numel / hidden;
   s.enqueue_host([=] {
     Fp32In df(dout, rows * hidden);
@@ -286,21 +228,9 @@ void CpuDevice::embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, 
   });
 }
 
-void CpuDevice::cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets,
-                                      TensorRef losses, TensorRef lse, std::int64_t rows,
-                                      std::int64_t vocab) {
-  expect_types(floating(logits.type) && targets.type == ElemType::I32 &&
-                   losses.type == ElemType::F32 && lse.type == ElemType::F32,
-               "cross_entropy_forward",
-               {{"logits", logits.type},
-                {"targets", targets.type},
-                {"losses", losses.type},
-                {"lse", lse.type}},
-               "logits are the compute type; targets are i32; losses, lse are f32");
-  require_numel(logits, rows * vocab, "cross_entropy logits");
-  require_numel(targets, rows, "cross_entropy targets");
-  require_numel(losses, rows, "cross_entropy losses");
-  require_numel(lse, rows, "cross_entropy lse");
+void CpuDevice::do_cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets,
+                                         TensorRef losses, TensorRef lse, std::int64_t rows,
+                                         std::int64_t vocab) {
   s.enqueue_host([=] {
     Fp32In lf(logits, rows * vocab);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -315,21 +245,9 @@ void CpuDevice::cross_entropy_forward(Stream& s, TensorRef logits, TensorRef tar
   });
 }
 
-void CpuDevice::cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
-                                       TensorRef lse, TensorRef dlogits, std::int64_t rows,
-                                       std::int64_t vocab, float grad_scale) {
-  expect_types(all_are(logits.type, {dlogits.type}) && targets.type == ElemType::I32 &&
-                   lse.type == ElemType::F32,
-               "cross_entropy_backward",
-               {{"logits", logits.type},
-                {"targets", targets.type},
-                {"lse", lse.type},
-                {"dlogits", dlogits.type}},
-               "logits and dlogits share the compute type; targets are i32; lse is f32");
-  require_numel(logits, rows * vocab, "cross_entropy_backward logits");
-  require_numel(targets, rows, "cross_entropy_backward targets");
-  require_numel(lse, rows, "cross_entropy_backward lse");
-  require_numel(dlogits, rows * vocab, "cross_entropy_backward dlogits");
+void CpuDevice::do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
+                                          TensorRef lse, TensorRef dlogits, std::int64_t rows,
+                                          std::int64_t vocab, float grad_scale) {
   s.enqueue_host([=] {
     // Widened before dlogits is written: the two may alias. In F32 both are the same memory
     // and each element is read before it is overwritten.
@@ -346,14 +264,8 @@ void CpuDevice::cross_entropy_backward(Stream& s, TensorRef logits, TensorRef ta
   });
 }
 
-void CpuDevice::adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
-                           const AdamWParams& p) {
-  expect_types(all_are(ElemType::F32, {param.type, grad.type, m.type, v.type}), "adamw_step",
-               {{"param", param.type}, {"grad", grad.type}, {"m", m.type}, {"v", v.type}},
-               "master weights, gradient shard and moments are all f32");
-  require_numel(grad, param.numel, "adamw grad");
-  require_numel(m, param.numel, "adamw m");
-  require_numel(v, param.numel, "adamw v");
+void CpuDevice::do_adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                              const AdamWParams& p) {
   s.enqueue_host([=] {
     // PyTorch's AdamW: decay first, then the bias-corrected Adam update.
     const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));

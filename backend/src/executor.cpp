@@ -192,7 +192,10 @@ TensorRef Executor::Impl::unit_grads(int phase, int u) {
   if (!seg)
     throw RuntimeFailure("executor: phase " + std::to_string(phase) + " reduces no unit " +
                          std::to_string(u));
-  return phase_grad.at(phase).slice(seg->offset, seg->numel);
+  return phase_gradient(phase).slice(seg->offset, seg->numel);
+}
+Buffer& Executor::Impl::phase_gradient(int phase) {
+  return phase_grad.at(graph.gradient_phase(phase));
 }
 // A tied head's logits use the embedding's wte, which the graph gathers in front of the head
 // in the head's phases (costmodels::phase_parameters); an untied head owns its weight.
@@ -225,10 +228,11 @@ void Executor::Impl::prepare_data(int step) {
 }
 
 void Executor::Impl::ensure_phase_grads(const tr::Op& op) {
-  if (phase_grad.count(op.phase)) return;
-  Buffer g = gradient(phase_numel(op.phase));
+  const int gp = graph.gradient_phase(op.phase);
+  if (phase_grad.count(gp)) return;
+  Buffer g = gradient(phase_numel(gp));
   dev.fill(dev.stream(StreamKind::Compute), g.ref(), 0.0f);
-  phase_grad[op.phase] = std::move(g);
+  phase_grad[gp] = std::move(g);
 }
 
 void Executor::Impl::run_compute(const tr::Op& op) {
@@ -251,9 +255,11 @@ void Executor::Impl::run_compute(const tr::Op& op) {
       } else {
         // The checkpointed forward keeps only the unit's output: its activations are the
         // op's working set and go when it ends (the graph's F op frees them too), so they
-        // never coexist with a backward's.
+        // never coexist with a backward's. A unit the graph does not recompute keeps them
+        // for its backward.
         LayerActivations scratch;
-        model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(), scratch,
+        LayerActivations& acts = graph.recomputes(u) ? scratch : saved[u][mb];
+        model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(), acts,
                             rows(mb));
       }
       boundary[u + 1][mb] = std::move(y);
@@ -264,7 +270,7 @@ void Executor::Impl::run_compute(const tr::Op& op) {
       if (u >= 1 && !head) {
         Buffer y = activation(rows(mb) * model.config().hidden);
         model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(),
-                            recomputed[mb], rows(mb));
+                            saved[u][mb], rows(mb));
         retire(std::move(y), dev.stream(StreamKind::Compute));
       }
       break;
@@ -283,14 +289,14 @@ void Executor::Impl::run_compute(const tr::Op& op) {
       } else if (u >= 1) {
         Buffer dx = activation(rows(mb) * model.config().hidden);
         model.layer_backward(dev, unit_params(op.phase, u), unit_grads(op.phase, u),
-                             boundary[u][mb].ref(), recomputed[mb], dgrad[mb].ref(), dx.ref(),
+                             boundary[u][mb].ref(), saved[u][mb], dgrad[mb].ref(), dx.ref(),
                              rows(mb));
         retire(std::move(dgrad[mb]), cs);
         dgrad[mb] = std::move(dx);
         retire(std::move(boundary[u][mb]), cs);
-        recomputed[mb] = LayerActivations{};  // one layer's working set at a time
+        saved[u][mb] = LayerActivations{};  // released with the backward, as the graph says
       } else {
-        model.embedding_backward(dev, phase_grad.at(op.phase).ref(), tokens[mb].ref(),
+        model.embedding_backward(dev, phase_gradient(op.phase).ref(), tokens[mb].ref(),
                                  dgrad[mb].ref(), rows(mb));
         retire(std::move(dgrad[mb]), cs);
       }
@@ -380,8 +386,9 @@ double Executor::Impl::step(int step_index) {
   }
   dgrad.clear();
   dgrad.resize(static_cast<std::size_t>(mbs));
-  recomputed.clear();
-  recomputed.resize(static_cast<std::size_t>(mbs));
+  saved.clear();
+  saved.resize(static_cast<std::size_t>(units));
+  for (auto& per_unit : saved) per_unit.resize(static_cast<std::size_t>(mbs));
   loss_sum = 0;
   auto& cs = dev.stream(StreamKind::Compute);
   state->zero_gradients(cs);

@@ -75,7 +75,9 @@ struct Executor::Impl {
   std::vector<std::vector<Buffer>> boundary;   // [unit][mb]: input activation of unit
   std::vector<std::vector<Buffer>> offloaded;  // [unit][mb]: host copy (offload: host)
   std::vector<Buffer> dgrad;                   // [mb]: gradient w.r.t. current unit input
-  std::vector<LayerActivations> recomputed;    // [mb] activations of the recompute
+  // [unit][mb]: a layer's saved activations, from its recompute (or, when the graph does not
+  // recompute the unit, from its forward) to its backward.
+  std::vector<std::vector<LayerActivations>> saved;
   std::deque<Retired> retired;
   std::vector<std::shared_ptr<Event>> start_ev, end_ev;  // per op of this rank's program
   double loss_sum = 0;
@@ -111,6 +113,8 @@ struct Executor::Impl {
   void reduce_unit(Stream& s, int u, TensorRef full);
   TensorRef unit_params(int phase, int u);
   TensorRef unit_grads(int phase, int u);
+  // The gradient buffer a backward phase accumulates into (the graph's gradient_phase).
+  Buffer& phase_gradient(int phase);
   TensorRef embedding_params_for_head(int phase);
   TensorRef embedding_grads_for_head(int phase);
   void prepare_data(int step);

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/sharded_state.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
@@ -222,7 +223,8 @@ costmodels::MeasuredProfile profile_model(Device& dev, Communicator& comm, const
   const ElemType ct = elem_type_of(o.dtype);
   const int world = comm.size(), rank = comm.rank();
   costmodels::MeasuredProfile out;
-  costmodels::MeasuredRow row{o.model_name, o.record_as, cfg.seq, o.dtype, {}, {}, {}};
+  costmodels::MeasuredRow row{o.model_name, o.record_as, cfg.seq, o.dtype, {}, {}, {}, {}};
+  row.implementation = executed_implementation();
 
   // ---- compute: one layer, the embedding, the head, per micro-batch size ----
   if (!dev.supports(ct))

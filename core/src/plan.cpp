@@ -1,10 +1,93 @@
 #include "cephalo/core/plan.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include "cephalo/core/error.hpp"
 
 namespace cephalo {
 
-std::string to_string(Accumulation a) { return a == Accumulation::Layered ? "layered" : "standard"; }
+std::string to_string(Accumulation a) {
+  switch (a) {
+    case Accumulation::Layered:
+      return "layered";
+    case Accumulation::Standard:
+      return "standard";
+    case Accumulation::NoSync:
+      return "no_sync";
+  }
+  return "layered";
+}
+
+std::string to_string(const ActivationCheckpointing& c) {
+  switch (c.kind) {
+    case ActivationCheckpointing::Kind::Full:
+      return "full";
+    case ActivationCheckpointing::Kind::None:
+      return "none";
+    case ActivationCheckpointing::Kind::Every:
+      return "every:" + std::to_string(c.every);
+  }
+  return "full";
+}
+
+Json to_json(const ActivationCheckpointing& c) {
+  if (c.kind == ActivationCheckpointing::Kind::Every) return Json{{"every", c.every}};
+  return to_string(c);
+}
+
+namespace {
+
+const char* const kCheckpointingAllowed =
+    "\"full\", \"none\" or {\"every\": k} with k an integer from 1 to 1048576 (checkpoint "
+    "layers 1, 1+k, 1+2k, ...)";
+
+ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
+  ActivationCheckpointing c;
+  if (r.is_string()) {
+    const std::string v = r.as_string();
+    if (v == "full") return c;
+    if (v == "none") {
+      c.kind = ActivationCheckpointing::Kind::None;
+      return c;
+    }
+    r.fail_value("\"" + v + "\"", kCheckpointingAllowed);
+  }
+  if (!r.is_object()) r.fail(kCheckpointingAllowed);
+  c.kind = ActivationCheckpointing::Kind::Every;
+  c.every = static_cast<int>(r.integer("every", 1, kMaxCheckpointPeriod));
+  r.finish();
+  return c;
+}
+
+}  // namespace
+
+ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
+                                                       const std::string& where) {
+  ActivationCheckpointing c;
+  const std::string allowed =
+      "full, none or every:K with K an integer from 1 to " + std::to_string(kMaxCheckpointPeriod);
+  if (text == "full") return c;
+  if (text == "none") {
+    c.kind = ActivationCheckpointing::Kind::None;
+    return c;
+  }
+  const std::string prefix = "every:";
+  if (text.rfind(prefix, 0) == 0) {
+    const std::string k = text.substr(prefix.size());
+    bool digits = !k.empty() && k.size() <= 7 &&
+                  std::all_of(k.begin(), k.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (digits) {
+      const int v = std::stoi(k);
+      if (v >= 1 && v <= kMaxCheckpointPeriod) {
+        c.kind = ActivationCheckpointing::Kind::Every;
+        c.every = v;
+        return c;
+      }
+    }
+  }
+  throw ValidationError("", where, "\"" + text + "\"", allowed);
+}
 std::string to_string(Offload o) { return o == Offload::None ? "none" : "host"; }
 std::string to_string(UnevenCollective u) {
   return u == UnevenCollective::Grouped ? "grouped" : "padded";
@@ -39,14 +122,29 @@ Plan parse_plan(JsonReader& reader) {
   plan.version = static_cast<int>(reader.integer("version", 1, 1));
   plan.scenario = reader.string_or("scenario", "");
   plan.strategy = reader.string_or("strategy", "");
-  if (reader.has("accumulation"))
-    plan.accumulation = reader.child("accumulation").as_enum({"layered", "standard"}) == "layered"
-                            ? Accumulation::Layered
-                            : Accumulation::Standard;
+  if (reader.has("accumulation")) {
+    const std::string a = reader.child("accumulation").as_enum({"layered", "standard", "no_sync"});
+    plan.accumulation = a == "layered"    ? Accumulation::Layered
+                        : a == "standard" ? Accumulation::Standard
+                                          : Accumulation::NoSync;
+  }
+  if (reader.has("activation_checkpointing"))
+    plan.activation_checkpointing =
+        parse_checkpointing_json(reader.child("activation_checkpointing"));
   if (reader.has("offload"))
-    plan.offload = reader.child("offload").as_enum({"none", "host"}) == "none" ? Offload::None
-                                                                              : Offload::Host;
+    plan.offload =
+        reader.child("offload").as_enum({"none", "host"}) == "none" ? Offload::None : Offload::Host;
   plan.prefetch = reader.boolean_or("prefetch", true);
+  // Host offload moves the checkpointed layers' inputs off the device between forward and
+  // recompute; a layer that keeps its saved activations keeps them on the device, so offloading
+  // only its input is not a schedule the graph defines.
+  if (plan.offload == Offload::Host && !plan.activation_checkpointing.is_full())
+    reader.child("activation_checkpointing")
+        .fail_value(brief(to_json(plan.activation_checkpointing)),
+                    "\"full\" with \"offload\": \"host\" (offload moves the checkpointed "
+                    "layer inputs to host memory between forward and recompute; layers without "
+                    "checkpointing keep their activations on the device); use \"offload\": "
+                    "\"none\" or \"activation_checkpointing\": \"full\"");
   if (reader.has("uneven_collective"))
     plan.uneven_collective =
         reader.child("uneven_collective").as_enum({"grouped", "padded"}) == "grouped"
@@ -75,8 +173,7 @@ Plan parse_plan(JsonReader& reader) {
     pr.gpu = r.string("gpu");
     pr.batch = static_cast<int>(r.integer("batch", 0, 1 << 24));
     pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
-    pr.micro_batches =
-        static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
+    pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
     if (pr.batch == 0) {
       if (pr.micro_batch != 0 || pr.micro_batches != 0)
         r.child("micro_batches").fail("0 micro-batches of size 0 for a rank with batch 0");
@@ -134,9 +231,9 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                                 std::to_string(i) + " lives in the cluster)");
     const auto& slot = *devices[i].slot;
     if (pr.gpu != slot.type && pr.gpu != slot.spec.name)
-      throw ValidationError(plan_file, at + ".gpu", "\"" + pr.gpu + "\"",
-                            "\"" + slot.type + "\" (the cluster's device for rank " +
-                                std::to_string(i) + ")");
+      throw ValidationError(
+          plan_file, at + ".gpu", "\"" + pr.gpu + "\"",
+          "\"" + slot.type + "\" (the cluster's device for rank " + std::to_string(i) + ")");
   }
   std::int64_t passes = 0;
   const std::int64_t units = scenario.job.model.num_layers + 2;  // layers, embedding, head
@@ -148,10 +245,9 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                           "at most " + std::to_string(kMaxScheduledUnitPasses) +
                               " unit passes per iteration (fewer, larger micro-batches)");
   if (plan.global_batch() != scenario.job.global_batch)
-    throw ValidationError(plan_file, "ranks[*].batch",
-                          "batches summing to " + std::to_string(plan.global_batch()),
-                          "batches summing to the job's global batch " +
-                              std::to_string(scenario.job.global_batch));
+    throw ValidationError(
+        plan_file, "ranks[*].batch", "batches summing to " + std::to_string(plan.global_batch()),
+        "batches summing to the job's global batch " + std::to_string(scenario.job.global_batch));
 }
 
 Json to_json(const Plan& plan) {
@@ -173,6 +269,9 @@ Json to_json(const Plan& plan) {
             {"ranks", ranks}};
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
   if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding);
+  // Written only when it is not the default, so plans of the default schedule read as before.
+  if (!(plan.activation_checkpointing == ActivationCheckpointing{}))
+    j["activation_checkpointing"] = to_json(plan.activation_checkpointing);
   if (!plan.predicted.is_null()) j["predicted"] = plan.predicted;
   return j;
 }

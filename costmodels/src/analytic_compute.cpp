@@ -24,7 +24,8 @@ void check_micro_batch(int micro_batch) {
 }
 
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
-                            int micro_batch, Dtype dtype, const Implementation& impl, bool waves) {
+                            int micro_batch, Dtype dtype, const Implementation& impl, bool waves,
+                            double flash_weight) {
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
   PhaseFeatures f;
@@ -32,7 +33,8 @@ PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, in
     switch (op.op_class) {
       case OpClass::Gemm:
       case OpClass::FusedAttention: {
-        const double w = waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0;
+        const double w = (waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0) /
+                         (op.op_class == OpClass::FusedAttention ? flash_weight : 1.0);
         f.forward[0] += op.forward_flops / (peak * w);
         f.backward[0] += op.backward_flops / (peak * w);
         f.forward[3] += op.forward_bytes / bw;

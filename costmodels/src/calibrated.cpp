@@ -614,19 +614,60 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
   // measured / predicted iteration time, with every factor above fixed (so after the lookup tables)
   // (one scalar per implementation label, tensor-core points only; communication, a few per cent of
   // these iterations, is absorbed). Only the published sources' own points are used.
+  //
+  // With published_attention_weight, the stack's flash-attention FLOPs also get their own weight
+  // β (its attention kernel's rate relative to its GEMMs'): the predicted time is linear in β,
+  // T(β) = T_rest + β·T_attention, read off two evaluations (β = 1, 2); β is the grid value in
+  // [0.25, 8] (steps of 2^(1/8)) with the least squared log error, the factor then the geometric
+  // mean of measured / T(β). The points span sequence 512-8192 (attention 1-16 % of the FLOPs).
   if (o.published_stacks) {
-    std::map<std::string, std::pair<double, int>> sums;
+    struct Obs {
+      double measured, rest, attention;
+    };
+    std::map<std::string, std::vector<Obs>> by_stack;
     for (const auto& pt : builtin_published_throughput()) {
       const DeviceSpec& gpu = GpuCatalog::builtin().get(pt.gpu);
       if (pipeline_class(gpu, pt.job.precision.compute) != 1) continue;
       if (std::find(o.exclude_gpus.begin(), o.exclude_gpus.end(), pt.gpu) != o.exclude_gpus.end())
         continue;
-      auto& acc = sums[to_string(pt.job.implementation)];
-      acc.first += std::log(pt.measured_iteration_s() / published_compute_seconds(*model, pt));
-      acc.second += 1;
+      const std::string key = to_string(pt.job.implementation);
+      const double t1 = published_compute_seconds(*model, pt);
+      double t2 = t1;
+      if (o.published_attention_weight) {
+        model->stack_attention_[key] = 2.0;
+        t2 = published_compute_seconds(*model, pt);
+        model->stack_attention_.erase(key);
+      }
+      by_stack[key].push_back({pt.measured_iteration_s(), 2 * t1 - t2, t2 - t1});
     }
-    for (const auto& [key, acc] : sums)
-      model->stack_[key] = {std::exp(acc.first / acc.second), acc.second};
+    for (const auto& [key, obs] : by_stack) {
+      auto fit_at = [&](double beta, double* factor) {
+        double sum = 0, sq = 0;
+        for (const auto& ob : obs) sum += std::log(ob.measured / (ob.rest + beta * ob.attention));
+        const double mu = sum / static_cast<double>(obs.size());
+        for (const auto& ob : obs) {
+          const double e = std::log(ob.measured / (ob.rest + beta * ob.attention)) - mu;
+          sq += e * e;
+        }
+        *factor = std::exp(mu);
+        return sq;
+      };
+      double best_beta = 1, best_factor = 1;
+      double best = fit_at(1.0, &best_factor);
+      if (o.published_attention_weight)
+        for (int i = -16; i <= 24; ++i) {
+          const double beta = std::pow(2.0, i / 8.0);
+          double f = 1;
+          const double sq = fit_at(beta, &f);
+          if (sq < best) {
+            best = sq;
+            best_beta = beta;
+            best_factor = f;
+          }
+        }
+      model->stack_[key] = {best_factor, static_cast<int>(obs.size())};
+      if (best_beta != 1.0) model->stack_attention_[key] = best_beta;
+    }
   }
   return model;
 }
@@ -722,6 +763,13 @@ double CalibratedComputeModel::stack_factor(const Implementation& impl, int pipe
   return it == stack_.end() ? 1.0 : it->second.first;
 }
 
+double CalibratedComputeModel::stack_attention_weight(const Implementation& impl,
+                                                      int pipeline) const {
+  if (pipeline != 1 || stack_attention_.empty()) return 1;
+  auto it = stack_attention_.find(to_string(impl));
+  return it == stack_attention_.end() ? 1.0 : it->second;
+}
+
 int CalibratedComputeModel::stack_points(const Implementation& impl) const {
   auto it = stack_.find(to_string(impl));
   return it == stack_.end() ? 0 : it->second.second;
@@ -744,13 +792,15 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
                                                   int micro_batch) const {
   check_micro_batch(micro_batch);
   const Dtype dtype = job.precision.compute;
+  const int pipeline = pipeline_class(device, dtype);
   PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype,
-                                  job.implementation, waves_);
+                                  job.implementation, waves_,
+                                  stack_attention_weight(job.implementation, pipeline));
   bool own = false;
   const auto [stack, model_name] = job_stack(job);
   double s =
       predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward, &own) *
-      stack_factor(job.implementation, pipeline_class(device, dtype));
+      stack_factor(job.implementation, pipeline);
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
 }
 

@@ -72,7 +72,15 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   const double unit = largest_phase_parameters(m);
   t.push_back({"gathered_params",
                k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
-  t.push_back({"unit_gradient", k.unit_scale * unit * bytes_per_element(p.reduce)});
+  // Under no_sync every unit's unsharded gradient (each phase's buffer: a tied head's brings
+  // the embedding's again) lives from the first micro-batch's backward to the last one's
+  // reduce-scatter. With one micro-batch on the rank that is standard's one unit at a time.
+  double gradient_params = unit;
+  if (in.accumulation == Accumulation::NoSync && in.micro_batch_sizes.size() > 1) {
+    gradient_params = 0;
+    for (int u = 0; u < num_units(m); ++u) gradient_params += phase_parameters(m, u);
+  }
+  t.push_back({"unit_gradient", k.unit_scale * gradient_params * bytes_per_element(p.reduce)});
   // Transient shards of the collectives: the reduce-scatter's received shard (reduce dtype),
   // and, when the master weights are not kept in the compute dtype, the gather's send shard
   // cast to it.
@@ -91,6 +99,26 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
     activations = boundaries * largest_mb * boundary_per_sample;
   }
   t.push_back({"activations", k.activation_scale * activations});
+  // Layers that are not checkpointed keep their forward's saved activations until their
+  // backward: for every micro-batch under layered accumulation (all of them run a layer before
+  // the next layer starts), for one micro-batch at a time otherwise.
+  int kept_layers = 0;
+  for (int l = 1; l <= m.num_layers; ++l)
+    if (!in.activation_checkpointing.checkpoints_layer(l)) ++kept_layers;
+  double kept = 0;
+  if (kept_layers > 0) {
+    const int layer = 1;
+    if (in.accumulation == Accumulation::Layered) {
+      for (int mb : in.micro_batch_sizes)
+        kept += unit_working_bytes(m, layer, job.sequence_length, mb, p.compute);
+    } else {
+      kept = unit_working_bytes(m, layer, job.sequence_length, largest_mb, p.compute);
+    }
+    kept *= kept_layers;
+    // Listed only when some layer keeps its activations (the default schedule's terms, and
+    // every table printing them, stay as they were).
+    t.push_back({"kept_activations", k.activation_scale * kept});
+  }
   t.push_back(
       {"working_set", k.working_scale * largest_working_set(job, largest_mb, in.gpu_runtime)});
   t.push_back({"framework_buffers", k.framework_buffers});
@@ -148,6 +176,7 @@ MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank&
   in.state_share = rank.state_share;
   in.micro_batch_sizes = rank.micro_batch_sizes();
   in.accumulation = plan.accumulation;
+  in.activation_checkpointing = plan.activation_checkpointing;
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
   in.world_size = world_size;
@@ -159,7 +188,9 @@ MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank&
   b.terms = memory_terms(job, in, k);
   if (rank.batch == 0)
     for (auto& term : b.terms)
-      if (term.name == "activations" || term.name == "working_set") term.bytes = 0;
+      if (term.name == "activations" || term.name == "working_set" ||
+          term.name == "kept_activations")
+        term.bytes = 0;
   for (const auto& term : b.terms) b.total += term.bytes;
   b.capacity = spec.memory_bytes;
   b.usable = spec.memory_bytes * k.usable_fraction;

@@ -38,6 +38,7 @@ Json profile_to_json(const MeasuredProfile& p) {
                     {"gpu", r.gpu},
                     {"seq", r.seq},
                     {"dtype", to_string(r.dtype)},
+                    {"implementation", to_json(r.implementation)},
                     {"layer", points_json(r.layer)},
                     {"embedding", points_json(r.embedding)},
                     {"head", points_json(r.head)}});

@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the `optimal` solver and its brute-force reference (internal).
 #include <limits>
+#include <vector>
 
 #include "cephalo/planner/optimal_solver.hpp"
 
@@ -11,5 +12,9 @@ constexpr double kCoverTolerance = 1e-12;  // Σ shares ≥ 1 up to rounding
 
 // The model takes c_i and w_i nondecreasing in m (running maximum of the given tables).
 OptimalRankModel normalised(const OptimalRankModel& r);
+
+// Per rank O_f / O_i (O_f the fastest device's optimizer step): the share a rank may hold per
+// unit of the optimizer budget λ. All 1 when every device steps equally fast (then λ = σ).
+std::vector<double> optimizer_weights(const OptimalProblem& p);
 
 }  // namespace cephalo::planner::detail

@@ -2,6 +2,7 @@
 // reference the solver is tested against (see optimal_solver.hpp).
 #include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "cephalo/core/error.hpp"
 #include "optimal_internal.hpp"
@@ -36,6 +37,19 @@ OptimalRankModel normalised(const OptimalRankModel& r) {
   for (std::size_t m = 2; m < out.working_bytes.size(); ++m)
     out.working_bytes[m] = std::max(out.working_bytes[m], out.working_bytes[m - 1]);
   return out;
+}
+
+std::vector<double> optimizer_weights(const OptimalProblem& p) {
+  const int n = p.num_ranks();
+  std::vector<double> o(n), w(n, 1.0);
+  double fastest = kInf;
+  for (int i = 0; i < n; ++i) {
+    o[i] = optimizer_full_state_seconds(p, i);
+    fastest = std::min(fastest, o[i]);
+  }
+  if (!(fastest > 0)) return w;  // a free optimizer step: no share is cheaper than another
+  for (int i = 0; i < n; ++i) w[i] = fastest / o[i];
+  return w;
 }
 
 }  // namespace detail
@@ -101,10 +115,61 @@ std::vector<double> water_fill_shares(const std::vector<double>& rooms) {
   return s;
 }
 
+double optimizer_full_state_seconds(const OptimalProblem& p, int rank) {
+  const double own = p.model_of(rank).optimizer_seconds;
+  return own >= 0 ? own : p.optimizer_seconds;
+}
+
+double optimizer_step_seconds(const OptimalProblem& p, const std::vector<double>& shares) {
+  double worst = 0;
+  for (std::size_t i = 0; i < shares.size(); ++i)
+    worst = std::max(worst, optimizer_full_state_seconds(p, static_cast<int>(i)) * shares[i]);
+  return p.optimizer_fixed_seconds + worst;
+}
+
+std::vector<double> weighted_water_fill_shares(const std::vector<double>& rooms,
+                                               const std::vector<double>& weights) {
+  const std::size_t n = rooms.size();
+  double total = 0;
+  for (double r : rooms) total += std::max(0.0, r);
+  if (n == 0 || total < 1 - kCoverTolerance) return {};
+  if (std::all_of(weights.begin(), weights.end(), [](double w) { return w == 1.0; }))
+    return water_fill_shares(rooms);
+  // Σ min(λ·w_i, r_i) is piecewise linear in λ with breakpoints r_i / w_i: walk them upwards.
+  std::vector<std::pair<double, std::size_t>> breaks;
+  for (std::size_t i = 0; i < n; ++i)
+    breaks.emplace_back(weights[i] > 0 ? std::max(0.0, rooms[i]) / weights[i] : kInf, i);
+  std::sort(breaks.begin(), breaks.end());
+  double saturated = 0, open_weight = 0;
+  for (double w : weights) open_weight += w;
+  double level = kInf;
+  for (const auto& [at, i] : breaks) {
+    // Below `at`, the ranks not yet saturated contribute λ·w each.
+    if (open_weight > 0) {
+      const double lambda = (1 - saturated) / open_weight;
+      if (lambda <= at) {
+        level = lambda;
+        break;
+      }
+    }
+    saturated += std::max(0.0, rooms[i]);
+    open_weight -= weights[i];
+  }
+  std::vector<double> s(n);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    s[i] = std::min(level * weights[i], std::max(0.0, rooms[i]));
+    sum += s[i];
+  }
+  for (auto& x : s) x /= sum;
+  return s;
+}
+
 OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
   const int n = p.num_ranks();
   std::vector<OptimalRankModel> ranks;
   for (int i = 0; i < n; ++i) ranks.push_back(normalised(p.model_of(i)));
+  const std::vector<double> weights = detail::optimizer_weights(p);
   OptimalSolution best;
   best.iteration_seconds = kInf;
   std::vector<int> b(n, 1), m(n, 1);
@@ -123,16 +188,18 @@ OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
             rooms[k] = p.state_bytes > 0 ? free / p.state_bytes : kInf;
             tau = std::max(tau, optimal_compute_time(ranks[k], b[k], m[k]));
           }
-          const double sigma = water_fill_level(rooms);
-          if (sigma == kInf) return;
+          const auto shares = weighted_water_fill_shares(rooms, weights);
+          if (shares.empty()) return;
+          const double sigma = *std::max_element(shares.begin(), shares.end());
           const double c = p.comm_seconds ? p.comm_seconds(sigma) : 0.0;
-          const double t = std::max(c, tau) + p.optimizer_seconds * sigma;
+          const double opt = optimizer_step_seconds(p, shares);
+          const double t = std::max(c, tau) + opt;
           if (t < best.iteration_seconds) {
             best.iteration_seconds = t;
             best.compute_seconds = tau;
             best.max_share = sigma;
             best.comm_seconds = c;
-            best.optimizer_seconds = p.optimizer_seconds * sigma;
+            best.optimizer_seconds = opt;
             best.ranks.assign(n, {});
             for (int k = 0; k < n; ++k) {
               best.ranks[k].batch = b[k];

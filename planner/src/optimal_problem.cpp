@@ -76,12 +76,24 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     r.usable_bytes = plannable_bytes(d.slot->spec);
     p.ranks.push_back(std::move(r));
   }
-  // Optimizer step over the whole state on the slowest device (times σ in the model).
+  // The optimizer step as the simulator times it: every rank steps over its own shard once the
+  // last reduce-scatter is done, so the iteration ends with max_i step_i(s_i). Per class the
+  // step over the whole state less its launch cost (O_i); the launch cost O_0 once.
   const double params = costmodels::total_parameters(job.model);
-  for (const auto& d : sm.devices)
-    p.optimizer_seconds = std::max(
-        p.optimizer_seconds,
-        models.compute->optimizer_time(d.slot->spec, job, params).seconds * d.slot->slowdown);
+  std::vector<char> priced(p.ranks.size(), 0);
+  for (std::size_t i = 0; i < sm.devices.size(); ++i) {
+    const auto& d = sm.devices[i];
+    const auto c = static_cast<std::size_t>(p.rank_class[i]);
+    if (priced[c]) continue;
+    priced[c] = 1;
+    const double launch =
+        models.compute->optimizer_time(d.slot->spec, job, 0.0).seconds * d.slot->slowdown;
+    const double whole =
+        models.compute->optimizer_time(d.slot->spec, job, params).seconds * d.slot->slowdown;
+    p.ranks[c].optimizer_seconds = std::max(0.0, whole - launch);
+    p.optimizer_fixed_seconds = std::max(p.optimizer_fixed_seconds, launch);
+    p.optimizer_seconds = std::max(p.optimizer_seconds, whole);
+  }
   // Communication with shards padded to σ: every unit is all-gathered in forward and again in
   // backward and reduce-scattered once per iteration.
   if (n > 1) {

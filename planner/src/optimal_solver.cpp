@@ -27,6 +27,7 @@ namespace {
 struct Group {
   OptimalRankModel model;
   std::vector<int> ranks;
+  double weight = 1;  // O_f / O_i: share cap per unit of the optimizer budget λ
 };
 
 std::vector<Group> group_ranks(const OptimalProblem& p) {
@@ -36,6 +37,7 @@ std::vector<Group> group_ranks(const OptimalProblem& p) {
   // class with the same normalised model (groups in order of their first rank).
   std::vector<long> group_of_class(p.ranks.size(), -1);
   const int n = p.num_ranks();
+  const std::vector<double> weights = detail::optimizer_weights(p);
   for (int i = 0; i < n; ++i) {
     const auto c = static_cast<std::size_t>(p.class_of(i));
     if (group_of_class[c] < 0) {
@@ -51,8 +53,9 @@ std::vector<Group> group_ranks(const OptimalProblem& p) {
       key.push_back(m.bytes_per_sample);
       key.push_back(m.usable_bytes);
       key.push_back(static_cast<double>(m.micro_batch_time.size()));
+      key.push_back(weights[static_cast<std::size_t>(i)]);
       auto [it, inserted] = index.emplace(std::move(key), groups.size());
-      if (inserted) groups.push_back({std::move(m), {}});
+      if (inserted) groups.push_back({std::move(m), {}, weights[static_cast<std::size_t>(i)]});
       group_of_class[c] = static_cast<long>(it->second);
     }
     groups[static_cast<std::size_t>(group_of_class[c])].ranks.push_back(i);
@@ -82,6 +85,19 @@ class Solver {
     n_ = p.num_ranks();
     batch_ = p.global_batch;
     max_rank_batch_ = batch_ - (n_ - 1);
+    // λ from every device at its weight's share of 1 (even shares when all weights are 1) to
+    // no cap at all (the lightest-weighted device may hold everything).
+    double weight_sum = 0, lightest = 1;
+    for (const auto& g : groups_) {
+      weight_sum += g.weight * static_cast<double>(g.ranks.size());
+      lightest = std::min(lightest, g.weight);
+    }
+    lambda_min_ = 1.0 / weight_sum;
+    lambda_max_ = 1.0 / lightest;
+    unit_weights_ = lightest == 1.0;
+    fastest_optimizer_ = kInf;
+    for (int i = 0; i < n_; ++i)
+      fastest_optimizer_ = std::min(fastest_optimizer_, optimizer_full_state_seconds(p_, i));
     frontiers_.resize(groups_.size());
     batch_limit_.resize(groups_.size());
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -184,6 +200,9 @@ class Solver {
   int max_rank_batch_ = 0;
   int checks_ = 0;
   int knapsacks_ = 0;
+  double lambda_min_ = 0, lambda_max_ = 1;
+  bool unit_weights_ = true;
+  double fastest_optimizer_ = 0;  // O_f
   std::vector<OptimalSolution> staircase_;
 };
 
@@ -213,8 +232,8 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
     if (at[gi].cap < 1) return false;
     const double count = static_cast<double>(g.ranks.size());
     cap_sum += count * at[gi].cap;
-    room_at_one += count * std::min(sigma, room(at[gi], 1));
-    room_at_cap += count * std::min(sigma, room(at[gi], at[gi].cap));
+    room_at_one += count * std::min(sigma * g.weight, room(at[gi], 1));
+    room_at_cap += count * std::min(sigma * g.weight, room(at[gi], at[gi].cap));
   }
   if (cap_sum < batch_ || room_at_one < 1 - kCoverTolerance) return false;
   if (room_at_cap >= 1 - kCoverTolerance) {
@@ -268,7 +287,7 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
     gain[gi].assign(at[gi].cap + 1, -kInf);
     for (int b = 1; b <= at[gi].cap; ++b) {
       const double rr = room(at[gi], b);
-      gain[gi][b] = rr < 0 ? -kInf : std::min(sigma, rr);
+      gain[gi][b] = rr < 0 ? -kInf : std::min(sigma * groups_[gi].weight, rr);
     }
   }
   int reach = 0;
@@ -312,9 +331,13 @@ OptimalSolution Solver::build(double tau, double sigma) {
     for (int r : groups_[gi].ranks) group_of[r] = static_cast<int>(gi);
   std::vector<GroupAtTau> at(groups_.size());
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) at[gi] = at_tau(gi, tau);
-  std::vector<double> rooms(n_);
-  for (int r = 0; r < n_; ++r) rooms[r] = std::min(sigma, room(at[group_of[r]], batches[r]));
-  std::vector<double> shares = water_fill_shares(rooms);
+  std::vector<double> rooms(n_), weights(n_);
+  for (int r = 0; r < n_; ++r) {
+    weights[r] = groups_[group_of[r]].weight;
+    rooms[r] = std::min(sigma * weights[r], room(at[group_of[r]], batches[r]));
+  }
+  std::vector<double> shares =
+      unit_weights_ ? water_fill_shares(rooms) : weighted_water_fill_shares(rooms, weights);
   OptimalSolution sol;
   sol.ranks.resize(n_);
   // The configuration depends only on (group, batch, share): ranks alike are chosen once.
@@ -363,7 +386,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
     sol.max_share = std::max(sol.max_share, c.share);
   }
   sol.comm_seconds = comm(sol.max_share);
-  sol.optimizer_seconds = p_.optimizer_seconds * sol.max_share;
+  sol.optimizer_seconds = optimizer_step_seconds(p_, shares);
   sol.iteration_seconds = std::max(sol.comm_seconds, sol.compute_seconds) + sol.optimizer_seconds;
   return sol;
 }
@@ -373,9 +396,9 @@ double Solver::tau_star(double sigma, double lo, double hi) {
 }
 
 double Solver::sigma_star(double tau) {
-  const double even = 1.0 / n_;
-  if (feasible(tau, even, nullptr)) return even;
-  return bisect_doubles(even, 1.0, [&](double s) { return feasible(tau, s, nullptr); });
+  if (feasible(tau, lambda_min_, nullptr)) return lambda_min_;
+  return bisect_doubles(lambda_min_, lambda_max_,
+                        [&](double s) { return feasible(tau, s, nullptr); });
 }
 
 OptimalSolution Solver::solve() {
@@ -423,7 +446,7 @@ OptimalSolution Solver::solve() {
         << ", enable host offload of activations, or add devices";
     throw InfeasibleError(msg.str());
   }
-  if (!feasible(huge, 1.0, nullptr)) {
+  if (!feasible(huge, lambda_max_, nullptr)) {
     throw InfeasibleError(
         "optimal: no assignment of the batch and the training state fits the devices' memory "
         "together; lower the global batch, enable host offload, or add device memory");
@@ -432,17 +455,19 @@ OptimalSolution Solver::solve() {
   double lo = 0;
   double hi = kInf;
   for (double t = 1e-6; t < huge; t *= 2) {
-    if (feasible(t, 1.0, nullptr)) {
+    if (feasible(t, lambda_max_, nullptr)) {
       hi = t;
       break;
     }
     lo = t;
   }
   if (hi == kInf) hi = huge;
-  double tau = tau_star(1.0, lo, hi);
+  double tau = tau_star(lambda_max_, lo, hi);
   OptimalSolution best;
   best.iteration_seconds = kInf;
-  const double even = 1.0 / n_;
+  const double even = lambda_min_;
+  // Lower bound of the optimizer term at any λ: every device at its even-weighted share.
+  const double optimizer_floor = p_.optimizer_fixed_seconds + fastest_optimizer_ * even;
   for (;;) {
     const double sigma = sigma_star(tau);
     OptimalSolution cand = build(tau, sigma);
@@ -454,8 +479,7 @@ OptimalSolution Solver::solve() {
     if (smaller < even) break;
     if (!feasible(huge, smaller, nullptr)) break;
     const double next_tau = tau_star(smaller, tau, huge);
-    if (std::max(comm(even), next_tau) + p_.optimizer_seconds * even >= best.iteration_seconds)
-      break;
+    if (std::max(comm(1.0 / n_), next_tau) + optimizer_floor >= best.iteration_seconds) break;
     tau = next_tau;
   }
   best.feasibility_checks = checks_;

@@ -1,6 +1,8 @@
 // What the strategies share; see plan_support.hpp.
 #include "plan_support.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
@@ -74,6 +76,23 @@ costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, doub
   return in;
 }
 
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
+                                           std::vector<int> sizes) {
+  costmodels::RankMemoryInputs in =
+      memory_inputs(world_size, plan.offload, share, std::move(sizes));
+  in.accumulation = plan.accumulation;
+  in.activation_checkpointing = plan.activation_checkpointing;
+  in.prefetch = plan.prefetch;
+  return in;
+}
+
+std::vector<int> split_batch(int batch, int m) {
+  const int n = (batch + m - 1) / m;
+  std::vector<int> sizes(static_cast<std::size_t>(n), m);
+  sizes.back() = batch - (n - 1) * m;
+  return sizes;
+}
+
 double usable_bytes(const DeviceSpec& spec) {
   return spec.memory_bytes * costmodels::MemoryConstants{}.usable_fraction;
 }
@@ -82,18 +101,66 @@ double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPl
 
 namespace {
 
-// Largest micro-batch ≤ limit whose memory (share, b = m·count…) fits: used by even and
+// Largest micro-batch ≤ batch whose memory (share, the plan's schedule) fits: used by even and
 // proportional to split their batches "as memory requires".
-int largest_fitting_micro_batch(const Job& job, int world_size, int batch, double share,
-                                double usable) {
-  for (int m = batch; m >= 1; --m) {
-    const int n = (batch + m - 1) / m;
-    std::vector<int> sizes(n, m);
-    sizes.back() = batch - (n - 1) * m;
-    if (terms_total(job, memory_inputs(world_size, Offload::None, share, sizes)) <= usable)
+int largest_fitting_micro_batch(const Job& job, const Plan& plan, int world_size, int batch,
+                                double share, double usable) {
+  for (int m = batch; m >= 1; --m)
+    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(batch, m))) <= usable)
       return m;
-  }
   return 0;
+}
+
+// Candidates of a chosen checkpointing, least recompute first.
+std::vector<ActivationCheckpointing> checkpointing_candidates() {
+  ActivationCheckpointing none, half, full;
+  none.kind = ActivationCheckpointing::Kind::None;
+  half.kind = ActivationCheckpointing::Kind::Every;
+  half.every = 2;
+  return {none, half, full};
+}
+
+// What would fit one rank (batch, share) on `usable` bytes, for an infeasibility message: the
+// largest micro-batch under this schedule, else the first other schedule that fits with
+// micro-batches of one sample, else the largest batch that fits.
+std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int batch,
+                           double share, double usable) {
+  if (int m = largest_fitting_micro_batch(job, plan, world_size, batch, share, usable))
+    return "micro-batches of " + std::to_string(m) + " (--micro-batch " + std::to_string(m) + ")";
+  for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync})
+    for (const auto& c : checkpointing_candidates()) {
+      Plan alt = plan;
+      alt.accumulation = acc;
+      alt.activation_checkpointing = c;
+      if (alt.offload == Offload::Host && !c.is_full()) continue;
+      if (terms_total(job, memory_inputs(alt, world_size, share, split_batch(batch, 1))) <= usable)
+        return "--accumulation " + to_string(acc) + " --activation-checkpointing " + to_string(c) +
+               " with micro-batches of 1";
+    }
+  // Micro-batches of one sample need the least memory (layered keeps every sample's
+  // checkpoints whatever the split).
+  int fit = 0;
+  for (int b = batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
+    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(b, 1))) <= usable)
+      fit = b;
+  if (fit > 0)
+    return "a batch of at most " + std::to_string(fit) + " samples on this rank (fewer samples, " +
+           "or more devices)";
+  return "nothing at this share: the share of the training state alone does not fit (uneven "
+         "shares, `cephalo` or `optimal`, or larger devices)";
+}
+
+std::string over_capacity(const std::string& who, const PlanRank& r, const DeviceSpec& spec,
+                          const Plan& plan, double need, double usable, const std::string& fits) {
+  std::ostringstream msg;
+  msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need)
+      << " with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
+      << r.micro_batch << ", " << to_string(plan.accumulation) << " accumulation and "
+      << to_string(plan.activation_checkpointing) << " activation checkpointing; "
+      << format_bytes(usable) << " usable: shortfall "
+      << static_cast<long long>(std::ceil(need - usable)) << " B (" << format_bytes(need - usable)
+      << "); would fit: " << fits;
+  return msg.str();
 }
 
 }  // namespace
@@ -125,31 +192,109 @@ void check_batch(const Scenario& s, const std::string& who) {
   }
 }
 
-void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who) {
+void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
+                       const PlannerOptions& opt) {
   const int n = static_cast<int>(plan.ranks.size());
   const auto devices = s.cluster.ranks();
-  // The answer depends only on (usable bytes, batch): ranks of one device type with the same
-  // batch are evaluated once (a 100k-GPU plan has a handful of such pairs).
-  std::map<std::pair<double, int>, int> fitting;
-  for (auto& r : plan.ranks) {
-    r.state_share = 1.0 / n;
-    const double usable = plannable_bytes(devices[r.rank].slot->spec);
-    auto [it, fresh] = fitting.emplace(std::make_pair(usable, r.batch), 0);
-    if (fresh) it->second = largest_fitting_micro_batch(s.job, n, r.batch, r.state_share, usable);
-    const int m = it->second;
-    if (m == 0) {
-      const double need = terms_total(s.job, memory_inputs(n, Offload::None, r.state_share, {1}));
-      std::ostringstream msg;
-      msg << who << ": rank " << r.rank << " (" << devices[r.rank].slot->spec.name
-          << ") cannot hold an equal share of the training state plus one sample: needs "
-          << format_bytes(need) << ", " << format_bytes(usable) << " usable (shortfall "
-          << format_bytes(need - usable)
-          << "); uneven shares (`cephalo`, `optimal`) or larger devices would fit it";
-      throw InfeasibleError(msg.str());
+  for (auto& r : plan.ranks) r.state_share = 1.0 / n;
+  std::vector<ActivationCheckpointing> choices = {plan.activation_checkpointing};
+  if (opt.choose_checkpointing) choices = checkpointing_candidates();
+  for (std::size_t c = 0; c < choices.size(); ++c) {
+    Plan trial = plan;
+    trial.activation_checkpointing = choices[c];
+    // The answer depends only on (usable bytes, batch): ranks of one device type with the same
+    // batch are evaluated once (a 100k-GPU plan has a handful of such pairs).
+    std::map<std::pair<double, int>, int> fitting;
+    const PlanRank* failed = nullptr;
+    for (auto& r : trial.ranks) {
+      const double usable = plannable_bytes(devices[r.rank].slot->spec);
+      auto [it, fresh] = fitting.emplace(std::make_pair(usable, r.batch), 0);
+      if (fresh) {
+        if (opt.micro_batch > 0) {
+          const int m = std::min(opt.micro_batch, r.batch);
+          const auto in = memory_inputs(trial, n, r.state_share, split_batch(r.batch, m));
+          it->second = terms_total(s.job, in) <= usable ? m : 0;
+        } else {
+          it->second = largest_fitting_micro_batch(s.job, trial, n, r.batch, r.state_share, usable);
+        }
+      }
+      const int m = it->second;
+      if (m == 0) {
+        failed = &r;
+        break;
+      }
+      r.micro_batch = m;
+      r.micro_batches = (r.batch + m - 1) / m;
     }
-    r.micro_batch = m;
-    r.micro_batches = (r.batch + m - 1) / m;
+    if (!failed) {
+      plan = trial;
+      return;
+    }
+    if (c + 1 < choices.size()) continue;  // more recompute may fit
+    // What the rank needs at the least memory this plan allows: micro-batches of one sample
+    // (layered: the checkpoints of every sample are kept anyway) or the fixed micro-batch.
+    PlanRank tried = *failed;
+    tried.micro_batch = opt.micro_batch > 0 ? std::min(opt.micro_batch, tried.batch) : 1;
+    tried.micro_batches = (tried.batch + tried.micro_batch - 1) / tried.micro_batch;
+    const double usable = plannable_bytes(devices[tried.rank].slot->spec);
+    const double need = terms_total(
+        s.job,
+        memory_inputs(trial, n, tried.state_share, split_batch(tried.batch, tried.micro_batch)));
+    throw InfeasibleError(over_capacity(
+        who + " (equal shares)", tried, devices[tried.rank].slot->spec, trial, need, usable,
+        what_would_fit(s.job, trial, n, tried.batch, tried.state_share, usable)));
   }
+}
+
+void apply_schedule_options(Plan& plan, const PlannerOptions& opt) {
+  if (opt.accumulation) plan.accumulation = *opt.accumulation;
+  if (opt.activation_checkpointing) plan.activation_checkpointing = *opt.activation_checkpointing;
+  if (plan.offload == Offload::Host && !plan.activation_checkpointing.is_full())
+    throw InfeasibleError("--activation-checkpointing " + to_string(plan.activation_checkpointing) +
+                          " with host offload: offload moves the checkpointed layer inputs, so it "
+                          "needs --activation-checkpointing full (or --offload none)");
+}
+
+void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions& opt) {
+  const bool fixed = opt.micro_batch > 0 || opt.accumulation || opt.activation_checkpointing ||
+                     opt.choose_checkpointing;
+  if (!fixed) return;
+  if (opt.accumulation) plan.accumulation = *opt.accumulation;
+  if (opt.activation_checkpointing) plan.activation_checkpointing = *opt.activation_checkpointing;
+  if (opt.micro_batch > 0)
+    for (auto& r : plan.ranks)
+      if (r.batch > 0) {
+        r.micro_batch = std::min(opt.micro_batch, r.batch);
+        r.micro_batches = (r.batch + r.micro_batch - 1) / r.micro_batch;
+      }
+  const auto devices = s.cluster.ranks();
+  const int n = static_cast<int>(plan.ranks.size());
+  // Chosen against the plannable bytes, as fill_equal_shares chooses; checked against the
+  // usable bytes.
+  auto first_over = [&](const Plan& p, bool plannable) -> int {
+    for (const auto& r : p.ranks) {
+      const auto& spec = devices[r.rank].slot->spec;
+      const double limit = plannable ? plannable_bytes(spec) : usable_bytes(spec);
+      if (costmodels::predict_memory(s.job, p, r, spec, n).total > limit) return r.rank;
+    }
+    return -1;
+  };
+  if (opt.choose_checkpointing) {
+    for (const auto& c : checkpointing_candidates()) {
+      if (plan.offload == Offload::Host && !c.is_full()) continue;
+      plan.activation_checkpointing = c;
+      if (first_over(plan, true) < 0) break;
+    }
+  }
+  const int over = first_over(plan, false);
+  if (over < 0) return;
+  const PlanRank& r = plan.ranks[static_cast<std::size_t>(over)];
+  const auto& spec = devices[r.rank].slot->spec;
+  const double need = costmodels::predict_memory(s.job, plan, r, spec, n).total;
+  const double usable = usable_bytes(spec);
+  throw InfeasibleError(
+      over_capacity(plan.strategy, r, spec, plan, need, usable,
+                    what_would_fit(s.job, plan, n, r.batch, r.state_share, usable)));
 }
 
 void set_rank(PlanRank& r, int batch, int micro_batch, int micro_batches, double share) {

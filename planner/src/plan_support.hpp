@@ -15,8 +15,11 @@
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/cephalo_optimizer.hpp"
 #include "cephalo/planner/optimal_solver.hpp"
+#include "cephalo/planner/plan_result.hpp"
 
 namespace cephalo::planner::detail {
+
+using planner::PlannerOptions;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start);
@@ -68,6 +71,11 @@ double terms_total(const Job& job, const costmodels::RankMemoryInputs& in);
 // The inputs of memory_terms for a rank of the planners' plans (layered, prefetch).
 costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
                                            std::vector<int> sizes);
+// The same for a plan's schedule (accumulation, checkpointing, offload, prefetch).
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
+                                           std::vector<int> sizes);
+// `batch` samples as micro-batches of `m` (the last smaller).
+std::vector<int> split_batch(int batch, int m);
 
 double usable_bytes(const DeviceSpec& spec);
 // What the planners let a plan use: the usable capacity less a small headroom, so a plan at
@@ -80,8 +88,19 @@ double plannable_bytes(const DeviceSpec& spec);
 Plan empty_plan(const Scenario& s, const std::string& strategy);
 // InfeasibleError when the global batch cannot give every device a sample.
 void check_batch(const Scenario& s, const std::string& who);
-// Equal shares; micro-batch sizes from memory (stock FSDP gradient accumulation).
-void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who);
+// Equal shares; micro-batch sizes from memory (stock FSDP gradient accumulation) under the
+// plan's schedule, or options.micro_batch when the user fixed it; with
+// options.choose_checkpointing the least recompute (none, every 2, full) that fits each rank at
+// its largest micro-batch.
+void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
+                       const PlannerOptions& options = {});
+// The schedule the user fixed (accumulation, checkpointing) written into a strategy's plan.
+void apply_schedule_options(Plan& plan, const PlannerOptions& options);
+// After a strategy: the user's fixed micro-batch re-splits every rank's batch, a chosen
+// checkpointing is the least recompute with which every rank fits, and when the user fixed
+// anything a rank over its usable memory is an InfeasibleError stating the rank, the positive
+// shortfall in bytes and what would fit.
+void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions& options);
 
 // The one place a solver's allocation is written into plan.ranks (batch, micro-batch size and
 // count, state share), rank by rank in the plan's order.

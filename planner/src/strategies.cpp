@@ -41,6 +41,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   if (!strategy) throw NotFoundError("strategy", opt.strategy, strategy_names());
   const auto models = costmodels::make_cost_models(s, opt.compute_source);
   PlanResult res = strategy->plan(s, models, opt);
+  detail::honour_schedule_options(s, res.plan, opt);
   if (opt.sharding != "full") choose_sharding(s, models, opt, res);
   predict(s, models, res);
   res.planning_s = detail::seconds_since(start);

@@ -5,6 +5,7 @@
 //   2. pick_collective                the uneven-collective variant the comm model prefers
 //   3. replay_staircase               the other (τ, σ) breakpoints of the solver's walk
 //   4. replay_phase_weighted          the best phase-weighted solution
+//   5. replay_slowest_step            the solution with every share's step at the slowest GPU
 // and the offload mode that simulates faster wins (planner/README.md explains why each
 // refinement exists).
 #include <algorithm>
@@ -149,11 +150,13 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
   }
 }
 
-// The phase-synchronised time of a plan under the model: max(C(σ), max F + max K) + O·σ.
+// The phase-synchronised time of a plan under the model: max(C(σ), max F + max K) + O.
 double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) {
   double f_max = 0, k_max = 0, sigma = 0;
+  std::vector<double> shares;
   for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
     const auto& pr = plan.ranks[i];
+    shares.push_back(pr.state_share);
     const auto& rm = problem.model_of(static_cast<int>(i));
     const double f = optimal_forward_time(rm, pr.batch, pr.micro_batch);
     f_max = std::max(f_max, f);
@@ -161,7 +164,7 @@ double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) 
     sigma = std::max(sigma, pr.state_share);
   }
   const double c = problem.comm_seconds ? problem.comm_seconds(sigma) : 0.0;
-  return std::max(c, f_max + k_max) + problem.optimizer_seconds * sigma;
+  return std::max(c, f_max + k_max) + optimizer_step_seconds(problem, shares);
 }
 
 // Step 4. Phase-weighted candidates: the simulator waits, unit by unit, for the slowest rank
@@ -215,6 +218,42 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
   }
 }
 
+// Step 5. The model times the optimizer step per device (faster devices may hold more state
+// for the same step time) but takes communication as overlapped as a whole (max(C, τ)); the
+// simulator overlaps it unit by unit, and a forward phase shorter than its gather exposes the
+// gather, whose grouped time grows as the smallest share shrinks. So the plan of the model
+// that charges every share at the slowest device's step (which keeps shares nearer even) is
+// replayed too and kept if it simulates faster.
+void replay_slowest_step(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m) {
+  OptimalProblem flat = m.problem;
+  bool differs = false;
+  for (auto& rm : flat.ranks) {
+    differs |= rm.optimizer_seconds >= 0 && rm.optimizer_seconds != flat.optimizer_seconds;
+    rm.optimizer_seconds = flat.optimizer_seconds;
+  }
+  if (!differs) return;
+  flat.optimizer_fixed_seconds = 0;
+  OptimalSolution sol;
+  try {
+    sol = solve_optimal(flat);
+  } catch (const InfeasibleError&) {
+    return;
+  }
+  PlanResult alt;
+  alt.plan = m.res.plan;
+  alt.plan.uneven_collective = UnevenCollective::Grouped;
+  apply_solution(alt.plan, sol);
+  pick_collective(s, models, alt);
+  const auto o = simulate_plan(s, models, alt.plan);
+  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
+    m.simulated = o.iteration_s;
+    alt.note = "optimizer step charged at the slowest device (model " +
+               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
+    m.res = std::move(alt);
+    predict(s, models, m.res);
+  }
+}
+
 }  // namespace
 
 PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
@@ -246,6 +285,7 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     if (opt.verify_with_simulator) {
       replay_staircase(s, models, m);
       if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
+      replay_slowest_step(s, models, m);
     }
     // The offload mode is a discrete choice outside the model (host copies share the PCIe
     // links with the collectives in the simulator): keep the mode that simulates faster.

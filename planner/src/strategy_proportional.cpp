@@ -11,7 +11,7 @@
 namespace cephalo::planner::detail {
 
 PlanResult plan_proportional(const Scenario& s, const costmodels::CostModels& models,
-                             const PlannerOptions&) {
+                             const PlannerOptions& opt) {
   check_batch(s, "proportional");
   ScenarioModel sm(s, models);
   PlanResult res;
@@ -39,7 +39,8 @@ PlanResult plan_proportional(const Scenario& s, const costmodels::CostModels& mo
   std::sort(rest.begin(), rest.end(), [](auto& x, auto& y) { return x.first > y.first; });
   for (int k = 0; assigned < B; ++k, ++assigned) ++b[rest[k % n].second];
   for (int i = 0; i < n; ++i) res.plan.ranks[i].batch = b[i];
-  fill_equal_shares(s, res.plan, "proportional");
+  apply_schedule_options(res.plan, opt);
+  fill_equal_shares(s, res.plan, "proportional", opt);
   return res;
 }
 

@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
+#include "replay_internal.hpp"
 
 namespace cephalo::sim {
 namespace {
@@ -41,13 +42,14 @@ class Replay {
  public:
   Replay(const traces::TrainingGraph& g, const Scenario& s, const Plan& p,
          const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
-         const SimOptions& o)
+         const SimOptions& o, const detail::ClassView* view)
       : g_(g),
         s_(s),
         plan_(p),
         compute_(compute),
         comm_(comm),
         opt_(o),
+        view_(view),
         engine_(make_event_queue(o.queue)) {}
 
   SimResult run();
@@ -82,6 +84,9 @@ class Replay {
   const costmodels::ComputeModel& compute_;
   const costmodels::CommModel& comm_;
   const SimOptions& opt_;
+  // Class replay (class_replay.cpp): the graph holds one representative per class of identical
+  // ranks; collectives are priced over every rank and the others copy their representative.
+  const detail::ClassView* view_;
   Engine engine_;
   SimResult out_;
 
@@ -186,8 +191,24 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
       c.group, c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
-  double t =
-      comm_.collective(s_.cluster, traces::collective_request(g_, c, overlaps_compute)).seconds;
+  costmodels::CollectiveRequest req;
+  if (view_) {
+    req.kind = traces::collective_kind(c.kind);
+    req.uneven = c.variant == traces::CollectiveVariant::Padded ? UnevenCollective::Padded
+                                                                : UnevenCollective::Grouped;
+    req.overlaps_compute = overlaps_compute;
+    // Every rank of the plan is a member (full sharding); its shard is its slice of each segment.
+    const auto segments = g_.segments(c);
+    for (int r = 0; r < g_.num_ranks(); ++r) {
+      std::int64_t elements = 0;
+      for (const auto& seg : segments) elements += g_.slice(seg.unit, r).count;
+      req.ranks.push_back(r);
+      req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
+    }
+  } else {
+    req = traces::collective_request(g_, c, overlaps_compute);
+  }
+  double t = comm_.collective(s_.cluster, req).seconds;
   collective_memo_.emplace(key, t);
   return t;
 }
@@ -349,6 +370,7 @@ void Replay::start_collective(std::int32_t c) {
     if (first_node < 0) first_node = node;
     multi_node |= node != first_node;
   }
+  if (view_) multi_node = view_->spans_nodes;  // the representatives may share a node
   if (opt_.link_sharing) {
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
     std::vector<char> node_seen;
@@ -472,7 +494,24 @@ SimResult Replay::run() {
   m.events = engine_.processed();
   m.record_ops = opt_.record_ops;
   m.usable_fraction = opt_.usable_fraction;
+  if (view_) {
+    for (int r = 0; r < ranks; ++r) peak_[r] = peak_[view_->representative[r]];
+    m.peak_memory_bytes = peak_;
+  }
   out_.report = traces::summarize(g_, s_, plan_, m);
+  if (view_) {
+    // The ranks without ops have empty lanes in the summary: they did what their class did.
+    auto& rr = out_.report.ranks;
+    for (int r = 0; r < ranks; ++r) {
+      const auto& from = rr[view_->representative[r]];
+      auto& to = rr[r];
+      to.compute_s = from.compute_s;
+      to.comm_s = from.comm_s;
+      to.copy_s = from.copy_s;
+      to.exposed_comm_s = from.exposed_comm_s;
+      to.idle_s = from.idle_s;
+    }
+  }
   return std::move(out_);
 }
 
@@ -481,8 +520,17 @@ SimResult Replay::run() {
 SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario, const Plan& plan,
                    const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                    const SimOptions& options) {
-  return Replay(graph, scenario, plan, compute, comm, options).run();
+  return Replay(graph, scenario, plan, compute, comm, options, nullptr).run();
 }
+
+namespace detail {
+SimResult replay_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                         const Plan& plan, const costmodels::ComputeModel& compute,
+                         const costmodels::CommModel& comm, const SimOptions& options,
+                         const ClassView& view) {
+  return Replay(graph, scenario, plan, compute, comm, options, &view).run();
+}
+}  // namespace detail
 
 traces::TraceInput trace_input(const SimResult& result, const traces::TrainingGraph& graph,
                                const Scenario& scenario) {

@@ -11,7 +11,8 @@ run the same ops, every error is finite) and reports the accuracy targets:
 The targets themselves are enforced only with --strict (or CEPHALO_ACCURACY_STRICT=1): on a
 shared 2-core machine the measured side is dominated by scheduling noise, and a red CI for that
 would say nothing about the code. Always enforced are looser bounds (FAIL_BOUNDS) that the
-noise of such a machine has not come near (README: median 4-6 %, memory <= 5.2 %, tau 0.6-0.8)
+noise of such a machine has not come near (README: median 4-6 %, memory <= 5.2 %, tau 0.6-0.8;
+the order is enforced over the pairs the simulation separates by >= 20 %, see FAIL_BOUNDS)
 but a broken simulator or backend would cross: a cost model off by 1.5x, a memory term dropped
 or doubled, or an order that no longer follows the measurement. The README of this folder
 records the results with their date.
@@ -30,9 +31,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Always enforced (see the module docstring): median |iteration-time error|, max |peak-memory
-# error| over plans and ranks, and Kendall tau of the plan order.
+# error| over plans and ranks, and Kendall tau of the plan order over the *resolved* pairs: plans
+# whose simulated iteration times differ by at least RESOLVED_GAP. Pairs closer than that (the
+# same schedule layered vs standard, with or without offload: a few per cent apart) are ordered
+# by scheduling noise on a loaded 2-core machine (all-pairs tau fell to -0.16 once under load and
+# is 0.6-0.8 when quiet); pairs this far apart (the emulated slow rank, even vs optimal on it)
+# are flipped only by a simulator or backend that is wrong (tau over them must exceed 0.5: three
+# in four concordant). The pairs are chosen from the
+# deterministic simulation, never from the measurement, so the check cannot choose to pass;
+# fewer than MIN_RESOLVED_PAIRS of them fails too (the suite would no longer test the order).
 FAIL_BOUNDS = {"median_abs_iteration_error": 0.35, "max_abs_peak_memory_error": 0.15,
-               "kendall_tau": 0.0}
+               "kendall_tau_resolved": 0.5}
+RESOLVED_GAP = 0.20
+MIN_RESOLVED_PAIRS = 10
 
 
 def log(msg):
@@ -73,6 +84,22 @@ def kendall_tau(a, b):
     return (conc - disc) / denom if denom > 0 else float("nan")
 
 
+def resolved_tau(sim, run, gap):
+    """Kendall tau over the pairs whose simulated values differ by at least `gap` (relative to
+    the smaller); returns (tau, number of such pairs)."""
+    conc = disc = 0
+    for i in range(len(sim)):
+        for j in range(i + 1, len(sim)):
+            if abs(sim[i] - sim[j]) < gap * min(sim[i], sim[j]):
+                continue
+            if (sim[i] - sim[j]) * (run[i] - run[j]) > 0:
+                conc += 1
+            else:
+                disc += 1
+    n = conc + disc
+    return ((conc - disc) / n if n else float("nan")), n
+
+
 def scenario(name, slowdown, calibration, global_batch, seq):
     gpus = [{"type": "cpu", "threads": 1}, {"type": "cpu", "threads": 1}]
     if slowdown != 1.0:
@@ -85,7 +112,9 @@ def scenario(name, slowdown, calibration, global_batch, seq):
             "name": "host", "gpus": gpus,
             "intra_link": {"kind": "shm", "bandwidth": "5GB/s", "latency": "2us"}}]},
         "job": {"model": "gpt-tiny", "sequence_length": seq, "global_batch": global_batch,
-                "precision": {"params": "fp32", "compute": "fp32", "reduce": "fp32"}},
+                "precision": {"params": "fp32", "compute": "fp32", "reduce": "fp32"},
+                # what the CPU backend runs (backend/include/cephalo/backend/implementation.hpp)
+                "implementation": {"attention": "eager", "fused_elementwise": False}},
         "calibration": calibration,
     }
 
@@ -227,6 +256,8 @@ def main():
     med_it = statistics.median(abs(r["iteration_error"]) for r in rows)
     max_mem = max(abs(e) for r in rows for e in r["peak_memory_errors"])
     tau = kendall_tau([r["sim_iteration_s"] for r in rows], [r["run_iteration_s"] for r in rows])
+    tau_res, res_pairs = resolved_tau([r["sim_iteration_s"] for r in rows],
+                                      [r["run_iteration_s"] for r in rows], RESOLVED_GAP)
     targets = {"median_abs_iteration_error": {"value": med_it, "target": 0.10,
                                               "met": med_it <= 0.10},
                "max_abs_peak_memory_error": {"value": max_mem, "target": 0.10,
@@ -258,12 +289,17 @@ def main():
         shown = f"{100 * v:.1f} %" if k != "kendall_tau" else f"{v:.3f}"
         print(f"{k:<28} {shown:>10}   target {t['target']}   "
               f"{'met' if t['met'] else 'NOT MET'}")
+    print(f"{'kendall_tau_resolved':<28} {tau_res:>10.3f}   over the {res_pairs} pairs whose "
+          f"simulated times differ by >= {100 * RESOLVED_GAP:.0f} % (always enforced: "
+          f"> {FAIL_BOUNDS['kendall_tau_resolved']}, >= {MIN_RESOLVED_PAIRS} pairs)")
 
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "statistic": a.statistic, "profile_spread": profile_spread,
               "host": os.uname().nodename, "cpus": os.cpu_count(),
               "load_average": os.getloadavg(), "steps": a.steps, "rows": rows,
-              "targets": targets}
+              "targets": targets,
+              "kendall_tau_resolved": {"value": tau_res, "pairs": res_pairs,
+                                       "gap": RESOLVED_GAP}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=2)
@@ -274,8 +310,12 @@ def main():
     if not max_mem <= FAIL_BOUNDS["max_abs_peak_memory_error"]:
         broken.append(f"max |peak-memory error| {100 * max_mem:.1f} % > "
                       f"{100 * FAIL_BOUNDS['max_abs_peak_memory_error']:.0f} %")
-    if not (math.isfinite(tau) and tau > FAIL_BOUNDS["kendall_tau"]):
-        broken.append(f"Kendall tau {tau:.3f} <= {FAIL_BOUNDS['kendall_tau']}")
+    if res_pairs < MIN_RESOLVED_PAIRS:
+        broken.append(f"only {res_pairs} plan pairs differ by >= {100 * RESOLVED_GAP:.0f} % in "
+                      f"simulated time (need {MIN_RESOLVED_PAIRS})")
+    elif not (math.isfinite(tau_res) and tau_res > FAIL_BOUNDS["kendall_tau_resolved"]):
+        broken.append(f"Kendall tau over the {res_pairs} resolved pairs {tau_res:.3f} <= "
+                      f"{FAIL_BOUNDS['kendall_tau_resolved']}")
     if broken:
         raise SystemExit("accuracy outside the always-enforced bounds: " + "; ".join(broken))
     if a.strict and not all(t["met"] for t in targets.values()):

@@ -12,6 +12,8 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/profile.hpp"
+#include "cephalo/costmodels/published_throughput.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;
@@ -402,4 +404,61 @@ TEST(GpuCatalog, AGpuWithoutAFieldTheComputeModelNeedsIsRefused) {
       EXPECT_NE(d.source.find("sm_count"), std::string::npos) << d.name;
     }
   std::filesystem::remove_all(dir);
+}
+
+// Every calibration source says which stack it measured: a published point without a label (on
+// the point or the file) and a profile row with an unknown label are refused naming the file,
+// the JSON path, the value and what is allowed.
+TEST(CalibrationSources, ARowWithoutOrWithABadImplementationLabelIsRefused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-label-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto pub = dir / "points.json";
+  std::ofstream(pub) << R"({"format": "published-throughput", "version": 1, "points": [
+    {"id": "p0", "model": {"arch": {"name": "m", "family": "gpt", "layers": 2, "hidden": 256,
+       "heads": 4, "vocab_size": 1000, "max_positions": 512}},
+     "config": {"seq_len": 512, "gpus": 8, "gpu_published": "h100_80gb", "global_batch": 16,
+       "micro_batch": 2, "grad_accum": 1, "fsdp_mixed_precision": "DEFAULT",
+       "activation_checkpointing": "full"},
+     "measured": {"tokens_per_s_per_gpu": 1000}}]})";
+  try {
+    load_published_throughput(pub);
+    ADD_FAILURE() << "accepted a published point without an implementation label";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("points.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("points[0].implementation"), std::string::npos) << what;
+    EXPECT_NE(what.find("missing"), std::string::npos) << what;
+    EXPECT_NE(what.find("\"flash\" | \"eager\""), std::string::npos) << what;
+  }
+  const auto prof = dir / "profile.json";
+  std::ofstream(prof) << R"({"format": "cephalo-profile", "version": 1, "rows": [
+    {"model": "gpt-tiny", "gpu": "cpu", "seq": 16, "dtype": "fp32",
+     "implementation": {"attention": "paged", "fused_elementwise": false},
+     "layer": [{"micro_batch": 1, "forward_ms": 1, "backward_ms": 2}]}]})";
+  try {
+    ProfileTables::load(prof);
+    ADD_FAILURE() << "accepted an unknown implementation";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("profile.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("rows[0].implementation.attention"), std::string::npos) << what;
+    EXPECT_NE(what.find("paged"), std::string::npos) << what;
+    EXPECT_NE(what.find("eager"), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The never-fitted check set (scenarios/validation/published-throughput) reads with the same
+// loader as the fitted one and is not among the points the calibration fits on.
+TEST(CalibrationSources, TheHopperCheckSetIsReadableAndNeverFitted) {
+  const auto points =
+      load_published_throughput(kScenarios / "validation/published-throughput/mosaicml-h100.json");
+  ASSERT_EQ(points.size(), 52u);
+  for (const auto& p : points) {
+    EXPECT_EQ(p.gpu, "H100-SXM") << p.id;
+    EXPECT_EQ(p.job.implementation.attention, AttentionKernel::Flash) << p.id;
+  }
+  for (const auto& fitted : builtin_published_throughput())
+    EXPECT_NE(fitted.gpu, "H100-SXM") << fitted.id << ": a Hopper point among the fitted ones";
 }

@@ -148,6 +148,41 @@ TEST_F(CompareTest, HumanTablesNameEveryClass) {
     EXPECT_NE(c.out.find(word), std::string::npos) << word << "\n" << c.out;
 }
 
+// Both sides say which software stack they are: the simulation the scenario's job, the run the
+// RunResult's record (the backend's); a difference is warned about, an old file says unknown.
+TEST_F(CompareTest, PrintsTheImplementationOfBothSides) {
+  const std::string sim_impl =
+      cephalo::to_string(cephalo::costmodels::load_scenario(kScenario).job.implementation);
+  IterationReport run = run_;
+  run.implementation = sim_impl;
+  write(dir_ / "run.json", to_json(run));
+  Cli same = cli("compare " + files() + graph_args() + " --json");
+  ASSERT_EQ(same.code, 0) << same.err;
+  Json j = Json::parse(same.out);
+  EXPECT_EQ(j["implementation"]["simulated"], sim_impl);
+  EXPECT_EQ(j["implementation"]["measured"], sim_impl);
+  EXPECT_EQ(same.err.find("implementation differs"), std::string::npos) << same.err;
+  Cli table = cli("compare " + files() + graph_args());
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("implementation  simulated: " + sim_impl + "; measured: " + sim_impl),
+            std::string::npos)
+      << table.out;
+
+  run.implementation = sim_impl == "flash, fused" ? "eager, unfused" : "flash, fused";
+  write(dir_ / "run.json", to_json(run));
+  Cli differs = cli("compare " + files() + graph_args() + " --json");
+  ASSERT_EQ(differs.code, 0) << differs.err;
+  EXPECT_NE(differs.err.find("implementation differs"), std::string::npos) << differs.err;
+  EXPECT_EQ(Json::parse(differs.out)["implementation"]["measured"], run.implementation);
+
+  write(dir_ / "run.json", to_json(run_));  // a RunResult without the record
+  Cli old = cli("compare " + files() + " --json");
+  ASSERT_EQ(old.code, 0) << old.err;
+  Json o = Json::parse(old.out);
+  EXPECT_NE(o["implementation"]["measured"].get<std::string>().find("unknown"), std::string::npos);
+  EXPECT_NE(o["implementation"]["simulated"].get<std::string>().find("unknown"), std::string::npos);
+}
+
 TEST_F(CompareTest, WithoutGraphOnlyEndToEnd) {
   Cli c = cli("compare " + files() + " --json");
   ASSERT_EQ(c.code, 0) << c.err;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "cephalo/backend/implementation.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/profile.hpp"
@@ -50,6 +51,10 @@ TEST(Profile, WritesWhatTheCostModelsRead) {
   const auto* row = tables.find("gpt-tiny", "cpu", 16, cephalo::Dtype::FP32);
   ASSERT_NE(row, nullptr);
   ASSERT_EQ(row->micro_batches, (std::vector<int>{1, 2, 4}));
+  // The row says which stack was measured: the backend's, read back as the row's label.
+  EXPECT_EQ(written["rows"][0]["implementation"],
+            cephalo::to_json(cephalo::backend::executed_implementation()));
+  EXPECT_EQ(row->implementation, cephalo::backend::executed_implementation());
   const Json& layer = written["rows"][0]["layer"];
   for (int i = 0; i < 3; ++i) {
     auto t = cephalo::costmodels::ProfileTables::evaluate(*row, row->micro_batches[i]);

@@ -188,6 +188,7 @@ TEST(IterationReport, RoundTripsThroughJson) {
   r.oom = true;
   r.oom_detail = OomDetail{1, 17, "B u2 mb0 r1", 25e9, 24e9, 1e9};
   r.events = 1234;
+  r.implementation = "eager, unfused";
   r.ranks.push_back({0, "L4", 0, 1.0, 0.5, 0.1, 0.15, 20e9, 22e9});
   r.ranks.push_back({1, "P40", 0, 1.1, 0.4, 0.05, 0.1, 25e9, 24e9});
   r.ops.push_back({0, 0.0, 0.25});
@@ -196,6 +197,8 @@ TEST(IterationReport, RoundTripsThroughJson) {
   IterationReport back = parse_iteration_report(reader);
   EXPECT_EQ(to_json(back), j);
   EXPECT_NE(render_table(r).find("rank 1 at B u2 mb0 r1"), std::string::npos);
+  EXPECT_EQ(back.implementation, "eager, unfused");
+  EXPECT_NE(render_table(r).find("implementation  eager, unfused"), std::string::npos);
   Json bad = j;
   bad["ranks"][0]["surprise"] = 1;
   JsonReader bad_reader(bad, "bad.json");
@@ -247,6 +250,47 @@ TEST(ChromeTrace, SequentialTimingsRenderValidLanesAndRejectOverlaps) {
   auto lane = g.stream_program(0, Stream::Compute);
   end[lane[0]] = start[lane[1]] + 1;  // the first compute op now runs into the second
   EXPECT_THROW(render_chrome_trace(in), std::invalid_argument);
+}
+
+// Eager attention on a GPU holds the s×s scores and their gradient while a layer's backward
+// runs: the backward's transient grows by exactly eager_attention_bytes (the closed form's term);
+// flash attention and CPU devices add nothing.
+TEST(TrainingGraph, EagerAttentionScoresAreHeldByTheLayerBackwardOnAGpu) {
+  auto backward_allocs = [](const Scenario& sc) {
+    TrainingGraph g = build_training_graph(tiny_plan(sc, 2), sc);
+    std::vector<double> out;
+    for (const Op& o : g.program(0))
+      if (o.kind == OpKind::Backward) out.push_back(o.mem_alloc - o.mem_free);
+    return out;
+  };
+  Scenario flash = tiny_scenario(2, 2, 8);
+  flash.job.implementation.attention = AttentionKernel::Flash;
+  Scenario eager = flash;
+  eager.job.implementation.attention = AttentionKernel::Eager;
+  const ModelSpec& m = flash.job.model;
+  TrainingGraph g = build_training_graph(tiny_plan(flash, 2), flash);
+  std::vector<const Op*> backs;
+  for (const Op& o : g.program(0))
+    if (o.kind == OpKind::Backward) backs.push_back(&o);
+  TrainingGraph ge = build_training_graph(tiny_plan(eager, 2), eager);
+  std::vector<const Op*> backs_e;
+  for (const Op& o : ge.program(0))
+    if (o.kind == OpKind::Backward) backs_e.push_back(&o);
+  ASSERT_EQ(backs.size(), backs_e.size());
+  int layers = 0;
+  for (std::size_t i = 0; i < backs.size(); ++i) {
+    const double extra = costmodels::eager_attention_bytes(
+        m, backs[i]->unit, 128, backs[i]->micro_batch_size, eager.job.implementation);
+    EXPECT_DOUBLE_EQ(backs_e[i]->mem_alloc - backs[i]->mem_alloc, extra);
+    EXPECT_DOUBLE_EQ(backs_e[i]->mem_free - backs[i]->mem_free, extra);
+    if (extra > 0) ++layers;
+  }
+  EXPECT_EQ(layers, 2 * 2);  // every layer backward (2 layers × 2 micro-batches), nothing else
+  Scenario cpu = eager;
+  for (auto& d : cpu.cluster.nodes[0].devices) d.spec.kind = "cpu";
+  Scenario cpu_flash = flash;
+  for (auto& d : cpu_flash.cluster.nodes[0].devices) d.spec.kind = "cpu";
+  EXPECT_EQ(backward_allocs(cpu), backward_allocs(cpu_flash));
 }
 
 }  // namespace

@@ -15,9 +15,9 @@ namespace {
 
 // The keys of the shared schema. A RunResult may carry more at the top level (per-step losses,
 // emulation notes); compare reads only these and ignores the rest.
-const std::array<const char*, 11> kSchemaKeys = {
-    "source", "plan_hash",  "iteration_time_s", "samples_per_s", "tokens_per_s", "mfu",
-    "oom",    "oom_detail", "events",           "ranks",         "ops"};
+const std::array<const char*, 12> kSchemaKeys = {
+    "source", "plan_hash",  "iteration_time_s", "samples_per_s", "tokens_per_s",   "mfu",
+    "oom",    "oom_detail", "events",           "ranks",         "implementation", "ops"};
 
 std::optional<double> rel_error(double simulated, double measured) {
   if (!(std::abs(measured) > 0)) return std::nullopt;

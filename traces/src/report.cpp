@@ -24,6 +24,7 @@ Json to_json(const IterationReport& r) {
                        {"requested_bytes", d.requested_bytes}};
   }
   j["events"] = r.events;
+  if (!r.implementation.empty()) j["implementation"] = r.implementation;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks)
     ranks.push_back({{"rank", k.rank},
@@ -69,6 +70,7 @@ IterationReport parse_iteration_report(JsonReader& in) {
     r.oom_detail = o;
   }
   r.events = static_cast<std::uint64_t>(in.integer("events", 0));
+  r.implementation = in.string_or("implementation", "");
   for (auto& k : in.child("ranks").elements()) {
     RankReport rr;
     rr.rank = static_cast<int>(k.integer("rank", 0));
@@ -123,7 +125,9 @@ std::string render_table(const IterationReport& r) {
   } else {
     out += "OOM             no\n";
   }
-  out += "events          " + std::to_string(r.events) + "\n\n";
+  out += "events          " + std::to_string(r.events) + "\n";
+  if (!r.implementation.empty()) out += "implementation  " + r.implementation + "\n";
+  out += "\n";
   TextTable t({"rank", "gpu", "node", "compute", "comm", "copies", "exposed comm", "idle",
                "peak memory", "capacity", "peak %"});
   t.set_align(1, TextTable::Align::Left);

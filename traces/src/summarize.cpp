@@ -80,6 +80,9 @@ std::string plan_hash(const Plan& plan) {
   add_number(plan.version);
   add(plan.scenario);
   add(to_string(plan.accumulation));
+  // Hashed only when not the default, so records of default plans keep their hashes.
+  if (!(plan.activation_checkpointing == ActivationCheckpointing{}))
+    add("checkpointing " + to_string(plan.activation_checkpointing));
   add(to_string(plan.offload));
   add(plan.prefetch ? "prefetch" : "no prefetch");
   add(to_string(plan.uneven_collective));

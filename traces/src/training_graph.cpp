@@ -101,7 +101,9 @@ std::vector<OpId> TrainingGraph::topological_order() const {
 class GraphBuilder {
  public:
   GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
-  TrainingGraph build();
+  // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
+  // variants and static bytes are still those of the whole plan (sim/'s class replay).
+  TrainingGraph build(std::span<const int> only = {});
 
  private:
   struct Phase {
@@ -119,6 +121,10 @@ class GraphBuilder {
   const std::vector<int>& units_finished_at(int phase) const {
     return finished_at_[static_cast<std::size_t>(phase)];
   }
+  // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
+  // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
+  // the head always (its logits are recomputed inside the backward in every setting).
+  bool recomputes(int u) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
 
@@ -132,6 +138,9 @@ class GraphBuilder {
   int groups_ = 1;
   int units_ = 0;
   int current_rank_ = 0;
+  std::vector<int> built_;         // ranks that get ops, ascending
+  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
+  std::vector<int> group_slot_;    // per rank: position among its group's built ranks
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -177,8 +186,16 @@ void GraphBuilder::build_rank(int r) {
   auto working = [&](int unit, int mb) {
     return costmodels::unit_working_bytes(model, unit, seq, mb, act);
   };
+  // Eager attention's s×s scores and their gradient are held while a layer's backward runs on a
+  // GPU (the same term as the closed form's working set, memory_model.cpp; a CPU device computes
+  // one head's scores at a time outside its allocator).
+  const bool gpu_runtime =
+      scenario_.cluster.ranks()[static_cast<std::size_t>(r)].slot->spec.kind != "cpu";
   auto transient = [&](int unit, int mb) {
-    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act);
+    return costmodels::unit_backward_transient_bytes(model, unit, seq, mb, act) +
+           (gpu_runtime
+                ? costmodels::eager_attention_bytes(model, unit, seq, mb, job.implementation)
+                : 0.0);
   };
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
@@ -189,6 +206,10 @@ void GraphBuilder::build_rank(int r) {
   std::vector<OpId> d2h(static_cast<std::size_t>(units_) * std::max(mbs, 1), kNoOp);
   std::vector<OpId> backward_steps;  // B ops in order, for the H2D look-ahead
   OpId last_rs = kNoOp;
+  // Whether the unsharded gradient buffer of a gradient phase is allocated on this rank (by
+  // its first backward; released by its reduce-scatter).
+  std::vector<bool> grad_held(static_cast<std::size_t>(num_phases), false);
+  std::vector<OpId> grad_last(static_cast<std::size_t>(num_phases), kNoOp);  // its last backward
 
   auto emit_gather = [&](int p) {
     const Phase& ph = phases_[p];
@@ -200,7 +221,7 @@ void GraphBuilder::build_rank(int r) {
     o.phase = p;
     o.collective = c.id;
     o.bytes = c.total_bytes;
-    o.shard_bytes = g_.members_[c.members_begin + position].shard_bytes;
+    o.shard_bytes = g_.members_[c.members_begin + group_slot_[r]].shard_bytes;
     // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
     // when the gather ends).
     o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
@@ -217,6 +238,11 @@ void GraphBuilder::build_rank(int r) {
     const int u = ph.unit;
     // Micro-batches this rank runs in this phase, in execution order.
     std::vector<int> order;
+    const std::int32_t gp = g_.gradient_phase_[p];
+    // A layer without a recompute keeps its forward's working set until its backward; the
+    // embedding's forward working set is transient either way (its backward needs only ids).
+    const bool recompute = recomputes(u);
+    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
     if (plan_.accumulation == Accumulation::Layered) {
       for (int m = 0; m < mbs; ++m) order.push_back(ph.pass == Pass::Forward ? m : mbs - 1 - m);
     } else if (ph.round < mbs) {
@@ -238,7 +264,7 @@ void GraphBuilder::build_rank(int r) {
         f.flops = flops.forward;
         const double w = working(u, size);
         f.mem_alloc = w + (u < units_ - 1 ? boundary(size) : 0.0);
-        f.mem_free = w;
+        f.mem_free = keeps ? 0.0 : w;
         last_compute = emit(f, {first ? ag[p] : kNoOp});
         if (offload && u >= 1) {
           Op c;
@@ -271,28 +297,34 @@ void GraphBuilder::build_rank(int r) {
           h2d = emit(c, {d2h[static_cast<std::size_t>(u) * mbs + m], gate});
         }
         const double w = working(u, size);
-        Op rc;
-        rc.kind = OpKind::Recompute;
-        rc.pass = Pass::Backward;
-        rc.unit = u;
-        rc.micro_batch = m;
-        rc.micro_batch_size = size;
-        rc.phase = p;
-        rc.flops = flops.forward;
-        rc.mem_alloc = w;
-        emit(rc, {first ? ag[p] : kNoOp, h2d});
-        Op b = rc;
+        Op b;
+        b.pass = Pass::Backward;
+        b.unit = u;
+        b.micro_batch = m;
+        b.micro_batch_size = size;
+        b.phase = p;
+        if (recompute) {
+          Op rc = b;
+          rc.kind = OpKind::Recompute;
+          rc.flops = flops.forward;
+          rc.mem_alloc = w;
+          emit(rc, {first ? ag[p] : kNoOp, h2d});
+        }
         b.kind = OpKind::Backward;
         b.flops = flops.backward;
-        // The input gradient, the phase's gradient buffer (first micro-batch) and the
-        // backward's own input-gradient temporaries, held while it runs.
+        // The input gradient, the gradient buffer (the first backward that accumulates into
+        // it) and the backward's own input-gradient temporaries, held while it runs.
         const double t = transient(u, size);
-        b.mem_alloc =
-            (u > 0 ? boundary(size) : 0.0) + (first ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
-        b.mem_free =
-            w + t + (u >= 1 ? boundary(size) : 0.0) + (u < units_ - 1 ? boundary(size) : 0.0);
-        last_compute = emit(b, {});
+        const bool alloc_grad = !grad_held[static_cast<std::size_t>(gp)];
+        grad_held[static_cast<std::size_t>(gp)] = true;
+        b.mem_alloc = (u > 0 ? boundary(size) : 0.0) +
+                      (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
+        b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary(size) : 0.0) +
+                     (u < units_ - 1 ? boundary(size) : 0.0);
+        // Without a recompute the backward itself is the phase's first use of the gather.
+        last_compute = recompute ? emit(b, {}) : emit(b, {first ? ag[p] : kNoOp, h2d});
         backward_steps.push_back(last_compute);
+        grad_last[static_cast<std::size_t>(gp)] = last_compute;
       }
       first = false;
     }
@@ -302,7 +334,7 @@ void GraphBuilder::build_rank(int r) {
     g_.ops_[phase_done[p]].frees_gathered = true;
 
     if (p + lookahead < num_phases) emit_gather(p + lookahead);
-    if (ph.pass == Pass::Backward) {
+    if (ph.pass == Pass::Backward && at(rs_collective_, p) >= 0) {
       const Collective& c = g_.collectives_[at(rs_collective_, p)];
       Op rs;
       rs.kind =
@@ -312,12 +344,14 @@ void GraphBuilder::build_rank(int r) {
       rs.phase = p;
       rs.collective = c.id;
       rs.bytes = c.total_bytes;
-      rs.shard_bytes = g_.members_[c.members_begin + position].shard_bytes;
+      rs.shard_bytes = g_.members_[c.members_begin + group_slot_[r]].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
-      // ran no micro-batch in this phase (it contributes zeros); and the received shard.
-      rs.mem_alloc = (last_compute == kNoOp ? rs.bytes : 0.0) + rs.shard_bytes;
+      // ran no backward into it (it contributes zeros); and the received shard.
+      rs.mem_alloc = (grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
+      grad_held[static_cast<std::size_t>(p)] = false;
       rs.mem_free = rs.bytes + rs.shard_bytes;
-      last_rs = emit(rs, {last_compute});
+      // The last backward into the buffer (under no_sync possibly an earlier round's).
+      last_rs = emit(rs, {grad_last[static_cast<std::size_t>(p)]});
       // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
       // gradient shard (no memory of its own).
       for (int unit : units_finished_at(p)) {
@@ -329,7 +363,7 @@ void GraphBuilder::build_rank(int r) {
         ar.phase = p;
         ar.collective = x.id;
         ar.bytes = x.total_bytes;
-        ar.shard_bytes = g_.members_[x.members_begin + static_cast<std::size_t>(r)].shard_bytes;
+        ar.shard_bytes = g_.members_[x.members_begin + member_index_[r]].shard_bytes;
         last_rs = emit(ar, {});
       }
     }
@@ -371,8 +405,8 @@ std::int32_t GraphBuilder::add_cross_reduction(int p, int u) {
       {u, g_.unit_sizes_[static_cast<std::size_t>(u)].numel, CollectiveVariant::Even});
   c.segments_count = 1;
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  c.members_count = static_cast<std::uint32_t>(g_.summary_.num_ranks);
-  for (int r = 0; r < g_.summary_.num_ranks; ++r) {
+  c.members_count = static_cast<std::uint32_t>(built_.size());
+  for (int r : built_) {
     CollectiveMember m;
     m.rank = r;
     m.elements = g_.slice(u, r).count;
@@ -381,6 +415,13 @@ std::int32_t GraphBuilder::add_cross_reduction(int p, int u) {
   }
   g_.collectives_.push_back(c);
   return c.id;
+}
+
+bool GraphBuilder::recomputes(int u) const {
+  const ActivationCheckpointing& c = plan_.activation_checkpointing;
+  if (u == units_ - 1) return true;
+  if (u == 0) return c.kind != ActivationCheckpointing::Kind::None;
+  return c.checkpoints_layer(u);
 }
 
 // One collective of phase p: the gather of its parameters or the reduce-scatter of its
@@ -430,19 +471,22 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
                   : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
                                                           : OpKind::ReduceScatterV);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  c.members_count = static_cast<std::uint32_t>(members.size());
+  std::uint32_t built_members = 0;
   for (int r : members) {
+    if (member_index_[r] < 0) continue;
+    ++built_members;
     CollectiveMember m;
     m.rank = r;
     for (int u : units) m.elements += g_.slice(u, r).count;
     m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
     g_.members_.push_back(m);
   }
+  c.members_count = built_members;
   g_.collectives_.push_back(c);
   return c.id;
 }
 
-TrainingGraph GraphBuilder::build() {
+TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
   const int ranks = static_cast<int>(plan_.ranks.size());
@@ -450,12 +494,30 @@ TrainingGraph GraphBuilder::build() {
     throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
                 std::to_string(scenario_.cluster.num_ranks()) + " devices");
   units_ = costmodels::num_units(model);
+  member_index_.assign(static_cast<std::size_t>(ranks), -1);
+  if (only.empty()) {
+    for (int r = 0; r < ranks; ++r) built_.push_back(r);
+  } else {
+    for (int r : only) {
+      if (r < 0 || r >= ranks || (!built_.empty() && r <= built_.back()))
+        throw std::logic_error("build_training_graph: ranks to build must be ascending and valid");
+      built_.push_back(r);
+    }
+  }
+  for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
 
   g_.summary_.num_ranks = ranks;
   g_.summary_.num_units = units_;
   g_.summary_.sequence_length = job.sequence_length;
   g_.summary_.global_batch = plan_.global_batch();
   g_.summary_.accumulation = plan_.accumulation;
+  g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
+  // parse_plan refuses the combination; a plan built in code must not slip past it.
+  if (plan_.offload == Offload::Host && !plan_.activation_checkpointing.is_full())
+    throw Error(
+        "offload host needs activation_checkpointing full (offload moves the "
+        "checkpointed layer inputs), the plan has " +
+        to_string(plan_.activation_checkpointing));
   g_.summary_.offload = plan_.offload;
   g_.summary_.prefetch = plan_.prefetch;
 
@@ -463,6 +525,7 @@ TrainingGraph GraphBuilder::build() {
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
   const double param_bytes = bytes_per_element(job.precision.params);
   g_.unit_sizes_.resize(units_);
+  for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
   for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
   std::vector<std::int64_t> numel;
@@ -474,6 +537,13 @@ TrainingGraph GraphBuilder::build() {
   }
   g_.layout_ = ShardLayout(plan_.sharding, shares, numel);
   groups_ = g_.layout_.num_groups();
+  // A group collective's members are its group's built ranks, in group order.
+  group_slot_.assign(static_cast<std::size_t>(ranks), -1);
+  for (int grp = 0; grp < groups_; ++grp) {
+    int slot = 0;
+    for (int r : g_.layout_.group(grp))
+      if (member_index_[r] >= 0) group_slot_[r] = slot++;
+  }
   double model_flops = 0;
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
@@ -488,7 +558,7 @@ TrainingGraph GraphBuilder::build() {
 
   // Phases are common to all ranks, so collectives line up by construction.
   int rounds = 1;
-  if (plan_.accumulation == Accumulation::Standard) {
+  if (plan_.accumulation != Accumulation::Layered) {
     rounds = 0;
     for (const auto& r : plan_.ranks) rounds = std::max(rounds, r.batch > 0 ? r.micro_batches : 0);
     rounds = std::max(rounds, 1);
@@ -497,22 +567,31 @@ TrainingGraph GraphBuilder::build() {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
   }
-  for (int p = 0; p < static_cast<int>(phases_.size()); ++p)
+  // Under no_sync only the last round reduce-scatters; every round's backward of a unit
+  // accumulates into that round's buffer (its phase index: round-major, forward then backward).
+  const bool no_sync = plan_.accumulation == Accumulation::NoSync;
+  for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+    const Phase& ph = phases_[p];
+    std::int32_t gp = -1;
+    if (ph.pass == Pass::Backward)
+      gp = no_sync ? (rounds - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
+    g_.gradient_phase_.push_back(gp);
     for (int grp = 0; grp < groups_; ++grp) {
       ag_collective_.push_back(add_collective(p, true, grp));
-      rs_collective_.push_back(phases_[p].pass == Pass::Backward ? add_collective(p, false, grp)
-                                                                 : -1);
+      rs_collective_.push_back(gp == p ? add_collective(p, false, grp) : -1);
     }
+  }
   // Hybrid: each unit is reduced across groups once per step, after the last reduce-scatter
   // that touches its gradient (a tied embedding: the embedding's own phase, after the head's).
   finished_at_.assign(phases_.size(), {});
   if (g_.layout_.hybrid()) {
     std::vector<int> last(static_cast<std::size_t>(units_), -1);
     for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
-      if (phases_[p].pass != Pass::Backward) continue;
-      const Collective& c = g_.collectives_[rs_collective_[static_cast<std::size_t>(p) *
-                                                           static_cast<std::size_t>(groups_)]];
-      for (const auto& seg : g_.segments(c)) last[static_cast<std::size_t>(seg.unit)] = p;
+      const std::int32_t rs = rs_collective_[static_cast<std::size_t>(p) *
+                                             static_cast<std::size_t>(groups_)];
+      if (rs < 0) continue;
+      for (const auto& seg : g_.segments(g_.collectives_[rs]))
+        last[static_cast<std::size_t>(seg.unit)] = p;
     }
     cross_collective_.assign(static_cast<std::size_t>(units_), -1);
     for (int p = 0; p < static_cast<int>(phases_.size()); ++p)
@@ -526,7 +605,7 @@ TrainingGraph GraphBuilder::build() {
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    build_rank(r);
+    if (member_index_[r] >= 0) build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] =
@@ -537,7 +616,7 @@ TrainingGraph GraphBuilder::build() {
   for (const Op& o : g_.ops_)
     if (o.collective >= 0) {
       const Collective& c = g_.collectives_[o.collective];
-      const int slot = c.group < 0 ? o.rank : g_.layout_.position(o.rank);
+      const int slot = c.group < 0 ? member_index_[o.rank] : group_slot_[o.rank];
       g_.members_[c.members_begin + static_cast<std::uint32_t>(slot)].op = o.id;
     }
 
@@ -572,6 +651,12 @@ TrainingGraph GraphBuilder::build() {
 
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
   return GraphBuilder(plan, scenario).build();
+}
+
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks) {
+  if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  return GraphBuilder(plan, scenario).build(ranks);
 }
 
 }  // namespace cephalo::traces

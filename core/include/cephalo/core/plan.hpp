@@ -10,24 +10,58 @@
 
 namespace cephalo {
 
-enum class Accumulation { Layered, Standard };
+// Layered: unit-major (DESIGN §1). Standard: micro-batch-major FSDP, every micro-batch gathers
+// and reduce-scatters every unit. NoSync: micro-batch-major like Standard (parameters
+// re-gathered every micro-batch, FSDP FULL_SHARD under `no_sync()`), but the unsharded
+// gradients of every unit are kept across micro-batches and reduce-scattered once, in the last.
+enum class Accumulation { Layered, Standard, NoSync };
 enum class Offload { None, Host };
 // How uneven shards are gathered and reduced: one broadcast/reduce per owner inside a group,
 // or padding every shard to the largest and using the even collective.
 enum class UnevenCollective { Grouped, Padded };
 
+// Which transformer layers are checkpointed: their forward keeps only the layer's input and the
+// backward recomputes the layer first (a Recompute op); the other layers' forward keeps its
+// saved activations until the layer's backward, for every micro-batch that ran it (under
+// layered accumulation: every micro-batch of the rank). Full: every layer (the default, the
+// schedule of DESIGN §1). None: no layer. Every k: layers 1, 1+k, 1+2k, ... (1-based; every 1 =
+// full). The embedding saves nothing (its backward needs only the token ids; it has an empty
+// Recompute op unless checkpointing is none) and the head is recomputed in every setting (the
+// fused head never keeps its vocabulary-sized logits).
+struct ActivationCheckpointing {
+  enum class Kind { Full, None, Every };
+  Kind kind = Kind::Full;
+  int every = 1;  // Every: the period k >= 1
+
+  bool is_full() const { return kind == Kind::Full || (kind == Kind::Every && every == 1); }
+  // Layer l (1..L) is checkpointed (recomputed before its backward).
+  bool checkpoints_layer(int layer) const {
+    return kind == Kind::Full || (kind == Kind::Every && (layer - 1) % every == 0);
+  }
+  bool operator==(const ActivationCheckpointing&) const = default;
+};
+constexpr int kMaxCheckpointPeriod = 1 << 20;
+
 std::string to_string(Accumulation a);
+// "full", "none", "every:K" (the command-line spelling; JSON: to_json below).
+std::string to_string(const ActivationCheckpointing& c);
+// Parses "full" | "none" | "every:K" (the `--activation-checkpointing` flag); throws
+// ValidationError naming `where` and the value.
+ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
+                                                       const std::string& where);
+// The plan key's JSON value: "full" | "none" | {"every": k}.
+Json to_json(const ActivationCheckpointing& c);
 std::string to_string(Offload o);
 std::string to_string(UnevenCollective u);
 
 struct PlanRank {
   int rank = 0;
   int node = 0;
-  std::string gpu;          // device type as in the cluster
-  int batch = 0;            // samples per iteration on this rank
-  int micro_batch = 0;      // size of each micro-batch (the last may be smaller)
-  int micro_batches = 0;    // count
-  double state_share = 0;   // fraction of every unit's flat parameter owned by this rank
+  std::string gpu;         // device type as in the cluster
+  int batch = 0;           // samples per iteration on this rank
+  int micro_batch = 0;     // size of each micro-batch (the last may be smaller)
+  int micro_batches = 0;   // count
+  double state_share = 0;  // fraction of every unit's flat parameter owned by this rank
 
   // Sizes of the rank's micro-batches in execution order; sums to `batch`.
   std::vector<int> micro_batch_sizes() const;
@@ -36,14 +70,15 @@ struct PlanRank {
 struct Plan {
   int version = 1;
   std::string scenario;
-  std::string strategy;     // informational: which planner produced it
+  std::string strategy;  // informational: which planner produced it
   Accumulation accumulation = Accumulation::Layered;
+  ActivationCheckpointing activation_checkpointing;
   Offload offload = Offload::None;
   bool prefetch = true;
   UnevenCollective uneven_collective = UnevenCollective::Grouped;
   Sharding sharding;  // "sharding": full (default) or hybrid groups (core/sharding.hpp)
   std::vector<PlanRank> ranks;
-  Json predicted;           // optional, informational (planner's predictions); null when absent
+  Json predicted;  // optional, informational (planner's predictions); null when absent
 
   int global_batch() const;
   bool even_shares() const;  // all shares equal within 1e-12

@@ -28,10 +28,12 @@ struct PhaseFeatures {
 // memory run at GEMM-like rates: FlashAttention-2 reaches 50-73 % of the A100's peak, cuBLAS
 // GEMMs of these sizes 70-85 %); its q/k/v/o traffic in the operand-bytes column.
 // With `waves`, each GEMM's FLOPs are divided by its wave efficiency over the device's SMs
-// (wave_efficiency; no effect on a spec without sm_count).
+// (wave_efficiency; no effect on a spec without sm_count). `flash_weight` multiplies flash
+// attention's FLOPs in the GEMM column: the attention kernel of a software stack runs at its own
+// fraction of the GEMMs' rate (CalibratedComputeModel::stack_attention_weight).
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
                             int micro_batch, Dtype dtype, const Implementation& impl = {},
-                            bool waves = true);
+                            bool waves = true, double flash_weight = 1.0);
 
 // Efficiencies of one (device, dtype, phase); the coefficients θ above.
 struct Efficiency {

@@ -72,6 +72,9 @@ struct CalibrationOptions {
   // Fit the factor of each published stack (implementation label) on the published
   // end-to-end points (published_throughput.hpp), tensor-core pipeline only.
   bool published_stacks = true;
+  // With it, also the weight of that stack's flash-attention FLOPs relative to its GEMMs'
+  // (one scalar per stack, fitted jointly with the factor on the same points).
+  bool published_attention_weight = true;
   // GEMM FLOPs divided by their wave efficiency over the GPU's SMs (unit_features).
   bool gemm_waves = false;
   // An unprofiled GPU gets θ pooled over the training GPUs of its architecture generation
@@ -116,6 +119,8 @@ class CalibratedComputeModel : public ComputeModel {
   // The factor of a software stack fitted on published end-to-end throughput (1 when none was
   // fitted for the implementation or the pipeline), and how many points it rests on.
   double stack_factor(const Implementation& impl, int pipeline) const;
+  // The weight of the stack's flash-attention FLOPs in the GEMM column (1 when none was fitted).
+  double stack_attention_weight(const Implementation& impl, int pipeline) const;
   int stack_points(const Implementation& impl) const;
   // θ used for a device: its own when profiled (`own` = true), else the pooled one.
   const Theta& theta(const DeviceSpec& device, Dtype dtype, bool* own = nullptr) const;
@@ -161,6 +166,7 @@ class CalibratedComputeModel : public ComputeModel {
   std::map<std::pair<std::string, int>, Theta> per_generation_;          // (architecture, pipeline)
   std::vector<InconsistentRow> dropped_;
   std::map<std::string, std::pair<double, int>> stack_;  // to_string(impl) → factor, points
+  std::map<std::string, double> stack_attention_;        // to_string(impl) → flash weight
 };
 
 // Leave-one-GPU-out, leave-one-model-out (the model held out on one GPU; its rows on other

@@ -7,13 +7,18 @@
 //   gathered_params   the full current unit in the compute dtype, twice with prefetch (the
 //                     largest phase: a tied head's phases gather the embedding unit too)
 //   unit_gradient     the full gradient of the current unit (reduce dtype) before its
-//                     reduce-scatter; under layered accumulation it accumulates all micro-batches
+//                     reduce-scatter; under layered accumulation it accumulates all micro-batches;
+//                     under no_sync with more than one micro-batch every unit's (the whole
+//                     model's unsharded gradient lives until the last micro-batch)
 //   comm_buffers      the rank's shard of that unit in flight: the reduce-scatter's received
 //                     shard, plus the gather's send shard cast to the compute dtype when it
 //                     differs from the master weights' dtype
 //   activations       checkpointed unit-boundary activations: L+1 unit inputs plus the
 //                     activation-gradient buffer, for every micro-batch (layered) or for one
 //                     micro-batch (standard); with host offload only the current layer's
+//   kept_activations  the saved activations of the layers that are not checkpointed
+//                     (activation_checkpointing none / every k), for every micro-batch of the
+//                     rank (layered) or for the largest one (standard, no_sync)
 //   working_set       one unit's forward+backward working set during recompute (the largest
 //                     unit: usually a layer, the LM head's logits at large vocabularies): its
 //                     saved activations plus the backward's input-gradient temporaries
@@ -75,6 +80,7 @@ struct RankMemoryInputs {
   double state_share = 1.0;
   std::vector<int> micro_batch_sizes;  // in execution order
   Accumulation accumulation = Accumulation::Layered;
+  ActivationCheckpointing activation_checkpointing;
   Offload offload = Offload::None;
   bool prefetch = true;
   int world_size = 1;

@@ -8,6 +8,7 @@
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/scenario.hpp"
 
 namespace cephalo::costmodels {
 
@@ -24,6 +25,9 @@ struct MeasuredRow {
   int seq = 0;
   Dtype dtype = Dtype::FP32;
   std::vector<MeasuredPoint> layer, embedding, head;
+  // The software stack that was measured (written as the row's "implementation"; the loader
+  // reads it back as the row's label). The backend's profiler sets its own.
+  Implementation implementation;
 };
 
 struct MeasuredOptimizer {

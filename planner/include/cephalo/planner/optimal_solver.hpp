@@ -14,7 +14,18 @@
 //     T = max(C(σ), max_i t_i) + O·σ
 // C(σ): every collective of the iteration with shards padded to the largest share (the even
 // collective when σ = 1/n; an upper bound of the grouped variant); nondecreasing in σ.
-// O·σ: the optimizer step on the rank holding the largest share, at the slowest GPU's speed.
+// O: the optimizer step, which every rank starts when the last reduce-scatter completes (the
+// same instant on all ranks), so the iteration ends with the slowest of them:
+//     O = O_0 + max_i O_i·s_i
+// with O_i the step over the whole state on rank i's device and O_0 the per-step launch cost
+// (what the simulator times: each rank's step over its own shard). So the objective is
+//     T = max(C(σ), max_i t_i) + O_0 + max_i O_i·s_i.
+// The solver's share parameter is λ, the optimizer budget in units of the fastest device's
+// O_f: rank i may hold s_i ≤ min(λ·O_f/O_i, R_i) (with one O for all, λ = σ, the largest
+// share). For fixed batches the smallest λ whose caps cover 1 minimises the optimizer term;
+// the shares are then the weighted water-fill s_i = min(λ·O_f/O_i, R_i), and C is evaluated at
+// their largest share. (Exact whenever C does not bind; when communication binds, a plan with
+// a larger λ but a smaller largest share could be faster, and the walk does not look for it.)
 // Memory of rank i: fixed_i + w_i(m_i) + a_i·b_i + s_i·S ≤ U_i, w_i nondecreasing (kept
 // boundary activations a_i per sample; a_i = 0 with host offload).
 //
@@ -49,6 +60,9 @@ struct OptimalRankModel {
   // forward and backward totals F and K (composed like t_i); ρ = 0 (default): t_i.
   std::vector<double> forward_time;  // [m] seconds, empty or the size of micro_batch_time
   double phase_weight = 0;           // ρ
+  // O_i: the optimizer step over the whole state on this device, without the per-step launch
+  // cost (OptimalProblem::optimizer_fixed_seconds). < 0: OptimalProblem::optimizer_seconds.
+  double optimizer_seconds = -1;
   int max_micro_batch() const { return static_cast<int>(micro_batch_time.size()) - 1; }
 };
 
@@ -68,8 +82,9 @@ struct OptimalProblem {
     return ranks[static_cast<std::size_t>(class_of(rank))];
   }
   int global_batch = 0;
-  double state_bytes = 0;        // S: the whole sharded training state
-  double optimizer_seconds = 0;  // O: optimizer step over the whole state
+  double state_bytes = 0;              // S: the whole sharded training state
+  double optimizer_seconds = 0;        // O_i of the models that give none (see OptimalRankModel)
+  double optimizer_fixed_seconds = 0;  // O_0: the step's launch cost, on every rank
   // C(σ) in seconds; must be nondecreasing in σ ∈ [1/n, 1]. Empty: no communication.
   std::function<double(double)> comm_seconds;
 };
@@ -88,7 +103,7 @@ struct OptimalSolution {
   double iteration_seconds = 0;  // T
   double compute_seconds = 0;    // τ = max_i t_i
   double comm_seconds = 0;       // C(σ)
-  double optimizer_seconds = 0;  // O·σ
+  double optimizer_seconds = 0;  // O_0 + max_i O_i·s_i
   double max_share = 0;          // σ
   int feasibility_checks = 0;    // work done (for the benchmark and the README)
   int knapsack_runs = 0;
@@ -107,6 +122,14 @@ OptimalSolution solve_optimal(const OptimalProblem& problem);
 // model's best plan for its largest share), by model time. Candidates for a caller that ranks
 // plans by a finer objective than this model (the simulator's per-phase synchronisation).
 std::vector<OptimalSolution> solve_optimal_candidates(const OptimalProblem& problem);
+
+// O_i of rank i (the model's own, else the problem's) and the optimizer term of a share vector.
+double optimizer_full_state_seconds(const OptimalProblem& problem, int rank);
+double optimizer_step_seconds(const OptimalProblem& problem, const std::vector<double>& shares);
+// Shares s_i = min(λ·weight_i, room_i) for the smallest λ with Σ s_i = 1 (weights in (0, 1]);
+// with all weights 1 exactly water_fill_shares. Empty when Σ room < 1.
+std::vector<double> weighted_water_fill_shares(const std::vector<double>& rooms,
+                                               const std::vector<double>& weights);
 
 // Exhaustive reference for tests: every (b, m) assignment, shares water-filled. Exponential.
 OptimalSolution solve_optimal_brute_force(const OptimalProblem& problem);

@@ -30,6 +30,14 @@ struct PlannerOptions {
   // search
   int search_neighbours = 24;  // simulated neighbour plans at most
   bool progress = false;       // progress lines on stderr
+  // Schedule choices the user fixes (`cephalo plan --micro-batch --accumulation
+  // --activation-checkpointing`); every strategy honours them and optimises the rest.
+  int micro_batch = 0;                       // 0: the strategy chooses
+  std::optional<Accumulation> accumulation;  // unset: layered
+  // Unset: full (the default schedule). choose_checkpointing: the least recompute the memory
+  // model lets fit (none, then every 2, then full), decided per plan.
+  std::optional<ActivationCheckpointing> activation_checkpointing;
+  bool choose_checkpointing = false;
   // How the state is sharded (sharding_choice.hpp): "full", "hybrid" or "auto"; groups of
   // `group_nodes` consecutive nodes (0: hybrid takes 1, auto tries every size).
   std::string sharding = "full";

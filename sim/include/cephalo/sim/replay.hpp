@@ -51,6 +51,7 @@ struct SimResult {
   Time iteration_ns = 0;
   std::vector<Time> start_ns, end_ns, arrive_ns;  // per op id (arrive: collectives' arrival)
   std::vector<std::vector<traces::MemorySample>> memory;  // per rank when record_memory
+  int replayed_ranks = 0;  // class_replay.hpp's simulate_plan: ranks replayed (0: simulate())
 };
 
 SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario, const Plan& plan,

@@ -62,12 +62,17 @@ struct IterationReport {
   bool oom = false;
   std::optional<OomDetail> oom_detail;
   std::uint64_t events = 0;  // simulator: events processed; backend: ops executed
+  // The software stack that ran (to_string(Implementation), e.g. "eager, unfused"): written by
+  // `cephalo run` (backend::executed_implementation); "" when not recorded (SimResult files,
+  // whose stack is the scenario's job, and older RunResult files).
+  std::string implementation;
   std::vector<RankReport> ranks;
   std::vector<OpTiming> ops;  // sorted by id; empty unless requested
 };
 
 // JSON keys: source, plan_hash, iteration_time_s, samples_per_s, tokens_per_s, mfu, oom, oom_detail
-// (only when oom), events, ranks[...], ops (only when non-empty: [{id, start_s, end_s}]).
+// (only when oom), events, implementation (only when recorded), ranks[...], ops (only when
+// non-empty: [{id, start_s, end_s}]).
 Json to_json(const IterationReport& report);
 IterationReport parse_iteration_report(JsonReader& reader);
 IterationReport load_iteration_report(const std::filesystem::path& file);

@@ -153,6 +153,7 @@ struct GraphSummary {
   int global_batch = 0;
   double model_flops_per_iteration = 0;  // Σ forward+backward FLOPs over all samples (no recompute)
   Accumulation accumulation = Accumulation::Layered;
+  ActivationCheckpointing activation_checkpointing;
   Offload offload = Offload::None;
   bool prefetch = true;
 };
@@ -202,6 +203,14 @@ class TrainingGraph {
   // master parameters, gradient shard, Adam moments).
   double static_bytes(int rank) const { return static_bytes_[rank]; }
   const UnitSizes& unit_sizes(int unit) const { return unit_sizes_[unit]; }
+  // The backward phase whose reduce-scatter reduces the gradient a backward phase accumulates
+  // into: the phase itself, except under no_sync accumulation, where every round's backward of
+  // a unit accumulates into the unit's buffer of the last round (whose reduce-scatter is the
+  // only one). -1 for forward phases.
+  std::int32_t gradient_phase(int phase) const { return gradient_phase_[phase]; }
+  // Whether unit u's backward is preceded by a Recompute op (Plan::activation_checkpointing);
+  // when not, a layer's forward keeps its saved activations for its backward.
+  bool recomputes(int unit) const { return recomputes_[unit] != 0; }
 
   // "F u3 mb1 r0", "AGv u3 r2", "OPT r1": stable, human-readable.
   std::string op_name(OpId id) const;
@@ -231,6 +240,8 @@ class TrainingGraph {
   ShardLayout layout_;
   std::vector<double> static_bytes_;
   std::vector<UnitSizes> unit_sizes_;
+  std::vector<std::int32_t> gradient_phase_;  // per phase
+  std::vector<std::uint8_t> recomputes_;      // per unit
   mutable std::unique_ptr<BoostGraph> boost_;
 };
 
@@ -242,6 +253,12 @@ class TrainingGraph {
 //  * standard accumulation: micro-batch-major; every micro-batch round gathers and
 //    reduce-scatters every unit. Ranks with fewer micro-batches join the remaining rounds'
 //    collectives with no compute (their gradient contribution is zero).
+//  * no_sync accumulation: the rounds of standard, every round gathers every unit, but only
+//    the last round reduce-scatters: each unit's unsharded gradient buffer lives from the
+//    rank's first backward of the unit to that reduce-scatter.
+//  * activation checkpointing (Plan::activation_checkpointing): a checkpointed unit's forward
+//    frees its working set and its backward is preceded by a Recompute op that allocates it
+//    again; any other unit's forward keeps its working set until its backward (no Recompute).
 //  * prefetch: the gather of phase p may start when phase p-2's compute is done (one unit
 //    ahead); without it, when phase p-1's compute is done (no overlap with compute).
 //  * offload host: each micro-batch's layer input is copied to host after the unit consumed
@@ -251,5 +268,10 @@ class TrainingGraph {
 //    step, one AllReduce op per rank reduces the unit across groups (on the comm stream, in
 //    place on the gradient shard), and the optimizer step waits for it.
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario);
+// The same graph restricted to `ranks` (ascending, non-empty): only they have ops and are
+// collective members; sharding, collective variants and static bytes are the whole plan's and
+// the other ranks' programs are empty (sim/'s class replay builds one rank per class).
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks);
 
 }  // namespace cephalo::traces

@@ -1,0 +1,38 @@
+#pragma once
+// Class-representative replay (issue 17): ranks that run on the same device type (spec and
+// emulation slowdown), carry the same plan row (batch and micro-batch split), own slices of
+// the same sizes in every unit and sit in the same kind of node (intra-node link) do exactly
+// the same thing in the replay: the same ops with the same durations and allocations, in the
+// same collectives, on links that carry the same flows. So one representative per class is
+// replayed, together with the collectives that couple them (priced over every rank, as in the
+// full replay), and the others take their representative's record. Results equal the full
+// replay (tests/sim/class_replay_test.cpp: summaries and per-op times over random clusters).
+//
+// Where classes do not apply the full replay runs: when per-op records or memory timelines
+// are asked for (they are per rank), or when no two ranks share a class.
+// (Hybrid sharding: a rank's class must then also include its group's shape and its position
+// in it, and a collective's members become the group; see rank_classes.)
+#include <vector>
+
+#include "cephalo/sim/replay.hpp"
+
+namespace cephalo::sim {
+
+struct RankClasses {
+  std::vector<int> representative;   // per rank: the lowest rank of its class
+  std::vector<int> representatives;  // ascending: one rank per class
+};
+
+// Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
+RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                         const Plan& plan);
+
+// Builds the graph(s) and replays `plan`: by class where that applies, else in full. The report
+// is complete either way; in class mode `start_ns`, `end_ns` and `arrive_ns` are indexed by the
+// ops of build_training_graph_of_ranks(plan, scenario, representatives) and `replayed_ranks`
+// says how many ranks were replayed.
+SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
+                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+                        const SimOptions& options = {});
+
+}  // namespace cephalo::sim

@@ -1,0 +1,205 @@
+// The schedule choices of issue 13 in the TrainingGraph: activation checkpointing full / none /
+// every k (which units get a Recompute op, how long a forward's working set lives) and the
+// no_sync accumulation (one reduce-scatter per unit, in the last round, into a gradient buffer
+// every round accumulates into). Each expectation is counted from the definitions in
+// core/plan.hpp, not from the builder.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/training_graph.hpp"
+#include "tiny_scenario.hpp"
+
+using namespace cephalo;
+using namespace cephalo::traces;
+using cephalo::testing::tiny_plan;
+using cephalo::testing::tiny_scenario;
+
+namespace {
+
+ActivationCheckpointing every(int k) {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::Every;
+  c.every = k;
+  return c;
+}
+ActivationCheckpointing none() {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::None;
+  return c;
+}
+
+int count(const TrainingGraph& g, int rank, OpKind kind, int unit = -2) {
+  int n = 0;
+  for (const Op& o : g.program(rank))
+    if (o.kind == kind && (unit == -2 || o.unit == unit)) ++n;
+  return n;
+}
+
+// Peak of the device bytes over one rank's program in issue order (allocation at start, free
+// at end, one op at a time): the schedule's own high-water mark without stream overlap.
+double issue_order_peak(const TrainingGraph& g, int rank) {
+  double now = 0, peak = 0;
+  for (const Op& o : g.program(rank)) {
+    now += o.mem_alloc;
+    peak = std::max(peak, now);
+    now -= o.mem_free;
+  }
+  return peak;
+}
+
+}  // namespace
+
+TEST(ScheduleChoices, RecomputeOpsFollowTheCheckpointingSetting) {
+  const int layers = 5, mbs = 3;
+  const Scenario s = tiny_scenario(2, layers, 12);
+  const int units = layers + 2;
+  for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard, Accumulation::NoSync}) {
+    SCOPED_TRACE(to_string(acc));
+    struct Case {
+      ActivationCheckpointing c;
+      int recomputed_units;  // counted from the definition: layers 1, 1+k, ... + embedding + head
+    };
+    const std::vector<Case> cases = {{ActivationCheckpointing{}, units},
+                                     {none(), 1},
+                                     {every(2), 3 + 2},
+                                     {every(3), 2 + 2},
+                                     {every(1), units},
+                                     {every(9), 1 + 2}};
+    for (const auto& c : cases) {
+      SCOPED_TRACE(to_string(c.c));
+      Plan p = tiny_plan(s, mbs, acc);
+      p.activation_checkpointing = c.c;
+      const TrainingGraph g = build_training_graph(p, s);
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(count(g, r, OpKind::Recompute), c.recomputed_units * mbs);
+        EXPECT_EQ(count(g, r, OpKind::Backward), units * mbs);
+        EXPECT_EQ(count(g, r, OpKind::Recompute, units - 1), mbs);  // the head, always
+        for (int l = 1; l <= layers; ++l)
+          EXPECT_EQ(count(g, r, OpKind::Recompute, l), c.c.checkpoints_layer(l) ? mbs : 0);
+        EXPECT_EQ(g.recomputes(1), c.c.checkpoints_layer(1));
+        // Every byte allocated is freed.
+        double alloc = 0, freed = 0;
+        for (const Op& o : g.program(r)) {
+          alloc += o.mem_alloc;
+          freed += o.mem_free;
+        }
+        EXPECT_NEAR(alloc, freed, 1e-6 * alloc);
+      }
+      g.topological_order();  // acyclic
+    }
+  }
+}
+
+TEST(ScheduleChoices, EveryOneIsTheFullGraph) {
+  const Scenario s = tiny_scenario(2, 4, 8);
+  Plan full = tiny_plan(s, 2);
+  Plan one = full;
+  one.activation_checkpointing = every(1);
+  const TrainingGraph a = build_training_graph(full, s), b = build_training_graph(one, s);
+  ASSERT_EQ(a.num_ops(), b.num_ops());
+  for (std::size_t i = 0; i < a.num_ops(); ++i) {
+    EXPECT_EQ(a.ops()[i].kind, b.ops()[i].kind);
+    EXPECT_EQ(a.ops()[i].mem_alloc, b.ops()[i].mem_alloc);
+    EXPECT_EQ(a.ops()[i].mem_free, b.ops()[i].mem_free);
+  }
+}
+
+TEST(ScheduleChoices, LayersWithoutCheckpointingHoldTheirActivationsLonger) {
+  const Scenario s = tiny_scenario(2, 4, 8);
+  for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard}) {
+    SCOPED_TRACE(to_string(acc));
+    Plan p = tiny_plan(s, 2, acc);
+    const double full = issue_order_peak(build_training_graph(p, s), 0);
+    p.activation_checkpointing = every(2);
+    const double half = issue_order_peak(build_training_graph(p, s), 0);
+    p.activation_checkpointing = none();
+    const double kept = issue_order_peak(build_training_graph(p, s), 0);
+    EXPECT_LT(full, half);
+    EXPECT_LT(half, kept);
+    // A kept layer's forward frees nothing of its working set; its backward frees it.
+    const TrainingGraph g = build_training_graph(p, s);
+    const double w = costmodels::unit_working_bytes(s.job.model, 2, s.job.sequence_length, 2,
+                                                    s.job.precision.compute);
+    for (const Op& o : g.program(0))
+      if (o.kind == OpKind::Forward && o.unit == 2) {
+        EXPECT_LT(o.mem_free, w);
+      }
+  }
+}
+
+TEST(ScheduleChoices, NoSyncReduceScattersEveryUnitOnceInTheLastRound) {
+  const int layers = 3, mbs = 3;
+  const Scenario s = tiny_scenario(2, layers, 12);
+  const int units = layers + 2;
+  Plan p = tiny_plan(s, mbs, Accumulation::NoSync);
+  p.ranks[1].micro_batches = 2;  // fewer rounds on rank 1: it joins the last reduce-scatter
+  p.ranks[1].micro_batch = 3;
+  const TrainingGraph g = build_training_graph(p, s);
+  Plan std_plan = p;
+  std_plan.accumulation = Accumulation::Standard;
+  const TrainingGraph st = build_training_graph(std_plan, s);
+  for (int r = 0; r < 2; ++r) {
+    const int rs = count(g, r, OpKind::ReduceScatter) + count(g, r, OpKind::ReduceScatterV);
+    const int ag = count(g, r, OpKind::AllGather) + count(g, r, OpKind::AllGatherV);
+    EXPECT_EQ(rs, units);
+    EXPECT_EQ(ag, 2 * units * mbs);  // parameters re-gathered every micro-batch
+    EXPECT_EQ(count(st, r, OpKind::ReduceScatter) + count(st, r, OpKind::ReduceScatterV),
+              units * mbs);
+    // Every backward accumulates into the last round's phase of its unit, which reduces it.
+    std::map<int, int> reduced;  // gradient phase -> unit
+    for (const Op& o : g.program(r))
+      if (o.kind == OpKind::ReduceScatter || o.kind == OpKind::ReduceScatterV) {
+        EXPECT_EQ(g.gradient_phase(o.phase), o.phase);
+        reduced[o.phase] = o.unit;
+        EXPECT_GE(o.phase, (mbs - 1) * 2 * units);  // in the last round
+      }
+    for (const Op& o : g.program(r))
+      if (o.kind == OpKind::Backward) {
+        ASSERT_TRUE(reduced.count(g.gradient_phase(o.phase)));
+        EXPECT_EQ(reduced[g.gradient_phase(o.phase)], o.unit);
+      }
+    // The whole model's gradient is held across rounds: more memory than standard.
+    EXPECT_GT(issue_order_peak(g, r), issue_order_peak(st, r));
+    double alloc = 0, freed = 0;
+    for (const Op& o : g.program(r)) {
+      alloc += o.mem_alloc;
+      freed += o.mem_free;
+    }
+    EXPECT_NEAR(alloc, freed, 1e-6 * alloc);
+  }
+  g.topological_order();
+}
+
+TEST(ScheduleChoices, MemoryModelCountsKeptActivationsAndNoSyncGradients) {
+  const Scenario s = tiny_scenario(1, 4, 6);
+  const Job& job = s.job;
+  costmodels::RankMemoryInputs in;
+  in.micro_batch_sizes = {2, 2, 2};
+  in.gpu_runtime = false;
+  auto total = [&](const costmodels::RankMemoryInputs& x, const char* term) {
+    for (const auto& t : costmodels::memory_terms(job, x))
+      if (t.name == term) return t.bytes;
+    return 0.0;
+  };
+  const double w1 =
+      costmodels::unit_working_bytes(job.model, 1, job.sequence_length, 1, job.precision.compute);
+  EXPECT_EQ(total(in, "kept_activations"), 0.0);
+  in.activation_checkpointing = none();
+  EXPECT_NEAR(total(in, "kept_activations"), 4 * 6 * w1, 1e-6 * w1);  // 4 layers, 6 samples
+  in.activation_checkpointing = every(2);
+  EXPECT_NEAR(total(in, "kept_activations"), 2 * 6 * w1, 1e-6 * w1);  // layers 2 and 4
+  in.accumulation = Accumulation::Standard;
+  EXPECT_NEAR(total(in, "kept_activations"), 2 * 2 * w1, 1e-6 * w1);  // one micro-batch
+  const double standard_grad = total(in, "unit_gradient");
+  in.accumulation = Accumulation::NoSync;
+  double all = 0;
+  for (int u = 0; u < costmodels::num_units(job.model); ++u)
+    all += costmodels::phase_parameters(job.model, u);
+  EXPECT_NEAR(total(in, "unit_gradient"), all * bytes_per_element(job.precision.reduce),
+              1e-6 * standard_grad);
+  EXPECT_GT(total(in, "unit_gradient"), standard_grad);
+}
