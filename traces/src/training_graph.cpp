@@ -173,7 +173,6 @@ void GraphBuilder::build_rank(int r) {
   const int lookahead = plan_.prefetch ? 2 : 1;
   const int num_phases = static_cast<int>(phases_.size());
   const int group = g_.layout_.group_of(r);
-  const std::size_t position = static_cast<std::size_t>(g_.layout_.position(r));
   auto at = [&](const std::vector<std::int32_t>& per_phase, int p) {
     return per_phase[static_cast<std::size_t>(p) * static_cast<std::size_t>(groups_) +
                      static_cast<std::size_t>(group)];
