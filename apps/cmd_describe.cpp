@@ -1,6 +1,7 @@
-// `cephalo describe gpus | models | SCENARIO_FILE [--json]`
+// `cephalo describe gpus | models | model NAME_OR_CONFIG_JSON | SCENARIO_FILE [--json]`
 #include <iostream>
 
+#include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
@@ -19,11 +20,11 @@ void describe_gpus(bool json) {
     std::cout << out.dump(2) << "\n";
     return;
   }
-  TextTable table({"gpu", "kind", "memory", "mem bw", "fp32", "fp16", "bf16", "pcie", "nvlink",
-                   "$/h"});
+  TextTable table(
+      {"gpu", "kind", "memory", "mem bw", "fp32", "fp16", "bf16", "pcie", "nvlink", "$/h"});
   for (const auto& d : catalog.all())
-    table.add_row({d.name, d.kind, format_bytes(d.memory_bytes), format_bandwidth(d.memory_bandwidth),
-                   format_flop_rate(d.peak_fp32),
+    table.add_row({d.name, d.kind, format_bytes(d.memory_bytes),
+                   format_bandwidth(d.memory_bandwidth), format_flop_rate(d.peak_fp32),
                    d.peak_fp16 > 0 ? format_flop_rate(d.peak_fp16) : "-",
                    d.peak_bf16 > 0 ? format_flop_rate(d.peak_bf16) : "-",
                    "gen" + std::to_string(d.pcie_generation) + " x" + std::to_string(d.pcie_lanes),
@@ -52,9 +53,54 @@ void describe_models(bool json) {
   for (const auto& m : catalog.all())
     table.add_row({m.name, m.family, std::to_string(m.num_layers), std::to_string(m.hidden),
                    std::to_string(m.heads), std::to_string(m.ffn_hidden),
-                   std::to_string(m.vocab_size), fixed(costmodels::layer_parameters(m) / 1e6, 2) + "M",
+                   std::to_string(m.vocab_size),
+                   fixed(costmodels::layer_parameters(m) / 1e6, 2) + "M",
                    fixed(costmodels::total_parameters(m) / 1e9, 3) + "B"});
   std::cout << table.render();
+}
+
+// One model: a catalog name or a Hugging Face config.json, with its parameter counts by unit
+// and what was read from the config but not priced.
+void describe_model(const std::string& what, bool json) {
+  HfModel hf;
+  if (auto m = costmodels::ModelCatalog::builtin().find(what)) {
+    hf.spec = *m;
+  } else {
+    hf = load_hf_config(what);
+  }
+  const ModelSpec& m = hf.spec;
+  Json j = model_record(m);
+  j["embedding_parameters"] = costmodels::embedding_parameters(m);
+  j["head_parameters"] = costmodels::head_parameters(m);
+  if (!hf.model_type.empty()) {
+    j["hf_model_type"] = hf.model_type;
+    j["notes"] = hf.notes;
+  }
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  auto count = [](double p) { return fixed(p, 0); };
+  std::cout << "model " << m.name << (hf.model_type.empty() ? " (catalog)" : "") << "\n"
+            << "  " << m.source << "\n"
+            << "  family " << m.family << ", " << m.num_layers << " layers, hidden " << m.hidden
+            << ", " << m.heads << " heads"
+            << (m.kv_heads != m.heads ? " (" + std::to_string(m.kv_heads) + " key/value)" : "")
+            << ", MLP " << m.ffn_hidden << " " << m.activation << ", " << m.norm
+            << (m.norm == "layernorm" && !m.norm_bias ? " without shift" : "") << "\n"
+            << "  biases: q/k/v " << (m.qkv_bias ? "yes" : "no") << ", attention output "
+            << (m.out_bias ? "yes" : "no") << ", MLP " << (m.mlp_bias ? "yes" : "no")
+            << "; positions: "
+            << (m.max_positions > 0 ? std::to_string(m.max_positions) + " learned" : "none stored")
+            << "; head: " << (m.tied_embeddings ? "tied" : "untied") << "\n";
+  TextTable table({"unit", "parameters"});
+  table.add_row({"embedding", count(costmodels::embedding_parameters(m))});
+  table.add_row({"each layer (x" + std::to_string(m.num_layers) + ")",
+                 count(costmodels::layer_parameters(m))});
+  table.add_row({"head", count(costmodels::head_parameters(m))});
+  table.add_row({"total", count(costmodels::total_parameters(m))});
+  std::cout << table.render();
+  for (const auto& n : hf.notes) std::cout << "  note: " << n << "\n";
 }
 
 void describe_scenario(const std::string& file, bool json) {
@@ -67,14 +113,14 @@ void describe_scenario(const std::string& file, bool json) {
   }
   std::cout << "scenario " << s.name << " (" << file << ")\n"
             << "  job: " << s.job.model_name << " ("
-            << fixed(costmodels::total_parameters(s.job.model) / 1e9, 2) << "B parameters), sequence "
-            << s.job.sequence_length << ", global batch " << s.job.global_batch << ", compute "
-            << to_string(s.job.precision.compute) << "\n"
+            << fixed(costmodels::total_parameters(s.job.model) / 1e9, 2)
+            << "B parameters), sequence " << s.job.sequence_length << ", global batch "
+            << s.job.global_batch << ", compute " << to_string(s.job.precision.compute) << "\n"
             << "  cluster: " << s.cluster.name << ", " << s.cluster.nodes.size() << " node(s), "
             << s.cluster.num_ranks() << " device(s)"
             << (s.cluster.emulated() ? " [EMULATED slowdown on some ranks]" : "") << "\n\n";
-  TextTable table({"rank", "node", "gpu", "memory", "peak (compute dtype)", "intra link", "nic",
-                   "slowdown"});
+  TextTable table(
+      {"rank", "node", "gpu", "memory", "peak (compute dtype)", "intra link", "nic", "slowdown"});
   for (const auto& r : s.cluster.ranks()) {
     const auto& node = s.cluster.nodes[r.node];
     table.add_row({std::to_string(r.rank), node.name, r.slot->spec.name,
@@ -90,15 +136,24 @@ void describe_scenario(const std::string& file, bool json) {
 }  // namespace
 
 void add_describe_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("describe", "Describe the GPU catalog, the model catalog or a scenario");
-  static std::string what;
+  auto* cmd =
+      app.add_subcommand("describe", "Describe the GPU catalog, the model catalog or a scenario");
+  static std::string what, model;
   static bool json = false;
-  cmd->add_option("what", what, "gpus | models | SCENARIO_FILE")->required();
+  cmd->add_option("what", what, "gpus | models | model | SCENARIO_FILE")->required();
+  cmd->add_option("model", model, "with `model`: a catalog name or a Hugging Face config.json");
   cmd->add_flag("--json", json, "Print the same record as JSON");
   cmd->callback([] {
-    if (what == "gpus") describe_gpus(json);
-    else if (what == "models") describe_models(json);
-    else describe_scenario(what, json);
+    if (what == "gpus")
+      describe_gpus(json);
+    else if (what == "models")
+      describe_models(json);
+    else if (what == "model") {
+      if (model.empty())
+        throw CLI::ValidationError("describe model", "needs a NAME or CONFIG_JSON");
+      describe_model(model, json);
+    } else
+      describe_scenario(what, json);
   });
 }
 

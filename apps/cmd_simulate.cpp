@@ -4,12 +4,14 @@
 // trace that opens in Perfetto.
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
@@ -50,21 +52,31 @@ void add_simulate_command(CLI::App& app) {
     check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
 
     const auto t0 = std::chrono::steady_clock::now();
-    traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);
     sim::SimOptions options;
     options.record_ops = a.ops;
     options.record_memory = !a.trace.empty();
     options.link_sharing = !a.no_link_sharing;
     options.queue = a.queue;
-    sim::SimResult result =
-        sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+    // Per-op records and traces need every rank's ops: the full graph. Otherwise the replay
+    // runs one representative per class of identical ranks (sim/class_replay.hpp).
+    std::optional<traces::TrainingGraph> graph;
+    sim::SimResult result;
+    if (a.ops || !a.trace.empty()) {
+      graph = traces::build_training_graph(plan, scenario);
+      result = sim::simulate(*graph, scenario, plan, *models.compute, *models.comm, options);
+    } else {
+      result = sim::simulate_plan(plan, scenario, *models.compute, *models.comm, options);
+    }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cerr << "simulated " << graph.num_ops() << " ops, " << result.report.events
-              << " events in " << wall << " s\n";
+    std::cerr << "simulated "
+              << (graph ? std::to_string(graph->num_ops()) + " ops"
+                        : std::to_string(result.replayed_ranks) + " of " +
+                              std::to_string(plan.ranks.size()) + " ranks")
+              << ", " << result.report.events << " events in " << wall << " s\n";
 
-    if (!a.trace.empty()) {
-      traces::write_chrome_trace(a.trace, sim::trace_input(result, graph, scenario));
+    if (graph && !a.trace.empty()) {
+      traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));
       std::cerr << "wrote trace " << a.trace << "\n";
     }
     if (a.json) {
@@ -79,7 +91,7 @@ void add_simulate_command(CLI::App& app) {
         TextTable t({"op", "name", "start", "end"});
         t.set_align(1, TextTable::Align::Left);
         for (const auto& o : result.report.ops)
-          t.add_row({std::to_string(o.id), graph.op_name(o.id), fixed(o.start_s * 1e3, 3) + " ms",
+          t.add_row({std::to_string(o.id), graph->op_name(o.id), fixed(o.start_s * 1e3, 3) + " ms",
                      fixed(o.end_s * 1e3, 3) + " ms"});
         std::cout << "\n" << t.render();
       }

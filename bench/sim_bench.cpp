@@ -13,6 +13,7 @@
 
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/event_queue.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
@@ -208,6 +209,32 @@ BENCHMARK(BM_Replay)
     ->Args({1024, 8, 1})
     ->Args({4096, 8, 1})
     ->Args({10240, 8, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+
+// Class-representative replay (issue 17, sim/class_replay.hpp): graph building (rank 0's probe
+// for the sharding, then one representative per class) and the replay, as `simulate_plan`
+// runs them. Target at 100k GPUs x 96 layers: <= 5 s and <= 2 GiB on one core.
+void BM_ClassReplay(benchmark::State& state) {
+  auto s = make_setup(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                      static_cast<int>(state.range(2)), Accumulation::Layered);
+  int replayed = 0;
+  double simulated = 0;
+  for (auto _ : state) {
+    auto r = sim::simulate_plan(s->plan, s->scenario, *s->models.compute, *s->models.comm);
+    replayed = r.replayed_ranks;
+    simulated = r.report.iteration_time_s;
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["replayed_ranks"] = replayed;
+  state.counters["simulated_s"] = simulated;
+  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+}
+BENCHMARK(BM_ClassReplay)
+    ->Args({1024, 96, 8})
+    ->Args({10240, 8, 1})
+    ->Args({102400, 96, 1})
+    ->Args({102400, 96, 8})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 

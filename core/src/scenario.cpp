@@ -1,5 +1,7 @@
 #include "cephalo/core/scenario.hpp"
 
+#include "cephalo/core/hf_config.hpp"
+
 #include <cmath>
 
 namespace cephalo {
@@ -152,6 +154,24 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
   return cluster;
 }
 
+namespace {
+
+// `{"hf_config": "config.json"}`, the path relative to the file the job was read from.
+ModelSpec read_hf_model(JsonReader& model, const std::string& job_file) {
+  auto path_reader = model.child("hf_config");
+  std::filesystem::path p = path_reader.as_string();
+  if (p.is_relative()) p = std::filesystem::path(job_file).parent_path() / p;
+  model.finish();
+  try {
+    return load_hf_config(p).spec;
+  } catch (const IoError& e) {
+    path_reader.fail_value("\"" + path_reader.as_string() + "\" (" + e.what() + ")",
+                           "a readable Hugging Face config.json (relative to the job file)");
+  }
+}
+
+}  // namespace
+
 Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
   if (!reader.is_object()) reader.fail("an object describing a training job");
   Job job;
@@ -170,11 +190,14 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
       model.fail_value("unknown model \"" + job.model_name + "\"", expected);
     }
     job.model = *spec;
+  } else if (model.is_object() && model.has("hf_config")) {
+    job.model = read_hf_model(model, reader.file());
+    job.model_name = job.model.name;
   } else if (model.is_object()) {
     job.model = parse_model_spec(model);
     job.model_name = job.model.name;
   } else {
-    model.fail("a model name or an inline architecture object");
+    model.fail("a model name, {\"hf_config\": \"config.json\"} or an inline architecture object");
   }
   job.sequence_length = static_cast<int>(reader.integer("sequence_length", 1, 1 << 22));
   if (job.model.max_positions > 0 && job.sequence_length > job.model.max_positions &&
@@ -182,6 +205,11 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
     reader.child("sequence_length")
         .fail("at most the model's max_positions (" + std::to_string(job.model.max_positions) +
               ")");
+  if (job.model.attention_window > 0 && job.sequence_length > job.model.attention_window)
+    reader.child("sequence_length")
+        .fail("at most the model's sliding attention window (" +
+              std::to_string(job.model.attention_window) +
+              " tokens): attention over a window shorter than the sequence is not priced");
   job.global_batch = static_cast<int>(reader.integer("global_batch", 1, 1 << 24));
   if (auto p = reader.optional_child("precision")) {
     auto dtype_of = [&](const char* key, Dtype fallback) {

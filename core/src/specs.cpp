@@ -146,7 +146,16 @@ ModelSpec parse_model_spec(JsonReader& reader) {
   m.norm = reader.has("norm") ? reader.child("norm").as_enum({"layernorm", "rmsnorm"})
                               : (m.family == "llama" ? "rmsnorm" : "layernorm");
   m.ffn_hidden = static_cast<int>(reader.integer_or("ffn_hidden", 4LL * m.hidden, 1, kBig));
-  m.bias = reader.boolean_or("bias", m.family != "llama");
+  const bool bias = reader.boolean_or("bias", m.family != "llama");
+  m.qkv_bias = reader.boolean_or("qkv_bias", bias);
+  m.out_bias = reader.boolean_or("out_bias", bias);
+  m.mlp_bias = reader.boolean_or("mlp_bias", bias);
+  if (reader.has("norm_bias") && m.norm != "layernorm")
+    reader.child("norm_bias")
+        .fail("no norm_bias with \"norm\": \"" + m.norm + "\" (only a LayerNorm has a shift)");
+  m.norm_bias = m.norm == "layernorm" && reader.boolean_or("norm_bias", true);
+  m.attention_window =
+      static_cast<int>(reader.integer_or("attention_window", 0, 0, std::int64_t{1} << 22));
   m.tied_embeddings = reader.boolean_or("tied_embeddings", m.family == "gpt");
   if (m.family == "vit") {
     m.image_size = static_cast<int>(reader.integer("image_size", 1, 1 << 16));
@@ -177,9 +186,18 @@ Json to_json(const ModelSpec& m) {
             {"ffn_hidden", m.ffn_hidden},
             {"activation", m.activation},
             {"norm", m.norm},
-            {"bias", m.bias},
             {"tied_embeddings", m.tied_embeddings},
             {"max_positions", m.max_positions}};
+  // One "bias" when the parts agree (every catalog model), else each part.
+  if (m.qkv_bias == m.out_bias && m.out_bias == m.mlp_bias) {
+    j["bias"] = m.qkv_bias;
+  } else {
+    j["qkv_bias"] = m.qkv_bias;
+    j["out_bias"] = m.out_bias;
+    j["mlp_bias"] = m.mlp_bias;
+  }
+  if (m.norm == "layernorm" && !m.norm_bias) j["norm_bias"] = false;
+  if (m.attention_window > 0) j["attention_window"] = m.attention_window;
   if (m.family == "vit") {
     j["image_size"] = m.image_size;
     j["patch_size"] = m.patch_size;

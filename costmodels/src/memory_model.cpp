@@ -28,26 +28,14 @@ double largest_phase_parameters(const ModelSpec& m) {
   return best;
 }
 
-// Saved activations plus the backward's input-gradient temporaries of the largest unit, plus
-// the s×s scores and their gradient eager attention holds on a GPU.
-double largest_working_set(const Job& job, int micro_batch, bool gpu_runtime) {
-  double best = 0;
-  for (int u = 0; u < num_units(job.model); ++u)
-    best = std::max(
-        best,
-        unit_working_bytes(job.model, u, job.sequence_length, micro_batch, job.precision.compute) +
-            unit_backward_transient_bytes(job.model, u, job.sequence_length, micro_batch,
-                                          job.precision.compute) +
-            (gpu_runtime ? eager_attention_bytes(job.model, u, job.sequence_length, micro_batch,
-                                                 job.implementation)
-                         : 0.0));
-  return best;
-}
-
 }  // namespace
 
-std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
-                                     const MemoryConstants& k) {
+namespace {
+
+// The terms of one moment of the schedule; all_gradients: every unit's unsharded gradient is
+// alive (no_sync's last micro-batch).
+std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& in,
+                                       const MemoryConstants& k, bool all_gradients) {
   if (in.micro_batch_sizes.empty())
     throw ValidationError("", "micro_batch_sizes", "[]", "at least one micro-batch");
   for (int mb : in.micro_batch_sizes)
@@ -72,11 +60,8 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   const double unit = largest_phase_parameters(m);
   t.push_back({"gathered_params",
                k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
-  // Under no_sync every unit's unsharded gradient (each phase's buffer: a tied head's brings
-  // the embedding's again) lives from the first micro-batch's backward to the last one's
-  // reduce-scatter. With one micro-batch on the rank that is standard's one unit at a time.
   double gradient_params = unit;
-  if (in.accumulation == Accumulation::NoSync && in.micro_batch_sizes.size() > 1) {
+  if (all_gradients) {
     gradient_params = 0;
     for (int u = 0; u < num_units(m); ++u) gradient_params += phase_parameters(m, u);
   }
@@ -102,25 +87,41 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   // Layers that are not checkpointed keep their forward's saved activations until their
   // backward: for every micro-batch under layered accumulation (all of them run a layer before
   // the next layer starts), for one micro-batch at a time otherwise.
-  int kept_layers = 0;
-  for (int l = 1; l <= m.num_layers; ++l)
-    if (!in.activation_checkpointing.checkpoints_layer(l)) ++kept_layers;
+  const ActivationCheckpointing& ck = in.activation_checkpointing;
+  auto kept_of = [&](int layer) {
+    if (ck.checkpoints_layer(layer)) return 0.0;
+    if (in.accumulation != Accumulation::Layered)
+      return unit_working_bytes(m, layer, job.sequence_length, largest_mb, p.compute);
+    double b = 0;
+    for (int mb : in.micro_batch_sizes)
+      b += unit_working_bytes(m, layer, job.sequence_length, mb, p.compute);
+    return b;
+  };
   double kept = 0;
-  if (kept_layers > 0) {
-    const int layer = 1;
-    if (in.accumulation == Accumulation::Layered) {
-      for (int mb : in.micro_batch_sizes)
-        kept += unit_working_bytes(m, layer, job.sequence_length, mb, p.compute);
-    } else {
-      kept = unit_working_bytes(m, layer, job.sequence_length, largest_mb, p.compute);
-    }
-    kept *= kept_layers;
-    // Listed only when some layer keeps its activations (the default schedule's terms, and
-    // every table printing them, stay as they were).
-    t.push_back({"kept_activations", k.activation_scale * kept});
+  for (int l = 1; l <= m.num_layers; ++l) kept += kept_of(l);
+  // Listed only when some layer keeps its activations (the default schedule's terms, and every
+  // table printing them, stay as they were).
+  if (kept > 0) t.push_back({"kept_activations", k.activation_scale * kept});
+  // The working set on top of those at the worst moment of the backward, which runs from the
+  // head down: at unit u the kept activations of the layers below u are still alive, and u
+  // adds its own working set (a kept layer's is already counted) and its input-gradient
+  // temporaries. With every layer checkpointed this is the largest unit's working set.
+  double working = 0, below = kept;
+  for (int u = num_units(m) - 1; u >= 0; --u) {
+    const bool layer = u >= 1 && u <= m.num_layers;
+    const double own = layer ? kept_of(u) : 0.0;
+    below -= own;
+    const double unit_bytes =
+        own > 0 ? own : unit_working_bytes(m, u, job.sequence_length, largest_mb, p.compute);
+    const double extra =
+        unit_bytes +
+        unit_backward_transient_bytes(m, u, job.sequence_length, largest_mb, p.compute) +
+        (in.gpu_runtime
+             ? eager_attention_bytes(m, u, job.sequence_length, largest_mb, job.implementation)
+             : 0.0);
+    working = std::max(working, (below > 0 ? below : 0.0) + extra);
   }
-  t.push_back(
-      {"working_set", k.working_scale * largest_working_set(job, largest_mb, in.gpu_runtime)});
+  t.push_back({"working_set", k.working_scale * (working - kept)});
   t.push_back({"framework_buffers", k.framework_buffers});
   double dynamic = 0;
   for (const auto& term : t)
@@ -129,6 +130,32 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   t.push_back({"nccl_reserve", in.gpu_runtime && in.world_size > 1 ? k.nccl_reserve : 0.0});
   t.push_back({"fragmentation", allocator_slack_fraction(in.gpu_runtime, k) * dynamic});
   return t;
+}
+
+}  // namespace
+
+std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
+                                     const MemoryConstants& k) {
+  if (in.accumulation != Accumulation::NoSync || in.micro_batch_sizes.size() <= 1) {
+    RankMemoryInputs plain = in;
+    if (plain.accumulation == Accumulation::NoSync) plain.accumulation = Accumulation::Standard;
+    return schedule_terms(job, plain, k, false);
+  }
+  // no_sync runs standard's micro-batch-major rounds, but every unit's unsharded gradient
+  // (each phase's buffer: a tied head's brings the embedding's again) lives from its first
+  // backward to the last micro-batch's reduce-scatter. Its peak is the larger of the first
+  // round's (standard: one unit's gradient at the largest micro-batch) and the last round's
+  // (every gradient, at the last micro-batch's activations).
+  RankMemoryInputs first = in, last = in;
+  first.accumulation = last.accumulation = Accumulation::Standard;
+  last.micro_batch_sizes = {in.micro_batch_sizes.back()};
+  auto a = schedule_terms(job, first, k, false), b = schedule_terms(job, last, k, true);
+  auto total = [](const std::vector<MemoryTerm>& t) {
+    double s = 0;
+    for (const auto& x : t) s += x.bytes;
+    return s;
+  };
+  return total(a) >= total(b) ? a : b;
 }
 
 double allocator_slack_fraction(bool gpu_runtime, const MemoryConstants& k) {

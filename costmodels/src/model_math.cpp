@@ -18,7 +18,9 @@ double layer_matmul_weights(const ModelSpec& m) {
   return attention + mlp;
 }
 
-double norm_parameters(const ModelSpec& m) { return m.norm == "layernorm" ? 2 * h(m) : h(m); }
+double norm_parameters(const ModelSpec& m) {
+  return m.norm == "layernorm" && m.norm_bias ? 2 * h(m) : h(m);
+}
 
 int vit_patches(const ModelSpec& m) {
   int side = m.image_size / m.patch_size;
@@ -39,9 +41,9 @@ UnitKind unit_kind(const ModelSpec& model, int unit) {
 
 double layer_parameters(const ModelSpec& m) {
   double biases = 0;
-  if (m.bias)
-    biases = (h(m) + 2 * kv_dim(m)) + h(m) + (m.activation == "swiglu" ? 2.0 : 1.0) * m.ffn_hidden +
-             h(m);
+  if (m.qkv_bias) biases += h(m) + 2 * kv_dim(m);
+  if (m.out_bias) biases += h(m);
+  if (m.mlp_bias) biases += (m.activation == "swiglu" ? 2.0 : 1.0) * m.ffn_hidden + h(m);
   return layer_matmul_weights(m) + biases + 2 * norm_parameters(m);
 }
 

@@ -132,7 +132,7 @@ std::vector<double> weighted_water_fill_shares(const std::vector<double>& rooms,
   const std::size_t n = rooms.size();
   double total = 0;
   for (double r : rooms) total += std::max(0.0, r);
-  if (n == 0 || total < 1 - kCoverTolerance) return {};
+  if (n == 0 || !(total > 0)) return {};
   if (std::all_of(weights.begin(), weights.end(), [](double w) { return w == 1.0; }))
     return water_fill_shares(rooms);
   // Σ min(λ·w_i, r_i) is piecewise linear in λ with breakpoints r_i / w_i: walk them upwards.
@@ -188,8 +188,8 @@ OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
             rooms[k] = p.state_bytes > 0 ? free / p.state_bytes : kInf;
             tau = std::max(tau, optimal_compute_time(ranks[k], b[k], m[k]));
           }
+          if (water_fill_level(rooms) == kInf) return;  // Σ room < 1: the state does not fit
           const auto shares = weighted_water_fill_shares(rooms, weights);
-          if (shares.empty()) return;
           const double sigma = *std::max_element(shares.begin(), shares.end());
           const double c = p.comm_seconds ? p.comm_seconds(sigma) : 0.0;
           const double opt = optimizer_step_seconds(p, shares);

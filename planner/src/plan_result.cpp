@@ -2,8 +2,11 @@
 #include "cephalo/planner/plan_result.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -28,25 +31,41 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
   double tau = 0, sigma = 0;
   const double params = costmodels::total_parameters(s.job.model);
   double opt = 0;
+  // Ranks alike (device, slowdown, plan row) predict alike: each distinct one is computed once
+  // (predict_memory walks every unit; at 100k ranks that was most of planning).
+  using Key = std::tuple<std::string, double, int, int, int, double>;
+  struct Alike {
+    RankPrediction p;
+    double optimizer_s = 0;
+  };
+  std::map<Key, Alike> alike;
   for (const auto& r : res.plan.ranks) {
     const auto& d = sm.devices[r.rank];
-    RankPrediction p;
-    p.rank = r.rank;
-    p.gpu = d.slot->spec.name;
-    const auto mem = costmodels::predict_memory(s.job, res.plan, r, d.slot->spec,
-                                                static_cast<int>(sm.devices.size()));
-    p.memory_bytes = mem.total;
-    p.usable_bytes = mem.usable;
-    auto& table = sm.table(d);
-    for (int size : r.micro_batch_sizes()) {
-      p.compute_s += table.micro_batch(size);
-      p.compute_per_layer_s += table.layer(size);
+    Key key{d.slot->spec.name, d.slot->slowdown, r.batch,
+            r.micro_batch,     r.micro_batches,  r.state_share};
+    auto [it, fresh] = alike.emplace(std::move(key), Alike{});
+    RankPrediction& p = it->second.p;
+    if (fresh) {
+      p.gpu = d.slot->spec.name;
+      const auto mem = costmodels::predict_memory(s.job, res.plan, r, d.slot->spec,
+                                                  static_cast<int>(sm.devices.size()));
+      p.memory_bytes = mem.total;
+      p.usable_bytes = mem.usable;
+      auto& table = sm.table(d);
+      for (int size : r.micro_batch_sizes()) {
+        p.compute_s += table.micro_batch(size);
+        p.compute_per_layer_s += table.layer(size);
+      }
+      // The step over the rank's own share, as the simulator times it (optimal_solver.hpp).
+      it->second.optimizer_s =
+          models.compute->optimizer_time(d.slot->spec, s.job, params * r.state_share).seconds *
+          d.slot->slowdown;
     }
     tau = std::max(tau, p.compute_s);
     sigma = std::max(sigma, r.state_share);
-    opt = std::max(opt, models.compute->optimizer_time(d.slot->spec, s.job, params).seconds *
-                            d.slot->slowdown * r.state_share);
+    opt = std::max(opt, it->second.optimizer_s);
     res.ranks.push_back(p);
+    res.ranks.back().rank = r.rank;
   }
   // Communication as the plan will run it: even collectives, or its uneven variant.
   const int n = static_cast<int>(sm.devices.size());

@@ -119,13 +119,15 @@ def scenario(name, slowdown, calibration, global_batch, seq):
     }
 
 
-def with_micro_batches(plan, count, accumulation, offload="none"):
+def with_micro_batches(plan, count, accumulation, offload="none", checkpointing="full"):
     """The planner's batches and shares, run as `count` micro-batches per rank with the given
     accumulation (the suite compares schedules, so it fixes the micro-batching itself)."""
     p = json.loads(json.dumps(plan))
     p.pop("predicted", None)
     p["accumulation"] = accumulation
     p["offload"] = offload
+    if checkpointing != "full":
+        p["activation_checkpointing"] = checkpointing
     for r in p["ranks"]:
         b = r["batch"]
         k = max(1, min(count, b))
@@ -189,16 +191,20 @@ def main():
                 planned = json.load(f)
             # layered and standard; the optimal plan also with activations offloaded to host
             # (exercises the copy ops on both sides)
-            variants = [("layered", "none"), ("standard", "none")]
+            variants = [("layered", "none", "full"), ("standard", "none", "full")]
             if strategy == "optimal":
-                variants.append(("layered", "host"))
-            for acc, offload in variants:
-                label = acc + ("+offload" if offload == "host" else "")
+                variants.append(("layered", "host", "full"))
+                # without activation checkpointing, and FSDP's no_sync accumulation (issue 13)
+                variants.append(("layered", "none", "none"))
+                variants.append(("no_sync", "none", "full"))
+            for acc, offload, ckpt in variants:
+                label = acc + ("+offload" if offload == "host" else "") + (
+                    "+no-ckpt" if ckpt == "none" else "")
                 name = f"{scen_name}/{strategy}/{label}"
                 pfile = W(f"{scen_name}.{strategy}.{label}.plan.json")
                 with open(pfile, "w") as f:
-                    json.dump(with_micro_batches(planned, a.micro_batches, acc, offload), f,
-                              indent=2)
+                    json.dump(with_micro_batches(planned, a.micro_batches, acc, offload, ckpt),
+                              f, indent=2)
                 plans.append({"name": name, "scenario": sfile, "plan": pfile})
 
     # 3. simulate, run, compare

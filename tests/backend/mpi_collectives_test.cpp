@@ -3,33 +3,21 @@
 // mpirun, and once with an injected mismatch to show that the check reports one.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "../support/run_command.hpp"
 
 namespace {
 
-struct Outcome {
-  int code = -1;
-  std::string output;
-};
+using Outcome = cephalo::test_support::CombinedResult;
 
 // `mpirun -np 3 mpi_collectives_check ARGS` (stdout and stderr together) under a hard timeout,
 // so a hung collective fails the test instead of the CI.
 Outcome run_check(const std::string& args) {
-  const std::string cmd =
+  return cephalo::test_support::run_combined(
       std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 ") +
       CEPHALO_MPIEXEC + " --oversubscribe --allow-run-as-root -np 3 " +
-      CEPHALO_MPI_COLLECTIVES_CHECK + " " + args + " 2>&1";
-  Outcome out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) out.output += buf.data();
-  const int status = pclose(pipe);
-  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+      CEPHALO_MPI_COLLECTIVES_CHECK + " " + args);
 }
 
 TEST(MpiCollectives, Bf16AndF16AgreeWithFp32ReferencesOnThreeRanks) {

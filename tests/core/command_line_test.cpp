@@ -13,16 +13,8 @@ const std::string kRoot = CEPHALO_SOURCE_DIR;
 const std::string kScenario = kRoot + "/scenarios/default.json";
 const std::string kPlan = kRoot + "/scenarios/plans/default-even.json";
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
-
-Outcome cephalo(const std::string& args) {
-  auto r =
-      cephalo::test_support::run_command("timeout 60 " + std::string(CEPHALO_CLI) + " " + args);
-  return {r.code, r.out + r.err};
-}
+using Outcome = cephalo::test_support::CliOutput;
+using cephalo::test_support::run_cephalo;
 
 struct BadFlag {
   std::string args;                    // the command line after `cephalo`
@@ -67,37 +59,37 @@ TEST(CommandLine, BadFlagValuesExitTwoNamingFlagValueAndAllowed) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
-    Outcome o = cephalo(c.args);
+    Outcome o = run_cephalo(c.args);
     EXPECT_EQ(o.exit_code, 2) << o.output;
     for (const auto& f : c.fragments) EXPECT_NE(o.output.find(f), std::string::npos) << o.output;
   }
 }
 
 TEST(CommandLine, MissingRequiredFlagStillSaysRequired) {
-  Outcome o = cephalo("profile --model gpt-tiny");
+  Outcome o = run_cephalo("profile --model gpt-tiny");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("--seq is required"), std::string::npos) << o.output;
 }
 
 TEST(CommandLine, MistypedCommandGetsASuggestion) {
-  Outcome o = cephalo("simulat --scenario x --plan y");
+  Outcome o = run_cephalo("simulat --scenario x --plan y");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("did you mean \"simulate\""), std::string::npos) << o.output;
-  o = cephalo("predict laye --gpu l4");
+  o = run_cephalo("predict laye --gpu l4");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("did you mean \"layer\""), std::string::npos) << o.output;
   // Known commands and plain help are left to CLI11.
-  EXPECT_EQ(cephalo("--help").exit_code, 0);
-  EXPECT_EQ(cephalo("describe gpus").exit_code, 0);
+  EXPECT_EQ(run_cephalo("--help").exit_code, 0);
+  EXPECT_EQ(run_cephalo("describe gpus").exit_code, 0);
 }
 
 TEST(CommandLine, GoodValuesStillPass) {
-  Outcome o = cephalo(
+  Outcome o = run_cephalo(
       "predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 2 "
       "--dtype float16 --source roofline --json");
   EXPECT_EQ(o.exit_code, 0) << o.output;
-  o = cephalo("simulate --queue pairing-heap --compute-model roofline --scenario " + kScenario +
-              " --plan " + kPlan);
+  o = run_cephalo("simulate --queue pairing-heap --compute-model roofline --scenario " + kScenario +
+                  " --plan " + kPlan);
   EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 

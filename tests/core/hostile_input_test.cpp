@@ -19,17 +19,8 @@ namespace {
 
 const fs::path kRoot = CEPHALO_SOURCE_DIR;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
-
-// `timeout` turns a hang into exit 124 instead of a stuck suite.
-Outcome cephalo(const std::string& args) {
-  auto r =
-      cephalo::test_support::run_command("timeout 60 " + std::string(CEPHALO_CLI) + " " + args);
-  return {r.code, r.out + r.err};
-}
+using Outcome = cephalo::test_support::CliOutput;
+using cephalo::test_support::run_cephalo;
 
 // "inf" or "nan" as a word of its own (not "infeasible"), any case.
 bool prints_non_finite(const std::string& text) {
@@ -60,23 +51,23 @@ class HostileInput : public ::testing::Test {
 TEST_F(HostileInput, FifoIsRefusedAtOnceNotOpened) {
   const fs::path fifo = dir_ / "plan.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Outcome o = cephalo("validate " + fifo.string());
+  Outcome o = run_cephalo("validate " + fifo.string());
   EXPECT_EQ(o.exit_code, 5) << o.output;  // 124 would be the hang this guards against
   EXPECT_NE(o.output.find("FIFO"), std::string::npos) << o.output;
   // As a scenario and as a plan of a command, too.
-  o = cephalo("simulate --scenario " + fifo.string() + " --plan " + fifo.string());
+  o = run_cephalo("simulate --scenario " + fifo.string() + " --plan " + fifo.string());
   EXPECT_EQ(o.exit_code, 5) << o.output;
   EXPECT_THROW(cephalo::read_json_file(fifo), cephalo::IoError);
 }
 
 TEST_F(HostileInput, DeviceAndDirectoryAreRefused) {
-  Outcome o = cephalo("validate /dev/null");
+  Outcome o = run_cephalo("validate /dev/null");
   EXPECT_EQ(o.exit_code, 5) << o.output;
   EXPECT_NE(o.output.find("character device"), std::string::npos) << o.output;
-  o = cephalo("validate " + dir_.string());
+  o = run_cephalo("validate " + dir_.string());
   EXPECT_EQ(o.exit_code, 5) << o.output;
   EXPECT_NE(o.output.find("is a directory"), std::string::npos) << o.output;
-  o = cephalo("validate " + (dir_ / "missing.json").string());
+  o = run_cephalo("validate " + (dir_ / "missing.json").string());
   EXPECT_EQ(o.exit_code, 5) << o.output;
   EXPECT_NE(o.output.find("no such file"), std::string::npos) << o.output;
 }
@@ -84,13 +75,13 @@ TEST_F(HostileInput, DeviceAndDirectoryAreRefused) {
 TEST_F(HostileInput, HugeKeyIsEchoedClippedWithItsLength) {
   const std::string key(5 * 1000 * 1000, 'k');
   fs::path p = write("cluster.json", "{\"nodes\": [{\"gpus\": [\"l4\"]}], \"" + key + "\": 1}");
-  Outcome o = cephalo("validate " + p.string());
+  Outcome o = run_cephalo("validate " + p.string());
   EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
   EXPECT_LT(o.output.size(), 4000u) << o.output.substr(0, 1000);
   EXPECT_NE(o.output.find("5000000 bytes in all"), std::string::npos) << o.output.substr(0, 1000);
   // The same for a huge unknown GPU name (a "closest" hint is no use for it either).
   p = write("gpu.json", "{\"nodes\": [{\"gpus\": [\"" + key + "\"]}]}");
-  o = cephalo("validate " + p.string());
+  o = run_cephalo("validate " + p.string());
   EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
   EXPECT_LT(o.output.size(), 4000u) << o.output.substr(0, 1000);
 }
@@ -102,7 +93,7 @@ TEST_F(HostileInput, DeepNestingIsRefusedWhileParsing) {
   for (const std::string& text : {open + close, open, "{\"nodes\": " + open + close + "}",
                                   "{\"rows\": [" + open + close + "]}"}) {
     fs::path p = write("deep.json", text);
-    Outcome o = cephalo("validate " + p.string());
+    Outcome o = run_cephalo("validate " + p.string());
     EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
     EXPECT_NE(o.output.find("nesting deeper than 256"), std::string::npos)
         << o.output.substr(0, 1000);
@@ -110,7 +101,7 @@ TEST_F(HostileInput, DeepNestingIsRefusedWhileParsing) {
   }
   fs::path p =
       write("deep.json", "{\"format\": \"cephalo-profile\", \"rows\": " + open + close + "}");
-  Outcome o = cephalo("profile validate --profiles " + p.string());
+  Outcome o = run_cephalo("profile validate --profiles " + p.string());
   EXPECT_EQ(o.exit_code, 1) << o.output.substr(0, 1000);
   EXPECT_NE(o.output.find("nesting deeper than 256"), std::string::npos)
       << o.output.substr(0, 1000);
@@ -148,14 +139,14 @@ TEST_F(HostileInput, PlanForAnotherScenarioIsRefused) {
   plan.replace(plan.find(name), name.size(), "\"some-other-scenario\"");
   fs::path other = write("other.json", plan);
   const std::string scenario = (kRoot / "scenarios/default.json").string();
-  Outcome o = cephalo("validate --scenario " + scenario + " " + ok.string());
+  Outcome o = run_cephalo("validate --scenario " + scenario + " " + ok.string());
   EXPECT_EQ(o.exit_code, 0) << o.output;
-  o = cephalo("validate --scenario " + scenario + " " + other.string());
+  o = run_cephalo("validate --scenario " + scenario + " " + other.string());
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("at scenario: got \"some-other-scenario\""), std::string::npos)
       << o.output;
   // The commands run the same check.
-  o = cephalo("simulate --scenario " + scenario + " --plan " + other.string());
+  o = run_cephalo("simulate --scenario " + scenario + " --plan " + other.string());
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("at scenario"), std::string::npos) << o.output;
 }
@@ -177,7 +168,7 @@ TEST_F(HostileInput, ScheduleSizeIsBoundedBeforeSimulating) {
        {"validate --scenario " + scenario.string() + " " + plan.string(),
         "simulate --scenario " + scenario.string() + " --plan " + plan.string()}) {
     SCOPED_TRACE(args);
-    Outcome o = cephalo(args);
+    Outcome o = run_cephalo(args);
     EXPECT_EQ(o.exit_code, 1) << o.output;
     EXPECT_NE(o.output.find("ranks[*].micro_batches"), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("at most 16777216 unit passes"), std::string::npos) << o.output;
@@ -186,9 +177,9 @@ TEST_F(HostileInput, ScheduleSizeIsBoundedBeforeSimulating) {
 
 TEST_F(HostileInput, CalibrationIsCheckedByValidateAsByTheCommands) {
   const fs::path bad = kRoot / "tests/data/bad/plan_as_calibration.scenario.json";
-  Outcome v = cephalo("validate " + bad.string());
+  Outcome v = run_cephalo("validate " + bad.string());
   EXPECT_EQ(v.exit_code, 1) << v.output;
-  Outcome p = cephalo("plan --strategy even --scenario " + bad.string());
+  Outcome p = run_cephalo("plan --strategy even --scenario " + bad.string());
   EXPECT_EQ(p.exit_code, 1) << p.output;
   EXPECT_NE(p.output.find("default-even.json: at format"), std::string::npos) << p.output;
 }
@@ -208,18 +199,18 @@ TEST_F(HostileInput, ExtremeButValidValuesGiveFiniteResults) {
      "nic": {"kind": "ethernet", "bandwidth": "100TB/s", "latency": 0}}]})");
   fs::path scenario = write("scenario.json", R"({"name": "extreme", "cluster": "cluster.json",
     "job": {"model": "gpt-2.7b", "sequence_length": 2048, "global_batch": 64}})");
-  Outcome v = cephalo("validate " + scenario.string());
+  Outcome v = run_cephalo("validate " + scenario.string());
   ASSERT_EQ(v.exit_code, 0) << v.output;
   for (const char* strategy : {"even", "proportional"}) {
     SCOPED_TRACE(strategy);
     const fs::path plan = dir_ / (std::string(strategy) + ".json");
-    Outcome p = cephalo("plan --strategy " + std::string(strategy) + " --scenario " +
-                        scenario.string() + " -o " + plan.string());
+    Outcome p = run_cephalo("plan --strategy " + std::string(strategy) + " --scenario " +
+                            scenario.string() + " -o " + plan.string());
     ASSERT_EQ(p.exit_code, 0) << p.output;
     EXPECT_FALSE(prints_non_finite(p.output)) << p.output;
     for (const char* format : {"", " --json"}) {
-      Outcome s = cephalo("simulate" + std::string(format) + " --scenario " + scenario.string() +
-                          " --plan " + plan.string());
+      Outcome s = run_cephalo("simulate" + std::string(format) + " --scenario " +
+                              scenario.string() + " --plan " + plan.string());
       EXPECT_TRUE(s.exit_code == 0 || s.exit_code == 3) << s.output;
       EXPECT_FALSE(prints_non_finite(s.output)) << s.output;
     }

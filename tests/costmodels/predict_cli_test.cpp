@@ -7,6 +7,8 @@
 
 #include "cephalo/core/json_reader.hpp"
 
+#include "../support/run_command.hpp"
+
 namespace {
 
 struct Result {
@@ -15,14 +17,8 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  std::string cmd = std::string(CEPHALO_CLI) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  auto r = cephalo::test_support::run_combined(std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.output};
 }
 
 const std::string kRoot = CEPHALO_SOURCE_DIR;

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../support/run_command.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,14 +22,8 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-  Run r;
-  const std::string cmd = std::string(CEPHALO_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  auto r = cephalo::test_support::run_combined(std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.output};
 }
 
 fs::path tmp(const std::string& name) {

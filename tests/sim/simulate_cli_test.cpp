@@ -12,6 +12,8 @@
 
 #include "cephalo/core/json_reader.hpp"
 
+#include "../support/run_command.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,17 +24,9 @@ struct Output {
   std::string out;
 };
 
-Output run(const std::string& args) {
-  std::string cmd = std::string(CEPHALO_CLI) + " " + args + " 2>/dev/null";
-  Output o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return o;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-  int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+Output run(const std::string& args) {  // stdout only
+  auto r = cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.out};
 }
 
 const std::string kSource = CEPHALO_SOURCE_DIR;

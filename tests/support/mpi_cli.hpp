@@ -19,35 +19,23 @@
 #include <string>
 #include <vector>
 
+#include "run_command.hpp"
+
 namespace cephalo::test_support {
 
 namespace fs = std::filesystem;
 
 inline const std::string kSrc = CEPHALO_SOURCE_DIR;
 
-struct Outcome {
-  int code = -1;
-  std::string output;
-  double seconds = 0;
-};
+using Outcome = CombinedResult;
 
 // Runs `mpirun -np N cephalo run ARGS` (stdout and stderr together), under a hard timeout so a
 // hung job fails the test instead of the CI.
 inline Outcome mpirun(int ranks, const std::string& args, int timeout_s = 120) {
-  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 " +
-                    std::to_string(timeout_s) + " " + CEPHALO_MPIEXEC +
-                    " --oversubscribe --allow-run-as-root -np " + std::to_string(ranks) + " " +
-                    CEPHALO_CLI + " run " + args + " 2>&1";
-  auto t0 = std::chrono::steady_clock::now();
-  Outcome out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) out.output += buf.data();
-  int status = pclose(pipe);
-  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+  return run_combined("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 " +
+                      std::to_string(timeout_s) + " " + CEPHALO_MPIEXEC +
+                      " --oversubscribe --allow-run-as-root -np " + std::to_string(ranks) + " " +
+                      CEPHALO_CLI + " run " + args);
 }
 
 inline std::string scenario(int ranks) {

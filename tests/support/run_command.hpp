@@ -1,15 +1,6 @@
 #pragma once
-// Runs a shell command for CLI tests and captures its exit code, stdout and stderr separately.
-// Capture files are unique per process and call, because ctest runs tests of one suite as
-// parallel processes.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+// Runs commands for the CLI tests (defined in run_command.cpp, library cephalo_test_support,
+// linked into every suite): one way to start a process and collect what it printed.
 #include <string>
 
 namespace cephalo::test_support {
@@ -21,30 +12,27 @@ struct CommandResult {
   std::string err;
 };
 
-inline CommandResult run_command(const std::string& command_line) {
-  static std::atomic<int> counter{0};
-  const std::string stem =
-      "cephalo_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1));
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto out_path = dir / (stem + ".out");
-  const auto err_path = dir / (stem + ".err");
-  const std::string cmd = command_line + " >" + out_path.string() + " 2>" + err_path.string();
-  const int status = std::system(cmd.c_str());
-  auto slurp = [](const std::filesystem::path& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  CommandResult result;
-  result.signalled = status != -1 && WIFSIGNALED(status);
-  result.code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = slurp(out_path);
-  result.err = slurp(err_path);
-  std::error_code ec;
-  std::filesystem::remove(out_path, ec);
-  std::filesystem::remove(err_path, ec);
-  return result;
-}
+// Runs a shell command and captures its exit code, stdout and stderr separately. Capture files
+// are unique per process and call, because ctest runs tests of one suite as parallel processes.
+CommandResult run_command(const std::string& command_line);
+
+// What the core CLI tests read: the exit code and stdout followed by stderr.
+struct CliOutput {
+  int exit_code = -1;
+  std::string output;
+};
+
+// `cephalo ARGS` (the built CLI) under `timeout 60`, so a hang fails as exit 124 instead of a
+// stuck suite.
+CliOutput run_cephalo(const std::string& args);
+
+// A shell command with stdout and stderr interleaved as printed (`2>&1` through a pipe), and
+// its wall time; for launcher jobs (mpirun) whose ranks' lines are read as one log.
+struct CombinedResult {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+CombinedResult run_combined(const std::string& command_line);
 
 }  // namespace cephalo::test_support

@@ -1,6 +1,7 @@
 #include "cephalo/traces/summarize.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 
 #include "cephalo/core/error.hpp"
@@ -74,7 +75,11 @@ std::string plan_hash(const Plan& plan) {
   };
   char num[40];
   auto add_number = [&](double v) {
-    std::snprintf(num, sizeof num, "%.17g", v);
+    // The text of printf's "%.17g" (to_chars with a precision is specified as printf in the C
+    // locale), without printf's cost: at 100k ranks snprintf was 15 % of planning.
+    const auto end =
+        std::to_chars(num, num + sizeof num - 1, v, std::chars_format::general, 17).ptr;
+    *end = '\0';
     add(num);
   };
   add_number(plan.version);

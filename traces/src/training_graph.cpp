@@ -141,6 +141,8 @@ class GraphBuilder {
   std::vector<int> built_;         // ranks that get ops, ascending
   std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
   std::vector<int> group_slot_;    // per rank: position among its group's built ranks
+  std::vector<signed char>
+      unit_equal_;  // per group × unit: equal slices on every member (-1: unknown)
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -455,9 +457,21 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
     CollectiveSegment seg;
     seg.unit = u;
     seg.numel = g_.unit_sizes_[u].numel;
-    const std::int64_t first = g_.slice(u, members.front()).count;
-    bool equal = true;
-    for (int r : members) equal &= g_.slice(u, r).count == first;
+    // Whether every member of the group owns as many elements of unit u: once per group and
+    // unit (every phase of the unit asks, and the walk is over all the group's ranks).
+    if (unit_equal_.empty())
+      unit_equal_.assign(static_cast<std::size_t>(groups_) * static_cast<std::size_t>(units_), -1);
+    signed char& known =
+        unit_equal_[static_cast<std::size_t>(group) * static_cast<std::size_t>(units_) +
+                    static_cast<std::size_t>(u)];
+    if (known < 0) {
+      const std::int64_t first = g_.slice(u, members.front()).count;
+      bool same = true;
+      for (std::size_t i = 1; i < members.size() && same; ++i)
+        same = g_.slice(u, members[i]).count == first;
+      known = same ? 1 : 0;
+    }
+    const bool equal = known == 1;
     seg.variant = equal                                ? CollectiveVariant::Even
                   : uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
                                                        : CollectiveVariant::Grouped;
@@ -586,8 +600,8 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   if (g_.layout_.hybrid()) {
     std::vector<int> last(static_cast<std::size_t>(units_), -1);
     for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
-      const std::int32_t rs = rs_collective_[static_cast<std::size_t>(p) *
-                                             static_cast<std::size_t>(groups_)];
+      const std::int32_t rs =
+          rs_collective_[static_cast<std::size_t>(p) * static_cast<std::size_t>(groups_)];
       if (rs < 0) continue;
       for (const auto& seg : g_.segments(g_.collectives_[rs]))
         last[static_cast<std::size_t>(seg.unit)] = p;

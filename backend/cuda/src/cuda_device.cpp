@@ -1,4 +1,8 @@
 // backend::Device on CUDA. See cuda_device.hpp and the ordering model in device.hpp.
+// Over 500 lines on purpose: one class whose streams, events, stream-ordered allocation and
+// kernels share private state (the three streams, the pool, deferred frees); splitting it
+// would expose that state in a header. It compiles without a GPU, but a split is only safe to
+// make with the GPU tests run, which no session here has had.
 #include "cephalo/backend/cuda/cuda_device.hpp"
 
 #include <array>

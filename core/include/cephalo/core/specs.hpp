@@ -69,12 +69,20 @@ struct ModelSpec {
   int max_positions = 0;            // learned position embeddings (0: rotary, none stored)
   std::string activation = "gelu";  // "gelu" or "swiglu"
   std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
-  bool bias = true;                 // linear layers carry biases
-  bool tied_embeddings = true;      // head shares the token embedding
-  int image_size = 0;               // ViT only
-  int patch_size = 0;               // ViT only
-  int channels = 3;                 // ViT only
-  int num_classes = 0;              // ViT only
+  // Biases of the linear layers, by part (the JSON key "bias" sets all three; Qwen2 has only
+  // the q/k/v ones), and LayerNorm's shift (MPT drops it; RMSNorm never has one).
+  bool qkv_bias = true;
+  bool out_bias = true;  // attention output projection
+  bool mlp_bias = true;
+  bool norm_bias = true;
+  // Sliding-window attention span in tokens (0: full attention). Not priced: a job whose
+  // sequence is longer than the window is refused (parse_job), so pricing full attention is exact.
+  int attention_window = 0;
+  bool tied_embeddings = true;  // head shares the token embedding
+  int image_size = 0;           // ViT only
+  int patch_size = 0;           // ViT only
+  int channels = 3;             // ViT only
+  int num_classes = 0;          // ViT only
   std::vector<std::string> aliases;
   std::string source;
 };

@@ -127,7 +127,8 @@ std::vector<OptimalSolution> solve_optimal_candidates(const OptimalProblem& prob
 double optimizer_full_state_seconds(const OptimalProblem& problem, int rank);
 double optimizer_step_seconds(const OptimalProblem& problem, const std::vector<double>& shares);
 // Shares s_i = min(λ·weight_i, room_i) for the smallest λ with Σ s_i = 1 (weights in (0, 1]);
-// with all weights 1 exactly water_fill_shares. Empty when Σ room < 1.
+// with all weights 1 exactly water_fill_shares. When Σ room < 1 (within rounding of a
+// feasibility test) the rooms scaled to sum to 1, like water_fill_shares; empty when Σ room ≤ 0.
 std::vector<double> weighted_water_fill_shares(const std::vector<double>& rooms,
                                                const std::vector<double>& weights);
 

@@ -1,0 +1,192 @@
+"""Cephalo from Python: the libraries behind the `cephalo` CLI (pybind11 module `_cephalo`).
+
+Inputs are files (str / os.PathLike) or Python dicts in the same JSON schema as the files.
+Results are the libraries' own JSON records decoded into plain dicts and lists, with the same
+field names the CLI prints; `simulate(..., text=True)` returns the record's exact text, the
+bytes `cephalo simulate --json` prints. Errors raise the classes of `cephalo.errors`.
+
+    import cephalo
+    s = cephalo.load_scenario("scenarios/default.json")
+    p = cephalo.plan(s, strategy="optimal")
+    r = cephalo.simulate(s, p, ops=True)
+    r.ranks_frame()          # pandas.DataFrame, one row per rank
+"""
+
+import json as _json
+import os as _os
+
+from . import _cephalo
+from .errors import (CephaloError, InfeasibleError, IoError, NotFoundError, RuntimeFailure,
+                     ValidationError)
+
+__all__ = [
+    "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
+    "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
+    "load_plan", "validate", "plan", "simulate", "sweep", "compare", "describe_model",
+    "predict_memory", "strategies", "compute_sources", "hf_model_types",
+]
+
+Scenario = _cephalo.Scenario
+Plan = _cephalo.Plan
+
+_DICT_LABEL = "<dict>"
+
+
+def _is_path(source):
+    return isinstance(source, (str, bytes, _os.PathLike))
+
+
+def _text(source):
+    if not isinstance(source, dict):
+        raise TypeError(f"expected a file path or a dict, got {type(source).__name__}")
+    return _json.dumps(source)
+
+
+class Record(dict):
+    """A JSON record as a dict, with pandas views of its tables (pandas is optional)."""
+
+    def _frame(self, key):
+        import pandas  # optional dependency: only the DataFrame views need it
+        return pandas.DataFrame(self.get(key, []))
+
+    def ranks_frame(self):
+        """One row per rank (the record's "ranks")."""
+        return self._frame("ranks")
+
+    def ops_frame(self):
+        """One row per op (the record's "ops": id, start_s, end_s; simulate with ops=True)."""
+        frame = self._frame("ops")
+        if len(frame):
+            frame["duration_s"] = frame["end_s"] - frame["start_s"]
+        return frame
+
+    def to_pandas(self, table="ranks"):
+        """The DataFrame of `table` ("ranks" or "ops")."""
+        if table not in ("ranks", "ops"):
+            raise ValueError('table must be "ranks" or "ops"')
+        return self.ranks_frame() if table == "ranks" else self.ops_frame()
+
+
+def _record(text):
+    return Record(_json.loads(text))
+
+
+def load_scenario(source, base_dir=None):
+    """A Scenario from a scenario file, or a dict (relative cluster/job files and hf_config
+    paths resolve against base_dir, default the working directory)."""
+    if isinstance(source, Scenario):
+        return source
+    if _is_path(source):
+        return _cephalo.scenario_from_file(_os.fspath(source))
+    return _cephalo.scenario_from_text(_text(source), _DICT_LABEL,
+                                       _os.fspath(base_dir) if base_dir else ".")
+
+
+def load_plan(source):
+    """A Plan from a plan file, a dict, or the record `plan()` returned."""
+    if isinstance(source, Plan):
+        return source
+    if _is_path(source):
+        return _cephalo.plan_from_file(_os.fspath(source))
+    return _cephalo.plan_from_text(_text(source), _DICT_LABEL)
+
+
+def _plan_and_label(source):
+    if _is_path(source):
+        return load_plan(source), _os.fspath(source)
+    return load_plan(source), _DICT_LABEL
+
+
+def load_cluster(source):
+    """The validated cluster as a dict (names resolved against the GPU catalog)."""
+    if _is_path(source):
+        return _json.loads(_cephalo.cluster_json("", _os.fspath(source), True))
+    return _json.loads(_cephalo.cluster_json(_text(source), _DICT_LABEL, False))
+
+
+def load_job(source):
+    """The validated job as a dict; "model_spec" is the architecture it resolved to."""
+    if _is_path(source):
+        return _json.loads(_cephalo.job_json("", _os.fspath(source), True))
+    return _json.loads(_cephalo.job_json(_text(source), _DICT_LABEL, False))
+
+
+def validate(scenario, plan=None):
+    """Runs the checks `cephalo validate` runs: the scenario with its cost models (calibration
+    files included) and, when given, the plan against it. Raises on the first problem."""
+    s = load_scenario(scenario)
+    _cephalo.validate_scenario(s)
+    if plan is not None:
+        p, label = _plan_and_label(plan)
+        _cephalo.validate_plan(p, s, label)
+
+
+def strategies():
+    """The planner strategies, in the order `cephalo plan --help` lists them."""
+    return list(_cephalo.strategy_names())
+
+
+def compute_sources():
+    """The compute-model sources (auto, profile, calibrated, roofline)."""
+    return list(_cephalo.compute_sources())
+
+
+def hf_model_types():
+    """The Hugging Face model_types a {"hf_config": ...} model may have."""
+    return list(_cephalo.supported_hf_model_types())
+
+
+def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
+         verify_with_simulator=True, search_neighbours=24):
+    """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints (with
+    its "predicted" block). Pass it to simulate() as it is."""
+    s = load_scenario(scenario)
+    return _record(_cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
+                                      verify_with_simulator, search_neighbours))
+
+
+def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
+             queue="binary-heap", text=False):
+    """Replays one iteration of `plan` on the scenario's modelled cluster: the SimResult record
+    (per-op start/end times with ops=True). text=True returns the record's JSON text, the same
+    bytes as `cephalo simulate --json [--ops]`."""
+    s = load_scenario(scenario)
+    p, label = _plan_and_label(plan)
+    out = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue)
+    return out if text else _record(out)
+
+
+def _result_source(source):
+    if _is_path(source):
+        return "", _os.fspath(source), True
+    return _text(source), _DICT_LABEL, False
+
+
+def compare(simulated, measured, scenario=None, plan=None):
+    """Simulated vs measured (SimResult and RunResult records or files): the record of
+    `cephalo compare --json`. With scenario and plan, also per op class and op by op."""
+    if (scenario is None) != (plan is None):
+        raise ValueError("give both scenario and plan (the graph the op ids key), or neither")
+    s = load_scenario(scenario) if scenario is not None else None
+    p, label = _plan_and_label(plan) if plan is not None else (None, "")
+    return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
+                                         s, p, label))
+
+
+def sweep(spec, progress=None, max_mixes=5000):
+    """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix planned and simulated,
+    Pareto frontier marked. progress(done, total, mix) is called after each mix."""
+    return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress))
+
+
+def describe_model(model):
+    """A catalog model (by name) or a Hugging Face config.json: architecture and parameter
+    counts, the record of `cephalo describe model NAME --json`."""
+    return _json.loads(_cephalo.model_json(_os.fspath(model)))
+
+
+def predict_memory(scenario, plan):
+    """The memory model's per-rank terms for a plan (`cephalo predict memory --json`)."""
+    s = load_scenario(scenario)
+    p, label = _plan_and_label(plan)
+    return _record(_cephalo.memory_json(s, p, label))

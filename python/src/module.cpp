@@ -1,0 +1,278 @@
+// `cephalo._cephalo`: the pybind11 layer over the libraries. Every result is the libraries' own
+// JSON record (the serialisers the CLI prints) handed to Python as text and decoded there
+// (python/cephalo/__init__.py), so a Python record and a CLI record are the same bytes. Long
+// calls release the GIL; a sweep's progress callback takes it back for each row.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/planner/strategies.hpp"
+#include "cephalo/planner/sweep.hpp"
+#include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/compare.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace py = pybind11;
+using namespace cephalo;
+
+namespace {
+
+// A JSON document given as a file path or as text (a Python dict, dumped); `label` names it
+// in messages ("<dict>").
+Json document(const std::string& text, const std::string& label) {
+  return parse_json_text(text, label);
+}
+
+Scenario scenario_from_file(const std::string& file) { return costmodels::load_scenario(file); }
+
+Scenario scenario_from_text(const std::string& text, const std::string& label,
+                            const std::string& base_dir) {
+  Json j = document(text, label);
+  JsonReader r(j, label);
+  return parse_scenario(r, costmodels::CatalogLookup::builtin(), base_dir);
+}
+
+Plan plan_from_file(const std::string& file) { return load_plan(file); }
+
+Plan plan_from_text(const std::string& text, const std::string& label) {
+  Json j = document(text, label);
+  JsonReader r(j, label);
+  return parse_plan(r);
+}
+
+std::string cluster_json(const std::string& text, const std::string& label, bool is_file) {
+  if (is_file) return to_json(load_cluster(label, costmodels::CatalogLookup::builtin())).dump();
+  Json j = document(text, label);
+  JsonReader r(j, label);
+  return to_json(parse_cluster(r, costmodels::CatalogLookup::builtin())).dump();
+}
+
+std::string job_json(const std::string& text, const std::string& label, bool is_file) {
+  Job job;
+  if (is_file) {
+    job = load_job(label, costmodels::CatalogLookup::builtin());
+  } else {
+    Json j = document(text, label);
+    JsonReader r(j, label);
+    job = parse_job(r, costmodels::CatalogLookup::builtin());
+  }
+  Json out = to_json(job);
+  out["model_spec"] = to_json(job.model);
+  return out.dump();
+}
+
+// What `cephalo plan --json` prints: the Plan carrying the planner's prediction.
+std::string plan_json(const Scenario& scenario, const planner::PlannerOptions& options) {
+  const auto result = planner::make_plan(scenario, options);
+  Plan plan = result.plan;
+  plan.predicted = planner::to_json(result);
+  plan.predicted.erase("plan");
+  return to_json(plan).dump(2) + "\n";
+}
+
+// What `cephalo simulate --json [--ops]` prints, byte for byte.
+std::string simulate_json(const Scenario& scenario, const Plan& plan, const std::string& plan_label,
+                          bool ops, const std::string& compute_model, bool link_sharing,
+                          const std::string& queue) {
+  validate_plan_for(plan, scenario, plan_label);
+  auto models = costmodels::make_cost_models(scenario, compute_model);
+  traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);
+  sim::SimOptions options;
+  options.record_ops = ops;
+  options.link_sharing = link_sharing;
+  options.queue = queue;
+  sim::SimResult result =
+      sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+  return traces::render_json(result.report);
+}
+
+traces::IterationReport report_from(const std::string& text, const std::string& label,
+                                    bool is_file) {
+  if (is_file) return traces::load_result(label);
+  Json j = document(text, label);
+  JsonReader r(j, label);
+  return traces::parse_iteration_report(r);
+}
+
+std::string compare_json(const std::string& sim_text, const std::string& sim_label,
+                         bool sim_is_file, const std::string& run_text,
+                         const std::string& run_label, bool run_is_file,
+                         const std::optional<Scenario>& scenario, const std::optional<Plan>& plan,
+                         const std::string& plan_label) {
+  auto sim = report_from(sim_text, sim_label, sim_is_file);
+  auto run = report_from(run_text, run_label, run_is_file);
+  std::optional<traces::TrainingGraph> graph;
+  traces::CompareContext ctx;
+  if (scenario && plan) {
+    validate_plan_for(*plan, *scenario, plan_label);
+    graph = traces::build_training_graph(*plan, *scenario);
+    ctx = {&*graph, &*plan, plan_label};
+  }
+  auto report = traces::compare(sim, sim_label, run, run_label, ctx);
+  return traces::to_json(report, ctx.graph).dump(2) + "\n";
+}
+
+std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
+                       const std::function<void(std::size_t, std::size_t, std::string)>& progress) {
+  const auto spec = planner::load_sweep_spec(spec_file);
+  const auto mixes = planner::enumerate_mixes(spec, max_mixes);
+  planner::SweepProgress report;
+  if (progress)
+    report = [&](std::size_t done, std::size_t total, const planner::SweepRow& row) {
+      py::gil_scoped_acquire gil;
+      progress(done, total, row.mix);
+    };
+  auto rows = planner::evaluate_mixes(spec, mixes, report);
+  planner::mark_pareto(rows);
+  return planner::sweep_json(spec, rows).dump(2) + "\n";
+}
+
+// The model records of `cephalo describe model`: the architecture (to_json) and its counts.
+std::string model_json(const std::string& name_or_file) {
+  HfModel hf;
+  if (auto m = costmodels::ModelCatalog::builtin().find(name_or_file)) {
+    hf.spec = *m;
+  } else {
+    hf = load_hf_config(name_or_file);
+  }
+  Json j = to_json(hf.spec);
+  j["parameters_per_layer"] = costmodels::layer_parameters(hf.spec);
+  j["total_parameters"] = costmodels::total_parameters(hf.spec);
+  j["embedding_parameters"] = costmodels::embedding_parameters(hf.spec);
+  j["head_parameters"] = costmodels::head_parameters(hf.spec);
+  if (!hf.model_type.empty()) {
+    j["hf_model_type"] = hf.model_type;
+    j["notes"] = hf.notes;
+  }
+  return j.dump();
+}
+
+// Per-rank memory of a plan: the memory model's terms, as `cephalo predict memory --json`.
+std::string memory_json(const Scenario& s, const Plan& plan, const std::string& plan_label) {
+  validate_plan_for(plan, s, plan_label);
+  Json out = {{"scenario", s.name}, {"plan", plan_label}, {"ranks", Json::array()}};
+  for (const auto& r : plan.ranks) {
+    const auto b = costmodels::predict_memory(s, plan, r.rank);
+    Json terms = Json::object();
+    for (const auto& t : b.terms) terms[t.name] = t.bytes;
+    out["ranks"].push_back({{"rank", b.rank},
+                            {"gpu", b.gpu},
+                            {"terms_bytes", terms},
+                            {"total_bytes", b.total},
+                            {"capacity_bytes", b.capacity},
+                            {"usable_bytes", b.usable},
+                            {"headroom_bytes", b.headroom()},
+                            {"fits", b.headroom() >= 0}});
+  }
+  return out.dump();
+}
+
+// Raises the Python class of cephalo.errors that mirrors the C++ error kind.
+void translate(std::exception_ptr p) {
+  auto raise = [](const char* kind, const std::exception& e, py::dict fields) {
+    py::gil_scoped_acquire gil;
+    py::object cls = py::module_::import("cephalo.errors").attr(kind);
+    py::object instance = cls(e.what(), **fields);
+    PyErr_SetObject(cls.ptr(), instance.ptr());
+  };
+  try {
+    std::rethrow_exception(p);
+  } catch (const ValidationError& e) {
+    py::dict f;
+    f["file"] = e.file();
+    f["json_path"] = e.json_path();
+    f["value"] = e.value();
+    f["expected"] = e.expected();
+    raise("ValidationError", e, f);
+  } catch (const IoError& e) {
+    raise("IoError", e, py::dict());
+  } catch (const NotFoundError& e) {
+    raise("NotFoundError", e, py::dict());
+  } catch (const InfeasibleError& e) {
+    raise("InfeasibleError", e, py::dict());
+  } catch (const RuntimeFailure& e) {
+    raise("RuntimeFailure", e, py::dict());
+  } catch (const Error& e) {
+    raise("CephaloError", e, py::dict());
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cephalo, m) {
+  m.doc() = "Cephalo's libraries (use the `cephalo` package, which wraps this module)";
+  py::register_exception_translator(&translate);
+  using release = py::call_guard<py::gil_scoped_release>;
+
+  py::class_<Scenario>(m, "Scenario")
+      .def_readonly("name", &Scenario::name)
+      .def_property_readonly("num_ranks", [](const Scenario& s) { return s.cluster.num_ranks(); })
+      .def_property_readonly("model", [](const Scenario& s) { return s.job.model_name; })
+      .def("to_json", [](const Scenario& s) {
+        Json j = to_json(s);
+        j["job"]["model_spec"] = to_json(s.job.model);
+        return j.dump();
+      });
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("num_ranks", [](const Plan& p) { return p.ranks.size(); })
+      .def("to_json", [](const Plan& p) { return to_json(p).dump(2) + "\n"; });
+
+  m.def("scenario_from_file", &scenario_from_file, py::arg("file"));
+  m.def("scenario_from_text", &scenario_from_text, py::arg("text"), py::arg("label"),
+        py::arg("base_dir"));
+  m.def("plan_from_file", &plan_from_file, py::arg("file"));
+  m.def("plan_from_text", &plan_from_text, py::arg("text"), py::arg("label"));
+  m.def("cluster_json", &cluster_json, py::arg("text"), py::arg("label"), py::arg("is_file"));
+  m.def("job_json", &job_json, py::arg("text"), py::arg("label"), py::arg("is_file"));
+  m.def(
+      "validate_plan",
+      [](const Plan& plan, const Scenario& s, const std::string& label) {
+        validate_plan_for(plan, s, label);
+      },
+      py::arg("plan"), py::arg("scenario"), py::arg("label"));
+  m.def(
+      "validate_scenario", [](const Scenario& s) { (void)costmodels::make_cost_models(s, "auto"); },
+      py::arg("scenario"), release());
+  m.def("strategy_names", [] { return planner::strategy_names(); });
+  m.def("compute_sources", [] { return costmodels::compute_sources(); });
+  m.def("supported_hf_model_types", [] { return supported_hf_model_types(); });
+  m.def(
+      "plan_json",
+      [](const Scenario& s, const std::string& strategy, const std::string& compute_model,
+         const std::string& offload, int max_micro_batch, bool verify, int search_neighbours) {
+        planner::PlannerOptions o;
+        o.strategy = strategy;
+        o.compute_source = compute_model;
+        o.offload = offload;
+        o.max_micro_batch = max_micro_batch;
+        o.verify_with_simulator = verify;
+        o.search_neighbours = search_neighbours;
+        return plan_json(s, o);
+      },
+      py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
+      py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),
+      release());
+  m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
+        py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
+        py::arg("queue"), release());
+  m.def("compare_json", &compare_json, release());
+  m.def("sweep_json", &sweep_json, py::arg("spec_file"), py::arg("max_mixes"), py::arg("progress"),
+        release());
+  m.def("model_json", &model_json, py::arg("name_or_file"));
+  m.def("memory_json", &memory_json, py::arg("scenario"), py::arg("plan"), py::arg("plan_label"),
+        release());
+}

@@ -1,0 +1,235 @@
+"""pytest suite of the cephalo Python module (ctest label `python`).
+
+Run by ctest with PYTHONPATH=build/python, CEPHALO_CLI (the cephalo binary) and
+CEPHALO_SOURCE_DIR (the checkout); every exposed function is called at least once, and
+simulate from Python is compared byte for byte with `cephalo simulate --json`.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+import cephalo
+
+ROOT = pathlib.Path(os.environ.get("CEPHALO_SOURCE_DIR", pathlib.Path(__file__).parents[2]))
+CLI = os.environ.get("CEPHALO_CLI", str(ROOT / "build/bin/cephalo"))
+SCENARIOS = ROOT / "scenarios"
+DEFAULT = SCENARIOS / "default.json"
+CPU2 = SCENARIOS / "cpu-2rank.json"
+CPU2_PLAN = SCENARIOS / "plans/cpu-2rank-uneven.json"
+MODELS = SCENARIOS / "models"
+
+
+def cli(*args):
+    done = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def default_plan():
+    return cephalo.plan(DEFAULT, strategy="even", compute_model="roofline")
+
+
+# -- loading and validating ----------------------------------------------------------------
+
+def test_load_scenario_from_file_and_from_dict_agree():
+    from_file = cephalo.load_scenario(DEFAULT)
+    assert from_file.name == "paper-gpt2.7b"
+    assert from_file.num_ranks == 4
+    assert from_file.model == "gpt-2.7b"
+    as_dict = json.loads(from_file.to_json())
+    assert as_dict["job"]["model_spec"]["layers"] == 32
+    from_dict = cephalo.load_scenario(json.load(open(DEFAULT)), base_dir=SCENARIOS)
+    assert json.loads(from_dict.to_json()) == as_dict
+
+
+def test_load_cluster_and_job():
+    cluster = cephalo.load_cluster(SCENARIOS / "clusters/paper-4gpu.json")
+    assert sum(len(n["gpus"]) for n in cluster["nodes"]) == 4
+    inline = cephalo.load_cluster({"name": "one", "nodes": [{"name": "n", "gpus": ["l4"]}]})
+    assert inline["nodes"][0]["gpus"][0]["type"]
+    job = cephalo.load_job(SCENARIOS / "jobs/gpt-2.7b-s512.json")
+    assert job["model"] == "gpt-2.7b" and job["sequence_length"] == 512
+    assert job["model_spec"]["hidden"] == 2560
+
+
+def test_load_plan_and_validate(default_plan):
+    plan = cephalo.load_plan(default_plan)
+    assert plan.num_ranks == 4
+    assert json.loads(plan.to_json())["ranks"][0]["rank"] == 0
+    assert cephalo.load_plan(CPU2_PLAN).num_ranks == 2
+    cephalo.validate(DEFAULT, default_plan)
+    cephalo.validate(CPU2, CPU2_PLAN)
+    with pytest.raises(cephalo.ValidationError):
+        cephalo.validate(DEFAULT, CPU2_PLAN)  # two ranks for a four-GPU scenario
+
+
+def test_catalog_listings():
+    assert {"even", "proportional", "cephalo", "optimal", "search"} <= set(cephalo.strategies())
+    assert "roofline" in cephalo.compute_sources()
+    assert cephalo.hf_model_types() == ["llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt",
+                                        "bert", "vit", "mpt"]
+
+
+# -- errors --------------------------------------------------------------------------------
+
+def test_validation_error_carries_file_path_value_and_expectation(tmp_path):
+    bad = tmp_path / "job.json"
+    bad.write_text('{"model": "gpt-2.7b", "sequence_length": -3, "global_batch": 8}')
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.load_job(bad)
+    e = info.value
+    assert e.file == str(bad)
+    assert e.json_path == "sequence_length"
+    assert e.value == "-3"
+    assert e.expected
+    assert isinstance(e, cephalo.CephaloError) and isinstance(e, ValueError)
+    # The CLI names the same four things.
+    done = subprocess.run([CLI, "validate", str(bad)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "sequence_length" in done.stderr and "-3" in done.stderr
+
+
+def test_each_error_kind_has_its_class(tmp_path):
+    with pytest.raises(cephalo.IoError):
+        cephalo.load_scenario(tmp_path / "missing.json")
+    with pytest.raises(cephalo.NotFoundError):
+        cephalo.plan(DEFAULT, strategy="no-such-strategy")
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.load_job({"model": "gpt-2.7", "sequence_length": 8, "global_batch": 1})
+    assert info.value.file == "<dict>" and info.value.json_path == "model"
+    tiny = {"name": "tiny", "nodes": [{"name": "n", "gpus": ["p40"]}]}
+    huge = {"name": "huge", "cluster": tiny,
+            "job": {"model": "gpt-175b", "sequence_length": 2048, "global_batch": 1}}
+    with pytest.raises(cephalo.InfeasibleError):
+        cephalo.plan(huge, strategy="even")
+    for cls in (cephalo.ValidationError, cephalo.IoError, cephalo.NotFoundError,
+                cephalo.InfeasibleError, cephalo.RuntimeFailure):
+        assert issubclass(cls, cephalo.CephaloError)
+    with pytest.raises(TypeError):
+        cephalo.load_scenario(42)
+
+
+# -- plan and simulate ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["even", "proportional", "optimal"])
+def test_plan_with_strategies(strategy):
+    record = cephalo.plan(DEFAULT, strategy=strategy, compute_model="roofline")
+    assert sum(r["batch"] for r in record["ranks"]) == 64
+    assert "predicted" in record
+
+
+def test_simulate_equals_the_cli_byte_for_byte(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(cli("plan", "--scenario", DEFAULT, "--strategy", "optimal", "--json"))
+    for ops in (False, True):
+        flags = ["--ops"] if ops else []
+        expected = cli("simulate", "--scenario", DEFAULT, "--plan", plan_file, "--json", *flags)
+        got = cephalo.simulate(DEFAULT, plan_file, ops=ops, text=True)
+        assert got == expected
+    # A plan made in Python, passed as the dict it came back as, simulates as its file does.
+    record = cephalo.plan(DEFAULT, strategy="optimal")
+    assert record == json.loads(plan_file.read_text())
+    assert cephalo.simulate(DEFAULT, record, text=True) == cli(
+        "simulate", "--scenario", DEFAULT, "--plan", plan_file, "--json")
+
+
+def test_simulate_record_and_dataframes(default_plan):
+    result = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
+    assert result["source"] == "sim" and result["iteration_time_s"] > 0
+    assert len(result["ranks"]) == 4 and result["ops"]
+    without_ops = cephalo.simulate(DEFAULT, default_plan, compute_model="roofline")
+    assert "ops" not in without_ops
+    assert without_ops["iteration_time_s"] == result["iteration_time_s"]
+    pandas = pytest.importorskip("pandas")
+    ranks = result.ranks_frame()
+    assert isinstance(ranks, pandas.DataFrame) and list(ranks["rank"]) == [0, 1, 2, 3]
+    ops = result.to_pandas("ops")
+    assert len(ops) == len(result["ops"]) and (ops["duration_s"] >= 0).all()
+
+
+def test_long_calls_release_the_gil(default_plan):
+    # A Python thread keeps running while simulate works in C++.
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+            stop.wait(0.001)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    before = len(ticks)
+    for _ in range(3):
+        cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
+    during = len(ticks) - before
+    stop.set()
+    t.join()
+    assert during > 0
+
+
+# -- Hugging Face configs -----------------------------------------------------------------
+
+def test_describe_model_of_a_config_and_of_a_catalog_name():
+    llama = cephalo.describe_model(MODELS / "meta-llama-3-8b.json")
+    assert llama["total_parameters"] == 8_030_261_248
+    assert llama["hf_model_type"] == "llama" and llama["kv_heads"] == 8
+    assert cephalo.describe_model("gpt-2.7b")["layers"] == 32
+    cli_record = json.loads(cli("describe", "model", MODELS / "gpt2.json", "--json"))
+    assert cli_record == cephalo.describe_model(MODELS / "gpt2.json")
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.describe_model(MODELS / "mixtral-8x7b-v0.1.json")
+    assert info.value.json_path == "model_type" and "experts" in info.value.expected
+
+
+def test_plan_and_simulate_a_job_whose_model_is_a_config(tmp_path):
+    shutil.copy(MODELS / "qwen2-0.5b.json", tmp_path / "config.json")
+    scenario = {"name": "qwen", "cluster": str(SCENARIOS / "clusters/paper-4gpu.json"),
+                "job": {"model": {"hf_config": "config.json"}, "sequence_length": 1024,
+                        "global_batch": 16}}
+    s = cephalo.load_scenario(scenario, base_dir=tmp_path)
+    assert s.model == "config"  # the folder-less config.json is named after its folder
+    p = cephalo.plan(s, strategy="optimal", compute_model="roofline")
+    r = cephalo.simulate(s, p, compute_model="roofline")
+    assert r["samples_per_s"] > 0 and len(r.ranks_frame()) == 4
+
+
+# -- predictions, compare, sweep ----------------------------------------------------------
+
+def test_predict_memory_equals_the_cli(tmp_path, default_plan):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(default_plan))
+    got = cephalo.predict_memory(DEFAULT, plan_file)
+    expected = json.loads(cli("predict", "memory", "--scenario", DEFAULT, "--plan", plan_file,
+                              "--json"))
+    assert got == expected
+    assert got.ranks_frame()["total_bytes"].gt(0).all()
+
+
+def test_compare_two_results(tmp_path, default_plan):
+    sim = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
+    other = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="calibrated")
+    record = cephalo.compare(sim, other, scenario=DEFAULT, plan=default_plan)
+    metrics = {m["metric"] for m in record["end_to_end"]}
+    assert "iteration_time_s" in metrics
+    (tmp_path / "a.json").write_text(json.dumps(sim))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    expected = json.loads(cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json"))
+    assert cephalo.compare(tmp_path / "a.json", tmp_path / "b.json") == expected
+    with pytest.raises(ValueError):
+        cephalo.compare(sim, other, scenario=DEFAULT)
+
+
+def test_sweep_reports_progress_and_equals_the_cli():
+    spec = ROOT / "notebooks/inputs/small-mixes.json"
+    seen = []
+    record = cephalo.sweep(spec, progress=lambda done, total, mix: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] == len(record["mixes"])
+    assert record == json.loads(cli("sweep", "--spec", spec, "--json", "--quiet"))
