@@ -29,6 +29,9 @@ void run_plan(const PlanArgs& a) {
   const Scenario scenario = costmodels::load_scenario(a.scenario);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
+  if (opt.sharding == "full" && opt.group_nodes > 0)
+    throw ValidationError("command line", "--group-size", std::to_string(opt.group_nodes),
+                          "--sharding hybrid or auto with it (full sharding has no groups)");
   opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
                                                      : planner::ShareObjective::MinParams;
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
@@ -107,6 +110,14 @@ void add_plan_command(CLI::App& app) {
             return std::string();
           },
           "full|none|every:K|auto"));
+  cmd->add_option("--sharding", args->options.sharding,
+                  "full | hybrid | auto: shard over every rank, or within groups of nodes "
+                  "(replicated across groups; auto simulates full and every group size)")
+      ->capture_default_str()
+      ->check(one_of({"full", "hybrid", "auto"}));
+  cmd->add_option("--group-size", args->options.group_nodes,
+                  "hybrid/auto: nodes per sharding group (hybrid default 1)")
+      ->check(integer_in(1, kMaxDevices));
   cmd->add_flag("--progress", args->options.progress, "Progress on stderr");
   cmd->callback([args] { run_plan(*args); });
 }

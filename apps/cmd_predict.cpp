@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
 
@@ -118,6 +119,7 @@ void predict_memory(const MemoryArgs& a) {
   Scenario s = costmodels::load_scenario(a.scenario);
   Plan plan = load_plan(a.plan);
   validate_plan_for(plan, s, a.plan);
+  traces::check_groups_hold_state(plan, s, a.plan);
   std::vector<costmodels::MemoryBreakdown> all;
   for (const auto& r : plan.ranks) all.push_back(costmodels::predict_memory(s, plan, r.rank));
   if (a.json) {

@@ -19,6 +19,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
 
@@ -77,6 +78,7 @@ Setup load_and_check(const RunArgs& a, int world_size) {
   s.scenario = costmodels::load_scenario(a.scenario);
   s.plan = load_plan(a.plan);
   validate_plan_for(s.plan, s.scenario, a.plan);
+  traces::check_groups_hold_state(s.plan, s.scenario, a.plan);
   if (static_cast<int>(s.plan.ranks.size()) != world_size)
     throw ValidationError(a.plan, "ranks", std::to_string(s.plan.ranks.size()) + " ranks",
                           "one rank per MPI process: start with mpirun -np " +

@@ -5,6 +5,7 @@
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -18,7 +19,10 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
   if (!j.is_object()) r.fail("a JSON object (scenario, cluster, job, plan or catalog)");
   if (j.contains("ranks")) {
     Plan plan = parse_plan(r);
-    if (scenario) validate_plan_for(plan, *scenario, file);
+    if (scenario) {
+      validate_plan_for(plan, *scenario, file);
+      traces::check_groups_hold_state(plan, *scenario, file);
+    }
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
            (scenario ? ", matches scenario " + scenario->name : "");
   }

@@ -74,6 +74,7 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
                            std::to_string(graph.unit_sizes(u).numel) + " elements, the model " +
                            std::to_string(model.unit_numel(u)));
   state = std::make_unique<ShardedState>(dev, model, graph, rank, reduce_type);
+  setup_sharding();
   mb_sizes = plan.ranks[static_cast<std::size_t>(rank)].batch > 0
                  ? plan.ranks[static_cast<std::size_t>(rank)].micro_batch_sizes()
                  : std::vector<int>{};
@@ -114,9 +115,9 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
   // Grouped and Padded the -v call, which the communicator runs as the plan's
   // uneven_collective (the same setting the graph resolved them from, runtime.hpp).
   if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
-    comm.all_gather(s, shard, full);
+    group_comm->all_gather(s, shard, full);
   else
-    comm.all_gather_v(s, shard, full, state->counts(u));
+    group_comm->all_gather_v(s, shard, full, state->counts(u));
   retire(std::move(send), s);
 }
 
@@ -125,9 +126,9 @@ void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
   const std::int64_t n = state->owned(u);
   Buffer tmp = gradient(n);
   if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
-    comm.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
+    group_comm->reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
   else
-    comm.reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum);
+    group_comm->reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum);
   if (n) dev.axpy(s, 1.0f, tmp.ref(), state->grad(u).slice(0, n));
   retire(std::move(tmp), s);
 }
@@ -139,6 +140,9 @@ void Executor::Impl::read_graph_decisions() {
   unit_variant.assign(static_cast<std::size_t>(units), tr::CollectiveVariant::Even);
   std::vector<bool> seen(static_cast<std::size_t>(units), false);
   for (const auto& c : graph.collectives()) {
+    // This rank's group's gathers and reduce-scatters (the cross-group reduction is
+    // setup_sharding's).
+    if (c.group != group) continue;
     std::vector<PhaseSegment> segs;
     std::int64_t offset = 0;
     for (const auto& seg : graph.segments(c)) {
@@ -330,6 +334,9 @@ void Executor::Impl::run_comm(const tr::Op& op) {
       gathered[op.phase] = std::move(full);
       break;
     }
+    case tr::OpKind::AllReduce:
+      run_cross_reduction(op);
+      break;
     case tr::OpKind::ReduceScatter:
     case tr::OpKind::ReduceScatterV: {
       if (!phase_grad.count(op.phase)) ensure_phase_grads(op);  // no compute: zeros

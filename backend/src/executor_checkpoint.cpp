@@ -69,7 +69,7 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
     m.model = shape_of(model_.config());
     for (int u = 0; u < I.units; ++u) {
       m.unit_numel.push_back(model_.unit_numel(u));
-      m.offsets.push_back(I.state->offsets(u));
+      m.offsets.push_back(I.state->checkpoint_offsets(u));
     }
     for (int r = 0; r < I.ranks; ++r) {
       const auto* x = &info[static_cast<std::size_t>(3 * r)];

@@ -44,6 +44,19 @@ struct Executor::Impl {
   ElemType compute_type = ElemType::F32;  // gathered parameters, activations, input gradients
   ElemType reduce_type = ElemType::F32;   // unit gradients, reduce-scatter, gradient shard
   std::unique_ptr<ShardedState> state;
+  // Sharding (executor_sharding.cpp): the all-gathers and reduce-scatters run over this rank's
+  // group (`comm` itself under full sharding); under hybrid sharding, per unit, the pieces of
+  // its slice that the cross-group reduction all-reduces, each on the communicator of the
+  // piece's owners.
+  struct CrossPieceRun {
+    std::int64_t offset = 0;  // into this rank's gradient shard of the unit
+    std::int64_t count = 0;
+    Communicator* comm = nullptr;
+  };
+  int group = 0;
+  Communicator* group_comm = nullptr;
+  std::vector<std::unique_ptr<Communicator>> sub_comms;
+  std::vector<std::vector<CrossPieceRun>> cross_pieces;  // per unit
   LossScaler scaler;
   FailureInjection failure;
   SlowdownEmulator slowdown;
@@ -91,6 +104,8 @@ struct Executor::Impl {
   void retire(Buffer b, Stream& s);
   void reap();
   void read_graph_decisions();
+  void setup_sharding();
+  void run_cross_reduction(const traces::Op& op);
   const std::vector<PhaseSegment>& segments_of(int phase) const;
   std::int64_t phase_numel(int phase) const;
   const PhaseSegment* find_segment(int phase, int unit) const;

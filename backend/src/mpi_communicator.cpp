@@ -169,15 +169,16 @@ void complete(Start&& start) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(const MpiCommunicatorOptions& options) : options_(options) {
+  // Over `parent` (MPI_COMM_WORLD, or the part a split returned; the caller keeps ownership).
+  MpiCommunicator(const MpiCommunicatorOptions& options, MPI_Comm parent) : options_(options) {
     // Separate communicators for stream collectives (comm thread) and host helpers (main
     // thread) so that concurrent calls from the two threads never interleave on one context.
-    CEPHALO_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &stream_comm_));
-    CEPHALO_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &host_comm_));
+    CEPHALO_MPI(MPI_Comm_dup(parent, &stream_comm_));
+    CEPHALO_MPI(MPI_Comm_dup(parent, &host_comm_));
     CEPHALO_MPI(MPI_Comm_set_errhandler(stream_comm_, MPI_ERRORS_RETURN));
     CEPHALO_MPI(MPI_Comm_set_errhandler(host_comm_, MPI_ERRORS_RETURN));
-    CEPHALO_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    CEPHALO_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    CEPHALO_MPI(MPI_Comm_rank(parent, &rank_));
+    CEPHALO_MPI(MPI_Comm_size(parent, &size_));
     for (MPI_Datatype* t : {&bf16_type_, &f16_type_}) {
       CEPHALO_MPI(MPI_Type_contiguous(1, MPI_UINT16_T, t));
       CEPHALO_MPI(MPI_Type_commit(t));
@@ -333,6 +334,21 @@ class MpiCommunicator final : public Communicator {
     CEPHALO_MPI(MPI_Bcast(bytes.data(), to_int(n, "broadcast_host"), MPI_CHAR, root, host_comm_));
   }
   void barrier() override { CEPHALO_MPI(MPI_Barrier(host_comm_)); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    CEPHALO_MPI(MPI_Comm_split(host_comm_, color < 0 ? MPI_UNDEFINED : color, key, &part));
+    if (part == MPI_COMM_NULL) return nullptr;
+    CEPHALO_MPI(MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN));
+    std::unique_ptr<Communicator> out;
+    try {
+      out = std::make_unique<MpiCommunicator>(options_, part);
+    } catch (...) {
+      MPI_Comm_free(&part);
+      throw;
+    }
+    CEPHALO_MPI(MPI_Comm_free(&part));  // the new communicator holds its own duplicates
+    return out;
+  }
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);  // MPI_Abort should not return; make sure this rank ends anyway
@@ -403,7 +419,7 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options) {
-  return std::make_unique<MpiCommunicator>(options);
+  return std::make_unique<MpiCommunicator>(options, MPI_COMM_WORLD);
 }
 
 }  // namespace cephalo::backend

@@ -6,9 +6,12 @@ ShardedState::ShardedState(Device& dev, const GptModel& model, const traces::Tra
                            int rank, ElemType reduce_type)
     : dev_(dev), rank_(rank), reduce_type_(reduce_type) {
   auto& cs = dev.stream(StreamKind::Compute);
+  const traces::ShardLayout& layout = graph.layout();
+  in_checkpoint_ = layout.group_of(rank) == 0;
   for (int u = 0; u < model.num_units(); ++u) {
-    const auto o = graph.unit_offsets(u);
-    offsets_.emplace_back(o.begin(), o.end());
+    slices_.push_back(layout.slice(u, rank));
+    counts_.push_back(layout.group_counts(u, layout.group_of(rank)));
+    checkpoint_offsets_.push_back(layout.checkpoint_offsets(u));
     const auto n = static_cast<std::size_t>(owned(u));
     param_.push_back(dev.allocate(n, ElemType::F32));
     grad_.push_back(dev.allocate(n, reduce_type));
@@ -22,13 +25,6 @@ ShardedState::ShardedState(Device& dev, const GptModel& model, const traces::Tra
   }
 }
 
-std::vector<std::int64_t> ShardedState::counts(int u) const {
-  std::vector<std::int64_t> c;
-  const auto& o = offsets(u);
-  for (std::size_t r = 0; r + 1 < o.size(); ++r) c.push_back(o[r + 1] - o[r]);
-  return c;
-}
-
 void ShardedState::zero_gradients(Stream& s) {
   for (int u = 0; u < units(); ++u)
     if (owned(u)) dev_.fill(s, grad(u).ref(), 0.0f);
@@ -37,6 +33,7 @@ void ShardedState::zero_gradients(Stream& s) {
 std::string ShardedState::serialize() {
   dev_.synchronize();
   std::string bytes;
+  if (!in_checkpoint_) return bytes;
   for (int u = 0; u < units(); ++u) {
     const auto n = static_cast<std::size_t>(owned(u));
     std::vector<float> host(n);

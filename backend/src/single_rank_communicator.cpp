@@ -42,6 +42,11 @@ class SingleRankCommunicator final : public Communicator {
   void all_reduce_host(double*, int, ReduceOp) override {}
   void broadcast_host(std::string&, int root) override { expect_root(root, "broadcast_host"); }
   void barrier() override {}
+  // The only part of one rank is itself.
+  std::unique_ptr<Communicator> split(int color, int) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<SingleRankCommunicator>(device_);
+  }
   [[noreturn]] void abort(int exit_code) override {
     std::fflush(nullptr);
     std::_Exit(exit_code);

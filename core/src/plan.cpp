@@ -154,12 +154,14 @@ Plan parse_plan(JsonReader& reader) {
     if (!p->is_object()) p->fail("an object of predictions");
     plan.predicted = p->value();
   }
+  auto sharding = reader.optional_child("sharding");
+  if (sharding) plan.sharding = parse_sharding(*sharding);
   auto ranks = reader.child("ranks");
   if (!ranks.is_array() || ranks.size() == 0) ranks.fail("a non-empty array of ranks");
   if (ranks.size() > static_cast<std::size_t>(kMaxDevices))
     ranks.fail_value(std::to_string(ranks.size()) + " ranks",
                      "at most " + std::to_string(kMaxDevices) + " ranks (one per device)");
-  double share_sum = 0;
+  std::vector<double> shares;
   for (auto& r : ranks.elements()) {
     if (!r.is_object()) r.fail("an object describing one rank");
     PlanRank pr;
@@ -190,14 +192,12 @@ Plan parse_plan(JsonReader& reader) {
     auto share = r.child("state_share");
     pr.state_share = share.as_number();
     if (pr.state_share < 0 || pr.state_share > 1) share.fail("a state share from 0 to 1");
-    share_sum += pr.state_share;
+    shares.push_back(pr.state_share);
     r.finish();
     plan.ranks.push_back(pr);
   }
-  if (std::fabs(share_sum - 1.0) > kShareSumTolerance)
-    ranks.fail_value(
-        "state shares summing to " + format_quantity(share_sum, Quantity::Dimensionless),
-        "state shares summing to 1 (within 1e-9)");
+  // Σ shares = 1 over all ranks (full sharding) or within every group (hybrid).
+  check_sharding(plan.sharding, shares, sharding ? *sharding : reader, ranks);
   reader.finish();
   return plan;
 }
@@ -268,6 +268,7 @@ Json to_json(const Plan& plan) {
             {"uneven_collective", to_string(plan.uneven_collective)},
             {"ranks", ranks}};
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
+  if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding);
   // Written only when it is not the default, so plans of the default schedule read as before.
   if (!(plan.activation_checkpointing == ActivationCheckpointing{}))
     j["activation_checkpointing"] = to_json(plan.activation_checkpointing);

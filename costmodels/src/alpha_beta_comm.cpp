@@ -157,6 +157,71 @@ double ring_seconds(CollectiveKind kind, int n, double bytes, const RingLinks& l
   return 0;
 }
 
+// The cross-group reduction of hybrid sharding (CollectiveRequest::pieces): every piece is an
+// all-reduce over its owners (one rank per group), all pieces at once. Two algorithms, the
+// faster taken: ring (each owner sends 2(k−1)/k of the piece to its successor, 2(k−1) steps)
+// and, for k > 2, double binary tree (each owner sends about 2× the piece, 2⌈log2 k⌉ steps).
+// The bandwidth term is the busiest link after summing every piece's traffic: a node's NIC
+// carries the hops of all its GPUs' pieces that leave (or enter) the node; a hop inside a node
+// loads the sending GPU's intra link. The latency term is the slowest hop's α per step.
+std::pair<double, std::string> cross_group_seconds(const Topology& topo,
+                                                   const std::vector<ReductionPiece>& pieces,
+                                                   int num_nodes) {
+  double best = std::numeric_limits<double>::infinity();
+  std::string algorithm;
+  for (const bool tree : {false, true}) {
+    std::vector<double> nic_out(static_cast<std::size_t>(num_nodes), 0.0);
+    std::vector<double> nic_in(nic_out.size(), 0.0);
+    std::map<int, double> intra_out;  // by sending rank
+    std::map<int, double> intra_bw;
+    double latency = 0;
+    int steps = 0;
+    bool any_tree = false;
+    for (const auto& p : pieces) {
+      std::vector<int> owners = p.owners;
+      std::sort(owners.begin(), owners.end());  // node-major ring, as for every ring here
+      const int k = static_cast<int>(owners.size());
+      if (k < 2 || p.bytes <= 0) continue;
+      const bool use_tree = tree && k > 2;
+      any_tree |= use_tree;
+      const double per_hop =
+          use_tree ? 2.0 * p.bytes : 2.0 * (k - 1) * p.bytes / static_cast<double>(k);
+      steps = std::max(
+          steps, use_tree ? 2 * static_cast<int>(std::ceil(std::log2(double(k)))) : 2 * (k - 1));
+      for (int i = 0; i < k; ++i) {
+        const int a = owners[static_cast<std::size_t>(i)];
+        const int b = owners[static_cast<std::size_t>((i + 1) % k)];
+        const Hop hop = topo.between(a, b);
+        latency = std::max(latency, hop.latency);
+        const int na = topo.rank(a).node, nb = topo.rank(b).node;
+        if (na == nb) {
+          intra_out[a] += per_hop;
+          intra_bw[a] = hop.bandwidth;
+        } else {
+          nic_out[static_cast<std::size_t>(na)] += per_hop;
+          nic_in[static_cast<std::size_t>(nb)] += per_hop;
+        }
+      }
+    }
+    if (tree && !any_tree) continue;
+    double bandwidth_s = 0;
+    for (int n = 0; n < num_nodes; ++n) {
+      const double load =
+          std::max(nic_out[static_cast<std::size_t>(n)], nic_in[static_cast<std::size_t>(n)]);
+      if (load > 0) bandwidth_s = std::max(bandwidth_s, load / topo.nic(n).bandwidth);
+    }
+    for (const auto& [r, bytes] : intra_out)
+      bandwidth_s = std::max(bandwidth_s, bytes / intra_bw[r]);
+    const double t = steps * latency + bandwidth_s;
+    if (t < best) {
+      best = t;
+      algorithm = tree ? "cross-group-tree" : "cross-group-ring";
+    }
+  }
+  if (!std::isfinite(best)) return {0.0, "cross-group-empty"};
+  return {best, algorithm};
+}
+
 }  // namespace
 
 CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
@@ -193,7 +258,17 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
 
   CollectiveEstimate est;
   est.total_bytes = total;
-  if (n == 1 || total == 0) {
+  if (!request.pieces.empty()) {
+    for (const auto& p : request.pieces)
+      for (int r : p.owners)
+        if (r < 0 || r >= topo.size() || position[static_cast<std::size_t>(r)] < 0)
+          throw ValidationError("", "pieces[*].owners", std::to_string(r),
+                                "a participating rank of the collective");
+    auto [seconds, algorithm] =
+        cross_group_seconds(topo, request.pieces, static_cast<int>(cluster.nodes.size()));
+    est.seconds = seconds + calibration_.launch_overhead_s;
+    est.algorithm = algorithm;
+  } else if (n == 1 || total == 0) {
     est.seconds = n == 1 ? 0 : calibration_.launch_overhead_s;
     est.algorithm = n == 1 ? "local" : "empty";
   } else {

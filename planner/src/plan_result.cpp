@@ -12,6 +12,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/planner/sharding_choice.hpp"
 #include "plan_support.hpp"
 
 namespace cephalo::planner {
@@ -93,6 +94,8 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
                        models.comm->collective(s.cluster, rs).seconds);
     }
   }
+  // Hybrid: the slowest group's collectives plus the cross-group reductions.
+  if (res.plan.sharding.hybrid()) comm = hybrid_comm_seconds(s, models, res.plan);
   res.predicted_comm_s = comm;
   res.predicted_optimizer_s = opt;
   res.predicted_iteration_s = std::max(comm, tau) + opt;
@@ -126,7 +129,8 @@ std::string render_table(const PlanResult& res) {
       << format_seconds(res.predicted_optimizer_s) << "), offload " << to_string(res.plan.offload)
       << (res.plan.even_shares()
               ? ", even shares"
-              : ", uneven shares (" + to_string(res.plan.uneven_collective) + ")");
+              : ", uneven shares (" + to_string(res.plan.uneven_collective) + ")")
+      << ", sharding " << describe(res.plan.sharding);
   if (res.simulated_iteration_s)
     out << "\nsimulated iteration " << format_seconds(*res.simulated_iteration_s) << " ("
         << fixed(res.plan.global_batch() / *res.simulated_iteration_s, 2) << " samples/s) best of "

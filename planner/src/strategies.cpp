@@ -3,6 +3,7 @@
 #include "cephalo/planner/strategies.hpp"
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/planner/sharding_choice.hpp"
 #include "plan_support.hpp"
 #include "strategy_functions.hpp"
 
@@ -41,6 +42,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   const auto models = costmodels::make_cost_models(s, opt.compute_source);
   PlanResult res = strategy->plan(s, models, opt);
   detail::honour_schedule_options(s, res.plan, opt);
+  if (opt.sharding != "full") choose_sharding(s, models, opt, res);
   predict(s, models, res);
   res.planning_s = detail::seconds_since(start);
   return res;

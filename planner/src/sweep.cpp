@@ -116,6 +116,8 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   const auto& names = strategy_names();
   if (std::find(names.begin(), names.end(), spec.strategy) == names.end())
     root.child("strategy").fail_value("\"" + spec.strategy + "\"", "one of " + join_names(names));
+  if (root.has("sharding"))
+    spec.sharding = root.child("sharding").as_enum({"full", "hybrid", "auto"});
   if (auto c = root.optional_child("constraints")) {
     spec.max_cost_per_hour = c->number_or("max_cost_per_hour", -1);
     spec.min_samples_per_s = c->number_or("min_samples_per_s", 0);
@@ -277,6 +279,7 @@ SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts) {
     const Scenario s = mix_scenario(spec, counts);
     PlannerOptions opt;
     opt.strategy = spec.strategy;
+    opt.sharding = spec.sharding;  // hybrid / auto: groups of nodes (sharding_choice.hpp)
     const auto result = make_plan(s, opt);
     row.planning_s = result.planning_s;
     row.predicted_samples_per_s = s.job.global_batch / result.predicted_iteration_s;

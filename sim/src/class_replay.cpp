@@ -54,7 +54,10 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
     r.replayed_ranks = ranks;
     return r;
   };
-  if (options.record_ops || options.record_memory || ranks < 2) return full();
+  // Hybrid sharding: classes would also need the group's shape and position (class_replay.hpp);
+  // the full replay runs.
+  if (options.record_ops || options.record_memory || ranks < 2 || plan.sharding.hybrid())
+    return full();
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
   const int zero = 0;
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1});

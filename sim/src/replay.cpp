@@ -4,11 +4,13 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
 #include "replay_internal.hpp"
 
@@ -35,19 +37,6 @@ struct Flow {
   std::vector<std::uint32_t> links;
   std::vector<std::uint32_t> load_hist;  // number of this flow's links carrying k flows
 };
-
-costmodels::CollectiveKind collective_kind(OpKind k) {
-  switch (k) {
-    case OpKind::AllGather:
-    case OpKind::AllGatherV:
-      return costmodels::CollectiveKind::AllGather;
-    case OpKind::ReduceScatter:
-    case OpKind::ReduceScatterV:
-      return costmodels::CollectiveKind::ReduceScatter;
-    default:
-      return costmodels::CollectiveKind::AllReduce;
-  }
-}
 
 class Replay {
  public:
@@ -116,7 +105,8 @@ class Replay {
 
   std::unordered_map<std::uint64_t, Time> compute_memo_;
   std::unordered_map<std::uint64_t, double> copy_memo_;
-  std::map<std::pair<int, double>, double> collective_memo_;
+  // (kind, variant, overlap), sharding group (-1: cross-group), bytes.
+  std::map<std::tuple<int, int, double>, double> collective_memo_;
 
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_flows_;
@@ -195,17 +185,18 @@ double Replay::copy_seconds(const Op& op) {
 double Replay::collective_seconds(const traces::Collective& c, bool overlaps_compute) {
   // The graph resolved the variant (from the integer slices each member moves); the comm model
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
-  auto key = std::make_pair(
+  // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
+  auto key = std::make_tuple(
       (4 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
-      c.total_bytes);
+      c.group, c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   costmodels::CollectiveRequest req;
-  req.kind = collective_kind(c.kind);
-  req.uneven = c.variant == traces::CollectiveVariant::Padded ? UnevenCollective::Padded
-                                                              : UnevenCollective::Grouped;
-  req.overlaps_compute = overlaps_compute;
   if (view_) {
+    req.kind = traces::collective_kind(c.kind);
+    req.uneven = c.variant == traces::CollectiveVariant::Padded ? UnevenCollective::Padded
+                                                                : UnevenCollective::Grouped;
+    req.overlaps_compute = overlaps_compute;
     // Every rank of the plan is a member (full sharding); its shard is its slice of each segment.
     const auto segments = g_.segments(c);
     for (int r = 0; r < g_.num_ranks(); ++r) {
@@ -215,10 +206,7 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
       req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
     }
   } else {
-    for (const auto& m : g_.members(c)) {
-      req.ranks.push_back(m.rank);
-      req.shard_bytes.push_back(m.shard_bytes);
-    }
+    req = traces::collective_request(g_, c, overlaps_compute);
   }
   double t = comm_.collective(s_.cluster, req).seconds;
   collective_memo_.emplace(key, t);

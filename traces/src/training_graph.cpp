@@ -50,17 +50,6 @@ std::span<const CollectiveSegment> TrainingGraph::segments(const Collective& c) 
   return {segments_.data() + c.segments_begin, c.segments_count};
 }
 
-std::span<const std::int64_t> TrainingGraph::unit_offsets(int unit) const {
-  const std::size_t stride = static_cast<std::size_t>(summary_.num_ranks) + 1;
-  return {unit_offsets_.data() + static_cast<std::size_t>(unit) * stride, stride};
-}
-
-UnitSlice TrainingGraph::slice(int unit, int rank) const {
-  auto off = unit_offsets(unit);
-  return {off[static_cast<std::size_t>(rank)],
-          off[static_cast<std::size_t>(rank) + 1] - off[static_cast<std::size_t>(rank)]};
-}
-
 std::string TrainingGraph::op_name(OpId id) const {
   const Op& o = ops_[id];
   std::string s = short_name(o.kind);
@@ -125,24 +114,35 @@ class GraphBuilder {
 
   OpId emit(Op op, std::initializer_list<OpId> deps);
   void build_rank(int r);
-  std::int32_t add_collective(int phase, bool gather);
+  std::int32_t add_collective(int phase, bool gather, int group);
+  std::int32_t add_cross_reduction(int phase, int unit);
+  // Units whose gradient phase p reduces for the last time in the step (hybrid: the units the
+  // cross-group reduction after phase p's reduce-scatter covers).
+  const std::vector<int>& units_finished_at(int phase) const {
+    return finished_at_[static_cast<std::size_t>(phase)];
+  }
   // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
   // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
   // the head always (its logits are recomputed inside the backward in every setting).
   bool recomputes(int u) const;
   // Elements rank r owns over all units (its sharded state).
-  std::int64_t owned_elements(int r) const;
+  std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
 
   const Plan& plan_;
   const Scenario& scenario_;
   TrainingGraph g_;
   std::vector<Phase> phases_;
-  std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase
+  std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group
+  std::vector<std::int32_t> cross_collective_;               // per unit (-1: none)
+  std::vector<std::vector<int>> finished_at_;                // per phase (hybrid only)
+  int groups_ = 1;
   int units_ = 0;
   int current_rank_ = 0;
-  std::vector<int> built_;               // ranks that get ops, ascending
-  std::vector<int> member_index_;        // per rank: position among built_, -1 if not built
-  std::vector<signed char> unit_equal_;  // per unit: equal slices on every rank (-1: unknown)
+  std::vector<int> built_;         // ranks that get ops, ascending
+  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
+  std::vector<int> group_slot_;    // per rank: position among its group's built ranks
+  std::vector<signed char>
+      unit_equal_;  // per group × unit: equal slices on every member (-1: unknown)
 };
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -174,6 +174,11 @@ void GraphBuilder::build_rank(int r) {
   const bool offload = plan_.offload == Offload::Host;
   const int lookahead = plan_.prefetch ? 2 : 1;
   const int num_phases = static_cast<int>(phases_.size());
+  const int group = g_.layout_.group_of(r);
+  auto at = [&](const std::vector<std::int32_t>& per_phase, int p) {
+    return per_phase[static_cast<std::size_t>(p) * static_cast<std::size_t>(groups_) +
+                     static_cast<std::size_t>(group)];
+  };
 
   // Per micro-batch-size quantities (a rank has at most two distinct sizes).
   auto boundary = [&](int mb) {
@@ -209,7 +214,7 @@ void GraphBuilder::build_rank(int r) {
 
   auto emit_gather = [&](int p) {
     const Phase& ph = phases_[p];
-    const Collective& c = g_.collectives_[ag_collective_[p]];
+    const Collective& c = g_.collectives_[at(ag_collective_, p)];
     Op o;
     o.kind = c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV;
     o.pass = ph.pass;
@@ -217,7 +222,7 @@ void GraphBuilder::build_rank(int r) {
     o.phase = p;
     o.collective = c.id;
     o.bytes = c.total_bytes;
-    o.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
+    o.shard_bytes = g_.members_[c.members_begin + group_slot_[r]].shard_bytes;
     // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
     // when the gather ends).
     o.mem_alloc = o.bytes + (cast_send ? o.shard_bytes : 0.0);
@@ -330,8 +335,8 @@ void GraphBuilder::build_rank(int r) {
     g_.ops_[phase_done[p]].frees_gathered = true;
 
     if (p + lookahead < num_phases) emit_gather(p + lookahead);
-    if (ph.pass == Pass::Backward && rs_collective_[p] >= 0) {
-      const Collective& c = g_.collectives_[rs_collective_[p]];
+    if (ph.pass == Pass::Backward && at(rs_collective_, p) >= 0) {
+      const Collective& c = g_.collectives_[at(rs_collective_, p)];
       Op rs;
       rs.kind =
           c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
@@ -340,7 +345,7 @@ void GraphBuilder::build_rank(int r) {
       rs.phase = p;
       rs.collective = c.id;
       rs.bytes = c.total_bytes;
-      rs.shard_bytes = g_.members_[c.members_begin + member_index_[r]].shard_bytes;
+      rs.shard_bytes = g_.members_[c.members_begin + group_slot_[r]].shard_bytes;
       // The unsharded gradient buffer: allocated by the first backward, or here when the rank
       // ran no backward into it (it contributes zeros); and the received shard.
       rs.mem_alloc = (grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
@@ -348,6 +353,20 @@ void GraphBuilder::build_rank(int r) {
       rs.mem_free = rs.bytes + rs.shard_bytes;
       // The last backward into the buffer (under no_sync possibly an earlier round's).
       last_rs = emit(rs, {grad_last[static_cast<std::size_t>(p)]});
+      // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
+      // gradient shard (no memory of its own).
+      for (int unit : units_finished_at(p)) {
+        const Collective& x = g_.collectives_[cross_collective_[static_cast<std::size_t>(unit)]];
+        Op ar;
+        ar.kind = OpKind::AllReduce;
+        ar.pass = Pass::Backward;
+        ar.unit = unit;
+        ar.phase = p;
+        ar.collective = x.id;
+        ar.bytes = x.total_bytes;
+        ar.shard_bytes = g_.members_[x.members_begin + member_index_[r]].shard_bytes;
+        last_rs = emit(ar, {});
+      }
     }
   }
 
@@ -368,6 +387,37 @@ void GraphBuilder::build_rank(int r) {
   emit(opt, {last_rs});
 }
 
+// The cross-group reduction of unit u after phase p: members are all ranks (in rank order),
+// each moving its slice; the pieces (ShardLayout::pieces) say which ranks reduce what.
+std::int32_t GraphBuilder::add_cross_reduction(int p, int u) {
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.kind = OpKind::AllReduce;
+  c.group = -1;
+  c.unit = u;
+  c.pass = Pass::Backward;
+  c.phase = p;
+  c.variant = CollectiveVariant::Even;
+  c.element_bytes = bytes_per_element(scenario_.job.precision.reduce);
+  c.total_bytes =
+      static_cast<double>(g_.unit_sizes_[static_cast<std::size_t>(u)].numel) * c.element_bytes;
+  c.segments_begin = static_cast<std::uint32_t>(g_.segments_.size());
+  g_.segments_.push_back(
+      {u, g_.unit_sizes_[static_cast<std::size_t>(u)].numel, CollectiveVariant::Even});
+  c.segments_count = 1;
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  c.members_count = static_cast<std::uint32_t>(built_.size());
+  for (int r : built_) {
+    CollectiveMember m;
+    m.rank = r;
+    m.elements = g_.slice(u, r).count;
+    m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
+    g_.members_.push_back(m);
+  }
+  g_.collectives_.push_back(c);
+  return c.id;
+}
+
 bool GraphBuilder::recomputes(int u) const {
   const ActivationCheckpointing& c = plan_.activation_checkpointing;
   if (u == units_ - 1) return true;
@@ -375,22 +425,17 @@ bool GraphBuilder::recomputes(int u) const {
   return c.checkpoints_layer(u);
 }
 
-std::int64_t GraphBuilder::owned_elements(int r) const {
-  std::int64_t n = 0;
-  for (int u = 0; u < units_; ++u) n += g_.slice(u, r).count;
-  return n;
-}
-
 // One collective of phase p: the gather of its parameters or the reduce-scatter of its
 // gradient. The variant of each segment follows from its integer counts; the collective is
 // Even only when all of its segments are.
-std::int32_t GraphBuilder::add_collective(int p, bool gather) {
+std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
   const Phase& ph = phases_[p];
   const ModelSpec& model = scenario_.job.model;
   const Precision& prec = scenario_.job.precision;
-  const int ranks = g_.summary_.num_ranks;
+  const auto members = g_.layout_.group(group);
   Collective c;
   c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.group = group;
   c.unit = ph.unit;
   c.pass = ph.pass;
   c.phase = p;
@@ -412,16 +457,21 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
     CollectiveSegment seg;
     seg.unit = u;
     seg.numel = g_.unit_sizes_[u].numel;
-    // Whether every rank owns as many elements of unit u: once per unit (every phase of the
-    // unit asks, and the walk is over all ranks).
-    if (unit_equal_.empty()) unit_equal_.assign(static_cast<std::size_t>(units_), -1);
-    if (unit_equal_[u] < 0) {
-      const std::int64_t first = g_.slice(u, 0).count;
+    // Whether every member of the group owns as many elements of unit u: once per group and
+    // unit (every phase of the unit asks, and the walk is over all the group's ranks).
+    if (unit_equal_.empty())
+      unit_equal_.assign(static_cast<std::size_t>(groups_) * static_cast<std::size_t>(units_), -1);
+    signed char& known =
+        unit_equal_[static_cast<std::size_t>(group) * static_cast<std::size_t>(units_) +
+                    static_cast<std::size_t>(u)];
+    if (known < 0) {
+      const std::int64_t first = g_.slice(u, members.front()).count;
       bool same = true;
-      for (int r = 1; r < ranks && same; ++r) same = g_.slice(u, r).count == first;
-      unit_equal_[u] = same ? 1 : 0;
+      for (std::size_t i = 1; i < members.size() && same; ++i)
+        same = g_.slice(u, members[i]).count == first;
+      known = same ? 1 : 0;
     }
-    const bool equal = unit_equal_[u] == 1;
+    const bool equal = known == 1;
     seg.variant = equal                                ? CollectiveVariant::Even
                   : uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
                                                        : CollectiveVariant::Grouped;
@@ -434,14 +484,17 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather) {
                   : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
                                                           : OpKind::ReduceScatterV);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  c.members_count = static_cast<std::uint32_t>(built_.size());
-  for (int r : built_) {
+  std::uint32_t built_members = 0;
+  for (int r : members) {
+    if (member_index_[r] < 0) continue;
+    ++built_members;
     CollectiveMember m;
     m.rank = r;
     for (int u : units) m.elements += g_.slice(u, r).count;
     m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
     g_.members_.push_back(m);
   }
+  c.members_count = built_members;
   g_.collectives_.push_back(c);
   return c.id;
 }
@@ -488,14 +541,21 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
   for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
-  g_.unit_offsets_.reserve(static_cast<std::size_t>(units_) *
-                           (static_cast<std::size_t>(ranks) + 1));
+  std::vector<std::int64_t> numel;
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
     s.numel = std::llround(s.parameters);
-    auto off = shard_offsets(s.numel, shares);
-    g_.unit_offsets_.insert(g_.unit_offsets_.end(), off.begin(), off.end());
+    numel.push_back(s.numel);
+  }
+  g_.layout_ = ShardLayout(plan_.sharding, shares, numel);
+  groups_ = g_.layout_.num_groups();
+  // A group collective's members are its group's built ranks, in group order.
+  group_slot_.assign(static_cast<std::size_t>(ranks), -1);
+  for (int grp = 0; grp < groups_; ++grp) {
+    int slot = 0;
+    for (int r : g_.layout_.group(grp))
+      if (member_index_[r] >= 0) group_slot_[r] = slot++;
   }
   double model_flops = 0;
   for (int u = 0; u < units_; ++u) {
@@ -529,8 +589,30 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     if (ph.pass == Pass::Backward)
       gp = no_sync ? (rounds - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
     g_.gradient_phase_.push_back(gp);
-    ag_collective_.push_back(add_collective(p, true));
-    rs_collective_.push_back(gp == p ? add_collective(p, false) : -1);
+    for (int grp = 0; grp < groups_; ++grp) {
+      ag_collective_.push_back(add_collective(p, true, grp));
+      rs_collective_.push_back(gp == p ? add_collective(p, false, grp) : -1);
+    }
+  }
+  // Hybrid: each unit is reduced across groups once per step, after the last reduce-scatter
+  // that touches its gradient (a tied embedding: the embedding's own phase, after the head's).
+  finished_at_.assign(phases_.size(), {});
+  if (g_.layout_.hybrid()) {
+    std::vector<int> last(static_cast<std::size_t>(units_), -1);
+    for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+      const std::int32_t rs =
+          rs_collective_[static_cast<std::size_t>(p) * static_cast<std::size_t>(groups_)];
+      if (rs < 0) continue;
+      for (const auto& seg : g_.segments(g_.collectives_[rs]))
+        last[static_cast<std::size_t>(seg.unit)] = p;
+    }
+    cross_collective_.assign(static_cast<std::size_t>(units_), -1);
+    for (int p = 0; p < static_cast<int>(phases_.size()); ++p)
+      for (int u = 0; u < units_; ++u)
+        if (last[static_cast<std::size_t>(u)] == p) {
+          finished_at_[static_cast<std::size_t>(p)].push_back(u);
+          cross_collective_[static_cast<std::size_t>(u)] = add_cross_reduction(p, u);
+        }
   }
 
   g_.rank_offsets_.push_back(0);
@@ -543,10 +625,13 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
         static_cast<double>(owned_elements(r)) * (param_bytes + reduce_bytes + 8.0);
   }
 
-  // Collective members' op ids.
+  // Collective members' op ids (members in group order; the cross reduction's in rank order).
   for (const Op& o : g_.ops_)
-    if (o.collective >= 0)
-      g_.members_[g_.collectives_[o.collective].members_begin + member_index_[o.rank]].op = o.id;
+    if (o.collective >= 0) {
+      const Collective& c = g_.collectives_[o.collective];
+      const int slot = c.group < 0 ? member_index_[o.rank] : group_slot_[o.rank];
+      g_.members_[c.members_begin + static_cast<std::uint32_t>(slot)].op = o.id;
+    }
 
   // Stream programs (counting sort by rank and stream; issue order is kept).
   const std::size_t lanes = static_cast<std::size_t>(ranks) * kNumStreams;

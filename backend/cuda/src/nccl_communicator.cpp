@@ -84,6 +84,17 @@ class NcclCommunicator final : public backend::Communicator {
   int size() const override { return size_; }
   std::string kind() const override { return "nccl"; }
 
+  // Hybrid sharding's group and cross-group communicators: the bootstrap splits
+  // (MPI_Comm_split) and the part builds its own NCCL communicator over it (a fresh unique id
+  // broadcast within the part), which needs no ncclCommSplit (NCCL >= 2.18).
+  std::unique_ptr<backend::Communicator> split(int color, int key) override {
+    auto part = bootstrap_.split(color, key);
+    if (!part) return nullptr;
+    auto out = std::make_unique<NcclCommunicator>(device_, *part, options_);
+    out->owned_bootstrap_ = std::move(part);
+    return out;
+  }
+
   void all_gather(backend::Stream& s, TensorRef send, TensorRef recv) override {
     expect(send.type == recv.type, "all_gather: send and recv types differ");
     expect(recv.numel == send.numel * size_, "all_gather: recv must hold size() * send");
@@ -279,6 +290,7 @@ class NcclCommunicator final : public backend::Communicator {
 
   backend::Device& device_;
   backend::Communicator& bootstrap_;
+  std::unique_ptr<backend::Communicator> owned_bootstrap_;  // a split's part (bootstrap_)
   NcclOptions options_;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

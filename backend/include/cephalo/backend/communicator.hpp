@@ -12,10 +12,12 @@
 // sum(counts[0..r)). all_gather_v fills the full buffer from every rank's slice;
 // reduce_scatter_v sums full-size buffers element-wise and leaves rank r its summed slice.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cephalo/backend/device.hpp"
+#include "cephalo/core/error.hpp"
 
 namespace cephalo::backend {
 
@@ -48,6 +50,16 @@ class Communicator {
   virtual void all_reduce_host(double* values, int count, ReduceOp op) = 0;
   virtual void broadcast_host(std::string& bytes, int root) = 0;  // resized on receivers
   virtual void barrier() = 0;
+  // A communicator over the ranks of this one that pass the same `color` >= 0, numbered by
+  // `key` (MPI_Comm_split semantics; the NCCL communicator splits its bootstrap the same way
+  // and builds a NCCL communicator over the part); nullptr where color < 0. Collective: every
+  // rank of this communicator calls it, in the same order, from the host thread with no
+  // collective in flight. Hybrid sharding runs its group and cross-group collectives on these.
+  virtual std::unique_ptr<Communicator> split(int color, int key) {
+    (void)color;
+    (void)key;
+    throw RuntimeFailure(kind() + " communicator: split (sub-communicators) is not supported");
+  }
   // Ends every rank of the job now (MPI_Abort / ncclCommAbort + MPI_Abort). The caller prints
   // its message (naming the rank and the cause) first. Never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;

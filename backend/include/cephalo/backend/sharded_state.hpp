@@ -22,23 +22,28 @@ inline std::vector<std::int64_t> shard_offsets(std::int64_t numel,
 
 class ShardedState {
  public:
-  // Allocates the slices the graph gives `rank` (graph.unit_offsets) and initialises the owned
-  // parameters from the model's deterministic initialisation (Adam moments zero).
+  // Allocates the slices the graph gives `rank` (graph.slice: inside its sharding group's copy
+  // of the state) and initialises the owned parameters from the model's deterministic
+  // initialisation (Adam moments zero).
   ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph, int rank,
                ElemType reduce_type);
 
-  int units() const { return static_cast<int>(offsets_.size()); }
+  int units() const { return static_cast<int>(slices_.size()); }
   int rank() const { return rank_; }
-  int ranks() const { return static_cast<int>(offsets_.front().size()) - 1; }
-  const std::vector<std::int64_t>& offsets(int u) const {
-    return offsets_[static_cast<std::size_t>(u)];
+  // The state partition a checkpoint records (ShardLayout::checkpoint_offsets): ranks + 1
+  // bounds per unit; under hybrid sharding group 0's copy.
+  const std::vector<std::int64_t>& checkpoint_offsets(int u) const {
+    return checkpoint_offsets_[static_cast<std::size_t>(u)];
   }
-  std::int64_t begin(int u) const { return offsets(u)[static_cast<std::size_t>(rank_)]; }
-  std::int64_t owned(int u) const {
-    return offsets(u)[static_cast<std::size_t>(rank_) + 1] - begin(u);
+  // Whether this rank's slices are part of the checkpoint (its group is group 0).
+  bool in_checkpoint() const { return in_checkpoint_; }
+  std::int64_t begin(int u) const { return slices_[static_cast<std::size_t>(u)].offset; }
+  std::int64_t owned(int u) const { return slices_[static_cast<std::size_t>(u)].count; }
+  // Elements each member of this rank's group owns of unit u, in group order (the -v
+  // collectives' counts on the group's communicator).
+  const std::vector<std::int64_t>& counts(int u) const {
+    return counts_[static_cast<std::size_t>(u)];
   }
-  // Elements each rank owns of unit u (the -v collectives' counts).
-  std::vector<std::int64_t> counts(int u) const;
 
   Buffer& param(int u) { return param_[static_cast<std::size_t>(u)]; }
   Buffer& grad(int u) { return grad_[static_cast<std::size_t>(u)]; }
@@ -49,7 +54,7 @@ class ShardedState {
   void zero_gradients(Stream& s);
 
   // Checkpoint shard: for every unit the owned slice of params, then m, then v (fp32, native
-  // endianness). Blocking (downloads).
+  // endianness); empty for a rank outside the checkpoint's group. Blocking (downloads).
   std::string serialize();
   // Restores unit u's owned slice (owned(u) floats each).
   void restore(int u, const float* params, const float* m, const float* v);
@@ -60,7 +65,9 @@ class ShardedState {
   Device& dev_;
   int rank_;
   ElemType reduce_type_;
-  std::vector<std::vector<std::int64_t>> offsets_;
+  bool in_checkpoint_ = true;
+  std::vector<traces::UnitSlice> slices_;
+  std::vector<std::vector<std::int64_t>> counts_, checkpoint_offsets_;
   std::vector<Buffer> param_, grad_, m_, v_;
 };
 

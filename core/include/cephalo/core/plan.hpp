@@ -6,6 +6,7 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/scenario.hpp"
+#include "cephalo/core/sharding.hpp"
 
 namespace cephalo {
 
@@ -75,6 +76,7 @@ struct Plan {
   Offload offload = Offload::None;
   bool prefetch = true;
   UnevenCollective uneven_collective = UnevenCollective::Grouped;
+  Sharding sharding;  // "sharding": full (default) or hybrid groups (core/sharding.hpp)
   std::vector<PlanRank> ranks;
   Json predicted;  // optional, informational (planner's predictions); null when absent
 
@@ -93,7 +95,8 @@ constexpr double kShareSumTolerance = 1e-9;
 constexpr int kMaxMicroBatchesPerRank = 1 << 16;
 constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
 
-// Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares).
+// Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares
+// summing to 1 over every sharding group, the groups a partition of the ranks).
 Plan parse_plan(JsonReader& reader);
 Plan load_plan(const std::filesystem::path& file);
 // Checks the plan against a scenario: the scenario it names (when it names one) is this one,

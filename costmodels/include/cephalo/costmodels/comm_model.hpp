@@ -10,6 +10,13 @@ namespace cephalo::costmodels {
 enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Broadcast };
 std::string to_string(CollectiveKind kind);
 
+// One piece of a hybrid plan's cross-group gradient reduction (traces::ShardLayout): an
+// element range owned by one rank of every group, all-reduced in place over those owners.
+struct ReductionPiece {
+  std::vector<int> owners;  // one rank per group
+  double bytes = 0;
+};
+
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::AllGather;
   std::vector<int> ranks;           // participants (global ranks of the cluster)
@@ -19,6 +26,10 @@ struct CollectiveRequest {
   // reduce-scatter). A model calibrated under compute load uses that fit for it; otherwise the
   // flag changes nothing.
   bool overlaps_compute = false;
+  // Non-empty: the cross-group reduction of hybrid sharding (kind AllReduce): every piece's
+  // all-reduce runs concurrently over its owners, the pieces of one node sharing its NIC.
+  // `ranks` / `shard_bytes` then list every rank taking part and its slice.
+  std::vector<ReductionPiece> pieces;
 };
 
 struct CollectiveEstimate {

@@ -38,6 +38,10 @@ struct PlannerOptions {
   // model lets fit (none, then every 2, then full), decided per plan.
   std::optional<ActivationCheckpointing> activation_checkpointing;
   bool choose_checkpointing = false;
+  // How the state is sharded (sharding_choice.hpp): "full", "hybrid" or "auto"; groups of
+  // `group_nodes` consecutive nodes (0: hybrid takes 1, auto tries every size).
+  std::string sharding = "full";
+  int group_nodes = 0;
 };
 
 struct RankPrediction {

@@ -9,6 +9,7 @@
 //    "node": {"gpus_per_node": 4, "intra_link": {...}, "nic": {...}},  // default node shape
 //    "job": "jobs/llama-7b-s2048.json" | {inline job},
 //    "strategy": "optimal",                        // any planner strategy
+//    "sharding": "full" | "hybrid" | "auto",       // optional (default full): groups of nodes
 //    "constraints": {"max_cost_per_hour": 40, "min_samples_per_s": 0}}
 // Every combination of counts (each type from min_count to max_count by step, not all zero,
 // no more GPUs than the global batch) within the budget is planned with the strategy and
@@ -46,6 +47,7 @@ struct SweepSpec {
   Json nic;
   Json job;  // inline job object (a file reference is read and inlined)
   std::string strategy = "optimal";
+  std::string sharding = "full";  // "full" | "hybrid" | "auto" (PlannerOptions::sharding)
   double max_cost_per_hour = -1;  // < 0: no budget
   double min_samples_per_s = 0;
 };

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cephalo/core/plan.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 
 namespace cephalo::traces {
 
@@ -40,7 +41,8 @@ enum class OpKind : std::uint8_t {
   AllGatherV,      // same with uneven shards
   ReduceScatter,   // reduce a unit's gradient onto the owners' shards (even)
   ReduceScatterV,  // same with uneven shards
-  AllReduce,       // reserved (e.g. loss / norm reductions); not emitted by the builders yet
+  AllReduce,       // hybrid sharding: a unit's cross-group gradient reduction (one in-place
+                   // all-reduce per piece over its owners; ShardLayout::pieces)
   CopyD2H,         // layer-boundary activation to pinned host memory (offload: host)
   CopyH2D,         // and back before the recompute
 };
@@ -105,6 +107,10 @@ struct Op {
 struct Collective {
   std::int32_t id = -1;
   OpKind kind = OpKind::AllGather;
+  // The sharding group whose ranks it spans (all-gathers, reduce-scatters; 0 under full
+  // sharding), or -1 for the cross-group reduction (AllReduce), whose members are all ranks
+  // and whose pieces are the layout's pieces of its unit.
+  std::int32_t group = 0;
   std::int32_t unit = -1;
   Pass pass = Pass::Forward;
   std::int32_t phase = -1;
@@ -119,6 +125,8 @@ struct Collective {
   std::uint32_t segments_count = 0;
 };
 
+// Members are listed in group order (the group's slice order); for the cross-group reduction,
+// in rank order.
 struct CollectiveMember {
   std::int32_t rank = 0;
   OpId op = kNoOp;
@@ -134,12 +142,6 @@ struct CollectiveSegment {
   std::int32_t unit = -1;
   std::int64_t numel = 0;  // elements of the unit's flat buffer
   CollectiveVariant variant = CollectiveVariant::Even;
-};
-
-// A rank's element range of a unit's flat buffer.
-struct UnitSlice {
-  std::int64_t offset = 0;
-  std::int64_t count = 0;
 };
 
 // Model-level quantities the builder derives from the Job, kept so consumers do not have to
@@ -191,10 +193,11 @@ class TrainingGraph {
   std::span<const CollectiveMember> members(const Collective& c) const;
   std::span<const CollectiveSegment> segments(const Collective& c) const;
 
-  // Sharding of every unit's flat buffer (shard_offsets of its numel over the plan's shares):
-  // `unit_offsets(u)` has num_ranks + 1 entries; `slice(u, r)` is rank r's range.
-  std::span<const std::int64_t> unit_offsets(int unit) const;
-  UnitSlice slice(int unit, int rank) const;
+  // Sharding of every unit's flat buffer: the plan's groups, each rank's slice inside its
+  // group's copy (shard_offsets of the unit's numel over the group's shares) and, under hybrid
+  // sharding, the cross-group pieces. `slice(u, r)` is rank r's range.
+  const ShardLayout& layout() const { return layout_; }
+  UnitSlice slice(int unit, int rank) const { return layout_.slice(unit, rank); }
 
   // Device bytes held for the whole iteration (sharded training state of the rank's slices:
   // master parameters, gradient shard, Adam moments).
@@ -234,7 +237,7 @@ class TrainingGraph {
   std::vector<Collective> collectives_;
   std::vector<CollectiveMember> members_;
   std::vector<CollectiveSegment> segments_;
-  std::vector<std::int64_t> unit_offsets_;  // units × (ranks + 1)
+  ShardLayout layout_;
   std::vector<double> static_bytes_;
   std::vector<UnitSizes> unit_sizes_;
   std::vector<std::int32_t> gradient_phase_;  // per phase
@@ -260,6 +263,10 @@ class TrainingGraph {
 //    ahead); without it, when phase p-1's compute is done (no overlap with compute).
 //  * offload host: each micro-batch's layer input is copied to host after the unit consumed
 //    it and copied back before the recompute (one copy ahead with prefetch).
+//  * hybrid sharding: every all-gather and reduce-scatter spans one group (a collective per
+//    group and phase); after the reduce-scatter that last touches a unit's gradient in the
+//    step, one AllReduce op per rank reduces the unit across groups (on the comm stream, in
+//    place on the gradient shard), and the optimizer step waits for it.
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario);
 // The same graph restricted to `ranks` (ascending, non-empty): only they have ops and are
 // collective members; sharding, collective variants and static bytes are the whole plan's and

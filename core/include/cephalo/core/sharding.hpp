@@ -1,0 +1,54 @@
+#pragma once
+// How a Plan shards the training state (the plan key "sharding"; scenarios/README.md).
+//
+//   "sharding": "full"                                   (default) one group of every rank:
+//                                                        each rank owns its state_share of
+//                                                        every unit, Σ shares = 1.
+//   "sharding": {"kind": "hybrid", "groups": [[0,1,2,3],[4,5,6,7]]}
+//                                                        hybrid sharding (HSDP): the ranks are
+//                                                        partitioned into groups; each group
+//                                                        holds one full copy of the state, cut
+//                                                        by its members' shares (Σ = 1 within
+//                                                        every group; a group lists its ranks
+//                                                        in ascending order, its slices follow
+//                                                        that order).
+//
+// Per-unit all-gathers and reduce-scatters run inside a group; once per step, each element's
+// gradient is then all-reduced over the ranks of the other groups that own it (the pieces are
+// the intersections of the groups' slices: traces/README.md "Hybrid sharding").
+#include <string>
+#include <vector>
+
+#include "cephalo/core/json_reader.hpp"
+
+namespace cephalo {
+
+struct Sharding {
+  enum class Kind { Full, Hybrid };
+  Kind kind = Kind::Full;
+  std::vector<std::vector<int>> groups;  // Hybrid: as listed (validated partition); Full: empty
+
+  bool hybrid() const { return kind == Kind::Hybrid; }
+  bool operator==(const Sharding&) const = default;
+};
+
+// The groups every consumer uses: the plan's groups, or for full sharding one group of ranks
+// 0..num_ranks-1.
+std::vector<std::vector<int>> shard_groups(const Sharding& sharding, int num_ranks);
+
+// Reads the value of the "sharding" key (shape only: a string "full" or the hybrid object with
+// non-empty integer groups). check_sharding validates it against the ranks.
+Sharding parse_sharding(JsonReader reader);
+
+// The groups partition ranks 0..shares.size()-1 (no rank twice, none missing, no empty group)
+// and the shares of every group sum to 1 within kShareSumTolerance. Throws ValidationError at
+// `sharding` (the key's reader) naming the group, or at `ranks` for a group's share sum.
+void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
+                    const JsonReader& sharding_reader, const JsonReader& ranks_reader);
+
+// "full" or the hybrid object.
+Json to_json(const Sharding& sharding);
+// "full", or "hybrid (2 groups: 4+4 ranks)".
+std::string describe(const Sharding& sharding);
+
+}  // namespace cephalo

@@ -1,0 +1,133 @@
+#include "cephalo/core/sharding.hpp"
+
+#include <cmath>
+
+#include "cephalo/core/plan.hpp"
+
+namespace cephalo {
+
+std::vector<std::vector<int>> shard_groups(const Sharding& sharding, int num_ranks) {
+  if (sharding.hybrid()) return sharding.groups;
+  std::vector<int> all(static_cast<std::size_t>(num_ranks));
+  for (int r = 0; r < num_ranks; ++r) all[static_cast<std::size_t>(r)] = r;
+  return {all};
+}
+
+namespace {
+
+const char* const kShardingAllowed =
+    "\"full\" or {\"kind\": \"hybrid\", \"groups\": [[ranks], ...]} (every rank in exactly one "
+    "group)";
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 8 && ranks.size() > 10) {
+      s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+      break;
+    }
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+Sharding parse_sharding(JsonReader r) {
+  Sharding s;
+  if (r.is_string()) {
+    const std::string v = r.as_string();
+    if (v == "full") return s;
+    r.fail_value("\"" + v + "\"", kShardingAllowed);
+  }
+  if (!r.is_object()) r.fail(kShardingAllowed);
+  r.child("kind").as_enum({"hybrid"});
+  s.kind = Sharding::Kind::Hybrid;
+  auto groups = r.child("groups");
+  if (!groups.is_array() || groups.size() == 0)
+    groups.fail("a non-empty array of groups, each a non-empty array of ranks");
+  if (groups.size() > static_cast<std::size_t>(kMaxDevices))
+    groups.fail_value(std::to_string(groups.size()) + " groups",
+                      "at most " + std::to_string(kMaxDevices) + " groups");
+  for (auto& g : groups.elements()) {
+    if (!g.is_array() || g.size() == 0) g.fail("a non-empty array of ranks");
+    std::vector<int> members;
+    for (auto& x : g.elements())
+      members.push_back(static_cast<int>(x.as_integer(0, kMaxDevices - 1)));
+    s.groups.push_back(std::move(members));
+  }
+  r.finish();
+  return s;
+}
+
+void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
+                    const JsonReader& sharding_reader, const JsonReader& ranks_reader) {
+  const int n = static_cast<int>(shares.size());
+  const auto groups = shard_groups(sharding, n);
+  const std::string file = sharding_reader.file();
+  const std::string at = sharding_reader.where() + ".groups";
+  std::vector<int> group_of(static_cast<std::size_t>(n), -1);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t i = 0; i < groups[g].size(); ++i) {
+      const int r = groups[g][i];
+      const std::string where = at + "[" + std::to_string(g) + "][" + std::to_string(i) + "]";
+      if (r >= n)
+        throw ValidationError(file, where, std::to_string(r),
+                              "a rank of the plan (0.." + std::to_string(n - 1) + ")");
+      // Ascending order: a group's slices then follow rank order, so its copy of the state is
+      // also a partition in rank order (the one a checkpoint records).
+      if (i > 0 && r <= groups[g][i - 1] && group_of[static_cast<std::size_t>(r)] < 0)
+        throw ValidationError(file, where, std::to_string(r),
+                              "a rank above " + std::to_string(groups[g][i - 1]) +
+                                  " (a group lists its ranks in ascending order)");
+      int& owner = group_of[static_cast<std::size_t>(r)];
+      if (owner >= 0)
+        throw ValidationError(file, where, "rank " + std::to_string(r),
+                              "a rank in no other group (rank " + std::to_string(r) +
+                                  " is already in group " + std::to_string(owner) + " " +
+                                  list_ranks(groups[static_cast<std::size_t>(owner)]) +
+                                  "; groups must not overlap)");
+      owner = static_cast<int>(g);
+    }
+  }
+  for (int r = 0; r < n; ++r)
+    if (group_of[static_cast<std::size_t>(r)] < 0)
+      throw ValidationError(
+          file, at, "no group containing rank " + std::to_string(r),
+          "groups that together list every rank 0.." + std::to_string(n - 1) + " exactly once");
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    double sum = 0;
+    for (int r : groups[g]) sum += shares[static_cast<std::size_t>(r)];
+    if (std::fabs(sum - 1.0) > kShareSumTolerance) {
+      const std::string value =
+          "state shares summing to " + format_quantity(sum, Quantity::Dimensionless);
+      if (!sharding.hybrid())
+        ranks_reader.fail_value(value, "state shares summing to 1 (within 1e-9)");
+      throw ValidationError(file, ranks_reader.where() + "[*].state_share",
+                            value + " over group " + std::to_string(g) + " " +
+                                list_ranks(groups[g]) + " (" + at + "[" + std::to_string(g) + "])",
+                            "state shares summing to 1 (within 1e-9) within every group: each "
+                            "group holds one full copy of the training state");
+    }
+  }
+}
+
+Json to_json(const Sharding& sharding) {
+  if (!sharding.hybrid()) return "full";
+  Json groups = Json::array();
+  for (const auto& g : sharding.groups) groups.push_back(g);
+  return Json{{"kind", "hybrid"}, {"groups", groups}};
+}
+
+std::string describe(const Sharding& sharding) {
+  if (!sharding.hybrid()) return "full";
+  std::string sizes;
+  for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
+    if (g) sizes += "+";
+    sizes += std::to_string(sharding.groups[g].size());
+  }
+  return "hybrid (" + std::to_string(sharding.groups.size()) + " groups: " + sizes + " ranks)";
+}
+
+}  // namespace cephalo

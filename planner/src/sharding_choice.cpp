@@ -1,0 +1,201 @@
+// Choosing full or hybrid sharding (sharding_choice.hpp).
+#include "cephalo/planner/sharding_choice.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <tuple>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/planner/simulate_plan.hpp"
+#include "cephalo/traces/collective_request.hpp"
+#include "cephalo/traces/training_graph.hpp"
+#include "plan_support.hpp"
+
+namespace cephalo::planner {
+
+using namespace detail;
+
+namespace {
+
+// Ranks of consecutive nodes [first, first + count), in rank order (the cluster is node-major).
+std::vector<int> ranks_of_nodes(const Scenario& s, int first, int count) {
+  std::vector<int> out;
+  int rank = 0;
+  for (int n = 0; n < static_cast<int>(s.cluster.nodes.size()); ++n) {
+    const int here = static_cast<int>(s.cluster.nodes[static_cast<std::size_t>(n)].devices.size());
+    for (int i = 0; i < here; ++i, ++rank)
+      if (n >= first && n < first + count) out.push_back(rank);
+  }
+  return out;
+}
+
+ShardingCandidate grouping(const Scenario& s, int k) {
+  ShardingCandidate c;
+  c.nodes_per_group = k;
+  c.sharding.kind = Sharding::Kind::Hybrid;
+  const int nodes = static_cast<int>(s.cluster.nodes.size());
+  for (int first = 0; first < nodes; first += k) {
+    auto g = ranks_of_nodes(s, first, std::min(k, nodes - first));
+    if (!g.empty()) c.sharding.groups.push_back(std::move(g));
+  }
+  c.label = "hybrid: " + std::to_string(k) + (k == 1 ? " node" : " nodes") + " per group (" +
+            std::to_string(c.sharding.groups.size()) + " groups)";
+  return c;
+}
+
+// A rank's predicted memory at state share `share` (the memory model is affine in it).
+double memory_at(const Scenario& s, const Plan& plan, const PlanRank& r, const DeviceSpec& spec,
+                 double share) {
+  PlanRank x = r;
+  x.state_share = share;
+  return costmodels::predict_memory(s.job, plan, x, spec, static_cast<int>(plan.ranks.size()))
+      .total;
+}
+
+}  // namespace
+
+std::vector<ShardingCandidate> sharding_candidates(const Scenario& s, const std::string& mode,
+                                                   int group_nodes) {
+  const int nodes = static_cast<int>(s.cluster.nodes.size());
+  std::vector<ShardingCandidate> out;
+  if (mode == "full" || mode == "auto") out.push_back({"full", Sharding{}, 0});
+  if (mode == "hybrid") {
+    const int k = group_nodes > 0 ? group_nodes : 1;
+    if (k > nodes)
+      throw InfeasibleError("--group-size " + std::to_string(k) + ": the cluster has only " +
+                            std::to_string(nodes) + " nodes");
+    out.push_back(grouping(s, k));
+  } else if (mode == "auto") {
+    if (group_nodes > 0) {
+      if (group_nodes < nodes) out.push_back(grouping(s, group_nodes));
+    } else {
+      for (int k = 1; k < nodes; ++k) out.push_back(grouping(s, k));
+    }
+  }
+  return out;
+}
+
+bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std::string* why) {
+  plan.sharding = sharding;
+  if (!sharding.hybrid()) return true;
+  const auto devices = s.cluster.ranks();
+  for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
+    const auto& group = sharding.groups[g];
+    for (int attempt = 0;; ++attempt) {
+      // free_i = what rank i may still hold once everything but the state is in; the state's
+      // full copy costs `state` (the slope of the affine memory model).
+      std::vector<double> free_bytes;
+      double total_free = 0, state = 0;
+      for (int r : group) {
+        const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
+        const DeviceSpec& spec = devices[static_cast<std::size_t>(r)].slot->spec;
+        const double m0 = memory_at(s, plan, pr, spec, 0.0);
+        state = std::max(state, memory_at(s, plan, pr, spec, 1.0) - m0);
+        free_bytes.push_back(std::max(0.0, plannable_bytes(spec) - m0));
+        total_free += free_bytes.back();
+      }
+      if (total_free >= state && total_free > 0) {
+        const bool equal = std::all_of(free_bytes.begin(), free_bytes.end(), [&](double f) {
+          return std::fabs(f - free_bytes.front()) <= 1e-9 * free_bytes.front();
+        });
+        double assigned = 0;
+        for (std::size_t i = 0; i < group.size(); ++i) {
+          // Even shares where the devices are alike (even collectives); the last share takes
+          // the rounding so the group sums to 1 exactly.
+          double share =
+              equal ? 1.0 / static_cast<double>(group.size()) : free_bytes[i] / total_free;
+          if (i + 1 == group.size()) share = std::max(0.0, 1.0 - assigned);
+          assigned += share;
+          plan.ranks[static_cast<std::size_t>(group[i])].state_share = share;
+        }
+        break;
+      }
+      // Smaller micro-batches leave more room for the state.
+      bool split = false;
+      for (int r : group) {
+        PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
+        if (pr.batch > 0 && pr.micro_batch > 1 && pr.micro_batches * 2 <= kMaxMicroBatchesPerRank) {
+          pr.micro_batch = (pr.micro_batch + 1) / 2;
+          pr.micro_batches = (pr.batch + pr.micro_batch - 1) / pr.micro_batch;
+          split = true;
+        }
+      }
+      if (!split || attempt >= 6) {
+        if (why) {
+          std::ostringstream o;
+          o << "group " << g << " (" << group.size() << " devices from rank " << group.front()
+            << ") has " << format_bytes(total_free) << " left after activations for a "
+            << format_bytes(state) << " copy of the state";
+          *why = o.str();
+        }
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& models,
+                           const Plan& plan) {
+  const traces::TrainingGraph g = traces::build_training_graph(plan, s);
+  std::map<std::tuple<int, int, double>, double> memo;
+  std::vector<double> per_group(static_cast<std::size_t>(g.layout().num_groups()), 0.0);
+  double cross = 0;
+  for (const auto& c : g.collectives()) {
+    const auto key = std::make_tuple(static_cast<int>(c.kind), c.group, c.total_bytes);
+    auto it = memo.find(key);
+    if (it == memo.end())
+      it =
+          memo.emplace(key,
+                       models.comm->collective(s.cluster, traces::collective_request(g, c)).seconds)
+              .first;
+    if (c.group < 0)
+      cross += it->second;
+    else
+      per_group[static_cast<std::size_t>(c.group)] += it->second;
+  }
+  return *std::max_element(per_group.begin(), per_group.end()) + cross;
+}
+
+void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
+                     const PlannerOptions& options, PlanResult& res) {
+  const auto candidates = sharding_candidates(s, options.sharding, options.group_nodes);
+  const Plan base = res.plan;
+  std::ostringstream why;
+  why << "sharding " << options.sharding << ":";
+  std::optional<Plan> best;
+  double best_s = 0;
+  std::string best_label;
+  for (const auto& c : candidates) {
+    Plan p = base;
+    std::string reason;
+    if (!apply_grouping(s, p, c.sharding, &reason)) {
+      why << " " << c.label << " does not fit (" << reason << ");";
+      continue;
+    }
+    const SimOutcome o = simulate_plan(s, models, p);
+    ++res.simulated_candidates;
+    if (o.oom) {
+      why << " " << c.label << " OOM in simulation (" << o.oom_detail << ");";
+      continue;
+    }
+    why << " " << c.label << " " << format_seconds(o.iteration_s) << ";";
+    if (!best || o.iteration_s < best_s) {
+      best = p;
+      best_s = o.iteration_s;
+      best_label = c.label;
+    }
+  }
+  if (!best) throw InfeasibleError(why.str() + " no sharding candidate fits");
+  why << " chose " << best_label << " (fastest simulated)";
+  res.plan = *best;
+  res.simulated_iteration_s = best_s;
+  res.note = res.note.empty() ? why.str() : res.note + "; " + why.str();
+}
+
+}  // namespace cephalo::planner

@@ -1,0 +1,16 @@
+#pragma once
+// What the comm model is asked about one of the graph's collectives: its kind, its members and
+// their shard bytes, the resolved uneven variant, and for a hybrid plan's cross-group reduction
+// the pieces (ShardLayout). The one translation from graph to comm model, for the simulator and
+// the planner alike.
+#include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::traces {
+
+costmodels::CollectiveKind collective_kind(OpKind kind);
+
+costmodels::CollectiveRequest collective_request(const TrainingGraph& graph, const Collective& c,
+                                                 bool overlaps_compute = false);
+
+}  // namespace cephalo::traces

@@ -1,0 +1,120 @@
+// The one place slices, groups and cross-group pieces are cut (shard_layout.hpp).
+#include "cephalo/traces/shard_layout.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::traces {
+
+ShardLayout::ShardLayout(const Sharding& sharding, const std::vector<double>& shares,
+                         const std::vector<std::int64_t>& unit_numel)
+    : numel_(unit_numel) {
+  const int ranks = static_cast<int>(shares.size());
+  const auto groups = shard_groups(sharding, ranks);
+  group_of_.assign(static_cast<std::size_t>(ranks), -1);
+  position_.assign(static_cast<std::size_t>(ranks), -1);
+  group_begin_.push_back(0);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t i = 0; i < groups[g].size(); ++i) {
+      const int r = groups[g][i];
+      if (r < 0 || r >= ranks || group_of_[static_cast<std::size_t>(r)] >= 0)
+        throw std::logic_error(
+            "ShardLayout: sharding groups are not a partition of the ranks "
+            "(validate the plan first)");
+      group_of_[static_cast<std::size_t>(r)] = static_cast<int>(g);
+      position_[static_cast<std::size_t>(r)] = static_cast<int>(i);
+      group_ranks_.push_back(r);
+    }
+    group_begin_.push_back(static_cast<std::uint32_t>(group_ranks_.size()));
+  }
+  if (static_cast<int>(group_ranks_.size()) != ranks)
+    throw std::logic_error("ShardLayout: a rank is in no sharding group");
+
+  const std::size_t units = numel_.size();
+  begin_.assign(units * static_cast<std::size_t>(ranks), 0);
+  end_.assign(units * static_cast<std::size_t>(ranks), 0);
+  std::vector<std::vector<double>> group_shares(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (int r : groups[g]) group_shares[g].push_back(shares[static_cast<std::size_t>(r)]);
+  piece_begin_.push_back(0);
+  std::vector<std::vector<std::int64_t>> bounds(groups.size());
+  for (std::size_t u = 0; u < units; ++u) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      bounds[g] = shard_offsets(numel_[u], group_shares[g]);
+      for (std::size_t i = 0; i < groups[g].size(); ++i) {
+        const std::size_t at =
+            u * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(groups[g][i]);
+        begin_[at] = bounds[g][i];
+        end_[at] = bounds[g][i + 1];
+      }
+    }
+    // Pieces: sweep the union of every group's bounds; between two consecutive bounds each
+    // group has one owner (the rank whose slice holds the range).
+    if (groups.size() > 1) {
+      std::vector<std::size_t> at(groups.size(), 0);
+      std::int64_t x = 0;
+      while (x < numel_[u]) {
+        std::int64_t next = numel_[u];
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+          while (bounds[g][at[g] + 1] <= x) ++at[g];
+          next = std::min(next, bounds[g][at[g] + 1]);
+        }
+        CrossPiece p;
+        p.offset = x;
+        p.count = next - x;
+        p.owners_begin = static_cast<std::uint32_t>(owners_.size());
+        for (std::size_t g = 0; g < groups.size(); ++g) owners_.push_back(groups[g][at[g]]);
+        pieces_.push_back(p);
+        x = next;
+      }
+    }
+    piece_begin_.push_back(static_cast<std::uint32_t>(pieces_.size()));
+  }
+}
+
+std::span<const int> ShardLayout::group(int g) const {
+  return {group_ranks_.data() + group_begin_[static_cast<std::size_t>(g)],
+          group_ranks_.data() + group_begin_[static_cast<std::size_t>(g) + 1]};
+}
+
+UnitSlice ShardLayout::slice(int unit, int rank) const {
+  const std::size_t at =
+      static_cast<std::size_t>(unit) * group_of_.size() + static_cast<std::size_t>(rank);
+  return {begin_[at], end_[at] - begin_[at]};
+}
+
+std::vector<std::int64_t> ShardLayout::group_counts(int unit, int g) const {
+  std::vector<std::int64_t> counts;
+  for (int r : group(g)) counts.push_back(slice(unit, r).count);
+  return counts;
+}
+
+std::int64_t ShardLayout::owned_elements(int rank) const {
+  std::int64_t n = 0;
+  for (int u = 0; u < num_units(); ++u) n += slice(u, rank).count;
+  return n;
+}
+
+std::span<const CrossPiece> ShardLayout::pieces(int unit) const {
+  return {pieces_.data() + piece_begin_[static_cast<std::size_t>(unit)],
+          pieces_.data() + piece_begin_[static_cast<std::size_t>(unit) + 1]};
+}
+
+std::span<const int> ShardLayout::owners(const CrossPiece& piece) const {
+  return {owners_.data() + piece.owners_begin, static_cast<std::size_t>(num_groups())};
+}
+
+std::vector<std::int64_t> ShardLayout::checkpoint_offsets(int unit) const {
+  std::vector<std::int64_t> off;
+  std::int64_t at = 0;
+  for (int r = 0; r < num_ranks(); ++r) {
+    off.push_back(at);
+    if (group_of(r) == 0) at += slice(unit, r).count;
+  }
+  off.push_back(at);
+  return off;
+}
+
+}  // namespace cephalo::traces

@@ -1,0 +1,47 @@
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/shard_layout.hpp"
+#include "cephalo/traces/summarize.hpp"
+
+namespace cephalo::traces {
+
+void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
+                             const std::string& plan_file) {
+  if (!plan.sharding.hybrid()) return;
+  const Precision& prec = scenario.job.precision;
+  const double per_parameter =
+      bytes_per_element(prec.params) + bytes_per_element(prec.reduce) + 8.0;
+  const double parameters = costmodels::total_parameters(scenario.job.model);
+  const double state = parameters * per_parameter;
+  const auto devices = scenario.cluster.ranks();
+  for (std::size_t g = 0; g < plan.sharding.groups.size(); ++g) {
+    const auto& group = plan.sharding.groups[g];
+    double usable = 0;
+    std::string ranks;
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      const int r = group[i];
+      if (r < 0 || r >= static_cast<int>(devices.size())) continue;  // validate_plan_for's
+      usable += usable_capacity_bytes(devices[static_cast<std::size_t>(r)].slot->spec);
+      if (i < 8) {
+        if (i) ranks += ", ";
+        ranks += std::to_string(r);
+      } else if (i == 8) {
+        ranks += ", ...";
+      }
+    }
+    if (state > usable)
+      throw ValidationError(
+          plan_file, "sharding.groups[" + std::to_string(g) + "]",
+          "group " + std::to_string(g) + " (ranks [" + ranks + "], " +
+              std::to_string(group.size()) + " devices) with " + format_bytes(usable) +
+              " of usable device memory in total",
+          "a group that can hold one full copy of the training state: " + format_bytes(state) +
+              " (" + format_quantity(parameters, Quantity::Dimensionless) + " parameters × " +
+              format_quantity(per_parameter, Quantity::Dimensionless) +
+              " B: master weights, gradient, Adam m and v), before activations; use larger "
+              "groups or full sharding");
+  }
+}
+
+}  // namespace cephalo::traces
