@@ -21,14 +21,11 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
   std::map<Key, int> first;
   RankClasses out;
   out.representative.resize(static_cast<std::size_t>(ranks));
-  std::vector<std::span<const std::int64_t>> offsets;
-  for (int u = 0; u < units; ++u) offsets.push_back(graph.unit_offsets(u));
   std::vector<std::int64_t> counts(static_cast<std::size_t>(units));
   for (int r = 0; r < ranks; ++r) {
     const auto& d = devices[static_cast<std::size_t>(r)];
     const auto& row = plan.ranks[static_cast<std::size_t>(r)];
-    const auto at = static_cast<std::size_t>(r);
-    for (std::size_t u = 0; u < counts.size(); ++u) counts[u] = offsets[u][at + 1] - offsets[u][at];
+    for (int u = 0; u < units; ++u) counts[static_cast<std::size_t>(u)] = graph.slice(u, r).count;
     const auto& node = scenario.cluster.nodes[static_cast<std::size_t>(d.node)];
     Key key{d.slot->spec.name,
             d.slot->slowdown,
