@@ -640,7 +640,10 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
       }
       by_stack[key].push_back({pt.measured_iteration_s(), 2 * t1 - t2, t2 - t1});
     }
-    for (const auto& [key, obs] : by_stack) {
+    for (const auto& entry : by_stack) {
+      // Named, not a structured binding: clang before 16 cannot capture a binding in a lambda.
+      const int key = entry.first;
+      const auto& obs = entry.second;
       auto fit_at = [&](double beta, double* factor) {
         double sum = 0, sq = 0;
         for (const auto& ob : obs) sum += std::log(ob.measured / (ob.rest + beta * ob.attention));
