@@ -95,6 +95,17 @@ void expect_variants(const TrainingGraph& g, UnevenCollective uneven) {
   }
 }
 
+// The graph of a one-micro-batch plan on `s` with the given state shares, after checking that
+// its collectives move the slices the shares give and carry the variants they imply.
+TrainingGraph checked_graph(const Scenario& s, const std::vector<double>& shares) {
+  Plan p = tiny_plan(s, 1);
+  for (std::size_t r = 0; r < shares.size(); ++r) p.ranks[r].state_share = shares[r];
+  TrainingGraph g = build_training_graph(p, s);
+  expect_collectives_move_the_slices(g, s, p);
+  expect_variants(g, p.uneven_collective);
+  return g;
+}
+
 TEST(GraphSlices, EqualSharesOfAnIndivisibleUnitRunTheVVariant) {
   // Find a rank count that does not divide the layer size: equal shares then give unequal
   // integer slices, which is what the backend runs (the -v collective), so the graph says so.
@@ -135,13 +146,8 @@ TEST(GraphSlices, EqualSharesOfDivisibleUnitsStayEven) {
 
 TEST(GraphSlices, AZeroShareOwnsNothingButStillJoinsEveryCollective) {
   Scenario s = tiny_scenario(3, 2, 9);
-  Plan p = tiny_plan(s, 1);
-  p.ranks[0].state_share = 0.5;
-  p.ranks[1].state_share = 0.0;
-  p.ranks[2].state_share = 0.5;
-  TrainingGraph g = build_training_graph(p, s);
-  expect_collectives_move_the_slices(g, s, p);
-  expect_variants(g, p.uneven_collective);
+  const std::vector<double> shares = {0.5, 0.0, 0.5};
+  TrainingGraph g = checked_graph(s, shares);
   for (const Collective& c : g.collectives()) {
     ASSERT_EQ(g.members(c).size(), 3u);
     EXPECT_EQ(g.members(c)[1].elements, 0);
@@ -155,7 +161,7 @@ TEST(GraphSlices, AZeroShareOwnsNothingButStillJoinsEveryCollective) {
   // The sharded state is the owned slices: fp32 master + fp32 gradient + Adam m, v.
   std::int64_t owned0 = 0;
   for (int u = 0; u < g.summary().num_units; ++u)
-    owned0 += expected_slice(numel(s, u), shares_of(p), 0).second;
+    owned0 += expected_slice(numel(s, u), shares, 0).second;
   EXPECT_DOUBLE_EQ(g.static_bytes(0), static_cast<double>(owned0) * 16.0);
 }
 
@@ -163,13 +169,7 @@ TEST(GraphSlices, ATiedHeadMovesTheEmbeddingFirstAndAnUntiedOneOnlyItself) {
   for (bool tied : {true, false}) {
     Scenario s = tiny_scenario(3, 2, 9);
     s.job.model.tied_embeddings = tied;
-    Plan p = tiny_plan(s, 1);
-    p.ranks[0].state_share = 0.6;
-    p.ranks[1].state_share = 0.3;
-    p.ranks[2].state_share = 0.1;
-    TrainingGraph g = build_training_graph(p, s);
-    expect_collectives_move_the_slices(g, s, p);
-    expect_variants(g, p.uneven_collective);
+    TrainingGraph g = checked_graph(s, {0.6, 0.3, 0.1});
     const int head = g.summary().num_units - 1;
     for (const Collective& c : g.collectives()) {
       auto segs = g.segments(c);

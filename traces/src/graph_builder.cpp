@@ -1,0 +1,197 @@
+// GraphBuilder::build: the plan-wide decisions (unit sizes, sharding, phases and their
+// collectives), then every built rank's program (graph_rank_program.cpp), then the indexes the
+// replay and the executor walk (collective members' ops, stream programs, successors).
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "graph_builder.hpp"
+
+namespace cephalo::traces {
+
+// Phases are common to all ranks, so collectives line up by construction.
+void GraphBuilder::add_phases() {
+  rounds_ = 1;
+  if (plan_.accumulation != Accumulation::Layered) {
+    rounds_ = 0;
+    for (const auto& r : plan_.ranks)
+      rounds_ = std::max(rounds_, r.batch > 0 ? r.micro_batches : 0);
+    rounds_ = std::max(rounds_, 1);
+  }
+  for (int k = 0; k < rounds_; ++k) {
+    for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
+    for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
+  }
+  // Under no_sync only the last round reduce-scatters; every round's backward of a unit
+  // accumulates into that round's buffer (its phase index: round-major, forward then backward).
+  const bool no_sync = plan_.accumulation == Accumulation::NoSync;
+  for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+    const Phase& ph = phases_[p];
+    std::int32_t gp = -1;
+    if (ph.pass == Pass::Backward)
+      gp = no_sync ? (rounds_ - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
+    g_.gradient_phase_.push_back(gp);
+    for (int grp = 0; grp < groups_; ++grp) {
+      ag_collective_.push_back(add_collective(p, true, grp));
+      rs_collective_.push_back(gp == p ? add_collective(p, false, grp) : -1);
+    }
+  }
+  // Hybrid: each unit is reduced across groups once per step, after the last reduce-scatter
+  // that touches its gradient (a tied embedding: the embedding's own phase, after the head's).
+  finished_at_.assign(phases_.size(), {});
+  if (g_.layout_.hybrid()) {
+    std::vector<int> last(static_cast<std::size_t>(units_), -1);
+    for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
+      const std::int32_t rs = at(rs_collective_, p, 0);
+      if (rs < 0) continue;
+      for (const auto& seg : g_.segments(g_.collectives_[rs]))
+        last[static_cast<std::size_t>(seg.unit)] = p;
+    }
+    cross_collective_.assign(static_cast<std::size_t>(units_), -1);
+    for (int p = 0; p < static_cast<int>(phases_.size()); ++p)
+      for (int u = 0; u < units_; ++u)
+        if (last[static_cast<std::size_t>(u)] == p) {
+          finished_at_[static_cast<std::size_t>(p)].push_back(u);
+          cross_collective_[static_cast<std::size_t>(u)] = add_cross_reduction(p, u);
+        }
+  }
+}
+
+// The indexes over the finished op list: each collective member's op id (members in group
+// order; the cross reduction's in rank order), the stream programs (counting sort by rank and
+// stream; issue order is kept) and the reverse of waits_on.
+void GraphBuilder::index_ops() {
+  for (const Op& o : g_.ops_)
+    if (o.collective >= 0) {
+      const Collective& c = g_.collectives_[o.collective];
+      const int slot = c.group < 0 ? member_index_[o.rank] : group_slot_[o.rank];
+      g_.members_[c.members_begin + static_cast<std::uint32_t>(slot)].op = o.id;
+    }
+
+  const std::size_t lanes = static_cast<std::size_t>(g_.summary_.num_ranks) * kNumStreams;
+  auto lane = [](const Op& o) {
+    return static_cast<std::size_t>(o.rank) * kNumStreams + static_cast<int>(o.stream);
+  };
+  g_.stream_offsets_.assign(lanes + 1, 0);
+  for (const Op& o : g_.ops_) ++g_.stream_offsets_[lane(o) + 1];
+  for (std::size_t i = 0; i < lanes; ++i) g_.stream_offsets_[i + 1] += g_.stream_offsets_[i];
+  g_.stream_ops_.resize(g_.ops_.size());
+  {
+    std::vector<std::uint32_t> cursor(g_.stream_offsets_.begin(), g_.stream_offsets_.end() - 1);
+    for (const Op& o : g_.ops_) g_.stream_ops_[cursor[lane(o)]++] = o.id;
+  }
+
+  g_.succ_offsets_.assign(g_.ops_.size() + 1, 0);
+  for (OpId d : g_.deps_) ++g_.succ_offsets_[d + 1];
+  for (std::size_t i = 0; i < g_.ops_.size(); ++i) g_.succ_offsets_[i + 1] += g_.succ_offsets_[i];
+  g_.succs_.resize(g_.deps_.size());
+  {
+    std::vector<std::uint32_t> cursor(g_.succ_offsets_.begin(), g_.succ_offsets_.end() - 1);
+    for (const Op& o : g_.ops_)
+      for (std::uint32_t i = 0; i < o.deps_count; ++i)
+        g_.succs_[cursor[g_.deps_[o.deps_begin + i]]++] = o.id;
+  }
+}
+
+TrainingGraph GraphBuilder::build(std::span<const int> only) {
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const int ranks = static_cast<int>(plan_.ranks.size());
+  if (ranks != scenario_.cluster.num_ranks())
+    throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
+                std::to_string(scenario_.cluster.num_ranks()) + " devices");
+  units_ = costmodels::num_units(model);
+  member_index_.assign(static_cast<std::size_t>(ranks), -1);
+  if (only.empty()) {
+    for (int r = 0; r < ranks; ++r) built_.push_back(r);
+  } else {
+    for (int r : only) {
+      if (r < 0 || r >= ranks || (!built_.empty() && r <= built_.back()))
+        throw std::logic_error("build_training_graph: ranks to build must be ascending and valid");
+      built_.push_back(r);
+    }
+  }
+  for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
+  gpu_runtime_.reserve(static_cast<std::size_t>(ranks));
+  for (const auto& node : scenario_.cluster.nodes)
+    for (const auto& slot : node.devices) gpu_runtime_.push_back(slot.spec.kind != "cpu" ? 1 : 0);
+
+  g_.summary_.num_ranks = ranks;
+  g_.summary_.num_units = units_;
+  g_.summary_.sequence_length = job.sequence_length;
+  g_.summary_.global_batch = plan_.global_batch();
+  g_.summary_.accumulation = plan_.accumulation;
+  g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
+  // parse_plan refuses the combination; a plan built in code must not slip past it.
+  if (plan_.offload == Offload::Host && !plan_.activation_checkpointing.is_full())
+    throw Error(
+        "offload host needs activation_checkpointing full (offload moves the "
+        "checkpointed layer inputs), the plan has " +
+        to_string(plan_.activation_checkpointing));
+  g_.summary_.offload = plan_.offload;
+  g_.summary_.prefetch = plan_.prefetch;
+
+  const double compute_bytes = bytes_per_element(job.precision.compute);
+  const double reduce_bytes = bytes_per_element(job.precision.reduce);
+  const double param_bytes = bytes_per_element(job.precision.params);
+  g_.unit_sizes_.resize(units_);
+  for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
+  std::vector<double> shares;
+  shares.reserve(plan_.ranks.size());
+  for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
+  std::vector<std::int64_t> numel;
+  for (int u = 0; u < units_; ++u) {
+    UnitSizes& s = g_.unit_sizes_[u];
+    s.parameters = costmodels::unit_parameters(model, u);
+    s.numel = std::llround(s.parameters);
+    numel.push_back(s.numel);
+  }
+  g_.layout_ = ShardLayout(plan_.sharding, shares, numel);
+  groups_ = g_.layout_.num_groups();
+  // A group collective's members are its group's built ranks, in group order.
+  group_slot_.assign(static_cast<std::size_t>(ranks), -1);
+  for (int grp = 0; grp < groups_; ++grp) {
+    int slot = 0;
+    for (int r : g_.layout_.group(grp))
+      if (member_index_[r] >= 0) group_slot_[r] = slot++;
+  }
+  double model_flops = 0;
+  for (int u = 0; u < units_; ++u) {
+    UnitSizes& s = g_.unit_sizes_[u];
+    // What a phase of the unit gathers and reduces: a tied head brings the embedding unit.
+    const double phase = costmodels::phase_parameters(model, u);
+    s.gathered_bytes = phase * compute_bytes;
+    s.gradient_bytes = phase * reduce_bytes;
+    auto f = costmodels::unit_flops(model, u, job.sequence_length, 1);
+    model_flops += (f.forward + f.backward) * g_.summary_.global_batch;
+  }
+  g_.summary_.model_flops_per_iteration = model_flops;
+
+  add_phases();
+
+  g_.rank_offsets_.push_back(0);
+  g_.static_bytes_.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    if (member_index_[r] >= 0) build_rank(r);
+    g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
+    // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
+    g_.static_bytes_[r] =
+        static_cast<double>(owned_elements(r)) * (param_bytes + reduce_bytes + 8.0);
+  }
+  index_ops();
+  return std::move(g_);
+}
+
+TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
+  return GraphBuilder(plan, scenario).build();
+}
+
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks) {
+  if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  return GraphBuilder(plan, scenario).build(ranks);
+}
+
+}  // namespace cephalo::traces

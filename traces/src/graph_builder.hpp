@@ -1,0 +1,90 @@
+#pragma once
+// The TrainingGraph builder (private to traces/). Its jobs live in three files:
+//  * graph_builder.cpp     — build(): sizes, sharding, phases, the collectives of every phase,
+//                            then the indexes (collective members' ops, stream programs,
+//                            successors) once every rank's ops exist;
+//  * graph_collectives.cpp — one collective of a phase: its segments, resolved variant and
+//                            members' slices (add_collective, add_cross_reduction);
+//  * graph_rank_program.cpp — one rank's ops in issue order with their dependencies and the
+//                            memory each allocates and frees (build_rank).
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::traces {
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
+  // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
+  // variants and static bytes are still those of the whole plan (sim/'s class replay).
+  TrainingGraph build(std::span<const int> only = {});
+
+ private:
+  struct Phase {
+    int unit;
+    Pass pass;
+    int round;  // standard accumulation: micro-batch round; layered: 0
+  };
+  struct RankState;  // graph_rank_program.cpp
+
+  // graph_builder.cpp
+  void add_phases();
+  void index_ops();
+
+  // graph_collectives.cpp
+  std::int32_t add_collective(int phase, bool gather, int group);
+  std::int32_t add_cross_reduction(int phase, int unit);
+  bool unit_equal_in_group(int unit, int group);
+
+  // graph_rank_program.cpp
+  OpId emit(Op op, std::initializer_list<OpId> deps);
+  void build_rank(int r);
+  void emit_gather(RankState& st, int p);
+  void emit_forward(RankState& st, int p, int m, bool keeps);
+  void emit_backward(RankState& st, int p, int m, bool recompute, bool keeps);
+  void emit_reductions(RankState& st, int p);
+  void emit_optimizer_step(RankState& st);
+
+  // Units whose gradient phase p reduces for the last time in the step (hybrid: the units the
+  // cross-group reduction after phase p's reduce-scatter covers).
+  const std::vector<int>& units_finished_at(int phase) const {
+    return finished_at_[static_cast<std::size_t>(phase)];
+  }
+  // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
+  // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
+  // the head always (its logits are recomputed inside the backward in every setting).
+  bool recomputes(int u) const;
+  // Elements rank r owns over all units (its sharded state).
+  std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
+  // Phase p's collective of `group` in a per phase × group table.
+  std::int32_t at(const std::vector<std::int32_t>& per_phase, int p, int group) const {
+    return per_phase[static_cast<std::size_t>(p) * static_cast<std::size_t>(groups_) +
+                     static_cast<std::size_t>(group)];
+  }
+
+  const Plan& plan_;
+  const Scenario& scenario_;
+  TrainingGraph g_;
+  std::vector<Phase> phases_;
+  std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group
+  std::vector<std::int32_t> cross_collective_;               // per unit (-1: none)
+  std::vector<std::vector<int>> finished_at_;                // per phase (hybrid only)
+  int groups_ = 1;
+  int units_ = 0;
+  int rounds_ = 1;
+  int current_rank_ = 0;
+  std::vector<int> built_;         // ranks that get ops, ascending
+  std::vector<int> member_index_;  // per rank: position among built_, -1 if not built
+  std::vector<int> group_slot_;    // per rank: position among its group's built ranks
+  // Per rank: whether it runs on a GPU runtime (not a CPU device), read once from the cluster
+  // (Cluster::ranks() lists every rank: per rank it would be quadratic).
+  std::vector<char> gpu_runtime_;
+  std::vector<signed char>
+      unit_equal_;  // per group × unit: equal slices on every member (-1: unknown)
+};
+
+}  // namespace cephalo::traces

@@ -1,0 +1,279 @@
+// GraphBuilder: one rank's program, the ops in issue order with their cross-stream
+// dependencies and the memory each op allocates at its start and frees at its end (the
+// buffers the backend's executor holds; traces/README.md, "Memory per op").
+#include <algorithm>
+
+#include "cephalo/costmodels/model_math.hpp"
+#include "graph_builder.hpp"
+
+namespace cephalo::traces {
+
+// What one rank's program needs while it is emitted, phase by phase.
+struct GraphBuilder::RankState {
+  int rank = 0;
+  int group = 0;
+  std::vector<int> sizes;  // micro-batch sizes, in micro-batch order
+  int mbs = 0;
+  int lookahead = 1;                 // 2 with prefetch: gathers run one unit ahead
+  bool offload = false;              // layer inputs go to host between forward and recompute
+  bool cast_send = false;            // the gather sends a cast copy of the shard
+  std::vector<OpId> ag, phase_done;  // per phase: its gather; its last compute op (or gather)
+  std::vector<OpId> d2h;             // per unit × micro-batch
+  std::vector<OpId> backward_steps;  // B ops in order, for the H2D look-ahead
+  OpId last_rs = kNoOp;
+  // Whether the unsharded gradient buffer of a gradient phase is allocated on this rank (by
+  // its first backward; released by its reduce-scatter), and its last backward.
+  std::vector<bool> grad_held;
+  std::vector<OpId> grad_last;
+  // Within the current phase: its last compute op, and whether the next is its first.
+  OpId last_compute = kNoOp;
+  bool first = true;
+};
+
+namespace {
+
+// An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has.
+Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
+  Op o;
+  o.kind = kind;
+  o.pass = pass;
+  o.unit = unit;
+  o.micro_batch = m;
+  o.micro_batch_size = size;
+  o.phase = p;
+  return o;
+}
+
+}  // namespace
+
+OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
+  op.id = static_cast<OpId>(g_.ops_.size());
+  op.rank = current_rank_;
+  op.stream = stream_of(op.kind);
+  op.deps_begin = static_cast<std::uint32_t>(g_.deps_.size());
+  for (OpId d : deps) {
+    if (d == kNoOp) continue;
+    // The previous op on the same stream is an implicit dependency: not listed.
+    if (g_.ops_[d].stream == op.stream) continue;
+    if (std::find(g_.deps_.begin() + op.deps_begin, g_.deps_.end(), d) != g_.deps_.end()) continue;
+    g_.deps_.push_back(d);
+  }
+  op.deps_count = static_cast<std::uint32_t>(g_.deps_.size()) - op.deps_begin;
+  g_.ops_.push_back(op);
+  return op.id;
+}
+
+bool GraphBuilder::recomputes(int u) const {
+  const ActivationCheckpointing& c = plan_.activation_checkpointing;
+  if (u == units_ - 1) return true;
+  if (u == 0) return c.kind != ActivationCheckpointing::Kind::None;
+  return c.checkpoints_layer(u);
+}
+
+void GraphBuilder::emit_gather(RankState& st, int p) {
+  const Phase& ph = phases_[p];
+  const Collective& c = g_.collectives_[at(ag_collective_, p, st.group)];
+  Op o;
+  o.kind = c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV;
+  o.pass = ph.pass;
+  o.unit = ph.unit;
+  o.phase = p;
+  o.collective = c.id;
+  o.bytes = c.total_bytes;
+  o.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
+  // when the gather ends).
+  o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
+  o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
+  OpId wait = p - st.lookahead >= 0 ? st.phase_done[p - st.lookahead] : kNoOp;
+  st.ag[p] = emit(o, {wait});
+}
+
+void GraphBuilder::emit_forward(RankState& st, int p, int m, bool keeps) {
+  const Job& job = scenario_.job;
+  const int u = phases_[p].unit;
+  const int size = st.sizes[m];
+  const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length,
+                                                                size, job.precision.compute);
+  const double w = costmodels::unit_working_bytes(job.model, u, job.sequence_length, size,
+                                                  job.precision.compute);
+  Op f = micro_batch_op(OpKind::Forward, Pass::Forward, u, p, m, size);
+  f.flops = costmodels::unit_flops(job.model, u, job.sequence_length, size).forward;
+  f.mem_alloc = w + (u < units_ - 1 ? boundary : 0.0);
+  f.mem_free = keeps ? 0.0 : w;
+  st.last_compute = emit(f, {st.first ? st.ag[p] : kNoOp});
+  if (st.offload && u >= 1) {
+    Op c = micro_batch_op(OpKind::CopyD2H, Pass::Forward, u, p, m, size);
+    c.bytes = boundary;
+    c.mem_free = c.bytes;  // the device copy of the unit's input
+    st.d2h[static_cast<std::size_t>(u) * st.mbs + m] = emit(c, {st.last_compute});
+  }
+}
+
+void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bool keeps) {
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const Dtype act = job.precision.compute;
+  const int seq = job.sequence_length;
+  const int u = phases_[p].unit;
+  const int size = st.sizes[m];
+  const std::int32_t gp = g_.gradient_phase_[p];
+  const double boundary = costmodels::boundary_activation_bytes(model, seq, size, act);
+  OpId h2d = kNoOp;
+  if (st.offload && u >= 1) {
+    Op c = micro_batch_op(OpKind::CopyH2D, Pass::Backward, u, p, m, size);
+    c.bytes = boundary;
+    c.mem_alloc = c.bytes;
+    const std::size_t steps = st.backward_steps.size();
+    OpId gate = steps >= static_cast<std::size_t>(st.lookahead)
+                    ? st.backward_steps[steps - st.lookahead]
+                    : kNoOp;
+    h2d = emit(c, {st.d2h[static_cast<std::size_t>(u) * st.mbs + m], gate});
+  }
+  const auto flops = costmodels::unit_flops(model, u, seq, size);
+  const double w = costmodels::unit_working_bytes(model, u, seq, size, act);
+  Op b = micro_batch_op(OpKind::Backward, Pass::Backward, u, p, m, size);
+  if (recompute) {
+    Op rc = b;
+    rc.kind = OpKind::Recompute;
+    rc.flops = flops.forward;
+    rc.mem_alloc = w;
+    emit(rc, {st.first ? st.ag[p] : kNoOp, h2d});
+  }
+  b.flops = flops.backward;
+  // The input gradient, the gradient buffer (the first backward that accumulates into it) and
+  // the backward's own input-gradient temporaries, held while it runs. Eager attention's s×s
+  // scores and their gradient are held on a GPU (the same term as the closed form's working
+  // set, memory_model.cpp; a CPU device computes one head's scores at a time outside its
+  // allocator).
+  const double t = costmodels::unit_backward_transient_bytes(model, u, seq, size, act) +
+                   (gpu_runtime_[static_cast<std::size_t>(st.rank)]
+                        ? costmodels::eager_attention_bytes(model, u, seq, size, job.implementation)
+                        : 0.0);
+  const bool alloc_grad = !st.grad_held[static_cast<std::size_t>(gp)];
+  st.grad_held[static_cast<std::size_t>(gp)] = true;
+  b.mem_alloc =
+      (u > 0 ? boundary : 0.0) + (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
+  b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary : 0.0) +
+               (u < units_ - 1 ? boundary : 0.0);
+  // Without a recompute the backward itself is the phase's first use of the gather.
+  st.last_compute = recompute ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
+  st.backward_steps.push_back(st.last_compute);
+  st.grad_last[static_cast<std::size_t>(gp)] = st.last_compute;
+}
+
+// Phase p's reduce-scatter (when it reduces) and, under hybrid sharding, the cross-group
+// reductions of the units it finished.
+void GraphBuilder::emit_reductions(RankState& st, int p) {
+  const std::int32_t rs_id = at(rs_collective_, p, st.group);
+  if (phases_[p].pass != Pass::Backward || rs_id < 0) return;
+  const Collective& c = g_.collectives_[rs_id];
+  Op rs;
+  rs.kind = c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
+  rs.pass = Pass::Backward;
+  rs.unit = phases_[p].unit;
+  rs.phase = p;
+  rs.collective = c.id;
+  rs.bytes = c.total_bytes;
+  rs.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  // The unsharded gradient buffer: allocated by the first backward, or here when the rank ran
+  // no backward into it (it contributes zeros); and the received shard.
+  rs.mem_alloc = (st.grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
+  st.grad_held[static_cast<std::size_t>(p)] = false;
+  rs.mem_free = rs.bytes + rs.shard_bytes;
+  // The last backward into the buffer (under no_sync possibly an earlier round's).
+  st.last_rs = emit(rs, {st.grad_last[static_cast<std::size_t>(p)]});
+  // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
+  // gradient shard (no memory of its own).
+  for (int unit : units_finished_at(p)) {
+    const Collective& x = g_.collectives_[cross_collective_[static_cast<std::size_t>(unit)]];
+    Op ar;
+    ar.kind = OpKind::AllReduce;
+    ar.pass = Pass::Backward;
+    ar.unit = unit;
+    ar.phase = p;
+    ar.collective = x.id;
+    ar.bytes = x.total_bytes;
+    ar.shard_bytes = g_.members_[x.members_begin + member_index_[st.rank]].shard_bytes;
+    st.last_rs = emit(ar, {});
+  }
+}
+
+void GraphBuilder::emit_optimizer_step(RankState& st) {
+  const Job& job = scenario_.job;
+  Op opt;
+  opt.kind = OpKind::OptimizerStep;
+  opt.pass = Pass::Step;
+  opt.unit = -1;
+  opt.shard_parameters = static_cast<double>(owned_elements(st.rank));
+  // AdamW: about 12 FLOPs per parameter (moments, bias correction, update, weight decay).
+  opt.flops = 12.0 * opt.shard_parameters;
+  // AdamW reads fp32 gradients: a 16-bit or loss-scaled (fp16) gradient shard is widened into
+  // a transient fp32 copy, one unit at a time.
+  if (bytes_per_element(job.precision.reduce) != 4.0 || job.precision.compute == Dtype::FP16) {
+    std::int64_t largest = 0;
+    for (int u = 0; u < units_; ++u) largest = std::max(largest, g_.slice(u, st.rank).count);
+    opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
+  }
+  emit(opt, {st.last_rs});
+}
+
+void GraphBuilder::build_rank(int r) {
+  current_rank_ = r;
+  const Job& job = scenario_.job;
+  const PlanRank& pr = plan_.ranks[r];
+  const int num_phases = static_cast<int>(phases_.size());
+  RankState st;
+  st.rank = r;
+  st.group = g_.layout_.group_of(r);
+  if (pr.batch > 0) st.sizes = pr.micro_batch_sizes();
+  st.mbs = static_cast<int>(st.sizes.size());
+  st.offload = plan_.offload == Offload::Host;
+  st.lookahead = plan_.prefetch ? 2 : 1;
+  // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
+  // (tf32 computes on fp32 storage: no copy).
+  st.cast_send =
+      bytes_per_element(job.precision.params) != bytes_per_element(job.precision.compute);
+  st.ag.assign(static_cast<std::size_t>(num_phases), kNoOp);
+  st.phase_done.assign(static_cast<std::size_t>(num_phases), kNoOp);
+  st.d2h.assign(static_cast<std::size_t>(units_) * std::max(st.mbs, 1), kNoOp);
+  st.grad_held.assign(static_cast<std::size_t>(num_phases), false);
+  st.grad_last.assign(static_cast<std::size_t>(num_phases), kNoOp);
+
+  emit_gather(st, 0);
+  if (st.lookahead == 2 && num_phases > 1) emit_gather(st, 1);
+
+  for (int p = 0; p < num_phases; ++p) {
+    const Phase& ph = phases_[p];
+    const int u = ph.unit;
+    // A layer without a recompute keeps its forward's working set until its backward; the
+    // embedding's forward working set is transient either way (its backward needs only ids).
+    const bool recompute = recomputes(u);
+    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
+    st.last_compute = kNoOp;
+    st.first = true;
+    // Micro-batches this rank runs in this phase, in execution order.
+    auto run = [&](int m) {
+      if (ph.pass == Pass::Forward)
+        emit_forward(st, p, m, keeps);
+      else
+        emit_backward(st, p, m, recompute, keeps);
+      st.first = false;
+    };
+    if (plan_.accumulation == Accumulation::Layered) {
+      for (int m = 0; m < st.mbs; ++m) run(ph.pass == Pass::Forward ? m : st.mbs - 1 - m);
+    } else if (ph.round < st.mbs) {
+      run(ph.round);
+    }
+    st.phase_done[p] = st.last_compute != kNoOp ? st.last_compute : st.ag[p];
+    // The gathered parameters are released when the phase's compute is done.
+    g_.ops_[st.phase_done[p]].mem_free += g_.unit_sizes_[u].gathered_bytes;
+    g_.ops_[st.phase_done[p]].frees_gathered = true;
+
+    if (p + st.lookahead < num_phases) emit_gather(st, p + st.lookahead);
+    emit_reductions(st, p);
+  }
+  emit_optimizer_step(st);
+}
+
+}  // namespace cephalo::traces
