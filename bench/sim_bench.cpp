@@ -7,10 +7,12 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "../tests/support/scenario_builders.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -97,45 +99,20 @@ std::unique_ptr<Setup> make_setup(int gpus, int layers, int micro_batches, Accum
   sc.name = "bench-" + std::to_string(gpus);
   sc.cluster.name = sc.name;
   for (int n = 0; n < (gpus + 7) / 8; ++n) {
-    Node node;
-    node.name = "node" + std::to_string(n);
     const bool a100 = n % 2 == 0;
-    node.intra_link = a100 ? LinkSpec{"nvlink", 300e9, 3e-6} : LinkSpec{"pcie", 25e9, 5e-6};
-    node.nic = LinkSpec{"infiniband", 12.5e9, 5e-6};
-    for (int g = 0; g < 8 && n * 8 + g < gpus; ++g) {
-      DeviceSlot slot;
-      slot.type = a100 ? "a100-80gb" : "l4";
-      slot.spec = catalog.get(a100 ? "A100-80GB" : "L4");
-      node.devices.push_back(slot);
-    }
-    sc.cluster.nodes.push_back(node);
+    DeviceSlot slot;
+    slot.type = a100 ? "a100-80gb" : "l4";
+    slot.spec = catalog.get(a100 ? "A100-80GB" : "L4");
+    sc.cluster.nodes.push_back(test_support::uniform_node(
+        "node" + std::to_string(n),
+        a100 ? LinkSpec{"nvlink", 300e9, 3e-6} : LinkSpec{"pcie", 25e9, 5e-6},
+        LinkSpec{"infiniband", 12.5e9, 5e-6}, slot, std::min(8, gpus - n * 8)));
   }
-  ModelSpec& m = sc.job.model;
-  m.name = "bench-gpt";
-  m.num_layers = layers;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 32;
-  m.ffn_hidden = 16384;
-  m.vocab_size = 50304;
-  m.max_positions = 2048;
-  sc.job.model_name = m.name;
+  sc.job.model = test_support::gpt_model("bench-gpt", layers, 4096, 32, 16384, 50304, 2048);
+  sc.job.model_name = sc.job.model.name;
   sc.job.sequence_length = 2048;
   sc.job.global_batch = gpus * micro_batches;
-  Plan& p = s->plan;
-  p.scenario = sc.name;
-  p.accumulation = acc;
-  for (int r = 0; r < gpus; ++r) {
-    PlanRank pr;
-    pr.rank = r;
-    pr.node = r / 8;
-    pr.gpu = (r / 8) % 2 == 0 ? "a100-80gb" : "l4";
-    pr.batch = micro_batches;
-    pr.micro_batch = 1;
-    pr.micro_batches = micro_batches;
-    pr.state_share = 1.0 / gpus;
-    p.ranks.push_back(pr);
-  }
+  s->plan = test_support::even_plan(sc, micro_batches, acc);
   s->models = costmodels::make_cost_models(sc, "roofline");
   return s;
 }
@@ -205,6 +182,13 @@ BENCHMARK(BM_Replay)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterat
 BENCHMARK(BM_BuildAndReplay)->Args({1024, 96, 8, 0})->Unit(benchmark::kMillisecond)->Iterations(2);
 // Scaling in ranks (issue 14: near-linear): the same 8-layer model, one micro-batch, on 1k, 4k
 // and 10k GPUs; time per rank should stay roughly flat.
+// Building the graph is linear in ranks too (issue 15: the builder once read the cluster's
+// rank list per rank, quadratic: a third of a 10k-rank build + replay).
+BENCHMARK(BM_BuildGraph)
+    ->Args({1024, 8, 1})
+    ->Args({10240, 8, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 BENCHMARK(BM_Replay)
     ->Args({1024, 8, 1})
     ->Args({4096, 8, 1})

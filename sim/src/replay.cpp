@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
+#include "link_flows.hpp"
 #include "replay_internal.hpp"
 
 namespace cephalo::sim {
@@ -25,19 +26,6 @@ using traces::Stream;
 
 enum EventKind : std::uint32_t { kOpDone = 0, kFlowDone = 1, kCollectiveStart = 2 };
 
-struct Flow {
-  double work = 0;  // seconds left at full rate, as of `last`
-  double rate = 1;  // fraction of full rate
-  Time last = 0;
-  std::uint64_t version = 0;
-  std::uint32_t max_load = 1;
-  bool active = false;
-  OpId op = kNoOp;               // copies
-  std::int32_t collective = -1;  // collectives
-  std::vector<std::uint32_t> links;
-  std::vector<std::uint32_t> load_hist;  // number of this flow's links carrying k flows
-};
-
 class Replay {
  public:
   Replay(const traces::TrainingGraph& g, const Scenario& s, const Plan& p,
@@ -50,32 +38,36 @@ class Replay {
         comm_(comm),
         opt_(o),
         view_(view),
-        engine_(make_event_queue(o.queue)) {}
+        engine_(make_event_queue(o.queue)),
+        flows_(engine_, kFlowDone, o.link_sharing,
+               3 * static_cast<std::size_t>(g.num_ranks()) + 2 * s.cluster.nodes.size()) {}
 
   SimResult run();
 
  private:
-  std::uint32_t lane_of(const Op& op) const {
-    return static_cast<std::uint32_t>(op.rank) * traces::kNumStreams + static_cast<int>(op.stream);
+  // What the event loop reads of an op, packed: an Op is 88 bytes and the member loops of a
+  // collective touch ops a rank's program apart, so at 10k ranks the Ops (55 MB) miss the
+  // cache where these 24 bytes per op mostly do not.
+  struct OpState {
+    double mem_alloc = 0;
+    double mem_free = 0;
+    std::uint32_t lane = 0;       // rank × kNumStreams + stream
+    std::uint32_t remaining = 0;  // cross-stream dependencies not yet done
+  };
+  static int rank_of_lane(std::uint32_t lane) {
+    return static_cast<int>(lane / traces::kNumStreams);
   }
   void try_advance(std::uint32_t lane);
   void start_op(OpId id);
   void start_collective(std::int32_t c);
   void complete_op(OpId id);
-  void allocate(const Op& op);
-  void release(const Op& op);
+  void allocate(OpId id);
+  void release(const OpState& op);
   void record_memory(int rank);
   Time compute_duration(const Op& op);
   double copy_seconds(const Op& op);
   double collective_seconds(const traces::Collective& c, bool overlaps_compute);
 
-  // Flows.
-  std::uint32_t new_flow();
-  void start_flow(std::uint32_t f, double seconds);
-  void end_flow(std::uint32_t f);
-  void shift_load(std::uint32_t f, std::uint32_t from, std::uint32_t to);
-  void retime(std::uint32_t f);
-  void schedule_flow(std::uint32_t f);
   void on_flow_done(const Event& e);
 
   const traces::TrainingGraph& g_;
@@ -88,11 +80,15 @@ class Replay {
   // ranks; collectives are priced over every rank and the others copy their representative.
   const detail::ClassView* view_;
   Engine engine_;
+  // Link sharing of copies and collectives (link_flows.hpp). Links: PCIe up and down per rank
+  // (2r, 2r+1), NIC up and down per node (2·ranks + 2n, +1), NVLink port per rank
+  // (2·ranks + 2·nodes + r).
+  detail::LinkFlows flows_;
   SimResult out_;
 
   std::vector<RankDevice> devices_;
   std::vector<int> device_class_;  // per rank: index of its (spec, slowdown) class
-  std::vector<std::uint32_t> remaining_;
+  std::vector<OpState> state_;     // per op
   std::vector<std::uint32_t> cursor_;
   std::vector<char> busy_;
   std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
@@ -108,11 +104,11 @@ class Replay {
   // (kind, variant, overlap), sharding group (-1: cross-group), bytes.
   std::map<std::tuple<int, int, double>, double> collective_memo_;
 
-  std::vector<Flow> flows_;
-  std::vector<std::uint32_t> free_flows_;
-  std::vector<std::vector<std::uint32_t>> link_flows_;
   std::vector<std::uint32_t> scratch_links_;
   int num_nodes_ = 0;
+  // Per node: the last collective whose links include its NIC (a stamp, so a collective over a
+  // few nodes costs O(members), not O(nodes): hybrid groups make collectives many and small).
+  std::vector<std::int32_t> nic_taken_by_;
 };
 
 // ----- memory --------------------------------------------------------------------------------
@@ -126,24 +122,25 @@ void Replay::record_memory(int r) {
     m.push_back({engine_.now(), mem_[r]});
 }
 
-void Replay::allocate(const Op& op) {
+void Replay::allocate(OpId id) {
+  const OpState& op = state_[id];
   if (op.mem_alloc == 0) return;
-  const int r = op.rank;
+  const int r = rank_of_lane(op.lane);
   mem_[r] += op.mem_alloc * dynamic_scale_[r];
   peak_[r] = std::max(peak_[r], mem_[r]);
   if (!oom_ && mem_[r] > capacity_[r]) {
     oom_ = true;
     oom_detail_ = {
-        r,           static_cast<std::int64_t>(op.id), g_.op_name(op.id), mem_[r], capacity_[r],
-        op.mem_alloc};
+        r, static_cast<std::int64_t>(id), g_.op_name(id), mem_[r], capacity_[r], op.mem_alloc};
   }
   record_memory(r);
 }
 
-void Replay::release(const Op& op) {
+void Replay::release(const OpState& op) {
   if (op.mem_free == 0) return;
-  mem_[op.rank] -= op.mem_free * dynamic_scale_[op.rank];
-  record_memory(op.rank);
+  const int r = rank_of_lane(op.lane);
+  mem_[r] -= op.mem_free * dynamic_scale_[r];
+  record_memory(r);
 }
 
 // ----- durations -----------------------------------------------------------------------------
@@ -215,95 +212,13 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
 
 // ----- flows ---------------------------------------------------------------------------------
 
-std::uint32_t Replay::new_flow() {
-  if (!free_flows_.empty()) {
-    std::uint32_t f = free_flows_.back();
-    free_flows_.pop_back();
-    return f;
-  }
-  flows_.emplace_back();
-  return static_cast<std::uint32_t>(flows_.size() - 1);
-}
-
-void Replay::schedule_flow(std::uint32_t f) {
-  Flow& fl = flows_[f];
-  engine_.schedule_at(engine_.now() + to_ticks(fl.work / fl.rate), kFlowDone, f, fl.version);
-}
-
-void Replay::retime(std::uint32_t f) {
-  Flow& fl = flows_[f];
-  const Time now = engine_.now();
-  fl.work = std::max(0.0, fl.work - fl.rate * to_seconds(now - fl.last));
-  fl.last = now;
-  fl.rate = 1.0 / fl.max_load;
-  ++fl.version;
-  schedule_flow(f);
-}
-
-void Replay::shift_load(std::uint32_t f, std::uint32_t from, std::uint32_t to) {
-  Flow& fl = flows_[f];
-  if (to >= fl.load_hist.size()) fl.load_hist.resize(to + 1, 0);
-  --fl.load_hist[from];
-  ++fl.load_hist[to];
-  std::uint32_t m = fl.max_load;
-  if (to > m) m = to;
-  while (m > 1 && fl.load_hist[m] == 0) --m;
-  if (m != fl.max_load) {
-    fl.max_load = m;
-    retime(f);
-  }
-}
-
-void Replay::start_flow(std::uint32_t f, double seconds) {
-  Flow& fl = flows_[f];
-  fl.active = true;
-  fl.work = seconds;
-  fl.last = engine_.now();
-  fl.max_load = 1;
-  fl.load_hist.assign(2, 0);
-  if (opt_.link_sharing) {
-    for (std::uint32_t l : fl.links) {
-      auto& on = link_flows_[l];
-      const auto load = static_cast<std::uint32_t>(on.size() + 1);
-      for (std::uint32_t other : on) shift_load(other, load - 1, load);
-      on.push_back(f);
-      Flow& me = flows_[f];  // shift_load never reallocates flows_, but keep the access fresh
-      if (load >= me.load_hist.size()) me.load_hist.resize(load + 1, 0);
-      ++me.load_hist[load];
-      me.max_load = std::max(me.max_load, load);
-    }
-  }
-  Flow& me = flows_[f];
-  me.rate = 1.0 / me.max_load;
-  ++me.version;
-  schedule_flow(f);
-}
-
-void Replay::end_flow(std::uint32_t f) {
-  flows_[f].active = false;
-  if (opt_.link_sharing) {
-    for (std::uint32_t l : flows_[f].links) {
-      auto& on = link_flows_[l];
-      auto it = std::find(on.begin(), on.end(), f);
-      *it = on.back();
-      on.pop_back();
-      const auto load = static_cast<std::uint32_t>(on.size());
-      for (std::uint32_t other : on) shift_load(other, load + 1, load);
-    }
-  }
-  free_flows_.push_back(f);
-}
-
 void Replay::on_flow_done(const Event& e) {
-  Flow& fl = flows_[e.target];
-  if (!fl.active || fl.version != e.data) return;  // re-timed since: a stale completion
-  const OpId op = fl.op;
-  const std::int32_t c = fl.collective;
-  end_flow(e.target);
-  if (c >= 0) {
-    for (const auto& m : g_.members(g_.collectives()[c])) complete_op(m.op);
+  detail::LinkFlows::Owner owner;
+  if (!flows_.finish(e, owner)) return;  // re-timed since: a stale completion
+  if (owner.collective >= 0) {
+    for (const auto& m : g_.members(g_.collectives()[owner.collective])) complete_op(m.op);
   } else {
-    complete_op(op);
+    complete_op(owner.op);
   }
 }
 
@@ -315,7 +230,7 @@ void Replay::try_advance(std::uint32_t lane) {
   auto prog = g_.stream_program(rank, static_cast<Stream>(lane % traces::kNumStreams));
   if (cursor_[lane] >= prog.size()) return;
   OpId id = prog[cursor_[lane]];
-  if (remaining_[id] > 0) return;
+  if (state_[id].remaining > 0) return;
   busy_[lane] = 1;
   start_op(id);
 }
@@ -333,15 +248,11 @@ void Replay::start_op(OpId id) {
     return;
   }
   out_.start_ns[id] = now;
-  allocate(op);
+  allocate(id);
   if (traces::is_copy(op.kind)) {
-    std::uint32_t f = new_flow();
-    Flow& fl = flows_[f];
-    fl.op = id;
-    fl.collective = -1;
-    fl.links.assign(1,
-                    static_cast<std::uint32_t>(2 * op.rank + (op.kind == OpKind::CopyH2D ? 1 : 0)));
-    start_flow(f, copy_seconds(op));
+    const std::uint32_t link =
+        static_cast<std::uint32_t>(2 * op.rank + (op.kind == OpKind::CopyH2D ? 1 : 0));
+    flows_.start({id, -1}, std::span<const std::uint32_t>(&link, 1), copy_seconds(op));
     return;
   }
   const Time end = now + compute_duration(op);
@@ -353,7 +264,6 @@ void Replay::start_collective(std::int32_t c) {
   const auto& col = g_.collectives()[c];
   const Time now = engine_.now();
   const int ranks = g_.num_ranks();
-  std::uint32_t f = new_flow();
   scratch_links_.clear();
   // Which links the collective crosses.
   int first_node = -1;
@@ -365,7 +275,7 @@ void Replay::start_collective(std::int32_t c) {
   for (const auto& m : g_.members(col)) {
     out_.start_ns[m.op] = now;
     overlaps_compute |= compute_end_[m.rank] > now;
-    allocate(g_.op(m.op));
+    allocate(m.op);
     int node = devices_[m.rank].node;
     if (first_node < 0) first_node = node;
     multi_node |= node != first_node;
@@ -373,8 +283,6 @@ void Replay::start_collective(std::int32_t c) {
   if (view_) multi_node = view_->spans_nodes;  // the representatives may share a node
   if (opt_.link_sharing) {
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
-    std::vector<char> node_seen;
-    if (multi_node) node_seen.assign(num_nodes_, 0);
     for (const auto& m : g_.members(col)) {
       if (nvlink) {
         scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * num_nodes_ + m.rank));
@@ -384,31 +292,27 @@ void Replay::start_collective(std::int32_t c) {
       }
       if (multi_node) {
         int node = devices_[m.rank].node;
-        if (!node_seen[node]) {
-          node_seen[node] = 1;
+        if (nic_taken_by_[node] != c) {
+          nic_taken_by_[node] = c;
           scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * node));
           scratch_links_.push_back(static_cast<std::uint32_t>(2 * ranks + 2 * node + 1));
         }
       }
     }
   }
-  Flow& fl = flows_[f];
-  fl.op = kNoOp;
-  fl.collective = c;
-  fl.links.assign(scratch_links_.begin(), scratch_links_.end());
-  start_flow(f, collective_seconds(col, overlaps_compute));
+  flows_.start({kNoOp, c}, scratch_links_, collective_seconds(col, overlaps_compute));
 }
 
 void Replay::complete_op(OpId id) {
-  const Op& op = g_.op(id);
+  const OpState& op = state_[id];
   out_.end_ns[id] = engine_.now();
   release(op);
-  const std::uint32_t lane = lane_of(op);
+  const std::uint32_t lane = op.lane;
   busy_[lane] = 0;
   ++cursor_[lane];
   ++done_;
   for (OpId succ : g_.waited_by(id))
-    if (--remaining_[succ] == 0) try_advance(lane_of(g_.op(succ)));
+    if (--state_[succ].remaining == 0) try_advance(state_[succ].lane);
   try_advance(lane);
 }
 
@@ -421,6 +325,7 @@ SimResult Replay::run() {
     throw Error("simulate: the graph, plan and cluster disagree on the number of ranks");
   devices_ = s_.cluster.ranks();
   num_nodes_ = static_cast<int>(s_.cluster.nodes.size());
+  nic_taken_by_.assign(static_cast<std::size_t>(num_nodes_), -1);
   {
     std::map<std::pair<std::string, double>, int> classes;
     for (const auto& d : devices_)
@@ -429,8 +334,12 @@ SimResult Replay::run() {
                                            static_cast<int>(classes.size()))
                                   .first->second);
   }
-  remaining_.resize(n);
-  for (const Op& op : g_.ops()) remaining_[op.id] = op.deps_count;
+  state_.resize(n);
+  for (const Op& op : g_.ops())
+    state_[op.id] = {op.mem_alloc, op.mem_free,
+                     static_cast<std::uint32_t>(op.rank) * traces::kNumStreams +
+                         static_cast<std::uint32_t>(op.stream),
+                     op.deps_count};
   const std::size_t lanes = static_cast<std::size_t>(ranks) * traces::kNumStreams;
   cursor_.assign(lanes, 0);
   busy_.assign(lanes, 0);
@@ -440,7 +349,6 @@ SimResult Replay::run() {
   out_.end_ns.assign(n, -1);
   out_.arrive_ns.assign(n, -1);
   if (opt_.record_memory) out_.memory.assign(ranks, {});
-  link_flows_.assign(static_cast<std::size_t>(3 * ranks + 2 * num_nodes_), {});
 
   const costmodels::MemoryConstants constants;
   mem_.resize(ranks);

@@ -46,43 +46,51 @@ struct Fixture {
 
 Time ms(double v) { return static_cast<Time>(v * 1e6 + 0.5); }
 
-TEST(Replay, LayeredWithoutPrefetchOneMicroBatch) {
+// The hand-computed iteration times of sim/README.md, one row per scenario.
+struct HandComputed {
+  const char* name;
+  int micro_batches;
+  Accumulation accumulation;
+  bool prefetch;
+  Offload offload;
+  bool link_sharing;
+  double iteration_ms;
+};
+
+const HandComputed kHandComputed[] = {
+    {"LayeredWithoutPrefetchOneMicroBatch", 1, Accumulation::Layered, false, Offload::None, false,
+     25.5},
+    {"LayeredWithoutPrefetchTwoMicroBatches", 2, Accumulation::Layered, false, Offload::None, false,
+     41.5},
+    {"LayeredWithPrefetchOneMicroBatch", 1, Accumulation::Layered, true, Offload::None, false,
+     18.5},
+    {"StandardWithoutPrefetchTwoMicroBatches", 2, Accumulation::Standard, false, Offload::None,
+     false, 49.5},
+    {"OffloadWithoutPrefetchHidesCopiesWhenLinksAreNotShared", 1, Accumulation::Layered, false,
+     Offload::Host, false, 25.5},
+    {"OffloadWithPrefetchExposesTheFirstCopyBack", 1, Accumulation::Layered, true, Offload::Host,
+     false, 19.5},
+    {"CopiesSharingPcieWithGathersSlowBothDown", 1, Accumulation::Layered, false, Offload::Host,
+     true, 28.5},
+    // Without copies nothing shares a link, so sharing changes nothing.
+    {"SharingWithoutCopiesChangesNothing", 1, Accumulation::Layered, false, Offload::None, true,
+     25.5},
+};
+
+class ReplayHandComputed : public ::testing::TestWithParam<HandComputed> {};
+
+TEST_P(ReplayHandComputed, IterationTime) {
+  const HandComputed& c = GetParam();
   Fixture f;
-  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::None).iteration_ns, ms(25.5));
+  EXPECT_EQ(
+      f.run(c.micro_batches, c.accumulation, c.prefetch, c.offload, c.link_sharing).iteration_ns,
+      ms(c.iteration_ms));
 }
 
-TEST(Replay, LayeredWithoutPrefetchTwoMicroBatches) {
-  Fixture f;
-  EXPECT_EQ(f.run(2, Accumulation::Layered, false, Offload::None).iteration_ns, ms(41.5));
-}
-
-TEST(Replay, LayeredWithPrefetchOneMicroBatch) {
-  Fixture f;
-  EXPECT_EQ(f.run(1, Accumulation::Layered, true, Offload::None).iteration_ns, ms(18.5));
-}
-
-TEST(Replay, StandardWithoutPrefetchTwoMicroBatches) {
-  Fixture f;
-  EXPECT_EQ(f.run(2, Accumulation::Standard, false, Offload::None).iteration_ns, ms(49.5));
-}
-
-TEST(Replay, OffloadWithoutPrefetchHidesCopiesWhenLinksAreNotShared) {
-  Fixture f;
-  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::Host).iteration_ns, ms(25.5));
-}
-
-TEST(Replay, OffloadWithPrefetchExposesTheFirstCopyBack) {
-  Fixture f;
-  EXPECT_EQ(f.run(1, Accumulation::Layered, true, Offload::Host).iteration_ns, ms(19.5));
-}
-
-TEST(Replay, CopiesSharingPcieWithGathersSlowBothDown) {
-  Fixture f;
-  EXPECT_EQ(f.run(1, Accumulation::Layered, false, Offload::Host, true).iteration_ns, ms(28.5));
-  // Without copies nothing shares a link, so sharing changes nothing.
-  Fixture g;
-  EXPECT_EQ(g.run(1, Accumulation::Layered, false, Offload::None, true).iteration_ns, ms(25.5));
-}
+INSTANTIATE_TEST_SUITE_P(Replay, ReplayHandComputed, ::testing::ValuesIn(kHandComputed),
+                         [](const ::testing::TestParamInfo<HandComputed>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // A comm model whose collectives take 3× as long when the request says they overlap compute,
 // so each collective's simulated duration tells which way the replay flagged it.
