@@ -490,73 +490,83 @@ void check_dims(long long a, const char* what) {
   if (a <= 0) throw Error(std::string("cuda kernels: ") + what + " must be positive");
 }
 
+// Typed views of the launchers' untyped buffers.
+template <typename T>
+const T* in(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <typename T>
+T* out(void* p) {
+  return static_cast<T*>(p);
+}
+
 }  // namespace
+
+// The one shape of every typed launcher: `T` names the storage type of `dtype` inside the
+// launch statement(s), which are checked once after. (A macro rather than a template: nvcc here
+// compiles C++17, so a generic lambda cannot name its type parameter.)
+#define CEPHALO_LAUNCH_TYPED(dtype, T, ...)            \
+  do {                                                 \
+    dispatch((dtype), [&](auto* tag_) {                \
+      using T = std::remove_pointer_t<decltype(tag_)>; \
+      __VA_ARGS__;                                     \
+    });                                                \
+    CEPHALO_CUDA_CHECK_LAUNCH();                       \
+  } while (0)
+
+// The same over two storage types (source S, destination D).
+#define CEPHALO_LAUNCH_TYPED2(s_dtype, S, d_dtype, D, ...) \
+  do {                                                     \
+    dispatch((s_dtype), [&](auto* s_tag_) {                \
+      using S = std::remove_pointer_t<decltype(s_tag_)>;   \
+      dispatch((d_dtype), [&](auto* d_tag_) {              \
+        using D = std::remove_pointer_t<decltype(d_tag_)>; \
+        __VA_ARGS__;                                       \
+      });                                                  \
+    });                                                    \
+    CEPHALO_CUDA_CHECK_LAUNCH();                           \
+  } while (0)
 
 void cast(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, std::size_t n,
           cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(src_dtype, [&](auto* s_tag) {
-    using S = std::remove_pointer_t<decltype(s_tag)>;
-    dispatch(dst_dtype, [&](auto* d_tag) {
-      using D = std::remove_pointer_t<decltype(d_tag)>;
-      cast_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src),
-                                                                static_cast<D*>(dst), n);
-    });
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED2(src_dtype, S, dst_dtype, D,
+                        cast_kernel<S, D>
+                        <<<blocks_for(n), kThreads, 0, stream>>>(in<S>(src), out<D>(dst), n));
 }
 
 void axpy(float alpha, const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, std::size_t n,
           cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(src_dtype, [&](auto* s_tag) {
-    using S = std::remove_pointer_t<decltype(s_tag)>;
-    dispatch(dst_dtype, [&](auto* d_tag) {
-      using D = std::remove_pointer_t<decltype(d_tag)>;
-      axpy_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(alpha, static_cast<const S*>(src),
-                                                                static_cast<D*>(dst), n);
-    });
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED2(
+      src_dtype, S, dst_dtype, D,
+      axpy_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(alpha, in<S>(src), out<D>(dst), n));
 }
 
 void add(const void* a, const void* b, void* y, std::size_t n, Dtype dtype, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    add_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       add_kernel<T>
+                       <<<blocks_for(n), kThreads, 0, stream>>>(in<T>(a), in<T>(b), out<T>(y), n));
 }
 
 void scale(void* x, float factor, std::size_t n, Dtype dtype, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), factor, n);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(
+      dtype, T, scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), factor, n));
 }
 
 void fill(void* x, float value, std::size_t n, Dtype dtype, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), value, n);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), value, n));
 }
 
 void add_bias(void* y, const void* bias, int rows, int cols, Dtype dtype, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    add_bias_kernel<T>
-        <<<rows, kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias), cols);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(
+      dtype, T, add_bias_kernel<T><<<rows, kThreads, 0, stream>>>(out<T>(y), in<T>(bias), cols));
 }
 
 void bias_backward(const void* dy, float* dbias, int rows, int cols, Dtype dtype,
@@ -564,33 +574,23 @@ void bias_backward(const void* dy, float* dbias, int rows, int cols, Dtype dtype
   check_dims(rows, "rows");
   check_dims(cols, "cols");
   const dim3 grid((cols + 31) / 32, column_row_blocks(rows)), block(32, kColRows);
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    bias_backward_kernel<T>
-        <<<grid, block, 0, stream>>>(static_cast<const T*>(dy), dbias, rows, cols);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(
+      dtype, T, bias_backward_kernel<T><<<grid, block, 0, stream>>>(in<T>(dy), dbias, rows, cols));
 }
 
 void gelu_forward(const void* x, void* y, std::size_t n, Dtype dtype, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    gelu_forward_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       gelu_forward_kernel<T>
+                       <<<blocks_for(n), kThreads, 0, stream>>>(in<T>(x), out<T>(y), n));
 }
 
 void gelu_backward(const void* x, const void* dy, void* dx, std::size_t n, Dtype dtype,
                    cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+                           in<T>(x), in<T>(dy), out<T>(dx), n));
 }
 
 void layernorm_forward(const void* x, const void* gamma, const void* beta, void* y, float* mean,
@@ -598,13 +598,9 @@ void layernorm_forward(const void* x, const void* gamma, const void* beta, void*
                        cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    layernorm_forward_kernel<T><<<rows, kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
-        static_cast<T*>(y), mean, rstd, cols, eps);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       layernorm_forward_kernel<T><<<rows, kThreads, 0, stream>>>(
+                           in<T>(x), in<T>(gamma), in<T>(beta), out<T>(y), mean, rstd, cols, eps));
 }
 
 void layernorm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
@@ -613,16 +609,12 @@ void layernorm_backward(const void* dy, const void* x, const void* gamma, const 
   check_dims(rows, "rows");
   check_dims(cols, "cols");
   const dim3 grid((cols + 31) / 32, column_row_blocks(rows)), block(32, kColRows);
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    // Parameter gradients first: they read dy, which the dx pass may overwrite in place.
-    layernorm_backward_params_kernel<T><<<grid, block, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, dgamma, dbeta, rows, cols);
-    layernorm_backward_dx_kernel<T><<<rows, kThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(gamma), mean,
-        rstd, static_cast<T*>(dx), cols);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  // Parameter gradients first: they read dy, which the dx pass may overwrite in place.
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       layernorm_backward_params_kernel<T><<<grid, block, 0, stream>>>(
+                           in<T>(dy), in<T>(x), mean, rstd, dgamma, dbeta, rows, cols);
+                       layernorm_backward_dx_kernel<T><<<rows, kThreads, 0, stream>>>(
+                           in<T>(dy), in<T>(x), in<T>(gamma), mean, rstd, out<T>(dx), cols));
 }
 
 // Score-side type S is either FP32 or the probability type P: five instantiations per kernel
@@ -638,96 +630,85 @@ void dispatch_score_prob(Dtype score_dtype, Dtype prob_dtype, F&& f) {
   dispatch(prob_dtype, [&](auto* p_tag) { f(p_tag, p_tag); });
 }
 
+// One block per score row (b, i) of a causal softmax launcher; S and P as dispatch_score_prob.
+#define CEPHALO_LAUNCH_SOFTMAX(s_dtype, p_dtype, ...)                              \
+  do {                                                                             \
+    check_dims(batch, "batch");                                                    \
+    check_dims(T, "T");                                                            \
+    const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T); \
+    dispatch_score_prob((s_dtype), (p_dtype), [&](auto* s_tag_, auto* p_tag_) {    \
+      using S = std::remove_pointer_t<decltype(s_tag_)>;                           \
+      using P = std::remove_pointer_t<decltype(p_tag_)>;                           \
+      __VA_ARGS__;                                                                 \
+    });                                                                            \
+    CEPHALO_CUDA_CHECK_LAUNCH();                                                   \
+  } while (0)
+
 void causal_softmax_forward(const void* scores, Dtype scores_dtype, void* probs, Dtype probs_dtype,
                             float* lse, int batch, int T, float s, cudaStream_t stream) {
-  check_dims(batch, "batch");
-  check_dims(T, "T");
-  const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch_score_prob(scores_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
-    using S = std::remove_pointer_t<decltype(s_tag)>;
-    using P = std::remove_pointer_t<decltype(p_tag)>;
-    causal_softmax_forward_kernel<S, P><<<rows, kThreads, 0, stream>>>(
-        static_cast<const S*>(scores), static_cast<P*>(probs), lse, T, s);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_SOFTMAX(scores_dtype, probs_dtype,
+                         causal_softmax_forward_kernel<S, P>
+                         <<<rows, kThreads, 0, stream>>>(in<S>(scores), out<P>(probs), lse, T, s));
 }
 
 void causal_softmax_recompute(const void* scores, Dtype scores_dtype, const float* lse, void* probs,
                               Dtype probs_dtype, int batch, int T, float s, cudaStream_t stream) {
-  check_dims(batch, "batch");
-  check_dims(T, "T");
-  const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch_score_prob(scores_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
-    using S = std::remove_pointer_t<decltype(s_tag)>;
-    using P = std::remove_pointer_t<decltype(p_tag)>;
-    causal_softmax_recompute_kernel<S, P><<<rows, kThreads, 0, stream>>>(
-        static_cast<const S*>(scores), lse, static_cast<P*>(probs), T, s);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_SOFTMAX(scores_dtype, probs_dtype,
+                         causal_softmax_recompute_kernel<S, P>
+                         <<<rows, kThreads, 0, stream>>>(in<S>(scores), lse, out<P>(probs), T, s));
 }
 
 void causal_softmax_backward(const void* probs, Dtype probs_dtype, const void* dprobs,
                              Dtype dprobs_dtype, void* dscores, int batch, int T, float s,
                              cudaStream_t stream) {
-  check_dims(batch, "batch");
-  check_dims(T, "T");
-  const unsigned rows = static_cast<unsigned>(batch) * static_cast<unsigned>(T);
-  dispatch_score_prob(dprobs_dtype, probs_dtype, [&](auto* s_tag, auto* p_tag) {
-    using S = std::remove_pointer_t<decltype(s_tag)>;
-    using P = std::remove_pointer_t<decltype(p_tag)>;
-    causal_softmax_backward_kernel<S, P>
-        <<<rows, kThreads, 0, stream>>>(static_cast<const P*>(probs), static_cast<const S*>(dprobs),
-                                        static_cast<P*>(dscores), T, s);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_SOFTMAX(dprobs_dtype, probs_dtype,
+                         causal_softmax_backward_kernel<S, P><<<rows, kThreads, 0, stream>>>(
+                             in<P>(probs), in<S>(dprobs), out<P>(dscores), T, s));
 }
+
+namespace {
+
+// [B, T, 3C] <-> q, k, v of [B, H, T, D]: `split` reads qkv and writes q, k, v; otherwise the
+// reverse (the kernel takes q, k, v non-const for one signature and only reads them then).
+void permute_qkv(const void* qkv_in, void* q, void* k, void* v, void* qkv_out, int B, int T, int H,
+                 int D, bool split, Dtype dtype, cudaStream_t stream) {
+  check_dims(std::int64_t(B) * T, "B * T");
+  CEPHALO_LAUNCH_TYPED(
+      dtype, E,
+      qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
+          in<E>(qkv_in), out<E>(q), out<E>(k), out<E>(v), out<E>(qkv_out), T, H, D, split));
+}
+
+// [B, H, T, D] <-> [B, T, H, D]; `merge` goes from heads to rows.
+void permute_heads(const void* from, void* to, int B, int T, int H, int D, bool merge, Dtype dtype,
+                   cudaStream_t stream) {
+  check_dims(std::int64_t(B) * T, "B * T");
+  CEPHALO_LAUNCH_TYPED(dtype, E,
+                       heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
+                           in<E>(from), out<E>(to), T, H, D, merge));
+}
+
+}  // namespace
 
 void split_qkv_heads(const void* qkv, void* q, void* k, void* v, int B, int T, int H, int D,
                      Dtype dtype, cudaStream_t stream) {
-  check_dims(std::int64_t(B) * T, "B * T");
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-        static_cast<const E*>(qkv), static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v),
-        nullptr, T, H, D, true);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  permute_qkv(qkv, q, k, v, nullptr, B, T, H, D, true, dtype, stream);
 }
 
 void merge_qkv_heads(const void* dq, const void* dk, const void* dv, void* dqkv, int B, int T,
                      int H, int D, Dtype dtype, cudaStream_t stream) {
-  check_dims(std::int64_t(B) * T, "B * T");
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    // The kernel only reads q/k/v in this direction; the casts drop const for one signature.
-    qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-        nullptr, const_cast<E*>(static_cast<const E*>(dq)),
-        const_cast<E*>(static_cast<const E*>(dk)), const_cast<E*>(static_cast<const E*>(dv)),
-        static_cast<E*>(dqkv), T, H, D, false);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  permute_qkv(nullptr, const_cast<void*>(dq), const_cast<void*>(dk), const_cast<void*>(dv), dqkv, B,
+              T, H, D, false, dtype, stream);
 }
 
 void merge_heads(const void* y, void* out, int B, int T, int H, int D, Dtype dtype,
                  cudaStream_t stream) {
-  check_dims(std::int64_t(B) * T, "B * T");
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-        static_cast<const E*>(y), static_cast<E*>(out), T, H, D, true);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  permute_heads(y, out, B, T, H, D, true, dtype, stream);
 }
 
 void split_heads(const void* dout, void* dy, int B, int T, int H, int D, Dtype dtype,
                  cudaStream_t stream) {
-  check_dims(std::int64_t(B) * T, "B * T");
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-        static_cast<const E*>(dout), static_cast<E*>(dy), T, H, D, false);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  permute_heads(dout, dy, B, T, H, D, false, dtype, stream);
 }
 
 void cross_entropy_forward(const void* logits, const std::int32_t* targets, float* losses,
@@ -735,12 +716,9 @@ void cross_entropy_forward(const void* logits, const std::int32_t* targets, floa
                            cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(vocab, "vocab");
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    cross_entropy_forward_kernel<T>
-        <<<rows, 512, 0, stream>>>(static_cast<const T*>(logits), targets, losses, lse, vocab, s);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       cross_entropy_forward_kernel<T>
+                       <<<rows, 512, 0, stream>>>(in<T>(logits), targets, losses, lse, vocab, s));
 }
 
 void cross_entropy_backward(const void* logits, const std::int32_t* targets, const float* lse,
@@ -748,12 +726,9 @@ void cross_entropy_backward(const void* logits, const std::int32_t* targets, con
                             cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(vocab, "vocab");
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    cross_entropy_backward_kernel<T><<<rows, 512, 0, stream>>>(
-        static_cast<const T*>(logits), targets, lse, static_cast<T*>(dlogits), vocab, s);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       cross_entropy_backward_kernel<T><<<rows, 512, 0, stream>>>(
+                           in<T>(logits), targets, lse, out<T>(dlogits), vocab, s));
 }
 
 void embedding_forward(const std::int32_t* tokens, const void* wte, const void* wpe, void* y, int B,
@@ -761,25 +736,19 @@ void embedding_forward(const std::int32_t* tokens, const void* wte, const void* 
                        cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    embedding_forward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-        tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe), static_cast<E*>(y), B, T, C,
-        vocab, bad_token_flag);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(
+      dtype, E,
+      embedding_forward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+          tokens, in<E>(wte), in<E>(wpe), out<E>(y), B, T, C, vocab, bad_token_flag));
 }
 
 void embedding_backward(const std::int32_t* tokens, const void* dy, float* dwte, float* dwpe, int B,
                         int T, int C, int vocab, Dtype dtype, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using E = std::remove_pointer_t<decltype(tag)>;
-    embedding_backward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-        tokens, static_cast<const E*>(dy), dwte, dwpe, B, T, C, vocab);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, E,
+                       embedding_backward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+                           tokens, in<E>(dy), dwte, dwpe, B, T, C, vocab));
 }
 
 void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t n,
@@ -792,13 +761,10 @@ void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t
   const float step_size = static_cast<float>(hp.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - hp.lr * hp.weight_decay;
-  dispatch(copy_dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        param, grad, m, v, n, decay, step_size, bc2_sqrt, hp.beta1, hp.beta2, hp.eps, grad_scale,
-        static_cast<T*>(param_copy));
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(copy_dtype, T,
+                       adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+                           param, grad, m, v, n, decay, step_size, bc2_sqrt, hp.beta1, hp.beta2,
+                           hp.eps, grad_scale, out<T>(param_copy)));
 }
 
 void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream) {
@@ -809,12 +775,9 @@ void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream) {
 void fill_uniform(void* x, std::size_t n, std::uint64_t seed, float lo, float hi, Dtype dtype,
                   cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    fill_uniform_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, seed, lo, hi);
-  });
-  CEPHALO_CUDA_CHECK_LAUNCH();
+  CEPHALO_LAUNCH_TYPED(dtype, T,
+                       fill_uniform_kernel<T>
+                       <<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), n, seed, lo, hi));
 }
 
 void spin(long long cycles, cudaStream_t stream) {
