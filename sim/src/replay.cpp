@@ -45,14 +45,22 @@ class Replay {
   SimResult run();
 
  private:
-  // What the event loop reads of an op, packed: an Op is 88 bytes and the member loops of a
-  // collective touch ops a rank's program apart, so at 10k ranks the Ops (55 MB) miss the
-  // cache where these 24 bytes per op mostly do not.
+  // Everything the event loop reads of an op, packed and filled by one sequential pass before
+  // the loop (durations included): an Op is 88 bytes and the loop visits ops in time order, a
+  // rank's program apart in the member loops of a collective, so at 10k ranks the Ops (55 MB)
+  // missed the cache on nearly every visit (perf: most of start_op and complete_op).
   struct OpState {
     double mem_alloc = 0;
     double mem_free = 0;
-    std::uint32_t lane = 0;       // rank × kNumStreams + stream
-    std::uint32_t remaining = 0;  // cross-stream dependencies not yet done
+    union {
+      Time compute_ticks;  // compute ops: the duration (compute_duration)
+      double copy_s;       // copies: the isolated transfer time (copy_seconds)
+    };
+    std::uint32_t lane = 0;        // rank × kNumStreams + stream
+    std::uint32_t remaining = 0;   // cross-stream dependencies not yet done
+    std::int32_t collective = -1;  // collectives: the collective's id
+    std::uint8_t copy = 0;         // 0 not a copy, 1 d2h, 2 h2d
+    OpState() : compute_ticks(0) {}
   };
   static int rank_of_lane(std::uint32_t lane) {
     return static_cast<int>(lane / traces::kNumStreams);
@@ -236,7 +244,7 @@ void Replay::try_advance(std::uint32_t lane) {
 }
 
 void Replay::start_op(OpId id) {
-  const Op& op = g_.op(id);
+  const OpState& op = state_[id];
   const Time now = engine_.now();
   if (op.collective >= 0) {
     out_.arrive_ns[id] = now;
@@ -249,14 +257,14 @@ void Replay::start_op(OpId id) {
   }
   out_.start_ns[id] = now;
   allocate(id);
-  if (traces::is_copy(op.kind)) {
-    const std::uint32_t link =
-        static_cast<std::uint32_t>(2 * op.rank + (op.kind == OpKind::CopyH2D ? 1 : 0));
-    flows_.start({id, -1}, std::span<const std::uint32_t>(&link, 1), copy_seconds(op));
+  const int rank = rank_of_lane(op.lane);
+  if (op.copy != 0) {
+    const std::uint32_t link = static_cast<std::uint32_t>(2 * rank + (op.copy == 2 ? 1 : 0));
+    flows_.start({id, -1}, std::span<const std::uint32_t>(&link, 1), op.copy_s);
     return;
   }
-  const Time end = now + compute_duration(op);
-  compute_end_[op.rank] = end;
+  const Time end = now + op.compute_ticks;
+  compute_end_[rank] = end;
   engine_.schedule_at(end, kOpDone, id);
 }
 
@@ -335,11 +343,22 @@ SimResult Replay::run() {
                                   .first->second);
   }
   state_.resize(n);
-  for (const Op& op : g_.ops())
-    state_[op.id] = {op.mem_alloc, op.mem_free,
-                     static_cast<std::uint32_t>(op.rank) * traces::kNumStreams +
-                         static_cast<std::uint32_t>(op.stream),
-                     op.deps_count};
+  for (const Op& op : g_.ops()) {
+    OpState& st = state_[op.id];
+    st.mem_alloc = op.mem_alloc;
+    st.mem_free = op.mem_free;
+    st.lane = static_cast<std::uint32_t>(op.rank) * traces::kNumStreams +
+              static_cast<std::uint32_t>(op.stream);
+    st.remaining = op.deps_count;
+    st.collective = op.collective;
+    if (op.collective >= 0) continue;
+    if (traces::is_copy(op.kind)) {
+      st.copy = op.kind == OpKind::CopyH2D ? 2 : 1;
+      st.copy_s = copy_seconds(op);
+    } else {
+      st.compute_ticks = compute_duration(op);
+    }
+  }
   const std::size_t lanes = static_cast<std::size_t>(ranks) * traces::kNumStreams;
   cursor_.assign(lanes, 0);
   busy_.assign(lanes, 0);
