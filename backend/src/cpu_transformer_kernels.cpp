@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
@@ -22,6 +23,17 @@ float gelu_grad(float x) {
   float t = std::tanh(u);
   float du = k * (1.0f + 3.0f * 0.044715f * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+// Token n of `tokens`, refused (naming the kernel) when outside the vocabulary: a bad id in the
+// data would otherwise index past the embedding table.
+std::int64_t token_at(const TensorRef& tokens, std::int64_t n, std::int64_t vocab,
+                      const char* kernel) {
+  const std::int32_t t = tokens.i32()[n];
+  if (t < 0 || t >= vocab)
+    throw RuntimeFailure(std::string(kernel) + ": token id " + std::to_string(t) +
+                         " outside the vocabulary of " + std::to_string(vocab));
+  return t;
 }
 
 }  // namespace
@@ -189,10 +201,7 @@ void CpuDevice::do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte,
     Fp32In wtef(wte, vocab * hidden), wpef(wpe, std::min(rows, seq) * hidden);
     Fp32Out outf(out, rows * hidden, Start::Undefined);
     for (std::int64_t n = 0; n < rows; ++n) {
-      std::int32_t t = tokens.i32()[n];
-      if (t < 0 || t >= vocab)
-        throw RuntimeFailure("embedding: token id " + std::to_string(t) +
-                             " outside the vocabulary of " + std::to_string(vocab));
+      const std::int64_t t = token_at(tokens, n, vocab, "embedding");
       const float* e = wtef.get() + t * hidden;
       const float* p = wpef.get() + (n % seq) * hidden;
       float* o = outf.get() + n * hidden;
@@ -211,10 +220,7 @@ void CpuDevice::do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dou
     Fp32Out ef(dwte, vocab * hidden, Start::Current);
     Fp32Out pf(dwpe, std::min(rows, seq) * hidden, Start::Current);
     for (std::int64_t n = 0; n < rows; ++n) {
-      std::int32_t t = tokens.i32()[n];
-      if (t < 0 || t >= vocab)
-        throw RuntimeFailure("embedding_backward: token id " + std::to_string(t) +
-                             " outside the vocabulary of " + std::to_string(vocab));
+      const std::int64_t t = token_at(tokens, n, vocab, "embedding_backward");
       const float* d = df.get() + n * hidden;
       float* e = ef.get() + t * hidden;
       float* p = pf.get() + (n % seq) * hidden;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../support/random_data.hpp"
+#include "../support/scenario_builders.hpp"
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/gpt.hpp"
@@ -17,16 +18,10 @@ using namespace cephalo::backend;
 
 namespace {
 
+// 1 layer, hidden 16, 2 heads, ffn 32, vocab 20, sequence 8; 12 positions: rows 8..11 of wpe
+// exist but are not used, so their gradient must stay 0.
 GptConfig small_config() {
-  GptConfig c;
-  c.layers = 1;
-  c.hidden = 16;
-  c.heads = 2;
-  c.ffn = 32;
-  c.vocab = 20;
-  c.seq = 8;
-  c.positions = 12;  // rows 8..11 of wpe exist but are not used: their gradient must stay 0
-  return c;
+  return GptConfig::from_spec(cephalo::test_support::gpt_model("small", 1, 16, 2, 32, 20, 12), 8);
 }
 
 using cephalo::test_support::randn;

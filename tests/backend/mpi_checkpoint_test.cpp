@@ -62,8 +62,7 @@ TEST(MpiCheckpoint, FlippedByteInAShardIsRefusedOnResumeNamingTheShard) {
 TEST(MpiCheckpoint, NonMonotoneOffsetsAreRefusedBeforeAnyShardIsRead) {
   TempDir dir;
   const auto ckpt = dir.path / "ckpt";
-  auto o3 = mpirun(3, "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                          " --steps 2 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 2");
+  auto o3 = run_to_checkpoint(3, "cpu-3rank-uneven-layered", 2, ckpt);
   ASSERT_EQ(o3.code, 0) << o3.output;
   const auto manifest = ckpt / "step_00000002" / "manifest.json";
   auto j = nlohmann::json::parse(std::ifstream(manifest));
@@ -88,9 +87,7 @@ TEST(MpiCheckpoint, FreshRunRefusesAnotherRunsFolderUnlessOverwriting) {
   TempDir dir;
   const auto ckpt = dir.path / "ckpt";
   // Another run on 3 ranks, at step 3.
-  auto other =
-      mpirun(3, "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                    " --steps 3 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 3");
+  auto other = run_to_checkpoint(3, "cpu-3rank-uneven-layered", 3, ckpt);
   ASSERT_EQ(other.code, 0) << other.output;
   const auto before =
       nlohmann::json::parse(std::ifstream(ckpt / "step_00000003" / "manifest.json"));

@@ -253,35 +253,11 @@ TEST(MpiRun, ReportDescribesTheMedianOrFastestStepAfterTheFirst) {
 }
 
 TEST(MpiRun, ResumeUnderAnotherPlanMatchesUninterruptedRun) {
-  TempDir dir;
-  const auto ckpt = dir.path / "ckpt";
-  auto full =
-      mpirun(3, "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                    " --steps 6 --dump-params " + (dir.path / "full.bin").string());
-  ASSERT_EQ(full.code, 0) << full.output;
-  auto first =
-      mpirun(3, "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                    " --steps 3 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 3");
-  ASSERT_EQ(first.code, 0) << first.output;
-  ASSERT_TRUE(fs::exists(ckpt / "latest"));
-  ASSERT_TRUE(fs::exists(ckpt / "step_00000003" / "manifest.json"));
-  // No temporaries left behind.
-  for (const auto& e : fs::recursive_directory_iterator(ckpt))
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   // Resume on 2 ranks with other shares and micro-batches.
-  auto second = mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
-                              " --steps 6 --resume " + ckpt.string() + " --dump-params " +
-                              (dir.path / "resumed.bin").string());
-  ASSERT_EQ(second.code, 0) << second.output;
-  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
-  auto a = read_floats(dir.path / "resumed.bin"), b = read_floats(dir.path / "full.bin");
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_LT(worst_unit_relative(a, b), 1e-5);
-  // A checkpoint that was not resumed from differs: the comparison can fail.
-  auto fresh = mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
-                             " --steps 3 --dump-params " + (dir.path / "fresh.bin").string());
-  ASSERT_EQ(fresh.code, 0) << fresh.output;
-  EXPECT_GT(worst_unit_relative(read_floats(dir.path / "fresh.bin"), b), 1e-3);
+  TempDir dir;
+  std::vector<float> full;
+  expect_resume_matches(dir.path, dir.path / "ckpt", {3, "cpu-3rank-uneven-layered"},
+                        {2, "cpu-2rank-uneven"}, 6, 3, &full);
 }
 
 TEST(MpiRun, ResumeAtAnotherSequenceLength) {
@@ -289,9 +265,7 @@ TEST(MpiRun, ResumeAtAnotherSequenceLength) {
   // at sequence 16 resumes at 32 (the usual "train short, then long" schedule).
   TempDir dir;
   const auto ckpt = dir.path / "ckpt";
-  auto first =
-      mpirun(2, "--scenario " + scenario(2) + " --plan " + plan("cpu-2rank-uneven") +
-                    " --steps 2 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 2");
+  auto first = run_to_checkpoint(2, "cpu-2rank-uneven", 2, ckpt);
   ASSERT_EQ(first.code, 0) << first.output;
   const auto longer = scenario_variant(dir.path, 2, "seq32",
                                        [](nlohmann::json& job) { job["sequence_length"] = 32; });
@@ -307,25 +281,15 @@ TEST(MpiRun, ResumeAtAnotherSequenceLength) {
 }
 
 TEST(MpiRun, InjectedRankFailureEndsEveryRankWithItsCause) {
-  auto o = mpirun(3,
-                  "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                      " --steps 20 --inject-failure 1:2",
-                  60);
-  EXPECT_NE(o.code, 0);
-  EXPECT_NE(o.code, 124) << "the job hung until the timeout:\n" << o.output;
-  EXPECT_LT(o.seconds, 30.0) << o.output;
+  auto o = run_plan(3, "cpu-3rank-uneven-layered", "--steps 20 --inject-failure 1:2", 60);
+  expect_every_rank_ended(o);
   EXPECT_NE(o.output.find("rank 1 of 3"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("injected failure at step 2"), std::string::npos) << o.output;
 }
 
 TEST(MpiRun, RankKilledBySignalEndsEveryRank) {
-  auto o = mpirun(3,
-                  "--scenario " + scenario(3) + " --plan " + plan("cpu-3rank-uneven-layered") +
-                      " --steps 20 --inject-failure 2:1:kill",
-                  60);
-  EXPECT_NE(o.code, 0);
-  EXPECT_NE(o.code, 124) << "the job hung until the timeout:\n" << o.output;
-  EXPECT_LT(o.seconds, 30.0) << o.output;
+  auto o = run_plan(3, "cpu-3rank-uneven-layered", "--steps 20 --inject-failure 2:1:kill", 60);
+  expect_every_rank_ended(o);
   // mpirun names the dead process and the signal.
   EXPECT_NE(o.output.find("rank 2"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("signal 9"), std::string::npos) << o.output;

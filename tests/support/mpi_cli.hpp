@@ -62,6 +62,33 @@ inline std::string plan(const std::string& name) {
   return kSrc + "/scenarios/plans/" + name + ".json";
 }
 
+// `cephalo run` of the shipped plan `plan_name` on the CPU test scenario of `ranks` ranks,
+// with `args` after the scenario and plan.
+inline Outcome run_plan(int ranks, const std::string& plan_name, const std::string& args,
+                        int timeout_s = 120) {
+  return mpirun(ranks, "--scenario " + scenario(ranks) + " --plan " + plan(plan_name) + " " + args,
+                timeout_s);
+}
+
+// `steps` steps of `plan_name` writing a checkpoint into `dir` after the last one.
+inline Outcome run_to_checkpoint(int ranks, const std::string& plan_name, int steps,
+                                 const fs::path& dir) {
+  const std::string n = std::to_string(steps);
+  return run_plan(
+      ranks, plan_name,
+      "--steps " + n + " --checkpoint-dir " + dir.string() + " --checkpoint-every " + n);
+}
+
+// `steps` steps of `plan_name` (resuming from `resume` unless empty) dumping the parameters
+// into `dump`.
+inline Outcome run_and_dump(int ranks, const std::string& plan_name, int steps,
+                            const fs::path& dump, const fs::path& resume = {}) {
+  return run_plan(ranks, plan_name,
+                  "--steps " + std::to_string(steps) +
+                      (resume.empty() ? "" : " --resume " + resume.string()) + " --dump-params " +
+                      dump.string());
+}
+
 inline std::vector<float> read_floats(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -81,6 +108,14 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
 };
+
+// An injected failure or a killed rank must end every rank with an error, soon (not at the
+// mpirun timeout).
+inline void expect_every_rank_ended(const Outcome& o) {
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.code, 124) << "the job hung until the timeout:\n" << o.output;
+  EXPECT_LT(o.seconds, 30.0) << o.output;
+}
 
 // Unit boundaries of gpt-tiny (embedding, 2 layers, head), for per-unit norms.
 inline std::vector<std::size_t> tiny_units() {
@@ -119,6 +154,40 @@ inline double worst_element_relative(const std::vector<float>& a, const std::vec
     off += n;
   }
   return worst;
+}
+
+// A shipped plan on the CPU test scenario of its rank count.
+struct PlanOn {
+  int ranks;
+  std::string plan;
+};
+
+// The resume check: `steps` uninterrupted steps of `from`; the same run stopped after `at`
+// steps with a checkpoint in `ckpt` (complete, no temporaries left) and resumed under `to`
+// to `steps`: the parameters match per unit to 1e-5. `at` fresh steps of `from` do not match
+// (> 1e-3), so the comparison can fail. `full` gets the uninterrupted run's parameters.
+inline void expect_resume_matches(const fs::path& dir, const fs::path& ckpt, const PlanOn& from,
+                                  const PlanOn& to, int steps, int at, std::vector<float>* full) {
+  auto uninterrupted = run_and_dump(from.ranks, from.plan, steps, dir / "full.bin");
+  ASSERT_EQ(uninterrupted.code, 0) << uninterrupted.output;
+  auto first = run_to_checkpoint(from.ranks, from.plan, at, ckpt);
+  ASSERT_EQ(first.code, 0) << first.output;
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "step_%08d", at);
+  ASSERT_TRUE(fs::exists(ckpt / "latest"));
+  ASSERT_TRUE(fs::exists(ckpt / step_dir / "manifest.json"));
+  for (const auto& e : fs::recursive_directory_iterator(ckpt))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  auto resumed = run_and_dump(to.ranks, to.plan, steps, dir / "resumed.bin", ckpt);
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  *full = read_floats(dir / "full.bin");
+  const auto a = read_floats(dir / "resumed.bin");
+  ASSERT_EQ(a.size(), full->size());
+  EXPECT_LT(worst_unit_relative(a, *full), 1e-5);
+  auto fresh = run_and_dump(from.ranks, from.plan, at, dir / "fresh.bin");
+  ASSERT_EQ(fresh.code, 0) << fresh.output;
+  EXPECT_GT(worst_unit_relative(read_floats(dir / "fresh.bin"), *full), 1e-3);
 }
 
 }  // namespace cephalo::test_support
