@@ -49,25 +49,31 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+struct WarpSum {
+  __device__ __forceinline__ float operator()(float v) const { return warp_sum(v); }
+};
+struct WarpMax {
+  __device__ __forceinline__ float operator()(float v) const { return warp_max(v); }
+};
 // Block-wide reductions for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
-// `scratch` needs 32 floats; the leading __syncthreads makes back-to-back calls safe.
-__device__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
+// `scratch` needs 32 floats; the leading __syncthreads makes back-to-back calls safe. `identity`
+// fills the lanes beyond the block's warps.
+template <typename WarpReduce>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, float identity) {
+  const WarpReduce reduce;
+  v = reduce(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0f;
-  return warp_sum(v);
+  v = lane < warps ? scratch[lane] : identity;
+  return reduce(v);
+}
+__device__ float block_sum(float v, float* scratch) {
+  return block_reduce<WarpSum>(v, scratch, 0.0f);
 }
 __device__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
+  return block_reduce<WarpMax>(v, scratch, -INFINITY);
 }
 
 // Calls `f` with a null pointer of the storage type for `dtype` (type tag dispatch).
