@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,12 @@ constexpr int kPhaseWeights = 5;
 // One offload mode's state while it is refined.
 struct ModeSearch {
   Offload mode = Offload::None;
+  ActivationCheckpointing checkpointing;
   OptimalProblem problem;
   std::vector<OptimalSolution> candidates;  // the model optimum first (solve_optimal_candidates)
   PlanResult res;                           // the best plan so far
   double simulated = -1;                    // its simulated iteration time; < 0: not simulated
+  ReplayCache* replays = nullptr;           // shared by the modes: a plan is replayed once
 };
 
 std::vector<Offload> offload_modes(const PlannerOptions& opt) {
@@ -47,11 +50,19 @@ std::vector<Offload> offload_modes(const PlannerOptions& opt) {
   return modes;
 }
 
-Plan plan_of(const Scenario& s, Offload mode, const OptimalSolution& sol) {
+Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol) {
   Plan plan = empty_plan(s, "optimal");
-  plan.offload = mode;
+  plan.offload = m.mode;
+  plan.activation_checkpointing = m.checkpointing;
   apply_solution(plan, sol);
   return plan;
+}
+
+// The checkpointings to solve: the user's, or with `auto` every candidate (each solved exactly,
+// the fastest in simulation kept, as the offload mode is), else full.
+std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
+  if (opt.choose_checkpointing) return checkpointing_candidates();
+  return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
 }
 
 // Step 1. The simulator is the judge of memory: when it finds the plan over capacity (its
@@ -68,9 +79,9 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
       why = e.what();
       return false;
     }
-    m.res.plan = plan_of(s, m.mode, m.candidates.front());
+    m.res.plan = plan_of(s, m, m.candidates.front());
     if (!opt.verify_with_simulator) return true;
-    const auto check = simulate_plan(s, models, m.res.plan);
+    const auto check = m.replays->simulate(s, models, m.res.plan);
     if (!check.oom) {
       m.simulated = check.iteration_s;
       return true;
@@ -123,7 +134,7 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
   auto& res = m.res;
   const auto& sol = m.candidates.front();
   if (!res.plan.even_shares() && res.plan.uneven_collective != UnevenCollective::Grouped) {
-    const auto own = simulate_plan(s, models, res.plan);
+    const auto own = m.replays->simulate(s, models, res.plan);
     if (own.oom) {
       res.plan.uneven_collective = UnevenCollective::Grouped;
       predict(s, models, res);
@@ -138,7 +149,7 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
     alt.plan.uneven_collective = UnevenCollective::Grouped;
     apply_solution(alt.plan, m.candidates[k]);
     pick_collective(s, models, alt);
-    const auto o = simulate_plan(s, models, alt.plan);
+    const auto o = m.replays->simulate(s, models, alt.plan);
     if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) continue;
     m.simulated = o.iteration_s;
     alt.note = "staircase breakpoint " + std::to_string(k) + " of " +
@@ -210,7 +221,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
   }
   if (!pick) return;
   pick_collective(s, models, *pick);
-  const auto o = simulate_plan(s, models, pick->plan);
+  const auto o = m.replays->simulate(s, models, pick->plan);
   if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
     m.simulated = o.iteration_s;
     m.res = std::move(*pick);
@@ -244,11 +255,18 @@ void replay_slowest_step(const Scenario& s, const costmodels::CostModels& models
   alt.plan.uneven_collective = UnevenCollective::Grouped;
   apply_solution(alt.plan, sol);
   pick_collective(s, models, alt);
-  const auto o = simulate_plan(s, models, alt.plan);
+  const auto o = m.replays->simulate(s, models, alt.plan);
   if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
     m.simulated = o.iteration_s;
-    alt.note = "optimizer step charged at the slowest device (model " +
-               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
+    // The plan's own model times the step per device (O_0 + max_i O_i·s_i); this candidate
+    // came from the variant that prices every share's step at the slowest device.
+    alt.note =
+        "shares solved with every optimizer step priced at the slowest device (that "
+        "model " +
+        format_seconds(sol.iteration_seconds) +
+        ") simulate faster than the model optimum, which prices each device's own step; "
+        "offload " +
+        to_string(m.mode);
     m.res = std::move(alt);
     predict(s, models, m.res);
   }
@@ -264,39 +282,64 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
   double best_score = 0;
   bool have = false;
   std::string first_error;
-  for (Offload mode : modes) {
-    ModeSearch m;
-    m.mode = mode;
-    m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch);
-    std::string why;
-    if (!solve_within_simulated_memory(s, models, opt, m, why)) {
-      if (first_error.empty())
-        first_error = why.rfind("optimal:", 0) == 0
-                          ? why
-                          : "optimal (offload " + to_string(mode) + "): " + why;
-      continue;
+  ReplayCache replays;
+  std::ostringstream chosen;  // with auto checkpointing: every candidate's time
+  for (const ActivationCheckpointing& ckpt : checkpointings(opt))
+    for (Offload mode : modes) {
+      const std::string which =
+          "optimal (offload " + to_string(mode) +
+          (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) + ")";
+      if (mode == Offload::Host && !ckpt.is_full()) {
+        // Offload moves the checkpointed layer inputs (the plan validator's rule).
+        if (first_error.empty())
+          first_error = which +
+                        ": host offload needs --activation-checkpointing full (or "
+                        "--offload none)";
+        continue;
+      }
+      ModeSearch m;
+      m.mode = mode;
+      m.checkpointing = ckpt;
+      m.replays = &replays;
+      m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch, ckpt);
+      std::string why;
+      if (!solve_within_simulated_memory(s, models, opt, m, why)) {
+        if (opt.choose_checkpointing)
+          chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
+                 << to_string(mode) << ") does not fit";
+        if (first_error.empty())
+          first_error = why.rfind("optimal:", 0) == 0 ? why : which + ": " + why;
+        continue;
+      }
+      const auto& sol = m.candidates.front();
+      pick_collective(s, models, m.res);
+      predict(s, models, m.res);
+      m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
+                   std::to_string(sol.feasibility_checks) + " feasibility checks, " +
+                   std::to_string(sol.knapsack_runs) + " knapsack runs), offload " +
+                   to_string(mode);
+      if (opt.verify_with_simulator) {
+        replay_staircase(s, models, m);
+        if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
+        replay_slowest_step(s, models, m);
+      }
+      // The offload mode (and a chosen checkpointing) is a discrete choice outside the model
+      // (host copies share the PCIe links with the collectives in the simulator): keep the mode
+      // that simulates faster.
+      const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
+      if (opt.choose_checkpointing)
+        chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
+               << to_string(mode) << ") " << format_seconds(score);
+      if (!have || score < best_score) {
+        best = std::move(m.res);
+        best_score = score;
+        have = true;
+      }
     }
-    const auto& sol = m.candidates.front();
-    pick_collective(s, models, m.res);
-    predict(s, models, m.res);
-    m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
-                 std::to_string(sol.feasibility_checks) + " feasibility checks, " +
-                 std::to_string(sol.knapsack_runs) + " knapsack runs), offload " + to_string(mode);
-    if (opt.verify_with_simulator) {
-      replay_staircase(s, models, m);
-      if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
-      replay_slowest_step(s, models, m);
-    }
-    // The offload mode is a discrete choice outside the model (host copies share the PCIe
-    // links with the collectives in the simulator): keep the mode that simulates faster.
-    const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
-    if (!have || score < best_score) {
-      best = std::move(m.res);
-      best_score = score;
-      have = true;
-    }
-  }
   if (!have) throw InfeasibleError(first_error);
+  if (opt.choose_checkpointing)
+    best.note += "; activation checkpointing auto, each solved and simulated: " + chosen.str() +
+                 "; chose " + to_string(best.plan.activation_checkpointing);
   return best;
 }
 

@@ -2,6 +2,7 @@
 // Internal: the replay in class mode (class_replay.cpp drives it, replay.cpp runs it).
 #include <vector>
 
+#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim::detail {
@@ -10,10 +11,23 @@ struct ClassView {
   // Per rank of the plan: the rank whose replay stands for it (itself for a representative,
   // always ≤ the rank). Only representatives have ops in the graph.
   std::vector<int> representative;
-  // Whether the plan's collectives span more than one node (the representatives alone may all
-  // sit in one node): decides NVLink-only versus PCIe + NIC links, as in the full replay.
-  bool spans_nodes = false;
+  // Whether a collective's full membership spans more than one node (the representatives alone
+  // may all sit in one node): decides NVLink-only versus PCIe + NIC links, as in the full
+  // replay. The cross-group reduction (group -1) has every rank; a group collective its group.
+  bool spans_nodes = false;       // every rank of the plan
+  std::vector<char> group_spans;  // per sharding group (hybrid); empty: full sharding
+  bool collective_spans_nodes(int group) const {
+    return group < 0 || group_spans.empty() ? spans_nodes
+                                            : group_spans[static_cast<std::size_t>(group)] != 0;
+  }
 };
+
+// The request of collective `c` over its full membership (every rank of its group, or every rank
+// for the cross-group reduction with the layout's pieces), as the full replay prices it; the
+// class graph's members are only the representatives.
+costmodels::CollectiveRequest class_collective_request(const traces::TrainingGraph& graph,
+                                                       const traces::Collective& c,
+                                                       bool overlaps_compute);
 
 SimResult replay_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan, const costmodels::ComputeModel& compute,

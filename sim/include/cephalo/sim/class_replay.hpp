@@ -10,8 +10,9 @@
 //
 // Where classes do not apply the full replay runs: when per-op records or memory timelines
 // are asked for (they are per rank), or when no two ranks share a class.
-// (Hybrid sharding: a rank's class must then also include its group's shape and its position
-// in it, and a collective's members become the group; see rank_classes.)
+// Hybrid sharding: a rank's class also includes its group's shape (the members' classes and
+// node offsets) and its position in the group, and each collective is priced over its full
+// membership (its group, or every rank with the pieces for the cross-group reduction).
 #include <vector>
 
 #include "cephalo/sim/replay.hpp"
