@@ -84,11 +84,9 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
   return out;
 }
 
-namespace detail {
-
-costmodels::CollectiveRequest class_collective_request(const traces::TrainingGraph& graph,
-                                                       const traces::Collective& c,
-                                                       bool overlaps_compute) {
+costmodels::CollectiveRequest full_collective_request(const traces::TrainingGraph& graph,
+                                                      const traces::Collective& c,
+                                                      bool overlaps_compute) {
   // Kind, variant and the cross-group pieces as the full replay asks; the members replaced by
   // the full membership (each its slice of every segment, as the full graph's members carry).
   costmodels::CollectiveRequest req = traces::collective_request(graph, c, overlaps_compute);
@@ -108,8 +106,6 @@ costmodels::CollectiveRequest class_collective_request(const traces::TrainingGra
   }
   return req;
 }
-
-}  // namespace detail
 
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,

@@ -10,6 +10,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
 #include "replay_internal.hpp"
@@ -192,7 +193,7 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   const costmodels::CollectiveRequest req =
-      view_ ? detail::class_collective_request(g_, c, overlaps_compute)
+      view_ ? full_collective_request(g_, c, overlaps_compute)
             : traces::collective_request(g_, c, overlaps_compute);
   double t = comm_.collective(s_.cluster, req).seconds;
   collective_memo_.emplace(key, t);

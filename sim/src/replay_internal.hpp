@@ -2,7 +2,6 @@
 // Internal: the replay in class mode (class_replay.cpp drives it, replay.cpp runs it).
 #include <vector>
 
-#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim::detail {
@@ -21,13 +20,6 @@ struct ClassView {
                                             : group_spans[static_cast<std::size_t>(group)] != 0;
   }
 };
-
-// The request of collective `c` over its full membership (every rank of its group, or every rank
-// for the cross-group reduction with the layout's pieces), as the full replay prices it; the
-// class graph's members are only the representatives.
-costmodels::CollectiveRequest class_collective_request(const traces::TrainingGraph& graph,
-                                                       const traces::Collective& c,
-                                                       bool overlaps_compute);
 
 SimResult replay_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan, const costmodels::ComputeModel& compute,

@@ -15,6 +15,7 @@
 // membership (its group, or every rank with the pieces for the cross-group reduction).
 #include <vector>
 
+#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim {
@@ -27,6 +28,14 @@ struct RankClasses {
 // Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan);
+
+// The request of collective `c` over its full membership (every rank of its group, or every rank
+// for the cross-group reduction, with the layout's pieces), as the full replay prices it, from a
+// graph built for any subset of the ranks (build_training_graph_of_ranks): its members are only
+// the built ranks, the slices and pieces are the whole plan's.
+costmodels::CollectiveRequest full_collective_request(const traces::TrainingGraph& graph,
+                                                      const traces::Collective& c,
+                                                      bool overlaps_compute = false);
 
 // Builds the graph(s) and replays `plan`: by class where that applies, else in full. The report
 // is complete either way; in class mode `start_ns`, `end_ns` and `arrive_ns` are indexed by the
