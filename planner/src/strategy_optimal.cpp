@@ -123,6 +123,29 @@ void pick_collective(const Scenario& s, const costmodels::CostModels& models, Pl
       grouped <= padded ? UnevenCollective::Grouped : UnevenCollective::Padded;
 }
 
+// A solution as a candidate of mode m: the current plan's schedule with the solution's rows
+// (grouped variant until pick_collective chooses).
+PlanResult candidate_of(const ModeSearch& m, const OptimalSolution& sol, std::string note) {
+  PlanResult alt;
+  alt.plan = m.res.plan;
+  alt.plan.uneven_collective = UnevenCollective::Grouped;
+  apply_solution(alt.plan, sol);
+  alt.note = std::move(note);
+  return alt;
+}
+
+// Replays `alt` with the variant the comm model prefers and keeps it as the mode's plan when it
+// fits and simulates faster than the plan so far.
+void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m,
+                    PlanResult alt) {
+  pick_collective(s, models, alt);
+  const auto o = m.replays->simulate(s, models, alt.plan);
+  if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) return;
+  m.simulated = o.iteration_s;
+  m.res = std::move(alt);
+  predict(s, models, m.res);
+}
+
 // Step 3. Outside the model: the simulator synchronises every unit's forward and backward
 // phases separately (Σ of per-phase maxima ≥ the model's max of per-rank sums), so the model's
 // optimum is not always the fastest in simulation. The other breakpoints of the staircase walk
@@ -143,22 +166,14 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
     }
   }
   const std::size_t limit = std::min<std::size_t>(m.candidates.size(), kOptimalCandidates);
-  for (std::size_t k = 1; k < limit; ++k) {
-    PlanResult alt;
-    alt.plan = res.plan;
-    alt.plan.uneven_collective = UnevenCollective::Grouped;
-    apply_solution(alt.plan, m.candidates[k]);
-    pick_collective(s, models, alt);
-    const auto o = m.replays->simulate(s, models, alt.plan);
-    if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) continue;
-    m.simulated = o.iteration_s;
-    alt.note = "staircase breakpoint " + std::to_string(k) + " of " +
-               std::to_string(m.candidates.size()) + " (model " +
-               format_seconds(m.candidates[k].iteration_seconds) + ", optimum " +
-               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
-    res = std::move(alt);
-    predict(s, models, res);
-  }
+  for (std::size_t k = 1; k < limit; ++k)
+    keep_if_faster(s, models, m,
+                   candidate_of(m, m.candidates[k],
+                                "staircase breakpoint " + std::to_string(k) + " of " +
+                                    std::to_string(m.candidates.size()) + " (model " +
+                                    format_seconds(m.candidates[k].iteration_seconds) +
+                                    ", optimum " + format_seconds(sol.iteration_seconds) +
+                                    "), offload " + to_string(m.mode)));
 }
 
 // The phase-synchronised time of a plan under the model: max(C(σ), max F + max K) + O.
@@ -207,10 +222,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
     } catch (const InfeasibleError&) {
       continue;
     }
-    PlanResult alt;
-    alt.plan = m.res.plan;
-    alt.plan.uneven_collective = UnevenCollective::Grouped;
-    apply_solution(alt.plan, ws);
+    PlanResult alt = candidate_of(m, ws, "");
     const double pt = phase_synchronised_time(problem, alt.plan);
     if (pt < best_phase) {
       best_phase = pt;
@@ -219,14 +231,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
       pick = std::move(alt);
     }
   }
-  if (!pick) return;
-  pick_collective(s, models, *pick);
-  const auto o = m.replays->simulate(s, models, pick->plan);
-  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
-    m.simulated = o.iteration_s;
-    m.res = std::move(*pick);
-    predict(s, models, m.res);
-  }
+  if (pick) keep_if_faster(s, models, m, std::move(*pick));
 }
 
 // Step 5. The model times the optimizer step per device (faster devices may hold more state
@@ -250,26 +255,17 @@ void replay_slowest_step(const Scenario& s, const costmodels::CostModels& models
   } catch (const InfeasibleError&) {
     return;
   }
-  PlanResult alt;
-  alt.plan = m.res.plan;
-  alt.plan.uneven_collective = UnevenCollective::Grouped;
-  apply_solution(alt.plan, sol);
-  pick_collective(s, models, alt);
-  const auto o = m.replays->simulate(s, models, alt.plan);
-  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
-    m.simulated = o.iteration_s;
-    // The plan's own model times the step per device (O_0 + max_i O_i·s_i); this candidate
-    // came from the variant that prices every share's step at the slowest device.
-    alt.note =
-        "shares solved with every optimizer step priced at the slowest device (that "
-        "model " +
-        format_seconds(sol.iteration_seconds) +
-        ") simulate faster than the model optimum, which prices each device's own step; "
-        "offload " +
-        to_string(m.mode);
-    m.res = std::move(alt);
-    predict(s, models, m.res);
-  }
+  // The plan's own model times the step per device (O_0 + max_i O_i·s_i); this candidate comes
+  // from the variant that prices every share's step at the slowest device.
+  keep_if_faster(
+      s, models, m,
+      candidate_of(m, sol,
+                   "shares solved with every optimizer step priced at the slowest device (that "
+                   "model " +
+                       format_seconds(sol.iteration_seconds) +
+                       ") simulate faster than the model optimum, which prices each device's own "
+                       "step; offload " +
+                       to_string(m.mode)));
 }
 
 }  // namespace
