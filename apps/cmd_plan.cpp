@@ -26,12 +26,27 @@ struct PlanArgs {
 };
 
 void run_plan(const PlanArgs& a) {
+  if (a.activation_checkpointing == "auto") {
+    const auto& strategy = planner::strategy_named(a.options.strategy);
+    if (!strategy.cannot_choose_checkpointing.empty())
+      throw ValidationError(kCommandLine, "--activation-checkpointing", "auto",
+                            "with --strategy " + std::string(strategy.name) + ": " +
+                                std::string(strategy.cannot_choose_checkpointing));
+  }
   const Scenario scenario = costmodels::load_scenario(a.scenario);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
   if (opt.sharding == "full" && opt.group_nodes > 0)
-    throw ValidationError("command line", "--group-size", std::to_string(opt.group_nodes),
+    throw ValidationError(kCommandLine, "--group-size", std::to_string(opt.group_nodes),
                           "--sharding hybrid or auto with it (full sharding has no groups)");
+  // Groups are runs of whole consecutive nodes (the last may hold fewer); more nodes per group
+  // than the cluster has is a bad value for this scenario, not an infeasible plan.
+  const int nodes = static_cast<int>(scenario.cluster.nodes.size());
+  if (opt.group_nodes > nodes)
+    throw ValidationError(kCommandLine, "--group-size", std::to_string(opt.group_nodes),
+                          "nodes per sharding group, 1 to " + std::to_string(nodes) + " (" +
+                              a.scenario + " has " + std::to_string(nodes) + " node" +
+                              (nodes == 1 ? "" : "s") + ")");
   opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
                                                      : planner::ShareObjective::MinParams;
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
@@ -45,21 +60,27 @@ void run_plan(const PlanArgs& a) {
   else if (!a.activation_checkpointing.empty())
     opt.activation_checkpointing =
         parse_activation_checkpointing(a.activation_checkpointing, "--activation-checkpointing");
-  const auto result = planner::make_plan(scenario, opt);
-  // The Plan carries the prediction, so --json and -o are one valid Plan record.
-  Plan plan = result.plan;
-  plan.predicted = planner::to_json(result);
-  plan.predicted.erase("plan");
-  const std::string text = cephalo::to_json(plan).dump(2) + "\n";
-  if (!a.output.empty()) write_file_atomically(a.output, text);
-  if (a.json) {
-    std::cout << text;
-  } else {
+  planner::PlanResult result = planner::make_plan(scenario, opt);
+  // Only what is asked for is built: at 100k ranks the plan's JSON tree and text cost more than
+  // the planning (bench/README.md).
+  const bool fits = result.fits();
+  const std::string table = a.json ? std::string() : planner::render_table(result);
+  if (a.json || !a.output.empty()) {
+    // The Plan carries the prediction, so --json and -o are one valid Plan record.
+    // (The prediction is moved in after the plan's own keys, not copied through Plan::predicted.)
+    Json predicted = planner::prediction_json(result);
+    Json record = cephalo::to_json(result.plan);
+    record["predicted"] = std::move(predicted);
+    const std::string text = record.dump(2) + "\n";
+    if (!a.output.empty()) write_file_atomically(a.output, text);
+    if (a.json) std::cout << text;
+  }
+  if (!a.json) {
     std::cout << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
               << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch
               << ", " << scenario.cluster.num_ranks() << " device(s)\n";
-    std::cout << planner::render_table(result);
-    if (!result.fits())
+    std::cout << table;
+    if (!fits)
       std::cout << "warning: the memory model finds this plan over capacity on some rank\n";
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }

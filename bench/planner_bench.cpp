@@ -5,7 +5,8 @@
 //    four GPU types, for a job whose state fits evenly and for one where memory binds (13B
 //    parameters on 24-48 GB GPUs), solver alone and end to end (cost-model tables included);
 //  * scale: even, proportional and optimal (model + solver; end to end at 1k) at 1k, 10k and
-//    100k GPUs (target: 100k in <= 2 s on one core). `cephalo` is not in the scale set: the
+//    100k GPUs (target: 100k in <= 2 s on one core); at 100k x 96 layers also optimal with its
+//    replays, full and hybrid sharding. `cephalo` is not in the scale set: the
 //    published DP holds (GPUs + 1) x batch^2 cells (~4e9 at 1k GPUs and batch 2k).
 #include <benchmark/benchmark.h>
 
@@ -22,26 +23,20 @@ Scenario default_with_batch(int batch) {
   return s;
 }
 
-// 128 nodes × 8 GPUs: 32 nodes each of A100-80GB (NVLink), A6000, L4 and V100-16GB, 100 Gbit/s.
-Scenario big_cluster(const std::string& model, int seq, int batch) {
-  Json nodes = Json::array();
-  const std::vector<std::pair<std::string, Json>> kinds = {
-      {"a100x80", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
-      {"a6000", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
-      {"l4", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
-      {"v100x16", {{"kind", "nvlink"}, {"bandwidth", "150GB/s"}, {"latency", "2us"}}}};
-  for (int i = 0; i < 128; ++i) {
-    const auto& [gpu, link] = kinds[i % 4];
-    std::string name = std::to_string(i);  // (GCC 12 -Wrestrict false positive on "n" + ...)
-    name.insert(name.begin(), 'n');
-    nodes.push_back(
-        {{"name", name},
-         {"gpus", Json::array({{{"type", gpu}, {"count", 8}}})},
-         {"intra_link", link},
-         {"nic", {{"kind", "infiniband"}, {"bandwidth", "100Gbit/s"}, {"latency", "5us"}}}});
-  }
-  Json doc = {{"name", "bench-1024"},
-              {"cluster", {{"name", "mix-1024"}, {"nodes", nodes}}},
+// Node i of a benchmark cluster: 8 GPUs of one type, 100 Gbit/s InfiniBand.
+Json bench_node(int i, const std::string& gpu, const Json& intra_link) {
+  std::string name = std::to_string(i);  // (GCC 12 -Wrestrict false positive on "n" + ...)
+  name.insert(name.begin(), 'n');
+  return {{"name", name},
+          {"gpus", Json::array({{{"type", gpu}, {"count", 8}}})},
+          {"intra_link", intra_link},
+          {"nic", {{"kind", "infiniband"}, {"bandwidth", "100Gbit/s"}, {"latency", "5us"}}}};
+}
+
+// A scenario of `nodes` running `model` (fp32 parameters, fp16 compute, fp32 reduction).
+Scenario bench_scenario(const Json& nodes, const Json& model, int seq, int batch) {
+  Json doc = {{"name", "bench"},
+              {"cluster", {{"name", "bench-cluster"}, {"nodes", nodes}}},
               {"job",
                {{"name", "bench-job"},
                 {"model", model},
@@ -50,6 +45,32 @@ Scenario big_cluster(const std::string& model, int seq, int batch) {
                 {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
   JsonReader reader(doc, "<bench>");
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// 128 nodes × 8 GPUs: 32 nodes each of A100-80GB (NVLink), A6000, L4 and V100-16GB, 100 Gbit/s.
+Scenario big_cluster(const std::string& model, int seq, int batch) {
+  Json nodes = Json::array();
+  const std::vector<std::pair<std::string, Json>> kinds = {
+      {"a100x80", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
+      {"a6000", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+      {"l4", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+      {"v100x16", {{"kind", "nvlink"}, {"bandwidth", "150GB/s"}, {"latency", "2us"}}}};
+  for (int i = 0; i < 128; ++i)
+    nodes.push_back(bench_node(i, kinds[i % 4].first, kinds[i % 4].second));
+  return bench_scenario(nodes, model, seq, batch);
+}
+
+// Times make_plan; a planning error skips the benchmark with its message.
+void time_make_plan(benchmark::State& state, const Scenario& s,
+                    const planner::PlannerOptions& opt) {
+  for (auto _ : state) {
+    try {
+      benchmark::DoNotOptimize(planner::make_plan(s, opt));
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
 }
 
 void BM_Cephalo_4gpu_b128(benchmark::State& state) {
@@ -72,14 +93,7 @@ void BM_OptimalEndToEnd_4gpu_b128(benchmark::State& state) {
   const Scenario s = default_with_batch(128);
   planner::PlannerOptions opt;
   opt.strategy = "optimal";
-  for (auto _ : state) {
-    try {
-      benchmark::DoNotOptimize(planner::make_plan(s, opt));
-    } catch (const std::exception& e) {
-      state.SkipWithError(e.what());
-      break;
-    }
-  }
+  time_make_plan(state, s, opt);
 }
 BENCHMARK(BM_OptimalEndToEnd_4gpu_b128)->Unit(benchmark::kMillisecond);
 
@@ -107,14 +121,7 @@ void BM_OptimalEndToEnd_1024gpu_b16384(benchmark::State& state) {
   planner::PlannerOptions opt;
   opt.strategy = "optimal";
   opt.offload = "none";
-  for (auto _ : state) {
-    try {
-      benchmark::DoNotOptimize(planner::make_plan(s, opt));
-    } catch (const std::exception& e) {
-      state.SkipWithError(e.what());
-      break;
-    }
-  }
+  time_make_plan(state, s, opt);
 }
 BENCHMARK(BM_OptimalEndToEnd_1024gpu_b16384)->Unit(benchmark::kMillisecond)->Iterations(3);
 
@@ -129,42 +136,23 @@ Scenario scale_cluster(int gpus, const Json& model = "gpt-1.3b") {
   Json nodes = Json::array();
   const Json nvlink = {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}};
   const Json pcie = {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}};
-  for (int i = 0; i < gpus / 8; ++i) {
-    std::string name = std::to_string(i);
-    name.insert(name.begin(), 'n');
-    nodes.push_back(
-        {{"name", name},
-         {"gpus", Json::array({{{"type", i % 2 ? "l4" : "a100x80"}, {"count", 8}}})},
-         {"intra_link", i % 2 ? pcie : nvlink},
-         {"nic", {{"kind", "infiniband"}, {"bandwidth", "100Gbit/s"}, {"latency", "5us"}}}});
-  }
-  Json doc = {{"name", "bench-scale"},
-              {"cluster", {{"name", "scale"}, {"nodes", nodes}}},
-              {"job",
-               {{"name", "bench-job"},
-                {"model", model},
-                {"sequence_length", 512},
-                {"global_batch", 2 * gpus},
-                {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
-  JsonReader reader(doc, "<bench>");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  for (int i = 0; i < gpus / 8; ++i)
+    nodes.push_back(bench_node(i, i % 2 ? "l4" : "a100x80", i % 2 ? pcie : nvlink));
+  return bench_scenario(nodes, model, 512, 2 * gpus);
 }
 
 void plan_at_scale(benchmark::State& state, const std::string& strategy, bool simulator,
-                   const Json& model = "gpt-1.3b") {
+                   const Json& model = "gpt-1.3b", const std::string& sharding = "full") {
   const Scenario s = scale_cluster(static_cast<int>(state.range(0)), model);
   planner::PlannerOptions opt;
   opt.strategy = strategy;
   opt.offload = "none";
   opt.verify_with_simulator = simulator;
-  for (auto _ : state) {
-    try {
-      benchmark::DoNotOptimize(planner::make_plan(s, opt));
-    } catch (const std::exception& e) {
-      state.SkipWithError(e.what());
-      break;
-    }
-  }
+  opt.sharding = sharding;
+  // Groups of 2 nodes (an A100 node and an L4 node): the 96-layer model's state does not fit
+  // one L4 node.
+  if (sharding == "hybrid") opt.group_nodes = 2;
+  time_make_plan(state, s, opt);
   state.counters["gpus"] = static_cast<double>(state.range(0));
 }
 void BM_PlanEven(benchmark::State& state) { plan_at_scale(state, "even", false); }
@@ -205,6 +193,14 @@ void BM_PlanOptimalWithReplays96(benchmark::State& state) {
 BENCHMARK(BM_PlanEven96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_PlanOptimalModel96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_PlanOptimalWithReplays96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(1);
+// Hybrid sharding, two nodes per group (`--sharding hybrid --group-size 2`): optimal with its
+// replays, then the grouped plan's replay. Since 2026-12-01 the class replay handles hybrid
+// groups (one representative per group shape and position; before, a hybrid plan was replayed
+// in full).
+void BM_PlanHybrid96(benchmark::State& state) {
+  plan_at_scale(state, "optimal", true, kModel96, "hybrid");
+}
+BENCHMARK(BM_PlanHybrid96)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

@@ -266,7 +266,7 @@ Json to_json(const Plan& plan) {
             {"offload", to_string(plan.offload)},
             {"prefetch", plan.prefetch},
             {"uneven_collective", to_string(plan.uneven_collective)},
-            {"ranks", ranks}};
+            {"ranks", std::move(ranks)}};
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
   if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding);
   // Written only when it is not the default, so plans of the default schedule read as before.

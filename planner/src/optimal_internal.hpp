@@ -17,4 +17,13 @@ OptimalRankModel normalised(const OptimalRankModel& r);
 // unit of the optimizer budget λ. All 1 when every device steps equally fast (then λ = σ).
 std::vector<double> optimizer_weights(const OptimalProblem& p);
 
+// Ranks with identical (normalised) models and optimizer weights are solved once; a group is
+// a model and its ranks, groups in order of their first rank.
+struct Group {
+  OptimalRankModel model;
+  std::vector<int> ranks;
+  double weight = 1;  // O_f / O_i: share cap per unit of the optimizer budget λ
+};
+std::vector<Group> group_ranks(const OptimalProblem& p);
+
 }  // namespace cephalo::planner::detail

@@ -2,6 +2,7 @@
 // reference the solver is tested against (see optimal_solver.hpp).
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "cephalo/core/error.hpp"
@@ -50,6 +51,39 @@ std::vector<double> optimizer_weights(const OptimalProblem& p) {
   if (!(fastest > 0)) return w;  // a free optimizer step: no share is cheaper than another
   for (int i = 0; i < n; ++i) w[i] = fastest / o[i];
   return w;
+}
+
+std::vector<Group> group_ranks(const OptimalProblem& p) {
+  std::vector<Group> groups;
+  std::map<std::vector<double>, std::size_t> index;
+  // Each class's model is normalised and keyed once; its ranks join the group of the first
+  // class with the same normalised model (groups in order of their first rank).
+  std::vector<long> group_of_class(p.ranks.size(), -1);
+  const int n = p.num_ranks();
+  const std::vector<double> weights = optimizer_weights(p);
+  for (int i = 0; i < n; ++i) {
+    const auto c = static_cast<std::size_t>(p.class_of(i));
+    if (group_of_class[c] < 0) {
+      OptimalRankModel m = normalised(p.ranks[c]);
+      std::vector<double> key = m.micro_batch_time;
+      key.insert(key.end(), m.working_bytes.begin(), m.working_bytes.end());
+      key.push_back(-1);
+      key.insert(key.end(), m.forward_time.begin(), m.forward_time.end());
+      key.push_back(-2);
+      key.push_back(m.phase_weight);
+      key.push_back(m.extra_micro_batch_overhead);
+      key.push_back(m.fixed_bytes);
+      key.push_back(m.bytes_per_sample);
+      key.push_back(m.usable_bytes);
+      key.push_back(static_cast<double>(m.micro_batch_time.size()));
+      key.push_back(weights[static_cast<std::size_t>(i)]);
+      auto [it, inserted] = index.emplace(std::move(key), groups.size());
+      if (inserted) groups.push_back({std::move(m), {}, weights[static_cast<std::size_t>(i)]});
+      group_of_class[c] = static_cast<long>(it->second);
+    }
+    groups[static_cast<std::size_t>(group_of_class[c])].ranks.push_back(i);
+  }
+  return groups;
 }
 
 }  // namespace detail

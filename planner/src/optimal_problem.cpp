@@ -15,17 +15,24 @@ namespace cephalo::planner {
 using namespace detail;
 
 OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostModels& models,
-                                     Offload offload, int max_micro_batch) {
-  ScenarioModel sm(s, models);
+                                     Offload offload, int max_micro_batch,
+                                     const ActivationCheckpointing& checkpointing) {
+  ScenarioModel sm(s, models, checkpointing);
   const int n = static_cast<int>(sm.devices.size());
   const int B = s.job.global_batch;
   OptimalProblem p;
   p.global_batch = B;
-  // Memory shape (the same on every rank but for the usable capacity).
+  // Memory shape (the same on every rank but for the usable capacity), under the plan's
+  // checkpointing (layers not checkpointed keep their activations for every sample).
   const Job& job = s.job;
-  const double at1 = terms_total(job, memory_inputs(n, offload, 0.0, {1}));
-  const double at11 = terms_total(job, memory_inputs(n, offload, 0.0, {1, 1}));
-  const double state = terms_total(job, memory_inputs(n, offload, 1.0, {1})) - at1;
+  auto inputs = [&](double share, std::vector<int> sizes) {
+    auto in = memory_inputs(n, offload, share, std::move(sizes));
+    in.activation_checkpointing = checkpointing;
+    return in;
+  };
+  const double at1 = terms_total(job, inputs(0.0, {1}));
+  const double at11 = terms_total(job, inputs(0.0, {1, 1}));
+  const double state = terms_total(job, inputs(1.0, {1})) - at1;
   const double per_sample = at11 - at1;
   p.state_bytes = state;
   double largest_usable = 0;
@@ -35,7 +42,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
   std::vector<double> working(1, 0.0);  // fixed + w(m)
   for (int m = 1; m <= limit; ++m) {
-    const double base = terms_total(job, memory_inputs(n, offload, 0.0, {m}));
+    const double base = terms_total(job, inputs(0.0, {m}));
     const double fw = base - per_sample * m;
     if (m > 1 && base > largest_usable) break;
     working.push_back(fw);

@@ -142,8 +142,13 @@ std::string render_table(const PlanResult& res) {
 }
 
 Json to_json(const PlanResult& res) {
-  Json j;
+  Json j = prediction_json(res);
   j["plan"] = cephalo::to_json(res.plan);
+  return j;
+}
+
+Json prediction_json(const PlanResult& res) {
+  Json j;
   Json ranks = Json::array();
   for (const auto& p : res.ranks)
     ranks.push_back({{"rank", p.rank},

@@ -113,6 +113,14 @@ double usable_bytes(const DeviceSpec& spec) {
 
 double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPlanHeadroomBytes; }
 
+std::vector<ActivationCheckpointing> checkpointing_candidates() {
+  ActivationCheckpointing none, half, full;
+  none.kind = ActivationCheckpointing::Kind::None;
+  half.kind = ActivationCheckpointing::Kind::Every;
+  half.every = 2;
+  return {none, half, full};
+}
+
 namespace {
 
 // Largest micro-batch ≤ batch whose memory (share, the plan's schedule) fits: used by even and
@@ -123,15 +131,6 @@ int largest_fitting_micro_batch(const Job& job, const Plan& plan, int world_size
     if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(batch, m))) <= usable)
       return m;
   return 0;
-}
-
-// Candidates of a chosen checkpointing, least recompute first.
-std::vector<ActivationCheckpointing> checkpointing_candidates() {
-  ActivationCheckpointing none, half, full;
-  none.kind = ActivationCheckpointing::Kind::None;
-  half.kind = ActivationCheckpointing::Kind::Every;
-  half.every = 2;
-  return {none, half, full};
 }
 
 // What would fit one rank (batch, share) on `usable` bytes, for an infeasibility message: the
@@ -178,23 +177,6 @@ std::string over_capacity(const std::string& who, const PlanRank& r, const Devic
 }
 
 }  // namespace
-
-Plan empty_plan(const Scenario& s, const std::string& strategy) {
-  Plan plan;
-  plan.scenario = s.name;
-  plan.strategy = strategy;
-  plan.accumulation = Accumulation::Layered;
-  plan.offload = Offload::None;
-  plan.prefetch = true;
-  for (const auto& d : s.cluster.ranks()) {
-    PlanRank r;
-    r.rank = d.rank;
-    r.node = d.node;
-    r.gpu = d.slot->type;
-    plan.ranks.push_back(r);
-  }
-  return plan;
-}
 
 void check_batch(const Scenario& s, const std::string& who) {
   const int n = s.cluster.num_ranks();
@@ -270,8 +252,8 @@ void apply_schedule_options(Plan& plan, const PlannerOptions& opt) {
 }
 
 void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions& opt) {
-  const bool fixed = opt.micro_batch > 0 || opt.accumulation || opt.activation_checkpointing ||
-                     opt.choose_checkpointing;
+  // `auto` checkpointing is the strategies' choice (make_plan passes it cleared).
+  const bool fixed = opt.micro_batch > 0 || opt.accumulation || opt.activation_checkpointing;
   if (!fixed) return;
   if (opt.accumulation) plan.accumulation = *opt.accumulation;
   if (opt.activation_checkpointing) plan.activation_checkpointing = *opt.activation_checkpointing;
@@ -283,24 +265,15 @@ void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions
       }
   const auto devices = s.cluster.ranks();
   const int n = static_cast<int>(plan.ranks.size());
-  // Chosen against the plannable bytes, as fill_equal_shares chooses; checked against the
-  // usable bytes.
-  auto first_over = [&](const Plan& p, bool plannable) -> int {
+  auto first_over = [&](const Plan& p) -> int {
     for (const auto& r : p.ranks) {
       const auto& spec = devices[r.rank].slot->spec;
-      const double limit = plannable ? plannable_bytes(spec) : usable_bytes(spec);
-      if (costmodels::predict_memory(s.job, p, r, spec, n).total > limit) return r.rank;
+      if (costmodels::predict_memory(s.job, p, r, spec, n).total > usable_bytes(spec))
+        return r.rank;
     }
     return -1;
   };
-  if (opt.choose_checkpointing) {
-    for (const auto& c : checkpointing_candidates()) {
-      if (plan.offload == Offload::Host && !c.is_full()) continue;
-      plan.activation_checkpointing = c;
-      if (first_over(plan, true) < 0) break;
-    }
-  }
-  const int over = first_over(plan, false);
+  const int over = first_over(plan);
   if (over < 0) return;
   const PlanRank& r = plan.ranks[static_cast<std::size_t>(over)];
   const auto& spec = devices[r.rank].slot->spec;
@@ -331,3 +304,24 @@ void apply_solution(Plan& plan, const CephaloSolution& sol) {
 }
 
 }  // namespace cephalo::planner::detail
+
+namespace cephalo::planner {
+
+Plan empty_plan(const Scenario& s, const std::string& strategy) {
+  Plan plan;
+  plan.scenario = s.name;
+  plan.strategy = strategy;
+  plan.accumulation = Accumulation::Layered;
+  plan.offload = Offload::None;
+  plan.prefetch = true;
+  for (const auto& d : s.cluster.ranks()) {
+    PlanRank r;
+    r.rank = d.rank;
+    r.node = d.node;
+    r.gpu = d.slot->type;
+    plan.ranks.push_back(r);
+  }
+  return plan;
+}
+
+}  // namespace cephalo::planner

@@ -16,6 +16,7 @@
 #include "cephalo/planner/cephalo_optimizer.hpp"
 #include "cephalo/planner/optimal_solver.hpp"
 #include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/strategies.hpp"
 
 namespace cephalo::planner::detail {
 
@@ -89,8 +90,7 @@ double usable_bytes(const DeviceSpec& spec);
 constexpr double kPlanHeadroomBytes = 128.0 * 1024 * 1024;
 double plannable_bytes(const DeviceSpec& spec);
 
-// A plan for the scenario's devices with every allocation field zero.
-Plan empty_plan(const Scenario& s, const std::string& strategy);
+using planner::empty_plan;  // strategies.hpp
 // InfeasibleError when the global batch cannot give every device a sample.
 void check_batch(const Scenario& s, const std::string& who);
 // Equal shares; micro-batch sizes from memory (stock FSDP gradient accumulation) under the
@@ -99,12 +99,15 @@ void check_batch(const Scenario& s, const std::string& who);
 // its largest micro-batch.
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
                        const PlannerOptions& options = {});
+// What `--activation-checkpointing auto` chooses among, least recompute first: none, every 2,
+// full.
+std::vector<ActivationCheckpointing> checkpointing_candidates();
 // The schedule the user fixed (accumulation, checkpointing) written into a strategy's plan.
 void apply_schedule_options(Plan& plan, const PlannerOptions& options);
-// After a strategy: the user's fixed micro-batch re-splits every rank's batch, a chosen
-// checkpointing is the least recompute with which every rank fits, and when the user fixed
-// anything a rank over its usable memory is an InfeasibleError stating the rank, the positive
-// shortfall in bytes and what would fit.
+// After a strategy: the user's fixed micro-batch re-splits every rank's batch, and when the user
+// fixed anything a rank over its usable memory is an InfeasibleError stating the rank, the
+// positive shortfall in bytes and what would fit. (`auto` checkpointing is each strategy's own
+// choice: strategies.hpp.)
 void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions& options);
 
 // The one place a solver's allocation is written into plan.ranks (batch, micro-batch size and

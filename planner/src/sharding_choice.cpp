@@ -12,7 +12,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
-#include "cephalo/traces/collective_request.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "plan_support.hpp"
 
@@ -142,7 +142,11 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
 
 double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& models,
                            const Plan& plan) {
-  const traces::TrainingGraph g = traces::build_training_graph(plan, s);
+  // Rank 0's graph carries every collective with the whole plan's slices and pieces; each is
+  // priced over its full membership, as the simulator prices it, without building (and paying
+  // for) every rank's program.
+  const int zero = 0;
+  const traces::TrainingGraph g = traces::build_training_graph_of_ranks(plan, s, {&zero, 1});
   std::map<std::tuple<int, int, double>, double> memo;
   std::vector<double> per_group(static_cast<std::size_t>(g.layout().num_groups()), 0.0);
   double cross = 0;
@@ -150,10 +154,10 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
     const auto key = std::make_tuple(static_cast<int>(c.kind), c.group, c.total_bytes);
     auto it = memo.find(key);
     if (it == memo.end())
-      it =
-          memo.emplace(key,
-                       models.comm->collective(s.cluster, traces::collective_request(g, c)).seconds)
-              .first;
+      it = memo.emplace(
+                   key,
+                   models.comm->collective(s.cluster, sim::full_collective_request(g, c)).seconds)
+               .first;
     if (c.group < 0)
       cross += it->second;
     else

@@ -1,6 +1,8 @@
 // One plan replayed on the simulator; see simulate_plan.hpp.
 #include "cephalo/planner/simulate_plan.hpp"
 
+#include <cstring>
+
 #include "cephalo/core/units.hpp"
 #include "cephalo/sim/class_replay.hpp"
 
@@ -28,6 +30,51 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
                      format_bytes(d.bytes) + " > " + format_bytes(d.capacity_bytes);
   }
   return out;
+}
+
+namespace {
+
+// Every field of a plan the replay reads, as bytes (the scenario and strategy names and the
+// prediction are not read).
+std::string replay_key(const Plan& plan) {
+  std::string key;
+  auto put = [&key](const auto& v) {
+    char bytes[sizeof(v)];
+    std::memcpy(bytes, &v, sizeof(v));
+    key.append(bytes, sizeof(v));
+  };
+  key.reserve(32 + plan.ranks.size() * 20);
+  put(static_cast<int>(plan.accumulation));
+  put(static_cast<int>(plan.activation_checkpointing.kind));
+  put(plan.activation_checkpointing.every);
+  put(static_cast<int>(plan.offload));
+  put(plan.prefetch);
+  put(static_cast<int>(plan.uneven_collective));
+  put(static_cast<int>(plan.sharding.kind));
+  for (const auto& g : plan.sharding.groups) {
+    put(static_cast<int>(g.size()));
+    for (int r : g) put(r);
+  }
+  for (const auto& r : plan.ranks) {
+    put(r.batch);
+    put(r.micro_batch);
+    put(r.micro_batches);
+    put(r.state_share);
+  }
+  return key;
+}
+
+}  // namespace
+
+const SimOutcome& ReplayCache::simulate(const Scenario& scenario,
+                                        const costmodels::CostModels& models, const Plan& plan) {
+  std::string key = replay_key(plan);
+  auto it = done_.find(key);
+  if (it != done_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  return done_.emplace(std::move(key), simulate_plan(scenario, models, plan)).first->second;
 }
 
 }  // namespace cephalo::planner

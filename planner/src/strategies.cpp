@@ -15,7 +15,10 @@ const std::vector<Strategy>& strategies() {
        detail::plan_even},
       {"proportional", "batches in proportion to compute speed, equal shares",
        detail::plan_proportional},
-      {"cephalo", "the published Cephalo optimizer on the shipped profiles", detail::plan_cephalo},
+      {"cephalo", "the published Cephalo optimizer on the shipped profiles", detail::plan_cephalo,
+       "the published optimizer's profiles and memory curves time full recompute, so it cannot "
+       "weigh other checkpointings; fix one (full, none or every:K: the plan is then checked "
+       "against memory) or use --strategy optimal, search, even or proportional"},
       {"optimal", "exact optimizer on the project's cost models, checked on the simulator",
        detail::plan_optimal},
       {"search", "simulator in the loop over the other strategies' plans and their neighbours",
@@ -33,15 +36,26 @@ const std::vector<std::string>& strategy_names() {
   return names;
 }
 
+const Strategy& strategy_named(const std::string& name) {
+  for (const auto& row : strategies())
+    if (row.name == name) return row;
+  throw NotFoundError("strategy", name, strategy_names());
+}
+
 PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   const auto start = detail::Clock::now();
-  const Strategy* strategy = nullptr;
-  for (const auto& row : strategies())
-    if (row.name == opt.strategy) strategy = &row;
-  if (!strategy) throw NotFoundError("strategy", opt.strategy, strategy_names());
+  const Strategy& strategy = strategy_named(opt.strategy);
+  if (opt.choose_checkpointing && !strategy.cannot_choose_checkpointing.empty())
+    throw ValidationError("planner options", "activation_checkpointing", "auto",
+                          "with strategy " + std::string(strategy.name) + ": " +
+                              std::string(strategy.cannot_choose_checkpointing));
   const auto models = costmodels::make_cost_models(s, opt.compute_source);
-  PlanResult res = strategy->plan(s, models, opt);
-  detail::honour_schedule_options(s, res.plan, opt);
+  PlanResult res = strategy.plan(s, models, opt);
+  // The strategies choose `auto` checkpointing themselves, jointly with batches and shares;
+  // what is left here is the user's fixed micro-batch and the memory check of fixed choices.
+  PlannerOptions after = opt;
+  after.choose_checkpointing = false;
+  detail::honour_schedule_options(s, res.plan, after);
   if (opt.sharding != "full") choose_sharding(s, models, opt, res);
   predict(s, models, res);
   res.planning_s = detail::seconds_since(start);

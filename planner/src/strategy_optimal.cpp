@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,12 @@ constexpr int kPhaseWeights = 5;
 // One offload mode's state while it is refined.
 struct ModeSearch {
   Offload mode = Offload::None;
+  ActivationCheckpointing checkpointing;
   OptimalProblem problem;
   std::vector<OptimalSolution> candidates;  // the model optimum first (solve_optimal_candidates)
   PlanResult res;                           // the best plan so far
   double simulated = -1;                    // its simulated iteration time; < 0: not simulated
+  ReplayCache* replays = nullptr;           // shared by the modes: a plan is replayed once
 };
 
 std::vector<Offload> offload_modes(const PlannerOptions& opt) {
@@ -47,11 +50,19 @@ std::vector<Offload> offload_modes(const PlannerOptions& opt) {
   return modes;
 }
 
-Plan plan_of(const Scenario& s, Offload mode, const OptimalSolution& sol) {
+Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol) {
   Plan plan = empty_plan(s, "optimal");
-  plan.offload = mode;
+  plan.offload = m.mode;
+  plan.activation_checkpointing = m.checkpointing;
   apply_solution(plan, sol);
   return plan;
+}
+
+// The checkpointings to solve: the user's, or with `auto` every candidate (each solved exactly,
+// the fastest in simulation kept, as the offload mode is), else full.
+std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
+  if (opt.choose_checkpointing) return checkpointing_candidates();
+  return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
 }
 
 // Step 1. The simulator is the judge of memory: when it finds the plan over capacity (its
@@ -68,9 +79,9 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
       why = e.what();
       return false;
     }
-    m.res.plan = plan_of(s, m.mode, m.candidates.front());
+    m.res.plan = plan_of(s, m, m.candidates.front());
     if (!opt.verify_with_simulator) return true;
-    const auto check = simulate_plan(s, models, m.res.plan);
+    const auto check = m.replays->simulate(s, models, m.res.plan);
     if (!check.oom) {
       m.simulated = check.iteration_s;
       return true;
@@ -112,6 +123,29 @@ void pick_collective(const Scenario& s, const costmodels::CostModels& models, Pl
       grouped <= padded ? UnevenCollective::Grouped : UnevenCollective::Padded;
 }
 
+// A solution as a candidate of mode m: the current plan's schedule with the solution's rows
+// (grouped variant until pick_collective chooses).
+PlanResult candidate_of(const ModeSearch& m, const OptimalSolution& sol, std::string note) {
+  PlanResult alt;
+  alt.plan = m.res.plan;
+  alt.plan.uneven_collective = UnevenCollective::Grouped;
+  apply_solution(alt.plan, sol);
+  alt.note = std::move(note);
+  return alt;
+}
+
+// Replays `alt` with the variant the comm model prefers and keeps it as the mode's plan when it
+// fits and simulates faster than the plan so far.
+void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m,
+                    PlanResult alt) {
+  pick_collective(s, models, alt);
+  const auto o = m.replays->simulate(s, models, alt.plan);
+  if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) return;
+  m.simulated = o.iteration_s;
+  m.res = std::move(alt);
+  predict(s, models, m.res);
+}
+
 // Step 3. Outside the model: the simulator synchronises every unit's forward and backward
 // phases separately (Σ of per-phase maxima ≥ the model's max of per-rank sums), so the model's
 // optimum is not always the fastest in simulation. The other breakpoints of the staircase walk
@@ -123,7 +157,7 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
   auto& res = m.res;
   const auto& sol = m.candidates.front();
   if (!res.plan.even_shares() && res.plan.uneven_collective != UnevenCollective::Grouped) {
-    const auto own = simulate_plan(s, models, res.plan);
+    const auto own = m.replays->simulate(s, models, res.plan);
     if (own.oom) {
       res.plan.uneven_collective = UnevenCollective::Grouped;
       predict(s, models, res);
@@ -132,22 +166,14 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
     }
   }
   const std::size_t limit = std::min<std::size_t>(m.candidates.size(), kOptimalCandidates);
-  for (std::size_t k = 1; k < limit; ++k) {
-    PlanResult alt;
-    alt.plan = res.plan;
-    alt.plan.uneven_collective = UnevenCollective::Grouped;
-    apply_solution(alt.plan, m.candidates[k]);
-    pick_collective(s, models, alt);
-    const auto o = simulate_plan(s, models, alt.plan);
-    if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) continue;
-    m.simulated = o.iteration_s;
-    alt.note = "staircase breakpoint " + std::to_string(k) + " of " +
-               std::to_string(m.candidates.size()) + " (model " +
-               format_seconds(m.candidates[k].iteration_seconds) + ", optimum " +
-               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
-    res = std::move(alt);
-    predict(s, models, res);
-  }
+  for (std::size_t k = 1; k < limit; ++k)
+    keep_if_faster(s, models, m,
+                   candidate_of(m, m.candidates[k],
+                                "staircase breakpoint " + std::to_string(k) + " of " +
+                                    std::to_string(m.candidates.size()) + " (model " +
+                                    format_seconds(m.candidates[k].iteration_seconds) +
+                                    ", optimum " + format_seconds(sol.iteration_seconds) +
+                                    "), offload " + to_string(m.mode)));
 }
 
 // The phase-synchronised time of a plan under the model: max(C(σ), max F + max K) + O.
@@ -196,10 +222,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
     } catch (const InfeasibleError&) {
       continue;
     }
-    PlanResult alt;
-    alt.plan = m.res.plan;
-    alt.plan.uneven_collective = UnevenCollective::Grouped;
-    apply_solution(alt.plan, ws);
+    PlanResult alt = candidate_of(m, ws, "");
     const double pt = phase_synchronised_time(problem, alt.plan);
     if (pt < best_phase) {
       best_phase = pt;
@@ -208,14 +231,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
       pick = std::move(alt);
     }
   }
-  if (!pick) return;
-  pick_collective(s, models, *pick);
-  const auto o = simulate_plan(s, models, pick->plan);
-  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
-    m.simulated = o.iteration_s;
-    m.res = std::move(*pick);
-    predict(s, models, m.res);
-  }
+  if (pick) keep_if_faster(s, models, m, std::move(*pick));
 }
 
 // Step 5. The model times the optimizer step per device (faster devices may hold more state
@@ -239,19 +255,17 @@ void replay_slowest_step(const Scenario& s, const costmodels::CostModels& models
   } catch (const InfeasibleError&) {
     return;
   }
-  PlanResult alt;
-  alt.plan = m.res.plan;
-  alt.plan.uneven_collective = UnevenCollective::Grouped;
-  apply_solution(alt.plan, sol);
-  pick_collective(s, models, alt);
-  const auto o = simulate_plan(s, models, alt.plan);
-  if (!o.oom && (m.simulated <= 0 || o.iteration_s < m.simulated)) {
-    m.simulated = o.iteration_s;
-    alt.note = "optimizer step charged at the slowest device (model " +
-               format_seconds(sol.iteration_seconds) + "), offload " + to_string(m.mode);
-    m.res = std::move(alt);
-    predict(s, models, m.res);
-  }
+  // The plan's own model times the step per device (O_0 + max_i O_i·s_i); this candidate comes
+  // from the variant that prices every share's step at the slowest device.
+  keep_if_faster(
+      s, models, m,
+      candidate_of(m, sol,
+                   "shares solved with every optimizer step priced at the slowest device (that "
+                   "model " +
+                       format_seconds(sol.iteration_seconds) +
+                       ") simulate faster than the model optimum, which prices each device's own "
+                       "step; offload " +
+                       to_string(m.mode)));
 }
 
 }  // namespace
@@ -264,39 +278,64 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
   double best_score = 0;
   bool have = false;
   std::string first_error;
-  for (Offload mode : modes) {
-    ModeSearch m;
-    m.mode = mode;
-    m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch);
-    std::string why;
-    if (!solve_within_simulated_memory(s, models, opt, m, why)) {
-      if (first_error.empty())
-        first_error = why.rfind("optimal:", 0) == 0
-                          ? why
-                          : "optimal (offload " + to_string(mode) + "): " + why;
-      continue;
+  ReplayCache replays;
+  std::ostringstream chosen;  // with auto checkpointing: every candidate's time
+  for (const ActivationCheckpointing& ckpt : checkpointings(opt))
+    for (Offload mode : modes) {
+      const std::string which =
+          "optimal (offload " + to_string(mode) +
+          (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) + ")";
+      if (mode == Offload::Host && !ckpt.is_full()) {
+        // Offload moves the checkpointed layer inputs (the plan validator's rule).
+        if (first_error.empty())
+          first_error = which +
+                        ": host offload needs --activation-checkpointing full (or "
+                        "--offload none)";
+        continue;
+      }
+      ModeSearch m;
+      m.mode = mode;
+      m.checkpointing = ckpt;
+      m.replays = &replays;
+      m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch, ckpt);
+      std::string why;
+      if (!solve_within_simulated_memory(s, models, opt, m, why)) {
+        if (opt.choose_checkpointing)
+          chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
+                 << to_string(mode) << ") does not fit";
+        if (first_error.empty())
+          first_error = why.rfind("optimal:", 0) == 0 ? why : which + ": " + why;
+        continue;
+      }
+      const auto& sol = m.candidates.front();
+      pick_collective(s, models, m.res);
+      predict(s, models, m.res);
+      m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
+                   std::to_string(sol.feasibility_checks) + " feasibility checks, " +
+                   std::to_string(sol.knapsack_runs) + " knapsack runs), offload " +
+                   to_string(mode);
+      if (opt.verify_with_simulator) {
+        replay_staircase(s, models, m);
+        if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
+        replay_slowest_step(s, models, m);
+      }
+      // The offload mode (and a chosen checkpointing) is a discrete choice outside the model
+      // (host copies share the PCIe links with the collectives in the simulator): keep the mode
+      // that simulates faster.
+      const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
+      if (opt.choose_checkpointing)
+        chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
+               << to_string(mode) << ") " << format_seconds(score);
+      if (!have || score < best_score) {
+        best = std::move(m.res);
+        best_score = score;
+        have = true;
+      }
     }
-    const auto& sol = m.candidates.front();
-    pick_collective(s, models, m.res);
-    predict(s, models, m.res);
-    m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
-                 std::to_string(sol.feasibility_checks) + " feasibility checks, " +
-                 std::to_string(sol.knapsack_runs) + " knapsack runs), offload " + to_string(mode);
-    if (opt.verify_with_simulator) {
-      replay_staircase(s, models, m);
-      if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
-      replay_slowest_step(s, models, m);
-    }
-    // The offload mode is a discrete choice outside the model (host copies share the PCIe
-    // links with the collectives in the simulator): keep the mode that simulates faster.
-    const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
-    if (!have || score < best_score) {
-      best = std::move(m.res);
-      best_score = score;
-      have = true;
-    }
-  }
   if (!have) throw InfeasibleError(first_error);
+  if (opt.choose_checkpointing)
+    best.note += "; activation checkpointing auto, each solved and simulated: " + chosen.str() +
+                 "; chose " + to_string(best.plan.activation_checkpointing);
   return best;
 }
 

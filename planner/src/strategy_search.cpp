@@ -18,7 +18,8 @@ namespace {
 // A plan's identity for de-duplication.
 std::string key_of(const Plan& p) {
   std::ostringstream k;
-  k << to_string(p.offload) << '|' << to_string(p.uneven_collective);
+  k << to_string(p.offload) << '|' << to_string(p.uneven_collective) << '|'
+    << to_string(p.activation_checkpointing) << '|' << to_string(p.accumulation);
   for (const auto& r : p.ranks)
     k << '|' << r.batch << ',' << r.micro_batch << ',' << r.micro_batches << ','
       << static_cast<long long>(r.state_share * 1e12);

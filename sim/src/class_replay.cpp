@@ -5,27 +5,29 @@
 #include <span>
 #include <tuple>
 
+#include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "replay_internal.hpp"
 
 namespace cephalo::sim {
 
-RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
-                         const Plan& plan) {
-  const auto devices = scenario.cluster.ranks();
-  const int ranks = static_cast<int>(devices.size());
+namespace {
+
+// Class of every rank from what its own replay depends on besides the collectives: device
+// (spec, slowdown), node link kind, plan row and slice sizes in every unit.
+std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                                    const Plan& plan, const std::vector<RankDevice>& devices) {
   const int units = graph.summary().num_units;
-  // Everything a rank's replay depends on besides the collectives it shares with all others.
   using Key =
       std::tuple<std::string, double, std::string, int, int, int, std::vector<std::int64_t>>;
-  std::map<Key, int> first;
-  RankClasses out;
-  out.representative.resize(static_cast<std::size_t>(ranks));
+  std::map<Key, int> ids;
+  std::vector<int> out(devices.size());
   std::vector<std::int64_t> counts(static_cast<std::size_t>(units));
-  for (int r = 0; r < ranks; ++r) {
-    const auto& d = devices[static_cast<std::size_t>(r)];
-    const auto& row = plan.ranks[static_cast<std::size_t>(r)];
-    for (int u = 0; u < units; ++u) counts[static_cast<std::size_t>(u)] = graph.slice(u, r).count;
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    const auto& d = devices[r];
+    const auto& row = plan.ranks[r];
+    for (int u = 0; u < units; ++u)
+      counts[static_cast<std::size_t>(u)] = graph.slice(u, static_cast<int>(r)).count;
     const auto& node = scenario.cluster.nodes[static_cast<std::size_t>(d.node)];
     Key key{d.slot->spec.name,
             d.slot->slowdown,
@@ -34,11 +36,75 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
             row.micro_batch,
             row.micro_batches,
             counts};
-    auto [it, fresh] = first.emplace(std::move(key), r);
+    out[r] = ids.emplace(std::move(key), static_cast<int>(ids.size())).first->second;
+  }
+  return out;
+}
+
+}  // namespace
+
+RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                         const Plan& plan) {
+  const auto devices = scenario.cluster.ranks();
+  const int ranks = static_cast<int>(devices.size());
+  const std::vector<int> base = device_row_classes(graph, scenario, plan, devices);
+  // Hybrid sharding: a rank's group collectives are its group's, so two ranks are alike only if
+  // their groups are (the members' classes and node offsets, in group order) and they sit at the
+  // same position in them (the same slices, the same cross-group pieces). Under full sharding
+  // every collective has every rank and the base class is the class.
+  const traces::ShardLayout& layout = graph.layout();
+  std::vector<int> group_kind(static_cast<std::size_t>(layout.num_groups()), 0);
+  if (layout.hybrid()) {
+    std::map<std::vector<int>, int> kinds;
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const auto members = layout.group(g);
+      const int first_node = devices[static_cast<std::size_t>(members.front())].node;
+      std::vector<int> shape;
+      for (int r : members) {
+        shape.push_back(base[static_cast<std::size_t>(r)]);
+        shape.push_back(devices[static_cast<std::size_t>(r)].node - first_node);
+      }
+      group_kind[static_cast<std::size_t>(g)] =
+          kinds.emplace(std::move(shape), static_cast<int>(kinds.size())).first->second;
+    }
+  }
+  std::map<std::tuple<int, int, int>, int> first;
+  RankClasses out;
+  out.representative.resize(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const bool hybrid = layout.hybrid();
+    const auto key =
+        std::make_tuple(base[static_cast<std::size_t>(r)],
+                        hybrid ? group_kind[static_cast<std::size_t>(layout.group_of(r))] : 0,
+                        hybrid ? layout.position(r) : 0);
+    auto [it, fresh] = first.emplace(key, r);
     out.representative[static_cast<std::size_t>(r)] = it->second;
     if (fresh) out.representatives.push_back(r);
   }
   return out;
+}
+
+costmodels::CollectiveRequest full_collective_request(const traces::TrainingGraph& graph,
+                                                      const traces::Collective& c,
+                                                      bool overlaps_compute) {
+  // Kind, variant and the cross-group pieces as the full replay asks; the members replaced by
+  // the full membership (each its slice of every segment, as the full graph's members carry).
+  costmodels::CollectiveRequest req = traces::collective_request(graph, c, overlaps_compute);
+  req.ranks.clear();
+  req.shard_bytes.clear();
+  const auto segments = graph.segments(c);
+  auto add = [&](int r) {
+    std::int64_t elements = 0;
+    for (const auto& seg : segments) elements += graph.slice(seg.unit, r).count;
+    req.ranks.push_back(r);
+    req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
+  };
+  if (c.group >= 0) {
+    for (int r : graph.layout().group(c.group)) add(r);
+  } else {
+    for (int r = 0; r < graph.num_ranks(); ++r) add(r);
+  }
+  return req;
 }
 
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
@@ -51,10 +117,7 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
     r.replayed_ranks = ranks;
     return r;
   };
-  // Hybrid sharding: classes would also need the group's shape and position (class_replay.hpp);
-  // the full replay runs.
-  if (options.record_ops || options.record_memory || ranks < 2 || plan.sharding.hybrid())
-    return full();
+  if (options.record_ops || options.record_memory || ranks < 2) return full();
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
   const int zero = 0;
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1});
@@ -63,6 +126,16 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
   detail::ClassView view;
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
+  const auto devices = scenario.cluster.ranks();
+  const traces::ShardLayout& layout = probe.layout();
+  if (layout.hybrid())
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const auto members = layout.group(g);
+      const int node = devices[static_cast<std::size_t>(members.front())].node;
+      char spans = 0;
+      for (int r : members) spans |= devices[static_cast<std::size_t>(r)].node != node ? 1 : 0;
+      view.group_spans.push_back(spans);
+    }
   const auto graph = traces::build_training_graph_of_ranks(plan, scenario, classes.representatives);
   SimResult r = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   r.replayed_ranks = static_cast<int>(classes.representatives.size());

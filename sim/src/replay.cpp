@@ -10,6 +10,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
 #include "link_flows.hpp"
@@ -196,23 +197,9 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
       c.group, c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
-  costmodels::CollectiveRequest req;
-  if (view_) {
-    req.kind = traces::collective_kind(c.kind);
-    req.uneven = c.variant == traces::CollectiveVariant::Padded ? UnevenCollective::Padded
-                                                                : UnevenCollective::Grouped;
-    req.overlaps_compute = overlaps_compute;
-    // Every rank of the plan is a member (full sharding); its shard is its slice of each segment.
-    const auto segments = g_.segments(c);
-    for (int r = 0; r < g_.num_ranks(); ++r) {
-      std::int64_t elements = 0;
-      for (const auto& seg : segments) elements += g_.slice(seg.unit, r).count;
-      req.ranks.push_back(r);
-      req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
-    }
-  } else {
-    req = traces::collective_request(g_, c, overlaps_compute);
-  }
+  const costmodels::CollectiveRequest req =
+      view_ ? full_collective_request(g_, c, overlaps_compute)
+            : traces::collective_request(g_, c, overlaps_compute);
   double t = comm_.collective(s_.cluster, req).seconds;
   collective_memo_.emplace(key, t);
   return t;
@@ -288,7 +275,7 @@ void Replay::start_collective(std::int32_t c) {
     if (first_node < 0) first_node = node;
     multi_node |= node != first_node;
   }
-  if (view_) multi_node = view_->spans_nodes;  // the representatives may share a node
+  if (view_) multi_node = view_->collective_spans_nodes(col.group);  // reps may share a node
   if (opt_.link_sharing) {
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
     for (const auto& m : g_.members(col)) {

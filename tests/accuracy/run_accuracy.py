@@ -44,6 +44,11 @@ FAIL_BOUNDS = {"median_abs_iteration_error": 0.35, "max_abs_peak_memory_error": 
                "kendall_tau_resolved": 0.5}
 RESOLVED_GAP = 0.20
 MIN_RESOLVED_PAIRS = 10
+# The hybrid-sharding plan (issue 17) alone, always enforced: its peak memory (every rank holds
+# a full copy of the state, the cross-group all-reduce's buffers) as tight as the suite's; its
+# iteration time looser than the median bound, since one plan's fastest-of-3 run still carries
+# the machine's load (single plans ran -20 %..+117 % under heavy load, README.md).
+HYBRID_BOUNDS = {"abs_iteration_error": 0.50, "abs_peak_memory_error": 0.15}
 
 
 def log(msg):
@@ -119,15 +124,22 @@ def scenario(name, slowdown, calibration, global_batch, seq):
     }
 
 
-def with_micro_batches(plan, count, accumulation, offload="none", checkpointing="full"):
+def with_micro_batches(plan, count, accumulation, offload="none", checkpointing="full",
+                       sharding="full"):
     """The planner's batches and shares, run as `count` micro-batches per rank with the given
-    accumulation (the suite compares schedules, so it fixes the micro-batching itself)."""
+    accumulation (the suite compares schedules, so it fixes the micro-batching itself).
+    sharding "hybrid": every rank its own group (each holds a full copy of the state; the
+    gradients meet in the cross-group all-reduce), the only hybrid grouping of 2 ranks."""
     p = json.loads(json.dumps(plan))
     p.pop("predicted", None)
     p["accumulation"] = accumulation
     p["offload"] = offload
     if checkpointing != "full":
         p["activation_checkpointing"] = checkpointing
+    if sharding == "hybrid":
+        p["sharding"] = {"kind": "hybrid", "groups": [[r["rank"]] for r in p["ranks"]]}
+        for r in p["ranks"]:
+            r["state_share"] = 1.0
     for r in p["ranks"]:
         b = r["batch"]
         k = max(1, min(count, b))
@@ -191,21 +203,26 @@ def main():
                 planned = json.load(f)
             # layered and standard; the optimal plan also with activations offloaded to host
             # (exercises the copy ops on both sides)
-            variants = [("layered", "none", "full"), ("standard", "none", "full")]
+            variants = [("layered", "none", "full", "full"), ("standard", "none", "full", "full")]
             if strategy == "optimal":
-                variants.append(("layered", "host", "full"))
+                variants.append(("layered", "host", "full", "full"))
                 # without activation checkpointing, and FSDP's no_sync accumulation (issue 13)
-                variants.append(("layered", "none", "none"))
-                variants.append(("no_sync", "none", "full"))
-            for acc, offload, ckpt in variants:
+                variants.append(("layered", "none", "none", "full"))
+                variants.append(("no_sync", "none", "full", "full"))
+                # hybrid sharding (issue 17), once: the emulated slow rank's uneven batches
+                if slow != 1.0:
+                    variants.append(("layered", "none", "full", "hybrid"))
+            for acc, offload, ckpt, sharding in variants:
                 label = acc + ("+offload" if offload == "host" else "") + (
-                    "+no-ckpt" if ckpt == "none" else "")
+                    "+no-ckpt" if ckpt == "none" else "") + (
+                    "+hybrid" if sharding == "hybrid" else "")
                 name = f"{scen_name}/{strategy}/{label}"
                 pfile = W(f"{scen_name}.{strategy}.{label}.plan.json")
                 with open(pfile, "w") as f:
-                    json.dump(with_micro_batches(planned, a.micro_batches, acc, offload, ckpt),
-                              f, indent=2)
-                plans.append({"name": name, "scenario": sfile, "plan": pfile})
+                    json.dump(with_micro_batches(planned, a.micro_batches, acc, offload, ckpt,
+                                                 sharding), f, indent=2)
+                plans.append({"name": name, "scenario": sfile, "plan": pfile,
+                              "hybrid": sharding == "hybrid"})
 
     # 3. simulate, run, compare
     rows = []
@@ -247,6 +264,7 @@ def main():
             plan = json.load(f)
         rows.append({
             "plan": p["name"],
+            "hybrid": p["hybrid"],
             "batches": [r["batch"] for r in plan["ranks"]],
             "shares": [round(r["state_share"], 4) for r in plan["ranks"]],
             "micro_batches": [r["micro_batches"] for r in plan["ranks"]],
@@ -322,6 +340,20 @@ def main():
     elif not (math.isfinite(tau_res) and tau_res > FAIL_BOUNDS["kendall_tau_resolved"]):
         broken.append(f"Kendall tau over the {res_pairs} resolved pairs {tau_res:.3f} <= "
                       f"{FAIL_BOUNDS['kendall_tau_resolved']}")
+    # The hybrid plan's own errors (its cross-group all-reduce is a collective no other plan
+    # has): the same always-enforced bounds, on that plan alone.
+    for r in rows:
+        if not r["hybrid"]:
+            continue
+        if not abs(r["iteration_error"]) <= HYBRID_BOUNDS["abs_iteration_error"]:
+            broken.append(f"{r['plan']}: |iteration error| {100 * abs(r['iteration_error']):.1f} "
+                          f"% > {100 * HYBRID_BOUNDS['abs_iteration_error']:.0f} %")
+        worst = max(abs(e) for e in r["peak_memory_errors"])
+        if not worst <= HYBRID_BOUNDS["abs_peak_memory_error"]:
+            broken.append(f"{r['plan']}: |peak-memory error| {100 * worst:.1f} % > "
+                          f"{100 * HYBRID_BOUNDS['abs_peak_memory_error']:.0f} %")
+    if not any(r["hybrid"] for r in rows):
+        broken.append("no hybrid-sharding plan was run")
     if broken:
         raise SystemExit("accuracy outside the always-enforced bounds: " + "; ".join(broken))
     if a.strict and not all(t["met"] for t in targets.values()):

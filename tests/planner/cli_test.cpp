@@ -10,8 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "../support/run_command.hpp"
+#include "sweep_spec_fixture.hpp"
 
 namespace {
 
@@ -130,6 +132,59 @@ TEST(PlanCli, ChosenCheckpointingIsTheLeastRecomputeThatFits) {
             "none");
 }
 
+// `--activation-checkpointing auto` is chosen jointly by every strategy that can weigh it:
+// even / proportional (least recompute that fits), optimal (each candidate solved, fastest
+// simulated), search (its seeds and neighbours); cephalo refuses it.
+TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo) {
+  const auto tiny = tmp("tiny-auto-all.json");
+  write_scenario(tiny, "gpt-test", 8);
+  for (const std::string s : {"even", "proportional", "optimal", "search"}) {
+    SCOPED_TRACE(s);
+    // stdout alone: search reports its candidates on stderr.
+    const auto r = cephalo::test_support::run_command(
+        std::string(CEPHALO_CLI) + " plan --scenario " + tiny.string() + " --strategy " + s +
+        " --activation-checkpointing auto --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto plan = nlohmann::json::parse(r.out);
+    EXPECT_EQ(plan["activation_checkpointing"], "none");  // no recompute fits here
+  }
+  const auto r = run("plan --scenario " + tiny.string() +
+                     " --strategy optimal --activation-checkpointing auto --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string note = nlohmann::json::parse(r.out)["predicted"]["note"];
+  EXPECT_NE(note.find("activation checkpointing auto, each solved and simulated: none"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("every:2"), std::string::npos) << note;
+  const auto refused = run("plan --scenario " + tiny.string() +
+                           " --strategy cephalo --activation-checkpointing auto");
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  for (const std::string part :
+       {"--activation-checkpointing", "auto", "--strategy cephalo", "full, none or every:K"})
+    EXPECT_NE(refused.out.find(part), std::string::npos) << part << ": " << refused.out;
+}
+
+// optimal's auto choice is by simulation, so it is never slower in simulation than its plan with
+// full checkpointing, the choice auto also weighs (GPT-2.7B on the default cluster, where no
+// recompute does not fit every GPU).
+TEST(PlanCli, OptimalAutoCheckpointingSimulatesNoSlowerThanFull) {
+  auto simulated = [](const std::string& checkpointing) {
+    const auto out = tmp("optimal-" + checkpointing + ".plan.json");
+    const auto r =
+        run("plan --scenario " + kDefault + " --strategy optimal --activation-checkpointing " +
+            checkpointing + " -o " + out.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto sim =
+        cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " simulate --scenario " +
+                                           kDefault + " --plan " + out.string() + " --json");
+    EXPECT_EQ(sim.code, 0) << sim.err;
+    return nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>();
+  };
+  const double full = simulated("full");
+  const double chosen = simulated("auto");
+  EXPECT_LE(chosen, full);
+}
+
 TEST(PlanCli, InfeasibleScheduleStatesRankPositiveShortfallAndWhatFits) {
   // Equal shares of gpt-2.7b with every layer's activations kept for 16 samples per rank do
   // not fit the 24 GB L4.
@@ -156,18 +211,111 @@ TEST(PlanCli, BadScheduleFlagsAreUsageErrors) {
   EXPECT_NE(r.out.find("every:K"), std::string::npos) << r.out;
 }
 
+// A scenario on an inline cluster of `nodes` (each a JSON list of catalog GPU names) joined by
+// 25 Gbit/s Ethernet, running `model` at sequence 512 and batch `batch`.
+void write_nodes_scenario(const fs::path& file, const std::vector<std::string>& nodes,
+                          const std::string& model, int batch) {
+  std::ofstream out(file);
+  out << R"({"name": "t", "cluster": {"name": "c", "nodes": [)";
+  for (std::size_t n = 0; n < nodes.size(); ++n)
+    out << (n ? ", " : "") << R"({"name": "node)" << n << R"(", "gpus": )" << nodes[n]
+        << R"(, "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
+        "nic": {"kind": "ethernet", "bandwidth": "25Gbit/s", "latency": "10us"}})";
+  out << R"(]}, "job": {"name": "j", "model": ")" << model
+      << R"(", "sequence_length": 512, "global_batch": )" << batch
+      << R"(, "precision": {"params": "fp32", "compute": "fp16", "reduce": "fp32"}}})";
+}
+
+TEST(PlanCli, BadShardingFlagsNameTheFlagTheValueAndWhatIsAllowed) {
+  const auto two = tmp("two-nodes.json");
+  write_nodes_scenario(two, {R"(["l4", "l4"])", R"(["l4", "l4"])"}, "gpt-1.3b", 16);
+  struct Case {
+    std::string flags, value, allowed;
+  };
+  const std::vector<Case> cases = {
+      {"--sharding hsdp", "hsdp", "hybrid"},
+      {"--sharding Hybrid", "Hybrid", "hybrid"},
+      {"--sharding hybrid --group-size 0", "0", "--group-size"},
+      {"--sharding hybrid --group-size -2", "-2", "--group-size"},
+      {"--sharding hybrid --group-size two", "two", "--group-size"},
+      {"--sharding auto --group-size 1.5", "1.5", "--group-size"},
+      // Full sharding has no groups.
+      {"--group-size 1", "1", "--sharding hybrid or auto"},
+      {"--sharding full --group-size 2", "2", "--sharding hybrid or auto"},
+      // More nodes per group than the scenario has: the flag, the value and the range.
+      {"--sharding hybrid --group-size 3", "3", "1 to 2"},
+      {"--sharding auto --group-size 5", "5", "1 to 2"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const auto r = run("plan --scenario " + two.string() + " --strategy even " + c.flags);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(c.value), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.allowed), std::string::npos) << r.out;
+    if (c.allowed == "1 to 2") {
+      EXPECT_NE(r.out.find("--group-size"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(two.string()), std::string::npos) << r.out;  // whose node count
+    }
+  }
+}
+
+TEST(PlanCli, AGroupSizeThatDoesNotDivideTheNodesLeavesASmallerLastGroup) {
+  // 3 nodes in groups of 2 nodes: [nodes 0, 1] and [node 2], each holding a full copy.
+  const auto three = tmp("three-nodes.json");
+  write_nodes_scenario(three, {R"(["a6000", "a6000"])", R"(["a6000", "a6000"])", R"(["a6000"])"},
+                       "gpt-1.3b", 20);
+  const auto out = tmp("three-nodes.plan.json");
+  const auto r = run("plan --scenario " + three.string() +
+                     " --strategy even --sharding hybrid --group-size 2 -o " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(run("validate " + out.string() + " --scenario " + three.string()).code, 0);
+  const auto plan = nlohmann::json::parse(std::ifstream(out));
+  const nlohmann::json groups = {{0, 1, 2, 3}, {4}};
+  EXPECT_EQ(plan["sharding"]["groups"], groups);
+  EXPECT_DOUBLE_EQ(plan["ranks"][4]["state_share"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(plan["ranks"][0]["state_share"].get<double>(), 0.25);
+}
+
+TEST(PlanCli, AGroupThatCannotHoldItsCopyOfTheStateIsRefused) {
+  // GPT-2.7B's training state (16 B per parameter, 43 GB) cannot sit in one T4 (16 GB), while
+  // full sharding over the T4 and two A100s holds it with uneven shares (optimal).
+  const auto f = tmp("t4-group.json");
+  write_nodes_scenario(f, {R"(["t4"])", R"(["a100-80gb", "a100-80gb"])"}, "gpt-2.7b", 6);
+  auto r = run("plan --scenario " + f.string() + " --strategy optimal --sharding hybrid");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("group 0 (1 devices from rank 0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("copy of the state"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no sharding candidate fits"), std::string::npos) << r.out;
+  // auto keeps full sharding and says why the hybrid grouping lost.
+  r = run("plan --scenario " + f.string() + " --strategy optimal --sharding auto --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto chosen = nlohmann::json::parse(r.out);
+  EXPECT_EQ(chosen.value("sharding", nlohmann::json("full")), "full");
+  EXPECT_NE(chosen["predicted"]["note"].get<std::string>().find("does not fit"), std::string::npos);
+  // A hand-written plan with that grouping: validate names the file, the JSON path, the group
+  // and the bytes it would need.
+  auto plan = chosen;
+  plan.erase("predicted");
+  plan["sharding"] = {{"kind", "hybrid"}, {"groups", {{0}, {1, 2}}}};
+  plan["ranks"][0]["state_share"] = 1.0;
+  plan["ranks"][1]["state_share"] = 0.5;
+  plan["ranks"][2]["state_share"] = 0.5;
+  const auto bad = tmp("t4-group.plan.json");
+  std::ofstream(bad) << plan.dump(2);
+  r = run("validate " + bad.string() + " --scenario " + f.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  for (const std::string& part : {bad.string(), std::string("sharding.groups[0]"),
+                                  std::string("ranks [0]"), std::string("one full copy")})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+}
+
 TEST(PlanCli, UnknownStrategyIsAUsageError) {
   EXPECT_EQ(run("plan --scenario " + kDefault + " --strategy fastest").code, 2);
 }
 
 TEST(SweepCli, WritesCsvWithAParetoFrontier) {
   const auto spec = tmp("sweep.json");
-  std::ofstream(spec) << R"({"name": "s", "pool": [{"gpu": "a6000", "max_count": 2},
-    {"gpu": "l4", "max_count": 2}], "node": {"gpus_per_node": 4,
-    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
-    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
-    "job": ")" << CEPHALO_SOURCE_DIR
-                      << R"(/scenarios/jobs/gpt-2.7b-s512.json", "strategy": "optimal"})";
+  cephalo::test_support::write_small_sweep_spec(spec, "optimal");
   const auto csv = tmp("sweep.csv");
   const auto r = run("sweep --quiet --spec " + spec.string() + " -o " + csv.string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -216,12 +364,7 @@ TEST(SweepCli, ASpaceAboveMaxMixesIsRefusedWithItsCountBeforePlanning) {
   EXPECT_EQ(r.out.find("samples/s"), std::string::npos) << r.out;  // nothing was planned
   // The bound is the flag's: the 8-mix sweep passes with 8 and is refused with 7.
   const auto small = tmp("sweep.json");
-  std::ofstream(small) << R"({"name": "s", "pool": [{"gpu": "a6000", "max_count": 2},
-    {"gpu": "l4", "max_count": 2}], "node": {"gpus_per_node": 4,
-    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
-    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
-    "job": ")" << CEPHALO_SOURCE_DIR
-                       << R"(/scenarios/jobs/gpt-2.7b-s512.json", "strategy": "even"})";
+  cephalo::test_support::write_small_sweep_spec(small, "even");
   r = run("sweep --quiet --max-mixes 7 --spec " + small.string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("more than 7 mixes"), std::string::npos) << r.out;

@@ -15,6 +15,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "scenario_fixture.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -32,25 +33,13 @@ struct Case {
 Scenario make_case(const Case& c) {
   Json gpus = Json::array();
   for (const auto& g : c.gpus) gpus.push_back({{"type", g}, {"count", 1}});
-  Json doc = {
-      {"name", "exact"},
-      {"cluster",
-       {{"name", "exact"},
-        {"nodes",
-         Json::array(
-             {{{"name", "n0"},
-               {"gpus", gpus},
-               {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
-               {"nic",
-                {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}}})}}},
-      {"job",
-       {{"name", "exact"},
-        {"model", c.model},
-        {"sequence_length", c.seq},
-        {"global_batch", c.batch},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
-  JsonReader reader(doc, "<exact test>");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  const Json nodes = Json::array(
+      {{{"name", "n0"},
+        {"gpus", gpus},
+        {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+        {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}}});
+  return test_support::inline_scenario("exact", "exact", nodes, c.model, c.seq, c.batch,
+                                       "<exact test>");
 }
 
 struct Best {
@@ -63,15 +52,7 @@ struct Best {
 Best brute_force(const Scenario& s, const costmodels::CostModels& models, double grid) {
   const int n = s.cluster.num_ranks();
   const int B = s.job.global_batch;
-  Plan plan;
-  plan.scenario = s.name;
-  for (const auto& d : s.cluster.ranks()) {
-    PlanRank r;
-    r.rank = d.rank;
-    r.node = d.node;
-    r.gpu = d.slot->type;
-    plan.ranks.push_back(r);
-  }
+  Plan plan = empty_plan(s, "grid");
   const int steps = static_cast<int>(std::lround(1.0 / grid));
   Best best;
   std::vector<int> units(n);

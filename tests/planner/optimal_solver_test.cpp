@@ -32,6 +32,28 @@ OptimalRankModel random_rank(std::mt19937& rng, int max_mb) {
   return r;
 }
 
+// The problem-wide terms of a random instance: state size, optimizer step, communication
+// affine in the largest share (from its even value 1/n).
+void random_totals(std::mt19937& rng, OptimalProblem& p) {
+  const int n = p.num_ranks();
+  std::uniform_real_distribution<double> state(0.5, 4.0), opt(0.0, 3.0), comm(0.0, 6.0);
+  p.state_bytes = state(rng);
+  p.optimizer_seconds = opt(rng);
+  const double c0 = comm(rng), c1 = comm(rng);
+  p.comm_seconds = [c0, c1, n](double sigma) { return c0 + c1 * (sigma - 1.0 / n); };
+}
+
+// The brute-force optimum, or -1 when the instance is infeasible (and then the solver must say
+// so too).
+double brute_force_or_both_infeasible(const OptimalProblem& p, int trial) {
+  try {
+    return solve_optimal_brute_force(p).iteration_seconds;
+  } catch (const InfeasibleError&) {
+    EXPECT_THROW(solve_optimal(p), InfeasibleError) << "trial " << trial;
+    return -1;
+  }
+}
+
 TEST(OptimalSolver, MatchesBruteForceOnRandomInstances) {
   std::mt19937 rng(20241129);
   int solved = 0, infeasible = 0, uneven = 0;
@@ -42,16 +64,9 @@ TEST(OptimalSolver, MatchesBruteForceOnRandomInstances) {
     const int max_mb = mb(rng);
     for (int i = 0; i < n; ++i) p.ranks.push_back(random_rank(rng, max_mb));
     p.global_batch = n + extra(rng);
-    std::uniform_real_distribution<double> state(0.5, 4.0), opt(0.0, 3.0), comm(0.0, 6.0);
-    p.state_bytes = state(rng);
-    p.optimizer_seconds = opt(rng);
-    const double c0 = comm(rng), c1 = comm(rng);
-    p.comm_seconds = [c0, c1, n](double sigma) { return c0 + c1 * (sigma - 1.0 / n); };
-    double brute = -1;
-    try {
-      brute = solve_optimal_brute_force(p).iteration_seconds;
-    } catch (const InfeasibleError&) {
-      EXPECT_THROW(solve_optimal(p), InfeasibleError) << "trial " << trial;
+    random_totals(rng, p);
+    const double brute = brute_force_or_both_infeasible(p, trial);
+    if (brute < 0) {
       ++infeasible;
       continue;
     }
@@ -107,18 +122,9 @@ TEST(OptimalSolver, PhaseWeightedMatchesBruteForce) {
       p.ranks.push_back(std::move(r));
     }
     p.global_batch = n + extra(rng);
-    std::uniform_real_distribution<double> state(0.5, 4.0), opt(0.0, 3.0), comm(0.0, 6.0);
-    p.state_bytes = state(rng);
-    p.optimizer_seconds = opt(rng);
-    const double c0 = comm(rng), c1 = comm(rng);
-    p.comm_seconds = [c0, c1, n](double sigma) { return c0 + c1 * (sigma - 1.0 / n); };
-    double brute = -1;
-    try {
-      brute = solve_optimal_brute_force(p).iteration_seconds;
-    } catch (const InfeasibleError&) {
-      EXPECT_THROW(solve_optimal(p), InfeasibleError) << "trial " << trial;
-      continue;
-    }
+    random_totals(rng, p);
+    const double brute = brute_force_or_both_infeasible(p, trial);
+    if (brute < 0) continue;
     EXPECT_NEAR(solve_optimal(p).iteration_seconds, brute, 1e-9 * std::max(1.0, brute))
         << "trial " << trial;
     ++solved;

@@ -21,6 +21,7 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/search.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "scenario_fixture.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -61,16 +62,8 @@ Scenario make_case(const Case& c, std::string* label) {
     total += count;
   }
   *label = c.model + " s" + std::to_string(c.seq) + " b" + std::to_string(c.batch) + " " + mix;
-  Json doc = {{"name", *label},
-              {"cluster", {{"name", mix}, {"nodes", nodes}}},
-              {"job",
-               {{"name", "quality"},
-                {"model", c.model},
-                {"sequence_length", c.seq},
-                {"global_batch", c.batch},
-                {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
-  JsonReader reader(doc, "<quality report>");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  return test_support::inline_scenario(*label, mix, nodes, c.model, c.seq, c.batch,
+                                       "<quality report>");
 }
 
 const std::vector<Case>& cases() {

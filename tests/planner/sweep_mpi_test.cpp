@@ -11,6 +11,7 @@
 #include "cephalo/core/json_reader.hpp"
 
 #include "../support/run_command.hpp"
+#include "sweep_spec_fixture.hpp"
 
 namespace fs = std::filesystem;
 using cephalo::Json;
@@ -31,12 +32,7 @@ Json rows_without_timing(const fs::path& file) {
 
 TEST(SweepMpi, TwoRanksGiveTheRowsOfOne) {
   const fs::path spec = work_dir() / "spec.json";
-  std::ofstream(spec) << R"({"name": "s", "pool": [{"gpu": "a6000", "max_count": 2},
-    {"gpu": "l4", "max_count": 2}], "node": {"gpus_per_node": 4,
-    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
-    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
-    "job": ")" << CEPHALO_SOURCE_DIR
-                      << R"(/scenarios/jobs/gpt-2.7b-s512.json", "strategy": "proportional"})";
+  cephalo::test_support::write_small_sweep_spec(spec, "proportional");
   const fs::path one = work_dir() / "one.json", two = work_dir() / "two.json";
   auto r1 = cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " sweep --quiet --spec " +
                                                spec.string() + " -o " + one.string());

@@ -34,8 +34,11 @@ struct PlannerOptions {
   // --activation-checkpointing`); every strategy honours them and optimises the rest.
   int micro_batch = 0;                       // 0: the strategy chooses
   std::optional<Accumulation> accumulation;  // unset: layered
-  // Unset: full (the default schedule). choose_checkpointing: the least recompute the memory
-  // model lets fit (none, then every 2, then full), decided per plan.
+  // Unset: full (the default schedule). choose_checkpointing (`auto`), decided by the strategy
+  // jointly with its batches and shares: even / proportional take the least recompute (none,
+  // every 2, full) with which every rank fits at its largest micro-batch; optimal solves its
+  // model exactly for each and keeps the fastest in simulation (search: the best of its seeds
+  // and neighbours); cephalo refuses it (strategies.hpp).
   std::optional<ActivationCheckpointing> activation_checkpointing;
   bool choose_checkpointing = false;
   // How the state is sharded (sharding_choice.hpp): "full", "hybrid" or "auto"; groups of
@@ -72,5 +75,7 @@ void predict(const Scenario& scenario, const costmodels::CostModels& models, Pla
 // Per-rank table and JSON of a result.
 std::string render_table(const PlanResult& result);
 Json to_json(const PlanResult& result);
+// to_json without the "plan" key: the record a Plan carries as its `predicted` field.
+Json prediction_json(const PlanResult& result);
 
 }  // namespace cephalo::planner

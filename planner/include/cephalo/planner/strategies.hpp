@@ -33,17 +33,32 @@ struct Strategy {
   std::string_view description;
   PlanResult (*plan)(const Scenario& scenario, const costmodels::CostModels& models,
                      const PlannerOptions& options);
+  // Empty when the strategy chooses `--activation-checkpointing auto` jointly with its batches
+  // and shares; else why it cannot (make_plan then refuses `auto`).
+  std::string_view cannot_choose_checkpointing = {};
 };
 
 const std::vector<Strategy>& strategies();         // in the order above
 const std::vector<std::string>& strategy_names();  // the names of strategies(), same order
 
-// Runs options.strategy (NotFoundError for an unknown name), predicts, times it.
+// The row of strategies() named `name`; NotFoundError listing the names when there is none.
+const Strategy& strategy_named(const std::string& name);
+
+// Runs options.strategy (NotFoundError for an unknown name), predicts, times it. A strategy that
+// cannot choose the checkpointing refuses options.choose_checkpointing (ValidationError at
+// "activation_checkpointing").
 PlanResult make_plan(const Scenario& scenario, const PlannerOptions& options);
 
-// Builds the `optimal` model of a scenario (exposed for benchmarks and tests).
+// A plan for the scenario's devices (rank, node, GPU type) with every allocation field zero
+// and the default schedule (layered, no offload, prefetch): what every strategy fills in.
+Plan empty_plan(const Scenario& scenario, const std::string& strategy);
+
+// Builds the `optimal` model of a scenario (exposed for benchmarks and tests) for one offload
+// mode and activation checkpointing (compute with its recomputes, memory with its kept
+// activations).
 OptimalProblem build_optimal_problem(const Scenario& scenario, const costmodels::CostModels& models,
-                                     Offload offload, int max_micro_batch = 512);
+                                     Offload offload, int max_micro_batch = 512,
+                                     const ActivationCheckpointing& checkpointing = {});
 
 // The published optimizer's inputs for a scenario (profiles, memory curve, capacities).
 CephaloInputs build_cephalo_inputs(const Scenario& scenario, const PlannerOptions& options,

@@ -10,10 +10,12 @@
 //
 // Where classes do not apply the full replay runs: when per-op records or memory timelines
 // are asked for (they are per rank), or when no two ranks share a class.
-// (Hybrid sharding: a rank's class must then also include its group's shape and its position
-// in it, and a collective's members become the group; see rank_classes.)
+// Hybrid sharding: a rank's class also includes its group's shape (the members' classes and
+// node offsets) and its position in the group, and each collective is priced over its full
+// membership (its group, or every rank with the pieces for the cross-group reduction).
 #include <vector>
 
+#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim {
@@ -26,6 +28,14 @@ struct RankClasses {
 // Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan);
+
+// The request of collective `c` over its full membership (every rank of its group, or every rank
+// for the cross-group reduction, with the layout's pieces), as the full replay prices it, from a
+// graph built for any subset of the ranks (build_training_graph_of_ranks): its members are only
+// the built ranks, the slices and pieces are the whole plan's.
+costmodels::CollectiveRequest full_collective_request(const traces::TrainingGraph& graph,
+                                                      const traces::Collective& c,
+                                                      bool overlaps_compute = false);
 
 // Builds the graph(s) and replays `plan`: by class where that applies, else in full. The report
 // is complete either way; in class mode `start_ns`, `end_ns` and `arrive_ns` are indexed by the

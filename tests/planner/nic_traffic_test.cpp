@@ -1,0 +1,84 @@
+// The per-NIC traffic of planner/README.md's hybrid-sharding demo, computed from the plans'
+// TrainingGraphs (not by hand): for every collective that spans nodes, the bytes each node's NIC
+// sends in one iteration under a node-major ring, (n−1)/n of the buffer per all-gather or
+// reduce-scatter over n ranks, and for the cross-group reduction 2(k−1)/k of each piece over its
+// k owners (one per group), a node's pieces sharing its NIC. Prints the table the README shows:
+//
+//   build/bin/planner_tests --gtest_filter='NicTraffic.*'
+//
+// and asserts what the README concludes from it: hybrid sharding per node sends less through
+// every NIC than full sharding, and none of its gathers or reduce-scatters leaves a node.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::planner {
+namespace {
+
+struct NicTraffic {
+  std::vector<double> sent;      // per node: bytes per iteration
+  double group_collectives = 0;  // of which all-gathers and reduce-scatters
+};
+
+NicTraffic nic_traffic(const Scenario& s, const Plan& plan) {
+  const auto g = traces::build_training_graph(plan, s);
+  const auto devices = s.cluster.ranks();
+  NicTraffic t;
+  t.sent.assign(s.cluster.nodes.size(), 0.0);
+  const auto& layout = g.layout();
+  for (const auto& c : g.collectives()) {
+    if (c.group < 0) {  // cross-group reduction: one all-reduce per piece over its owners
+      for (const auto& seg : g.segments(c))
+        for (const auto& piece : layout.pieces(seg.unit)) {
+          const auto owners = layout.owners(piece);
+          const double k = static_cast<double>(owners.size());
+          const double bytes = static_cast<double>(piece.count) * c.element_bytes;
+          for (int r : owners)
+            t.sent[static_cast<std::size_t>(devices[static_cast<std::size_t>(r)].node)] +=
+                2 * (k - 1) / k * bytes;
+        }
+      continue;
+    }
+    const auto members = layout.group(c.group);
+    std::vector<int> nodes;
+    for (int r : members) nodes.push_back(devices[static_cast<std::size_t>(r)].node);
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    if (nodes.size() < 2) continue;  // stays on the node's own links
+    const double n = static_cast<double>(members.size());
+    for (int node : nodes) {
+      t.sent[static_cast<std::size_t>(node)] += (n - 1) / n * c.total_bytes;
+      t.group_collectives += (n - 1) / n * c.total_bytes;
+    }
+  }
+  return t;
+}
+
+TEST(NicTraffic, HybridDemoSendsLessThroughEveryNic) {
+  const std::string root = CEPHALO_SOURCE_DIR;
+  const Scenario s = costmodels::load_scenario(root + "/scenarios/a100-l4-ethernet-gpt2.7b.json");
+  const Plan full = load_plan(root + "/tests/golden/a100-l4-ethernet-gpt2.7b.plan.json");
+  const Plan hybrid = load_plan(root + "/tests/golden/a100-l4-ethernet-gpt2.7b.hybrid.plan.json");
+  ASSERT_FALSE(full.sharding.hybrid());
+  ASSERT_TRUE(hybrid.sharding.hybrid());
+  const NicTraffic a = nic_traffic(s, full), b = nic_traffic(s, hybrid);
+  std::printf("bytes each node's NIC sends per iteration (GB)\n%-6s %8s %8s\n", "node", "full",
+              "hybrid");
+  for (std::size_t n = 0; n < a.sent.size(); ++n) {
+    std::printf("%-6zu %8.2f %8.2f\n", n, a.sent[n] / 1e9, b.sent[n] / 1e9);
+    EXPECT_LT(b.sent[n], a.sent[n]) << "node " << n;
+  }
+  EXPECT_EQ(b.group_collectives, 0.0);  // one node per group: gathers stay on the node
+  EXPECT_GT(a.group_collectives, 0.0);
+}
+
+}  // namespace
+}  // namespace cephalo::planner
