@@ -4,6 +4,7 @@
 #include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "commands.hpp"
 
@@ -33,18 +34,11 @@ void describe_gpus(bool json) {
   std::cout << table.render();
 }
 
-Json model_record(const ModelSpec& m) {
-  Json j = to_json(m);
-  j["parameters_per_layer"] = costmodels::layer_parameters(m);
-  j["total_parameters"] = costmodels::total_parameters(m);
-  return j;
-}
-
 void describe_models(bool json) {
   const auto& catalog = costmodels::ModelCatalog::builtin();
   if (json) {
     Json out = Json::array();
-    for (const auto& m : catalog.all()) out.push_back(model_record(m));
+    for (const auto& m : catalog.all()) out.push_back(costmodels::model_summary(m));
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -62,22 +56,10 @@ void describe_models(bool json) {
 // One model: a catalog name or a Hugging Face config.json, with its parameter counts by unit
 // and what was read from the config but not priced.
 void describe_model(const std::string& what, bool json) {
-  HfModel hf;
-  if (auto m = costmodels::ModelCatalog::builtin().find(what)) {
-    hf.spec = *m;
-  } else {
-    hf = load_hf_config(what);
-  }
+  const HfModel hf = costmodels::find_model_or_config(what);
   const ModelSpec& m = hf.spec;
-  Json j = model_record(m);
-  j["embedding_parameters"] = costmodels::embedding_parameters(m);
-  j["head_parameters"] = costmodels::head_parameters(m);
-  if (!hf.model_type.empty()) {
-    j["hf_model_type"] = hf.model_type;
-    j["notes"] = hf.notes;
-  }
   if (json) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << costmodels::model_description(hf).dump(2) << "\n";
     return;
   }
   auto count = [](double p) { return fixed(p, 0); };
@@ -91,7 +73,11 @@ void describe_model(const std::string& what, bool json) {
             << "  biases: q/k/v " << (m.qkv_bias ? "yes" : "no") << ", attention output "
             << (m.out_bias ? "yes" : "no") << ", MLP " << (m.mlp_bias ? "yes" : "no")
             << "; positions: "
-            << (m.max_positions > 0 ? std::to_string(m.max_positions) + " learned" : "none stored")
+            << (m.max_positions > 0 ? std::to_string(m.max_positions) + " learned" +
+                                          (m.position_offset > 0
+                                               ? " (" + std::to_string(max_sequence(m)) + " usable)"
+                                               : std::string())
+                                    : "none stored")
             << "; head: " << (m.tied_embeddings ? "tied" : "untied") << "\n";
   TextTable table({"unit", "parameters"});
   table.add_row({"embedding", count(costmodels::embedding_parameters(m))});

@@ -32,7 +32,7 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
   auto refuse = [&](const std::string& why) {
     throw InfeasibleError("model \"" + spec.name + "\": " + why +
                           "; the backend implements GPT decoders (learned positions, "
-                          "LayerNorm, GELU, tied or untied head)");
+                          "LayerNorm with shift, biased linears, GELU, tied or untied head)");
   };
   if (spec.family != "gpt") refuse("family \"" + spec.family + "\" is not \"gpt\"");
   if (spec.activation != "gelu") refuse("activation \"" + spec.activation + "\"");
@@ -42,9 +42,18 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
     refuse("hidden " + std::to_string(spec.hidden) + " not divisible by heads " +
            std::to_string(spec.heads));
   if (spec.vocab_size <= 0) refuse("no vocabulary");
-  if (sequence_length <= 0 || (spec.max_positions > 0 && sequence_length > spec.max_positions))
+  // Every linear and LayerNorm of this decoder has a bias / shift, and positions are a learned
+  // table: a spec without them (MPT's no_bias, Qwen2's q/k/v-only biases, rotary or ALiBi
+  // positions) would train another model than the one the cost models priced.
+  if (!spec.qkv_bias || !spec.out_bias || !spec.mlp_bias)
+    refuse("linear layers without biases (qkv_bias " + std::string(spec.qkv_bias ? "yes" : "no") +
+           ", out_bias " + (spec.out_bias ? "yes" : "no") + ", mlp_bias " +
+           (spec.mlp_bias ? "yes" : "no") + ")");
+  if (!spec.norm_bias) refuse("LayerNorm without shift (norm_bias false)");
+  if (spec.max_positions == 0) refuse("no learned positions (rotary or ALiBi)");
+  if (sequence_length <= 0 || sequence_length > max_sequence(spec))
     throw InfeasibleError("sequence length " + std::to_string(sequence_length) +
-                          " exceeds the model's " + std::to_string(spec.max_positions) +
+                          " exceeds the model's " + std::to_string(max_sequence(spec)) +
                           " positions");
   GptConfig c;
   c.layers = spec.num_layers;
@@ -53,7 +62,7 @@ GptConfig GptConfig::from_spec(const ModelSpec& spec, int sequence_length) {
   c.ffn = spec.ffn_hidden;
   c.vocab = spec.vocab_size;
   c.seq = sequence_length;
-  c.positions = spec.max_positions;  // 0 (unbounded in the catalog): as many as the sequence
+  c.positions = spec.max_positions;
   c.tied_head = spec.tied_embeddings;
   return c;
 }

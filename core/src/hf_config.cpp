@@ -102,25 +102,12 @@ void refuse_head_dim(Config& c, const std::string& key, const ModelSpec& m) {
                       "): attention with another head size is not modelled");
 }
 
-// llama, mistral, qwen2: pre-RMSNorm decoders with grouped-query attention, rotary positions
-// and a SwiGLU MLP.
-void read_llama_like(Config& c, const std::string& type, ModelSpec& m) {
-  m.family = "llama";
-  m.hidden = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers", 1, 100000);
-  m.heads = c.integer("num_attention_heads");
-  check_heads(c, "num_attention_heads", m);
-  m.kv_heads = c.integer_or("num_key_value_heads", m.heads);
-  check_kv_heads(c, "num_key_value_heads", m);
+// ---- what each model_type adds to the shared structure (the `extras` of its table row) ----
+
+// llama, mistral, qwen2: grouped-query attention, no biases unless the config says so (Qwen2:
+// q/k/v only), an optional sliding window.
+void llama_extras(Config& c, const std::string& type, ModelSpec& m) {
   refuse_head_dim(c, "head_dim", m);
-  m.ffn_hidden = c.integer("intermediate_size");
-  m.vocab_size = c.integer("vocab_size");
-  m.activation = "swiglu";
-  read_activation(c, "hidden_act", true, "silu");
-  m.norm = "rmsnorm";
-  m.norm_bias = false;
-  m.max_positions = 0;  // rotary: nothing stored
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", false);
   if (type == "qwen2") {
     // Qwen2 has biases on the q, k and v projections only (modeling_qwen2.py).
     m.qkv_bias = true;
@@ -143,38 +130,14 @@ void read_llama_like(Config& c, const std::string& type, ModelSpec& m) {
             "rotary positions store nothing; the sequence is limited by the job only");
 }
 
-// GPT-2: learned positions, pre-LayerNorm, fused qkv with biases, GELU MLP, tied head.
-void read_gpt2(Config& c, ModelSpec& m) {
-  m.family = "gpt";
-  m.hidden = c.integer("n_embd");
-  m.num_layers = c.integer("n_layer", 1, 100000);
-  m.heads = c.integer("n_head");
-  check_heads(c, "n_head", m);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = c.integer_or("n_inner", 4 * m.hidden);
-  m.vocab_size = c.integer("vocab_size");
-  m.max_positions = c.integer("n_positions");
-  read_activation(c, "activation_function", false, "gelu_new");
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", true);
+void gpt2_extras(Config& c, const std::string&, ModelSpec&) {
   if (c.boolean_or("add_cross_attention", false))
     c.refuse("add_cross_attention", "false (encoder-decoder cross-attention is not modelled)");
   c.neutral("scale_attn_by_inverse_layer_idx", "a scale factor, not work");
   c.neutral("reorder_and_upcast_attn", "numerics only");
 }
 
-// GPT-NeoX (Pythia): rotary positions, LayerNorm, fused qkv with biases, untied head.
-void read_gpt_neox(Config& c, ModelSpec& m) {
-  m.family = "gpt";
-  m.hidden = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers", 1, 100000);
-  m.heads = c.integer("num_attention_heads");
-  check_heads(c, "num_attention_heads", m);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = c.integer("intermediate_size");
-  m.vocab_size = c.integer("vocab_size");
-  m.max_positions = 0;
-  read_activation(c, "hidden_act", false, "gelu");
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", false);
+void gpt_neox_extras(Config& c, const std::string&, ModelSpec& m) {
   m.qkv_bias = m.out_bias = c.boolean_or("attention_bias", true);
   c.neutral("rotary_pct", "rotary positions on part of each head: angles, not work");
   if (c.boolean_or("use_parallel_residual", true))
@@ -185,21 +148,10 @@ void read_gpt_neox(Config& c, ModelSpec& m) {
             "rotary positions store nothing; the sequence is limited by the job only");
 }
 
-// OPT: learned positions (two extra rows: Hugging Face's offset), pre-LayerNorm, ReLU MLP,
-// biases everywhere, tied head.
-void read_opt(Config& c, ModelSpec& m) {
-  m.family = "gpt";
-  m.hidden = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers", 1, 100000);
-  m.heads = c.integer("num_attention_heads");
-  check_heads(c, "num_attention_heads", m);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = c.integer("ffn_dim");
-  m.vocab_size = c.integer("vocab_size");
-  m.max_positions = c.integer("max_position_embeddings") + 2;
-  c.note("max_position_embeddings + 2 learned position rows (OPT's offset), as stored");
-  read_activation(c, "activation_function", false, "relu");
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", true);
+void opt_extras(Config& c, const std::string&, ModelSpec& m) {
+  c.note(
+      "max_position_embeddings + 2 learned position rows (OPT's offset), as stored; the "
+      "sequence may be at most max_position_embeddings");
   const bool bias = c.boolean_or("enable_bias", true);
   m.qkv_bias = m.out_bias = m.mlp_bias = bias;
   if (c.given("word_embed_proj_dim") && c.integer("word_embed_proj_dim") != m.hidden)
@@ -212,20 +164,7 @@ void read_opt(Config& c, ModelSpec& m) {
     c.refuse("layer_norm_elementwise_affine", "true (LayerNorm without weights is not modelled)");
 }
 
-// BERT: learned positions and two token types, post-LayerNorm, GELU MLP, masked-LM head
-// (dense + LayerNorm + decoder with a vocabulary bias), no pooler — as the catalog's BERT.
-void read_bert(Config& c, ModelSpec& m) {
-  m.family = "bert";
-  m.hidden = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers", 1, 100000);
-  m.heads = c.integer("num_attention_heads");
-  check_heads(c, "num_attention_heads", m);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = c.integer("intermediate_size");
-  m.vocab_size = c.integer("vocab_size");
-  m.max_positions = c.integer("max_position_embeddings");
-  read_activation(c, "hidden_act", false, "gelu");
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", true);
+void bert_extras(Config& c, const std::string&, ModelSpec&) {
   if (c.integer_or("type_vocab_size", 2) != 2)
     c.refuse("type_vocab_size", "2 (the token-type table modelled)");
   if (c.string_or("position_embedding_type", "absolute") != "absolute")
@@ -236,22 +175,11 @@ void read_bert(Config& c, ModelSpec& m) {
   c.note("priced as BertForMaskedLM: the masked-LM head, no pooler");
 }
 
-// ViT: patch embedding, class token, learned positions, pre-LayerNorm, GELU MLP, classifier.
-void read_vit(Config& c, ModelSpec& m) {
-  m.family = "vit";
-  m.hidden = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers", 1, 100000);
-  m.heads = c.integer("num_attention_heads");
-  check_heads(c, "num_attention_heads", m);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = c.integer("intermediate_size");
+void vit_extras(Config& c, const std::string&, ModelSpec& m) {
   m.image_size = c.integer("image_size", 1, 1 << 16);
   m.patch_size = c.integer("patch_size", 1, m.image_size);
   m.channels = c.integer_or("num_channels", 3, 1, 64);
-  m.vocab_size = 0;
-  m.max_positions = 0;
-  m.tied_embeddings = false;
-  read_activation(c, "hidden_act", false, "gelu");
+  m.tied_embeddings = false;  // no vocabulary: nothing to tie
   m.qkv_bias = c.boolean_or("qkv_bias", true);
   // transformers stores the label count as id2label (num_labels is a constructor argument
   // that some configs also keep); its default is 2.
@@ -268,20 +196,12 @@ void read_vit(Config& c, ModelSpec& m) {
   c.note("priced as ViTForImageClassification: a linear classifier on the class token, no pooler");
 }
 
-// MPT: ALiBi (no stored positions) or learned positions, LayerNorm (no shift with no_bias),
-// GELU MLP of expansion_ratio × d_model, tied head.
-void read_mpt(Config& c, ModelSpec& m) {
-  m.family = "gpt";
-  m.hidden = c.integer("d_model");
-  m.num_layers = c.integer("n_layers", 1, 100000);
-  m.heads = c.integer("n_heads");
-  check_heads(c, "n_heads", m);
-  m.kv_heads = m.heads;
-  m.vocab_size = c.integer("vocab_size");
+// MPT: an MLP of expansion_ratio × d_model, LayerNorm without shift with no_bias, attention
+// variants in attn_config, ALiBi (no stored positions) or learned ones.
+void mpt_extras(Config& c, const std::string&, ModelSpec& m) {
   m.ffn_hidden = m.hidden * c.integer_or("expansion_ratio", 4, 1, 1024);
   const bool no_bias = c.boolean_or("no_bias", false);
   m.qkv_bias = m.out_bias = m.mlp_bias = m.norm_bias = !no_bias;
-  m.tied_embeddings = c.boolean_or("tie_word_embeddings", true);
   const std::string norm = c.string_or("norm_type", "low_precision_layernorm");
   if (norm != "low_precision_layernorm" && norm != "layernorm")
     c.refuse("norm_type", "\"low_precision_layernorm\" or \"layernorm\" (the norms modelled)");
@@ -311,11 +231,78 @@ void read_mpt(Config& c, ModelSpec& m) {
   m.max_positions = learned ? c.integer("max_seq_len") : 0;
 }
 
+// One row per supported model_type: the keys its config names the shared structure by, the
+// defaults transformers gives them, and what else the type reads (`extras`). A null key is a
+// part the type does not have (or sets in its extras). Adding a dense type is adding a row.
+struct ModelType {
+  const char* type;
+  const char* family;
+  const char* hidden;
+  const char* layers;
+  const char* heads;
+  const char* kv_heads;  // null: every head has its own keys and values
+  const char* ffn;       // null: set by extras
+  bool ffn_defaults_to_4x;
+  const char* vocab;       // null: no vocabulary (ViT)
+  const char* positions;   // null: no stored positions (rotary, or set by extras)
+  int position_offset;     // rows stored beyond `positions` (OPT's 2)
+  const char* activation;  // null: fixed GELU
+  const char* activation_default;
+  bool gated;    // SwiGLU MLP (else GELU)
+  bool rmsnorm;  // RMSNorm (else LayerNorm with shift)
+  bool tied_default;
+  void (*extras)(Config&, const std::string& type, ModelSpec&);
+};
+
+// clang-format off
+const ModelType kModelTypes[] = {
+  // type        family  hidden         layers               heads                  kv_heads               ffn                  4x     vocab         positions                 off act                    default     gated  rms    tied   extras
+  {"llama",      "llama", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", false, "vocab_size", nullptr,                   0, "hidden_act",          "silu",     true,  true,  false, llama_extras},
+  {"mistral",    "llama", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", false, "vocab_size", nullptr,                   0, "hidden_act",          "silu",     true,  true,  false, llama_extras},
+  {"qwen2",      "llama", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", false, "vocab_size", nullptr,                   0, "hidden_act",          "silu",     true,  true,  false, llama_extras},
+  {"gpt2",       "gpt",   "n_embd",      "n_layer",           "n_head",              nullptr,               "n_inner",           true,  "vocab_size", "n_positions",             0, "activation_function", "gelu_new", false, false, true,  gpt2_extras},
+  {"gpt_neox",   "gpt",   "hidden_size", "num_hidden_layers", "num_attention_heads", nullptr,               "intermediate_size", false, "vocab_size", nullptr,                   0, "hidden_act",          "gelu",     false, false, false, gpt_neox_extras},
+  {"opt",        "gpt",   "hidden_size", "num_hidden_layers", "num_attention_heads", nullptr,               "ffn_dim",           false, "vocab_size", "max_position_embeddings", 2, "activation_function", "relu",     false, false, true,  opt_extras},
+  {"bert",       "bert",  "hidden_size", "num_hidden_layers", "num_attention_heads", nullptr,               "intermediate_size", false, "vocab_size", "max_position_embeddings", 0, "hidden_act",          "gelu",     false, false, true,  bert_extras},
+  {"vit",        "vit",   "hidden_size", "num_hidden_layers", "num_attention_heads", nullptr,               "intermediate_size", false, nullptr,      nullptr,                   0, "hidden_act",          "gelu",     false, false, false, vit_extras},
+  {"mpt",        "gpt",   "d_model",     "n_layers",          "n_heads",             nullptr,               nullptr,             false, "vocab_size", nullptr,                   0, nullptr,               nullptr,    false, false, true,  mpt_extras},
+};
+// clang-format on
+
+// The structure every type shares, read by the row's keys; then the row's extras.
+void read_model(Config& c, const ModelType& row, ModelSpec& m) {
+  m.family = row.family;
+  m.hidden = c.integer(row.hidden);
+  m.num_layers = c.integer(row.layers, 1, 100000);
+  m.heads = c.integer(row.heads);
+  check_heads(c, row.heads, m);
+  m.kv_heads = m.heads;
+  if (row.kv_heads) {
+    m.kv_heads = c.integer_or(row.kv_heads, m.heads);
+    check_kv_heads(c, row.kv_heads, m);
+  }
+  if (row.ffn)
+    m.ffn_hidden =
+        row.ffn_defaults_to_4x ? c.integer_or(row.ffn, 4 * m.hidden) : c.integer(row.ffn);
+  m.vocab_size = row.vocab ? c.integer(row.vocab) : 0;
+  m.max_positions = row.positions ? c.integer(row.positions) + row.position_offset : 0;
+  m.position_offset = row.position_offset;
+  m.activation = row.gated ? "swiglu" : "gelu";
+  if (row.activation) read_activation(c, row.activation, row.gated, row.activation_default);
+  m.norm = row.rmsnorm ? "rmsnorm" : "layernorm";
+  m.norm_bias = !row.rmsnorm;
+  m.tied_embeddings = c.boolean_or("tie_word_embeddings", row.tied_default);
+  row.extras(c, row.type, m);
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_hf_model_types() {
-  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "gpt2", "gpt_neox",
-                                                 "opt",   "bert",    "vit",   "mpt"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> out;
+    for (const auto& row : kModelTypes) out.push_back(row.type);
+    return out;
+  }();
   return types;
 }
 
@@ -326,18 +313,18 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
   Config c(root, out.notes);
   JsonReader type_reader = root;
   out.model_type = type_reader.string("model_type");
-  const auto& supported = supported_hf_model_types();
   for (const auto& moe : kMoeTypes)
     if (out.model_type == moe)
       c.refuse("model_type", "a dense model_type: \"" + moe +
                                  "\" is a mixture of experts, whose routed expert MLPs are not "
                                  "modelled (a dense layer would misprice parameters, FLOPs "
                                  "and memory)");
-  bool known = false;
-  for (const auto& t : supported) known = known || t == out.model_type;
-  if (!known) {
+  const ModelType* row = nullptr;
+  for (const auto& r : kModelTypes)
+    if (out.model_type == r.type) row = &r;
+  if (!row) {
     std::string list;
-    for (const auto& t : supported) list += (list.empty() ? "" : ", ") + t;
+    for (const auto& t : supported_hf_model_types()) list += (list.empty() ? "" : ", ") + t;
     c.refuse("model_type", "one of " + list +
                                " (other architectures are not modelled: their layers' "
                                "parameters, FLOPs and memory would be guesses)");
@@ -345,22 +332,8 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
   refuse_experts(c);
   ModelSpec& m = out.spec;
   m.name = name;
-  const std::string& t = out.model_type;
-  if (t == "llama" || t == "mistral" || t == "qwen2")
-    read_llama_like(c, t, m);
-  else if (t == "gpt2")
-    read_gpt2(c, m);
-  else if (t == "gpt_neox")
-    read_gpt_neox(c, m);
-  else if (t == "opt")
-    read_opt(c, m);
-  else if (t == "bert")
-    read_bert(c, m);
-  else if (t == "vit")
-    read_vit(c, m);
-  else
-    read_mpt(c, m);
-  m.source = "Hugging Face config.json (model_type " + t + "): " + file;
+  read_model(c, *row, m);
+  m.source = "Hugging Face config.json (model_type " + out.model_type + "): " + file;
   return out;
 }
 

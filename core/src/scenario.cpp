@@ -200,10 +200,14 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
     model.fail("a model name, {\"hf_config\": \"config.json\"} or an inline architecture object");
   }
   job.sequence_length = static_cast<int>(reader.integer("sequence_length", 1, 1 << 22));
-  if (job.model.max_positions > 0 && job.sequence_length > job.model.max_positions &&
-      job.model.family != "vit")
+  if (const int limit = max_sequence(job.model);
+      limit > 0 && job.sequence_length > limit && job.model.family != "vit")
     reader.child("sequence_length")
         .fail("at most the model's max_positions (" + std::to_string(job.model.max_positions) +
+              (job.model.position_offset > 0
+                   ? " less " + std::to_string(job.model.position_offset) +
+                         " offset rows: " + std::to_string(limit) + " tokens"
+                   : std::string()) +
               ")");
   if (job.model.attention_window > 0 && job.sequence_length > job.model.attention_window)
     reader.child("sequence_length")

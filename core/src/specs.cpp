@@ -169,6 +169,11 @@ ModelSpec parse_model_spec(JsonReader& reader) {
     m.max_positions = static_cast<int>(
         reader.integer_or("max_positions", m.family == "llama" ? 0 : 2048, 0, kBig));
   }
+  if (reader.has("position_offset")) {
+    if (m.max_positions == 0)
+      reader.child("position_offset").fail("no position_offset without learned max_positions");
+    m.position_offset = static_cast<int>(reader.integer("position_offset", 0, m.max_positions - 1));
+  }
   if (auto aliases = reader.optional_child("aliases"))
     for (auto& a : aliases->elements()) m.aliases.push_back(a.as_string());
   m.source = reader.string_or("source", "");
@@ -197,6 +202,7 @@ Json to_json(const ModelSpec& m) {
     j["mlp_bias"] = m.mlp_bias;
   }
   if (m.norm == "layernorm" && !m.norm_bias) j["norm_bias"] = false;
+  if (m.position_offset > 0) j["position_offset"] = m.position_offset;
   if (m.attention_window > 0) j["attention_window"] = m.attention_window;
   if (m.family == "vit") {
     j["image_size"] = m.image_size;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/hf_config.hpp"
 
 namespace cephalo::costmodels {
 namespace {
@@ -102,8 +103,20 @@ std::vector<std::string> GpuCatalog::names() const {
 ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
   ModelCatalog catalog;
   load_entries<ModelSpec>(
-      file, "models", [](JsonReader& r) { return parse_model_spec(r); }, catalog.models_,
-      catalog.index_);
+      file, "models",
+      [&](JsonReader& r) {
+        if (!r.has("hf_config")) return parse_model_spec(r);
+        // An entry that is a shipped Hugging Face config (relative to the catalog file), so
+        // the two cannot drift: the config's architecture under the catalog's name.
+        ModelSpec spec = load_hf_config(file.parent_path() / r.string("hf_config")).spec;
+        spec.name = r.string("name");
+        if (auto a = r.optional_child("aliases"))
+          for (auto& alias : a->elements()) spec.aliases.push_back(alias.as_string());
+        spec.source = r.string_or("source", spec.source);
+        r.finish();
+        return spec;
+      },
+      catalog.models_, catalog.index_);
   return catalog;
 }
 

@@ -23,7 +23,8 @@ __all__ = [
     "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
     "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
     "load_plan", "validate", "plan", "simulate", "sweep", "compare", "describe_model",
-    "predict_memory", "strategies", "compute_sources", "hf_model_types",
+    "predict_layer", "predict_memory", "predict_collective", "strategies", "compute_sources",
+    "hf_model_types",
 ]
 
 Scenario = _cephalo.Scenario
@@ -190,8 +191,28 @@ def describe_model(model):
     return _json.loads(_cephalo.model_json(_os.fspath(model)))
 
 
+def predict_layer(gpu, model, seq, micro_batch, dtype="fp16", source="auto"):
+    """Per-layer forward / backward / recompute time of a catalog model on a catalog GPU
+    (`cephalo predict layer --json`). Bad values raise ValidationError naming the keyword."""
+    return _record(_cephalo.layer_json(gpu, model, seq, dtype, micro_batch, source))
+
+
 def predict_memory(scenario, plan):
     """The memory model's per-rank terms for a plan (`cephalo predict memory --json`)."""
     s = load_scenario(scenario)
     p, label = _plan_and_label(plan)
     return _record(_cephalo.memory_json(s, p, label))
+
+
+def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="grouped",
+                       sweep=None):
+    """Time and bandwidth of one collective on the scenario's cluster (`cephalo predict
+    collective --json`): bytes is a number or a string with a unit ("64MiB"); ranks the
+    participants (default all), shares their slices summing to 1 (default even), sweep a
+    measured collective sweep to calibrate the links with."""
+    s = load_scenario(scenario)
+    size = bytes if isinstance(bytes, str) else repr(bytes)
+    return _record(_cephalo.collective_json(
+        s, kind, size, None if ranks is None else list(ranks),
+        None if shares is None else list(shares), uneven,
+        "" if sweep is None else _os.fspath(sweep)))

@@ -17,13 +17,14 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/model_description.hpp"
+#include "cephalo/costmodels/prediction_records.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/report.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
 namespace py = pybind11;
@@ -89,6 +90,7 @@ std::string simulate_json(const Scenario& scenario, const Plan& plan, const std:
                           bool ops, const std::string& compute_model, bool link_sharing,
                           const std::string& queue) {
   validate_plan_for(plan, scenario, plan_label);
+  traces::check_groups_hold_state(plan, scenario, plan_label);
   auto models = costmodels::make_cost_models(scenario, compute_model);
   traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);
   sim::SimOptions options;
@@ -119,6 +121,7 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
   traces::CompareContext ctx;
   if (scenario && plan) {
     validate_plan_for(*plan, *scenario, plan_label);
+    traces::check_groups_hold_state(*plan, *scenario, plan_label);
     graph = traces::build_training_graph(*plan, *scenario);
     ctx = {&*graph, &*plan, plan_label};
   }
@@ -148,44 +151,29 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
   return planner::sweep_json(spec, rows).dump(2) + "\n";
 }
 
-// The model records of `cephalo describe model`: the architecture (to_json) and its counts.
+// The record of `cephalo describe model NAME_OR_CONFIG --json`.
 std::string model_json(const std::string& name_or_file) {
-  HfModel hf;
-  if (auto m = costmodels::ModelCatalog::builtin().find(name_or_file)) {
-    hf.spec = *m;
-  } else {
-    hf = load_hf_config(name_or_file);
-  }
-  Json j = to_json(hf.spec);
-  j["parameters_per_layer"] = costmodels::layer_parameters(hf.spec);
-  j["total_parameters"] = costmodels::total_parameters(hf.spec);
-  j["embedding_parameters"] = costmodels::embedding_parameters(hf.spec);
-  j["head_parameters"] = costmodels::head_parameters(hf.spec);
-  if (!hf.model_type.empty()) {
-    j["hf_model_type"] = hf.model_type;
-    j["notes"] = hf.notes;
-  }
-  return j.dump();
+  return costmodels::model_description(costmodels::find_model_or_config(name_or_file)).dump();
 }
 
-// Per-rank memory of a plan: the memory model's terms, as `cephalo predict memory --json`.
+// Keyword arguments of a Python call: errors name them as they are spelt there.
+const costmodels::QueryOrigin kArguments{"arguments", false};
+
+// `cephalo predict layer --json`.
+std::string layer_json(const costmodels::LayerQuery& query) {
+  return costmodels::to_json(costmodels::predict_layer(query, kArguments)).dump();
+}
+
+// `cephalo predict memory --json`: the same checks of the plan, then the memory model's terms.
 std::string memory_json(const Scenario& s, const Plan& plan, const std::string& plan_label) {
   validate_plan_for(plan, s, plan_label);
-  Json out = {{"scenario", s.name}, {"plan", plan_label}, {"ranks", Json::array()}};
-  for (const auto& r : plan.ranks) {
-    const auto b = costmodels::predict_memory(s, plan, r.rank);
-    Json terms = Json::object();
-    for (const auto& t : b.terms) terms[t.name] = t.bytes;
-    out["ranks"].push_back({{"rank", b.rank},
-                            {"gpu", b.gpu},
-                            {"terms_bytes", terms},
-                            {"total_bytes", b.total},
-                            {"capacity_bytes", b.capacity},
-                            {"usable_bytes", b.usable},
-                            {"headroom_bytes", b.headroom()},
-                            {"fits", b.headroom() >= 0}});
-  }
-  return out.dump();
+  traces::check_groups_hold_state(plan, s, plan_label);
+  return costmodels::memory_record(s, plan_label, costmodels::predict_plan_memory(s, plan)).dump();
+}
+
+// `cephalo predict collective --json`.
+std::string collective_json(const Scenario& s, const costmodels::CollectiveQuery& query) {
+  return costmodels::to_json(costmodels::predict_collective(s, query, kArguments)).dump();
 }
 
 // Raises the Python class of cephalo.errors that mirrors the C++ error kind.
@@ -282,4 +270,22 @@ PYBIND11_MODULE(_cephalo, m) {
   m.def("model_json", &model_json, py::arg("name_or_file"));
   m.def("memory_json", &memory_json, py::arg("scenario"), py::arg("plan"), py::arg("plan_label"),
         release());
+  m.def(
+      "layer_json",
+      [](const std::string& gpu, const std::string& model, int seq, const std::string& dtype,
+         int micro_batch, const std::string& source) {
+        return layer_json({gpu, model, seq, dtype, micro_batch, source});
+      },
+      py::arg("gpu"), py::arg("model"), py::arg("seq"), py::arg("dtype"), py::arg("micro_batch"),
+      py::arg("source"), release());
+  m.def(
+      "collective_json",
+      [](const Scenario& s, const std::string& kind, const std::string& bytes,
+         std::optional<std::vector<double>> ranks, std::optional<std::vector<double>> shares,
+         const std::string& uneven, const std::string& sweep) {
+        return collective_json(s,
+                               {kind, bytes, std::move(ranks), std::move(shares), uneven, sweep});
+      },
+      py::arg("scenario"), py::arg("kind"), py::arg("bytes"), py::arg("ranks"), py::arg("shares"),
+      py::arg("uneven"), py::arg("sweep"), release());
 }

@@ -217,6 +217,80 @@ def test_predict_memory_equals_the_cli(tmp_path, default_plan):
     assert got.ranks_frame()["total_bytes"].gt(0).all()
 
 
+@pytest.mark.parametrize("gpu, model, seq, dtype, micro_batch, source", [
+    ("l4", "deepspeedgpt_2.7b", 512, "fp16", 4, "auto"),   # a profile row (with its detail)
+    ("p100", "gpt-2.7b", 512, "fp32", 30, "auto"),        # beyond the profiled micro-batches
+    ("h100", "llama3-8b", 2048, "bf16", 2, "roofline"),
+    ("a100", "bert-large", 512, "fp16", 8, "calibrated"),
+])
+def test_predict_layer_equals_the_cli(gpu, model, seq, dtype, micro_batch, source):
+    got = cephalo.predict_layer(gpu, model, seq, micro_batch, dtype=dtype, source=source)
+    expected = json.loads(cli("predict", "layer", "--gpu", gpu, "--model", model, "--seq", seq,
+                              "--dtype", dtype, "--micro-batch", micro_batch, "--source", source,
+                              "--json"))
+    assert got == expected
+    assert got["forward_ms"] > 0 and got["backward_ms"] > got["forward_ms"] * 0.5
+
+
+def test_predict_layer_errors_name_the_keyword():
+    cases = [(dict(micro_batch=0), "micro_batch", "0"),
+             (dict(seq=65), "seq", "65"),             # gpt-tiny has 64 learned positions
+             (dict(dtype="fp8"), "dtype", "fp8")]
+    for change, key, value in cases:
+        args = dict(gpu="l4", model="gpt-tiny", seq=32, micro_batch=1) | change
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.predict_layer(**args)
+        e = info.value
+        assert (e.file, e.json_path, e.value) == ("arguments", key, value), e
+        assert e.expected
+        if key == "seq":
+            assert "64" in e.expected
+    with pytest.raises(cephalo.NotFoundError):
+        cephalo.predict_layer("l44", "gpt-tiny", 32, 1)
+    with pytest.raises(cephalo.NotFoundError):
+        cephalo.predict_layer("l4", "gtp-tiny", 32, 1)
+    # The CLI refuses the same sequence with the same expectation, naming the flag.
+    done = subprocess.run([CLI, "predict", "layer", "--gpu", "l4", "--model", "gpt-tiny",
+                           "--seq", "65", "--micro-batch", "1"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--seq" in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("kind, size, flags, kwargs", [
+    ("all-reduce", "64MiB", [], {}),
+    ("all-gather", "1MiB", ["--ranks", "0,1", "--shares", "0.25,0.75", "--uneven", "padded"],
+     dict(ranks=[0, 1], shares=[0.25, 0.75], uneven="padded")),
+    ("reduce-scatter", 3 << 20, ["--shares", "0.1,0.2,0.3,0.4"],
+     dict(shares=[0.1, 0.2, 0.3, 0.4])),
+])
+def test_predict_collective_equals_the_cli(kind, size, flags, kwargs):
+    got = cephalo.predict_collective(DEFAULT, kind, size, **kwargs)
+    expected = json.loads(cli("predict", "collective", "--scenario", DEFAULT, "--kind", kind,
+                              "--bytes", size, *flags, "--json"))
+    assert got == expected
+    assert got["seconds"] > 0 and got["kind"] == kind
+
+
+def test_predict_collective_errors_name_the_keyword():
+    cases = [(dict(bytes="-5"), "bytes"),
+             (dict(shares=[0.5, 0.2, 0.2, 0.2]), "shares"),   # sums to 1.1
+             (dict(shares=[0.5, 0.5]), "shares"),             # two shares for four ranks
+             (dict(ranks=[0, 4]), "ranks"),                   # four ranks: 0..3
+             (dict(ranks=[0.5]), "ranks"),
+             (dict(uneven="ring"), "uneven")]
+    for change, key in cases:
+        args = dict(kind="all-gather", bytes="1MiB") | change
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.predict_collective(DEFAULT, **args)
+        assert (info.value.file, info.value.json_path) == ("arguments", key), info.value
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_collective(DEFAULT, "all-gather", "1MiB", shares=[0.5, 0.2, 0.2, 0.2])
+    assert "sum" in info.value.expected
+    with pytest.raises(cephalo.NotFoundError):
+        cephalo.predict_collective(DEFAULT, "gather", "1MiB")
+    with pytest.raises(cephalo.IoError):
+        cephalo.predict_collective(DEFAULT, "all-gather", "1MiB", sweep="/no/such/sweep.json")
+
+
 def test_compare_two_results(tmp_path, default_plan):
     sim = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
     other = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="calibrated")

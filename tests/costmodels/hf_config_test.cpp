@@ -43,10 +43,11 @@ TEST(HfConfig, ShippedConfigsGiveThePublishedParameterCounts) {
     double published;
   };
   const Case cases[] = {
-      {"meta-llama-3-8b", 8'030'261'248},  // Llama 3 model card
-      {"mistral-7b-v0.1", 7'241'732'096},  // Mistral 7B model card
-      {"gpt2", 124'439'808},               // GPT-2 small, tied head
-      {"opt-1.3b", 1'315'758'080},         // OPTForCausalLM, facebook/opt-1.3b
+      {"meta-llama-3-8b", 8'030'261'248},    // Llama 3 model card
+      {"meta-llama-3-70b", 70'553'706'496},  // Llama 3 model card
+      {"mistral-7b-v0.1", 7'241'732'096},    // Mistral 7B model card
+      {"gpt2", 124'439'808},                 // GPT-2 small, tied head
+      {"opt-1.3b", 1'315'758'080},           // OPTForCausalLM, facebook/opt-1.3b
       // BertForMaskedLM of bert-large-uncased: BertModel's published 335,141,888 less the
       // pooler (1024·1024 + 1024) plus the masked-LM head's transform, LayerNorm and
       // decoder bias (1024·1024 + 1024 + 2·1024 + 30522).
@@ -76,17 +77,30 @@ TEST(HfConfig, StructureIsReadAsTheModelTypeDefinesIt) {
   EXPECT_FALSE(mpt.spec.norm_bias);
   EXPECT_EQ(mpt.spec.max_positions, 0);  // ALiBi
   HfModel opt = load("opt-1.3b");
-  EXPECT_EQ(opt.spec.max_positions, 2050);
+  EXPECT_EQ(opt.spec.max_positions, 2050);  // stored rows (the parameter count)
+  EXPECT_EQ(opt.spec.position_offset, 2);
+  EXPECT_EQ(max_sequence(opt.spec), 2048);  // what it runs
   HfModel mistral = load("mistral-7b-v0.1");
   EXPECT_EQ(mistral.spec.attention_window, 4096);
   EXPECT_FALSE(mistral.notes.empty());
-  // The untouched llama gives exactly the catalog's llama3-8b architecture.
-  ModelSpec llama = load("meta-llama-3-8b").spec;
-  ModelSpec catalog = costmodels::ModelCatalog::builtin().get("llama3-8b");
-  llama.name = catalog.name;
-  llama.source = catalog.source;
-  llama.aliases = catalog.aliases;
-  EXPECT_EQ(to_json(llama), to_json(catalog));
+}
+
+// The catalog's entries for shipped configs are those configs ("hf_config" in
+// scenarios/catalog/models.json), so catalog and configs cannot drift; the architecture is the
+// model card's (closed_forms_test checks llama3-8b's count independently).
+TEST(HfConfig, CatalogEntriesOfShippedConfigsAreThoseConfigs) {
+  const std::pair<const char*, const char*> entries[] = {{"llama3-8b", "meta-llama-3-8b"},
+                                                         {"llama3-70b", "meta-llama-3-70b"}};
+  for (const auto& [name, file] : entries) {
+    ModelSpec config = load(file).spec;
+    const ModelSpec& catalog = costmodels::ModelCatalog::builtin().get(name);
+    EXPECT_EQ(catalog.name, name);
+    config.name = catalog.name;
+    config.source = catalog.source;
+    config.aliases = catalog.aliases;
+    EXPECT_EQ(to_json(config), to_json(catalog)) << name;
+  }
+  EXPECT_EQ(costmodels::ModelCatalog::builtin().get("llama3-8b").kv_heads, 8);
 }
 
 TEST(HfConfig, ChangingOneCostRelevantKeyChangesTheCount) {
@@ -183,6 +197,16 @@ Job job_with(const TempDir& dir, const std::string& model, int sequence) {
                                         std::to_string(sequence) + R"(, "global_batch": 8})");
   return load_job(file, costmodels::CatalogLookup::builtin());
 }
+
+ValidationError refused_job(const TempDir& dir, const std::string& model, int sequence) {
+  try {
+    job_with(dir, model, sequence);
+  } catch (const ValidationError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted " << model << " at sequence " << sequence;
+  return ValidationError("", "", "", "");
+}
 }  // namespace
 
 TEST(HfConfig, AJobsModelMayBeAConfigRelativeToTheJobFile) {
@@ -192,24 +216,20 @@ TEST(HfConfig, AJobsModelMayBeAConfigRelativeToTheJobFile) {
   EXPECT_EQ(costmodels::total_parameters(job.model), 7'241'732'096);
   EXPECT_EQ(job.model_name, job.model.name);
   // Longer than the sliding window: refused, naming the sequence and the window.
-  try {
-    job_with(dir, R"({"hf_config": "config.json"})", 8192);
-    ADD_FAILURE() << "a sequence beyond the window was accepted";
-  } catch (const ValidationError& e) {
-    EXPECT_EQ(e.json_path(), "sequence_length");
-    EXPECT_NE(e.expected().find("4096"), std::string::npos);
+  ValidationError window = refused_job(dir, R"({"hf_config": "config.json"})", 8192);
+  EXPECT_EQ(window.json_path(), "sequence_length");
+  EXPECT_NE(window.expected().find("4096"), std::string::npos);
+  // OPT runs max_position_embeddings tokens: its two offset rows are stored, never reached.
+  std::filesystem::copy_file(kModels / "opt-1.3b.json", dir.path / "opt.json");
+  EXPECT_EQ(job_with(dir, R"({"hf_config": "opt.json"})", 2048).sequence_length, 2048);
+  for (int too_long : {2049, 2050}) {
+    ValidationError opt = refused_job(dir, R"({"hf_config": "opt.json"})", too_long);
+    EXPECT_EQ(opt.json_path(), "sequence_length");
+    EXPECT_NE(opt.expected().find("2048 tokens"), std::string::npos) << opt.expected();
   }
-  try {
-    job_with(dir, R"({"hf_config": "missing.json"})", 128);
-    ADD_FAILURE() << "a missing config was accepted";
-  } catch (const ValidationError& e) {
-    EXPECT_EQ(e.json_path(), "model.hf_config");
-    EXPECT_NE(e.value().find("missing.json"), std::string::npos);
-  }
-  try {
-    job_with(dir, R"({"hf_config": "config.json", "layers": 3})", 128);
-    ADD_FAILURE() << "an unknown key beside hf_config was accepted";
-  } catch (const ValidationError& e) {
-    EXPECT_NE(e.json_path().find("layers"), std::string::npos);
-  }
+  ValidationError missing = refused_job(dir, R"({"hf_config": "missing.json"})", 128);
+  EXPECT_EQ(missing.json_path(), "model.hf_config");
+  EXPECT_NE(missing.value().find("missing.json"), std::string::npos);
+  ValidationError unknown = refused_job(dir, R"({"hf_config": "config.json", "layers": 3})", 128);
+  EXPECT_NE(unknown.json_path().find("layers"), std::string::npos);
 }

@@ -67,6 +67,7 @@ struct ModelSpec {
   int ffn_hidden = 0;               // MLP inner size
   int vocab_size = 0;               // 0 for ViT
   int max_positions = 0;            // learned position embeddings (0: rotary, none stored)
+  int position_offset = 0;          // of those, rows no token reaches (OPT: 2, max_sequence)
   std::string activation = "gelu";  // "gelu" or "swiglu"
   std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
   // Biases of the linear layers, by part (the JSON key "bias" sets all three; Qwen2 has only
@@ -86,6 +87,13 @@ struct ModelSpec {
   std::vector<std::string> aliases;
   std::string source;
 };
+
+// The longest sequence the model can run: its learned positions less the offset rows (0: no
+// stored positions, so the job alone limits it). OPT stores max_position_embeddings + 2 rows
+// (Hugging Face's padding offset) and runs max_position_embeddings tokens.
+inline int max_sequence(const ModelSpec& m) {
+  return m.max_positions > 0 ? m.max_positions - m.position_offset : 0;
+}
 
 ModelSpec parse_model_spec(JsonReader& reader);
 Json to_json(const ModelSpec& spec);

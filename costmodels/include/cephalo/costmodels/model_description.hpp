@@ -1,0 +1,22 @@
+#pragma once
+// The record of `cephalo describe model NAME_OR_CONFIG_JSON` (and `describe models`): a model's
+// architecture with its parameter counts by unit, built once for the CLI and the Python module.
+#include <string>
+
+#include "cephalo/core/hf_config.hpp"
+
+namespace cephalo::costmodels {
+
+// A catalog model (by name or alias) or, when no catalog entry has that name, a Hugging Face
+// config.json (model_type and notes filled in). Errors as load_hf_config's.
+HfModel find_model_or_config(const std::string& name_or_file);
+
+// The architecture (to_json) with its per-layer and total parameter counts: a `describe models`
+// row.
+Json model_summary(const ModelSpec& model);
+
+// model_summary plus the embedding and head counts and, for a config, its model_type and the
+// notes on what was read but not priced.
+Json model_description(const HfModel& model);
+
+}  // namespace cephalo::costmodels

@@ -1,0 +1,79 @@
+#pragma once
+// The records of `cephalo predict layer | memory | collective`: each query is checked, priced
+// and turned into its JSON record here, once, so that the CLI (apps/cmd_predict.cpp) and the
+// Python module (python/src/module.cpp) only convert their arguments and print.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+
+namespace cephalo::costmodels {
+
+// Where a query's values came from, for the errors: the command line (each field named by its
+// flag, "--micro-batch") or a Python call (by its keyword, "micro_batch").
+struct QueryOrigin {
+  std::string file = "command line";
+  bool flags = true;
+  std::string field(const std::string& name) const;  // "micro_batch" -> "--micro-batch"
+};
+
+// ---- layer: per-layer forward / backward / recompute time of a catalog model on a GPU ----
+
+struct LayerQuery {
+  std::string gpu;    // catalog name or alias
+  std::string model;  // catalog name or alias
+  int seq = 0;
+  std::string dtype = "fp16";
+  int micro_batch = 0;
+  std::string source = "auto";  // make_cost_models' compute source
+};
+
+struct LayerPrediction {
+  std::string gpu, model, dtype, source;
+  int seq = 0;
+  int micro_batch = 0;
+  double forward_s = 0, backward_s = 0, recompute_s = 0;
+  bool extrapolated = false;
+  std::string detail;  // the profile row used, for a profile source ("" otherwise)
+};
+
+// ValidationError (file and field from `origin`) for a bad sequence, micro-batch or dtype;
+// NotFoundError for an unknown GPU, model or source.
+LayerPrediction predict_layer(const LayerQuery& query, const QueryOrigin& origin = {});
+Json to_json(const LayerPrediction& p);
+
+// ---- memory: a plan's per-rank memory, term by term ----
+
+// Every rank's breakdown. The caller has checked the plan against the scenario
+// (validate_plan_for, and traces::check_groups_hold_state for hybrid groups).
+std::vector<MemoryBreakdown> predict_plan_memory(const Scenario& scenario, const Plan& plan);
+Json memory_record(const Scenario& scenario, const std::string& plan_label,
+                   const std::vector<MemoryBreakdown>& ranks);
+
+// ---- collective: time and bandwidth of one collective on a scenario's cluster ----
+
+struct CollectiveQuery {
+  std::string kind;                           // all-gather, reduce-scatter, all-reduce, broadcast
+  std::string bytes;                          // total size: bytes, or with a unit ("64MiB")
+  std::optional<std::vector<double>> ranks;   // participants (default: every rank)
+  std::optional<std::vector<double>> shares;  // per participant, summing to 1 (default: even)
+  std::string uneven = "grouped";             // grouped | padded
+  std::string sweep;  // measured collective sweep to calibrate with ("": none)
+};
+
+struct CollectivePrediction {
+  std::string scenario;
+  CollectiveRequest request;
+  CollectiveEstimate estimate;
+  std::string calibration;  // the sweep file, or "defaults"
+};
+
+CollectivePrediction predict_collective(const Scenario& scenario, const CollectiveQuery& query,
+                                        const QueryOrigin& origin = {});
+Json to_json(const CollectivePrediction& p);
+
+}  // namespace cephalo::costmodels

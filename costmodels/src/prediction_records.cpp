@@ -1,0 +1,194 @@
+#include "cephalo/costmodels/prediction_records.hpp"
+
+#include <cmath>
+#include <numeric>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/profile.hpp"
+
+namespace cephalo::costmodels {
+namespace {
+
+// A one-GPU scenario, so that a layer is priced by the same factory as the simulator's.
+Scenario single_gpu_scenario(const DeviceSpec& spec, const Job& job) {
+  Scenario s;
+  s.name = "predict-layer";
+  DeviceSlot slot;
+  slot.type = spec.name;
+  slot.spec = spec;
+  Node node;
+  node.name = "node0";
+  node.devices.push_back(slot);
+  node.intra_link = {"pcie", spec.pcie_bandwidth(), 5e-6};
+  node.nic = {"ethernet", 25e9 / 8, 10e-6};
+  s.cluster.name = "single";
+  s.cluster.nodes.push_back(node);
+  s.job = job;
+  return s;
+}
+
+}  // namespace
+
+std::string QueryOrigin::field(const std::string& name) const {
+  if (!flags) return name;
+  std::string flag = "--" + name;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
+  const DeviceSpec& gpu = GpuCatalog::builtin().get(q.gpu);
+  const ModelSpec& model = ModelCatalog::builtin().get(q.model);
+  auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
+    throw ValidationError(origin.file, origin.field(field), value, expected);
+  };
+  auto dtype = parse_dtype(q.dtype);
+  if (!dtype) fail("dtype", q.dtype, "fp16, bf16 or fp32");
+  if (q.seq <= 0) fail("seq", std::to_string(q.seq), "a sequence length >= 1");
+  if (const int limit = max_sequence(model); limit > 0 && q.seq > limit)
+    fail("seq", std::to_string(q.seq),
+         "at most the model's " + std::to_string(limit) + " positions");
+  if (q.micro_batch <= 0)
+    fail("micro_batch", std::to_string(q.micro_batch), "a micro-batch size >= 1");
+  Job job;
+  job.model_name = q.model;
+  job.model = model;
+  job.sequence_length = q.seq;
+  job.global_batch = q.micro_batch;
+  job.precision.compute = *dtype;
+  auto models = make_cost_models(single_gpu_scenario(gpu, job), q.source);
+  auto f = models.compute->unit_time(gpu, job, 1, ComputePhase::Forward, q.micro_batch);
+  auto b = models.compute->unit_time(gpu, job, 1, ComputePhase::Backward, q.micro_batch);
+  auto r = models.compute->unit_time(gpu, job, 1, ComputePhase::Recompute, q.micro_batch);
+  LayerPrediction p;
+  p.gpu = gpu.name;
+  p.model = model.name;
+  p.seq = q.seq;
+  p.dtype = to_string(*dtype);
+  p.micro_batch = q.micro_batch;
+  p.forward_s = f.seconds;
+  p.backward_s = b.seconds;
+  p.recompute_s = r.seconds;
+  p.source = f.source;
+  p.extrapolated = f.extrapolated || b.extrapolated;
+  if (f.source.rfind("profile", 0) == 0)
+    if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, *dtype))
+      p.detail = ProfileTables::evaluate(*row, q.micro_batch).detail + " (" + row->file_model +
+                 " on " + row->file_gpu + ")";
+  return p;
+}
+
+Json to_json(const LayerPrediction& p) {
+  Json j = {{"gpu", p.gpu},
+            {"model", p.model},
+            {"seq", p.seq},
+            {"dtype", p.dtype},
+            {"micro_batch", p.micro_batch},
+            {"forward_ms", p.forward_s * 1e3},
+            {"backward_ms", p.backward_s * 1e3},
+            {"recompute_ms", p.recompute_s * 1e3},
+            {"source", p.source},
+            {"extrapolated", p.extrapolated}};
+  if (!p.detail.empty()) j["detail"] = p.detail;
+  return j;
+}
+
+std::vector<MemoryBreakdown> predict_plan_memory(const Scenario& scenario, const Plan& plan) {
+  std::vector<MemoryBreakdown> out;
+  out.reserve(plan.ranks.size());
+  for (const auto& r : plan.ranks) out.push_back(predict_memory(scenario, plan, r.rank));
+  return out;
+}
+
+Json memory_record(const Scenario& scenario, const std::string& plan_label,
+                   const std::vector<MemoryBreakdown>& ranks) {
+  Json out = {{"scenario", scenario.name}, {"plan", plan_label}, {"ranks", Json::array()}};
+  for (const auto& b : ranks) {
+    Json terms = Json::object();
+    for (const auto& t : b.terms) terms[t.name] = t.bytes;
+    out["ranks"].push_back({{"rank", b.rank},
+                            {"gpu", b.gpu},
+                            {"terms_bytes", terms},
+                            {"total_bytes", b.total},
+                            {"capacity_bytes", b.capacity},
+                            {"usable_bytes", b.usable},
+                            {"headroom_bytes", b.headroom()},
+                            {"fits", b.headroom() >= 0}});
+  }
+  return out;
+}
+
+CollectivePrediction predict_collective(const Scenario& scenario, const CollectiveQuery& q,
+                                        const QueryOrigin& origin) {
+  auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
+    throw ValidationError(origin.file, origin.field(field), value, expected);
+  };
+  Scenario s = scenario;
+  if (!q.sweep.empty()) s.calibration.push_back(q.sweep);
+  auto models = make_cost_models(s, "roofline");  // the compute source is irrelevant here
+  CollectiveRequest req;
+  req.kind = parse_collective_kind(q.kind);
+  auto bytes = parse_quantity(q.bytes, Quantity::Bytes);
+  if (!bytes) fail("bytes", q.bytes, "a byte size >= 0 such as 1048576 or \"64MiB\"");
+  const int num_ranks = s.cluster.num_ranks();
+  if (!q.ranks) {
+    for (int r = 0; r < num_ranks; ++r) req.ranks.push_back(r);
+  } else {
+    if (q.ranks->empty()) fail("ranks", "[]", "a non-empty list");
+    for (double r : *q.ranks) {
+      if (r != std::floor(r) || r < 0 || r >= num_ranks)
+        fail("ranks", std::to_string(r),
+             "ranks of the cluster (0.." + std::to_string(num_ranks - 1) + ")");
+      req.ranks.push_back(static_cast<int>(r));
+    }
+  }
+  const std::size_t n = req.ranks.size();
+  if (!q.shares) {
+    req.shard_bytes.assign(n, *bytes / static_cast<double>(n));
+  } else {
+    const auto& shares = *q.shares;
+    std::string listed;
+    for (double x : shares) listed += (listed.empty() ? "" : ",") + fixed(x, 6);
+    if (shares.size() != n)
+      fail("shares", listed, std::to_string(n) + " shares, one per participating rank");
+    for (double x : shares)
+      if (!(x >= 0) || !std::isfinite(x)) fail("shares", std::to_string(x), "shares >= 0");
+    const double sum = std::accumulate(shares.begin(), shares.end(), 0.0);
+    if (std::abs(sum - 1) > 1e-6)
+      fail("shares", listed, "shares summing to 1 (they sum to " + fixed(sum, 6) + ")");
+    for (double x : shares) req.shard_bytes.push_back(x * *bytes);
+  }
+  if (q.uneven == "grouped")
+    req.uneven = UnevenCollective::Grouped;
+  else if (q.uneven == "padded")
+    req.uneven = UnevenCollective::Padded;
+  else
+    fail("uneven", q.uneven, "grouped or padded");
+  CollectivePrediction p;
+  p.scenario = s.name;
+  p.estimate = models.comm->collective(s.cluster, req);
+  p.request = std::move(req);
+  p.calibration = q.sweep.empty() ? "defaults" : q.sweep;
+  return p;
+}
+
+Json to_json(const CollectivePrediction& p) {
+  return {{"scenario", p.scenario},
+          {"kind", to_string(p.request.kind)},
+          {"ranks", p.request.ranks},
+          {"bytes", p.estimate.total_bytes},
+          {"shard_bytes", p.request.shard_bytes},
+          {"seconds", p.estimate.seconds},
+          {"algbw_bytes_per_s", p.estimate.algbw},
+          {"busbw_bytes_per_s", p.estimate.busbw},
+          {"algorithm", p.estimate.algorithm},
+          {"calibration", p.calibration}};
+}
+
+}  // namespace cephalo::costmodels
