@@ -26,6 +26,12 @@ void print_groups(const std::string& title, const std::vector<GroupError>& group
   std::cout << title << "\n" << t.render() << "\n";
 }
 
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
@@ -139,11 +145,6 @@ TEST(PublishedThroughput, ComputeOnlyInSampleAndHeldOutByGpu) {
     t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
                fixed(a, 1), fixed(b, 1)});
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-  };
   std::cout << "\nPublished throughput, compute only (error of simulated tokens/s per GPU)\n"
             << t.render() << "MAPE in-sample " << fixed(mean(in_err), 1) << "%, GPU type held out "
             << fixed(mean(out_err), 1) << "%\n";
@@ -179,11 +180,6 @@ TEST(PublishedThroughput, HopperCheckSetComputeOnly) {
     t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
                fixed(a, 1), fixed(b, 1)});
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-  };
   int conc = 0, disc = 0;
   for (std::size_t i = 0; i < sim.size(); ++i)
     for (std::size_t j = i + 1; j < sim.size(); ++j)
