@@ -45,6 +45,7 @@ PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, in
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
   const double sfu = special_function_rate(device);
+  const double mma = legacy_mma_fraction(device);
   PhaseFeatures f;
   for (const OpCost& op : unit_ops(model, unit, seq, micro_batch, dtype, impl)) {
     // The column the op's FLOP time goes to (none for memory-bound ops) and its rate. Flash
@@ -62,7 +63,7 @@ PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, in
         break;
       case OpClass::FusedAttention:
         column = 0;
-        rate *= waves_eff * legacy_mma_fraction(device);
+        rate *= waves_eff * mma;
         scale = flash_weight;
         break;
       case OpClass::Attention:
@@ -106,6 +107,8 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
   const double bw = device.memory_bandwidth;
   const bool fwd = phase != ComputePhase::Backward;
   const Efficiency& eff = fwd ? forward_ : backward_;
+  const double sfu = special_function_rate(device);
+  const double mma = legacy_mma_fraction(device);
   double seconds = 0;
   for (const OpCost& op :
        unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype, job.implementation)) {
@@ -115,10 +118,8 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
                  : op.op_class == OpClass::Attention ? eff.attention
                                                      : 1.0;
     const bool flash = op.op_class == OpClass::FusedAttention;
-    const double sfu = special_function_rate(device);
-    double t_compute = op.op_class == OpClass::Memory
-                           ? 0
-                           : flops / (eta * peak * (flash ? legacy_mma_fraction(device) : 1.0));
+    double t_compute =
+        op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * (flash ? mma : 1.0));
     if (flash && sfu > 0) t_compute += (fwd ? op.forward_exps : op.backward_exps) / sfu;
     double t_memory = bytes / (eff.memory * bw);
     int kernels = fwd ? op.forward_kernels : op.backward_kernels;
