@@ -17,6 +17,22 @@ double effective_peak(const DeviceSpec& device, Dtype dtype) {
   return std::max(device.peak_flops(dtype), device.peak_fp32);
 }
 
+double special_function_rate(const DeviceSpec& device) {
+  // 16 results per SM per clock for exp2 / rcp / rsqrt on compute capability 6.0 and 7.0-10.0
+  // (CUDA C++ Programming Guide, "Arithmetic Instructions"; 32 on 6.1 parts, where flash
+  // attention does not run). A spec without SM count or clock has none.
+  if (device.sm_count <= 0 || !(device.boost_clock_hz > 0)) return 0;
+  return 16.0 * device.sm_count * device.boost_clock_hz;
+}
+
+double legacy_mma_fraction(const DeviceSpec& device) {
+  // Hopper's datasheet tensor peak needs its warpgroup instructions (wgmma); the warp-level
+  // mma.sync that Ampere-era kernels (FlashAttention-2, Triton of 2023) issue reaches about 2/3
+  // of it (Shah et al., FlashAttention-3, 2024, §1). On earlier generations mma.sync is the
+  // native instruction. Blackwell's ratio is not published: treated as native.
+  return device.architecture == "hopper" ? 2.0 / 3.0 : 1.0;
+}
+
 void check_micro_batch(int micro_batch) {
   if (micro_batch <= 0)
     throw ValidationError("", "micro_batch", std::to_string(micro_batch),
@@ -28,29 +44,45 @@ PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, in
                             double flash_weight) {
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
+  const double sfu = special_function_rate(device);
+  const double mma = legacy_mma_fraction(device);
   PhaseFeatures f;
   for (const OpCost& op : unit_ops(model, unit, seq, micro_batch, dtype, impl)) {
+    // The column the op's FLOP time goes to (none for memory-bound ops) and its rate. Flash
+    // attention is one kernel whose matmuls run at the rate its instructions reach and whose
+    // softmax exponentials run on the special-function units in series with them
+    // (FlashAttention-2 does not overlap the two; FlashAttention-3's authors measure the
+    // exponentials at up to half the matmul time on H100), all in the GEMM column.
+    std::size_t column = 2;
+    double rate = peak, scale = 1;
+    const double waves_eff = waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0;
     switch (op.op_class) {
       case OpClass::Gemm:
-      case OpClass::FusedAttention: {
-        const double w = (waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0) /
-                         (op.op_class == OpClass::FusedAttention ? flash_weight : 1.0);
-        f.forward[0] += op.forward_flops / (peak * w);
-        f.backward[0] += op.backward_flops / (peak * w);
-        f.forward[3] += op.forward_bytes / bw;
-        f.backward[3] += op.backward_bytes / bw;
+        column = 0;
+        rate *= waves_eff;
         break;
-      }
+      case OpClass::FusedAttention:
+        column = 0;
+        rate *= waves_eff * mma;
+        scale = flash_weight;
+        break;
       case OpClass::Attention:
-        f.forward[1] += op.forward_flops / peak;
-        f.backward[1] += op.backward_flops / peak;
-        f.forward[3] += op.forward_bytes / bw;
-        f.backward[3] += op.backward_bytes / bw;
+        column = 1;
         break;
       case OpClass::Memory:
-        f.forward[2] += op.forward_bytes / bw;
-        f.backward[2] += op.backward_bytes / bw;
         break;
+    }
+    if (column == 2) {
+      f.forward[2] += op.forward_bytes / bw;
+      f.backward[2] += op.backward_bytes / bw;
+    } else {
+      auto seconds = [&](double flops, double exps) {
+        return scale * (flops / rate + (sfu > 0 ? exps / sfu : 0));
+      };
+      f.forward[column] += seconds(op.forward_flops, op.forward_exps);
+      f.backward[column] += seconds(op.backward_flops, op.backward_exps);
+      f.forward[3] += op.forward_bytes / bw;
+      f.backward[3] += op.backward_bytes / bw;
     }
     f.forward[4] += op.forward_kernels * 1e-6;
     f.backward[4] += op.backward_kernels * 1e-6;
@@ -75,6 +107,8 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
   const double bw = device.memory_bandwidth;
   const bool fwd = phase != ComputePhase::Backward;
   const Efficiency& eff = fwd ? forward_ : backward_;
+  const double sfu = special_function_rate(device);
+  const double mma = legacy_mma_fraction(device);
   double seconds = 0;
   for (const OpCost& op :
        unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype, job.implementation)) {
@@ -83,7 +117,10 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
     double eta = (op.op_class == OpClass::Gemm || op.op_class == OpClass::FusedAttention) ? eff.gemm
                  : op.op_class == OpClass::Attention ? eff.attention
                                                      : 1.0;
-    double t_compute = op.op_class == OpClass::Memory ? 0 : flops / (eta * peak);
+    const bool flash = op.op_class == OpClass::FusedAttention;
+    double t_compute =
+        op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * (flash ? mma : 1.0));
+    if (flash && sfu > 0) t_compute += (fwd ? op.forward_exps : op.backward_exps) / sfu;
     double t_memory = bytes / (eff.memory * bw);
     int kernels = fwd ? op.forward_kernels : op.backward_kernels;
     seconds += std::max(t_compute, t_memory) + kernels * eff.kernel_overhead_us * 1e-6;

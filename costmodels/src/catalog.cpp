@@ -44,6 +44,32 @@ void load_entries(const std::filesystem::path& file, const char* list_key, Parse
 
 }  // namespace
 
+template <typename Spec>
+std::optional<Spec> NamedCatalog<Spec>::find(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) return std::nullopt;
+  return specs_[it->second];
+}
+
+template <typename Spec>
+const Spec& NamedCatalog<Spec>::get(const std::string& name) const {
+  auto it = index_.find(lower(name));
+  if (it == index_.end()) throw NotFoundError(what_, name, names());
+  return specs_[it->second];
+}
+
+template <typename Spec>
+std::vector<std::string> NamedCatalog<Spec>::names() const {
+  std::vector<std::string> out;
+  for (const auto& d : specs_) out.push_back(d.name);
+  for (const auto& entry : index_)
+    if (lower(specs_[entry.second].name) != entry.first) out.push_back(entry.first);
+  return out;
+}
+
+template class NamedCatalog<DeviceSpec>;
+template class NamedCatalog<ModelSpec>;
+
 std::filesystem::path data_dir() {
   if (const char* env = std::getenv("CEPHALO_DATA_DIR"); env && *env) return env;
   return CEPHALO_DEFAULT_DATA_DIR;
@@ -71,33 +97,13 @@ GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {
         }
         return spec;
       },
-      catalog.devices_, catalog.index_);
+      catalog.specs_, catalog.index_);
   return catalog;
 }
 
 const GpuCatalog& GpuCatalog::builtin() {
   static const GpuCatalog catalog = load(data_dir() / "catalog" / "gpus.json");
   return catalog;
-}
-
-std::optional<DeviceSpec> GpuCatalog::find(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) return std::nullopt;
-  return devices_[it->second];
-}
-
-const DeviceSpec& GpuCatalog::get(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) throw NotFoundError("GPU", name, names());
-  return devices_[it->second];
-}
-
-std::vector<std::string> GpuCatalog::names() const {
-  std::vector<std::string> out;
-  for (const auto& d : devices_) out.push_back(d.name);
-  for (const auto& [alias, i] : index_)
-    if (lower(devices_[i].name) != alias) out.push_back(alias);
-  return out;
 }
 
 ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
@@ -116,33 +122,13 @@ ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
         r.finish();
         return spec;
       },
-      catalog.models_, catalog.index_);
+      catalog.specs_, catalog.index_);
   return catalog;
 }
 
 const ModelCatalog& ModelCatalog::builtin() {
   static const ModelCatalog catalog = load(data_dir() / "catalog" / "models.json");
   return catalog;
-}
-
-std::optional<ModelSpec> ModelCatalog::find(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) return std::nullopt;
-  return models_[it->second];
-}
-
-const ModelSpec& ModelCatalog::get(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) throw NotFoundError("model", name, names());
-  return models_[it->second];
-}
-
-std::vector<std::string> ModelCatalog::names() const {
-  std::vector<std::string> out;
-  for (const auto& m : models_) out.push_back(m.name);
-  for (const auto& [alias, i] : index_)
-    if (lower(models_[i].name) != alias) out.push_back(alias);
-  return out;
 }
 
 const CatalogLookup& CatalogLookup::builtin() {

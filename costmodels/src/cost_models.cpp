@@ -54,7 +54,8 @@ CalibrationKind classify(const Json& j) {
   // or a sweep spec given as calibration is refused instead of read as an empty profile.
   bool memory_layout = !j.empty();
   for (auto& [k, v] : j.items()) {
-    if (!v.is_object() || v.empty()) memory_layout = false;
+    if (!v.is_object() || v.empty())
+      memory_layout = false;
     else
       for (auto& [k2, v2] : v.items())
         if (!v2.is_object() || !v2.contains("profiled_compute_memory")) memory_layout = false;

@@ -268,6 +268,8 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
         // q, k, v, o, dO and the lse read; dq, dk, dv written (plus the dO·O row sums).
         fa.backward_bytes = e * tokens * (4 * hd + 4 * kv + hd) + 8 * b * a * s;
         fa.backward_kernels = 2;
+        fa.forward_exps = b * a * s * s * (causal_attention(m) ? 0.5 : 1.0);
+        fa.backward_exps = fa.forward_exps;
         // One block per 128 query rows of each (sample, head).
         fa.tiles = output_tiles(s, 128, b * a);
         ops.push_back(fa);

@@ -38,6 +38,35 @@ TEST(ModelMath, GptForwardFlopsPerLayerMatchTheTextbookFormula) {
   }
 }
 
+// Flash attention in the GEMM column: its matmuls at the rate mma.sync reaches (2/3 of the
+// tensor peak on Hopper, all of it on Ampere) plus one exponential per unmasked score element in
+// each phase on the special-function units (16 per SM per clock).
+TEST(AnalyticCompute, FlashAttentionPaysForItsInstructionsAndExponentials) {
+  const ModelSpec& gpt = ModelCatalog::builtin().get("gpt-2.7b");
+  const Implementation flash{AttentionKernel::Flash, true};
+  for (const char* name : {"A100-80GB", "H100-SXM"}) {
+    const DeviceSpec& d = GpuCatalog::builtin().get(name);
+    const double sfu = 16.0 * d.sm_count * d.boost_clock_hz;
+    EXPECT_DOUBLE_EQ(special_function_rate(d), sfu) << name;
+    const double mma = d.architecture == "hopper" ? 2.0 / 3.0 : 1.0;
+    EXPECT_DOUBLE_EQ(legacy_mma_fraction(d), mma) << name;
+    OpCost fa;
+    for (const auto& op : unit_ops(gpt, 1, 4096, 1, Dtype::BF16, flash))
+      if (std::string(op.name) == "flash_attention") fa = op;
+    EXPECT_DOUBLE_EQ(fa.forward_exps, 0.5 * gpt.heads * 4096.0 * 4096.0) << name;
+    EXPECT_DOUBLE_EQ(fa.backward_exps, fa.forward_exps) << name;
+    // The flash share of the GEMM column: with it minus without it (eager has none of it).
+    const double peak = effective_peak(d, Dtype::BF16);
+    const auto with = unit_features(d, gpt, 1, 4096, 1, Dtype::BF16, flash, false, 2.0);
+    const auto unit = unit_features(d, gpt, 1, 4096, 1, Dtype::BF16, flash, false, 1.0);
+    const double share = fa.forward_flops / (peak * mma) + fa.forward_exps / sfu;
+    EXPECT_NEAR(with.forward[0] - unit.forward[0], share, 1e-9 * share) << name;
+  }
+  // A spec without SM count or clock (inline) has no exponential term.
+  DeviceSpec inline_gpu;
+  EXPECT_EQ(special_function_rate(inline_gpu), 0);
+}
+
 TEST(ModelMath, FlashAttentionSkipsTheMaskedHalfAndMovesNoScores) {
   const ModelSpec& gpt = ModelCatalog::builtin().get("gpt-2.7b");
   const double s = 2048, b = 2, h = gpt.hidden, a = gpt.heads;

@@ -26,6 +26,12 @@ void print_groups(const std::string& title, const std::vector<GroupError>& group
   std::cout << title << "\n" << t.render() << "\n";
 }
 
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
@@ -46,7 +52,7 @@ TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
                rep.leave_one_generation_out);
   auto builtin = CalibratedComputeModel::builtin();
   std::cout << "leave-one-GPU-out:   median over GPUs " << fixed(rep.logo_median_over_gpus, 1)
-            << "%, all rows " << fixed(rep.logo_overall, 1) << "% (target 15%)\n"
+            << "%, all rows " << fixed(rep.logo_overall, 1) << "% (target 12%)\n"
             << "leave-one-model-out: median over GPUs " << fixed(rep.lomo_median_over_gpus, 1)
             << "%, all rows " << fixed(rep.lomo_overall, 1) << "% (target 8%)\n"
             << "unseen model:        median over GPUs "
@@ -139,11 +145,6 @@ TEST(PublishedThroughput, ComputeOnlyInSampleAndHeldOutByGpu) {
     t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
                fixed(a, 1), fixed(b, 1)});
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-  };
   std::cout << "\nPublished throughput, compute only (error of simulated tokens/s per GPU)\n"
             << t.render() << "MAPE in-sample " << fixed(mean(in_err), 1) << "%, GPU type held out "
             << fixed(mean(out_err), 1) << "%\n";
@@ -165,25 +166,26 @@ TEST(PublishedThroughput, HopperCheckSetComputeOnly) {
   CalibrationOptions no_beta;
   no_beta.published_attention_weight = false;
   auto flat = CalibratedComputeModel::fit(ProfileTables::builtin(), no_beta);
-  TextTable t({"point", "ckpt", "measured tok/s/GPU", "error %", "error, β = 1 %"});
-  std::vector<double> err, err_flat, sim, meas;
+  // GEMM waves over the SMs (off by default), refitted with them, out of sample.
+  CalibrationOptions with_waves;
+  with_waves.gemm_waves = true;
+  auto waves = CalibratedComputeModel::fit(ProfileTables::builtin(), with_waves);
+  TextTable t(
+      {"point", "ckpt", "measured tok/s/GPU", "error %", "error, β = 1 %", "error, waves %"});
+  std::vector<double> err, err_flat, err_waves, sim, meas;
   for (const auto& p : points) {
     auto e = [&](const ComputeModel& m) {
       return 100 * (p.measured_iteration_s() / published_compute_seconds(m, p) - 1);
     };
-    const double a = e(*all), b = e(*flat);
+    const double a = e(*all), b = e(*flat), c = e(*waves);
     err.push_back(std::abs(a));
     err_flat.push_back(std::abs(b));
+    err_waves.push_back(std::abs(c));
     sim.push_back(p.tokens_per_s_per_gpu * (1 + a / 100));
     meas.push_back(p.tokens_per_s_per_gpu);
     t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
-               fixed(a, 1), fixed(b, 1)});
+               fixed(a, 1), fixed(b, 1), fixed(c, 1)});
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-  };
   int conc = 0, disc = 0;
   for (std::size_t i = 0; i < sim.size(); ++i)
     for (std::size_t j = i + 1; j < sim.size(); ++j)
@@ -191,8 +193,9 @@ TEST(PublishedThroughput, HopperCheckSetComputeOnly) {
   const double tau = static_cast<double>(conc - disc) / (conc + disc);
   std::cout << "\nHopper check set, compute only, published checkpointing (never fitted)\n"
             << t.render() << "MAPE " << fixed(mean(err), 1)
-            << "% (beta = 1: " << fixed(mean(err_flat), 1) << "%), Kendall tau " << fixed(tau, 2)
-            << " over " << points.size() << " points\n";
+            << "% (beta = 1: " << fixed(mean(err_flat), 1)
+            << "%; with GEMM waves: " << fixed(mean(err_waves), 1) << "%), Kendall tau "
+            << fixed(tau, 2) << " over " << points.size() << " points\n";
   EXPECT_EQ(points.size(), 52u);
   EXPECT_LT(mean(err), 100.0);
 }

@@ -12,6 +12,12 @@ namespace cephalo::costmodels {
 // at 2x) the usable peak is the fp32 peak; elsewhere it is never below the fp32 peak.
 double effective_peak(const DeviceSpec& device, Dtype dtype);
 
+// Exponentials per second on the special-function units (0 without SM count and clock).
+double special_function_rate(const DeviceSpec& device);
+// Fraction of the tensor-core peak reached by the warp-level mma.sync instructions that
+// FlashAttention-2-class kernels issue (2/3 on Hopper, 1 where mma.sync is native).
+double legacy_mma_fraction(const DeviceSpec& device);
+
 // Per-phase features of one unit, each in seconds at 100% of the datasheet rate:
 //   [0] GEMM FLOPs / peak, [1] attention FLOPs / peak, [2] Memory-class bytes / bandwidth,
 //   [3] GEMM and attention operand bytes / bandwidth (what makes GEMMs slow on GPUs with
@@ -24,9 +30,10 @@ struct PhaseFeatures {
   OpFeatures forward{};
   OpFeatures backward{};
 };
-// Flash attention's FLOPs count in the GEMM column (tensor-core matmuls tiled in on-chip
+// Flash attention's time counts in the GEMM column (tensor-core matmuls tiled in on-chip
 // memory run at GEMM-like rates: FlashAttention-2 reaches 50-73 % of the A100's peak, cuBLAS
-// GEMMs of these sizes 70-85 %); its q/k/v/o traffic in the operand-bytes column.
+// GEMMs of these sizes 70-85 %): its FLOPs at legacy_mma_fraction of the peak plus its
+// exponentials at special_function_rate; its q/k/v/o traffic in the operand-bytes column.
 // With `waves`, each GEMM's FLOPs are divided by its wave efficiency over the device's SMs
 // (wave_efficiency; no effect on a spec without sm_count). `flash_weight` multiplies flash
 // attention's FLOPs in the GEMM column: the attention kernel of a software stack runs at its own

@@ -145,6 +145,9 @@ class CalibratedComputeModel : public ComputeModel {
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
                          bool backward, bool* own = nullptr) const;
   std::string family_key(const std::string& family, Dtype dtype) const;
+  // The published stacks' factors and flash weights (calibrated_stacks.cpp), after every
+  // other factor is fitted.
+  void fit_published_stacks(const CalibrationOptions& options);
   bool median_of_gpus_ = false;
   bool waves_ = true;
   bool family_per_dtype_ = false;

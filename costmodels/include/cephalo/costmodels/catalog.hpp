@@ -15,34 +15,38 @@ namespace cephalo::costmodels {
 // Folder holding the shipped data (scenarios/); overridable with CEPHALO_DATA_DIR.
 std::filesystem::path data_dir();
 
-class GpuCatalog {
+// What both catalogs share: specs by name or alias (any case), suggestions when not found.
+template <typename Spec>
+class NamedCatalog {
  public:
-  static GpuCatalog load(const std::filesystem::path& file);
-  static const GpuCatalog& builtin();  // data_dir()/catalog/gpus.json, loaded once
-
-  std::optional<DeviceSpec> find(const std::string& name) const;  // name or alias, any case
-  const DeviceSpec& get(const std::string& name) const;           // NotFoundError with suggestions
-  const std::vector<DeviceSpec>& all() const { return devices_; }
+  std::optional<Spec> find(const std::string& name) const;  // name or alias, any case
+  const Spec& get(const std::string& name) const;           // NotFoundError with suggestions
+  const std::vector<Spec>& all() const { return specs_; }
   std::vector<std::string> names() const;  // canonical names and aliases
 
+ protected:
+  explicit NamedCatalog(const char* what) : what_(what) {}
+  std::vector<Spec> specs_;
+  std::map<std::string, std::size_t> index_;  // lower-case name or alias -> spec
+
  private:
-  std::vector<DeviceSpec> devices_;
-  std::map<std::string, std::size_t> index_;  // lower-case name or alias -> device
+  const char* what_;  // what a spec is, for the not-found error ("GPU", "model")
+};
+extern template class NamedCatalog<DeviceSpec>;
+extern template class NamedCatalog<ModelSpec>;
+
+class GpuCatalog : public NamedCatalog<DeviceSpec> {
+ public:
+  GpuCatalog() : NamedCatalog("GPU") {}
+  static GpuCatalog load(const std::filesystem::path& file);
+  static const GpuCatalog& builtin();  // data_dir()/catalog/gpus.json, loaded once
 };
 
-class ModelCatalog {
+class ModelCatalog : public NamedCatalog<ModelSpec> {
  public:
+  ModelCatalog() : NamedCatalog("model") {}
   static ModelCatalog load(const std::filesystem::path& file);
   static const ModelCatalog& builtin();  // data_dir()/catalog/models.json
-
-  std::optional<ModelSpec> find(const std::string& name) const;
-  const ModelSpec& get(const std::string& name) const;
-  const std::vector<ModelSpec>& all() const { return models_; }
-  std::vector<std::string> names() const;
-
- private:
-  std::vector<ModelSpec> models_;
-  std::map<std::string, std::size_t> index_;
 };
 
 // SpecLookup over the two catalogs, for core's scenario loader.

@@ -87,6 +87,11 @@ struct OpCost {
   // tiles, one thread block each, run in waves over the SMs (a 132-SM GPU runs 133 tiles in
   // two waves, the second nearly empty).
   double tiles = 0;
+  // Exponentials evaluated on the special-function units (flash attention's softmax: one per
+  // score element in the forward, one again in the backward, which recomputes the
+  // probabilities); 0 for the other ops, whose exponentials hide under their memory traffic.
+  double forward_exps = 0;
+  double backward_exps = 0;
 };
 // Output tiles of an [m×n] result in 128×128 blocks, times `batch` independent products.
 double output_tiles(double m, double n, double batch = 1);

@@ -1,0 +1,122 @@
+// Prediction with the fitted calibrated compute model: θ and factors looked up per device,
+// dtype and stack; a unit's time from its op features.
+#include <cmath>
+
+#include "calibration_util.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+namespace cephalo::costmodels {
+using detail::at_fraction;
+using detail::dtype_class;
+using detail::median;
+using detail::predict_s;
+
+int pipeline_class(const DeviceSpec& device, Dtype dtype) {
+  return dtype_class(dtype) && effective_peak(device, dtype) > device.peak_fp32 ? 1 : 0;
+}
+
+std::string CalibratedComputeModel::family_key(const std::string& family, Dtype dtype) const {
+  return family_per_dtype_ ? family + (dtype_class(dtype) ? "/16" : "/32") : family;
+}
+
+double CalibratedComputeModel::sustained_fraction(const DeviceSpec& device, Dtype dtype) const {
+  double k = watts_per_flops_[static_cast<std::size_t>(pipeline_class(device, dtype))];
+  if (!(k > 0) || !(device.tdp_watts > 0)) return 1;
+  const double r = device.tdp_watts / (k * effective_peak(device, dtype));
+  if (r >= 1) return 1;
+  return power_exponent_ == 1.0 / 3.0 ? std::cbrt(r) : std::pow(r, power_exponent_);
+}
+
+std::shared_ptr<const CalibratedComputeModel> CalibratedComputeModel::builtin() {
+  static const std::shared_ptr<const CalibratedComputeModel> m = fit(ProfileTables::builtin());
+  return m;
+}
+
+const Theta& CalibratedComputeModel::theta(const DeviceSpec& device, Dtype dtype, bool* own) const {
+  const int c = pipeline_class(device, dtype);
+  auto it = per_gpu_.find({device.name, c});
+  if (own) *own = it != per_gpu_.end();
+  if (it != per_gpu_.end()) return it->second;
+  if (auto g = per_generation_.find({device.architecture, c}); g != per_generation_.end())
+    return g->second;
+  return pooled_.at(c);
+}
+
+std::array<double, 2> CalibratedComputeModel::family_factor(const std::string& family,
+                                                            Dtype dtype) const {
+  auto it = family_by_name_.find(family);
+  return it == family_by_name_.end() ? std::array<double, 2>{1, 1}
+                                     : it->second.f[static_cast<std::size_t>(dtype_class(dtype))];
+}
+
+std::array<double, 2> CalibratedComputeModel::factor(const DeviceSpec& device, Dtype dtype,
+                                                     const std::string& family,
+                                                     const std::string& model_name) const {
+  const auto dc = static_cast<std::size_t>(dtype_class(dtype));
+  auto f = family_factor(family, dtype);
+  auto times = [&](const std::array<double, 2>& g) {
+    f[0] *= g[0];
+    f[1] *= g[1];
+  };
+  if (auto m = model_by_name_.find(model_name); m != model_by_name_.end()) times(m->second.f[dc]);
+  if (auto g = local_by_name_.find(device.name); g != local_by_name_.end())
+    if (auto l = g->second.find(family); l != g->second.end()) times(l->second.f[dc]);
+  return f;
+}
+
+double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const std::string& stack,
+                                               const std::string& model_name, Dtype dtype,
+                                               const PhaseFeatures& x_peak, bool backward,
+                                               bool* own) const {
+  const int c = pipeline_class(device, dtype);
+  const PhaseFeatures x = at_fraction(x_peak, sustained_fraction(device, dtype));
+  const auto f = factor(device, dtype, stack, model_name);
+  auto eval = [&](const Theta& t) {
+    return backward ? f[1] * predict_s(t.backward, x.backward)
+                    : f[0] * predict_s(t.forward, x.forward);
+  };
+  auto it = per_gpu_.find({device.name, c});
+  if (own) *own = it != per_gpu_.end();
+  if (it != per_gpu_.end()) return eval(it->second);
+  if (auto g = per_generation_.find({device.architecture, c}); g != per_generation_.end())
+    return eval(g->second);
+  if (!median_of_gpus_) return eval(pooled_.at(c));
+  // An unprofiled GPU: every profiled GPU's θ applied to this GPU's features; the median is
+  // robust to GPUs that run far from their datasheet.
+  std::vector<double> v;
+  for (const auto& [key, t] : per_gpu_)
+    if (key.second == c) v.push_back(eval(t));
+  return v.empty() ? eval(pooled_.at(c)) : median(v);
+}
+
+double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq,
+                                        Dtype dtype, int micro_batch, bool backward,
+                                        const Implementation& impl) const {
+  PhaseFeatures x = unit_features(device, model, 1, seq, micro_batch, dtype, impl, waves_);
+  return 1e3 * predict_seconds(device, model.family, model.name, dtype, x, backward);
+}
+
+ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
+                                                  int unit, ComputePhase phase,
+                                                  int micro_batch) const {
+  check_micro_batch(micro_batch);
+  const Dtype dtype = job.precision.compute;
+  const int pipeline = pipeline_class(device, dtype);
+  PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype,
+                                  job.implementation, waves_,
+                                  stack_attention_weight(job.implementation, pipeline));
+  bool own = false;
+  const auto [stack, model_name] = job_stack(job);
+  double s =
+      predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward, &own) *
+      stack_factor(job.implementation, pipeline);
+  return {s, false, own ? "calibrated" : "calibrated (from specs)"};
+}
+
+ComputeEstimate CalibratedComputeModel::optimizer_time(const DeviceSpec& device, const Job& job,
+                                                       double shard_parameters) const {
+  return {adamw_seconds(device, job, shard_parameters), false, "calibrated"};
+}
+}  // namespace cephalo::costmodels

@@ -1,0 +1,190 @@
+// Validation of the calibrated compute model over the shipped profiles: leave one GPU, one
+// generation, one model (per GPU and everywhere) out, and the uncalibrated roofline.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "calibration_util.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+
+namespace cephalo::costmodels {
+using detail::mean;
+using detail::median;
+
+namespace {
+
+// Mean absolute percentage error of `predict` over a row's points (forward and backward
+// separately; forward+backward together for rows published only as a sum).
+template <typename Predict>
+double row_ape(const LayerProfile& row, Predict predict, bool whole_stack) {
+  const ModelSpec model = profiled_spec(row);
+  const DeviceSpec& gpu = GpuCatalog::builtin().get(row.gpu);
+  std::vector<double> errs;
+  for (const auto& p : row_points(row, whole_stack)) {
+    double f = predict(gpu, model, row.seq, row.dtype, p.micro_batch, false);
+    double b = predict(gpu, model, row.seq, row.dtype, p.micro_batch, true);
+    if (row.shape == ProfileShape::Combined || row.shape == ProfileShape::CombinedSlope) {
+      double actual = p.forward_ms + p.backward_ms;
+      errs.push_back(std::abs(f + b - actual) / actual);
+    } else {
+      errs.push_back(std::abs(f - p.forward_ms) / p.forward_ms);
+      errs.push_back(std::abs(b - p.backward_ms) / p.backward_ms);
+    }
+  }
+  return 100 * mean(errs);
+}
+
+GroupError summarize(const std::string& name, const std::vector<double>& apes) {
+  return {name, static_cast<int>(apes.size()), mean(apes), median(apes)};
+}
+
+}  // namespace
+
+ValidationReport validate_compute_models(const ProfileTables& tables,
+                                         const CalibrationOptions& base) {
+  ValidationReport rep;
+  rep.inconsistent = find_inconsistent_rows(tables, base.whole_stack_test_model);
+  std::set<const LayerProfile*> bad;
+  for (const auto& i : rep.inconsistent) bad.insert(i.row);
+  std::vector<const LayerProfile*> rows;
+  std::set<std::string> gpus;
+  for (const auto& r : tables.rows())
+    if (!bad.count(&r)) {
+      rows.push_back(&r);
+      gpus.insert(r.gpu);
+    }
+
+  // Leave one GPU out: θ pooled over the other GPUs, applied from the held-out GPU's specs.
+  std::vector<double> all_logo, gpu_means;
+  // A row's error under a model fitted without it (the protocols differ only in what is left out).
+  auto held_out_ape = [&](const CalibratedComputeModel& fitted, const LayerProfile& r) {
+    return row_ape(
+        r,
+        [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+          return fitted.layer_ms(d, m, s, dt, mb, bwd, r.implementation);
+        },
+        base.whole_stack_test_model);
+  };
+  // Scores the rows `held` selects under `fitted`: each row's error into `apes` and `all`, and
+  // into `record` when given.
+  auto score = [&](const CalibratedComputeModel& fitted,
+                   const std::function<bool(const LayerProfile&)>& held, std::vector<double>& apes,
+                   std::vector<double>& all, std::vector<RowError>* record) {
+    for (const auto* r : rows) {
+      if (!held(*r)) continue;
+      const double e = held_out_ape(fitted, *r);
+      apes.push_back(e);
+      all.push_back(e);
+      if (record) record->push_back({r->model, r->gpu, r->seq, r->dtype, e});
+    }
+  };
+  for (const auto& gpu : gpus) {
+    CalibrationOptions o = base;
+    o.exclude_gpus = {gpu};
+    auto model = CalibratedComputeModel::fit(tables, o);
+    std::vector<double> apes;
+    score(
+        *model, [&](const LayerProfile& r) { return r.gpu == gpu; }, apes, all_logo,
+        &rep.logo_rows);
+    rep.leave_one_gpu_out.push_back(summarize(gpu, apes));
+    gpu_means.push_back(rep.leave_one_gpu_out.back().mape);
+  }
+  rep.logo_median_over_gpus = median(gpu_means);
+  rep.logo_overall = mean(all_logo);
+
+  // Leave one generation out: every GPU of the generation held out at once.
+  {
+    std::map<std::string, std::vector<std::string>> gens;
+    for (const auto& gpu : gpus) gens[GpuCatalog::builtin().get(gpu).architecture].push_back(gpu);
+    std::vector<double> all, means;
+    for (const auto& [gen, members] : gens) {
+      CalibrationOptions o = base;
+      o.exclude_gpus = members;
+      auto model = CalibratedComputeModel::fit(tables, o);
+      std::vector<double> apes;
+      const std::vector<std::string>& held = members;  // named: a lambda cannot capture a binding
+      score(
+          *model,
+          [&](const LayerProfile& r) {
+            return std::find(held.begin(), held.end(), r.gpu) != held.end();
+          },
+          apes, all, nullptr);
+      rep.leave_one_generation_out.push_back(summarize(gen, apes));
+      means.push_back(rep.leave_one_generation_out.back().mape);
+    }
+    rep.logeno_median_over_generations = median(means);
+    rep.logeno_overall = mean(all);
+  }
+
+  // Leave one model out on each GPU: the GPU's own θ fitted without that model's rows.
+  std::vector<double> all_lomo, lomo_means;
+  for (const auto& gpu : gpus) {
+    std::set<std::string> models;
+    for (const auto* r : rows)
+      if (r->gpu == gpu) models.insert(r->model);
+    std::vector<double> apes;
+    for (const auto& held : models) {
+      CalibrationOptions o = base;
+      o.exclude_model_on_gpu = {{held, gpu}};
+      auto model = CalibratedComputeModel::fit(tables, o);
+      score(
+          *model, [&](const LayerProfile& r) { return r.gpu == gpu && r.model == held; }, apes,
+          all_lomo, &rep.lomo_rows);
+    }
+    rep.leave_one_model_out.push_back(summarize(gpu, apes));
+    lomo_means.push_back(rep.leave_one_model_out.back().mape);
+  }
+  rep.lomo_median_over_gpus = median(lomo_means);
+  rep.lomo_overall = mean(all_lomo);
+
+  // Leave one model out everywhere: a model none of whose rows (on any GPU) is seen, so only
+  // its architecture, family and the GPUs' θ predict it.
+  {
+    std::set<std::string> models;
+    for (const auto* r : rows) models.insert(r->model);
+    std::map<std::string, std::vector<double>> per_gpu;
+    std::vector<double> all;
+    for (const auto& held : models) {
+      CalibrationOptions o = base;
+      o.exclude_models = {held};
+      auto model = CalibratedComputeModel::fit(tables, o);
+      for (const auto* r : rows) {
+        if (r->model != held) continue;
+        double e = held_out_ape(*model, *r);
+        per_gpu[r->gpu].push_back(e);
+        all.push_back(e);
+      }
+    }
+    std::vector<double> means;
+    for (const auto& [gpu, apes] : per_gpu) {
+      rep.unseen_model.push_back(summarize(gpu, apes));
+      means.push_back(rep.unseen_model.back().mape);
+    }
+    rep.unseen_model_median_over_gpus = median(means);
+    rep.unseen_model_overall = mean(all);
+  }
+
+  RooflineComputeModel roofline;
+  std::vector<double> roof;
+  for (const auto* r : rows)
+    roof.push_back(row_ape(
+        *r,
+        [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+          Job job;
+          job.model = m;
+          job.sequence_length = s;
+          job.precision.compute = dt;
+          job.implementation = r->implementation;
+          return 1e3 *
+                 roofline
+                     .unit_time(d, job, 1, bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)
+                     .seconds;
+        },
+        base.whole_stack_test_model));
+  rep.roofline_overall = mean(roof);
+  return rep;
+}
+
+}  // namespace cephalo::costmodels
