@@ -152,8 +152,8 @@ TEST(ClassReplayHybrid, EqualsTheFullReplayOnRandomHybridPlans) {
     const auto [graph, full, byclass] = replay_both_ways(in, trial++ % 9 == 0 ? 0.02 : -1);
     ASSERT_TRUE(graph.layout().hybrid());
     const int ranks = in.scenario.cluster.num_ranks();
-    SCOPED_TRACE("trial " + std::to_string(trial - 1) + ", " + std::to_string(ranks) + " ranks in " +
-                 std::to_string(in.plan.sharding.groups.size()) + " groups, " +
+    SCOPED_TRACE("trial " + std::to_string(trial - 1) + ", " + std::to_string(ranks) +
+                 " ranks in " + std::to_string(in.plan.sharding.groups.size()) + " groups, " +
                  std::to_string(byclass.replayed_ranks) + " replayed");
     ooms += full.report.oom;
     for (const auto& g : in.plan.sharding.groups)
