@@ -1,0 +1,96 @@
+#pragma once
+// The links a collective crosses, as the alpha-beta model sees them: shared by the pricing
+// (alpha_beta_comm.cpp) and the fit to measured sweeps (comm_calibration.cpp); private to
+// costmodels/src. Inline because the pricing calls these per hop on every collective.
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cephalo/costmodels/alpha_beta_comm.hpp"
+
+namespace cephalo::costmodels::detail {
+
+struct Hop {
+  double bandwidth = 0;  // corrected bytes/s
+  double latency = 0;    // corrected seconds
+  std::string kind;
+};
+
+// A ring's links as the model sees them: the bottleneck bandwidth and the slowest α.
+struct RingLinks {
+  double bandwidth = std::numeric_limits<double>::infinity();
+  double latency = 0;
+  std::string bottleneck_kind;
+  void add(const Hop& hop) {
+    if (hop.bandwidth < bandwidth) {
+      bandwidth = hop.bandwidth;
+      bottleneck_kind = hop.kind;
+    }
+    latency = std::max(latency, hop.latency);
+  }
+};
+
+class Topology {
+ public:
+  Topology(const Cluster& cluster, const CommCalibration& cal, bool under_compute = false)
+      : cal_(cal), under_compute_(under_compute) {
+    ranks_ = cluster.ranks();
+    nodes_ = &cluster.nodes;
+  }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const RankDevice& rank(int r) const { return ranks_.at(static_cast<std::size_t>(r)); }
+
+  Hop intra(int a, int b) const {
+    const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
+    LinkCorrection c = cal_.correction(node.intra_link.kind, under_compute_);
+    double bw = node.intra_link.bandwidth;
+    if (node.intra_link.kind == "pcie")  // traffic leaves each GPU through its own slot
+      bw = std::min({bw, rank(a).slot->spec.pcie_bandwidth(), rank(b).slot->spec.pcie_bandwidth()});
+    return {bw * c.bandwidth_efficiency, c.latency_s >= 0 ? c.latency_s : node.intra_link.latency,
+            node.intra_link.kind};
+  }
+  Hop nic(int node_index, int sharing = 1) const {
+    const Node& node = (*nodes_)[static_cast<std::size_t>(node_index)];
+    LinkCorrection c = cal_.correction(node.nic.kind, under_compute_);
+    return {node.nic.bandwidth * c.bandwidth_efficiency / std::max(1, sharing),
+            c.latency_s >= 0 ? c.latency_s : node.nic.latency, node.nic.kind};
+  }
+  Hop between(int a, int b) const {
+    if (rank(a).node == rank(b).node) return intra(a, b);
+    Hop x = nic(rank(a).node), y = nic(rank(b).node);
+    // Both NICs are crossed; the switch adds nothing in this model.
+    return {std::min(x.bandwidth, y.bandwidth), x.latency + y.latency,
+            x.bandwidth <= y.bandwidth ? x.kind : y.kind};
+  }
+
+ private:
+  const CommCalibration& cal_;
+  bool under_compute_ = false;
+  std::vector<RankDevice> ranks_;
+  const std::vector<Node>* nodes_ = nullptr;
+};
+
+inline RingLinks ring_links(const Topology& topo, const std::vector<int>& ranks) {
+  RingLinks links;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    links.add(topo.between(ranks[i], ranks[(i + 1) % ranks.size()]));
+  return links;
+}
+
+inline double ring_seconds(CollectiveKind kind, int n, double bytes, const RingLinks& l) {
+  if (n <= 1) return 0;
+  double chunk = bytes / n;
+  switch (kind) {
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+      return (n - 1) * (l.latency + chunk / l.bandwidth);
+    case CollectiveKind::AllReduce:
+      return 2.0 * (n - 1) * (l.latency + chunk / l.bandwidth);
+    case CollectiveKind::Broadcast:
+      return (n - 1) * l.latency + bytes / l.bandwidth;
+  }
+  return 0;
+}
+
+}  // namespace cephalo::costmodels::detail
