@@ -103,6 +103,32 @@ TEST(HfConfig, CatalogEntriesOfShippedConfigsAreThoseConfigs) {
   EXPECT_EQ(costmodels::ModelCatalog::builtin().get("llama3-8b").kv_heads, 8);
 }
 
+// A catalog entry that names a config: a missing config file and a key beside "hf_config"
+// that the config would silently override are refused, naming the catalog and the entry.
+TEST(HfConfig, CatalogEntryWithABadConfigIsRefusedWithItsPath) {
+  const auto dir = std::filesystem::temp_directory_path() / "cephalo_hf_catalog_test";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kModels / "meta-llama-3-8b.json", dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto refused = [&](const std::string& entry) -> std::string {
+    const auto file = dir / "models.json";
+    std::ofstream(file) << R"({"models": [)" << entry << "]}";
+    try {
+      costmodels::ModelCatalog::load(file);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted " << entry;
+    return "";
+  };
+  const std::string missing = refused(R"({"name": "m", "hf_config": "missing.json"})");
+  EXPECT_NE(missing.find("missing.json"), std::string::npos) << missing;
+  const std::string extra = refused(R"({"name": "m", "hf_config": "config.json", "layers": 3})");
+  EXPECT_NE(extra.find("models.json"), std::string::npos) << extra;
+  EXPECT_NE(extra.find("layers"), std::string::npos) << extra;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HfConfig, ChangingOneCostRelevantKeyChangesTheCount) {
   Json base = llama_like();
   const double p0 = costmodels::total_parameters(parse_hf_config(base, "c", "m").spec);
