@@ -217,7 +217,7 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                               (scenario.file.empty() ? "" : " (" + scenario.file.string() + ")") +
                               "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
                               "if the two really are the same)");
-  auto devices = scenario.cluster.ranks();
+  const auto& devices = scenario.cluster.ranks();
   if (plan.ranks.size() != devices.size())
     throw ValidationError(plan_file, "ranks", std::to_string(plan.ranks.size()) + " ranks",
                           std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
@@ -251,15 +251,20 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
 }
 
 Json to_json(const Plan& plan) {
+  // Key by key, not an initializer list per rank: at 100k ranks the temporaries of the list
+  // form were most of writing a plan (bench/README.md).
   Json ranks = Json::array();
-  for (const auto& r : plan.ranks)
-    ranks.push_back({{"rank", r.rank},
-                     {"node", r.node},
-                     {"gpu", r.gpu},
-                     {"batch", r.batch},
-                     {"micro_batch", r.micro_batch},
-                     {"micro_batches", r.micro_batches},
-                     {"state_share", r.state_share}});
+  ranks.get_ref<Json::array_t&>().reserve(plan.ranks.size());
+  for (const auto& r : plan.ranks) {
+    Json& o = ranks.emplace_back(Json::value_t::object);
+    o["rank"] = r.rank;
+    o["node"] = r.node;
+    o["gpu"] = r.gpu;
+    o["batch"] = r.batch;
+    o["micro_batch"] = r.micro_batch;
+    o["micro_batches"] = r.micro_batches;
+    o["state_share"] = r.state_share;
+  }
   Json j = {{"version", plan.version},
             {"scenario", plan.scenario},
             {"accumulation", to_string(plan.accumulation)},

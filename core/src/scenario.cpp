@@ -87,21 +87,6 @@ LinkSpec default_nic() {
 
 }  // namespace
 
-int Cluster::num_ranks() const {
-  int n = 0;
-  for (const auto& node : nodes) n += static_cast<int>(node.devices.size());
-  return n;
-}
-
-std::vector<RankDevice> Cluster::ranks() const {
-  std::vector<RankDevice> out;
-  int rank = 0;
-  for (std::size_t n = 0; n < nodes.size(); ++n)
-    for (std::size_t d = 0; d < nodes[n].devices.size(); ++d)
-      out.push_back({rank++, static_cast<int>(n), static_cast<int>(d), &nodes[n].devices[d]});
-  return out;
-}
-
 bool Cluster::emulated() const {
   for (const auto& node : nodes)
     for (const auto& d : node.devices)

@@ -153,18 +153,29 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
   if (request.shard_bytes.size() != request.ranks.size())
     throw ValidationError("", "shard_bytes", std::to_string(request.shard_bytes.size()) + " values",
                           "one shard size per participating rank (" + std::to_string(n) + ")");
-  // position[r]: where rank r is in request.ranks (-1: not in it); linear in the cluster, so
-  // a collective over 100k ranks costs no more than its ring.
-  std::vector<int> position(static_cast<std::size_t>(topo.size()), -1);
+  // The members in ring order (node-major: the order NCCL's ring search finds on these
+  // topologies), each with its place in request.ranks. Sorting the members, not marking them in
+  // an array over the cluster, keeps a call as cheap as its ring on a 100k-rank cluster. The
+  // first bad member in request order is reported, as a single pass would.
+  std::vector<std::pair<int, int>> members;  // (rank, index in request.ranks)
+  members.reserve(request.ranks.size());
+  std::size_t bad = request.ranks.size();
   for (std::size_t i = 0; i < request.ranks.size(); ++i) {
     const int r = request.ranks[i];
-    if (r < 0 || r >= topo.size())
-      throw ValidationError("", "ranks", std::to_string(r),
-                            "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
-    if (position[static_cast<std::size_t>(r)] >= 0)
-      throw ValidationError("", "ranks", std::to_string(r), "each rank at most once");
-    position[static_cast<std::size_t>(r)] = static_cast<int>(i);
+    if (bad == request.ranks.size() && (r < 0 || r >= topo.size())) bad = i;
+    members.emplace_back(r, static_cast<int>(i));
   }
+  std::sort(members.begin(), members.end());
+  std::size_t repeated = request.ranks.size();  // the first index that repeats an earlier rank
+  for (std::size_t i = 1; i < members.size(); ++i)
+    if (members[i].first == members[i - 1].first)
+      repeated = std::min(repeated, static_cast<std::size_t>(members[i].second));
+  if (bad < repeated)
+    throw ValidationError("", "ranks", std::to_string(request.ranks[bad]),
+                          "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
+  if (repeated < request.ranks.size())
+    throw ValidationError("", "ranks", std::to_string(request.ranks[repeated]),
+                          "each rank at most once");
   double total = 0, smallest = std::numeric_limits<double>::infinity(), largest = 0;
   for (double b : request.shard_bytes) {
     if (!(b >= 0) || !std::isfinite(b))
@@ -173,16 +184,15 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     smallest = std::min(smallest, b);
     largest = std::max(largest, b);
   }
-  // Ring order: node-major (the order NCCL's ring search finds on these topologies).
-  std::vector<int> ranks = request.ranks;
-  std::sort(ranks.begin(), ranks.end());
+  std::vector<int> ranks(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) ranks[i] = members[i].first;
 
   CollectiveEstimate est;
   est.total_bytes = total;
   if (!request.pieces.empty()) {
     for (const auto& p : request.pieces)
       for (int r : p.owners)
-        if (r < 0 || r >= topo.size() || position[static_cast<std::size_t>(r)] < 0)
+        if (!std::binary_search(ranks.begin(), ranks.end(), r))
           throw ValidationError("", "pieces[*].owners", std::to_string(r),
                                 "a participating rank of the collective");
     auto [seconds, algorithm] =
@@ -207,7 +217,7 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
         double worst = 0;
         for (std::size_t i = 0; i < ranks.size(); ++i) {
           int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
-          const int pos = position[static_cast<std::size_t>(ranks[i])];
+          const int pos = members[i].second;
           double into = total - request.shard_bytes[static_cast<std::size_t>(pos)];
           worst = std::max(worst, into / topo.between(prev, ranks[i]).bandwidth);
         }

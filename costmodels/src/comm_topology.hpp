@@ -34,12 +34,12 @@ struct RingLinks {
 class Topology {
  public:
   Topology(const Cluster& cluster, const CommCalibration& cal, bool under_compute = false)
-      : cal_(cal), under_compute_(under_compute) {
-    ranks_ = cluster.ranks();
-    nodes_ = &cluster.nodes;
-  }
-  int size() const { return static_cast<int>(ranks_.size()); }
-  const RankDevice& rank(int r) const { return ranks_.at(static_cast<std::size_t>(r)); }
+      : cal_(cal),
+        under_compute_(under_compute),
+        ranks_(&cluster.ranks()),
+        nodes_(&cluster.nodes) {}
+  int size() const { return static_cast<int>(ranks_->size()); }
+  const RankDevice& rank(int r) const { return ranks_->at(static_cast<std::size_t>(r)); }
 
   Hop intra(int a, int b) const {
     const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
@@ -67,7 +67,9 @@ class Topology {
  private:
   const CommCalibration& cal_;
   bool under_compute_ = false;
-  std::vector<RankDevice> ranks_;
+  // The cluster's own rank table (built once per cluster): the model builds a Topology per
+  // collective, so copying every rank here made each call linear in the cluster.
+  const std::vector<RankDevice>* ranks_ = nullptr;
   const std::vector<Node>* nodes_ = nullptr;
 };
 

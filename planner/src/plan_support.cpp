@@ -191,7 +191,7 @@ void check_batch(const Scenario& s, const std::string& who) {
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
                        const PlannerOptions& opt) {
   const int n = static_cast<int>(plan.ranks.size());
-  const auto devices = s.cluster.ranks();
+  const auto& devices = s.cluster.ranks();
   for (auto& r : plan.ranks) r.state_share = 1.0 / n;
   std::vector<ActivationCheckpointing> choices = {plan.activation_checkpointing};
   if (opt.choose_checkpointing) choices = checkpointing_candidates();
@@ -263,7 +263,7 @@ void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions
         r.micro_batch = std::min(opt.micro_batch, r.batch);
         r.micro_batches = (r.batch + r.micro_batch - 1) / r.micro_batch;
       }
-  const auto devices = s.cluster.ranks();
+  const auto& devices = s.cluster.ranks();
   const int n = static_cast<int>(plan.ranks.size());
   auto first_over = [&](const Plan& p) -> int {
     for (const auto& r : p.ranks) {

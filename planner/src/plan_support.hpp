@@ -65,7 +65,7 @@ struct ScenarioModel {
   ScenarioModel(const Scenario& s, const costmodels::CostModels& m,
                 ActivationCheckpointing checkpointing = {});
   const Scenario* scenario = nullptr;
-  std::vector<RankDevice> devices;
+  const std::vector<RankDevice>& devices;  // the cluster's rank table (built once per cluster)
   std::map<std::pair<std::string, double>, std::unique_ptr<ComputeTable>> tables;
   const costmodels::CostModels* models = nullptr;
   ActivationCheckpointing checkpointing;

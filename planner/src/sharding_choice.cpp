@@ -83,7 +83,7 @@ std::vector<ShardingCandidate> sharding_candidates(const Scenario& s, const std:
 bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std::string* why) {
   plan.sharding = sharding;
   if (!sharding.hybrid()) return true;
-  const auto devices = s.cluster.ranks();
+  const auto& devices = s.cluster.ranks();
   for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
     const auto& group = sharding.groups[g];
     for (int attempt = 0;; ++attempt) {

@@ -71,7 +71,7 @@ std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
 // Returns false with `why` when no verified plan was found.
 bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostModels& models,
                                    const PlannerOptions& opt, ModeSearch& m, std::string& why) {
-  const auto devices = s.cluster.ranks();
+  const auto& devices = s.cluster.ranks();
   for (int attempt = 0; attempt < 6; ++attempt) {
     try {
       m.candidates = solve_optimal_candidates(m.problem);

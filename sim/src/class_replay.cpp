@@ -45,7 +45,7 @@ std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Sc
 
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan) {
-  const auto devices = scenario.cluster.ranks();
+  const auto& devices = scenario.cluster.ranks();
   const int ranks = static_cast<int>(devices.size());
   const std::vector<int> base = device_row_classes(graph, scenario, plan, devices);
   // Hybrid sharding: a rank's group collectives are its group's, so two ranks are alike only if
@@ -126,7 +126,7 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
   detail::ClassView view;
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
-  const auto devices = scenario.cluster.ranks();
+  const auto& devices = scenario.cluster.ranks();
   const traces::ShardLayout& layout = probe.layout();
   if (layout.hybrid())
     for (int g = 0; g < layout.num_groups(); ++g) {

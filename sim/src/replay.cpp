@@ -95,9 +95,9 @@ class Replay {
   detail::LinkFlows flows_;
   SimResult out_;
 
-  std::vector<RankDevice> devices_;
-  std::vector<int> device_class_;  // per rank: index of its (spec, slowdown) class
-  std::vector<OpState> state_;     // per op
+  const RankDevice* devices_ = nullptr;  // the cluster's rank table (Cluster::ranks())
+  std::vector<int> device_class_;        // per rank: index of its (spec, slowdown) class
+  std::vector<OpState> state_;           // per op
   std::vector<std::uint32_t> cursor_;
   std::vector<char> busy_;
   std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
@@ -318,12 +318,12 @@ SimResult Replay::run() {
   const std::size_t n = g_.num_ops();
   if (ranks != s_.cluster.num_ranks() || ranks != static_cast<int>(plan_.ranks.size()))
     throw Error("simulate: the graph, plan and cluster disagree on the number of ranks");
-  devices_ = s_.cluster.ranks();
+  devices_ = s_.cluster.ranks().data();
   num_nodes_ = static_cast<int>(s_.cluster.nodes.size());
   nic_taken_by_.assign(static_cast<std::size_t>(num_nodes_), -1);
   {
     std::map<std::pair<std::string, double>, int> classes;
-    for (const auto& d : devices_)
+    for (const auto& d : s_.cluster.ranks())
       device_class_.push_back(classes
                                   .emplace(std::make_pair(d.slot->spec.name, d.slot->slowdown),
                                            static_cast<int>(classes.size()))

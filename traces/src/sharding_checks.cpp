@@ -14,7 +14,7 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
       bytes_per_element(prec.params) + bytes_per_element(prec.reduce) + 8.0;
   const double parameters = costmodels::total_parameters(scenario.job.model);
   const double state = parameters * per_parameter;
-  const auto devices = scenario.cluster.ranks();
+  const auto& devices = scenario.cluster.ranks();
   for (std::size_t g = 0; g < plan.sharding.groups.size(); ++g) {
     const auto& group = plan.sharding.groups[g];
     double usable = 0;

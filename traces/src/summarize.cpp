@@ -116,7 +116,7 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
   if (static_cast<int>(m.peak_memory_bytes.size()) != ranks)
     throw RuntimeFailure("summarize: " + std::to_string(m.peak_memory_bytes.size()) +
                          " memory peaks for " + std::to_string(ranks) + " ranks");
-  const auto devices = scenario.cluster.ranks();
+  const auto& devices = scenario.cluster.ranks();
   if (static_cast<int>(devices.size()) != ranks)
     throw RuntimeFailure("summarize: the graph has " + std::to_string(ranks) +
                          " ranks, the cluster " + std::to_string(devices.size()));

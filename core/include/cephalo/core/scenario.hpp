@@ -1,7 +1,9 @@
 #pragma once
 // Cluster, Job and Scenario (DESIGN §4). Loading resolves catalog names through a SpecLookup so
 // that an unknown GPU or model is reported at the exact JSON path where it was written.
+#include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,13 +50,41 @@ struct RankDevice {
   const DeviceSlot* slot = nullptr;
 };
 
+namespace detail {
+// The rank table behind Cluster::ranks(), hidden so that the cluster's API stays `ranks()`:
+// built on first use, rebuilt when the node list was replaced or resized since, or when its
+// last node's device list changed (an O(1) check per query, so the planner's per-collective
+// lookups cost nothing per rank). A copy starts without a table (its slots are the copy's).
+// Queries from several threads are safe; changing `nodes` while another thread reads is not.
+class RankTable {
+ public:
+  RankTable() = default;
+  RankTable(const RankTable&) noexcept {}
+  RankTable& operator=(const RankTable& other) noexcept;
+  ~RankTable();
+  const std::vector<RankDevice>& of(const std::vector<Node>& nodes) const;
+
+ private:
+  struct Built;
+  mutable std::mutex mutex_;
+  mutable std::atomic<const Built*> current_{nullptr};
+};
+}  // namespace detail
+
 struct Cluster {
   std::string name;
   std::vector<Node> nodes;
 
-  int num_ranks() const;
-  std::vector<RankDevice> ranks() const;
+  // Every device with its rank (node-major), built once: O(1) per call after the first. Like
+  // an iterator, the reference is invalidated by changing `nodes`. A device added to or
+  // removed from a node other than the last after the first call is not noticed: build the
+  // cluster, then query it (every parser and builder does).
+  const std::vector<RankDevice>& ranks() const { return ranks_.of(nodes); }
+  int num_ranks() const { return static_cast<int>(ranks().size()); }
   bool emulated() const;  // any slot with slowdown != 1
+
+ private:
+  detail::RankTable ranks_;
 };
 
 struct Precision {
