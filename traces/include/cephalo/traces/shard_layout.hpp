@@ -73,8 +73,9 @@ class ShardLayout {
   std::vector<std::uint32_t> group_begin_;  // groups + 1
   std::vector<int> group_of_, position_;    // per rank
   std::vector<std::int64_t> numel_;         // per unit
-  std::vector<std::int64_t> begin_;         // units × ranks: slice begin
-  std::vector<std::int64_t> end_;           // units × ranks: slice end
+  std::vector<std::int64_t> bounds_;        // units × stride_: each group's shard_offsets in turn
+  std::size_t stride_ = 0;                  // ranks + groups
+  std::vector<std::int64_t> owned_;         // per rank: Σ over units of its slice
   std::vector<CrossPiece> pieces_;          // all units, unit-major
   std::vector<std::uint32_t> piece_begin_;  // units + 1
   std::vector<int> owners_;
