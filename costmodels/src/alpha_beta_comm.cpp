@@ -238,21 +238,32 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
       }
       // Hierarchical: intra-node phase on the fast links, inter-node ring over the nodes with
       // the node's GPUs sharing its NIC.
-      std::map<int, std::vector<int>> by_node;
-      for (int r : ranks) by_node[topo.rank(r).node].push_back(r);
+      // Ranks are numbered node-major, so the sorted members are runs of one node each, in
+      // node order: (node, first member, end) per run, without a map of per-node lists.
+      struct Run {
+        int node;
+        std::size_t begin, end;
+      };
+      std::vector<Run> by_node;
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const int node = topo.rank(ranks[i]).node;
+        if (by_node.empty() || by_node.back().node != node) by_node.push_back({node, i, i});
+        by_node.back().end = i + 1;
+      }
       const int nodes = static_cast<int>(by_node.size());
       std::size_t per_node = 0;
-      for (auto& [node, members] : by_node) per_node = std::max(per_node, members.size());
+      for (const auto& run : by_node) per_node = std::max(per_node, run.end - run.begin);
       if (nodes > 1 && per_node > 1 && request.kind != CollectiveKind::Broadcast) {
         RingLinks intra_links;
         intra_links.bandwidth = std::numeric_limits<double>::infinity();
-        for (auto& [node, members] : by_node)
-          if (members.size() > 1) {
-            RingLinks l = ring_links(topo, members);
+        for (const auto& run : by_node)
+          if (run.end - run.begin > 1) {
+            RingLinks l = ring_links(
+                topo, std::span<const int>(ranks.data() + run.begin, run.end - run.begin));
             intra_links.add({l.bandwidth, l.latency, l.bottleneck_kind});
           }
         RingLinks inter;
-        for (auto& [node, members] : by_node) inter.add(topo.nic(node));
+        for (const auto& run : by_node) inter.add(topo.nic(run.node));
         const int k = static_cast<int>(per_node);
         double t = 0;
         switch (request.kind) {

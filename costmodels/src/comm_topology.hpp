@@ -4,7 +4,9 @@
 // costmodels/src. Inline because the pricing calls these per hop on every collective.
 #include <algorithm>
 #include <limits>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
@@ -43,7 +45,7 @@ class Topology {
 
   Hop intra(int a, int b) const {
     const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
-    LinkCorrection c = cal_.correction(node.intra_link.kind, under_compute_);
+    LinkCorrection c = correction(node.intra_link.kind);
     double bw = node.intra_link.bandwidth;
     if (node.intra_link.kind == "pcie")  // traffic leaves each GPU through its own slot
       bw = std::min({bw, rank(a).slot->spec.pcie_bandwidth(), rank(b).slot->spec.pcie_bandwidth()});
@@ -52,7 +54,7 @@ class Topology {
   }
   Hop nic(int node_index, int sharing = 1) const {
     const Node& node = (*nodes_)[static_cast<std::size_t>(node_index)];
-    LinkCorrection c = cal_.correction(node.nic.kind, under_compute_);
+    LinkCorrection c = correction(node.nic.kind);
     return {node.nic.bandwidth * c.bandwidth_efficiency / std::max(1, sharing),
             c.latency_s >= 0 ? c.latency_s : node.nic.latency, node.nic.kind};
   }
@@ -65,7 +67,18 @@ class Topology {
   }
 
  private:
+  // The calibration's correction of a link kind, looked up once per kind and call: a ring over
+  // 100k ranks crosses each of the cluster's few kinds 100k times.
+  LinkCorrection correction(const std::string& kind) const {
+    for (const auto& [k, c] : seen_)
+      if (k == kind) return c;
+    LinkCorrection c = cal_.correction(kind, under_compute_);
+    seen_.emplace_back(kind, c);
+    return c;
+  }
+
   const CommCalibration& cal_;
+  mutable std::vector<std::pair<std::string, LinkCorrection>> seen_;
   bool under_compute_ = false;
   // The cluster's own rank table (built once per cluster): the model builds a Topology per
   // collective, so copying every rank here made each call linear in the cluster.
@@ -73,7 +86,7 @@ class Topology {
   const std::vector<Node>* nodes_ = nullptr;
 };
 
-inline RingLinks ring_links(const Topology& topo, const std::vector<int>& ranks) {
+inline RingLinks ring_links(const Topology& topo, std::span<const int> ranks) {
   RingLinks links;
   for (std::size_t i = 0; i < ranks.size(); ++i)
     links.add(topo.between(ranks[i], ranks[(i + 1) % ranks.size()]));
