@@ -14,9 +14,11 @@ namespace cephalo::sim {
 namespace {
 
 // Class of every rank from what its own replay depends on besides the collectives: device
-// (spec, slowdown), node link kind, plan row and slice sizes in every unit.
-std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
-                                    const Plan& plan, const std::vector<RankDevice>& devices) {
+// (spec, slowdown), node link kind, plan row and slice sizes in every unit. The exact form: the
+// slice sizes in the key.
+std::vector<int> exact_device_row_classes(const traces::TrainingGraph& graph,
+                                          const Scenario& scenario, const Plan& plan,
+                                          const std::vector<RankDevice>& devices) {
   const int units = graph.summary().num_units;
   using Key =
       std::tuple<std::string, double, std::string, int, int, int, std::vector<std::int64_t>>;
@@ -38,6 +40,45 @@ std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Sc
             counts};
     out[r] = ids.emplace(std::move(key), static_cast<int>(ids.size())).first->second;
   }
+  return out;
+}
+
+// The same classes, numbered the same (by first rank), without a per-rank key of every unit's
+// slice: the slices are hashed unit by unit (a unit's slices lie contiguous in the layout, a
+// rank's are a cluster's width apart: at 100k ranks the exact key's walk missed the cache per
+// unit), the hash stands in for them in the key, and every rank's slices are then checked
+// against its class's first rank, unit by unit. A collision (two slice lists, one hash) fails
+// the check and the exact form decides.
+std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                                    const Plan& plan, const std::vector<RankDevice>& devices) {
+  const int units = graph.summary().num_units;
+  const std::size_t n = devices.size();
+  std::vector<std::uint64_t> hash(n, 0x9e3779b97f4a7c15ULL);
+  for (int u = 0; u < units; ++u)
+    for (std::size_t r = 0; r < n; ++r) {
+      std::uint64_t x =
+          hash[r] ^ static_cast<std::uint64_t>(graph.slice(u, static_cast<int>(r)).count);
+      x *= 0xff51afd7ed558ccdULL;  // a multiply-xorshift round per unit (murmur3's finaliser)
+      hash[r] = x ^ (x >> 33);
+    }
+  using Key = std::tuple<std::string, double, std::string, int, int, int, std::uint64_t>;
+  std::map<Key, int> ids;
+  std::vector<int> out(n), first_rank;
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto& d = devices[r];
+    const auto& row = plan.ranks[r];
+    const auto& node = scenario.cluster.nodes[static_cast<std::size_t>(d.node)];
+    Key key{d.slot->spec.name, d.slot->slowdown, node.intra_link.kind, row.batch, row.micro_batch,
+            row.micro_batches, hash[r]};
+    auto [it, fresh] = ids.emplace(std::move(key), static_cast<int>(ids.size()));
+    if (fresh) first_rank.push_back(static_cast<int>(r));
+    out[r] = it->second;
+  }
+  for (int u = 0; u < units; ++u)
+    for (std::size_t r = 0; r < n; ++r)
+      if (graph.slice(u, static_cast<int>(r)).count !=
+          graph.slice(u, first_rank[static_cast<std::size_t>(out[r])]).count)
+        return exact_device_row_classes(graph, scenario, plan, devices);
   return out;
 }
 

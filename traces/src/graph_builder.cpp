@@ -152,10 +152,14 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   groups_ = g_.layout_.num_groups();
   // A group collective's members are its group's built ranks, in group order.
   group_slot_.assign(static_cast<std::size_t>(ranks), -1);
+  built_of_group_.assign(static_cast<std::size_t>(groups_), {});
   for (int grp = 0; grp < groups_; ++grp) {
     int slot = 0;
     for (int r : g_.layout_.group(grp))
-      if (member_index_[r] >= 0) group_slot_[r] = slot++;
+      if (member_index_[r] >= 0) {
+        group_slot_[r] = slot++;
+        built_of_group_[static_cast<std::size_t>(grp)].push_back(r);
+      }
   }
   double model_flops = 0;
   for (int u = 0; u < units_; ++u) {

@@ -102,8 +102,7 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
                                                           : OpKind::ReduceScatterV);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
   std::uint32_t built_members = 0;
-  for (int r : g_.layout_.group(group)) {
-    if (member_index_[r] < 0) continue;
+  for (int r : built_of_group_[static_cast<std::size_t>(group)]) {
     ++built_members;
     CollectiveMember m;
     m.rank = r;
