@@ -345,4 +345,18 @@ HfModel load_hf_config(const std::filesystem::path& file) {
   return parse_hf_config(j, file.string(), name);
 }
 
+ModelSpec load_hf_config_named_by(const JsonReader& path_value,
+                                  const std::filesystem::path& base_dir,
+                                  const std::string& relative_to) {
+  const std::string named = path_value.as_string();
+  std::filesystem::path p = named;
+  if (p.is_relative()) p = base_dir / p;
+  try {
+    return load_hf_config(p).spec;
+  } catch (const IoError& e) {
+    path_value.fail_value("\"" + named + "\" (" + e.what() + ")",
+                          "a readable Hugging Face config.json (relative to " + relative_to + ")");
+  }
+}
+
 }  // namespace cephalo

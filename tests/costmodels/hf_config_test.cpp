@@ -123,6 +123,8 @@ TEST(HfConfig, CatalogEntryWithABadConfigIsRefusedWithItsPath) {
   };
   const std::string missing = refused(R"({"name": "m", "hf_config": "missing.json"})");
   EXPECT_NE(missing.find("missing.json"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("models.json"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("models[0].hf_config"), std::string::npos) << missing;
   const std::string extra = refused(R"({"name": "m", "hf_config": "config.json", "layers": 3})");
   EXPECT_NE(extra.find("models.json"), std::string::npos) << extra;
   EXPECT_NE(extra.find("layers"), std::string::npos) << extra;
