@@ -9,6 +9,7 @@
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
 namespace cephalo::costmodels {
@@ -44,7 +45,8 @@ std::string QueryOrigin::field(const std::string& name) const {
 
 LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   const DeviceSpec& gpu = GpuCatalog::builtin().get(q.gpu);
-  const ModelSpec& model = ModelCatalog::builtin().get(q.model);
+  const HfModel found = find_model_or_config(q.model);
+  const ModelSpec& model = found.spec;
   auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
     throw ValidationError(origin.file, origin.field(field), value, expected);
   };
@@ -57,7 +59,7 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   if (q.micro_batch <= 0)
     fail("micro_batch", std::to_string(q.micro_batch), "a micro-batch size >= 1");
   Job job;
-  job.model_name = q.model;
+  job.model_name = found.model_type.empty() ? q.model : model.name;
   job.model = model;
   job.sequence_length = q.seq;
   job.global_batch = q.micro_batch;

@@ -235,6 +235,20 @@ def test_predict_layer_equals_the_cli(gpu, model, seq, dtype, micro_batch, sourc
     assert got["forward_ms"] > 0 and got["backward_ms"] > got["forward_ms"] * 0.5
 
 
+def test_predict_layer_of_a_config_equals_the_cli(tmp_path):
+    config = MODELS / "meta-llama-3-8b.json"
+    got = cephalo.predict_layer("a100", config, 2048, 1, dtype="bf16")
+    expected = json.loads(cli("predict", "layer", "--gpu", "a100", "--model", config, "--seq",
+                              2048, "--dtype", "bf16", "--micro-batch", 1, "--json"))
+    assert got == expected
+    assert got["model"] == "meta-llama-3-8b"
+    # Same architecture as the catalog entry made from that config: the same prediction.
+    catalog = cephalo.predict_layer("a100", "llama3-8b", 2048, 1, dtype="bf16")
+    assert got["forward_ms"] == pytest.approx(catalog["forward_ms"], rel=1e-12)
+    with pytest.raises(cephalo.IoError):
+        cephalo.predict_layer("a100", tmp_path / "missing.json", 2048, 1)
+
+
 def test_predict_layer_errors_name_the_keyword():
     cases = [(dict(micro_batch=0), "micro_batch", "0"),
              (dict(seq=65), "seq", "65"),             # gpt-tiny has 64 learned positions
