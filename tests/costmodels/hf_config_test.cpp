@@ -79,6 +79,7 @@ TEST(HfConfig, StructureIsReadAsTheModelTypeDefinesIt) {
   HfModel opt = load("opt-1.3b");
   EXPECT_EQ(opt.spec.max_positions, 2050);  // stored rows (the parameter count)
   EXPECT_EQ(opt.spec.position_offset, 2);
+  EXPECT_EQ(opt.spec.activation, "relu");   // recorded as what it is: the backend trains GELU
   EXPECT_EQ(max_sequence(opt.spec), 2048);  // what it runs
   HfModel mistral = load("mistral-7b-v0.1");
   EXPECT_EQ(mistral.spec.attention_window, 4096);
