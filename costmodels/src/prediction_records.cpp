@@ -156,14 +156,15 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
   } else {
     const auto& shares = *q.shares;
     std::string listed;
-    for (double x : shares) listed += (listed.empty() ? "" : ",") + fixed(x, 6);
+    for (double x : shares) listed += (listed.empty() ? "" : ",") + shortest(x);
     if (shares.size() != n)
       fail("shares", listed, std::to_string(n) + " shares, one per participating rank");
     for (double x : shares)
-      if (!(x >= 0) || !std::isfinite(x)) fail("shares", std::to_string(x), "shares >= 0");
+      if (!(x >= 0) || !std::isfinite(x)) fail("shares", shortest(x), "shares >= 0");
     const double sum = std::accumulate(shares.begin(), shares.end(), 0.0);
     if (std::abs(sum - 1) > 1e-6)
-      fail("shares", listed, "shares summing to 1 (they sum to " + fixed(sum, 6) + ")");
+      fail("shares", listed,
+           "shares summing to 1 (they sum to " + shortest(std::round(sum * 1e12) / 1e12) + ")");
     for (double x : shares) req.shard_bytes.push_back(x * *bytes);
   }
   if (q.uneven == "grouped")

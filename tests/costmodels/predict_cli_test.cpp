@@ -78,6 +78,9 @@ TEST(PredictCli, BadInputsGiveClearErrors) {
           "/scenarios/default.json --kind all-gather --bytes 1MiB --shares 0.5,0.2,0.2,0.2");
   EXPECT_EQ(shares.code, 2);
   EXPECT_NE(shares.out.find("sum"), std::string::npos) << shares.out;
+  // The values are echoed as typed, the sum without rounding noise.
+  EXPECT_NE(shares.out.find("got 0.5,0.2,0.2,0.2;"), std::string::npos) << shares.out;
+  EXPECT_NE(shares.out.find("sum to 1.1)"), std::string::npos) << shares.out;
 }
 
 TEST(PredictCli, CollectiveAndMemoryRecords) {
