@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "cephalo/core/dtype.hpp"
@@ -105,14 +106,19 @@ CLI::Validator dtype_name() {
 
 namespace {
 
+// `or_config`: a Hugging Face config.json is accepted too (an existing file or a `.json` name;
+// reading it is the library's job, with its own errors).
 template <typename Catalog>
-CLI::Validator catalog_name(const char* what, const char* listing_command) {
+CLI::Validator catalog_name(const char* what, const char* listing_command, bool or_config = false) {
   return CLI::Validator(
-      [what, listing_command](std::string& text) -> std::string {
+      [what, listing_command, or_config](std::string& text) -> std::string {
         const auto& catalog = Catalog::builtin();
         if (catalog.find(text)) return {};
+        const std::filesystem::path file = text;
+        if (or_config && (file.extension() == ".json" || std::filesystem::exists(file))) return {};
         std::string message = "got " + in_quotes(text) + "; expected a " + what +
-                              " from the catalog (`" + listing_command + "`)";
+                              " from the catalog (`" + listing_command + "`)" +
+                              (or_config ? " or a Hugging Face config.json" : "");
         auto close = closest_names(text, catalog.names());
         if (!close.empty()) message += "; closest: " + join(close);
         return message;
@@ -127,6 +133,9 @@ CLI::Validator catalog_gpu() {
 }
 CLI::Validator catalog_model() {
   return catalog_name<costmodels::ModelCatalog>("model", "cephalo describe models");
+}
+CLI::Validator catalog_model_or_config() {
+  return catalog_name<costmodels::ModelCatalog>("model", "cephalo describe models", true);
 }
 
 std::string unknown_subcommand_message(const CLI::App& app, int argc, const char* const* argv) {

@@ -24,6 +24,8 @@ CLI::Validator dtype_name();
 // A name (or alias) in the built-in GPU / model catalog; the message lists the closest ones.
 CLI::Validator catalog_gpu();
 CLI::Validator catalog_model();
+// A catalog model, or a path to a Hugging Face config.json.
+CLI::Validator catalog_model_or_config();
 
 // When argv names a subcommand that does not exist (at the top level or under a command that
 // needs one), the message to print: "unknown command \"simulat\"; did you mean \"simulate\"?";

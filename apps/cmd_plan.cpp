@@ -67,11 +67,7 @@ void run_plan(const PlanArgs& a) {
   const std::string table = a.json ? std::string() : planner::render_table(result);
   if (a.json || !a.output.empty()) {
     // The Plan carries the prediction, so --json and -o are one valid Plan record.
-    // (The prediction is moved in after the plan's own keys, not copied through Plan::predicted.)
-    Json predicted = planner::prediction_json(result);
-    Json record = cephalo::to_json(result.plan);
-    record["predicted"] = std::move(predicted);
-    const std::string text = record.dump(2) + "\n";
+    const std::string text = planner::plan_record(result).dump(2) + "\n";
     if (!a.output.empty()) write_file_atomically(a.output, text);
     if (a.json) std::cout << text;
   }

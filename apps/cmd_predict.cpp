@@ -136,9 +136,10 @@ void add_predict_command(CLI::App& app) {
   l->add_option("--gpu", layer.gpu, "GPU (catalog name or alias, e.g. l4, a6000)")
       ->required()
       ->check(catalog_gpu());
-  l->add_option("--model", layer.model, "model (catalog name or alias)")
+  l->add_option("--model", layer.model,
+                "model (catalog name or alias, or a Hugging Face config.json)")
       ->required()
-      ->check(catalog_model());
+      ->check(catalog_model_or_config());
   l->add_option("--seq", layer.seq, "sequence length")->required()->check(integer_in(1, 1 << 22));
   l->add_option("--dtype", layer.dtype, "compute dtype: fp16, bf16 or fp32")->check(dtype_name());
   l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")

@@ -70,21 +70,19 @@ void check_kv_heads(Config& c, const std::string& key, const ModelSpec& m) {
     c.refuse(key, "a divisor of the attention heads (" + std::to_string(m.heads) + ")");
 }
 
-// The MLP's activation: `gated` types must use SiLU (SwiGLU); the others GELU (any of
-// transformers' variants, the same elementwise cost) or ReLU (priced as GELU: one bandwidth-
-// bound elementwise kernel either way).
-void read_activation(Config& c, const std::string& key, bool gated, const std::string& fallback) {
+// The MLP's activation as the spec records it: `gated` types must use SiLU ("swiglu"); the
+// others GELU (any of transformers' variants, the same elementwise kernel) or ReLU ("relu",
+// so the backend, which trains GELU, refuses it instead of training a different model).
+std::string read_activation(Config& c, const std::string& key, bool gated,
+                            const std::string& fallback) {
   const std::string act = c.string_or(key, fallback);
   if (gated) {
     if (act != "silu" && act != "swish")
       c.refuse(key, "\"silu\" (a gated SwiGLU MLP is what this model_type is priced as)");
-    return;
+    return "swiglu";
   }
-  if (act.rfind("gelu", 0) == 0) return;
-  if (act == "relu") {
-    c.note(key + " = \"relu\": priced as GELU (one bandwidth-bound elementwise kernel either way)");
-    return;
-  }
+  if (act.rfind("gelu", 0) == 0) return "gelu";
+  if (act == "relu") return "relu";
   c.refuse(key, "a GELU variant or \"relu\" (the MLP activations that are modelled)");
 }
 
@@ -288,7 +286,8 @@ void read_model(Config& c, const ModelType& row, ModelSpec& m) {
   m.max_positions = row.positions ? c.integer(row.positions) + row.position_offset : 0;
   m.position_offset = row.position_offset;
   m.activation = row.gated ? "swiglu" : "gelu";
-  if (row.activation) read_activation(c, row.activation, row.gated, row.activation_default);
+  if (row.activation)
+    m.activation = read_activation(c, row.activation, row.gated, row.activation_default);
   m.norm = row.rmsnorm ? "rmsnorm" : "layernorm";
   m.norm_bias = !row.rmsnorm;
   m.tied_embeddings = c.boolean_or("tie_word_embeddings", row.tied_default);
@@ -343,6 +342,20 @@ HfModel load_hf_config(const std::filesystem::path& file) {
   if (name == "config" && file.has_parent_path())
     name = std::filesystem::absolute(file).parent_path().filename().string();
   return parse_hf_config(j, file.string(), name);
+}
+
+ModelSpec load_hf_config_named_by(const JsonReader& path_value,
+                                  const std::filesystem::path& base_dir,
+                                  const std::string& relative_to) {
+  const std::string named = path_value.as_string();
+  std::filesystem::path p = named;
+  if (p.is_relative()) p = base_dir / p;
+  try {
+    return load_hf_config(p).spec;
+  } catch (const IoError& e) {
+    path_value.fail_value("\"" + named + "\" (" + e.what() + ")",
+                          "a readable Hugging Face config.json (relative to " + relative_to + ")");
+  }
 }
 
 }  // namespace cephalo

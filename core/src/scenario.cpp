@@ -144,15 +144,9 @@ namespace {
 // `{"hf_config": "config.json"}`, the path relative to the file the job was read from.
 ModelSpec read_hf_model(JsonReader& model, const std::string& job_file) {
   auto path_reader = model.child("hf_config");
-  std::filesystem::path p = path_reader.as_string();
-  if (p.is_relative()) p = std::filesystem::path(job_file).parent_path() / p;
   model.finish();
-  try {
-    return load_hf_config(p).spec;
-  } catch (const IoError& e) {
-    path_reader.fail_value("\"" + path_reader.as_string() + "\" (" + e.what() + ")",
-                           "a readable Hugging Face config.json (relative to the job file)");
-  }
+  return load_hf_config_named_by(path_reader, std::filesystem::path(job_file).parent_path(),
+                                 "the job file");
 }
 
 }  // namespace

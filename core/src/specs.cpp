@@ -141,8 +141,9 @@ ModelSpec parse_model_spec(JsonReader& reader) {
     reader.child("heads").fail("a divisor of hidden (" + std::to_string(m.hidden) + ")");
   m.kv_heads = static_cast<int>(reader.integer_or("kv_heads", m.heads, 1, m.heads));
   if (m.heads % m.kv_heads != 0) reader.child("kv_heads").fail("a divisor of heads");
-  m.activation = reader.has("activation") ? reader.child("activation").as_enum({"gelu", "swiglu"})
-                                          : (m.family == "llama" ? "swiglu" : "gelu");
+  m.activation = reader.has("activation")
+                     ? reader.child("activation").as_enum({"gelu", "relu", "swiglu"})
+                     : (m.family == "llama" ? "swiglu" : "gelu");
   m.norm = reader.has("norm") ? reader.child("norm").as_enum({"layernorm", "rmsnorm"})
                               : (m.family == "llama" ? "rmsnorm" : "layernorm");
   m.ffn_hidden = static_cast<int>(reader.integer_or("ffn_hidden", 4LL * m.hidden, 1, kBig));

@@ -1,6 +1,7 @@
 #include "cephalo/core/table.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 
 namespace cephalo {
@@ -29,8 +30,8 @@ std::string TextTable::render() const {
     for (std::size_t c = 0; c < cells.size(); ++c) {
       std::string pad(width[c] - cells[c].size(), ' ');
       if (c) out += "  ";
-      out += align_[c] == Align::Left ? cells[c] + (c + 1 < cells.size() ? pad : "")
-                                      : pad + cells[c];
+      out +=
+          align_[c] == Align::Left ? cells[c] + (c + 1 < cells.size() ? pad : "") : pad + cells[c];
     }
     return out + "\n";
   };
@@ -47,6 +48,12 @@ std::string fixed(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
   return buffer;
+}
+
+std::string shortest(double value) {
+  char buffer[64];
+  const auto r = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, r.ptr);
 }
 
 }  // namespace cephalo

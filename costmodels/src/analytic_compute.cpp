@@ -33,6 +33,19 @@ double legacy_mma_fraction(const DeviceSpec& device) {
   return device.architecture == "hopper" ? 2.0 / 3.0 : 1.0;
 }
 
+double int32_shared_lane_fraction(const DeviceSpec& device) {
+  // Whitepapers: Pascal GP100 / GP102 (integer ops run on the CUDA cores); Volta V100 (separate
+  // FP32 and INT32 cores); Turing TU102; Ampere GA100 (64 FP32 + 64 INT32 per SM) and GA102
+  // ("one datapath of 16 FP32 units, the other 16 FP32 or 16 INT32" per SM partition); Ada
+  // AD102 (as GA102); Hopper GH100 (128 FP32 + 64 INT32 per SM). Blackwell is not classified
+  // (treated as dedicated). GA100 and GA102 are both "ampere": 64 vs 128 FP32 lanes per SM.
+  if (device.architecture == "pascal") return 1;
+  if (device.architecture != "ampere" && device.architecture != "ada") return 0;
+  if (device.sm_count <= 0 || !(device.boost_clock_hz > 0)) return 0;
+  const double flops_per_sm_clock = device.peak_fp32 / (device.sm_count * device.boost_clock_hz);
+  return flops_per_sm_clock > 192 ? 0.5 : 0;  // 2 FLOPs per lane: 128 (GA100) or 256 lanes
+}
+
 void check_micro_batch(int micro_batch) {
   if (micro_batch <= 0)
     throw ValidationError("", "micro_batch", std::to_string(micro_batch),

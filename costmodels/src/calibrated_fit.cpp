@@ -303,50 +303,58 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
           }
         }
         const Theta prior = roofline_prior();
-        double best = -1, best_k = 0;
-        for (int step = -1; step <= 48; ++step) {
-          const double k = step < 0 ? 0 : 0.25e-12 * std::pow(2.0, step / 6.0);  // W per FLOP/s
-          model->watts_per_flops_[static_cast<std::size_t>(c)] = k;
-          std::map<std::string, std::array<Normal, 2>> at_k;
-          std::array<Normal, 2> total;
-          for (const auto& [gpu, nn] : normals) {
-            double q = model->sustained_fraction(GpuCatalog::builtin().get(gpu),
-                                                 c ? Dtype::FP16 : Dtype::FP32);
-            auto& a = at_k[gpu];
-            for (int ph : {0, 1}) {
-              a[static_cast<std::size_t>(ph)] = nn[static_cast<std::size_t>(ph)].scaled(q);
-              total[static_cast<std::size_t>(ph)].A += a[static_cast<std::size_t>(ph)].A;
-              total[static_cast<std::size_t>(ph)].b += a[static_cast<std::size_t>(ph)].b;
-              total[static_cast<std::size_t>(ph)].c += a[static_cast<std::size_t>(ph)].c;
+        double best = -1, best_k = 0, best_iota = 0;
+        // ι (CUDA-core pipeline only) on a grid searched jointly with k, smallest first.
+        const std::vector<double> iotas = c == 0 && o.int32_shared_lanes
+                                              ? std::vector<double>{0, 0.125, 0.25, 0.5, 1}
+                                              : std::vector<double>{0};
+        for (double iota : iotas)
+          for (int step = -1; step <= 48; ++step) {
+            const double k = step < 0 ? 0 : 0.25e-12 * std::pow(2.0, step / 6.0);  // W per FLOP/s
+            model->watts_per_flops_[static_cast<std::size_t>(c)] = k;
+            if (c == 0) model->int32_share_ = iota;
+            std::map<std::string, std::array<Normal, 2>> at_k;
+            std::array<Normal, 2> total;
+            for (const auto& [gpu, nn] : normals) {
+              double q = model->sustained_fraction(GpuCatalog::builtin().get(gpu),
+                                                   c ? Dtype::FP16 : Dtype::FP32);
+              auto& a = at_k[gpu];
+              for (int ph : {0, 1}) {
+                a[static_cast<std::size_t>(ph)] = nn[static_cast<std::size_t>(ph)].scaled(q);
+                total[static_cast<std::size_t>(ph)].A += a[static_cast<std::size_t>(ph)].A;
+                total[static_cast<std::size_t>(ph)].b += a[static_cast<std::size_t>(ph)].b;
+                total[static_cast<std::size_t>(ph)].c += a[static_cast<std::size_t>(ph)].c;
+              }
+            }
+            std::vector<double> rms;
+            for (const auto& [gpu, a] : at_k) {
+              double e2 = 0, n = 0;
+              for (int ph : {0, 1}) {
+                const auto i = static_cast<std::size_t>(ph);
+                Normal rest = total[i];
+                rest.A -= a[i].A;
+                rest.b -= a[i].b;
+                rest.c -= a[i].c;
+                if (rest.c <= 0) continue;
+                OpFeatures t = solve_normal(rest, ph ? prior.backward : prior.forward, 1e-3);
+                e2 += a[i].sse(t);
+                n += a[i].c;
+              }
+              if (n > 0) rms.push_back(std::sqrt(e2 / n));
+            }
+            const double score = median(rms);
+            // Beyond the k that caps every GPU the score is flat (θ absorbs the scale): the
+            // smallest k within 0.1% of the best caps no more GPUs than the data ask for.
+            if (best < 0 || score < best * (1 - 1e-3)) {
+              best = score;
+              best_k = k;
+              best_iota = iota;
+            } else if (score < best) {
+              best = score;
             }
           }
-          std::vector<double> rms;
-          for (const auto& [gpu, a] : at_k) {
-            double e2 = 0, n = 0;
-            for (int ph : {0, 1}) {
-              const auto i = static_cast<std::size_t>(ph);
-              Normal rest = total[i];
-              rest.A -= a[i].A;
-              rest.b -= a[i].b;
-              rest.c -= a[i].c;
-              if (rest.c <= 0) continue;
-              OpFeatures t = solve_normal(rest, ph ? prior.backward : prior.forward, 1e-3);
-              e2 += a[i].sse(t);
-              n += a[i].c;
-            }
-            if (n > 0) rms.push_back(std::sqrt(e2 / n));
-          }
-          const double score = median(rms);
-          // Beyond the k that caps every GPU the score is flat (θ absorbs the scale): the
-          // smallest k within 0.1% of the best caps no more GPUs than the data ask for.
-          if (best < 0 || score < best * (1 - 1e-3)) {
-            best = score;
-            best_k = k;
-          } else if (score < best) {
-            best = score;
-          }
-        }
         model->watts_per_flops_[static_cast<std::size_t>(c)] = best_k;
+        if (c == 0) model->int32_share_ = best_iota;
       }
       model->pooled_[c] = fit_theta(by_class[c], roofline_prior(), 1e-3, phi, fraction);
     }

@@ -22,11 +22,16 @@ std::string CalibratedComputeModel::family_key(const std::string& family, Dtype 
 }
 
 double CalibratedComputeModel::sustained_fraction(const DeviceSpec& device, Dtype dtype) const {
-  double k = watts_per_flops_[static_cast<std::size_t>(pipeline_class(device, dtype))];
-  if (!(k > 0) || !(device.tdp_watts > 0)) return 1;
+  const int c = pipeline_class(device, dtype);
+  // Integer instructions on lanes shared with FP32 (CUDA-core pipeline only; tensor-core
+  // GEMMs issue few FP32-lane instructions).
+  const double issue =
+      c == 0 && int32_share_ > 0 ? 1 / (1 + int32_share_ * int32_shared_lane_fraction(device)) : 1;
+  double k = watts_per_flops_[static_cast<std::size_t>(c)];
+  if (!(k > 0) || !(device.tdp_watts > 0)) return issue;
   const double r = device.tdp_watts / (k * effective_peak(device, dtype));
-  if (r >= 1) return 1;
-  return power_exponent_ == 1.0 / 3.0 ? std::cbrt(r) : std::pow(r, power_exponent_);
+  if (r >= 1) return issue;
+  return issue * (power_exponent_ == 1.0 / 3.0 ? std::cbrt(r) : std::pow(r, power_exponent_));
 }
 
 std::shared_ptr<const CalibratedComputeModel> CalibratedComputeModel::builtin() {

@@ -114,7 +114,8 @@ ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
         if (!r.has("hf_config")) return parse_model_spec(r);
         // An entry that is a shipped Hugging Face config (relative to the catalog file), so
         // the two cannot drift: the config's architecture under the catalog's name.
-        ModelSpec spec = load_hf_config(file.parent_path() / r.string("hf_config")).spec;
+        ModelSpec spec =
+            load_hf_config_named_by(r.child("hf_config"), file.parent_path(), "the catalog file");
         spec.name = r.string("name");
         if (auto a = r.optional_child("aliases"))
           for (auto& alias : a->elements()) spec.aliases.push_back(alias.as_string());

@@ -1,5 +1,7 @@
 #include "cephalo/costmodels/model_description.hpp"
 
+#include <filesystem>
+
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 
@@ -11,7 +13,12 @@ HfModel find_model_or_config(const std::string& name_or_file) {
     catalog.spec = *m;
     return catalog;
   }
-  return load_hf_config(name_or_file);
+  // Neither a catalog name nor something that looks like a file: a mistyped name gets the
+  // catalog's close names, not "no such file".
+  const std::filesystem::path p = name_or_file;
+  if (!std::filesystem::exists(p) && p.extension() != ".json" && !p.has_parent_path())
+    ModelCatalog::builtin().get(name_or_file);  // throws NotFoundError
+  return load_hf_config(p);
 }
 
 Json model_summary(const ModelSpec& model) {

@@ -294,7 +294,11 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
         memory("swiglu", tokens * f, 3, 8);
       } else {
         gemm("mlp_up", tokens, hd, f);
-        memory("gelu", tokens * f, 2, 8);
+        // ReLU and GELU are one bandwidth-bound elementwise kernel each; only the FLOPs differ.
+        if (m.activation == "relu")
+          memory("relu", tokens * f, 2, 1);
+        else
+          memory("gelu", tokens * f, 2, 8);
       }
       gemm("mlp_down", tokens, f, hd);
       if (!fused) memory("residual2", tokens * hd, 3, 1);

@@ -9,6 +9,7 @@
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
 namespace cephalo::costmodels {
@@ -44,7 +45,8 @@ std::string QueryOrigin::field(const std::string& name) const {
 
 LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   const DeviceSpec& gpu = GpuCatalog::builtin().get(q.gpu);
-  const ModelSpec& model = ModelCatalog::builtin().get(q.model);
+  const HfModel found = find_model_or_config(q.model);
+  const ModelSpec& model = found.spec;
   auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
     throw ValidationError(origin.file, origin.field(field), value, expected);
   };
@@ -57,7 +59,7 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   if (q.micro_batch <= 0)
     fail("micro_batch", std::to_string(q.micro_batch), "a micro-batch size >= 1");
   Job job;
-  job.model_name = q.model;
+  job.model_name = found.model_type.empty() ? q.model : model.name;
   job.model = model;
   job.sequence_length = q.seq;
   job.global_batch = q.micro_batch;
@@ -154,14 +156,15 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
   } else {
     const auto& shares = *q.shares;
     std::string listed;
-    for (double x : shares) listed += (listed.empty() ? "" : ",") + fixed(x, 6);
+    for (double x : shares) listed += (listed.empty() ? "" : ",") + shortest(x);
     if (shares.size() != n)
       fail("shares", listed, std::to_string(n) + " shares, one per participating rank");
     for (double x : shares)
-      if (!(x >= 0) || !std::isfinite(x)) fail("shares", std::to_string(x), "shares >= 0");
+      if (!(x >= 0) || !std::isfinite(x)) fail("shares", shortest(x), "shares >= 0");
     const double sum = std::accumulate(shares.begin(), shares.end(), 0.0);
     if (std::abs(sum - 1) > 1e-6)
-      fail("shares", listed, "shares summing to 1 (they sum to " + fixed(sum, 6) + ")");
+      fail("shares", listed,
+           "shares summing to 1 (they sum to " + shortest(std::round(sum * 1e12) / 1e12) + ")");
     for (double x : shares) req.shard_bytes.push_back(x * *bytes);
   }
   if (q.uneven == "grouped")

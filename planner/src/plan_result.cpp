@@ -147,6 +147,13 @@ Json to_json(const PlanResult& res) {
   return j;
 }
 
+Json plan_record(const PlanResult& res) {
+  Json predicted = prediction_json(res);
+  Json record = cephalo::to_json(res.plan);
+  record["predicted"] = std::move(predicted);
+  return record;
+}
+
 Json prediction_json(const PlanResult& res) {
   Json j;
   // Each rank's object filled key by key: at 100k ranks an initializer list per rank (a

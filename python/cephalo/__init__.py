@@ -192,9 +192,10 @@ def describe_model(model):
 
 
 def predict_layer(gpu, model, seq, micro_batch, dtype="fp16", source="auto"):
-    """Per-layer forward / backward / recompute time of a catalog model on a catalog GPU
-    (`cephalo predict layer --json`). Bad values raise ValidationError naming the keyword."""
-    return _record(_cephalo.layer_json(gpu, model, seq, dtype, micro_batch, source))
+    """Per-layer forward / backward / recompute time of a model (catalog name, or the path of a
+    Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`). Bad values
+    raise ValidationError naming the keyword."""
+    return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype, micro_batch, source))
 
 
 def predict_memory(scenario, plan):

@@ -78,11 +78,7 @@ std::string job_json(const std::string& text, const std::string& label, bool is_
 
 // What `cephalo plan --json` prints: the Plan carrying the planner's prediction.
 std::string plan_json(const Scenario& scenario, const planner::PlannerOptions& options) {
-  const auto result = planner::make_plan(scenario, options);
-  Plan plan = result.plan;
-  plan.predicted = planner::to_json(result);
-  plan.predicted.erase("plan");
-  return to_json(plan).dump(2) + "\n";
+  return planner::plan_record(planner::make_plan(scenario, options)).dump(2) + "\n";
 }
 
 // What `cephalo simulate --json [--ops]` prints, byte for byte.

@@ -142,6 +142,9 @@ def test_simulate_equals_the_cli_byte_for_byte(tmp_path):
     record = cephalo.plan(DEFAULT, strategy="optimal")
     assert record["ranks"] == as_dict["ranks"]
     assert (set(record) - {"predicted"}) == (set(as_dict) - {"predicted"})
+    wall = {"planning_s"}
+    assert {k: v for k, v in record["predicted"].items() if k not in wall} == {
+        k: v for k, v in as_dict["predicted"].items() if k not in wall}
 
 
 def test_simulate_record_and_dataframes(default_plan):
@@ -230,6 +233,20 @@ def test_predict_layer_equals_the_cli(gpu, model, seq, dtype, micro_batch, sourc
                               "--json"))
     assert got == expected
     assert got["forward_ms"] > 0 and got["backward_ms"] > got["forward_ms"] * 0.5
+
+
+def test_predict_layer_of_a_config_equals_the_cli(tmp_path):
+    config = MODELS / "meta-llama-3-8b.json"
+    got = cephalo.predict_layer("a100", config, 2048, 1, dtype="bf16")
+    expected = json.loads(cli("predict", "layer", "--gpu", "a100", "--model", config, "--seq",
+                              2048, "--dtype", "bf16", "--micro-batch", 1, "--json"))
+    assert got == expected
+    assert got["model"] == "meta-llama-3-8b"
+    # Same architecture as the catalog entry made from that config: the same prediction.
+    catalog = cephalo.predict_layer("a100", "llama3-8b", 2048, 1, dtype="bf16")
+    assert got["forward_ms"] == pytest.approx(catalog["forward_ms"], rel=1e-12)
+    with pytest.raises(cephalo.IoError):
+        cephalo.predict_layer("a100", tmp_path / "missing.json", 2048, 1)
 
 
 def test_predict_layer_errors_name_the_keyword():

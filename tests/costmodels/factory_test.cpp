@@ -230,6 +230,32 @@ TEST(CommCalibration, CopiesFromAnOwnProfileSetCopyTime) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CalibratedModel, Int32SharedLanesFollowTheArchitecture) {
+  const auto& cat = GpuCatalog::builtin();
+  // Pascal: integer ops on the CUDA cores; GA10x / AD10x: half the FP32 lanes shared; GA100,
+  // Volta, Turing, Hopper: dedicated INT32 units.
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("P100")), 1.0);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("P40")), 1.0);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("RTX-A6000")), 0.5);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("L4")), 0.5);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("A10G")), 0.5);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("A100-40GB")), 0.0);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("V100-SXM2-16GB")), 0.0);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("T4")), 0.0);
+  EXPECT_EQ(int32_shared_lane_fraction(cat.get("H100-SXM")), 0.0);
+  // An Ampere spec without SM count or clock cannot be classified: treated as dedicated.
+  DeviceSpec bare = cat.get("RTX-A6000");
+  bare.sm_count = 0;
+  EXPECT_EQ(int32_shared_lane_fraction(bare), 0.0);
+  // Chosen on the training GPUs among 0 … 1; with it off the fraction is the power law alone.
+  auto m = CalibratedComputeModel::builtin();
+  EXPECT_GE(m->int32_share(), 0.0);
+  EXPECT_LE(m->int32_share(), 1.0);
+  CalibrationOptions off;
+  off.int32_shared_lanes = false;
+  EXPECT_EQ(CalibratedComputeModel::fit(ProfileTables::builtin(), off)->int32_share(), 0.0);
+}
+
 TEST(CalibratedModel, PowerLimitedPartsSustainLessOfTheirPeak) {
   auto m = CalibratedComputeModel::builtin();
   ASSERT_GT(m->watts_per_flops(0), 0);  // the fp32 (CUDA-core) power constant is fitted
@@ -248,10 +274,13 @@ TEST(CalibratedModel, PowerLimitedPartsSustainLessOfTheirPeak) {
                 std::cbrt((l4.tdp_watts / l4.peak_fp32) / (l40s.tdp_watts / l40s.peak_fp32)),
                 1e-12);
   }
-  // Without a board power in the spec nothing is capped.
+  // Without a board power in the spec nothing is capped: what remains is the integer work on
+  // the FP32 lanes the L4 (AD104) shares with INT32.
   DeviceSpec unknown = l4;
   unknown.tdp_watts = 0;
-  EXPECT_EQ(m->sustained_fraction(unknown, Dtype::FP32), 1.0);
+  EXPECT_DOUBLE_EQ(m->sustained_fraction(unknown, Dtype::FP32),
+                   1 / (1 + m->int32_share() * int32_shared_lane_fraction(l4)));
+  EXPECT_EQ(m->sustained_fraction(unknown, Dtype::FP16), 1.0);  // tensor pipeline: no such term
   // Pascal runs fp16 on its fp32 pipeline, so it shares fp32's θ and power constant.
   EXPECT_EQ(pipeline_class(cat.get("P100"), Dtype::FP16), 0);
   EXPECT_EQ(pipeline_class(cat.get("T4"), Dtype::FP16), 1);

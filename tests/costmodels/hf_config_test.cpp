@@ -79,6 +79,7 @@ TEST(HfConfig, StructureIsReadAsTheModelTypeDefinesIt) {
   HfModel opt = load("opt-1.3b");
   EXPECT_EQ(opt.spec.max_positions, 2050);  // stored rows (the parameter count)
   EXPECT_EQ(opt.spec.position_offset, 2);
+  EXPECT_EQ(opt.spec.activation, "relu");   // recorded as what it is: the backend trains GELU
   EXPECT_EQ(max_sequence(opt.spec), 2048);  // what it runs
   HfModel mistral = load("mistral-7b-v0.1");
   EXPECT_EQ(mistral.spec.attention_window, 4096);
@@ -123,6 +124,8 @@ TEST(HfConfig, CatalogEntryWithABadConfigIsRefusedWithItsPath) {
   };
   const std::string missing = refused(R"({"name": "m", "hf_config": "missing.json"})");
   EXPECT_NE(missing.find("missing.json"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("models.json"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("models[0].hf_config"), std::string::npos) << missing;
   const std::string extra = refused(R"({"name": "m", "hf_config": "config.json", "layers": 3})");
   EXPECT_NE(extra.find("models.json"), std::string::npos) << extra;
   EXPECT_NE(extra.find("layers"), std::string::npos) << extra;

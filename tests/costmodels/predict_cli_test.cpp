@@ -49,6 +49,19 @@ TEST(PredictCli, BadInputsGiveClearErrors) {
   auto model = run("predict layer --gpu l4 --model gtp-2.7b --seq 512 --micro-batch 1");
   EXPECT_EQ(model.code, 2);
   EXPECT_NE(model.out.find("gpt-2.7b"), std::string::npos) << model.out;
+  // A config path is a model too; a missing one is an I/O error naming it (exit 5).
+  auto config = run("predict layer --gpu l4 --model " + kRoot +
+                    "/scenarios/models/gpt2.json --seq 512 --micro-batch 1 --json");
+  EXPECT_EQ(config.code, 0) << config.out;
+  auto no_config =
+      run("predict layer --gpu l4 --model /no/such/config.json --seq 512 "
+          "--micro-batch 1");
+  EXPECT_EQ(no_config.code, 5);
+  EXPECT_NE(no_config.out.find("/no/such/config.json"), std::string::npos) << no_config.out;
+  // `describe model` with a mistyped name lists close catalog names, not "no such file".
+  auto describe = run("describe model lama3-8b");
+  EXPECT_EQ(describe.code, 1);
+  EXPECT_NE(describe.out.find("llama3-8b"), std::string::npos) << describe.out;
   auto mb = run("predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 0");
   EXPECT_EQ(mb.code, 2);
   EXPECT_NE(mb.out.find("--micro-batch"), std::string::npos) << mb.out;
@@ -65,6 +78,9 @@ TEST(PredictCli, BadInputsGiveClearErrors) {
           "/scenarios/default.json --kind all-gather --bytes 1MiB --shares 0.5,0.2,0.2,0.2");
   EXPECT_EQ(shares.code, 2);
   EXPECT_NE(shares.out.find("sum"), std::string::npos) << shares.out;
+  // The values are echoed as typed, the sum without rounding noise.
+  EXPECT_NE(shares.out.find("got 0.5,0.2,0.2,0.2;"), std::string::npos) << shares.out;
+  EXPECT_NE(shares.out.find("sum to 1.1)"), std::string::npos) << shares.out;
 }
 
 TEST(PredictCli, CollectiveAndMemoryRecords) {

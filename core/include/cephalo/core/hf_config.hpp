@@ -35,4 +35,11 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
 // a file called config.json its folder's name (the Hugging Face layout).
 HfModel load_hf_config(const std::filesystem::path& file);
 
+// The config a JSON value names (`"hf_config": "path"`, relative to `base_dir`), as a job or a
+// catalog entry does. An unreadable config is a ValidationError at that value's path, so the
+// message names the file and entry that pointed at it as well as the config's own path.
+ModelSpec load_hf_config_named_by(const JsonReader& path_value,
+                                  const std::filesystem::path& base_dir,
+                                  const std::string& relative_to);
+
 }  // namespace cephalo

@@ -68,7 +68,7 @@ struct ModelSpec {
   int vocab_size = 0;               // 0 for ViT
   int max_positions = 0;            // learned position embeddings (0: rotary, none stored)
   int position_offset = 0;          // of those, rows no token reaches (OPT: 2, max_sequence)
-  std::string activation = "gelu";  // "gelu" or "swiglu"
+  std::string activation = "gelu";  // "gelu", "relu" or "swiglu"
   std::string norm = "layernorm";   // "layernorm" or "rmsnorm"
   // Biases of the linear layers, by part (the JSON key "bias" sets all three; Qwen2 has only
   // the q/k/v ones), and LayerNorm's shift (MPT drops it; RMSNorm never has one).

@@ -22,5 +22,8 @@ class TextTable {
 
 // Fixed-point formatting helper ("12.35").
 std::string fixed(double value, int decimals);
+// The shortest text that reads back as `value` ("0.2", "1e-07"): how an error message echoes a
+// number the user typed, unchanged.
+std::string shortest(double value);
 
 }  // namespace cephalo

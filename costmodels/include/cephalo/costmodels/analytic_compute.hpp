@@ -17,6 +17,12 @@ double special_function_rate(const DeviceSpec& device);
 // Fraction of the tensor-core peak reached by the warp-level mma.sync instructions that
 // FlashAttention-2-class kernels issue (2/3 on Hopper, 1 where mma.sync is native).
 double legacy_mma_fraction(const DeviceSpec& device);
+// Fraction of the FP32 lanes counted in the datasheet's fp32 peak that also execute the
+// kernel's INT32 instructions (address and loop arithmetic): 1 on Pascal (no separate INT32
+// units), 0.5 on GA10x / AD10x (128 FP32 lanes per SM, 64 of them on a datapath shared with
+// INT32), 0 on Volta, Turing, GA100 and Hopper (dedicated INT32 units). From `architecture`
+// and the fp32 lanes per SM that peak_fp32 / (sm_count · boost clock) implies.
+double int32_shared_lane_fraction(const DeviceSpec& device);
 
 // Per-phase features of one unit, each in seconds at 100% of the datasheet rate:
 //   [0] GEMM FLOPs / peak, [1] attention FLOPs / peak, [2] Memory-class bytes / bandwidth,

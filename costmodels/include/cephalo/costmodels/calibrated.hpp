@@ -81,6 +81,10 @@ struct CalibrationOptions {
   // (shrunk toward the pipeline's pooled θ with this ridge), else the pipeline's pooled θ.
   bool per_generation = true;
   double generation_ridge = 0.2;
+  // The CUDA-core pipeline's FP32 rate divided by 1 + ι·int32_shared_lane_fraction (the FP32
+  // issue slots the kernel's integer instructions take where lanes are shared), ι chosen with
+  // the power constant by the same leave-one-GPU-out over the training GPUs (false: ι = 0).
+  bool int32_shared_lanes = true;
 };
 
 // The architecture a profile row was measured on (the catalog entry, with Cephalo's ViT image
@@ -139,6 +143,8 @@ class CalibratedComputeModel : public ComputeModel {
   double watts_per_flops(int pipeline) const {
     return watts_per_flops_[static_cast<std::size_t>(pipeline)];
   }
+  // ι: integer instructions' share of the FP32 issue slots on shared lanes (CUDA-core pipeline).
+  double int32_share() const { return int32_share_; }
 
  private:
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
@@ -153,6 +159,7 @@ class CalibratedComputeModel : public ComputeModel {
   bool family_per_dtype_ = false;
   double power_exponent_ = 1.0 / 3.0;
   std::array<double, 2> watts_per_flops_{0, 0};
+  double int32_share_ = 0;
   std::map<std::string, std::array<double, 2>> family_;  // family key (family_key)
   std::map<std::string, std::array<double, 2>> model_;   // model key (family_key of the name)
   // (gpu, pipeline, family key) → the family's residual factor on that GPU

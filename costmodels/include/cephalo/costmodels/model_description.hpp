@@ -8,7 +8,9 @@
 namespace cephalo::costmodels {
 
 // A catalog model (by name or alias) or, when no catalog entry has that name, a Hugging Face
-// config.json (model_type and notes filled in). Errors as load_hf_config's.
+// config.json (model_type and notes filled in). A name that is neither (no such file, no
+// `.json`, no folder) is a NotFoundError listing close catalog names; else load_hf_config's
+// errors.
 HfModel find_model_or_config(const std::string& name_or_file);
 
 // The architecture (to_json) with its per-layer and total parameter counts: a `describe models`

@@ -25,7 +25,7 @@ struct QueryOrigin {
 
 struct LayerQuery {
   std::string gpu;    // catalog name or alias
-  std::string model;  // catalog name or alias
+  std::string model;  // catalog name or alias, or a Hugging Face config.json
   int seq = 0;
   std::string dtype = "fp16";
   int micro_batch = 0;

@@ -77,5 +77,9 @@ std::string render_table(const PlanResult& result);
 Json to_json(const PlanResult& result);
 // to_json without the "plan" key: the record a Plan carries as its `predicted` field.
 Json prediction_json(const PlanResult& result);
+// What `cephalo plan --json` prints and `-o` writes: the Plan record whose `predicted` field is
+// prediction_json (one valid Plan; the prediction is moved in, not copied through
+// Plan::predicted, which at 100k ranks costs more than the planning).
+Json plan_record(const PlanResult& result);
 
 }  // namespace cephalo::planner
