@@ -68,6 +68,10 @@ struct CalibrationOptions {
   // Family (and model) factors per dtype class (fp16/bf16 vs fp32): Cephalo's GPT layers are
   // 2.2-3.4x slower per FLOP than its LLaMA layers in fp16, 1.2-1.6x in fp32.
   bool family_per_dtype = true;
+  // ... and the class is the pipeline the row computes on (pipeline_class), not the dtype: the
+  // GPT stack's fp16 slowness per FLOP is a tensor-core effect, and fp16 on Pascal runs on the
+  // fp32 pipeline (false: by dtype class, as before 2026-12-01 late).
+  bool factors_per_pipeline = true;
   bool whole_stack_test_model = true;  // see profiled_layers
   // Fit the factor of each published stack (implementation label) on the published
   // end-to-end points (published_throughput.hpp), tensor-core pipeline only.
@@ -150,13 +154,17 @@ class CalibratedComputeModel : public ComputeModel {
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
                          bool backward, bool* own = nullptr) const;
-  std::string family_key(const std::string& family, Dtype dtype) const;
+  std::string family_key(const std::string& family, int factor_class) const;
+  // The class a (device, dtype)'s family and model factors are keyed by: the pipeline, or the
+  // dtype class (factors_per_pipeline = false); [0] fp32, [1] fp16/bf16 in ByDtype.
+  int factor_class(const DeviceSpec& device, Dtype dtype) const;
   // The published stacks' factors and flash weights (calibrated_stacks.cpp), after every
   // other factor is fitted.
   void fit_published_stacks(const CalibrationOptions& options);
   bool median_of_gpus_ = false;
   bool waves_ = true;
   bool family_per_dtype_ = false;
+  bool factors_per_pipeline_ = true;
   double power_exponent_ = 1.0 / 3.0;
   std::array<double, 2> watts_per_flops_{0, 0};
   double int32_share_ = 0;
