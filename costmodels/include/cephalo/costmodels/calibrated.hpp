@@ -12,9 +12,9 @@
 // leave-one-GPU-out among them. A GPU with profiles gets its own θ, shrunk toward the pooled θ
 // (ridge); a GPU without profiles gets the pooled θ of its pipeline, i.e. it is predicted from
 // its datasheet peaks, bandwidth and board power alone. φ is one factor per model family and
-// dtype class, ψ a model's residual over its rows on the training GPUs (centred in its family,
-// shrunk toward 1), λ a family's residual on one GPU (shrunk toward 1). Rows the
-// inconsistency detector flags are listed and left out of every fit.
+// pipeline (fp16 on Pascal takes the fp32 one), ψ a model's residual over its rows on the training
+// GPUs (centred in its family, shrunk toward 1), λ a family's residual on one GPU (shrunk toward
+// 1). Rows the inconsistency detector flags are listed and left out of every fit.
 #include <array>
 #include <map>
 #include <memory>
@@ -70,7 +70,7 @@ struct CalibrationOptions {
   bool family_per_dtype = true;
   // ... and the class is the pipeline the row computes on (pipeline_class), not the dtype: the
   // GPT stack's fp16 slowness per FLOP is a tensor-core effect, and fp16 on Pascal runs on the
-  // fp32 pipeline (false: by dtype class, as before 2026-12-01 late).
+  // fp32 pipeline (false: by dtype class, as until 2026-12-01 night).
   bool factors_per_pipeline = true;
   bool whole_stack_test_model = true;  // see profiled_layers
   // Fit the factor of each published stack (implementation label) on the published
@@ -134,7 +134,8 @@ class CalibratedComputeModel : public ComputeModel {
   const Theta& theta(const DeviceSpec& device, Dtype dtype, bool* own = nullptr) const;
   const std::map<std::pair<std::string, int>, Theta>& per_gpu() const { return per_gpu_; }
   const std::vector<InconsistentRow>& dropped() const { return dropped_; }
-  // Forward, backward factor of a family for a compute dtype.
+  // Forward, backward factor of a family for a compute dtype on a GPU with tensor cores (its
+  // dtype class; `factor` resolves the pipeline per device).
   std::array<double, 2> family_factor(const std::string& family, Dtype dtype) const;
   // Family factor times the model's factor (when the model was profiled) times the family's
   // shrunk residual factor on this GPU (when it has one).
