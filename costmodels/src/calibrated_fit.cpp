@@ -223,6 +223,7 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
   model->median_of_gpus_ = o.unseen_median_of_gpus;
   model->waves_ = o.gemm_waves;
   model->family_per_dtype_ = o.family_per_dtype;
+  model->factors_per_pipeline_ = o.factors_per_pipeline;
   model->power_exponent_ = o.power_exponent;
   std::set<const LayerProfile*> bad;
   if (o.drop_inconsistent) {
@@ -242,10 +243,11 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
       continue;
     RowData d;
     d.row = &r;
-    d.pipeline = pipeline_class(GpuCatalog::builtin().get(r.gpu), r.dtype);
-    d.family = model->family_key(ModelCatalog::builtin().get(r.model).family, r.dtype);
-    d.model_key = model->family_key(r.model, r.dtype);
     d.gpu = &GpuCatalog::builtin().get(r.gpu);
+    d.pipeline = pipeline_class(*d.gpu, r.dtype);
+    const int fc = model->factor_class(*d.gpu, r.dtype);
+    d.family = model->family_key(ModelCatalog::builtin().get(r.model).family, fc);
+    d.model_key = model->family_key(r.model, fc);
     d.samples = samples_of(r, o.whole_stack_test_model, o.gemm_waves);
     data.push_back(std::move(d));
   }
@@ -449,13 +451,14 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     for (int dc : {0, 1}) {
       const Dtype probe = dc ? Dtype::FP16 : Dtype::FP32;
       const auto i = static_cast<std::size_t>(dc);
-      if (auto f = model->family_.find(model->family_key(family, probe)); f != model->family_.end())
+      // The pipeline a factor of class dc belongs to on this GPU (local_ is keyed by pipeline).
+      const int pipe = o.factors_per_pipeline ? dc : pipeline_class(*d.gpu, probe);
+      if (auto f = model->family_.find(model->family_key(family, dc)); f != model->family_.end())
         model->family_by_name_[family].f[i] = f->second;
-      if (auto m = model->model_.find(model->family_key(d.row->model, probe));
+      if (auto m = model->model_.find(model->family_key(d.row->model, dc));
           m != model->model_.end())
         model->model_by_name_[d.row->model].f[i] = m->second;
-      if (auto l = model->local_.find(
-              {d.row->gpu, pipeline_class(*d.gpu, probe), model->family_key(family, probe)});
+      if (auto l = model->local_.find({d.row->gpu, pipe, model->family_key(family, dc)});
           l != model->local_.end())
         model->local_by_name_[d.row->gpu][family].f[i] = l->second;
     }

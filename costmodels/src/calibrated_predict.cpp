@@ -17,8 +17,12 @@ int pipeline_class(const DeviceSpec& device, Dtype dtype) {
   return dtype_class(dtype) && effective_peak(device, dtype) > device.peak_fp32 ? 1 : 0;
 }
 
-std::string CalibratedComputeModel::family_key(const std::string& family, Dtype dtype) const {
-  return family_per_dtype_ ? family + (dtype_class(dtype) ? "/16" : "/32") : family;
+std::string CalibratedComputeModel::family_key(const std::string& family, int factor_class) const {
+  return family_per_dtype_ ? family + (factor_class ? "/16" : "/32") : family;
+}
+
+int CalibratedComputeModel::factor_class(const DeviceSpec& device, Dtype dtype) const {
+  return factors_per_pipeline_ ? pipeline_class(device, dtype) : (dtype_class(dtype) ? 1 : 0);
 }
 
 double CalibratedComputeModel::sustained_fraction(const DeviceSpec& device, Dtype dtype) const {
@@ -59,8 +63,9 @@ std::array<double, 2> CalibratedComputeModel::family_factor(const std::string& f
 std::array<double, 2> CalibratedComputeModel::factor(const DeviceSpec& device, Dtype dtype,
                                                      const std::string& family,
                                                      const std::string& model_name) const {
-  const auto dc = static_cast<std::size_t>(dtype_class(dtype));
-  auto f = family_factor(family, dtype);
+  const auto dc = static_cast<std::size_t>(factor_class(device, dtype));
+  std::array<double, 2> f{1, 1};
+  if (auto it = family_by_name_.find(family); it != family_by_name_.end()) f = it->second.f[dc];
   auto times = [&](const std::array<double, 2>& g) {
     f[0] *= g[0];
     f[1] *= g[1];

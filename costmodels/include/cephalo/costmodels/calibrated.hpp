@@ -12,9 +12,9 @@
 // leave-one-GPU-out among them. A GPU with profiles gets its own θ, shrunk toward the pooled θ
 // (ridge); a GPU without profiles gets the pooled θ of its pipeline, i.e. it is predicted from
 // its datasheet peaks, bandwidth and board power alone. φ is one factor per model family and
-// dtype class, ψ a model's residual over its rows on the training GPUs (centred in its family,
-// shrunk toward 1), λ a family's residual on one GPU (shrunk toward 1). Rows the
-// inconsistency detector flags are listed and left out of every fit.
+// pipeline (fp16 on Pascal takes the fp32 one), ψ a model's residual over its rows on the training
+// GPUs (centred in its family, shrunk toward 1), λ a family's residual on one GPU (shrunk toward
+// 1). Rows the inconsistency detector flags are listed and left out of every fit.
 #include <array>
 #include <map>
 #include <memory>
@@ -68,6 +68,10 @@ struct CalibrationOptions {
   // Family (and model) factors per dtype class (fp16/bf16 vs fp32): Cephalo's GPT layers are
   // 2.2-3.4x slower per FLOP than its LLaMA layers in fp16, 1.2-1.6x in fp32.
   bool family_per_dtype = true;
+  // ... and the class is the pipeline the row computes on (pipeline_class), not the dtype: the
+  // GPT stack's fp16 slowness per FLOP is a tensor-core effect, and fp16 on Pascal runs on the
+  // fp32 pipeline (false: by dtype class, as until 2026-12-01 night).
+  bool factors_per_pipeline = true;
   bool whole_stack_test_model = true;  // see profiled_layers
   // Fit the factor of each published stack (implementation label) on the published
   // end-to-end points (published_throughput.hpp), tensor-core pipeline only.
@@ -130,7 +134,8 @@ class CalibratedComputeModel : public ComputeModel {
   const Theta& theta(const DeviceSpec& device, Dtype dtype, bool* own = nullptr) const;
   const std::map<std::pair<std::string, int>, Theta>& per_gpu() const { return per_gpu_; }
   const std::vector<InconsistentRow>& dropped() const { return dropped_; }
-  // Forward, backward factor of a family for a compute dtype.
+  // Forward, backward factor of a family for a compute dtype on a GPU with tensor cores (its
+  // dtype class; `factor` resolves the pipeline per device).
   std::array<double, 2> family_factor(const std::string& family, Dtype dtype) const;
   // Family factor times the model's factor (when the model was profiled) times the family's
   // shrunk residual factor on this GPU (when it has one).
@@ -150,13 +155,17 @@ class CalibratedComputeModel : public ComputeModel {
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
                          bool backward, bool* own = nullptr) const;
-  std::string family_key(const std::string& family, Dtype dtype) const;
+  std::string family_key(const std::string& family, int factor_class) const;
+  // The class a (device, dtype)'s family and model factors are keyed by: the pipeline, or the
+  // dtype class (factors_per_pipeline = false); [0] fp32, [1] fp16/bf16 in ByDtype.
+  int factor_class(const DeviceSpec& device, Dtype dtype) const;
   // The published stacks' factors and flash weights (calibrated_stacks.cpp), after every
   // other factor is fitted.
   void fit_published_stacks(const CalibrationOptions& options);
   bool median_of_gpus_ = false;
   bool waves_ = true;
   bool family_per_dtype_ = false;
+  bool factors_per_pipeline_ = true;
   double power_exponent_ = 1.0 / 3.0;
   std::array<double, 2> watts_per_flops_{0, 0};
   double int32_share_ = 0;
