@@ -52,9 +52,9 @@ struct RankDevice {
 
 namespace detail {
 // The rank table behind Cluster::ranks(), hidden so that the cluster's API stays `ranks()`:
-// built on first use, rebuilt when the node list was replaced or resized since, or when its
-// last node's device list changed (an O(1) check per query, so the planner's per-collective
-// lookups cost nothing per rank). A copy starts without a table (its slots are the copy's).
+// built on first use, rebuilt when any node's device list moved or changed length since (a
+// check of one pointer and one length per node, so the planner's per-collective lookups cost
+// nothing per rank). A copy starts without a table (its slots are the copy's).
 // Queries from several threads are safe; changing `nodes` while another thread reads is not.
 class RankTable {
  public:
@@ -75,10 +75,9 @@ struct Cluster {
   std::string name;
   std::vector<Node> nodes;
 
-  // Every device with its rank (node-major), built once: O(1) per call after the first. Like
-  // an iterator, the reference is invalidated by changing `nodes`. A device added to or
-  // removed from a node other than the last after the first call is not noticed: build the
-  // cluster, then query it (every parser and builder does).
+  // Every device with its rank (node-major), built once: O(nodes) per call after the first,
+  // never O(ranks). Like an iterator, the reference is invalidated by changing `nodes`; the
+  // next call sees the change (nodes or devices added, removed or replaced anywhere).
   const std::vector<RankDevice>& ranks() const { return ranks_.of(nodes); }
   int num_ranks() const { return static_cast<int>(ranks().size()); }
   bool emulated() const;  // any slot with slowdown != 1
