@@ -1,7 +1,8 @@
 #pragma once
 // What-if sweeps over cluster mixes (`cephalo sweep --spec F`).
 //
-// Spec (JSON, unknown keys rejected; see planner/README.md):
+// Spec (JSON, unknown keys rejected; every key documented in scenarios/README.md, "Sweep spec
+// keys"):
 //   {"name": "...",
 //    "pool": [{"gpu": "a100x80", "max_count": 8, "min_count": 0, "step": 1,
 //              "price_per_hour": 5.07,            // optional: overrides the catalog price
