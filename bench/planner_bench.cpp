@@ -129,9 +129,10 @@ BENCHMARK(BM_OptimalEndToEnd_1024gpu_b16384)->Unit(benchmark::kMillisecond)->Ite
 const Json kModel96 = {{"name", "gpt-96l"}, {"family", "gpt"}, {"layers", 96},
                        {"hidden", 4096},    {"heads", 32},     {"vocab_size", 50304}};
 
-// Scale (issues 14 and 17): `gpus` GPUs in nodes of 8, alternating nodes of A100-80GB (NVLink)
-// and L4 (PCIe 4 x16), 100 Gbit/s InfiniBand; GPT-1.3B, sequence 512, global batch 2 per GPU.
-// Building the scenario (JSON parse) is outside the timed loop: what is timed is make_plan.
+// Scale (plans for 100k GPUs within 2 s, bench/README.md): `gpus` GPUs in nodes of 8, alternating
+// nodes of A100-80GB (NVLink) and L4 (PCIe 4 x16), 100 Gbit/s InfiniBand; GPT-1.3B, sequence 512,
+// global batch 2 per GPU. Building the scenario (JSON parse) is outside the timed loop: what is
+// timed is make_plan.
 Scenario scale_cluster(int gpus, const Json& model = "gpt-1.3b") {
   Json nodes = Json::array();
   const Json nvlink = {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}};

@@ -1,4 +1,4 @@
-// Simulator benchmarks (issue 4 targets; results in bench/README.md):
+// Simulator benchmarks (targets and results in bench/README.md):
 //   * event queue, hold model, population 10^4: >= 10 M events/s on one core;
 //   * replay of 64 GPUs x 32 layers x 4 micro-batches: <= 50 ms per simulated iteration;
 //   * replay of 1024 GPUs x 96 layers x 8 micro-batches: <= 2 s and <= 2 GiB resident.
@@ -180,9 +180,9 @@ BENCHMARK(BM_BuildAndReplay)
 BENCHMARK(BM_BuildGraph)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_Replay)->Args({1024, 96, 8})->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_BuildAndReplay)->Args({1024, 96, 8, 0})->Unit(benchmark::kMillisecond)->Iterations(2);
-// Scaling in ranks (issue 14: near-linear): the same 8-layer model, one micro-batch, on 1k, 4k
+// Scaling in ranks (the target is near-linear): the same 8-layer model, one micro-batch, on 1k, 4k
 // and 10k GPUs; time per rank should stay roughly flat.
-// Building the graph is linear in ranks too (issue 15: the builder once read the cluster's
+// Building the graph is linear in ranks too (the builder once read the cluster's
 // rank list per rank, quadratic: a third of a 10k-rank build + replay).
 BENCHMARK(BM_BuildGraph)
     ->Args({1024, 8, 1})
@@ -196,7 +196,7 @@ BENCHMARK(BM_Replay)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 
-// Class-representative replay (issue 17, sim/class_replay.hpp): graph building (rank 0's probe
+// Class-representative replay (sim/class_replay.hpp): graph building (rank 0's probe
 // for the sharding, then one representative per class) and the replay, as `simulate_plan`
 // runs them. Target at 100k GPUs x 96 layers: <= 5 s and <= 2 GiB on one core.
 void BM_ClassReplay(benchmark::State& state) {

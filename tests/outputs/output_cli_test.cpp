@@ -1,7 +1,7 @@
-// Outputs never destroy anything (issue 14), through the `cephalo` binary: every data-loss case
-// of the issue, and the neighbouring ones, must give exit code 5 (or write through, for devices,
-// FIFOs and symlinks) and leave every input byte-identical. The inputs are copies in a private
-// folder, so a regression destroys a copy, never a shipped file.
+// Outputs never destroy anything (core/README.md, "Output rules"), through the `cephalo` binary:
+// every data-loss case of the issue, and the neighbouring ones, must give exit code 5 (or write
+// through, for devices, FIFOs and symlinks) and leave every input byte-identical. The inputs are
+// copies in a private folder, so a regression destroys a copy, never a shipped file.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -249,7 +249,8 @@ TEST_F(Outputs, TwoOutputsOfOneCommandMustDiffer) {
   EXPECT_FALSE(fs::exists(out));
 }
 
-// `run` checks its result folder before training, not after (issue 14: "work is lost late").
+// `run` checks its result folder before training, not after (otherwise the training's work is lost
+// at the end).
 TEST_F(Outputs, RunChecksItsOutputFolderBeforeTraining) {
   const auto r = cephalo("run --scenario " + kScenario1 + " --plan " + kPlan1 +
                          " --steps 3 --result " + (dir / "missing" / "r.json").string());

@@ -1,5 +1,5 @@
 // `cephalo run` under mpirun refuses a bad output before training with the same exit code (5)
-// as a single process, on every rank (issue 14: the 2-rank run used to exit 4 "rank 1 failed"
+// as a single process, on every rank (the 2-rank run used to exit 4 "rank 1 failed"
 // after training where the 1-rank run exited 5).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// `optimal` against brute force *through the simulator* (issue 17, "exact where it claims to
+// `optimal` against brute force *through the simulator* ("exact where it claims to
 // be"): on small heterogeneous scenarios every plan of a grid — every batch split, every
 // micro-batch size per rank, every state share on a 0.05 grid (0.01 with two ranks), both
 // uneven-collective variants — is replayed on the simulator, and none may be faster than the

@@ -1,9 +1,9 @@
-// The class-representative replay equals the full replay (issue 17): over random small
-// clusters and plans (device mixes, NVLink and PCIe nodes, one or several nodes, layered and
-// standard accumulation, prefetch or not, host offload or not, equal and uneven shares, batch
-// splits repeated within a device type), the report of sim::simulate_plan in class mode is
-// exactly the full replay's (iteration time, every rank's times and peaks, the OOM verdict),
-// and every op of every representative starts and ends at the same nanosecond.
+// The class-representative replay equals the full replay (its whole contract: it may only be
+// faster): over random small clusters and plans (device mixes, NVLink and PCIe nodes, one or
+// several nodes, layered and standard accumulation, prefetch or not, host offload or not, equal and
+// uneven shares, batch splits repeated within a device type), the report of sim::simulate_plan in
+// class mode is exactly the full replay's (iteration time, every rank's times and peaks, the OOM
+// verdict), and every op of every representative starts and ends at the same nanosecond.
 #include <gtest/gtest.h>
 
 #include <random>

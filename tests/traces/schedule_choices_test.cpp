@@ -1,8 +1,8 @@
-// The schedule choices of issue 13 in the TrainingGraph: activation checkpointing full / none /
-// every k (which units get a Recompute op, how long a forward's working set lives) and the
-// no_sync accumulation (one reduce-scatter per unit, in the last round, into a gradient buffer
-// every round accumulates into). Each expectation is counted from the definitions in
-// core/plan.hpp, not from the builder.
+// The schedule choices (the plan keys of scenarios/README.md) in the TrainingGraph: activation
+// checkpointing full / none / every k (which units get a Recompute op, how long a forward's working
+// set lives) and the no_sync accumulation (one reduce-scatter per unit, in the last round, into a
+// gradient buffer every round accumulates into). Each expectation is counted from the definitions
+// in core/plan.hpp, not from the builder.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,12 +1,13 @@
 #pragma once
-// Class-representative replay (issue 17): ranks that run on the same device type (spec and
-// emulation slowdown), carry the same plan row (batch and micro-batch split), own slices of
-// the same sizes in every unit and sit in the same kind of node (intra-node link) do exactly
-// the same thing in the replay: the same ops with the same durations and allocations, in the
-// same collectives, on links that carry the same flows. So one representative per class is
-// replayed, together with the collectives that couple them (priced over every rank, as in the
-// full replay), and the others take their representative's record. Results equal the full
-// replay (tests/sim/class_replay_test.cpp: summaries and per-op times over random clusters).
+// Class-representative replay (so that 100k-GPU clusters simulate in seconds): ranks that run on
+// the same device type (spec and emulation slowdown), carry the same plan row (batch and
+// micro-batch split), own slices of the same sizes in every unit and sit in the same kind of node
+// (intra-node link) do exactly the same thing in the replay: the same ops with the same durations
+// and allocations, in the same collectives, on links that carry the same flows. So one
+// representative per class is replayed, together with the collectives that couple them (priced over
+// every rank, as in the full replay), and the others take their representative's record. Results
+// equal the full replay (tests/sim/class_replay_test.cpp: summaries and per-op times over random
+// clusters).
 //
 // Where classes do not apply the full replay runs: when per-op records or memory timelines
 // are asked for (they are per rank), or when no two ranks share a class.
