@@ -109,12 +109,13 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-// An injected failure or a killed rank must end every rank with an error, soon (not at the
-// mpirun timeout).
+// An injected failure or a killed rank must end every rank with an error, not leave the others
+// blocked until the mpirun timeout (exit 124). The timeout's exit code is the whole check: a
+// wall-clock bound would measure the machine's load (an ASan build on a busy 2-core machine
+// takes several times as long to start and stop the ranks), not whether the abort propagates.
 inline void expect_every_rank_ended(const Outcome& o) {
   EXPECT_NE(o.code, 0);
-  EXPECT_NE(o.code, 124) << "the job hung until the timeout:\n" << o.output;
-  EXPECT_LT(o.seconds, 30.0) << o.output;
+  EXPECT_NE(o.code, 124) << "the job hung until the timeout (" << o.seconds << " s):\n" << o.output;
 }
 
 // Unit boundaries of gpt-tiny (embedding, 2 layers, head), for per-unit norms.
