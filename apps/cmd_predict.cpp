@@ -32,7 +32,7 @@ struct MemoryArgs {
 };
 
 struct CollectiveArgs {
-  std::string scenario, kind, bytes, shares, ranks, uneven = "grouped", sweep;
+  std::string scenario, kind, bytes, shares, ranks, uneven = "auto", sweep;
   bool json = false;
 };
 
@@ -168,8 +168,9 @@ void add_predict_command(CLI::App& app) {
   c->add_option("--bytes", coll.bytes, "total size (bytes, or with a unit: 64MiB)")->required();
   c->add_option("--shares", coll.shares, "per-rank shares a,b,... summing to 1 (uneven shards)");
   c->add_option("--ranks", coll.ranks, "participating ranks r0,r1,... (default: all)");
-  c->add_option("--uneven", coll.uneven, "uneven-shard variant: grouped (default) or padded")
-      ->check(one_of({"grouped", "padded"}));
+  c->add_option("--uneven", coll.uneven,
+                "uneven-shard variant: auto (default: the cheaper), grouped or padded")
+      ->check(one_of({"auto", "grouped", "padded"}));
   c->add_option("--sweep", coll.sweep, "measured collective sweep to calibrate the links with");
   c->add_flag("--json", coll.json, "Print the record as JSON");
   c->callback([] { predict_collective(coll); });

@@ -142,7 +142,6 @@ void run(RunArgs& a) {
   ropt.cpu.threads = a.threads > 0 ? a.threads : (me.slot->threads > 0 ? me.slot->threads : 1);
   ropt.cpu.capacity = static_cast<std::size_t>(me.slot->spec.memory_bytes);
   ropt.allow_tf32 = sc.job.precision.compute == Dtype::TF32;
-  ropt.uneven = plan.uneven_collective;
   // --device cuda fails with CUDA's reason (exit 4) on a machine without a usable GPU.
   backend::Runtime rt = backend::make_runtime(mpi_runtime, ropt);
   // The backend runs one stack; a scenario that declares another is simulated differently from

@@ -62,7 +62,7 @@ void add_simulate_command(CLI::App& app) {
     std::optional<traces::TrainingGraph> graph;
     sim::SimResult result;
     if (a.ops || !a.trace.empty()) {
-      graph = traces::build_training_graph(plan, scenario);
+      graph = traces::build_training_graph(plan, scenario, models.comm.get());
       result = sim::simulate(*graph, scenario, plan, *models.compute, *models.comm, options);
     } else {
       result = sim::simulate_plan(plan, scenario, *models.compute, *models.comm, options);

@@ -99,6 +99,11 @@ void Executor::Impl::reap() {
                 retired.end());
 }
 
+// The communicator's name of an uneven graph variant.
+static UnevenCollective uneven_of(tr::CollectiveVariant v) {
+  return v == tr::CollectiveVariant::Padded ? UnevenCollective::Padded : UnevenCollective::Grouped;
+}
+
 // Gather unit u's shards of the parameters (or gradients) into `full` (unit_numel elements, of
 // full's element type) on stream `s`. A shard of another type is cast into a transient send
 // buffer first (FSDP mixed precision: the fp32 master shard travels in the compute type).
@@ -112,12 +117,13 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
     shard = send.ref();
   }
   // The graph's variant: Even takes the even collective (MPI_Allgather / ncclAllGather);
-  // Grouped and Padded the -v call, which the communicator runs as the plan's
-  // uneven_collective (the same setting the graph resolved them from, runtime.hpp).
-  if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
+  // Grouped and Padded the -v call run that way (the variant the graph builder resolved and the
+  // simulator priced; under the plan's auto, the comm model's choice).
+  const tr::CollectiveVariant v = unit_variant[static_cast<std::size_t>(u)];
+  if (v == tr::CollectiveVariant::Even)
     group_comm->all_gather(s, shard, full);
   else
-    group_comm->all_gather_v(s, shard, full, state->counts(u));
+    group_comm->all_gather_v(s, shard, full, state->counts(u), uneven_of(v));
   retire(std::move(send), s);
 }
 
@@ -125,10 +131,11 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
 void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
   const std::int64_t n = state->owned(u);
   Buffer tmp = gradient(n);
-  if (unit_variant[static_cast<std::size_t>(u)] == tr::CollectiveVariant::Even)
+  const tr::CollectiveVariant v = unit_variant[static_cast<std::size_t>(u)];
+  if (v == tr::CollectiveVariant::Even)
     group_comm->reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
   else
-    group_comm->reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum);
+    group_comm->reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum, uneven_of(v));
   if (n) dev.axpy(s, 1.0f, tmp.ref(), state->grad(u).slice(0, n));
   retire(std::move(tmp), s);
 }

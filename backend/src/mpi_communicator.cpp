@@ -91,7 +91,8 @@ std::vector<std::string> MpiRuntime::gather_strings_to_root(const std::string& m
   if (rank_ != 0) return {};
   std::vector<std::string> out;
   for (std::size_t r = 0; r < lens.size(); ++r)
-    out.push_back(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lens[r])));
+    out.push_back(
+        all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lens[r])));
   return out;
 }
 
@@ -170,7 +171,7 @@ void complete(Start&& start) {
 class MpiCommunicator final : public Communicator {
  public:
   // Over `parent` (MPI_COMM_WORLD, or the part a split returned; the caller keeps ownership).
-  MpiCommunicator(const MpiCommunicatorOptions& options, MPI_Comm parent) : options_(options) {
+  explicit MpiCommunicator(MPI_Comm parent) {
     // Separate communicators for stream collectives (comm thread) and host helpers (main
     // thread) so that concurrent calls from the two threads never interleave on one context.
     CEPHALO_MPI(MPI_Comm_dup(parent, &stream_comm_));
@@ -229,7 +230,8 @@ class MpiCommunicator final : public Communicator {
     });
   }
   void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
-                    const std::vector<std::int64_t>& counts) override {
+                    const std::vector<std::int64_t>& counts, UnevenCollective how) override {
+    expect_resolved(how, "all_gather_v");
     auto [c32, displs, total] = layout(counts, "all_gather_v");
     expect(send.numel == counts[static_cast<std::size_t>(rank_)],
            "all_gather_v: send has " + std::to_string(send.numel) + " elements, counts[rank] " +
@@ -239,7 +241,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = stream_comm_;
     MPI_Datatype t = datatype(send.type);
     const std::size_t me = static_cast<std::size_t>(rank_);
-    if (options_.uneven == UnevenCollective::Padded) {
+    if (how == UnevenCollective::Padded) {
       const std::size_t es = element_size(send.type);
       const int pad = *std::max_element(c32.begin(), c32.end());
       s.enqueue_host([=, c32 = c32, displs = displs] {
@@ -266,7 +268,9 @@ class MpiCommunicator final : public Communicator {
     });
   }
   void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
-                        const std::vector<std::int64_t>& counts, ReduceOp op) override {
+                        const std::vector<std::int64_t>& counts, ReduceOp op,
+                        UnevenCollective how) override {
+    expect_resolved(how, "reduce_scatter_v");
     auto [c32, displs, total] = layout(counts, "reduce_scatter_v");
     expect(send.numel == total, "reduce_scatter_v: send must hold sum(counts) elements");
     expect(recv.numel == counts[static_cast<std::size_t>(rank_)],
@@ -275,7 +279,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm c = stream_comm_;
     MPI_Datatype t = datatype(send.type);
     MPI_Op o = reduction(send.type, op);
-    if (options_.uneven == UnevenCollective::Padded) {
+    if (how == UnevenCollective::Padded) {
       const std::size_t es = element_size(send.type);
       const int pad = *std::max_element(c32.begin(), c32.end());
       const std::size_t me = static_cast<std::size_t>(rank_);
@@ -341,7 +345,7 @@ class MpiCommunicator final : public Communicator {
     CEPHALO_MPI(MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN));
     std::unique_ptr<Communicator> out;
     try {
-      out = std::make_unique<MpiCommunicator>(options_, part);
+      out = std::make_unique<MpiCommunicator>(part);
     } catch (...) {
       MPI_Comm_free(&part);
       throw;
@@ -405,7 +409,6 @@ class MpiCommunicator final : public Communicator {
     return l;
   }
 
-  MpiCommunicatorOptions options_;
   MPI_Comm stream_comm_ = MPI_COMM_NULL;
   MPI_Comm host_comm_ = MPI_COMM_NULL;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
@@ -418,8 +421,8 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options) {
-  return std::make_unique<MpiCommunicator>(options, MPI_COMM_WORLD);
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
 }
 
 }  // namespace cephalo::backend

@@ -17,6 +17,10 @@ namespace cephalo::backend {
 
 namespace {
 
+// The uneven points time the grouped variant (MPI's -v collectives): the padded one is the
+// even collective on the padded size, which the even points already measure.
+constexpr UnevenCollective kProfiledUneven = UnevenCollective::Grouped;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -358,10 +362,13 @@ costmodels::MeasuredProfile profile_model(Device& dev, Communicator& comm, const
            comm.reduce_scatter(s, full.ref(), part.slice(0, even), ReduceOp::Sum);
          }},
         {costmodels::CollectiveKind::AllGather, true,
-         [&](Stream& s) { comm.all_gather_v(s, part.slice(0, mine), full.ref(), counts); }},
+         [&](Stream& s) {
+           comm.all_gather_v(s, part.slice(0, mine), full.ref(), counts, kProfiledUneven);
+         }},
         {costmodels::CollectiveKind::ReduceScatter, true,
          [&](Stream& s) {
-           comm.reduce_scatter_v(s, full.ref(), part.slice(0, mine), counts, ReduceOp::Sum);
+           comm.reduce_scatter_v(s, full.ref(), part.slice(0, mine), counts, ReduceOp::Sum,
+                                 kProfiledUneven);
          }},
     };
     for (const Case& c : cases)

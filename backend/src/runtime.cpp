@@ -73,11 +73,10 @@ CudaPluginMakeFn open_cuda_plugin(const std::filesystem::path& path) {
 
 Runtime make_runtime(const MpiRuntime& mpi, const RuntimeOptions& o) {
   Runtime rt;
-  if (mpi.initialized()) rt.mpi = make_mpi_communicator({o.uneven});
+  if (mpi.initialized()) rt.mpi = make_mpi_communicator();
   if (o.device == "cuda") {
     CudaPluginRequest request;
     request.allow_tf32 = o.allow_tf32;
-    request.uneven = o.uneven;
     request.bootstrap = rt.mpi.get();
     // Opened the first time a CUDA device is asked for; a failed open is retried next time.
     static std::mutex mu;

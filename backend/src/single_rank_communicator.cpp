@@ -27,12 +27,15 @@ class SingleRankCommunicator final : public Communicator {
     copy(s, "reduce_scatter", send, recv);
   }
   void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
-                    const std::vector<std::int64_t>& counts) override {
+                    const std::vector<std::int64_t>& counts, UnevenCollective how) override {
+    expect_resolved(how, "all_gather_v");
     expect_one_count(counts, send.numel, "all_gather_v");
     copy(s, "all_gather_v", send, recv);
   }
   void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
-                        const std::vector<std::int64_t>& counts, ReduceOp) override {
+                        const std::vector<std::int64_t>& counts, ReduceOp,
+                        UnevenCollective how) override {
+    expect_resolved(how, "reduce_scatter_v");
     expect_one_count(counts, recv.numel, "reduce_scatter_v");
     copy(s, "reduce_scatter_v", send, recv);
   }

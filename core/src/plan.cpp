@@ -90,7 +90,15 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
 }
 std::string to_string(Offload o) { return o == Offload::None ? "none" : "host"; }
 std::string to_string(UnevenCollective u) {
-  return u == UnevenCollective::Grouped ? "grouped" : "padded";
+  switch (u) {
+    case UnevenCollective::Grouped:
+      return "grouped";
+    case UnevenCollective::Padded:
+      return "padded";
+    case UnevenCollective::Auto:
+      return "auto";
+  }
+  return "?";
 }
 
 std::vector<int> PlanRank::micro_batch_sizes() const {
@@ -145,11 +153,12 @@ Plan parse_plan(JsonReader& reader) {
                     "layer inputs to host memory between forward and recompute; layers without "
                     "checkpointing keep their activations on the device); use \"offload\": "
                     "\"none\" or \"activation_checkpointing\": \"full\"");
-  if (reader.has("uneven_collective"))
-    plan.uneven_collective =
-        reader.child("uneven_collective").as_enum({"grouped", "padded"}) == "grouped"
-            ? UnevenCollective::Grouped
-            : UnevenCollective::Padded;
+  if (reader.has("uneven_collective")) {
+    const std::string u = reader.child("uneven_collective").as_enum({"auto", "grouped", "padded"});
+    plan.uneven_collective = u == "grouped"  ? UnevenCollective::Grouped
+                             : u == "padded" ? UnevenCollective::Padded
+                                             : UnevenCollective::Auto;
+  }
   if (auto p = reader.optional_child("predicted")) {
     if (!p->is_object()) p->fail("an object of predictions");
     plan.predicted = p->value();

@@ -143,6 +143,129 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
   return {best, algorithm};
 }
 
+// The ranks of a collective in ring order, cut into runs of one node each (ranks are numbered
+// node-major, so the sorted members are such runs, in node order): the structure both the even
+// and the grouped algorithms are priced on.
+struct Run {
+  int node;
+  std::size_t begin, end;
+  std::size_t size() const { return end - begin; }
+};
+
+struct Layout {
+  std::vector<Run> runs;
+  std::size_t per_node = 0;  // largest run
+  bool hierarchical() const { return runs.size() > 1 && per_node > 1; }
+};
+
+Layout node_runs(const Topology& topo, const std::vector<int>& ranks) {
+  Layout l;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int node = topo.rank(ranks[i]).node;
+    if (l.runs.empty() || l.runs.back().node != node) l.runs.push_back({node, i, i});
+    l.runs.back().end = i + 1;
+  }
+  for (const auto& run : l.runs) l.per_node = std::max(l.per_node, run.size());
+  return l;
+}
+
+struct Priced {
+  double seconds = 0;
+  std::string algorithm;
+};
+
+// The even collective of `total` bytes over `ranks` (sorted, node-major): the fastest of the
+// flat ring, the double binary tree (all-reduce) and the hierarchical ring (intra-node phase on
+// the fast links, inter-node ring over the nodes with the node's GPUs sharing its NIC). The
+// padded variant is this function on the padded size: what FSDP's padded all-gather runs.
+Priced even_seconds(const Topology& topo, CollectiveKind kind, const std::vector<int>& ranks,
+                    const RingLinks& ring, const Layout& layout, double total) {
+  const int n = static_cast<int>(ranks.size());
+  Priced best{ring_seconds(kind, n, total, ring), "ring"};
+  if (kind == CollectiveKind::AllReduce && n > 2) {
+    const double depth = std::ceil(std::log2(static_cast<double>(n)));
+    const double tree = 2 * depth * ring.latency + 2 * total / ring.bandwidth;
+    if (tree < best.seconds) best = {tree, "tree"};
+  }
+  if (!layout.hierarchical() || kind == CollectiveKind::Broadcast) return best;
+  RingLinks intra_links;
+  for (const auto& run : layout.runs)
+    if (run.size() > 1) {
+      RingLinks l = ring_links(topo, std::span<const int>(ranks.data() + run.begin, run.size()));
+      intra_links.add({l.bandwidth, l.latency, l.bottleneck_kind});
+    }
+  RingLinks inter;
+  for (const auto& run : layout.runs) inter.add(topo.nic(run.node));
+  const int nodes = static_cast<int>(layout.runs.size());
+  const int k = static_cast<int>(layout.per_node);
+  double t = 0;
+  switch (kind) {
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+      t = ring_seconds(kind, nodes, total, inter) + ring_seconds(kind, k, total, intra_links);
+      break;
+    case CollectiveKind::AllReduce:
+      t = ring_seconds(CollectiveKind::ReduceScatter, k, total, intra_links) +
+          ring_seconds(CollectiveKind::AllReduce, nodes, total, inter) +
+          ring_seconds(CollectiveKind::AllGather, k, total, intra_links);
+      break;
+    case CollectiveKind::Broadcast:
+      break;
+  }
+  if (t > 0 && t < best.seconds) best = {t, "hierarchical-ring"};
+  return best;
+}
+
+// NCCL enqueues one broadcast (reduce) per owner in the group call.
+constexpr double kGroupedEnqueueSeconds = 1e-6;
+
+// The grouped variant (one broadcast / reduce per owner, issued as one group, all pipelined at
+// once), flat and hierarchical, the faster taken. The latency is the ring's: the broadcasts run
+// concurrently; the bandwidth term is the most loaded link's bytes. Flat: the link into rank j
+// carries every shard but s_j. Hierarchical, with the shape of the even hierarchical ring: the
+// NIC into node N carries every shard not on N (S − S_N), then the node's ring brings each GPU j
+// what it still lacks, S − s_j − (S − S_N)/k_N (the inter-node bytes arrive spread over its k_N
+// GPUs). With equal shares both reduce to the even algorithm's terms, so the grouped variant
+// differs from the even collective by its per-owner enqueue and by the imbalance only.
+Priced grouped_seconds(const Topology& topo, CollectiveKind kind, const std::vector<int>& ranks,
+                       const std::vector<double>& shard, const RingLinks& ring,
+                       const Layout& layout, double total) {
+  const std::size_t n = ranks.size();
+  const double enqueue = static_cast<double>(n - 1) * kGroupedEnqueueSeconds;
+  const bool gather = kind == CollectiveKind::AllGather;
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int prev = ranks[(i + n - 1) % n];
+    worst = std::max(worst, (total - shard[i]) / topo.between(prev, ranks[i]).bandwidth);
+  }
+  Priced best{static_cast<double>(n - 1) * ring.latency + worst + enqueue,
+              gather ? "grouped-broadcast" : "grouped-reduce"};
+  if (!layout.hierarchical()) return best;
+  RingLinks inter;
+  double inter_worst = 0, intra_worst = 0, intra_latency = 0;
+  for (const auto& run : layout.runs) {
+    const Hop nic = topo.nic(run.node);
+    inter.add(nic);
+    double on_node = 0;
+    for (std::size_t i = run.begin; i < run.end; ++i) on_node += shard[i];
+    inter_worst = std::max(inter_worst, (total - on_node) / nic.bandwidth);
+    if (run.size() < 2) continue;
+    const std::span<const int> members(ranks.data() + run.begin, run.size());
+    const RingLinks l = ring_links(topo, members);
+    intra_latency = std::max(intra_latency, l.latency);
+    const double arrived = (total - on_node) / static_cast<double>(run.size());
+    for (std::size_t i = run.begin; i < run.end; ++i)
+      intra_worst = std::max(intra_worst, std::max(0.0, total - shard[i] - arrived) / l.bandwidth);
+  }
+  const double nodes = static_cast<double>(layout.runs.size());
+  const double k = static_cast<double>(layout.per_node);
+  const double t =
+      (nodes - 1) * inter.latency + inter_worst + (k - 1) * intra_latency + intra_worst + enqueue;
+  if (t < best.seconds)
+    best = {t, gather ? "grouped-hierarchical-broadcast" : "grouped-hierarchical-reduce"};
+  return best;
+}
+
 }  // namespace
 
 CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
@@ -185,7 +308,11 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     largest = std::max(largest, b);
   }
   std::vector<int> ranks(members.size());
-  for (std::size_t i = 0; i < members.size(); ++i) ranks[i] = members[i].first;
+  std::vector<double> shard(members.size());  // in ring order
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    ranks[i] = members[i].first;
+    shard[i] = request.shard_bytes[static_cast<std::size_t>(members[i].second)];
+  }
 
   CollectiveEstimate est;
   est.total_bytes = total;
@@ -203,94 +330,44 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     est.seconds = n == 1 ? 0 : calibration_.launch_overhead_s;
     est.algorithm = n == 1 ? "local" : "empty";
   } else {
-    RingLinks ring = ring_links(topo, ranks);
+    const RingLinks ring = ring_links(topo, ranks);
+    const Layout layout = node_runs(topo, ranks);
     const bool uneven = (largest - smallest) > 1e-9 * std::max(1.0, largest);
     const bool sharded_kind =
         request.kind == CollectiveKind::AllGather || request.kind == CollectiveKind::ReduceScatter;
+    Priced priced;
     if (uneven && sharded_kind) {
-      if (request.uneven == UnevenCollective::Padded) {
-        est.seconds = ring_seconds(request.kind, n, largest * n, ring);
-        est.algorithm = "padded-ring";
-      } else {
-        // n concurrent broadcasts (reduces) along the ring; the link into rank j carries every
-        // shard but s_j, so the slowest receiver bounds the group.
-        double worst = 0;
-        for (std::size_t i = 0; i < ranks.size(); ++i) {
-          int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
-          const int pos = members[i].second;
-          double into = total - request.shard_bytes[static_cast<std::size_t>(pos)];
-          worst = std::max(worst, into / topo.between(prev, ranks[i]).bandwidth);
-        }
-        est.seconds = (n - 1) * ring.latency + worst + (n - 1) * 1e-6 /*per-op enqueue*/;
-        est.algorithm =
-            request.kind == CollectiveKind::AllGather ? "grouped-broadcast" : "grouped-reduce";
+      // Both variants are priced on the topology the even collective would use; Auto takes the
+      // cheaper (the padded one on a tie: FSDP's behaviour), and the estimate says which.
+      Priced padded;
+      if (request.uneven != UnevenCollective::Grouped) {
+        padded = even_seconds(topo, request.kind, ranks, ring, layout, largest * n);
+        padded.algorithm = "padded-" + padded.algorithm;
       }
+      Priced grouped;
+      if (request.uneven != UnevenCollective::Padded)
+        grouped = grouped_seconds(topo, request.kind, ranks, shard, ring, layout, total);
+      const bool take_padded =
+          request.uneven == UnevenCollective::Padded ||
+          (request.uneven == UnevenCollective::Auto && padded.seconds <= grouped.seconds);
+      priced = take_padded ? padded : grouped;
+      est.variant = take_padded ? UnevenCollective::Padded : UnevenCollective::Grouped;
     } else {
-      est.seconds = ring_seconds(request.kind, n, total, ring);
-      est.algorithm = "ring";
-      if (request.kind == CollectiveKind::AllReduce && n > 2) {
-        double depth = std::ceil(std::log2(static_cast<double>(n)));
-        double tree = 2 * depth * ring.latency + 2 * total / ring.bandwidth;
-        if (tree < est.seconds) {
-          est.seconds = tree;
-          est.algorithm = "tree";
-        }
-      }
-      // Hierarchical: intra-node phase on the fast links, inter-node ring over the nodes with
-      // the node's GPUs sharing its NIC.
-      // Ranks are numbered node-major, so the sorted members are runs of one node each, in
-      // node order: (node, first member, end) per run, without a map of per-node lists.
-      struct Run {
-        int node;
-        std::size_t begin, end;
-      };
-      std::vector<Run> by_node;
-      for (std::size_t i = 0; i < ranks.size(); ++i) {
-        const int node = topo.rank(ranks[i]).node;
-        if (by_node.empty() || by_node.back().node != node) by_node.push_back({node, i, i});
-        by_node.back().end = i + 1;
-      }
-      const int nodes = static_cast<int>(by_node.size());
-      std::size_t per_node = 0;
-      for (const auto& run : by_node) per_node = std::max(per_node, run.end - run.begin);
-      if (nodes > 1 && per_node > 1 && request.kind != CollectiveKind::Broadcast) {
-        RingLinks intra_links;
-        intra_links.bandwidth = std::numeric_limits<double>::infinity();
-        for (const auto& run : by_node)
-          if (run.end - run.begin > 1) {
-            RingLinks l = ring_links(
-                topo, std::span<const int>(ranks.data() + run.begin, run.end - run.begin));
-            intra_links.add({l.bandwidth, l.latency, l.bottleneck_kind});
-          }
-        RingLinks inter;
-        for (const auto& run : by_node) inter.add(topo.nic(run.node));
-        const int k = static_cast<int>(per_node);
-        double t = 0;
-        switch (request.kind) {
-          case CollectiveKind::AllGather:
-          case CollectiveKind::ReduceScatter:
-            t = ring_seconds(request.kind, nodes, total, inter) +
-                ring_seconds(request.kind, k, total, intra_links);
-            break;
-          case CollectiveKind::AllReduce:
-            t = ring_seconds(CollectiveKind::ReduceScatter, k, total, intra_links) +
-                ring_seconds(CollectiveKind::AllReduce, nodes, total, inter) +
-                ring_seconds(CollectiveKind::AllGather, k, total, intra_links);
-            break;
-          case CollectiveKind::Broadcast:
-            break;
-        }
-        if (t > 0 && t < est.seconds) {
-          est.seconds = t;
-          est.algorithm = "hierarchical-ring";
-        }
-      }
+      priced = even_seconds(topo, request.kind, ranks, ring, layout, total);
     }
-    est.seconds += calibration_.launch_overhead_s;
+    est.seconds = priced.seconds + calibration_.launch_overhead_s;
+    est.algorithm = priced.algorithm;
   }
   est.algbw = est.seconds > 0 ? total / est.seconds : 0;
   est.busbw = est.algbw * bus_bandwidth_factor(request.kind, n);
   return est;
+}
+
+UnevenCollective uneven_variant(const CommModel& model, const Cluster& cluster,
+                                CollectiveRequest request) {
+  request.uneven = UnevenCollective::Auto;
+  request.pieces.clear();
+  return model.collective(cluster, request).variant.value_or(UnevenCollective::Padded);
 }
 
 double AlphaBetaCommModel::copy_time(const Cluster& cluster, int rank, double bytes) const {

@@ -67,6 +67,26 @@ CalibrationKind classify(const Json& j) {
 
 }  // namespace
 
+std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario) {
+  std::vector<SweepPoint> sweep;
+  std::map<std::string, CopyFit> copies;
+  for (const auto& file : scenario.calibration) {
+    Json j = read_json_file(file);
+    const CalibrationKind kind = classify(j);
+    if (kind == CalibrationKind::CollectiveSweep) {
+      auto points = load_collective_sweep(file);
+      sweep.insert(sweep.end(), points.begin(), points.end());
+    } else if (kind == CalibrationKind::LayerProfile && j.contains("copies")) {
+      auto [device, fit] = fit_profile_copies(file);
+      if (fit.points > 0) copies[device] = fit;
+    }
+  }
+  CommCalibration comm =
+      sweep.empty() ? AlphaBetaCommModel().calibration() : calibrate_comm(scenario.cluster, sweep);
+  for (const auto& [device, fit] : copies) comm.copies[device] = fit;
+  return std::make_shared<AlphaBetaCommModel>(comm);
+}
+
 CostModels make_cost_models(const Scenario& scenario, const std::string& source) {
   const auto& names = compute_sources();
   if (std::find(names.begin(), names.end(), source) == names.end())
@@ -74,24 +94,15 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
 
   auto tables = std::make_shared<ProfileTables>(ProfileTables::builtin());
   bool extra_profiles = false;
-  std::vector<SweepPoint> sweep;
-  std::map<std::string, CopyFit> copies;
   for (const auto& file : scenario.calibration) {
     Json j = read_json_file(file);
     switch (classify(j)) {
       case CalibrationKind::LayerProfile:
         tables->merge(ProfileTables::load(file));
         extra_profiles = true;
-        if (j.contains("copies")) {
-          auto [device, fit] = fit_profile_copies(file);
-          if (fit.points > 0) copies[device] = fit;
-        }
         break;
-      case CalibrationKind::CollectiveSweep: {
-        auto points = load_collective_sweep(file);
-        sweep.insert(sweep.end(), points.begin(), points.end());
+      case CalibrationKind::CollectiveSweep:  // make_comm_model's
         break;
-      }
       case CalibrationKind::MemoryProfile:
         MemoryProfiles::load(file);  // checked; read by the planner's memory lookups
         break;
@@ -132,10 +143,7 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   } else {
     models.compute = std::make_shared<ProfileComputeModel>(tables, calibrated, false);
   }
-  CommCalibration comm =
-      sweep.empty() ? AlphaBetaCommModel().calibration() : calibrate_comm(scenario.cluster, sweep);
-  for (const auto& [device, fit] : copies) comm.copies[device] = fit;
-  models.comm = std::make_shared<AlphaBetaCommModel>(comm);
+  models.comm = make_comm_model(scenario);
   return models;
 }
 

@@ -171,8 +171,10 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
     req.uneven = UnevenCollective::Grouped;
   else if (q.uneven == "padded")
     req.uneven = UnevenCollective::Padded;
+  else if (q.uneven == "auto")
+    req.uneven = UnevenCollective::Auto;
   else
-    fail("uneven", q.uneven, "grouped or padded");
+    fail("uneven", q.uneven, "auto, grouped or padded");
   CollectivePrediction p;
   p.scenario = s.name;
   p.estimate = models.comm->collective(s.cluster, req);
@@ -182,16 +184,18 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
 }
 
 Json to_json(const CollectivePrediction& p) {
-  return {{"scenario", p.scenario},
-          {"kind", to_string(p.request.kind)},
-          {"ranks", p.request.ranks},
-          {"bytes", p.estimate.total_bytes},
-          {"shard_bytes", p.request.shard_bytes},
-          {"seconds", p.estimate.seconds},
-          {"algbw_bytes_per_s", p.estimate.algbw},
-          {"busbw_bytes_per_s", p.estimate.busbw},
-          {"algorithm", p.estimate.algorithm},
-          {"calibration", p.calibration}};
+  Json j = {{"scenario", p.scenario},
+            {"kind", to_string(p.request.kind)},
+            {"ranks", p.request.ranks},
+            {"bytes", p.estimate.total_bytes},
+            {"shard_bytes", p.request.shard_bytes},
+            {"seconds", p.estimate.seconds},
+            {"algbw_bytes_per_s", p.estimate.algbw},
+            {"busbw_bytes_per_s", p.estimate.busbw},
+            {"algorithm", p.estimate.algorithm},
+            {"calibration", p.calibration}};
+  if (p.estimate.variant) j["variant"] = to_string(*p.estimate.variant);
+  return j;
 }
 
 }  // namespace cephalo::costmodels

@@ -146,7 +146,8 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
   // priced over its full membership, as the simulator prices it, without building (and paying
   // for) every rank's program.
   const int zero = 0;
-  const traces::TrainingGraph g = traces::build_training_graph_of_ranks(plan, s, {&zero, 1});
+  const traces::TrainingGraph g =
+      traces::build_training_graph_of_ranks(plan, s, {&zero, 1}, models.comm.get());
   std::map<std::tuple<int, int, double>, double> memo;
   std::vector<double> per_group(static_cast<std::size_t>(g.layout().num_groups()), 0.0);
   double cross = 0;

@@ -205,11 +205,12 @@ def predict_memory(scenario, plan):
     return _record(_cephalo.memory_json(s, p, label))
 
 
-def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="grouped",
+def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="auto",
                        sweep=None):
     """Time and bandwidth of one collective on the scenario's cluster (`cephalo predict
     collective --json`): bytes is a number or a string with a unit ("64MiB"); ranks the
-    participants (default all), shares their slices summing to 1 (default even), sweep a
+    participants (default all), shares their slices summing to 1 (default even), uneven the
+    variant for uneven shares ("auto": the cheaper of "grouped" and "padded"), sweep a
     measured collective sweep to calibrate the links with."""
     s = load_scenario(scenario)
     size = bytes if isinstance(bytes, str) else repr(bytes)

@@ -153,7 +153,7 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const SimOptions& options) {
   const int ranks = scenario.cluster.num_ranks();
   auto full = [&]() {
-    const auto graph = traces::build_training_graph(plan, scenario);
+    const auto graph = traces::build_training_graph(plan, scenario, &comm);
     SimResult r = simulate(graph, scenario, plan, compute, comm, options);
     r.replayed_ranks = ranks;
     return r;
@@ -161,7 +161,7 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
   if (options.record_ops || options.record_memory || ranks < 2) return full();
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
   const int zero = 0;
-  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1});
+  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
   const RankClasses classes = rank_classes(probe, scenario, plan);
   if (static_cast<int>(classes.representatives.size()) == ranks) return full();
   detail::ClassView view;
@@ -177,7 +177,8 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
       for (int r : members) spans |= devices[static_cast<std::size_t>(r)].node != node ? 1 : 0;
       view.group_spans.push_back(spans);
     }
-  const auto graph = traces::build_training_graph_of_ranks(plan, scenario, classes.representatives);
+  const auto graph =
+      traces::build_training_graph_of_ranks(plan, scenario, classes.representatives, &comm);
   SimResult r = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   r.replayed_ranks = static_cast<int>(classes.representatives.size());
   return r;

@@ -193,7 +193,7 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
   // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
   auto key = std::make_tuple(
-      (4 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
+      (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
       c.group, c.total_bytes);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;

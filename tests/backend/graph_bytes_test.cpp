@@ -46,13 +46,16 @@ class RecordingCommunicator : public Communicator {
     if (recv.numel) dev_.fill(s, recv, 0.0f);
   }
   void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
-                    const std::vector<std::int64_t>& counts) override {
+                    const std::vector<std::int64_t>& counts, UnevenCollective how) override {
+    EXPECT_NE(how, UnevenCollective::Auto);
     EXPECT_EQ(counts.at(static_cast<std::size_t>(rank_)), send.numel);
     record(true, true, recv, send);
     dev_.fill(s, recv, 0.0f);
   }
   void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
-                        const std::vector<std::int64_t>& counts, ReduceOp) override {
+                        const std::vector<std::int64_t>& counts, ReduceOp,
+                        UnevenCollective how) override {
+    EXPECT_NE(how, UnevenCollective::Auto);
     EXPECT_EQ(counts.at(static_cast<std::size_t>(rank_)), recv.numel);
     record(false, true, send, recv);
     if (recv.numel) dev_.fill(s, recv, 0.0f);

@@ -22,6 +22,7 @@
 #include "cephalo/backend/mpi_communicator.hpp"
 
 using namespace cephalo::backend;
+using cephalo::UnevenCollective;
 
 namespace {
 
@@ -43,8 +44,8 @@ float unit_roundoff(ElemType t) { return t == ElemType::BF16 ? 0x1p-8f : 0x1p-11
 
 class Checker {
  public:
-  Checker(Device& dev, Communicator& comm, bool corrupt)
-      : dev_(dev), comm_(comm), corrupt_(corrupt && comm.rank() == 1) {}
+  Checker(Device& dev, Communicator& comm, bool corrupt, UnevenCollective how)
+      : dev_(dev), comm_(comm), how_(how), corrupt_(corrupt && comm.rank() == 1) {}
 
   Buffer upload(const std::vector<float>& v, ElemType t) {
     Buffer b = dev_.allocate(std::max<std::size_t>(v.size(), 1), t);
@@ -109,7 +110,7 @@ class Checker {
         for (std::int64_t i = 0; i < counts[r]; ++i) want[displ[r] + i] = input(r, i, 1, t);
       auto sb = upload(send, t);
       auto rb = upload(std::vector<float>(total, NAN), t);
-      comm_.all_gather_v(s, sb.slice(0, mine), rb.ref(), counts);
+      comm_.all_gather_v(s, sb.slice(0, mine), rb.ref(), counts, how_);
       s.synchronize();
       expect("all_gather_v " + tn, download(rb, total), want);
     }
@@ -150,7 +151,7 @@ class Checker {
           want[i] = reference(displ[static_cast<std::size_t>(me)] + i, tol[i]);
         auto sb = upload(full, t);
         auto rb = upload(std::vector<float>(static_cast<std::size_t>(mine), NAN), t);
-        comm_.reduce_scatter_v(s, sb.ref(), rb.slice(0, mine), counts, op);
+        comm_.reduce_scatter_v(s, sb.ref(), rb.slice(0, mine), counts, op, how_);
         s.synchronize();
         expect("reduce_scatter_v " + on + " " + tn, download(rb, static_cast<std::size_t>(mine)),
                want, op == ReduceOp::Sum ? tol : std::vector<float>{});
@@ -197,14 +198,17 @@ class Checker {
  private:
   Device& dev_;
   Communicator& comm_;
+  UnevenCollective how_;
   bool corrupt_;
   int checks_ = 0, bad_ = 0;
 };
 
 // Every check for both 16-bit formats; the exit code (0 or 1) agreed by all ranks.
-int run_checks(Communicator& comm, bool corrupt, const char* uneven) {
+int run_checks(Communicator& comm, bool corrupt, UnevenCollective how) {
+  const std::string name = to_string(how);
+  const char* uneven = name.c_str();
   auto dev = make_cpu_device({});
-  Checker checker(*dev, comm, corrupt);
+  Checker checker(*dev, comm, corrupt, how);
   for (ElemType t : {ElemType::BF16, ElemType::F16}) checker.run(t);
   double bad = checker.bad();
   comm.all_reduce_host(&bad, 1, ReduceOp::Sum);
@@ -227,11 +231,11 @@ int main(int argc, char** argv) {
     MpiRuntime mpi(&argc, &argv);
     // Both ways of running uneven collectives (MPI's -v calls, padding around the even ones).
     int status = 0;
+    auto comm = make_mpi_communicator();
     for (cephalo::UnevenCollective uneven :
          {cephalo::UnevenCollective::Grouped, cephalo::UnevenCollective::Padded}) {
-      auto comm = make_mpi_communicator({uneven});
       try {
-        status |= run_checks(*comm, corrupt, to_string(uneven).c_str());
+        status |= run_checks(*comm, corrupt, uneven);
       } catch (const std::exception& e) {
         // The other ranks may be blocked in a collective this rank will never join.
         std::fprintf(stderr, "mpi_collectives_check: rank %d: error: %s\n", comm->rank(), e.what());

@@ -358,11 +358,12 @@ class LocalBootstrap final : public backend::Communicator {
     no();
   }
   void all_gather_v(backend::Stream&, backend::TensorRef, backend::TensorRef,
-                    const std::vector<std::int64_t>&) override {
+                    const std::vector<std::int64_t>&, UnevenCollective) override {
     no();
   }
   void reduce_scatter_v(backend::Stream&, backend::TensorRef, backend::TensorRef,
-                        const std::vector<std::int64_t>&, backend::ReduceOp) override {
+                        const std::vector<std::int64_t>&, backend::ReduceOp,
+                        UnevenCollective) override {
     no();
   }
   void all_reduce(backend::Stream&, backend::TensorRef, backend::ReduceOp) override { no(); }
@@ -376,13 +377,12 @@ class LocalBootstrap final : public backend::Communicator {
   [[noreturn]] static void no() { throw std::logic_error("LocalBootstrap: host helpers only"); }
 };
 
-class Nccl : public Device, public ::testing::WithParamInterface<UnevenAlgorithm> {};
+class Nccl : public Device, public ::testing::WithParamInterface<UnevenCollective> {};
 
 TEST_P(Nccl, OneRankCollectivesCopyAndReduce) {
   LocalBootstrap boot;
-  auto comm = make_nccl_communicator(*dev_, boot, NcclOptions{GetParam()});
+  auto comm = make_nccl_communicator(*dev_, boot);
   EXPECT_EQ(comm->kind(), "nccl");
-  EXPECT_EQ(uneven_algorithm_of(*comm), GetParam());
   auto& s = dev_->stream(StreamKind::Comm);
   const std::size_t n = 10007;
   auto a = dev_->allocate(n, ElemType::F32), b = dev_->allocate(n, ElemType::F32);
@@ -402,18 +402,21 @@ TEST_P(Nccl, OneRankCollectivesCopyAndReduce) {
   check("all_gather");
   comm->reduce_scatter(s, a.ref(), b.ref(), backend::ReduceOp::Sum);
   check("reduce_scatter");
-  comm->all_gather_v(s, a.ref(), b.ref(), {std::int64_t(n)});
+  comm->all_gather_v(s, a.ref(), b.ref(), {std::int64_t(n)}, GetParam());
   check("all_gather_v");
-  comm->reduce_scatter_v(s, a.ref(), b.ref(), {std::int64_t(n)}, backend::ReduceOp::Sum);
+  comm->reduce_scatter_v(s, a.ref(), b.ref(), {std::int64_t(n)}, backend::ReduceOp::Sum,
+                         GetParam());
   check("reduce_scatter_v");
-  EXPECT_THROW(comm->all_gather_v(s, a.ref(), b.ref(), {1, 2}), Error);  // counts != size()
+  EXPECT_THROW(comm->all_gather_v(s, a.ref(), b.ref(), {1, 2}, GetParam()),
+               Error);  // counts != size()
+  EXPECT_THROW(comm->all_gather_v(s, a.ref(), b.ref(), {std::int64_t(n)}, UnevenCollective::Auto),
+               Error);  // the graph resolves auto
 }
 
 INSTANTIATE_TEST_SUITE_P(BothUnevenAlgorithms, Nccl,
-                         ::testing::Values(UnevenAlgorithm::GroupedBroadcastReduce,
-                                           UnevenAlgorithm::PaddedRing),
-                         [](const ::testing::TestParamInfo<UnevenAlgorithm>& info) {
-                           return std::string(to_string(info.param));
+                         ::testing::Values(UnevenCollective::Grouped, UnevenCollective::Padded),
+                         [](const ::testing::TestParamInfo<UnevenCollective>& info) {
+                           return cephalo::to_string(info.param);
                          });
 
 }  // namespace

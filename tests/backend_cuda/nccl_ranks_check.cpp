@@ -19,7 +19,7 @@ using backend::StreamKind;
 
 namespace {
 
-int check_all(backend::Device& dev, backend::Communicator& comm) {
+int check_all(backend::Device& dev, backend::Communicator& comm, UnevenCollective how) {
   const int R = comm.size(), me = comm.rank();
   auto& s = dev.stream(StreamKind::Comm);
   int bad = 0;
@@ -53,7 +53,7 @@ int check_all(backend::Device& dev, backend::Communicator& comm) {
       for (std::int64_t i = 0; i < counts[r]; ++i) want[displ[r] + i] = float(r * 10000 + i);
     auto send = upload(mine);
     auto recv = upload(std::vector<float>(total, -1.0f));
-    comm.all_gather_v(s, send.slice(0, counts[me]), recv.ref(), counts);
+    comm.all_gather_v(s, send.slice(0, counts[me]), recv.ref(), counts, how);
     s.synchronize();
     expect(download(recv, total), want);
   }
@@ -65,7 +65,7 @@ int check_all(backend::Device& dev, backend::Communicator& comm) {
       want[i] = float((R * (R + 1) / 2) * ((displ[me] + i) % 97));
     auto send = upload(full);
     auto recv = upload(std::vector<float>(counts[me] ? counts[me] : 1, -1.0f));
-    comm.reduce_scatter_v(s, send.ref(), recv.slice(0, counts[me]), counts, ReduceOp::Sum);
+    comm.reduce_scatter_v(s, send.ref(), recv.slice(0, counts[me]), counts, ReduceOp::Sum, how);
     s.synchronize();
     expect(download(recv, counts[me]), want);
   }
@@ -119,14 +119,13 @@ int main(int argc, char** argv) {
   try {
     auto dev = cuda::make_cuda_device({cuda::local_device_index()});
     int failures = 0;
-    for (auto alg :
-         {cuda::UnevenAlgorithm::GroupedBroadcastReduce, cuda::UnevenAlgorithm::PaddedRing}) {
-      auto nccl = cuda::make_nccl_communicator(*dev, *mpi, {alg});
-      double bad = check_all(*dev, *nccl);
+    auto nccl = cuda::make_nccl_communicator(*dev, *mpi);
+    for (auto alg : {UnevenCollective::Grouped, UnevenCollective::Padded}) {
+      double bad = check_all(*dev, *nccl, alg);
       mpi->all_reduce_host(&bad, 1, ReduceOp::Sum);
       if (mpi->rank() == 0)
         std::printf("%s %s: %d ranks, %g mismatching checks\n", bad == 0 ? "OK" : "FAIL",
-                    cuda::to_string(alg), mpi->size(), bad);
+                    to_string(alg).c_str(), mpi->size(), bad);
       failures += bad > 0;
     }
     return failures == 0 ? 0 : 1;

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "tiny_scenario.hpp"
@@ -74,8 +75,27 @@ void expect_collectives_move_the_slices(const TrainingGraph& g, const Scenario& 
   }
 }
 
+// The variant an uneven unit runs: the plan's, or under auto the comm model's decision on the
+// unit's all-gather over every rank (costmodels::uneven_variant, the scenario's own model).
+CollectiveVariant expected_uneven(const TrainingGraph& g, const Scenario& s, int unit,
+                                  UnevenCollective uneven) {
+  if (uneven == UnevenCollective::Padded) return CollectiveVariant::Padded;
+  if (uneven == UnevenCollective::Grouped) return CollectiveVariant::Grouped;
+  costmodels::CollectiveRequest req;
+  req.kind = costmodels::CollectiveKind::AllGather;
+  for (int r = 0; r < g.num_ranks(); ++r) {
+    req.ranks.push_back(r);
+    req.shard_bytes.push_back(static_cast<double>(g.slice(unit, r).count) *
+                              bytes_per_element(s.job.precision.compute));
+  }
+  const auto comm = costmodels::make_comm_model(s);
+  return costmodels::uneven_variant(*comm, s.cluster, req) == UnevenCollective::Padded
+             ? CollectiveVariant::Padded
+             : CollectiveVariant::Grouped;
+}
+
 // Even iff every member of every segment moves the same count; the op kinds say the same.
-void expect_variants(const TrainingGraph& g, UnevenCollective uneven) {
+void expect_variants(const TrainingGraph& g, const Scenario& s, UnevenCollective uneven) {
   for (const Collective& c : g.collectives()) {
     bool all_even = true;
     for (const auto& seg : g.segments(c)) {
@@ -83,9 +103,7 @@ void expect_variants(const TrainingGraph& g, UnevenCollective uneven) {
       for (int r = 1; r < g.num_ranks(); ++r)
         equal &= g.slice(seg.unit, r).count == g.slice(seg.unit, 0).count;
       const CollectiveVariant want =
-          equal ? CollectiveVariant::Even
-                : (uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
-                                                      : CollectiveVariant::Grouped);
+          equal ? CollectiveVariant::Even : expected_uneven(g, s, seg.unit, uneven);
       EXPECT_EQ(seg.variant, want) << "unit " << seg.unit;
       all_even &= equal;
     }
@@ -102,7 +120,7 @@ TrainingGraph checked_graph(const Scenario& s, const std::vector<double>& shares
   for (std::size_t r = 0; r < shares.size(); ++r) p.ranks[r].state_share = shares[r];
   TrainingGraph g = build_training_graph(p, s);
   expect_collectives_move_the_slices(g, s, p);
-  expect_variants(g, p.uneven_collective);
+  expect_variants(g, s, p.uneven_collective);
   return g;
 }
 
@@ -119,13 +137,14 @@ TEST(GraphSlices, EqualSharesOfAnIndivisibleUnitRunTheVVariant) {
     }
   ASSERT_GT(ranks, 0) << "layer numel " << layer << " divisible by every candidate";
   Scenario s = tiny_scenario(ranks, 2, 840);
-  for (UnevenCollective uneven : {UnevenCollective::Grouped, UnevenCollective::Padded}) {
+  for (UnevenCollective uneven :
+       {UnevenCollective::Grouped, UnevenCollective::Padded, UnevenCollective::Auto}) {
     Plan p = tiny_plan(s, 1);
     p.uneven_collective = uneven;
     ASSERT_TRUE(p.even_shares());
     TrainingGraph g = build_training_graph(p, s);
     expect_collectives_move_the_slices(g, s, p);
-    expect_variants(g, uneven);
+    expect_variants(g, s, uneven);
     bool some_v = false;
     for (const Collective& c : g.collectives()) some_v |= c.variant != CollectiveVariant::Even;
     EXPECT_TRUE(some_v);

@@ -188,14 +188,16 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   return std::move(g_);
 }
 
-TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario) {
-  return GraphBuilder(plan, scenario).build();
+TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario,
+                                   const costmodels::CommModel* comm) {
+  return GraphBuilder(plan, scenario, comm).build();
 }
 
 TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
-                                            std::span<const int> ranks) {
+                                            std::span<const int> ranks,
+                                            const costmodels::CommModel* comm) {
   if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
-  return GraphBuilder(plan, scenario).build(ranks);
+  return GraphBuilder(plan, scenario, comm).build(ranks);
 }
 
 }  // namespace cephalo::traces

@@ -9,16 +9,24 @@
 //                            memory each allocates and frees (build_rank).
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
 namespace cephalo::traces {
 
 class GraphBuilder {
  public:
-  GraphBuilder(const Plan& plan, const Scenario& scenario) : plan_(plan), scenario_(scenario) {}
+  // `comm` decides the variant of uneven collectives under `uneven_collective: auto`; null: the
+  // scenario's own comm model, made when a collective first needs it.
+  GraphBuilder(const Plan& plan, const Scenario& scenario,
+               const costmodels::CommModel* comm = nullptr)
+      : plan_(plan), scenario_(scenario), comm_(comm) {}
   // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
   // variants and static bytes are still those of the whole plan (sim/'s class replay).
   TrainingGraph build(std::span<const int> only = {});
@@ -39,6 +47,7 @@ class GraphBuilder {
   std::int32_t add_collective(int phase, bool gather, int group);
   std::int32_t add_cross_reduction(int phase, int unit);
   bool unit_equal_in_group(int unit, int group);
+  CollectiveVariant uneven_variant_of(int unit, int group);
 
   // graph_rank_program.cpp
   OpId emit(Op op, std::initializer_list<OpId> deps);
@@ -68,6 +77,9 @@ class GraphBuilder {
 
   const Plan& plan_;
   const Scenario& scenario_;
+  const costmodels::CommModel* comm_ = nullptr;
+  std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  std::map<std::pair<std::int64_t, int>, CollectiveVariant> variant_memo_;  // (numel, group)
   TrainingGraph g_;
   std::vector<Phase> phases_;
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group

@@ -3,6 +3,7 @@
 // it (traces/README.md, "Decisions the graph carries").
 #include <stdexcept>
 
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
 
@@ -58,6 +59,37 @@ std::int32_t GraphBuilder::add_cross_reduction(int p, int u) {
   return c.id;
 }
 
+// How unit u's uneven gathers and reduce-scatters run in `group`: the plan's variant, or under
+// auto the comm model's decision (costmodels::uneven_variant) on the unit's all-gather over the
+// group, once per unit size and group (units of one size have the same slices: the layers of a
+// 96-layer model cost one decision). One variant per unit, whatever the direction or the phase:
+// the executor runs each unit's segments one way (its reduce-scatter moves the same slices).
+CollectiveVariant GraphBuilder::uneven_variant_of(int u, int group) {
+  const UnevenCollective chosen = plan_.uneven_collective;
+  if (chosen != UnevenCollective::Auto)
+    return chosen == UnevenCollective::Padded ? CollectiveVariant::Padded
+                                              : CollectiveVariant::Grouped;
+  const auto key = std::make_pair(g_.unit_sizes_[static_cast<std::size_t>(u)].numel, group);
+  if (auto it = variant_memo_.find(key); it != variant_memo_.end()) return it->second;
+  if (!comm_) {
+    owned_comm_ = costmodels::make_comm_model(scenario_);
+    comm_ = owned_comm_.get();
+  }
+  costmodels::CollectiveRequest req;
+  req.kind = costmodels::CollectiveKind::AllGather;
+  const double element_bytes = bytes_per_element(scenario_.job.precision.compute);
+  for (int r : g_.layout_.group(group)) {
+    req.ranks.push_back(r);
+    req.shard_bytes.push_back(static_cast<double>(g_.slice(u, r).count) * element_bytes);
+  }
+  const CollectiveVariant v = costmodels::uneven_variant(*comm_, scenario_.cluster,
+                                                         std::move(req)) == UnevenCollective::Padded
+                                  ? CollectiveVariant::Padded
+                                  : CollectiveVariant::Grouped;
+  variant_memo_.emplace(key, v);
+  return v;
+}
+
 // One collective of phase p: the gather of its parameters or the reduce-scatter of its
 // gradient. The variant of each segment follows from its integer counts; the collective is
 // Even only when all of its segments are.
@@ -83,15 +115,13 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
     units.push_back(0);
   }
   units.push_back(ph.unit);
-  const UnevenCollective uneven = plan_.uneven_collective;
   c.variant = CollectiveVariant::Even;
   for (int u : units) {
     CollectiveSegment seg;
     seg.unit = u;
     seg.numel = g_.unit_sizes_[u].numel;
-    seg.variant = unit_equal_in_group(u, group)        ? CollectiveVariant::Even
-                  : uneven == UnevenCollective::Padded ? CollectiveVariant::Padded
-                                                       : CollectiveVariant::Grouped;
+    seg.variant =
+        unit_equal_in_group(u, group) ? CollectiveVariant::Even : uneven_variant_of(u, group);
     if (seg.variant != CollectiveVariant::Even) c.variant = seg.variant;
     c.total_bytes += static_cast<double>(seg.numel) * c.element_bytes;
     g_.segments_.push_back(seg);

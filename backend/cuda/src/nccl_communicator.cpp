@@ -18,10 +18,6 @@ using backend::ElemType;
 using backend::ReduceOp;
 using backend::TensorRef;
 
-const char* to_string(UnevenAlgorithm a) {
-  return a == UnevenAlgorithm::PaddedRing ? "padded" : "grouped";
-}
-
 namespace {
 
 ncclDataType_t nccl_type(ElemType t) {
@@ -56,9 +52,8 @@ void expect(bool ok, const std::string& what) {
 
 class NcclCommunicator final : public backend::Communicator {
  public:
-  NcclCommunicator(backend::Device& device, backend::Communicator& bootstrap,
-                   const NcclOptions& options)
-      : device_(device), bootstrap_(bootstrap), options_(options) {
+  NcclCommunicator(backend::Device& device, backend::Communicator& bootstrap)
+      : device_(device), bootstrap_(bootstrap) {
     rank_ = bootstrap.rank();
     size_ = bootstrap.size();
     CEPHALO_CUDA_CHECK(cudaSetDevice(native_device(device)));
@@ -90,7 +85,7 @@ class NcclCommunicator final : public backend::Communicator {
   std::unique_ptr<backend::Communicator> split(int color, int key) override {
     auto part = bootstrap_.split(color, key);
     if (!part) return nullptr;
-    auto out = std::make_unique<NcclCommunicator>(device_, *part, options_);
+    auto out = std::make_unique<NcclCommunicator>(device_, *part);
     out->owned_bootstrap_ = std::move(part);
     return out;
   }
@@ -112,12 +107,13 @@ class NcclCommunicator final : public backend::Communicator {
   }
 
   void all_gather_v(backend::Stream& s, TensorRef send, TensorRef recv,
-                    const std::vector<std::int64_t>& counts) override {
+                    const std::vector<std::int64_t>& counts, UnevenCollective how) override {
+    backend::expect_resolved(how, "all_gather_v");
     const auto displs = displacements(counts, send, recv, true);
     const cudaStream_t st = stream(s);
     const ncclDataType_t t = nccl_type(send.type);
     const std::size_t es = backend::element_size(send.type);
-    if (options_.uneven == UnevenAlgorithm::GroupedBroadcastReduce) {
+    if (how == UnevenCollective::Grouped) {
       group_start();
       ncclResult_t status = ncclSuccess;
       for (int r = 0; r < size_ && status == ncclSuccess; ++r) {
@@ -150,12 +146,14 @@ class NcclCommunicator final : public backend::Communicator {
   }
 
   void reduce_scatter_v(backend::Stream& s, TensorRef send, TensorRef recv,
-                        const std::vector<std::int64_t>& counts, ReduceOp op) override {
+                        const std::vector<std::int64_t>& counts, ReduceOp op,
+                        UnevenCollective how) override {
+    backend::expect_resolved(how, "reduce_scatter_v");
     const auto displs = displacements(counts, recv, send, false);
     const cudaStream_t st = stream(s);
     const ncclDataType_t t = nccl_type(send.type);
     const std::size_t es = backend::element_size(send.type);
-    if (options_.uneven == UnevenAlgorithm::GroupedBroadcastReduce) {
+    if (how == UnevenCollective::Grouped) {
       const ncclRedOp_t red = nccl_op(op);
       group_start();
       ncclResult_t status = ncclSuccess;
@@ -219,8 +217,6 @@ class NcclCommunicator final : public backend::Communicator {
     bootstrap_.abort(exit_code);
     std::abort();  // unreachable: Communicator::abort never returns
   }
-
-  UnevenAlgorithm uneven() const { return options_.uneven; }
 
  private:
   cudaStream_t stream(backend::Stream& s) {
@@ -291,7 +287,6 @@ class NcclCommunicator final : public backend::Communicator {
   backend::Device& device_;
   backend::Communicator& bootstrap_;
   std::unique_ptr<backend::Communicator> owned_bootstrap_;  // a split's part (bootstrap_)
-  NcclOptions options_;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   Scratch scratch_[2];
@@ -299,16 +294,9 @@ class NcclCommunicator final : public backend::Communicator {
 
 }  // namespace
 
-UnevenAlgorithm uneven_algorithm_of(const backend::Communicator& comm) {
-  auto* nccl = dynamic_cast<const NcclCommunicator*>(&comm);
-  if (nccl == nullptr) throw Error("uneven_algorithm_of: not an NCCL communicator");
-  return nccl->uneven();
-}
-
 std::unique_ptr<backend::Communicator> make_nccl_communicator(backend::Device& device,
-                                                              backend::Communicator& bootstrap,
-                                                              const NcclOptions& options) {
-  return std::make_unique<NcclCommunicator>(device, bootstrap, options);
+                                                              backend::Communicator& bootstrap) {
+  return std::make_unique<NcclCommunicator>(device, bootstrap);
 }
 
 }  // namespace cephalo::cuda

@@ -18,11 +18,7 @@ extern "C" __attribute__((visibility("default"))) void cephalo_cuda_plugin_make(
   d.device = cuda::local_device_index();
   d.allow_tf32 = request.allow_tf32;
   parts.device = cuda::make_cuda_device(d);
-  cuda::NcclOptions n;
-  n.uneven = request.uneven == cephalo::UnevenCollective::Padded
-                 ? cuda::UnevenAlgorithm::PaddedRing
-                 : cuda::UnevenAlgorithm::GroupedBroadcastReduce;
   // NCCL's unique id travels over MPI; device buffers never go through MPI itself.
   if (request.bootstrap)
-    parts.nccl = cuda::make_nccl_communicator(*parts.device, *request.bootstrap, n);
+    parts.nccl = cuda::make_nccl_communicator(*parts.device, *request.bootstrap);
 }

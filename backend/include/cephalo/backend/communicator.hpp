@@ -11,6 +11,10 @@
 // contiguous slices in rank order; rank r owns counts[r] elements starting at
 // sum(counts[0..r)). all_gather_v fills the full buffer from every rank's slice;
 // reduce_scatter_v sums full-size buffers element-wise and leaves rank r its summed slice.
+// `how` says which uneven algorithm runs (the graph's CollectiveVariant of the unit, which the
+// cost model priced and, under the plan's auto, chose): Grouped = one broadcast / reduce per
+// owner (MPI's -v collectives), Padded = every shard padded to the largest around the even
+// collective, then compacted. Auto is refused: the graph builder resolves it.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +22,7 @@
 
 #include "cephalo/backend/device.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan.hpp"
 
 namespace cephalo::backend {
 
@@ -38,10 +43,11 @@ class Communicator {
   // Uneven: counts[r] elements from rank r; send has counts[rank()], recv has sum(counts).
   // Ranks with a zero count are allowed.
   virtual void all_gather_v(Stream& s, TensorRef send, TensorRef recv,
-                            const std::vector<std::int64_t>& counts) = 0;
+                            const std::vector<std::int64_t>& counts, UnevenCollective how) = 0;
   // Uneven: send has sum(counts), recv has counts[rank()].
   virtual void reduce_scatter_v(Stream& s, TensorRef send, TensorRef recv,
-                                const std::vector<std::int64_t>& counts, ReduceOp op) = 0;
+                                const std::vector<std::int64_t>& counts, ReduceOp op,
+                                UnevenCollective how) = 0;
   // In place over all ranks (small tensors: loss, norms).
   virtual void all_reduce(Stream& s, TensorRef data, ReduceOp op) = 0;
   virtual void broadcast(Stream& s, TensorRef data, int root) = 0;
@@ -64,5 +70,12 @@ class Communicator {
   // its message (naming the rank and the cause) first. Never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;
 };
+
+// The -v calls' check of `how`: Grouped or Padded, never the plan's unresolved Auto.
+inline void expect_resolved(UnevenCollective how, const char* call) {
+  if (how == UnevenCollective::Auto)
+    throw Error(std::string(call) +
+                ": uneven variant auto is the graph builder's to resolve (grouped or padded)");
+}
 
 }  // namespace cephalo::backend

@@ -17,11 +17,10 @@ namespace cephalo::backend {
 
 // Bump whenever CudaPluginRequest, CudaPluginParts or the Device / Communicator interfaces
 // change layout.
-inline constexpr int kCudaPluginAbi = 2;
+inline constexpr int kCudaPluginAbi = 3;
 
 struct CudaPluginRequest {
   bool allow_tf32 = false;
-  UnevenCollective uneven = UnevenCollective::Grouped;
   // The MPI communicator NCCL bootstraps over (its unique id travels through it); null for a
   // single process, which then gets no NCCL communicator.
   Communicator* bootstrap = nullptr;

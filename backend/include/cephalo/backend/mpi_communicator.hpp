@@ -37,17 +37,12 @@ class MpiRuntime {
   bool initialized_ = false;
 };
 
-// How all_gather_v / reduce_scatter_v run when shards differ (the plan's `uneven_collective`,
-// which the cost model prices): Grouped = MPI's own -v collectives (MPI_Allgatherv,
-// MPI_Reduce_scatter), Padded = every shard padded to the largest one around the even
-// collectives (MPI_Allgather, MPI_Reduce_scatter_block) and compacted afterwards.
-struct MpiCommunicatorOptions {
-  UnevenCollective uneven = UnevenCollective::Grouped;
-};
-
 // Collectives over MPI_COMM_WORLD. Device-buffer collectives must use host-addressable memory
-// (the CPU device); they run on the given stream's thread.
-std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options = {});
+// (the CPU device); they run on the given stream's thread. Uneven collectives, per call: Grouped
+// = MPI's own -v collectives (MPI_Allgatherv, MPI_Reduce_scatter), Padded = every shard padded
+// to the largest one around the even collectives (MPI_Allgather, MPI_Reduce_scatter_block) and
+// compacted afterwards.
+std::unique_ptr<Communicator> make_mpi_communicator();
 
 // Throws RuntimeFailure "<what> failed at file:line: <MPI_Error_string>" when rc != MPI_SUCCESS.
 void check_mpi(int rc, const char* what, const char* file, int line);

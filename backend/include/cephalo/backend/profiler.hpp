@@ -6,8 +6,9 @@
 //  * the embedding and head units the same way (head "backward" is the fused
 //    forward+backward+loss the executor runs as the head's backward op);
 //  * the AdamW step per shard size; device<->host copies per size;
-//  * with 2 or more ranks: even and uneven all-gather and reduce-scatter over sizes through the
-//    Communicator on the comm stream, each on otherwise idle ranks and under compute load
+//  * with 2 or more ranks: even and uneven (grouped: MPI's -v calls) all-gather and
+//    reduce-scatter over sizes through the Communicator on the comm stream, each on otherwise idle
+//    ranks and under compute load
 //    (`under_compute`: every rank keeps its compute stream busy with a layer GEMM until the
 //    collective completes, as prefetch and overlapped reduce-scatters do in training).
 // Every point is the --statistic (median or min) of `repeats` timed calls after `warmup`

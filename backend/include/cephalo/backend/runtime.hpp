@@ -20,10 +20,7 @@ struct RuntimeOptions {
   std::string device = "cpu";  // "cpu" or "cuda"
   CpuDeviceOptions cpu;        // --device cpu
   bool allow_tf32 = false;     // --device cuda: FP32 GEMMs on tensor cores (TF32 jobs)
-  // How uneven shards are gathered and reduced (the variant the cost model priced): MPI's -v
-  // collectives or padding around the even ones; NCCL's grouped broadcast/reduce or padding
-  // around its ring.
-  UnevenCollective uneven = UnevenCollective::Grouped;
+  // (How uneven shards move is per call: the graph's variant, Communicator::all_gather_v.)
 };
 
 // The communicators are owned here; `comm` is the one to use (NCCL on CUDA under mpirun, MPI on

@@ -17,8 +17,11 @@ namespace cephalo {
 enum class Accumulation { Layered, Standard, NoSync };
 enum class Offload { None, Host };
 // How uneven shards are gathered and reduced: one broadcast/reduce per owner inside a group,
-// or padding every shard to the largest and using the even collective.
-enum class UnevenCollective { Grouped, Padded };
+// or padding every shard to the largest and using the even collective. Auto (the default):
+// per collective, whichever of the two the comm model prices lower
+// (costmodels::uneven_variant); the graph builder resolves it, so a graph's collectives, what
+// the simulator prices and what the backend runs are always Grouped or Padded.
+enum class UnevenCollective { Grouped, Padded, Auto };
 
 // Which transformer layers are checkpointed: their forward keeps only the layer's input and the
 // backward recomputes the layer first (a Recompute op); the other layers' forward keeps its
@@ -75,7 +78,7 @@ struct Plan {
   ActivationCheckpointing activation_checkpointing;
   Offload offload = Offload::None;
   bool prefetch = true;
-  UnevenCollective uneven_collective = UnevenCollective::Grouped;
+  UnevenCollective uneven_collective = UnevenCollective::Auto;
   Sharding sharding;  // "sharding": full (default) or hybrid groups (core/sharding.hpp)
   std::vector<PlanRank> ranks;
   Json predicted;  // optional, informational (planner's predictions); null when absent

@@ -8,10 +8,17 @@
 //   ring               flat ring over all ranks (all four collectives)
 //   tree               double binary tree, all-reduce only (latency log2 n instead of n)
 //   hierarchical-ring  multi-node: intra-node phase + inter-node ring over nodes
-// and for uneven shards (all-gather-v / reduce-scatter-v, Plan.uneven_collective):
-//   grouped            one broadcast (reduce) per owner, issued as one NCCL group; the link
-//                      into rank j carries every shard but its own: (S − s_j) / B
-//   padded             every shard padded to the largest, then the even ring
+// and for uneven shards (all-gather-v / reduce-scatter-v, Plan.uneven_collective), both priced
+// on the topology the even collective uses:
+//   padded             every shard padded to the largest, then the even algorithm (ring or
+//                      hierarchical, the faster, as for even shards) on largest × n bytes: what
+//                      FSDP runs on a unit whose size does not divide the ranks; shares that
+//                      differ by one element cost what the even collective costs
+//   grouped            one broadcast (reduce) per owner, issued as one NCCL group, flat (the
+//                      link into rank j carries every shard but its own: (S − s_j) / B) or
+//                      hierarchical (the NIC into node N carries S − S_N, then the node's ring
+//                      what each GPU still lacks), plus one enqueue per owner
+//   auto               the cheaper of the two (uneven_variant(), comm_model.hpp)
 // The time is the minimum over the applicable algorithms (NCCL's tuner picks similarly), and
 // the estimate says which one won.
 #include <map>

@@ -1,5 +1,6 @@
 #pragma once
 // Collective and copy times on a modelled cluster (NCCL-like ring/tree, α-β per link).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@ struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::AllGather;
   std::vector<int> ranks;           // participants (global ranks of the cluster)
   std::vector<double> shard_bytes;  // per participant: bytes it owns (even: all equal)
-  UnevenCollective uneven = UnevenCollective::Grouped;  // used when shards differ
+  // Used when shards differ (all-gather / reduce-scatter): Grouped, Padded, or Auto (the
+  // cheaper of the two, the estimate's `variant` says which).
+  UnevenCollective uneven = UnevenCollective::Auto;
   // The collective runs while a participant's compute stream is busy (prefetch, overlapped
   // reduce-scatter). A model calibrated under compute load uses that fit for it; otherwise the
   // flag changes nothing.
@@ -38,6 +41,9 @@ struct CollectiveEstimate {
   double algbw = 0;        // total_bytes / seconds
   double busbw = 0;        // algbw × nccl-tests factor
   std::string algorithm;   // e.g. "ring", "tree", "hierarchical-ring", "grouped-broadcast"
+  // Uneven all-gather / reduce-scatter: the variant priced (Grouped or Padded, never Auto);
+  // empty for an even collective.
+  std::optional<UnevenCollective> variant;
 };
 
 // nccl-tests bus-bandwidth factor: (n−1)/n for all-gather/reduce-scatter, 2(n−1)/n all-reduce,
@@ -52,5 +58,12 @@ class CommModel {
   // Host<->device copy of `bytes` on a rank (pinned memory over its PCIe link).
   virtual double copy_time(const Cluster& cluster, int rank, double bytes) const = 0;
 };
+
+// The one decision of how an uneven collective runs: the variant `model` prices lower for this
+// request (Padded on a tie, and for a request whose shards are equal). The graph builder
+// resolves a plan's `uneven_collective: auto` with it, so the simulator prices and the backend
+// runs the same variant.
+UnevenCollective uneven_variant(const CommModel& model, const Cluster& cluster,
+                                CollectiveRequest request);
 
 }  // namespace cephalo::costmodels

@@ -35,6 +35,11 @@ struct CostModels {
 
 CostModels make_cost_models(const Scenario& scenario, const std::string& source = "auto");
 
+// The scenario's comm model alone (the α-β model calibrated from the collective sweeps and the
+// profiles' copies its calibration lists): make_cost_models(...).comm without the compute
+// tables. The graph builder decides uneven variants with it.
+std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario);
+
 // The accepted source names, for CLI help and errors.
 const std::vector<std::string>& compute_sources();
 

@@ -61,7 +61,7 @@ struct CollectiveQuery {
   std::string bytes;                          // total size: bytes, or with a unit ("64MiB")
   std::optional<std::vector<double>> ranks;   // participants (default: every rank)
   std::optional<std::vector<double>> shares;  // per participant, summing to 1 (default: even)
-  std::string uneven = "grouped";             // grouped | padded
+  std::string uneven = "auto";                // auto | grouped | padded
   std::string sweep;  // measured collective sweep to calibrate with ("": none)
 };
 

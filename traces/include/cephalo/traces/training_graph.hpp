@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 
 namespace cephalo::traces {
@@ -62,10 +63,11 @@ Stream stream_of(OpKind kind);
 // What a collective runs, decided once by the graph builder from the integer element counts it
 // moves (`shard_offsets`) and the plan's `uneven_collective`: Even when every member moves the
 // same number of elements (MPI_Allgather / ncclAllGather and the reduce-scatter twins), else
-// the plan's uneven variant: Grouped (all-gather-v / reduce-scatter-v: one broadcast / reduce
-// per owner) or Padded (every shard padded to the largest around the even collective). Equal
-// shares with a unit size not divisible by the rank count are therefore uneven: that is what
-// the backend runs, and what the simulator prices.
+// the uneven variant: Grouped (all-gather-v / reduce-scatter-v: one broadcast / reduce per
+// owner) or Padded (every shard padded to the largest around the even collective), the plan's
+// or, under `auto`, the cheaper one by the comm model (costmodels::uneven_variant), one per
+// collective. Equal shares with a unit size not divisible by the rank count are therefore
+// uneven: that is what the backend runs, and what the simulator prices.
 enum class CollectiveVariant : std::uint8_t { Even = 0, Grouped = 1, Padded = 2 };
 std::string to_string(CollectiveVariant variant);  // "even", "grouped", "padded"
 
@@ -267,11 +269,16 @@ class TrainingGraph {
 //    group and phase); after the reduce-scatter that last touches a unit's gradient in the
 //    step, one AllReduce op per rank reduces the unit across groups (on the comm stream, in
 //    place on the gradient shard), and the optimizer step waits for it.
-TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario);
+//  * uneven_collective auto: `comm` prices both variants of each uneven collective and the
+//    cheaper is recorded (null: the scenario's own comm model, costmodels::make_comm_model, made
+//    only when an uneven collective needs it). Pass the model the graph will be simulated with.
+TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario,
+                                   const costmodels::CommModel* comm = nullptr);
 // The same graph restricted to `ranks` (ascending, non-empty): only they have ops and are
 // collective members; sharding, collective variants and static bytes are the whole plan's and
 // the other ranks' programs are empty (sim/'s class replay builds one rank per class).
 TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
-                                            std::span<const int> ranks);
+                                            std::span<const int> ranks,
+                                            const costmodels::CommModel* comm = nullptr);
 
 }  // namespace cephalo::traces

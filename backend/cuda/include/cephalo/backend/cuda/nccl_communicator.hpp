@@ -10,33 +10,16 @@
 
 namespace cephalo::cuda {
 
-// How uneven shards (all_gather_v / reduce_scatter_v) are moved. The cost model must model the
-// one that ran (uneven_algorithm_of reports it).
-enum class UnevenAlgorithm {
-  // One ncclBroadcast (all-gather-v) or ncclReduce (reduce-scatter-v) per rank, rooted at the
-  // shard's owner, all inside one ncclGroupStart/End: no padding traffic, but size() separate
-  // tree/ring operations whose latencies overlap only as far as NCCL schedules them together.
-  GroupedBroadcastReduce,
-  // Pad every shard to the largest one and run the even ring collective on a scratch buffer,
-  // then compact: one bandwidth-optimal collective, plus (max - count) padding per rank.
-  PaddedRing,
-};
-
-const char* to_string(UnevenAlgorithm a);  // "grouped", "padded"
-
-struct NcclOptions {
-  // `cephalo run` sets it from the plan's uneven_collective, the variant the cost model priced.
-  UnevenAlgorithm uneven = UnevenAlgorithm::GroupedBroadcastReduce;
-};
-
-// The variant an NCCL communicator uses for uneven collectives (Error for other communicators),
-// so run results can name it for the cost model.
-UnevenAlgorithm uneven_algorithm_of(const backend::Communicator& comm);
-
+// Uneven shards (all_gather_v / reduce_scatter_v) move as each call says (the graph's variant):
+//  * Grouped: one ncclBroadcast (all-gather-v) or ncclReduce (reduce-scatter-v) per rank, rooted
+//    at the shard's owner, all inside one ncclGroupStart/End: no padding traffic, but size()
+//    separate tree/ring operations whose latencies overlap only as far as NCCL schedules them;
+//  * Padded: every shard padded to the largest one and the even collective (NCCL's own ring /
+//    tree choice) run on a scratch buffer, then compacted: (max - count) padding per rank.
+//
 // `device` must be a CUDA device (make_cuda_device); collectives take its streams. `bootstrap`
 // is kept by reference and must outlive the result. Collective: every rank calls it.
 std::unique_ptr<backend::Communicator> make_nccl_communicator(backend::Device& device,
-                                                              backend::Communicator& bootstrap,
-                                                              const NcclOptions& options = {});
+                                                              backend::Communicator& bootstrap);
 
 }  // namespace cephalo::cuda
