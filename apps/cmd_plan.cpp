@@ -20,46 +20,23 @@ struct PlanArgs {
   bool json = false;
   std::string cephalo_shares = "min_params";
   bool cephalo_corrected = false;
-  std::string accumulation;              // empty: the strategy's (layered)
-  std::string activation_checkpointing;  // empty: full; "auto": the planner chooses
+  std::string accumulation;              // empty: left open (planner::resolve_open_choices)
+  std::string activation_checkpointing;  // empty: left open; "auto": the strategy chooses
   planner::PlannerOptions options;
 };
 
 void run_plan(const PlanArgs& a) {
-  if (a.activation_checkpointing == "auto") {
-    const auto& strategy = planner::strategy_named(a.options.strategy);
-    if (!strategy.cannot_choose_checkpointing.empty())
-      throw ValidationError(kCommandLine, "--activation-checkpointing", "auto",
-                            "with --strategy " + std::string(strategy.name) + ": " +
-                                std::string(strategy.cannot_choose_checkpointing));
-  }
   const Scenario scenario = costmodels::load_scenario(a.scenario);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
-  if (opt.sharding == "full" && opt.group_nodes > 0)
-    throw ValidationError(kCommandLine, "--group-size", std::to_string(opt.group_nodes),
-                          "--sharding hybrid or auto with it (full sharding has no groups)");
-  // Groups are runs of whole consecutive nodes (the last may hold fewer); more nodes per group
-  // than the cluster has is a bad value for this scenario, not an infeasible plan.
-  const int nodes = static_cast<int>(scenario.cluster.nodes.size());
-  if (opt.group_nodes > nodes)
-    throw ValidationError(kCommandLine, "--group-size", std::to_string(opt.group_nodes),
-                          "nodes per sharding group, 1 to " + std::to_string(nodes) + " (" +
-                              a.scenario + " has " + std::to_string(nodes) + " node" +
-                              (nodes == 1 ? "" : "s") + ")");
+  // The planner checks the schedule flags before any search and names them as flags.
+  opt.options_source = planner::kOptionsFromCommandLine;
+  opt.scenario_label = a.scenario;
   opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
                                                      : planner::ShareObjective::MinParams;
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
   opt.progress = opt.progress || opt.strategy == "search";
-  if (!a.accumulation.empty())
-    opt.accumulation = a.accumulation == "layered"    ? Accumulation::Layered
-                       : a.accumulation == "standard" ? Accumulation::Standard
-                                                      : Accumulation::NoSync;
-  if (a.activation_checkpointing == "auto")
-    opt.choose_checkpointing = true;
-  else if (!a.activation_checkpointing.empty())
-    opt.activation_checkpointing =
-        parse_activation_checkpointing(a.activation_checkpointing, "--activation-checkpointing");
+  planner::set_schedule_text(opt, a.accumulation, a.activation_checkpointing);
   planner::PlanResult result = planner::make_plan(scenario, opt);
   // Only what is asked for is built: at 100k ranks the plan's JSON tree and text cost more than
   // the planning (bench/README.md).
@@ -111,11 +88,12 @@ void add_plan_command(CLI::App& app) {
                   "strategy chooses the rest")
       ->check(integer_in(1, 1 << 24));
   cmd->add_option("--accumulation", args->accumulation,
-                  "Fix the accumulation: layered | standard | no_sync (default: layered)")
+                  "Fix the accumulation: layered | standard | no_sync (default: optimal searches "
+                  "all three, the other strategies layered)")
       ->check(one_of({"layered", "standard", "no_sync"}));
   cmd->add_option("--activation-checkpointing", args->activation_checkpointing,
-                  "Fix the checkpointing: full | none | every:K, or auto (the least recompute "
-                  "that fits); default full")
+                  "Fix the checkpointing: full | none | every:K, or auto; default: optimal "
+                  "searches (as auto), the other strategies full")
       ->check(CLI::Validator(
           [](std::string& v) {
             if (v == "auto") return std::string();
@@ -129,8 +107,8 @@ void add_plan_command(CLI::App& app) {
           "full|none|every:K|auto"));
   cmd->add_option("--sharding", args->options.sharding,
                   "full | hybrid | auto: shard over every rank, or within groups of nodes "
-                  "(replicated across groups; auto simulates full and every group size)")
-      ->capture_default_str()
+                  "(replicated across groups; auto simulates full and group sizes); default: "
+                  "optimal auto, the other strategies full")
       ->check(one_of({"full", "hybrid", "auto"}));
   cmd->add_option("--group-size", args->options.group_nodes,
                   "hybrid/auto: nodes per sharding group (hybrid default 1)")

@@ -75,6 +75,7 @@ std::vector<Group> group_ranks(const OptimalProblem& p) {
       key.push_back(m.fixed_bytes);
       key.push_back(m.bytes_per_sample);
       key.push_back(m.usable_bytes);
+      key.push_back(static_cast<double>(m.fixed_micro_batch));
       key.push_back(static_cast<double>(m.micro_batch_time.size()));
       key.push_back(weights[static_cast<std::size_t>(i)]);
       auto [it, inserted] = index.emplace(std::move(key), groups.size());
@@ -243,6 +244,7 @@ OptimalSolution solve_optimal_brute_force(const OptimalProblem& p) {
           return;
         }
         for (int mm = 1; mm <= ranks[j].max_micro_batch(); ++mm) {
+          if (!ranks[j].allows(b[j], mm)) continue;
           m[j] = mm;
           over_micro(j + 1);
         }

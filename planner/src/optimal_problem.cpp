@@ -16,8 +16,10 @@ using namespace detail;
 
 OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostModels& models,
                                      Offload offload, int max_micro_batch,
-                                     const ActivationCheckpointing& checkpointing) {
+                                     const ActivationCheckpointing& checkpointing,
+                                     Accumulation accumulation, int fixed_micro_batch) {
   ScenarioModel sm(s, models, checkpointing);
+  max_micro_batch = std::max(max_micro_batch, fixed_micro_batch);
   const int n = static_cast<int>(sm.devices.size());
   const int B = s.job.global_batch;
   OptimalProblem p;
@@ -28,6 +30,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   auto inputs = [&](double share, std::vector<int> sizes) {
     auto in = memory_inputs(n, offload, share, std::move(sizes));
     in.activation_checkpointing = checkpointing;
+    in.accumulation = accumulation;
     return in;
   };
   const double at1 = terms_total(job, inputs(0.0, {1}));
@@ -48,6 +51,61 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     working.push_back(fw);
   }
   const int mmax = static_cast<int>(working.size()) - 1;
+  // Communication with shards padded to σ: every unit is all-gathered in forward and again in
+  // backward and reduce-scattered, once per iteration under layered accumulation; standard
+  // repeats all three every round (micro-batch), no_sync the gathers (traces' add_phases).
+  double round_comm = 0;  // what one round's collectives cost with even shares
+  if (n > 1) {
+    const Cluster* cluster = &s.cluster;
+    auto comm = models.comm;
+    std::vector<std::pair<double, int>> unit_bytes;  // (parameters, how many units)
+    const int units = costmodels::num_units(job.model);
+    // What each unit's phases move (phase_parameters): a tied head brings the embedding along.
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 0), 1);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 1), job.model.num_layers);
+    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, units - 1), 1);
+    const double compute_bytes = bytes_per_element(job.precision.compute);
+    const double reduce_bytes = bytes_per_element(job.precision.reduce);
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    auto cache = std::make_shared<std::map<double, double>>();
+    auto raw = [=](double sigma, bool reduce = true) {
+      auto it = reduce ? cache->find(sigma) : cache->end();
+      if (it != cache->end()) return it->second;
+      double total = 0;
+      for (const auto& [params_u, count] : unit_bytes) {
+        if (params_u <= 0) continue;
+        // One rank holds σ, the others share the rest: the padded variant then costs what
+        // any plan with largest share σ pays with it (its cost depends only on the largest
+        // shard), and the plan later runs whichever variant is cheaper.
+        auto shards = [&](double bytes) {
+          std::vector<double> v(n, sigma * bytes);
+          if (sigma > 1.0 / n)
+            for (int k = 1; k < n; ++k) v[k] = (1 - sigma) * bytes / (n - 1);
+          return v;
+        };
+        costmodels::CollectiveRequest ag;
+        ag.kind = costmodels::CollectiveKind::AllGather;
+        ag.ranks = all;
+        ag.uneven = UnevenCollective::Padded;
+        ag.shard_bytes = shards(params_u * compute_bytes);
+        costmodels::CollectiveRequest rs = ag;
+        rs.kind = costmodels::CollectiveKind::ReduceScatter;
+        rs.shard_bytes = shards(params_u * reduce_bytes);
+        total += count * (2 * comm->collective(*cluster, ag).seconds +
+                          (reduce ? comm->collective(*cluster, rs).seconds : 0.0));
+      }
+      if (reduce) cache->emplace(sigma, total);
+      return total;
+    };
+    if (accumulation != Accumulation::Layered)
+      round_comm = raw(1.0 / n, accumulation == Accumulation::Standard);
+    // C must be nondecreasing in σ (the solver relies on it): never below the even cost.
+    p.comm_seconds = [=](double sigma) {
+      const double even = raw(1.0 / n, true);
+      return sigma > 1.0 / n ? std::max(even, raw(sigma, true)) : even;
+    };
+  }
   // Host offload: boundary activations leave over the rank's PCIe link while it computes; a
   // micro-batch takes the longer of its compute and its copies (d2h in forward, h2d back).
   const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length, 1,
@@ -74,6 +132,9 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
                               models.comm->copy_time(s.cluster, d.rank, boundary * m);
         t = std::max(t, copies);
       }
+      // A round's collectives overlap its compute; the round lasts the longer of the two (the
+      // model's C(σ) below then covers one round, a lower bound of the iteration's).
+      t = std::max(t, round_comm);
       r.micro_batch_time[m] = t;
       r.forward_time[m] = compute > 0 ? table.forward(m) * t / compute : 0.0;
       r.working_bytes[m] = working[m];
@@ -81,6 +142,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     r.fixed_bytes = 0;  // folded into working_bytes
     r.bytes_per_sample = per_sample;
     r.usable_bytes = plannable_bytes(d.slot->spec);
+    r.fixed_micro_batch = fixed_micro_batch;
     p.ranks.push_back(std::move(r));
   }
   // The optimizer step as the simulator times it: every rank steps over its own shard once the
@@ -100,57 +162,6 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     p.ranks[c].optimizer_seconds = std::max(0.0, whole - launch);
     p.optimizer_fixed_seconds = std::max(p.optimizer_fixed_seconds, launch);
     p.optimizer_seconds = std::max(p.optimizer_seconds, whole);
-  }
-  // Communication with shards padded to σ: every unit is all-gathered in forward and again in
-  // backward and reduce-scattered once per iteration.
-  if (n > 1) {
-    const Cluster* cluster = &s.cluster;
-    auto comm = models.comm;
-    std::vector<std::pair<double, int>> unit_bytes;  // (parameters, how many units)
-    const int units = costmodels::num_units(job.model);
-    // What each unit's phases move (phase_parameters): a tied head brings the embedding along.
-    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 0), 1);
-    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, 1), job.model.num_layers);
-    unit_bytes.emplace_back(costmodels::phase_parameters(job.model, units - 1), 1);
-    const double compute_bytes = bytes_per_element(job.precision.compute);
-    const double reduce_bytes = bytes_per_element(job.precision.reduce);
-    std::vector<int> all(n);
-    std::iota(all.begin(), all.end(), 0);
-    auto cache = std::make_shared<std::map<double, double>>();
-    auto raw = [=](double sigma) {
-      auto it = cache->find(sigma);
-      if (it != cache->end()) return it->second;
-      double total = 0;
-      for (const auto& [params_u, count] : unit_bytes) {
-        if (params_u <= 0) continue;
-        // One rank holds σ, the others share the rest: the padded variant then costs what
-        // any plan with largest share σ pays with it (its cost depends only on the largest
-        // shard), and the plan later runs whichever variant is cheaper.
-        auto shards = [&](double bytes) {
-          std::vector<double> v(n, sigma * bytes);
-          if (sigma > 1.0 / n)
-            for (int k = 1; k < n; ++k) v[k] = (1 - sigma) * bytes / (n - 1);
-          return v;
-        };
-        costmodels::CollectiveRequest ag;
-        ag.kind = costmodels::CollectiveKind::AllGather;
-        ag.ranks = all;
-        ag.uneven = UnevenCollective::Padded;
-        ag.shard_bytes = shards(params_u * compute_bytes);
-        costmodels::CollectiveRequest rs = ag;
-        rs.kind = costmodels::CollectiveKind::ReduceScatter;
-        rs.shard_bytes = shards(params_u * reduce_bytes);
-        total += count * (2 * comm->collective(*cluster, ag).seconds +
-                          comm->collective(*cluster, rs).seconds);
-      }
-      cache->emplace(sigma, total);
-      return total;
-    };
-    // C must be nondecreasing in σ (the solver relies on it): never below the even cost.
-    p.comm_seconds = [=](double sigma) {
-      const double even = raw(1.0 / n);
-      return sigma > 1.0 / n ? std::max(even, raw(sigma)) : even;
-    };
   }
   return p;
 }

@@ -91,7 +91,7 @@ class Solver {
     std::vector<std::pair<double, double>> all;
     const int top = std::min(r.max_micro_batch(), b);
     for (int m = 1; m <= top; ++m)
-      all.emplace_back(optimal_compute_time(r, b, m), r.working_bytes[m]);
+      if (r.allows(b, m)) all.emplace_back(optimal_compute_time(r, b, m), r.working_bytes[m]);
     std::sort(all.begin(), all.end());
     double lean = kInf;
     for (const auto& [t, w] : all) {
@@ -216,7 +216,7 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
         const auto& g = groups_[group_of[r]];
         double best = kInf;
         for (int m = 1; m <= g.model.max_micro_batch(); ++m)
-          best = std::min(best, optimal_compute_time(g.model, b, m));
+          if (g.model.allows(b, m)) best = std::min(best, optimal_compute_time(g.model, b, m));
         it->second = best;
         return best;
       };
@@ -321,7 +321,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
     // The fastest configuration within τ whose memory holds the share.
     double best_t = kInf, best_w = kInf;
     for (int m = 1; m <= model.max_micro_batch(); ++m) {
-      if (optimal_compute_time(model, c.batch, m) > tau) continue;
+      if (!model.allows(c.batch, m) || optimal_compute_time(model, c.batch, m) > tau) continue;
       const double mem = optimal_memory(model, c.batch, m, c.share, p_.state_bytes);
       if (mem > model.usable_bytes * (1 + 1e-12)) continue;
       const double t = optimal_compute_time(model, c.batch, m);
@@ -334,7 +334,7 @@ OptimalSolution Solver::build(double tau, double sigma) {
     if (c.micro_batch == 0) {
       // Only reachable through rounding of the shares: take the leanest configuration in time.
       for (int m = 1; m <= model.max_micro_batch(); ++m)
-        if (optimal_compute_time(model, c.batch, m) <= tau &&
+        if (model.allows(c.batch, m) && optimal_compute_time(model, c.batch, m) <= tau &&
             (c.micro_batch == 0 || model.working_bytes[m] < model.working_bytes[c.micro_batch]))
           c.micro_batch = std::min(m, c.batch);
       best_t = optimal_compute_time(model, c.batch, c.micro_batch);

@@ -99,6 +99,7 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
   res.predicted_comm_s = comm;
   res.predicted_optimizer_s = opt;
   res.predicted_iteration_s = std::max(comm, tau) + opt;
+  res.model_iteration_s = res.predicted_iteration_s;
   res.plan.predicted = Json::object();
   res.plan.predicted["iteration_time_s"] = res.predicted_iteration_s;
   res.plan.predicted["samples_per_s"] = s.job.global_batch / res.predicted_iteration_s;
@@ -124,17 +125,19 @@ std::string render_table(const PlanResult& res) {
   out << t.render();
   out << "strategy " << res.plan.strategy << ": predicted iteration "
       << format_seconds(res.predicted_iteration_s) << " ("
-      << fixed(res.plan.global_batch() / res.predicted_iteration_s, 2) << " samples/s; comm "
-      << format_seconds(res.predicted_comm_s) << ", optimizer step "
-      << format_seconds(res.predicted_optimizer_s) << "), offload " << to_string(res.plan.offload)
+      << fixed(res.plan.global_batch() / res.predicted_iteration_s, 2) << " samples/s"
+      << (res.simulated_iteration_s ? ", simulated" : "") << "; planner model "
+      << format_seconds(res.model_iteration_s) << ": comm " << format_seconds(res.predicted_comm_s)
+      << ", optimizer step " << format_seconds(res.predicted_optimizer_s) << "), "
+      << to_string(res.plan.accumulation) << " accumulation, activation checkpointing "
+      << to_string(res.plan.activation_checkpointing) << ", offload " << to_string(res.plan.offload)
       << (res.plan.even_shares()
               ? ", even shares"
               : ", uneven shares (" + to_string(res.plan.uneven_collective) + ")")
       << ", sharding " << describe(res.plan.sharding);
-  if (res.simulated_iteration_s)
-    out << "\nsimulated iteration " << format_seconds(*res.simulated_iteration_s) << " ("
-        << fixed(res.plan.global_batch() / *res.simulated_iteration_s, 2) << " samples/s) best of "
-        << res.simulated_candidates << " simulated candidates";
+  if (res.simulated_oom) out << "\nthe simulator finds this plan out of memory";
+  if (res.simulated_candidates > 0)
+    out << "\nbest of " << res.simulated_candidates << " simulated candidates";
   out << "\nplanned in " << format_seconds(res.planning_s);
   if (!res.note.empty()) out << "; " << res.note;
   out << "\n";
@@ -172,6 +175,7 @@ Json prediction_json(const PlanResult& res) {
   j["ranks"] = std::move(ranks);
   j["predicted_iteration_s"] = res.predicted_iteration_s;
   j["predicted_samples_per_s"] = res.plan.global_batch() / res.predicted_iteration_s;
+  j["model_iteration_s"] = res.model_iteration_s;
   j["predicted_comm_s"] = res.predicted_comm_s;
   j["predicted_optimizer_s"] = res.predicted_optimizer_s;
   j["planning_s"] = res.planning_s;
@@ -179,6 +183,7 @@ Json prediction_json(const PlanResult& res) {
       res.simulated_iteration_s ? Json(*res.simulated_iteration_s) : Json(nullptr);
   j["simulated_candidates"] = res.simulated_candidates;
   j["fits"] = res.fits();
+  j["simulated_oom"] = res.simulated_oom;
   j["note"] = res.note;
   return j;
 }

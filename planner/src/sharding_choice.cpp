@@ -22,6 +22,9 @@ using namespace detail;
 
 namespace {
 
+// `auto` tries every group size up to this many nodes, powers of two beyond.
+constexpr int kEveryGroupSizeUpTo = 16;
+
 // Ranks of consecutive nodes [first, first + count), in rank order (the cluster is node-major).
 std::vector<int> ranks_of_nodes(const Scenario& s, int first, int count) {
   std::vector<int> out;
@@ -74,7 +77,10 @@ std::vector<ShardingCandidate> sharding_candidates(const Scenario& s, const std:
     if (group_nodes > 0) {
       if (group_nodes < nodes) out.push_back(grouping(s, group_nodes));
     } else {
-      for (int k = 1; k < nodes; ++k) out.push_back(grouping(s, k));
+      // Every group size on small clusters; on large ones powers of two (each candidate is a
+      // replay, and at 12,800 nodes every size would be 12,799 of them).
+      for (int k = 1; k < nodes; k = nodes <= kEveryGroupSizeUpTo ? k + 1 : 2 * k)
+        out.push_back(grouping(s, k));
     }
   }
   return out;
@@ -168,7 +174,7 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
 }
 
 void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
-                     const PlannerOptions& options, PlanResult& res) {
+                     const PlannerOptions& options, PlanResult& res, ReplayCache* replays) {
   const auto candidates = sharding_candidates(s, options.sharding, options.group_nodes);
   const Plan base = res.plan;
   std::ostringstream why;
@@ -183,7 +189,7 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
       why << " " << c.label << " does not fit (" << reason << ");";
       continue;
     }
-    const SimOutcome o = simulate_plan(s, models, p);
+    const SimOutcome o = replays ? replays->simulate(s, models, p) : simulate_plan(s, models, p);
     ++res.simulated_candidates;
     if (o.oom) {
       why << " " << c.label << " OOM in simulation (" << o.oom_detail << ");";

@@ -2,8 +2,11 @@
 // is one row here and one file src/strategy_<name>.cpp.
 #include "cephalo/planner/strategies.hpp"
 
+#include <algorithm>
+
 #include "cephalo/core/error.hpp"
 #include "cephalo/planner/sharding_choice.hpp"
+#include "cephalo/planner/simulate_plan.hpp"
 #include "plan_support.hpp"
 #include "strategy_functions.hpp"
 
@@ -42,22 +45,126 @@ const Strategy& strategy_named(const std::string& name) {
   throw NotFoundError("strategy", name, strategy_names());
 }
 
+namespace {
+
+// An option as the caller spells it: `--micro-batch` on the command line, `micro_batch` for
+// keyword arguments.
+std::string spelt(const PlannerOptions& opt, std::string name) {
+  if (opt.options_source != kOptionsFromCommandLine) return name;
+  std::replace(name.begin(), name.end(), '_', '-');
+  return "--" + name;
+}
+
+}  // namespace
+
+void check_schedule_options(const Scenario& s, const PlannerOptions& opt) {
+  const std::string& src = opt.options_source;
+  const std::string& scenario = opt.scenario_label.empty() ? s.name : opt.scenario_label;
+  const Strategy& strategy = strategy_named(opt.strategy);
+  if (opt.choose_checkpointing && !strategy.cannot_choose_checkpointing.empty())
+    throw ValidationError(src, spelt(opt, "activation_checkpointing"), "auto",
+                          "with " + spelt(opt, "strategy") + " " + std::string(strategy.name) +
+                              ": " + std::string(strategy.cannot_choose_checkpointing));
+  if (opt.offload != "none" && opt.offload != "host" && opt.offload != "auto")
+    throw ValidationError(src, spelt(opt, "offload"), opt.offload, "none, host or auto");
+  if (opt.offload == "host" && opt.activation_checkpointing &&
+      !opt.activation_checkpointing->is_full())
+    throw ValidationError(src, spelt(opt, "offload"), "host",
+                          "offload none or auto with " + spelt(opt, "activation_checkpointing") +
+                              " " + to_string(*opt.activation_checkpointing) +
+                              ": host offload moves the checkpointed layer inputs, so it needs "
+                              "activation checkpointing full");
+  const int n = s.cluster.num_ranks();
+  const int largest_batch = s.job.global_batch - (n - 1);  // every other rank holds one sample
+  if (opt.micro_batch < 0 || (opt.micro_batch > 0 && opt.micro_batch > std::max(1, largest_batch)))
+    throw ValidationError(src, spelt(opt, "micro_batch"), std::to_string(opt.micro_batch),
+                          "1 to " + std::to_string(std::max(1, largest_batch)) +
+                              ": the largest batch a rank can get (" + scenario +
+                              ": global batch " + std::to_string(s.job.global_batch) + " over " +
+                              std::to_string(n) + " devices, each at least one sample)");
+  if (opt.sharding != "" && opt.sharding != "full" && opt.sharding != "hybrid" &&
+      opt.sharding != "auto")
+    throw ValidationError(src, spelt(opt, "sharding"), opt.sharding, "full, hybrid or auto");
+  if (opt.group_nodes < 0)
+    throw ValidationError(src, spelt(opt, "group_size"), std::to_string(opt.group_nodes),
+                          "a positive number of nodes per sharding group");
+  if ((opt.sharding.empty() || opt.sharding == "full") && opt.group_nodes > 0)
+    throw ValidationError(
+        src, spelt(opt, "group_size"), std::to_string(opt.group_nodes),
+        spelt(opt, "sharding") + " hybrid or auto with it (full sharding has no groups)");
+  // Groups are runs of whole consecutive nodes (the last may hold fewer); more nodes per group
+  // than the cluster has is a bad value for this scenario, not an infeasible plan.
+  const int nodes = static_cast<int>(s.cluster.nodes.size());
+  if (opt.group_nodes > nodes)
+    throw ValidationError(src, spelt(opt, "group_size"), std::to_string(opt.group_nodes),
+                          "nodes per sharding group, 1 to " + std::to_string(nodes) + " (" +
+                              scenario + " has " + std::to_string(nodes) + " node" +
+                              (nodes == 1 ? "" : "s") + ")");
+}
+
+void set_schedule_text(PlannerOptions& opt, const std::string& accumulation,
+                       const std::string& checkpointing) {
+  if (!accumulation.empty()) {
+    if (accumulation == "layered")
+      opt.accumulation = Accumulation::Layered;
+    else if (accumulation == "standard")
+      opt.accumulation = Accumulation::Standard;
+    else if (accumulation == "no_sync")
+      opt.accumulation = Accumulation::NoSync;
+    else
+      throw ValidationError(opt.options_source, spelt(opt, "accumulation"), accumulation,
+                            "layered, standard or no_sync");
+  }
+  if (checkpointing == "auto")
+    opt.choose_checkpointing = true;
+  else if (!checkpointing.empty())
+    opt.activation_checkpointing =
+        parse_activation_checkpointing(checkpointing, spelt(opt, "activation_checkpointing"));
+}
+
+PlannerOptions resolve_open_choices(const PlannerOptions& opt) {
+  PlannerOptions out = opt;
+  const bool optimal = opt.strategy == "optimal";
+  if (out.sharding.empty()) out.sharding = optimal ? "auto" : "full";
+  if (optimal) {
+    if (!out.accumulation) out.choose_accumulation = true;
+    if (!out.activation_checkpointing) out.choose_checkpointing = true;
+  }
+  return out;
+}
+
 PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   const auto start = detail::Clock::now();
   const Strategy& strategy = strategy_named(opt.strategy);
-  if (opt.choose_checkpointing && !strategy.cannot_choose_checkpointing.empty())
-    throw ValidationError("planner options", "activation_checkpointing", "auto",
-                          "with strategy " + std::string(strategy.name) + ": " +
-                              std::string(strategy.cannot_choose_checkpointing));
-  const auto models = costmodels::make_cost_models(s, opt.compute_source);
-  PlanResult res = strategy.plan(s, models, opt);
+  check_schedule_options(s, opt);
+  const PlannerOptions open = resolve_open_choices(opt);
+  const auto models = costmodels::make_cost_models(s, open.compute_source);
+  PlanResult res = strategy.plan(s, models, open);
   // The strategies choose `auto` checkpointing themselves, jointly with batches and shares;
   // what is left here is the user's fixed micro-batch and the memory check of fixed choices.
-  PlannerOptions after = opt;
+  PlannerOptions after = open;
   after.choose_checkpointing = false;
   detail::honour_schedule_options(s, res.plan, after);
-  if (opt.sharding != "full") choose_sharding(s, models, opt, res);
+  ReplayCache replays;
+  if (open.sharding != "full") choose_sharding(s, models, open, res, &replays);
   predict(s, models, res);
+  // The answer is the simulator's: whatever the strategy ranked its candidates by, the returned
+  // plan is replayed (sim/'s class replay) and that time is the prediction, the number
+  // `cephalo simulate` of the written plan reports.
+  const SimOutcome replay = replays.simulate(s, models, res.plan);
+  res.predicted_iteration_s = replay.iteration_s;
+  res.simulated_iteration_s = replay.iteration_s;
+  res.simulated_oom = replay.oom;
+  res.simulated_oom_detail = replay.oom_detail;
+  if (replay.oom) {
+    if (!res.note.empty()) res.note += "; ";
+    res.note += "the simulator finds this plan out of memory (" + replay.oom_detail + ")";
+  }
+  res.plan.predicted["iteration_time_s"] = res.predicted_iteration_s;
+  res.plan.predicted["samples_per_s"] = s.job.global_batch / res.predicted_iteration_s;
+  res.plan.predicted["model_iteration_time_s"] = res.model_iteration_s;
+  res.plan.predicted["model"] =
+      "simulator replay of this plan; planner model: max(comm, max compute) + optimizer step";
   res.planning_s = detail::seconds_since(start);
   return res;
 }

@@ -35,6 +35,7 @@ constexpr int kPhaseWeights = 5;
 struct ModeSearch {
   Offload mode = Offload::None;
   ActivationCheckpointing checkpointing;
+  Accumulation accumulation = Accumulation::Layered;
   OptimalProblem problem;
   std::vector<OptimalSolution> candidates;  // the model optimum first (solve_optimal_candidates)
   PlanResult res;                           // the best plan so far
@@ -54,6 +55,7 @@ Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol)
   Plan plan = empty_plan(s, "optimal");
   plan.offload = m.mode;
   plan.activation_checkpointing = m.checkpointing;
+  plan.accumulation = m.accumulation;
   apply_solution(plan, sol);
   return plan;
 }
@@ -65,6 +67,13 @@ std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
   return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
 }
 
+// The accumulations to solve: the user's, or all three when it was left open.
+std::vector<Accumulation> accumulations(const PlannerOptions& opt) {
+  if (opt.accumulation) return {*opt.accumulation};
+  if (!opt.choose_accumulation) return {Accumulation::Layered};
+  return {Accumulation::Layered, Accumulation::Standard, Accumulation::NoSync};
+}
+
 // Step 1. The simulator is the judge of memory: when it finds the plan over capacity (its
 // allocation order can peak above the memory model's sum), the device type that overflowed
 // loses the overshoot from its budget and the model is solved again (at most 6 solves).
@@ -74,7 +83,8 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
   const auto& devices = s.cluster.ranks();
   for (int attempt = 0; attempt < 6; ++attempt) {
     try {
-      m.candidates = solve_optimal_candidates(m.problem);
+      // The first attempt's candidates are solved already (plan_optimal).
+      if (attempt > 0 || m.candidates.empty()) m.candidates = solve_optimal_candidates(m.problem);
     } catch (const InfeasibleError& e) {
       why = e.what();
       return false;
@@ -279,63 +289,145 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
   bool have = false;
   std::string first_error;
   ReplayCache replays;
-  std::ostringstream chosen;  // with auto checkpointing: every candidate's time
-  for (const ActivationCheckpointing& ckpt : checkpointings(opt))
-    for (Offload mode : modes) {
-      const std::string which =
-          "optimal (offload " + to_string(mode) +
-          (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) + ")";
-      if (mode == Offload::Host && !ckpt.is_full()) {
-        // Offload moves the checkpointed layer inputs (the plan validator's rule).
-        if (first_error.empty())
-          first_error = which +
-                        ": host offload needs --activation-checkpointing full (or "
-                        "--offload none)";
-        continue;
+  // Every schedule left open (accumulation, checkpointing, offload) is a candidate: each one's
+  // model is solved first (cheap), then they are refined on the simulator in the order of their
+  // model optimum, and one whose model optimum is no faster than the best replay so far is not
+  // replayed (the model does not see exposed communication or per-phase waits, which only add
+  // to the replay; planner/README.md).
+  std::vector<ModeSearch> searches;
+  std::vector<std::string> verdicts;  // per schedule candidate, for the note
+  auto schedule_label = [&](const ModeSearch& m) {
+    return to_string(m.accumulation) + " / " + to_string(m.checkpointing) + " / offload " +
+           to_string(m.mode);
+  };
+  // When nothing fits, the reason given is that of the leanest schedule tried (full
+  // checkpointing: the least activation memory), else the first refusal.
+  std::string lean_error;
+  auto refused = [&](const ModeSearch& m, const std::string& why) {
+    if (first_error.empty()) first_error = why;
+    if (lean_error.empty() && m.checkpointing.is_full()) lean_error = why;
+  };
+  const bool several = accumulations(opt).size() * checkpointings(opt).size() * modes.size() > 1;
+  for (Accumulation acc : accumulations(opt))
+    for (const ActivationCheckpointing& ckpt : checkpointings(opt))
+      for (Offload mode : modes) {
+        const std::string which =
+            "optimal (offload " + to_string(mode) +
+            (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) +
+            (acc == Accumulation::Layered ? "" : ", " + to_string(acc) + " accumulation") + ")";
+        if (mode == Offload::Host && !ckpt.is_full()) {
+          // Offload moves the checkpointed layer inputs (the plan validator's rule).
+          if (first_error.empty())
+            first_error = which +
+                          ": host offload needs --activation-checkpointing full (or "
+                          "--offload none)";
+          continue;
+        }
+        ModeSearch m;
+        m.mode = mode;
+        m.checkpointing = ckpt;
+        m.accumulation = acc;
+        m.replays = &replays;
+        m.problem =
+            build_optimal_problem(s, models, mode, opt.max_micro_batch, ckpt, acc, opt.micro_batch);
+        try {
+          m.candidates = solve_optimal_candidates(m.problem);
+        } catch (const InfeasibleError& e) {
+          const std::string why = e.what();
+          verdicts.push_back(schedule_label(m) + " does not fit");
+          refused(m, why.rfind("optimal:", 0) == 0 ? why : which + ": " + why);
+          continue;
+        }
+        m.res.note = which;  // until refined
+        searches.push_back(std::move(m));
       }
-      ModeSearch m;
-      m.mode = mode;
-      m.checkpointing = ckpt;
-      m.replays = &replays;
-      m.problem = build_optimal_problem(s, models, mode, opt.max_micro_batch, ckpt);
-      std::string why;
-      if (!solve_within_simulated_memory(s, models, opt, m, why)) {
-        if (opt.choose_checkpointing)
-          chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
-                 << to_string(mode) << ") does not fit";
-        if (first_error.empty())
-          first_error = why.rfind("optimal:", 0) == 0 ? why : which + ": " + why;
-        continue;
-      }
-      const auto& sol = m.candidates.front();
-      pick_collective(s, models, m.res);
-      predict(s, models, m.res);
-      m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
-                   std::to_string(sol.feasibility_checks) + " feasibility checks, " +
-                   std::to_string(sol.knapsack_runs) + " knapsack runs), offload " +
-                   to_string(mode);
-      if (opt.verify_with_simulator) {
-        replay_staircase(s, models, m);
-        if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
-        replay_slowest_step(s, models, m);
-      }
-      // The offload mode (and a chosen checkpointing) is a discrete choice outside the model
-      // (host copies share the PCIe links with the collectives in the simulator): keep the mode
-      // that simulates faster.
-      const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
-      if (opt.choose_checkpointing)
-        chosen << (chosen.tellp() > 0 ? ", " : "") << to_string(ckpt) << " (offload "
-               << to_string(mode) << ") " << format_seconds(score);
-      if (!have || score < best_score) {
-        best = std::move(m.res);
-        best_score = score;
-        have = true;
-      }
+  std::stable_sort(searches.begin(), searches.end(), [](const ModeSearch& a, const ModeSearch& b) {
+    return a.candidates.front().iteration_seconds < b.candidates.front().iteration_seconds;
+  });
+  for (ModeSearch& m : searches) {
+    const double model_optimum = m.candidates.front().iteration_seconds;
+    if (have && opt.verify_with_simulator && model_optimum >= best_score) {
+      verdicts.push_back(schedule_label(m) + " not replayed (model " +
+                         format_seconds(model_optimum) + ")");
+      continue;
     }
-  if (!have) throw InfeasibleError(first_error);
-  if (opt.choose_checkpointing)
-    best.note += "; activation checkpointing auto, each solved and simulated: " + chosen.str() +
-                 "; chose " + to_string(best.plan.activation_checkpointing);
+    const std::string which = m.res.note;
+    std::string why;
+    if (!solve_within_simulated_memory(s, models, opt, m, why)) {
+      verdicts.push_back(schedule_label(m) + " does not fit");
+      refused(m, why.rfind("optimal:", 0) == 0 ? why : which + ": " + why);
+      continue;
+    }
+    const auto& sol = m.candidates.front();
+    pick_collective(s, models, m.res);
+    predict(s, models, m.res);
+    m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
+                 std::to_string(sol.feasibility_checks) + " feasibility checks, " +
+                 std::to_string(sol.knapsack_runs) + " knapsack runs), offload " +
+                 to_string(m.mode);
+    if (opt.verify_with_simulator) {
+      replay_staircase(s, models, m);
+      if (!m.candidates.empty()) replay_phase_weighted(s, models, m);
+      replay_slowest_step(s, models, m);
+    }
+    // The schedule is a discrete choice outside the model (host copies share the PCIe links
+    // with the collectives in the simulator, rounds synchronise): keep what simulates faster.
+    const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
+    verdicts.push_back(schedule_label(m) + " " + format_seconds(score));
+    if (!have || score < best_score) {
+      best = std::move(m.res);
+      best_score = score;
+      have = true;
+    }
+  }
+  if (several && have) {
+    std::string list;
+    for (const auto& v : verdicts) list += (list.empty() ? "" : ", ") + v;
+    best.note +=
+        "; schedules (accumulation / checkpointing / offload) solved, then replayed in "
+        "order of the model optimum: " +
+        list + "; chose " + to_string(best.plan.accumulation) + " / " +
+        to_string(best.plan.activation_checkpointing) + " / offload " +
+        to_string(best.plan.offload);
+  }
+  // The model ranks the candidates above; the simulator is the judge. The equal-share plans of
+  // even and proportional under the same schedule are candidates too, so optimal never
+  // simulates slower than either on the same flags (the model's per-round synchronisation and
+  // overlap are approximations; planner/README.md).
+  std::string equal_share_error;
+  if (opt.verify_with_simulator &&
+      std::find(modes.begin(), modes.end(), Offload::None) != modes.end()) {
+    using Fn =
+        PlanResult (*)(const Scenario&, const costmodels::CostModels&, const PlannerOptions&);
+    for (auto [name, fn] : {std::pair<const char*, Fn>{"even", plan_even},
+                            std::pair<const char*, Fn>{"proportional", plan_proportional}}) {
+      PlanResult alt;
+      try {
+        alt = fn(s, models, opt);
+      } catch (const InfeasibleError& e) {
+        // even's refusal names a rank, the bytes it needs and has, and what would fit.
+        if (std::string(name) == "even") equal_share_error = e.what();
+        continue;
+      }
+      const auto o = replays.simulate(s, models, alt.plan);
+      if (o.oom || (have && o.iteration_s >= best_score)) continue;
+      const std::string model_note = have ? best.note : std::string();
+      best = std::move(alt);
+      best.plan.strategy = "optimal";
+      best.note = std::string("the ") + name + " plan (equal shares) simulates " +
+                  format_seconds(o.iteration_s) +
+                  (have ? ", faster than the model's candidates (" + format_seconds(best_score) +
+                              "; " + model_note + ")"
+                        : std::string(", and no model candidate fits"));
+      best_score = o.iteration_s;
+      have = true;
+    }
+  }
+  if (!have)
+    throw InfeasibleError((lean_error.empty() ? first_error : lean_error) +
+                          (equal_share_error.empty()
+                               ? std::string()
+                               : "; with equal batches and shares: " + equal_share_error));
   return best;
 }
 

@@ -280,16 +280,20 @@ SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts) {
     PlannerOptions opt;
     opt.strategy = spec.strategy;
     opt.sharding = spec.sharding;  // hybrid / auto: groups of nodes (sharding_choice.hpp)
+    // Mixes are compared under one schedule (the spec has no schedule fields): layered
+    // accumulation and full checkpointing, what every strategy takes by default, so a sweep of
+    // thousands of mixes does not run `optimal`'s schedule search for each.
+    opt.accumulation = Accumulation::Layered;
+    opt.activation_checkpointing = ActivationCheckpointing{};
     const auto result = make_plan(s, opt);
     row.planning_s = result.planning_s;
-    row.predicted_samples_per_s = s.job.global_batch / result.predicted_iteration_s;
-    const auto models = costmodels::make_cost_models(s);
-    const auto sim = simulate_plan(s, models, result.plan);
-    if (sim.oom) {
-      row.error = "simulated out of memory: " + sim.oom_detail;
+    // make_plan's prediction is the replay of its plan (the model's time is kept apart).
+    row.predicted_samples_per_s = s.job.global_batch / result.model_iteration_s;
+    if (result.simulated_oom) {
+      row.error = "simulated out of memory: " + result.simulated_oom_detail;
     } else {
       row.feasible = true;
-      row.samples_per_s = sim.samples_per_s;
+      row.samples_per_s = s.job.global_batch / result.predicted_iteration_s;
       row.samples_per_dollar =
           row.cost_per_hour > 0 ? row.samples_per_s * 3600.0 / row.cost_per_hour : 0.0;
       row.meets_constraints =

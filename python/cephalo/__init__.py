@@ -143,12 +143,23 @@ def hf_model_types():
 
 
 def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
-         verify_with_simulator=True, search_neighbours=24):
+         verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
+         activation_checkpointing=None, sharding=None, group_size=None, text=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints (with
-    its "predicted" block). Pass it to simulate() as it is."""
+    its "predicted" block). Pass it to simulate() as it is.
+
+    The schedule arguments are the CLI's flags (`--micro-batch`, `--accumulation`,
+    `--activation-checkpointing`, `--sharding`, `--group-size`, `--offload`), checked the same
+    way: None leaves that choice open (optimal searches it; planner/README.md), a value fixes it
+    (accumulation "layered" | "standard" | "no_sync"; activation_checkpointing "full" | "none" |
+    "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). text=True returns the record's
+    JSON text, the bytes `cephalo plan --json` prints with the same flags."""
     s = load_scenario(scenario)
-    return _record(_cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
-                                      verify_with_simulator, search_neighbours))
+    out = _cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
+                                      verify_with_simulator, search_neighbours, micro_batch,
+                                      accumulation or "", activation_checkpointing or "",
+                             sharding or "", group_size)
+    return out if text else _record(out)
 
 
 def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,

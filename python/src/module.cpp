@@ -244,19 +244,36 @@ PYBIND11_MODULE(_cephalo, m) {
   m.def(
       "plan_json",
       [](const Scenario& s, const std::string& strategy, const std::string& compute_model,
-         const std::string& offload, int max_micro_batch, bool verify, int search_neighbours) {
+         const std::string& offload, int max_micro_batch, bool verify, int search_neighbours,
+         std::optional<int> micro_batch, const std::string& accumulation,
+         const std::string& activation_checkpointing, const std::string& sharding,
+         std::optional<int> group_size) {
         planner::PlannerOptions o;
+        o.options_source = "arguments";  // errors spell the keyword arguments
         o.strategy = strategy;
         o.compute_source = compute_model;
         o.offload = offload;
         o.max_micro_batch = max_micro_batch;
         o.verify_with_simulator = verify;
         o.search_neighbours = search_neighbours;
+        // 0 means "left open" to the planner; a given value must be a positive count, as the
+        // CLI's flags require.
+        if (micro_batch && *micro_batch < 1)
+          throw ValidationError(o.options_source, "micro_batch", std::to_string(*micro_batch),
+                                "a positive number of samples per micro-batch");
+        if (group_size && *group_size < 1)
+          throw ValidationError(o.options_source, "group_size", std::to_string(*group_size),
+                                "a positive number of nodes per sharding group");
+        o.micro_batch = micro_batch.value_or(0);
+        o.group_nodes = group_size.value_or(0);
+        o.sharding = sharding;
+        planner::set_schedule_text(o, accumulation, activation_checkpointing);
         return plan_json(s, o);
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
       py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),
-      release());
+      py::arg("micro_batch"), py::arg("accumulation"), py::arg("activation_checkpointing"),
+      py::arg("sharding"), py::arg("group_size"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
         py::arg("queue"), release());

@@ -8,6 +8,7 @@ simulate from Python is compared byte for byte with `cephalo simulate --json`.
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import threading
@@ -145,6 +146,42 @@ def test_simulate_equals_the_cli_byte_for_byte(tmp_path):
     wall = {"planning_s"}
     assert {k: v for k, v in record["predicted"].items() if k not in wall} == {
         k: v for k, v in as_dict["predicted"].items() if k not in wall}
+
+
+# The schedule arguments are the CLI's flags: same plan, same prediction, same bytes (all but
+# the planner's wall time), and the same refusals.
+@pytest.mark.parametrize("flags,kwargs", [
+    ([], {}),
+    (["--micro-batch", "2", "--accumulation", "standard"],
+     {"micro_batch": 2, "accumulation": "standard"}),
+    (["--activation-checkpointing", "every:2", "--offload", "none"],
+     {"activation_checkpointing": "every:2", "offload": "none"}),
+    (["--accumulation", "no_sync", "--activation-checkpointing", "auto", "--sharding", "full"],
+     {"accumulation": "no_sync", "activation_checkpointing": "auto", "sharding": "full"}),
+    (["--strategy", "even", "--sharding", "hybrid", "--group-size", "1", "--micro-batch", "1"],
+     {"strategy": "even", "sharding": "hybrid", "group_size": 1, "micro_batch": 1}),
+])
+def test_plan_equals_the_cli_byte_for_byte(flags, kwargs):
+    def without_wall_time(text):
+        return re.sub(r'"planning_s": [-+.0-9eE]+', '"planning_s": 0', text)
+    expected = cli("plan", "--scenario", DEFAULT, "--json", *flags)
+    got = cephalo.plan(DEFAULT, text=True, **kwargs)
+    assert without_wall_time(got) == without_wall_time(expected)
+    assert cephalo.plan(DEFAULT, **kwargs)["ranks"] == json.loads(expected)["ranks"]
+
+
+def test_plan_refuses_what_the_cli_refuses():
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, offload="host", activation_checkpointing="none")
+    assert info.value.json_path == "offload" and "activation_checkpointing none" in str(info.value)
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, micro_batch=62)  # global batch 64 over 4 devices: at most 61
+    assert info.value.json_path == "micro_batch" and "1 to 61" in info.value.expected
+    for bad in ({"micro_batch": 0}, {"group_size": 0, "sharding": "hybrid"},
+                {"accumulation": "nosync"}, {"activation_checkpointing": "every:0"},
+                {"sharding": "half"}, {"group_size": 2, "sharding": "full"}):
+        with pytest.raises(cephalo.ValidationError):
+            cephalo.plan(DEFAULT, **bad)
 
 
 def test_simulate_record_and_dataframes(default_plan):

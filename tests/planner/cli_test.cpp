@@ -152,9 +152,10 @@ TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo
                      " --strategy optimal --activation-checkpointing auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string note = nlohmann::json::parse(r.out)["predicted"]["note"];
-  EXPECT_NE(note.find("activation checkpointing auto, each solved and simulated: none"),
+  EXPECT_NE(note.find("schedules (accumulation / checkpointing / offload) solved"),
             std::string::npos)
       << note;
+  EXPECT_NE(note.find("layered / none / offload none"), std::string::npos) << note;
   EXPECT_NE(note.find("every:2"), std::string::npos) << note;
   const auto refused = run("plan --scenario " + tiny.string() +
                            " --strategy cephalo --activation-checkpointing auto");
@@ -209,6 +210,63 @@ TEST(PlanCli, BadScheduleFlagsAreUsageErrors) {
   const auto r =
       run("plan --scenario " + kDefault + " --strategy even --activation-checkpointing every:0");
   EXPECT_NE(r.out.find("every:K"), std::string::npos) << r.out;
+}
+
+// A combination that cannot hold whatever the plan is refused with the reason before any search
+// (exit 2, naming the flags and what is allowed), by every strategy.
+TEST(PlanCli, ImpossibleFlagCombinationsAreRefusedBeforeAnySearch) {
+  for (const std::string s : {"even", "optimal", "search"}) {
+    SCOPED_TRACE(s);
+    auto r = run("plan --scenario " + kDefault + " --strategy " + s +
+                 " --offload host --activation-checkpointing none");
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const std::string part :
+         {"--offload", "host", "--activation-checkpointing none", "checkpointing full"})
+      EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+    // default.json: global batch 64 over 4 devices, so no rank's batch exceeds 61.
+    r = run("plan --scenario " + kDefault + " --strategy " + s + " --micro-batch 62");
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const std::string part : {"--micro-batch", "62", "1 to 61", "global batch 64"})
+      EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+  }
+  // The largest possible micro-batch is allowed (a plan may give one rank 61 samples).
+  EXPECT_NE(run("plan --scenario " + kDefault + " --strategy even --micro-batch 61").code, 2);
+}
+
+// A fixed schedule no plan can fit: exit 3 naming a rank, the bytes it needs and has usable, and
+// the least change that fits; optimal says it too (its equal-share fallback names the rank).
+TEST(PlanCli, AnInfeasibleFixedScheduleNamesTheRankTheBytesAndWhatFits) {
+  for (const std::string s : {"even", "optimal"}) {
+    SCOPED_TRACE(s);
+    const auto r = run("plan --scenario " + kDefault + " --strategy " + s +
+                       " --activation-checkpointing none --micro-batch 16 --accumulation layered");
+    EXPECT_EQ(r.code, 3) << r.out;
+    for (const std::string part : {"rank ", "needs ", "usable", "shortfall ", "would fit: "})
+      EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+  }
+}
+
+// The printed prediction is the simulator's replay of the written plan, under fixed schedules
+// too (the example: standard accumulation with micro-batches of 2).
+TEST(PlanCli, ThePredictionIsWhatSimulateReportsForTheWrittenPlan) {
+  const std::string modern = std::string(CEPHALO_SOURCE_DIR) + "/scenarios/modern-mix-gpt2.7b.json";
+  for (const std::string flags :
+       {"--micro-batch 2 --accumulation standard", "--micro-batch 1 --accumulation no_sync", ""}) {
+    SCOPED_TRACE(flags);
+    const auto out = tmp("prediction.plan.json");
+    std::filesystem::remove(out);
+    const auto r =
+        run("plan --scenario " + modern + " --strategy optimal " + flags + " -o " + out.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto plan = nlohmann::json::parse(std::ifstream(out));
+    const double predicted = plan["predicted"]["predicted_iteration_s"].get<double>();
+    const auto sim =
+        cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " simulate --scenario " +
+                                           modern + " --plan " + out.string() + " --json");
+    ASSERT_EQ(sim.code, 0) << sim.err;
+    const double simulated = nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>();
+    EXPECT_NEAR(predicted, simulated, 0.005 * simulated);
+  }
 }
 
 // A scenario on an inline cluster of `nodes` (each a JSON list of catalog GPU names) joined by

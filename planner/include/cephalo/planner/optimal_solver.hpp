@@ -40,6 +40,7 @@
 // solution exists iff some Σ b_i = B, 1 ≤ b_i ≤ c_i has Σ min(σ, R_i(b_i)) ≥ 1. Quick
 // sufficient test: every rank at c_i; quick necessary test: every rank at 1 and Σ c_i ≥ B;
 // otherwise an exact knapsack DP over (rank, samples).
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -63,7 +64,14 @@ struct OptimalRankModel {
   // O_i: the optimizer step over the whole state on this device, without the per-step launch
   // cost (OptimalProblem::optimizer_fixed_seconds). < 0: OptimalProblem::optimizer_seconds.
   double optimizer_seconds = -1;
+  // > 0: the micro-batch size is fixed (`--micro-batch`): a rank with batch b runs micro-batches
+  // of min(fixed, b) samples, the only configuration the model then allows at that batch.
+  int fixed_micro_batch = 0;
   int max_micro_batch() const { return static_cast<int>(micro_batch_time.size()) - 1; }
+  // Whether configuration (batch, micro-batch m) is one the model may choose.
+  bool allows(int batch, int m) const {
+    return fixed_micro_batch <= 0 || m == std::min(fixed_micro_batch, batch);
+  }
 };
 
 struct OptimalProblem {

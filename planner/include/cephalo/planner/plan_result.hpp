@@ -13,7 +13,16 @@
 
 namespace cephalo::planner {
 
+// PlannerOptions::options_source of the CLI: errors then spell options as flags (`--micro-batch`)
+// and the CLI exits 2 (a bad command line).
+inline constexpr const char* kOptionsFromCommandLine = "command line";
+
 struct PlannerOptions {
+  // Who gave these options, the ValidationError's source: kOptionsFromCommandLine, or any
+  // other label (Python: "arguments"), whose options are spelt as keyword arguments.
+  std::string options_source = "arguments";
+  // The scenario as the caller named it (its file), for messages; empty: the scenario's name.
+  std::string scenario_label;
   std::string strategy = "optimal";
   std::string compute_source = "auto";  // costmodels::make_cost_models source
   // optimal / search: "none", "host" or "auto" (solve both, keep the faster)
@@ -31,9 +40,13 @@ struct PlannerOptions {
   int search_neighbours = 24;  // simulated neighbour plans at most
   bool progress = false;       // progress lines on stderr
   // Schedule choices the user fixes (`cephalo plan --micro-batch --accumulation
-  // --activation-checkpointing`); every strategy honours them and optimises the rest.
+  // --activation-checkpointing --sharding --group-size --offload`); every strategy honours
+  // them and optimises the rest. What is left open, `optimal` searches (make_plan sets
+  // choose_accumulation, choose_checkpointing and sharding "auto"); the other strategies take
+  // layered accumulation, full checkpointing and full sharding.
   int micro_batch = 0;                       // 0: the strategy chooses
-  std::optional<Accumulation> accumulation;  // unset: layered
+  std::optional<Accumulation> accumulation;  // unset: layered, or optimal searches all three
+  bool choose_accumulation = false;          // optimal: solve and simulate each accumulation
   // Unset: full (the default schedule). choose_checkpointing (`auto`), decided by the strategy
   // jointly with its batches and shares: even / proportional take the least recompute (none,
   // every 2, full) with which every rank fits at its largest micro-batch; optimal solves its
@@ -42,8 +55,9 @@ struct PlannerOptions {
   std::optional<ActivationCheckpointing> activation_checkpointing;
   bool choose_checkpointing = false;
   // How the state is sharded (sharding_choice.hpp): "full", "hybrid" or "auto"; groups of
-  // `group_nodes` consecutive nodes (0: hybrid takes 1, auto tries every size).
-  std::string sharding = "full";
+  // `group_nodes` consecutive nodes (0: hybrid takes 1, auto tries every size). Empty: left
+  // open (optimal: auto; the others: full; with group_nodes given: hybrid).
+  std::string sharding;
   int group_nodes = 0;
 };
 
@@ -59,17 +73,23 @@ struct RankPrediction {
 struct PlanResult {
   Plan plan;
   std::vector<RankPrediction> ranks;
-  double predicted_iteration_s = 0;  // the optimal model's time of this plan
-  double predicted_comm_s = 0;
+  // make_plan's answer: the simulator's replay of this plan (what `cephalo simulate` of the
+  // written plan reports). predict() alone sets the fast model's time here.
+  double predicted_iteration_s = 0;
+  double model_iteration_s = 0;  // the planner's fast model of this plan (predict)
+  double predicted_comm_s = 0;   // the fast model's communication and optimizer step
   double predicted_optimizer_s = 0;
   double planning_s = 0;                        // wall time of the strategy
-  std::optional<double> simulated_iteration_s;  // search only
+  std::optional<double> simulated_iteration_s;  // make_plan: the replay of the returned plan
   int simulated_candidates = 0;
-  std::string note;   // e.g. the cephalo strategy's profile rows
-  bool fits() const;  // every rank within its usable memory
+  std::string note;                  // e.g. the cephalo strategy's profile rows
+  bool fits() const;                 // every rank within its usable memory
+  bool simulated_oom = false;        // the replay of the returned plan ran out of memory
+  std::string simulated_oom_detail;  // where ("rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB")
 };
 
-// The shared prediction for any plan (used for the table of every strategy).
+// The shared fast-model prediction for any plan (memory, compute, the optimal model's time;
+// sets predicted_iteration_s and model_iteration_s to the model's time).
 void predict(const Scenario& scenario, const costmodels::CostModels& models, PlanResult& result);
 
 // Per-rank table and JSON of a result.

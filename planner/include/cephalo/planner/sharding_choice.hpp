@@ -14,6 +14,7 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/simulate_plan.hpp"
 
 namespace cephalo::planner {
 
@@ -36,9 +37,11 @@ bool apply_grouping(const Scenario& scenario, Plan& plan, const Sharding& shardi
 
 // make_plan's step after the strategy when options.sharding is not "full": replaces res.plan by
 // the best simulated candidate, sets res.simulated_iteration_s and explains the choice in
-// res.note. InfeasibleError when no candidate fits.
+// res.note. InfeasibleError when no candidate fits. Replays go through `replays` when given
+// (make_plan's, so its final replay of the chosen plan is not repeated).
 void choose_sharding(const Scenario& scenario, const costmodels::CostModels& models,
-                     const PlannerOptions& options, PlanResult& res);
+                     const PlannerOptions& options, PlanResult& res,
+                     ReplayCache* replays = nullptr);
 
 // The planner's prediction of a hybrid plan's communication per iteration: the slowest group's
 // gathers and reduce-scatters plus the cross-group reductions (the same requests the simulator

@@ -49,16 +49,37 @@ const Strategy& strategy_named(const std::string& name);
 // "activation_checkpointing").
 PlanResult make_plan(const Scenario& scenario, const PlannerOptions& options);
 
+// The schedule dimensions `options` leaves open, as make_plan resolves them: optimal searches
+// accumulation, checkpointing and sharding ("auto"); the other strategies take layered, full
+// checkpointing and full sharding; a group size alone means hybrid sharding.
+PlannerOptions resolve_open_choices(const PlannerOptions& options);
+
+// Refuses, before any search, a schedule that cannot hold whatever the plan (ValidationError
+// naming the option as the CLI spells it, `--micro-batch`, or as Python does, `micro_batch`,
+// per options.spelling): host offload with checkpointing other than full, a micro-batch larger
+// than any rank's batch can be, a group size with full sharding or larger than the node count,
+// `auto` checkpointing with a strategy that cannot choose it.
+void check_schedule_options(const Scenario& scenario, const PlannerOptions& options);
+
+// The schedule options given as text, as `cephalo plan` and `cephalo.plan()` take them (empty:
+// left open): accumulation "layered" | "standard" | "no_sync", activation checkpointing
+// "full" | "none" | "every:K" | "auto". ValidationError (spelt per options.options_source).
+void set_schedule_text(PlannerOptions& options, const std::string& accumulation,
+                       const std::string& activation_checkpointing);
+
 // A plan for the scenario's devices (rank, node, GPU type) with every allocation field zero
 // and the default schedule (layered, no offload, prefetch): what every strategy fills in.
 Plan empty_plan(const Scenario& scenario, const std::string& strategy);
 
 // Builds the `optimal` model of a scenario (exposed for benchmarks and tests) for one offload
-// mode and activation checkpointing (compute with its recomputes, memory with its kept
-// activations).
+// mode, activation checkpointing (compute with its recomputes, memory with its kept
+// activations), accumulation (standard and no_sync repeat collectives every micro-batch round:
+// a round takes at least its collectives) and, when > 0, a fixed micro-batch size.
 OptimalProblem build_optimal_problem(const Scenario& scenario, const costmodels::CostModels& models,
                                      Offload offload, int max_micro_batch = 512,
-                                     const ActivationCheckpointing& checkpointing = {});
+                                     const ActivationCheckpointing& checkpointing = {},
+                                     Accumulation accumulation = Accumulation::Layered,
+                                     int fixed_micro_batch = 0);
 
 // The published optimizer's inputs for a scenario (profiles, memory curve, capacities).
 CephaloInputs build_cephalo_inputs(const Scenario& scenario, const PlannerOptions& options,
