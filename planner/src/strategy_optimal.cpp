@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
@@ -285,7 +286,7 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       const std::string which =
           "optimal (offload " + to_string(mode) +
           (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) + ")";
-      if (mode == Offload::Host && !ckpt.is_full()) {
+      if (schedule::offload_conflict(mode, ckpt)) {
         // Offload moves the checkpointed layer inputs (the plan validator's rule).
         if (first_error.empty())
           first_error = which +
