@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 
 namespace cephalo {
 
@@ -146,7 +147,7 @@ Plan parse_plan(JsonReader& reader) {
   // Host offload moves the checkpointed layers' inputs off the device between forward and
   // recompute; a layer that keeps its saved activations keeps them on the device, so offloading
   // only its input is not a schedule the graph defines.
-  if (plan.offload == Offload::Host && !plan.activation_checkpointing.is_full())
+  if (schedule::offload_conflict(plan.offload, plan.activation_checkpointing))
     reader.child("activation_checkpointing")
         .fail_value(brief(to_json(plan.activation_checkpointing)),
                     "\"full\" with \"offload\": \"host\" (offload moves the checkpointed "

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
@@ -54,9 +55,7 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
   const double boundaries = m.num_layers + 2.0;  // L+1 unit inputs + the activation gradient
 
   std::vector<MemoryTerm> t;
-  t.push_back(
-      {"training_state", in.state_share * params *
-                             (bytes_per_element(p.params) + bytes_per_element(p.reduce) + 8.0)});
+  t.push_back({"training_state", in.state_share * params * schedule::state_bytes_per_parameter(p)});
   const double unit = largest_phase_parameters(m);
   t.push_back({"gathered_params",
                k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
@@ -89,7 +88,7 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
   // the next layer starts), for one micro-batch at a time otherwise.
   const ActivationCheckpointing& ck = in.activation_checkpointing;
   auto kept_of = [&](int layer) {
-    if (ck.checkpoints_layer(layer)) return 0.0;
+    if (schedule::keeps_only_input(ck, layer)) return 0.0;
     if (in.accumulation != Accumulation::Layered)
       return unit_working_bytes(m, layer, job.sequence_length, largest_mb, p.compute);
     double b = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 
@@ -39,18 +40,19 @@ void ComputeTable::ensure(int m) {
     const int last = costmodels::num_units(job_.model) - 1;
     const int layers = job_.model.num_layers;
     // Layers are identical: checkpointed ones pay F + RC + B, the others F + B; the embedding
-    // has a recompute unless checkpointing is none, the head always (as the graph schedules).
-    int checkpointed = 0;
-    for (int l = 1; l <= layers; ++l) checkpointed += checkpointing_.checkpoints_layer(l) ? 1 : 0;
+    // and the head as the schedule says (schedule::recomputes, what the graph runs).
+    const int units = last + 1;
+    const int checkpointed = schedule::checkpointed_layers(checkpointing_, layers);
     const double l = unit(1, k);
     double all_layers = layers * l, per_layer = l;
     if (checkpointed < layers) {
       all_layers = checkpointed * l + (layers - checkpointed) * unit(1, k, false, false);
       per_layer = all_layers / layers;
     }
-    const bool embedding_rc = checkpointing_.kind != ActivationCheckpointing::Kind::None;
+    const bool embedding_rc = schedule::recomputes(checkpointing_, 0, units);
+    const bool head_rc = schedule::recomputes(checkpointing_, last, units);
     layer_.push_back(per_layer);
-    total_.push_back(unit(0, k, false, embedding_rc) + all_layers + unit(last, k));
+    total_.push_back(unit(0, k, false, embedding_rc) + all_layers + unit(last, k, false, head_rc));
     forward_.push_back(unit(0, k, true) + job_.model.num_layers * unit(1, k, true) +
                        unit(last, k, true));
   }
@@ -145,7 +147,7 @@ std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int
       Plan alt = plan;
       alt.accumulation = acc;
       alt.activation_checkpointing = c;
-      if (alt.offload == Offload::Host && !c.is_full()) continue;
+      if (schedule::offload_conflict(alt.offload, c)) continue;
       if (terms_total(job, memory_inputs(alt, world_size, share, split_batch(batch, 1))) <= usable)
         return "--accumulation " + to_string(acc) + " --activation-checkpointing " + to_string(c) +
                " with micro-batches of 1";
@@ -245,7 +247,7 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
 void apply_schedule_options(Plan& plan, const PlannerOptions& opt) {
   if (opt.accumulation) plan.accumulation = *opt.accumulation;
   if (opt.activation_checkpointing) plan.activation_checkpointing = *opt.activation_checkpointing;
-  if (plan.offload == Offload::Host && !plan.activation_checkpointing.is_full())
+  if (schedule::offload_conflict(plan.offload, plan.activation_checkpointing))
     throw InfeasibleError("--activation-checkpointing " + to_string(plan.activation_checkpointing) +
                           " with host offload: offload moves the checkpointed layer inputs, so it "
                           "needs --activation-checkpointing full (or --offload none)");

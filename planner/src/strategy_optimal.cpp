@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
@@ -315,7 +316,7 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
             "optimal (offload " + to_string(mode) +
             (ckpt.is_full() ? "" : ", activation checkpointing " + to_string(ckpt)) +
             (acc == Accumulation::Layered ? "" : ", " + to_string(acc) + " accumulation") + ")";
-        if (mode == Offload::Host && !ckpt.is_full()) {
+        if (schedule::offload_conflict(mode, ckpt)) {
           // Offload moves the checkpointed layer inputs (the plan validator's rule).
           if (first_error.empty())
             first_error = which +

@@ -8,29 +8,21 @@
 #include <algorithm>
 #include <map>
 
+#include "../support/checkpointing.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "tiny_scenario.hpp"
 
 using namespace cephalo;
+using cephalo::test_support::every;
+using cephalo::test_support::none;
 using namespace cephalo::traces;
 using cephalo::testing::tiny_plan;
 using cephalo::testing::tiny_scenario;
 
 namespace {
-
-ActivationCheckpointing every(int k) {
-  ActivationCheckpointing c;
-  c.kind = ActivationCheckpointing::Kind::Every;
-  c.every = k;
-  return c;
-}
-ActivationCheckpointing none() {
-  ActivationCheckpointing c;
-  c.kind = ActivationCheckpointing::Kind::None;
-  return c;
-}
 
 int count(const TrainingGraph& g, int rank, OpKind kind, int unit = -2) {
   int n = 0;
@@ -202,4 +194,36 @@ TEST(ScheduleChoices, MemoryModelCountsKeptActivationsAndNoSyncGradients) {
   EXPECT_NEAR(total(in, "unit_gradient"), all * bytes_per_element(job.precision.reduce),
               1e-6 * standard_grad);
   EXPECT_GT(total(in, "unit_gradient"), standard_grad);
+}
+
+// The graph runs what the schedule module says each accumulation mode gathers and reduces per
+// unit (schedule::unit_collectives), and recomputes what schedule::recomputes says: the graph
+// builder reads those rules, the planner and the memory model read the same functions.
+TEST(ScheduleChoices, TheGraphRunsTheScheduleModulesCollectivesAndRecomputes) {
+  const int layers = 3, units = layers + 2;
+  const Scenario s = tiny_scenario(2, layers, 12);
+  for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard, Accumulation::NoSync})
+    for (int mbs : {1, 3})
+      for (const ActivationCheckpointing& ck : {ActivationCheckpointing{}, none(), every(2)}) {
+        Plan p = tiny_plan(s, mbs, acc);
+        p.activation_checkpointing = ck;
+        const TrainingGraph g = build_training_graph(p, s);
+        const auto want = schedule::unit_collectives(acc, schedule::rounds(acc, mbs));
+        for (int u = 0; u < units; ++u) {
+          int fwd = 0, bwd = 0, rs = 0;
+          for (const Op& o : g.program(0)) {
+            if (o.unit != u) continue;
+            const bool gather = o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV;
+            fwd += gather && o.pass == Pass::Forward ? 1 : 0;
+            bwd += gather && o.pass == Pass::Backward ? 1 : 0;
+            rs += o.kind == OpKind::ReduceScatter || o.kind == OpKind::ReduceScatterV ? 1 : 0;
+          }
+          const std::string what = to_string(acc) + " m=" + std::to_string(mbs) + " " +
+                                   to_string(ck) + " unit " + std::to_string(u);
+          EXPECT_EQ(fwd, want.forward_gathers) << what;
+          EXPECT_EQ(bwd, want.backward_gathers) << what;
+          EXPECT_EQ(rs, want.reduce_scatters) << what;
+          EXPECT_EQ(g.recomputes(u), schedule::recomputes(ck, u, units)) << what;
+        }
+      }
 }

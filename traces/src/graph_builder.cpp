@@ -9,23 +9,22 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
 
+#include "cephalo/core/schedule.hpp"
+
 namespace cephalo::traces {
 
 // Phases are common to all ranks, so collectives line up by construction.
 void GraphBuilder::add_phases() {
-  rounds_ = 1;
-  if (plan_.accumulation != Accumulation::Layered) {
-    rounds_ = 0;
-    for (const auto& r : plan_.ranks)
-      rounds_ = std::max(rounds_, r.batch > 0 ? r.micro_batches : 0);
-    rounds_ = std::max(rounds_, 1);
-  }
+  int most = 0;  // micro-batches of the rank with the most (ranks with samples)
+  for (const auto& r : plan_.ranks) most = std::max(most, r.batch > 0 ? r.micro_batches : 0);
+  rounds_ = schedule::rounds(plan_.accumulation, most);
   for (int k = 0; k < rounds_; ++k) {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
   }
-  // Under no_sync only the last round reduce-scatters; every round's backward of a unit
-  // accumulates into that round's buffer (its phase index: round-major, forward then backward).
+  // Under no_sync only the last round reduce-scatters (schedule::reduces_in_round); every
+  // round's backward of a unit accumulates into that round's buffer (its phase index:
+  // round-major, forward then backward).
   const bool no_sync = plan_.accumulation == Accumulation::NoSync;
   for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
     const Phase& ph = phases_[p];
@@ -33,9 +32,13 @@ void GraphBuilder::add_phases() {
     if (ph.pass == Pass::Backward)
       gp = no_sync ? (rounds_ - 1) * 2 * units_ + units_ + (units_ - 1 - ph.unit) : p;
     g_.gradient_phase_.push_back(gp);
+    const bool reduces = ph.pass == Pass::Backward &&
+                         schedule::reduces_in_round(plan_.accumulation, ph.round, rounds_);
+    if (reduces != (gp == p))
+      throw std::logic_error("graph builder: a phase reduces a buffer it does not own");
     for (int grp = 0; grp < groups_; ++grp) {
       ag_collective_.push_back(add_collective(p, true, grp));
-      rs_collective_.push_back(gp == p ? add_collective(p, false, grp) : -1);
+      rs_collective_.push_back(reduces ? add_collective(p, false, grp) : -1);
     }
   }
   // Hybrid: each unit is reduced across groups once per step, after the last reduce-scatter
@@ -125,17 +128,14 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   g_.summary_.accumulation = plan_.accumulation;
   g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
   // parse_plan refuses the combination; a plan built in code must not slip past it.
-  if (plan_.offload == Offload::Host && !plan_.activation_checkpointing.is_full())
-    throw Error(
-        "offload host needs activation_checkpointing full (offload moves the "
-        "checkpointed layer inputs), the plan has " +
-        to_string(plan_.activation_checkpointing));
+  if (auto conflict = schedule::offload_conflict(plan_.offload, plan_.activation_checkpointing))
+    throw Error(*conflict);
   g_.summary_.offload = plan_.offload;
   g_.summary_.prefetch = plan_.prefetch;
 
   const double compute_bytes = bytes_per_element(job.precision.compute);
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
-  const double param_bytes = bytes_per_element(job.precision.params);
+  const double state_bytes = schedule::state_bytes_per_parameter(job.precision);
   g_.unit_sizes_.resize(units_);
   for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
   std::vector<double> shares;
@@ -181,8 +181,7 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     if (member_index_[r] >= 0) build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
-    g_.static_bytes_[r] =
-        static_cast<double>(owned_elements(r)) * (param_bytes + reduce_bytes + 8.0);
+    g_.static_bytes_[r] = static_cast<double>(owned_elements(r)) * state_bytes;
   }
   index_ops();
   return std::move(g_);

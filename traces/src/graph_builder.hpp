@@ -63,9 +63,7 @@ class GraphBuilder {
   const std::vector<int>& units_finished_at(int phase) const {
     return finished_at_[static_cast<std::size_t>(phase)];
   }
-  // Whether unit u's backward is preceded by a Recompute (Plan::activation_checkpointing): a
-  // checkpointed layer, the embedding unless checkpointing is none (its recompute is empty),
-  // the head always (its logits are recomputed inside the backward in every setting).
+  // Whether unit u's backward is preceded by a Recompute (schedule::recomputes).
   bool recomputes(int u) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }

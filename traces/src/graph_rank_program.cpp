@@ -3,6 +3,7 @@
 // buffers the backend's executor holds; traces/README.md, "Memory per op").
 #include <algorithm>
 
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
 
@@ -64,10 +65,7 @@ OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
 }
 
 bool GraphBuilder::recomputes(int u) const {
-  const ActivationCheckpointing& c = plan_.activation_checkpointing;
-  if (u == units_ - 1) return true;
-  if (u == 0) return c.kind != ActivationCheckpointing::Kind::None;
-  return c.checkpoints_layer(u);
+  return schedule::recomputes(plan_.activation_checkpointing, u, units_);
 }
 
 void GraphBuilder::emit_gather(RankState& st, int p) {

@@ -1,0 +1,19 @@
+#pragma once
+// Activation-checkpointing settings built in code for the schedule tests.
+#include "cephalo/core/plan.hpp"
+
+namespace cephalo::test_support {
+
+inline ActivationCheckpointing every(int k) {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::Every;
+  c.every = k;
+  return c;
+}
+inline ActivationCheckpointing none() {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::None;
+  return c;
+}
+
+}  // namespace cephalo::test_support
