@@ -82,11 +82,11 @@ void add_plan_command(CLI::App& app) {
                 "code passes the micro-batch count)");
   cmd->add_option("--search-neighbours", args->options.search_neighbours,
                   "search: neighbour plans to simulate at most")
-      ->check(integer_in(1, 100000));
+      ->check(integer_in(1, planner::kMaxSearchNeighbours));
   cmd->add_option("--micro-batch", args->options.micro_batch,
                   "Fix every rank's micro-batch size (the last of a rank may be smaller); the "
                   "strategy chooses the rest")
-      ->check(integer_in(1, 1 << 24));
+      ->check(integer_in(1, planner::kMaxPlannerMicroBatch));
   cmd->add_option("--accumulation", args->accumulation,
                   "Fix the accumulation: layered | standard | no_sync (default: optimal searches "
                   "all three, the other strategies layered)")

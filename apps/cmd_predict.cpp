@@ -49,7 +49,8 @@ void predict_layer(const LayerArgs& a) {
              fixed(p.forward_s * 1e3, 3), fixed(p.backward_s * 1e3, 3),
              fixed(p.recompute_s * 1e3, 3), p.source, p.extrapolated ? "yes" : "no"});
   std::cout << t.render();
-  if (!p.detail.empty()) std::cout << "profile: " << p.detail << "\n";
+  if (!p.detail.empty())
+    std::cout << (p.source.rfind("profile", 0) == 0 ? "profile: " : "note: ") << p.detail << "\n";
   if (p.extrapolated)
     std::cout << "note: the micro-batch lies outside the measured range; the time is a linear "
                  "extrapolation\n";

@@ -13,6 +13,7 @@
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/backend/run_identity.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/output_file.hpp"
@@ -85,13 +86,49 @@ Setup load_and_check(const RunArgs& a, int world_size) {
                               std::to_string(s.plan.ranks.size()) + " (this job has " +
                               std::to_string(world_size) + ")");
   s.model = backend::GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
+  // The checkpoint this run resumes from is read now, not after the outputs are checked: its
+  // manifest and the shards it lists are inputs that no output may replace.
+  if (!a.resume.empty()) {
+    const auto ckpt = backend::read_latest_checkpoint(a.resume);
+    for (const auto& shard : ckpt.manifest.shards) note_input_file(ckpt.step_dir / shard.file);
+  }
   // Every output location before any training, on every rank: one verdict, one exit code.
-  check_outputs({{"--trace", a.trace},
-                 {"--result", a.result},
-                 {"--dump-params", a.dump_params},
-                 {"--dump-grads", a.dump_grads}});
+  const std::vector<OutputTarget> outputs = {{"--trace", a.trace},
+                                             {"--result", a.result},
+                                             {"--dump-params", a.dump_params},
+                                             {"--dump-grads", a.dump_grads}};
+  check_outputs(outputs);
   if (!a.checkpoint_dir.empty()) check_output_folder(a.checkpoint_dir, "--checkpoint-dir");
+  // Nor may an output be a file of the checkpoint folders (`latest`, a manifest, a shard),
+  // which the run itself advances or reads.
+  std::vector<std::pair<std::string, std::filesystem::path>> named;
+  for (const auto& o : outputs) named.emplace_back(o.what, o.file);
+  backend::check_outputs_outside_checkpoints(named, {a.checkpoint_dir, a.resume});
   return s;
+}
+
+backend::RunSettings run_settings(const RunArgs& a) {
+  backend::RunSettings r;
+  r.steps = a.steps;
+  r.data_seed = a.seed;
+  r.device = a.device;
+  r.loss_scale = a.loss_scale;
+  r.report = a.report;
+  r.checkpoint_dir = a.checkpoint_dir;
+  r.checkpoint_every = a.checkpoint_every;
+  r.overwrite_checkpoints = a.overwrite_checkpoints;
+  r.resume = a.resume;
+  r.dump_params = !a.dump_params.empty();
+  r.dump_grads = !a.dump_grads.empty();
+  return r;
+}
+
+[[noreturn]] void fail_agreed(int rank, const backend::AgreedFailure& e) {
+  if (rank == 0) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+  }
+  throw CLI::RuntimeError("", static_cast<int>(e.kind()));
 }
 
 std::string rank_label(const RankDevice& d) {
@@ -109,17 +146,38 @@ void run(RunArgs& a) {
   if (!a.inject_failure.empty()) failure = parse_failure(a.inject_failure);
 
   Setup setup;
-  try {
-    setup = load_and_check(a, size);
-  } catch (const std::exception& e) {
-    // Every rank reaches the same verdict. Rank 0 prints it, then all ranks meet before
-    // exiting: a rank that exits early makes mpirun kill the job, message included.
-    if (rank == 0) {
+  backend::RunFingerprint identity;
+  if (mpi_runtime.initialized()) {
+    // Ranks may be started with different files or flags. Both steps below are a fixed set of
+    // small host collectives, the same on every rank whatever its inputs, so every rank ends
+    // together with one message: first the inputs (the lowest rank that refused them speaks),
+    // then the run identity (the fields that differ and the ranks), before any collective
+    // whose size the inputs decide.
+    auto comm = backend::make_mpi_communicator();
+    try {
+      try {
+        backend::agree(*comm, [&] { setup = load_and_check(a, size); });
+      } catch (const backend::AgreedFailure& e) {
+        // Only some ranks refused their inputs (different files per rank): say which.
+        if (e.failed_rank() == 0) throw;
+        throw backend::AgreedFailure(e.kind(), e.failed_rank(),
+                                     "rank " + std::to_string(e.failed_rank()) + " of " +
+                                         std::to_string(size) + ": " + e.what());
+      }
+      identity = backend::make_run_fingerprint(setup.scenario, setup.plan, a.plan, run_settings(a));
+      backend::agree_run_identity(*comm, identity);
+    } catch (const backend::AgreedFailure& e) {
+      fail_agreed(rank, e);
+    }
+  } else {
+    try {
+      setup = load_and_check(a, size);
+    } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       std::fflush(stderr);
+      throw CLI::RuntimeError("", static_cast<int>(backend::error_kind(e)));
     }
-    if (mpi_runtime.initialized()) backend::make_mpi_communicator()->barrier();
-    throw CLI::RuntimeError("", static_cast<int>(backend::error_kind(e)));
+    identity = backend::make_run_fingerprint(setup.scenario, setup.plan, a.plan, run_settings(a));
   }
   const Scenario& sc = setup.scenario;
   const Plan& plan = setup.plan;
@@ -156,6 +214,7 @@ void run(RunArgs& a) {
 
   backend::ExecutorOptions eopt;
   eopt.data_seed = a.seed;
+  eopt.run_identity = identity.hex();
   eopt.slowdown = me.slot->slowdown;
   eopt.loss_scale_init = a.loss_scale;
   if (failure && failure->rank == rank) {
@@ -180,11 +239,7 @@ void run(RunArgs& a) {
     if (!a.resume.empty() && rank == 0)
       std::cerr << "resumed from " << a.resume << " at step " << exec.next_step() << "\n";
   } catch (const backend::AgreedFailure& e) {
-    if (rank == 0) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      std::fflush(stderr);
-    }
-    throw CLI::RuntimeError("", static_cast<int>(e.kind()));
+    fail_agreed(rank, e);
   }
 
   const bool fp16 = sc.job.precision.compute == Dtype::FP16;
@@ -232,7 +287,10 @@ void run(RunArgs& a) {
                (sc.cluster.emulated() ? " [EMULATED slowdown]" : "");
     traces::write_chrome_trace(a.trace, in);
   }
-  if (!a.result.empty()) write_file_atomically(a.result, traces::render_json(report));
+  // The RunResult names the run that measured it (the identity its checkpoints carry too).
+  Json result_json = traces::to_json(report);
+  result_json["run_identity"] = identity.hex();
+  if (!a.result.empty()) write_file_atomically(a.result, result_json.dump(2) + "\n");
   if (!a.dump_params.empty())
     write_file_atomically(a.dump_params, std::string(reinterpret_cast<const char*>(params.data()),
                                                      params.size() * sizeof(float)));
@@ -261,6 +319,7 @@ void run(RunArgs& a) {
                 {"steps", js},
                 {"report_step", chosen.step},
                 {"report_statistic", a.report},
+                {"run_identity", identity.hex()},
                 {"implementation", to_json(backend::executed_implementation())},
                 {"report", traces::to_json(report)}};
     std::cout << out.dump(2) << "\n";

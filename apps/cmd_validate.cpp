@@ -2,9 +2,11 @@
 // catalogs; one line per file, non-zero exit when any is invalid.
 #include <iostream>
 
+#include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/sweep.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "commands.hpp"
 
@@ -16,7 +18,9 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
   Json j = read_json_file(file);
   JsonReader r(j, file);
   const auto& lookup = costmodels::CatalogLookup::builtin();
-  if (!j.is_object()) r.fail("a JSON object (scenario, cluster, job, plan or catalog)");
+  if (!j.is_object())
+    r.fail(
+        "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face config)");
   if (j.contains("ranks")) {
     Plan plan = parse_plan(r);
     if (scenario) {
@@ -25,6 +29,15 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
     }
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
            (scenario ? ", matches scenario " + scenario->name : "");
+  }
+  // A sweep spec also has a "job": recognised by its pool first, and read as `sweep` reads it.
+  if (j.contains("pool")) {
+    const auto spec = planner::load_sweep_spec(file);
+    return "sweep spec " + spec.name + ", " + std::to_string(spec.pool.size()) + " GPU types";
+  }
+  if (j.contains("model_type")) {
+    const auto hf = load_hf_config(file);
+    return "Hugging Face config, model_type " + hf.model_type;
   }
   if (j.contains("cluster") || j.contains("job")) {
     Scenario s = parse_scenario(r, lookup, std::filesystem::path(file).parent_path());
@@ -51,7 +64,8 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
   }
   r.fail(
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
-         "(\"ranks\") or catalog (\"devices\", \"models\")");
+      "(\"ranks\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") or Hugging "
+      "Face config (\"model_type\")");
 }
 
 }  // namespace

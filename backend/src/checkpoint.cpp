@@ -1,5 +1,8 @@
 #include "cephalo/backend/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -7,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -64,16 +68,155 @@ std::int64_t CheckpointManifest::owned(int unit, int rank) const {
   return o[static_cast<std::size_t>(rank) + 1] - o[static_cast<std::size_t>(rank)];
 }
 
+std::int64_t CheckpointManifest::shard_header_bytes() const {
+  return 56 + 16 * static_cast<std::int64_t>(offsets.size());
+}
+
 std::int64_t CheckpointManifest::shard_offset(int rank, int unit, int k) const {
   std::int64_t elements = 0;
   for (int u = 0; u < unit; ++u) elements += 3 * owned(u, rank);
-  return (elements + k * owned(unit, rank)) * 4;
+  return shard_header_bytes() + (elements + k * owned(unit, rank)) * 4;
 }
 
 std::int64_t CheckpointManifest::shard_bytes(int rank) const {
   std::int64_t elements = 0;
   for (int u = 0; u < static_cast<int>(offsets.size()); ++u) elements += 3 * owned(u, rank);
-  return elements * 4;
+  return shard_header_bytes() + elements * 4;
+}
+
+namespace {
+
+void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i) & 0xff));
+}
+void put_i64(std::string& out, std::int64_t v) {
+  const auto u = static_cast<std::uint64_t>(v);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(u >> (8 * i) & 0xff));
+}
+// 16 bytes: the hex digits, or zeros when the run recorded none.
+void put_hex16(std::string& out, const std::string& hex) {
+  std::string h = hex.substr(0, 16);
+  h.resize(16, '\0');
+  out += h;
+}
+
+// Reads fixed-width fields from a shard header, refusing a short one by name.
+class HeaderReader {
+ public:
+  HeaderReader(std::string_view bytes, const std::string& file) : b_(bytes), file_(file) {}
+  std::string_view take(std::size_t n, const char* field) {
+    if (b_.size() - pos_ < n)
+      throw ValidationError(
+          file_, std::string("header.") + field, std::to_string(b_.size()) + " bytes in the file",
+          std::string("a cephalo checkpoint shard (its header ends before ") + field + ")");
+    auto out = b_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  std::uint32_t u32(const char* field) {
+    auto s = take(4, field);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i)
+      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+    return v;
+  }
+  std::int64_t i64(const char* field) {
+    auto s = take(8, field);
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+    return static_cast<std::int64_t>(v);
+  }
+  std::string hex16(const char* field) {
+    std::string s(take(16, field));
+    if (s == std::string(16, '\0')) return "";
+    if (s.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw ValidationError(file_, std::string("header.") + field, "bytes that are not hex digits",
+                            "16 lowercase hex digits");
+    return s;
+  }
+  [[noreturn]] void fail(const std::string& field, const std::string& value,
+                         const std::string& expected) const {
+    throw ValidationError(file_, "header." + field, value, expected);
+  }
+
+ private:
+  std::string_view b_;
+  std::size_t pos_ = 0;
+  const std::string& file_;
+};
+
+}  // namespace
+
+std::string render_shard_header(const CheckpointManifest& m, int rank) {
+  std::string out(kShardMagic, sizeof kShardMagic);
+  put_u32(out, 1);
+  put_u32(out, static_cast<std::uint32_t>(rank));
+  // The rank count from the offsets: the header is rendered before the shards are listed.
+  put_u32(out, static_cast<std::uint32_t>(m.offsets.front().size() - 1));
+  put_u32(out, static_cast<std::uint32_t>(m.offsets.size()));
+  put_hex16(out, m.run.plan_hash);
+  put_hex16(out, m.run.run_identity);
+  for (std::size_t u = 0; u < m.offsets.size(); ++u) {
+    put_i64(out, m.offsets[u][static_cast<std::size_t>(rank)]);
+    put_i64(out, m.owned(static_cast<int>(u), rank));
+  }
+  return out;
+}
+
+ShardHeader parse_shard_header(std::string_view bytes, const std::string& file) {
+  HeaderReader in(bytes, file);
+  if (in.take(sizeof kShardMagic, "magic") != std::string_view(kShardMagic, sizeof kShardMagic))
+    in.fail("magic", "other bytes", "\"CEPHSHRD\" (a cephalo checkpoint shard)");
+  if (const auto v = in.u32("version"); v != 1)
+    in.fail("version", std::to_string(v), "1 (the shard header this build reads)");
+  ShardHeader h;
+  const std::uint32_t rank = in.u32("rank"), ranks = in.u32("ranks"), units = in.u32("units");
+  if (ranks < 1 || ranks > static_cast<std::uint32_t>(kMaxRanks) || rank >= ranks)
+    in.fail("rank", std::to_string(rank) + " of " + std::to_string(ranks),
+            "a rank below its rank count (at most " + std::to_string(kMaxRanks) + ")");
+  if (units < 3 || units > static_cast<std::uint32_t>(kMaxLayers) + 2)
+    in.fail("units", std::to_string(units), "3 to " + std::to_string(kMaxLayers + 2) + " units");
+  h.rank = static_cast<int>(rank);
+  h.ranks = static_cast<int>(ranks);
+  h.plan_hash = in.hex16("plan_hash");
+  h.run_identity = in.hex16("run_identity");
+  for (std::uint32_t u = 0; u < units; ++u) {
+    const std::int64_t offset = in.i64("slices"), count = in.i64("slices");
+    if (offset < 0 || count < 0 || offset > kMaxNumel || count > kMaxNumel - offset)
+      in.fail("slices[" + std::to_string(u) + "]",
+              "offset " + std::to_string(offset) + ", count " + std::to_string(count),
+              "a slice within a unit of at most " + std::to_string(kMaxNumel) + " elements");
+    h.slices.emplace_back(offset, count);
+  }
+  return h;
+}
+
+void check_shard_header(const ShardHeader& h, const CheckpointManifest& m, int rank,
+                        const std::string& file, const std::string& manifest_file) {
+  const std::string as = " as " + manifest_file + " records it";
+  auto refuse = [&](const std::string& field, const std::string& got, const std::string& want) {
+    throw ValidationError(file, "header." + field, got,
+                          want + as + " (a swapped or foreign shard; nothing of it was used)");
+  };
+  if (h.rank != rank) refuse("rank", std::to_string(h.rank), "rank " + std::to_string(rank));
+  if (h.ranks != m.ranks())
+    refuse("ranks", std::to_string(h.ranks), std::to_string(m.ranks()) + " ranks");
+  if (h.plan_hash != m.run.plan_hash)
+    refuse("plan_hash", "\"" + h.plan_hash + "\"", "\"" + m.run.plan_hash + "\"");
+  if (h.run_identity != m.run.run_identity)
+    refuse("run_identity", "\"" + h.run_identity + "\"", "\"" + m.run.run_identity + "\"");
+  if (h.slices.size() != m.offsets.size())
+    refuse("units", std::to_string(h.slices.size()), std::to_string(m.offsets.size()) + " units");
+  for (std::size_t u = 0; u < h.slices.size(); ++u) {
+    const std::int64_t offset = m.offsets[u][static_cast<std::size_t>(rank)];
+    const std::int64_t count = m.owned(static_cast<int>(u), rank);
+    if (h.slices[u].first != offset || h.slices[u].second != count)
+      refuse("slices[" + std::to_string(u) + "]",
+             "offset " + std::to_string(h.slices[u].first) + ", count " +
+                 std::to_string(h.slices[u].second),
+             "offset " + std::to_string(offset) + ", count " + std::to_string(count));
+  }
 }
 
 std::uint64_t shard_checksum(std::string_view bytes) {
@@ -116,18 +259,29 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
     r.child("version").fail_value(
         std::to_string(version),
         std::to_string(kCheckpointVersion) +
-            (version == 1 ? " (version 1 has no shard checksums and cannot be verified; "
-                            "start a fresh run)"
-                          : ""));
+            (version == 1 || version == 2
+                 ? " (version " + std::to_string(version) +
+                       (version == 1 ? " has no shard checksums"
+                                     : " has shards without a header naming their rank") +
+                       " and cannot be verified; start a fresh run)"
+                 : std::string()));
   CheckpointManifest m;
   {
     auto run = r.child("run");
     if (!run.is_object()) run.fail("an object naming the run (model, plan_hash, data_seed)");
     m.run.model = run.string("model");
     m.run.plan_hash = run.string("plan_hash");
+    if (m.run.plan_hash.size() != 16 ||
+        m.run.plan_hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+      run.child("plan_hash").fail("16 lowercase hex digits (the plan hash)");
     auto seed = run.child("data_seed");
     if (!seed.value().is_number_unsigned()) seed.fail("an unsigned 64-bit integer");
     m.run.data_seed = seed.value().get<std::uint64_t>();
+    auto identity = run.child("run_identity");
+    m.run.run_identity = identity.as_string();
+    if (m.run.run_identity.size() != 16 ||
+        m.run.run_identity.find_first_not_of("0123456789abcdef") != std::string::npos)
+      identity.fail("16 lowercase hex digits (the run identity)");
     run.finish();
   }
   m.step = small_int(r, "step", 0, INT32_MAX);
@@ -214,27 +368,29 @@ std::string render_checkpoint_manifest(const CheckpointManifest& m) {
   for (const auto& s : m.shards)
     shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"xxh64", checksum_hex(s.xxh64)}});
   const auto& c = m.model;
-  Json j = {
-      {"format", kCheckpointFormat},
-      {"version", kCheckpointVersion},
-      {"run",
-       {{"model", m.run.model}, {"plan_hash", m.run.plan_hash}, {"data_seed", m.run.data_seed}}},
-      {"step", m.step},
-      {"adam_step", m.adam_step},
-      {"loss_scale", m.loss_scale},
-      {"loss_scale_clean_steps", m.loss_scale_clean_steps},
-      {"ranks", m.ranks()},
-      {"model",
-       {{"layers", c.layers},
-        {"hidden", c.hidden},
-        {"heads", c.heads},
-        {"ffn", c.ffn},
-        {"vocab", c.vocab},
-        {"positions", c.positions},
-        {"seq", c.seq},
-        {"tied_head", c.tied_head}}},
-      {"units", units},
-      {"shards", shards}};
+  Json j = {{"format", kCheckpointFormat},
+            {"version", kCheckpointVersion},
+            {"run",
+             {{"model", m.run.model},
+              {"plan_hash", m.run.plan_hash},
+              {"data_seed", m.run.data_seed},
+              {"run_identity", m.run.run_identity}}},
+            {"step", m.step},
+            {"adam_step", m.adam_step},
+            {"loss_scale", m.loss_scale},
+            {"loss_scale_clean_steps", m.loss_scale_clean_steps},
+            {"ranks", m.ranks()},
+            {"model",
+             {{"layers", c.layers},
+              {"hidden", c.hidden},
+              {"heads", c.heads},
+              {"ffn", c.ffn},
+              {"vocab", c.vocab},
+              {"positions", c.positions},
+              {"seq", c.seq},
+              {"tied_head", c.tied_head}}},
+            {"units", units},
+            {"shards", shards}};
   return j.dump(2) + "\n";
 }
 
@@ -304,6 +460,10 @@ std::string read_verified_shard(const LatestCheckpoint& ckpt, int rank) {
                           "XXH64 " + checksum_hex(entry.xxh64) + " as " +
                               ckpt.manifest_file.string() + " records at " + where +
                               ".xxh64 (the shard is corrupt; nothing of it was used)");
+  // A shard of the right size and checksum may still be another rank's (shards swapped with
+  // their checksums) or another run's: its header says whose it is.
+  check_shard_header(parse_shard_header(bytes, file.string()), ckpt.manifest, rank, file.string(),
+                     ckpt.manifest_file.string());
   return bytes;
 }
 
@@ -332,7 +492,8 @@ std::string describe_checkpoints(const fs::path& dir) {
 
 }  // namespace
 
-void check_checkpoint_dir(const fs::path& dir, const fs::path& resume, bool overwrite) {
+void check_checkpoint_dir(const fs::path& dir, const fs::path& resume, bool overwrite,
+                          CheckpointLock* lock) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw IoError("--checkpoint-dir " + dir.string() + " exists and is not a folder");
@@ -343,6 +504,7 @@ void check_checkpoint_dir(const fs::path& dir, const fs::path& resume, bool over
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw IoError("checkpoint folder " + dir.string() + " is not writable");
+  if (lock) *lock = CheckpointLock(dir);
   if (overwrite || !holds_checkpoints(dir)) return;
   if (!resume.empty() && fs::equivalent(dir, resume, ec)) return;
   throw ValidationError(dir.string(), "", describe_checkpoints(dir),
@@ -364,6 +526,119 @@ void remove_checkpoints(const fs::path& dir) {
   for (const auto& p : doomed) {
     fs::remove_all(p, ec);
     if (ec) throw IoError("cannot remove old checkpoint " + p.string() + ": " + ec.message());
+  }
+}
+
+CheckpointLock::CheckpointLock(const fs::path& dir) {
+  const fs::path file = dir / kCheckpointLockName;
+  fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0)
+    throw IoError("--checkpoint-dir " + dir.string() + ": cannot open its lock file " +
+                  file.string() + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    char buf[512];
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    if (n > 0) holder.assign(buf, static_cast<std::size_t>(n));
+    while (!holder.empty() && std::isspace(static_cast<unsigned char>(holder.back())))
+      holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK)
+      throw IoError("--checkpoint-dir " + dir.string() + ": cannot lock " + file.string() + ": " +
+                    std::strerror(err));
+    throw IoError("--checkpoint-dir " + dir.string() + " belongs to another run that is still " +
+                  "running (" + (holder.empty() ? "holder unknown" : clip(holder, 300)) +
+                  ", lock " + file.string() +
+                  "); a checkpoint folder is written by one run at a time: wait for it to end "
+                  "or choose another folder");
+  }
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  const std::string who =
+      "pid " + std::to_string(::getpid()) + " on host " + std::string(host) + "\n";
+  // Best effort: the lock is the flock, the text only names its holder to the next run.
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, who.data(), who.size(), 0);
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+CheckpointLock::CheckpointLock(CheckpointLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+CheckpointLock& CheckpointLock::operator=(CheckpointLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+namespace {
+
+// The absolute form with every existing symlink and `..` resolved.
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path a = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::absolute(p).lexically_normal() : a;
+}
+
+// The name `path` has inside `dir` when it is one this format owns there, else "".
+std::string owned_name(const fs::path& path, const fs::path& dir) {
+  const fs::path rel = path.lexically_relative(dir);
+  if (rel.empty() || *rel.begin() == ".." || rel == ".") return "";
+  const std::string first = rel.begin()->string();
+  if (first == "latest" || first == kCheckpointLockName || is_step_dir_name(first))
+    return rel.string();
+  return "";
+}
+
+}  // namespace
+
+void check_outputs_outside_checkpoints(const std::vector<std::pair<std::string, fs::path>>& outputs,
+                                       const std::vector<fs::path>& checkpoint_dirs) {
+  struct Owned {
+    dev_t dev;
+    ino_t ino;
+    fs::path file;
+  };
+  std::vector<std::pair<fs::path, fs::path>> dirs;  // as given, resolved
+  std::vector<Owned> files;                         // every existing file this format owns
+  for (const auto& d : checkpoint_dirs) {
+    if (d.empty()) continue;
+    dirs.emplace_back(d, resolved(d));
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) continue;
+    for (auto it = fs::recursive_directory_iterator(d, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it.depth() == 0 && owned_name(resolved(it->path()), dirs.back().second).empty()) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        files.push_back({st.st_dev, st.st_ino, it->path()});
+    }
+  }
+  for (const auto& [what, out] : outputs) {
+    if (out.empty()) continue;
+    const fs::path r = resolved(out);
+    for (const auto& [given, dir] : dirs)
+      if (const std::string name = owned_name(r, dir); !name.empty())
+        throw IoError(what + " " + out.string() + ": is " + (given / name).string() +
+                      ", a file of the checkpoint folder " + given.string() +
+                      " that this run reads or writes; refusing it before training (choose "
+                      "another output name)");
+    struct stat st {};
+    if (::stat(out.c_str(), &st) == 0)
+      for (const auto& f : files)
+        if (f.dev == st.st_dev && f.ino == st.st_ino)
+          throw IoError(what + " " + out.string() + ": is the same file as " + f.file.string() +
+                        " of a checkpoint folder this run reads or writes; refusing it before "
+                        "training (choose another output name)");
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "cephalo/backend/checkpoint.hpp"
 #include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/run_identity.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -30,7 +31,16 @@ CheckpointModel shape_of(const GptConfig& c) {
 }  // namespace
 
 RunIdentity Executor::identity() const {
-  return {impl_->scenario.job.model_name, traces::plan_hash(impl_->plan), impl_->opt.data_seed};
+  std::string run = impl_->opt.run_identity;
+  if (run.empty()) {
+    // An executor built without an agreed identity (one process, in code): the identity of
+    // what it has, its scenario, plan and data seed.
+    RunSettings settings;
+    settings.data_seed = impl_->opt.data_seed;
+    run = make_run_fingerprint(impl_->scenario, impl_->plan, "", settings).hex();
+  }
+  return {impl_->scenario.job.model_name, traces::plan_hash(impl_->plan), impl_->opt.data_seed,
+          run};
 }
 
 void Executor::save_checkpoint(const std::filesystem::path& dir) {
@@ -49,7 +59,16 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
       throw IoError("cannot create checkpoint folder " + step_dir.string() + ": " + ec.message());
   }
   I.comm.barrier();
-  const std::string bytes = I.state->serialize();
+  // Every rank knows the whole layout (the offsets are the plan's): its shard's header names
+  // the rank, its slices, the plan and the run, so a swapped or foreign shard is recognised.
+  CheckpointManifest m;
+  m.run = identity();
+  m.step = step_;
+  for (int u = 0; u < I.units; ++u) {
+    m.unit_numel.push_back(model_.unit_numel(u));
+    m.offsets.push_back(I.state->checkpoint_offsets(u));
+  }
+  const std::string bytes = render_shard_header(m, I.rank) + I.state->serialize();
   write_file_atomically(step_dir / rank_file_name(I.rank), bytes);
   // Every rank's size and checksum to rank 0 (exact in doubles: sizes below 2^53, 32-bit
   // halves); the all-reduce also orders every shard on disk before the manifest.
@@ -60,17 +79,10 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
   info[static_cast<std::size_t>(3 * I.rank + 2)] = static_cast<double>(sum & 0xffffffffu);
   I.comm.all_reduce_host(info.data(), static_cast<int>(info.size()), ReduceOp::Sum);
   if (I.rank == 0) {
-    CheckpointManifest m;
-    m.run = identity();
-    m.step = step_;
     m.adam_step = I.state->adam_step;
     m.loss_scale = I.scaler.scale();
     m.loss_scale_clean_steps = I.scaler.clean_steps();
     m.model = shape_of(model_.config());
-    for (int u = 0; u < I.units; ++u) {
-      m.unit_numel.push_back(model_.unit_numel(u));
-      m.offsets.push_back(I.state->checkpoint_offsets(u));
-    }
     for (int r = 0; r < I.ranks; ++r) {
       const auto* x = &info[static_cast<std::size_t>(3 * r)];
       m.shards.push_back(

@@ -66,7 +66,8 @@ Executor& TrainingSession::prepare(
   const bool checkpoints = !opt_.checkpoint_dir.empty();
   agree(comm_, [&] {
     if (checkpoints)
-      check_checkpoint_dir(opt_.checkpoint_dir, opt_.resume, opt_.overwrite_checkpoints);
+      check_checkpoint_dir(opt_.checkpoint_dir, opt_.resume, opt_.overwrite_checkpoints,
+                           comm_.rank() == 0 ? &lock_ : nullptr);
     exec_ = make_executor();
     if (!opt_.resume.empty()) exec_->load_checkpoint(opt_.resume);
   });

@@ -2,10 +2,12 @@
 
 #include <cstdint>
 
+#include "cephalo/core/checked.hpp"
+
 namespace cephalo {
 namespace {
 
-constexpr std::int64_t kBig = std::int64_t{1} << 24;  // the bounds of parse_model_spec
+constexpr std::int64_t kBig = kMaxModelWidth;  // the bounds of parse_model_spec
 
 // Mixture-of-experts types: each token runs a few of many MLPs and a router; the catalog's
 // dense layer would price every expert (or one), neither is the model.
@@ -54,6 +56,7 @@ class Config {
     if (given(key)) note(key + " = " + brief(r_.value()[key]) + ": " + why);
   }
   const JsonReader& reader() const { return r_; }
+  JsonReader child(const std::string& key) { return r_.child(key); }
 
  private:
   JsonReader r_;
@@ -197,7 +200,11 @@ void vit_extras(Config& c, const std::string&, ModelSpec& m) {
 // MPT: an MLP of expansion_ratio × d_model, LayerNorm without shift with no_bias, attention
 // variants in attn_config, ALiBi (no stored positions) or learned ones.
 void mpt_extras(Config& c, const std::string&, ModelSpec& m) {
-  m.ffn_hidden = m.hidden * c.integer_or("expansion_ratio", 4, 1, 1024);
+  const int ratio = c.integer_or("expansion_ratio", 4, 1, 1024);
+  m.ffn_hidden = static_cast<int>(
+      checked_product(c.given("expansion_ratio") ? c.child("expansion_ratio") : c.reader(),
+                      "the MLP width d_model × expansion_ratio",
+                      {{"d_model", m.hidden}, {"expansion_ratio", ratio}}, kBig));
   const bool no_bias = c.boolean_or("no_bias", false);
   m.qkv_bias = m.out_bias = m.mlp_bias = m.norm_bias = !no_bias;
   const std::string norm = c.string_or("norm_type", "low_precision_layernorm");
@@ -271,7 +278,7 @@ const ModelType kModelTypes[] = {
 void read_model(Config& c, const ModelType& row, ModelSpec& m) {
   m.family = row.family;
   m.hidden = c.integer(row.hidden);
-  m.num_layers = c.integer(row.layers, 1, 100000);
+  m.num_layers = c.integer(row.layers, 1, kMaxModelLayers);
   m.heads = c.integer(row.heads);
   check_heads(c, row.heads, m);
   m.kv_heads = m.heads;
@@ -279,9 +286,16 @@ void read_model(Config& c, const ModelType& row, ModelSpec& m) {
     m.kv_heads = c.integer_or(row.kv_heads, m.heads);
     check_kv_heads(c, row.kv_heads, m);
   }
-  if (row.ffn)
+  if (row.ffn) {
+    // The default (GPT-2's n_inner = 4 × n_embd) obeys the same bound as a width written out.
     m.ffn_hidden =
-        row.ffn_defaults_to_4x ? c.integer_or(row.ffn, 4 * m.hidden) : c.integer(row.ffn);
+        row.ffn_defaults_to_4x && !c.given(row.ffn)
+            ? static_cast<int>(checked_product(
+                  c.child(row.hidden),
+                  std::string("the default MLP width (") + row.ffn + " = 4 × " + row.hidden + ")",
+                  {{"", 4}, {row.hidden, m.hidden}}, kBig))
+            : c.integer(row.ffn);
+  }
   m.vocab_size = row.vocab ? c.integer(row.vocab) : 0;
   m.max_positions = row.positions ? c.integer(row.positions) + row.position_offset : 0;
   m.position_offset = row.position_offset;
@@ -332,6 +346,7 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
   ModelSpec& m = out.spec;
   m.name = name;
   read_model(c, *row, m);
+  check_model_sizes(m, m.family == "vit" ? root.child("image_size") : root);
   m.source = "Hugging Face config.json (model_type " + out.model_type + "): " + file;
   return out;
 }

@@ -1,11 +1,11 @@
 #include "cephalo/core/json_reader.hpp"
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <system_error>
-#include <unistd.h>
 
 #include "cephalo/core/output_file.hpp"
 
@@ -20,15 +20,23 @@ std::string join(const std::vector<std::string>& items) {
 
 std::string type_name(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number";
-    default: return "a value";
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number";
+    default:
+      return "a value";
   }
 }
 
@@ -151,14 +159,12 @@ std::int64_t JsonReader::as_integer(std::int64_t min, std::int64_t max) const {
     if (v < min || v > max) fail(range);
     return v;
   }
-  if (value_->is_number_float()) {
-    double d = value_->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
-      auto v = static_cast<std::int64_t>(d);
-      if (v < min || v > max) fail(range);
-      return v;
-    }
-  }
+  // A number written with a fraction or exponent (64.0, 6.4e1) is refused even when whole: a
+  // reader that tests for an integer (is_number_integer) would see none and fall back to a
+  // default, so one spelling must mean one thing everywhere.
+  if (value_->is_number_float())
+    fail(range + " written without a decimal point or exponent (" + brief(*value_) +
+         " is a floating-point number)");
   fail(range + ", not " + type_name(*value_));
 }
 
@@ -212,8 +218,8 @@ double JsonReader::number_or(const std::string& key, double fallback) {
   return c ? c->as_number() : fallback;
 }
 
-std::int64_t JsonReader::integer_or(const std::string& key, std::int64_t fallback,
-                                    std::int64_t min, std::int64_t max) {
+std::int64_t JsonReader::integer_or(const std::string& key, std::int64_t fallback, std::int64_t min,
+                                    std::int64_t max) {
   auto c = optional_child(key);
   return c ? c->as_integer(min, max) : fallback;
 }

@@ -50,6 +50,9 @@ std::string label(const fs::path& file, const std::string& what) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+// The longest file name (one path component) the file systems we write to accept: NAME_MAX.
+constexpr std::size_t kMaxFileNameBytes = 255;
+
 // Where an output really goes: the file itself, or the end of its chain of symlinks.
 enum class Kind { Missing, Regular, CharDevice, Fifo };
 struct Target {
@@ -172,12 +175,17 @@ void write_replacing(const fs::path& file, const Target& t, const std::string& t
   fs::path temp;
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    std::string suffix = ".tmp.";
+    suffix += std::to_string(::getpid());
+    suffix += ".";
+    suffix += std::to_string(counter++);
+    // The temporary keeps as much of the target's name as fits a file name (NAME_MAX, 255 bytes
+    // on Linux file systems), so any legal output name gets a legal temporary.
+    const std::string target = t.path.filename().string();
+    const std::size_t room = kMaxFileNameBytes - 1 - suffix.size();
     std::string name = ".";  // appended piecewise: GCC 12 misreports `"." + string` (-Wrestrict)
-    name += t.path.filename().string();
-    name += ".tmp.";
-    name += std::to_string(::getpid());
-    name += ".";
-    name += std::to_string(counter++);
+    name += target.substr(0, room);
+    name += suffix;
     temp = dir / name;
     fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST)

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
+#include "cephalo/core/specs.hpp"
 
 namespace cephalo {
 
@@ -172,6 +174,7 @@ Plan parse_plan(JsonReader& reader) {
     ranks.fail_value(std::to_string(ranks.size()) + " ranks",
                      "at most " + std::to_string(kMaxDevices) + " ranks (one per device)");
   std::vector<double> shares;
+  std::int64_t batch_total = 0;
   for (auto& r : ranks.elements()) {
     if (!r.is_object()) r.fail("an object describing one rank");
     PlanRank pr;
@@ -181,7 +184,11 @@ Plan parse_plan(JsonReader& reader) {
                            " (ranks are listed once each, in order from 0)");
     pr.node = static_cast<int>(r.integer("node", 0, kMaxDevices - 1));
     pr.gpu = r.string("gpu");
-    pr.batch = static_cast<int>(r.integer("batch", 0, 1 << 24));
+    pr.batch = static_cast<int>(r.integer("batch", 0, kMaxGlobalBatch));
+    // Plan::global_batch sums in int: the running sum is bounded where each batch is read.
+    batch_total = checked_sum(r.child("batch"), "the plan's global batch (summed over ranks)",
+                              {{"batches of the ranks before", batch_total}, {"batch", pr.batch}},
+                              kMaxGlobalBatch);
     pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
     pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
     if (pr.batch == 0) {

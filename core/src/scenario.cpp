@@ -1,5 +1,6 @@
 #include "cephalo/core/scenario.hpp"
 
+#include "cephalo/core/checked.hpp"
 #include "cephalo/core/hf_config.hpp"
 
 #include <cmath>
@@ -178,22 +179,10 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
   } else {
     model.fail("a model name, {\"hf_config\": \"config.json\"} or an inline architecture object");
   }
-  job.sequence_length = static_cast<int>(reader.integer("sequence_length", 1, 1 << 22));
-  if (const int limit = max_sequence(job.model);
-      limit > 0 && job.sequence_length > limit && job.model.family != "vit")
-    reader.child("sequence_length")
-        .fail("at most the model's max_positions (" + std::to_string(job.model.max_positions) +
-              (job.model.position_offset > 0
-                   ? " less " + std::to_string(job.model.position_offset) +
-                         " offset rows: " + std::to_string(limit) + " tokens"
-                   : std::string()) +
-              ")");
-  if (job.model.attention_window > 0 && job.sequence_length > job.model.attention_window)
-    reader.child("sequence_length")
-        .fail("at most the model's sliding attention window (" +
-              std::to_string(job.model.attention_window) +
-              " tokens): attention over a window shorter than the sequence is not priced");
-  job.global_batch = static_cast<int>(reader.integer("global_batch", 1, 1 << 24));
+  job.sequence_length = static_cast<int>(reader.integer("sequence_length", 1, kMaxSequenceLength));
+  if (const std::string why = sequence_refusal(job.model, job.sequence_length); !why.empty())
+    reader.child("sequence_length").fail(why);
+  job.global_batch = static_cast<int>(reader.integer("global_batch", 1, kMaxGlobalBatch));
   if (auto p = reader.optional_child("precision")) {
     auto dtype_of = [&](const char* key, Dtype fallback) {
       auto c = p->optional_child(key);

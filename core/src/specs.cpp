@@ -1,5 +1,7 @@
 #include "cephalo/core/specs.hpp"
 
+#include "cephalo/core/checked.hpp"
+
 namespace cephalo {
 
 double DeviceSpec::peak_flops(Dtype dtype) const {
@@ -133,8 +135,8 @@ ModelSpec parse_model_spec(JsonReader& reader) {
   m.name = reader.string("name");
   if (m.name.empty()) reader.child("name").fail("a non-empty name");
   m.family = reader.child("family").as_enum({"gpt", "llama", "bert", "vit"});
-  constexpr std::int64_t kBig = 1 << 24;
-  m.num_layers = static_cast<int>(reader.integer("layers", 1, 100000));
+  constexpr std::int64_t kBig = kMaxModelWidth;
+  m.num_layers = static_cast<int>(reader.integer("layers", 1, kMaxModelLayers));
   m.hidden = static_cast<int>(reader.integer("hidden", 1, kBig));
   m.heads = static_cast<int>(reader.integer("heads", 1, kBig));
   if (m.hidden % m.heads != 0)
@@ -146,7 +148,11 @@ ModelSpec parse_model_spec(JsonReader& reader) {
                      : (m.family == "llama" ? "swiglu" : "gelu");
   m.norm = reader.has("norm") ? reader.child("norm").as_enum({"layernorm", "rmsnorm"})
                               : (m.family == "llama" ? "rmsnorm" : "layernorm");
-  m.ffn_hidden = static_cast<int>(reader.integer_or("ffn_hidden", 4LL * m.hidden, 1, kBig));
+  m.ffn_hidden = reader.has("ffn_hidden")
+                     ? static_cast<int>(reader.integer("ffn_hidden", 1, kBig))
+                     : static_cast<int>(checked_product(reader.child("hidden"),
+                                                        "the default MLP width (ffn_hidden)",
+                                                        {{"", 4}, {"hidden", m.hidden}}, kBig));
   const bool bias = reader.boolean_or("bias", m.family != "llama");
   m.qkv_bias = reader.boolean_or("qkv_bias", bias);
   m.out_bias = reader.boolean_or("out_bias", bias);
@@ -179,7 +185,31 @@ ModelSpec parse_model_spec(JsonReader& reader) {
     for (auto& a : aliases->elements()) m.aliases.push_back(a.as_string());
   m.source = reader.string_or("source", "");
   reader.finish();
+  check_model_sizes(m, m.family == "vit" ? reader.child("image_size") : reader);
   return m;
+}
+
+std::string sequence_refusal(const ModelSpec& m, std::int64_t seq) {
+  if (const int limit = max_sequence(m); limit > 0 && seq > limit && m.family != "vit")
+    return "at most the model's max_positions (" + std::to_string(m.max_positions) +
+           (m.position_offset > 0 ? " less " + std::to_string(m.position_offset) +
+                                        " offset rows: " + std::to_string(limit) + " tokens"
+                                  : std::string()) +
+           ")";
+  if (m.attention_window > 0 && seq > m.attention_window)
+    return "at most the model's sliding attention window (" + std::to_string(m.attention_window) +
+           " tokens): attention over a window shorter than the sequence is not priced";
+  return "";
+}
+
+void check_model_sizes(const ModelSpec& m, const JsonReader& where) {
+  if (m.family == "vit" && m.patch_size > 0) {
+    const std::int64_t side = m.image_size / m.patch_size;
+    checked_product(
+        where, "a ViT patch count (image_size / patch_size)², its sequence less the class token,",
+        {{"(image_size / patch_size)", side}, {"(image_size / patch_size)", side}},
+        kMaxSequenceLength - 1);
+  }
 }
 
 Json to_json(const ModelSpec& m) {

@@ -7,14 +7,16 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 
 namespace cephalo::costmodels {
 namespace {
 
 std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw IoError("cannot read " + file.string());
+  // read_input_file: regular files only (a FIFO would block), and recorded as an input of the
+  // command so that no output replaces it (core/output_file.hpp).
+  std::istringstream in(read_input_file(file));
   std::vector<std::vector<std::string>> out;
   std::string line;
   while (std::getline(in, line)) {

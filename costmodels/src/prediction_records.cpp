@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -10,6 +11,7 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"
+#include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
 namespace cephalo::costmodels {
@@ -53,9 +55,9 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   auto dtype = parse_dtype(q.dtype);
   if (!dtype) fail("dtype", q.dtype, "fp16, bf16 or fp32");
   if (q.seq <= 0) fail("seq", std::to_string(q.seq), "a sequence length >= 1");
-  if (const int limit = max_sequence(model); limit > 0 && q.seq > limit)
-    fail("seq", std::to_string(q.seq),
-         "at most the model's " + std::to_string(limit) + " positions");
+  // The job checks of parse_job (validate, plan, simulate), not a second version of them.
+  if (const std::string why = sequence_refusal(model, q.seq); !why.empty())
+    fail("seq", std::to_string(q.seq), why);
   if (q.micro_batch <= 0)
     fail("micro_batch", std::to_string(q.micro_batch), "a micro-batch size >= 1");
   Job job;
@@ -71,7 +73,9 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   LayerPrediction p;
   p.gpu = gpu.name;
   p.model = model.name;
-  p.seq = q.seq;
+  // A ViT's sequence is its patches + the class token whatever --seq says: report what is
+  // priced, and say so.
+  p.seq = effective_sequence(model, q.seq);
   p.dtype = to_string(*dtype);
   p.micro_batch = q.micro_batch;
   p.forward_s = f.seconds;
@@ -83,6 +87,10 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
     if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, *dtype))
       p.detail = ProfileTables::evaluate(*row, q.micro_batch).detail + " (" + row->file_model +
                  " on " + row->file_gpu + ")";
+  if (model.family == "vit" && p.seq != q.seq)
+    p.detail += std::string(p.detail.empty() ? "" : "; ") + "ViT: the sequence is (image_size / " +
+                "patch_size)^2 + 1 = " + std::to_string(p.seq) + " tokens, not --seq " +
+                std::to_string(q.seq);
   return p;
 }
 

@@ -83,6 +83,12 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
       e.child("gpu").fail_value("\"" + p.gpu + "\"",
                                 "a GPU of the catalog (cephalo describe gpus)");
     p.spec = *spec_found;
+    // One entry per GPU type: a second would enumerate the same mixes twice under two counts.
+    for (std::size_t k = 0; k < spec.pool.size(); ++k)
+      if (spec.pool[k].spec.name == p.spec.name)
+        e.child("gpu").fail_value("\"" + p.gpu + "\" (also pool[" + std::to_string(k) + "], \"" +
+                                      spec.pool[k].gpu + "\")",
+                                  "each GPU type once in the pool (give its max_count once)");
     p.max_count = static_cast<int>(e.integer("max_count", 0, 4096));
     p.min_count = static_cast<int>(e.integer_or("min_count", 0, 0, p.max_count));
     p.step = static_cast<int>(e.integer_or("step", 1, 1, 4096));
@@ -119,6 +125,11 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   if (root.has("sharding"))
     spec.sharding = root.child("sharding").as_enum({"full", "hybrid", "auto"});
   if (auto c = root.optional_child("constraints")) {
+    // Absent means no limit; a limit given must be >= 0 (a negative one would filter nothing
+    // or everything by accident of the sentinel).
+    for (const char* key : {"max_cost_per_hour", "min_samples_per_s"})
+      if (auto v = c->optional_child(key); v && !(v->as_number() >= 0))
+        v->fail("a limit >= 0 (leave the key out for no limit)");
     spec.max_cost_per_hour = c->number_or("max_cost_per_hour", -1);
     spec.min_samples_per_s = c->number_or("min_samples_per_s", 0);
     c->finish();

@@ -120,6 +120,21 @@ def test_each_error_kind_has_its_class(tmp_path):
 
 # -- plan and simulate ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("keyword, value", [("max_micro_batch", 0), ("search_neighbours", -1),
+                                            ("search_neighbours", 100001)])
+def test_plan_keywords_are_checked_as_the_cli_checks_its_flags(keyword, value):
+    # Before: max_micro_batch=0 became 1 and search_neighbours=-1 was accepted.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, strategy="search", compute_model="roofline", **{keyword: value})
+    assert info.value.json_path == keyword and str(value) in str(info.value)
+
+
+def test_a_strategy_that_cannot_offload_refuses_host_offload():
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, strategy="even", offload="host")
+    assert info.value.json_path == "offload"
+
+
 @pytest.mark.parametrize("strategy", ["even", "proportional", "optimal"])
 def test_plan_with_strategies(strategy):
     record = cephalo.plan(DEFAULT, strategy=strategy, compute_model="roofline")

@@ -23,7 +23,7 @@ namespace {
 // A 2-layer model's manifest written by 2 ranks (units of 10, 7, 7, 4 elements).
 CheckpointManifest sample() {
   CheckpointManifest m;
-  m.run = {"gpt-tiny", "0123456789abcdef", 42};
+  m.run = {"gpt-tiny", "0123456789abcdef", 42, "fedcba9876543210"};
   m.step = 3;
   m.adam_step = 3;
   m.model = {2, 64, 4, 256, 256, 64, 16, true};
@@ -73,10 +73,13 @@ TEST(CheckpointManifest, RoundTripsAndKnowsItsShardLayout) {
   EXPECT_EQ(back.run.data_seed, 42u);
   EXPECT_EQ(back.offsets, m.offsets);
   EXPECT_EQ(back.shards[1].xxh64, 2u);
+  EXPECT_EQ(back.run.run_identity, "fedcba9876543210");
+  // The header: 56 bytes and (offset, count) for each of the 4 units.
+  EXPECT_EQ(back.shard_header_bytes(), 56 + 16 * 4);
   // Rank 1 owns 4 + 4 + 7 + 0 elements: params, m, v of each, 4 bytes each.
-  EXPECT_EQ(back.shard_bytes(1), 12 * (4 + 4 + 7 + 0));
+  EXPECT_EQ(back.shard_bytes(1), 120 + 12 * (4 + 4 + 7 + 0));
   // Unit 2's Adam v on rank 1 follows units 0 and 1 (3 x (4 + 4)) and its params and m (2 x 7).
-  EXPECT_EQ(back.shard_offset(1, 2, 2), 4 * (3 * 8 + 2 * 7));
+  EXPECT_EQ(back.shard_offset(1, 2, 2), 120 + 4 * (3 * 8 + 2 * 7));
 }
 
 TEST(CheckpointManifest, EveryInconsistencyIsRefusedNamingItsPath) {
@@ -103,13 +106,17 @@ TEST(CheckpointManifest, EveryInconsistencyIsRefusedNamingItsPath) {
   expect_refused(edited([](auto& j) { j["units"][1]["offsets"][1] = "3"; }), "units[1].offsets[1]",
                  "integer");
   expect_refused(edited([](auto& j) { j["units"].erase(3); }), "units", "4 units");
-  expect_refused(edited([](auto& j) { j["shards"][1]["bytes"] = 1000; }), "shards[1].bytes", "180");
+  expect_refused(edited([](auto& j) { j["shards"][1]["bytes"] = 1000; }), "shards[1].bytes", "300");
   expect_refused(edited([](auto& j) { j["shards"][0]["file"] = "../../etc/passwd"; }),
                  "shards[0].file", "rank_00000.bin");
   expect_refused(edited([](auto& j) { j["shards"][0]["xxh64"] = "xyz"; }), "shards[0].xxh64",
                  "16 lowercase hex");
   expect_refused(edited([](auto& j) { j["shards"].erase(1); }), "shards", "2 shards");
   expect_refused(edited([](auto& j) { j["version"] = 1; }), "version", "no shard checksums");
+  expect_refused(edited([](auto& j) { j["version"] = 2; }), "version", "without a header");
+  expect_refused(edited([](auto& j) { j["run"].erase("run_identity"); }), "run.run_identity",
+                 "missing");
+  expect_refused(edited([](auto& j) { j["run"]["plan_hash"] = "../x"; }), "run.plan_hash", "16");
   expect_refused(edited([](auto& j) { j.erase("run"); }), "run", "missing");
   expect_refused(edited([](auto& j) { j["adam_step"] = 4; }), "adam_step", "");
   expect_refused(edited([](auto& j) { j["loss_scale"] = -1; }), "loss_scale", "positive");
@@ -125,8 +132,10 @@ TEST(CheckpointShards, ACorruptOrTruncatedShardIsRefusedNamingTheFile) {
   fs::create_directories(step);
   std::vector<std::string> bytes;
   for (int r = 0; r < 2; ++r) {
-    std::string b(static_cast<std::size_t>(m.shard_bytes(r)), '\0');
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>(i * 7 + r);
+    std::string b = render_shard_header(m, r);
+    b.resize(static_cast<std::size_t>(m.shard_bytes(r)));
+    for (std::size_t i = static_cast<std::size_t>(m.shard_header_bytes()); i < b.size(); ++i)
+      b[i] = static_cast<char>(i * 7 + r);
     m.shards[static_cast<std::size_t>(r)].xxh64 = shard_checksum(b);
     std::ofstream(step / rank_file_name(r), std::ios::binary) << b;
     bytes.push_back(b);
@@ -136,7 +145,7 @@ TEST(CheckpointShards, ACorruptOrTruncatedShardIsRefusedNamingTheFile) {
   auto ck = read_latest_checkpoint(dir.path);
   EXPECT_EQ(read_verified_shard(ck, 1), bytes[1]);
   // One flipped bit.
-  bytes[1][5] = static_cast<char>(bytes[1][5] ^ 1);
+  bytes[1][125] = static_cast<char>(bytes[1][125] ^ 1);
   std::ofstream(step / rank_file_name(1), std::ios::binary) << bytes[1];
   try {
     read_verified_shard(ck, 1);
@@ -172,4 +181,80 @@ TEST(CheckpointFolder, AnotherRunsCheckpointsAreRefusedAndOnlyCheckpointsAreRemo
   EXPECT_TRUE(fs::exists(ck / "step_2_backup"));
   std::ofstream(dir.path / "file") << "x";
   EXPECT_THROW(check_checkpoint_dir(dir.path / "file", "", false), IoError);
+}
+
+TEST(CheckpointShards, AShardWhoseHeaderNamesAnotherRankOrRunIsRefusedNamingTheFile) {
+  const auto m = sample();
+  const std::string h1 = render_shard_header(m, 1);
+  const ShardHeader h = parse_shard_header(h1, "r1.bin");
+  EXPECT_EQ(h.rank, 1);
+  EXPECT_EQ(h.ranks, 2);
+  EXPECT_EQ(h.plan_hash, "0123456789abcdef");
+  EXPECT_EQ(h.run_identity, "fedcba9876543210");
+  ASSERT_EQ(h.slices.size(), 4u);
+  EXPECT_EQ(h.slices[0], std::make_pair(std::int64_t{6}, std::int64_t{4}));
+  EXPECT_NO_THROW(check_shard_header(h, m, 1, "r1.bin", "m.json"));
+  auto refused = [&](const ShardHeader& header, int rank, const std::string& path) {
+    try {
+      check_shard_header(header, m, rank, "r.bin", "m.json");
+      ADD_FAILURE() << "accepted as rank " << rank;
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.file(), "r.bin");
+      EXPECT_EQ(e.json_path(), path) << e.what();
+    }
+  };
+  refused(h, 0, "header.rank");  // rank 1's shard where rank 0's belongs
+  auto other_run = m;
+  other_run.run.run_identity = "0000000000000001";
+  refused(parse_shard_header(render_shard_header(other_run, 1), "r.bin"), 1, "header.run_identity");
+  auto other_plan = m;
+  other_plan.offsets[1] = {0, 2, 7};
+  refused(parse_shard_header(render_shard_header(other_plan, 1), "r.bin"), 1, "header.slices[1]");
+  // Short, foreign and malformed headers.
+  EXPECT_THROW(parse_shard_header(h1.substr(0, 30), "r.bin"), ValidationError);
+  EXPECT_THROW(parse_shard_header(std::string(200, 'x'), "r.bin"), ValidationError);
+  std::string bad_rank = h1;
+  bad_rank[12] = 9;  // rank 9 of 2
+  EXPECT_THROW(parse_shard_header(bad_rank, "r.bin"), ValidationError);
+}
+
+TEST(CheckpointFolder, ALockedFolderIsRefusedToASecondHolderAndFreedOnRelease) {
+  TempDir dir;
+  const auto ck = dir.path / "ck";
+  CheckpointLock first;
+  check_checkpoint_dir(ck, "", false, &first);
+  EXPECT_TRUE(first.held());
+  // flock locks belong to the open file description: a second open in this process conflicts
+  // as a second process would.
+  CheckpointLock second;
+  try {
+    check_checkpoint_dir(ck, "", false, &second);
+    ADD_FAILURE() << "a second holder was admitted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid()) + " on host"),
+              std::string::npos)
+        << e.what();
+  }
+  first = CheckpointLock();  // released
+  EXPECT_NO_THROW(check_checkpoint_dir(ck, "", false, &second));
+  EXPECT_TRUE(second.held());
+  // The lock file is not a checkpoint: the folder is still a fresh run's.
+  EXPECT_FALSE(holds_checkpoints(ck));
+}
+
+TEST(CheckpointFolder, OutputsOntoCheckpointFilesAreRefused) {
+  TempDir dir;
+  const auto ck = dir.path / "ck";
+  fs::create_directories(ck / "step_00000002");
+  std::ofstream(ck / "latest") << "step_00000002\n";
+  std::ofstream(ck / "step_00000002" / "rank_00000.bin") << "x";
+  std::ofstream(ck / "notes.txt") << "mine";
+  fs::create_hard_link(ck / "step_00000002" / "rank_00000.bin", dir.path / "link.bin");
+  for (const fs::path& out :
+       std::vector<fs::path>{ck / "latest", ck / "step_00000002" / "rank_00000.bin",
+                             ck / "step_00000009" / "manifest.json", ck / "cephalo.lock",
+                             ck / ".." / "ck" / "latest", dir.path / "link.bin"})
+    EXPECT_THROW(check_outputs_outside_checkpoints({{"--result", out}}, {ck}), IoError) << out;
+  EXPECT_NO_THROW(check_outputs_outside_checkpoints(
+      {{"--result", ck / "result.json"}, {"--trace", dir.path / "t.json"}}, {ck, ""}));
 }

@@ -218,3 +218,101 @@ TEST_F(HostileInput, ExtremeButValidValuesGiveFiniteResults) {
 }
 
 }  // namespace
+
+// ---- Round two: one answer per question, checked arithmetic through every command ----
+
+// A job of the 1-rank CPU cluster whose model is the Hugging Face config `config` (a file in
+// this test's folder), and a scenario of it.
+class HostileRoundTwo : public HostileInput {
+ protected:
+  fs::path scenario_with_config(const std::string& config) {
+    write("model.json", config);
+    write("job.json",
+          R"({"model": {"hf_config": "model.json"}, "sequence_length": 128, "global_batch": 8})");
+    return write("scenario.json", R"({"name": "wrapped", "cluster": ")" +
+                                      (kRoot / "scenarios/clusters").string() +
+                                      R"(/modern-mix.json", "job": "job.json"})");
+  }
+};
+
+TEST_F(HostileRoundTwo, WrappingModelSizesAreRefusedByEveryCommandNamingTheConfig) {
+  // ViT: 46341² patches wrapped a 32-bit count (−1.65e12 embedding parameters, "fits yes").
+  const fs::path sc = scenario_with_config(
+      R"({"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 2,
+          "num_attention_heads": 12, "intermediate_size": 3072, "image_size": 46341,
+          "patch_size": 1, "num_labels": 10})");
+  const std::string config = (dir_ / "model.json").string();
+  for (const std::string& cmd :
+       {"validate " + sc.string(), "describe model " + config, "plan --scenario " + sc.string(),
+        "simulate --scenario " + sc.string() + " --plan " +
+            (kRoot / "scenarios/plans/default-even.json").string()}) {
+    SCOPED_TRACE(cmd);
+    Outcome o = run_cephalo(cmd);
+    EXPECT_EQ(o.exit_code, 1) << o.output;  // simulate was 4, plan named "<input>"
+    EXPECT_NE(o.output.find(config + ": at image_size"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("<input>"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("-1"), std::string::npos) << o.output;
+  }
+  // MPT's d_model × expansion_ratio wrapped to −2^31.
+  scenario_with_config(
+      R"({"model_type": "mpt", "d_model": 4194304, "expansion_ratio": 512, "n_heads": 1,
+          "n_layers": 2, "vocab_size": 50432, "max_seq_len": 2048})");
+  Outcome o =
+      run_cephalo("predict layer --gpu l4 --model " + config + " --seq 128 --micro-batch 1");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("d_model 4194304 × expansion_ratio 512 = 2147483648"), std::string::npos)
+      << o.output;
+}
+
+TEST_F(HostileRoundTwo, PredictLayerAppliesTheJobsSequenceChecks) {
+  const std::string mistral = (kRoot / "scenarios/models/mistral-7b-v0.1.json").string();
+  // Past the sliding window: refused as `validate` refuses the job (a flag: exit 2).
+  Outcome o =
+      run_cephalo("predict layer --gpu a100 --model " + mistral + " --seq 8192 --micro-batch 1");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--seq"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("sliding attention window (4096"), std::string::npos) << o.output;
+  EXPECT_EQ(
+      run_cephalo("predict layer --gpu a100 --model " + mistral + " --seq 4096 --micro-batch 1")
+          .exit_code,
+      0);
+  // ViT: the sequence priced is the patches + class token, and the record says so.
+  const std::string vit = (kRoot / "scenarios/models/vit-base-patch16-224.json").string();
+  o = run_cephalo("predict layer --gpu a100 --model " + vit + " --seq 4096 --micro-batch 1 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const auto j = cephalo::Json::parse(o.output.substr(o.output.find('{')));
+  EXPECT_EQ(j["seq"], 197);  // (224 / 16)² + 1, not 4096
+  EXPECT_NE(j["detail"].get<std::string>().find("not --seq 4096"), std::string::npos) << o.output;
+}
+
+TEST_F(HostileRoundTwo, EvenStrategyRefusesHostOffloadInsteadOfDroppingIt) {
+  const std::string sc = (kRoot / "scenarios/default.json").string();
+  Outcome o = run_cephalo("plan --scenario " + sc + " --strategy even --offload host");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("offload"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("--strategy optimal"), std::string::npos) << o.output;
+  EXPECT_EQ(run_cephalo("plan --scenario " + sc + " --strategy even --offload none").exit_code, 0);
+}
+
+TEST_F(HostileRoundTwo, ValidateRecognisesSweepSpecsAndHuggingFaceConfigs) {
+  Outcome o = run_cephalo("validate " + (kRoot / "scenarios/sweeps/gpt2.7b-mixes.json").string() +
+                          " " + (kRoot / "scenarios/models/mpt-7b.json").string());
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("ok (sweep spec gpt2.7b-mixes, 4 GPU types)"), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("ok (Hugging Face config, model_type mpt)"), std::string::npos)
+      << o.output;
+}
+
+TEST_F(HostileRoundTwo, ALegalOutputNameOf255BytesIsWritten) {
+  const std::string name(255, 'p');
+  const fs::path out = dir_ / name;
+  Outcome o = run_cephalo("plan --scenario " + (kRoot / "scenarios/default.json").string() +
+                          " --strategy even -o " + out.string());
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(fs::is_regular_file(out));
+  // No temporary was left behind.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+}

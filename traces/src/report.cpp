@@ -71,6 +71,8 @@ IterationReport parse_iteration_report(JsonReader& in) {
   }
   r.events = static_cast<std::uint64_t>(in.integer("events", 0));
   r.implementation = in.string_or("implementation", "");
+  // A RunResult names the run that measured it (backend's run identity): provenance only.
+  in.allow({"run_identity"});
   for (auto& k : in.child("ranks").elements()) {
     RankReport rr;
     rr.rank = static_cast<int>(k.integer("rank", 0));

@@ -33,6 +33,9 @@ namespace cephalo::backend {
 
 struct ExecutorOptions {
   std::uint64_t data_seed = 42;
+  // The run identity agreed by every rank (run_identity.hpp), recorded in every checkpoint;
+  // empty: derived from the scenario, the plan and the data seed.
+  std::string run_identity;
   // Emulation: after every compute op the rank waits (slowdown - 1) x the op's measured time,
   // so a fast core behaves like a slower device. 1 = real hardware.
   double slowdown = 1.0;
@@ -96,7 +99,7 @@ class Executor {
   // overlapping byte ranges. Not collective: a rank that fails here throws, and the caller
   // (TrainingSession) agrees on the outcome across ranks.
   void load_checkpoint(const std::filesystem::path& dir);
-  // The run as its checkpoints name it: model, plan hash, data seed.
+  // The run as its checkpoints name it: model, plan hash, data seed, run identity.
   RunIdentity identity() const;
 
   const GptModel& model() const { return model_; }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cephalo/backend/checkpoint.hpp"
 #include "cephalo/backend/communicator.hpp"
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/core/error.hpp"
@@ -104,6 +105,8 @@ class TrainingSession {
  private:
   Communicator& comm_;
   SessionOptions opt_;
+  // Rank 0's hold on the checkpoint folder, for the session's life (checkpoint.hpp).
+  CheckpointLock lock_;
   // Outlives a failure: the comm thread may still be inside a collective on its buffers until
   // the abort ends the process.
   std::unique_ptr<Executor> exec_;

@@ -36,7 +36,17 @@ struct Strategy {
   // Empty when the strategy chooses `--activation-checkpointing auto` jointly with its batches
   // and shares; else why it cannot (make_plan then refuses `auto`).
   std::string_view cannot_choose_checkpointing = {};
+  // Empty when the strategy honours `--offload host`; else why it cannot (make_plan then
+  // refuses `host` instead of returning a plan without offload).
+  std::string_view cannot_offload = {};
 };
+
+// The ranges of the planner's integer options, for `cephalo plan`'s flags and the Python
+// module's keywords alike (make_plan refuses anything outside them: check_planner_options).
+inline constexpr int kMaxSearchNeighbours = 100000;
+inline constexpr int kMaxPlannerMicroBatch = 1 << 24;
+// ValidationError ("planner options", the option's name) for an option out of its range.
+void check_planner_options(const PlannerOptions& options);
 
 const std::vector<Strategy>& strategies();         // in the order above
 const std::vector<std::string>& strategy_names();  // the names of strategies(), same order
