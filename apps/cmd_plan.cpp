@@ -35,6 +35,9 @@ void run_plan(const PlanArgs& a) {
   }
   const Scenario scenario = costmodels::load_scenario(a.scenario);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
+  for (const auto& w : costmodels::precision_warnings(scenario.cluster, scenario.job))
+    std::cerr << "warning: " << w << "\n";
+  for (const auto& n : cluster_notes(scenario.cluster)) std::cerr << "note: " << n << "\n";
   planner::PlannerOptions opt = a.options;
   if (opt.sharding == "full" && opt.group_nodes > 0)
     throw ValidationError(kCommandLine, "--group-size", std::to_string(opt.group_nodes),

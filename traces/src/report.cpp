@@ -25,6 +25,7 @@ Json to_json(const IterationReport& r) {
   }
   j["events"] = r.events;
   if (!r.implementation.empty()) j["implementation"] = r.implementation;
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks)
     ranks.push_back({{"rank", k.rank},
@@ -71,6 +72,8 @@ IterationReport parse_iteration_report(JsonReader& in) {
   }
   r.events = static_cast<std::uint64_t>(in.integer("events", 0));
   r.implementation = in.string_or("implementation", "");
+  if (auto w = in.optional_child("warnings"))
+    for (auto& item : w->elements()) r.warnings.push_back(item.as_string());
   for (auto& k : in.child("ranks").elements()) {
     RankReport rr;
     rr.rank = static_cast<int>(k.integer("rank", 0));
