@@ -102,6 +102,7 @@ void describe_scenario(const std::string& file, bool json) {
             << fixed(costmodels::total_parameters(s.job.model) / 1e9, 2)
             << "B parameters), sequence " << s.job.sequence_length << ", global batch "
             << s.job.global_batch << ", compute " << to_string(s.job.precision.compute) << "\n"
+            << "  implementation: " << to_string(s.job.implementation) << "\n"
             << "  cluster: " << s.cluster.name << ", " << s.cluster.nodes.size() << " node(s), "
             << s.cluster.num_ranks() << " device(s)"
             << (s.cluster.emulated() ? " [EMULATED slowdown on some ranks]" : "") << "\n\n";
@@ -113,10 +114,13 @@ void describe_scenario(const std::string& file, bool json) {
                    format_bytes(r.slot->spec.memory_bytes),
                    format_flop_rate(r.slot->spec.peak_flops(s.job.precision.compute)),
                    node.intra_link.kind + " " + format_bandwidth(node.intra_link.bandwidth),
-                   format_bandwidth(node.nic.bandwidth),
+                   node.nic_count > 0 ? std::to_string(node.nic_count) + " x " +
+                                            format_bandwidth(node.nic.bandwidth / node.nic_count)
+                                      : format_bandwidth(node.nic.bandwidth) + " (node total)",
                    r.slot->slowdown == 1.0 ? "-" : fixed(r.slot->slowdown, 2) + " (emulated)"});
   }
   std::cout << table.render();
+  for (const auto& n : cluster_notes(s.cluster)) std::cout << "note: " << n << "\n";
 }
 
 }  // namespace

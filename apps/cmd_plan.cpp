@@ -28,6 +28,9 @@ struct PlanArgs {
 void run_plan(const PlanArgs& a) {
   const Scenario scenario = costmodels::load_scenario(a.scenario);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
+  for (const auto& w : costmodels::precision_warnings(scenario.cluster, scenario.job))
+    std::cerr << "warning: " << w << "\n";
+  for (const auto& n : cluster_notes(scenario.cluster)) std::cerr << "note: " << n << "\n";
   planner::PlannerOptions opt = a.options;
   // The planner checks the schedule flags before any search and names them as flags.
   opt.options_source = planner::kOptionsFromCommandLine;

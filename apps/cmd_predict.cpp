@@ -20,9 +20,11 @@ namespace {
 constexpr double kGiBd = 1024.0 * 1024.0 * 1024.0;
 
 struct LayerArgs {
-  std::string gpu, model, dtype = "fp16", source = "auto";
+  std::string gpu, model, dtype, source = "auto";
   int seq = 0;
   int micro_batch = 0;
+  std::string attention = "flash", fused_elementwise = "true", framework = "fsdp2";
+  bool compiled = false;
   bool json = false;
 };
 
@@ -38,7 +40,10 @@ struct CollectiveArgs {
 
 void predict_layer(const LayerArgs& a) {
   const auto p = costmodels::predict_layer(
-      {a.gpu, a.model, a.seq, a.dtype, a.micro_batch, a.source}, {kCommandLine, true});
+      {a.gpu, a.model, a.seq, a.dtype, a.micro_batch, a.source, a.attention,
+       a.fused_elementwise == "true", a.compiled, a.framework},
+      {kCommandLine, true});
+  for (const auto& w : p.warnings) std::cerr << "warning: " << w << "\n";
   if (a.json) {
     std::cout << costmodels::to_json(p).dump(2) << "\n";
     return;
@@ -48,9 +53,9 @@ void predict_layer(const LayerArgs& a) {
   t.add_row({p.gpu, p.model, std::to_string(p.seq), p.dtype, std::to_string(p.micro_batch),
              fixed(p.forward_s * 1e3, 3), fixed(p.backward_s * 1e3, 3),
              fixed(p.recompute_s * 1e3, 3), p.source, p.extrapolated ? "yes" : "no"});
-  std::cout << t.render();
-  if (!p.detail.empty())
-    std::cout << (p.source.rfind("profile", 0) == 0 ? "profile: " : "note: ") << p.detail << "\n";
+  std::cout << t.render() << "implementation: " << to_string(p.implementation) << "\n";
+  if (!p.detail.empty()) std::cout << "profile: " << p.detail << "\n";
+  for (const auto& n : p.notes) std::cout << "note: " << n << "\n";
   if (p.extrapolated)
     std::cout << "note: the micro-batch lies outside the measured range; the time is a linear "
                  "extrapolation\n";
@@ -142,12 +147,23 @@ void add_predict_command(CLI::App& app) {
       ->required()
       ->check(catalog_model_or_config());
   l->add_option("--seq", layer.seq, "sequence length")->required()->check(integer_in(1, 1 << 22));
-  l->add_option("--dtype", layer.dtype, "compute dtype: fp16, bf16 or fp32")->check(dtype_name());
+  l->add_option("--dtype", layer.dtype,
+                "compute dtype: fp16, bf16 or fp32 (default: a config's torch_dtype, else fp16)")
+      ->check(dtype_name());
   l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")
       ->required()
       ->check(integer_in(1, 1 << 24));
   l->add_option("--source", layer.source, "auto | profile | calibrated | roofline")
       ->check(one_of(costmodels::compute_sources()));
+  l->add_option("--attention", layer.attention, "attention kernel: flash (default) or eager")
+      ->check(one_of({"flash", "eager"}));
+  l->add_option("--fused-elementwise", layer.fused_elementwise,
+                "elementwise ops fused into their neighbours: true (default) or false")
+      ->check(one_of({"true", "false"}));
+  l->add_flag("--compiled", layer.compiled, "torch.compile'd layers (implies fused elementwise)");
+  l->add_option("--framework", layer.framework,
+                "sharding framework: fsdp2 (default), fsdp1, deepspeed_zero3, ddp")
+      ->check(one_of(framework_names()));
   l->add_flag("--json", layer.json, "Print the record as JSON");
   l->callback([] { predict_layer(layer); });
 

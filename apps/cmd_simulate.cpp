@@ -69,11 +69,15 @@ void add_simulate_command(CLI::App& app) {
     }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
+    for (const auto& w : result.report.warnings) std::cerr << "warning: " << w << "\n";
+    for (const auto& n : cluster_notes(scenario.cluster)) std::cerr << "note: " << n << "\n";
     std::cerr << "simulated "
               << (graph ? std::to_string(graph->num_ops()) + " ops"
                         : std::to_string(result.replayed_ranks) + " of " +
                               std::to_string(plan.ranks.size()) + " ranks")
-              << ", " << result.report.events << " events in " << wall << " s\n";
+              << ", " << result.report.events << " events in " << wall << " s; implementation "
+              << to_string(scenario.job.implementation) << "\n";
 
     if (graph && !a.trace.empty()) {
       traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));
@@ -85,7 +89,8 @@ void add_simulate_command(CLI::App& app) {
       std::cout << "scenario " << scenario.name << ", plan " << a.plan << " ("
                 << to_string(plan.accumulation) << " accumulation, offload "
                 << to_string(plan.offload) << ", prefetch " << (plan.prefetch ? "on" : "off")
-                << ", compute model " << models.compute->name() << ")\n\n"
+                << ", compute model " << models.compute->name() << ", implementation "
+                << to_string(scenario.job.implementation) << ")\n\n"
                 << traces::render_table(result.report);
       if (a.ops) {
         TextTable t({"op", "name", "start", "end"});

@@ -123,7 +123,8 @@ void llama_extras(Config& c, const std::string& type, ModelSpec& m) {
   }
   if (m.attention_window > 0)
     c.note("sliding window " + std::to_string(m.attention_window) +
-           " tokens: a job's sequence may not exceed it, so full attention is priced exactly");
+           " tokens: flash attention is priced over the window; eager attention still "
+           "materialises the masked scores of the whole sequence");
   c.neutral("rope_scaling", "changes the rotary angles, not the work");
   c.neutral("rope_theta", "changes the rotary angles, not the work");
   c.neutral("pretraining_tp", "a numerics detail of how the projections were sliced");
@@ -347,6 +348,18 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
   m.name = name;
   read_model(c, *row, m);
   check_model_sizes(m, m.family == "vit" ? root.child("image_size") : root);
+  // The checkpoint's dtype: a job naming this config computes in it unless it says otherwise.
+  if (c.given("torch_dtype")) {
+    const std::string dt = c.string_or("torch_dtype", "");
+    auto d = parse_dtype(dt);
+    if (d && *d != Dtype::TF32) {
+      m.checkpoint_dtype = *d;
+      c.note("torch_dtype " + dt + ": a job naming this config computes in " + to_string(*d) +
+             " unless its \"precision\" says otherwise");
+    } else {
+      c.note("torch_dtype \"" + dt + "\" is no compute dtype (fp32, fp16, bf16): not used");
+    }
+  }
   m.source = "Hugging Face config.json (model_type " + out.model_type + "): " + file;
   return out;
 }

@@ -121,7 +121,13 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
       node.intra_link.latency = 5e-6;
     }
     if (auto nic = node_reader.optional_child("nic")) {
+      // {"count": N, "bandwidth": B} is N NICs of B each (one per GPU on current H100 / H200
+      // systems); without "count" the bandwidth is the node's total, as files before the key
+      // meant it.
+      if (nic->is_object() && nic->has("count"))
+        node.nic_count = static_cast<int>(nic->integer("count", 1, 1024));
       node.nic = parse_link_spec(*nic);
+      if (node.nic_count > 0) node.nic.bandwidth *= node.nic_count;
     } else {
       node.nic = default_nic();
     }
@@ -183,6 +189,11 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
   if (const std::string why = sequence_refusal(job.model, job.sequence_length); !why.empty())
     reader.child("sequence_length").fail(why);
   job.global_batch = static_cast<int>(reader.integer("global_batch", 1, kMaxGlobalBatch));
+  // A job naming a Hugging Face config computes in the checkpoint's torch_dtype unless its
+  // precision names a compute dtype (catalog names describe architectures only).
+  const bool from_config = model.is_object() && model.has("hf_config");
+  if (from_config && job.model.checkpoint_dtype)
+    job.precision.compute = *job.model.checkpoint_dtype;
   if (auto p = reader.optional_child("precision")) {
     auto dtype_of = [&](const char* key, Dtype fallback) {
       auto c = p->optional_child(key);
@@ -192,7 +203,7 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
       return *d;
     };
     job.precision.params = dtype_of("params", Dtype::FP32);
-    job.precision.compute = dtype_of("compute", Dtype::FP16);
+    job.precision.compute = dtype_of("compute", job.precision.compute);
     job.precision.reduce = dtype_of("reduce", Dtype::FP32);
     p->finish();
   }
@@ -222,24 +233,69 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
 
 std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? "flash" : "eager"; }
 
+std::string to_string(Framework f) {
+  switch (f) {
+    case Framework::FSDP2:
+      return "fsdp2";
+    case Framework::FSDP1:
+      return "fsdp1";
+    case Framework::DeepSpeedZero3:
+      return "deepspeed_zero3";
+    case Framework::DDP:
+      return "ddp";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& framework_names() {
+  static const std::vector<std::string> names = {"fsdp2", "fsdp1", "deepspeed_zero3", "ddp"};
+  return names;
+}
+
+std::optional<Framework> parse_framework(const std::string& name) {
+  for (Framework f :
+       {Framework::FSDP2, Framework::FSDP1, Framework::DeepSpeedZero3, Framework::DDP})
+    if (to_string(f) == name) return f;
+  return std::nullopt;
+}
+
 std::string to_string(const Implementation& impl) {
-  return to_string(impl.attention) + (impl.fused_elementwise ? ", fused" : ", unfused");
+  std::string out = to_string(impl.attention) + (impl.fused() ? ", fused" : ", unfused");
+  if (impl.compiled) out += ", compiled";
+  if (impl.framework != Framework::FSDP2) out += ", " + to_string(impl.framework);
+  return out;
 }
 
 Implementation parse_implementation(JsonReader& reader) {
   if (!reader.is_object())
-    reader.fail("an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool}");
+    reader.fail(
+        "an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool, "
+        "\"compiled\": bool, \"framework\": \"fsdp2\" | \"fsdp1\" | \"deepspeed_zero3\" | "
+        "\"ddp\"}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
         a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
-  impl.fused_elementwise = reader.boolean_or("fused_elementwise", true);
+  impl.compiled = reader.boolean_or("compiled", false);
+  if (auto f = reader.optional_child("fused_elementwise")) {
+    impl.fused_elementwise = f->as_bool();
+    // Inductor fuses the pointwise chains itself: an unfused compiled stack does not exist.
+    if (impl.compiled && !impl.fused_elementwise)
+      f->fail_value("false",
+                    "true or absent when \"compiled\" is true (torch.compile fuses the "
+                    "elementwise ops itself)");
+  }
+  if (auto f = reader.optional_child("framework"))
+    impl.framework = *parse_framework(f->as_enum(framework_names()));
   reader.finish();
   return impl;
 }
 
 Json to_json(const Implementation& impl) {
-  return {{"attention", to_string(impl.attention)}, {"fused_elementwise", impl.fused_elementwise}};
+  return {{"attention", to_string(impl.attention)},
+          {"fused_elementwise", impl.fused()},
+          {"compiled", impl.compiled},
+          {"framework", to_string(impl.framework)}};
 }
 
 Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
@@ -302,6 +358,18 @@ Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& look
   return s;
 }
 
+namespace {
+// The NIC as the file form says it: per NIC with its count, or the node's total.
+Json nic_json(const Node& node) {
+  Json j = to_json(node.nic);
+  if (node.nic_count > 0) {
+    j["count"] = node.nic_count;
+    j["bandwidth"] = node.nic.bandwidth / node.nic_count;
+  }
+  return j;
+}
+}  // namespace
+
 Json to_json(const Cluster& cluster) {
   Json nodes = Json::array();
   for (const auto& node : cluster.nodes) {
@@ -315,9 +383,24 @@ Json to_json(const Cluster& cluster) {
     nodes.push_back({{"name", node.name},
                      {"gpus", gpus},
                      {"intra_link", to_json(node.intra_link)},
-                     {"nic", to_json(node.nic)}});
+                     {"nic", nic_json(node)}});
   }
   return {{"name", cluster.name}, {"nodes", nodes}};
+}
+
+std::vector<std::string> cluster_notes(const Cluster& cluster) {
+  std::vector<std::string> out;
+  if (cluster.nodes.size() < 2) return out;  // a single node's NIC carries nothing
+  int implicit = 0;
+  std::string first;
+  for (const auto& n : cluster.nodes)
+    if (n.nic_count == 0 && implicit++ == 0) first = n.name;
+  if (implicit > 0)
+    out.push_back(std::to_string(implicit) + " node(s) (first: " + first +
+                  ") give \"nic\" without \"count\": its bandwidth is read as the node's total; "
+                  "say {\"count\": N, \"bandwidth\": per NIC} (current H100 / H200 systems have "
+                  "one 400 Gbit/s NIC per GPU)");
+  return out;
 }
 
 Json to_json(const Job& job) {

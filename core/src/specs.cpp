@@ -196,9 +196,6 @@ std::string sequence_refusal(const ModelSpec& m, std::int64_t seq) {
                                         " offset rows: " + std::to_string(limit) + " tokens"
                                   : std::string()) +
            ")";
-  if (m.attention_window > 0 && seq > m.attention_window)
-    return "at most the model's sliding attention window (" + std::to_string(m.attention_window) +
-           " tokens): attention over a window shorter than the sequence is not priced";
   return "";
 }
 

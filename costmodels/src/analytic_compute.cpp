@@ -55,12 +55,18 @@ void check_micro_batch(int micro_batch) {
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
                             int micro_batch, Dtype dtype, const Implementation& impl, bool waves,
                             double flash_weight) {
+  return ops_features(device, unit_ops(model, unit, seq, micro_batch, dtype, impl), dtype, waves,
+                      flash_weight);
+}
+
+PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& ops, Dtype dtype,
+                           bool waves, double flash_weight) {
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
   const double sfu = special_function_rate(device);
   const double mma = legacy_mma_fraction(device);
   PhaseFeatures f;
-  for (const OpCost& op : unit_ops(model, unit, seq, micro_batch, dtype, impl)) {
+  for (const OpCost& op : ops) {
     // The column the op's FLOP time goes to (none for memory-bound ops) and its rate. Flash
     // attention is one kernel whose matmuls run at the rate its instructions reach and whose
     // softmax exponentials run on the special-function units in series with them

@@ -108,6 +108,12 @@ double CalibratedComputeModel::layer_ms(const DeviceSpec& device, const ModelSpe
   return 1e3 * predict_seconds(device, model.family, model.name, dtype, x, backward);
 }
 
+double CalibratedComputeModel::ops_seconds(const DeviceSpec& device, Dtype dtype,
+                                           const std::vector<OpCost>& ops, bool backward) const {
+  return predict_seconds(device, kReferenceStack, "", dtype,
+                         ops_features(device, ops, dtype, waves_), backward);
+}
+
 ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
                                                   int unit, ComputePhase phase,
                                                   int micro_batch) const {

@@ -99,7 +99,7 @@ std::pair<std::string, std::string> CalibratedComputeModel::job_stack(const Job&
   // reference stack, the source's Hugging Face LLaMA layers; a GPT-shaped model no longer
   // inherits the DeepSpeed GPT layers' 2-3x slowdown.
   const Implementation& impl = job.implementation;
-  if (impl.attention == AttentionKernel::Eager && !impl.fused_elementwise)
+  if (impl.attention == AttentionKernel::Eager && !impl.fused())
     return {job.model.family, job.model.name};
   return {kReferenceStack, ""};
 }

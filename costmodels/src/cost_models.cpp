@@ -4,12 +4,38 @@
 #include <map>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/profile_compute.hpp"
 
 namespace cephalo::costmodels {
+
+std::vector<std::string> precision_warnings(const Cluster& cluster, const Job& job) {
+  std::vector<std::string> out;
+  const Dtype asked = job.precision.compute;
+  if (asked != Dtype::FP16 && asked != Dtype::BF16) return out;
+  std::vector<std::string> seen;
+  for (const auto& node : cluster.nodes)
+    for (const auto& slot : node.devices) {
+      const DeviceSpec& gpu = slot.spec;
+      if (gpu.kind == "cpu" || pipeline_class(gpu, asked) == 1) continue;
+      if (std::find(seen.begin(), seen.end(), gpu.name) != seen.end()) continue;
+      seen.push_back(gpu.name);
+      // The dtype runs on the CUDA-core pipeline: no tensor-core rate for it (V100 and T4
+      // have no bf16), or none at all (Pascal, whose fp16 GEMMs accumulate in fp32).
+      std::string line =
+          gpu.name + " has no " + to_string(asked) + " tensor-core rate: " + to_string(asked) +
+          " is priced at its fp32 rate (" + format_flop_rate(effective_peak(gpu, asked)) + ")";
+      const Dtype other = asked == Dtype::FP16 ? Dtype::BF16 : Dtype::FP16;
+      if (pipeline_class(gpu, other) == 1)
+        line += "; " + to_string(other) + " would run on its tensor cores (" +
+                format_flop_rate(effective_peak(gpu, other)) + ")";
+      out.push_back(line);
+    }
+  return out;
+}
 
 const std::vector<std::string>& compute_sources() {
   static const std::vector<std::string> names = {"auto", "profile", "calibrated", "roofline"};

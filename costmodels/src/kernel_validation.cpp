@@ -1,6 +1,7 @@
 #include "cephalo/costmodels/kernel_validation.hpp"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -8,6 +9,8 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 
 namespace cephalo::costmodels {
@@ -197,6 +200,74 @@ KernelReport validate_kernels(const KernelSet& set, bool waves) {
     const auto& ga = set.device(r.gpu).architecture;
     return c ? (set.device(c->gpu).architecture != ga ? "use" : "") : ga;
   });
+  return rep;
+}
+
+LayerModelKernelReport price_kernels_with_layer_model(const KernelSet& set,
+                                                      const CalibratedComputeModel& model) {
+  // Same silicon, same datasheet rates: the PCIe A100 and the SXM4 one share 108 SMs at
+  // 1410 MHz, 1555 GB/s and 19.5 TFLOP/s fp32 (the catalog's A100-40GB is the SXM4 part; its
+  // 400 W board power caps only the tensor pipeline); the 32 GB and 16 GB PCIe V100s differ
+  // only in memory size.
+  const std::map<std::string, std::string> same_chip = {{"A100-PCIE-40GB", "A100-40GB"},
+                                                        {"V100-PCIE-32GB", "V100-PCIe-16GB"},
+                                                        {"P100-PCIE-16GB", "P100"},
+                                                        {"T4", "T4"}};
+  LayerModelKernelReport rep;
+  std::map<std::string, std::vector<double>> signed_by_op;
+  std::map<std::string, std::pair<double, int>> by_op, by_gpu;
+  std::map<std::string, std::map<std::string, std::pair<double, int>>> by_gpu_op;
+  double total = 0;
+  for (const auto& d : set.devices) {
+    auto it = same_chip.find(d.name);
+    if (it == same_chip.end() || !GpuCatalog::builtin().find(it->second)) {
+      rep.skipped_gpus.push_back(d.name);
+      continue;
+    }
+    rep.catalog_gpu[d.name] = it->second;
+  }
+  for (const auto& r : set.rows) {
+    auto name = rep.catalog_gpu.find(r.gpu);
+    if (name == rep.catalog_gpu.end()) continue;
+    const DeviceSpec& gpu = GpuCatalog::builtin().get(name->second);
+    OpCost op{"kernel", OpClass::Memory};
+    if (is_gemm(r.op)) {
+      const bool linear = r.op == "linear";
+      op.op_class = linear ? OpClass::Gemm : OpClass::Attention;
+      op.forward_flops = 2 * r.b * r.m * r.n * r.k;
+      op.forward_bytes = linear ? 4 * (r.b * r.m * r.k + r.k * r.n + r.b * r.m * r.n)
+                                : 4 * r.b * (r.m * r.k + r.k * r.n + r.m * r.n);
+      op.tiles = linear ? output_tiles(r.b * r.m, r.n) : output_tiles(r.m, r.n, r.b);
+    } else {
+      // As unit_ops writes these kernels: two passes (read, write), three for a binary op.
+      const double passes = (r.op == "add" || r.op == "mul") ? 3 : 2;
+      const double flops_per = r.op == "gelu" ? 8 : (r.op == "ln" || r.op == "softmax") ? 5 : 1;
+      op.forward_flops = flops_per * r.b * r.m;
+      op.forward_bytes = 4 * r.b * r.m * passes;
+    }
+    const double t = model.ops_seconds(gpu, Dtype::FP32, {op}, false);
+    const double rel = (t / (r.ms * 1e-3) - 1) * 100;
+    const double e = std::abs(rel);
+    signed_by_op[r.op].push_back(rel);
+    by_op[r.op].first += e;
+    by_op[r.op].second += 1;
+    by_gpu[r.gpu].first += e;
+    by_gpu[r.gpu].second += 1;
+    by_gpu_op[r.gpu][r.op].first += e;
+    by_gpu_op[r.gpu][r.op].second += 1;
+    total += e;
+    ++rep.rows;
+  }
+  for (auto& [op, a] : by_op) rep.mape_by_op[op] = a.first / a.second;
+  for (auto& [g, a] : by_gpu) rep.mape_by_gpu[g] = a.first / a.second;
+  for (auto& [g, ops] : by_gpu_op)
+    for (auto& [op, a] : ops) rep.mape_by_gpu_op[g][op] = a.first / a.second;
+  for (auto& [op, v] : signed_by_op) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    rep.median_signed_by_op[op] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+  rep.mape = rep.rows ? total / rep.rows : 0;
   return rep;
 }
 

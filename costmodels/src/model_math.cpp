@@ -187,6 +187,15 @@ double wave_efficiency(double tiles, int sm_count) {
 
 bool causal_attention(const ModelSpec& m) { return m.family == "gpt" || m.family == "llama"; }
 
+double attended_fraction(const ModelSpec& m, double s) {
+  if (!causal_attention(m)) return 1;
+  const double w = m.attention_window;
+  // Query i sees min(i + 1, w) keys: s·w − w²/2 of the s² scores (continuous with the causal
+  // half at w = s).
+  if (w > 0 && w < s) return (s * w - 0.5 * w * w) / (s * s);
+  return 0.5;
+}
+
 double eager_attention_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch,
                              const Implementation& impl) {
   if (impl.attention != AttentionKernel::Eager || unit_kind(m, unit) != UnitKind::Layer) return 0;
@@ -216,7 +225,7 @@ double optimizer_bytes_per_parameter(Dtype params, Dtype reduce, Dtype compute) 
 
 std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype,
                              const Implementation& impl) {
-  const bool fused = impl.fused_elementwise;
+  const bool fused = impl.fused();
   const double e = bytes_per_element(dtype);
   const double s = effective_sequence(m, seq_in), b = micro_batch, hd = h(m);
   const double tokens = s * b;
@@ -261,14 +270,14 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
       gemm("qkv", tokens, hd, hd + 2 * kv);
       if (impl.attention == AttentionKernel::Flash) {
         OpCost fa{"flash_attention", OpClass::FusedAttention};
-        fa.forward_flops = 4 * b * s * s * hd * (causal_attention(m) ? 0.5 : 1.0);
+        fa.forward_flops = 4 * b * s * s * hd * attended_fraction(m, s);
         // q, k, v read, o written, one fp32 log-sum-exp per head and row.
         fa.forward_bytes = e * tokens * (2 * hd + 2 * kv) + 4 * b * a * s;
         fa.backward_flops = 2.5 * fa.forward_flops;
         // q, k, v, o, dO and the lse read; dq, dk, dv written (plus the dO·O row sums).
         fa.backward_bytes = e * tokens * (4 * hd + 4 * kv + hd) + 8 * b * a * s;
         fa.backward_kernels = 2;
-        fa.forward_exps = b * a * s * s * (causal_attention(m) ? 0.5 : 1.0);
+        fa.forward_exps = b * a * s * s * attended_fraction(m, s);
         fa.backward_exps = fa.forward_exps;
         // One block per 128 query rows of each (sample, head).
         fa.tiles = output_tiles(s, 128, b * a);

@@ -45,6 +45,32 @@ std::string QueryOrigin::field(const std::string& name) const {
   return flag;
 }
 
+Implementation query_implementation(const LayerQuery& q, const QueryOrigin& origin) {
+  auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
+    throw ValidationError(origin.file, origin.field(field), value, expected);
+  };
+  Implementation impl;
+  if (q.attention == "flash")
+    impl.attention = AttentionKernel::Flash;
+  else if (q.attention == "eager")
+    impl.attention = AttentionKernel::Eager;
+  else
+    fail("attention", q.attention, "one of flash, eager");
+  impl.fused_elementwise = q.fused_elementwise;
+  impl.compiled = q.compiled;
+  if (q.compiled && !q.fused_elementwise)
+    fail("fused_elementwise", "false",
+         "true when compiled (torch.compile fuses the elementwise ops itself)");
+  if (auto f = parse_framework(q.framework)) {
+    impl.framework = *f;
+  } else {
+    std::string allowed;
+    for (const auto& n : framework_names()) allowed += (allowed.empty() ? "" : ", ") + n;
+    fail("framework", q.framework, "one of " + allowed);
+  }
+  return impl;
+}
+
 LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   const DeviceSpec& gpu = GpuCatalog::builtin().get(q.gpu);
   const HfModel found = find_model_or_config(q.model);
@@ -52,8 +78,13 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
     throw ValidationError(origin.file, origin.field(field), value, expected);
   };
-  auto dtype = parse_dtype(q.dtype);
-  if (!dtype) fail("dtype", q.dtype, "fp16, bf16 or fp32");
+  // No dtype asked: a config's torch_dtype (the checkpoint's), else fp16.
+  const std::string dtype_text = !q.dtype.empty() ? q.dtype
+                                 : !found.model_type.empty() && model.checkpoint_dtype
+                                     ? to_string(*model.checkpoint_dtype)
+                                     : "fp16";
+  auto dtype = parse_dtype(dtype_text);
+  if (!dtype || *dtype == Dtype::TF32) fail("dtype", dtype_text, "fp16, bf16 or fp32");
   if (q.seq <= 0) fail("seq", std::to_string(q.seq), "a sequence length >= 1");
   // The job checks of parse_job (validate, plan, simulate), not a second version of them.
   if (const std::string why = sequence_refusal(model, q.seq); !why.empty())
@@ -66,7 +97,9 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   job.sequence_length = q.seq;
   job.global_batch = q.micro_batch;
   job.precision.compute = *dtype;
-  auto models = make_cost_models(single_gpu_scenario(gpu, job), q.source);
+  job.implementation = query_implementation(q, origin);
+  const Scenario one = single_gpu_scenario(gpu, job);
+  auto models = make_cost_models(one, q.source);
   auto f = models.compute->unit_time(gpu, job, 1, ComputePhase::Forward, q.micro_batch);
   auto b = models.compute->unit_time(gpu, job, 1, ComputePhase::Backward, q.micro_batch);
   auto r = models.compute->unit_time(gpu, job, 1, ComputePhase::Recompute, q.micro_batch);
@@ -83,14 +116,26 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   p.recompute_s = r.seconds;
   p.source = f.source;
   p.extrapolated = f.extrapolated || b.extrapolated;
+  p.implementation = job.implementation;
+  p.warnings = precision_warnings(one.cluster, job);
   if (f.source.rfind("profile", 0) == 0)
-    if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, *dtype))
+    if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, *dtype)) {
       p.detail = ProfileTables::evaluate(*row, q.micro_batch).detail + " (" + row->file_model +
                  " on " + row->file_gpu + ")";
+      // A profile is what its stack measured; the asked-for stack is not priced by it.
+      if (!(row->implementation == job.implementation))
+        p.notes.push_back("the profile row was measured with \"" + to_string(row->implementation) +
+                          "\", not the \"" + to_string(job.implementation) +
+                          "\" asked for; --source calibrated prices the stack asked for");
+    }
+  // The per-layer kernels are the same under every sharding framework: what the framework
+  // changes (collectives, copies, their schedule) is priced by plan and simulate.
+  if (job.implementation.framework != Framework::FSDP2)
+    p.notes.push_back("framework " + to_string(job.implementation.framework) +
+                      " does not change a layer's kernels; its schedule is priced by simulate");
   if (model.family == "vit" && p.seq != q.seq)
-    p.detail += std::string(p.detail.empty() ? "" : "; ") + "ViT: the sequence is (image_size / " +
-                "patch_size)^2 + 1 = " + std::to_string(p.seq) + " tokens, not --seq " +
-                std::to_string(q.seq);
+    p.notes.push_back("ViT: the sequence is (image_size / patch_size)^2 + 1 = " +
+                      std::to_string(p.seq) + " tokens, not --seq " + std::to_string(q.seq));
   return p;
 }
 
@@ -106,6 +151,9 @@ Json to_json(const LayerPrediction& p) {
             {"source", p.source},
             {"extrapolated", p.extrapolated}};
   if (!p.detail.empty()) j["detail"] = p.detail;
+  j["implementation"] = to_json(p.implementation);
+  if (!p.notes.empty()) j["notes"] = p.notes;
+  if (!p.warnings.empty()) j["warnings"] = p.warnings;
   return j;
 }
 

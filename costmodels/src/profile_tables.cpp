@@ -131,7 +131,11 @@ const LayerProfile* ProfileTables::find(const std::string& model_name, const std
 const LayerProfile* ProfileTables::find_for(const std::string& model, const std::string& gpu,
                                             int seq, Dtype dtype, std::string* note) const {
   if (const auto* r = find(model, gpu, seq, dtype)) return r;
-  if (dtype == Dtype::BF16) {
+  // An fp16 row stands for bf16 only on a GPU with a bf16 tensor rate: a V100 or T4 asked for
+  // bf16 has none (it computes on its fp32 pipeline, precision_warnings), so its fp16 row,
+  // measured on tensor cores, would price it 5-10x too fast.
+  const auto spec = GpuCatalog::builtin().find(gpu);
+  if (dtype == Dtype::BF16 && spec && spec->peak_bf16 > 0) {
     if (const auto* r = find(model, gpu, seq, Dtype::FP16)) {
       if (note) *note = "fp16 profile used for bf16";
       return r;

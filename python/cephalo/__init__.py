@@ -202,11 +202,24 @@ def describe_model(model):
     return _json.loads(_cephalo.model_json(_os.fspath(model)))
 
 
-def predict_layer(gpu, model, seq, micro_batch, dtype="fp16", source="auto"):
+def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", attention="flash",
+                  fused_elementwise=True, compiled=False, framework="fsdp2"):
     """Per-layer forward / backward / recompute time of a model (catalog name, or the path of a
-    Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`). Bad values
-    raise ValidationError naming the keyword."""
-    return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype, micro_batch, source))
+    Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`), for the stack
+    named by attention ("flash" | "eager"), fused_elementwise, compiled and framework ("fsdp2" |
+    "fsdp1" | "deepspeed_zero3" | "ddp"); the record's "implementation" says what was priced.
+    dtype None: a config's torch_dtype, else fp16. "warnings" lists a dtype the GPU runs on a
+    slower pipeline than asked (V100 bf16).
+    Bad values raise ValidationError naming the keyword and the allowed values."""
+    if not isinstance(fused_elementwise, bool) or not isinstance(compiled, bool):
+        bad = "fused_elementwise" if not isinstance(fused_elementwise, bool) else "compiled"
+        value = fused_elementwise if bad == "fused_elementwise" else compiled
+        raise ValidationError(
+            f"arguments: {bad}: got {value!r}; expected True or False", file="arguments",
+            json_path=bad, value=repr(value), expected="True or False")
+    return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype or "", micro_batch,
+                                       source,
+                                       attention, fused_elementwise, compiled, framework))
 
 
 def predict_memory(scenario, plan):

@@ -95,6 +95,7 @@ std::string simulate_json(const Scenario& scenario, const Plan& plan, const std:
   options.queue = queue;
   sim::SimResult result =
       sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+  result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
   return traces::render_json(result.report);
 }
 
@@ -286,11 +287,14 @@ PYBIND11_MODULE(_cephalo, m) {
   m.def(
       "layer_json",
       [](const std::string& gpu, const std::string& model, int seq, const std::string& dtype,
-         int micro_batch, const std::string& source) {
-        return layer_json({gpu, model, seq, dtype, micro_batch, source});
+         int micro_batch, const std::string& source, const std::string& attention,
+         bool fused_elementwise, bool compiled, const std::string& framework) {
+        return layer_json({gpu, model, seq, dtype, micro_batch, source, attention,
+                           fused_elementwise, compiled, framework});
       },
       py::arg("gpu"), py::arg("model"), py::arg("seq"), py::arg("dtype"), py::arg("micro_batch"),
-      py::arg("source"), release());
+      py::arg("source"), py::arg("attention"), py::arg("fused_elementwise"), py::arg("compiled"),
+      py::arg("framework"), release());
   m.def(
       "collective_json",
       [](const Scenario& s, const std::string& kind, const std::string& bytes,

@@ -324,6 +324,34 @@ def test_predict_layer_errors_name_the_keyword():
     assert done.returncode == 2 and "--seq" in done.stderr + done.stdout
 
 
+def test_predict_layer_prices_the_implementation_it_is_given():
+    common = dict(gpu="a100", model="gpt-2.7b", seq=2048, micro_batch=2, dtype="fp32",
+                  source="calibrated")
+    got = cephalo.predict_layer(**common, attention="eager", fused_elementwise=False,
+                                framework="deepspeed_zero3")
+    expected = json.loads(cli("predict", "layer", "--gpu", "a100", "--model", "gpt-2.7b",
+                              "--seq", 2048, "--micro-batch", 2, "--dtype", "fp32", "--source",
+                              "calibrated", "--attention", "eager", "--fused-elementwise",
+                              "false", "--framework", "deepspeed_zero3", "--json"))
+    assert got == expected
+    assert got["implementation"] == {"attention": "eager", "fused_elementwise": False,
+                                     "compiled": False, "framework": "deepspeed_zero3"}
+    flash = cephalo.predict_layer(**common)
+    assert got["forward_ms"] > 1.1 * flash["forward_ms"]
+    compiled = cephalo.predict_layer(**common, attention="eager", compiled=True)
+    assert compiled["implementation"]["compiled"] is True
+    for change, key in [(dict(framework="megatron"), "framework"),
+                        (dict(attention="paged"), "attention"),
+                        (dict(compiled=True, fused_elementwise=False), "fused_elementwise"),
+                        (dict(compiled="yes"), "compiled")]:
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.predict_layer(**common, **change)
+        assert info.value.json_path == key, info.value
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_layer(**common, framework="megatron")
+    assert "deepspeed_zero3" in info.value.expected
+
+
 @pytest.mark.parametrize("kind, size, flags, kwargs", [
     ("all-reduce", "64MiB", [], {}),
     ("all-gather", "1MiB", ["--ranks", "0,1", "--shares", "0.25,0.75", "--uneven", "padded"],

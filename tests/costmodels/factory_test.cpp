@@ -408,7 +408,59 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
     EXPECT_NE(what.find("flash"), std::string::npos) << what;
     EXPECT_NE(what.find("eager"), std::string::npos) << what;
   }
+  // The stack's compile flag and framework: read, labelled, and refused with the allowed list.
+  auto compiled = costmodels::load_scenario(
+      write(R"({"attention": "eager", "compiled": true, "framework": "deepspeed_zero3"})"));
+  EXPECT_TRUE(compiled.job.implementation.compiled);
+  EXPECT_TRUE(compiled.job.implementation.fused());
+  EXPECT_EQ(compiled.job.implementation.framework, Framework::DeepSpeedZero3);
+  EXPECT_EQ(to_string(compiled.job.implementation), "eager, fused, compiled, deepspeed_zero3");
+  // Defaults keep the label recorded before the keys existed.
+  EXPECT_EQ(to_string(Implementation{}), "flash, fused");
+  EXPECT_EQ(to_string(Implementation{AttentionKernel::Eager, false}), "eager, unfused");
+  const std::vector<std::pair<const char*, std::vector<std::string>>> refused = {
+      {R"({"framework": "megatron"})",
+       {"megatron", "fsdp2", "fsdp1", "deepspeed_zero3", "ddp", "implementation.framework"}},
+      {R"({"compiled": true, "fused_elementwise": false})",
+       {"implementation.fused_elementwise", "compiled"}},
+      {R"({"compiled": "yes"})", {"implementation.compiled"}}};
+  for (const auto& [bad, wanted] : refused) {
+    try {
+      costmodels::load_scenario(write(bad));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ValidationError& e) {
+      const std::string what = e.what();
+      for (const auto& w : wanted) EXPECT_NE(what.find(w), std::string::npos) << w << ": " << what;
+    }
+  }
   std::filesystem::remove_all(dir);
+}
+
+TEST(CalibratedModel, ACompiledStackIsPricedWithTheFusedOpList) {
+  // torch.compile fuses the pointwise chains: a compiled eager stack prices the fused op list
+  // (and the reference stack's factors), not the unfused Cephalo source's.
+  auto m = CalibratedComputeModel::builtin();
+  const DeviceSpec& a100 = GpuCatalog::builtin().get("A100-80GB");
+  Job job;
+  job.model = ModelCatalog::builtin().get("gpt-2.7b");
+  job.sequence_length = 1024;
+  job.precision.compute = Dtype::BF16;
+  job.implementation = {AttentionKernel::Eager, false};
+  Job compiled = job;
+  compiled.implementation.compiled = true;
+  Job fused = job;
+  fused.implementation.fused_elementwise = true;
+  auto layer = [&](const Job& j) {
+    return m->unit_time(a100, j, 1, ComputePhase::Forward, 4).seconds;
+  };
+  EXPECT_DOUBLE_EQ(layer(compiled), layer(fused));
+  EXPECT_LT(layer(compiled), layer(job));
+  EXPECT_EQ(CalibratedComputeModel::job_stack(compiled).first,
+            CalibratedComputeModel::kReferenceStack);
+  // The framework does not change a layer's kernels.
+  Job zero3 = fused;
+  zero3.implementation.framework = Framework::DeepSpeedZero3;
+  EXPECT_DOUBLE_EQ(layer(zero3), layer(fused));
 }
 
 TEST(GpuCatalog, AGpuWithoutAFieldTheComputeModelNeedsIsRefused) {
@@ -544,4 +596,124 @@ TEST(CommModel, PredictsTheUnevenPointsOfAMeasuredMpiSweepAsWellAsTheEvenOnes) {
   EXPECT_LE(median(uneven_err), median(even_err) + std::log(1.5))
       << "median |log(pred/measured)|: even " << median(even_err) << ", uneven "
       << median(uneven_err);
+}
+
+// A job naming a Hugging Face config computes in its torch_dtype unless the job says
+// otherwise; Mistral's sliding window is priced, so a sequence past it is accepted and its
+// flash attention costs the window, not the whole causal triangle.
+TEST(Scenario, AConfigsTorchDtypeAndSlidingWindowArePriced) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-hfjob-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string config = (kScenarios / "models/mistral-7b-v0.1.json").string();
+  auto write = [&](int seq, const std::string& precision) {
+    auto f = dir / "s.json";
+    std::ofstream(f) << R"({"cluster": {"nodes": [{"gpus": ["H100-SXM"]}]},
+      "job": {"model": {"hf_config": ")"
+                     << config << R"("}, "sequence_length": )" << seq << R"(, "global_batch": 8)"
+                     << precision << "}}";
+    return f;
+  };
+  auto s = costmodels::load_scenario(write(8192, ""));
+  EXPECT_EQ(s.job.precision.compute, Dtype::BF16);  // torch_dtype: bfloat16
+  EXPECT_EQ(s.job.model.attention_window, 4096);
+  auto fp16 = costmodels::load_scenario(write(8192, R"(, "precision": {"compute": "fp16"})"));
+  EXPECT_EQ(fp16.job.precision.compute, Dtype::FP16);
+  // A catalog name describes an architecture only: the default compute dtype stays.
+  EXPECT_EQ(ModelCatalog::builtin().get("mistral-7b").checkpoint_dtype, Dtype::BF16);
+  // Flash FLOPs: at 8192 each query sees 4096 keys, (8192·4096 − 4096²/2) / 8192² = 3/8 of
+  // the scores, against 1/2 for the same shape without a window.
+  ModelSpec full = s.job.model;
+  full.attention_window = 0;
+  auto flash_flops = [&](const ModelSpec& m) {
+    for (const auto& op : unit_ops(m, 1, 8192, 1, Dtype::BF16, {}))
+      if (std::string(op.name) == "flash_attention") return op.forward_flops;
+    return 0.0;
+  };
+  EXPECT_NEAR(flash_flops(s.job.model) / flash_flops(full), 0.75, 1e-12);
+  EXPECT_DOUBLE_EQ(attended_fraction(s.job.model, 4096), 0.5);  // within the window: causal
+  // Eager attention still materialises the whole s×s (HF's eager path masks, not skips).
+  Implementation eager{AttentionKernel::Eager, true};
+  EXPECT_EQ(eager_attention_bytes(s.job.model, 1, 8192, 1, eager),
+            eager_attention_bytes(full, 1, 8192, 1, eager));
+  std::filesystem::remove_all(dir);
+}
+
+// A GPU asked for a dtype it has no tensor-core rate for is priced at its fp32 rate, and says so.
+TEST(CostModels, PrecisionWarningsNameTheGpuTheDtypeAndTheFasterOne) {
+  Cluster c;
+  Node n;
+  for (const char* g : {"V100-SXM2-16GB", "V100-SXM2-16GB", "A100-80GB", "P100"}) {
+    DeviceSlot slot;
+    slot.type = g;
+    slot.spec = GpuCatalog::builtin().get(g);
+    n.devices.push_back(slot);
+  }
+  c.nodes.push_back(n);
+  Job job;
+  job.precision.compute = Dtype::BF16;
+  auto w = precision_warnings(c, job);
+  ASSERT_EQ(w.size(), 2u);  // V100 once, P100; the A100 has bf16 tensor cores
+  EXPECT_NE(w[0].find("V100-SXM2-16GB has no bf16"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("fp16 would run on its tensor cores"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("P100"), std::string::npos) << w[1];
+  EXPECT_EQ(w[1].find("would run"), std::string::npos) << w[1];  // Pascal: no faster dtype
+  job.precision.compute = Dtype::FP16;
+  w = precision_warnings(c, job);
+  ASSERT_EQ(w.size(), 1u);  // only Pascal's fp16 runs on the fp32 pipeline
+  EXPECT_NE(w[0].find("P100 has no fp16"), std::string::npos) << w[0];
+  job.precision.compute = Dtype::FP32;
+  EXPECT_TRUE(precision_warnings(c, job).empty());
+}
+
+// A NIC is described per NIC with its count; the old form (no count) is the node's total and
+// is noted; a bad count is refused naming its path.
+TEST(Scenario, NicsAreDescribedPerNicWithACount) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-nic-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& nic) {
+    auto f = dir / "s.json";
+    std::ofstream(f)
+        << R"({"cluster": {"nodes": [{"gpus": [{"type": "H100-SXM", "count": 8}], "nic": )" << nic
+        << R"(}, {"gpus": [{"type": "H100-SXM", "count": 8}], "nic": )" << nic
+        << R"(}]}, "job": {"model": "gpt-2.7b", "sequence_length": 512, "global_batch": 16}})";
+    return f;
+  };
+  auto per_gpu = costmodels::load_scenario(
+      write(R"({"kind": "infiniband", "count": 8, "bandwidth": "400Gbit/s"})"));
+  EXPECT_EQ(per_gpu.cluster.nodes[0].nic_count, 8);
+  EXPECT_DOUBLE_EQ(per_gpu.cluster.nodes[0].nic.bandwidth, 8 * 400e9 / 8);
+  EXPECT_TRUE(cluster_notes(per_gpu.cluster).empty());
+  const Json j = to_json(per_gpu.cluster);
+  EXPECT_EQ(j["nodes"][0]["nic"]["count"], 8);
+  EXPECT_DOUBLE_EQ(j["nodes"][0]["nic"]["bandwidth"].get<double>(), 400e9 / 8);
+  auto old =
+      costmodels::load_scenario(write(R"({"kind": "infiniband", "bandwidth": "400Gbit/s"})"));
+  EXPECT_EQ(old.cluster.nodes[0].nic_count, 0);
+  EXPECT_DOUBLE_EQ(old.cluster.nodes[0].nic.bandwidth, 400e9 / 8);
+  const auto notes = cluster_notes(old.cluster);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("node's total"), std::string::npos) << notes[0];
+  // The per-GPU description carries 8x the bandwidth of the same number read per node, and the
+  // comm model prices it: an all-gather across both nodes is faster (by how much is the comm
+  // model's choice of ring or hierarchy, not asserted here).
+  auto models_new = make_cost_models(per_gpu, "roofline");
+  auto models_old = make_cost_models(old, "roofline");
+  CollectiveRequest req;
+  req.kind = CollectiveKind::AllGather;
+  for (int r = 0; r < 16; ++r) req.ranks.push_back(r);
+  req.shard_bytes.assign(16, 64e6);
+  EXPECT_LT(models_new.comm->collective(per_gpu.cluster, req).seconds,
+            models_old.comm->collective(old.cluster, req).seconds);
+  for (const char* bad : {R"({"kind": "infiniband", "count": 0, "bandwidth": "400Gbit/s"})",
+                          R"({"kind": "infiniband", "count": "8", "bandwidth": "400Gbit/s"})"}) {
+    try {
+      costmodels::load_scenario(write(bad));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find("nic.count"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }

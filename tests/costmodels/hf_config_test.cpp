@@ -64,6 +64,47 @@ TEST(HfConfig, ShippedConfigsGiveThePublishedParameterCounts) {
   }
 }
 
+// Each catalog model that names a published model matches its shipped config: exactly where
+// the entry is that model, layer by layer where the entry keeps Cephalo's vocabulary and head.
+TEST(HfConfig, CatalogModelsMatchTheirShippedConfigs) {
+  const auto& catalog = costmodels::ModelCatalog::builtin();
+  struct Pair {
+    const char* catalog;
+    const char* config;
+    bool exact;  // false: Cephalo's vocabulary / head (catalog models.json _comment)
+  };
+  const Pair pairs[] = {{"mistral-7b", "mistral-7b-v0.1", true},
+                        {"llama3-8b", "meta-llama-3-8b", true},
+                        {"llama3-70b", "meta-llama-3-70b", true},
+                        {"bert-large", "bert-large-uncased", false},
+                        {"vit-base", "vit-base-patch16-224", false}};
+  for (const auto& p : pairs) {
+    const ModelSpec& c = catalog.get(p.catalog);
+    const ModelSpec h = load(p.config).spec;
+    EXPECT_EQ(c.num_layers, h.num_layers) << p.catalog;
+    EXPECT_EQ(c.hidden, h.hidden) << p.catalog;
+    EXPECT_EQ(c.heads, h.heads) << p.catalog;
+    EXPECT_EQ(c.kv_heads, h.kv_heads) << p.catalog;
+    EXPECT_EQ(c.ffn_hidden, h.ffn_hidden) << p.catalog;
+    EXPECT_EQ(costmodels::layer_parameters(c), costmodels::layer_parameters(h)) << p.catalog;
+    if (!p.exact) continue;
+    EXPECT_EQ(c.vocab_size, h.vocab_size) << p.catalog;
+    EXPECT_EQ(c.attention_window, h.attention_window) << p.catalog;
+    EXPECT_EQ(costmodels::total_parameters(c), costmodels::total_parameters(h)) << p.catalog;
+  }
+  // The Mistral 7B model card's count, 32,000 tokens (not 49,152: 7.38 B).
+  EXPECT_EQ(costmodels::total_parameters(catalog.get("mistral-7b")), 7'241'732'096);
+  EXPECT_EQ(catalog.get("mistral-7b").attention_window, 4096);
+  // The Cephalo profiles' names still find it.
+  EXPECT_EQ(catalog.get("deepspeedmistral_7b").name, "mistral-7b");
+}
+
+TEST(HfConfig, TorchDtypeIsTheComputeDtypeOfAJobNamingTheConfig) {
+  EXPECT_EQ(load("mistral-7b-v0.1").spec.checkpoint_dtype, Dtype::BF16);
+  EXPECT_EQ(load("opt-1.3b").spec.checkpoint_dtype, Dtype::FP16);
+  EXPECT_FALSE(load("gpt2").spec.checkpoint_dtype.has_value());  // no torch_dtype key
+}
+
 TEST(HfConfig, StructureIsReadAsTheModelTypeDefinesIt) {
   HfModel qwen = load("qwen2-0.5b");
   EXPECT_EQ(qwen.spec.family, "llama");
@@ -244,10 +285,11 @@ TEST(HfConfig, AJobsModelMayBeAConfigRelativeToTheJobFile) {
   Job job = job_with(dir, R"({"hf_config": "config.json"})", 2048);
   EXPECT_EQ(costmodels::total_parameters(job.model), 7'241'732'096);
   EXPECT_EQ(job.model_name, job.model.name);
-  // Longer than the sliding window: refused, naming the sequence and the window.
-  ValidationError window = refused_job(dir, R"({"hf_config": "config.json"})", 8192);
-  EXPECT_EQ(window.json_path(), "sequence_length");
-  EXPECT_NE(window.expected().find("4096"), std::string::npos);
+  // Longer than the sliding window: accepted (the window is priced), in the config's bf16.
+  Job windowed = job_with(dir, R"({"hf_config": "config.json"})", 8192);
+  EXPECT_EQ(windowed.sequence_length, 8192);
+  EXPECT_EQ(windowed.model.attention_window, 4096);
+  EXPECT_EQ(windowed.precision.compute, Dtype::BF16);
   // OPT runs max_position_embeddings tokens: its two offset rows are stored, never reached.
   std::filesystem::copy_file(kModels / "opt-1.3b.json", dir.path / "opt.json");
   EXPECT_EQ(job_with(dir, R"({"hf_config": "opt.json"})", 2048).sequence_length, 2048);

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cephalo/core/json_reader.hpp"
 
@@ -39,6 +41,96 @@ TEST(PredictCli, LayerJsonHasTheDocumentedKeys) {
                                       "--dtype fp32 --micro-batch 30 --json")
                                       .out);
   EXPECT_TRUE(far["extrapolated"].get<bool>());
+}
+
+TEST(PredictCli, LayerSaysWhichImplementationItPrices) {
+  const std::string base =
+      "predict layer --gpu a100 --model gpt-2.7b --seq 2048 --dtype fp32 --micro-batch 2 "
+      "--source calibrated --json";
+  auto flash = run(base);
+  auto eager = run(base + " --attention eager --fused-elementwise false");
+  ASSERT_EQ(flash.code, 0) << flash.out;
+  ASSERT_EQ(eager.code, 0) << eager.out;
+  auto f = cephalo::Json::parse(flash.out), e = cephalo::Json::parse(eager.out);
+  EXPECT_EQ(f["implementation"]["attention"], "flash");
+  EXPECT_EQ(f["implementation"]["framework"], "fsdp2");
+  EXPECT_EQ(e["implementation"]["attention"], "eager");
+  EXPECT_EQ(e["implementation"]["fused_elementwise"], false);
+  // Materialised scores and separate elementwise kernels cost time at sequence 2048.
+  EXPECT_GT(e["forward_ms"].get<double>(), 1.1 * f["forward_ms"].get<double>());
+  auto compiled = cephalo::Json::parse(run(base + " --attention eager --compiled").out);
+  EXPECT_EQ(compiled["implementation"]["compiled"], true);
+  EXPECT_LT(compiled["forward_ms"].get<double>(), e["forward_ms"].get<double>());
+  // The table names the stack, and a framework that cannot change a layer says so.
+  auto table =
+      run("predict layer --gpu a100 --model gpt-2.7b --seq 2048 --micro-batch 2 --framework fsdp1");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("implementation: flash, fused, fsdp1"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("schedule"), std::string::npos) << table.out;
+  // A profile row measured on another stack than the one asked for says so.
+  auto profiled = run("predict layer --gpu l4 --model deepspeedgpt_2.7b --seq 512 --micro-batch 4");
+  EXPECT_NE(profiled.out.find("measured with \"eager, unfused\""), std::string::npos)
+      << profiled.out;
+  // Unknown values: refused with the allowed list (a bad command line, exit 2).
+  for (const auto& [flags, allowed] :
+       std::vector<std::pair<std::string, std::string>>{{"--framework megatron", "deepspeed_zero3"},
+                                                        {"--attention paged", "eager"},
+                                                        {"--fused-elementwise maybe", "false"}}) {
+    auto bad = run("predict layer --gpu a100 --model gpt-2.7b --seq 512 --micro-batch 1 " + flags);
+    EXPECT_EQ(bad.code, 2) << flags << ": " << bad.out;
+    EXPECT_NE(bad.out.find(allowed), std::string::npos) << flags << ": " << bad.out;
+  }
+  auto contradiction =
+      run("predict layer --gpu a100 --model gpt-2.7b --seq 512 --micro-batch 1 --compiled "
+          "--fused-elementwise false");
+  EXPECT_NE(contradiction.code, 0);
+  EXPECT_NE(contradiction.out.find("--fused-elementwise"), std::string::npos) << contradiction.out;
+}
+
+TEST(PredictCli, AV100AskedForBf16IsWarnedAndPricedAtItsFp32Rate) {
+  const std::string base =
+      "predict layer --gpu v100 --model llama-7b --seq 2048 --micro-batch 1 --json --dtype ";
+  auto bf16 = run(base + "bf16");
+  auto fp16 = run(base + "fp16");
+  ASSERT_EQ(bf16.code, 0) << bf16.out;
+  // run_combined merges stderr: the warning precedes the record.
+  const auto warning = bf16.out.find("warning: V100-SXM2-16GB has no bf16 tensor-core rate");
+  EXPECT_NE(warning, std::string::npos) << bf16.out;
+  auto record = cephalo::Json::parse(bf16.out.substr(bf16.out.find('{')));
+  ASSERT_TRUE(record.contains("warnings"));
+  EXPECT_NE(record["warnings"][0].get<std::string>().find("fp16 would run"), std::string::npos);
+  auto f16 = cephalo::Json::parse(fp16.out);
+  EXPECT_FALSE(f16.contains("warnings"));
+  EXPECT_GT(record["forward_ms"].get<double>(), 3 * f16["forward_ms"].get<double>());
+}
+
+TEST(PredictCli, AConfigsTorchDtypeIsTheDefaultDtype) {
+  auto r = run("predict layer --gpu h100 --model " + kRoot +
+               "/scenarios/models/mistral-7b-v0.1.json --seq 8192 --micro-batch 1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;  // past the 4096-token window: priced, not refused
+  auto j = cephalo::Json::parse(r.out);
+  EXPECT_EQ(j["dtype"], "bf16");
+  auto catalog = cephalo::Json::parse(
+      run("predict layer --gpu h100 --model mistral-7b --seq 8192 --micro-batch 1 --json").out);
+  EXPECT_EQ(catalog["dtype"], "fp16");  // a catalog name: the documented default
+}
+
+TEST(PredictCli, DescribeAndSimulatePrintTheImplementationTheyPriced) {
+  auto describe = run("describe " + kRoot + "/scenarios/h200-gpt1.3b.json");
+  ASSERT_EQ(describe.code, 0) << describe.out;
+  EXPECT_NE(describe.out.find("implementation: eager, unfused"), std::string::npos) << describe.out;
+  auto simulate = run("simulate --scenario " + kRoot + "/scenarios/default.json --plan " + kRoot +
+                      "/scenarios/plans/default-even.json");
+  ASSERT_EQ(simulate.code, 0) << simulate.out;
+  EXPECT_NE(simulate.out.find("implementation flash, fused"), std::string::npos) << simulate.out;
+  // The P40 computes fp16 on its fp32 pipeline: said on stderr and in the record.
+  EXPECT_NE(simulate.out.find("warning: P40 has no fp16 tensor-core rate"), std::string::npos)
+      << simulate.out;
+  auto json = run("simulate --json --scenario " + kRoot + "/scenarios/default.json --plan " +
+                  kRoot + "/scenarios/plans/default-even.json");
+  auto record = cephalo::Json::parse(json.out.substr(json.out.find('{')));
+  ASSERT_TRUE(record.contains("warnings")) << json.out;
+  EXPECT_NE(record["warnings"][0].get<std::string>().find("P40"), std::string::npos);
 }
 
 TEST(PredictCli, BadInputsGiveClearErrors) {

@@ -25,6 +25,7 @@ Json to_json(const IterationReport& r) {
   }
   j["events"] = r.events;
   if (!r.implementation.empty()) j["implementation"] = r.implementation;
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks)
     ranks.push_back({{"rank", k.rank},
@@ -73,6 +74,8 @@ IterationReport parse_iteration_report(JsonReader& in) {
   r.implementation = in.string_or("implementation", "");
   // A RunResult names the run that measured it (backend's run identity): provenance only.
   in.allow({"run_identity"});
+  if (auto w = in.optional_child("warnings"))
+    for (auto& item : w->elements()) r.warnings.push_back(item.as_string());
   for (auto& k : in.child("ranks").elements()) {
     RankReport rr;
     rr.rank = static_cast<int>(k.integer("rank", 0));

@@ -55,7 +55,7 @@ std::int64_t checked_sum(const std::string& file, const std::string& json_path,
 void check_model_sizes(const ModelSpec& spec, const JsonReader& where);
 
 // Why a job may not run `seq` tokens of `model` ("" when it may): past its learned positions
-// (not ViT, whose sequence is its patches) or its sliding attention window. The one rule that
+// (not ViT, whose sequence is its patches); a sliding window is priced, not refused. The one rule that
 // parse_job and `predict layer` both apply.
 std::string sequence_refusal(const ModelSpec& model, std::int64_t seq);
 

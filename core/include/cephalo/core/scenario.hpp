@@ -39,7 +39,12 @@ struct Node {
   std::string name;
   std::vector<DeviceSlot> devices;
   LinkSpec intra_link;  // between devices of this node (PCIe through the host, or NVLink)
-  LinkSpec nic;         // node to switch
+  // Node to switch: `nic.bandwidth` is the node's total over all its NICs. `nic_count` is how
+  // many NICs the file gave ({"count": 8, "bandwidth": "400Gbit/s"}: 8 NICs of 400 Gbit/s,
+  // 3.2 Tbit/s in all); 0 for the old form without "count", whose bandwidth is read as the
+  // node's total (cluster_notes says so).
+  LinkSpec nic;
+  int nic_count = 0;
 };
 
 // A device with its global rank, as the plan and the backend number them (node-major order).
@@ -109,12 +114,29 @@ enum class AttentionKernel {
 };
 std::string to_string(AttentionKernel a);
 
+// The sharding runtime that runs the layers (costmodels/README.md, "Frameworks"). FSDP2
+// (PyTorch's fully_shard) is what the simulator's schedule describes.
+enum class Framework { FSDP2, FSDP1, DeepSpeedZero3, DDP };
+std::string to_string(Framework f);
+// "fsdp2", "fsdp1", "deepspeed_zero3", "ddp"; nullopt for anything else.
+std::optional<Framework> parse_framework(const std::string& name);
+const std::vector<std::string>& framework_names();
+
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
+  // torch.compile (Inductor): every chain of pointwise and normalisation ops between two
+  // GEMMs runs as one generated kernel, so a compiled stack's layers are fused whatever
+  // fused_elementwise says (parse_implementation refuses compiled with fused_elementwise false).
+  bool compiled = false;
+  Framework framework = Framework::FSDP2;
+  // The op list the stack launches is fused (fused_elementwise, or compiled).
+  bool fused() const { return fused_elementwise || compiled; }
   bool operator==(const Implementation&) const = default;
 };
-// "flash, fused" style label, as calibration sources and reports print it.
+// "flash, fused" style label, as calibration sources and reports print it; ", compiled" and
+// the framework are appended only when they differ from the defaults (so labels recorded
+// before they existed still compare equal).
 std::string to_string(const Implementation& impl);
 
 struct Job {
@@ -146,11 +168,15 @@ Cluster load_cluster(const std::filesystem::path& file, const SpecLookup& lookup
 Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
 
-// Reads {"attention": "flash"|"eager", "fused_elementwise": bool} (both optional).
+// Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
+// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp"} (all optional).
 Implementation parse_implementation(JsonReader& reader);
 Json to_json(const Implementation& impl);
 
 Json to_json(const Cluster& cluster);
+// What a reader should know about how a cluster file was read (a node's NIC given without
+// "count", read as the node's total bandwidth); one line per kind of note, empty when none.
+std::vector<std::string> cluster_notes(const Cluster& cluster);
 Json to_json(const Job& job);
 Json to_json(const Scenario& scenario);
 

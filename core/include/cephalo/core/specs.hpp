@@ -2,6 +2,7 @@
 // Hardware and model descriptions shared by all libraries. The catalogs in costmodels/ hold
 // named instances; clusters and jobs may also give them inline. Parsing lives here so inline
 // specs and catalog entries are read by the same code.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,9 @@ struct ModelSpec {
   bool out_bias = true;  // attention output projection
   bool mlp_bias = true;
   bool norm_bias = true;
-  // Sliding-window attention span in tokens (0: full attention). Not priced: a job whose
-  // sequence is longer than the window is refused (parse_job), so pricing full attention is exact.
+  // Sliding-window attention span in tokens (0: full attention): each query attends to at most
+  // this many keys (itself and the previous ones), which flash attention's FLOPs follow; eager
+  // attention still materialises the masked s×s scores (costmodels/README.md).
   int attention_window = 0;
   bool tied_embeddings = true;  // head shares the token embedding
   int image_size = 0;           // ViT only
@@ -86,6 +88,9 @@ struct ModelSpec {
   int num_classes = 0;          // ViT only
   std::vector<std::string> aliases;
   std::string source;
+  // A Hugging Face config's torch_dtype (the checkpoint's dtype): a job that names the config
+  // computes in it unless its "precision" says otherwise (parse_job). Not part of the JSON.
+  std::optional<Dtype> checkpoint_dtype;
 };
 
 // The longest sequence the model can run: its learned positions less the offset rows (0: no

@@ -2,8 +2,10 @@
 // Compute time from op counts: the roofline model (datasheet peaks, default efficiencies) and
 // the same op breakdown with efficiencies fitted to profiles (the calibrated model reuses it).
 #include <array>
+#include <vector>
 
 #include "cephalo/costmodels/compute_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
 
 namespace cephalo::costmodels {
 
@@ -47,6 +49,9 @@ struct PhaseFeatures {
 PhaseFeatures unit_features(const DeviceSpec& device, const ModelSpec& model, int unit, int seq,
                             int micro_batch, Dtype dtype, const Implementation& impl = {},
                             bool waves = true, double flash_weight = 1.0);
+// The same features of any op list (unit_features is this of unit_ops).
+PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& ops, Dtype dtype,
+                           bool waves = true, double flash_weight = 1.0);
 
 // Efficiencies of one (device, dtype, phase); the coefficients θ above.
 struct Efficiency {

@@ -121,6 +121,12 @@ class CalibratedComputeModel : public ComputeModel {
   // its family's source factors, the row's implementation.
   double layer_ms(const DeviceSpec& device, const ModelSpec& model, int seq, Dtype dtype,
                   int micro_batch, bool backward, const Implementation& impl) const;
+  // Seconds of an op list (each op its own kernel launches), priced as a layer's ops of a stack
+  // that is not one of the Cephalo source's own are: θ of the device's pipeline, the reference
+  // stack's factors, no published-stack factor. What `kernel_validation` checks the layer model
+  // against measured eager kernels with.
+  double ops_seconds(const DeviceSpec& device, Dtype dtype, const std::vector<OpCost>& ops,
+                     bool backward) const;
   // The factors a job is priced with: (stack, model) keys of the source factors (see .cpp).
   static constexpr const char* kReferenceStack = "llama";
   static std::pair<std::string, std::string> job_stack(const Job& job);
@@ -186,7 +192,7 @@ class CalibratedComputeModel : public ComputeModel {
   std::vector<InconsistentRow> dropped_;
   // Keyed by stack_key(impl) (an int: no string built per unit_time call).
   static int stack_key(const Implementation& impl) {
-    return static_cast<int>(impl.attention) * 2 + (impl.fused_elementwise ? 1 : 0);
+    return static_cast<int>(impl.attention) * 2 + (impl.fused() ? 1 : 0);
   }
   std::map<int, std::pair<double, int>> stack_;  // stack → factor, points
   std::map<int, double> stack_attention_;        // stack → flash weight

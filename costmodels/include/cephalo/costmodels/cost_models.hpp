@@ -40,6 +40,12 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source 
 // tables. The graph builder decides uneven variants with it.
 std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario);
 
+// One line per GPU type of the cluster that computes the job's dtype on a slower pipeline than
+// the dtype asks for (a V100 asked for bf16 has no bf16 tensor cores: priced at its fp32 rate;
+// a Pascal GPU's fp16 runs on its fp32 pipeline), naming the GPU, the dtype, the rate priced
+// and the dtype that would run faster. Empty when every GPU runs the dtype as asked.
+std::vector<std::string> precision_warnings(const Cluster& cluster, const Job& job);
+
 // The accepted source names, for CLI help and errors.
 const std::vector<std::string>& compute_sources();
 

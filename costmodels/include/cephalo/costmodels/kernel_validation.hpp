@@ -41,4 +41,25 @@ struct KernelReport {
 };
 KernelReport validate_kernels(const KernelSet& set, bool waves);
 
+// The same kernels priced by the *layer* model as it prices an eager, unfused layer's ops
+// (CalibratedComputeModel::ops_seconds: fitted on the Cephalo profiles only, never on these
+// kernels), fp32, each kernel one op of its own: linear a GEMM, bmm an attention matmul (what
+// an eager layer's batched matmuls are), the rest memory-bound passes. Each NeuSight GPU is
+// priced as the catalog GPU with the same chip, SM count, clock, bandwidth and fp32 peak
+// (A100-PCIE-40GB as A100-40GB, V100-PCIE-32GB as V100-PCIe-16GB); one without a catalog
+// entry (P4) is skipped and listed.
+struct LayerModelKernelReport {
+  std::map<std::string, double> mape_by_op;                             // %
+  std::map<std::string, double> median_signed_by_op;                    // % (+: predicted too slow)
+  std::map<std::string, std::map<std::string, double>> mape_by_gpu_op;  // GPU → op → %
+  std::map<std::string, double> mape_by_gpu;                            // over the GPU's rows
+  std::map<std::string, std::string> catalog_gpu;  // NeuSight name → catalog name
+  std::vector<std::string> skipped_gpus;
+  double mape = 0;  // over every priced row
+  int rows = 0;
+};
+class CalibratedComputeModel;
+LayerModelKernelReport price_kernels_with_layer_model(const KernelSet& set,
+                                                      const CalibratedComputeModel& model);
+
 }  // namespace cephalo::costmodels

@@ -57,6 +57,9 @@ double eager_attention_bytes(const ModelSpec& model, int unit, int seq, int micr
 // Whether the model's self-attention is causal (decoders: GPT, LLaMA) or bidirectional (BERT,
 // ViT): flash attention skips the masked half of the s×s products only when causal.
 bool causal_attention(const ModelSpec& model);
+// Fraction of the s×s scores flash attention computes: 1 bidirectional, ½ causal, and with a
+// sliding window w < s (Mistral) (s·w − w²/2) / s², each query seeing at most w keys.
+double attended_fraction(const ModelSpec& model, double seq);
 
 // Tokens per sample the model actually processes: the job's sequence length for language
 // models, patches + class token for ViT (whose input size is fixed by image and patch size).

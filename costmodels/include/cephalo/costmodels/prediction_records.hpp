@@ -27,9 +27,15 @@ struct LayerQuery {
   std::string gpu;    // catalog name or alias
   std::string model;  // catalog name or alias, or a Hugging Face config.json
   int seq = 0;
-  std::string dtype = "fp16";
+  std::string dtype;  // "": a config's torch_dtype, else fp16
   int micro_batch = 0;
   std::string source = "auto";  // make_cost_models' compute source
+  // The software stack priced (scenarios/README.md, job "implementation"): checked here, with
+  // the allowed values in the error.
+  std::string attention = "flash";  // flash | eager
+  bool fused_elementwise = true;
+  bool compiled = false;
+  std::string framework = "fsdp2";  // fsdp2 | fsdp1 | deepspeed_zero3 | ddp
 };
 
 struct LayerPrediction {
@@ -38,10 +44,19 @@ struct LayerPrediction {
   int micro_batch = 0;
   double forward_s = 0, backward_s = 0, recompute_s = 0;
   bool extrapolated = false;
-  std::string detail;  // the profile row used, for a profile source ("" otherwise)
+  std::string detail;             // the profile row used, for a profile source ("" otherwise)
+  Implementation implementation;  // the stack priced
+  // Notes on what the price does and does not describe (e.g. a profile row measured on
+  // another stack than the one asked for); printed by the CLI, in the record as "notes".
+  std::vector<std::string> notes;
+  std::vector<std::string> warnings;  // precision_warnings of the GPU and dtype
 };
 
-// ValidationError (file and field from `origin`) for a bad sequence, micro-batch or dtype;
+// The implementation a query asks for; ValidationError naming the field and the allowed values
+// for an unknown attention kernel or framework, or compiled with fused_elementwise false.
+Implementation query_implementation(const LayerQuery& query, const QueryOrigin& origin = {});
+// ValidationError (file and field from `origin`) for a bad sequence, micro-batch, dtype or
+// implementation;
 // NotFoundError for an unknown GPU, model or source.
 LayerPrediction predict_layer(const LayerQuery& query, const QueryOrigin& origin = {});
 Json to_json(const LayerPrediction& p);

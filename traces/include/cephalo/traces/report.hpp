@@ -66,12 +66,16 @@ struct IterationReport {
   // `cephalo run` (backend::executed_implementation); "" when not recorded (SimResult files,
   // whose stack is the scenario's job, and older RunResult files).
   std::string implementation;
+  // What the prediction could not price as the job asked (a dtype run on a slower pipeline,
+  // costmodels::precision_warnings); empty when none, and then absent from the JSON.
+  std::vector<std::string> warnings;
   std::vector<RankReport> ranks;
   std::vector<OpTiming> ops;  // sorted by id; empty unless requested
 };
 
 // JSON keys: source, plan_hash, iteration_time_s, samples_per_s, tokens_per_s, mfu, oom, oom_detail
-// (only when oom), events, implementation (only when recorded), ranks[...], ops (only when
+// (only when oom), events, implementation (only when recorded), warnings (only when any),
+// ranks[...], ops (only when
 // non-empty: [{id, start_s, end_s}]).
 Json to_json(const IterationReport& report);
 IterationReport parse_iteration_report(JsonReader& reader);
