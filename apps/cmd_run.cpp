@@ -13,6 +13,7 @@
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/backend/oracle_dump.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/output_file.hpp"
@@ -27,7 +28,8 @@ namespace cephalo::cli {
 namespace {
 
 struct RunArgs {
-  std::string scenario, plan, trace, result, checkpoint_dir, resume, dump_params, dump_grads;
+  std::string scenario, plan, trace, result, checkpoint_dir, resume, dump_params, dump_grads,
+      dump_oracle;
   std::string device = "cpu";
   std::string inject_failure;  // "RANK:STEP"
   int steps = 10;
@@ -91,6 +93,7 @@ Setup load_and_check(const RunArgs& a, int world_size) {
                  {"--dump-params", a.dump_params},
                  {"--dump-grads", a.dump_grads}});
   if (!a.checkpoint_dir.empty()) check_output_folder(a.checkpoint_dir, "--checkpoint-dir");
+  if (!a.dump_oracle.empty()) check_output_folder(a.dump_oracle, "--dump-oracle");
   return s;
 }
 
@@ -192,7 +195,13 @@ void run(RunArgs& a) {
   std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
   if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
   TextTable table(columns);
+  std::optional<backend::OracleDump> oracle;
+  if (!a.dump_oracle.empty()) {
+    oracle.emplace(a.dump_oracle, session.executor(), sc, plan, a.seed, rank);
+    oracle->before_training();
+  }
   auto result = session.run([&](const backend::StepResult& r) {
+    if (oracle) oracle->after_step(r);
     std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
                                  fixed(r.samples_per_s, 1),
                                  fixed(r.samples_per_s * sc.job.sequence_length, 0)};
@@ -205,6 +214,7 @@ void run(RunArgs& a) {
                 << "\n";
   });
   backend::Executor& exec = session.executor();
+  if (oracle) oracle->finish();
   if (result.steps.empty()) {
     if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
     return;
@@ -331,6 +341,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
   cmd->add_option("--dump-params", a.dump_params, "")->group("");
   cmd->add_option("--dump-grads", a.dump_grads, "")->group("");
+  // Every step's parameters, gradients, batch and loss for tests/oracle (oracle_dump.hpp).
+  cmd->add_option("--dump-oracle", a.dump_oracle, "")->group("");
   cmd->callback([] { run(a); });
 }
 
