@@ -288,6 +288,20 @@ def check(dump, args):
                 for n, s in shapes.items()}
 
     worst = {}
+
+    def check_loss(k, what, backend, torch_loss, tol):
+        rel = abs(backend - torch_loss) / abs(torch_loss)
+        worst[what] = max(worst.get(what, 0.0), rel)
+        if rel > tol:
+            fail(f"step {k} {what}: cephalo {backend:.9g}, torch {torch_loss:.9g} "
+                 f"(relative {rel:.3g} > {tol:g})")
+
+    def adamw_from_start():
+        p = as_params(dump.floats("params", dump.first))
+        return p, torch.optim.AdamW(list(p.values()), lr=opt["learning_rate"],
+                                    betas=(opt["beta1"], opt["beta2"]), eps=opt["epsilon"],
+                                    weight_decay=opt["weight_decay"])
+
     # 1. gradients and loss of every step, from the backend's own parameters of that step.
     for rec in dump.steps:
         k = rec["step"]
@@ -295,20 +309,13 @@ def check(dump, args):
         p = as_params(dump.floats("params", k))
         loss = model.loss(p, tokens, targets)
         loss.backward()
-        rel = abs(rec["loss"] - loss.item()) / abs(loss.item())
-        worst["loss"] = max(worst.get("loss", 0.0), rel)
-        if rel > tol_loss:
-            fail(f"step {k} loss: cephalo {rec['loss']:.9g}, torch {loss.item():.9g} "
-                 f"(relative {rel:.3g} > {tol_loss:g})")
+        check_loss(k, "loss", rec["loss"], loss.item(), tol_loss)
         got = {n: t for n, t in dump.split(dump.floats("grads", k)).items()}
         ref = {n: t.grad for n, t in p.items()}
         compare_tensors(k, "gradient", got, ref, tol_grad, worst)
 
     # 2. AdamW: torch.optim.AdamW with its own state, fed the backend's gradients.
-    p = as_params(dump.floats("params", dump.first))
-    adam = torch.optim.AdamW(list(p.values()), lr=opt["learning_rate"],
-                             betas=(opt["beta1"], opt["beta2"]), eps=opt["epsilon"],
-                             weight_decay=opt["weight_decay"])
+    p, adam = adamw_from_start()
     if dump.first != 0:
         fail("the optimizer check starts from step 0 (a resumed run carries Adam state)")
     for rec in dump.steps:
@@ -323,20 +330,13 @@ def check(dump, args):
                         {n: t.detach() for n, t in p.items()}, tol_opt, worst)
 
     # 3. PyTorch trains on its own from the same start: the loss curve.
-    p = as_params(dump.floats("params", dump.first))
-    adam = torch.optim.AdamW(list(p.values()), lr=opt["learning_rate"],
-                             betas=(opt["beta1"], opt["beta2"]), eps=opt["epsilon"],
-                             weight_decay=opt["weight_decay"])
+    p, adam = adamw_from_start()
     for rec in dump.steps:
         k = rec["step"]
         adam.zero_grad()
         loss = model.loss(p, dump.ints("tokens", k), dump.ints("targets", k))
         loss.backward()
-        rel = abs(rec["loss"] - loss.item()) / abs(loss.item())
-        worst["free-running loss"] = max(worst.get("free-running loss", 0.0), rel)
-        if rel > tol_curve:
-            fail(f"step {k} loss of PyTorch training alone: cephalo {rec['loss']:.9g}, torch "
-                 f"{loss.item():.9g} (relative {rel:.3g} > {tol_curve:g})")
+        check_loss(k, "free-running loss", rec["loss"], loss.item(), tol_curve)
         if not rec["update_skipped"]:
             adam.step()
 
