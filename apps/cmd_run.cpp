@@ -14,6 +14,7 @@
 #include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/run_identity.hpp"
+#include "cephalo/backend/oracle_dump.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/output_file.hpp"
@@ -28,7 +29,8 @@ namespace cephalo::cli {
 namespace {
 
 struct RunArgs {
-  std::string scenario, plan, trace, result, checkpoint_dir, resume, dump_params, dump_grads;
+  std::string scenario, plan, trace, result, checkpoint_dir, resume, dump_params, dump_grads,
+      dump_oracle;
   std::string device = "cpu";
   std::string inject_failure;  // "RANK:STEP"
   int steps = 10;
@@ -104,6 +106,7 @@ Setup load_and_check(const RunArgs& a, int world_size) {
   std::vector<std::pair<std::string, std::filesystem::path>> named;
   for (const auto& o : outputs) named.emplace_back(o.what, o.file);
   backend::check_outputs_outside_checkpoints(named, {a.checkpoint_dir, a.resume});
+  if (!a.dump_oracle.empty()) check_output_folder(a.dump_oracle, "--dump-oracle");
   return s;
 }
 
@@ -246,7 +249,13 @@ void run(RunArgs& a) {
   std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
   if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
   TextTable table(columns);
+  std::optional<backend::OracleDump> oracle;
+  if (!a.dump_oracle.empty()) {
+    oracle.emplace(a.dump_oracle, session.executor(), sc, plan, a.seed, rank);
+    oracle->before_training();
+  }
   auto result = session.run([&](const backend::StepResult& r) {
+    if (oracle) oracle->after_step(r);
     std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
                                  fixed(r.samples_per_s, 1),
                                  fixed(r.samples_per_s * sc.job.sequence_length, 0)};
@@ -259,6 +268,7 @@ void run(RunArgs& a) {
                 << "\n";
   });
   backend::Executor& exec = session.executor();
+  if (oracle) oracle->finish();
   if (result.steps.empty()) {
     if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
     return;
@@ -389,6 +399,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
   cmd->add_option("--dump-params", a.dump_params, "")->group("");
   cmd->add_option("--dump-grads", a.dump_grads, "")->group("");
+  // Every step's parameters, gradients, batch and loss for tests/oracle (oracle_dump.hpp).
+  cmd->add_option("--dump-oracle", a.dump_oracle, "")->group("");
   cmd->callback([] { run(a); });
 }
 

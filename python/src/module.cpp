@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "cephalo/core/error.hpp"
@@ -208,6 +209,18 @@ void translate(std::exception_ptr p) {
 PYBIND11_MODULE(_cephalo, m) {
   m.doc() = "Cephalo's libraries (use the `cephalo` package, which wraps this module)";
   py::register_exception_translator(&translate);
+  // Tests only: throws the C++ error of `kind`, so the suite sees every kind cross into its
+  // Python class through translate() (RuntimeFailure and the bare Error have no input that
+  // reaches them from the public functions).
+  m.def("_raise_error_for_test", [](const std::string& kind) {
+    if (kind == "ValidationError") throw ValidationError("f.json", "a.b", "1", "a string");
+    if (kind == "IoError") throw IoError("io");
+    if (kind == "NotFoundError") throw NotFoundError("GPU", "no-such-gpu", {"a100", "h100"});
+    if (kind == "InfeasibleError") throw InfeasibleError("infeasible");
+    if (kind == "RuntimeFailure") throw RuntimeFailure("runtime");
+    if (kind == "CephaloError") throw Error("generic");
+    throw std::invalid_argument("unknown kind " + kind);
+  });
   using release = py::call_guard<py::gil_scoped_release>;
 
   py::class_<Scenario>(m, "Scenario")

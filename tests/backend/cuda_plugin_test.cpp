@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../support/run_command.hpp"
+#include "cephalo/backend/cuda_plugin.hpp"
 #include "cephalo/backend/runtime.hpp"
 #include "cephalo/core/error.hpp"
 
@@ -53,6 +54,30 @@ TEST(CudaPlugin, AFileThatIsNoLibraryIsRefusedWithTheLoadersReason) {
       << msg;
   // dlerror()'s text follows the path (glibc: "<path>: file too short" or "invalid ELF header").
   EXPECT_GT(msg.size(), msg.find(bad.string()) + bad.string().size() + 2) << msg;
+}
+
+TEST(CudaPlugin, ALibraryWithoutTheVersionSymbolIsNotAPlugin) {
+  const std::string msg = failure_of(CEPHALO_FAKE_PLUGIN_NO_ABI);
+  EXPECT_NE(msg.find(std::string(CEPHALO_FAKE_PLUGIN_NO_ABI) + " is not a cephalo CUDA plugin"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("cephalo_cuda_plugin_abi"), std::string::npos) << msg;
+}
+
+TEST(CudaPlugin, APluginOfAnotherInterfaceVersionIsRefusedWithBothVersions) {
+  const std::string msg = failure_of(CEPHALO_FAKE_PLUGIN_WRONG_ABI);
+  const std::string want = std::string(CEPHALO_FAKE_PLUGIN_WRONG_ABI) +
+                           " was built for plugin interface " +
+                           std::to_string(cb::kCudaPluginAbi + 1) + ", this cephalo needs " +
+                           std::to_string(cb::kCudaPluginAbi);
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+}
+
+TEST(CudaPlugin, APluginWithoutTheFactoryIsRefusedNamingIt) {
+  const std::string msg = failure_of(CEPHALO_FAKE_PLUGIN_NO_MAKE);
+  EXPECT_NE(msg.find(std::string(CEPHALO_FAKE_PLUGIN_NO_MAKE) + " lacks cephalo_cuda_plugin_make"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(CudaPlugin, ARunWithAMissingPluginExitsWithARuntimeFailure) {

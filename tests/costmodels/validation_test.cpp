@@ -9,7 +9,9 @@
 #include <map>
 
 #include "cephalo/core/table.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/kernel_validation.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/profile.hpp"
@@ -57,6 +59,55 @@ double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+// The report leaves out exactly find_inconsistent_rows' rows; rule (a) (a measured time that
+// falls by more than 15 % as the micro-batch grows) and rule (d) (fp16 no faster than fp32 on a
+// GPU with at least twice the fp16 peak) are re-derived here from each row's own numbers, in
+// both directions: every row breaking them is flagged, and every row flagged for them breaks
+// them. Rules (b) and (c) need the FLOP model; their rows must name what they contradict.
+void expect_inconsistent_rows_are_the_detectors(const ValidationReport& rep,
+                                                const ProfileTables& tables) {
+  const auto detected = find_inconsistent_rows(tables);
+  ASSERT_EQ(rep.inconsistent.size(), detected.size());
+  std::map<const LayerProfile*, std::string> flagged;
+  for (std::size_t i = 0; i < detected.size(); ++i) {
+    EXPECT_EQ(rep.inconsistent[i].row, detected[i].row) << i;
+    flagged[detected[i].row] = detected[i].reason;
+  }
+  EXPECT_FALSE(flagged.empty());
+  auto total_at4 = [](const LayerProfile& r) {
+    const LayerTime t = ProfileTables::evaluate(r, 4);
+    return t.forward_ms + t.backward_ms;  // same layers on both sides of a comparison
+  };
+  for (const auto& r : tables.rows()) {
+    bool falls = false;
+    for (std::size_t i = 1; i < r.micro_batches.size(); ++i)
+      falls = falls || r.forward_ms[i] < 0.85 * r.forward_ms[i - 1] ||
+              r.backward_ms[i] < 0.85 * r.backward_ms[i - 1];
+    bool fp16_slow = false;
+    if (r.dtype == Dtype::FP16) {
+      const DeviceSpec& g = GpuCatalog::builtin().get(r.gpu);
+      const auto* f32 = tables.find(r.model, r.gpu, r.seq, Dtype::FP32);
+      fp16_slow = f32 && effective_peak(g, Dtype::FP16) >= 2 * effective_peak(g, Dtype::FP32) &&
+                  total_at4(r) >= 0.95 * total_at4(*f32);
+    }
+    const std::string label = r.file_model + " / " + r.file_gpu + " / seq " +
+                              std::to_string(r.seq) + " / " + to_string(r.dtype);
+    const auto it = flagged.find(&r);
+    if (falls || fp16_slow) {
+      EXPECT_NE(it, flagged.end()) << label << " breaks rule (a) or (d) but is kept";
+      continue;
+    }
+    if (it == flagged.end()) continue;
+    const std::string& why = it->second;
+    const bool a_or_d = why.starts_with("measured time falls") || why.starts_with("fp16 (");
+    EXPECT_FALSE(a_or_d) << label << " is flagged for a rule it does not break: " << why;
+    const bool b = why.find("TFLOP/s peak") != std::string::npos;
+    const bool c = why.find("is not slower than") != std::string::npos &&
+                   why.find("contradicts the") != std::string::npos;
+    EXPECT_TRUE(b || c) << label << ": " << why;
+  }
 }
 
 }  // namespace
@@ -117,7 +168,9 @@ TEST(ComputeValidation, LeaveOneGpuOutAndLeaveOneModelOut) {
   EXPECT_LE(rep.lomo_median_over_gpus, 8.8);
   EXPECT_LE(rep.unseen_model_median_over_gpus, 11.0);
   EXPECT_LE(rep.logeno_median_over_generations, 17.6);
-  EXPECT_EQ(rep.inconsistent.size(), 20u);  // no row is left out beyond the detector's
+  // The rows left out are exactly the detector's, each for a rule its reason states; the count
+  // (printed above) is whatever the published data holds, not a number to pin.
+  expect_inconsistent_rows_are_the_detectors(rep, ProfileTables::builtin());
   // The detector finds the contradictions the issue names (a larger GPT faster than a smaller).
   bool gpt_pair = std::any_of(rep.inconsistent.begin(), rep.inconsistent.end(), [](const auto& i) {
     return i.reason.find("gpt-2.7b") != std::string::npos &&
@@ -231,7 +284,9 @@ TEST(PublishedThroughput, HopperCheckSetComputeOnly) {
             << "%; with GEMM waves: " << fixed(mean(err_waves), 1) << "%), Kendall tau "
             << fixed(tau, 2) << " over " << points.size() << " points\n";
   EXPECT_EQ(points.size(), 52u);
-  EXPECT_LT(mean(err), 100.0);
+  // Guard at the recorded value (6.4 %, 2026-12-02, Kendall tau 0.97) + 1 point, as the other
+  // guards of this file: the set is never fitted, so a regression of the compute model shows here.
+  EXPECT_LE(mean(err), 7.4);
 }
 
 // The NeuSight kernel set: per op class, each kernel priced from its FLOPs and bytes with θ

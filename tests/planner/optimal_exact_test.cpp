@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <random>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -50,9 +51,10 @@ struct Best {
 };
 
 // Every plan of the grid under one schedule (offload none, prefetch; `schedule`'s accumulation
-// and checkpointing; micro-batches of `micro_batch` when > 0, else every split).
+// and checkpointing; micro-batches of `micro_batch` when > 0, else every split). With
+// `idle_ranks`, a rank may also get no samples at all (batch 0, it only holds state).
 Best brute_force(const Scenario& s, const costmodels::CostModels& models, double grid,
-                 const Plan& schedule, int micro_batch = 0) {
+                 const Plan& schedule, int micro_batch = 0, bool idle_ranks = false) {
   const int n = s.cluster.num_ranks();
   const int B = s.job.global_batch;
   Plan plan = empty_plan(s, "grid");
@@ -96,6 +98,12 @@ Best brute_force(const Scenario& s, const costmodels::CostModels& models, double
       return;
     }
     auto& r = plan.ranks[i];
+    if (r.batch == 0) {
+      r.micro_batch = 0;
+      r.micro_batches = 0;
+      micro(i + 1);
+      return;
+    }
     int last_count = -1;
     for (int m = 1; m <= r.batch; ++m) {
       if (micro_batch > 0 && m != std::min(micro_batch, r.batch)) continue;
@@ -113,7 +121,8 @@ Best brute_force(const Scenario& s, const costmodels::CostModels& models, double
       micro(0);
       return;
     }
-    for (int b = 1; b <= left - (n - 1 - i); ++b) {
+    const int least = idle_ranks ? 0 : 1;
+    for (int b = least; b <= left - least * (n - 1 - i); ++b) {
       plan.ranks[i].batch = b;
       batches(i + 1, left - b);
     }
@@ -221,6 +230,76 @@ TEST(OptimalExact, UnderEveryFixedScheduleOptimalIsNearTheGridBestAndNoSlowerTha
         EXPECT_LE(gap, 0.001) << label;
       }
   std::cout << "worst gap " << 100 * worst << " %\n";
+}
+
+// Random small heterogeneous instances (fixed seed, so a failure reproduces): 2 or 3 GPUs
+// drawn from six generations, a model, a global batch of 3-6 (2-6 with two GPUs), each solved
+// by `optimal` and scored against every plan of the grid through the simulator. Returns the
+// worst gap (1 - grid best / optimal) over the instances.
+double worst_gap_on_random_instances(bool idle_ranks, double tolerance) {
+  const std::vector<std::string> pool = {"p40", "t4", "v100-pcie-16gb", "l4", "a6000", "a100-40gb"};
+  const std::vector<std::string> models = {"gpt-1.3b", "gpt-2.7b", "llama-3b"};
+  std::mt19937 rng(20261202);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  double worst = 0;
+  for (int instance = 0; instance < 10; ++instance) {
+    Case c;
+    c.model = models[static_cast<std::size_t>(pick(3))];
+    c.seq = 512;
+    const int n = 2 + pick(2);
+    c.batch = n + pick(7 - n);
+    for (int i = 0; i < n; ++i) c.gpus.push_back(pool[static_cast<std::size_t>(pick(6))]);
+    c.grid = n == 2 ? 0.05 : 0.1;
+    const Scenario s = make_case(c);
+    const auto cm = costmodels::make_cost_models(s);
+    PlannerOptions opt;
+    opt.strategy = "optimal";
+    opt.offload = "none";
+    std::string label = c.model + " b" + std::to_string(c.batch);
+    for (const auto& g : c.gpus) label += " " + g;
+    PlanResult res;
+    try {
+      res = make_plan(s, opt);
+    } catch (const InfeasibleError& e) {
+      // Then no grid plan may fit either.
+      const Best best = brute_force(s, cm, c.grid, empty_plan(s, "grid"), 0, idle_ranks);
+      EXPECT_FALSE(std::isfinite(best.seconds)) << label << ": optimal says " << e.what();
+      std::cout << label << ": infeasible for optimal and the grid\n";
+      continue;
+    }
+    const auto mine = simulate_plan(s, cm, res.plan);
+    EXPECT_FALSE(mine.oom) << label;
+    const Best best = brute_force(s, cm, c.grid, empty_plan(s, "grid"), 0, idle_ranks);
+    const double gap = 1 - best.seconds / mine.iteration_s;
+    worst = std::max(worst, gap);
+    std::cout << label << ": optimal " << mine.iteration_s << " s, grid best " << best.seconds
+              << " s over " << best.plans << " plans (gap " << 100 * gap << " %):";
+    for (const auto& r : best.plan.ranks)
+      std::cout << " [b" << r.batch << " m" << r.micro_batch << " s" << r.state_share << "]";
+    std::cout << "\n";
+    EXPECT_GE(best.seconds, mine.iteration_s * (1 - tolerance)) << label;
+  }
+  std::cout << "worst gap of optimal behind the grid: " << 100 * worst << " %\n";
+  return worst;
+}
+
+// Every rank with at least one sample (the grid of the cases above). Measured: optimal is at
+// least as fast as the grid's best on all 10 instances (worst gap 0 %, the grid best up to
+// 0.53 % slower), so the tolerance is the compute-bound cases' 1e-6, rounding only. (On
+// llama-3b b2 A6000 + T4 no such plan fits; optimal's plan idles the T4.)
+constexpr double kRandomTolerance = 1e-6;
+TEST(OptimalExact, RandomHeterogeneousInstancesAgainstTheGrid) {
+  worst_gap_on_random_instances(/*idle_ranks=*/false, kRandomTolerance);
+}
+
+// The same grid where a rank may take no samples (it only holds state). Disabled, a finding
+// for the planner: `optimal` idles a rank only where nothing else fits, and on these instances
+// a grid plan that leaves the slowest GPUs (P40, T4) without samples simulates up to 44.7 %
+// faster (gpt-2.7b b3 on A100-40GB + P40 + T4: optimal 2.434 s, grid 1.346 s with only the A100
+// computing); 6 of the 9 feasible instances lose by more than 3 %. Enable it when the planner
+// considers idle ranks.
+TEST(OptimalExact, DISABLED_RandomHeterogeneousInstancesAgainstTheGridWithIdleRanks) {
+  worst_gap_on_random_instances(/*idle_ranks=*/true, kRandomTolerance);
 }
 
 }  // namespace
