@@ -129,7 +129,9 @@ TEST(MpiRun, SingleRankCommunicatorWithoutMpiEqualsTheMpiRun) {
   auto large = dev->allocate(8, cephalo::backend::ElemType::F32);
   auto& s = dev->stream(cephalo::backend::StreamKind::Comm);
   EXPECT_THROW(comm->all_gather(s, small.ref(), large.ref()), cephalo::RuntimeFailure);
-  EXPECT_THROW(comm->all_gather_v(s, small.ref(), large.ref(), {4, 4}), cephalo::RuntimeFailure);
+  EXPECT_THROW(
+      comm->all_gather_v(s, small.ref(), large.ref(), {4, 4}, cephalo::UnevenCollective::Grouped),
+      cephalo::RuntimeFailure);
 }
 
 TEST(MpiRun, UntiedHeadUnevenStepEqualsSingleRankFullBatch) {
