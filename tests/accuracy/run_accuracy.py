@@ -141,8 +141,9 @@ def with_micro_batches(plan, count, accumulation, offload="none", checkpointing=
     p.pop("predicted", None)
     p["accumulation"] = accumulation
     p["offload"] = offload
-    if checkpointing != "full":
-        p["activation_checkpointing"] = checkpointing
+    # Always written: the planner's default may have chosen another checkpointing, and the
+    # variant fixes it (host offload needs full).
+    p["activation_checkpointing"] = checkpointing
     if sharding == "hybrid":
         p["sharding"] = {"kind": "hybrid", "groups": [[r["rank"]] for r in p["ranks"]]}
         for r in p["ranks"]:

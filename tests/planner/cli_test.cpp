@@ -21,12 +21,13 @@ namespace fs = std::filesystem;
 
 struct Run {
   int code = -1;
-  std::string out;
+  std::string out;   // stdout then stderr, for the messages
+  std::string json;  // stdout alone: warnings on stderr must not break the record
 };
 
 Run run(const std::string& args) {
-  auto r = cephalo::test_support::run_combined(std::string(CEPHALO_CLI) + " " + args);
-  return {r.code, r.output};
+  auto r = cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " " + args);
+  return {r.code, r.out + r.err, r.out};
 }
 
 fs::path tmp(const std::string& name) {
@@ -66,7 +67,7 @@ TEST(PlanCli, EveryStrategyWritesAValidPlan) {
 TEST(PlanCli, JsonIsThePlanWithItsPrediction) {
   const auto r = run("plan --scenario " + kDefault + " --strategy optimal --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto plan = nlohmann::json::parse(r.out);
+  const auto plan = nlohmann::json::parse(r.json);
   EXPECT_EQ(plan["ranks"].size(), 4u);
   EXPECT_GT(plan["predicted"]["predicted_iteration_s"].get<double>(), 0);
   EXPECT_EQ(plan["predicted"]["ranks"].size(), 4u);
@@ -124,11 +125,11 @@ TEST(PlanCli, ChosenCheckpointingIsTheLeastRecomputeThatFits) {
   auto r = run("plan --scenario " + tiny.string() +
                " --strategy even --activation-checkpointing auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["activation_checkpointing"], "none");
+  EXPECT_EQ(nlohmann::json::parse(r.json)["activation_checkpointing"], "none");
   r = run("plan --scenario " + kDefault +
           " --strategy even --activation-checkpointing auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(nlohmann::json::parse(r.out).value("activation_checkpointing", nlohmann::json("full")),
+  EXPECT_NE(nlohmann::json::parse(r.json).value("activation_checkpointing", nlohmann::json("full")),
             "none");
 }
 
@@ -151,7 +152,7 @@ TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo
   const auto r = run("plan --scenario " + tiny.string() +
                      " --strategy optimal --activation-checkpointing auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string note = nlohmann::json::parse(r.out)["predicted"]["note"];
+  const std::string note = nlohmann::json::parse(r.json)["predicted"]["note"];
   EXPECT_NE(note.find("schedules (accumulation / checkpointing / offload) solved"),
             std::string::npos)
       << note;
@@ -347,7 +348,7 @@ TEST(PlanCli, AGroupThatCannotHoldItsCopyOfTheStateIsRefused) {
   // auto keeps full sharding and says why the hybrid grouping lost.
   r = run("plan --scenario " + f.string() + " --strategy optimal --sharding auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto chosen = nlohmann::json::parse(r.out);
+  const auto chosen = nlohmann::json::parse(r.json);
   EXPECT_EQ(chosen.value("sharding", nlohmann::json("full")), "full");
   EXPECT_NE(chosen["predicted"]["note"].get<std::string>().find("does not fit"), std::string::npos);
   // A hand-written plan with that grouping: validate names the file, the JSON path, the group
