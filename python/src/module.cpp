@@ -27,6 +27,7 @@
 #include "cephalo/costmodels/prediction_records.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/compare.hpp"
@@ -135,17 +136,20 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
   traces::check_groups_hold_state(plan, scenario, plan_label);
   auto models = costmodels::make_cost_models(scenario, compute_model);
   check_outputs({{"trace", trace}});  // before simulating, as the CLI does
-  traces::TrainingGraph graph = traces::build_training_graph(plan, scenario, models.comm.get());
   sim::SimOptions options;
   options.record_ops = ops;
   options.record_memory = !trace.empty();  // the trace's memory counter track
   options.link_sharing = link_sharing;
   options.queue = queue;
-  sim::SimResult result =
-      sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+  // The CLI's replay: in full (with the graph) for per-op records and traces, else by class.
+  auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
+  sim::SimResult& result = replay.result;
   result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
-  if (!trace.empty()) traces::write_chrome_trace(trace, sim::trace_input(result, graph, scenario));
-  return {traces::render_json(result.report), op_columns(graph, result.report.ops)};
+  if (!trace.empty())
+    traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
+  Columns columns;
+  if (ops) columns = op_columns(*replay.graph, result.report.ops);
+  return {traces::render_json(result.report), std::move(columns)};
 }
 
 // The per-op columns of a record's ops (a SimResult or a RunResult of `cephalo run`, whose op

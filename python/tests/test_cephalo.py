@@ -554,8 +554,10 @@ def test_simulate_writes_the_clis_trace(tmp_path):
     assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
     events = json.loads((tmp_path / "py.json").read_text())["traceEvents"]
     assert any(e.get("ph") == "X" for e in events) and any(e.get("ph") == "C" for e in events)
-    # The trace changes nothing in the record.
-    assert record == cephalo.simulate(DEFAULT, plan_file)
+    # The trace changes nothing in the record but the replay's work: a trace needs the full
+    # replay, which processes more events than the replay by class of identical ranks.
+    plain = cephalo.simulate(DEFAULT, plan_file)
+    assert record.pop("events") > plain.pop("events") and record == plain
     # An output that is an input is refused before the replay, and the input is untouched.
     before = plan_file.read_bytes()
     with pytest.raises(cephalo.IoError) as info:
