@@ -61,7 +61,7 @@ def _flat(rows):
             if not isinstance(value, dict):
                 flat[key] = value
                 continue
-            head, sep, unit = key.rpartition("_")
+            _, sep, unit = key.rpartition("_")
             for sub, v in value.items():
                 name = f"{sub}_{unit}" if sep and unit in ("bytes", "s") else f"{key}_{sub}"
                 if name in row or name in flat:

@@ -589,6 +589,9 @@ def test_sweep_frame_has_nan_where_a_mix_is_infeasible(tmp_path):
     assert infeasible["samples_per_s"].isna().all()
     assert infeasible["samples_per_dollar"].isna().all()
     assert (infeasible["error"] != "").all()
+    # The lone T4 cannot even be planned: no planner estimate either.
+    assert infeasible["predicted_samples_per_s"].isna().all()
+    assert (feasible["predicted_samples_per_s"] > 0).all()
     by_mix = {m["mix"]: m for m in record["mixes"]}
     for row in feasible.itertuples():
         assert row.samples_per_s == by_mix[row.mix]["samples_per_s"] > 0
