@@ -298,15 +298,18 @@ GIL_SILENCE = 0.8
 def test_long_calls_release_the_gil():
     # A Python thread runs while simulate works in C++. The binding is called directly, with
     # the scenario and plan loaded beforehand, so that no Python code of the wrapper (which
-    # lets the ticker in every switch interval) runs inside the measured call; on this
-    # scenario a call takes ~170 ms on a loaded 2-core machine. In some call of twenty the
-    # ticker is never silent for GIL_SILENCE of the call (a busy machine may starve it during
-    # some calls, not during all twenty; measured: the least of twenty 0.29, most 0.35-0.7).
+    # lets the ticker in every switch interval) runs inside the measured call. With per-op
+    # records the replay runs in full (without them, by class of identical ranks, ~1 ms here:
+    # too short to tell anything); a call takes ~35 ms idle, more on a loaded 2-core machine,
+    # of which converting the 9,840 ops' columns to Python holds the GIL. In some call of
+    # twenty the ticker is never silent for GIL_SILENCE of the call (a busy machine may
+    # starve it during some calls, not during all twenty; measured 2026-12-02 under load 6 on
+    # the 2-core machine, six runs: the least of twenty 0.08-0.13, the most 0.17-0.22).
     from cephalo import _cephalo
     scenario = cephalo.load_scenario(SCENARIOS / "a100-l4-ethernet-gpt2.7b.json")
     plan = cephalo.load_plan(cephalo.plan(scenario, strategy="even", compute_model="roofline"))
     silences = longest_silences(lambda: _cephalo.simulate_json(
-        scenario, plan, "<plan>", False, "roofline", True, "binary-heap", ""), 20)
+        scenario, plan, "<plan>", True, "roofline", True, "binary-heap", ""), 20)
     assert min(silences) < GIL_SILENCE, f"longest silence per simulate call: {silences}"
 
 
