@@ -180,7 +180,7 @@ void run_profile(const ProfileArgs& a) {
   costmodels::MeasuredProfile prof = backend::profile_model(*rt.device, *rt.comm, cfg, popt, say);
   if (world == 1) say("single process: no collective sweep (run under mpirun -np N for one)");
   if (!lead) return;
-  prof.tool = "cephalo profile 0.1.0";
+  prof.tool = "cephalo profile " CEPHALO_VERSION;
   prof.date = iso_now();
   prof.host = host_name();
   prof.source = "measured by cephalo profile on " + rt.device->name() + ", " +

@@ -57,16 +57,11 @@ void add_simulate_command(CLI::App& app) {
     options.record_memory = !a.trace.empty();
     options.link_sharing = !a.no_link_sharing;
     options.queue = a.queue;
-    // Per-op records and traces need every rank's ops: the full graph. Otherwise the replay
-    // runs one representative per class of identical ranks (sim/class_replay.hpp).
-    std::optional<traces::TrainingGraph> graph;
-    sim::SimResult result;
-    if (a.ops || !a.trace.empty()) {
-      graph = traces::build_training_graph(plan, scenario, models.comm.get());
-      result = sim::simulate(*graph, scenario, plan, *models.compute, *models.comm, options);
-    } else {
-      result = sim::simulate_plan(plan, scenario, *models.compute, *models.comm, options);
-    }
+    // Per-op records and traces need every rank's ops: the full graph, which replay_plan keeps.
+    // Otherwise it replays one representative per class of identical ranks.
+    auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
+    sim::SimResult& result = replay.result;
+    const std::optional<traces::TrainingGraph>& graph = replay.graph;
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);

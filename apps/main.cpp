@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Cephalo: plan, simulate and run transformer training on heterogeneous GPU clusters"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("cephalo 0.1.0"));
+  app.set_version_flag("--version", std::string("cephalo " CEPHALO_VERSION));
   cli::add_describe_command(app);
   cli::add_validate_command(app);
   cli::add_plan_command(app);

@@ -163,7 +163,15 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
   Job job;
   reader.allow({"description", "name"});
   auto model = reader.child("model");
-  if (model.is_string()) {
+  if (auto spec = reader.optional_child("model_spec")) {
+    // The resolved architecture a self-contained record carries (to_self_contained_json): it is
+    // the model, and "model" only its name as first written, so a job read from a config file
+    // or an inline architecture reads back without the catalog or the file.
+    if (!model.is_string())
+      model.fail("the model's name (a string) beside \"model_spec\", the architecture");
+    job.model = parse_model_spec(*spec);
+    job.model_name = model.as_string();
+  } else if (model.is_string()) {
     job.model_name = model.as_string();
     auto spec = lookup.find_model(job.model_name);
     if (!spec) {
@@ -419,6 +427,22 @@ Json to_json(const Job& job) {
             {"epsilon", job.optimizer.epsilon},
             {"weight_decay", job.optimizer.weight_decay}}},
           {"implementation", to_json(job.implementation)}};
+}
+
+Json to_self_contained_json(const Job& job) {
+  Json j = to_json(job);
+  j["model_spec"] = to_json(job.model);
+  return j;
+}
+
+Json to_self_contained_json(const Scenario& scenario) {
+  Json j = to_json(scenario);
+  j["job"] = to_self_contained_json(scenario.job);
+  // Absolute, so that the record reads back from any working directory (a relative path was
+  // resolved against the working directory of the process that read the scenario).
+  if (j.contains("calibration"))
+    for (auto& c : j["calibration"]) c = std::filesystem::absolute(c.get<std::string>()).string();
+  return j;
 }
 
 Json to_json(const Scenario& scenario) {

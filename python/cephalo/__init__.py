@@ -8,8 +8,12 @@ bytes `cephalo simulate --json` prints. Errors raise the classes of `cephalo.err
     import cephalo
     s = cephalo.load_scenario("scenarios/default.json")
     p = cephalo.plan(s, strategy="optimal")
-    r = cephalo.simulate(s, p, ops=True)
+    r = cephalo.simulate(s, p, ops=True, trace="trace.json")   # trace: opens in Perfetto
     r.ranks_frame()          # pandas.DataFrame, one row per rank
+    r.ops_frame()            # one row per op: name, kind, rank, unit, micro-batch, times
+
+Units are in the field names and in each docstring: times in seconds (`_s`), sizes in bytes
+(`_bytes`), throughput in samples/s or tokens/s, prices in dollars per hour.
 """
 
 import json as _json
@@ -20,12 +24,15 @@ from .errors import (CephaloError, InfeasibleError, IoError, NotFoundError, Runt
                      ValidationError)
 
 __all__ = [
-    "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
+    "__version__", "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
     "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
     "load_plan", "validate", "plan", "simulate", "sweep", "compare", "describe_model",
     "predict_layer", "predict_memory", "predict_collective", "strategies", "compute_sources",
     "hf_model_types",
 ]
+
+# The CMake project version (the one `cephalo --version` prints), compiled into the module.
+__version__ = _cephalo.__version__
 
 Scenario = _cephalo.Scenario
 Plan = _cephalo.Plan
@@ -43,29 +50,104 @@ def _text(source):
     return _json.dumps(source)
 
 
+def _flat(rows):
+    """Rows with each dict-valued field spread into columns of their own, so that a frame has
+    one value per cell: {"terms_bytes": {"activations": 3}} gives "activations_bytes" (the
+    unit suffix of the field moves to each key), any other {"a": {"b": 1}} gives "a_b"."""
+    out = []
+    for row in rows:
+        flat = {}
+        for key, value in row.items():
+            if not isinstance(value, dict):
+                flat[key] = value
+                continue
+            _, sep, unit = key.rpartition("_")
+            for sub, v in value.items():
+                name = f"{sub}_{unit}" if sep and unit in ("bytes", "s") else f"{key}_{sub}"
+                if name in row or name in flat:
+                    name = f"{key}.{sub}"  # never overwrite a field the row has itself
+                flat[name] = v
+        out.append(flat)
+    return out
+
+
+# Per-op columns, in frame order (the graph's fields between the id and the times).
+_OP_COLUMNS = ("name", "kind", "rank", "stream", "unit", "micro_batch", "micro_batch_samples")
+_OP_AMOUNTS = ("flops", "bytes")
+# Sweep fields with no value for an infeasible mix (the record writes 0): NaN in mixes_frame.
+_SWEEP_THROUGHPUT = ("samples_per_s", "samples_per_dollar")
+
+
 class Record(dict):
-    """A JSON record as a dict, with pandas views of its tables (pandas is optional)."""
+    """A JSON record as a dict (equal to the CLI's --json record), with pandas views of its
+    tables (pandas is optional, imported by the views)."""
 
     def _frame(self, key):
         import pandas  # optional dependency: only the DataFrame views need it
-        return pandas.DataFrame(self.get(key, []))
+        return pandas.DataFrame(_flat(self.get(key, [])))
 
     def ranks_frame(self):
-        """One row per rank (the record's "ranks")."""
+        """One row per rank (the record's "ranks"), one value per cell: a SimResult's times in
+        seconds (compute_s, comm_s, idle_s, ...) and memory in bytes (peak_memory_bytes,
+        capacity_bytes); predict_memory's terms as columns of their own, in bytes
+        (training_state_bytes, activations_bytes, ... beside total_bytes)."""
         return self._frame("ranks")
 
-    def ops_frame(self):
-        """One row per op (the record's "ops": id, start_s, end_s; simulate with ops=True)."""
-        frame = self._frame("ops")
+    def ops_frame(self, scenario=None, plan=None):
+        """One row per op of the record's "ops" (simulate with ops=True, or a RunResult
+        recorded with per-op times): id; what the op is, from the plan's training graph:
+        name ("F u3 mb1 r0"), kind ("forward", "all_gather", ...), rank, stream ("compute",
+        "comm", "d2h", "h2d"), unit (0 embedding, 1..L layers, L+1 head, -1 the optimizer),
+        micro_batch (index in the rank's micro-batches, -1 none), micro_batch_samples
+        (samples, 0 none); then start_s, end_s, duration_s (seconds from the iteration start),
+        flops (model FLOPs of a compute op) and bytes (a collective's full buffer, a copy's
+        bytes). A record from simulate() knows its graph; any other needs the scenario and
+        plan it ran (else only id and the times)."""
+        import pandas
+        timings = self.get("ops", [])
+        columns = getattr(self, "_op_columns", None)
+        if columns is None and (scenario is not None or plan is not None):
+            if scenario is None or plan is None:
+                raise ValueError("give both scenario and plan (the graph the op ids key)")
+            p, label = _plan_and_label(plan)
+            columns = _cephalo.op_table(load_scenario(scenario), p, label, _json.dumps(self))
+        data = {"id": [o["id"] for o in timings]}
+        if columns is not None:
+            data.update((c, columns[c]) for c in _OP_COLUMNS)
+        data["start_s"] = [o["start_s"] for o in timings]
+        data["end_s"] = [o["end_s"] for o in timings]
+        frame = pandas.DataFrame(data)
+        frame["duration_s"] = frame["end_s"] - frame["start_s"]
+        if columns is not None:
+            for c in _OP_AMOUNTS:
+                frame[c] = columns[c]
+        return frame
+
+    def mixes_frame(self):
+        """One row per mix of a sweep record: mix ("2x A100-80GB + 4x L4"), gpus,
+        cost_per_hour (dollars per hour), feasible, meets_constraints, samples_per_s
+        (simulated, samples/s), predicted_samples_per_s (the planner's), samples_per_dollar
+        (samples per dollar), pareto, planning_s (seconds), error (why infeasible), counts
+        (per pool entry). Throughput a mix does not have is NaN, not the record's 0:
+        samples_per_s and samples_per_dollar of every infeasible mix, and
+        predicted_samples_per_s of a mix that could not be planned."""
+        frame = self._frame("mixes")
         if len(frame):
-            frame["duration_s"] = frame["end_s"] - frame["start_s"]
+            infeasible = ~frame["feasible"].astype(bool)
+            for c in _SWEEP_THROUGHPUT:
+                frame[c] = frame[c].astype(float).mask(infeasible)
+            unplanned = infeasible & (frame["predicted_samples_per_s"] == 0)
+            frame["predicted_samples_per_s"] = (
+                frame["predicted_samples_per_s"].astype(float).mask(unplanned))
         return frame
 
     def to_pandas(self, table="ranks"):
-        """The DataFrame of `table` ("ranks" or "ops")."""
-        if table not in ("ranks", "ops"):
-            raise ValueError('table must be "ranks" or "ops"')
-        return self.ranks_frame() if table == "ranks" else self.ops_frame()
+        """The DataFrame of `table`: "ranks" (ranks_frame), "ops" (ops_frame) or "mixes"
+        (mixes_frame, a sweep)."""
+        views = {"ranks": self.ranks_frame, "ops": self.ops_frame, "mixes": self.mixes_frame}
+        if table not in views:
+            raise ValueError('table must be "ranks", "ops" or "mixes"')
+        return views[table]()
 
 
 def _record(text):
@@ -74,7 +156,8 @@ def _record(text):
 
 def load_scenario(source, base_dir=None):
     """A Scenario from a scenario file, or a dict (relative cluster/job files and hf_config
-    paths resolve against base_dir, default the working directory)."""
+    paths resolve against base_dir, default the working directory). A dict may be a
+    Scenario's own to_json(), which reads back to an equal Scenario."""
     if isinstance(source, Scenario):
         return source
     if _is_path(source):
@@ -145,8 +228,12 @@ def hf_model_types():
 def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
          verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
          activation_checkpointing=None, sharding=None, group_size=None, text=False):
-    """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints (with
-    its "predicted" block). Pass it to simulate() as it is.
+    """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
+    rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
+    "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
+    predicted_samples_per_s in samples/s; per rank compute_s in seconds, memory_bytes and
+    usable_bytes in bytes). Pass it to simulate() as it is. max_micro_batch is in samples,
+    search_neighbours the most neighbour plans `search` simulates.
 
     The schedule arguments are the CLI's flags (`--micro-batch`, `--accumulation`,
     `--activation-checkpointing`, `--sharding`, `--group-size`, `--offload`), checked the same
@@ -163,14 +250,26 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
 
 
 def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
-             queue="binary-heap", text=False):
+             queue="binary-heap", trace=None, text=False):
     """Replays one iteration of `plan` on the scenario's modelled cluster: the SimResult record
-    (per-op start/end times with ops=True). text=True returns the record's JSON text, the same
-    bytes as `cephalo simulate --json [--ops]`."""
+    of `cephalo simulate --json` (iteration_time_s in seconds, samples_per_s, tokens_per_s,
+    mfu as a fraction; per rank compute_s, comm_s, idle_s in seconds and peak_memory_bytes),
+    with ops=True also per-op start_s / end_s (seconds; ops_frame() names each op).
+    trace=path writes the Chrome/Perfetto trace `cephalo simulate --trace` writes (µs
+    timeline, one track per rank and stream, memory counters); an output that is an input or
+    cannot be written raises IoError before the replay. compute_model: "auto", "profile",
+    "calibrated" or "roofline"; link_sharing=False gives every transfer its isolated time.
+    text=True returns the record's JSON text, the same bytes as `cephalo simulate --json
+    [--ops]`."""
     s = load_scenario(scenario)
     p, label = _plan_and_label(plan)
-    out = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue)
-    return out if text else _record(out)
+    out, columns = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue,
+                                          "" if trace is None else _os.fspath(trace))
+    if text:
+        return out
+    record = _record(out)
+    record._op_columns = columns
+    return record
 
 
 def _result_source(source):
@@ -181,7 +280,9 @@ def _result_source(source):
 
 def compare(simulated, measured, scenario=None, plan=None):
     """Simulated vs measured (SimResult and RunResult records or files): the record of
-    `cephalo compare --json`. With scenario and plan, also per op class and op by op."""
+    `cephalo compare --json`, each metric's two values (seconds, samples/s, bytes as its name
+    says) and their relative error. With scenario and plan, also per op class and op by
+    op."""
     if (scenario is None) != (plan is None):
         raise ValueError("give both scenario and plan (the graph the op ids key), or neither")
     s = load_scenario(scenario) if scenario is not None else None
@@ -191,21 +292,27 @@ def compare(simulated, measured, scenario=None, plan=None):
 
 
 def sweep(spec, progress=None, max_mixes=5000):
-    """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix planned and simulated,
-    Pareto frontier marked. progress(done, total, mix) is called after each mix."""
+    """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix of the spec's pool
+    planned and simulated, the Pareto frontier over (cost per hour, simulated samples/s)
+    marked; .mixes_frame() is the table (NaN throughput where a mix is infeasible).
+    progress(done, total, mix) is called after each mix; more than max_mixes mixes raise
+    ValidationError before any is planned."""
     return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress))
 
 
 def describe_model(model):
-    """A catalog model (by name) or a Hugging Face config.json: architecture and parameter
-    counts, the record of `cephalo describe model NAME --json`."""
+    """A catalog model (by name) or a Hugging Face config.json: architecture (layers, hidden,
+    heads, ...) and parameter counts (total_parameters, a count of parameters), the record
+    of `cephalo describe model NAME --json`."""
     return _json.loads(_cephalo.model_json(_os.fspath(model)))
 
 
 def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", attention="flash",
                   fused_elementwise=True, compiled=False, framework="fsdp2"):
     """Per-layer forward / backward / recompute time of a model (catalog name, or the path of a
-    Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`), for the stack
+    Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`: forward_ms,
+    backward_ms, recompute_ms in milliseconds per layer and micro-batch; seq in tokens,
+    micro_batch in samples), for the stack
     named by attention ("flash" | "eager"), fused_elementwise, compiled and framework ("fsdp2" |
     "fsdp1" | "deepspeed_zero3" | "ddp"); the record's "implementation" says what was priced.
     dtype None: a config's torch_dtype, else fp16. "warnings" lists a dtype the GPU runs on a
@@ -223,7 +330,10 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
 
 
 def predict_memory(scenario, plan):
-    """The memory model's per-rank terms for a plan (`cephalo predict memory --json`)."""
+    """The memory model's per-rank terms for a plan (`cephalo predict memory --json`), in
+    bytes: per rank "terms_bytes" (training_state, activations, working_set, ...),
+    total_bytes, capacity_bytes, usable_bytes, headroom_bytes and fits. .ranks_frame() has
+    one column per term (training_state_bytes, ...), no dict in a cell."""
     s = load_scenario(scenario)
     p, label = _plan_and_label(plan)
     return _record(_cephalo.memory_json(s, p, label))
@@ -232,7 +342,8 @@ def predict_memory(scenario, plan):
 def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="auto",
                        sweep=None):
     """Time and bandwidth of one collective on the scenario's cluster (`cephalo predict
-    collective --json`): bytes is a number or a string with a unit ("64MiB"); ranks the
+    collective --json`: seconds, algbw_bytes_per_s and busbw_bytes_per_s in bytes per
+    second): bytes is a number of bytes or a string with a unit ("64MiB"); ranks the
     participants (default all), shares their slices summing to 1 (default even), uneven the
     variant for uneven shares ("auto": the cheaper of "grouped" and "padded"), sweep a
     measured collective sweep to calibrate the links with."""

@@ -6,14 +6,19 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -22,7 +27,9 @@
 #include "cephalo/costmodels/prediction_records.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -72,9 +79,45 @@ std::string job_json(const std::string& text, const std::string& label, bool is_
     JsonReader r(j, label);
     job = parse_job(r, costmodels::CatalogLookup::builtin());
   }
-  Json out = to_json(job);
-  out["model_spec"] = to_json(job.model);
-  return out.dump();
+  return to_self_contained_json(job).dump();
+}
+
+// Columns of a per-op table, by name: what the graph says of each op (name, kind, rank, stream,
+// unit, micro-batch, FLOPs, bytes) for the ops a record lists, in the record's order. Plain
+// vectors, so the table is built without the GIL and converted once it is held again.
+using Column =
+    std::variant<std::vector<std::string>, std::vector<std::int64_t>, std::vector<double>>;
+using Columns = std::map<std::string, Column>;
+
+Columns op_columns(const traces::TrainingGraph& graph, const std::vector<traces::OpTiming>& ops) {
+  std::vector<std::string> name, kind, stream;
+  std::vector<std::int64_t> rank, unit, micro_batch, micro_batch_samples;
+  std::vector<double> flops, bytes;
+  for (const auto& timing : ops) {
+    if (timing.id >= graph.num_ops())
+      throw ValidationError(
+          "<record>", "ops[].id", std::to_string(timing.id),
+          "an op id of the plan's graph (below " + std::to_string(graph.num_ops()) + ")");
+    const traces::Op& op = graph.op(timing.id);
+    name.push_back(graph.op_name(timing.id));
+    kind.push_back(traces::to_string(op.kind));
+    stream.push_back(traces::to_string(op.stream));
+    rank.push_back(op.rank);
+    unit.push_back(op.unit);
+    micro_batch.push_back(op.micro_batch);
+    micro_batch_samples.push_back(op.micro_batch_size);
+    flops.push_back(op.flops);
+    bytes.push_back(op.bytes);
+  }
+  return {{"name", std::move(name)},
+          {"kind", std::move(kind)},
+          {"stream", std::move(stream)},
+          {"rank", std::move(rank)},
+          {"unit", std::move(unit)},
+          {"micro_batch", std::move(micro_batch)},
+          {"micro_batch_samples", std::move(micro_batch_samples)},
+          {"flops", std::move(flops)},
+          {"bytes", std::move(bytes)}};
 }
 
 // What `cephalo plan --json` prints: the Plan carrying the planner's prediction.
@@ -82,22 +125,44 @@ std::string plan_json(const Scenario& scenario, const planner::PlannerOptions& o
   return planner::plan_record(planner::make_plan(scenario, options)).dump(2) + "\n";
 }
 
-// What `cephalo simulate --json [--ops]` prints, byte for byte.
-std::string simulate_json(const Scenario& scenario, const Plan& plan, const std::string& plan_label,
-                          bool ops, const std::string& compute_model, bool link_sharing,
-                          const std::string& queue) {
+// What `cephalo simulate --json [--ops]` prints, byte for byte, with the per-op columns of the
+// ops it lists (empty without ops); with a trace file, the Chrome/Perfetto trace `simulate
+// --trace` writes, through the same library calls.
+std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Plan& plan,
+                                              const std::string& plan_label, bool ops,
+                                              const std::string& compute_model, bool link_sharing,
+                                              const std::string& queue, const std::string& trace) {
   validate_plan_for(plan, scenario, plan_label);
   traces::check_groups_hold_state(plan, scenario, plan_label);
   auto models = costmodels::make_cost_models(scenario, compute_model);
-  traces::TrainingGraph graph = traces::build_training_graph(plan, scenario);
+  check_outputs({{"trace", trace}});  // before simulating, as the CLI does
   sim::SimOptions options;
   options.record_ops = ops;
+  options.record_memory = !trace.empty();  // the trace's memory counter track
   options.link_sharing = link_sharing;
   options.queue = queue;
-  sim::SimResult result =
-      sim::simulate(graph, scenario, plan, *models.compute, *models.comm, options);
+  // The CLI's replay: in full (with the graph) for per-op records and traces, else by class.
+  auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
+  sim::SimResult& result = replay.result;
   result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
-  return traces::render_json(result.report);
+  if (!trace.empty())
+    traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
+  Columns columns;
+  if (ops) columns = op_columns(*replay.graph, result.report.ops);
+  return {traces::render_json(result.report), std::move(columns)};
+}
+
+// The per-op columns of a record's ops (a SimResult or a RunResult of `cephalo run`, whose op
+// ids are the same graph's), from the scenario and the plan that ran.
+Columns op_table(const Scenario& scenario, const Plan& plan, const std::string& plan_label,
+                 const std::string& record_text) {
+  validate_plan_for(plan, scenario, plan_label);
+  traces::check_groups_hold_state(plan, scenario, plan_label);
+  Json j = document(record_text, "<record>");
+  JsonReader r(j, "<record>");
+  const auto report = traces::parse_iteration_report(r);
+  auto models = costmodels::make_cost_models(scenario, "auto");
+  return op_columns(traces::build_training_graph(plan, scenario, models.comm.get()), report.ops);
 }
 
 traces::IterationReport report_from(const std::string& text, const std::string& label,
@@ -223,16 +288,65 @@ PYBIND11_MODULE(_cephalo, m) {
   });
   using release = py::call_guard<py::gil_scoped_release>;
 
-  py::class_<Scenario>(m, "Scenario")
+  m.attr("__version__") = CEPHALO_VERSION;
+
+  // Pickled as its self-contained JSON (the job's architecture included), which reads back to
+  // the same scenario in any process; copies are C++ copies.
+  auto scenario_text = [](const Scenario& s) { return to_self_contained_json(s).dump(); };
+  py::class_<Scenario>(m, "Scenario", R"(A validated scenario (cluster + job), from load_scenario().
+
+name, model (the job's model name), sequence_length (tokens), global_batch (samples per
+iteration), num_ranks and gpus (device type per rank). to_json() is its self-contained JSON
+(cluster and job inline, the job's resolved architecture as "model_spec"), which
+load_scenario(json.loads(...)) reads back; pickle goes through that JSON, copy.copy and
+copy.deepcopy copy it, == compares the JSON.)")
       .def_readonly("name", &Scenario::name)
       .def_property_readonly("num_ranks", [](const Scenario& s) { return s.cluster.num_ranks(); })
       .def_property_readonly("model", [](const Scenario& s) { return s.job.model_name; })
-      .def("to_json", [](const Scenario& s) {
-        Json j = to_json(s);
-        j["job"]["model_spec"] = to_json(s.job.model);
-        return j.dump();
-      });
-  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("sequence_length",
+                             [](const Scenario& s) { return s.job.sequence_length; })
+      .def_property_readonly("global_batch", [](const Scenario& s) { return s.job.global_batch; })
+      .def_property_readonly("gpus",
+                             [](const Scenario& s) {
+                               std::vector<std::string> names;
+                               for (const auto& r : s.cluster.ranks())
+                                 names.push_back(r.slot->spec.name);
+                               return names;
+                             })
+      .def("to_json", scenario_text)
+      .def("__repr__",
+           [](const Scenario& s) {
+             // "4 GPUs (2x L4, RTX-A6000, P40)": counts of each device type in rank order.
+             std::vector<std::pair<std::string, int>> counts;
+             for (const auto& r : s.cluster.ranks()) {
+               if (counts.empty() || counts.back().first != r.slot->spec.name)
+                 counts.emplace_back(r.slot->spec.name, 0);
+               ++counts.back().second;
+             }
+             std::string gpus;
+             for (const auto& [name, n] : counts)
+               gpus += (gpus.empty() ? "" : ", ") + (n > 1 ? std::to_string(n) + "x " : "") + name;
+             const int n = s.cluster.num_ranks();
+             return "<cephalo.Scenario '" + s.name + "': " + s.job.model_name + ", sequence " +
+                    std::to_string(s.job.sequence_length) + ", global batch " +
+                    std::to_string(s.job.global_batch) + ", " + std::to_string(n) +
+                    (n == 1 ? " GPU (" : " GPUs (") + gpus + ")>";
+           })
+      .def("__eq__",
+           [scenario_text](const Scenario& a, const Scenario& b) {
+             return scenario_text(a) == scenario_text(b);
+           })
+      .def("__copy__", [](const Scenario& s) { return Scenario(s); })
+      .def(
+          "__deepcopy__", [](const Scenario& s, const py::dict&) { return Scenario(s); },
+          py::arg("memo"))
+      .def(py::pickle(scenario_text, [](const std::string& text) {
+        return scenario_from_text(text, "<pickled scenario>", ".");
+      }));
+  py::class_<Plan>(m, "Plan", R"(A validated plan, from load_plan() or the record plan() returns.
+
+Per rank: batch and micro_batch in samples, the micro-batch count, the state share (a
+fraction); num_ranks, and to_json() the plan file's text.)")
       .def_property_readonly("num_ranks", [](const Plan& p) { return p.ranks.size(); })
       .def("to_json", [](const Plan& p) { return to_json(p).dump(2) + "\n"; });
 
@@ -290,7 +404,9 @@ PYBIND11_MODULE(_cephalo, m) {
       py::arg("sharding"), py::arg("group_size"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
-        py::arg("queue"), release());
+        py::arg("queue"), py::arg("trace"), release());
+  m.def("op_table", &op_table, py::arg("scenario"), py::arg("plan"), py::arg("plan_label"),
+        py::arg("record_text"), release());
   m.def("compare_json", &compare_json, release());
   m.def("sweep_json", &sweep_json, py::arg("spec_file"), py::arg("max_mixes"), py::arg("progress"),
         release());

@@ -298,15 +298,18 @@ GIL_SILENCE = 0.8
 def test_long_calls_release_the_gil():
     # A Python thread runs while simulate works in C++. The binding is called directly, with
     # the scenario and plan loaded beforehand, so that no Python code of the wrapper (which
-    # lets the ticker in every switch interval) runs inside the measured call; on this
-    # scenario a call takes ~170 ms on a loaded 2-core machine. In some call of twenty the
-    # ticker is never silent for GIL_SILENCE of the call (a busy machine may starve it during
-    # some calls, not during all twenty; measured: the least of twenty 0.29, most 0.35-0.7).
+    # lets the ticker in every switch interval) runs inside the measured call. With per-op
+    # records the replay runs in full (without them, by class of identical ranks, ~1 ms here:
+    # too short to tell anything); a call takes ~35 ms idle, more on a loaded 2-core machine,
+    # of which converting the 9,840 ops' columns to Python holds the GIL. In some call of
+    # twenty the ticker is never silent for GIL_SILENCE of the call (a busy machine may
+    # starve it during some calls, not during all twenty; measured 2026-12-02 under load 6 on
+    # the 2-core machine, six runs: the least of twenty 0.08-0.13, the most 0.17-0.22).
     from cephalo import _cephalo
     scenario = cephalo.load_scenario(SCENARIOS / "a100-l4-ethernet-gpt2.7b.json")
     plan = cephalo.load_plan(cephalo.plan(scenario, strategy="even", compute_model="roofline"))
     silences = longest_silences(lambda: _cephalo.simulate_json(
-        scenario, plan, "<plan>", False, "roofline", True, "binary-heap"), 20)
+        scenario, plan, "<plan>", True, "roofline", True, "binary-heap", ""), 20)
     assert min(silences) < GIL_SILENCE, f"longest silence per simulate call: {silences}"
 
 
@@ -497,3 +500,208 @@ def test_sweep_reports_progress_and_equals_the_cli():
     for r in record["mixes"] + expected["mixes"]:
         r.pop("planning_s")  # wall time of the planner
     assert record == expected
+
+
+# -- parity with the CLI: op names, traces, sweep and memory frames, scenarios, version ------
+
+def cli_op_names(scenario, plan_file):
+    """Op id -> name from the table `cephalo simulate --ops` prints (no --json)."""
+    names = {}
+    for line in cli("simulate", "--scenario", scenario, "--plan", plan_file, "--ops").splitlines():
+        m = re.match(r"\s*(\d+)\s+(\S.*?)\s+[-+.0-9eE]+ ms\s+[-+.0-9eE]+ ms\s*$", line)
+        if m:
+            names[int(m.group(1))] = m.group(2)
+    return names
+
+
+def test_ops_frame_says_what_each_op_is(tmp_path):
+    pandas = pytest.importorskip("pandas")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(cli("plan", "--scenario", DEFAULT, "--strategy", "optimal", "--json"))
+    result = cephalo.simulate(DEFAULT, plan_file, ops=True)
+    frame = result.ops_frame()
+    assert list(frame.columns) == ["id", "name", "kind", "rank", "stream", "unit", "micro_batch",
+                                   "micro_batch_samples", "start_s", "end_s", "duration_s",
+                                   "flops", "bytes"]
+    assert len(frame) == len(result["ops"]) > 0
+    # The names are the CLI's, op by op.
+    assert dict(zip(frame["id"], frame["name"])) == cli_op_names(DEFAULT, plan_file)
+    assert set(frame["rank"]) == {0, 1, 2, 3} and set(frame["stream"]) <= {
+        "compute", "comm", "d2h", "h2d"}
+    forward = frame[frame["kind"] == "forward"]
+    assert len(forward) and (forward["unit"] >= 0).all() and (forward["micro_batch"] >= 0).all()
+    layers = forward[(forward["unit"] >= 1) & (forward["unit"] <= 32)]  # gpt-2.7b: 32 layers
+    assert (forward["micro_batch_samples"] >= 1).all() and (layers["flops"] > 0).all()
+    assert set(forward["unit"]) == set(range(34))  # embedding, 32 layers, head
+    step = frame[frame["kind"] == "optimizer_step"]
+    assert len(step) == 4 and (step["unit"] == -1).all() and (step["micro_batch"] == -1).all()
+    gathers = frame[frame["kind"].str.startswith("all_gather")]
+    assert len(gathers) and (gathers["bytes"] > 0).all() and (gathers["stream"] == "comm").all()
+    assert (frame["duration_s"] == frame["end_s"] - frame["start_s"]).all()
+    # Each name carries its rank and unit ("F u3 mb1 r0").
+    for row in forward.head(20).itertuples():
+        assert f"u{row.unit}" in row.name and row.name.endswith(f"r{row.rank}")
+    # A record read back from its JSON (or a RunResult) names its ops from scenario and plan.
+    plain = cephalo.Record(json.loads(json.dumps(result)))
+    assert list(plain.ops_frame().columns) == ["id", "start_s", "end_s", "duration_s"]
+    pandas.testing.assert_frame_equal(plain.ops_frame(DEFAULT, plan_file), frame)
+    with pytest.raises(ValueError):
+        plain.ops_frame(scenario=DEFAULT)
+
+
+def test_simulate_writes_the_clis_trace(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(cli("plan", "--scenario", DEFAULT, "--strategy", "even", "--json"))
+    cli("simulate", "--scenario", DEFAULT, "--plan", plan_file, "--trace", tmp_path / "cli.json")
+    record = cephalo.simulate(DEFAULT, plan_file, trace=tmp_path / "py.json")
+    assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    events = json.loads((tmp_path / "py.json").read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events) and any(e.get("ph") == "C" for e in events)
+    # The trace changes nothing in the record but the replay's work: a trace needs the full
+    # replay, which processes more events than the replay by class of identical ranks.
+    plain = cephalo.simulate(DEFAULT, plan_file)
+    assert record.pop("events") > plain.pop("events") and record == plain
+    # An output that is an input is refused before the replay, and the input is untouched.
+    before = plan_file.read_bytes()
+    with pytest.raises(cephalo.IoError) as info:
+        cephalo.simulate(DEFAULT, plan_file, trace=plan_file)
+    assert "trace" in str(info.value)
+    assert plan_file.read_bytes() == before
+    with pytest.raises(cephalo.IoError):
+        cephalo.simulate(DEFAULT, plan_file, trace=tmp_path / "no-such-dir" / "t.json")
+
+
+def test_sweep_frame_has_nan_where_a_mix_is_infeasible(tmp_path):
+    pandas = pytest.importorskip("pandas")
+    # One T4 cannot hold a 2.7B-parameter model's training state; four A100-80GB can.
+    spec = {"name": "nan-check",
+            "pool": [{"gpu": "t4", "max_count": 1}, {"gpu": "a100x80", "max_count": 4, "step": 4}],
+            "node": {"gpus_per_node": 4,
+                     "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
+                     "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
+            "job": {"model": "gpt-2.7b", "sequence_length": 512, "global_batch": 16},
+            "strategy": "even"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    record = cephalo.sweep(tmp_path / "spec.json")
+    frame = record.mixes_frame()
+    assert len(frame) == len(record["mixes"]) == 3
+    assert isinstance(frame, pandas.DataFrame) and record.to_pandas("mixes").equals(frame)
+    infeasible = frame[~frame["feasible"]]
+    feasible = frame[frame["feasible"]]
+    assert len(infeasible) and len(feasible)
+    assert infeasible["samples_per_s"].isna().all()
+    assert infeasible["samples_per_dollar"].isna().all()
+    assert (infeasible["error"] != "").all()
+    # The lone T4 cannot even be planned: no planner estimate either.
+    assert infeasible["predicted_samples_per_s"].isna().all()
+    assert (feasible["predicted_samples_per_s"] > 0).all()
+    by_mix = {m["mix"]: m for m in record["mixes"]}
+    for row in feasible.itertuples():
+        assert row.samples_per_s == by_mix[row.mix]["samples_per_s"] > 0
+    # The record itself stays the CLI's (0 where the frame says NaN).
+    assert all(m["samples_per_s"] == 0 for m in record["mixes"] if not m["feasible"])
+    # Throughput statistics skip what does not exist rather than averaging in zeros.
+    assert frame["samples_per_s"].mean() == feasible["samples_per_s"].mean()
+
+
+def test_memory_frame_has_one_column_per_term(default_plan):
+    pytest.importorskip("pandas")
+    record = cephalo.predict_memory(DEFAULT, default_plan)
+    frame = record.ranks_frame()
+    assert "terms_bytes" not in frame.columns
+    assert not any(isinstance(v, (dict, list)) for v in frame.to_numpy().ravel())
+    terms = record["ranks"][0]["terms_bytes"]
+    assert len(terms) > 3
+    for term, value in terms.items():
+        assert frame.loc[0, f"{term}_bytes"] == value
+    assert {"rank", "gpu", "total_bytes", "capacity_bytes", "headroom_bytes", "fits"} <= set(
+        frame.columns)
+    term_columns = [f"{t}_bytes" for t in terms]
+    assert frame[term_columns].sum(axis=1).to_numpy() == pytest.approx(
+        frame["total_bytes"].to_numpy(), rel=1e-9)
+
+
+def scenarios_to_round_trip(tmp_path):
+    shutil.copy(MODELS / "qwen2-0.5b.json", tmp_path / "config.json")
+    from_config = cephalo.load_scenario(
+        {"name": "qwen", "cluster": str(SCENARIOS / "clusters/paper-4gpu.json"),
+         "job": {"model": {"hf_config": "config.json"}, "sequence_length": 1024,
+                 "global_batch": 16}}, base_dir=tmp_path)
+    return [cephalo.load_scenario(DEFAULT), cephalo.load_scenario(CPU2), from_config]
+
+
+def test_scenario_round_trips_pickles_and_copies(tmp_path):
+    import copy
+    import pickle
+    for s in scenarios_to_round_trip(tmp_path):
+        text = s.to_json()
+        again = cephalo.load_scenario(json.loads(text))  # was "job.model_spec: unknown key"
+        assert again == s and again.to_json() == text
+        unpickled = pickle.loads(pickle.dumps(s))
+        assert isinstance(unpickled, cephalo.Scenario) and unpickled == s
+        assert unpickled.name == s.name and unpickled.model == s.model
+        for c in (copy.copy(s), copy.deepcopy(s)):
+            assert c is not s and c == s
+        plan = cephalo.plan(s, strategy="even", compute_model="roofline")
+        assert cephalo.simulate(unpickled, plan, compute_model="roofline", text=True) == \
+            cephalo.simulate(s, plan, compute_model="roofline", text=True)
+    assert cephalo.load_scenario(DEFAULT) != cephalo.load_scenario(CPU2)
+
+
+def test_scenario_repr_names_model_gpus_and_batch():
+    s = cephalo.load_scenario(DEFAULT)
+    assert repr(s) == ("<cephalo.Scenario 'paper-gpt2.7b': gpt-2.7b, sequence 512, "
+                       "global batch 64, 4 GPUs (2x L4, RTX-A6000, P40)>")
+    assert s.gpus == ["L4", "L4", "RTX-A6000", "P40"]
+    assert (s.sequence_length, s.global_batch) == (512, 64)
+
+
+def test_version_is_the_clis():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", cephalo.__version__)
+    assert cli("--version").split() == ["cephalo", cephalo.__version__]
+    pyproject = pathlib.Path(cephalo.__file__).parents[1] / "pyproject.toml"
+    if pyproject.exists():  # the package in the build tree (not an installed copy)
+        assert f'version = "{cephalo.__version__}"' in pyproject.read_text()
+
+
+def test_public_functions_document_their_units():
+    # Every public callable says what it does; those returning timed or sized records say in
+    # which units.
+    for name in cephalo.__all__:
+        obj = getattr(cephalo, name)
+        if callable(obj):
+            assert obj.__doc__ and len(obj.__doc__) > 40, name
+    for name, units in [("simulate", ("seconds", "bytes")), ("predict_memory", ("bytes",)),
+                        ("sweep", ("samples/s",)), ("predict_layer", ("ms",)),
+                        ("predict_collective", ("seconds",)), ("plan", ("seconds",))]:
+        doc = getattr(cephalo, name).__doc__
+        for unit in units:
+            assert unit in doc, (name, unit)
+    for view in ("ranks_frame", "ops_frame", "mixes_frame"):
+        assert "seconds" in getattr(cephalo.Record, view).__doc__, view
+
+
+# Every CLI command and what stands for it in Python; a command added to the CLI without an
+# entry here fails the test below.
+PYTHON_EQUIVALENTS = {
+    "describe": "describe_model",
+    "validate": "validate",
+    "plan": "plan",
+    "sweep": "sweep",
+    "predict": "predict_layer",       # and predict_memory, predict_collective
+    "simulate": "simulate",
+    "compare": "compare",
+    "run": None,      # the backend runs one process per rank under mpirun: the CLI's job
+    "profile": None,  # measures the devices under mpirun, as `run` does
+}
+
+
+def test_every_cli_command_has_its_python_counterpart():
+    help_text = cli("--help")
+    section = help_text[help_text.index("SUBCOMMANDS"):] if "SUBCOMMANDS" in help_text else \
+        help_text
+    commands = set(re.findall(r"^\s{2}([a-z][a-z-]*)\s", section, re.M))
+    assert commands == set(PYTHON_EQUIVALENTS), help_text
+    for command, function in PYTHON_EQUIVALENTS.items():
+        if function is not None:
+            assert callable(getattr(cephalo, function)), command

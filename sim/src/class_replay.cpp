@@ -151,12 +151,19 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                         const SimOptions& options) {
+  return replay_plan(plan, scenario, compute, comm, options).result;
+}
+
+PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
+                       const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+                       const SimOptions& options) {
   const int ranks = scenario.cluster.num_ranks();
   auto full = [&]() {
-    const auto graph = traces::build_training_graph(plan, scenario, &comm);
-    SimResult r = simulate(graph, scenario, plan, compute, comm, options);
-    r.replayed_ranks = ranks;
-    return r;
+    PlanReplay out;
+    out.graph = traces::build_training_graph(plan, scenario, &comm);
+    out.result = simulate(*out.graph, scenario, plan, compute, comm, options);
+    out.result.replayed_ranks = ranks;
+    return out;
   };
   if (options.record_ops || options.record_memory || ranks < 2) return full();
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
@@ -179,9 +186,10 @@ SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
     }
   const auto graph =
       traces::build_training_graph_of_ranks(plan, scenario, classes.representatives, &comm);
-  SimResult r = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
-  r.replayed_ranks = static_cast<int>(classes.representatives.size());
-  return r;
+  PlanReplay out;
+  out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
+  out.result.replayed_ranks = static_cast<int>(classes.representatives.size());
+  return out;
 }
 
 }  // namespace cephalo::sim

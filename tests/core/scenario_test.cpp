@@ -45,6 +45,59 @@ TEST(Scenario, CountsExpandAcrossNodes) {
   EXPECT_EQ(ranks[15].local_index, 3);
 }
 
+// A self-contained record reads back to the scenario it was written from, with no catalog
+// entry or config file to find; the plain to_json(Job) names the model only, which a config's
+// folder name or an inline architecture's name is not in the catalog.
+TEST(Scenario, SelfContainedJsonReadsBackToTheSameScenario) {
+  const auto& catalog = costmodels::CatalogLookup::builtin();
+  auto read_back = [&](const Json& j) {
+    JsonReader r(j, "<record>");
+    return parse_scenario(r, catalog, "/nonexistent");
+  };
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kScenarios)) {
+    if (entry.path().extension() != ".json") continue;
+    const Scenario s = costmodels::load_scenario(entry.path());
+    const Json once = to_self_contained_json(s);
+    const Scenario again = read_back(once);
+    EXPECT_EQ(to_self_contained_json(again), once) << entry.path();
+    EXPECT_EQ(again.job.model_name, s.job.model_name) << entry.path();
+    EXPECT_EQ(again.job.model.num_layers, s.job.model.num_layers) << entry.path();
+    EXPECT_EQ(again.cluster.num_ranks(), s.cluster.num_ranks()) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 3);
+
+  // A job whose model is a Hugging Face config: its name is the config's folder, no catalog
+  // model, and its compute dtype is the config's torch_dtype.
+  const auto config = kScenarios / "models" / "meta-llama-3-8b.json";
+  Json job = {
+      {"model", {{"hf_config", config.string()}}}, {"sequence_length", 1024}, {"global_batch", 8}};
+  JsonReader jr(job, "<job>");
+  const Job from_config = parse_job(jr, catalog);
+  const Json record = to_self_contained_json(from_config);
+  JsonReader rr(record, "<record>");
+  const Job back = parse_job(rr, catalog);
+  EXPECT_EQ(to_self_contained_json(back), record);
+  EXPECT_EQ(back.model.kv_heads, from_config.model.kv_heads);
+  EXPECT_EQ(back.precision.compute, from_config.precision.compute);
+  Json plain = to_json(from_config);
+  JsonReader pr(plain, "<plain>");
+  EXPECT_THROW(parse_job(pr, catalog), ValidationError);
+
+  // The architecture goes with a name; beside an inline or config model it is refused.
+  Json both = record;
+  both["model"] = {{"hf_config", config.string()}};
+  JsonReader br(both, "<both>");
+  try {
+    parse_job(br, catalog);
+    FAIL() << "expected a ValidationError";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.json_path(), "model");
+    EXPECT_NE(e.expected().find("model_spec"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Plan, RoundTripsThroughJson) {
   Json j = Json::parse(R"({"version":1,"scenario":"s","accumulation":"standard","offload":"host",
     "prefetch":false,"ranks":[

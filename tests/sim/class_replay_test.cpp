@@ -166,5 +166,46 @@ TEST(ClassReplay, EqualsTheFullReplayOnRandomClusters) {
   EXPECT_GE(ooms, 10);
 }
 
+// replay_plan keeps the full graph exactly when it replayed in full: per-op records (and memory
+// timelines) force the full replay, whose graph names every op the report lists; a class
+// replay has no full graph to give and reports what simulate_plan reports.
+TEST(ClassReplay, ReplayPlanKeepsTheGraphOfAFullReplay) {
+  std::mt19937 rng(20261202);
+  int classed = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Instance in = random_instance(rng);
+    const auto models = costmodels::make_cost_models(in.scenario, "roofline");
+    const int ranks = in.scenario.cluster.num_ranks();
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(ranks) + " ranks");
+    const PlanReplay plain = replay_plan(in.plan, in.scenario, *models.compute, *models.comm);
+    const SimResult by_simulate_plan =
+        simulate_plan(in.plan, in.scenario, *models.compute, *models.comm);
+    EXPECT_EQ(plain.result.iteration_ns, by_simulate_plan.iteration_ns);
+    EXPECT_EQ(plain.result.replayed_ranks, by_simulate_plan.replayed_ranks);
+    EXPECT_EQ(plain.graph.has_value(), plain.result.replayed_ranks == ranks);
+    classed += !plain.graph;
+
+    for (const bool memory : {false, true}) {
+      SimOptions options;
+      options.record_ops = !memory;
+      options.record_memory = memory;
+      const PlanReplay full =
+          replay_plan(in.plan, in.scenario, *models.compute, *models.comm, options);
+      ASSERT_TRUE(full.graph.has_value());
+      EXPECT_EQ(full.result.replayed_ranks, ranks);
+      EXPECT_EQ(full.result.iteration_ns, plain.result.iteration_ns);
+      EXPECT_EQ(full.result.start_ns.size(), full.graph->num_ops());
+      if (!memory) {
+        ASSERT_EQ(full.result.report.ops.size(), full.graph->num_ops());
+        for (const auto& op : full.result.report.ops)
+          EXPECT_LE(full.result.start_ns[op.id], full.result.end_ns[op.id]) << op.id;
+      } else {
+        EXPECT_EQ(full.result.memory.size(), static_cast<std::size_t>(ranks));
+      }
+    }
+  }
+  EXPECT_GE(classed, 10);  // the class path is exercised too
+}
+
 }  // namespace
 }  // namespace cephalo::sim

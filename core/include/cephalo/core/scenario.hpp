@@ -179,5 +179,12 @@ Json to_json(const Cluster& cluster);
 std::vector<std::string> cluster_notes(const Cluster& cluster);
 Json to_json(const Job& job);
 Json to_json(const Scenario& scenario);
+// The same records with the job's resolved architecture as "model_spec" beside its name, which
+// parse_job reads back as the model: a scenario written so reads back to the same scenario with
+// no catalog entry or config file to find (a job given by an {"hf_config": ...} or an inline
+// architecture included; calibration paths made absolute). to_json(Job) stays without it: run
+// fingerprints hash that text.
+Json to_self_contained_json(const Job& job);
+Json to_self_contained_json(const Scenario& scenario);
 
 }  // namespace cephalo

@@ -14,6 +14,7 @@
 // Hybrid sharding: a rank's class also includes its group's shape (the members' classes and
 // node offsets) and its position in the group, and each collective is priced over its full
 // membership (its group, or every rank with the pieces for the cross-group reduction).
+#include <optional>
 #include <vector>
 
 #include "cephalo/costmodels/comm_model.hpp"
@@ -45,5 +46,18 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                         const SimOptions& options = {});
+
+// simulate_plan, keeping the graph of a full replay: `graph` is the whole plan's graph (built
+// with `comm`) when the replay ran in full, which it does whenever per-op records or memory
+// timelines are asked for, so a caller can name the ops or write a trace
+// (replay.hpp's trace_input); empty after a class replay. `cephalo simulate` and the Python
+// module replay through it, so they make the same choice.
+struct PlanReplay {
+  SimResult result;
+  std::optional<traces::TrainingGraph> graph;
+};
+PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
+                       const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
+                       const SimOptions& options = {});
 
 }  // namespace cephalo::sim
