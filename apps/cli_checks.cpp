@@ -8,6 +8,7 @@
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 
 namespace cephalo::cli {
 namespace {
@@ -30,6 +31,24 @@ bool decimal_integer_text(const std::string& text, bool allow_sign) {
 }
 
 }  // namespace
+
+void add_compute_model_option(CLI::App* cmd, std::string& value, const std::string& help,
+                              const std::string& old_name) {
+  const auto sources = costmodels::compute_sources();
+  cmd->add_option("--compute-model", value, help + ": " + join(sources))
+      ->capture_default_str()
+      ->check(one_of(sources));
+  // An empty group hides the alias from --help; CLI11 then leaves a hidden option's name out of
+  // its messages, so the alias's check names the flag itself.
+  cmd->add_option(old_name, value, "alias of --compute-model")
+      ->group("")
+      ->check(CLI::Validator(
+          [check = one_of(sources), old_name](std::string& text) {
+            const std::string message = check(text);
+            return message.empty() ? message : old_name + ": " + message;
+          },
+          ""));
+}
 
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
   const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);

@@ -27,6 +27,12 @@ CLI::Validator catalog_model();
 // A catalog model, or a path to a Hugging Face config.json.
 CLI::Validator catalog_model_or_config();
 
+// The compute-model flag, one name on every command that takes one: `--compute-model` (auto |
+// profile | calibrated | roofline). `old_name` (e.g. "--compute-source") stays accepted for a
+// release as a hidden alias writing the same value, so scripts written against it keep working.
+void add_compute_model_option(CLI::App* cmd, std::string& value, const std::string& help,
+                              const std::string& old_name);
+
 // When argv names a subcommand that does not exist (at the top level or under a command that
 // needs one), the message to print: "unknown command \"simulat\"; did you mean \"simulate\"?";
 // empty when argv's commands are all known.

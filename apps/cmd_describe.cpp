@@ -115,8 +115,8 @@ void describe_scenario(const std::string& file, bool json) {
                    format_flop_rate(r.slot->spec.peak_flops(s.job.precision.compute)),
                    node.intra_link.kind + " " + format_bandwidth(node.intra_link.bandwidth),
                    node.nic_count > 0 ? std::to_string(node.nic_count) + " x " +
-                                            format_bandwidth(node.nic.bandwidth / node.nic_count)
-                                      : format_bandwidth(node.nic.bandwidth) + " (node total)",
+                                            format_link_rate(node.nic.bandwidth / node.nic_count)
+                                      : format_link_rate(node.nic.bandwidth) + " (node total)",
                    r.slot->slowdown == 1.0 ? "-" : fixed(r.slot->slowdown, 2) + " (emulated)"});
   }
   std::cout << table.render();

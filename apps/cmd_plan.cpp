@@ -75,9 +75,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print the plan as JSON instead of the table");
   cmd->add_option("--offload", args->options.offload, "optimal/search: none | host | auto")
       ->check(one_of({"none", "host", "auto"}));
-  cmd->add_option("--compute-source", args->options.compute_source,
-                  "Compute model: auto | profile | calibrated | roofline")
-      ->check(one_of(costmodels::compute_sources()));
+  add_compute_model_option(cmd, args->options.compute_source, "Compute model", "--compute-source");
   cmd->add_option("--cephalo-shares", args->cephalo_shares, "cephalo: min_params | min_util")
       ->check(one_of({"min_params", "min_util"}));
   cmd->add_flag("--cephalo-corrected-share-memory", args->cephalo_corrected,

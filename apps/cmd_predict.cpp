@@ -153,8 +153,7 @@ void add_predict_command(CLI::App& app) {
   l->add_option("--micro-batch", layer.micro_batch, "samples per micro-batch")
       ->required()
       ->check(integer_in(1, 1 << 24));
-  l->add_option("--source", layer.source, "auto | profile | calibrated | roofline")
-      ->check(one_of(costmodels::compute_sources()));
+  add_compute_model_option(l, layer.source, "Compute model", "--source");
   l->add_option("--attention", layer.attention, "attention kernel: flash (default) or eager")
       ->check(one_of({"flash", "eager"}));
   l->add_option("--fused-elementwise", layer.fused_elementwise,

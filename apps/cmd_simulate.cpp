@@ -9,6 +9,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -34,10 +35,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--trace", a.trace, "Write a Chrome/Perfetto trace JSON here");
   cmd->add_flag("--json", a.json, "Print the SimResult as JSON instead of a table");
   cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
-  cmd->add_option("--compute-model", a.compute_model,
-                  "Compute model source: auto, profile, calibrated, roofline")
-      ->capture_default_str()
-      ->check(one_of(costmodels::compute_sources()));
+  add_compute_model_option(cmd, a.compute_model, "Compute model", "--compute-source");
   cmd->add_flag("--no-link-sharing", a.no_link_sharing,
                 "Give every transfer its isolated time (no bandwidth sharing on links)");
   cmd->add_option("--queue", a.queue, "Event queue: binary-heap or pairing-heap")
@@ -71,8 +69,8 @@ void add_simulate_command(CLI::App& app) {
               << (graph ? std::to_string(graph->num_ops()) + " ops"
                         : std::to_string(result.replayed_ranks) + " of " +
                               std::to_string(plan.ranks.size()) + " ranks")
-              << ", " << result.report.events << " events in " << wall << " s; implementation "
-              << to_string(scenario.job.implementation) << "\n";
+              << ", " << result.report.events << " events in " << format_seconds(wall)
+              << "; implementation " << to_string(scenario.job.implementation) << "\n";
 
     if (graph && !a.trace.empty()) {
       traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));

@@ -10,6 +10,7 @@
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -20,6 +21,7 @@ struct SweepArgs {
   std::string output;
   bool json = false;
   bool quiet = false;
+  planner::SweepTableOptions table;
   std::uint64_t max_mixes = planner::kDefaultMaxMixes;
 };
 
@@ -68,7 +70,8 @@ void run_sweep_command(const SweepArgs& a) {
   if (a.json) {
     std::cout << planner::sweep_json(spec, rows).dump(2) << "\n";
   } else {
-    std::cout << planner::sweep_table(rows) << "* on the Pareto frontier of $/hour vs simulated "
+    std::cout << planner::sweep_table(rows, a.table)
+              << "* on the Pareto frontier of $/hour vs simulated "
               << "samples/s (strategy " << spec.strategy << ")\n";
     if (!a.output.empty()) std::cout << "written to " << a.output << "\n";
   }
@@ -84,6 +87,13 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "Write rows to .csv or .json");
   cmd->add_flag("--json", args->json, "Print the JSON record instead of the table");
   cmd->add_flag("--quiet", args->quiet, "No progress on stderr");
+  cmd->add_option("--sort", args->table.sort,
+                  "Table order, best first: tokens-per-dollar | throughput | cost | mix")
+      ->capture_default_str()
+      ->check(one_of(planner::sweep_sort_keys()));
+  cmd->add_flag("--wide", args->table.wide,
+                "Table with the planner's estimate, samples per dollar and planning time, names "
+                "and notes unclipped");
   cmd->add_option("--max-mixes", args->max_mixes,
                   "Refuse (exit 1) a sweep of more mixes than this, counted before any is "
                   "planned (default " +

@@ -8,12 +8,18 @@ namespace cephalo::cli {
 // Exit codes shared by all commands (documented in the top-level README).
 enum ExitCode : int {
   kOk = 0,
-  kInvalidInput = 1,   // a file or value broke the schema (ValidationError, NotFoundError)
-  kUsage = 2,          // bad command line (CLI11)
-  kInfeasible = 3,     // valid input that cannot be satisfied (nothing fits, no profile)
-  kRuntime = 4,        // MPI/CUDA/NCCL or other runtime failure
-  kIo = 5,             // files that cannot be read or written
+  kInvalidInput = 1,  // a file or value broke the schema (ValidationError, NotFoundError)
+  kUsage = 2,         // bad command line (CLI11)
+  kInfeasible = 3,    // valid input that cannot be satisfied (nothing fits, no profile)
+  kRuntime = 4,       // MPI/CUDA/NCCL or other runtime failure
+  kIo = 5,            // files that cannot be read or written
 };
+
+// The exit codes as `--help` prints them under every command (one text, read by main()).
+inline constexpr const char* kExitCodesHelp =
+    "Exit codes: 0 ok, 1 invalid input (the message names file, JSON path, value and what was\n"
+    "expected), 2 bad command line, 3 infeasible request, 4 runtime failure (MPI/CUDA/NCCL),\n"
+    "5 file not readable or writable.";
 
 // The "file" of a ValidationError about a flag value a command checks itself; main() gives it
 // the exit code of a bad command line.

@@ -21,6 +21,12 @@ int main(int argc, char** argv) {
   cli::add_run_command(app);
   cli::add_compare_command(app);
   cli::add_profile_command(app);
+  // Every command's --help, nested ones (`predict layer`) too, ends with the exit codes.
+  const auto add_footer = [](CLI::App* command, const auto& recurse) -> void {
+    command->footer(cli::kExitCodesHelp);
+    for (CLI::App* sub : command->get_subcommands({})) recurse(sub, recurse);
+  };
+  add_footer(&app, add_footer);
   // CLI11 would only say the word "was not expected"; name the commands instead.
   if (auto message = cli::unknown_subcommand_message(app, argc, argv); !message.empty()) {
     std::cerr << "error: " << message << "\nRun with --help for more information.\n";

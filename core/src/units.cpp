@@ -16,26 +16,35 @@ struct UnitSuffix {
 };
 
 // Longest suffixes first so that "GiB" is not read as "G" + "iB".
-constexpr std::array kByteUnits{
-    UnitSuffix{"TiB", 1024.0 * 1024 * 1024 * 1024}, UnitSuffix{"GiB", 1024.0 * 1024 * 1024},
-    UnitSuffix{"MiB", 1024.0 * 1024}, UnitSuffix{"KiB", 1024.0}, UnitSuffix{"TB", 1e12},
-    UnitSuffix{"GB", 1e9}, UnitSuffix{"MB", 1e6}, UnitSuffix{"kB", 1e3}, UnitSuffix{"KB", 1e3},
-    UnitSuffix{"B", 1.0}};
-constexpr std::array kTimeUnits{UnitSuffix{"ns", 1e-9}, UnitSuffix{"us", 1e-6},
-                                UnitSuffix{"µs", 1e-6}, UnitSuffix{"ms", 1e-3},
-                                UnitSuffix{"min", 60.0}, UnitSuffix{"s", 1.0},
-                                UnitSuffix{"h", 3600.0}};
-constexpr std::array kBandwidthUnits{
-    UnitSuffix{"TB/s", 1e12},        UnitSuffix{"GB/s", 1e9},
-    UnitSuffix{"MB/s", 1e6},         UnitSuffix{"kB/s", 1e3},
-    UnitSuffix{"GiB/s", 1024.0 * 1024 * 1024}, UnitSuffix{"MiB/s", 1024.0 * 1024},
-    UnitSuffix{"B/s", 1.0},          UnitSuffix{"Tbit/s", 1e12 / 8},
-    UnitSuffix{"Gbit/s", 1e9 / 8},   UnitSuffix{"Mbit/s", 1e6 / 8},
-    UnitSuffix{"Tbps", 1e12 / 8},    UnitSuffix{"Gbps", 1e9 / 8},
-    UnitSuffix{"Mbps", 1e6 / 8}};
+constexpr std::array kByteUnits{UnitSuffix{"TiB", 1024.0 * 1024 * 1024 * 1024},
+                                UnitSuffix{"GiB", 1024.0 * 1024 * 1024},
+                                UnitSuffix{"MiB", 1024.0 * 1024},
+                                UnitSuffix{"KiB", 1024.0},
+                                UnitSuffix{"TB", 1e12},
+                                UnitSuffix{"GB", 1e9},
+                                UnitSuffix{"MB", 1e6},
+                                UnitSuffix{"kB", 1e3},
+                                UnitSuffix{"KB", 1e3},
+                                UnitSuffix{"B", 1.0}};
+constexpr std::array kTimeUnits{
+    UnitSuffix{"ns", 1e-9},  UnitSuffix{"us", 1e-6}, UnitSuffix{"µs", 1e-6}, UnitSuffix{"ms", 1e-3},
+    UnitSuffix{"min", 60.0}, UnitSuffix{"s", 1.0},   UnitSuffix{"h", 3600.0}};
+constexpr std::array kBandwidthUnits{UnitSuffix{"TB/s", 1e12},
+                                     UnitSuffix{"GB/s", 1e9},
+                                     UnitSuffix{"MB/s", 1e6},
+                                     UnitSuffix{"kB/s", 1e3},
+                                     UnitSuffix{"GiB/s", 1024.0 * 1024 * 1024},
+                                     UnitSuffix{"MiB/s", 1024.0 * 1024},
+                                     UnitSuffix{"B/s", 1.0},
+                                     UnitSuffix{"Tbit/s", 1e12 / 8},
+                                     UnitSuffix{"Gbit/s", 1e9 / 8},
+                                     UnitSuffix{"Mbit/s", 1e6 / 8},
+                                     UnitSuffix{"Tbps", 1e12 / 8},
+                                     UnitSuffix{"Gbps", 1e9 / 8},
+                                     UnitSuffix{"Mbps", 1e6 / 8}};
 constexpr std::array kFlopUnits{
-    UnitSuffix{"PFLOPS", 1e15}, UnitSuffix{"TFLOPS", 1e12}, UnitSuffix{"GFLOPS", 1e9},
-    UnitSuffix{"MFLOPS", 1e6},  UnitSuffix{"FLOPS", 1.0},   UnitSuffix{"PFLOP/s", 1e15},
+    UnitSuffix{"PFLOPS", 1e15},  UnitSuffix{"TFLOPS", 1e12}, UnitSuffix{"GFLOPS", 1e9},
+    UnitSuffix{"MFLOPS", 1e6},   UnitSuffix{"FLOPS", 1.0},   UnitSuffix{"PFLOP/s", 1e15},
     UnitSuffix{"TFLOP/s", 1e12}, UnitSuffix{"GFLOP/s", 1e9}, UnitSuffix{"FLOP/s", 1.0}};
 
 constexpr double kLargest = 1e30;  // anything above is a typo, not a machine
@@ -93,25 +102,40 @@ std::string format_with(double value, const std::array<UnitSuffix, N>& units,
 
 std::string describe_quantity(Quantity kind) {
   switch (kind) {
-    case Quantity::Bytes: return "a byte size such as \"16GiB\", \"22.5GB\" or a number of bytes";
-    case Quantity::Seconds: return "a time such as \"5us\", \"1.2ms\" or a number of seconds";
+    case Quantity::Bytes:
+      return "a byte size such as \"16GiB\", \"22.5GB\" or a number of bytes";
+    case Quantity::Seconds:
+      return "a time such as \"5us\", \"1.2ms\" or a number of seconds";
     case Quantity::Bandwidth:
       return "a bandwidth such as \"600GB/s\", \"25Gbit/s\" or a number of bytes per second";
-    case Quantity::FlopRate: return "a FLOP rate such as \"312TFLOPS\" or a number of FLOP/s";
-    case Quantity::Dimensionless: return "a non-negative number";
+    case Quantity::FlopRate:
+      return "a FLOP rate such as \"312TFLOPS\" or a number of FLOP/s";
+    case Quantity::Dimensionless:
+      return "a non-negative number";
   }
   return "a value";
 }
 
 std::optional<double> parse_quantity(std::string_view text, Quantity kind) {
   switch (kind) {
-    case Quantity::Bytes: return parse_with(text, kByteUnits, false);
-    case Quantity::Seconds: return parse_with(text, kTimeUnits, false);
-    case Quantity::Bandwidth: return parse_with(text, kBandwidthUnits, false);
-    case Quantity::FlopRate: return parse_with(text, kFlopUnits, false);
-    case Quantity::Dimensionless: return parse_with(text, std::array<UnitSuffix, 0>{}, false);
+    case Quantity::Bytes:
+      return parse_with(text, kByteUnits, false);
+    case Quantity::Seconds:
+      return parse_with(text, kTimeUnits, false);
+    case Quantity::Bandwidth:
+      return parse_with(text, kBandwidthUnits, false);
+    case Quantity::FlopRate:
+      return parse_with(text, kFlopUnits, false);
+    case Quantity::Dimensionless:
+      return parse_with(text, std::array<UnitSuffix, 0>{}, false);
   }
   return std::nullopt;
+}
+
+std::string format_link_rate(double bytes_per_s) {
+  constexpr std::array units{UnitSuffix{"Tbit/s", 1e12}, UnitSuffix{"Gbit/s", 1e9},
+                             UnitSuffix{"Mbit/s", 1e6}, UnitSuffix{"kbit/s", 1e3}};
+  return format_with(bytes_per_s * 8.0, units, "bit/s");
 }
 
 std::string format_quantity(double value, Quantity kind) {
@@ -124,10 +148,14 @@ std::string format_quantity(double value, Quantity kind) {
     }
     case Quantity::Seconds: {
       char buffer[64];
-      if (value >= 1.0 || value == 0.0) std::snprintf(buffer, sizeof buffer, "%.3g s", value);
-      else if (value >= 1e-3) std::snprintf(buffer, sizeof buffer, "%.3g ms", value * 1e3);
-      else if (value >= 1e-6) std::snprintf(buffer, sizeof buffer, "%.3g us", value * 1e6);
-      else std::snprintf(buffer, sizeof buffer, "%.3g ns", value * 1e9);
+      if (value >= 1.0 || value == 0.0)
+        std::snprintf(buffer, sizeof buffer, "%.3g s", value);
+      else if (value >= 1e-3)
+        std::snprintf(buffer, sizeof buffer, "%.3g ms", value * 1e3);
+      else if (value >= 1e-6)
+        std::snprintf(buffer, sizeof buffer, "%.3g us", value * 1e6);
+      else
+        std::snprintf(buffer, sizeof buffer, "%.3g ns", value * 1e9);
       return buffer;
     }
     case Quantity::Bandwidth: {

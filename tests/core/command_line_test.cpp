@@ -38,6 +38,8 @@ TEST(CommandLine, BadFlagValuesExitTwoNamingFlagValueAndAllowed) {
       {"simulate" + sp + " --queue fibonacci", {"--queue", "\"fibonacci\"", "binary-heap"}},
       {"simulate" + sp + " --compute-model fast", {"--compute-model", "\"fast\"", "roofline"}},
       {"plan --scenario " + kScenario + " --strategy evne", {"--strategy", "\"evne\"", "even"}},
+      {"plan --scenario " + kScenario + " --compute-model x", {"--compute-model", "roofline"}},
+      // The old names stay accepted (hidden) and their messages still name the flag given.
       {"plan --scenario " + kScenario + " --compute-source x", {"--compute-source", "roofline"}},
       {"predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 1 --source fast",
        {"--source", "\"fast\"", "auto, profile, calibrated, roofline"}},
@@ -81,6 +83,36 @@ TEST(CommandLine, MistypedCommandGetsASuggestion) {
   // Known commands and plain help are left to CLI11.
   EXPECT_EQ(run_cephalo("--help").exit_code, 0);
   EXPECT_EQ(run_cephalo("describe gpus").exit_code, 0);
+}
+
+// One name per option across commands; exit codes and the old names as the help shows them.
+TEST(CommandLine, EveryCommandTakesComputeModelAndItsHelpListsTheExitCodes) {
+  for (const std::string command :
+       {"plan", "simulate", "predict layer", "sweep", "run", "profile", "describe", "compare"}) {
+    SCOPED_TRACE(command);
+    Outcome o = run_cephalo(command + " --help");
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    EXPECT_NE(o.output.find("Exit codes: 0 ok, 1 invalid input"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("3 infeasible request"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("--compute-source"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("--source "), std::string::npos) << o.output;
+    if (command == "plan" || command == "simulate" || command == "predict layer") {
+      EXPECT_NE(o.output.find("--compute-model"), std::string::npos) << o.output;
+    }
+  }
+  // The alias writes the same value as the new name: both plans predict the same time, and
+  // one other than the default compute model's.
+  const auto predicted = [](const std::string& flags) {
+    const Outcome o =
+        run_cephalo("plan --json --strategy even " + flags + " --scenario " + kScenario);
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    const auto at = o.output.find("\"predicted_iteration_s\"");
+    return at == std::string::npos ? std::string("none") : o.output.substr(at, 48);
+  };
+  const auto by_new = predicted("--compute-model roofline");
+  EXPECT_NE(by_new, "none");
+  EXPECT_EQ(by_new, predicted("--compute-source roofline"));
+  EXPECT_NE(by_new, predicted("--compute-model auto"));
 }
 
 TEST(CommandLine, GoodValuesStillPass) {

@@ -34,8 +34,8 @@ TEST(Units, ParsesFlopRates) {
 }
 
 TEST(Units, RejectsGarbage) {
-  for (const char* bad : {"", "GB", "16 parsecs", "16GB extra", "-5GB", "nan", "inf", "1e400",
-                          "1e31", "16gib"})
+  for (const char* bad :
+       {"", "GB", "16 parsecs", "16GB extra", "-5GB", "nan", "inf", "1e400", "1e31", "16gib"})
     EXPECT_FALSE(parse_quantity(bad, Quantity::Bytes).has_value()) << bad;
   EXPECT_FALSE(parse_quantity("5GB", Quantity::Seconds).has_value());
   EXPECT_FALSE(parse_quantity("600GB", Quantity::Bandwidth).has_value());
@@ -53,6 +53,10 @@ TEST(Units, FormatRoundTripsWithinPrintedPrecision) {
   }
   EXPECT_EQ(format_seconds(1.2e-3), "1.2 ms");
   EXPECT_EQ(format_bandwidth(600e9), "600 GB/s");
+  // Network links print in bits, as they are specified, and parse back to the same bytes/s.
+  EXPECT_EQ(format_link_rate(50e9), "400 Gbit/s");
+  EXPECT_EQ(format_link_rate(25e9 / 8), "25 Gbit/s");
+  EXPECT_EQ(parse_quantity("400 Gbit/s", Quantity::Bandwidth).value_or(0), 50e9);
   EXPECT_EQ(format_flop_rate(312e12), "312 TFLOP/s");
   EXPECT_EQ(format_bytes(16 * kGiB), "16 GiB");
 }

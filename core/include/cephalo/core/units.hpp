@@ -26,6 +26,9 @@ inline std::string format_seconds(double s) { return format_quantity(s, Quantity
 inline std::string format_bandwidth(double bps) {
   return format_quantity(bps, Quantity::Bandwidth);
 }
+// A network link's rate (held in bytes/s like every bandwidth) in bits per second, as NICs and
+// switches are specified: 50e9 B/s -> "400 Gbit/s".
+std::string format_link_rate(double bytes_per_s);
 inline std::string format_flop_rate(double f) { return format_quantity(f, Quantity::FlopRate); }
 
 constexpr double kKiB = 1024.0;
