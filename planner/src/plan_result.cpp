@@ -109,13 +109,13 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
 }
 
 std::string render_table(const PlanResult& res) {
-  TextTable t({"rank", "gpu", "batch", "micro-batches", "state share", "memory / usable",
+  TextTable t({"rank", "gpu", "batch", "micro-batches x size", "state share", "memory / usable",
                "compute/layer", "compute"});
   for (std::size_t i = 0; i < res.plan.ranks.size(); ++i) {
     const auto& r = res.plan.ranks[i];
     const auto& p = res.ranks[i];
     t.add_row({std::to_string(r.rank), p.gpu, std::to_string(r.batch),
-               std::to_string(r.micro_batch) + " x " + std::to_string(r.micro_batches),
+               std::to_string(r.micro_batches) + " x " + std::to_string(r.micro_batch),
                fixed(r.state_share, 4),
                format_bytes(p.memory_bytes) + " / " + format_bytes(p.usable_bytes) +
                    (p.memory_bytes > p.usable_bytes ? " OOM" : ""),

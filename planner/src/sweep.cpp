@@ -35,6 +35,7 @@ Json row_json(const SweepRow& r, std::size_t index) {
           {"samples_per_s", r.samples_per_s},
           {"predicted_samples_per_s", r.predicted_samples_per_s},
           {"samples_per_dollar", r.samples_per_dollar},
+          {"tokens_per_dollar", r.tokens_per_dollar},
           {"pareto", r.pareto},
           {"planning_s", r.planning_s},
           {"error", r.error}};
@@ -57,6 +58,7 @@ SweepRow row_from_json(const Json& j) {
   r.samples_per_s = j.at("samples_per_s").get<double>();
   r.predicted_samples_per_s = j.at("predicted_samples_per_s").get<double>();
   r.samples_per_dollar = j.at("samples_per_dollar").get<double>();
+  r.tokens_per_dollar = j.at("tokens_per_dollar").get<double>();
   r.planning_s = j.at("planning_s").get<double>();
   r.error = j.at("error").get<std::string>();
   return r;
@@ -307,6 +309,7 @@ SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts) {
       row.samples_per_s = s.job.global_batch / result.predicted_iteration_s;
       row.samples_per_dollar =
           row.cost_per_hour > 0 ? row.samples_per_s * 3600.0 / row.cost_per_hour : 0.0;
+      row.tokens_per_dollar = row.samples_per_dollar * s.job.sequence_length;
       row.meets_constraints =
           row.samples_per_s >= spec.min_samples_per_s &&
           (spec.max_cost_per_hour < 0 || row.cost_per_hour <= spec.max_cost_per_hour + 1e-9);
@@ -370,13 +373,14 @@ void place_rows(const Json& rows, std::vector<SweepRow>& all) {
 std::string sweep_csv(const std::vector<SweepRow>& rows) {
   std::ostringstream out;
   out << "mix,gpus,cost_per_hour,feasible,meets_constraints,samples_per_s,"
-         "predicted_samples_per_s,samples_per_dollar,pareto,planning_s,error\n";
+         "predicted_samples_per_s,samples_per_dollar,tokens_per_dollar,pareto,planning_s,error\n";
   for (const auto& r : rows) {
     std::string err = r.error;
     std::replace(err.begin(), err.end(), '"', '\'');
     out << '"' << r.mix << "\"," << r.gpus << ',' << r.cost_per_hour << ',' << r.feasible << ','
         << r.meets_constraints << ',' << r.samples_per_s << ',' << r.predicted_samples_per_s << ','
-        << r.samples_per_dollar << ',' << r.pareto << ',' << r.planning_s << ",\"" << err << "\"\n";
+        << r.samples_per_dollar << ',' << r.tokens_per_dollar << ',' << r.pareto << ','
+        << r.planning_s << ",\"" << err << "\"\n";
   }
   return out.str();
 }
@@ -389,16 +393,65 @@ Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   return out;
 }
 
-std::string sweep_table(const std::vector<SweepRow>& rows) {
-  TextTable t({"mix", "gpus", "$/hour", "samples/s (sim)", "samples/$", "pareto", "note"});
-  t.set_align(6, TextTable::Align::Left);
-  for (const auto& r : rows) {
+const std::vector<std::string>& sweep_sort_keys() {
+  static const std::vector<std::string> keys{"tokens-per-dollar", "throughput", "cost", "mix"};
+  return keys;
+}
+
+namespace {
+
+// `text` cut to `width` characters with "..." when longer (narrow table only).
+std::string clipped(const std::string& text, std::size_t width, bool wide) {
+  if (wide || text.size() <= width) return text;
+  return text.substr(0, width - 3) + "...";
+}
+
+// Millions of tokens per dollar: the magnitude a sweep of training clusters lands in.
+std::string mega(double value) { return fixed(value / 1e6, 2); }
+
+}  // namespace
+
+std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptions& options) {
+  const auto& keys = sweep_sort_keys();
+  if (std::find(keys.begin(), keys.end(), options.sort) == keys.end())
+    throw ValidationError("command line", "--sort", options.sort, "one of " + join_names(keys));
+  std::vector<std::size_t> order(rows.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Best first; infeasible mixes after every feasible one, in the sweep's order.
+  const auto better = [&](std::size_t a, std::size_t b) {
+    const SweepRow &x = rows[a], &y = rows[b];
+    if (options.sort == "mix") return false;
+    if (x.feasible != y.feasible) return x.feasible;
+    if (!x.feasible) return false;
+    if (options.sort == "throughput") return x.samples_per_s > y.samples_per_s;
+    if (options.sort == "cost") return x.cost_per_hour < y.cost_per_hour;
+    return x.tokens_per_dollar > y.tokens_per_dollar;
+  };
+  std::stable_sort(order.begin(), order.end(), better);
+
+  std::vector<std::string> head{"mix", "gpus", "$/hour", "samples/s", "Mtokens/$", "pareto"};
+  if (options.wide) head.insert(head.end(), {"planner est.", "samples/$", "planned in"});
+  head.push_back("note");
+  TextTable t(head);
+  t.set_align(0, TextTable::Align::Left);
+  t.set_align(head.size() - 1, TextTable::Align::Left);
+  for (const auto i : order) {
+    const auto& r = rows[i];
     std::string note = r.error;
-    if (note.size() > 60) note = note.substr(0, 57) + "...";
     if (r.feasible && !r.meets_constraints) note = "below the throughput constraint";
-    t.add_row({r.mix, std::to_string(r.gpus), fixed(r.cost_per_hour, 2),
-               r.feasible ? fixed(r.samples_per_s, 2) : "-",
-               r.feasible ? fixed(r.samples_per_dollar, 0) : "-", r.pareto ? "*" : "", note});
+    std::vector<std::string> cells{clipped(r.mix, 30, options.wide),
+                                   std::to_string(r.gpus),
+                                   fixed(r.cost_per_hour, 2),
+                                   r.feasible ? fixed(r.samples_per_s, 2) : "-",
+                                   r.feasible ? mega(r.tokens_per_dollar) : "-",
+                                   r.pareto ? "*" : ""};
+    if (options.wide)
+      cells.insert(
+          cells.end(),
+          {r.predicted_samples_per_s > 0 ? fixed(r.predicted_samples_per_s, 2) : "-",
+           r.feasible ? fixed(r.samples_per_dollar, 0) : "-", format_seconds(r.planning_s)});
+    cells.push_back(clipped(note, 20, options.wide));
+    t.add_row(cells);
   }
   return t.render();
 }

@@ -75,7 +75,7 @@ def _flat(rows):
 _OP_COLUMNS = ("name", "kind", "rank", "stream", "unit", "micro_batch", "micro_batch_samples")
 _OP_AMOUNTS = ("flops", "bytes")
 # Sweep fields with no value for an infeasible mix (the record writes 0): NaN in mixes_frame.
-_SWEEP_THROUGHPUT = ("samples_per_s", "samples_per_dollar")
+_SWEEP_THROUGHPUT = ("samples_per_s", "samples_per_dollar", "tokens_per_dollar")
 
 
 class Record(dict):

@@ -385,10 +385,10 @@ TEST(SweepCli, WritesCsvWithAParetoFrontier) {
   EXPECT_EQ(line.rfind("mix,gpus,cost_per_hour", 0), 0u);
   while (std::getline(in, line)) {
     ++rows;
-    // pareto is the 9th column; mixes are quoted and contain no commas
+    // pareto is the 10th column; mixes are quoted and contain no commas
     int commas = 0;
     std::size_t i = 0;
-    for (; i < line.size() && commas < 8; ++i) commas += line[i] == ',';
+    for (; i < line.size() && commas < 9; ++i) commas += line[i] == ',';
     pareto += line.compare(i, 1, "1") == 0;
   }
   EXPECT_EQ(rows, 8);  // 3 × 3 − 1 mixes

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/planner/sweep.hpp"
@@ -125,6 +126,7 @@ TEST(SweepRows, JsonRoundTripPutsRowsBackInPlace) {
   a.samples_per_s = 12.25;
   a.predicted_samples_per_s = 13.5;
   a.samples_per_dollar = 9800;
+  a.tokens_per_dollar = 9800.0 * 2048;
   a.planning_s = 0.01;
   SweepRow b = a;
   b.counts = {0, 1};
@@ -134,9 +136,63 @@ TEST(SweepRows, JsonRoundTripPutsRowsBackInPlace) {
   place_rows(rows_to_json({a, b}, {2, 0}), all);
   EXPECT_EQ(all[2].counts, a.counts);
   EXPECT_EQ(all[2].samples_per_s, a.samples_per_s);
+  EXPECT_EQ(all[2].tokens_per_dollar, a.tokens_per_dollar);
   EXPECT_EQ(all[0].error, "too small");
   EXPECT_TRUE(all[1].counts.empty());
   EXPECT_THROW(place_rows(rows_to_json({a}, {3}), all), ValidationError);
+}
+
+// Rows as a sweep of long mix names and long errors produces them.
+std::vector<SweepRow> table_rows() {
+  std::vector<SweepRow> rows(4);
+  const double tokens[] = {3e6, 0, 9e6, 5e6};
+  const double speed[] = {40, 0, 10, 80};
+  const double cost[] = {20, 1, 8, 45.5};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].mix = std::to_string(i) + "x A100-SXM4-80GB + 8x L4-24GB + 8x H100-SXM5-80GB";
+    rows[i].gpus = 16;
+    rows[i].cost_per_hour = cost[i];
+    rows[i].feasible = i != 1;
+    rows[i].meets_constraints = rows[i].feasible;
+    rows[i].samples_per_s = speed[i];
+    rows[i].tokens_per_dollar = tokens[i];
+  }
+  rows[1].error = "infeasible: rank 3 (L4-24GB) needs 31.7 GiB of state, 21.2 GiB usable";
+  return rows;
+}
+
+// The first column of each data row (after the header and the rule).
+std::vector<char> mix_order(const std::string& table) {
+  std::vector<char> out;
+  std::istringstream in(table);
+  std::string line;
+  for (int n = 0; std::getline(in, line); ++n)
+    if (n >= 2) out.push_back(line.at(0));
+  return out;
+}
+
+TEST(SweepTable, FitsOneHundredColumnsUnlessWide) {
+  const auto rows = table_rows();
+  const auto narrow = sweep_table(rows);
+  std::istringstream in(narrow);
+  for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 100u) << line;
+  EXPECT_NE(narrow.find("Mtokens/$"), std::string::npos);
+  EXPECT_NE(narrow.find("9.00"), std::string::npos) << narrow;  // 9e6 tokens per dollar
+  const auto wide = sweep_table(rows, {.sort = "mix", .wide = true});
+  EXPECT_NE(wide.find(rows[1].error), std::string::npos) << wide;
+  EXPECT_NE(wide.find(rows[0].mix), std::string::npos) << wide;
+  EXPECT_NE(wide.find("samples/$"), std::string::npos);
+}
+
+TEST(SweepTable, SortsBestFirstWithInfeasibleMixesLast) {
+  const auto rows = table_rows();
+  EXPECT_EQ(mix_order(sweep_table(rows)), (std::vector<char>{'2', '3', '0', '1'}));
+  EXPECT_EQ(mix_order(sweep_table(rows, {.sort = "throughput"})),
+            (std::vector<char>{'3', '0', '2', '1'}));
+  EXPECT_EQ(mix_order(sweep_table(rows, {.sort = "cost"})),
+            (std::vector<char>{'2', '0', '3', '1'}));
+  EXPECT_EQ(mix_order(sweep_table(rows, {.sort = "mix"})), (std::vector<char>{'0', '1', '2', '3'}));
+  EXPECT_THROW(sweep_table(rows, {.sort = "price"}), ValidationError);
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ struct SweepRow {
   double samples_per_s = 0;  // simulated
   double predicted_samples_per_s = 0;
   double samples_per_dollar = 0;
+  double tokens_per_dollar = 0;  // samples_per_dollar × the job's sequence length
   bool pareto = false;
   double planning_s = 0;
   std::string error;  // why it is infeasible
@@ -114,6 +115,17 @@ void place_rows(const Json& rows, std::vector<SweepRow>& all);
 
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows);
-std::string sweep_table(const std::vector<SweepRow>& rows);
+// The table `cephalo sweep` prints. Rows are sorted by `sort` (best first, infeasible mixes
+// last, ties in sweep order): "tokens-per-dollar" (the default: what a mix returns for its
+// price), "throughput" (simulated samples/s), "cost" ($/hour, cheapest first) or "mix" (the
+// sweep's order). The default columns fit 100 characters (mix names and notes are clipped);
+// `wide` adds the planner's estimate, samples per dollar and planning time, and keeps names and
+// notes whole.
+struct SweepTableOptions {
+  std::string sort = "tokens-per-dollar";
+  bool wide = false;
+};
+const std::vector<std::string>& sweep_sort_keys();
+std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptions& options = {});
 
 }  // namespace cephalo::planner
