@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -76,13 +77,15 @@ ComputeTable& ScenarioModel::table(const RankDevice& d) {
 
 double terms_total(const Job& job, const costmodels::RankMemoryInputs& in) {
   double total = 0;
-  for (const auto& t : costmodels::memory_terms(job, in)) total += t.bytes;
+  for (const auto& t : costmodels::memory_terms(job, in, costmodels::memory_constants()))
+    total += t.bytes;
   return total;
 }
 
-costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
-                                           std::vector<int> sizes) {
+costmodels::RankMemoryInputs memory_inputs(bool gpu_runtime, int world_size, Offload offload,
+                                           double share, std::vector<int> sizes) {
   costmodels::RankMemoryInputs in;
+  in.gpu_runtime = gpu_runtime;
   in.state_share = share;
   in.micro_batch_sizes = std::move(sizes);
   in.accumulation = Accumulation::Layered;
@@ -92,10 +95,10 @@ costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, doub
   return in;
 }
 
-costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
-                                           std::vector<int> sizes) {
-  costmodels::RankMemoryInputs in =
-      memory_inputs(world_size, plan.offload, share, std::move(sizes));
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, const DeviceSpec& spec, int world_size,
+                                           double share, std::vector<int> sizes) {
+  costmodels::RankMemoryInputs in = memory_inputs(costmodels::runs_gpu_runtime(spec), world_size,
+                                                  plan.offload, share, std::move(sizes));
   in.accumulation = plan.accumulation;
   in.activation_checkpointing = plan.activation_checkpointing;
   in.prefetch = plan.prefetch;
@@ -127,10 +130,11 @@ namespace {
 
 // Largest micro-batch ≤ batch whose memory (share, the plan's schedule) fits: used by even and
 // proportional to split their batches "as memory requires".
-int largest_fitting_micro_batch(const Job& job, const Plan& plan, int world_size, int batch,
-                                double share, double usable) {
+int largest_fitting_micro_batch(const Job& job, const Plan& plan, const DeviceSpec& spec,
+                                int world_size, int batch, double share, double usable) {
   for (int m = batch; m >= 1; --m)
-    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(batch, m))) <= usable)
+    if (terms_total(job, memory_inputs(plan, spec, world_size, share, split_batch(batch, m))) <=
+        usable)
       return m;
   return 0;
 }
@@ -138,9 +142,9 @@ int largest_fitting_micro_batch(const Job& job, const Plan& plan, int world_size
 // What would fit one rank (batch, share) on `usable` bytes, for an infeasibility message: the
 // largest micro-batch under this schedule, else the first other schedule that fits with
 // micro-batches of one sample, else the largest batch that fits.
-std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int batch,
-                           double share, double usable) {
-  if (int m = largest_fitting_micro_batch(job, plan, world_size, batch, share, usable))
+std::string what_would_fit(const Job& job, const Plan& plan, const DeviceSpec& spec, int world_size,
+                           int batch, double share, double usable) {
+  if (int m = largest_fitting_micro_batch(job, plan, spec, world_size, batch, share, usable))
     return "micro-batches of " + std::to_string(m) + " (--micro-batch " + std::to_string(m) + ")";
   for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync})
     for (const auto& c : checkpointing_candidates()) {
@@ -148,7 +152,8 @@ std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int
       alt.accumulation = acc;
       alt.activation_checkpointing = c;
       if (schedule::offload_conflict(alt.offload, c)) continue;
-      if (terms_total(job, memory_inputs(alt, world_size, share, split_batch(batch, 1))) <= usable)
+      if (terms_total(job, memory_inputs(alt, spec, world_size, share, split_batch(batch, 1))) <=
+          usable)
         return "--accumulation " + to_string(acc) + " --activation-checkpointing " + to_string(c) +
                " with micro-batches of 1";
     }
@@ -156,7 +161,7 @@ std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int
   // checkpoints whatever the split).
   int fit = 0;
   for (int b = batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
-    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(b, 1))) <= usable)
+    if (terms_total(job, memory_inputs(plan, spec, world_size, share, split_batch(b, 1))) <= usable)
       fit = b;
   if (fit > 0)
     return "a batch of at most " + std::to_string(fit) + " samples on this rank (fewer samples, " +
@@ -200,20 +205,23 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
   for (std::size_t c = 0; c < choices.size(); ++c) {
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];
-    // The answer depends only on (usable bytes, batch): ranks of one device type with the same
-    // batch are evaluated once (a 100k-GPU plan has a handful of such pairs).
-    std::map<std::pair<double, int>, int> fitting;
+    // The answer depends only on (usable bytes, GPU runtime or not, batch): ranks of one device
+    // type with the same batch are evaluated once (a 100k-GPU plan has a handful of such).
+    std::map<std::tuple<double, bool, int>, int> fitting;
     const PlanRank* failed = nullptr;
     for (auto& r : trial.ranks) {
-      const double usable = plannable_bytes(devices[r.rank].slot->spec);
-      auto [it, fresh] = fitting.emplace(std::make_pair(usable, r.batch), 0);
+      const auto& spec = devices[r.rank].slot->spec;
+      const double usable = plannable_bytes(spec);
+      auto [it, fresh] =
+          fitting.emplace(std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch), 0);
       if (fresh) {
         if (opt.micro_batch > 0) {
           const int m = std::min(opt.micro_batch, r.batch);
-          const auto in = memory_inputs(trial, n, r.state_share, split_batch(r.batch, m));
+          const auto in = memory_inputs(trial, spec, n, r.state_share, split_batch(r.batch, m));
           it->second = terms_total(s.job, in) <= usable ? m : 0;
         } else {
-          it->second = largest_fitting_micro_batch(s.job, trial, n, r.batch, r.state_share, usable);
+          it->second =
+              largest_fitting_micro_batch(s.job, trial, spec, n, r.batch, r.state_share, usable);
         }
       }
       const int m = it->second;
@@ -234,13 +242,14 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
     PlanRank tried = *failed;
     tried.micro_batch = opt.micro_batch > 0 ? std::min(opt.micro_batch, tried.batch) : 1;
     tried.micro_batches = (tried.batch + tried.micro_batch - 1) / tried.micro_batch;
-    const double usable = plannable_bytes(devices[tried.rank].slot->spec);
-    const double need = terms_total(
-        s.job,
-        memory_inputs(trial, n, tried.state_share, split_batch(tried.batch, tried.micro_batch)));
+    const auto& spec = devices[tried.rank].slot->spec;
+    const double usable = plannable_bytes(spec);
+    const double need =
+        terms_total(s.job, memory_inputs(trial, spec, n, tried.state_share,
+                                         split_batch(tried.batch, tried.micro_batch)));
     throw InfeasibleError(over_capacity(
-        who + " (equal shares)", tried, devices[tried.rank].slot->spec, trial, need, usable,
-        what_would_fit(s.job, trial, n, tried.batch, tried.state_share, usable)));
+        who + " (equal shares)", tried, spec, trial, need, usable,
+        what_would_fit(s.job, trial, spec, n, tried.batch, tried.state_share, usable)));
   }
 }
 
@@ -283,7 +292,7 @@ void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions
   const double usable = usable_bytes(spec);
   throw InfeasibleError(
       over_capacity(plan.strategy, r, spec, plan, need, usable,
-                    what_would_fit(s.job, plan, n, r.batch, r.state_share, usable)));
+                    what_would_fit(s.job, plan, spec, n, r.batch, r.state_share, usable)));
 }
 
 void set_rank(PlanRank& r, int batch, int micro_batch, int micro_batches, double share) {

@@ -74,12 +74,15 @@ struct ScenarioModel {
 };
 
 double terms_total(const Job& job, const costmodels::RankMemoryInputs& in);
-// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch).
-costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
-                                           std::vector<int> sizes);
-// The same for a plan's schedule (accumulation, checkpointing, offload, prefetch).
-costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
-                                           std::vector<int> sizes);
+// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch) on a device
+// that runs the GPU runtime or not (costmodels::runs_gpu_runtime: a CPU rank holds no CUDA or
+// NCCL reserve and no allocator slack).
+costmodels::RankMemoryInputs memory_inputs(bool gpu_runtime, int world_size, Offload offload,
+                                           double share, std::vector<int> sizes);
+// The same for a plan's schedule (accumulation, checkpointing, offload, prefetch) on `spec`:
+// what predict_memory reads for that rank.
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, const DeviceSpec& spec, int world_size,
+                                           double share, std::vector<int> sizes);
 // `batch` samples as micro-batches of `m` (the last smaller).
 std::vector<int> split_batch(int batch, int m);
 
