@@ -177,6 +177,8 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
     const std::string name = fs::path(file).filename().string();
     const PlanResult def = make_plan(s, options_of("optimal", {}));
     ASSERT_FALSE(def.simulated_oom) << name;
+    // The cost model chooses each uneven collective's variant (auto); optimal adds no choice.
+    EXPECT_EQ(def.plan.uneven_collective, UnevenCollective::Auto) << name;
     double best = def.predicted_iteration_s;
     std::string best_label = "(defaults)";
     std::vector<std::string> shardings = {"full"};
