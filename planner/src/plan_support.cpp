@@ -118,12 +118,76 @@ double usable_bytes(const DeviceSpec& spec) {
 
 double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPlanHeadroomBytes; }
 
-std::vector<ActivationCheckpointing> checkpointing_candidates() {
-  ActivationCheckpointing none, half, full;
+ActivationCheckpointing every_k(int k) {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::Every;
+  c.every = k;
+  return c;
+}
+
+std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers, int fitting_every) {
+  ActivationCheckpointing none, full;
   none.kind = ActivationCheckpointing::Kind::None;
-  half.kind = ActivationCheckpointing::Kind::Every;
-  half.every = 2;
-  return {none, half, full};
+  std::vector<ActivationCheckpointing> out = {none};
+  // every:k checkpoints layers 1, 1+k, ...: k >= L all checkpoint layer 1 alone, so periods
+  // above L add nothing; below 2 is full.
+  std::vector<int> periods = {4, 3, 2};
+  if (fitting_every > 4) periods.insert(periods.begin(), fitting_every);
+  for (int k : periods)
+    if (k >= 2 && k <= std::max(2, num_layers)) out.push_back(every_k(k));
+  out.push_back(full);
+  return out;
+}
+
+int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch) {
+  const auto& devices = s.cluster.ranks();
+  const int n = static_cast<int>(plan.ranks.size());
+  // The answer depends only on (usable bytes, runtime, batch, share): a 100k-GPU plan has a
+  // handful of such.
+  std::map<std::tuple<double, bool, int, double>, bool> fits;
+  for (const auto& r : plan.ranks) {
+    const auto& spec = devices[r.rank].slot->spec;
+    const double usable = plannable_bytes(spec);
+    auto [it, fresh] = fits.emplace(
+        std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch, r.state_share), false);
+    if (fresh) {
+      const int m = std::max(1, std::min(micro_batch > 0 ? micro_batch : 1, r.batch));
+      it->second =
+          terms_total(s.job, memory_inputs(plan, spec, n, r.state_share,
+                                           split_batch(std::max(1, r.batch), m))) <= usable;
+    }
+    if (!it->second) return r.rank;
+  }
+  return -1;
+}
+
+int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch) {
+  const int layers = s.job.model.num_layers;
+  if (layers < 2) return 0;
+  Plan trial = plan;
+  auto fits = [&](int k) {
+    trial.activation_checkpointing = every_k(k);
+    return first_rank_over(s, trial, micro_batch) < 0;
+  };
+  if (!fits(2)) return 0;
+  // Memory grows with k (fewer layers checkpointed keep more activations), so the largest
+  // fitting period is found by bisection: a handful of memory evaluations per device class.
+  int lo = 2, hi = layers;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+void set_even_batches(Plan& plan, int global_batch) {
+  const int n = static_cast<int>(plan.ranks.size());
+  for (int i = 0; i < n; ++i)
+    plan.ranks[static_cast<std::size_t>(i)].batch =
+        global_batch / n + (i < global_batch % n ? 1 : 0);
 }
 
 namespace {
@@ -147,7 +211,7 @@ std::string what_would_fit(const Job& job, const Plan& plan, const DeviceSpec& s
   if (int m = largest_fitting_micro_batch(job, plan, spec, world_size, batch, share, usable))
     return "micro-batches of " + std::to_string(m) + " (--micro-batch " + std::to_string(m) + ")";
   for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync})
-    for (const auto& c : checkpointing_candidates()) {
+    for (const auto& c : checkpointing_candidates(job.model.num_layers)) {
       Plan alt = plan;
       alt.accumulation = acc;
       alt.activation_checkpointing = c;
@@ -201,8 +265,18 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
   const auto& devices = s.cluster.ranks();
   for (auto& r : plan.ranks) r.state_share = 1.0 / n;
   std::vector<ActivationCheckpointing> choices = {plan.activation_checkpointing};
-  if (opt.choose_checkpointing) choices = checkpointing_candidates();
+  if (opt.choose_checkpointing) {
+    // The least recompute that fits: none, else the largest period k with which every rank
+    // fits (found only when none does not), else full.
+    ActivationCheckpointing none;
+    none.kind = ActivationCheckpointing::Kind::None;
+    choices = {none, ActivationCheckpointing{}};
+  }
   for (std::size_t c = 0; c < choices.size(); ++c) {
+    if (opt.choose_checkpointing && c == 1) {
+      if (const int k = largest_fitting_every(s, plan, opt.micro_batch))
+        choices.insert(choices.begin() + 1, every_k(k));
+    }
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];
     // The answer depends only on (usable bytes, GPU runtime or not, batch): ranks of one device

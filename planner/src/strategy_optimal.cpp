@@ -67,11 +67,21 @@ Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol)
   return plan;
 }
 
-// The checkpointings to solve: the user's, or with `auto` every candidate (each solved exactly,
-// the fastest in simulation kept, as the offload mode is), else full.
-std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
-  if (opt.choose_checkpointing) return checkpointing_candidates();
-  return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
+// The checkpointings to solve under accumulation `acc`: the user's, or with `auto` every
+// candidate (each solved exactly, the fastest in simulation kept, as the offload mode is):
+// none, every:k for the largest k with which even's plan (equal batches and shares, micro-batches
+// of one sample or the fixed size) fits every rank — the period at which memory just fits —
+// and 4, 3, 2, then full.
+std::vector<ActivationCheckpointing> checkpointings(const Scenario& s, const PlannerOptions& opt,
+                                                    Accumulation acc) {
+  if (!opt.choose_checkpointing)
+    return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
+  Plan even = empty_plan(s, "optimal");
+  even.accumulation = acc;
+  set_even_batches(even, s.job.global_batch);
+  for (auto& r : even.ranks) r.state_share = 1.0 / static_cast<double>(even.ranks.size());
+  return checkpointing_candidates(s.job.model.num_layers,
+                                  largest_fitting_every(s, even, opt.micro_batch));
 }
 
 // The accumulations to solve: the user's, or all three when it was left open.
@@ -285,9 +295,9 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     if (first_error.empty()) first_error = why;
     if (lean_error.empty() && m.checkpointing.is_full()) lean_error = why;
   };
-  const bool several = accumulations(opt).size() * checkpointings(opt).size() * modes.size() > 1;
+  const bool several = accumulations(opt).size() * modes.size() > 1 || opt.choose_checkpointing;
   for (Accumulation acc : accumulations(opt))
-    for (const ActivationCheckpointing& ckpt : checkpointings(opt))
+    for (const ActivationCheckpointing& ckpt : checkpointings(s, opt, acc))
       for (Offload mode : modes) {
         const std::string which =
             "optimal (offload " + to_string(mode) +

@@ -184,7 +184,7 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
     std::vector<std::string> shardings = {"full"};
     if (s.cluster.nodes.size() > 1) shardings.push_back("auto");
     for (const char* acc : {"layered", "standard", "no_sync"})
-      for (const char* ckpt : {"none", "every:2", "full"})
+      for (const char* ckpt : {"none", "every:4", "every:3", "every:2", "full"})
         for (const std::string& sharding : shardings)
           for (const char* offload : {"none", "host"}) {
             if (std::string(offload) == "host" && std::string(ckpt) != "full") continue;
@@ -205,6 +205,34 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
               << "), best fixed " << best << " s (" << best_label << ")\n";
     EXPECT_LE(def.predicted_iteration_s, best * 1.01) << name << ": best " << best_label;
   }
+}
+
+// `auto` checkpointing searches periods, not just every:2: even and proportional take the least
+// recompute that fits (none, else the largest period k with which every rank fits, else full),
+// and optimal solves and replays none, that period, 4, 3, 2 and full.
+TEST(PlanAnswer, AutoCheckpointingSearchesThePeriodsAndTheOneAtWhichMemoryJustFits) {
+  // GPT-2.7B with equal shares over H100s, A100s and L4s: no checkpointing does not fit the L4s.
+  const Scenario mix = costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) +
+                                                 "/scenarios/modern-mix-gpt2.7b.json");
+  const int layers = mix.job.model.num_layers;
+  const PlanResult even = make_plan(mix, options_of("even", flags(0, "", "auto")));
+  const auto& ck = even.plan.activation_checkpointing;
+  ASSERT_EQ(ck.kind, ActivationCheckpointing::Kind::Every) << to_string(ck);
+  EXPECT_GT(ck.every, 2);  // more than every:2 fits here
+  EXPECT_NO_THROW(make_plan(mix, options_of("even", flags(0, "", to_string(ck)))));
+  // The largest period that fits: one more does not (k = L checkpoints layer 1 alone).
+  if (ck.every < layers) {
+    EXPECT_THROW(
+        make_plan(mix, options_of("even", flags(0, "", "every:" + std::to_string(ck.every + 1)))),
+        InfeasibleError);
+  }
+  // optimal on default.json (GPT-2.7B over L4s and P40s, layered): the periods are candidates.
+  const Scenario s =
+      costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) + "/scenarios/default.json");
+  const PlanResult opt = make_plan(s, options_of("optimal", flags(0, "layered", "")));
+  for (const std::string k : {"none", "every:4", "every:3", "every:2", "full"})
+    EXPECT_NE(opt.note.find("layered / " + k + " / offload none"), std::string::npos)
+        << k << ": " << opt.note;
 }
 
 // A CPU rank runs no CUDA context, no NCCL and no caching allocator: the planners judge its fit
