@@ -203,30 +203,86 @@ int largest_fitting_micro_batch(const Job& job, const Plan& plan, const DeviceSp
   return 0;
 }
 
-// What would fit one rank (batch, share) on `usable` bytes, for an infeasibility message: the
-// largest micro-batch under this schedule, else the first other schedule that fits with
-// micro-batches of one sample, else the largest batch that fits.
-std::string what_would_fit(const Job& job, const Plan& plan, const DeviceSpec& spec, int world_size,
-                           int batch, double share, double usable) {
-  if (int m = largest_fitting_micro_batch(job, plan, spec, world_size, batch, share, usable))
-    return "micro-batches of " + std::to_string(m) + " (--micro-batch " + std::to_string(m) + ")";
+// What would make `plan` fit, for the infeasibility message of rank `r` (on `spec`, `limit`
+// bytes): the least change first — each single flag that alone makes every rank of the plan
+// fit (first_rank_over, at micro-batches of min(micro, batch); micro 0: the strategy chooses,
+// so one sample, the least memory), keeping the rest of the schedule: a smaller --micro-batch;
+// more recompute (the largest period every:k, else full); another accumulation; host offload
+// under full checkpointing. Else a schedule with micro-batches of one sample for the rank, else
+// the largest batch that fits it.
+std::string what_would_fit(const Scenario& s, const Plan& plan, int micro, const PlanRank& r,
+                           const DeviceSpec& spec, double limit) {
+  const Job& job = s.job;
+  const int world_size = static_cast<int>(plan.ranks.size());
+  auto fits = [&](const Plan& p, int m) { return first_rank_over(s, p, m) < 0; };
+  auto rank_fits = [&](const Plan& p, int batch) {
+    return terms_total(job, memory_inputs(p, spec, world_size, r.state_share,
+                                          split_batch(batch, 1))) <= limit;
+  };
+  std::vector<std::string> single;
+  for (int m = std::min(micro, r.batch) - 1; m >= 1; --m)
+    if (fits(plan, m)) {
+      single.push_back("--micro-batch " + std::to_string(m));
+      break;
+    }
+  const ActivationCheckpointing& ck = plan.activation_checkpointing;
+  if (!ck.is_full()) {
+    // More recompute than now: periods below the current one (any period after none), the
+    // largest that fits by bisection (memory grows with k), else full.
+    Plan alt = plan;
+    auto fits_every = [&](int k) {
+      alt.activation_checkpointing = every_k(k);
+      return fits(alt, micro);
+    };
+    const int top = ck.kind == ActivationCheckpointing::Kind::Every
+                        ? ck.every - 1
+                        : std::max(2, job.model.num_layers);
+    if (top >= 2 && fits_every(2)) {
+      int lo = 2, hi = top;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (fits_every(mid))
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      single.push_back("--activation-checkpointing every:" + std::to_string(lo));
+    } else {
+      alt.activation_checkpointing = ActivationCheckpointing{};
+      if (fits(alt, micro)) single.push_back("--activation-checkpointing full");
+    }
+  }
+  for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync}) {
+    if (acc == plan.accumulation) continue;
+    Plan alt = plan;
+    alt.accumulation = acc;
+    if (fits(alt, micro)) single.push_back("--accumulation " + to_string(acc));
+  }
+  if (ck.is_full() && plan.offload == Offload::None) {
+    Plan alt = plan;
+    alt.offload = Offload::Host;
+    if (fits(alt, micro)) single.push_back("--offload host");
+  }
+  if (!single.empty()) {
+    std::string out = single.front();
+    for (std::size_t k = 1; k < single.size(); ++k) out += ", or " + single[k];
+    return out + (single.size() > 1 ? " (each alone)" : "");
+  }
   for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync})
     for (const auto& c : checkpointing_candidates(job.model.num_layers)) {
       Plan alt = plan;
       alt.accumulation = acc;
       alt.activation_checkpointing = c;
       if (schedule::offload_conflict(alt.offload, c)) continue;
-      if (terms_total(job, memory_inputs(alt, spec, world_size, share, split_batch(batch, 1))) <=
-          usable)
+      if (rank_fits(alt, r.batch))
         return "--accumulation " + to_string(acc) + " --activation-checkpointing " + to_string(c) +
-               " with micro-batches of 1";
+               " --micro-batch 1";
     }
   // Micro-batches of one sample need the least memory (layered keeps every sample's
   // checkpoints whatever the split).
   int fit = 0;
-  for (int b = batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
-    if (terms_total(job, memory_inputs(plan, spec, world_size, share, split_batch(b, 1))) <= usable)
-      fit = b;
+  for (int b = r.batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
+    if (rank_fits(plan, b)) fit = b;
   if (fit > 0)
     return "a batch of at most " + std::to_string(fit) + " samples on this rank (fewer samples, " +
            "or more devices)";
@@ -234,15 +290,22 @@ std::string what_would_fit(const Job& job, const Plan& plan, const DeviceSpec& s
          "shares, `cephalo` or `optimal`, or larger devices)";
 }
 
+// `limit`: what the check allowed, the device's usable bytes or (the planners' own splits) that
+// less kPlanHeadroomBytes, which the message then says.
 std::string over_capacity(const std::string& who, const PlanRank& r, const DeviceSpec& spec,
-                          const Plan& plan, double need, double usable, const std::string& fits) {
+                          const Plan& plan, double need, double limit, const std::string& fits) {
   std::ostringstream msg;
-  msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need)
-      << " with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
+  const double usable = usable_bytes(spec);
+  msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need) << ", "
+      << format_bytes(limit) << " usable";
+  if (limit < usable)
+    msg << " (" << format_bytes(usable) << " less the planners' " << format_bytes(usable - limit)
+        << " headroom)";
+  msg << ", with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
       << r.micro_batch << ", " << to_string(plan.accumulation)
-      << " accumulation and activation checkpointing " << to_string(plan.activation_checkpointing)
-      << "; " << format_bytes(usable) << " usable: shortfall "
-      << static_cast<long long>(std::ceil(need - usable)) << " B (" << format_bytes(need - usable)
+      << " accumulation, activation checkpointing " << to_string(plan.activation_checkpointing)
+      << " and offload " << to_string(plan.offload) << ": shortfall "
+      << static_cast<long long>(std::ceil(need - limit)) << " B (" << format_bytes(need - limit)
       << "); would fit: " << fits;
   return msg.str();
 }
@@ -321,9 +384,9 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
     const double need =
         terms_total(s.job, memory_inputs(trial, spec, n, tried.state_share,
                                          split_batch(tried.batch, tried.micro_batch)));
-    throw InfeasibleError(over_capacity(
-        who + " (equal shares)", tried, spec, trial, need, usable,
-        what_would_fit(s.job, trial, spec, n, tried.batch, tried.state_share, usable)));
+    throw InfeasibleError(
+        over_capacity(who + " (equal shares)", tried, spec, trial, need, usable,
+                      what_would_fit(s, trial, opt.micro_batch, tried, spec, usable)));
   }
 }
 
@@ -364,9 +427,8 @@ void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions
   const auto& spec = devices[r.rank].slot->spec;
   const double need = costmodels::predict_memory(s.job, plan, r, spec, n).total;
   const double usable = usable_bytes(spec);
-  throw InfeasibleError(
-      over_capacity(plan.strategy, r, spec, plan, need, usable,
-                    what_would_fit(s.job, plan, spec, n, r.batch, r.state_share, usable)));
+  throw InfeasibleError(over_capacity(plan.strategy, r, spec, plan, need, usable,
+                                      what_would_fit(s, plan, opt.micro_batch, r, spec, usable)));
 }
 
 void set_rank(PlanRank& r, int batch, int micro_batch, int micro_batches, double share) {
