@@ -161,9 +161,10 @@ int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch) {
   return -1;
 }
 
-int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch) {
+int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch, int below) {
   const int layers = s.job.model.num_layers;
-  if (layers < 2) return 0;
+  const int top = below > 0 ? std::min(below - 1, layers) : layers;
+  if (top < 2) return 0;
   Plan trial = plan;
   auto fits = [&](int k) {
     trial.activation_checkpointing = every_k(k);
@@ -172,7 +173,7 @@ int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch) 
   if (!fits(2)) return 0;
   // Memory grows with k (fewer layers checkpointed keep more activations), so the largest
   // fitting period is found by bisection: a handful of memory evaluations per device class.
-  int lo = 2, hi = layers;
+  int lo = 2, hi = top;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
     if (fits(mid))
@@ -227,27 +228,13 @@ std::string what_would_fit(const Scenario& s, const Plan& plan, int micro, const
     }
   const ActivationCheckpointing& ck = plan.activation_checkpointing;
   if (!ck.is_full()) {
-    // More recompute than now: periods below the current one (any period after none), the
-    // largest that fits by bisection (memory grows with k), else full.
-    Plan alt = plan;
-    auto fits_every = [&](int k) {
-      alt.activation_checkpointing = every_k(k);
-      return fits(alt, micro);
-    };
-    const int top = ck.kind == ActivationCheckpointing::Kind::Every
-                        ? ck.every - 1
-                        : std::max(2, job.model.num_layers);
-    if (top >= 2 && fits_every(2)) {
-      int lo = 2, hi = top;
-      while (lo < hi) {
-        const int mid = lo + (hi - lo + 1) / 2;
-        if (fits_every(mid))
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      single.push_back("--activation-checkpointing every:" + std::to_string(lo));
+    // More recompute than now: the largest period below the current one (any period after
+    // none) that fits, else full.
+    const int below = ck.kind == ActivationCheckpointing::Kind::Every ? ck.every : 0;
+    if (const int k = largest_fitting_every(s, plan, micro, below)) {
+      single.push_back("--activation-checkpointing every:" + std::to_string(k));
     } else {
+      Plan alt = plan;
       alt.activation_checkpointing = ActivationCheckpointing{};
       if (fits(alt, micro)) single.push_back("--activation-checkpointing full");
     }

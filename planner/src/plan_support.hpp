@@ -111,9 +111,9 @@ ActivationCheckpointing every_k(int k);
 // memory at micro-batches of min(micro_batch, batch) (micro_batch 0: 1, the least memory);
 // -1 when every rank fits.
 int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch);
-// The largest period k in [2, L] with which every rank of `plan` fits as first_rank_over
-// checks it (bisection: memory grows with k); 0 when every:2 does not fit.
-int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch);
+// The largest period k in [2, L] (below `below` when > 0) with which every rank of `plan` fits
+// as first_rank_over checks it (bisection: memory grows with k); 0 when every:2 does not fit.
+int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch, int below = 0);
 // even's batches: B / n each, the remainder to the first ranks.
 void set_even_batches(Plan& plan, int global_batch);
 // The schedule the user fixed (accumulation, checkpointing) written into a strategy's plan.
