@@ -231,7 +231,7 @@ void plan_default(benchmark::State& state, const Json& model) {
 void BM_PlanDefault(benchmark::State& state) { plan_default(state, "gpt-1.3b"); }
 void BM_PlanDefault96(benchmark::State& state) { plan_default(state, kModel96); }
 BENCHMARK(BM_PlanDefault)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK(BM_PlanDefault96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_PlanDefault96)->Arg(10240)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

@@ -157,6 +157,8 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   return total(a) >= total(b) ? a : b;
 }
 
+bool runs_gpu_runtime(const DeviceSpec& spec) { return spec.kind != "cpu"; }
+
 double allocator_slack_fraction(bool gpu_runtime, const MemoryConstants& k) {
   return gpu_runtime ? k.fragmentation : 0.0;
 }
@@ -206,7 +208,7 @@ MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank&
   in.offload = plan.offload;
   in.prefetch = plan.prefetch;
   in.world_size = world_size;
-  in.gpu_runtime = spec.kind != "cpu";
+  in.gpu_runtime = runs_gpu_runtime(spec);
   MemoryBreakdown b;
   b.rank = rank.rank;
   b.gpu = spec.name;

@@ -24,33 +24,50 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   const int B = s.job.global_batch;
   OptimalProblem p;
   p.global_batch = B;
-  // Memory shape (the same on every rank but for the usable capacity), under the plan's
-  // checkpointing (layers not checkpointed keep their activations for every sample).
+  // Memory shape (the same on every rank of one runtime but for the usable capacity), under
+  // the plan's checkpointing (layers not checkpointed keep their activations for every
+  // sample). A CPU rank holds no CUDA / NCCL reserve and no allocator slack
+  // (costmodels::runs_gpu_runtime), so its shape is its own; clusters have one or both.
   const Job& job = s.job;
-  auto inputs = [&](double share, std::vector<int> sizes) {
-    auto in = memory_inputs(n, offload, share, std::move(sizes));
-    in.activation_checkpointing = checkpointing;
-    in.accumulation = accumulation;
-    return in;
+  struct Shape {
+    double state = 0, per_sample = 0;
+    std::vector<double> working;  // [m] fixed + w(m), index 0 unused
   };
-  const double at1 = terms_total(job, inputs(0.0, {1}));
-  const double at11 = terms_total(job, inputs(0.0, {1, 1}));
-  const double state = terms_total(job, inputs(1.0, {1})) - at1;
-  const double per_sample = at11 - at1;
-  p.state_bytes = state;
   double largest_usable = 0;
   for (const auto& d : sm.devices)
     largest_usable = std::max(largest_usable, plannable_bytes(d.slot->spec));
-  // Working set by micro-batch, up to what fits the largest device or the per-rank batch bound.
   const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
-  std::vector<double> working(1, 0.0);  // fixed + w(m)
-  for (int m = 1; m <= limit; ++m) {
-    const double base = terms_total(job, inputs(0.0, {m}));
-    const double fw = base - per_sample * m;
-    if (m > 1 && base > largest_usable) break;
-    working.push_back(fw);
+  auto shape_of = [&](bool gpu_runtime) {
+    auto inputs = [&](double share, std::vector<int> sizes) {
+      auto in = memory_inputs(gpu_runtime, n, offload, share, std::move(sizes));
+      in.activation_checkpointing = checkpointing;
+      in.accumulation = accumulation;
+      return in;
+    };
+    Shape sh;
+    const double at1 = terms_total(job, inputs(0.0, {1}));
+    const double at11 = terms_total(job, inputs(0.0, {1, 1}));
+    sh.state = terms_total(job, inputs(1.0, {1})) - at1;
+    sh.per_sample = at11 - at1;
+    // Working set by micro-batch, up to what fits the largest device or the per-rank batch
+    // bound.
+    sh.working.assign(1, 0.0);
+    for (int m = 1; m <= limit; ++m) {
+      const double base = terms_total(job, inputs(0.0, {m}));
+      if (m > 1 && base > largest_usable) break;
+      sh.working.push_back(base - sh.per_sample * m);
+    }
+    return sh;
+  };
+  std::map<bool, Shape> shapes;
+  for (const auto& d : sm.devices) {
+    const bool gpu = costmodels::runs_gpu_runtime(d.slot->spec);
+    if (!shapes.count(gpu)) shapes.emplace(gpu, shape_of(gpu));
   }
-  const int mmax = static_cast<int>(working.size()) - 1;
+  // S is one number for the solver: the state's bytes differ between the runtimes only by the
+  // allocator slack on the share-sized collective buffers, so a mixed cluster takes the larger
+  // (a CPU rank's share room is then a few bytes conservative); exact on one runtime.
+  for (const auto& [gpu, sh] : shapes) p.state_bytes = std::max(p.state_bytes, sh.state);
   // Communication with shards padded to σ: every unit is all-gathered in forward and again in
   // backward and reduce-scattered, once per iteration under layered accumulation; standard
   // repeats all three every round (micro-batch), no_sync the gathers (traces' add_phases).
@@ -118,6 +135,8 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     auto [it, fresh] = class_of.emplace(key, static_cast<int>(p.ranks.size()));
     p.rank_class.push_back(it->second);
     if (!fresh) continue;
+    const Shape& shape = shapes.at(costmodels::runs_gpu_runtime(d.slot->spec));
+    const int mmax = static_cast<int>(shape.working.size()) - 1;
     OptimalRankModel r;
     r.name = "rank " + std::to_string(d.rank) + " (" + d.slot->spec.name + ")";
     r.micro_batch_time.assign(mmax + 1, 0.0);
@@ -137,10 +156,10 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
       t = std::max(t, round_comm);
       r.micro_batch_time[m] = t;
       r.forward_time[m] = compute > 0 ? table.forward(m) * t / compute : 0.0;
-      r.working_bytes[m] = working[m];
+      r.working_bytes[m] = shape.working[m];
     }
     r.fixed_bytes = 0;  // folded into working_bytes
-    r.bytes_per_sample = per_sample;
+    r.bytes_per_sample = shape.per_sample;
     r.usable_bytes = plannable_bytes(d.slot->spec);
     r.fixed_micro_batch = fixed_micro_batch;
     p.ranks.push_back(std::move(r));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -76,13 +77,15 @@ ComputeTable& ScenarioModel::table(const RankDevice& d) {
 
 double terms_total(const Job& job, const costmodels::RankMemoryInputs& in) {
   double total = 0;
-  for (const auto& t : costmodels::memory_terms(job, in)) total += t.bytes;
+  for (const auto& t : costmodels::memory_terms(job, in, costmodels::memory_constants()))
+    total += t.bytes;
   return total;
 }
 
-costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
-                                           std::vector<int> sizes) {
+costmodels::RankMemoryInputs memory_inputs(bool gpu_runtime, int world_size, Offload offload,
+                                           double share, std::vector<int> sizes) {
   costmodels::RankMemoryInputs in;
+  in.gpu_runtime = gpu_runtime;
   in.state_share = share;
   in.micro_batch_sizes = std::move(sizes);
   in.accumulation = Accumulation::Layered;
@@ -92,10 +95,10 @@ costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, doub
   return in;
 }
 
-costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
-                                           std::vector<int> sizes) {
-  costmodels::RankMemoryInputs in =
-      memory_inputs(world_size, plan.offload, share, std::move(sizes));
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, const DeviceSpec& spec, int world_size,
+                                           double share, std::vector<int> sizes) {
+  costmodels::RankMemoryInputs in = memory_inputs(costmodels::runs_gpu_runtime(spec), world_size,
+                                                  plan.offload, share, std::move(sizes));
   in.accumulation = plan.accumulation;
   in.activation_checkpointing = plan.activation_checkpointing;
   in.prefetch = plan.prefetch;
@@ -115,49 +118,158 @@ double usable_bytes(const DeviceSpec& spec) {
 
 double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPlanHeadroomBytes; }
 
-std::vector<ActivationCheckpointing> checkpointing_candidates() {
-  ActivationCheckpointing none, half, full;
+ActivationCheckpointing every_k(int k) {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::Every;
+  c.every = k;
+  return c;
+}
+
+std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers, int fitting_every) {
+  ActivationCheckpointing none, full;
   none.kind = ActivationCheckpointing::Kind::None;
-  half.kind = ActivationCheckpointing::Kind::Every;
-  half.every = 2;
-  return {none, half, full};
+  std::vector<ActivationCheckpointing> out = {none};
+  // every:k checkpoints layers 1, 1+k, ...: k >= L all checkpoint layer 1 alone, so periods
+  // above L add nothing; below 2 is full.
+  std::vector<int> periods = {4, 3, 2};
+  if (fitting_every > 4) periods.insert(periods.begin(), fitting_every);
+  for (int k : periods)
+    if (k >= 2 && k <= std::max(2, num_layers)) out.push_back(every_k(k));
+  out.push_back(full);
+  return out;
+}
+
+int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch) {
+  const auto& devices = s.cluster.ranks();
+  const int n = static_cast<int>(plan.ranks.size());
+  // The answer depends only on (usable bytes, runtime, batch, share): a 100k-GPU plan has a
+  // handful of such.
+  std::map<std::tuple<double, bool, int, double>, bool> fits;
+  for (const auto& r : plan.ranks) {
+    const auto& spec = devices[r.rank].slot->spec;
+    const double usable = plannable_bytes(spec);
+    auto [it, fresh] = fits.emplace(
+        std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch, r.state_share), false);
+    if (fresh) {
+      const int m = std::max(1, std::min(micro_batch > 0 ? micro_batch : 1, r.batch));
+      it->second =
+          terms_total(s.job, memory_inputs(plan, spec, n, r.state_share,
+                                           split_batch(std::max(1, r.batch), m))) <= usable;
+    }
+    if (!it->second) return r.rank;
+  }
+  return -1;
+}
+
+int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch, int below) {
+  const int layers = s.job.model.num_layers;
+  const int top = below > 0 ? std::min(below - 1, layers) : layers;
+  if (top < 2) return 0;
+  Plan trial = plan;
+  auto fits = [&](int k) {
+    trial.activation_checkpointing = every_k(k);
+    return first_rank_over(s, trial, micro_batch) < 0;
+  };
+  if (!fits(2)) return 0;
+  // Memory grows with k (fewer layers checkpointed keep more activations), so the largest
+  // fitting period is found by bisection: a handful of memory evaluations per device class.
+  int lo = 2, hi = top;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+void set_even_batches(Plan& plan, int global_batch) {
+  const int n = static_cast<int>(plan.ranks.size());
+  for (int i = 0; i < n; ++i)
+    plan.ranks[static_cast<std::size_t>(i)].batch =
+        global_batch / n + (i < global_batch % n ? 1 : 0);
 }
 
 namespace {
 
 // Largest micro-batch ≤ batch whose memory (share, the plan's schedule) fits: used by even and
 // proportional to split their batches "as memory requires".
-int largest_fitting_micro_batch(const Job& job, const Plan& plan, int world_size, int batch,
-                                double share, double usable) {
+int largest_fitting_micro_batch(const Job& job, const Plan& plan, const DeviceSpec& spec,
+                                int world_size, int batch, double share, double usable) {
   for (int m = batch; m >= 1; --m)
-    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(batch, m))) <= usable)
+    if (terms_total(job, memory_inputs(plan, spec, world_size, share, split_batch(batch, m))) <=
+        usable)
       return m;
   return 0;
 }
 
-// What would fit one rank (batch, share) on `usable` bytes, for an infeasibility message: the
-// largest micro-batch under this schedule, else the first other schedule that fits with
-// micro-batches of one sample, else the largest batch that fits.
-std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int batch,
-                           double share, double usable) {
-  if (int m = largest_fitting_micro_batch(job, plan, world_size, batch, share, usable))
-    return "micro-batches of " + std::to_string(m) + " (--micro-batch " + std::to_string(m) + ")";
+// What would make `plan` fit, for the infeasibility message of rank `r` (on `spec`, `limit`
+// bytes): the least change first — each single flag that alone makes every rank of the plan
+// fit (first_rank_over, at micro-batches of min(micro, batch); micro 0: the strategy chooses,
+// so one sample, the least memory), keeping the rest of the schedule: a smaller --micro-batch;
+// more recompute (the largest period every:k, else full); another accumulation; host offload
+// under full checkpointing. Else a schedule with micro-batches of one sample for the rank, else
+// the largest batch that fits it.
+std::string what_would_fit(const Scenario& s, const Plan& plan, int micro, const PlanRank& r,
+                           const DeviceSpec& spec, double limit) {
+  const Job& job = s.job;
+  const int world_size = static_cast<int>(plan.ranks.size());
+  auto fits = [&](const Plan& p, int m) { return first_rank_over(s, p, m) < 0; };
+  auto rank_fits = [&](const Plan& p, int batch) {
+    return terms_total(job, memory_inputs(p, spec, world_size, r.state_share,
+                                          split_batch(batch, 1))) <= limit;
+  };
+  std::vector<std::string> single;
+  for (int m = std::min(micro, r.batch) - 1; m >= 1; --m)
+    if (fits(plan, m)) {
+      single.push_back("--micro-batch " + std::to_string(m));
+      break;
+    }
+  const ActivationCheckpointing& ck = plan.activation_checkpointing;
+  if (!ck.is_full()) {
+    // More recompute than now: the largest period below the current one (any period after
+    // none) that fits, else full.
+    const int below = ck.kind == ActivationCheckpointing::Kind::Every ? ck.every : 0;
+    if (const int k = largest_fitting_every(s, plan, micro, below)) {
+      single.push_back("--activation-checkpointing every:" + std::to_string(k));
+    } else {
+      Plan alt = plan;
+      alt.activation_checkpointing = ActivationCheckpointing{};
+      if (fits(alt, micro)) single.push_back("--activation-checkpointing full");
+    }
+  }
+  for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync}) {
+    if (acc == plan.accumulation) continue;
+    Plan alt = plan;
+    alt.accumulation = acc;
+    if (fits(alt, micro)) single.push_back("--accumulation " + to_string(acc));
+  }
+  if (ck.is_full() && plan.offload == Offload::None) {
+    Plan alt = plan;
+    alt.offload = Offload::Host;
+    if (fits(alt, micro)) single.push_back("--offload host");
+  }
+  if (!single.empty()) {
+    std::string out = single.front();
+    for (std::size_t k = 1; k < single.size(); ++k) out += ", or " + single[k];
+    return out + (single.size() > 1 ? " (each alone)" : "");
+  }
   for (Accumulation acc : {Accumulation::Standard, Accumulation::Layered, Accumulation::NoSync})
-    for (const auto& c : checkpointing_candidates()) {
+    for (const auto& c : checkpointing_candidates(job.model.num_layers)) {
       Plan alt = plan;
       alt.accumulation = acc;
       alt.activation_checkpointing = c;
       if (schedule::offload_conflict(alt.offload, c)) continue;
-      if (terms_total(job, memory_inputs(alt, world_size, share, split_batch(batch, 1))) <= usable)
+      if (rank_fits(alt, r.batch))
         return "--accumulation " + to_string(acc) + " --activation-checkpointing " + to_string(c) +
-               " with micro-batches of 1";
+               " --micro-batch 1";
     }
   // Micro-batches of one sample need the least memory (layered keeps every sample's
   // checkpoints whatever the split).
   int fit = 0;
-  for (int b = batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
-    if (terms_total(job, memory_inputs(plan, world_size, share, split_batch(b, 1))) <= usable)
-      fit = b;
+  for (int b = r.batch - 1; b >= 1 && fit == 0; b = b > 64 ? b * 3 / 4 : b - 1)
+    if (rank_fits(plan, b)) fit = b;
   if (fit > 0)
     return "a batch of at most " + std::to_string(fit) + " samples on this rank (fewer samples, " +
            "or more devices)";
@@ -165,15 +277,22 @@ std::string what_would_fit(const Job& job, const Plan& plan, int world_size, int
          "shares, `cephalo` or `optimal`, or larger devices)";
 }
 
+// `limit`: what the check allowed, the device's usable bytes or (the planners' own splits) that
+// less kPlanHeadroomBytes, which the message then says.
 std::string over_capacity(const std::string& who, const PlanRank& r, const DeviceSpec& spec,
-                          const Plan& plan, double need, double usable, const std::string& fits) {
+                          const Plan& plan, double need, double limit, const std::string& fits) {
   std::ostringstream msg;
-  msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need)
-      << " with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
+  const double usable = usable_bytes(spec);
+  msg << who << ": rank " << r.rank << " (" << spec.name << ") needs " << format_bytes(need) << ", "
+      << format_bytes(limit) << " usable";
+  if (limit < usable)
+    msg << " (" << format_bytes(usable) << " less the planners' " << format_bytes(usable - limit)
+        << " headroom)";
+  msg << ", with batch " << r.batch << " as " << r.micro_batches << " micro-batch(es) of "
       << r.micro_batch << ", " << to_string(plan.accumulation)
-      << " accumulation and activation checkpointing " << to_string(plan.activation_checkpointing)
-      << "; " << format_bytes(usable) << " usable: shortfall "
-      << static_cast<long long>(std::ceil(need - usable)) << " B (" << format_bytes(need - usable)
+      << " accumulation, activation checkpointing " << to_string(plan.activation_checkpointing)
+      << " and offload " << to_string(plan.offload) << ": shortfall "
+      << static_cast<long long>(std::ceil(need - limit)) << " B (" << format_bytes(need - limit)
       << "); would fit: " << fits;
   return msg.str();
 }
@@ -196,24 +315,37 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
   const auto& devices = s.cluster.ranks();
   for (auto& r : plan.ranks) r.state_share = 1.0 / n;
   std::vector<ActivationCheckpointing> choices = {plan.activation_checkpointing};
-  if (opt.choose_checkpointing) choices = checkpointing_candidates();
+  if (opt.choose_checkpointing) {
+    // The least recompute that fits: none, else the largest period k with which every rank
+    // fits (found only when none does not), else full.
+    ActivationCheckpointing none;
+    none.kind = ActivationCheckpointing::Kind::None;
+    choices = {none, ActivationCheckpointing{}};
+  }
   for (std::size_t c = 0; c < choices.size(); ++c) {
+    if (opt.choose_checkpointing && c == 1) {
+      if (const int k = largest_fitting_every(s, plan, opt.micro_batch))
+        choices.insert(choices.begin() + 1, every_k(k));
+    }
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];
-    // The answer depends only on (usable bytes, batch): ranks of one device type with the same
-    // batch are evaluated once (a 100k-GPU plan has a handful of such pairs).
-    std::map<std::pair<double, int>, int> fitting;
+    // The answer depends only on (usable bytes, GPU runtime or not, batch): ranks of one device
+    // type with the same batch are evaluated once (a 100k-GPU plan has a handful of such).
+    std::map<std::tuple<double, bool, int>, int> fitting;
     const PlanRank* failed = nullptr;
     for (auto& r : trial.ranks) {
-      const double usable = plannable_bytes(devices[r.rank].slot->spec);
-      auto [it, fresh] = fitting.emplace(std::make_pair(usable, r.batch), 0);
+      const auto& spec = devices[r.rank].slot->spec;
+      const double usable = plannable_bytes(spec);
+      auto [it, fresh] =
+          fitting.emplace(std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch), 0);
       if (fresh) {
         if (opt.micro_batch > 0) {
           const int m = std::min(opt.micro_batch, r.batch);
-          const auto in = memory_inputs(trial, n, r.state_share, split_batch(r.batch, m));
+          const auto in = memory_inputs(trial, spec, n, r.state_share, split_batch(r.batch, m));
           it->second = terms_total(s.job, in) <= usable ? m : 0;
         } else {
-          it->second = largest_fitting_micro_batch(s.job, trial, n, r.batch, r.state_share, usable);
+          it->second =
+              largest_fitting_micro_batch(s.job, trial, spec, n, r.batch, r.state_share, usable);
         }
       }
       const int m = it->second;
@@ -234,13 +366,14 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
     PlanRank tried = *failed;
     tried.micro_batch = opt.micro_batch > 0 ? std::min(opt.micro_batch, tried.batch) : 1;
     tried.micro_batches = (tried.batch + tried.micro_batch - 1) / tried.micro_batch;
-    const double usable = plannable_bytes(devices[tried.rank].slot->spec);
-    const double need = terms_total(
-        s.job,
-        memory_inputs(trial, n, tried.state_share, split_batch(tried.batch, tried.micro_batch)));
-    throw InfeasibleError(over_capacity(
-        who + " (equal shares)", tried, devices[tried.rank].slot->spec, trial, need, usable,
-        what_would_fit(s.job, trial, n, tried.batch, tried.state_share, usable)));
+    const auto& spec = devices[tried.rank].slot->spec;
+    const double usable = plannable_bytes(spec);
+    const double need =
+        terms_total(s.job, memory_inputs(trial, spec, n, tried.state_share,
+                                         split_batch(tried.batch, tried.micro_batch)));
+    throw InfeasibleError(
+        over_capacity(who + " (equal shares)", tried, spec, trial, need, usable,
+                      what_would_fit(s, trial, opt.micro_batch, tried, spec, usable)));
   }
 }
 
@@ -281,9 +414,8 @@ void honour_schedule_options(const Scenario& s, Plan& plan, const PlannerOptions
   const auto& spec = devices[r.rank].slot->spec;
   const double need = costmodels::predict_memory(s.job, plan, r, spec, n).total;
   const double usable = usable_bytes(spec);
-  throw InfeasibleError(
-      over_capacity(plan.strategy, r, spec, plan, need, usable,
-                    what_would_fit(s.job, plan, n, r.batch, r.state_share, usable)));
+  throw InfeasibleError(over_capacity(plan.strategy, r, spec, plan, need, usable,
+                                      what_would_fit(s, plan, opt.micro_batch, r, spec, usable)));
 }
 
 void set_rank(PlanRank& r, int batch, int micro_batch, int micro_batches, double share) {

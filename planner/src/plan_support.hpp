@@ -74,12 +74,15 @@ struct ScenarioModel {
 };
 
 double terms_total(const Job& job, const costmodels::RankMemoryInputs& in);
-// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch).
-costmodels::RankMemoryInputs memory_inputs(int world_size, Offload offload, double share,
-                                           std::vector<int> sizes);
-// The same for a plan's schedule (accumulation, checkpointing, offload, prefetch).
-costmodels::RankMemoryInputs memory_inputs(const Plan& plan, int world_size, double share,
-                                           std::vector<int> sizes);
+// The inputs of memory_terms for a rank of the planners' plans (layered, prefetch) on a device
+// that runs the GPU runtime or not (costmodels::runs_gpu_runtime: a CPU rank holds no CUDA or
+// NCCL reserve and no allocator slack).
+costmodels::RankMemoryInputs memory_inputs(bool gpu_runtime, int world_size, Offload offload,
+                                           double share, std::vector<int> sizes);
+// The same for a plan's schedule (accumulation, checkpointing, offload, prefetch) on `spec`:
+// what predict_memory reads for that rank.
+costmodels::RankMemoryInputs memory_inputs(const Plan& plan, const DeviceSpec& spec, int world_size,
+                                           double share, std::vector<int> sizes);
 // `batch` samples as micro-batches of `m` (the last smaller).
 std::vector<int> split_batch(int batch, int m);
 
@@ -95,13 +98,24 @@ using planner::empty_plan;  // strategies.hpp
 void check_batch(const Scenario& s, const std::string& who);
 // Equal shares; micro-batch sizes from memory (stock FSDP gradient accumulation) under the
 // plan's schedule, or options.micro_batch when the user fixed it; with
-// options.choose_checkpointing the least recompute (none, every 2, full) that fits each rank at
-// its largest micro-batch.
+// options.choose_checkpointing the least recompute that fits every rank at some micro-batch
+// (none, else every:k for the largest such k, else full), with each rank's largest micro-batch.
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
                        const PlannerOptions& options = {});
-// What `--activation-checkpointing auto` chooses among, least recompute first: none, every 2,
-// full.
-std::vector<ActivationCheckpointing> checkpointing_candidates();
+// What `optimal` solves under `--activation-checkpointing auto`, least recompute first: none,
+// every:k for k = fitting_every (when above 4), 4, 3, 2 (periods up to the layer count), full.
+std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers,
+                                                              int fitting_every = 0);
+ActivationCheckpointing every_k(int k);
+// The first rank (rank id) of `plan` (its schedule, batches and shares) over its plannable
+// memory at micro-batches of min(micro_batch, batch) (micro_batch 0: 1, the least memory);
+// -1 when every rank fits.
+int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch);
+// The largest period k in [2, L] (below `below` when > 0) with which every rank of `plan` fits
+// as first_rank_over checks it (bisection: memory grows with k); 0 when every:2 does not fit.
+int largest_fitting_every(const Scenario& s, const Plan& plan, int micro_batch, int below = 0);
+// even's batches: B / n each, the remainder to the first ranks.
+void set_even_batches(Plan& plan, int global_batch);
 // The schedule the user fixed (accumulation, checkpointing) written into a strategy's plan.
 void apply_schedule_options(Plan& plan, const PlannerOptions& options);
 // After a strategy: the user's fixed micro-batch re-splits every rank's batch, and when the user

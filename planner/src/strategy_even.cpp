@@ -9,9 +9,7 @@ PlanResult plan_even(const Scenario& s, const costmodels::CostModels&, const Pla
   check_batch(s, "even");
   PlanResult res;
   res.plan = empty_plan(s, "even");
-  const int n = static_cast<int>(res.plan.ranks.size());
-  const int B = s.job.global_batch;
-  for (int i = 0; i < n; ++i) res.plan.ranks[i].batch = B / n + (i < B % n ? 1 : 0);
+  set_even_batches(res.plan, s.job.global_batch);
   apply_schedule_options(res.plan, opt);
   fill_equal_shares(s, res.plan, "even", opt);
   return res;

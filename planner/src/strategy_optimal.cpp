@@ -1,13 +1,14 @@
 // `optimal`: our exact optimizer (optimal_solver.hpp) on the project's cost models, checked
-// and refined on the simulator. Per offload mode, four named steps:
+// and refined on the simulator. Per schedule candidate, four named steps:
 //   1. solve_within_simulated_memory  solve the model; if the simulator finds the plan over
 //                                     capacity, shrink that device type's budget and re-solve
-//   2. pick_collective                the uneven-collective variant the comm model prefers
-//   3. replay_staircase               the other (τ, σ) breakpoints of the solver's walk
-//   4. replay_phase_weighted          the best phase-weighted solution
-//   5. replay_slowest_step            the solution with every share's step at the slowest GPU
-// and the offload mode that simulates faster wins (planner/README.md explains why each
-// refinement exists).
+//   2. replay_staircase               the other (τ, σ) breakpoints of the solver's walk
+//   3. replay_phase_weighted          the best phase-weighted solution
+//   4. replay_slowest_step            the solution with every share's step at the slowest GPU
+// and the schedule that simulates faster wins (planner/README.md explains why each refinement
+// exists). The plans keep the `auto` uneven-collective variant: the cost model prices each
+// uneven collective both ways and runs the cheaper (costmodels::uneven_variant), in the
+// prediction, the replay and the backend alike, so the planner makes no choice of its own.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -66,11 +67,21 @@ Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol)
   return plan;
 }
 
-// The checkpointings to solve: the user's, or with `auto` every candidate (each solved exactly,
-// the fastest in simulation kept, as the offload mode is), else full.
-std::vector<ActivationCheckpointing> checkpointings(const PlannerOptions& opt) {
-  if (opt.choose_checkpointing) return checkpointing_candidates();
-  return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
+// The checkpointings to solve under accumulation `acc`: the user's, or with `auto` every
+// candidate (each solved exactly, the fastest in simulation kept, as the offload mode is):
+// none, every:k for the largest k with which even's plan (equal batches and shares, micro-batches
+// of one sample or the fixed size) fits every rank — the period at which memory just fits —
+// and 4, 3, 2, then full.
+std::vector<ActivationCheckpointing> checkpointings(const Scenario& s, const PlannerOptions& opt,
+                                                    Accumulation acc) {
+  if (!opt.choose_checkpointing)
+    return {opt.activation_checkpointing.value_or(ActivationCheckpointing{})};
+  Plan even = empty_plan(s, "optimal");
+  even.accumulation = acc;
+  set_even_batches(even, s.job.global_batch);
+  for (auto& r : even.ranks) r.state_share = 1.0 / static_cast<double>(even.ranks.size());
+  return checkpointing_candidates(s.job.model.num_layers,
+                                  largest_fitting_every(s, even, opt.micro_batch));
 }
 
 // The accumulations to solve: the user's, or all three when it was left open.
@@ -125,36 +136,19 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
   return false;
 }
 
-// Step 2. Uneven shards: the model bounds them by the padded collective; run whichever
-// variant the comm model finds faster for the actual shares.
-void pick_collective(const Scenario& s, const costmodels::CostModels& models, PlanResult& r) {
-  if (r.plan.even_shares()) return;
-  r.plan.uneven_collective = UnevenCollective::Grouped;
-  predict(s, models, r);
-  const double grouped = r.predicted_iteration_s;
-  r.plan.uneven_collective = UnevenCollective::Padded;
-  predict(s, models, r);
-  const double padded = r.predicted_iteration_s;
-  r.plan.uneven_collective =
-      grouped <= padded ? UnevenCollective::Grouped : UnevenCollective::Padded;
-}
-
-// A solution as a candidate of mode m: the current plan's schedule with the solution's rows
-// (grouped variant until pick_collective chooses).
+// A solution as a candidate of mode m: the current plan's schedule with the solution's rows.
 PlanResult candidate_of(const ModeSearch& m, const OptimalSolution& sol, std::string note) {
   PlanResult alt;
   alt.plan = m.res.plan;
-  alt.plan.uneven_collective = UnevenCollective::Grouped;
   apply_solution(alt.plan, sol);
   alt.note = std::move(note);
   return alt;
 }
 
-// Replays `alt` with the variant the comm model prefers and keeps it as the mode's plan when it
-// fits and simulates faster than the plan so far.
+// Replays `alt` and keeps it as the mode's plan when it fits and simulates faster than the plan
+// so far.
 void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m,
                     PlanResult alt) {
-  pick_collective(s, models, alt);
   const auto o = m.replays->simulate(s, models, alt.plan);
   if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) return;
   m.simulated = o.iteration_s;
@@ -162,25 +156,13 @@ void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, Mod
   predict(s, models, m.res);
 }
 
-// Step 3. Outside the model: the simulator synchronises every unit's forward and backward
+// Step 2. Outside the model: the simulator synchronises every unit's forward and backward
 // phases separately (Σ of per-phase maxima ≥ the model's max of per-rank sums), so the model's
 // optimum is not always the fastest in simulation. The other breakpoints of the staircase walk
 // (each the model's best plan for its largest share) are replayed as well and the fastest that
-// fits is kept. The verified replay of step 1 ran the plan's default (grouped) variant; the
-// plan is replayed again only if step 2 changed the variant, and the verified one is kept if
-// the other does not fit.
+// fits is kept (the optimum's own replay is step 1's).
 void replay_staircase(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m) {
-  auto& res = m.res;
   const auto& sol = m.candidates.front();
-  if (!res.plan.even_shares() && res.plan.uneven_collective != UnevenCollective::Grouped) {
-    const auto own = m.replays->simulate(s, models, res.plan);
-    if (own.oom) {
-      res.plan.uneven_collective = UnevenCollective::Grouped;
-      predict(s, models, res);
-    } else {
-      m.simulated = own.iteration_s;
-    }
-  }
   const std::size_t limit = std::min<std::size_t>(m.candidates.size(), kOptimalCandidates);
   for (std::size_t k = 1; k < limit; ++k)
     keep_if_faster(s, models, m,
@@ -209,7 +191,7 @@ double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) 
   return std::max(c, f_max + k_max) + optimizer_step_seconds(problem, shares);
 }
 
-// Step 4. Phase-weighted candidates: the simulator waits, unit by unit, for the slowest rank
+// Step 3. Phase-weighted candidates: the simulator waits, unit by unit, for the slowest rank
 // of the forward phase and again of the backward phase, i.e. about max_i F_i + max_i K_i
 // rather than the model's max_i (F_i + K_i). Solving the model exactly with a configuration's
 // time max(F/ρ, K/(1 − ρ)) bounds F by ρτ and K by (1 − ρ)τ; the phase optimum is the best of
@@ -250,7 +232,7 @@ void replay_phase_weighted(const Scenario& s, const costmodels::CostModels& mode
   if (pick) keep_if_faster(s, models, m, std::move(*pick));
 }
 
-// Step 5. The model times the optimizer step per device (faster devices may hold more state
+// Step 4. The model times the optimizer step per device (faster devices may hold more state
 // for the same step time) but takes communication as overlapped as a whole (max(C, τ)); the
 // simulator overlaps it unit by unit, and a forward phase shorter than its gather exposes the
 // gather, whose grouped time grows as the smallest share shrinks. So the plan of the model
@@ -313,9 +295,9 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     if (first_error.empty()) first_error = why;
     if (lean_error.empty() && m.checkpointing.is_full()) lean_error = why;
   };
-  const bool several = accumulations(opt).size() * checkpointings(opt).size() * modes.size() > 1;
+  const bool several = accumulations(opt).size() * modes.size() > 1 || opt.choose_checkpointing;
   for (Accumulation acc : accumulations(opt))
-    for (const ActivationCheckpointing& ckpt : checkpointings(opt))
+    for (const ActivationCheckpointing& ckpt : checkpointings(s, opt, acc))
       for (Offload mode : modes) {
         const std::string which =
             "optimal (offload " + to_string(mode) +
@@ -366,7 +348,6 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       continue;
     }
     const auto& sol = m.candidates.front();
-    pick_collective(s, models, m.res);
     predict(s, models, m.res);
     m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
                  std::to_string(sol.feasibility_checks) + " feasibility checks, " +

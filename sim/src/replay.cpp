@@ -362,7 +362,7 @@ SimResult Replay::run() {
   capacity_.resize(ranks);
   dynamic_scale_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    const bool gpu_runtime = devices_[r].slot->spec.kind != "cpu";
+    const bool gpu_runtime = costmodels::runs_gpu_runtime(devices_[r].slot->spec);
     const double reserve = opt_.reserve_bytes >= 0
                                ? opt_.reserve_bytes
                                : costmodels::runtime_reserve_bytes(gpu_runtime, ranks, constants);

@@ -19,6 +19,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
@@ -176,12 +177,14 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
     const std::string name = fs::path(file).filename().string();
     const PlanResult def = make_plan(s, options_of("optimal", {}));
     ASSERT_FALSE(def.simulated_oom) << name;
+    // The cost model chooses each uneven collective's variant (auto); optimal adds no choice.
+    EXPECT_EQ(def.plan.uneven_collective, UnevenCollective::Auto) << name;
     double best = def.predicted_iteration_s;
     std::string best_label = "(defaults)";
     std::vector<std::string> shardings = {"full"};
     if (s.cluster.nodes.size() > 1) shardings.push_back("auto");
     for (const char* acc : {"layered", "standard", "no_sync"})
-      for (const char* ckpt : {"none", "every:2", "full"})
+      for (const char* ckpt : {"none", "every:4", "every:3", "every:2", "full"})
         for (const std::string& sharding : shardings)
           for (const char* offload : {"none", "host"}) {
             if (std::string(offload) == "host" && std::string(ckpt) != "full") continue;
@@ -201,6 +204,79 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
               << to_string(def.plan.offload) << ", sharding " << describe(def.plan.sharding)
               << "), best fixed " << best << " s (" << best_label << ")\n";
     EXPECT_LE(def.predicted_iteration_s, best * 1.01) << name << ": best " << best_label;
+  }
+}
+
+// `auto` checkpointing searches periods, not just every:2: even and proportional take the least
+// recompute that fits (none, else the largest period k with which every rank fits, else full),
+// and optimal solves and replays none, that period, 4, 3, 2 and full.
+TEST(PlanAnswer, AutoCheckpointingSearchesThePeriodsAndTheOneAtWhichMemoryJustFits) {
+  // GPT-2.7B with equal shares over H100s, A100s and L4s: no checkpointing does not fit the L4s.
+  const Scenario mix = costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) +
+                                                 "/scenarios/modern-mix-gpt2.7b.json");
+  const int layers = mix.job.model.num_layers;
+  const PlanResult even = make_plan(mix, options_of("even", flags(0, "", "auto")));
+  const auto& ck = even.plan.activation_checkpointing;
+  ASSERT_EQ(ck.kind, ActivationCheckpointing::Kind::Every) << to_string(ck);
+  EXPECT_GT(ck.every, 2);  // more than every:2 fits here
+  EXPECT_NO_THROW(make_plan(mix, options_of("even", flags(0, "", to_string(ck)))));
+  // The largest period that fits: one more does not (k = L checkpoints layer 1 alone).
+  if (ck.every < layers) {
+    EXPECT_THROW(
+        make_plan(mix, options_of("even", flags(0, "", "every:" + std::to_string(ck.every + 1)))),
+        InfeasibleError);
+  }
+  // optimal on default.json (GPT-2.7B over L4s and P40s, layered): the periods are candidates.
+  const Scenario s =
+      costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) + "/scenarios/default.json");
+  const PlanResult opt = make_plan(s, options_of("optimal", flags(0, "layered", "")));
+  for (const std::string k : {"none", "every:4", "every:3", "every:2", "full"})
+    EXPECT_NE(opt.note.find("layered / " + k + " / offload none"), std::string::npos)
+        << k << ": " << opt.note;
+}
+
+// A CPU rank runs no CUDA context, no NCCL and no caching allocator: the planners judge its fit
+// with the memory predict_memory reports for it, not with a GPU's reserves. The CPU ranks here
+// get just the memory the even plan needs (plus the planners' headroom), which would not hold a
+// GPU runtime's reserves on top: every strategy must still plan it, within that memory.
+TEST(PlanAnswer, ACpuRankFitsWithTheMemoryPredictMemoryReportsForIt) {
+  Scenario s =
+      costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) + "/scenarios/cpu-2rank.json");
+  const int n = s.cluster.num_ranks();
+  const PlanResult roomy = make_plan(s, options_of("even", {}));
+  double need = 0;
+  for (const auto& r : roomy.plan.ranks) {
+    const auto& spec = s.cluster.ranks()[r.rank].slot->spec;
+    ASSERT_FALSE(costmodels::runs_gpu_runtime(spec));
+    const auto mem = costmodels::predict_memory(s.job, roomy.plan, r, spec, n);
+    EXPECT_EQ(mem.term("cuda_context"), 0.0);
+    EXPECT_EQ(mem.term("nccl_reserve"), 0.0);
+    EXPECT_EQ(mem.term("fragmentation"), 0.0);
+    need = std::max(need, mem.total);
+  }
+  // The planners keep 128 MiB of headroom below usable; 64 MiB more is far less than a GPU
+  // runtime's reserves, so a fit judged with them fails.
+  const double tight = need + 192.0 * 1024 * 1024;
+  ASSERT_GT(need + costmodels::runtime_reserve_bytes(true, n), tight);
+  for (auto& node : s.cluster.nodes)
+    for (auto& slot : node.devices) slot.spec.memory_bytes = tight;
+  for (const std::string strategy : {"even", "proportional", "optimal"}) {
+    SCOPED_TRACE(strategy);
+    const PlanResult res = make_plan(s, options_of(strategy, {}));
+    EXPECT_FALSE(res.simulated_oom);
+    ASSERT_EQ(res.ranks.size(), res.plan.ranks.size());
+    for (std::size_t i = 0; i < res.plan.ranks.size(); ++i) {
+      const auto& r = res.plan.ranks[i];
+      const auto& spec = s.cluster.ranks()[r.rank].slot->spec;
+      const auto mem = costmodels::predict_memory(s.job, res.plan, r, spec, n);
+      EXPECT_DOUBLE_EQ(res.ranks[i].memory_bytes, mem.total) << "rank " << r.rank;
+      EXPECT_LE(mem.total, mem.usable) << "rank " << r.rank;
+    }
+    // even keeps the roomy plan's micro-batches: the tight memory is what they need.
+    if (strategy == "even") {
+      for (std::size_t i = 0; i < res.plan.ranks.size(); ++i)
+        EXPECT_EQ(res.plan.ranks[i].micro_batch, roomy.plan.ranks[i].micro_batch);
+    }
   }
 }
 

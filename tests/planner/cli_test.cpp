@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -244,6 +246,70 @@ TEST(PlanCli, AnInfeasibleFixedScheduleNamesTheRankTheBytesAndWhatFits) {
     EXPECT_EQ(r.code, 3) << r.out;
     for (const std::string part : {"rank ", "needs ", "usable", "shortfall ", "would fit: "})
       EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+  }
+}
+
+// The message of an infeasible fixed schedule reads "rank R (GPU) needs X GiB, Y GiB usable (...)"
+// and ends with the least change that fits: each single flag that alone fits, keeping the rest
+// of the schedule. Every suggestion, applied to the same command, plans; a suggested period is
+// the largest that fits (one more does not).
+TEST(PlanCli, AnInfeasibleFixedScheduleSuggestsTheLeastChangeThatFits) {
+  const std::string llama = std::string(CEPHALO_SOURCE_DIR) + "/scenarios/modern-mix-llama7b.json";
+  struct Case {
+    std::string scenario;
+    std::map<std::string, std::string> flags;
+  };
+  for (const Case& c :
+       {Case{llama,
+             {{"--activation-checkpointing", "none"},
+              {"--micro-batch", "8"},
+              {"--accumulation", "layered"}}},
+        Case{kDefault, {{"--activation-checkpointing", "none"}, {"--micro-batch", "16"}}}}) {
+    auto command = [&](const std::map<std::string, std::string>& flags) {
+      std::string cmd = "plan --scenario " + c.scenario + " --strategy even";
+      for (const auto& [flag, value] : flags) cmd += " " + flag + " " + value;
+      return cmd;
+    };
+    const auto r = run(command(c.flags));
+    SCOPED_TRACE(command(c.flags));
+    ASSERT_EQ(r.code, 3) << r.out;
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(r.out, m,
+                          std::regex(R"(rank (\d+) \((\S+)\) needs ([0-9.]+) GiB, ([0-9.]+) )"
+                                     R"(GiB usable \(([0-9.]+) GiB less the planners' )"
+                                     R"(128 MiB headroom\))")))
+        << r.out;
+    EXPECT_GT(std::stod(m[3]), std::stod(m[4])) << r.out;  // needs more than it has
+    EXPECT_GT(std::stod(m[5]), std::stod(m[4])) << r.out;  // the headroom comes off usable
+    const auto at = r.out.find("would fit: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    std::string fits = r.out.substr(at + 11);
+    fits = fits.substr(0, fits.find('\n'));
+    if (const auto each = fits.find(" (each alone)"); each != std::string::npos)
+      fits = fits.substr(0, each);
+    std::vector<std::string> suggestions;
+    for (std::size_t from = 0;;) {
+      const auto sep = fits.find(", or ", from);
+      suggestions.push_back(fits.substr(from, sep - from));
+      if (sep == std::string::npos) break;
+      from = sep + 5;
+    }
+    for (const auto& suggestion : suggestions) {
+      SCOPED_TRACE(suggestion);
+      const auto space = suggestion.find(' ');
+      ASSERT_NE(space, std::string::npos);
+      ASSERT_EQ(suggestion.rfind("--", 0), 0u) << "a single flag: " << suggestion;
+      auto flags = c.flags;
+      flags[suggestion.substr(0, space)] = suggestion.substr(space + 1);
+      const auto fixed = run(command(flags));
+      EXPECT_EQ(fixed.code, 0) << fixed.out;
+      if (suggestion.rfind("--activation-checkpointing every:", 0) == 0) {
+        const int k = std::stoi(suggestion.substr(suggestion.find(':') + 1));
+        flags["--activation-checkpointing"] = "every:" + std::to_string(k + 1);
+        EXPECT_EQ(run(command(flags)).code, 3) << "every:" << k + 1 << " fits too";
+      }
+    }
   }
 }
 

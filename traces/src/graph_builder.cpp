@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
 
@@ -119,7 +120,8 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
   gpu_runtime_.reserve(static_cast<std::size_t>(ranks));
   for (const auto& node : scenario_.cluster.nodes)
-    for (const auto& slot : node.devices) gpu_runtime_.push_back(slot.spec.kind != "cpu" ? 1 : 0);
+    for (const auto& slot : node.devices)
+      gpu_runtime_.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
 
   g_.summary_.num_ranks = ranks;
   g_.summary_.num_units = units_;

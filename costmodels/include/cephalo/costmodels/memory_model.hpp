@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/specs.hpp"
 
 namespace cephalo::costmodels {
 
@@ -89,6 +90,11 @@ struct RankMemoryInputs {
   // counted, and an exact-size reuse cannot fragment), so there is no allocator slack either.
   bool gpu_runtime = true;
 };
+
+// Whether a device runs the GPU runtime (CUDA context, NCCL, the caching allocator): every
+// device but the CPU backend's. The one decision predict_memory, the planner's fit, the graph
+// builder and the simulator's reserves all read.
+bool runs_gpu_runtime(const DeviceSpec& spec);
 
 // Fixed bytes the device runtime holds before the job allocates anything: CUDA context and
 // workspaces, plus NCCL buffers when there is more than one rank; zero on CPU devices.
