@@ -369,7 +369,7 @@ def test_predict_memory_equals_the_cli(tmp_path, default_plan):
 def test_predict_layer_equals_the_cli(gpu, model, seq, dtype, micro_batch, source):
     got = cephalo.predict_layer(gpu, model, seq, micro_batch, dtype=dtype, source=source)
     expected = json.loads(cli("predict", "layer", "--gpu", gpu, "--model", model, "--seq", seq,
-                              "--dtype", dtype, "--micro-batch", micro_batch, "--source", source,
+                              "--dtype", dtype, "--micro-batch", micro_batch, "--compute-model", source,
                               "--json"))
     assert got == expected
     assert got["forward_ms"] > 0 and got["backward_ms"] > got["forward_ms"] * 0.5
@@ -418,7 +418,7 @@ def test_predict_layer_prices_the_implementation_it_is_given():
     got = cephalo.predict_layer(**common, attention="eager", fused_elementwise=False,
                                 framework="deepspeed_zero3")
     expected = json.loads(cli("predict", "layer", "--gpu", "a100", "--model", "gpt-2.7b",
-                              "--seq", 2048, "--micro-batch", 2, "--dtype", "fp32", "--source",
+                              "--seq", 2048, "--micro-batch", 2, "--dtype", "fp32", "--compute-model",
                               "calibrated", "--attention", "eager", "--fused-elementwise",
                               "false", "--framework", "deepspeed_zero3", "--json"))
     assert got == expected

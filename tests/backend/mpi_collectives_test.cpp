@@ -14,10 +14,15 @@ using Outcome = cephalo::test_support::CombinedResult;
 // `mpirun -np 3 mpi_collectives_check ARGS` (stdout and stderr together) under a hard timeout,
 // so a hung collective fails the test instead of the CI.
 Outcome run_check(const std::string& args) {
-  return cephalo::test_support::run_combined(
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 ") +
-      CEPHALO_MPIEXEC + " --oversubscribe --allow-run-as-root -np 3 " +
-      CEPHALO_MPI_COLLECTIVES_CHECK + " " + args);
+  // Appended piece by piece: GCC 12 at -O3 reports a false out-of-bounds memcpy in libstdc++
+  // for a chain of `+` over these literal-built strings (tests/support/run_command.hpp).
+  std::string line = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 ";
+  line += CEPHALO_MPIEXEC;
+  line += " --oversubscribe --allow-run-as-root -np 3 ";
+  line += CEPHALO_MPI_COLLECTIVES_CHECK;
+  line += ' ';
+  line += args;
+  return cephalo::test_support::run_combined(line);
 }
 
 TEST(MpiCollectives, Bf16AndF16AgreeWithFp32ReferencesOnThreeRanks) {

@@ -19,7 +19,7 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  auto r = cephalo::test_support::run_combined(std::string(CEPHALO_CLI) + " " + args);
+  auto r = cephalo::test_support::run_combined(cephalo::test_support::cephalo_command(args));
   return {r.code, r.output};
 }
 

@@ -34,7 +34,7 @@ const fs::path kPlan = kSource / "tests/accuracy/plans/even-layered.json";
 using Cli = cephalo::test_support::CommandResult;
 
 Cli cli(const std::string& args) {
-  return cephalo::test_support::run_command(std::string(CEPHALO_CLI) + " " + args);
+  return cephalo::test_support::run_command(cephalo::test_support::cephalo_command(args));
 }
 
 // Lays ops of each rank back to back on their stream with `dur(kind)` seconds each.

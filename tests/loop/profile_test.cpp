@@ -26,7 +26,7 @@ using Cli = cephalo::test_support::CommandResult;
 
 Cli sh(const std::string& cmd_line) { return cephalo::test_support::run_command(cmd_line); }
 
-Cli cli(const std::string& args) { return sh(std::string(CEPHALO_CLI) + " " + args); }
+Cli cli(const std::string& args) { return sh(cephalo::test_support::cephalo_command(args)); }
 
 fs::path work_dir() {
   fs::path d = fs::temp_directory_path() / (std::to_string(::getpid()) + "_cephalo_profile_test");

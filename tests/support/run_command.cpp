@@ -40,8 +40,12 @@ CommandResult run_command(const std::string& command_line) {
   return result;
 }
 
+std::string cephalo_command(const std::string& args) {
+  return std::string(CEPHALO_CLI) + " " + args;
+}
+
 CliOutput run_cephalo(const std::string& args) {
-  const CommandResult r = run_command("timeout 60 " + std::string(CEPHALO_CLI) + " " + args);
+  const CommandResult r = run_command("timeout 60 " + cephalo_command(args));
   return {r.code, r.out + r.err};
 }
 
