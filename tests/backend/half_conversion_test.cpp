@@ -12,9 +12,6 @@ using namespace cephalo::backend;
 
 namespace {
 
-constexpr ElemType kBF16 = ElemType::BF16, kF16 = ElemType::F16;
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
 float bits_to_float(std::uint32_t u) { return std::bit_cast<float>(u); }
 
 // ---------------------------------------------------------------------------------------------

@@ -47,7 +47,6 @@ Json link_for(const std::string& gpu) {
 Scenario make_case(const Case& c, std::string* label) {
   Json nodes = Json::array();
   std::string mix;
-  int total = 0;
   for (const auto& [gpu, count] : c.gpus) {
     for (int left = count, k = 0; left > 0; left -= 8, ++k) {
       std::string name = gpu;
@@ -59,7 +58,6 @@ Scenario make_case(const Case& c, std::string* label) {
            {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}});
     }
     mix += (mix.empty() ? "" : "+") + std::to_string(count) + "x" + gpu;
-    total += count;
   }
   *label = c.model + " s" + std::to_string(c.seq) + " b" + std::to_string(c.batch) + " " + mix;
   return test_support::inline_scenario(*label, mix, nodes, c.model, c.seq, c.batch,
