@@ -591,6 +591,9 @@ def test_sweep_frame_has_nan_where_a_mix_is_infeasible(tmp_path):
     assert len(infeasible) and len(feasible)
     assert infeasible["samples_per_s"].isna().all()
     assert infeasible["samples_per_dollar"].isna().all()
+    assert infeasible["tokens_per_dollar"].isna().all()
+    # Tokens per dollar is samples per dollar at the job's sequence length (512).
+    assert (feasible["tokens_per_dollar"] == feasible["samples_per_dollar"] * 512).all()
     assert (infeasible["error"] != "").all()
     # The lone T4 cannot even be planned: no planner estimate either.
     assert infeasible["predicted_samples_per_s"].isna().all()
