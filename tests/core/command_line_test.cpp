@@ -39,6 +39,8 @@ TEST(CommandLine, BadFlagValuesExitTwoNamingFlagValueAndAllowed) {
       {"simulate" + sp + " --compute-model fast", {"--compute-model", "\"fast\"", "roofline"}},
       {"plan --scenario " + kScenario + " --strategy evne", {"--strategy", "\"evne\"", "even"}},
       {"plan --scenario " + kScenario + " --compute-model x", {"--compute-model", "roofline"}},
+      {"sweep --spec " + kRoot + "/scenarios/sweeps/gpt2.7b-mixes.json --sort price",
+       {"--sort", "\"price\"", "tokens-per-dollar, throughput, cost, mix"}},
       // The old names stay accepted (hidden) and their messages still name the flag given.
       {"plan --scenario " + kScenario + " --compute-source x", {"--compute-source", "roofline"}},
       {"predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 1 --source fast",
