@@ -90,6 +90,17 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
   plan.sharding = sharding;
   if (!sharding.hybrid()) return true;
   const auto& devices = s.cluster.ranks();
+  // The memory model reads a rank only through its micro-batches and share, and its device
+  // only through whether it runs the GPU runtime: alike ranks are predicted once (at 100k
+  // ranks and a dozen group sizes this was most of the default search).
+  std::map<std::tuple<bool, int, int, int, double>, double> memo;
+  auto memory_of = [&](const PlanRank& pr, const DeviceSpec& spec, double share) {
+    const auto key = std::make_tuple(costmodels::runs_gpu_runtime(spec), pr.batch, pr.micro_batch,
+                                     pr.micro_batches, share);
+    auto it = memo.find(key);
+    if (it == memo.end()) it = memo.emplace(key, memory_at(s, plan, pr, spec, share)).first;
+    return it->second;
+  };
   for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
     const auto& group = sharding.groups[g];
     for (int attempt = 0;; ++attempt) {
@@ -100,8 +111,8 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
       for (int r : group) {
         const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
         const DeviceSpec& spec = devices[static_cast<std::size_t>(r)].slot->spec;
-        const double m0 = memory_at(s, plan, pr, spec, 0.0);
-        state = std::max(state, memory_at(s, plan, pr, spec, 1.0) - m0);
+        const double m0 = memory_of(pr, spec, 0.0);
+        state = std::max(state, memory_of(pr, spec, 1.0) - m0);
         free_bytes.push_back(std::max(0.0, plannable_bytes(spec) - m0));
         total_free += free_bytes.back();
       }

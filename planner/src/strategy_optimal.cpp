@@ -351,8 +351,14 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     predict(s, models, m.res);
     m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
                  std::to_string(sol.feasibility_checks) + " feasibility checks, " +
-                 std::to_string(sol.knapsack_runs) + " knapsack runs), offload " +
-                 to_string(m.mode);
+                 std::to_string(sol.class_knapsack_runs) + " per-class and " +
+                 std::to_string(sol.knapsack_runs) + " per-rank knapsacks" +
+                 (sol.undecided_checks > 0
+                      ? ", " + std::to_string(sol.undecided_checks) +
+                            " checks undecided and taken as infeasible: within one sample's "
+                            "share room of the exact optimum"
+                      : std::string()) +
+                 "), offload " + to_string(m.mode);
     if (opt.verify_with_simulator) {
       replay_staircase(s, models, m);
       if (!m.candidates.empty()) replay_phase_weighted(s, models, m);

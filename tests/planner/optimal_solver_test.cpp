@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "cephalo/core/error.hpp"
@@ -157,6 +158,139 @@ TEST(OptimalSolver, BatchSmallerThanDeviceCountIsRefused) {
   p.global_batch = 2;
   p.state_bytes = 0.1;
   EXPECT_THROW(solve_optimal(p), InfeasibleError);
+}
+
+// A device class with monotone tables (so the solver's normalisation leaves them as they
+// are); with `offload` no activations stay per sample (a_i = 0), the case whose caps are large
+// and whose room is a step function of the batch.
+OptimalRankModel random_class(std::mt19937& rng, int max_mb, bool offload) {
+  std::uniform_real_distribution<double> speed(0.5, 4.0), base(0.0, 2.0), step(0.0, 1.0);
+  std::uniform_real_distribution<double> gb(1.0, 3.0), per(0.0, 0.2), fixed(0.1, 0.6);
+  OptimalRankModel r;
+  r.name = "class";
+  r.micro_batch_time.assign(max_mb + 1, 0);
+  r.working_bytes.assign(max_mb + 1, 0);
+  double t = base(rng), w = 0.1 * gb(rng);
+  const double s = speed(rng);
+  for (int m = 1; m <= max_mb; ++m) {
+    t += s * (0.5 + step(rng));
+    w += 0.3 * step(rng);
+    r.micro_batch_time[m] = t;
+    r.working_bytes[m] = w;
+  }
+  r.extra_micro_batch_overhead = per(rng);
+  r.fixed_bytes = fixed(rng);
+  r.bytes_per_sample = offload ? 0.0 : 0.05 * per(rng);
+  r.usable_bytes = gb(rng) + 1.0;
+  return r;
+}
+
+OptimalProblem random_class_problem(std::mt19937& rng) {
+  std::uniform_int_distribution<int> classes(1, 3), count(1, 12), mb(1, 6), spare(0, 40);
+  std::bernoulli_distribution offload(0.6);
+  OptimalProblem p;
+  const int g = classes(rng);
+  const bool host = offload(rng);
+  for (int c = 0; c < g; ++c) {
+    p.ranks.push_back(random_class(rng, mb(rng), host));
+    for (int i = count(rng); i > 0; --i) p.rank_class.push_back(c);
+  }
+  p.global_batch = p.num_ranks() + spare(rng) * p.num_ranks() / 4;
+  std::uniform_real_distribution<double> state(0.5, 6.0);
+  p.state_bytes = state(rng);
+  p.optimizer_seconds = 1.0;
+  return p;
+}
+
+// The largest share room of a rank at batch b among its configurations within τ (the tables
+// are monotone, so this is the model's R_i(b) without its normalisation).
+double room_within(const OptimalRankModel& r, int b, double tau, double state_bytes) {
+  double best = -std::numeric_limits<double>::infinity();
+  for (int m = 1; m <= r.max_micro_batch(); ++m)
+    if (r.allows(b, m) && optimal_compute_time(r, b, m) <= tau)
+      best = std::max(
+          best, (r.usable_bytes - r.fixed_bytes - r.working_bytes[m] - r.bytes_per_sample * b) /
+                    state_bytes);
+  return best;
+}
+
+// The per-class decision (levels, relaxation, chain) against the per-rank knapsack at points
+// (τ, σ) spread over each instance's range; its batches are checked from the tables.
+TEST(OptimalSolver, ClassFeasibilityAgreesWithThePerRankKnapsack) {
+  std::mt19937 rng(20261203);
+  int points = 0, feasible = 0, undecided_by_quick_tests = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    OptimalProblem p = random_class_problem(rng);
+    OptimalProblem ref = p;
+    ref.feasibility = OptimalFeasibility::RankKnapsack;
+    const int n = p.num_ranks();
+    double slowest = 0;
+    for (const auto& r : p.ranks)
+      slowest = std::max(slowest, optimal_compute_time(r, p.global_batch, 1));
+    std::uniform_real_distribution<double> tau_of(0.0, slowest), sigma_of(1.0 / n, 1.0);
+    for (int k = 0; k < 12; ++k) {
+      const double tau = tau_of(rng), sigma = sigma_of(rng);
+      std::vector<int> batches;
+      const bool got = optimal_feasible(p, tau, sigma, &batches);
+      const bool want = optimal_feasible(ref, tau, sigma);
+      ASSERT_EQ(got, want) << "trial " << trial << " tau " << tau << " sigma " << sigma;
+      ++points;
+      if (!got) continue;
+      ++feasible;
+      ASSERT_EQ(static_cast<int>(batches.size()), n);
+      int total = 0;
+      double gain = 0, gain_at_one = 0;
+      for (int i = 0; i < n; ++i) {
+        ASSERT_GE(batches[i], 1) << "trial " << trial;
+        total += batches[i];
+        const double room = room_within(p.model_of(i), batches[i], tau, p.state_bytes);
+        ASSERT_GE(room, 0) << "trial " << trial << " rank " << i << " batch " << batches[i];
+        gain += std::min(sigma, room);
+        gain_at_one += std::min(sigma, room_within(p.model_of(i), 1, tau, p.state_bytes));
+      }
+      EXPECT_EQ(total, p.global_batch) << "trial " << trial;
+      EXPECT_GE(gain, 1 - 1e-9) << "trial " << trial;
+      if (gain_at_one > gain) ++undecided_by_quick_tests;
+    }
+  }
+  EXPECT_GE(feasible, points / 5);
+  // Points where the batches chosen cost share room (batch and state compete for memory), so
+  // the instances are not only the easy ones.
+  EXPECT_GE(undecided_by_quick_tests, 20);
+}
+
+// The whole solve with per-class feasibility gives the per-rank knapsack's answer, and the
+// per-rank knapsack is rarely its fallback.
+TEST(OptimalSolver, ClassFeasibilityGivesThePerRankAnswer) {
+  std::mt19937 rng(20261204);
+  int solved = 0, class_runs = 0, fallbacks = 0, reference_runs = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    OptimalProblem p = random_class_problem(rng);
+    OptimalProblem ref = p;
+    ref.feasibility = OptimalFeasibility::RankKnapsack;
+    OptimalSolution want;
+    try {
+      want = solve_optimal(ref);
+    } catch (const InfeasibleError&) {
+      EXPECT_THROW(solve_optimal(p), InfeasibleError) << "trial " << trial;
+      continue;
+    }
+    const auto got = solve_optimal(p);
+    EXPECT_NEAR(got.iteration_seconds, want.iteration_seconds,
+                1e-9 * std::max(1.0, want.iteration_seconds))
+        << "trial " << trial;
+    EXPECT_NEAR(got.max_share, want.max_share, 1e-9) << "trial " << trial;
+    class_runs += got.class_knapsack_runs;
+    fallbacks += got.knapsack_runs;
+    reference_runs += want.knapsack_runs;
+    ++solved;
+  }
+  EXPECT_GE(solved, 60);
+  EXPECT_GT(class_runs, 0);
+  EXPECT_GT(reference_runs, 0);
+  EXPECT_LE(fallbacks * 10, reference_runs)
+      << class_runs << " class runs, " << fallbacks << " fallbacks, " << reference_runs
+      << " reference knapsacks";
 }
 
 TEST(OptimalSolver, IdenticalRanksGetEvenSharesAndBalancedBatches) {

@@ -1,6 +1,7 @@
 #pragma once
 // The `optimal` strategy's solver, on its own input structs (bound to a Scenario in
-// strategies.cpp). It is exact for the following model; tests check it against brute force.
+// strategies.cpp). It is exact for the following model (tests check it against brute force)
+// wherever a solution reports undecided_checks == 0 (see the feasibility paragraph below).
 //
 // Decision: per rank i a batch b_i ≥ 1 (Σ b_i = B), a micro-batch size m_i (n_i = ⌈b_i/m_i⌉
 // micro-batches, the last one smaller when m_i does not divide b_i) and a state share s_i ≥ 0
@@ -38,8 +39,13 @@
 // Feasibility of (τ, σ): with R_i(b) the largest share room of rank i at batch b among its
 // configurations within τ (nonincreasing in b) and c_i the largest batch with R_i ≥ 0, a
 // solution exists iff some Σ b_i = B, 1 ≤ b_i ≤ c_i has Σ min(σ, R_i(b_i)) ≥ 1. Quick
-// sufficient test: every rank at c_i; quick necessary test: every rank at 1 and Σ c_i ≥ B;
-// otherwise an exact knapsack DP over (rank, samples).
+// sufficient test: every rank at c_i; quick necessary test: every rank at 1 and Σ c_i ≥ B.
+// Otherwise per class of alike ranks: a balanced greedy (a certificate), then the levels of
+// a rank's gain min(σ, R_i(b)), a step function of b (a few levels under host offload), so a
+// class only chooses how many ranks sit at each level: a covering knapsack over samples with
+// few item kinds, relaxed (planner/README.md). Where neither decides, an exact knapsack DP
+// over (rank, samples) of at most 4·10⁸ cells; past that the point counts as infeasible and
+// as an undecided check.
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -74,6 +80,11 @@ struct OptimalRankModel {
   }
 };
 
+// How the solver decides feasibility of (τ, σ) when the quick tests do not: per class of
+// alike ranks where that decides (the default), or only by the per-rank knapsack (the
+// reference the per-class decision is tested against; O(ranks × batch × cap)).
+enum class OptimalFeasibility { Classes, RankKnapsack };
+
 struct OptimalProblem {
   // One model per rank; or, with rank_class given, one per class of identical ranks and
   // rank_class[i] the model of rank i (a 100k-GPU cluster of a few device types then holds a
@@ -95,6 +106,7 @@ struct OptimalProblem {
   double optimizer_fixed_seconds = 0;  // O_0: the step's launch cost, on every rank
   // C(σ) in seconds; must be nondecreasing in σ ∈ [1/n, 1]. Empty: no communication.
   std::function<double(double)> comm_seconds;
+  OptimalFeasibility feasibility = OptimalFeasibility::Classes;
 };
 
 struct OptimalRankChoice {
@@ -114,7 +126,12 @@ struct OptimalSolution {
   double optimizer_seconds = 0;  // O_0 + max_i O_i·s_i
   double max_share = 0;          // σ
   int feasibility_checks = 0;    // work done (for the benchmark and the README)
-  int knapsack_runs = 0;
+  int knapsack_runs = 0;         // per-rank knapsacks (the slow exact fallback)
+  int class_knapsack_runs = 0;   // per-class knapsacks over levels
+  // Checks neither the per-class tests nor a per-rank knapsack of bounded size decided, taken
+  // as infeasible (the plan stays feasible; a breakpoint may sit up to one sample's room of
+  // share above the exact one). 0 means the solution is exact.
+  int undecided_checks = 0;
 };
 
 // Per-rank time for a batch and micro-batch size under the model above.
@@ -123,6 +140,11 @@ double optimal_compute_time(const OptimalRankModel& rank, int batch, int micro_b
 double optimal_forward_time(const OptimalRankModel& rank, int batch, int micro_batch);
 double optimal_memory(const OptimalRankModel& rank, int batch, int micro_batch, double share,
                       double state_bytes);
+
+// Whether (τ, σ) is feasible as the solver decides it (for tests: with problem.feasibility
+// RankKnapsack it is the per-rank reference); fills `batches` per rank when feasible.
+bool optimal_feasible(const OptimalProblem& problem, double tau, double sigma,
+                      std::vector<int>* batches = nullptr);
 
 // Throws InfeasibleError naming the shortfall when no plan fits.
 OptimalSolution solve_optimal(const OptimalProblem& problem);
