@@ -35,8 +35,7 @@ void run_plan(const PlanArgs& a) {
   // The planner checks the schedule flags before any search and names them as flags.
   opt.options_source = planner::kOptionsFromCommandLine;
   opt.scenario_label = a.scenario;
-  opt.cephalo_share = a.cephalo_shares == "min_util" ? planner::ShareObjective::MinUtil
-                                                     : planner::ShareObjective::MinParams;
+  planner::set_cephalo_shares_text(opt, a.cephalo_shares);
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
   opt.progress = opt.progress || opt.strategy == "search";
   planner::set_schedule_text(opt, a.accumulation, a.activation_checkpointing);

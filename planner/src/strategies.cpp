@@ -132,6 +132,16 @@ void set_schedule_text(PlannerOptions& opt, const std::string& accumulation,
         parse_activation_checkpointing(checkpointing, spelt(opt, "activation_checkpointing"));
 }
 
+void set_cephalo_shares_text(PlannerOptions& opt, const std::string& objective) {
+  if (objective == "min_params")
+    opt.cephalo_share = ShareObjective::MinParams;
+  else if (objective == "min_util")
+    opt.cephalo_share = ShareObjective::MinUtil;
+  else
+    throw ValidationError(opt.options_source, spelt(opt, "cephalo_shares"), objective,
+                          "min_params or min_util");
+}
+
 PlannerOptions resolve_open_choices(const PlannerOptions& opt) {
   PlannerOptions out = opt;
   const bool optimal = opt.strategy == "optimal";

@@ -227,7 +227,8 @@ def hf_model_types():
 
 def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
          verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
-         activation_checkpointing=None, sharding=None, group_size=None, text=False):
+         activation_checkpointing=None, sharding=None, group_size=None,
+         cephalo_shares="min_params", cephalo_corrected_share_memory=False, text=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -239,13 +240,16 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
     `--activation-checkpointing`, `--sharding`, `--group-size`, `--offload`), checked the same
     way: None leaves that choice open (optimal searches it; planner/README.md), a value fixes it
     (accumulation "layered" | "standard" | "no_sync"; activation_checkpointing "full" | "none" |
-    "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). text=True returns the record's
+    "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
+    cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
+    `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
     JSON text, the bytes `cephalo plan --json` prints with the same flags."""
     s = load_scenario(scenario)
     out = _cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
                                       verify_with_simulator, search_neighbours, micro_batch,
                                       accumulation or "", activation_checkpointing or "",
-                             sharding or "", group_size)
+                             sharding or "", group_size, cephalo_shares,
+                             cephalo_corrected_share_memory)
     return out if text else _record(out)
 
 

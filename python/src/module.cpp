@@ -375,7 +375,8 @@ fraction); num_ranks, and to_json() the plan file's text.)")
          const std::string& offload, int max_micro_batch, bool verify, int search_neighbours,
          std::optional<int> micro_batch, const std::string& accumulation,
          const std::string& activation_checkpointing, const std::string& sharding,
-         std::optional<int> group_size) {
+         std::optional<int> group_size, const std::string& cephalo_shares,
+         bool cephalo_corrected_share_memory) {
         planner::PlannerOptions o;
         o.options_source = "arguments";  // errors spell the keyword arguments
         o.strategy = strategy;
@@ -396,12 +397,15 @@ fraction); num_ranks, and to_json() the plan file's text.)")
         o.group_nodes = group_size.value_or(0);
         o.sharding = sharding;
         planner::set_schedule_text(o, accumulation, activation_checkpointing);
+        planner::set_cephalo_shares_text(o, cephalo_shares);
+        o.cephalo_published_share_memory = !cephalo_corrected_share_memory;
         return plan_json(s, o);
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
       py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),
       py::arg("micro_batch"), py::arg("accumulation"), py::arg("activation_checkpointing"),
-      py::arg("sharding"), py::arg("group_size"), release());
+      py::arg("sharding"), py::arg("group_size"), py::arg("cephalo_shares"),
+      py::arg("cephalo_corrected_share_memory"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
         py::arg("queue"), py::arg("trace"), release());

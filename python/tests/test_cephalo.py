@@ -218,6 +218,10 @@ def test_simulate_equals_the_cli_byte_for_byte(tmp_path):
      {"accumulation": "no_sync", "activation_checkpointing": "auto", "sharding": "full"}),
     (["--strategy", "even", "--sharding", "hybrid", "--group-size", "1", "--micro-batch", "1"],
      {"strategy": "even", "sharding": "hybrid", "group_size": 1, "micro_batch": 1}),
+    (["--strategy", "cephalo", "--cephalo-shares", "min_util"],
+     {"strategy": "cephalo", "cephalo_shares": "min_util"}),
+    (["--strategy", "cephalo", "--cephalo-corrected-share-memory"],
+     {"strategy": "cephalo", "cephalo_corrected_share_memory": True}),
 ])
 def test_plan_equals_the_cli_byte_for_byte(flags, kwargs):
     def without_wall_time(text):
@@ -237,7 +241,8 @@ def test_plan_refuses_what_the_cli_refuses():
     assert info.value.json_path == "micro_batch" and "1 to 61" in info.value.expected
     for bad in ({"micro_batch": 0}, {"group_size": 0, "sharding": "hybrid"},
                 {"accumulation": "nosync"}, {"activation_checkpointing": "every:0"},
-                {"sharding": "half"}, {"group_size": 2, "sharding": "full"}):
+                {"sharding": "half"}, {"group_size": 2, "sharding": "full"},
+                {"strategy": "cephalo", "cephalo_shares": "min_time"}):
         with pytest.raises(cephalo.ValidationError):
             cephalo.plan(DEFAULT, **bad)
 

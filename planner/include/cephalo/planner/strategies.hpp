@@ -77,6 +77,10 @@ void check_schedule_options(const Scenario& scenario, const PlannerOptions& opti
 void set_schedule_text(PlannerOptions& options, const std::string& accumulation,
                        const std::string& activation_checkpointing);
 
+// `cephalo`'s share split as text ("min_params" | "min_util"), as `cephalo plan
+// --cephalo-shares` and `cephalo.plan(cephalo_shares=...)` take it. ValidationError otherwise.
+void set_cephalo_shares_text(PlannerOptions& options, const std::string& objective);
+
 // A plan for the scenario's devices (rank, node, GPU type) with every allocation field zero
 // and the default schedule (layered, no offload, prefetch): what every strategy fills in.
 Plan empty_plan(const Scenario& scenario, const std::string& strategy);
