@@ -105,7 +105,8 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   }
   auto node = root.child("node");
   spec.gpus_per_node = static_cast<int>(node.integer_or("gpus_per_node", 8, 1, 64));
-  spec.intra_link = link_json(node.child("intra_link"));
+  // Absent, a node's devices talk over PCIe at their own generation, as in cluster files.
+  if (auto l = node.optional_child("intra_link")) spec.intra_link = link_json(*l);
   spec.nic = link_json(node.child("nic"));
   node.finish();
   auto job = root.child("job");
@@ -258,10 +259,12 @@ Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts) {
       std::string node_name = p.spec.name;
       node_name += "-";
       node_name += std::to_string(k);
-      nodes.push_back({{"name", node_name},
-                       {"gpus", Json::array({{{"type", p.gpu}, {"count", std::min(per, left)}}})},
-                       {"intra_link", p.intra_link.is_null() ? spec.intra_link : p.intra_link},
-                       {"nic", spec.nic}});
+      Json node = {{"name", node_name},
+                   {"gpus", Json::array({{{"type", p.gpu}, {"count", std::min(per, left)}}})},
+                   {"nic", spec.nic}};
+      const Json& link = p.intra_link.is_null() ? spec.intra_link : p.intra_link;
+      if (!link.is_null()) node["intra_link"] = link;
+      nodes.push_back(std::move(node));
     }
     if (counts[i] > 0) {
       name += name.empty() ? "" : " + ";

@@ -1,8 +1,11 @@
 // Sweep space: count_mixes / enumerate_mixes against a plain odometer over every combination
 // (the definition), the refusal above --max-mixes before enumerating, and the rows' JSON
-// round trip that carries rows between MPI ranks.
+// round trip that carries rows between MPI ranks, and the spec's link defaults.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -193,6 +196,48 @@ TEST(SweepTable, SortsBestFirstWithInfeasibleMixesLast) {
             (std::vector<char>{'2', '0', '3', '1'}));
   EXPECT_EQ(mix_order(sweep_table(rows, {.sort = "mix"})), (std::vector<char>{'0', '1', '2', '3'}));
   EXPECT_THROW(sweep_table(rows, {.sort = "price"}), ValidationError);
+}
+
+}  // namespace
+}  // namespace cephalo::planner
+
+namespace cephalo::planner {
+namespace {
+
+// A spec that gives no intra-node link inherits the cluster format's default (each GPU type's
+// own PCIe), while a pool entry's own link still wins; the NIC stays required.
+TEST(SweepSpec, NodesWithoutAnIntraLinkUseTheirGpusPcie) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("cephalo-sweep-" + std::to_string(::getpid()) + "-links");
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "spec.json";
+  Json doc = Json::parse(R"({
+    "name": "links",
+    "pool": [{"gpu": "a100x80", "max_count": 2,
+              "intra_link": {"kind": "nvlink", "bandwidth": "300GB/s", "latency": "2us"}},
+             {"gpu": "l4", "max_count": 2}],
+    "node": {"gpus_per_node": 2, "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s"}},
+    "job": {"model": "gpt-1.3b", "sequence_length": 512, "global_batch": 16}})");
+  std::ofstream(file) << doc.dump();
+  const SweepSpec spec = load_sweep_spec(file);
+  const Scenario mix = mix_scenario(spec, {2, 2});
+  ASSERT_EQ(mix.cluster.nodes.size(), 2u);
+  const auto& a100 = mix.cluster.nodes[0];
+  const auto& l4 = mix.cluster.nodes[1];
+  EXPECT_EQ(a100.intra_link.kind, "nvlink");
+  EXPECT_DOUBLE_EQ(a100.intra_link.bandwidth, 300e9);
+  EXPECT_EQ(l4.intra_link.kind, "pcie");
+  EXPECT_DOUBLE_EQ(l4.intra_link.bandwidth, l4.devices.front().spec.pcie_bandwidth());
+
+  doc["node"].erase("nic");
+  std::ofstream(file) << doc.dump();
+  try {
+    load_sweep_spec(file);
+    ADD_FAILURE() << "a spec without a NIC was accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("nic"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 //              "price_per_hour": 5.07,            // optional: overrides the catalog price
 //              "gpus_per_node": 8, "intra_link": {...}}, ...],   // optional: per type
 //    "node": {"gpus_per_node": 4, "intra_link": {...}, "nic": {...}},  // default node shape
+//                                        (intra_link optional: each GPU type's PCIe)
 //    "job": "jobs/llama-7b-s2048.json" | {inline job},
 //    "strategy": "optimal",                        // any planner strategy
 //    "sharding": "full" | "hybrid" | "auto",       // optional (default full): groups of nodes
