@@ -206,6 +206,33 @@ void BM_PlanOptimalWithReplays96(benchmark::State& state) {
 BENCHMARK(BM_PlanEven96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_PlanOptimalModel96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_PlanOptimalWithReplays96)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(1);
+// The solver alone at scale, per schedule: the problem `optimal` builds for layered / full
+// checkpointing with and without host offload (under offload a rank keeps no activations per
+// sample, so its batch cap is large and the per-rank knapsack was the whole default search),
+// with how its feasibility checks were decided.
+void solver_at_scale(benchmark::State& state, Offload offload) {
+  const Scenario s = scale_cluster(static_cast<int>(state.range(0)), kModel96);
+  const auto models = costmodels::make_cost_models(s);
+  const auto p = planner::build_optimal_problem(s, models, offload);
+  planner::OptimalSolution sol;
+  for (auto _ : state) benchmark::DoNotOptimize(sol = planner::solve_optimal(p));
+  state.counters["checks"] = sol.feasibility_checks;
+  state.counters["class_knapsacks"] = sol.class_knapsack_runs;
+  state.counters["rank_knapsacks"] = sol.knapsack_runs;
+  state.counters["undecided"] = sol.undecided_checks;
+}
+void BM_OptimalSolver96(benchmark::State& state) { solver_at_scale(state, Offload::None); }
+void BM_OptimalSolverOffload96(benchmark::State& state) { solver_at_scale(state, Offload::Host); }
+BENCHMARK(BM_OptimalSolver96)
+    ->Arg(10240)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK(BM_OptimalSolverOffload96)
+    ->Arg(10240)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 // Hybrid sharding, two nodes per group (`--sharding hybrid --group-size 2`): optimal with its
 // replays, then the grouped plan's replay. Since 2026-12-01 the class replay handles hybrid
 // groups (one representative per group shape and position; before, a hybrid plan was replayed
