@@ -48,8 +48,7 @@ void run_compare(const Options& opt) {
       throw CLI::ValidationError("--scenario and --plan", "give both (the graph the op ids key)");
     scenario = costmodels::load_scenario(opt.scenario_file);
     plan = load_plan(opt.plan_file);
-    validate_plan_for(*plan, *scenario, opt.plan_file);
-    traces::check_groups_hold_state(*plan, *scenario, opt.plan_file);
+    traces::check_plan_for(*plan, *scenario, opt.plan_file);
     graph = traces::build_training_graph(*plan, *scenario);
     for (const auto& rd : scenario->cluster.ranks())
       labels.push_back(rd.slot->spec.name + ", node " + std::to_string(rd.node) +

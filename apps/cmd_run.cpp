@@ -80,8 +80,7 @@ Setup load_and_check(const RunArgs& a, int world_size) {
   Setup s;
   s.scenario = costmodels::load_scenario(a.scenario);
   s.plan = load_plan(a.plan);
-  validate_plan_for(s.plan, s.scenario, a.plan);
-  traces::check_groups_hold_state(s.plan, s.scenario, a.plan);
+  traces::check_plan_for(s.plan, s.scenario, a.plan);
   if (static_cast<int>(s.plan.ranks.size()) != world_size)
     throw ValidationError(a.plan, "ranks", std::to_string(s.plan.ranks.size()) + " ranks",
                           "one rank per MPI process: start with mpirun -np " +

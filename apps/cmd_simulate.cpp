@@ -44,8 +44,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->callback([] {
     Scenario scenario = costmodels::load_scenario(a.scenario);
     Plan plan = load_plan(a.plan);
-    validate_plan_for(plan, scenario, a.plan);
-    traces::check_groups_hold_state(plan, scenario, a.plan);
+    traces::check_plan_for(plan, scenario, a.plan);
     auto models = costmodels::make_cost_models(scenario, a.compute_model);
     check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
 

@@ -24,8 +24,7 @@ std::string validate_one(const std::string& file, const std::optional<Scenario>&
   if (j.contains("ranks")) {
     Plan plan = parse_plan(r);
     if (scenario) {
-      validate_plan_for(plan, *scenario, file);
-      traces::check_groups_hold_state(plan, *scenario, file);
+      traces::check_plan_for(plan, *scenario, file);
     }
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
            (scenario ? ", matches scenario " + scenario->name : "");

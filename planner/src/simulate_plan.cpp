@@ -10,8 +10,7 @@ namespace cephalo::planner {
 
 SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models,
                          const Plan& plan) {
-  validate_plan_for(plan, s, "<planner>");
-  traces::check_groups_hold_state(plan, s, "<planner>");
+  traces::check_plan_for(plan, s, "<planner>");
   // One representative per class of identical ranks where that applies (equal to the full
   // replay; sim/class_replay.hpp), so candidate replays of 100k-rank plans stay cheap.
   const auto result = sim::simulate_plan(plan, s, *models.compute, *models.comm);

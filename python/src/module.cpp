@@ -132,8 +132,7 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
                                               const std::string& plan_label, bool ops,
                                               const std::string& compute_model, bool link_sharing,
                                               const std::string& queue, const std::string& trace) {
-  validate_plan_for(plan, scenario, plan_label);
-  traces::check_groups_hold_state(plan, scenario, plan_label);
+  traces::check_plan_for(plan, scenario, plan_label);
   auto models = costmodels::make_cost_models(scenario, compute_model);
   check_outputs({{"trace", trace}});  // before simulating, as the CLI does
   sim::SimOptions options;
@@ -156,8 +155,7 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
 // ids are the same graph's), from the scenario and the plan that ran.
 Columns op_table(const Scenario& scenario, const Plan& plan, const std::string& plan_label,
                  const std::string& record_text) {
-  validate_plan_for(plan, scenario, plan_label);
-  traces::check_groups_hold_state(plan, scenario, plan_label);
+  traces::check_plan_for(plan, scenario, plan_label);
   Json j = document(record_text, "<record>");
   JsonReader r(j, "<record>");
   const auto report = traces::parse_iteration_report(r);
@@ -183,8 +181,7 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
   std::optional<traces::TrainingGraph> graph;
   traces::CompareContext ctx;
   if (scenario && plan) {
-    validate_plan_for(*plan, *scenario, plan_label);
-    traces::check_groups_hold_state(*plan, *scenario, plan_label);
+    traces::check_plan_for(*plan, *scenario, plan_label);
     graph = traces::build_training_graph(*plan, *scenario);
     ctx = {&*graph, &*plan, plan_label};
   }
@@ -229,8 +226,7 @@ std::string layer_json(const costmodels::LayerQuery& query) {
 
 // `cephalo predict memory --json`: the same checks of the plan, then the memory model's terms.
 std::string memory_json(const Scenario& s, const Plan& plan, const std::string& plan_label) {
-  validate_plan_for(plan, s, plan_label);
-  traces::check_groups_hold_state(plan, s, plan_label);
+  traces::check_plan_for(plan, s, plan_label);
   return costmodels::memory_record(s, plan_label, costmodels::predict_plan_memory(s, plan)).dump();
 }
 
@@ -360,7 +356,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
   m.def(
       "validate_plan",
       [](const Plan& plan, const Scenario& s, const std::string& label) {
-        validate_plan_for(plan, s, label);
+        traces::check_plan_for(plan, s, label);
       },
       py::arg("plan"), py::arg("scenario"), py::arg("label"));
   m.def(

@@ -44,4 +44,9 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
   }
 }
 
+void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
+  validate_plan_for(plan, scenario, plan_file);
+  check_groups_hold_state(plan, scenario, plan_file);
+}
+
 }  // namespace cephalo::traces

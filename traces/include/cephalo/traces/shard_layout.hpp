@@ -99,4 +99,9 @@ namespace cephalo::traces {
 void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
                              const std::string& plan_file);
 
+// Every check a plan for this scenario must pass before anything reads it: validate_plan_for
+// (the plan's own consistency and its fit to the cluster) and then check_groups_hold_state.
+// The one entry point for the CLI, Python and the planner's replays, so none skips a check.
+void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
+
 }  // namespace cephalo::traces
