@@ -72,6 +72,24 @@ def test_load_plan_and_validate(default_plan):
         cephalo.validate(DEFAULT, CPU2_PLAN)  # two ranks for a four-GPU scenario
 
 
+def test_validate_refuses_a_hybrid_group_that_cannot_hold_the_state(tmp_path):
+    # Llama-7B's training state (104 GiB) does not fit one 32 GiB V100: `cephalo validate`
+    # refuses groups of one device, and validate() runs the same check.
+    scenario = SCENARIOS / "v100-a10g-llama7b.json"
+    plan = json.loads((ROOT / "tests" / "golden" / "v100-a10g-llama7b.plan.json").read_text())
+    plan["sharding"] = {"kind": "hybrid", "groups": [[r["rank"]] for r in plan["ranks"]]}
+    for r in plan["ranks"]:
+        r["state_share"] = 1.0  # the whole state on the group's one device
+    plan_file = tmp_path / "groups-of-one.plan.json"
+    plan_file.write_text(json.dumps(plan))
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.validate(scenario, plan_file)
+    assert info.value.json_path == "sharding.groups[0]"
+    done = subprocess.run([CLI, "validate", str(plan_file), "--scenario", str(scenario)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "sharding.groups[0]" in done.stdout + done.stderr
+
+
 def test_catalog_listings():
     assert {"even", "proportional", "cephalo", "optimal", "search"} <= set(cephalo.strategies())
     assert "roofline" in cephalo.compute_sources()
