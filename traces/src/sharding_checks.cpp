@@ -1,5 +1,6 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -10,8 +11,7 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
                              const std::string& plan_file) {
   if (!plan.sharding.hybrid()) return;
   const Precision& prec = scenario.job.precision;
-  const double per_parameter =
-      bytes_per_element(prec.params) + bytes_per_element(prec.reduce) + 8.0;
+  const double per_parameter = schedule::state_bytes_per_parameter(prec);
   const double parameters = costmodels::total_parameters(scenario.job.model);
   const double state = parameters * per_parameter;
   const auto& devices = scenario.cluster.ranks();
