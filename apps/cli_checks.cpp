@@ -38,6 +38,7 @@ void add_compute_model_option(CLI::App* cmd, std::string& value, const std::stri
   cmd->add_option("--compute-model", value, help + ": " + join(sources))
       ->capture_default_str()
       ->check(one_of(sources));
+  if (old_name.empty()) return;  // a command newer than the alias
   // An empty group hides the alias from --help; CLI11 then leaves a hidden option's name out of
   // its messages, so the alias's check names the flag itself.
   cmd->add_option(old_name, value, "alias of --compute-model")

@@ -29,7 +29,8 @@ CLI::Validator catalog_model_or_config();
 
 // The compute-model flag, one name on every command that takes one: `--compute-model` (auto |
 // profile | calibrated | roofline). `old_name` (e.g. "--compute-source") stays accepted for a
-// release as a hidden alias writing the same value, so scripts written against it keep working.
+// release as a hidden alias writing the same value, so scripts written against it keep working
+// ("" for a command that never had it).
 void add_compute_model_option(CLI::App* cmd, std::string& value, const std::string& help,
                               const std::string& old_name);
 

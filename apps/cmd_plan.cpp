@@ -10,12 +10,13 @@
 #include "cephalo/planner/strategies.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 namespace {
 
 struct PlanArgs {
-  std::string scenario;
+  std::string scenario, stack;
   std::string output;
   bool json = false;
   std::string cephalo_shares = "min_params";
@@ -26,11 +27,8 @@ struct PlanArgs {
 };
 
 void run_plan(const PlanArgs& a) {
-  const Scenario scenario = costmodels::load_scenario(a.scenario);
+  const Scenario scenario = read_scenario(a.scenario, a.stack).scenario;
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
-  for (const auto& w : costmodels::precision_warnings(scenario.cluster, scenario.job))
-    std::cerr << "warning: " << w << "\n";
-  for (const auto& n : cluster_notes(scenario.cluster)) std::cerr << "note: " << n << "\n";
   planner::PlannerOptions opt = a.options;
   // The planner checks the schedule flags before any search and names them as flags.
   opt.options_source = planner::kOptionsFromCommandLine;
@@ -53,7 +51,8 @@ void run_plan(const PlanArgs& a) {
   if (!a.json) {
     std::cout << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
               << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch
-              << ", " << scenario.cluster.num_ranks() << " device(s)\n";
+              << ", " << scenario.cluster.num_ranks() << " device(s)"
+              << stack_label(scenario.job.implementation) << "\n";
     std::cout << table;
     if (!fits)
       std::cout << "warning: the memory model finds this plan over capacity on some rank\n";
@@ -75,6 +74,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--offload", args->options.offload, "optimal/search: none | host | auto")
       ->check(one_of({"none", "host", "auto"}));
   add_compute_model_option(cmd, args->options.compute_source, "Compute model", "--compute-source");
+  add_stack_option(cmd, args->stack);
   cmd->add_option("--cephalo-shares", args->cephalo_shares, "cephalo: min_params | min_util")
       ->check(one_of({"min_params", "min_util"}));
   cmd->add_flag("--cephalo-corrected-share-memory", args->cephalo_corrected,

@@ -19,12 +19,13 @@
 #include "cephalo/traces/training_graph.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 
 void add_simulate_command(CLI::App& app) {
   struct Args {
-    std::string scenario, plan, trace, compute_model = "auto", queue = "binary-heap";
+    std::string scenario, stack, plan, trace, compute_model = "auto", queue = "binary-heap";
     bool json = false, ops = false, no_link_sharing = false;
   };
   static Args a;
@@ -36,13 +37,15 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--json", a.json, "Print the SimResult as JSON instead of a table");
   cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
   add_compute_model_option(cmd, a.compute_model, "Compute model", "--compute-source");
+  add_stack_option(cmd, a.stack);
   cmd->add_flag("--no-link-sharing", a.no_link_sharing,
                 "Give every transfer its isolated time (no bandwidth sharing on links)");
   cmd->add_option("--queue", a.queue, "Event queue: binary-heap or pairing-heap")
       ->capture_default_str()
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
-    Scenario scenario = costmodels::load_scenario(a.scenario);
+    ScenarioInput input = read_scenario(a.scenario, a.stack);
+    const Scenario& scenario = input.scenario;
     Plan plan = load_plan(a.plan);
     traces::check_plan_for(plan, scenario, a.plan);
     auto models = costmodels::make_cost_models(scenario, a.compute_model);
@@ -61,15 +64,14 @@ void add_simulate_command(CLI::App& app) {
     const std::optional<traces::TrainingGraph>& graph = replay.graph;
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
-    for (const auto& w : result.report.warnings) std::cerr << "warning: " << w << "\n";
-    for (const auto& n : cluster_notes(scenario.cluster)) std::cerr << "note: " << n << "\n";
+    result.report.warnings = input.warnings;
     std::cerr << "simulated "
               << (graph ? std::to_string(graph->num_ops()) + " ops"
                         : std::to_string(result.replayed_ranks) + " of " +
                               std::to_string(plan.ranks.size()) + " ranks")
               << ", " << result.report.events << " events in " << format_seconds(wall)
-              << "; implementation " << to_string(scenario.job.implementation) << "\n";
+              << "; implementation " << to_string(scenario.job.implementation)
+              << stack_label(scenario.job.implementation) << "\n";
 
     if (graph && !a.trace.empty()) {
       traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));
@@ -82,7 +84,8 @@ void add_simulate_command(CLI::App& app) {
                 << to_string(plan.accumulation) << " accumulation, offload "
                 << to_string(plan.offload) << ", prefetch " << (plan.prefetch ? "on" : "off")
                 << ", compute model " << models.compute->name() << ", implementation "
-                << to_string(scenario.job.implementation) << ")\n\n"
+                << to_string(scenario.job.implementation)
+                << stack_label(scenario.job.implementation) << ")\n\n"
                 << traces::render_table(result.report);
       if (a.ops) {
         TextTable t({"op", "name", "start", "end"});

@@ -12,12 +12,13 @@
 #include "cephalo/planner/sweep.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 namespace {
 
 struct SweepArgs {
-  std::string spec;
+  std::string spec, stack;
   std::string output;
   bool json = false;
   bool quiet = false;
@@ -35,7 +36,8 @@ std::vector<std::size_t> dealt(std::size_t mixes, int rank, int size) {
 }
 
 void run_sweep_command(const SweepArgs& a) {
-  const auto spec = planner::load_sweep_spec(a.spec);
+  auto spec = planner::load_sweep_spec(a.spec);
+  if (!a.stack.empty()) planner::set_stack(spec, a.stack);
   // Refuses a space above --max-mixes (ValidationError, exit 1) before enumerating it.
   const auto mixes = planner::enumerate_mixes(spec, a.max_mixes);
   check_outputs({{"--output", a.output}});  // before the sweep (output_file.hpp)
@@ -87,6 +89,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "Write rows to .csv or .json");
   cmd->add_flag("--json", args->json, "Print the JSON record instead of the table");
   cmd->add_flag("--quiet", args->quiet, "No progress on stderr");
+  add_stack_option(cmd, args->stack);
   cmd->add_option("--sort", args->table.sort,
                   "Table order, best first: tokens-per-dollar | throughput | cost | mix")
       ->capture_default_str()

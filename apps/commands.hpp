@@ -34,5 +34,6 @@ void add_simulate_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace cephalo::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   cli::add_run_command(app);
   cli::add_compare_command(app);
   cli::add_profile_command(app);
+  cli::add_calibrate_command(app);
   // Every command's --help, nested ones (`predict layer`) too, ends with the exit codes.
   const auto add_footer = [](CLI::App* command, const auto& recurse) -> void {
     command->footer(cli::kExitCodesHelp);

@@ -3,7 +3,9 @@
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/hf_config.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace cephalo {
 namespace {
@@ -274,6 +276,19 @@ std::string to_string(const Implementation& impl) {
   return out;
 }
 
+std::string stack_label(const Implementation& impl) {
+  if (!impl.stack) return "";
+  auto factor = [](const char* name, const StackFactor& f) {
+    char text[48];
+    std::snprintf(text, sizeof text, "%s x%.4g%s", name, f.value,
+                  f.identified ? "" : " (not fitted)");
+    return std::string(text);
+  };
+  return "; stack " + (impl.stack_file.empty() ? std::string("(inline)") : impl.stack_file) + ": " +
+         factor("compute", impl.stack->compute) + ", " + factor("comm", impl.stack->comm) + ", " +
+         factor("optimizer", impl.stack->optimizer);
+}
+
 Implementation parse_implementation(JsonReader& reader) {
   if (!reader.is_object())
     reader.fail(
@@ -295,15 +310,29 @@ Implementation parse_implementation(JsonReader& reader) {
   }
   if (auto f = reader.optional_child("framework"))
     impl.framework = *parse_framework(f->as_enum(framework_names()));
+  if (auto st = reader.optional_child("stack")) {
+    if (st->is_string()) {
+      std::filesystem::path file = st->as_string();
+      if (file.is_relative()) file = std::filesystem::path(reader.file()).parent_path() / file;
+      impl.stack = load_stack_calibration(file);
+      impl.stack_file = file.string();  // set_stack's two fields, read where the job's file is
+    } else if (st->is_object()) {
+      impl.stack = parse_stack_calibration(*st);
+    } else {
+      st->fail("a stack file's path (cephalo calibrate stack -o FILE) or its object");
+    }
+  }
   reader.finish();
   return impl;
 }
 
 Json to_json(const Implementation& impl) {
-  return {{"attention", to_string(impl.attention)},
-          {"fused_elementwise", impl.fused()},
-          {"compiled", impl.compiled},
-          {"framework", to_string(impl.framework)}};
+  Json j = {{"attention", to_string(impl.attention)},
+            {"fused_elementwise", impl.fused()},
+            {"compiled", impl.compiled},
+            {"framework", to_string(impl.framework)}};
+  if (impl.stack) j["stack"] = to_json(*impl.stack);
+  return j;
 }
 
 Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
@@ -409,6 +438,48 @@ std::vector<std::string> cluster_notes(const Cluster& cluster) {
                   "say {\"count\": N, \"bandwidth\": per NIC} (current H100 / H200 systems have "
                   "one 400 Gbit/s NIC per GPU)");
   return out;
+}
+
+std::vector<std::string> stack_notes(const Scenario& scenario) {
+  std::vector<std::string> out;
+  const Job& job = scenario.job;
+  if (!job.implementation.stack) return out;
+  const auto& on = job.implementation.stack->fitted_on;
+  const std::string from = "the stack calibration was fitted on ";
+  auto differs = [&](const std::string& what, const std::string& fitted, const std::string& now,
+                     const char* consequence) {
+    if (fitted != now)
+      out.push_back(from + what + " " + fitted + ", this job's is " + now + consequence);
+  };
+  Implementation bare = job.implementation;
+  bare.stack.reset();
+  const char* may_not = ": its factors may not carry over";
+  differs("model family", on.family, job.model.family, may_not);
+  differs("compute precision", on.dtype, to_string(job.precision.compute), may_not);
+  differs("implementation", on.implementation, to_string(bare), may_not);
+  differs("model", on.model, job.model_name, "");
+  std::vector<std::string> gpus;
+  for (const auto& n : scenario.cluster.nodes)
+    for (const auto& d : n.devices) gpus.push_back(d.spec.name);
+  std::sort(gpus.begin(), gpus.end());
+  gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " + ") + x;
+    return s;
+  };
+  differs("GPUs", join(on.gpus), join(gpus), "");
+  differs("cluster size", std::to_string(on.ranks) + " ranks",
+          std::to_string(scenario.cluster.num_ranks()) + " ranks", "");
+  differs("sequence length", std::to_string(on.sequence_length),
+          std::to_string(job.sequence_length), "");
+  differs("global batch", std::to_string(on.global_batch), std::to_string(job.global_batch), "");
+  return out;
+}
+
+void set_stack(Job& job, const std::filesystem::path& file) {
+  job.implementation.stack = load_stack_calibration(file);
+  job.implementation.stack_file = file.string();
 }
 
 Json to_json(const Job& job) {

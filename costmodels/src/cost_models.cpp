@@ -37,6 +37,12 @@ std::vector<std::string> precision_warnings(const Cluster& cluster, const Job& j
   return out;
 }
 
+std::vector<std::string> prediction_warnings(const Scenario& scenario) {
+  auto out = precision_warnings(scenario.cluster, scenario.job);
+  for (auto& n : stack_notes(scenario)) out.push_back(std::move(n));
+  return out;
+}
+
 const std::vector<std::string>& compute_sources() {
   static const std::vector<std::string> names = {"auto", "profile", "calibrated", "roofline"};
   return names;
@@ -65,6 +71,52 @@ class ByDeviceKind : public ComputeModel {
  private:
   std::shared_ptr<const ComputeModel> gpu_, cpu_;
   std::shared_ptr<const ProfileTables> tables_;
+};
+
+// A measured stack's factors (Implementation::stack) on another model's times: compute and
+// optimizer kernels, and collectives. Copies between host and device are the PCIe link's,
+// which no stack changes, and are left as they are.
+class StackScaledCompute : public ComputeModel {
+ public:
+  StackScaledCompute(std::shared_ptr<const ComputeModel> inner, StackCalibration stack)
+      : inner_(std::move(inner)), stack_(std::move(stack)) {}
+  ComputeEstimate unit_time(const DeviceSpec& d, const Job& j, int u, ComputePhase p,
+                            int m) const override {
+    ComputeEstimate e = inner_->unit_time(d, j, u, p, m);
+    e.seconds *= stack_.compute.value;
+    return e;
+  }
+  ComputeEstimate optimizer_time(const DeviceSpec& d, const Job& j, double n) const override {
+    ComputeEstimate e = inner_->optimizer_time(d, j, n);
+    e.seconds *= stack_.optimizer.value;
+    return e;
+  }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  std::shared_ptr<const ComputeModel> inner_;
+  StackCalibration stack_;
+};
+
+class StackScaledComm : public CommModel {
+ public:
+  StackScaledComm(std::shared_ptr<const CommModel> inner, double factor)
+      : inner_(std::move(inner)), factor_(factor) {}
+  CollectiveEstimate collective(const Cluster& cluster,
+                                const CollectiveRequest& request) const override {
+    CollectiveEstimate e = inner_->collective(cluster, request);
+    e.seconds *= factor_;
+    e.algbw /= factor_;
+    e.busbw /= factor_;
+    return e;
+  }
+  double copy_time(const Cluster& cluster, int rank, double bytes) const override {
+    return inner_->copy_time(cluster, rank, bytes);
+  }
+
+ private:
+  std::shared_ptr<const CommModel> inner_;
+  double factor_;
 };
 
 enum class CalibrationKind { LayerProfile, CollectiveSweep, MemoryProfile, Unknown };
@@ -110,7 +162,10 @@ std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario) {
   CommCalibration comm =
       sweep.empty() ? AlphaBetaCommModel().calibration() : calibrate_comm(scenario.cluster, sweep);
   for (const auto& [device, fit] : copies) comm.copies[device] = fit;
-  return std::make_shared<AlphaBetaCommModel>(comm);
+  std::shared_ptr<const CommModel> model = std::make_shared<AlphaBetaCommModel>(comm);
+  if (const auto& stack = scenario.job.implementation.stack; stack && stack->comm.value != 1.0)
+    model = std::make_shared<StackScaledComm>(model, stack->comm.value);
+  return model;
 }
 
 CostModels make_cost_models(const Scenario& scenario, const std::string& source) {
@@ -169,6 +224,8 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   } else {
     models.compute = std::make_shared<ProfileComputeModel>(tables, calibrated, false);
   }
+  if (const auto& stack = scenario.job.implementation.stack)
+    models.compute = std::make_shared<StackScaledCompute>(models.compute, *stack);
   models.comm = make_comm_model(scenario);
   return models;
 }

@@ -16,6 +16,14 @@
 #include "cephalo/planner/strategies.hpp"
 
 namespace cephalo::planner {
+
+void set_stack(SweepSpec& spec, const std::filesystem::path& file) {
+  load_stack_calibration(file);  // refused here, naming the file, not in every mix
+  if (!spec.job.contains("implementation") || !spec.job["implementation"].is_object())
+    spec.job["implementation"] = Json::object();
+  spec.job["implementation"]["stack"] = std::filesystem::absolute(file).string();
+}
+
 namespace {
 
 Json link_json(JsonReader r) {
@@ -120,6 +128,17 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
     }
   } else {
     spec.job = job.value();
+  }
+  // A stack named by a relative path is read where the job was written, not where the mixes'
+  // scenarios are parsed.
+  if (spec.job.is_object() && spec.job.contains("implementation") &&
+      spec.job["implementation"].is_object() && spec.job["implementation"].contains("stack") &&
+      spec.job["implementation"]["stack"].is_string()) {
+    std::filesystem::path p = spec.job["implementation"]["stack"].get<std::string>();
+    const std::filesystem::path from =
+        job.is_string() ? std::filesystem::path(job.as_string()) : std::filesystem::path();
+    if (p.is_relative()) p = (file.parent_path() / from.parent_path() / p).lexically_normal();
+    spec.job["implementation"]["stack"] = p.string();
   }
   spec.strategy = root.string_or("strategy", "optimal");
   const auto& names = strategy_names();

@@ -28,7 +28,7 @@ __all__ = [
     "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
     "load_plan", "validate", "plan", "simulate", "sweep", "compare", "describe_model",
     "predict_layer", "predict_memory", "predict_collective", "strategies", "compute_sources",
-    "hf_model_types",
+    "hf_model_types", "calibrate_stack", "load_stack",
 ]
 
 # The CMake project version (the one `cephalo --version` prints), compiled into the module.
@@ -228,7 +228,8 @@ def hf_model_types():
 def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
          verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
          activation_checkpointing=None, sharding=None, group_size=None,
-         cephalo_shares="min_params", cephalo_corrected_share_memory=False, text=False):
+         cephalo_shares="min_params", cephalo_corrected_share_memory=False, stack=None,
+         text=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -243,8 +244,9 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
     "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
     cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
     `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
-    JSON text, the bytes `cephalo plan --json` prints with the same flags."""
-    s = load_scenario(scenario)
+    JSON text, the bytes `cephalo plan --json` prints with the same flags. stack=path is
+    `--stack`: a calibrate_stack() file whose factors multiply the modelled times."""
+    s = _with_stack(load_scenario(scenario), stack)
     out = _cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
                                       verify_with_simulator, search_neighbours, micro_batch,
                                       accumulation or "", activation_checkpointing or "",
@@ -254,7 +256,7 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
 
 
 def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
-             queue="binary-heap", trace=None, text=False):
+             queue="binary-heap", trace=None, stack=None, text=False):
     """Replays one iteration of `plan` on the scenario's modelled cluster: the SimResult record
     of `cephalo simulate --json` (iteration_time_s in seconds, samples_per_s, tokens_per_s,
     mfu as a fraction; per rank compute_s, comm_s, idle_s in seconds and peak_memory_bytes),
@@ -263,9 +265,10 @@ def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
     timeline, one track per rank and stream, memory counters); an output that is an input or
     cannot be written raises IoError before the replay. compute_model: "auto", "profile",
     "calibrated" or "roofline"; link_sharing=False gives every transfer its isolated time.
+    stack=path is `--stack` (a calibrate_stack() file; its notes join "warnings").
     text=True returns the record's JSON text, the same bytes as `cephalo simulate --json
     [--ops]`."""
-    s = load_scenario(scenario)
+    s = _with_stack(load_scenario(scenario), stack)
     p, label = _plan_and_label(plan)
     out, columns = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue,
                                           "" if trace is None else _os.fspath(trace))
@@ -295,13 +298,43 @@ def compare(simulated, measured, scenario=None, plan=None):
                                          s, p, label))
 
 
-def sweep(spec, progress=None, max_mixes=5000):
+def _with_stack(scenario, stack):
+    return scenario if stack is None else _cephalo.with_stack(scenario, _os.fspath(stack))
+
+
+def load_stack(path):
+    """A stack calibration file (`cephalo calibrate stack -o FILE`) as a dict, checked."""
+    return _json.loads(_cephalo.stack_json(_os.fspath(path)))
+
+
+def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output=None,
+                    compute_model="auto"):
+    """`cephalo calibrate stack`: the factors of a software stack that one measured iteration
+    of `plan` identifies. Give measured_tokens_per_s (the whole job's tokens/s: fits the
+    compute factor) or run (a RunResult record or file: with op records it fits the compute,
+    collective and optimizer factors). Returns the fit (its "stack", the measured, predicted
+    and fitted iteration seconds, and one note per factor); output=path also writes the stack
+    file that plan(), simulate() and sweep() take as stack=. A measurement faster than the
+    roofline, or one needing a factor outside [1/64, 10], raises InfeasibleError."""
+    if (measured_tokens_per_s is None) == (run is None):
+        raise ValueError("give one of measured_tokens_per_s and run")
+    s = load_scenario(scenario)
+    p, _ = _plan_and_label(plan)
+    run_text, run_label, run_is_file = _result_source(run) if run is not None else ("", "", False)
+    return _record(_cephalo.calibrate_stack_json(
+        s, p, measured_tokens_per_s, run_text, run_label, run_is_file,
+        "" if output is None else _os.fspath(output), compute_model))
+
+
+def sweep(spec, progress=None, max_mixes=5000, stack=None):
     """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix of the spec's pool
     planned and simulated, the Pareto frontier over (cost per hour, simulated samples/s)
     marked; .mixes_frame() is the table (NaN throughput where a mix is infeasible).
     progress(done, total, mix) is called after each mix; more than max_mixes mixes raise
-    ValidationError before any is planned."""
-    return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress))
+    ValidationError before any is planned. stack=path prices every mix with that stack
+    calibration (`--stack`)."""
+    return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress,
+                                       "" if stack is None else _os.fspath(stack)))
 
 
 def describe_model(model):

@@ -25,6 +25,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
+#include "cephalo/planner/stack_fit.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -143,7 +144,7 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
   // The CLI's replay: in full (with the graph) for per-op records and traces, else by class.
   auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
   sim::SimResult& result = replay.result;
-  result.report.warnings = costmodels::precision_warnings(scenario.cluster, scenario.job);
+  result.report.warnings = costmodels::prediction_warnings(scenario);
   if (!trace.empty())
     traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
   Columns columns;
@@ -197,8 +198,10 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
-                       const std::function<void(std::size_t, std::size_t, std::string)>& progress) {
-  const auto spec = planner::load_sweep_spec(spec_file);
+                       const std::function<void(std::size_t, std::size_t, std::string)>& progress,
+                       const std::string& stack_file) {
+  auto spec = planner::load_sweep_spec(spec_file);
+  if (!stack_file.empty()) planner::set_stack(spec, stack_file);
   const auto mixes = planner::enumerate_mixes(spec, max_mixes);
   planner::SweepProgress report;
   if (progress)
@@ -209,6 +212,26 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
   auto rows = planner::evaluate_mixes(spec, mixes, report);
   planner::mark_pareto(rows);
   return planner::sweep_json(spec, rows).dump(2) + "\n";
+}
+
+// `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
+std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
+                                 std::optional<double> tokens_per_s, const std::string& run_text,
+                                 const std::string& run_label, bool run_is_file,
+                                 const std::string& output, const std::string& compute_model) {
+  planner::StackMeasurement m;
+  traces::IterationReport run;
+  if (tokens_per_s) {
+    m.tokens_per_s = tokens_per_s;
+  } else {
+    run = report_from(run_text, run_label, run_is_file);
+    m.run = &run;
+    m.run_file = run_label;
+  }
+  if (!output.empty()) check_outputs({{"output", output}});
+  const auto fit = planner::calibrate_stack(scenario, plan, m, compute_model);
+  if (!output.empty()) write_file_atomically(output, to_json(fit.stack).dump(2) + "\n");
+  return planner::to_json(fit).dump(2) + "\n";
 }
 
 // The record of `cephalo describe model NAME_OR_CONFIG --json`.
@@ -409,7 +432,21 @@ fraction); num_ranks, and to_json() the plan file's text.)")
         py::arg("record_text"), release());
   m.def("compare_json", &compare_json, release());
   m.def("sweep_json", &sweep_json, py::arg("spec_file"), py::arg("max_mixes"), py::arg("progress"),
-        release());
+        py::arg("stack"), release());
+  m.def("calibrate_stack_json", &calibrate_stack_json, py::arg("scenario"), py::arg("plan"),
+        py::arg("tokens_per_s"), py::arg("run_text"), py::arg("run_label"), py::arg("run_is_file"),
+        py::arg("output"), py::arg("compute_model"), release());
+  m.def(
+      "with_stack",
+      [](Scenario s, const std::string& file) {
+        set_stack(s.job, file);
+        return s;
+      },
+      py::arg("scenario"), py::arg("file"));
+  m.def(
+      "stack_json",
+      [](const std::string& file) { return to_json(load_stack_calibration(file)).dump(); },
+      py::arg("file"));
   m.def("model_json", &model_json, py::arg("name_or_file"));
   m.def("memory_json", &memory_json, py::arg("scenario"), py::arg("plan"), py::arg("plan_label"),
         release());

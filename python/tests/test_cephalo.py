@@ -717,6 +717,7 @@ PYTHON_EQUIVALENTS = {
     "predict": "predict_layer",       # and predict_memory, predict_collective
     "simulate": "simulate",
     "compare": "compare",
+    "calibrate": "calibrate_stack",
     "run": None,      # the backend runs one process per rank under mpirun: the CLI's job
     "profile": None,  # measures the devices under mpirun, as `run` does
 }
@@ -731,3 +732,25 @@ def test_every_cli_command_has_its_python_counterpart():
     for command, function in PYTHON_EQUIVALENTS.items():
         if function is not None:
             assert callable(getattr(cephalo, function)), command
+
+
+def test_calibrate_stack_fits_one_throughput_and_simulate_reads_it_back(tmp_path):
+    # A stack 25 % slower than modelled: the fit recovers the compute factor, says comm and the
+    # optimizer are not identified, and simulate(stack=) then predicts the measured throughput.
+    p = cephalo.plan(DEFAULT, strategy="even")
+    base = cephalo.simulate(DEFAULT, p)
+    measured = base["tokens_per_s"] / 1.25
+    out = tmp_path / "mine.stack.json"
+    fit = cephalo.calibrate_stack(DEFAULT, p, measured_tokens_per_s=measured, output=out)
+    factors = fit["stack"]["factors"]
+    assert factors["compute"]["identified"] and not factors["comm"]["identified"]
+    assert abs(fit["fitted_iteration_s"] - fit["measured_iteration_s"]) < 1e-3 * fit["measured_iteration_s"]
+    assert cephalo.load_stack(out) == fit["stack"]
+    again = cephalo.simulate(DEFAULT, p, stack=out)
+    assert abs(again["tokens_per_s"] - measured) < 1e-3 * measured
+    with pytest.raises(cephalo.InfeasibleError, match="roofline"):
+        cephalo.calibrate_stack(DEFAULT, p, measured_tokens_per_s=base["tokens_per_s"] * 100)
+    with pytest.raises(ValueError):
+        cephalo.calibrate_stack(DEFAULT, p)
+    with pytest.raises(cephalo.ValidationError, match="cephalo-stack"):
+        cephalo.simulate(DEFAULT, p, stack=DEFAULT)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cephalo/core/specs.hpp"
+#include "cephalo/core/stack_calibration.hpp"
 
 namespace cephalo {
 
@@ -130,6 +131,11 @@ struct Implementation {
   // fused_elementwise says (parse_implementation refuses compiled with fused_elementwise false).
   bool compiled = false;
   Framework framework = Framework::FSDP2;
+  // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
+  // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
+  // read from ("" when given inline).
+  std::optional<StackCalibration> stack = std::nullopt;
+  std::string stack_file = "";
   // The op list the stack launches is fused (fused_elementwise, or compiled).
   bool fused() const { return fused_elementwise || compiled; }
   bool operator==(const Implementation&) const = default;
@@ -138,6 +144,10 @@ struct Implementation {
 // the framework are appended only when they differ from the defaults (so labels recorded
 // before they existed still compare equal).
 std::string to_string(const Implementation& impl);
+
+// "; stack s.json: compute x1.123, comm x1, optimizer x1" for a job with a stack calibration,
+// "" without: printed after to_string(Implementation) wherever a prediction says what it priced.
+std::string stack_label(const Implementation& impl);
 
 struct Job {
   std::string model_name;  // as written
@@ -169,7 +179,8 @@ Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
 
 // Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
-// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp"} (all optional).
+// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "stack": "file.json" | {cephalo-stack}}
+// (all optional; a stack file's path is relative to the file the reader reads).
 Implementation parse_implementation(JsonReader& reader);
 Json to_json(const Implementation& impl);
 
@@ -177,6 +188,14 @@ Json to_json(const Cluster& cluster);
 // What a reader should know about how a cluster file was read (a node's NIC given without
 // "count", read as the node's total bandwidth); one line per kind of note, empty when none.
 std::vector<std::string> cluster_notes(const Cluster& cluster);
+// What a prediction with the job's stack calibration should say: one line for each way the
+// job differs from what the stack was fitted on (model family, precision and implementation
+// first: a stack fitted on another of those may not carry over; then model, GPUs, cluster size,
+// sequence, batch). Empty without a stack or when the job is the one it was fitted on.
+std::vector<std::string> stack_notes(const Scenario& scenario);
+// The job's stack calibration read from `file` (`--stack` on plan / simulate / sweep), in place
+// of any the job named.
+void set_stack(Job& job, const std::filesystem::path& file);
 Json to_json(const Job& job);
 Json to_json(const Scenario& scenario);
 // The same records with the job's resolved architecture as "model_spec" beside its name, which

@@ -18,6 +18,8 @@
 //   "auto"       per call: profile where one exists for (model, GPU, seq, dtype), else
 //                calibrated, else roofline
 // The comm model is the α-β model, calibrated from any collective sweep the scenario lists.
+// A job with a stack calibration (Implementation::stack) gets both models multiplied by its
+// factors: compute and optimizer times, collective times (copies are left as they are).
 #include <memory>
 #include <string>
 
@@ -45,6 +47,10 @@ std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario);
 // a Pascal GPU's fp16 runs on its fp32 pipeline), naming the GPU, the dtype, the rate priced
 // and the dtype that would run faster. Empty when every GPU runs the dtype as asked.
 std::vector<std::string> precision_warnings(const Cluster& cluster, const Job& job);
+
+// What every prediction for the scenario should carry in its record and print on stderr: the
+// precision warnings, then the notes of the job's stack calibration (core's stack_notes).
+std::vector<std::string> prediction_warnings(const Scenario& scenario);
 
 // The accepted source names, for CLI help and errors.
 const std::vector<std::string>& compute_sources();

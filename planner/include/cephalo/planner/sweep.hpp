@@ -55,6 +55,8 @@ struct SweepSpec {
 };
 
 SweepSpec load_sweep_spec(const std::filesystem::path& file);
+// `--stack`: every mix's job priced with this stack calibration, in place of the job's own.
+void set_stack(SweepSpec& spec, const std::filesystem::path& file);
 
 struct SweepRow {
   std::vector<int> counts;  // per pool entry

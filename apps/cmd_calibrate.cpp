@@ -1,0 +1,66 @@
+// `cephalo calibrate stack --scenario S --plan P (--measured-tokens-per-s X | --run RUN.json)
+//  -o STACK.json [--json] [--compute-model M]`
+// Fits the factors of a software stack that one measured iteration of the plan identifies and
+// writes them as a "cephalo-stack" file that plan, simulate and sweep take with --stack.
+#include <iostream>
+
+#include "cephalo/core/output_file.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/planner/stack_fit.hpp"
+#include "cephalo/traces/compare.hpp"
+#include "cli_checks.hpp"
+#include "commands.hpp"
+#include "scenario_input.hpp"
+
+namespace cephalo::cli {
+
+void add_calibrate_command(CLI::App& app) {
+  struct Args {
+    std::string scenario, plan, run, output, compute_model = "auto";
+    double tokens_per_s = 0;
+    bool json = false;
+  };
+  static Args a;
+  auto* cal = app.add_subcommand("calibrate", "Fit the cost models to what you measured");
+  cal->require_subcommand(1);
+  auto* cmd = cal->add_subcommand(
+      "stack",
+      "Fit a software stack's compute / collective / optimizer factors to one measured "
+      "iteration of a plan");
+  cmd->add_option("--scenario", a.scenario, "Scenario the plan ran on")->required();
+  cmd->add_option("--plan", a.plan, "Plan that was measured")->required();
+  auto* tokens = cmd->add_option("--measured-tokens-per-s", a.tokens_per_s,
+                                 "Measured throughput of the whole job (identifies compute only)")
+                     ->check(number_in(1e-9, 1e15));
+  auto* run = cmd->add_option("--run", a.run,
+                              "Measured RunResult (cephalo run --json; with op records it "
+                              "identifies compute, comm and optimizer)");
+  tokens->excludes(run);
+  cmd->add_option("-o,--output", a.output, "Write the stack calibration here")->required();
+  cmd->add_flag("--json", a.json, "Print the fit as JSON instead of the table");
+  add_compute_model_option(cmd, a.compute_model, "Compute model the factors multiply", "");
+  cmd->callback([tokens, run] {
+    if (tokens->count() + run->count() != 1)
+      throw CLI::ValidationError("--measured-tokens-per-s / --run", "give exactly one");
+    const Scenario scenario = read_scenario(a.scenario, "").scenario;
+    const Plan plan = load_plan(a.plan);
+    check_outputs({{"--output", a.output}});  // before fitting (output_file.hpp)
+    planner::StackMeasurement m;
+    traces::IterationReport measured;
+    if (run->count()) {
+      measured = traces::load_result(a.run);
+      m.run = &measured;
+      m.run_file = a.run;
+    } else {
+      m.tokens_per_s = a.tokens_per_s;
+    }
+    const planner::StackFit fit = planner::calibrate_stack(scenario, plan, m, a.compute_model);
+    write_file_atomically(a.output, to_json(fit.stack).dump(2) + "\n");
+    if (a.json)
+      std::cout << planner::to_json(fit).dump(2) << "\n";
+    else
+      std::cout << planner::render_stack_fit(fit) << "stack written to " << a.output << "\n";
+  });
+}
+
+}  // namespace cephalo::cli

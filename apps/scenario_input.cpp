@@ -1,0 +1,25 @@
+#include "scenario_input.hpp"
+
+#include <iostream>
+
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+
+namespace cephalo::cli {
+
+void add_stack_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--stack", value,
+                  "Stack calibration (cephalo calibrate stack -o FILE): its factors multiply the "
+                  "modelled compute, collective and optimizer times; replaces the job's own");
+}
+
+ScenarioInput read_scenario(const std::string& file, const std::string& stack_file) {
+  ScenarioInput in{costmodels::load_scenario(file), {}};
+  if (!stack_file.empty()) set_stack(in.scenario.job, stack_file);
+  in.warnings = costmodels::prediction_warnings(in.scenario);
+  for (const auto& w : in.warnings) std::cerr << "warning: " << w << "\n";
+  for (const auto& n : cluster_notes(in.scenario.cluster)) std::cerr << "note: " << n << "\n";
+  return in;
+}
+
+}  // namespace cephalo::cli

@@ -1,0 +1,48 @@
+#pragma once
+// `cephalo calibrate stack`: the few factors of a software stack that one measured iteration of
+// a plan identifies (planner/README.md, "Calibrating a stack"). The plan is replayed on the
+// simulator with the factors until it takes the measured time, so what is fitted is exactly
+// what `plan`, `simulate` and `sweep` later multiply.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/core/stack_calibration.hpp"
+#include "cephalo/traces/report.hpp"
+
+namespace cephalo::planner {
+
+// One measured iteration: its throughput (the whole job's tokens per second; identifies the
+// compute factor only), or a RunResult of the plan (with op records it identifies the compute,
+// collective and optimizer factors separately; without, it is read as its iteration time).
+struct StackMeasurement {
+  std::optional<double> tokens_per_s;
+  const traces::IterationReport* run = nullptr;
+  std::string run_file;  // for messages and the record
+};
+
+struct StackFit {
+  StackCalibration stack;
+  double measured_iteration_s = 0;
+  double predicted_iteration_s = 0;  // the plan simulated without a stack
+  double fitted_iteration_s = 0;     // and with the fitted one
+  // One line per factor: how it was fitted, or why this measurement cannot identify it.
+  std::vector<std::string> notes;
+};
+
+// Refusals (InfeasibleError, naming the bound): a measurement faster than the cluster's peak
+// FLOP rate allows for the model's FLOPs; one that needs a factor outside
+// [kMinStackFactor, kMaxStackFactor]; a plan the simulator finds out of memory. A job's own
+// stack is ignored (the fit starts from the cost models alone) and a note says so.
+StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
+                         const StackMeasurement& measurement,
+                         const std::string& compute_source = "auto");
+
+// {"stack": <cephalo-stack>, "measured_iteration_s", "predicted_iteration_s",
+//  "fitted_iteration_s", "notes"}
+Json to_json(const StackFit& fit);
+std::string render_stack_fit(const StackFit& fit);
+
+}  // namespace cephalo::planner
