@@ -440,6 +440,15 @@ std::vector<std::string> cluster_notes(const Cluster& cluster) {
   return out;
 }
 
+std::vector<std::string> gpu_types(const Cluster& cluster) {
+  std::vector<std::string> out;
+  for (const auto& n : cluster.nodes)
+    for (const auto& d : n.devices) out.push_back(d.spec.name);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<std::string> stack_notes(const Scenario& scenario) {
   std::vector<std::string> out;
   const Job& job = scenario.job;
@@ -451,18 +460,12 @@ std::vector<std::string> stack_notes(const Scenario& scenario) {
     if (fitted != now)
       out.push_back(from + what + " " + fitted + ", this job's is " + now + consequence);
   };
-  Implementation bare = job.implementation;
-  bare.stack.reset();
   const char* may_not = ": its factors may not carry over";
   differs("model family", on.family, job.model.family, may_not);
   differs("compute precision", on.dtype, to_string(job.precision.compute), may_not);
-  differs("implementation", on.implementation, to_string(bare), may_not);
+  differs("implementation", on.implementation, to_string(job.implementation), may_not);
   differs("model", on.model, job.model_name, "");
-  std::vector<std::string> gpus;
-  for (const auto& n : scenario.cluster.nodes)
-    for (const auto& d : n.devices) gpus.push_back(d.spec.name);
-  std::sort(gpus.begin(), gpus.end());
-  gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  const std::vector<std::string> gpus = gpu_types(scenario.cluster);
   auto join = [](const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : " + ") + x;

@@ -115,11 +115,10 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     fit.notes.insert(fit.notes.end(), class_report.warnings.begin(), class_report.warnings.end());
     fit.measured_iteration_s = run.iteration_time_s;
     if (!run.implementation.empty()) {
-      Implementation bare = job.implementation;
-      bare.stack.reset();
-      if (run.implementation != to_string(bare))
+      if (run.implementation != to_string(job.implementation))
         fit.notes.push_back("the run executed " + run.implementation + ", the job declares " +
-                            to_string(bare) + ": the factors describe the difference too");
+                            to_string(job.implementation) +
+                            ": the factors describe the difference too");
     }
   }
   // The roofline: the model's FLOPs at the cluster's peak. MFU scales as 1 / iteration time.
@@ -184,17 +183,12 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   auto& on = st.fitted_on;
   on.model = job.model_name;
   on.family = job.model.family;
-  for (const auto& n : scenario.cluster.nodes)
-    for (const auto& d : n.devices) on.gpus.push_back(d.spec.name);
-  std::sort(on.gpus.begin(), on.gpus.end());
-  on.gpus.erase(std::unique(on.gpus.begin(), on.gpus.end()), on.gpus.end());
+  on.gpus = gpu_types(scenario.cluster);
   on.ranks = scenario.cluster.num_ranks();
   on.sequence_length = job.sequence_length;
   on.global_batch = job.global_batch;
   on.dtype = to_string(job.precision.compute);
-  Implementation bare = job.implementation;
-  bare.stack.reset();
-  on.implementation = to_string(bare);
+  on.implementation = to_string(job.implementation);  // the label leaves the stack out
   on.compute_source = source;
   on.plan_hash = traces::plan_hash(plan);
   if (measurement.tokens_per_s) {
@@ -228,7 +222,9 @@ std::string render_stack_fit(const StackFit& fit) {
   std::string out = t.render();
   auto pct = [&](double s) {
     const double e = 100.0 * (s - fit.measured_iteration_s) / fit.measured_iteration_s;
-    return (e > 0 ? "+" : "") + fixed(e, 1) + " %";
+    std::string text = fixed(e, 1);
+    if (e > 0) text.insert(text.begin(), '+');
+    return text.append(" %");
   };
   out += "iteration: measured " + format_seconds(fit.measured_iteration_s) +
          ", predicted without the stack " + format_seconds(fit.predicted_iteration_s) + " (" +

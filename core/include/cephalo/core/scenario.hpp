@@ -188,6 +188,8 @@ Json to_json(const Cluster& cluster);
 // What a reader should know about how a cluster file was read (a node's NIC given without
 // "count", read as the node's total bandwidth); one line per kind of note, empty when none.
 std::vector<std::string> cluster_notes(const Cluster& cluster);
+// The GPU types of a cluster (resolved names), sorted, each once.
+std::vector<std::string> gpu_types(const Cluster& cluster);
 // What a prediction with the job's stack calibration should say: one line for each way the
 // job differs from what the stack was fitted on (model family, precision and implementation
 // first: a stack fitted on another of those may not carry over; then model, GPUs, cluster size,
