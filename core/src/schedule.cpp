@@ -49,6 +49,81 @@ ShardingCollectives sharding_collectives(const Sharding& sharding) {
   return c;
 }
 
+GatherRules gather_rules(Framework framework, bool prefetch) {
+  GatherRules r;
+  if (!prefetch) {
+    r.forward_lookahead = r.backward_lookahead = 1;
+    return r;
+  }
+  switch (framework) {
+    case Framework::FSDP2:
+    case Framework::FSDP1:
+    case Framework::DDP:
+      break;
+    case Framework::DeepSpeedZero3:
+      // DeepSpeed's defaults: stage3_prefetch_bucket_size, stage3_max_live_parameters.
+      r.prefetch_bucket_elements = 5e7;
+      r.max_live_elements = 1e9;
+      break;
+  }
+  return r;
+}
+
+std::vector<int> gather_gates(const GatherRules& rules, std::span<const GatherPhase> phases) {
+  const int n = static_cast<int>(phases.size());
+  std::vector<int> gates(static_cast<std::size_t>(n), -1);
+  if (rules.prefetch_bucket_elements <= 0) {
+    int floor = -1;
+    for (int q = 0; q < n; ++q) {
+      const auto& ph = phases[static_cast<std::size_t>(q)];
+      const int lookahead = ph.backward ? rules.backward_lookahead : rules.forward_lookahead;
+      // A shorter lookahead after a longer one must not issue a gather before an earlier one.
+      floor = std::max(floor, q - std::max(1, lookahead));
+      gates[static_cast<std::size_t>(q)] = floor;
+    }
+    return gates;
+  }
+  auto elements = [&](int q) { return phases[static_cast<std::size_t>(q)].elements; };
+  int frontier = -1;  // the furthest phase issued
+  double alive = 0;   // elements of phases j..frontier, gathered or in flight
+  for (int j = 0; j < n; ++j) {
+    if (j > 0) alive -= elements(j - 1);  // released when its compute was done
+    if (frontier < j) {
+      frontier = j;
+      gates[static_cast<std::size_t>(j)] = j - 1;
+      alive += elements(j);
+    }
+    const double budget = std::min(rules.prefetch_bucket_elements, rules.max_live_elements - alive);
+    double issued = 0;
+    while (frontier + 1 < n && issued < budget) {
+      ++frontier;
+      gates[static_cast<std::size_t>(frontier)] = j - 1;
+      issued += elements(frontier);
+      alive += elements(frontier);
+    }
+  }
+  return gates;
+}
+
+int most_live_gathers(const GatherRules& rules, double phase_elements, int phases) {
+  if (phases <= 0) return 0;
+  // A round's forward phases, then its backward ones.
+  std::vector<GatherPhase> uniform(static_cast<std::size_t>(phases), GatherPhase{phase_elements});
+  for (int q = phases / 2; q < phases; ++q) uniform[static_cast<std::size_t>(q)].backward = true;
+  const std::vector<int> gates = gather_gates(rules, uniform);
+  // While phase j computes, phases j.. whose gate is before j are gathered or in flight; the
+  // gates never decrease, so the last such phase only moves forward.
+  int most = 1, last = 0;
+  for (int j = 0; j < phases; ++j) {
+    last = std::max(last, j);
+    while (last + 1 < phases && gates[static_cast<std::size_t>(last + 1)] < j) ++last;
+    most = std::max(most, last - j + 1);
+  }
+  return most;
+}
+
+bool replicates_state(Framework framework) { return framework == Framework::DDP; }
+
 double state_bytes_per_parameter(const Precision& precision) {
   // AdamW's first and second moments are kept in fp32 whatever the parameter dtype.
   return bytes_per_element(precision.params) + bytes_per_element(precision.reduce) +

@@ -34,6 +34,13 @@ std::string list_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+Sharding replica_sharding(int num_ranks) {
+  Sharding s;
+  s.kind = Sharding::Kind::Hybrid;
+  for (int r = 0; r < num_ranks; ++r) s.groups.push_back({r});
+  return s;
+}
+
 Sharding parse_sharding(JsonReader r) {
   Sharding s;
   if (r.is_string()) {

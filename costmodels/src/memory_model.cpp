@@ -57,8 +57,11 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
   std::vector<MemoryTerm> t;
   t.push_back({"training_state", in.state_share * params * schedule::state_bytes_per_parameter(p)});
   const double unit = largest_phase_parameters(m);
-  t.push_back({"gathered_params",
-               k.unit_scale * unit * bytes_per_element(p.compute) * (in.prefetch ? 2 : 1)});
+  // The computing phase's gathered parameters and those its framework prefetches ahead of it
+  // (schedule::gather_gates), over one round's phases.
+  const int live = schedule::most_live_gathers(
+      schedule::gather_rules(job.implementation.framework, in.prefetch), unit, 2 * num_units(m));
+  t.push_back({"gathered_params", k.unit_scale * unit * bytes_per_element(p.compute) * live});
   double gradient_params = unit;
   if (all_gradients) {
     gradient_params = 0;

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
@@ -66,6 +67,15 @@ std::vector<ShardingCandidate> sharding_candidates(const Scenario& s, const std:
                                                    int group_nodes) {
   const int nodes = static_cast<int>(s.cluster.nodes.size());
   std::vector<ShardingCandidate> out;
+  if (schedule::replicates_state(s.job.implementation.framework)) {
+    // A replica per rank is the framework's only layout (the plan check refuses any other).
+    ShardingCandidate c;
+    c.sharding = replica_sharding(s.cluster.num_ranks());
+    c.label = "replicas: 1 device per group (" + std::to_string(s.cluster.num_ranks()) +
+              " groups, framework " + to_string(s.job.implementation.framework) + ")";
+    out.push_back(std::move(c));
+    return out;
+  }
   if (mode == "full" || mode == "auto") out.push_back({"full", Sharding{}, 0});
   if (mode == "hybrid") {
     const int k = group_nodes > 0 ? group_nodes : 1;

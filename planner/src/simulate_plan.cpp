@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/sim/class_replay.hpp"
 
@@ -10,6 +11,14 @@ namespace cephalo::planner {
 
 SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models,
                          const Plan& plan) {
+  // A strategy sizes batches over full sharding; under a replicating framework (DDP) each of
+  // its candidates runs as what the framework can run, one replica per rank.
+  if (schedule::replicates_state(s.job.implementation.framework) && !plan.sharding.hybrid()) {
+    Plan replicas = plan;
+    replicas.sharding = replica_sharding(static_cast<int>(plan.ranks.size()));
+    for (auto& r : replicas.ranks) r.state_share = 1.0;
+    return simulate_plan(s, models, replicas);
+  }
   traces::check_plan_for(plan, s, "<planner>");
   // One representative per class of identical ranks where that applies (equal to the full
   // replay; sim/class_replay.hpp), so candidate replays of 100k-rank plans stay cheap.

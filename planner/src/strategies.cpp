@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/planner/sharding_choice.hpp"
 #include "cephalo/planner/simulate_plan.hpp"
 #include "plan_support.hpp"
@@ -95,6 +96,14 @@ void check_schedule_options(const Scenario& s, const PlannerOptions& opt) {
   if (opt.sharding != "" && opt.sharding != "full" && opt.sharding != "hybrid" &&
       opt.sharding != "auto")
     throw ValidationError(src, spelt(opt, "sharding"), opt.sharding, "full, hybrid or auto");
+  if (schedule::replicates_state(s.job.implementation.framework) &&
+      (opt.sharding == "full" || opt.sharding == "hybrid" || opt.group_nodes > 0))
+    throw ValidationError(src, spelt(opt, opt.group_nodes > 0 ? "group_size" : "sharding"),
+                          opt.group_nodes > 0 ? std::to_string(opt.group_nodes) : opt.sharding,
+                          "no sharding option for framework " +
+                              to_string(s.job.implementation.framework) +
+                              ": it keeps a full replica of the training state on every rank, "
+                              "one group per rank");
   if (opt.group_nodes < 0)
     throw ValidationError(src, spelt(opt, "group_size"), std::to_string(opt.group_nodes),
                           "a positive number of nodes per sharding group");
@@ -183,7 +192,9 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   after.choose_checkpointing = false;
   detail::honour_schedule_options(s, res.plan, after);
   ReplayCache replays;
-  if (open.sharding != "full") choose_sharding(s, models, open, res, &replays);
+  // A replicating framework (DDP) has one layout, which the sharding choice makes.
+  if (open.sharding != "full" || schedule::replicates_state(s.job.implementation.framework))
+    choose_sharding(s, models, open, res, &replays);
   predict(s, models, res);
   // The answer is the simulator's: whatever the strategy ranked its candidates by, the returned
   // plan is replayed (sim/'s class replay) and that time is the prediction, the number

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -313,8 +314,14 @@ SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts) {
   try {
     const Scenario s = mix_scenario(spec, counts);
     PlannerOptions opt;
+    opt.options_source = spec.file.string();  // the options are the spec's keys
     opt.strategy = spec.strategy;
-    opt.sharding = spec.sharding;  // hybrid / auto: groups of nodes (sharding_choice.hpp)
+    // hybrid / auto: groups of nodes (sharding_choice.hpp); unset: full sharding, or the
+    // replicas a replicating framework plans itself
+    opt.sharding =
+        !spec.sharding.empty() || schedule::replicates_state(s.job.implementation.framework)
+            ? spec.sharding
+            : "full";
     // Mixes are compared under one schedule (the spec has no schedule fields): layered
     // accumulation and full checkpointing, what every strategy takes by default, so a sweep of
     // thousands of mixes does not run `optimal`'s schedule search for each.

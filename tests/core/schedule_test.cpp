@@ -85,3 +85,78 @@ TEST(Schedule, HostOffloadNeedsFullCheckpointing) {
     EXPECT_NE(why->find(to_string(c)), std::string::npos) << *why;
   }
 }
+
+namespace {
+
+std::vector<schedule::GatherPhase> uniform_phases(int n, double elements) {
+  std::vector<schedule::GatherPhase> out(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) out[static_cast<std::size_t>(q)] = {elements, q >= n / 2};
+  return out;
+}
+
+}  // namespace
+
+// FSDP2, FSDP1 (its limiter holds two all-gathers in flight) and DDP issue each gather one
+// phase ahead; without prefetch only when its phase is next (costmodels/README.md,
+// "Frameworks"). Gate q - 2 / q - 1, worked out by hand.
+TEST(Schedule, GatherGatesRunOnePhaseAheadWithPrefetch) {
+  const auto phases = uniform_phases(6, 1e8);
+  const std::vector<int> ahead = {-1, -1, 0, 1, 2, 3}, next = {-1, 0, 1, 2, 3, 4};
+  for (Framework f : {Framework::FSDP2, Framework::FSDP1, Framework::DDP}) {
+    EXPECT_EQ(schedule::gather_gates(schedule::gather_rules(f, true), phases), ahead);
+    EXPECT_EQ(schedule::gather_gates(schedule::gather_rules(f, false), phases), next);
+  }
+  EXPECT_EQ(
+      schedule::gather_gates(schedule::gather_rules(Framework::DeepSpeedZero3, false), phases),
+      next);
+  // A longer lookahead after a shorter one never issues a gather before an earlier phase's.
+  schedule::GatherRules mixed;
+  mixed.forward_lookahead = 1;
+  mixed.backward_lookahead = 3;
+  EXPECT_EQ(schedule::gather_gates(mixed, phases), (std::vector<int>{-1, 0, 1, 1, 1, 2}));
+}
+
+// DeepSpeed ZeRO-3: at the start of each phase, the phases after the furthest one issued,
+// while what this step issued is below the 5e7-element bucket and the live elements stay under
+// 1e9. Phases of 1e7: step 0 issues 0 and 1..5 (1e7 .. 5e7), step 1 issues 6..10, step 2 the
+// last. Phases of 2e8 cross the bucket: one phase ahead, as FSDP2.
+TEST(Schedule, ZeroThreeGathersAheadAsFarAsItsPrefetchBucket) {
+  const auto zero3 = schedule::gather_rules(Framework::DeepSpeedZero3, true);
+  EXPECT_EQ(zero3.prefetch_bucket_elements, 5e7);
+  EXPECT_EQ(zero3.max_live_elements, 1e9);
+  EXPECT_EQ(schedule::gather_gates(zero3, uniform_phases(12, 1e7)),
+            (std::vector<int>{-1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(schedule::gather_gates(zero3, uniform_phases(6, 2e8)),
+            (std::vector<int>{-1, -1, 0, 1, 2, 3}));
+  // The live cap: 3e7 elements hold three phases of 1e7, so from step 1 on one phase a step.
+  schedule::GatherRules capped = zero3;
+  capped.max_live_elements = 3e7;
+  EXPECT_EQ(schedule::gather_gates(capped, uniform_phases(6, 1e7)),
+            (std::vector<int>{-1, -1, -1, 0, 1, 2}));
+  // Uneven phases: a 6e7 phase ends step 0's issue at once.
+  const std::vector<schedule::GatherPhase> uneven = {{1e7}, {6e7}, {1e7}, {1e7}, {1e7}};
+  EXPECT_EQ(schedule::gather_gates(zero3, uneven), (std::vector<int>{-1, -1, 0, 0, 0}));
+}
+
+// What the memory model's gathered term counts: the computing phase and those issued ahead.
+TEST(Schedule, MostLiveGathersCountsTheComputingPhaseAndThoseAhead) {
+  EXPECT_EQ(schedule::most_live_gathers(schedule::gather_rules(Framework::FSDP2, true), 1e8, 10),
+            2);
+  EXPECT_EQ(schedule::most_live_gathers(schedule::gather_rules(Framework::FSDP2, false), 1e8, 10),
+            1);
+  const auto zero3 = schedule::gather_rules(Framework::DeepSpeedZero3, true);
+  EXPECT_EQ(schedule::most_live_gathers(zero3, 2e8, 10), 2);
+  // 1e7-element phases: 0..5 are live at step 0, 1..10 at step 1, 2..11 at step 2; with more
+  // phases four more each step (five issued, one done) until the 1e9 cap holds 100.
+  EXPECT_EQ(schedule::most_live_gathers(zero3, 1e7, 12), 10);
+  EXPECT_EQ(schedule::most_live_gathers(zero3, 1e7, 400), 100);
+  schedule::GatherRules capped = zero3;
+  capped.max_live_elements = 3e7;
+  EXPECT_EQ(schedule::most_live_gathers(capped, 1e7, 12), 3);
+}
+
+TEST(Schedule, OnlyDdpReplicatesTheState) {
+  EXPECT_TRUE(schedule::replicates_state(Framework::DDP));
+  for (Framework f : {Framework::FSDP2, Framework::FSDP1, Framework::DeepSpeedZero3})
+    EXPECT_FALSE(schedule::replicates_state(f));
+}

@@ -227,3 +227,49 @@ TEST(ScheduleChoices, TheGraphRunsTheScheduleModulesCollectivesAndRecomputes) {
         }
       }
 }
+
+// Each gather waits on the last compute op of the phase schedule::gather_gates names for the
+// job's framework (nothing before gate -1): DeepSpeed ZeRO-3's bucket holds the whole tiny
+// model, so all its gathers are issued at the start, where FSDP2 issues two; the
+// schedule's own high-water mark grows with the gathers held ahead, by at least one layer's.
+TEST(ScheduleChoices, GathersWaitOnTheirFrameworksGatePhase) {
+  Scenario s = tiny_scenario(2, 6, 8);
+  std::map<Framework, double> peak;
+  for (Framework f : {Framework::FSDP2, Framework::DeepSpeedZero3}) {
+    SCOPED_TRACE(to_string(f));
+    s.job.implementation.framework = f;
+    const Plan p = tiny_plan(s, 2);
+    const TrainingGraph g = build_training_graph(p, s);
+    std::vector<schedule::GatherPhase> phases;
+    std::map<int, OpId> last_compute;  // per phase
+    std::vector<OpId> gathers;
+    for (const Op& o : g.program(0)) {
+      const bool gather = o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV;
+      if (gather) {
+        gathers.push_back(o.id);
+        phases.push_back(
+            {costmodels::phase_parameters(s.job.model, o.unit), o.pass == Pass::Backward});
+      }
+      if (o.kind == OpKind::Forward || o.kind == OpKind::Backward || o.kind == OpKind::Recompute)
+        last_compute[o.phase] = o.id;
+    }
+    const auto gates = schedule::gather_gates(schedule::gather_rules(f, p.prefetch), phases);
+    int at_start = 0;
+    for (std::size_t q = 0; q < gathers.size(); ++q) {
+      const auto waits = g.waits_on(gathers[q]);
+      if (gates[q] < 0) {
+        EXPECT_TRUE(waits.empty()) << "gather " << q;
+        ++at_start;
+      } else {
+        ASSERT_EQ(waits.size(), 1u) << "gather " << q;
+        EXPECT_EQ(waits[0], last_compute.at(gates[q])) << "gather " << q;
+      }
+    }
+    // ZeRO-3: the forward and backward phases of all 8 units hold fewer elements than the bucket.
+    EXPECT_EQ(at_start, f == Framework::FSDP2 ? 2 : 16);
+    peak[f] = issue_order_peak(g, 0);
+  }
+  const double layer =
+      costmodels::phase_parameters(s.job.model, 1) * bytes_per_element(s.job.precision.compute);
+  EXPECT_GE(peak[Framework::DeepSpeedZero3] - peak[Framework::FSDP2], 0.999 * layer);
+}

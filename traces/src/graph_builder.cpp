@@ -61,6 +61,15 @@ void GraphBuilder::add_phases() {
           cross_collective_[static_cast<std::size_t>(u)] = add_cross_reduction(p, u);
         }
   }
+  // When each phase's gather is issued: the framework's prefetch rule over what each phase
+  // gathers (a tied head brings the embedding).
+  std::vector<schedule::GatherPhase> gathers;
+  gathers.reserve(phases_.size());
+  for (const Phase& ph : phases_)
+    gathers.push_back(
+        {costmodels::phase_parameters(scenario_.job.model, ph.unit), ph.pass == Pass::Backward});
+  gather_gates_ = schedule::gather_gates(
+      schedule::gather_rules(scenario_.job.implementation.framework, plan_.prefetch), gathers);
 }
 
 // The indexes over the finished op list: each collective member's op id (members in group

@@ -83,6 +83,7 @@ class GraphBuilder {
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group
   std::vector<std::int32_t> cross_collective_;               // per unit (-1: none)
   std::vector<std::vector<int>> finished_at_;                // per phase (hybrid only)
+  std::vector<int> gather_gates_;  // per phase: schedule::gather_gates, the same on every rank
   int groups_ = 1;
   int units_ = 0;
   int rounds_ = 1;

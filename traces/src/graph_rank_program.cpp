@@ -15,7 +15,7 @@ struct GraphBuilder::RankState {
   int group = 0;
   std::vector<int> sizes;  // micro-batch sizes, in micro-batch order
   int mbs = 0;
-  int lookahead = 1;                 // 2 with prefetch: gathers run one unit ahead
+  int copy_lookahead = 1;            // 2 with prefetch: H2D copies run one backward ahead
   bool offload = false;              // layer inputs go to host between forward and recompute
   bool cast_send = false;            // the gather sends a cast copy of the shard
   std::vector<OpId> ag, phase_done;  // per phase: its gather; its last compute op (or gather)
@@ -83,8 +83,8 @@ void GraphBuilder::emit_gather(RankState& st, int p) {
   // when the gather ends).
   o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
   o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
-  OpId wait = p - st.lookahead >= 0 ? st.phase_done[p - st.lookahead] : kNoOp;
-  st.ag[p] = emit(o, {wait});
+  const int gate = gather_gates_[static_cast<std::size_t>(p)];
+  st.ag[p] = emit(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
 }
 
 void GraphBuilder::emit_forward(RankState& st, int p, int m, bool keeps) {
@@ -123,8 +123,8 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
     c.bytes = boundary;
     c.mem_alloc = c.bytes;
     const std::size_t steps = st.backward_steps.size();
-    OpId gate = steps >= static_cast<std::size_t>(st.lookahead)
-                    ? st.backward_steps[steps - st.lookahead]
+    OpId gate = steps >= static_cast<std::size_t>(st.copy_lookahead)
+                    ? st.backward_steps[steps - st.copy_lookahead]
                     : kNoOp;
     h2d = emit(c, {st.d2h[static_cast<std::size_t>(u) * st.mbs + m], gate});
   }
@@ -227,7 +227,7 @@ void GraphBuilder::build_rank(int r) {
   if (pr.batch > 0) st.sizes = pr.micro_batch_sizes();
   st.mbs = static_cast<int>(st.sizes.size());
   st.offload = plan_.offload == Offload::Host;
-  st.lookahead = plan_.prefetch ? 2 : 1;
+  st.copy_lookahead = plan_.prefetch ? 2 : 1;
   // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
   // (tf32 computes on fp32 storage: no copy).
   st.cast_send =
@@ -238,8 +238,15 @@ void GraphBuilder::build_rank(int r) {
   st.grad_held.assign(static_cast<std::size_t>(num_phases), false);
   st.grad_last.assign(static_cast<std::size_t>(num_phases), kNoOp);
 
-  emit_gather(st, 0);
-  if (st.lookahead == 2 && num_phases > 1) emit_gather(st, 1);
+  // The gathers in phase order, each once the compute of its gate phase is done
+  // (schedule::gather_gates: the framework's prefetch).
+  int next_gather = 0;
+  auto emit_gathers_after = [&](int phase) {
+    while (next_gather < num_phases &&
+           gather_gates_[static_cast<std::size_t>(next_gather)] <= phase)
+      emit_gather(st, next_gather++);
+  };
+  emit_gathers_after(-1);
 
   for (int p = 0; p < num_phases; ++p) {
     const Phase& ph = phases_[p];
@@ -268,7 +275,7 @@ void GraphBuilder::build_rank(int r) {
     g_.ops_[st.phase_done[p]].mem_free += g_.unit_sizes_[u].gathered_bytes;
     g_.ops_[st.phase_done[p]].frees_gathered = true;
 
-    if (p + st.lookahead < num_phases) emit_gather(st, p + st.lookahead);
+    emit_gathers_after(p);
     emit_reductions(st, p);
   }
   emit_optimizer_step(st);

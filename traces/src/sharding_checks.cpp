@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -46,6 +48,20 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
 
 void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
   validate_plan_for(plan, scenario, plan_file);
+  if (schedule::replicates_state(scenario.job.implementation.framework)) {
+    const auto& groups = plan.sharding.groups;
+    const auto wide = std::find_if(groups.begin(), groups.end(),
+                                   [](const std::vector<int>& g) { return g.size() != 1; });
+    if (!plan.sharding.hybrid() || wide != groups.end())
+      throw ValidationError(
+          plan_file,
+          plan.sharding.hybrid() ? "sharding.groups[" + std::to_string(wide - groups.begin()) + "]"
+                                 : std::string("sharding"),
+          describe(plan.sharding),
+          "one group per rank for framework " + to_string(scenario.job.implementation.framework) +
+              " (it keeps a full replica of the training state on every rank): "
+              "{\"kind\": \"hybrid\", \"groups\": [[0], [1], ...]}; `cephalo plan` makes it");
+  }
   check_groups_hold_state(plan, scenario, plan_file);
 }
 

@@ -8,8 +8,11 @@
 //   schedule::unit_collectives(plan.accumulation, rounds)           // AG / RS per unit
 //   schedule::state_bytes_per_parameter(job.precision)              // 16 B for fp32 + AdamW
 //   schedule::offload_conflict(plan.offload, plan.activation_checkpointing)
+//   schedule::gather_gates(schedule::gather_rules(framework, prefetch), phases)
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -61,6 +64,49 @@ struct ShardingCollectives {
   int cross_group_all_reduces = 0;  // per unit per iteration
 };
 ShardingCollectives sharding_collectives(const Sharding& sharding);
+
+// ---- the framework's parameter gathers ----------------------------------------------------
+
+// When a sharding runtime issues each phase's parameter gather (costmodels/README.md,
+// "Frameworks", which cites each rule's source). A phase's gather is issued once the compute of
+// its gate phase is done; gate −1 issues it before the first phase. Every runtime frees a
+// phase's gathered parameters when the phase's compute is done.
+struct GatherRules {
+  // Gate = phase − lookahead: 2 runs the gathers one phase ahead of the compute, 1 issues a
+  // gather only when its phase is next.
+  int forward_lookahead = 2;
+  int backward_lookahead = 2;
+  // DeepSpeed ZeRO-3's prefetch bucket (stage3_prefetch_bucket_size, elements): at the start of
+  // each phase the runtime gathers that phase unless already issued, then issues the phases
+  // after the furthest one issued while what it issued at this step is below the bucket (and
+  // the live cap allows), so a phase crossing the bucket is issued whole. 0: the lookahead
+  // rules.
+  double prefetch_bucket_elements = 0;
+  // ZeRO-3's stage3_max_live_parameters: no prefetch while the gathered and in-flight
+  // elements would pass it.
+  double max_live_elements = 0;
+  bool operator==(const GatherRules&) const = default;
+};
+// `prefetch` is the plan's: false issues every gather only when its phase is next.
+GatherRules gather_rules(Framework framework, bool prefetch);
+
+// One phase as the gather rules see it: the elements it gathers and whether it is a backward.
+struct GatherPhase {
+  double elements = 0;
+  bool backward = false;
+};
+// Per phase, the phase after whose compute its gather is issued (−1: at the start). Each gate
+// is below its phase and the gates never decrease, so the gathers stay in phase order.
+std::vector<int> gather_gates(const GatherRules& rules, std::span<const GatherPhase> phases);
+// The most phases' gathered parameters alive at once on a rank whose every phase gathers
+// `phase_elements`, over `phases` phases (the memory model's gathered term): the phase
+// computing and the gathers issued ahead of it.
+int most_live_gathers(const GatherRules& rules, double phase_elements, int phases);
+
+// Whether the framework keeps a full replica of the training state on every rank (DDP): its
+// plan shards in groups of one rank each (hybrid sharding whose every rank owns all of every
+// unit), so a unit's gradient reduction is one all-reduce across the replicas.
+bool replicates_state(Framework framework);
 
 // ---- training state -----------------------------------------------------------------------
 

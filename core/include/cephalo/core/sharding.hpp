@@ -36,6 +36,10 @@ struct Sharding {
 // 0..num_ranks-1.
 std::vector<std::vector<int>> shard_groups(const Sharding& sharding, int num_ranks);
 
+// Hybrid sharding with one group per rank: every rank holds a full replica of the state (the
+// layout of a replicating framework, schedule::replicates_state).
+Sharding replica_sharding(int num_ranks);
+
 // Reads the value of the "sharding" key (shape only: a string "full" or the hybrid object with
 // non-empty integer groups). check_sharding validates it against the ranks.
 Sharding parse_sharding(JsonReader reader);

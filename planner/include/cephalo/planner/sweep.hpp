@@ -49,7 +49,9 @@ struct SweepSpec {
   Json nic;
   Json job;  // inline job object (a file reference is read and inlined)
   std::string strategy = "optimal";
-  std::string sharding = "full";  // "full" | "hybrid" | "auto" (PlannerOptions::sharding)
+  // "full" | "hybrid" | "auto" (PlannerOptions::sharding); empty: full, or the replicas of a
+  // framework that replicates the state (DDP)
+  std::string sharding;
   double max_cost_per_hour = -1;  // < 0: no budget
   double min_samples_per_s = 0;
 };

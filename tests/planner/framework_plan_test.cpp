@@ -1,0 +1,104 @@
+// The framework's layout in the planner: DDP keeps a full replica of the training state on every
+// rank (schedule::replicates_state), so its plan shards in groups of one rank, every share 1;
+// a plan or an option that shards it otherwise is refused at the key that says so.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/planner/strategies.hpp"
+#include "cephalo/planner/sweep.hpp"
+#include "cephalo/traces/shard_layout.hpp"
+#include "scenario_fixture.hpp"
+
+namespace cephalo::planner {
+namespace {
+
+Scenario two_node_scenario(Framework framework) {
+  Json node = {{"gpus", Json::array({{{"type", "A100-80GB"}, {"count", 2}}})},
+               {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "3us"}}},
+               {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}};
+  Json nodes = Json::array();
+  for (const char* name : {"n0", "n1"}) {
+    node["name"] = name;
+    nodes.push_back(node);
+  }
+  Scenario s =
+      test_support::inline_scenario("ddp", "ddp", nodes, "gpt-1.3b", 1024, 16, "<framework test>");
+  s.job.implementation.framework = framework;
+  return s;
+}
+
+TEST(FrameworkPlan, DdpPlansOneReplicaPerRank) {
+  const Scenario s = two_node_scenario(Framework::DDP);
+  for (const char* strategy : {"optimal", "even"}) {
+    SCOPED_TRACE(strategy);
+    PlannerOptions opt;
+    opt.strategy = strategy;
+    const PlanResult res = make_plan(s, opt);
+    ASSERT_TRUE(res.plan.sharding.hybrid());
+    ASSERT_EQ(res.plan.sharding.groups.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(res.plan.sharding.groups[static_cast<std::size_t>(r)], std::vector<int>{r});
+      EXPECT_EQ(res.plan.ranks[static_cast<std::size_t>(r)].state_share, 1.0);
+    }
+    EXPECT_NE(res.note.find("replicas: 1 device per group"), std::string::npos) << res.note;
+    EXPECT_NO_THROW(traces::check_plan_for(res.plan, s, "plan.json"));
+  }
+}
+
+TEST(FrameworkPlan, DdpRefusesShardedPlansAndShardingOptions) {
+  const Scenario ddp = two_node_scenario(Framework::DDP);
+  PlannerOptions opt;
+  opt.strategy = "even";
+  const Plan sharded = make_plan(two_node_scenario(Framework::FSDP2), opt).plan;
+  ASSERT_FALSE(sharded.sharding.hybrid());
+  try {
+    traces::check_plan_for(sharded, ddp, "plan.json");
+    FAIL() << "a fully sharded plan was accepted for ddp";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("plan.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("at sharding"), std::string::npos) << what;
+    EXPECT_NE(what.find("one group per rank for framework ddp"), std::string::npos) << what;
+  }
+  for (const char* mode : {"full", "hybrid"}) {
+    PlannerOptions bad = opt;
+    bad.sharding = mode;
+    EXPECT_THROW(make_plan(ddp, bad), ValidationError) << mode;
+  }
+}
+
+// A sweep spec without "sharding" plans a DDP job's mixes as replicas (its default, full
+// sharding, would be refused), and one that asks for full sharding is refused at its key.
+TEST(FrameworkPlan, SweepOfADdpJobPlansReplicas) {
+  const auto dir = std::filesystem::temp_directory_path() / "cephalo-framework-sweep";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "job.json") << R"({"name": "ddp", "model": "gpt-1.3b",
+    "sequence_length": 512, "global_batch": 8,
+    "precision": {"params": "fp32", "compute": "fp16", "reduce": "fp32"},
+    "implementation": {"framework": "ddp"}})";
+  auto spec_text = [](const std::string& extra) {
+    return R"({"name": "s", "pool": [{"gpu": "a100-80gb", "max_count": 2}],
+      "node": {"gpus_per_node": 2, "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s",
+      "latency": "10us"}}, "job": "job.json", "strategy": "even")" +
+           extra + "}";
+  };
+  std::ofstream(dir / "spec.json") << spec_text("");
+  std::ofstream(dir / "full.json") << spec_text(R"(, "sharding": "full")");
+  const SweepSpec spec = load_sweep_spec(dir / "spec.json");
+  const SweepRow two = evaluate_mix(spec, {2});
+  ASSERT_TRUE(two.feasible) << two.error;
+  try {
+    evaluate_mix(load_sweep_spec(dir / "full.json"), {2});
+    FAIL() << "a sweep spec asking a ddp job for full sharding was accepted";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("full.json: at sharding: got full"), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cephalo::planner
