@@ -185,6 +185,7 @@ Json prediction_json(const PlanResult& res) {
   j["fits"] = res.fits();
   j["simulated_oom"] = res.simulated_oom;
   j["note"] = res.note;
+  j["warnings"] = res.warnings;
   return j;
 }
 

@@ -208,6 +208,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
     if (!res.note.empty()) res.note += "; ";
     res.note += "the simulator finds this plan out of memory (" + replay.oom_detail + ")";
   }
+  res.warnings = costmodels::prediction_warnings(s);
   res.plan.predicted["iteration_time_s"] = res.predicted_iteration_s;
   res.plan.predicted["samples_per_s"] = s.job.global_batch / res.predicted_iteration_s;
   res.plan.predicted["model_iteration_time_s"] = res.model_iteration_s;

@@ -73,6 +73,12 @@ TEST(PlanCli, JsonIsThePlanWithItsPrediction) {
   EXPECT_EQ(plan["ranks"].size(), 4u);
   EXPECT_GT(plan["predicted"]["predicted_iteration_s"].get<double>(), 0);
   EXPECT_EQ(plan["predicted"]["ranks"].size(), 4u);
+  // The record carries the warnings `simulate`'s does: default.json's P40 has no fp16 rate.
+  const auto& warnings = plan["predicted"]["warnings"];
+  ASSERT_EQ(warnings.size(), 1u) << warnings.dump();
+  EXPECT_NE(warnings[0].get<std::string>().find("P40 has no fp16 tensor-core rate"),
+            std::string::npos)
+      << warnings.dump();
 }
 
 TEST(PlanCli, BatchSmallerThanGpuCountIsInfeasible) {

@@ -82,7 +82,10 @@ struct PlanResult {
   double planning_s = 0;                        // wall time of the strategy
   std::optional<double> simulated_iteration_s;  // make_plan: the replay of the returned plan
   int simulated_candidates = 0;
-  std::string note;                  // e.g. the cephalo strategy's profile rows
+  std::string note;  // e.g. the cephalo strategy's profile rows
+  // make_plan: what the prediction should carry (costmodels::prediction_warnings: a dtype a GPU
+  // runs on a slower pipeline, a stack fitted on another job), as the simulate record does.
+  std::vector<std::string> warnings;
   bool fits() const;                 // every rank within its usable memory
   bool simulated_oom = false;        // the replay of the returned plan ran out of memory
   std::string simulated_oom_detail;  // where ("rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB")
