@@ -2,8 +2,10 @@
 #include <iostream>
 
 #include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "commands.hpp"
@@ -94,6 +96,8 @@ void describe_scenario(const std::string& file, bool json) {
   if (json) {
     Json j = to_json(s);
     j["model_parameters"] = costmodels::total_parameters(s.job.model);
+    j["schedule"] = schedule::describe_schedule(s.job.implementation.framework);
+    j["warnings"] = costmodels::prediction_warnings(s);
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -102,7 +106,10 @@ void describe_scenario(const std::string& file, bool json) {
             << fixed(costmodels::total_parameters(s.job.model) / 1e9, 2)
             << "B parameters), sequence " << s.job.sequence_length << ", global batch "
             << s.job.global_batch << ", compute " << to_string(s.job.precision.compute) << "\n"
-            << "  implementation: " << to_string(s.job.implementation) << "\n"
+            << "  implementation: " << to_string(s.job.implementation)
+            << stack_label(s.job.implementation) << "\n"
+            << "  schedule: " << schedule::describe_schedule(s.job.implementation.framework) << " ("
+            << to_string(s.job.implementation.framework) << ")\n"
             << "  cluster: " << s.cluster.name << ", " << s.cluster.nodes.size() << " node(s), "
             << s.cluster.num_ranks() << " device(s)"
             << (s.cluster.emulated() ? " [EMULATED slowdown on some ranks]" : "") << "\n\n";
@@ -121,6 +128,7 @@ void describe_scenario(const std::string& file, bool json) {
   }
   std::cout << table.render();
   for (const auto& n : cluster_notes(s.cluster)) std::cout << "note: " << n << "\n";
+  for (const auto& w : costmodels::prediction_warnings(s)) std::cout << "warning: " << w << "\n";
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "cephalo/core/schedule.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 #include "cephalo/core/dtype.hpp"
 
@@ -120,6 +122,24 @@ int most_live_gathers(const GatherRules& rules, double phase_elements, int phase
     most = std::max(most, last - j + 1);
   }
   return most;
+}
+
+std::string describe_schedule(Framework framework, bool prefetch) {
+  const GatherRules r = gather_rules(framework, prefetch);
+  std::ostringstream o;
+  if (r.prefetch_bucket_elements > 0)
+    o << "gathers ahead up to a " << r.prefetch_bucket_elements
+      << "-element prefetch bucket (at most " << r.max_live_elements << " live)";
+  else if (r.forward_lookahead == 1 && r.backward_lookahead == 1)
+    o << "gathers each unit when it is next";
+  else if (r.forward_lookahead == r.backward_lookahead)
+    o << "gathers " << r.forward_lookahead - 1 << " unit" << (r.forward_lookahead > 2 ? "s" : "")
+      << " ahead";
+  else
+    o << "gathers " << r.forward_lookahead - 1 << " / " << r.backward_lookahead - 1
+      << " units ahead (forward / backward)";
+  if (replicates_state(framework)) o << "; one replica of the state per rank";
+  return o.str();
 }
 
 bool replicates_state(Framework framework) { return framework == Framework::DDP; }

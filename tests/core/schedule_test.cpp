@@ -160,3 +160,13 @@ TEST(Schedule, OnlyDdpReplicatesTheState) {
   for (Framework f : {Framework::FSDP2, Framework::FSDP1, Framework::DeepSpeedZero3})
     EXPECT_FALSE(schedule::replicates_state(f));
 }
+
+TEST(Schedule, DescribeScheduleSaysWhatEachFrameworkDoes) {
+  EXPECT_EQ(schedule::describe_schedule(Framework::FSDP2), "gathers 1 unit ahead");
+  EXPECT_EQ(schedule::describe_schedule(Framework::FSDP2, false),
+            "gathers each unit when it is next");
+  EXPECT_EQ(schedule::describe_schedule(Framework::DeepSpeedZero3),
+            "gathers ahead up to a 5e+07-element prefetch bucket (at most 1e+09 live)");
+  EXPECT_EQ(schedule::describe_schedule(Framework::DDP),
+            "gathers 1 unit ahead; one replica of the state per rank");
+}

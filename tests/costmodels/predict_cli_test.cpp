@@ -119,6 +119,16 @@ TEST(PredictCli, DescribeAndSimulatePrintTheImplementationTheyPriced) {
   auto describe = run("describe " + kRoot + "/scenarios/h200-gpt1.3b.json");
   ASSERT_EQ(describe.code, 0) << describe.out;
   EXPECT_NE(describe.out.find("implementation: eager, unfused"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("schedule: gathers 1 unit ahead (fsdp2)"), std::string::npos)
+      << describe.out;
+  // The schedule and the warnings a prediction will carry, in the table and the record.
+  auto paper = run("describe " + kRoot + "/scenarios/default.json");
+  EXPECT_NE(paper.out.find("warning: P40 has no fp16 tensor-core rate"), std::string::npos)
+      << paper.out;
+  auto paper_json =
+      cephalo::Json::parse(run("describe --json " + kRoot + "/scenarios/default.json").out);
+  EXPECT_EQ(paper_json["schedule"], "gathers 1 unit ahead");
+  ASSERT_EQ(paper_json["warnings"].size(), 1u);
   auto simulate = run("simulate --scenario " + kRoot + "/scenarios/default.json --plan " + kRoot +
                       "/scenarios/plans/default-even.json");
   ASSERT_EQ(simulate.code, 0) << simulate.out;

@@ -103,6 +103,11 @@ std::vector<int> gather_gates(const GatherRules& rules, std::span<const GatherPh
 // computing and the gathers issued ahead of it.
 int most_live_gathers(const GatherRules& rules, double phase_elements, int phases);
 
+// What the framework's schedule does, for `describe` and reports: "gathers one unit ahead",
+// "gathers ahead up to a 5e+07-element prefetch bucket (1e+09 live)", and for a replicating
+// framework "; one replica of the state per rank".
+std::string describe_schedule(Framework framework, bool prefetch = true);
+
 // Whether the framework keeps a full replica of the training state on every rank (DDP): its
 // plan shards in groups of one rank each (hybrid sharding whose every rank owns all of every
 // unit), so a unit's gradient reduction is one all-reduce across the replicas.
