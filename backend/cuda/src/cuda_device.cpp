@@ -317,16 +317,9 @@ class CudaDevice final : public backend::Device {
 
   void do_adamw_step(backend::Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
                      const backend::AdamWParams& p) override {
-    AdamWParams hp;
-    hp.lr = p.lr;
-    hp.beta1 = p.beta1;
-    hp.beta2 = p.beta2;
-    hp.eps = p.eps;
-    hp.weight_decay = p.weight_decay;
-    hp.step = static_cast<int>(p.step);
     cuda::adamw_step(static_cast<float*>(param.data), static_cast<const float*>(grad.data),
                      static_cast<float*>(m.data), static_cast<float*>(v.data),
-                     std::size_t(param.numel), hp, 1.0f, nullptr, Dtype::FP32, native(s));
+                     std::size_t(param.numel), p, 1.0f, nullptr, Dtype::FP32, native(s));
   }
 
   // Buffers are shared by all three streams, so allocation and free are ordered against all of

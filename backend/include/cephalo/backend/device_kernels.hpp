@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cephalo/backend/adamw_params.hpp"
 #include "cephalo/backend/device_runtime.hpp"
 #include "cephalo/backend/tensor.hpp"
 
@@ -41,15 +42,6 @@ struct AttentionShape {
   std::int64_t seq = 0;
   std::int64_t heads = 0;
   std::int64_t head_dim = 0;
-};
-
-struct AdamWParams {
-  float lr = 1e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;
-  std::int64_t step = 1;  // 1-based, for bias correction
 };
 
 class DeviceKernels {

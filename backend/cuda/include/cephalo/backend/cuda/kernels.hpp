@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cephalo/backend/adamw_params.hpp"
 #include "cephalo/core/dtype.hpp"
 
 namespace cephalo::cuda {
@@ -105,14 +106,8 @@ void embedding_backward(const std::int32_t* tokens, const void* dy, float* dwte,
                         int T, int C, int vocab, Dtype dtype, cudaStream_t stream);
 
 // ---- AdamW on an fp32 master shard ---------------------------------------------------------
-struct AdamWParams {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  int step = 1;  // 1-based, for bias correction
-};
+// The backend's one hyper-parameter struct (backend/adamw_params.hpp).
+using backend::AdamWParams;
 // Decoupled weight decay (Loshchilov & Hutter): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
 // `grad` is multiplied by grad_scale first (e.g. 1 / loss scale). When `param_copy` is not
 // null, the updated parameter is also written there in `copy_dtype` (the compute copy that
