@@ -2,7 +2,8 @@
 // checkpointing none and every 2, and no_sync accumulation (also without checkpointing), under
 // mpirun on the CPU backend with uneven batches and shares.
 //  * One step's gradients and parameters equal the full-checkpointing run of the same
-//    accumulation (layered / standard) and the single-rank full-batch step within 1e-5.
+//    accumulation (layered / standard) and the single-rank full-batch step within 1e-5; so do
+//    the framework schedules' (DeepSpeed ZeRO-3's gathers, DDP's replicas) and FSDP2's.
 //  * The measured peak memory per rank matches the simulator's replay of the graph and the
 //    memory model (costmodels::predict_memory) within 10 % plus the spread of three runs.
 //  * The simulator and the backend execute the same ops: the RunResult's per-op records and
@@ -223,4 +224,29 @@ TEST(MpiScheduleChoices, PeakMemoryMatchesSimulatorAndMemoryModel) {
   ASSERT_EQ(layered_peaks.size(), 3u);
   EXPECT_LT(layered_peaks[0], layered_peaks[2]);
   EXPECT_LT(layered_peaks[2], layered_peaks[1]);
+}
+
+// A framework changes when the gathers are issued (DeepSpeed ZeRO-3's prefetch bucket holds the
+// whole tiny model, so every gather starts at once) or how the state is laid out (DDP: a replica
+// per rank), never what a step computes: one step of each equals FSDP2's within 1e-5.
+TEST(MpiScheduleChoices, FrameworksChangeTheScheduleNotTheStep) {
+  TempDir dir;
+  const std::string base = "cpu-3rank-uneven-layered";
+  const Dump fsdp2 = run_step(dir, 3, scenario(3), plan(base));
+  const std::string zero3 = scenario_variant(dir.path, 3, "zero3", [](json& job) {
+    job["implementation"]["framework"] = "deepspeed_zero3";
+  });
+  expect_equal_steps(run_step(dir, 3, zero3, plan(base)), fsdp2, "deepspeed_zero3");
+  const std::string ddp = scenario_variant(
+      dir.path, 3, "ddp", [](json& job) { job["implementation"]["framework"] = "ddp"; });
+  const auto replicas = variant(dir, base, "replicas", [](json& p) {
+    p["sharding"] = {{"kind", "hybrid"}, {"groups", {{0}, {1}, {2}}}};
+    for (auto& r : p["ranks"]) r["state_share"] = 1.0;
+  });
+  expect_equal_steps(run_step(dir, 3, ddp, replicas), fsdp2, "ddp");
+  // The plan the FSDP2 run took is refused for DDP, naming the key.
+  auto refused = mpirun(3, "--scenario " + ddp + " --plan " + plan(base) + " --steps 1");
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("one group per rank for framework ddp"), std::string::npos)
+      << refused.output;
 }
