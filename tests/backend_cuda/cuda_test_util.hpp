@@ -61,6 +61,10 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   void* get() const { return ptr_; }
+  // The buffer as the kernels take it: pointer, element count and storage type.
+  backend::TensorRef ref() const {
+    return {ptr_, static_cast<std::int64_t>(n_), backend::elem_type_of(dtype_)};
+  }
   float* f32() const { return static_cast<float*>(ptr_); }
   std::size_t size() const { return n_; }
   Dtype dtype() const { return dtype_; }
@@ -72,7 +76,8 @@ class DeviceArray {
     float* staging = nullptr;
     CEPHALO_CUDA_CHECK(cudaMalloc(&staging, n_ * 4 + 16));
     CEPHALO_CUDA_CHECK(cudaMemcpy(staging, host.data(), n_ * 4, cudaMemcpyHostToDevice));
-    cast(staging, Dtype::FP32, ptr_, dtype_, n_, nullptr);
+    cast(backend::TensorRef{staging, static_cast<std::int64_t>(n_), backend::ElemType::F32}, ref(),
+         nullptr);
     CEPHALO_CUDA_CHECK(cudaDeviceSynchronize());
     CEPHALO_CUDA_CHECK(cudaFree(staging));
     return get_values();
@@ -81,7 +86,8 @@ class DeviceArray {
     std::vector<float> out(n_);
     float* staging = nullptr;
     CEPHALO_CUDA_CHECK(cudaMalloc(&staging, n_ * 4 + 16));
-    cast(ptr_, dtype_, staging, Dtype::FP32, n_, nullptr);
+    cast(ref(), backend::TensorRef{staging, static_cast<std::int64_t>(n_), backend::ElemType::F32},
+         nullptr);
     CEPHALO_CUDA_CHECK(cudaDeviceSynchronize());
     CEPHALO_CUDA_CHECK(cudaMemcpy(out.data(), staging, n_ * 4, cudaMemcpyDeviceToHost));
     CEPHALO_CUDA_CHECK(cudaFree(staging));
@@ -89,7 +95,7 @@ class DeviceArray {
   }
   // Poison before a run: NaN everywhere, so an element the kernel fails to write is caught.
   void poison() {
-    fill(ptr_, std::nanf(""), n_, dtype_, nullptr);
+    fill(ref(), std::nanf(""), nullptr);
     CEPHALO_CUDA_CHECK(cudaDeviceSynchronize());
   }
 

@@ -233,10 +233,10 @@ TEST_F(Device, HostOffloadWaitsForProducerAndPrefetchRestores) {
   HostOffloader offloader(2, n * 2);
   cudaStream_t s = native_stream(dev_->stream(StreamKind::Compute));
   spin(200'000'000, s);
-  fill(act.get(), 3.0f, n, Dtype::BF16, s);
+  fill(act.ref(), 3.0f, s);
   offloader.offload(1, act.get(), n * 2, s);
   offloader.release(1, s);
-  fill(act.get(), -5.0f, n, Dtype::BF16, s);  // reuse of the device buffer after release
+  fill(act.ref(), -5.0f, s);  // reuse of the device buffer after release
   offloader.prefetch(1, back.get());
   offloader.wait_prefetched(1, s);
   CEPHALO_CUDA_CHECK(cudaStreamSynchronize(s));

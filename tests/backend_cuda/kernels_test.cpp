@@ -47,7 +47,7 @@ TEST_P(Kernels, CastRoundTripAndAxpy) {
   DeviceArray a(n, dt()), f(n, Dtype::FP32);
   const auto stored = a.set(random_vector(n, rng_, -100.0f, 100.0f));
   f.poison();
-  cast(a.get(), dt(), f.get(), Dtype::FP32, n, nullptr);
+  cast(a.ref(), f.ref(), nullptr);
   // Widening is exact: the fp32 copy equals the stored values bit for bit.
   EXPECT_EQ(f.get_values(), stored);
   // Narrowing rounds to nearest: relative error at most half an ulp of the storage type.
@@ -55,7 +55,7 @@ TEST_P(Kernels, CastRoundTripAndAxpy) {
   DeviceArray g(n, Dtype::FP32), b(n, dt());
   g.set(src);
   b.poison();
-  cast(g.get(), Dtype::FP32, b.get(), dt(), n, nullptr);
+  cast(g.ref(), b.ref(), nullptr);
   const auto narrowed = b.get_values();
   const double half_ulp = dt() == Dtype::BF16   ? std::ldexp(1.0, -8)
                           : dt() == Dtype::FP16 ? std::ldexp(1.0, -11)
@@ -68,7 +68,7 @@ TEST_P(Kernels, CastRoundTripAndAxpy) {
   // axpy into fp32: y += 0.5 * x.
   DeviceArray y(n, Dtype::FP32);
   const auto y0 = y.set(random_vector(n, rng_));
-  axpy(0.5f, a.get(), dt(), y.get(), Dtype::FP32, n, nullptr);
+  axpy(0.5f, a.ref(), y.ref(), nullptr);
   std::vector<double> ref(n);
   for (std::size_t i = 0; i < n; ++i) ref[i] = y0[i] + 0.5 * stored[i];
   EXPECT_LE(rel_error(y.get_values(), ref), 1e-6);
@@ -82,8 +82,8 @@ TEST_P(Kernels, GeluForwardBackward) {
   const auto dys = dy.set(random_vector(n, rng_));
   y.poison();
   dx.poison();
-  gelu_forward(x.get(), y.get(), n, dt(), nullptr);
-  gelu_backward(x.get(), dy.get(), dx.get(), n, dt(), nullptr);
+  gelu_forward(x.ref(), y.ref(), nullptr);
+  gelu_backward(x.ref(), dy.ref(), dx.ref(), nullptr);
   std::vector<double> ry(n), rdx(n);
   for (std::size_t i = 0; i < n; ++i) {
     ry[i] = gelu_ref(xs[i]);
@@ -101,8 +101,8 @@ TEST_P(Kernels, BiasForwardBackward) {
   const auto ys = y.set(random_vector(n, rng_));
   const auto bs = b.set(random_vector(cols, rng_));
   const auto db0 = db.set(random_vector(cols, rng_));
-  add_bias(y.get(), b.get(), rows, cols, dt(), nullptr);
-  bias_backward(y.get(), db.f32(), rows, cols, dt(), nullptr);
+  add_bias(y.ref(), b.ref(), rows, cols, nullptr);
+  bias_backward(y.ref(), db.f32(), rows, cols, nullptr);
   std::vector<double> ry(n), rdb(cols);
   for (int c = 0; c < cols; ++c) rdb[c] = db0[c];
   const auto out = y.get_values();
@@ -136,10 +136,10 @@ TEST_P(Kernels, LayerNormForwardBackward) {
   mean.poison();
   rstd.poison();
   const float eps = 1e-5f;
-  layernorm_forward(x.get(), g.get(), b.get(), y.get(), mean.f32(), rstd.f32(), rows, cols, eps,
-                    dt(), nullptr);
-  layernorm_backward(dy.get(), x.get(), g.get(), mean.f32(), rstd.f32(), dx.get(), dg.f32(),
-                     dbeta.f32(), rows, cols, dt(), nullptr);
+  layernorm_forward(x.ref(), g.ref(), b.ref(), y.ref(), mean.f32(), rstd.f32(), rows, cols, eps,
+                    nullptr);
+  layernorm_backward(dy.ref(), x.ref(), g.ref(), mean.f32(), rstd.f32(), dx.ref(), dg.f32(),
+                     dbeta.f32(), rows, cols, nullptr);
   std::vector<double> ry(n), rdx(n), rm(rows), rr(rows), rdg(dg0.begin(), dg0.end()),
       rdb(db0.begin(), db0.end());
   for (int r = 0; r < rows; ++r) {
@@ -191,10 +191,10 @@ TEST_P(Kernels, CausalSoftmaxForwardRecomputeBackward) {
     p2.poison();
     lse.poison();
     ds.poison();
-    causal_softmax_forward(s.get(), sdt, p.get(), dt(), lse.f32(), batch, T, scale, nullptr);
-    causal_softmax_recompute(s.get(), sdt, lse.f32(), p2.get(), dt(), batch, T, scale, nullptr);
+    causal_softmax_forward(s.ref(), p.ref(), lse.f32(), batch, T, scale, nullptr);
+    causal_softmax_recompute(s.ref(), lse.f32(), p2.ref(), batch, T, scale, nullptr);
     const auto ps = p.get_values();
-    causal_softmax_backward(p.get(), dt(), dp.get(), sdt, ds.get(), batch, T, scale, nullptr);
+    causal_softmax_backward(p.ref(), dp.ref(), ds.ref(), batch, T, scale, nullptr);
     std::vector<double> rp(n), rl(std::size_t(batch) * T), rds(n);
     for (int b = 0; b < batch; ++b)
       for (int i = 0; i < T; ++i) {
@@ -224,8 +224,7 @@ TEST_P(Kernels, CausalSoftmaxForwardRecomputeBackward) {
   if (dt() != Dtype::FP32) {
     const Dtype other = dt() == Dtype::BF16 ? Dtype::FP16 : Dtype::BF16;
     DeviceArray s(16, other), p(16, dt());
-    EXPECT_THROW(
-        causal_softmax_forward(s.get(), other, p.get(), dt(), nullptr, 1, 4, 1.0f, nullptr), Error);
+    EXPECT_THROW(causal_softmax_forward(s.ref(), p.ref(), nullptr, 1, 4, 1.0f, nullptr), Error);
   }
 }
 
@@ -240,7 +239,7 @@ TEST_P(Kernels, HeadPermutationsRoundTrip) {
   k.poison();
   v.poison();
   back.poison();
-  split_qkv_heads(qkv.get(), q.get(), k.get(), v.get(), B, T, H, D, dt(), nullptr);
+  split_qkv_heads(qkv.ref(), q.ref(), k.ref(), v.ref(), B, T, H, D, nullptr);
   const auto qs = q.get_values();
   // q[b, h, t, d] == qkv[b, t, 0, h, d]
   for (int b = 0; b < B; ++b)
@@ -249,12 +248,12 @@ TEST_P(Kernels, HeadPermutationsRoundTrip) {
         for (int d = 0; d < D; ++d)
           ASSERT_EQ(qs[((std::size_t(b) * H + h) * T + t) * D + d],
                     src[(std::size_t(b) * T + t) * 3 * C + h * D + d]);
-  merge_qkv_heads(q.get(), k.get(), v.get(), back.get(), B, T, H, D, dt(), nullptr);
+  merge_qkv_heads(q.ref(), k.ref(), v.ref(), back.ref(), B, T, H, D, nullptr);
   EXPECT_EQ(back.get_values(), src);
   out.poison();
   heads.poison();
-  merge_heads(q.get(), out.get(), B, T, H, D, dt(), nullptr);
-  split_heads(out.get(), heads.get(), B, T, H, D, dt(), nullptr);
+  merge_heads(q.ref(), out.ref(), B, T, H, D, nullptr);
+  split_heads(out.ref(), heads.ref(), B, T, H, D, nullptr);
   EXPECT_EQ(heads.get_values(), qs);
 }
 
@@ -276,10 +275,9 @@ TEST_P(Kernels, CrossEntropyForwardBackward) {
   losses.poison();
   lse.poison();
   dl.poison();
-  cross_entropy_forward(logits.get(), dtargets, losses.f32(), lse.f32(), rows, vocab, scale, dt(),
+  cross_entropy_forward(logits.ref(), dtargets, losses.f32(), lse.f32(), rows, vocab, scale,
                         nullptr);
-  cross_entropy_backward(logits.get(), dtargets, lse.f32(), dl.get(), rows, vocab, scale, dt(),
-                         nullptr);
+  cross_entropy_backward(logits.ref(), dtargets, lse.f32(), dl.ref(), rows, vocab, scale, nullptr);
   std::vector<double> rloss(rows), rlse(rows), rdl(n);
   for (int r = 0; r < rows; ++r) {
     const float* lr = &ls[std::size_t(r) * vocab];
@@ -323,8 +321,8 @@ TEST_P(Kernels, EmbeddingForwardBackward) {
   CEPHALO_CUDA_CHECK(
       cudaMemcpy(dtok, tokens.data(), rows * sizeof(std::int32_t), cudaMemcpyHostToDevice));
   y.poison();
-  embedding_forward(dtok, wte.get(), wpe.get(), y.get(), B, T, C, vocab, bad, dt(), nullptr);
-  embedding_backward(dtok, dy.get(), dwte.f32(), dwpe.f32(), B, T, C, vocab, dt(), nullptr);
+  embedding_forward(dtok, wte.ref(), wpe.ref(), y.ref(), B, T, C, vocab, bad, nullptr);
+  embedding_backward(dtok, dy.ref(), dwte.f32(), dwpe.f32(), B, T, C, vocab, nullptr);
   std::vector<double> ry(rows * C), rte(dte0.begin(), dte0.end()), rpe(dpe0.begin(), dpe0.end());
   for (std::size_t r = 0; r < rows; ++r)
     for (int c = 0; c < C; ++c) {
@@ -343,7 +341,7 @@ TEST_P(Kernels, EmbeddingForwardBackward) {
   tokens[3] = vocab + 5;
   CEPHALO_CUDA_CHECK(
       cudaMemcpy(dtok, tokens.data(), rows * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-  embedding_forward(dtok, wte.get(), wpe.get(), y.get(), B, T, C, vocab, bad, dt(), nullptr);
+  embedding_forward(dtok, wte.ref(), wpe.ref(), y.ref(), B, T, C, vocab, bad, nullptr);
   CEPHALO_CUDA_CHECK(cudaMemcpy(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost));
   EXPECT_EQ(flag, 1);
   const auto out = y.get_values();
@@ -367,7 +365,7 @@ TEST_P(Kernels, AdamWOnFp32MasterWithCopy) {
   hp.weight_decay = 0.1f;
   hp.step = 7;
   const float gscale = 0.5f;
-  adamw_step(p.f32(), g.f32(), m.f32(), v.f32(), n, hp, gscale, copy.get(), dt(), nullptr);
+  adamw_step(p.f32(), g.f32(), m.f32(), v.f32(), n, hp, gscale, copy.ref(), nullptr);
   std::vector<double> rp(n), rm(n), rv(n);
   const double bc1 = 1 - std::pow(double(hp.beta1), hp.step);
   const double bc2 = 1 - std::pow(double(hp.beta2), hp.step);

@@ -141,18 +141,16 @@ class CudaDevice final : public backend::Device {
   }
 
   void do_fill(backend::Stream& s, TensorRef x, float value) override {
-    cuda::fill(x.data, value, std::size_t(x.numel), dtype_of(x.type), native(s));
+    cuda::fill(x, value, native(s));
   }
   void do_scale(backend::Stream& s, TensorRef x, float alpha) override {
-    cuda::scale(x.data, alpha, std::size_t(x.numel), dtype_of(x.type), native(s));
+    cuda::scale(x, alpha, native(s));
   }
   void do_axpy(backend::Stream& s, float alpha, TensorRef x, TensorRef y) override {
-    cuda::axpy(alpha, x.data, dtype_of(x.type), y.data, dtype_of(y.type), std::size_t(x.numel),
-               native(s));
+    cuda::axpy(alpha, x, y, native(s));
   }
   void do_cast(backend::Stream& s, TensorRef src, TensorRef dst) override {
-    cuda::cast(src.data, dtype_of(src.type), dst.data, dtype_of(dst.type), std::size_t(src.numel),
-               native(s));
+    cuda::cast(src, dst, native(s));
   }
   void do_sum(backend::Stream& s, TensorRef x, TensorRef out) override {
     if (x.type == ElemType::F32) {
@@ -162,7 +160,7 @@ class CudaDevice final : public backend::Device {
     }
     // Lower-precision inputs are widened first so the reduction itself stays fp32/fp64.
     float* tmp = static_cast<float*>(allocator_.allocate(std::size_t(x.numel) * 4, native(s)));
-    cuda::cast(x.data, dtype_of(x.type), tmp, Dtype::FP32, std::size_t(x.numel), native(s));
+    cuda::cast(x, TensorRef{tmp, x.numel, ElemType::F32}, native(s));
     sum_fp32(tmp, std::size_t(x.numel), static_cast<float*>(out.data), native(s));
     allocator_.deallocate(tmp, native(s));
   }
@@ -177,42 +175,38 @@ class CudaDevice final : public backend::Device {
   }
   void do_add_bias(backend::Stream& s, TensorRef y, TensorRef bias, std::int64_t rows,
                    std::int64_t cols) override {
-    cuda::add_bias(y.data, bias.data, as_int(rows, "rows"), as_int(cols, "cols"), dtype_of(y.type),
-                   native(s));
+    cuda::add_bias(y, bias, as_int(rows, "rows"), as_int(cols, "cols"), native(s));
   }
   void do_bias_backward(backend::Stream& s, TensorRef dy, TensorRef dbias, std::int64_t rows,
                         std::int64_t cols) override {
     float* target = f32_target(s, dbias, cols);
-    cuda::bias_backward(dy.data, target, as_int(rows, "rows"), as_int(cols, "cols"),
-                        dtype_of(dy.type), native(s));
+    cuda::bias_backward(dy, target, as_int(rows, "rows"), as_int(cols, "cols"), native(s));
     f32_commit(s, dbias, target, cols);
   }
 
   void do_layer_norm_forward(backend::Stream& s, TensorRef x, TensorRef gamma, TensorRef beta,
                              TensorRef y, TensorRef mean, TensorRef rstd, std::int64_t rows,
                              std::int64_t cols, float eps) override {
-    cuda::layernorm_forward(x.data, gamma.data, beta.data, y.data, static_cast<float*>(mean.data),
+    cuda::layernorm_forward(x, gamma, beta, y, static_cast<float*>(mean.data),
                             static_cast<float*>(rstd.data), as_int(rows, "rows"),
-                            as_int(cols, "cols"), eps, dtype_of(x.type), native(s));
+                            as_int(cols, "cols"), eps, native(s));
   }
   void do_layer_norm_backward(backend::Stream& s, TensorRef x, TensorRef gamma, TensorRef mean,
                               TensorRef rstd, TensorRef dy, TensorRef dx, TensorRef dgamma,
                               TensorRef dbeta, std::int64_t rows, std::int64_t cols) override {
     float* g = f32_target(s, dgamma, cols);
     float* b = f32_target(s, dbeta, cols);
-    cuda::layernorm_backward(dy.data, x.data, gamma.data, static_cast<const float*>(mean.data),
-                             static_cast<const float*>(rstd.data), dx.data, g, b,
-                             as_int(rows, "rows"), as_int(cols, "cols"), dtype_of(x.type),
-                             native(s));
+    cuda::layernorm_backward(dy, x, gamma, static_cast<const float*>(mean.data),
+                             static_cast<const float*>(rstd.data), dx, g, b, as_int(rows, "rows"),
+                             as_int(cols, "cols"), native(s));
     f32_commit(s, dgamma, g, cols);
     f32_commit(s, dbeta, b, cols);
   }
   void do_gelu_forward(backend::Stream& s, TensorRef x, TensorRef y) override {
-    cuda::gelu_forward(x.data, y.data, std::size_t(x.numel), dtype_of(x.type), native(s));
+    cuda::gelu_forward(x, y, native(s));
   }
   void do_gelu_backward(backend::Stream& s, TensorRef x, TensorRef dy, TensorRef dx) override {
-    cuda::gelu_backward(x.data, dy.data, dx.data, std::size_t(x.numel), dtype_of(x.type),
-                        native(s));
+    cuda::gelu_backward(x, dy, dx, native(s));
   }
 
   // Attention by materialised scores: two batched cuBLAS GEMMs around a causal softmax, with
@@ -231,14 +225,14 @@ class CudaDevice final : public backend::Device {
         v(allocator_, a.head_bytes, st), y(allocator_, a.head_bytes, st),
         sc(allocator_, a.score_s_bytes, st), pr(allocator_, same ? 0 : a.score_bytes, st);
     void* probs = same ? sc.ptr : pr.ptr;  // one type: softmax in place
-    split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    split_qkv_heads(qkv, a.heads(q.ptr), a.heads(k.ptr), a.heads(v.ptr), a.B, a.T, a.H, a.D, st);
     scores(st, a, q.ptr, k.ptr, sc.ptr);
-    causal_softmax_forward(sc.ptr, a.sdt, probs, a.dt, static_cast<float*>(lse.data), a.B * a.H,
-                           a.T, a.scale, st);
+    causal_softmax_forward(a.scores_of(sc.ptr), a.probs(probs), static_cast<float*>(lse.data),
+                           a.B * a.H, a.T, a.scale, st);
     // y = P V: [T x T] [T x D]
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, probs, a.tt, v.ptr, a.td,
                        0.0f, y.ptr, a.td, a.B * a.H, a.dt, a.dt);
-    merge_heads(y.ptr, out.data, a.B, a.T, a.H, a.D, a.dt, st);
+    merge_heads(a.heads(y.ptr), out, a.B, a.T, a.H, a.D, st);
   }
   void do_attention_backward(backend::Stream& s, const AttentionShape& shape, TensorRef qkv,
                              TensorRef /*out*/, TensorRef lse, TensorRef dout,
@@ -251,13 +245,13 @@ class CudaDevice final : public backend::Device {
         dv(allocator_, a.head_bytes, st), sc(allocator_, a.score_s_bytes, st),
         pr(allocator_, a.score_bytes, st), dp(allocator_, a.score_s_bytes, st);
     const int batch = a.B * a.H;
-    split_qkv_heads(qkv.data, q.ptr, k.ptr, v.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    split_qkv_heads(qkv, a.heads(q.ptr), a.heads(k.ptr), a.heads(v.ptr), a.B, a.T, a.H, a.D, st);
     scores(st, a, q.ptr, k.ptr, sc.ptr);
     // The scores are in a.sdt (fp32 only with attention_scores_fp32): reading compute-type
     // scores as fp32 would run past the end of `sc` and recompute garbage probabilities.
-    causal_softmax_recompute(sc.ptr, a.sdt, static_cast<const float*>(lse.data), pr.ptr, a.dt,
-                             batch, a.T, a.scale, st);
-    split_heads(dout.data, dy.ptr, a.B, a.T, a.H, a.D, a.dt, st);
+    causal_softmax_recompute(a.scores_of(sc.ptr), static_cast<const float*>(lse.data),
+                             a.probs(pr.ptr), batch, a.T, a.scale, st);
+    split_heads(dout, a.heads(dy.ptr), a.B, a.T, a.H, a.D, st);
     // dP = dY V^T (fp32)
     gemm_->run_batched(st, GemmShape{a.T, a.T, a.D, false, true}, 1.0f, dy.ptr, a.td, v.ptr, a.td,
                        0.0f, dp.ptr, a.tt, batch, a.dt, a.sdt);
@@ -266,13 +260,15 @@ class CudaDevice final : public backend::Device {
                        0.0f, dv.ptr, a.td, batch, a.dt, a.dt);
     // dS = scale * P (dP - rowsum(P dP)), in the compute type, into the (dead) scores buffer
     void* ds = sc.ptr;
-    causal_softmax_backward(pr.ptr, a.dt, dp.ptr, a.sdt, ds, batch, a.T, a.scale, st);
+    causal_softmax_backward(a.probs(pr.ptr), a.scores_of(dp.ptr), a.probs(ds), batch, a.T, a.scale,
+                            st);
     // dQ = dS K ; dK = dS^T Q
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, false, false}, 1.0f, ds, a.tt, k.ptr, a.td,
                        0.0f, dq.ptr, a.td, batch, a.dt, a.dt);
     gemm_->run_batched(st, GemmShape{a.T, a.D, a.T, true, false}, 1.0f, ds, a.tt, q.ptr, a.td, 0.0f,
                        dk.ptr, a.td, batch, a.dt, a.dt);
-    merge_qkv_heads(dq.ptr, dk.ptr, dv.ptr, dqkv.data, a.B, a.T, a.H, a.D, a.dt, st);
+    merge_qkv_heads(a.heads(dq.ptr), a.heads(dk.ptr), a.heads(dv.ptr), dqkv, a.B, a.T, a.H, a.D,
+                    st);
   }
 
   void do_embedding_forward(backend::Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
@@ -280,10 +276,9 @@ class CudaDevice final : public backend::Device {
                             std::int64_t hidden) override {
     expect(rows % seq == 0, "embedding_forward: rows must be a multiple of seq");
     const int vocab = as_int(wte.numel / hidden, "vocab");
-    cuda::embedding_forward(static_cast<const std::int32_t*>(tokens.data), wte.data, wpe.data,
-                            out.data, as_int(rows / seq, "batch"), as_int(seq, "seq"),
-                            as_int(hidden, "hidden"), vocab, bad_token_flag_, dtype_of(out.type),
-                            native(s));
+    cuda::embedding_forward(static_cast<const std::int32_t*>(tokens.data), wte, wpe, out,
+                            as_int(rows / seq, "batch"), as_int(seq, "seq"),
+                            as_int(hidden, "hidden"), vocab, bad_token_flag_, native(s));
   }
   void do_embedding_backward(backend::Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                              TensorRef dwpe, std::int64_t rows, std::int64_t seq,
@@ -292,34 +287,32 @@ class CudaDevice final : public backend::Device {
     const int vocab = as_int(dwte.numel / hidden, "vocab");
     float* te = f32_target(s, dwte, dwte.numel);
     float* pe = f32_target(s, dwpe, seq * hidden);
-    cuda::embedding_backward(static_cast<const std::int32_t*>(tokens.data), dout.data, te, pe,
+    cuda::embedding_backward(static_cast<const std::int32_t*>(tokens.data), dout, te, pe,
                              as_int(rows / seq, "batch"), as_int(seq, "seq"),
-                             as_int(hidden, "hidden"), vocab, dtype_of(dout.type), native(s));
+                             as_int(hidden, "hidden"), vocab, native(s));
     f32_commit(s, dwte, te, dwte.numel);
     f32_commit(s, dwpe, pe, seq * hidden);
   }
   void do_cross_entropy_forward(backend::Stream& s, TensorRef logits, TensorRef targets,
                                 TensorRef losses, TensorRef lse, std::int64_t rows,
                                 std::int64_t vocab) override {
-    cuda::cross_entropy_forward(logits.data, static_cast<const std::int32_t*>(targets.data),
+    cuda::cross_entropy_forward(logits, static_cast<const std::int32_t*>(targets.data),
                                 static_cast<float*>(losses.data), static_cast<float*>(lse.data),
-                                as_int(rows, "rows"), as_int(vocab, "vocab"), 1.0f,
-                                dtype_of(logits.type), native(s));
+                                as_int(rows, "rows"), as_int(vocab, "vocab"), 1.0f, native(s));
   }
   void do_cross_entropy_backward(backend::Stream& s, TensorRef logits, TensorRef targets,
                                  TensorRef lse, TensorRef dlogits, std::int64_t rows,
                                  std::int64_t vocab, float grad_scale) override {
-    cuda::cross_entropy_backward(logits.data, static_cast<const std::int32_t*>(targets.data),
-                                 static_cast<const float*>(lse.data), dlogits.data,
-                                 as_int(rows, "rows"), as_int(vocab, "vocab"), grad_scale,
-                                 dtype_of(logits.type), native(s));
+    cuda::cross_entropy_backward(logits, static_cast<const std::int32_t*>(targets.data),
+                                 static_cast<const float*>(lse.data), dlogits, as_int(rows, "rows"),
+                                 as_int(vocab, "vocab"), grad_scale, native(s));
   }
 
   void do_adamw_step(backend::Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
                      const backend::AdamWParams& p) override {
     cuda::adamw_step(static_cast<float*>(param.data), static_cast<const float*>(grad.data),
                      static_cast<float*>(m.data), static_cast<float*>(v.data),
-                     std::size_t(param.numel), p, 1.0f, nullptr, Dtype::FP32, native(s));
+                     std::size_t(param.numel), p, 1.0f, TensorRef{}, native(s));
   }
 
   // Buffers are shared by all three streams, so allocation and free are ordered against all of
@@ -392,6 +385,17 @@ class CudaDevice final : public backend::Device {
     long long td, tt;
     Dtype sdt;  // scores and dP: fp32, or the compute type (attention_scores_fp32 = false)
     std::size_t head_bytes, score_bytes, score_s_bytes;
+    // Scratch buffers as the kernels take them: one head tensor [B, H, T, D] of the compute
+    // type; scores or dP [B*H, T, T] of the score type; probabilities or dS of the compute type.
+    TensorRef heads(void* p) const {
+      return {p, std::int64_t(B) * H * td, backend::elem_type_of(dt)};
+    }
+    TensorRef scores_of(void* p) const {
+      return {p, std::int64_t(B) * H * tt, backend::elem_type_of(sdt)};
+    }
+    TensorRef probs(void* p) const {
+      return {p, std::int64_t(B) * H * tt, backend::elem_type_of(dt)};
+    }
   };
   // Shapes and scratch sizes; the tensors' types and sizes were checked by the front function.
   Attn attn(const AttentionShape& shape, TensorRef qkv) const {
@@ -428,8 +432,7 @@ class CudaDevice final : public backend::Device {
   }
   void f32_commit(backend::Stream& s, TensorRef grad, float* target, std::int64_t n) {
     if (grad.type == ElemType::F32) return;
-    cuda::axpy(1.0f, target, Dtype::FP32, grad.data, dtype_of(grad.type), std::size_t(n),
-               native(s));
+    cuda::axpy(1.0f, TensorRef{target, n, ElemType::F32}, grad.slice(0, n), native(s));
     allocator_.deallocate(target, native(s));
   }
 

@@ -506,6 +506,38 @@ T* out(void* p) {
   return static_cast<T*>(p);
 }
 
+// The storage dtype of a buffer (F32 also holds TF32 data: stored as fp32).
+Dtype dtype_of(const TensorRef& t) {
+  switch (t.type) {
+    case backend::ElemType::F32:
+      return Dtype::FP32;
+    case backend::ElemType::BF16:
+      return Dtype::BF16;
+    case backend::ElemType::F16:
+      return Dtype::FP16;
+    case backend::ElemType::I32:
+      break;
+  }
+  throw Error("cuda kernels: an i32 buffer where a floating one is expected");
+}
+
+// The one check of every launcher: `t` holds at least the `want` elements its shape needs (the
+// backend's contract: a buffer may be larger, e.g. sized for the largest micro-batch), or the
+// call is refused naming the kernel and the buffer.
+void expect_numel(const char* kernel, const char* buffer, const TensorRef& t, long long want) {
+  if (t.numel >= want) return;
+  throw Error(std::string("cuda kernels: ") + kernel + ": " + buffer + " holds " +
+              std::to_string(t.numel) + " elements, needs " + std::to_string(want));
+}
+
+// One storage type for buffers a kernel reads and writes as the same T.
+void expect_same_type(const char* kernel, const TensorRef& a, const TensorRef& b) {
+  if (a.type != b.type)
+    throw Error(std::string("cuda kernels: ") + kernel + ": buffers of types " +
+                backend::to_string(a.type) + " and " + backend::to_string(b.type) +
+                ", expected one type");
+}
+
 }  // namespace
 
 // The one shape of every typed launcher: `T` names the storage type of `dtype` inside the
@@ -533,94 +565,131 @@ T* out(void* p) {
     CEPHALO_CUDA_CHECK_LAUNCH();                           \
   } while (0)
 
-void cast(const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, std::size_t n,
-          cudaStream_t stream) {
+void cast(TensorRef src, TensorRef dst, cudaStream_t stream) {
+  expect_numel("cast", "dst", dst, src.numel);
+  const std::size_t n = std::size_t(src.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED2(src_dtype, S, dst_dtype, D,
-                        cast_kernel<S, D>
-                        <<<blocks_for(n), kThreads, 0, stream>>>(in<S>(src), out<D>(dst), n));
+  CEPHALO_LAUNCH_TYPED2(dtype_of(src), S, dtype_of(dst), D,
+                        cast_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(
+                            in<S>(src.data), out<D>(dst.data), n));
 }
 
-void axpy(float alpha, const void* src, Dtype src_dtype, void* dst, Dtype dst_dtype, std::size_t n,
-          cudaStream_t stream) {
+void axpy(float alpha, TensorRef src, TensorRef dst, cudaStream_t stream) {
+  expect_numel("axpy", "dst", dst, src.numel);
+  const std::size_t n = std::size_t(src.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED2(
-      src_dtype, S, dst_dtype, D,
-      axpy_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(alpha, in<S>(src), out<D>(dst), n));
+  CEPHALO_LAUNCH_TYPED2(dtype_of(src), S, dtype_of(dst), D,
+                        axpy_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(
+                            alpha, in<S>(src.data), out<D>(dst.data), n));
 }
 
-void add(const void* a, const void* b, void* y, std::size_t n, Dtype dtype, cudaStream_t stream) {
+void add(TensorRef a, TensorRef b, TensorRef y, cudaStream_t stream) {
+  expect_numel("add", "b", b, a.numel);
+  expect_numel("add", "y", y, a.numel);
+  expect_same_type("add", a, b);
+  expect_same_type("add", a, y);
+  const std::size_t n = std::size_t(a.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, T,
-                       add_kernel<T>
-                       <<<blocks_for(n), kThreads, 0, stream>>>(in<T>(a), in<T>(b), out<T>(y), n));
+  CEPHALO_LAUNCH_TYPED(dtype_of(a), T,
+                       add_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+                           in<T>(a.data), in<T>(b.data), out<T>(y.data), n));
 }
 
-void scale(void* x, float factor, std::size_t n, Dtype dtype, cudaStream_t stream) {
+void scale(TensorRef x, float factor, cudaStream_t stream) {
+  const std::size_t n = std::size_t(x.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(
-      dtype, T, scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), factor, n));
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
+                       scale_kernel<T>
+                       <<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x.data), factor, n));
 }
 
-void fill(void* x, float value, std::size_t n, Dtype dtype, cudaStream_t stream) {
+void fill(TensorRef x, float value, cudaStream_t stream) {
+  const std::size_t n = std::size_t(x.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, T,
-                       fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), value, n));
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
+                       fill_kernel<T>
+                       <<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x.data), value, n));
 }
 
-void add_bias(void* y, const void* bias, int rows, int cols, Dtype dtype, cudaStream_t stream) {
+void add_bias(TensorRef y, TensorRef bias, int rows, int cols, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
-  CEPHALO_LAUNCH_TYPED(
-      dtype, T, add_bias_kernel<T><<<rows, kThreads, 0, stream>>>(out<T>(y), in<T>(bias), cols));
+  expect_numel("add_bias", "y", y, std::int64_t(rows) * cols);
+  expect_numel("add_bias", "bias", bias, cols);
+  expect_same_type("add_bias", y, bias);
+  CEPHALO_LAUNCH_TYPED(dtype_of(y), T,
+                       add_bias_kernel<T>
+                       <<<rows, kThreads, 0, stream>>>(out<T>(y.data), in<T>(bias.data), cols));
 }
 
-void bias_backward(const void* dy, float* dbias, int rows, int cols, Dtype dtype,
-                   cudaStream_t stream) {
+void bias_backward(TensorRef dy, float* dbias, int rows, int cols, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
+  expect_numel("bias_backward", "dy", dy, std::int64_t(rows) * cols);
   const dim3 grid((cols + 31) / 32, column_row_blocks(rows)), block(32, kColRows);
-  CEPHALO_LAUNCH_TYPED(
-      dtype, T, bias_backward_kernel<T><<<grid, block, 0, stream>>>(in<T>(dy), dbias, rows, cols));
+  CEPHALO_LAUNCH_TYPED(dtype_of(dy), T,
+                       bias_backward_kernel<T>
+                       <<<grid, block, 0, stream>>>(in<T>(dy.data), dbias, rows, cols));
 }
 
-void gelu_forward(const void* x, void* y, std::size_t n, Dtype dtype, cudaStream_t stream) {
+void gelu_forward(TensorRef x, TensorRef y, cudaStream_t stream) {
+  expect_numel("gelu_forward", "y", y, x.numel);
+  expect_same_type("gelu_forward", x, y);
+  const std::size_t n = std::size_t(x.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, T,
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
                        gelu_forward_kernel<T>
-                       <<<blocks_for(n), kThreads, 0, stream>>>(in<T>(x), out<T>(y), n));
+                       <<<blocks_for(n), kThreads, 0, stream>>>(in<T>(x.data), out<T>(y.data), n));
 }
 
-void gelu_backward(const void* x, const void* dy, void* dx, std::size_t n, Dtype dtype,
-                   cudaStream_t stream) {
+void gelu_backward(TensorRef x, TensorRef dy, TensorRef dx, cudaStream_t stream) {
+  expect_numel("gelu_backward", "dy", dy, x.numel);
+  expect_numel("gelu_backward", "dx", dx, x.numel);
+  expect_same_type("gelu_backward", x, dy);
+  expect_same_type("gelu_backward", x, dx);
+  const std::size_t n = std::size_t(x.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, T,
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
                        gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-                           in<T>(x), in<T>(dy), out<T>(dx), n));
+                           in<T>(x.data), in<T>(dy.data), out<T>(dx.data), n));
 }
 
-void layernorm_forward(const void* x, const void* gamma, const void* beta, void* y, float* mean,
-                       float* rstd, int rows, int cols, float eps, Dtype dtype,
-                       cudaStream_t stream) {
+void layernorm_forward(TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y, float* mean,
+                       float* rstd, int rows, int cols, float eps, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
-  CEPHALO_LAUNCH_TYPED(dtype, T,
+  expect_numel("layernorm_forward", "x", x, std::int64_t(rows) * cols);
+  expect_numel("layernorm_forward", "y", y, std::int64_t(rows) * cols);
+  expect_numel("layernorm_forward", "gamma", gamma, cols);
+  expect_numel("layernorm_forward", "beta", beta, cols);
+  for (const TensorRef* t : {&gamma, &beta, &y}) expect_same_type("layernorm_forward", x, *t);
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
                        layernorm_forward_kernel<T><<<rows, kThreads, 0, stream>>>(
-                           in<T>(x), in<T>(gamma), in<T>(beta), out<T>(y), mean, rstd, cols, eps));
+                           in<T>(x.data), in<T>(gamma.data), in<T>(beta.data), out<T>(y.data), mean,
+                           rstd, cols, eps));
 }
 
-void layernorm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
-                        const float* rstd, void* dx, float* dgamma, float* dbeta, int rows,
-                        int cols, Dtype dtype, cudaStream_t stream) {
+void layernorm_backward(TensorRef dy, TensorRef x, TensorRef gamma, const float* mean,
+                        const float* rstd, TensorRef dx, float* dgamma, float* dbeta, int rows,
+                        int cols, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(cols, "cols");
+  for (const TensorRef* t : {&dy, &x, &dx})
+    expect_numel("layernorm_backward",
+                 t == &dy  ? "dy"
+                 : t == &x ? "x"
+                           : "dx",
+                 *t, std::int64_t(rows) * cols);
+  expect_numel("layernorm_backward", "gamma", gamma, cols);
+  for (const TensorRef* t : {&dy, &gamma, &dx}) expect_same_type("layernorm_backward", x, *t);
   const dim3 grid((cols + 31) / 32, column_row_blocks(rows)), block(32, kColRows);
   // Parameter gradients first: they read dy, which the dx pass may overwrite in place.
-  CEPHALO_LAUNCH_TYPED(dtype, T,
-                       layernorm_backward_params_kernel<T><<<grid, block, 0, stream>>>(
-                           in<T>(dy), in<T>(x), mean, rstd, dgamma, dbeta, rows, cols);
-                       layernorm_backward_dx_kernel<T><<<rows, kThreads, 0, stream>>>(
-                           in<T>(dy), in<T>(x), in<T>(gamma), mean, rstd, out<T>(dx), cols));
+  CEPHALO_LAUNCH_TYPED(
+      dtype_of(x), T,
+      layernorm_backward_params_kernel<T><<<grid, block, 0, stream>>>(
+          in<T>(dy.data), in<T>(x.data), mean, rstd, dgamma, dbeta, rows, cols);
+      layernorm_backward_dx_kernel<T><<<rows, kThreads, 0, stream>>>(
+          in<T>(dy.data), in<T>(x.data), in<T>(gamma.data), mean, rstd, out<T>(dx.data), cols));
 }
 
 // Score-side type S is either FP32 or the probability type P: five instantiations per kernel
@@ -650,116 +719,142 @@ void dispatch_score_prob(Dtype score_dtype, Dtype prob_dtype, F&& f) {
     CEPHALO_CUDA_CHECK_LAUNCH();                                                   \
   } while (0)
 
-void causal_softmax_forward(const void* scores, Dtype scores_dtype, void* probs, Dtype probs_dtype,
-                            float* lse, int batch, int T, float s, cudaStream_t stream) {
-  CEPHALO_LAUNCH_SOFTMAX(scores_dtype, probs_dtype,
-                         causal_softmax_forward_kernel<S, P>
-                         <<<rows, kThreads, 0, stream>>>(in<S>(scores), out<P>(probs), lse, T, s));
+void causal_softmax_forward(TensorRef scores, TensorRef probs, float* lse, int batch, int T,
+                            float s, cudaStream_t stream) {
+  const long long n = (long long)batch * T * T;
+  expect_numel("causal_softmax_forward", "scores", scores, n);
+  expect_numel("causal_softmax_forward", "probs", probs, n);
+  CEPHALO_LAUNCH_SOFTMAX(dtype_of(scores), dtype_of(probs),
+                         causal_softmax_forward_kernel<S, P><<<rows, kThreads, 0, stream>>>(
+                             in<S>(scores.data), out<P>(probs.data), lse, T, s));
 }
 
-void causal_softmax_recompute(const void* scores, Dtype scores_dtype, const float* lse, void* probs,
-                              Dtype probs_dtype, int batch, int T, float s, cudaStream_t stream) {
-  CEPHALO_LAUNCH_SOFTMAX(scores_dtype, probs_dtype,
-                         causal_softmax_recompute_kernel<S, P>
-                         <<<rows, kThreads, 0, stream>>>(in<S>(scores), lse, out<P>(probs), T, s));
+void causal_softmax_recompute(TensorRef scores, const float* lse, TensorRef probs, int batch, int T,
+                              float s, cudaStream_t stream) {
+  const long long n = (long long)batch * T * T;
+  expect_numel("causal_softmax_recompute", "scores", scores, n);
+  expect_numel("causal_softmax_recompute", "probs", probs, n);
+  CEPHALO_LAUNCH_SOFTMAX(dtype_of(scores), dtype_of(probs),
+                         causal_softmax_recompute_kernel<S, P><<<rows, kThreads, 0, stream>>>(
+                             in<S>(scores.data), lse, out<P>(probs.data), T, s));
 }
 
-void causal_softmax_backward(const void* probs, Dtype probs_dtype, const void* dprobs,
-                             Dtype dprobs_dtype, void* dscores, int batch, int T, float s,
-                             cudaStream_t stream) {
-  CEPHALO_LAUNCH_SOFTMAX(dprobs_dtype, probs_dtype,
+void causal_softmax_backward(TensorRef probs, TensorRef dprobs, TensorRef dscores, int batch, int T,
+                             float s, cudaStream_t stream) {
+  const long long n = (long long)batch * T * T;
+  expect_numel("causal_softmax_backward", "probs", probs, n);
+  expect_numel("causal_softmax_backward", "dprobs", dprobs, n);
+  expect_numel("causal_softmax_backward", "dscores", dscores, n);
+  expect_same_type("causal_softmax_backward", probs, dscores);
+  CEPHALO_LAUNCH_SOFTMAX(dtype_of(dprobs), dtype_of(probs),
                          causal_softmax_backward_kernel<S, P><<<rows, kThreads, 0, stream>>>(
-                             in<P>(probs), in<S>(dprobs), out<P>(dscores), T, s));
+                             in<P>(probs.data), in<S>(dprobs.data), out<P>(dscores.data), T, s));
 }
 
 namespace {
 
 // [B, T, 3C] <-> q, k, v of [B, H, T, D]: `split` reads qkv and writes q, k, v; otherwise the
 // reverse (the kernel takes q, k, v non-const for one signature and only reads them then).
-void permute_qkv(const void* qkv_in, void* q, void* k, void* v, void* qkv_out, int B, int T, int H,
-                 int D, bool split, Dtype dtype, cudaStream_t stream) {
+void permute_qkv(const char* kernel, TensorRef qkv, TensorRef q, TensorRef k, TensorRef v, int B,
+                 int T, int H, int D, bool split, cudaStream_t stream) {
   check_dims(std::int64_t(B) * T, "B * T");
-  CEPHALO_LAUNCH_TYPED(
-      dtype, E,
-      qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-          in<E>(qkv_in), out<E>(q), out<E>(k), out<E>(v), out<E>(qkv_out), T, H, D, split));
+  const long long heads = (long long)B * H * T * D;
+  expect_numel(kernel, "qkv", qkv, 3 * heads);
+  for (const TensorRef* t : {&q, &k, &v}) {
+    expect_numel(kernel, t == &q ? "q" : t == &k ? "k" : "v", *t, heads);
+    expect_same_type(kernel, qkv, *t);
+  }
+  CEPHALO_LAUNCH_TYPED(dtype_of(qkv), E,
+                       qkv_heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
+                           in<E>(split ? qkv.data : nullptr), out<E>(q.data), out<E>(k.data),
+                           out<E>(v.data), out<E>(split ? nullptr : qkv.data), T, H, D, split));
 }
 
 // [B, H, T, D] <-> [B, T, H, D]; `merge` goes from heads to rows.
-void permute_heads(const void* from, void* to, int B, int T, int H, int D, bool merge, Dtype dtype,
-                   cudaStream_t stream) {
+void permute_heads(const char* kernel, TensorRef from, TensorRef to, int B, int T, int H, int D,
+                   bool merge, cudaStream_t stream) {
   check_dims(std::int64_t(B) * T, "B * T");
-  CEPHALO_LAUNCH_TYPED(dtype, E,
+  const long long n = (long long)B * H * T * D;
+  expect_numel(kernel, "input", from, n);
+  expect_numel(kernel, "output", to, n);
+  expect_same_type(kernel, from, to);
+  CEPHALO_LAUNCH_TYPED(dtype_of(from), E,
                        heads_kernel<E><<<unsigned(B) * unsigned(T), kThreads, 0, stream>>>(
-                           in<E>(from), out<E>(to), T, H, D, merge));
+                           in<E>(from.data), out<E>(to.data), T, H, D, merge));
 }
 
 }  // namespace
 
-void split_qkv_heads(const void* qkv, void* q, void* k, void* v, int B, int T, int H, int D,
-                     Dtype dtype, cudaStream_t stream) {
-  permute_qkv(qkv, q, k, v, nullptr, B, T, H, D, true, dtype, stream);
+void split_qkv_heads(TensorRef qkv, TensorRef q, TensorRef k, TensorRef v, int B, int T, int H,
+                     int D, cudaStream_t stream) {
+  permute_qkv("split_qkv_heads", qkv, q, k, v, B, T, H, D, true, stream);
 }
 
-void merge_qkv_heads(const void* dq, const void* dk, const void* dv, void* dqkv, int B, int T,
-                     int H, int D, Dtype dtype, cudaStream_t stream) {
-  permute_qkv(nullptr, const_cast<void*>(dq), const_cast<void*>(dk), const_cast<void*>(dv), dqkv, B,
-              T, H, D, false, dtype, stream);
+void merge_qkv_heads(TensorRef dq, TensorRef dk, TensorRef dv, TensorRef dqkv, int B, int T, int H,
+                     int D, cudaStream_t stream) {
+  permute_qkv("merge_qkv_heads", dqkv, dq, dk, dv, B, T, H, D, false, stream);
 }
 
-void merge_heads(const void* y, void* out, int B, int T, int H, int D, Dtype dtype,
-                 cudaStream_t stream) {
-  permute_heads(y, out, B, T, H, D, true, dtype, stream);
+void merge_heads(TensorRef y, TensorRef out, int B, int T, int H, int D, cudaStream_t stream) {
+  permute_heads("merge_heads", y, out, B, T, H, D, true, stream);
 }
 
-void split_heads(const void* dout, void* dy, int B, int T, int H, int D, Dtype dtype,
-                 cudaStream_t stream) {
-  permute_heads(dout, dy, B, T, H, D, false, dtype, stream);
+void split_heads(TensorRef dout, TensorRef dy, int B, int T, int H, int D, cudaStream_t stream) {
+  permute_heads("split_heads", dout, dy, B, T, H, D, false, stream);
 }
 
-void cross_entropy_forward(const void* logits, const std::int32_t* targets, float* losses,
-                           float* lse, int rows, int vocab, float s, Dtype dtype,
-                           cudaStream_t stream) {
+void cross_entropy_forward(TensorRef logits, const std::int32_t* targets, float* losses, float* lse,
+                           int rows, int vocab, float s, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(vocab, "vocab");
-  CEPHALO_LAUNCH_TYPED(dtype, T,
-                       cross_entropy_forward_kernel<T>
-                       <<<rows, 512, 0, stream>>>(in<T>(logits), targets, losses, lse, vocab, s));
+  expect_numel("cross_entropy_forward", "logits", logits, std::int64_t(rows) * vocab);
+  CEPHALO_LAUNCH_TYPED(dtype_of(logits), T,
+                       cross_entropy_forward_kernel<T><<<rows, 512, 0, stream>>>(
+                           in<T>(logits.data), targets, losses, lse, vocab, s));
 }
 
-void cross_entropy_backward(const void* logits, const std::int32_t* targets, const float* lse,
-                            void* dlogits, int rows, int vocab, float s, Dtype dtype,
-                            cudaStream_t stream) {
+void cross_entropy_backward(TensorRef logits, const std::int32_t* targets, const float* lse,
+                            TensorRef dlogits, int rows, int vocab, float s, cudaStream_t stream) {
   check_dims(rows, "rows");
   check_dims(vocab, "vocab");
-  CEPHALO_LAUNCH_TYPED(dtype, T,
+  expect_numel("cross_entropy_backward", "logits", logits, std::int64_t(rows) * vocab);
+  expect_numel("cross_entropy_backward", "dlogits", dlogits, std::int64_t(rows) * vocab);
+  expect_same_type("cross_entropy_backward", logits, dlogits);
+  CEPHALO_LAUNCH_TYPED(dtype_of(logits), T,
                        cross_entropy_backward_kernel<T><<<rows, 512, 0, stream>>>(
-                           in<T>(logits), targets, lse, out<T>(dlogits), vocab, s));
+                           in<T>(logits.data), targets, lse, out<T>(dlogits.data), vocab, s));
 }
 
-void embedding_forward(const std::int32_t* tokens, const void* wte, const void* wpe, void* y, int B,
-                       int T, int C, int vocab, int* bad_token_flag, Dtype dtype,
-                       cudaStream_t stream) {
+void embedding_forward(const std::int32_t* tokens, TensorRef wte, TensorRef wpe, TensorRef y, int B,
+                       int T, int C, int vocab, int* bad_token_flag, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
+  expect_numel("embedding_forward", "wte", wte, (long long)vocab * C);
+  expect_numel("embedding_forward", "wpe", wpe, (long long)T * C);
+  expect_numel("embedding_forward", "y", y, (long long)n);
+  expect_same_type("embedding_forward", wte, wpe);
+  expect_same_type("embedding_forward", wte, y);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(
-      dtype, E,
-      embedding_forward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-          tokens, in<E>(wte), in<E>(wpe), out<E>(y), B, T, C, vocab, bad_token_flag));
+  CEPHALO_LAUNCH_TYPED(dtype_of(y), E,
+                       embedding_forward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+                           tokens, in<E>(wte.data), in<E>(wpe.data), out<E>(y.data), B, T, C, vocab,
+                           bad_token_flag));
 }
 
-void embedding_backward(const std::int32_t* tokens, const void* dy, float* dwte, float* dwpe, int B,
-                        int T, int C, int vocab, Dtype dtype, cudaStream_t stream) {
+void embedding_backward(const std::int32_t* tokens, TensorRef dy, float* dwte, float* dwpe, int B,
+                        int T, int C, int vocab, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
+  expect_numel("embedding_backward", "dy", dy, (long long)n);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, E,
+  CEPHALO_LAUNCH_TYPED(dtype_of(dy), E,
                        embedding_backward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-                           tokens, in<E>(dy), dwte, dwpe, B, T, C, vocab));
+                           tokens, in<E>(dy.data), dwte, dwpe, B, T, C, vocab));
 }
 
 void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t n,
-                const AdamWParams& hp, float grad_scale, void* param_copy, Dtype copy_dtype,
+                const AdamWParams& hp, float grad_scale, TensorRef param_copy,
                 cudaStream_t stream) {
+  if (param_copy.data) expect_numel("adamw_step", "param_copy", param_copy, (long long)n);
+  const Dtype copy_dtype = param_copy.data ? dtype_of(param_copy) : Dtype::FP32;
   if (n == 0) return;
   if (hp.step < 1) throw Error("adamw_step: step is 1-based");
   const double bc1 = 1.0 - std::pow(double(hp.beta1), double(hp.step));
@@ -770,7 +865,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t
   CEPHALO_LAUNCH_TYPED(copy_dtype, T,
                        adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
                            param, grad, m, v, n, decay, step_size, bc2_sqrt, hp.beta1, hp.beta2,
-                           hp.eps, grad_scale, out<T>(param_copy)));
+                           hp.eps, grad_scale, out<T>(param_copy.data)));
 }
 
 void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream) {
@@ -778,12 +873,12 @@ void sum_fp32(const float* x, std::size_t n, float* out, cudaStream_t stream) {
   CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
-void fill_uniform(void* x, std::size_t n, std::uint64_t seed, float lo, float hi, Dtype dtype,
-                  cudaStream_t stream) {
+void fill_uniform(TensorRef x, std::uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  const std::size_t n = std::size_t(x.numel);
   if (n == 0) return;
-  CEPHALO_LAUNCH_TYPED(dtype, T,
+  CEPHALO_LAUNCH_TYPED(dtype_of(x), T,
                        fill_uniform_kernel<T>
-                       <<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x), n, seed, lo, hi));
+                       <<<blocks_for(n), kThreads, 0, stream>>>(out<T>(x.data), n, seed, lo, hi));
 }
 
 void spin(long long cycles, cudaStream_t stream) {

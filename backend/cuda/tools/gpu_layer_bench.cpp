@@ -228,7 +228,7 @@ double measure_gemm_peak(Device& d, int n, int reps) {
   std::vector<Buffer> bufs;
   for (int i = 0; i < 6; ++i) bufs.push_back(d.allocate(std::size_t(n) * n, kBf16));
   for (int i = 0; i < 6; ++i)
-    cuda::fill_uniform(bufs[i].data(), std::size_t(n) * n, 100 + i, -1.0f, 1.0f, Dtype::BF16, st);
+    cuda::fill_uniform(bufs[i].ref().slice(0, std::int64_t(n) * n), 100 + i, -1.0f, 1.0f, st);
   auto a = d.create_event(), b = d.create_event();
   std::vector<double> times;
   for (int r = 0; r < reps + 3; ++r) {
@@ -256,12 +256,12 @@ LayerRow bench_layer(Device& d, const Arch& a, int B, int reps) {
   const std::int64_t N = std::int64_t(B) * a.seq, C = a.hidden;
   auto params = d.allocate(layer.slots().total, kBf16);
   auto grads = d.allocate(layer.slots().total, ElemType::F32);
-  cuda::fill_uniform(params.data(), layer.slots().total, 7, -0.02f, 0.02f, Dtype::BF16, st);
+  cuda::fill_uniform(params.ref().slice(0, layer.slots().total), 7, -0.02f, 0.02f, st);
   d.fill(s, grads.ref(), 0.0f);
   auto x = d.allocate(N * C, kBf16), y = d.allocate(N * C, kBf16), dy = d.allocate(N * C, kBf16),
        dx = d.allocate(N * C, kBf16);
-  cuda::fill_uniform(x.data(), N * C, 11, -1.0f, 1.0f, Dtype::BF16, st);
-  cuda::fill_uniform(dy.data(), N * C, 12, -1e-3f, 1e-3f, Dtype::BF16, st);
+  cuda::fill_uniform(x.ref().slice(0, N * C), 11, -1.0f, 1.0f, st);
+  cuda::fill_uniform(dy.ref().slice(0, N * C), 12, -1e-3f, 1e-3f, st);
   Acts acts(d, a, B);
   auto e0 = d.create_event(), e1 = d.create_event(), e2 = d.create_event();
   std::vector<double> tf, tb;
@@ -322,7 +322,7 @@ StepResult bench_steps(Device& d, const Arch& a, int B, int steps) {
   auto master = d.allocate(P, ElemType::F32), m = d.allocate(P, ElemType::F32),
        v = d.allocate(P, ElemType::F32), grads = d.allocate(P, ElemType::F32),
        params = d.allocate(P, kBf16);
-  cuda::fill_uniform(master.data(), P, 21, -0.03f, 0.03f, Dtype::FP32, st);
+  cuda::fill_uniform(master.ref().slice(0, P), 21, -0.03f, 0.03f, st);
   // Norm gains start at 1 (as GPT-2), so activations keep their scale through the stack.
   auto ones = [&](std::int64_t off) { d.fill(s, master.slice(off, C), 1.0f); };
   for (std::int64_t l = 0; l < L; ++l) {
@@ -392,7 +392,7 @@ StepResult bench_steps(Device& d, const Arch& a, int B, int steps) {
     hp.step = step;
     cuda::adamw_step(static_cast<float*>(master.data()), static_cast<const float*>(grads.data()),
                      static_cast<float*>(m.data()), static_cast<float*>(v.data()), P, hp, 1.0f,
-                     params.data(), Dtype::BF16, st);
+                     params.ref().slice(0, P), st);
     e1->record(s);
     e1->synchronize();
     if (step > 1) times.push_back(e1->seconds_since(*e0));
