@@ -18,7 +18,9 @@
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/compare.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "commands.hpp"
 
@@ -47,13 +49,9 @@ void run_compare(const Options& opt) {
     if (opt.scenario_file.empty() || opt.plan_file.empty())
       throw CLI::ValidationError("--scenario and --plan", "give both (the graph the op ids key)");
     scenario = costmodels::load_scenario(opt.scenario_file);
-    plan = load_plan(opt.plan_file);
-    traces::check_plan_for(*plan, *scenario, opt.plan_file);
+    plan = traces::load_plan_for(*scenario, opt.plan_file);
     graph = traces::build_training_graph(*plan, *scenario);
-    for (const auto& rd : scenario->cluster.ranks())
-      labels.push_back(rd.slot->spec.name + ", node " + std::to_string(rd.node) +
-                       (rd.slot->slowdown != 1.0 ? ", emulated x" + fixed(rd.slot->slowdown, 2)
-                                                 : std::string()));
+    labels = traces::rank_labels(scenario->cluster);
     ctx = {&*graph, &*plan, opt.plan_file};
   }
   traces::CompareReport report = traces::compare(sim, opt.sim_file, run, opt.run_file, ctx);

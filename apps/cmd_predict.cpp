@@ -63,8 +63,7 @@ void predict_layer(const LayerArgs& a) {
 
 void predict_memory(const MemoryArgs& a) {
   Scenario s = costmodels::load_scenario(a.scenario);
-  Plan plan = load_plan(a.plan);
-  traces::check_plan_for(plan, s, a.plan);
+  const Plan plan = traces::load_plan_for(s, a.plan);
   const auto all = costmodels::predict_plan_memory(s, plan);
   if (a.json) {
     std::cout << costmodels::memory_record(s, a.plan, all).dump(2) << "\n";

@@ -16,6 +16,7 @@
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
@@ -46,8 +47,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->callback([] {
     ScenarioInput input = read_scenario(a.scenario, a.stack);
     const Scenario& scenario = input.scenario;
-    Plan plan = load_plan(a.plan);
-    traces::check_plan_for(plan, scenario, a.plan);
+    const Plan plan = traces::load_plan_for(scenario, a.plan);
     auto models = costmodels::make_cost_models(scenario, a.compute_model);
     check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
 

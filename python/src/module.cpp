@@ -200,18 +200,15 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
                        const std::function<void(std::size_t, std::size_t, std::string)>& progress,
                        const std::string& stack_file) {
-  auto spec = planner::load_sweep_spec(spec_file);
-  if (!stack_file.empty()) planner::set_stack(spec, stack_file);
-  const auto mixes = planner::enumerate_mixes(spec, max_mixes);
+  const auto input = planner::load_sweep(spec_file, stack_file, max_mixes);
   planner::SweepProgress report;
   if (progress)
     report = [&](std::size_t done, std::size_t total, const planner::SweepRow& row) {
       py::gil_scoped_acquire gil;
       progress(done, total, row.mix);
     };
-  auto rows = planner::evaluate_mixes(spec, mixes, report);
-  planner::mark_pareto(rows);
-  return planner::sweep_json(spec, rows).dump(2) + "\n";
+  const auto rows = planner::run_sweep(input, {}, report);
+  return planner::sweep_json(input.spec, rows).dump(2) + "\n";
 }
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
