@@ -58,18 +58,14 @@ void run_compare(const Options& opt) {
   for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
   check_outputs({{"--trace", opt.trace_file}});  // every input is read (output_file.hpp)
 
-  // Which software stack each side is: the simulation priced the scenario's job, the run
-  // executed the backend's (recorded in the RunResult; unknown in files that predate it).
-  const std::string sim_impl =
-      scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)");
-  const std::string run_impl =
-      run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation;
-  if (scenario && !run.implementation.empty() && sim_impl != run_impl)
-    std::cerr << "warning: implementation differs: simulated \"" << sim_impl << "\", measured \""
-              << run_impl << "\" (set the job's \"implementation\" to the backend's)\n";
+  const auto impl = traces::implementation_sides(scenario ? &*scenario : nullptr, run);
+  if (impl.differ)
+    std::cerr << "warning: implementation differs: simulated \"" << impl.simulated
+              << "\", measured \"" << impl.measured
+              << "\" (set the job's \"implementation\" to the backend's)\n";
 
   Json record = traces::to_json(report, ctx.graph);
-  record["implementation"] = {{"simulated", sim_impl}, {"measured", run_impl}};
+  record["implementation"] = traces::to_json(impl);
   if (!opt.trace_file.empty()) {
     if (!report.have_ops)
       throw InfeasibleError("--trace: cannot build the merged timeline: " + report.ops_note);
@@ -83,7 +79,8 @@ void run_compare(const Options& opt) {
     std::cout << record.dump(2) << "\n";
     return;
   }
-  std::cout << "implementation  simulated: " << sim_impl << "; measured: " << run_impl << "\n"
+  std::cout << "implementation  simulated: " << impl.simulated << "; measured: " << impl.measured
+            << "\n"
             << traces::render_compare_table(report, ctx.graph);
   if (!opt.trace_file.empty()) std::cout << "\nmerged trace written to " << opt.trace_file << "\n";
 }

@@ -2,21 +2,15 @@
 // Builds the plan's TrainingGraph, replays it on the scenario's modelled cluster with the cost
 // models, prints the SimResult (table, or JSON with --json) and optionally writes a Chrome
 // trace that opens in Perfetto.
-#include <chrono>
 #include <iostream>
 #include <optional>
 
-#include "cephalo/core/error.hpp"
-#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
-#include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
-#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
@@ -47,29 +41,22 @@ void add_simulate_command(CLI::App& app) {
   cmd->callback([] {
     ScenarioInput input = read_scenario(a.scenario, a.stack);
     const Scenario& scenario = input.scenario;
-    const Plan plan = traces::load_plan_for(scenario, a.plan);
-    auto models = costmodels::make_cost_models(scenario, a.compute_model);
-    check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
-
-    const auto t0 = std::chrono::steady_clock::now();
+    const Plan plan = load_plan(a.plan);
     sim::SimOptions options;
     options.record_ops = a.ops;
-    options.record_memory = !a.trace.empty();
     options.link_sharing = !a.no_link_sharing;
     options.queue = a.queue;
-    // Per-op records and traces need every rank's ops: the full graph, which replay_plan keeps.
-    // Otherwise it replays one representative per class of identical ranks.
-    auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
-    sim::SimResult& result = replay.result;
-    const std::optional<traces::TrainingGraph>& graph = replay.graph;
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.report.warnings = input.warnings;
+    // The plan's checks, the cost models, the trace's location, the replay, the warnings.
+    const auto run = sim::simulate_checked(scenario, plan, a.plan, a.compute_model, options,
+                                           {"--trace", a.trace});
+    const auto& models = run.models;
+    const sim::SimResult& result = run.replay.result;
+    const std::optional<traces::TrainingGraph>& graph = run.replay.graph;
     std::cerr << "simulated "
               << (graph ? std::to_string(graph->num_ops()) + " ops"
                         : std::to_string(result.replayed_ranks) + " of " +
                               std::to_string(plan.ranks.size()) + " ranks")
-              << ", " << result.report.events << " events in " << format_seconds(wall)
+              << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
               << "; implementation " << to_string(scenario.job.implementation)
               << stack_label(scenario.job.implementation) << "\n";
 

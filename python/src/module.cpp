@@ -133,18 +133,15 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
                                               const std::string& plan_label, bool ops,
                                               const std::string& compute_model, bool link_sharing,
                                               const std::string& queue, const std::string& trace) {
-  traces::check_plan_for(plan, scenario, plan_label);
-  auto models = costmodels::make_cost_models(scenario, compute_model);
-  check_outputs({{"trace", trace}});  // before simulating, as the CLI does
   sim::SimOptions options;
   options.record_ops = ops;
-  options.record_memory = !trace.empty();  // the trace's memory counter track
   options.link_sharing = link_sharing;
   options.queue = queue;
-  // The CLI's replay: in full (with the graph) for per-op records and traces, else by class.
-  auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
-  sim::SimResult& result = replay.result;
-  result.report.warnings = costmodels::prediction_warnings(scenario);
+  // The CLI's sequence (checks, cost models, the trace's location, replay, warnings).
+  auto run =
+      sim::simulate_checked(scenario, plan, plan_label, compute_model, options, {"trace", trace});
+  const auto& replay = run.replay;
+  const sim::SimResult& result = replay.result;
   if (!trace.empty())
     traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
   Columns columns;
@@ -188,12 +185,9 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
   }
   auto report = traces::compare(sim, sim_label, run, run_label, ctx);
   Json record = traces::to_json(report, ctx.graph);
-  // As apps/cmd_compare.cpp adds it (kept there, not in traces::to_json; same text here).
-  record["implementation"] = {
-      {"simulated",
-       scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)")},
-      {"measured",
-       run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation}};
+  // As `cephalo compare` adds it.
+  record["implementation"] =
+      traces::to_json(traces::implementation_sides(scenario ? &*scenario : nullptr, run));
   return record.dump(2) + "\n";
 }
 

@@ -1,11 +1,13 @@
 #include "cephalo/sim/class_replay.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <span>
 #include <tuple>
 
 #include "cephalo/traces/collective_request.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "replay_internal.hpp"
 
@@ -190,6 +192,23 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   out.result.replayed_ranks = static_cast<int>(classes.representatives.size());
   return out;
+}
+
+Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
+                            const std::string& plan_label, const std::string& compute_model,
+                            SimOptions options, const OutputTarget& trace) {
+  traces::check_plan_for(plan, scenario, plan_label);
+  Simulation s;
+  s.models = costmodels::make_cost_models(scenario, compute_model);
+  check_outputs({trace});                       // before simulating (output_file.hpp)
+  options.record_memory = !trace.file.empty();  // the trace's memory counter track
+  const auto t0 = std::chrono::steady_clock::now();
+  // Per-op records and traces need every rank's ops: the full graph, which replay_plan keeps.
+  // Otherwise it replays one representative per class of identical ranks.
+  s.replay = replay_plan(plan, scenario, *s.models.compute, *s.models.comm, options);
+  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.replay.result.report.warnings = costmodels::prediction_warnings(scenario);
+  return s;
 }
 
 }  // namespace cephalo::sim

@@ -435,4 +435,18 @@ std::string render_merged_trace(const TrainingGraph& g, const IterationReport& s
   return trace.dump() + "\n";
 }
 
+ImplementationSides implementation_sides(const Scenario* scenario, const IterationReport& run) {
+  ImplementationSides sides;
+  sides.simulated =
+      scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)");
+  sides.measured =
+      run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation;
+  sides.differ = scenario && !run.implementation.empty() && sides.simulated != sides.measured;
+  return sides;
+}
+
+Json to_json(const ImplementationSides& sides) {
+  return {{"simulated", sides.simulated}, {"measured", sides.measured}};
+}
+
 }  // namespace cephalo::traces

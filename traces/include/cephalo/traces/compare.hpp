@@ -12,6 +12,7 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
@@ -110,5 +111,16 @@ std::string render_merged_trace(const TrainingGraph& graph, const IterationRepor
                                 const IterationReport& run,
                                 const std::vector<std::string>& rank_labels,
                                 const std::string& title);
+
+// Which software stack each side of a comparison is: the simulation priced the scenario's job
+// ("unknown (no --scenario)" without a scenario), the run executed the backend's (recorded in
+// the RunResult; "unknown (not recorded)" in files that predate it). `differ` when both are
+// known and not the same; to_json is the comparison record's "implementation".
+struct ImplementationSides {
+  std::string simulated, measured;
+  bool differ = false;
+};
+ImplementationSides implementation_sides(const Scenario* scenario, const IterationReport& run);
+Json to_json(const ImplementationSides& sides);
 
 }  // namespace cephalo::traces
