@@ -27,7 +27,7 @@ struct PlanArgs {
 };
 
 void run_plan(const PlanArgs& a) {
-  const Scenario scenario = read_scenario(a.scenario, a.stack).scenario;
+  const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
   // The planner checks the schedule flags before any search and names them as flags.

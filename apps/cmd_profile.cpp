@@ -162,27 +162,9 @@ void run_profile(const ProfileArgs& a) {
     std::cout << record.dump(2) << "\n";
     return;
   }
-  const auto& row = prof.rows.front();
   std::cout << "profile of " << spec.name << " at sequence " << a.seq << " on " << rt.device->name()
-            << " (recorded as " << dspec.name << ")\n\n";
-  TextTable t({"micro-batch", "layer F ms", "layer RC ms", "layer B ms", "emb F ms", "emb B ms",
-               "head F ms", "head F+B ms"});
-  for (std::size_t i = 0; i < row.layer.size(); ++i)
-    t.add_row({std::to_string(row.layer[i].micro_batch), fixed(row.layer[i].forward_ms, 3),
-               fixed(row.layer[i].recompute_ms, 3), fixed(row.layer[i].backward_ms, 3),
-               fixed(row.embedding[i].forward_ms, 3), fixed(row.embedding[i].backward_ms, 3),
-               fixed(row.head[i].forward_ms, 3), fixed(row.head[i].backward_ms, 3)});
-  std::cout << t.render() << "\n";
-  TextTable o({"optimizer parameters", "ms"});
-  for (const auto& p : prof.optimizer) o.add_row({fixed(p.parameters, 0), fixed(p.ms, 3)});
-  std::cout << o.render();
-  if (!prof.collectives.empty()) {
-    TextTable c({"collective", "uneven", "under compute", "bytes", "time", "busbw GB/s"});
-    for (const auto& p : prof.collectives)
-      c.add_row({p.collective, p.uneven ? "yes" : "no", p.under_compute ? "yes" : "no",
-                 format_bytes(p.bytes), format_seconds(p.time_us * 1e-6), fixed(p.busbw_GBps, 2)});
-    std::cout << "\n" << c.render();
-  }
+            << " (recorded as " << dspec.name << ")\n\n"
+            << costmodels::render_profile_tables(prof);
 }
 
 // `cephalo profile validate`: how well the calibrated compute model predicts profiles it was

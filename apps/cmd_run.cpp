@@ -145,10 +145,6 @@ void run(RunArgs& a) {
     fail_agreed(rank, e);
   }
 
-  const bool fp16 = sc.job.precision.compute == Dtype::FP16;
-  std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
-  if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
-  TextTable table(columns);
   std::optional<backend::OracleDump> oracle;
   if (!a.dump_oracle.empty()) {
     oracle.emplace(a.dump_oracle, session.executor(), sc, plan, a.seed, rank);
@@ -156,11 +152,6 @@ void run(RunArgs& a) {
   }
   auto result = session.run([&](const backend::StepResult& r) {
     if (oracle) oracle->after_step(r);
-    std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
-                                 fixed(r.samples_per_s, 1),
-                                 fixed(r.samples_per_s * sc.job.sequence_length, 0)};
-    if (fp16) row.insert(row.end(), {fixed(r.loss_scale, 0), r.skipped ? "skipped" : "applied"});
-    table.add_row(row);
     if (rank == 0 && !a.json)
       std::cerr << "step " << r.step << "  loss " << fixed(r.loss, 5) << "  "
                 << format_seconds(r.time_s)
@@ -194,14 +185,7 @@ void run(RunArgs& a) {
     std::cout << backend::run_record(setup, request, result, report, kind, size).dump(2) << "\n";
     return;
   }
-  std::cout << "cephalo run: " << sc.name << " (" << sc.job.model_name << ", seq "
-            << sc.job.sequence_length << ", global batch " << plan.global_batch() << ") on " << size
-            << " " << kind << " rank" << (size == 1 ? "" : "s") << ", "
-            << to_string(plan.accumulation) << " accumulation, implementation "
-            << report.implementation << "\n";
-  if (sc.cluster.emulated())
-    std::cout << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
-  std::cout << table.render() << "\n" << which << ", measured:\n" << traces::render_table(report);
+  std::cout << backend::render_run(setup, result, report, kind, size, which);
 }
 
 }  // namespace

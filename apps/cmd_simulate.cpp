@@ -39,8 +39,7 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
-    ScenarioInput input = read_scenario(a.scenario, a.stack);
-    const Scenario& scenario = input.scenario;
+    const Scenario scenario = read_scenario(a.scenario, a.stack);
     const Plan plan = load_plan(a.plan);
     sim::SimOptions options;
     options.record_ops = a.ops;

@@ -1,11 +1,13 @@
 // `cephalo run` between its flags and its printing: the inputs loaded, checked and agreed by
 // every rank, this rank's options, and what the run reports (training_session.hpp).
-#include <iostream>
+#include <sstream>
 
 #include "cephalo/backend/checkpoint.hpp"
 #include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/output_file.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 
@@ -177,6 +179,33 @@ Json run_record(const RunSetup& setup, const RunRequest& request, const SessionR
           {"run_identity", setup.identity.hex()},
           {"implementation", to_json(executed_implementation())},
           {"report", traces::to_json(report)}};
+}
+
+std::string render_run(const RunSetup& setup, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       int ranks, const std::string& step_label) {
+  const Scenario& sc = setup.scenario;
+  const bool fp16 = sc.job.precision.compute == Dtype::FP16;
+  std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};
+  if (fp16) columns.insert(columns.end(), {"loss scale", "update"});
+  TextTable table(columns);
+  for (const auto& r : result.steps) {
+    std::vector<std::string> row{std::to_string(r.step), fixed(r.loss, 5), format_seconds(r.time_s),
+                                 fixed(r.samples_per_s, 1),
+                                 fixed(r.samples_per_s * sc.job.sequence_length, 0)};
+    if (fp16) row.insert(row.end(), {fixed(r.loss_scale, 0), r.skipped ? "skipped" : "applied"});
+    table.add_row(row);
+  }
+  std::ostringstream out;
+  out << "cephalo run: " << sc.name << " (" << sc.job.model_name << ", seq "
+      << sc.job.sequence_length << ", global batch " << setup.plan.global_batch() << ") on "
+      << ranks << " " << device_kind << " rank" << (ranks == 1 ? "" : "s") << ", "
+      << to_string(setup.plan.accumulation) << " accumulation, implementation "
+      << report.implementation << "\n";
+  if (sc.cluster.emulated())
+    out << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
+  out << table.render() << "\n" << step_label << ", measured:\n" << traces::render_table(report);
+  return out.str();
 }
 
 }  // namespace cephalo::backend

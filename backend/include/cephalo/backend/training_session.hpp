@@ -172,5 +172,11 @@ traces::TraceInput trace_input(const traces::TrainingGraph& graph, const Session
 // step, the reported step and statistic, the run identity, the implementation and `report`.
 Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
                 const traces::IterationReport& report, const std::string& device_kind, int ranks);
+// The same as `cephalo run` prints it without --json: a line naming the run, the emulation
+// notice, a row per step (with the loss scale and the update of fp16 jobs) and the reported
+// step's table.
+std::string render_run(const RunSetup& setup, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       int ranks, const std::string& step_label);
 
 }  // namespace cephalo::backend
