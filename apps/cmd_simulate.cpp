@@ -3,10 +3,7 @@
 // models, prints the SimResult (table, or JSON with --json) and optionally writes a Chrome
 // trace that opens in Perfetto.
 #include <iostream>
-#include <optional>
 
-#include "cephalo/core/table.hpp"
-#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
@@ -48,40 +45,16 @@ void add_simulate_command(CLI::App& app) {
     // The plan's checks, the cost models, the trace's location, the replay, the warnings.
     const auto run = sim::simulate_checked(scenario, plan, a.plan, a.compute_model, options,
                                            {"--trace", a.trace});
-    const auto& models = run.models;
     const sim::SimResult& result = run.replay.result;
-    const std::optional<traces::TrainingGraph>& graph = run.replay.graph;
-    std::cerr << "simulated "
-              << (graph ? std::to_string(graph->num_ops()) + " ops"
-                        : std::to_string(result.replayed_ranks) + " of " +
-                              std::to_string(plan.ranks.size()) + " ranks")
-              << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
-              << "; implementation " << to_string(scenario.job.implementation)
-              << stack_label(scenario.job.implementation) << "\n";
-
-    if (graph && !a.trace.empty()) {
-      traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));
+    std::cerr << sim::render_replay_summary(run, scenario, plan);
+    if (run.replay.graph && !a.trace.empty()) {
+      traces::write_chrome_trace(a.trace, sim::trace_input(result, *run.replay.graph, scenario));
       std::cerr << "wrote trace " << a.trace << "\n";
     }
-    if (a.json) {
+    if (a.json)
       std::cout << traces::render_json(result.report);
-    } else {
-      std::cout << "scenario " << scenario.name << ", plan " << a.plan << " ("
-                << to_string(plan.accumulation) << " accumulation, offload "
-                << to_string(plan.offload) << ", prefetch " << (plan.prefetch ? "on" : "off")
-                << ", compute model " << models.compute->name() << ", implementation "
-                << to_string(scenario.job.implementation)
-                << stack_label(scenario.job.implementation) << ")\n\n"
-                << traces::render_table(result.report);
-      if (a.ops) {
-        TextTable t({"op", "name", "start", "end"});
-        t.set_align(1, TextTable::Align::Left);
-        for (const auto& o : result.report.ops)
-          t.add_row({std::to_string(o.id), graph->op_name(o.id), fixed(o.start_s * 1e3, 3) + " ms",
-                     fixed(o.end_s * 1e3, 3) + " ms"});
-        std::cout << "\n" << t.render();
-      }
-    }
+    else
+      std::cout << sim::render_simulation(run, scenario, plan, a.plan, a.ops);
     std::cout.flush();  // the record is out even if something fails at exit
   });
 }

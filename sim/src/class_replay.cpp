@@ -4,9 +4,13 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <sstream>
 #include <tuple>
 
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/traces/collective_request.hpp"
+#include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "replay_internal.hpp"
@@ -209,6 +213,42 @@ Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.replay.result.report.warnings = costmodels::prediction_warnings(scenario);
   return s;
+}
+
+std::string render_replay_summary(const Simulation& run, const Scenario& scenario,
+                                  const Plan& plan) {
+  const SimResult& result = run.replay.result;
+  const auto& graph = run.replay.graph;
+  std::ostringstream out;
+  out << "simulated "
+      << (graph ? std::to_string(graph->num_ops()) + " ops"
+                : std::to_string(result.replayed_ranks) + " of " +
+                      std::to_string(plan.ranks.size()) + " ranks")
+      << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
+      << "; implementation " << to_string(scenario.job.implementation)
+      << stack_label(scenario.job.implementation) << "\n";
+  return out.str();
+}
+
+std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
+                              const std::string& plan_label, bool ops) {
+  const SimResult& result = run.replay.result;
+  std::ostringstream out;
+  out << "scenario " << scenario.name << ", plan " << plan_label << " ("
+      << to_string(plan.accumulation) << " accumulation, offload " << to_string(plan.offload)
+      << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
+      << run.models.compute->name() << ", implementation " << to_string(scenario.job.implementation)
+      << stack_label(scenario.job.implementation) << ")\n\n"
+      << traces::render_table(result.report);
+  if (ops) {
+    TextTable t({"op", "name", "start", "end"});
+    t.set_align(1, TextTable::Align::Left);
+    for (const auto& o : result.report.ops)
+      t.add_row({std::to_string(o.id), run.replay.graph->op_name(o.id),
+                 fixed(o.start_s * 1e3, 3) + " ms", fixed(o.end_s * 1e3, 3) + " ms"});
+    out << "\n" << t.render();
+  }
+  return out.str();
 }
 
 }  // namespace cephalo::sim
