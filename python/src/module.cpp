@@ -176,19 +176,12 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
                          const std::string& plan_label) {
   auto sim = report_from(sim_text, sim_label, sim_is_file);
   auto run = report_from(run_text, run_label, run_is_file);
-  std::optional<traces::TrainingGraph> graph;
-  traces::CompareContext ctx;
-  if (scenario && plan) {
-    traces::check_plan_for(*plan, *scenario, plan_label);
-    graph = traces::build_training_graph(*plan, *scenario);
-    ctx = {&*graph, &*plan, plan_label};
-  }
-  auto report = traces::compare(sim, sim_label, run, run_label, ctx);
-  Json record = traces::to_json(report, ctx.graph);
-  // As `cephalo compare` adds it.
-  record["implementation"] =
-      traces::to_json(traces::implementation_sides(scenario ? &*scenario : nullptr, run));
-  return record.dump(2) + "\n";
+  // The CLI's sequence: the plan's checks, the graph, the comparison, the implementation sides.
+  return traces::compare_planned(sim, sim_label, run, run_label, scenario ? &*scenario : nullptr,
+                                 plan ? &*plan : nullptr, plan_label)
+             .record()
+             .dump(2) +
+         "\n";
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,

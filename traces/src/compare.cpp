@@ -8,6 +8,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::traces {
@@ -447,6 +448,28 @@ ImplementationSides implementation_sides(const Scenario* scenario, const Iterati
 
 Json to_json(const ImplementationSides& sides) {
   return {{"simulated", sides.simulated}, {"measured", sides.measured}};
+}
+
+PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
+                                  const IterationReport& run, const std::string& run_file,
+                                  const Scenario* scenario, const Plan* plan,
+                                  const std::string& plan_label) {
+  PlannedComparison c;
+  CompareContext ctx;
+  if (scenario && plan) {
+    check_plan_for(*plan, *scenario, plan_label);
+    c.graph = build_training_graph(*plan, *scenario);
+    ctx = {&*c.graph, plan, plan_label};
+  }
+  c.report = compare(sim, sim_file, run, run_file, ctx);
+  c.implementation = implementation_sides(scenario, run);
+  return c;
+}
+
+Json PlannedComparison::record() const {
+  Json j = to_json(report, graph_or_null());
+  j["implementation"] = to_json(implementation);
+  return j;
 }
 
 }  // namespace cephalo::traces

@@ -123,4 +123,20 @@ struct ImplementationSides {
 ImplementationSides implementation_sides(const Scenario* scenario, const IterationReport& run);
 Json to_json(const ImplementationSides& sides);
 
+// compare() as `cephalo compare` and the Python module's compare both run it: with a scenario
+// and a plan, the plan checked for the scenario (check_plan_for, messages naming `plan_label`)
+// and the graph its op ids key built; without both, the end-to-end and per-rank parts only.
+// `record()` is to_json with the graph and the implementation sides.
+struct PlannedComparison {
+  std::optional<TrainingGraph> graph;
+  CompareReport report;
+  ImplementationSides implementation;
+  const TrainingGraph* graph_or_null() const { return graph ? &*graph : nullptr; }
+  Json record() const;
+};
+PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
+                                  const IterationReport& run, const std::string& run_file,
+                                  const Scenario* scenario, const Plan* plan,
+                                  const std::string& plan_label);
+
 }  // namespace cephalo::traces
