@@ -10,13 +10,10 @@
 #include <sstream>
 
 #include "cephalo/backend/executor.hpp"
-#include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/oracle_dump.hpp"
 #include "cephalo/backend/training_session.hpp"
-#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
-#include "cephalo/traces/chrome_trace.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
 
@@ -97,11 +94,6 @@ backend::RunRequest run_request(const RunArgs& a) {
   throw CLI::RuntimeError("", static_cast<int>(e.kind()));
 }
 
-void write_floats(const std::string& file, const std::vector<float>& v) {
-  write_file_atomically(
-      file, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-}
-
 void run(RunArgs& a) {
   // A single process started without mpirun needs no MPI at all (a GPU machine without an MPI
   // installation): it is rank 0 of 1 over the single-rank communicator.
@@ -164,8 +156,7 @@ void run(RunArgs& a) {
     if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
     return;
   }
-  traces::IterationReport report = result.reported.report;
-  report.implementation = to_string(backend::executed_implementation());
+  const traces::IterationReport report = backend::reported_report(result);
   const std::string which = backend::reported_step_label(result, a.report);
   std::vector<float> params, grads;
   if (!a.dump_params.empty()) params = exec.gather_parameters();
@@ -173,14 +164,7 @@ void run(RunArgs& a) {
   if (rank != 0) return;
 
   const std::string kind = rt.device->kind();
-  if (!a.trace.empty())
-    traces::write_chrome_trace(a.trace, backend::trace_input(graph, result, sc, kind, which));
-  // The RunResult names the run that measured it (the identity its checkpoints carry too).
-  Json result_json = traces::to_json(report);
-  result_json["run_identity"] = setup.identity.hex();
-  if (!a.result.empty()) write_file_atomically(a.result, result_json.dump(2) + "\n");
-  if (!a.dump_params.empty()) write_floats(a.dump_params, params);
-  if (!a.dump_grads.empty()) write_floats(a.dump_grads, grads);
+  backend::write_run_outputs(request, setup, graph, result, report, kind, which, params, grads);
   if (a.json) {
     std::cout << backend::run_record(setup, request, result, report, kind, size).dump(2) << "\n";
     return;

@@ -153,6 +153,34 @@ traces::TraceInput trace_input(const traces::TrainingGraph& graph, const Session
   return in;
 }
 
+traces::IterationReport reported_report(const SessionResult& result) {
+  traces::IterationReport report = result.reported.report;
+  report.implementation = to_string(executed_implementation());
+  return report;
+}
+
+namespace {
+void write_floats(const std::filesystem::path& file, const std::vector<float>& v) {
+  write_file_atomically(
+      file, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+}
+}  // namespace
+
+void write_run_outputs(const RunRequest& r, const RunSetup& setup,
+                       const traces::TrainingGraph& graph, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       const std::string& step_label, const std::vector<float>& params,
+                       const std::vector<float>& grads) {
+  if (!r.trace.empty())
+    traces::write_chrome_trace(r.trace,
+                               trace_input(graph, result, setup.scenario, device_kind, step_label));
+  Json result_json = traces::to_json(report);
+  result_json["run_identity"] = setup.identity.hex();
+  if (!r.result.empty()) write_file_atomically(r.result, result_json.dump(2) + "\n");
+  if (!r.dump_params.empty()) write_floats(r.dump_params, params);
+  if (!r.dump_grads.empty()) write_floats(r.dump_grads, grads);
+}
+
 Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
                 const traces::IterationReport& report, const std::string& device_kind, int ranks) {
   Json emulation = Json::array();

@@ -168,6 +168,18 @@ traces::TraceInput trace_input(const traces::TrainingGraph& graph, const Session
                                const Scenario& scenario, const std::string& device_kind,
                                const std::string& step_label);
 
+// The reported step's RunResult: the session's report, with the implementation the backend ran.
+traces::IterationReport reported_report(const SessionResult& result);
+
+// Rank 0 after training, where the request names files: the trace (trace_input), the RunResult
+// (naming the run identity its checkpoints carry too) and the raw fp32 parameter and gradient
+// dumps (gathered by every rank before).
+void write_run_outputs(const RunRequest& request, const RunSetup& setup,
+                       const traces::TrainingGraph& graph, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       const std::string& step_label, const std::vector<float>& params,
+                       const std::vector<float>& grads);
+
 // The run's record (`cephalo run --json`): scenario, plan file, device, ranks, emulation, every
 // step, the reported step and statistic, the run identity, the implementation and `report`.
 Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
