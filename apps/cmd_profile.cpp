@@ -12,6 +12,7 @@
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/profiler.hpp"
 #include "cephalo/backend/runtime.hpp"
+#include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/output_file.hpp"
@@ -91,10 +92,9 @@ void run_profile(const ProfileArgs& a) {
   // --device, --seq, --statistic, --repeats, --warmup and --dtype passed their validators.
   const std::vector<int> micro_batches = parse_micro_batches(a.micro_batches);
   const ModelSpec& spec = costmodels::ModelCatalog::builtin().get(a.model);
-  if (spec.max_positions > 0 && a.seq > spec.max_positions)
-    throw CLI::ValidationError("--seq", "at most the model's max_positions (" +
-                                            std::to_string(spec.max_positions) + "), got " +
-                                            std::to_string(a.seq));
+  // The job parser's rule (a model's usable learned positions), not one of the profiler's own.
+  if (const std::string why = sequence_refusal(spec, a.seq); !why.empty())
+    throw CLI::ValidationError("--seq", why + ", got " + std::to_string(a.seq));
   const backend::GptConfig cfg = backend::GptConfig::from_spec(spec, a.seq);
   const Dtype dtype = parse_dtype(a.dtype).value();
   const auto max_bytes = parse_quantity(a.max_collective_bytes, Quantity::Bytes);
