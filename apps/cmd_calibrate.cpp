@@ -42,7 +42,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->callback([tokens, run] {
     if (tokens->count() + run->count() != 1)
       throw CLI::ValidationError("--measured-tokens-per-s / --run", "give exactly one");
-    const Scenario scenario = read_scenario(a.scenario, "").scenario;
+    const Scenario scenario = read_scenario(a.scenario, "");
     const Plan plan = load_plan(a.plan);
     check_outputs({{"--output", a.output}});  // before fitting (output_file.hpp)
     planner::StackMeasurement m;

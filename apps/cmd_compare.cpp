@@ -18,6 +18,7 @@
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "commands.hpp"
@@ -40,44 +41,32 @@ void run_compare(const Options& opt) {
 
   std::optional<Scenario> scenario;
   std::optional<Plan> plan;
-  std::optional<traces::TrainingGraph> graph;
-  std::vector<std::string> labels;
-  traces::CompareContext ctx;
   if (!opt.scenario_file.empty() || !opt.plan_file.empty()) {
     if (opt.scenario_file.empty() || opt.plan_file.empty())
       throw CLI::ValidationError("--scenario and --plan", "give both (the graph the op ids key)");
     scenario = costmodels::load_scenario(opt.scenario_file);
     plan = load_plan(opt.plan_file);
-    traces::check_plan_for(*plan, *scenario, opt.plan_file);
-    graph = traces::build_training_graph(*plan, *scenario);
-    for (const auto& rd : scenario->cluster.ranks())
-      labels.push_back(rd.slot->spec.name + ", node " + std::to_string(rd.node) +
-                       (rd.slot->slowdown != 1.0 ? ", emulated x" + fixed(rd.slot->slowdown, 2)
-                                                 : std::string()));
-    ctx = {&*graph, &*plan, opt.plan_file};
   }
-  traces::CompareReport report = traces::compare(sim, opt.sim_file, run, opt.run_file, ctx);
+  // The plan's checks for the scenario, the graph, the comparison, the implementation sides.
+  const auto c =
+      traces::compare_planned(sim, opt.sim_file, run, opt.run_file, scenario ? &*scenario : nullptr,
+                              plan ? &*plan : nullptr, opt.plan_file);
+  const traces::CompareReport& report = c.report;
   for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
   check_outputs({{"--trace", opt.trace_file}});  // every input is read (output_file.hpp)
+  const auto& impl = c.implementation;
+  if (impl.differ)
+    std::cerr << "warning: implementation differs: simulated \"" << impl.simulated
+              << "\", measured \"" << impl.measured
+              << "\" (set the job's \"implementation\" to the backend's)\n";
 
-  // Which software stack each side is: the simulation priced the scenario's job, the run
-  // executed the backend's (recorded in the RunResult; unknown in files that predate it).
-  const std::string sim_impl =
-      scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)");
-  const std::string run_impl =
-      run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation;
-  if (scenario && !run.implementation.empty() && sim_impl != run_impl)
-    std::cerr << "warning: implementation differs: simulated \"" << sim_impl << "\", measured \""
-              << run_impl << "\" (set the job's \"implementation\" to the backend's)\n";
-
-  Json record = traces::to_json(report, ctx.graph);
-  record["implementation"] = {{"simulated", sim_impl}, {"measured", run_impl}};
+  Json record = c.record();
   if (!opt.trace_file.empty()) {
     if (!report.have_ops)
       throw InfeasibleError("--trace: cannot build the merged timeline: " + report.ops_note);
     write_file_atomically(opt.trace_file,
                           traces::render_merged_trace(
-                              *graph, sim, run, labels,
+                              *c.graph, sim, run, traces::rank_labels(scenario->cluster),
                               "simulated vs measured: " + opt.sim_file + " / " + opt.run_file));
     record["trace"] = opt.trace_file;
   }
@@ -85,8 +74,9 @@ void run_compare(const Options& opt) {
     std::cout << record.dump(2) << "\n";
     return;
   }
-  std::cout << "implementation  simulated: " << sim_impl << "; measured: " << run_impl << "\n"
-            << traces::render_compare_table(report, ctx.graph);
+  std::cout << "implementation  simulated: " << impl.simulated << "; measured: " << impl.measured
+            << "\n"
+            << traces::render_compare_table(report, c.graph_or_null());
   if (!opt.trace_file.empty()) std::cout << "\nmerged trace written to " << opt.trace_file << "\n";
 }
 

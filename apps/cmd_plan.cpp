@@ -27,7 +27,7 @@ struct PlanArgs {
 };
 
 void run_plan(const PlanArgs& a) {
-  const Scenario scenario = read_scenario(a.scenario, a.stack).scenario;
+  const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
   // The planner checks the schedule flags before any search and names them as flags.
@@ -49,13 +49,7 @@ void run_plan(const PlanArgs& a) {
     if (a.json) std::cout << text;
   }
   if (!a.json) {
-    std::cout << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
-              << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch
-              << ", " << scenario.cluster.num_ranks() << " device(s)"
-              << stack_label(scenario.job.implementation) << "\n";
-    std::cout << table;
-    if (!fits)
-      std::cout << "warning: the memory model finds this plan over capacity on some rank\n";
+    std::cout << planner::render_plan_text(scenario, table, fits);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }
 }

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
-#include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
@@ -16,8 +15,6 @@
 
 namespace cephalo::cli {
 namespace {
-
-constexpr double kGiBd = 1024.0 * 1024.0 * 1024.0;
 
 struct LayerArgs {
   std::string gpu, model, dtype, source = "auto";
@@ -44,46 +41,20 @@ void predict_layer(const LayerArgs& a) {
        a.fused_elementwise == "true", a.compiled, a.framework},
       {kCommandLine, true});
   for (const auto& w : p.warnings) std::cerr << "warning: " << w << "\n";
-  if (a.json) {
+  if (a.json)
     std::cout << costmodels::to_json(p).dump(2) << "\n";
-    return;
-  }
-  TextTable t({"gpu", "model", "seq", "dtype", "micro-batch", "forward ms", "backward ms",
-               "recompute ms", "source", "extrapolated"});
-  t.add_row({p.gpu, p.model, std::to_string(p.seq), p.dtype, std::to_string(p.micro_batch),
-             fixed(p.forward_s * 1e3, 3), fixed(p.backward_s * 1e3, 3),
-             fixed(p.recompute_s * 1e3, 3), p.source, p.extrapolated ? "yes" : "no"});
-  std::cout << t.render() << "implementation: " << to_string(p.implementation) << "\n";
-  if (!p.detail.empty()) std::cout << "profile: " << p.detail << "\n";
-  for (const auto& n : p.notes) std::cout << "note: " << n << "\n";
-  if (p.extrapolated)
-    std::cout << "note: the micro-batch lies outside the measured range; the time is a linear "
-                 "extrapolation\n";
+  else
+    std::cout << costmodels::render_text(p);
 }
 
 void predict_memory(const MemoryArgs& a) {
   Scenario s = costmodels::load_scenario(a.scenario);
-  Plan plan = load_plan(a.plan);
-  traces::check_plan_for(plan, s, a.plan);
+  const Plan plan = traces::load_plan_for(s, a.plan);
   const auto all = costmodels::predict_plan_memory(s, plan);
-  if (a.json) {
+  if (a.json)
     std::cout << costmodels::memory_record(s, a.plan, all).dump(2) << "\n";
-    return;
-  }
-  std::vector<std::string> headers = {"rank", "gpu"};
-  for (const auto& t : all.front().terms) headers.push_back(t.name);
-  for (const char* h : {"total", "usable", "headroom", "fits"}) headers.push_back(h);
-  TextTable table(headers);
-  for (const auto& b : all) {
-    std::vector<std::string> row = {std::to_string(b.rank), b.gpu};
-    for (const auto& t : b.terms) row.push_back(fixed(t.bytes / kGiBd, 2));
-    row.push_back(fixed(b.total / kGiBd, 2));
-    row.push_back(fixed(b.usable / kGiBd, 2));
-    row.push_back(fixed(b.headroom() / kGiBd, 2));
-    row.push_back(b.headroom() >= 0 ? "yes" : "NO");
-    table.add_row(row);
-  }
-  std::cout << "per-rank memory of " << a.plan << " on " << s.name << " (GiB)\n" << table.render();
+  else
+    std::cout << costmodels::render_memory_table(s, a.plan, all);
 }
 
 // "a,b,c" as numbers (the command line's list syntax; the values are checked by the library).
@@ -117,16 +88,10 @@ void predict_collective(const CollectiveArgs& a) {
   q.uneven = a.uneven;
   q.sweep = a.sweep;
   const auto p = costmodels::predict_collective(s, q, {kCommandLine, true});
-  if (a.json) {
+  if (a.json)
     std::cout << costmodels::to_json(p).dump(2) << "\n";
-    return;
-  }
-  const auto& e = p.estimate;
-  TextTable t({"collective", "ranks", "bytes", "time", "algbw", "busbw", "algorithm"});
-  t.add_row({costmodels::to_string(p.request.kind), std::to_string(p.request.ranks.size()),
-             format_bytes(e.total_bytes), format_seconds(e.seconds), format_bandwidth(e.algbw),
-             format_bandwidth(e.busbw), e.algorithm});
-  std::cout << t.render();
+  else
+    std::cout << costmodels::render_text(p);
 }
 
 }  // namespace

@@ -5,17 +5,14 @@
 // mpirun the "cephalo-collective-sweep" that costmodels::calibrate_comm fits). Progress goes to
 // stderr; rank 0 prints and writes. `cephalo profile validate` is the face of
 // costmodels::validate_compute_models.
-#include <unistd.h>
-
 #include <algorithm>
-#include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/profiler.hpp"
 #include "cephalo/backend/runtime.hpp"
+#include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/output_file.hpp"
@@ -91,46 +88,15 @@ std::vector<int> parse_micro_batches(const std::string& text) {
   return out;
 }
 
-std::string iso_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
-// The collective sweep's default file beside the calibration file ("" without one).
-std::string sweep_file_of(const std::string& output) {
-  if (output.empty()) return "";
-  const std::filesystem::path p = output;
-  return (p.parent_path() / (p.stem().string() + ".sweep.json")).string();
-}
-
 void run_profile(const ProfileArgs& a) {
-  if (a.device != "cpu" && a.device != "cuda")
-    throw CLI::ValidationError("--device", "expected cpu or cuda, got \"" + a.device + "\"");
-  if (a.seq < 1) throw CLI::ValidationError("--seq", "expected a sequence length >= 1");
-  if (a.statistic != "median" && a.statistic != "min")
-    throw CLI::ValidationError("--statistic",
-                               "expected median or min, got \"" + a.statistic + "\"");
-  if (a.repeats < 1 || a.warmup < 0)
-    throw CLI::ValidationError("--repeats/--warmup", "expected repeats >= 1 and warmup >= 0");
+  // --device, --seq, --statistic, --repeats, --warmup and --dtype passed their validators.
   const std::vector<int> micro_batches = parse_micro_batches(a.micro_batches);
   const ModelSpec& spec = costmodels::ModelCatalog::builtin().get(a.model);
-  if (spec.max_positions > 0 && a.seq > spec.max_positions)
-    throw CLI::ValidationError("--seq", "at most the model's max_positions (" +
-                                            std::to_string(spec.max_positions) + "), got " +
-                                            std::to_string(a.seq));
+  // The job parser's rule (a model's usable learned positions), not one of the profiler's own.
+  if (const std::string why = sequence_refusal(spec, a.seq); !why.empty())
+    throw CLI::ValidationError("--seq", why + ", got " + std::to_string(a.seq));
   const backend::GptConfig cfg = backend::GptConfig::from_spec(spec, a.seq);
-  const auto dtype = parse_dtype(a.dtype);
-  if (!dtype)
-    throw CLI::ValidationError("--dtype",
-                               "expected fp32, tf32, bf16 or fp16, got \"" + a.dtype + "\"");
+  const Dtype dtype = parse_dtype(a.dtype).value();
   const auto max_bytes = parse_quantity(a.max_collective_bytes, Quantity::Bytes);
   if (!max_bytes || *max_bytes < 64 * 1024)
     throw CLI::ValidationError("--max-bytes",
@@ -145,7 +111,7 @@ void run_profile(const ProfileArgs& a) {
   // Output locations before measuring (output_file.hpp); the sweep file as written below.
   const std::string sweep_file = !a.sweep_output.empty() || world == 1 || a.no_collectives
                                      ? a.sweep_output
-                                     : sweep_file_of(a.output);
+                                     : backend::sweep_file_beside(a.output);
   check_outputs({{"--output", a.output}, {"--sweep-out", sweep_file}});
   std::string gpu_name = a.as_gpu;
   if (a.device == "cuda" && gpu_name.empty())
@@ -157,7 +123,7 @@ void run_profile(const ProfileArgs& a) {
   ropt.device = a.device;
   ropt.cpu.ordinal = rank;
   ropt.cpu.threads = a.threads;
-  ropt.allow_tf32 = *dtype == Dtype::TF32;  // fp32 rows are measured without tensor-core TF32
+  ropt.allow_tf32 = dtype == Dtype::TF32;  // fp32 rows are measured without tensor-core TF32
   backend::Runtime rt = backend::make_runtime(mpi, ropt);
   const DeviceSpec& dspec = costmodels::GpuCatalog::builtin().get(gpu_name);
   auto say = [&](const std::string& line) {
@@ -169,7 +135,7 @@ void run_profile(const ProfileArgs& a) {
 
   backend::ProfilerOptions popt;
   popt.micro_batches = micro_batches;
-  popt.dtype = *dtype;
+  popt.dtype = dtype;
   popt.repeats = a.repeats;
   popt.warmup = a.warmup;
   popt.statistic = a.statistic;
@@ -180,12 +146,8 @@ void run_profile(const ProfileArgs& a) {
   costmodels::MeasuredProfile prof = backend::profile_model(*rt.device, *rt.comm, cfg, popt, say);
   if (world == 1) say("single process: no collective sweep (run under mpirun -np N for one)");
   if (!lead) return;
-  prof.tool = "cephalo profile " CEPHALO_VERSION;
-  prof.date = iso_now();
-  prof.host = host_name();
-  prof.source = "measured by cephalo profile on " + rt.device->name() + ", " +
-                std::to_string(world) + " rank(s), " + a.statistic + " of " +
-                std::to_string(a.repeats) + " after " + std::to_string(a.warmup) + " warm-up";
+  backend::stamp_provenance(prof, "cephalo profile " CEPHALO_VERSION, rt.device->name(), world,
+                            popt);
   const Json record = costmodels::profile_to_json(prof);
   if (!a.output.empty()) {
     write_file_atomically(a.output, record.dump(2) + "\n");
@@ -200,27 +162,9 @@ void run_profile(const ProfileArgs& a) {
     std::cout << record.dump(2) << "\n";
     return;
   }
-  const auto& row = prof.rows.front();
   std::cout << "profile of " << spec.name << " at sequence " << a.seq << " on " << rt.device->name()
-            << " (recorded as " << dspec.name << ")\n\n";
-  TextTable t({"micro-batch", "layer F ms", "layer RC ms", "layer B ms", "emb F ms", "emb B ms",
-               "head F ms", "head F+B ms"});
-  for (std::size_t i = 0; i < row.layer.size(); ++i)
-    t.add_row({std::to_string(row.layer[i].micro_batch), fixed(row.layer[i].forward_ms, 3),
-               fixed(row.layer[i].recompute_ms, 3), fixed(row.layer[i].backward_ms, 3),
-               fixed(row.embedding[i].forward_ms, 3), fixed(row.embedding[i].backward_ms, 3),
-               fixed(row.head[i].forward_ms, 3), fixed(row.head[i].backward_ms, 3)});
-  std::cout << t.render() << "\n";
-  TextTable o({"optimizer parameters", "ms"});
-  for (const auto& p : prof.optimizer) o.add_row({fixed(p.parameters, 0), fixed(p.ms, 3)});
-  std::cout << o.render();
-  if (!prof.collectives.empty()) {
-    TextTable c({"collective", "uneven", "under compute", "bytes", "time", "busbw GB/s"});
-    for (const auto& p : prof.collectives)
-      c.add_row({p.collective, p.uneven ? "yes" : "no", p.under_compute ? "yes" : "no",
-                 format_bytes(p.bytes), format_seconds(p.time_us * 1e-6), fixed(p.busbw_GBps, 2)});
-    std::cout << "\n" << c.render();
-  }
+            << " (recorded as " << dspec.name << ")\n\n"
+            << costmodels::render_profile_tables(prof);
 }
 
 // `cephalo profile validate`: how well the calibrated compute model predicts profiles it was
@@ -232,57 +176,15 @@ struct ValidateArgs {
   bool json = false;
 };
 
-Json group_json(const std::vector<costmodels::GroupError>& groups) {
-  Json out = Json::array();
-  for (const auto& g : groups)
-    out.push_back({{"gpu", g.name},
-                   {"rows", g.rows},
-                   {"mape_pct", g.mape},
-                   {"median_ape_pct", g.median_ape}});
-  return out;
-}
-
 void run_validate(const ValidateArgs& a) {
   costmodels::ProfileTables tables = costmodels::ProfileTables::builtin();
   for (const auto& f : a.profiles) tables.merge(costmodels::ProfileTables::load(f));
+  // The report points into `tables` (its inconsistent rows).
   const costmodels::ValidationReport rep = costmodels::validate_compute_models(tables);
-  Json rows = Json::array();
-  for (const auto& r : rep.logo_rows)
-    rows.push_back({{"model", r.model},
-                    {"gpu", r.gpu},
-                    {"seq", r.seq},
-                    {"dtype", to_string(r.dtype)},
-                    {"ape_pct", r.ape}});
-  Json inconsistent = Json::array();
-  for (const auto& i : rep.inconsistent)
-    inconsistent.push_back({{"model", i.row->file_model},
-                            {"gpu", i.row->file_gpu},
-                            {"seq", i.row->seq},
-                            {"dtype", to_string(i.row->dtype)},
-                            {"reason", i.reason}});
-  Json record = {{"leave_one_gpu_out", group_json(rep.leave_one_gpu_out)},
-                 {"logo_median_over_gpus_pct", rep.logo_median_over_gpus},
-                 {"logo_overall_pct", rep.logo_overall},
-                 {"leave_one_model_out", group_json(rep.leave_one_model_out)},
-                 {"lomo_median_over_gpus_pct", rep.lomo_median_over_gpus},
-                 {"lomo_overall_pct", rep.lomo_overall},
-                 {"roofline_overall_pct", rep.roofline_overall},
-                 {"logo_rows", rows},
-                 {"inconsistent_rows", inconsistent}};
-  if (a.json) {
-    std::cout << record.dump(2) << "\n";
-    return;
-  }
-  TextTable t({"held-out GPU", "rows", "LOGO MAPE %", "LOGO median %"});
-  for (const auto& g : rep.leave_one_gpu_out)
-    t.add_row({g.name, std::to_string(g.rows), fixed(g.mape, 1), fixed(g.median_ape, 1)});
-  std::cout << "leave-one-GPU-out (calibrated model fitted without the GPU)\n"
-            << t.render() << "\nmedian over GPUs " << fixed(rep.logo_median_over_gpus, 1)
-            << " % (target 15 %), "
-            << "all rows " << fixed(rep.logo_overall, 1) << " %; leave-one-model-out median "
-            << fixed(rep.lomo_median_over_gpus, 1) << " % (target 8 %); uncalibrated roofline "
-            << fixed(rep.roofline_overall, 1) << " %; " << rep.inconsistent.size()
-            << " inconsistent rows left out\n";
+  if (a.json)
+    std::cout << costmodels::to_json(rep).dump(2) << "\n";
+  else
+    std::cout << costmodels::render_validation(rep);
 }
 
 }  // namespace

@@ -2,18 +2,10 @@
 // Builds the plan's TrainingGraph, replays it on the scenario's modelled cluster with the cost
 // models, prints the SimResult (table, or JSON with --json) and optionally writes a Chrome
 // trace that opens in Perfetto.
-#include <chrono>
 #include <iostream>
-#include <optional>
 
-#include "cephalo/core/error.hpp"
-#include "cephalo/core/output_file.hpp"
-#include "cephalo/core/table.hpp"
-#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
-#include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
@@ -44,58 +36,25 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
-    ScenarioInput input = read_scenario(a.scenario, a.stack);
-    const Scenario& scenario = input.scenario;
-    Plan plan = load_plan(a.plan);
-    traces::check_plan_for(plan, scenario, a.plan);
-    auto models = costmodels::make_cost_models(scenario, a.compute_model);
-    check_outputs({{"--trace", a.trace}});  // before simulating (output_file.hpp)
-
-    const auto t0 = std::chrono::steady_clock::now();
+    const Scenario scenario = read_scenario(a.scenario, a.stack);
+    const Plan plan = load_plan(a.plan);
     sim::SimOptions options;
     options.record_ops = a.ops;
-    options.record_memory = !a.trace.empty();
     options.link_sharing = !a.no_link_sharing;
     options.queue = a.queue;
-    // Per-op records and traces need every rank's ops: the full graph, which replay_plan keeps.
-    // Otherwise it replays one representative per class of identical ranks.
-    auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
-    sim::SimResult& result = replay.result;
-    const std::optional<traces::TrainingGraph>& graph = replay.graph;
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.report.warnings = input.warnings;
-    std::cerr << "simulated "
-              << (graph ? std::to_string(graph->num_ops()) + " ops"
-                        : std::to_string(result.replayed_ranks) + " of " +
-                              std::to_string(plan.ranks.size()) + " ranks")
-              << ", " << result.report.events << " events in " << format_seconds(wall)
-              << "; implementation " << to_string(scenario.job.implementation)
-              << stack_label(scenario.job.implementation) << "\n";
-
-    if (graph && !a.trace.empty()) {
-      traces::write_chrome_trace(a.trace, sim::trace_input(result, *graph, scenario));
+    // The plan's checks, the cost models, the trace's location, the replay, the warnings.
+    const auto run = sim::simulate_checked(scenario, plan, a.plan, a.compute_model, options,
+                                           {"--trace", a.trace});
+    const sim::SimResult& result = run.replay.result;
+    std::cerr << sim::render_replay_summary(run, scenario, plan);
+    if (run.replay.graph && !a.trace.empty()) {
+      traces::write_chrome_trace(a.trace, sim::trace_input(result, *run.replay.graph, scenario));
       std::cerr << "wrote trace " << a.trace << "\n";
     }
-    if (a.json) {
+    if (a.json)
       std::cout << traces::render_json(result.report);
-    } else {
-      std::cout << "scenario " << scenario.name << ", plan " << a.plan << " ("
-                << to_string(plan.accumulation) << " accumulation, offload "
-                << to_string(plan.offload) << ", prefetch " << (plan.prefetch ? "on" : "off")
-                << ", compute model " << models.compute->name() << ", implementation "
-                << to_string(scenario.job.implementation)
-                << stack_label(scenario.job.implementation) << ")\n\n"
-                << traces::render_table(result.report);
-      if (a.ops) {
-        TextTable t({"op", "name", "start", "end"});
-        t.set_align(1, TextTable::Align::Left);
-        for (const auto& o : result.report.ops)
-          t.add_row({std::to_string(o.id), graph->op_name(o.id), fixed(o.start_s * 1e3, 3) + " ms",
-                     fixed(o.end_s * 1e3, 3) + " ms"});
-        std::cout << "\n" << t.render();
-      }
-    }
+    else
+      std::cout << sim::render_simulation(run, scenario, plan, a.plan, a.ops);
     std::cout.flush();  // the record is out even if something fails at exit
   });
 }

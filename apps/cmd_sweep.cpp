@@ -1,8 +1,8 @@
 // `cephalo sweep --spec F [-o out.csv|out.json] [--json] [--max-mixes N]`
 //
-// The sweep itself is a pure function over a list of mixes (planner::evaluate_mixes). Under
-// mpirun the mixes are dealt round-robin over the ranks here, where MPI belongs (the backend's
-// MpiRuntime), and the rows gathered on rank 0, which marks the Pareto frontier and writes.
+// The sweep and its share-out over processes are planner::run_sweep; under mpirun this file
+// gives it the MPI gather (the backend's MpiRuntime: the planner does not depend on MPI), and
+// rank 0 prints and writes.
 #include <iostream>
 
 #include "cephalo/backend/mpi_communicator.hpp"
@@ -26,31 +26,18 @@ struct SweepArgs {
   std::uint64_t max_mixes = planner::kDefaultMaxMixes;
 };
 
-// This rank's share of the sweep: mixes rank, rank + size, ...
-std::vector<std::size_t> dealt(std::size_t mixes, int rank, int size) {
-  std::vector<std::size_t> out;
-  for (std::size_t i = static_cast<std::size_t>(rank); i < mixes;
-       i += static_cast<std::size_t>(size))
-    out.push_back(i);
-  return out;
-}
-
 void run_sweep_command(const SweepArgs& a) {
-  auto spec = planner::load_sweep_spec(a.spec);
-  if (!a.stack.empty()) planner::set_stack(spec, a.stack);
   // Refuses a space above --max-mixes (ValidationError, exit 1) before enumerating it.
-  const auto mixes = planner::enumerate_mixes(spec, a.max_mixes);
+  const auto input = planner::load_sweep(a.spec, a.stack, a.max_mixes);
+  const auto& spec = input.spec;
   check_outputs({{"--output", a.output}});  // before the sweep (output_file.hpp)
   backend::MpiRuntime mpi(nullptr, nullptr, /*only_under_launcher=*/true);
   const int rank = mpi.world_rank(), size = mpi.world_size();
   const std::string where = size > 1 ? " [rank " + std::to_string(rank) + "]" : "";
   if (!a.quiet && rank == 0)
-    std::cerr << "sweep " << spec.name << ": " << mixes.size() << " mixes, strategy "
+    std::cerr << "sweep " << spec.name << ": " << input.mixes.size() << " mixes, strategy "
               << spec.strategy << (size > 1 ? ", " + std::to_string(size) + " MPI ranks" : "")
               << "\n";
-  const auto mine = dealt(mixes.size(), rank, size);
-  std::vector<std::vector<int>> my_mixes;
-  for (auto i : mine) my_mixes.push_back(mixes[i]);
   planner::SweepProgress progress;
   if (!a.quiet)
     progress = [&](std::size_t done, std::size_t total, const planner::SweepRow& row) {
@@ -58,12 +45,10 @@ void run_sweep_command(const SweepArgs& a) {
                 << (row.feasible ? fixed(row.samples_per_s, 2) + " samples/s" : "infeasible")
                 << "\n";
     };
-  const auto my_rows = planner::evaluate_mixes(spec, my_mixes, progress);
-  std::vector<planner::SweepRow> rows(mixes.size());
-  const auto parts = mpi.gather_strings_to_root(planner::rows_to_json(my_rows, mine).dump());
+  const planner::SweepShare share{
+      rank, size, [&](const std::string& mine) { return mpi.gather_strings_to_root(mine); }};
+  const auto rows = planner::run_sweep(input, share, progress);
   if (rank != 0) return;
-  for (const auto& part : parts) planner::place_rows(Json::parse(part), rows);
-  planner::mark_pareto(rows);
   if (!a.output.empty()) {
     const bool csv = a.output.size() >= 4 && a.output.substr(a.output.size() - 4) == ".csv";
     write_file_atomically(

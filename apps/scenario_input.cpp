@@ -13,13 +13,12 @@ void add_stack_option(CLI::App* cmd, std::string& value) {
                   "modelled compute, collective and optimizer times; replaces the job's own");
 }
 
-ScenarioInput read_scenario(const std::string& file, const std::string& stack_file) {
-  ScenarioInput in{costmodels::load_scenario(file), {}};
-  if (!stack_file.empty()) set_stack(in.scenario.job, stack_file);
-  in.warnings = costmodels::prediction_warnings(in.scenario);
-  for (const auto& w : in.warnings) std::cerr << "warning: " << w << "\n";
-  for (const auto& n : cluster_notes(in.scenario.cluster)) std::cerr << "note: " << n << "\n";
-  return in;
+Scenario read_scenario(const std::string& file, const std::string& stack_file) {
+  Scenario s = costmodels::load_scenario(file);
+  if (!stack_file.empty()) set_stack(s.job, stack_file);
+  for (const auto& w : costmodels::prediction_warnings(s)) std::cerr << "warning: " << w << "\n";
+  for (const auto& n : cluster_notes(s.cluster)) std::cerr << "note: " << n << "\n";
+  return s;
 }
 
 }  // namespace cephalo::cli

@@ -9,16 +9,11 @@
 
 namespace cephalo::cli {
 
-struct ScenarioInput {
-  Scenario scenario;
-  // costmodels::prediction_warnings, already printed; records carry them.
-  std::vector<std::string> warnings;
-};
-
 // `--stack FILE`: a `cephalo calibrate stack` file whose factors multiply the cost models.
 void add_stack_option(CLI::App* cmd, std::string& value);
 
-// Prints "warning: ..." and the cluster's "note: ..." lines on stderr.
-ScenarioInput read_scenario(const std::string& file, const std::string& stack_file);
+// Prints costmodels::prediction_warnings ("warning: ...", which the records carry too) and the
+// cluster's "note: ..." lines on stderr.
+Scenario read_scenario(const std::string& file, const std::string& stack_file);
 
 }  // namespace cephalo::cli

@@ -1,8 +1,12 @@
 #include "cephalo/backend/profiler.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -393,6 +397,26 @@ costmodels::MeasuredProfile profile_model(Device& dev, Communicator& comm, const
     say("collectives at " + format_bytes(static_cast<double>(total) * 4) + " done");
   }
   return out;
+}
+
+void stamp_provenance(costmodels::MeasuredProfile& profile, const std::string& tool,
+                      const std::string& device_name, int ranks, const ProfilerOptions& options) {
+  const std::time_t t = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  char host[256] = {0};
+  profile.tool = tool;
+  profile.date = date;
+  profile.host = gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+  profile.source = "measured by cephalo profile on " + device_name + ", " + std::to_string(ranks) +
+                   " rank(s), " + options.statistic + " of " + std::to_string(options.repeats) +
+                   " after " + std::to_string(options.warmup) + " warm-up";
+}
+
+std::string sweep_file_beside(const std::string& calibration_file) {
+  if (calibration_file.empty()) return "";
+  const std::filesystem::path p = calibration_file;
+  return (p.parent_path() / (p.stem().string() + ".sweep.json")).string();
 }
 
 }  // namespace cephalo::backend

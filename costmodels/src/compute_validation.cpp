@@ -4,8 +4,10 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "calibration_util.hpp"
+#include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 
@@ -185,6 +187,61 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
         base.whole_stack_test_model));
   rep.roofline_overall = mean(roof);
   return rep;
+}
+
+namespace {
+
+Json group_json(const std::vector<GroupError>& groups) {
+  Json out = Json::array();
+  for (const auto& g : groups)
+    out.push_back({{"gpu", g.name},
+                   {"rows", g.rows},
+                   {"mape_pct", g.mape},
+                   {"median_ape_pct", g.median_ape}});
+  return out;
+}
+
+}  // namespace
+
+Json to_json(const ValidationReport& rep) {
+  Json rows = Json::array();
+  for (const auto& r : rep.logo_rows)
+    rows.push_back({{"model", r.model},
+                    {"gpu", r.gpu},
+                    {"seq", r.seq},
+                    {"dtype", to_string(r.dtype)},
+                    {"ape_pct", r.ape}});
+  Json inconsistent = Json::array();
+  for (const auto& i : rep.inconsistent)
+    inconsistent.push_back({{"model", i.row->file_model},
+                            {"gpu", i.row->file_gpu},
+                            {"seq", i.row->seq},
+                            {"dtype", to_string(i.row->dtype)},
+                            {"reason", i.reason}});
+  return {{"leave_one_gpu_out", group_json(rep.leave_one_gpu_out)},
+          {"logo_median_over_gpus_pct", rep.logo_median_over_gpus},
+          {"logo_overall_pct", rep.logo_overall},
+          {"leave_one_model_out", group_json(rep.leave_one_model_out)},
+          {"lomo_median_over_gpus_pct", rep.lomo_median_over_gpus},
+          {"lomo_overall_pct", rep.lomo_overall},
+          {"roofline_overall_pct", rep.roofline_overall},
+          {"logo_rows", rows},
+          {"inconsistent_rows", inconsistent}};
+}
+
+std::string render_validation(const ValidationReport& rep) {
+  TextTable t({"held-out GPU", "rows", "LOGO MAPE %", "LOGO median %"});
+  for (const auto& g : rep.leave_one_gpu_out)
+    t.add_row({g.name, std::to_string(g.rows), fixed(g.mape, 1), fixed(g.median_ape, 1)});
+  std::ostringstream out;
+  out << "leave-one-GPU-out (calibrated model fitted without the GPU)\n"
+      << t.render() << "\nmedian over GPUs " << fixed(rep.logo_median_over_gpus, 1)
+      << " % (target 15 %), "
+      << "all rows " << fixed(rep.logo_overall, 1) << " %; leave-one-model-out median "
+      << fixed(rep.lomo_median_over_gpus, 1) << " % (target 8 %); uncalibrated roofline "
+      << fixed(rep.roofline_overall, 1) << " %; " << rep.inconsistent.size()
+      << " inconsistent rows left out\n";
+  return out.str();
 }
 
 }  // namespace cephalo::costmodels

@@ -254,4 +254,52 @@ Json to_json(const CollectivePrediction& p) {
   return j;
 }
 
+std::string render_text(const LayerPrediction& p) {
+  TextTable t({"gpu", "model", "seq", "dtype", "micro-batch", "forward ms", "backward ms",
+               "recompute ms", "source", "extrapolated"});
+  t.add_row({p.gpu, p.model, std::to_string(p.seq), p.dtype, std::to_string(p.micro_batch),
+             fixed(p.forward_s * 1e3, 3), fixed(p.backward_s * 1e3, 3),
+             fixed(p.recompute_s * 1e3, 3), p.source, p.extrapolated ? "yes" : "no"});
+  std::string out = t.render();
+  out += "implementation: ";
+  out += to_string(p.implementation);
+  out += "\n";
+  if (!p.detail.empty()) out += "profile: " + p.detail + "\n";
+  for (const auto& n : p.notes) out += "note: " + n + "\n";
+  if (p.extrapolated)
+    out +=
+        "note: the micro-batch lies outside the measured range; the time is a linear "
+        "extrapolation\n";
+  return out;
+}
+
+std::string render_memory_table(const Scenario& scenario, const std::string& plan_label,
+                                const std::vector<MemoryBreakdown>& ranks) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::vector<std::string> headers = {"rank", "gpu"};
+  for (const auto& t : ranks.front().terms) headers.push_back(t.name);
+  for (const char* h : {"total", "usable", "headroom", "fits"}) headers.push_back(h);
+  TextTable table(headers);
+  for (const auto& b : ranks) {
+    std::vector<std::string> row = {std::to_string(b.rank), b.gpu};
+    for (const auto& t : b.terms) row.push_back(fixed(t.bytes / kGiB, 2));
+    row.push_back(fixed(b.total / kGiB, 2));
+    row.push_back(fixed(b.usable / kGiB, 2));
+    row.push_back(fixed(b.headroom() / kGiB, 2));
+    row.push_back(b.headroom() >= 0 ? "yes" : "NO");
+    table.add_row(row);
+  }
+  std::string out = "per-rank memory of " + plan_label + " on " + scenario.name + " (GiB)\n";
+  return out + table.render();
+}
+
+std::string render_text(const CollectivePrediction& p) {
+  const auto& e = p.estimate;
+  TextTable t({"collective", "ranks", "bytes", "time", "algbw", "busbw", "algorithm"});
+  t.add_row({to_string(p.request.kind), std::to_string(p.request.ranks.size()),
+             format_bytes(e.total_bytes), format_seconds(e.seconds), format_bandwidth(e.algbw),
+             format_bandwidth(e.busbw), e.algorithm});
+  return t.render();
+}
+
 }  // namespace cephalo::costmodels

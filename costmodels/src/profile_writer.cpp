@@ -1,5 +1,8 @@
 #include "cephalo/costmodels/profile_writer.hpp"
 
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+
 namespace cephalo::costmodels {
 
 namespace {
@@ -75,6 +78,32 @@ Json collective_sweep_to_json(const MeasuredProfile& p, const std::string& devic
           {"date", p.date},
           {"device", device},
           {"results", results}};
+}
+
+std::string render_profile_tables(const MeasuredProfile& prof) {
+  std::string out;
+  const auto& row = prof.rows.front();
+  TextTable t({"micro-batch", "layer F ms", "layer RC ms", "layer B ms", "emb F ms", "emb B ms",
+               "head F ms", "head F+B ms"});
+  for (std::size_t i = 0; i < row.layer.size(); ++i)
+    t.add_row({std::to_string(row.layer[i].micro_batch), fixed(row.layer[i].forward_ms, 3),
+               fixed(row.layer[i].recompute_ms, 3), fixed(row.layer[i].backward_ms, 3),
+               fixed(row.embedding[i].forward_ms, 3), fixed(row.embedding[i].backward_ms, 3),
+               fixed(row.head[i].forward_ms, 3), fixed(row.head[i].backward_ms, 3)});
+  out += t.render();
+  out += "\n";
+  TextTable o({"optimizer parameters", "ms"});
+  for (const auto& p : prof.optimizer) o.add_row({fixed(p.parameters, 0), fixed(p.ms, 3)});
+  out += o.render();
+  if (!prof.collectives.empty()) {
+    TextTable c({"collective", "uneven", "under compute", "bytes", "time", "busbw GB/s"});
+    for (const auto& p : prof.collectives)
+      c.add_row({p.collective, p.uneven ? "yes" : "no", p.under_compute ? "yes" : "no",
+                 format_bytes(p.bytes), format_seconds(p.time_us * 1e-6), fixed(p.busbw_GBps, 2)});
+    out += "\n";
+    out += c.render();
+  }
+  return out;
 }
 
 }  // namespace cephalo::costmodels

@@ -108,6 +108,17 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
   res.plan.predicted["model"] = "planner: max(comm, max compute) + optimizer step";
 }
 
+std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits) {
+  std::ostringstream out;
+  out << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
+      << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch << ", "
+      << scenario.cluster.num_ranks() << " device(s)" << stack_label(scenario.job.implementation)
+      << "\n"
+      << table;
+  if (!fits) out << "warning: the memory model finds this plan over capacity on some rank\n";
+  return out.str();
+}
+
 std::string render_table(const PlanResult& res) {
   TextTable t({"rank", "gpu", "batch", "micro-batches x size", "state share", "memory / usable",
                "compute/layer", "compute"});

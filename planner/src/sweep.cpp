@@ -380,6 +380,42 @@ std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
   return rows;
 }
 
+SweepInput load_sweep(const std::filesystem::path& spec_file, const std::string& stack_file,
+                      std::uint64_t max_mixes) {
+  SweepInput in{load_sweep_spec(spec_file), {}};
+  if (!stack_file.empty()) set_stack(in.spec, stack_file);
+  in.mixes = enumerate_mixes(in.spec, max_mixes);
+  return in;
+}
+
+std::vector<std::size_t> dealt_mixes(std::size_t mixes, int rank, int size) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < mixes;
+       i += static_cast<std::size_t>(size))
+    out.push_back(i);
+  return out;
+}
+
+std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share,
+                                const SweepProgress& progress) {
+  const auto mine = dealt_mixes(input.mixes.size(), share.rank, share.size);
+  std::vector<std::vector<int>> my_mixes;
+  for (auto i : mine) my_mixes.push_back(input.mixes[i]);
+  const auto my_rows = evaluate_mixes(input.spec, my_mixes, progress);
+  std::vector<SweepRow> rows;
+  if (!share.gather && share.size == 1) {
+    rows = my_rows;
+  } else {
+    const std::string text = rows_to_json(my_rows, mine).dump();
+    const auto parts = share.gather ? share.gather(text) : std::vector<std::string>{text};
+    if (share.rank != 0) return {};
+    rows.resize(input.mixes.size());
+    for (const auto& part : parts) place_rows(Json::parse(part), rows);
+  }
+  mark_pareto(rows);
+  return rows;
+}
+
 Json rows_to_json(const std::vector<SweepRow>& rows, const std::vector<std::size_t>& indices) {
   if (rows.size() != indices.size())
     throw ValidationError("", "indices", std::to_string(indices.size()) + " indices",

@@ -133,18 +133,15 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
                                               const std::string& plan_label, bool ops,
                                               const std::string& compute_model, bool link_sharing,
                                               const std::string& queue, const std::string& trace) {
-  traces::check_plan_for(plan, scenario, plan_label);
-  auto models = costmodels::make_cost_models(scenario, compute_model);
-  check_outputs({{"trace", trace}});  // before simulating, as the CLI does
   sim::SimOptions options;
   options.record_ops = ops;
-  options.record_memory = !trace.empty();  // the trace's memory counter track
   options.link_sharing = link_sharing;
   options.queue = queue;
-  // The CLI's replay: in full (with the graph) for per-op records and traces, else by class.
-  auto replay = sim::replay_plan(plan, scenario, *models.compute, *models.comm, options);
-  sim::SimResult& result = replay.result;
-  result.report.warnings = costmodels::prediction_warnings(scenario);
+  // The CLI's sequence (checks, cost models, the trace's location, replay, warnings).
+  auto run =
+      sim::simulate_checked(scenario, plan, plan_label, compute_model, options, {"trace", trace});
+  const auto& replay = run.replay;
+  const sim::SimResult& result = replay.result;
   if (!trace.empty())
     traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
   Columns columns;
@@ -179,39 +176,26 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
                          const std::string& plan_label) {
   auto sim = report_from(sim_text, sim_label, sim_is_file);
   auto run = report_from(run_text, run_label, run_is_file);
-  std::optional<traces::TrainingGraph> graph;
-  traces::CompareContext ctx;
-  if (scenario && plan) {
-    traces::check_plan_for(*plan, *scenario, plan_label);
-    graph = traces::build_training_graph(*plan, *scenario);
-    ctx = {&*graph, &*plan, plan_label};
-  }
-  auto report = traces::compare(sim, sim_label, run, run_label, ctx);
-  Json record = traces::to_json(report, ctx.graph);
-  // As apps/cmd_compare.cpp adds it (kept there, not in traces::to_json; same text here).
-  record["implementation"] = {
-      {"simulated",
-       scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)")},
-      {"measured",
-       run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation}};
-  return record.dump(2) + "\n";
+  // The CLI's sequence: the plan's checks, the graph, the comparison, the implementation sides.
+  return traces::compare_planned(sim, sim_label, run, run_label, scenario ? &*scenario : nullptr,
+                                 plan ? &*plan : nullptr, plan_label)
+             .record()
+             .dump(2) +
+         "\n";
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
                        const std::function<void(std::size_t, std::size_t, std::string)>& progress,
                        const std::string& stack_file) {
-  auto spec = planner::load_sweep_spec(spec_file);
-  if (!stack_file.empty()) planner::set_stack(spec, stack_file);
-  const auto mixes = planner::enumerate_mixes(spec, max_mixes);
+  const auto input = planner::load_sweep(spec_file, stack_file, max_mixes);
   planner::SweepProgress report;
   if (progress)
     report = [&](std::size_t done, std::size_t total, const planner::SweepRow& row) {
       py::gil_scoped_acquire gil;
       progress(done, total, row.mix);
     };
-  auto rows = planner::evaluate_mixes(spec, mixes, report);
-  planner::mark_pareto(rows);
-  return planner::sweep_json(spec, rows).dump(2) + "\n";
+  const auto rows = planner::run_sweep(input, {}, report);
+  return planner::sweep_json(input.spec, rows).dump(2) + "\n";
 }
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.

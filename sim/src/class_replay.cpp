@@ -1,11 +1,17 @@
 #include "cephalo/sim/class_replay.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <span>
+#include <sstream>
 #include <tuple>
 
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/traces/collective_request.hpp"
+#include "cephalo/traces/report.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "replay_internal.hpp"
 
@@ -190,6 +196,59 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   out.result.replayed_ranks = static_cast<int>(classes.representatives.size());
   return out;
+}
+
+Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
+                            const std::string& plan_label, const std::string& compute_model,
+                            SimOptions options, const OutputTarget& trace) {
+  traces::check_plan_for(plan, scenario, plan_label);
+  Simulation s;
+  s.models = costmodels::make_cost_models(scenario, compute_model);
+  check_outputs({trace});                       // before simulating (output_file.hpp)
+  options.record_memory = !trace.file.empty();  // the trace's memory counter track
+  const auto t0 = std::chrono::steady_clock::now();
+  // Per-op records and traces need every rank's ops: the full graph, which replay_plan keeps.
+  // Otherwise it replays one representative per class of identical ranks.
+  s.replay = replay_plan(plan, scenario, *s.models.compute, *s.models.comm, options);
+  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.replay.result.report.warnings = costmodels::prediction_warnings(scenario);
+  return s;
+}
+
+std::string render_replay_summary(const Simulation& run, const Scenario& scenario,
+                                  const Plan& plan) {
+  const SimResult& result = run.replay.result;
+  const auto& graph = run.replay.graph;
+  std::ostringstream out;
+  out << "simulated "
+      << (graph ? std::to_string(graph->num_ops()) + " ops"
+                : std::to_string(result.replayed_ranks) + " of " +
+                      std::to_string(plan.ranks.size()) + " ranks")
+      << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
+      << "; implementation " << to_string(scenario.job.implementation)
+      << stack_label(scenario.job.implementation) << "\n";
+  return out.str();
+}
+
+std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
+                              const std::string& plan_label, bool ops) {
+  const SimResult& result = run.replay.result;
+  std::ostringstream out;
+  out << "scenario " << scenario.name << ", plan " << plan_label << " ("
+      << to_string(plan.accumulation) << " accumulation, offload " << to_string(plan.offload)
+      << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
+      << run.models.compute->name() << ", implementation " << to_string(scenario.job.implementation)
+      << stack_label(scenario.job.implementation) << ")\n\n"
+      << traces::render_table(result.report);
+  if (ops) {
+    TextTable t({"op", "name", "start", "end"});
+    t.set_align(1, TextTable::Align::Left);
+    for (const auto& o : result.report.ops)
+      t.add_row({std::to_string(o.id), run.replay.graph->op_name(o.id),
+                 fixed(o.start_s * 1e3, 3) + " ms", fixed(o.end_s * 1e3, 3) + " ms"});
+    out << "\n" << t.render();
+  }
+  return out.str();
 }
 
 }  // namespace cephalo::sim

@@ -452,8 +452,7 @@ traces::TraceInput trace_input(const SimResult& result, const traces::TrainingGr
   in.graph = &graph;
   in.start_ns = &result.start_ns;
   in.end_ns = &result.end_ns;
-  for (const auto& d : scenario.cluster.ranks())
-    in.rank_labels.push_back(d.slot->spec.name + ", node " + std::to_string(d.node));
+  in.rank_labels = traces::rank_labels(scenario.cluster);
   in.memory = result.memory;
   in.title = "cephalo simulate: " + scenario.name;
   return in;

@@ -163,3 +163,28 @@ TEST(TrainingSession, ReportStepIsTheMedianFastestOrLastOfTheWindow) {
   EXPECT_EQ(pick_report_step(w, "min").step, 2);
   EXPECT_EQ(pick_report_step(w, "last").step, 4);
 }
+
+// What `cephalo run` loads before any compute: the plan checked for the scenario and one rank
+// per process; the emulated cluster's labels and notes; the reported step's label.
+TEST(RunSetup, InputsAreCheckedAndOneRankPerProcessIsRequired) {
+  RunRequest r;
+  r.scenario_file = kSrc + "/scenarios/cpu-2rank-emulated.json";
+  r.plan_file = kSrc + "/scenarios/plans/cpu-2rank-emulated.json";
+  const RunSetup s = load_run_inputs(r, 2);
+  EXPECT_EQ(s.plan.ranks.size(), 2u);
+  EXPECT_THROW(load_run_inputs(r, 1), ValidationError);
+  const RunOptions o = run_options(s, r.settings, 1, 0);
+  EXPECT_NE(o.session.rank_label.find("emulated"), std::string::npos);
+  EXPECT_EQ(o.executor.slowdown, s.scenario.cluster.ranks()[1].slot->slowdown);
+  const auto notes = run_notes(s.scenario, "cpu");
+  ASSERT_FALSE(notes.empty());
+  EXPECT_EQ(notes.back().rfind("EMULATION", 0), 0u);
+  SessionResult result;
+  result.reported.step = 7;
+  result.window_size = 1;
+  EXPECT_EQ(reported_step_label(result, "median"), "step 7");
+  result.window_size = 9;
+  result.window_first = 1;
+  result.window_last = 9;
+  EXPECT_EQ(reported_step_label(result, "min"), "step 7 (min step time of steps 1-9)");
+}

@@ -11,6 +11,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "sweep_spec_fixture.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -236,6 +237,41 @@ TEST(SweepSpec, NodesWithoutAnIntraLinkUseTheirGpusPcie) {
     ADD_FAILURE() << "a spec without a NIC was accepted";
   } catch (const ValidationError& e) {
     EXPECT_NE(std::string(e.what()).find("nic"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SweepShareOut, DealsRoundRobin) {
+  EXPECT_EQ(dealt_mixes(7, 1, 3), (std::vector<std::size_t>{1, 4}));
+  EXPECT_EQ(dealt_mixes(7, 0, 1), (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(dealt_mixes(2, 3, 4).empty());
+}
+
+// Two processes sharing a sweep give process 0 the rows one process computes, in mix order;
+// the other process gets none.
+TEST(SweepShareOut, GatheredRowsEqualOneProcessRows) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("cephalo_sweep_share_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  test_support::write_small_sweep_spec(dir / "spec.json", "even");
+  const SweepInput input = load_sweep(dir / "spec.json", "");
+  ASSERT_EQ(input.mixes.size(), 8u);
+  const auto alone = run_sweep(input);
+  std::string from_rank1;
+  const SweepShare rank1{1, 2, [&](const std::string& mine) {
+                           from_rank1 = mine;
+                           return std::vector<std::string>{};
+                         }};
+  EXPECT_TRUE(run_sweep(input, rank1).empty());
+  const SweepShare rank0{0, 2, [&](const std::string& mine) {
+                           return std::vector<std::string>{from_rank1, mine};
+                         }};
+  const auto shared = run_sweep(input, rank0);
+  ASSERT_EQ(shared.size(), alone.size());
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_EQ(shared[i].counts, alone[i].counts);
+    EXPECT_EQ(shared[i].samples_per_s, alone[i].samples_per_s);
+    EXPECT_EQ(shared[i].pareto, alone[i].pareto);
   }
   std::filesystem::remove_all(dir);
 }

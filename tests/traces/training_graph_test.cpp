@@ -418,5 +418,16 @@ TEST(TrainingGraph, LayerBackwardsHoldTheirInputGradientTemporaries) {
   EXPECT_EQ(checked, 2 * 2);  // 2 layers × 2 micro-batches
 }
 
+// One spelling of a rank's label for every trace: the catalog name, the node and, for an
+// emulated slot, the slowdown.
+TEST(TraceLabels, RankLabelNamesTheDeviceNodeAndEmulation) {
+  Scenario s = tiny_scenario(2);
+  s.cluster.nodes[0].devices[1].slowdown = 2.5;
+  EXPECT_EQ(
+      rank_labels(s.cluster),
+      (std::vector<std::string>{"TinyGPU, node 0", "TinyGPU, node 0, emulated 2.50x slowdown"}));
+  EXPECT_EQ(rank_label(s.cluster.ranks()[0]), "TinyGPU, node 0");
+}
+
 }  // namespace
 }  // namespace cephalo::traces

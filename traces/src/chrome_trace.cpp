@@ -5,8 +5,26 @@
 #include <stdexcept>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/table.hpp"
 
 namespace cephalo::traces {
+
+std::string rank_label(const RankDevice& device) {
+  std::string label = device.slot->spec.name + ", node " + std::to_string(device.node);
+  if (device.slot->slowdown != 1.0) {
+    label += ", emulated ";
+    label += fixed(device.slot->slowdown, 2);
+    label += "x slowdown";
+  }
+  return label;
+}
+
+std::vector<std::string> rank_labels(const Cluster& cluster) {
+  std::vector<std::string> labels;
+  for (const auto& d : cluster.ranks()) labels.push_back(rank_label(d));
+  return labels;
+}
+
 namespace {
 
 // Integer nanoseconds as microseconds with exactly three decimals: lossless and stable.

@@ -8,6 +8,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::traces {
@@ -433,6 +434,42 @@ std::string render_merged_trace(const TrainingGraph& g, const IterationReport& s
                 {"otherData", {{"title", title}}},
                 {"traceEvents", std::move(events)}};
   return trace.dump() + "\n";
+}
+
+ImplementationSides implementation_sides(const Scenario* scenario, const IterationReport& run) {
+  ImplementationSides sides;
+  sides.simulated =
+      scenario ? to_string(scenario->job.implementation) : std::string("unknown (no --scenario)");
+  sides.measured =
+      run.implementation.empty() ? std::string("unknown (not recorded)") : run.implementation;
+  sides.differ = scenario && !run.implementation.empty() && sides.simulated != sides.measured;
+  return sides;
+}
+
+Json to_json(const ImplementationSides& sides) {
+  return {{"simulated", sides.simulated}, {"measured", sides.measured}};
+}
+
+PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
+                                  const IterationReport& run, const std::string& run_file,
+                                  const Scenario* scenario, const Plan* plan,
+                                  const std::string& plan_label) {
+  PlannedComparison c;
+  CompareContext ctx;
+  if (scenario && plan) {
+    check_plan_for(*plan, *scenario, plan_label);
+    c.graph = build_training_graph(*plan, *scenario);
+    ctx = {&*c.graph, plan, plan_label};
+  }
+  c.report = compare(sim, sim_file, run, run_file, ctx);
+  c.implementation = implementation_sides(scenario, run);
+  return c;
+}
+
+Json PlannedComparison::record() const {
+  Json j = to_json(report, graph_or_null());
+  j["implementation"] = to_json(implementation);
+  return j;
 }
 
 }  // namespace cephalo::traces

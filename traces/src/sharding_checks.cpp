@@ -46,6 +46,12 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
   }
 }
 
+Plan load_plan_for(const Scenario& scenario, const std::string& plan_file) {
+  Plan plan = load_plan(plan_file);
+  check_plan_for(plan, scenario, plan_file);
+  return plan;
+}
+
 void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
   validate_plan_for(plan, scenario, plan_file);
   if (schedule::replicates_state(scenario.job.implementation.framework)) {

@@ -44,4 +44,13 @@ costmodels::MeasuredProfile profile_model(Device& dev, Communicator& comm, const
                                           const ProfilerOptions& options,
                                           const std::function<void(const std::string&)>& say);
 
+// The record's provenance as `cephalo profile` writes it: `tool`, the date (UTC, ISO 8601),
+// this host's name and how it was measured (device, ranks, the statistic of the repeats after
+// the warm-up).
+void stamp_provenance(costmodels::MeasuredProfile& profile, const std::string& tool,
+                      const std::string& device_name, int ranks, const ProfilerOptions& options);
+
+// The collective sweep's file beside a calibration file: "<dir>/<stem>.sweep.json" ("" for "").
+std::string sweep_file_beside(const std::string& calibration_file);
+
 }  // namespace cephalo::backend

@@ -18,7 +18,10 @@
 #include "cephalo/backend/checkpoint.hpp"
 #include "cephalo/backend/communicator.hpp"
 #include "cephalo/backend/executor.hpp"
+#include "cephalo/backend/run_identity.hpp"
+#include "cephalo/backend/runtime.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
 
 namespace cephalo::backend {
 
@@ -111,5 +114,81 @@ class TrainingSession {
   // the abort ends the process.
   std::unique_ptr<Executor> exec_;
 };
+
+// What `cephalo run` is asked for: the input files, the settings and the files it writes (each
+// named in messages by the run command's flag).
+struct RunRequest {
+  std::string scenario_file, plan_file;
+  RunSettings settings;
+  std::filesystem::path trace, result, dump_params, dump_grads;  // "--trace", ... ("" = none)
+  std::filesystem::path dump_oracle;                             // "--dump-oracle" folder
+};
+
+// Everything that can be refused before any compute, with the same outcome on every rank.
+struct RunSetup {
+  Scenario scenario;
+  Plan plan;  // checked for the scenario (traces::check_plan_for)
+  GptConfig model;
+  RunFingerprint identity;
+};
+
+// Loads and checks this rank's inputs: the scenario, the plan for it, one rank per process
+// (`world_size`), the model, the checkpoint resumed from (its files are inputs no output may
+// replace), and every output location (files, folders, none inside the checkpoint folders).
+RunSetup load_run_inputs(const RunRequest& request, int world_size);
+
+// load_run_inputs on every rank, then the run identity. Under MPI both are a fixed set of small
+// host collectives whatever each rank's inputs, so every rank ends together with one message:
+// first the inputs (the lowest rank that refused them speaks, named when it is not rank 0),
+// then the identity (agree_run_identity). Without MPI a refusal is an AgreedFailure too, so a
+// caller handles one exception type for one rank and for many.
+RunSetup prepare_run(const MpiRuntime& mpi, const RunRequest& request);
+
+// This rank's runtime, executor and session options for the set-up run: CPU threads from
+// `threads` (> 0), else the cluster slot's, else 1; the slot's slowdown; the agreed identity.
+struct RunOptions {
+  RuntimeOptions runtime;
+  ExecutorOptions executor;
+  SessionOptions session;
+};
+RunOptions run_options(const RunSetup& setup, const RunSettings& settings, int rank, int threads);
+
+// The notes a run prints once before training (the CPU's rounding of low-precision compute,
+// emulated slowdowns), and the warning when the job declares another implementation than the
+// one the backend runs ("" when they agree).
+std::vector<std::string> run_notes(const Scenario& scenario, const std::string& device);
+std::string implementation_warning(const Scenario& scenario);
+
+// Which step the report describes: "step 7", or "step 7 (median step time of steps 1-9)".
+std::string reported_step_label(const SessionResult& result, const std::string& statistic);
+
+// The measured trace's input for the reported step: every rank's label (traces::rank_label),
+// its memory, and a title naming the device kind, the scenario and the step.
+traces::TraceInput trace_input(const traces::TrainingGraph& graph, const SessionResult& result,
+                               const Scenario& scenario, const std::string& device_kind,
+                               const std::string& step_label);
+
+// The reported step's RunResult: the session's report, with the implementation the backend ran.
+traces::IterationReport reported_report(const SessionResult& result);
+
+// Rank 0 after training, where the request names files: the trace (trace_input), the RunResult
+// (naming the run identity its checkpoints carry too) and the raw fp32 parameter and gradient
+// dumps (gathered by every rank before).
+void write_run_outputs(const RunRequest& request, const RunSetup& setup,
+                       const traces::TrainingGraph& graph, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       const std::string& step_label, const std::vector<float>& params,
+                       const std::vector<float>& grads);
+
+// The run's record (`cephalo run --json`): scenario, plan file, device, ranks, emulation, every
+// step, the reported step and statistic, the run identity, the implementation and `report`.
+Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
+                const traces::IterationReport& report, const std::string& device_kind, int ranks);
+// The same as `cephalo run` prints it without --json: a line naming the run, the emulation
+// notice, a row per step (with the loss scale and the update of fp16 jobs) and the reported
+// step's table.
+std::string render_run(const RunSetup& setup, const SessionResult& result,
+                       const traces::IterationReport& report, const std::string& device_kind,
+                       int ranks, const std::string& step_label);
 
 }  // namespace cephalo::backend

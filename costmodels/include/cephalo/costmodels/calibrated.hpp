@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
@@ -230,6 +231,9 @@ struct ValidationReport {
 };
 ValidationReport validate_compute_models(const ProfileTables& tables,
                                          const CalibrationOptions& base = {});
+// The report as `cephalo profile validate` prints it: its record (--json) and its text.
+Json to_json(const ValidationReport& report);
+std::string render_validation(const ValidationReport& report);
 
 // The points a row is judged on: its measured micro-batches, else m = 1, 2, 4, 8 of its fit.
 struct RowPoint {

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace cephalo::costmodels {
 
@@ -20,5 +22,15 @@ Json model_summary(const ModelSpec& model);
 // model_summary plus the embedding and head counts and, for a config, its model_type and the
 // notes on what was read but not priced.
 Json model_description(const HfModel& model);
+
+// What `cephalo describe` prints as text (the records above are its --json): the GPU and model
+// catalogs as tables, one model with its parameters by unit and the config's notes, and a
+// scenario (job, implementation, cluster, a row per rank, the cluster's notes), whose record is
+// the scenario's JSON with the model's parameter count.
+std::string render_gpu_catalog(const GpuCatalog& catalog);
+std::string render_model_catalog(const ModelCatalog& catalog);
+std::string render_model_description(const HfModel& model);
+Json scenario_description(const Scenario& scenario);
+std::string render_scenario_description(const Scenario& scenario, const std::string& file);
 
 }  // namespace cephalo::costmodels

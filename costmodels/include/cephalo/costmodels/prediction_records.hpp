@@ -60,6 +60,9 @@ Implementation query_implementation(const LayerQuery& query, const QueryOrigin& 
 // NotFoundError for an unknown GPU, model or source.
 LayerPrediction predict_layer(const LayerQuery& query, const QueryOrigin& origin = {});
 Json to_json(const LayerPrediction& p);
+// The record as `cephalo predict layer` prints it: a table, the implementation, the profile row
+// and the notes (the warnings are the caller's, for stderr).
+std::string render_text(const LayerPrediction& p);
 
 // ---- memory: a plan's per-rank memory, term by term ----
 
@@ -68,6 +71,9 @@ Json to_json(const LayerPrediction& p);
 std::vector<MemoryBreakdown> predict_plan_memory(const Scenario& scenario, const Plan& plan);
 Json memory_record(const Scenario& scenario, const std::string& plan_label,
                    const std::vector<MemoryBreakdown>& ranks);
+// The per-rank table of `cephalo predict memory` (GiB), titled with the plan and the scenario.
+std::string render_memory_table(const Scenario& scenario, const std::string& plan_label,
+                                const std::vector<MemoryBreakdown>& ranks);
 
 // ---- collective: time and bandwidth of one collective on a scenario's cluster ----
 
@@ -90,5 +96,6 @@ struct CollectivePrediction {
 CollectivePrediction predict_collective(const Scenario& scenario, const CollectiveQuery& query,
                                         const QueryOrigin& origin = {});
 Json to_json(const CollectivePrediction& p);
+std::string render_text(const CollectivePrediction& p);  // `cephalo predict collective`
 
 }  // namespace cephalo::costmodels

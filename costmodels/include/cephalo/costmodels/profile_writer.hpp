@@ -62,5 +62,8 @@ Json profile_to_json(const MeasuredProfile& profile);
 // The "cephalo-collective-sweep" record of the profile's even collective points (empty
 // results when there are none).
 Json collective_sweep_to_json(const MeasuredProfile& profile, const std::string& device);
+// The tables `cephalo profile` prints: the first row's layer, embedding and head times per
+// micro-batch, the optimizer points and, when measured, the collectives.
+std::string render_profile_tables(const MeasuredProfile& profile);
 
 }  // namespace cephalo::costmodels

@@ -97,6 +97,11 @@ void predict(const Scenario& scenario, const costmodels::CostModels& models, Pla
 
 // Per-rank table and JSON of a result.
 std::string render_table(const PlanResult& result);
+// What `cephalo plan` prints without --json: a line naming the scenario (model, sequence, global
+// batch, devices, stack), the table and, when the memory model finds a rank over capacity, a
+// warning (`fits`: PlanResult::fits). `table` is render_table(result), built by the caller
+// only when it prints.
+std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits);
 Json to_json(const PlanResult& result);
 // to_json without the "plan" key: the record a Plan carries as its `predicted` field.
 Json prediction_json(const PlanResult& result);

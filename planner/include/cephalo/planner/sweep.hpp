@@ -118,6 +118,31 @@ std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
 Json rows_to_json(const std::vector<SweepRow>& rows, const std::vector<std::size_t>& indices);
 void place_rows(const Json& rows, std::vector<SweepRow>& all);
 
+// A sweep spec file as `cephalo sweep` and Python read it: loaded, `stack_file` (a `cephalo
+// calibrate stack` file, "" for none) applied to its job, and its mixes enumerated within
+// `max_mixes` (enumerate_mixes refuses a larger space before building it).
+struct SweepInput {
+  SweepSpec spec;
+  std::vector<std::vector<int>> mixes;
+};
+SweepInput load_sweep(const std::filesystem::path& spec_file, const std::string& stack_file,
+                      std::uint64_t max_mixes = kDefaultMaxMixes);
+
+// A sweep shared out over `size` processes: process `rank` evaluates mixes rank, rank + size, ...
+// and `gather` brings every process's text (rows_to_json) to process 0, in any order. The
+// planner stays free of MPI (DESIGN §3: the backend owns it): `cephalo sweep` passes the MPI
+// gather of backend::MpiRuntime; the default is one process, whose gather is its own text.
+struct SweepShare {
+  int rank = 0;
+  int size = 1;
+  std::function<std::vector<std::string>(const std::string&)> gather;
+};
+// This process's mixes under the share-out: indices rank, rank + size, ... below `mixes`.
+std::vector<std::size_t> dealt_mixes(std::size_t mixes, int rank, int size);
+// Every row of the sweep in mix order, Pareto-marked, on process 0; empty on the others.
+std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share = {},
+                                const SweepProgress& progress = {});
+
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows);
 // The table `cephalo sweep` prints. Rows are sorted by `sort` (best first, infeasible mixes

@@ -15,9 +15,12 @@
 // node offsets) and its position in the group, and each collective is priced over its full
 // membership (its group, or every rank with the pieces for the cross-group reduction).
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim {
@@ -59,5 +62,29 @@ struct PlanReplay {
 PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                        const SimOptions& options = {});
+
+// What `cephalo simulate` and the Python module's simulate do with a scenario and a plan, one
+// sequence so that neither skips a check: the plan checked for the scenario
+// (traces::check_plan_for, messages naming `plan_label`), the cost models made with
+// `compute_model`, the trace file's location checked (`trace`, an empty file for none) before
+// the replay, the replay (replay_plan, memory recorded when there is a trace, timed in `wall_s`)
+// and the scenario's prediction warnings in the report. The caller writes the trace
+// (trace_input) and prints.
+struct Simulation {
+  PlanReplay replay;
+  costmodels::CostModels models;
+  double wall_s = 0;  // the replay's wall time
+};
+Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
+                            const std::string& plan_label, const std::string& compute_model,
+                            SimOptions options, const OutputTarget& trace);
+// What `cephalo simulate` prints of a simulation: on stderr, what was replayed ("simulated 812
+// ops, 2301 events in 4.1 ms; implementation ..."); on stdout, a line naming the plan's
+// choices, the compute model and the implementation, the report's table and, with `ops`, a
+// row per op (name, start, end).
+std::string render_replay_summary(const Simulation& run, const Scenario& scenario,
+                                  const Plan& plan);
+std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
+                              const std::string& plan_label, bool ops);
 
 }  // namespace cephalo::sim

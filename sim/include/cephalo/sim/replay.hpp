@@ -58,7 +58,7 @@ SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario,
                    const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                    const SimOptions& options = {});
 
-// The trace writer's input for a simulated run ("rank 3 (RTX-A6000, node 0)").
+// The trace writer's input for a simulated run ("rank 3 (RTX-A6000, node 0)", traces::rank_label).
 traces::TraceInput trace_input(const SimResult& result, const traces::TrainingGraph& graph,
                                const Scenario& scenario);
 

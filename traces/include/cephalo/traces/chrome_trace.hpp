@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cephalo/core/scenario.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
 namespace cephalo::traces {
@@ -28,6 +29,13 @@ struct TraceInput {
   std::vector<std::vector<MemorySample>> memory;  // per rank; may be empty
   std::string title;                              // stored in metadata
 };
+
+// A rank's process label, the one spelling of simulated, measured and merged traces and of a
+// run's abort message: "RTX-A6000, node 0" (the catalog name), with ", emulated 2.00x slowdown"
+// for a slot that emulates a slower device.
+std::string rank_label(const RankDevice& device);
+// rank_label of every rank of the cluster, in rank order.
+std::vector<std::string> rank_labels(const Cluster& cluster);
 
 // Renders the trace. Throws std::invalid_argument on inconsistent input (sizes, an op ending
 // before it starts, or two ops overlapping on a lane).

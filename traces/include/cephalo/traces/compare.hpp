@@ -12,6 +12,7 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
@@ -110,5 +111,32 @@ std::string render_merged_trace(const TrainingGraph& graph, const IterationRepor
                                 const IterationReport& run,
                                 const std::vector<std::string>& rank_labels,
                                 const std::string& title);
+
+// Which software stack each side of a comparison is: the simulation priced the scenario's job
+// ("unknown (no --scenario)" without a scenario), the run executed the backend's (recorded in
+// the RunResult; "unknown (not recorded)" in files that predate it). `differ` when both are
+// known and not the same; to_json is the comparison record's "implementation".
+struct ImplementationSides {
+  std::string simulated, measured;
+  bool differ = false;
+};
+ImplementationSides implementation_sides(const Scenario* scenario, const IterationReport& run);
+Json to_json(const ImplementationSides& sides);
+
+// compare() as `cephalo compare` and the Python module's compare both run it: with a scenario
+// and a plan, the plan checked for the scenario (check_plan_for, messages naming `plan_label`)
+// and the graph its op ids key built; without both, the end-to-end and per-rank parts only.
+// `record()` is to_json with the graph and the implementation sides.
+struct PlannedComparison {
+  std::optional<TrainingGraph> graph;
+  CompareReport report;
+  ImplementationSides implementation;
+  const TrainingGraph* graph_or_null() const { return graph ? &*graph : nullptr; }
+  Json record() const;
+};
+PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
+                                  const IterationReport& run, const std::string& run_file,
+                                  const Scenario* scenario, const Plan* plan,
+                                  const std::string& plan_label);
 
 }  // namespace cephalo::traces

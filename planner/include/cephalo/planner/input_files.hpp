@@ -1,0 +1,19 @@
+#pragma once
+// Every kind of file a command reads, recognised by its keys and checked by the code that reads
+// it: `cephalo validate` (and anything else that must say what a file is) calls this, so a file
+// it passes is one the commands accept.
+#include <optional>
+#include <string>
+
+#include "cephalo/core/scenario.hpp"
+
+namespace cephalo::planner {
+
+// A short description of the file ("plan, 4 ranks, matches scenario s", "sweep spec x, 3 GPU
+// types", ...): scenarios (with the calibration files they list), clusters, jobs, plans (also
+// checked for `scenario` when given), GPU and model catalogs, sweep specs ("pool", read as
+// `cephalo sweep` reads them) and Hugging Face configs ("model_type"). Throws the reader's
+// typed error on any problem (IoError when the file cannot be read).
+std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario);
+
+}  // namespace cephalo::planner

@@ -1,0 +1,67 @@
+#include "cephalo/planner/input_files.hpp"
+
+#include <filesystem>
+
+#include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/sweep.hpp"
+#include "cephalo/traces/shard_layout.hpp"
+
+namespace cephalo::planner {
+
+std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario) {
+  Json j = read_json_file(file);
+  JsonReader r(j, file);
+  const auto& lookup = costmodels::CatalogLookup::builtin();
+  if (!j.is_object())
+    r.fail(
+        "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face config)");
+  if (j.contains("ranks")) {
+    Plan plan = parse_plan(r);
+    if (scenario) {
+      traces::check_plan_for(plan, *scenario, file);
+    }
+    return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
+           (scenario ? ", matches scenario " + scenario->name : "");
+  }
+  // A sweep spec also has a "job": recognised by its pool first, and read as `sweep` reads it.
+  if (j.contains("pool")) {
+    const auto spec = planner::load_sweep_spec(file);
+    return "sweep spec " + spec.name + ", " + std::to_string(spec.pool.size()) + " GPU types";
+  }
+  if (j.contains("model_type")) {
+    const auto hf = load_hf_config(file);
+    return "Hugging Face config, model_type " + hf.model_type;
+  }
+  if (j.contains("cluster") || j.contains("job")) {
+    Scenario s = parse_scenario(r, lookup, std::filesystem::path(file).parent_path());
+    // What every command does next: read the calibration files it lists, with the same code.
+    costmodels::make_cost_models(s);
+    return "scenario " + s.name + ", " + std::to_string(s.cluster.num_ranks()) + " devices, " +
+           s.job.model_name;
+  }
+  if (j.contains("nodes")) {
+    Cluster c = parse_cluster(r, lookup);
+    return "cluster " + c.name + ", " + std::to_string(c.num_ranks()) + " devices";
+  }
+  if (j.contains("model") || j.contains("global_batch")) {
+    Job job = parse_job(r, lookup);
+    return "job " + job.model_name;
+  }
+  if (j.contains("devices")) {
+    auto catalog = costmodels::GpuCatalog::load(file);
+    return "GPU catalog, " + std::to_string(catalog.all().size()) + " devices";
+  }
+  if (j.contains("models")) {
+    auto catalog = costmodels::ModelCatalog::load(file);
+    return "model catalog, " + std::to_string(catalog.all().size()) + " models";
+  }
+  r.fail(
+      "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
+      "(\"ranks\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") or Hugging "
+      "Face config (\"model_type\")");
+}
+
+}  // namespace cephalo::planner
