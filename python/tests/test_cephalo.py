@@ -11,6 +11,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
@@ -279,70 +280,70 @@ def test_simulate_record_and_dataframes(default_plan):
     assert len(ops) == len(result["ops"]) and (ops["duration_s"] >= 0).all()
 
 
-def longest_silences(call, attempts):
-    """Runs call() `attempts` times while a Python thread records time.perf_counter() about
-    every millisecond; returns, per call, the longest stretch of the call without a tick, as
-    a fraction of the call's duration. A tick is taken while its thread holds the GIL, so a call
-    that holds the GIL throughout is one silence (the ticker may run only at forced GIL switches
-    around its ends), while during a call that releases the GIL the ticker keeps ticking. The
-    old form of this test counted ticks between calls too, which a GIL-holding call also lets
-    through; a count of ticks inside is no better under load (a GIL-holding 2 s sort let 1-7
-    in, forced switches at its ends, while 170 ms simulate calls got 0-15)."""
+def longest_silences(calls, rounds):
+    """Runs each of `calls` once per round while a Python thread spins, recording
+    time.perf_counter() in pure bytecode that never sleeps (it needs only a core and the GIL, not
+    timely wake-ups). Returns, per call, the longest stretch of each run without a record, as a
+    fraction of the run. A call that holds the GIL silences the spinner but for its two ends (the
+    GIL changes hands between bytecodes there; the switch interval is shortened so those stay
+    short); during one that releases it the spinner keeps recording wherever it has a core."""
     ticks = []
     stop = threading.Event()
 
-    def tick():
+    def spin():
         while not stop.is_set():
             ticks.append(time.perf_counter())
-            stop.wait(0.001)
 
-    t = threading.Thread(target=tick)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)
+    t = threading.Thread(target=spin, daemon=True)
     t.start()
-    silences = []
+    silences = [[] for _ in calls]
     try:
-        for _ in range(attempts):
-            begin = time.perf_counter()
-            call()
-            end = time.perf_counter()
-            inside = [begin] + [x for x in list(ticks) if begin < x < end] + [end]
-            gap = max(b - a for a, b in zip(inside, inside[1:]))
-            silences.append(gap / (end - begin))
-            time.sleep(0.005)
+        for _ in range(rounds):
+            for i, call in enumerate(calls):
+                seen = len(ticks)
+                begin = time.perf_counter()
+                call()
+                end = time.perf_counter()
+                inside = [begin] + [x for x in ticks[max(0, seen - 1):] if begin < x < end] + [end]
+                silences[i].append(max(b - a for a, b in zip(inside, inside[1:])) / (end - begin))
+                time.sleep(0.002)
     finally:
         stop.set()
         t.join()
+        sys.setswitchinterval(interval)
     return silences
 
 
-# The longest tick-free stretch, as a fraction of a call, that tells the two apart.
-GIL_SILENCE = 0.8
-
-
 def test_long_calls_release_the_gil():
-    # A Python thread runs while simulate works in C++. The binding is called directly, with
-    # the scenario and plan loaded beforehand, so that no Python code of the wrapper (which
-    # lets the ticker in every switch interval) runs inside the measured call. With per-op
-    # records the replay runs in full (without them, by class of identical ranks, ~1 ms here:
-    # too short to tell anything); a call takes ~35 ms idle, more on a loaded 2-core machine,
-    # of which converting the 9,840 ops' columns to Python holds the GIL. In some call of
-    # twenty the ticker is never silent for GIL_SILENCE of the call (a busy machine may
-    # starve it during some calls, not during all twenty; measured 2026-12-02 under load 6 on
-    # the 2-core machine, six runs: the least of twenty 0.08-0.13, the most 0.17-0.22).
+    # A Python thread spins while simulate works in C++; the control, list.sort of ints, runs in
+    # C holding the GIL; both are measured in one run, interleaved, so load reaches both alike.
+    # The binding is called directly, with the scenario and plan loaded beforehand, so that no
+    # Python code of the wrapper runs inside the measured call. With per-op records the replay
+    # runs in full (~35 ms idle), of which converting the 9,840 ops' columns to Python holds the
+    # GIL. Measured 2026-12-04 on the 2-core machine (longest silence per call, least / median
+    # of ten): idle simulate 0.06-0.12 / 0.13, sort 0.66-0.90 / 0.91; beside three busy
+    # processes simulate 0.13-0.20 / 0.22-0.31, sort 0.46-0.51 / 0.63-0.73. A busy machine
+    # stretches the sort's ends (its thread waits for a core to take the GIL back), so the
+    # verdict compares simulate's least silence with the control's typical one.
     from cephalo import _cephalo
     scenario = cephalo.load_scenario(SCENARIOS / "a100-l4-ethernet-gpt2.7b.json")
     plan = cephalo.load_plan(cephalo.plan(scenario, strategy="even", compute_model="roofline"))
-    silences = longest_silences(lambda: _cephalo.simulate_json(
-        scenario, plan, "<plan>", True, "roofline", True, "binary-heap", ""), 20)
-    assert min(silences) < GIL_SILENCE, f"longest silence per simulate call: {silences}"
-
-
-def test_the_gil_check_fails_for_a_call_that_holds_the_gil():
-    # The control: list.sort of ints runs in C holding the GIL (0.5-2 s here); the ticker is
-    # silent for more than GIL_SILENCE of every call (measured 0.95-0.97), so the check above
-    # would fail.
-    data = [(i * 7919) % 1_000_003 for i in range(1_000_000)]
-    silences = longest_silences(lambda: sorted(data), 5)
-    assert min(silences) >= GIL_SILENCE, silences
+    data = [(i * 7919) % 1_000_003 for i in range(200_000)]
+    simulate, hold = longest_silences([
+        lambda: _cephalo.simulate_json(scenario, plan, "<plan>", True, "roofline", True,
+                                       "binary-heap", ""),
+        lambda: sorted(data)], 20)
+    typical_hold = sorted(hold)[len(hold) // 2]
+    if typical_hold < 0.3:
+        pytest.skip(f"cannot decide: the machine is so busy that even a GIL-holding sort left the "
+                    f"spinner silent for only {typical_hold:.2f} of a typical call "
+                    f"(silences {sorted(hold)}); simulate's were {sorted(simulate)}")
+    assert min(simulate) < 0.5 * typical_hold, (
+        f"simulate silenced the spinner like a GIL-holding call: least silence "
+        f"{min(simulate):.2f} against the sort's typical {typical_hold:.2f} "
+        f"(simulate {sorted(simulate)}, sort {sorted(hold)})")
 
 
 # -- Hugging Face configs -----------------------------------------------------------------

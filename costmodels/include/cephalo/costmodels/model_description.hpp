@@ -26,7 +26,8 @@ Json model_description(const HfModel& model);
 // What `cephalo describe` prints as text (the records above are its --json): the GPU and model
 // catalogs as tables, one model with its parameters by unit and the config's notes, and a
 // scenario (job, implementation, cluster, a row per rank, the cluster's notes), whose record is
-// the scenario's JSON with the model's parameter count.
+// the scenario's JSON with the model's parameter count, the framework's schedule and the
+// warnings every prediction for it carries.
 std::string render_gpu_catalog(const GpuCatalog& catalog);
 std::string render_model_catalog(const ModelCatalog& catalog);
 std::string render_model_description(const HfModel& model);
