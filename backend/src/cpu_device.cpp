@@ -92,15 +92,15 @@ void CpuDevice::reset_peak() {
 }
 
 void CpuDevice::do_copy(Stream& s, TensorRef dst, TensorRef src) {
-  s.enqueue_host([dst, src] { std::memcpy(dst.data, src.data, src.bytes()); });
+  s.enqueue_host([dst, src] { copy_host_bytes(dst.data, src.data, src.bytes()); });
 }
 
 void CpuDevice::do_upload(TensorRef dst, const void* host, std::size_t bytes) {
-  std::memcpy(dst.data, host, bytes);
+  copy_host_bytes(dst.data, host, bytes);
 }
 
 void CpuDevice::do_download(void* host, TensorRef src, std::size_t bytes) {
-  std::memcpy(host, src.data, bytes);
+  copy_host_bytes(host, src.data, bytes);
 }
 
 void* CpuDevice::raw_allocate(std::size_t bytes, MemorySpace space) {

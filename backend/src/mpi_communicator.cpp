@@ -249,14 +249,14 @@ class MpiCommunicator final : public Communicator {
         // and are compacted to the shard offsets.
         std::vector<char> out(static_cast<std::size_t>(pad) * es, 0);
         std::vector<char> in(static_cast<std::size_t>(pad) * es * c32.size());
-        std::memcpy(out.data(), send.data, static_cast<std::size_t>(c32[me]) * es);
+        copy_host_bytes(out.data(), send.data, static_cast<std::size_t>(c32[me]) * es);
         complete([&](MPI_Request* r) {
           CEPHALO_MPI(MPI_Iallgather(out.data(), pad, t, in.data(), pad, t, c, r));
         });
         for (std::size_t r = 0; r < c32.size(); ++r)
-          std::memcpy(static_cast<char*>(recv.data) + static_cast<std::size_t>(displs[r]) * es,
-                      in.data() + r * static_cast<std::size_t>(pad) * es,
-                      static_cast<std::size_t>(c32[r]) * es);
+          copy_host_bytes(static_cast<char*>(recv.data) + static_cast<std::size_t>(displs[r]) * es,
+                          in.data() + r * static_cast<std::size_t>(pad) * es,
+                          static_cast<std::size_t>(c32[r]) * es);
       });
       return;
     }
@@ -290,14 +290,14 @@ class MpiCommunicator final : public Communicator {
         std::vector<char> out(static_cast<std::size_t>(pad) * es * c32.size(), 0);
         std::vector<char> in(static_cast<std::size_t>(pad) * es);
         for (std::size_t r = 0; r < c32.size(); ++r)
-          std::memcpy(
+          copy_host_bytes(
               out.data() + r * static_cast<std::size_t>(pad) * es,
               static_cast<const char*>(send.data) + static_cast<std::size_t>(displs[r]) * es,
               static_cast<std::size_t>(c32[r]) * es);
         complete([&](MPI_Request* r) {
           CEPHALO_MPI(MPI_Ireduce_scatter_block(out.data(), in.data(), pad, t, o, c, r));
         });
-        std::memcpy(recv.data, in.data(), static_cast<std::size_t>(c32[me]) * es);
+        copy_host_bytes(recv.data, in.data(), static_cast<std::size_t>(c32[me]) * es);
       });
       return;
     }

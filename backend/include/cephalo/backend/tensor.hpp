@@ -4,6 +4,7 @@
 // without copies. A view never frees anything; Buffer (device.hpp) owns memory.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +54,13 @@ inline ElemType elem_type_of(Dtype d) {
       return ElemType::BF16;
   }
   return ElemType::F32;
+}
+
+// Copies `bytes` between host-addressable buffers (the CPU device, pinned host memory), nothing
+// when `bytes` is 0: an empty view's pointer may be null (a rank without samples or without
+// state), and memcpy from or to a null pointer is undefined even for zero bytes.
+inline void copy_host_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
 // A contiguous run of `numel` elements of `type` at `data`, on the device that allocated it.
