@@ -1,4 +1,4 @@
-#include "cephalo/backend/emulation.hpp"
+#include "emulation.hpp"
 
 #include <chrono>
 #include <csignal>

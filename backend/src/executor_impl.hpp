@@ -7,10 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "cephalo/backend/emulation.hpp"
 #include "cephalo/backend/executor.hpp"
-#include "cephalo/backend/optimizer.hpp"
 #include "cephalo/backend/sharded_state.hpp"
+#include "emulation.hpp"
+#include "optimizer.hpp"
 
 namespace cephalo::backend {
 

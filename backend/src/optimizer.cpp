@@ -1,4 +1,4 @@
-#include "cephalo/backend/optimizer.hpp"
+#include "optimizer.hpp"
 
 #include <cmath>
 #include <vector>
