@@ -109,6 +109,10 @@ std::vector<int> gather_gates(const GatherRules& rules, std::span<const GatherPh
 
 int most_live_gathers(const GatherRules& rules, double phase_elements, int phases) {
   if (phases <= 0) return 0;
+  // The lookahead rules keep the computing phase and the next lookahead − 1 live: no walk (the
+  // memory model asks for this on every prediction).
+  if (rules.prefetch_bucket_elements <= 0)
+    return std::min(phases, std::max({1, rules.forward_lookahead, rules.backward_lookahead}));
   // A round's forward phases, then its backward ones.
   std::vector<GatherPhase> uniform(static_cast<std::size_t>(phases), GatherPhase{phase_elements});
   for (int q = phases / 2; q < phases; ++q) uniform[static_cast<std::size_t>(q)].backward = true;
