@@ -35,6 +35,15 @@ struct RunArgs {
   bool overwrite_checkpoints = false;
 };
 
+// One stderr line in one write: mpirun forwards each rank's stdout and stderr on their own
+// channels, and a line written piecewise can be split by the other channel's output.
+template <typename... Parts>
+void progress(const Parts&... parts) {
+  std::ostringstream line;
+  (line << ... << parts) << '\n';
+  std::cerr << line.str() << std::flush;
+}
+
 struct InjectedFailure {
   int rank = -1;
   int step = -1;
@@ -114,12 +123,12 @@ void run(RunArgs& a) {
   auto graph = traces::build_training_graph(plan, sc);
 
   if (rank == 0)
-    for (const auto& n : backend::run_notes(sc, a.device)) std::cerr << "note: " << n << "\n";
+    for (const auto& n : backend::run_notes(sc, a.device)) progress("note: ", n);
   backend::RunOptions opt = backend::run_options(setup, request.settings, rank, a.threads);
   // --device cuda fails with CUDA's reason (exit 4) on a machine without a usable GPU.
   backend::Runtime rt = backend::make_runtime(mpi_runtime, opt.runtime);
   if (const auto w = backend::implementation_warning(sc); rank == 0 && !w.empty())
-    std::cerr << "warning: " << w << "\n";
+    progress("warning: ", w);
   if (failure && failure->rank == rank) {
     opt.executor.fail_at_step = failure->step;
     opt.executor.fail_by_kill = failure->kill;
@@ -132,7 +141,7 @@ void run(RunArgs& a) {
                                                  opt.executor);
     });
     if (!a.resume.empty() && rank == 0)
-      std::cerr << "resumed from " << a.resume << " at step " << exec.next_step() << "\n";
+      progress("resumed from ", a.resume, " at step ", exec.next_step());
   } catch (const backend::AgreedFailure& e) {
     fail_agreed(rank, e);
   }
@@ -145,15 +154,13 @@ void run(RunArgs& a) {
   auto result = session.run([&](const backend::StepResult& r) {
     if (oracle) oracle->after_step(r);
     if (rank == 0 && !a.json)
-      std::cerr << "step " << r.step << "  loss " << fixed(r.loss, 5) << "  "
-                << format_seconds(r.time_s)
-                << (r.skipped ? "  (fp16 overflow: update skipped, loss scale lowered)" : "")
-                << "\n";
+      progress("step ", r.step, "  loss ", fixed(r.loss, 5), "  ", format_seconds(r.time_s),
+               r.skipped ? "  (fp16 overflow: update skipped, loss scale lowered)" : "");
   });
   backend::Executor& exec = session.executor();
   if (oracle) oracle->finish();
   if (result.steps.empty()) {
-    if (rank == 0) std::cerr << "nothing to run: already at step " << exec.next_step() << "\n";
+    if (rank == 0) progress("nothing to run: already at step ", exec.next_step());
     return;
   }
   const traces::IterationReport report = backend::reported_report(result);
