@@ -1,10 +1,17 @@
 // The `cephalo` command line: thin glue that parses arguments, calls the libraries and prints.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cephalo/core/error.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
+
+namespace {
+// The message in one write: under mpirun, a line written piecewise can be split by another
+// rank's or another channel's output.
+void report(const std::string& message) { std::cerr << ("error: " + message + "\n") << std::flush; }
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace cephalo;
@@ -30,37 +37,37 @@ int main(int argc, char** argv) {
   add_footer(&app, add_footer);
   // CLI11 would only say the word "was not expected"; name the commands instead.
   if (auto message = cli::unknown_subcommand_message(app, argc, argv); !message.empty()) {
-    std::cerr << "error: " << message << "\nRun with --help for more information.\n";
+    report(message + "\nRun with --help for more information.");
     return cli::kUsage;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
     // Commands report "some inputs were bad" this way after printing their own lines.
-    if (std::string(e.what()).size()) std::cerr << "error: " << e.what() << "\n";
+    if (std::string(e.what()).size()) report(e.what());
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? cli::kOk : cli::kUsage;
   } catch (const ValidationError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     // Commands report a flag value they check themselves as the file "command line": that is
     // a bad command line (2), like every value a CLI11 validator refuses.
     return e.file() == cli::kCommandLine ? cli::kUsage : cli::kInvalidInput;
   } catch (const NotFoundError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     return cli::kInvalidInput;
   } catch (const InfeasibleError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     return cli::kInfeasible;
   } catch (const IoError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     return cli::kIo;
   } catch (const RuntimeFailure& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     return cli::kRuntime;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e.what());
     return cli::kRuntime;
   }
   return cli::kOk;
