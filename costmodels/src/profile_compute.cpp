@@ -52,6 +52,10 @@ ComputeEstimate ProfileComputeModel::unit_time(const DeviceSpec& device, const J
   if (const UnitProfile* u =
           tables_->find_unit(job.model.name, device.name, seq, dtype, unit_name)) {
     LayerTime t = ProfileTables::evaluate(u->points, micro_batch);
+    // A profiled head's backward is the fused forward + loss + backward the executor runs as
+    // the head's backward op (the logits are never kept), so its recompute is already in it.
+    if (kind == UnitKind::Head && phase == ComputePhase::Recompute)
+      return {0.0, t.extrapolated, "profile (in the head's fused backward)"};
     return {pick_ms(t, phase) * 1e-3, t.extrapolated, "profile"};
   }
   ComputeEstimate e = fallback_->unit_time(device, job, unit, phase, micro_batch);

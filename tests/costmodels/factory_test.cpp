@@ -10,11 +10,13 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "cephalo/costmodels/profile_compute.hpp"
 #include "cephalo/costmodels/published_throughput.hpp"
 
 using namespace cephalo;
@@ -51,6 +53,36 @@ TEST(CostModels, AutoUsesProfilesWhereTheyExistAndCalibratedElsewhere) {
   EXPECT_THROW(make_cost_models(modern, "measured"), NotFoundError);
   auto roof = make_cost_models(modern, "roofline");
   EXPECT_EQ(roof.compute->name(), "roofline");
+}
+
+TEST(CostModels, AProfiledHeadsRecomputeIsInsideItsFusedBackward) {
+  // `cephalo profile` times the head's backward as the fused forward + loss + backward the
+  // executor runs as the head's backward op (the logits are never kept), so the head's
+  // Recompute op costs nothing more; a profiled layer's recompute is its own measurement.
+  Scenario s = load_scenario(kScenarios / "default.json");
+  const DeviceSpec& l4 = s.cluster.ranks()[0].slot->spec;
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::to_string(::getpid()) + "_cephalo_head_profile_test");
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "p.json";
+  std::ofstream(file) << R"({"format": "cephalo-profile", "version": 1,
+    "rows": [{"model": ")"
+                      << s.job.model.name << R"(", "gpu": "L4", "seq": )" << s.job.sequence_length
+                      << R"(, "dtype": "fp16",
+              "layer": [{"micro_batch": 4, "forward_ms": 10, "backward_ms": 20, "recompute_ms": 11}],
+              "embedding": [{"micro_batch": 4, "forward_ms": 1, "backward_ms": 2}],
+              "head": [{"micro_batch": 4, "forward_ms": 3, "backward_ms": 9}]}]})";
+  ProfileComputeModel model(std::make_shared<ProfileTables>(ProfileTables::load(file)),
+                            std::make_shared<RooflineComputeModel>(), true);
+  const int head = s.job.model.num_layers + 1;
+  EXPECT_NEAR(model.unit_time(l4, s.job, head, ComputePhase::Forward, 4).seconds, 3e-3, 1e-12);
+  EXPECT_NEAR(model.unit_time(l4, s.job, head, ComputePhase::Backward, 4).seconds, 9e-3, 1e-12);
+  const auto rc = model.unit_time(l4, s.job, head, ComputePhase::Recompute, 4);
+  EXPECT_EQ(rc.seconds, 0.0);
+  EXPECT_NE(rc.source.find("fused backward"), std::string::npos) << rc.source;
+  EXPECT_NEAR(model.unit_time(l4, s.job, 1, ComputePhase::Recompute, 4).seconds, 11e-3, 1e-12);
+  EXPECT_NEAR(model.unit_time(l4, s.job, 0, ComputePhase::Recompute, 4).seconds, 1e-3, 1e-12);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MemoryModel, TermsAddUpAndTheStateIsSixteenBytesPerParameterShare) {
