@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/sharded_state.hpp"
@@ -83,8 +84,16 @@ class Profiler {
     return out;
   }
 
-  // Times one collective call (enqueued on the comm stream, then synchronised), all ranks
-  // starting together after a barrier; the slowest rank's time is the call's time.
+  // Whether this rank is the collective points' late participant (see time_collective).
+  bool arrives_last() const { return comm_->rank() == comm_->size() - 1; }
+
+  // Times one collective call (enqueued on the comm stream, then synchronised) on otherwise
+  // idle ranks, from the last participant's arrival, as the simulator counts a collective:
+  // after a barrier every rank but the last enqueues it at once, the last waits 1 ms first
+  // (idle) and its own time is the call's. In training ranks reach a collective when their
+  // compute lets them, rarely together; arriving together would let the call finish inside
+  // the early ranks' hot polling (mpi_communicator.cpp, `complete`), which training rarely
+  // sees.
   template <class Fn>
   double time_collective(Fn&& fn) {
     auto& s = dev_.stream(StreamKind::Comm);
@@ -95,22 +104,26 @@ class Profiler {
     std::vector<double> sec;
     for (int i = 0; i < args_.repeats; ++i) {
       comm_->barrier();
+      if (arrives_last()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       auto t0 = std::chrono::steady_clock::now();
       fn(s);
       s.synchronize();
       double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      comm_->all_reduce_host(&t, 1, ReduceOp::Max);
+      if (!arrives_last()) t = 0;
+      comm_->all_reduce_host(&t, 1, ReduceOp::Max);  // the last rank's time, on every rank
       sec.push_back(t);
     }
     return summarise(sec, args_.statistic);
   }
 
-  // The same call under compute load, as in training (prefetch, overlapped reduce-scatter):
-  // all ranks start together after a barrier, enqueue the collective on the comm stream and,
-  // until it has completed, keep their compute stream busy with `load` (one GEMM per call; at
-  // most two in flight on a GPU, inline on the CPU device), polling the comm stream's event
-  // between them. The time is from the comm stream's start event to its stop event (stamped
-  // where the stream runs them, so not rounded to a GEMM), the slowest rank's.
+  // The same call under compute load, as prefetched gathers and overlapped reduce-scatters run
+  // in training, again from the last participant's arrival: after a barrier every rank but
+  // the last enqueues the collective on its comm stream at once, the last first runs one
+  // `load` to completion. Until the collective has completed every rank keeps its compute
+  // stream busy with `load` (at most two in flight on a GPU, inline on the CPU device),
+  // polling the comm stream's event between them. The time is the last rank's, from its comm
+  // stream's start event to its stop event (stamped where the stream runs them, so not
+  // rounded to a GEMM).
   template <class Fn, class Load>
   double time_collective_under_load(Fn&& fn, Load&& load) {
     auto& s = dev_.stream(StreamKind::Comm);
@@ -118,8 +131,13 @@ class Profiler {
     auto start = dev_.create_event();
     auto stop = dev_.create_event();
     std::unique_ptr<Event> done[2] = {dev_.create_event(), dev_.create_event()};
+    const bool late = arrives_last();
     auto once = [&]() -> double {
       comm_->barrier();
+      if (late) {
+        load();
+        cs.synchronize();
+      }
       start->record(s);
       fn(s);
       stop->record(s);
@@ -131,13 +149,13 @@ class Profiler {
         if (i >= 2) done[i & 1]->synchronize();
       }
       cs.synchronize();
-      return stop->seconds_since(*start);
+      return late ? stop->seconds_since(*start) : 0.0;
     };
     for (int i = 0; i < args_.warmup; ++i) once();
     std::vector<double> sec;
     for (int i = 0; i < args_.repeats; ++i) {
       double t = once();
-      comm_->all_reduce_host(&t, 1, ReduceOp::Max);
+      comm_->all_reduce_host(&t, 1, ReduceOp::Max);  // the last rank's time, on every rank
       sec.push_back(t);
     }
     return summarise(sec, args_.statistic);
