@@ -10,6 +10,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan.hpp"
 
 using namespace cephalo;
 using Kind = pipeline::PipelineSchedule::Kind;
@@ -354,4 +355,18 @@ TEST(ModelSplitCheck, ThePipelinesStepsStayWithinTheBoundOfAPlansSchedule) {
   expect_check_refusal(s, context(),
                        {"model_split.micro_batches", "stages 2", "micro_batches 65536",
                         "virtual stages 1024", "= 268435456", "at most 16777216"});
+}
+
+TEST(ModelSplit, PlansDoNotAcceptASplitYet) {
+  // Nothing downstream reads a split, so a plan carrying one is refused rather than run as if
+  // it were plain FSDP. When plans accept it, this test changes with DESIGN §4.
+  const Json plan = Json::parse(R"({"version": 1, "ranks": [{"rank": 0, "node": 0, "gpu": "l4",
+      "batch": 2, "micro_batch": 1, "micro_batches": 2, "state_share": 1}],
+      "model_split": {"tensor_parallel": 1}})");
+  JsonReader reader(plan, "plan.json");
+  expect_refusal([&] { parse_plan(reader); }, {"plan.json", "model_split", "unknown key"});
+  Json without = plan;
+  without.erase("model_split");
+  JsonReader ok(without, "plan.json");
+  EXPECT_NO_THROW(parse_plan(ok));
 }
