@@ -116,43 +116,65 @@ Step interleaved_step(Pass pass, int j, int p, int v) {
 
 }  // namespace
 
+namespace {
+
+// Stage s's order; the arguments are checked.
+std::vector<Step> order_of(int s, int p, int m, const PipelineSchedule& schedule) {
+  const int v = virtual_stages_of(schedule);
+  std::vector<Step> order;
+  order.reserve(static_cast<std::size_t>(2 * m * v));
+  switch (schedule.kind) {
+    case PipelineSchedule::Kind::GPipe:
+      for (int i = 0; i < m; ++i) order.push_back({Pass::Forward, i, 0});
+      for (int i = 0; i < m; ++i) order.push_back({Pass::Backward, i, 0});
+      break;
+    case PipelineSchedule::Kind::OneFOneB: {
+      const int warmup = std::min(p - s - 1, m);
+      for (int i = 0; i < warmup; ++i) order.push_back({Pass::Forward, i, 0});
+      for (int j = 0; warmup + j < m; ++j) {
+        order.push_back({Pass::Forward, warmup + j, 0});
+        order.push_back({Pass::Backward, j, 0});
+      }
+      for (int j = m - warmup; j < m; ++j) order.push_back({Pass::Backward, j, 0});
+      break;
+    }
+    case PipelineSchedule::Kind::Interleaved: {
+      const int total = m * v;
+      const int warmup = std::min(2 * (p - s - 1) + (v - 1) * p, total);
+      for (int j = 0; j < warmup; ++j) order.push_back(interleaved_step(Pass::Forward, j, p, v));
+      for (int j = 0; warmup + j < total; ++j) {
+        order.push_back(interleaved_step(Pass::Forward, warmup + j, p, v));
+        order.push_back(interleaved_step(Pass::Backward, j, p, v));
+      }
+      for (int j = total - warmup; j < total; ++j)
+        order.push_back(interleaved_step(Pass::Backward, j, p, v));
+      break;
+    }
+  }
+  return order;
+}
+
+void check_stage(int stage, int stages) {
+  if (stage < 0 || stage >= stages)
+    throw std::invalid_argument("pipeline: stage " + std::to_string(stage) + " of " +
+                                std::to_string(stages));
+}
+
+}  // namespace
+
+std::vector<Step> stage_order(int stage, int stages, int micro_batches,
+                              const PipelineSchedule& schedule) {
+  check_arguments(stages, micro_batches, schedule);
+  check_stage(stage, stages);
+  return order_of(stage, stages, micro_batches, schedule);
+}
+
 std::vector<std::vector<Step>> stage_orders(int stages, int micro_batches,
                                             const PipelineSchedule& schedule) {
   check_arguments(stages, micro_batches, schedule);
-  const int p = stages, m = micro_batches, v = virtual_stages_of(schedule);
-  std::vector<std::vector<Step>> orders(static_cast<std::size_t>(p));
-  for (int s = 0; s < p; ++s) {
-    auto& order = orders[static_cast<std::size_t>(s)];
-    order.reserve(static_cast<std::size_t>(2 * m * v));
-    switch (schedule.kind) {
-      case PipelineSchedule::Kind::GPipe:
-        for (int i = 0; i < m; ++i) order.push_back({Pass::Forward, i, 0});
-        for (int i = 0; i < m; ++i) order.push_back({Pass::Backward, i, 0});
-        break;
-      case PipelineSchedule::Kind::OneFOneB: {
-        const int warmup = std::min(p - s - 1, m);
-        for (int i = 0; i < warmup; ++i) order.push_back({Pass::Forward, i, 0});
-        for (int j = 0; warmup + j < m; ++j) {
-          order.push_back({Pass::Forward, warmup + j, 0});
-          order.push_back({Pass::Backward, j, 0});
-        }
-        for (int j = m - warmup; j < m; ++j) order.push_back({Pass::Backward, j, 0});
-        break;
-      }
-      case PipelineSchedule::Kind::Interleaved: {
-        const int total = m * v;
-        const int warmup = std::min(2 * (p - s - 1) + (v - 1) * p, total);
-        for (int j = 0; j < warmup; ++j) order.push_back(interleaved_step(Pass::Forward, j, p, v));
-        for (int j = 0; warmup + j < total; ++j) {
-          order.push_back(interleaved_step(Pass::Forward, warmup + j, p, v));
-          order.push_back(interleaved_step(Pass::Backward, j, p, v));
-        }
-        for (int j = total - warmup; j < total; ++j)
-          order.push_back(interleaved_step(Pass::Backward, j, p, v));
-        break;
-      }
-    }
-  }
+  std::vector<std::vector<Step>> orders;
+  orders.reserve(static_cast<std::size_t>(stages));
+  for (int s = 0; s < stages; ++s) orders.push_back(order_of(s, stages, micro_batches, schedule));
   return orders;
 }
 
@@ -166,11 +188,7 @@ int peak_in_flight(std::span<const Step> order) {
 }
 
 int peak_in_flight(int stage, int stages, int micro_batches, const PipelineSchedule& schedule) {
-  if (stage < 0 || stage >= stages)
-    throw std::invalid_argument("pipeline: stage " + std::to_string(stage) + " of " +
-                                std::to_string(stages));
-  const auto orders = stage_orders(stages, micro_batches, schedule);
-  return peak_in_flight(orders[static_cast<std::size_t>(stage)]);
+  return peak_in_flight(stage_order(stage, stages, micro_batches, schedule));
 }
 
 double PipelineTiming::bubble_fraction() const {
@@ -222,46 +240,59 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
     timing.end[static_cast<std::size_t>(s)].assign(orders[static_cast<std::size_t>(s)].size(), 0);
   }
 
+  // A worklist of stages that may be able to run their next step: at first every stage, then
+  // a stage each time a step it waits on (on its own or a neighbouring stage) has run, so each
+  // step is looked at a bounded number of times (not once per stage per sweep).
   std::size_t left = 0;
   for (const auto& o : orders) left += o.size();
-  while (left > 0) {
-    bool progressed = false;
-    for (int s = 0; s < p; ++s) {
-      const auto su = static_cast<std::size_t>(s);
-      const auto& order = orders[su];
-      while (next[su] < order.size()) {
-        const Step& step = order[next[su]];
-        const int k = step.chunk * p + s;
-        double dep = 0;  // when the step's input is on this stage
-        auto from = [&](double end, int other) {
-          return end < 0 ? -1.0 : end + (other % p == s ? 0.0 : p2p);
-        };
-        if (step.pass == Pass::Forward) {
-          if (k > 0) dep = from(forward_end[cell(k - 1, step.micro_batch)], k - 1);
-        } else if (k + 1 < vp) {
-          dep = from(backward_end[cell(k + 1, step.micro_batch)], k + 1);
-        } else {
-          dep = from(forward_end[cell(k, step.micro_batch)], k);
-        }
-        if (dep < 0) break;  // waits on another stage
-        const double begin = std::max(free_at[su], dep);
-        const double d = time_of(k, step.pass);
-        const double finish = begin + d;
-        timing.start[su][next[su]] = begin;
-        timing.end[su][next[su]] = finish;
-        timing.busy[su] += d;
-        free_at[su] = finish;
-        (step.pass == Pass::Forward ? forward_end : backward_end)[cell(k, step.micro_batch)] =
-            finish;
-        ++next[su];
-        --left;
-        progressed = true;
-      }
+  std::vector<int> worklist(static_cast<std::size_t>(p));
+  std::vector<char> queued(static_cast<std::size_t>(p), 1);
+  for (int s = 0; s < p; ++s) worklist[static_cast<std::size_t>(s)] = p - 1 - s;
+  auto wake = [&](int s) {
+    if (!queued[static_cast<std::size_t>(s)]) {
+      queued[static_cast<std::size_t>(s)] = 1;
+      worklist.push_back(s);
     }
-    // Every order of stage_orders is deadlock-free; this guards the evaluation itself.
-    if (!progressed && left > 0)
-      throw std::logic_error("pipeline: the schedule's orders wait on each other (deadlock)");
+  };
+  while (!worklist.empty()) {
+    const int s = worklist.back();
+    worklist.pop_back();
+    const auto su = static_cast<std::size_t>(s);
+    queued[su] = 0;
+    const auto& order = orders[su];
+    while (next[su] < order.size()) {
+      const Step& step = order[next[su]];
+      const int k = step.chunk * p + s;
+      double dep = 0;  // when the step's input is on this stage; < 0: not yet computed
+      auto from = [&](double end, int other) {
+        return end < 0 ? -1.0 : end + (other % p == s ? 0.0 : p2p);
+      };
+      if (step.pass == Pass::Forward) {
+        if (k > 0) dep = from(forward_end[cell(k - 1, step.micro_batch)], k - 1);
+      } else if (k + 1 < vp) {
+        dep = from(backward_end[cell(k + 1, step.micro_batch)], k + 1);
+      } else {
+        dep = from(forward_end[cell(k, step.micro_batch)], k);
+      }
+      if (dep < 0) break;  // waits on another stage, which wakes this one
+      const double begin = std::max(free_at[su], dep);
+      const double d = time_of(k, step.pass);
+      const double finish = begin + d;
+      timing.start[su][next[su]] = begin;
+      timing.end[su][next[su]] = finish;
+      timing.busy[su] += d;
+      free_at[su] = finish;
+      (step.pass == Pass::Forward ? forward_end : backward_end)[cell(k, step.micro_batch)] = finish;
+      ++next[su];
+      --left;
+      // The one step on another stage that may wait on this one.
+      if (step.pass == Pass::Forward && k + 1 < vp) wake((k + 1) % p);
+      if (step.pass == Pass::Backward && k > 0) wake((k - 1) % p);
+    }
   }
+  // Every order of stage_orders is deadlock-free; this guards the evaluation itself.
+  if (left > 0)
+    throw std::logic_error("pipeline: the schedule's orders wait on each other (deadlock)");
   for (double f : free_at) timing.makespan = std::max(timing.makespan, f);
   for (int s = 0; s < p; ++s)
     timing.bubble[static_cast<std::size_t>(s)] =

@@ -103,6 +103,7 @@ TEST(PipelineOrders, EveryStageRunsEachPassOfEachMicroBatchAndChunkOnceForwardFi
         EXPECT_TRUE(seen.emplace(std::pair{st.micro_batch, st.chunk}, static_cast<int>(i)).second)
             << name(c) << " stage " << s << " runs " << to_string(st, true) << " twice";
       }
+      EXPECT_EQ(stage_order(s, c.p, c.m, c.schedule), order) << name(c);
       EXPECT_EQ(forward_at.size(), static_cast<std::size_t>(c.m * v)) << name(c);
       EXPECT_EQ(backward_at.size(), static_cast<std::size_t>(c.m * v)) << name(c);
       for (const auto& [key, at] : backward_at)
@@ -191,6 +192,8 @@ TEST(PipelineOrders, RefusesWhatNoScheduleCanRun) {
   EXPECT_THROW(stage_orders(4, 6, interleaved(2)), std::invalid_argument);  // 6 % 4 != 0
   EXPECT_THROW(stage_orders(2, 4, (PipelineSchedule{Kind::OneFOneB, 2})), std::invalid_argument);
   EXPECT_THROW(stage_orders(2, 4, interleaved(1)), std::invalid_argument);
+  EXPECT_THROW(stage_order(2, 2, 4, gpipe()), std::invalid_argument);
+  EXPECT_THROW(stage_order(-1, 2, 4, gpipe()), std::invalid_argument);
 }
 
 TEST(PipelineMemory, PeakInFlightMatchesTheClosedFormOfEachSchedule) {

@@ -79,6 +79,10 @@ std::string to_string(const Step& step, bool with_chunk = false);
 // multiple of p or whose p < 2 (check_model_split refuses those with a ValidationError first).
 std::vector<std::vector<Step>> stage_orders(int stages, int micro_batches,
                                             const PipelineSchedule& schedule);
+// Stage s's order alone (what one rank of the backend runs): stage_orders(...)[s]. Also throws
+// std::invalid_argument for a stage outside 0..p−1.
+std::vector<Step> stage_order(int stage, int stages, int micro_batches,
+                              const PipelineSchedule& schedule);
 
 // The most (micro-batch, chunk) forwards whose backward has not yet run, over the order: the
 // activations the stage keeps at its peak, counted in chunk passes (with V = 1, micro-batches;
