@@ -373,6 +373,21 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
           "stages that together list every rank 0.." + std::to_string(n - 1) + " exactly once");
 }
 
+void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
+                           const std::string& file, const std::string& json_path) {
+  const auto& ranks = scenario.cluster.ranks();
+  std::vector<int> node_of_rank(ranks.size());
+  for (const auto& r : ranks) node_of_rank[static_cast<std::size_t>(r.rank)] = r.node;
+  SplitContext ctx;
+  ctx.layers = scenario.job.model.num_layers;
+  ctx.heads = scenario.job.model.heads;
+  ctx.kv_heads = scenario.job.model.kv_heads;
+  ctx.node_of_rank = node_of_rank;
+  ctx.file = file;
+  ctx.json_path = json_path;
+  check_model_split(split, ctx);
+}
+
 std::string describe(const ModelSplit& split, int ranks) {
   // Only the rank lists matter here, so any layer count resolves the stages.
   const auto stages = resolved_stages(split, 1, ranks);

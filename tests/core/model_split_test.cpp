@@ -11,6 +11,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
 
 using namespace cephalo;
 using Kind = pipeline::PipelineSchedule::Kind;
@@ -369,4 +370,32 @@ TEST(ModelSplit, PlansDoNotAcceptASplitYet) {
   without.erase("model_split");
   JsonReader ok(without, "plan.json");
   EXPECT_NO_THROW(parse_plan(ok));
+}
+
+TEST(ModelSplitCheck, AgainstAScenarioReadsItsModelAndItsNodes) {
+  // Nodes of 3 and 5 GPUs (an uneven cluster): ranks 0..2 on node 0, 3..7 on node 1.
+  Scenario sc;
+  sc.cluster.nodes.resize(2);
+  sc.cluster.nodes[0].devices.resize(3);
+  sc.cluster.nodes[1].devices.resize(5);
+  sc.job.model.num_layers = 10;
+  sc.job.model.heads = 8;
+  sc.job.model.kv_heads = 2;
+  ModelSplit s;
+  s.tensor_parallel = 2;
+  s.micro_batches = 2;
+  s.stages = {stage(0, 4, {0, 1}), stage(4, 10, {2, 3, 4, 5, 6, 7})};
+  // Stage 1's first pair is ranks 2 (node 0) and 3 (node 1).
+  expect_refusal([&] { check_model_split_for(s, sc, "p.json"); },
+                 {"p.json", "model_split.stages[1].ranks", "group 0 [2, 3]", "nodes [0, 1]"});
+  // One stage per node; the stages must cover the scenario's model's 10 layers.
+  s.stages = {stage(0, 4, {0, 1, 2}, 1), stage(4, 10, {3, 4, 5, 6, 7}, 1)};
+  EXPECT_NO_THROW(check_model_split_for(s, sc, "p.json"));
+  s.stages[1].chunks = {{4, 12}};
+  expect_refusal([&] { check_model_split_for(s, sc, "p.json"); },
+                 {"model_split.stages[1].layers", "[4, 12)", "model's 10 layers"});
+  // 4 divides the 8 heads but not the 2 key/value heads.
+  s.stages = {stage(0, 4, {0, 1, 2}, 1), stage(4, 10, {3, 4, 5, 6, 7}, 4)};
+  expect_refusal([&] { check_model_split_for(s, sc, "p.json"); },
+                 {"model_split.stages[1].tensor_parallel", "got 4", "2 key/value heads"});
 }

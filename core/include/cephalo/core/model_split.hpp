@@ -35,6 +35,8 @@
 
 namespace cephalo {
 
+struct Scenario;
+
 // How the ranks of one data-parallel group of a stage hold the stage's training state.
 // Full: FSDP / ZeRO-3, parameters, gradients and optimizer state sharded over the group.
 // Hybrid: sharded over the group's ranks on one node, replicated across nodes (HSDP).
@@ -109,6 +111,10 @@ struct SplitContext {
 // fewer than 2 stages, a stage without exactly V chunks, or micro-batches not a multiple of the
 // stage count (Megatron-LM's requirement for its interleaved order).
 void check_model_split(const ModelSplit& split, const SplitContext& context);
+// The same against a scenario: its model's layers, heads and key/value heads, its cluster's
+// rank → node table (node-major ranks, as plans number them); messages name `file`.
+void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
+                           const std::string& file, const std::string& json_path = "model_split");
 
 // "TP 2 (sequence parallel) x PP 2 (1F1B, 8 micro-batches) x DP 2/1, optimizer sharding", or
 // "TP 1 x PP 1 (no pipeline), full sharding" for the default.
