@@ -15,8 +15,9 @@
 //       {"layers": [20, 32], "ranks": [4, 5], "tensor_parallel": 1}      // layers 20..31
 //     ] }
 //
-// Layers are the transformer layers numbered 0..L−1 (the embedding goes with the first stage,
-// the head and loss with the last). A range is half-open, [begin, end): begin is the stage's
+// Layers are the transformer layers numbered 0..L−1 (0-based: layer l is the training graph's
+// unit l + 1, which numbers the embedding 0; the embedding goes with the first stage, the head
+// and loss with the last). A range is half-open, [begin, end): begin is the stage's
 // first layer, end one past its last, so adjacent stages share a boundary number and a stage
 // holds end − begin layers. Under an interleaved schedule a stage gives V ranges, "layers":
 // [[0, 4], [16, 20]]: its chunk c is virtual stage c·p + s (pipeline_schedule.hpp), and the
