@@ -1,0 +1,124 @@
+#pragma once
+// How the model is split across the ranks in three dimensions (DESIGN §4, "Model split —
+// planned"): tensor parallelism inside a node, pipeline stages over contiguous layer ranges,
+// and data parallelism among the ranks of each stage. Plans do not accept a split yet; this is
+// the description the planner, the graph builder, the simulator and the backend will share.
+//
+//   "model_split": {
+//     "tensor_parallel": 2,            // T: ranks that split every layer of a stage (one node)
+//     "sequence_parallel": true,       // norms / dropout split over the sequence among the T
+//     "schedule": "1f1b",              // "gpipe" | "1f1b" | "interleaved:V"
+//     "micro_batches": 8,              // per iteration, through every stage
+//     "sharding": "optimizer",         // data parallelism inside each stage
+//     "stages": [
+//       {"layers": [0, 20], "ranks": [0, 1, 2, 3]},                      // layers 0..19
+//       {"layers": [20, 32], "ranks": [4, 5], "tensor_parallel": 1}      // layers 20..31
+//     ] }
+//
+// Layers are the transformer layers numbered 0..L−1 (0-based: layer l is the training graph's
+// unit l + 1, which numbers the embedding 0; the embedding goes with the first stage, the head
+// and loss with the last). A range is half-open, [begin, end): begin is the stage's
+// first layer, end one past its last, so adjacent stages share a boundary number and a stage
+// holds end − begin layers. Under an interleaved schedule a stage gives V ranges, "layers":
+// [[0, 4], [16, 20]]: its chunk c is virtual stage c·p + s (pipeline_schedule.hpp), and the
+// virtual stages in that order tile 0..L−1. Layer counts may differ between stages and chunks.
+//
+// Within a stage, the ranks in the order listed form tensor-parallel groups of T consecutive
+// ranks (each inside one node); the i-th rank of every group forms data-parallel group i, so a
+// stage of n ranks has n / T data-parallel replicas. Each micro-batch is split among a stage's
+// replicas, so stages may have different replica counts (and GPU types).
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/pipeline_schedule.hpp"
+
+namespace cephalo {
+
+struct Scenario;
+
+// How the ranks of one data-parallel group of a stage hold the stage's training state.
+// Full: FSDP / ZeRO-3, parameters, gradients and optimizer state sharded over the group.
+// Hybrid: sharded over the group's ranks on one node, replicated across nodes (HSDP).
+// Optimizer: ZeRO-1 / Megatron's distributed optimizer: parameters and gradients replicated,
+// the optimizer state (and the master weights) sharded; gradients reduce-scattered, updated
+// parameters all-gathered once per iteration. None: DDP, everything replicated, gradients
+// all-reduced.
+enum class StageSharding { Full, Hybrid, Optimizer, None };
+std::string to_string(StageSharding sharding);
+
+// Half-open range of transformer layers [begin, end).
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+  bool operator==(const LayerRange&) const = default;
+};
+
+struct PipelineStage {
+  // One range, or V under an interleaved schedule (chunk order).
+  std::vector<LayerRange> chunks;
+  std::vector<int> ranks;   // the ranks serving the stage, in tensor-parallel group order
+  int tensor_parallel = 0;  // 0: the split's tensor_parallel
+  bool operator==(const PipelineStage&) const = default;
+};
+
+struct ModelSplit {
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  pipeline::PipelineSchedule schedule;  // 1F1B
+  int micro_batches = 1;
+  StageSharding sharding = StageSharding::Full;
+  // Empty: one stage holding every layer on every rank, today's plan (the plan's own per-rank
+  // micro-batches and accumulation then order the work; schedule and micro_batches are unused).
+  std::vector<PipelineStage> stages;
+
+  // The T of stage `stage` (its own, or the split's).
+  int tensor_parallel_of(std::size_t stage) const;
+  // One stage, T = 1, no sequence parallelism, full sharding: exactly today's FSDP plan.
+  bool is_default() const;
+  bool operator==(const ModelSplit&) const = default;
+};
+
+// The stages every reader uses: `split.stages`, or for an empty list the one stage of layers
+// 0..layers−1 on ranks 0..ranks−1.
+std::vector<PipelineStage> resolved_stages(const ModelSplit& split, int layers, int ranks);
+
+// Reads the "model_split" object (shape and ranges of each value: integers, enums, ranges of
+// two integers, the interleaved stage's V ranges). check_model_split validates it against the
+// model and the cluster.
+ModelSplit parse_model_split(JsonReader reader);
+// The object parse_model_split reads (every key written; stages omitted when empty).
+Json to_json(const ModelSplit& split);
+
+// What check_model_split needs to know about the model and the ranks.
+struct SplitContext {
+  int layers = 0;                     // transformer layers L
+  int heads = 0;                      // attention heads (query heads)
+  int kv_heads = 0;                   // key/value heads (GQA); 0: as many as heads
+  std::span<const int> node_of_rank;  // rank r lives on node node_of_rank[r]
+  std::string file;                   // named in messages
+  std::string json_path = "model_split";
+};
+
+// Refuses, with a ValidationError naming the file, the field's JSON path and the numbers:
+// a tensor-parallel degree < 1, one that does not divide the attention heads (and key/value
+// heads), or a tensor-parallel group whose ranks are on more than one node; sequence
+// parallelism without tensor parallelism; stages whose layers overlap, leave a gap, or do not
+// cover 0..L−1; an empty chunk; a stage with no ranks, a rank outside the cluster, a rank in
+// two stages (or twice in one); a stage whose rank count is not a multiple of its T; fewer
+// micro-batches than stages (a pipeline could never fill); and for an interleaved schedule
+// fewer than 2 stages, a stage without exactly V chunks, or micro-batches not a multiple of the
+// stage count (Megatron-LM's requirement for its interleaved order).
+void check_model_split(const ModelSplit& split, const SplitContext& context);
+// The same against a scenario: its model's layers, heads and key/value heads, its cluster's
+// rank → node table (node-major ranks, as plans number them); messages name `file`.
+void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
+                           const std::string& file, const std::string& json_path = "model_split");
+
+// "TP 2 (sequence parallel) x PP 2 (1F1B, 8 micro-batches) x DP 2/1, optimizer sharding", or
+// "TP 1 x PP 1 (no pipeline), full sharding" for the default.
+std::string describe(const ModelSplit& split, int ranks);
+
+}  // namespace cephalo
