@@ -6,6 +6,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
+#include "cephalo/core/table.hpp"
 
 namespace cephalo {
 
@@ -16,19 +17,6 @@ constexpr std::int64_t kMaxTensorParallel = 1024;
 
 const char* const kRangeExpected =
     "a layer range [begin, end) of two integers with 0 <= begin < end (layers begin..end-1)";
-
-std::string list_ints(const std::vector<int>& values) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i == 8 && values.size() > 10) {
-      s += ", ... (" + std::to_string(values.size()) + " in all)";
-      break;
-    }
-    if (i) s += ", ";
-    s += std::to_string(values[i]);
-  }
-  return s + "]";
-}
 
 std::string range_text(const LayerRange& r) {
   // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on `"[" + std::to_string(...)`.
@@ -360,7 +348,7 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
       if (std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes.front(); }))
         throw ValidationError(file, ranks_at,
                               "tensor-parallel group " + std::to_string(g) + " " +
-                                  list_ints(group) + " on nodes " + list_ints(nodes),
+                                  format_int_list(group) + " on nodes " + format_int_list(nodes),
                               "every group of " + std::to_string(t) +
                                   " consecutive ranks of a stage on one node (tensor "
                                   "parallelism stays within a node)");

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/table.hpp"
 
 namespace cephalo {
 
@@ -18,19 +19,6 @@ namespace {
 const char* const kShardingAllowed =
     "\"full\" or {\"kind\": \"hybrid\", \"groups\": [[ranks], ...]} (every rank in exactly one "
     "group)";
-
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i == 8 && ranks.size() > 10) {
-      s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
-      break;
-    }
-    if (i) s += ", ";
-    s += std::to_string(ranks[i]);
-  }
-  return s + "]";
-}
 
 }  // namespace
 
@@ -93,7 +81,7 @@ void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
         throw ValidationError(file, where, "rank " + std::to_string(r),
                               "a rank in no other group (rank " + std::to_string(r) +
                                   " is already in group " + std::to_string(owner) + " " +
-                                  list_ranks(groups[static_cast<std::size_t>(owner)]) +
+                                  format_int_list(groups[static_cast<std::size_t>(owner)]) +
                                   "; groups must not overlap)");
       owner = static_cast<int>(g);
     }
@@ -113,7 +101,8 @@ void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
         ranks_reader.fail_value(value, "state shares summing to 1 (within 1e-9)");
       throw ValidationError(file, ranks_reader.where() + "[*].state_share",
                             value + " over group " + std::to_string(g) + " " +
-                                list_ranks(groups[g]) + " (" + at + "[" + std::to_string(g) + "])",
+                                format_int_list(groups[g]) + " (" + at + "[" + std::to_string(g) +
+                                "])",
                             "state shares summing to 1 (within 1e-9) within every group: each "
                             "group holds one full copy of the training state");
     }

@@ -56,4 +56,17 @@ std::string shortest(double value) {
   return std::string(buffer, r.ptr);
 }
 
+std::string format_int_list(const std::vector<int>& values) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i == 8 && values.size() > 10) {
+      s += ", ... (" + std::to_string(values.size()) + " in all)";
+      break;
+    }
+    if (i) s += ", ";
+    s += std::to_string(values[i]);
+  }
+  return s + "]";
+}
+
 }  // namespace cephalo

@@ -25,5 +25,8 @@ std::string fixed(double value, int decimals);
 // The shortest text that reads back as `value` ("0.2", "1e-07"): how an error message echoes a
 // number the user typed, unchanged.
 std::string shortest(double value);
+// "[0, 1, 2]"; a list of more than 10 shows its first 8, then "... (N in all)": how a message
+// names a group of ranks without printing thousands of them.
+std::string format_int_list(const std::vector<int>& values);
 
 }  // namespace cephalo
