@@ -13,8 +13,8 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/planner/search.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "search.hpp"
 
 namespace cephalo::planner {
 
