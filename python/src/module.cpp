@@ -212,9 +212,8 @@ std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
     m.run = &run;
     m.run_file = run_label;
   }
-  if (!output.empty()) check_outputs({{"output", output}});
-  const auto fit = planner::calibrate_stack(scenario, plan, m, compute_model);
-  if (!output.empty()) write_file_atomically(output, to_json(fit.stack).dump(2) + "\n");
+  const auto fit =
+      planner::calibrate_stack_to_file(scenario, plan, m, compute_model, output, "output");
   return planner::to_json(fit).dump(2) + "\n";
 }
 
