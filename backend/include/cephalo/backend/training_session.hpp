@@ -27,9 +27,10 @@
 
 namespace cephalo::backend {
 
-// The kinds of failure a session distinguishes; the values are the CLI's exit codes
-// (apps/commands.hpp), so every rank of a job exits with the same one.
-enum class ErrorKind : int { InvalidInput = 1, Infeasible = 3, Runtime = 4, Io = 5 };
+// The kinds of failure a session distinguishes are core's (error.hpp), whose values are the
+// CLI's exit codes, so every rank of a job exits with the same one. error_kind here also reads
+// an AgreedFailure's kind.
+using cephalo::ErrorKind;
 ErrorKind error_kind(const std::exception& e);
 
 // A failure before training, agreed by every rank: the kind and message of the lowest rank
