@@ -44,7 +44,6 @@ void add_calibrate_command(CLI::App& app) {
       throw CLI::ValidationError("--measured-tokens-per-s / --run", "give exactly one");
     const Scenario scenario = read_scenario(a.scenario, "");
     const Plan plan = load_plan(a.plan);
-    check_outputs({{"--output", a.output}});  // before fitting (output_file.hpp)
     planner::StackMeasurement m;
     traces::IterationReport measured;
     if (run->count()) {
@@ -54,8 +53,8 @@ void add_calibrate_command(CLI::App& app) {
     } else {
       m.tokens_per_s = a.tokens_per_s;
     }
-    const planner::StackFit fit = planner::calibrate_stack(scenario, plan, m, a.compute_model);
-    write_file_atomically(a.output, to_json(fit.stack).dump(2) + "\n");
+    const planner::StackFit fit =
+        planner::calibrate_stack_to_file(scenario, plan, m, a.compute_model, a.output, "--output");
     if (a.json)
       std::cout << planner::to_json(fit).dump(2) << "\n";
     else

@@ -10,24 +10,18 @@ namespace {
 
 void describe_gpus(bool json) {
   const auto& catalog = costmodels::GpuCatalog::builtin();
-  if (!json) {
+  if (json)
+    std::cout << costmodels::gpu_catalog_record(catalog).dump(2) << "\n";
+  else
     std::cout << costmodels::render_gpu_catalog(catalog);
-    return;
-  }
-  Json out = Json::array();
-  for (const auto& d : catalog.all()) out.push_back(to_json(d));
-  std::cout << out.dump(2) << "\n";
 }
 
 void describe_models(bool json) {
   const auto& catalog = costmodels::ModelCatalog::builtin();
-  if (!json) {
+  if (json)
+    std::cout << costmodels::model_catalog_record(catalog).dump(2) << "\n";
+  else
     std::cout << costmodels::render_model_catalog(catalog);
-    return;
-  }
-  Json out = Json::array();
-  for (const auto& m : catalog.all()) out.push_back(costmodels::model_summary(m));
-  std::cout << out.dump(2) << "\n";
 }
 
 // One model: a catalog name or a Hugging Face config.json, with its parameter counts by unit

@@ -6,7 +6,6 @@
 
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/sim/class_replay.hpp"
-#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "cli_checks.hpp"
@@ -47,10 +46,8 @@ void add_simulate_command(CLI::App& app) {
                                            {"--trace", a.trace});
     const sim::SimResult& result = run.replay.result;
     std::cerr << sim::render_replay_summary(run, scenario, plan);
-    if (run.replay.graph && !a.trace.empty()) {
-      traces::write_chrome_trace(a.trace, sim::trace_input(result, *run.replay.graph, scenario));
+    if (!a.trace.empty() && sim::write_simulation_trace(run, scenario, a.trace))
       std::cerr << "wrote trace " << a.trace << "\n";
-    }
     if (a.json)
       std::cout << traces::render_json(result.report);
     else

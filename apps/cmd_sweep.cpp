@@ -49,11 +49,7 @@ void run_sweep_command(const SweepArgs& a) {
       rank, size, [&](const std::string& mine) { return mpi.gather_strings_to_root(mine); }};
   const auto rows = planner::run_sweep(input, share, progress);
   if (rank != 0) return;
-  if (!a.output.empty()) {
-    const bool csv = a.output.size() >= 4 && a.output.substr(a.output.size() - 4) == ".csv";
-    write_file_atomically(
-        a.output, csv ? planner::sweep_csv(rows) : planner::sweep_json(spec, rows).dump(2) + "\n");
-  }
+  if (!a.output.empty()) planner::write_sweep_file(a.output, spec, rows);
   if (a.json) {
     std::cout << planner::sweep_json(spec, rows).dump(2) << "\n";
   } else {

@@ -3,16 +3,19 @@
 // A command's callback does its work and throws typed errors; main() maps them to exit codes.
 #include <CLI/CLI.hpp>
 
+#include "cephalo/core/error.hpp"
+
 namespace cephalo::cli {
 
-// Exit codes shared by all commands (documented in the top-level README).
+// Exit codes shared by all commands (documented in the top-level README); a library error's
+// is its kind (core/error.hpp: error_kind).
 enum ExitCode : int {
   kOk = 0,
-  kInvalidInput = 1,  // a file or value broke the schema (ValidationError, NotFoundError)
-  kUsage = 2,         // bad command line (CLI11)
-  kInfeasible = 3,    // valid input that cannot be satisfied (nothing fits, no profile)
-  kRuntime = 4,       // MPI/CUDA/NCCL or other runtime failure
-  kIo = 5,            // files that cannot be read or written
+  kInvalidInput = static_cast<int>(ErrorKind::InvalidInput),  // ValidationError, NotFoundError
+  kUsage = 2,                                                 // bad command line (CLI11)
+  kInfeasible = static_cast<int>(ErrorKind::Infeasible),      // nothing fits, no profile
+  kRuntime = static_cast<int>(ErrorKind::Runtime),            // MPI/CUDA/NCCL or other runtime
+  kIo = static_cast<int>(ErrorKind::Io),                      // files not readable or writable
 };
 
 // The exit codes as `--help` prints them under every command (one text, read by main()).

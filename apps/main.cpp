@@ -49,26 +49,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? cli::kOk : cli::kUsage;
-  } catch (const ValidationError& e) {
-    report(e.what());
-    // Commands report a flag value they check themselves as the file "command line": that is
-    // a bad command line (2), like every value a CLI11 validator refuses.
-    return e.file() == cli::kCommandLine ? cli::kUsage : cli::kInvalidInput;
-  } catch (const NotFoundError& e) {
-    report(e.what());
-    return cli::kInvalidInput;
-  } catch (const InfeasibleError& e) {
-    report(e.what());
-    return cli::kInfeasible;
-  } catch (const IoError& e) {
-    report(e.what());
-    return cli::kIo;
-  } catch (const RuntimeFailure& e) {
-    report(e.what());
-    return cli::kRuntime;
   } catch (const std::exception& e) {
     report(e.what());
-    return cli::kRuntime;
+    // Commands report a flag value they check themselves as the file "command line": that is
+    // a bad command line (2), like every value a CLI11 validator refuses. The others take the
+    // exit code of their kind (core/error.hpp).
+    const auto* invalid = dynamic_cast<const ValidationError*>(&e);
+    if (invalid && invalid->file() == cli::kCommandLine) return cli::kUsage;
+    return static_cast<int>(error_kind(e));
   }
   return cli::kOk;
 }

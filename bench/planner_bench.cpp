@@ -12,6 +12,8 @@
 
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
+// The solvers alone (planner/src, private to the planner).
+#include "strategy_inputs.hpp"
 
 namespace {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
 #include "cpu_device_impl.hpp"
+#include "half.hpp"
 
 namespace cephalo::backend {
 

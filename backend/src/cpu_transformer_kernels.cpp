@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
-#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
 #include "cpu_device_impl.hpp"
+#include "half.hpp"
 
 namespace cephalo::backend::cpu_detail {
 

@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
+#include "half.hpp"
 
 #define CEPHALO_MPI(call) ::cephalo::backend::check_mpi((call), #call, __FILE__, __LINE__)
 

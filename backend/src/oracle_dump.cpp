@@ -1,4 +1,4 @@
-#include "cephalo/backend/oracle_dump.hpp"
+#include "oracle_dump.hpp"
 
 #include <cstdio>
 #include <utility>

@@ -181,8 +181,9 @@ void write_run_outputs(const RunRequest& r, const RunSetup& setup,
   if (!r.dump_grads.empty()) write_floats(r.dump_grads, grads);
 }
 
-Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
-                const traces::IterationReport& report, const std::string& device_kind, int ranks) {
+Json run_record(const TrainingOutcome& run) {
+  const RunSetup& setup = run.setup;
+  const SessionResult& result = run.result;
   Json emulation = Json::array();
   for (const auto& d : setup.scenario.cluster.ranks())
     if (d.slot->slowdown != 1.0)
@@ -196,22 +197,26 @@ Json run_record(const RunSetup& setup, const RunRequest& request, const SessionR
                      {"loss_scale", r.loss_scale},
                      {"update_skipped", r.skipped}});
   return {{"scenario", setup.scenario.name},
-          {"plan", request.plan_file},
-          {"device", device_kind},
-          {"ranks", ranks},
+          {"plan", run.request.plan_file},
+          {"device", run.device_kind},
+          {"ranks", run.ranks},
           {"emulated", !emulation.empty()},
           {"emulation", emulation},
           {"steps", steps},
           {"report_step", result.reported.step},
-          {"report_statistic", request.settings.report},
+          {"report_statistic", run.request.settings.report},
           {"run_identity", setup.identity.hex()},
           {"implementation", to_json(executed_implementation())},
-          {"report", traces::to_json(report)}};
+          {"report", traces::to_json(run.report)}};
 }
 
-std::string render_run(const RunSetup& setup, const SessionResult& result,
-                       const traces::IterationReport& report, const std::string& device_kind,
-                       int ranks, const std::string& step_label) {
+std::string render_run(const TrainingOutcome& run) {
+  const RunSetup& setup = run.setup;
+  const SessionResult& result = run.result;
+  const traces::IterationReport& report = run.report;
+  const std::string& device_kind = run.device_kind;
+  const std::string& step_label = run.step_label;
+  const int ranks = run.ranks;
   const Scenario& sc = setup.scenario;
   const bool fp16 = sc.job.precision.compute == Dtype::FP16;
   std::vector<std::string> columns{"step", "loss", "step time", "samples/s", "tokens/s"};

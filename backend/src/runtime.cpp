@@ -8,8 +8,8 @@
 #include <system_error>
 
 #include "cephalo/backend/cuda_plugin.hpp"
-#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/core/error.hpp"
+#include "single_rank_communicator.hpp"
 
 namespace cephalo::backend {
 

@@ -1,4 +1,4 @@
-#include "cephalo/backend/single_rank_communicator.hpp"
+#include "single_rank_communicator.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -11,11 +11,7 @@ namespace fs = std::filesystem;
 
 ErrorKind error_kind(const std::exception& e) {
   if (const auto* a = dynamic_cast<const AgreedFailure*>(&e)) return a->kind();
-  if (dynamic_cast<const ValidationError*>(&e) || dynamic_cast<const NotFoundError*>(&e))
-    return ErrorKind::InvalidInput;
-  if (dynamic_cast<const InfeasibleError*>(&e)) return ErrorKind::Infeasible;
-  if (dynamic_cast<const IoError*>(&e)) return ErrorKind::Io;
-  return ErrorKind::Runtime;
+  return cephalo::error_kind(e);
 }
 
 void agree(Communicator& comm, const std::function<void()>& check) {

@@ -102,4 +102,12 @@ std::vector<std::string> closest_names(const std::string& name,
   return out;
 }
 
+ErrorKind error_kind(const std::exception& e) {
+  if (dynamic_cast<const ValidationError*>(&e) || dynamic_cast<const NotFoundError*>(&e))
+    return ErrorKind::InvalidInput;
+  if (dynamic_cast<const InfeasibleError*>(&e)) return ErrorKind::Infeasible;
+  if (dynamic_cast<const IoError*>(&e)) return ErrorKind::Io;
+  return ErrorKind::Runtime;
+}
+
 }  // namespace cephalo

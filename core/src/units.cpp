@@ -5,7 +5,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+
+#include "cephalo/core/error.hpp"
 
 namespace cephalo {
 namespace {
@@ -175,6 +179,25 @@ std::string format_quantity(double value, Quantity kind) {
     }
   }
   return std::to_string(value);
+}
+
+std::vector<double> parse_number_list(const std::string& text, const std::string& file,
+                                      const std::string& what) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(item, &used);
+      if (used != item.size() || !std::isfinite(v)) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw ValidationError(file, what, item, "a comma-separated list of numbers");
+    }
+  }
+  if (out.empty()) throw ValidationError(file, what, text, "a non-empty list");
+  return out;
 }
 
 }  // namespace cephalo

@@ -54,6 +54,18 @@ std::string price(double p) {
 }
 }  // namespace
 
+Json gpu_catalog_record(const GpuCatalog& catalog) {
+  Json out = Json::array();
+  for (const auto& d : catalog.all()) out.push_back(to_json(d));
+  return out;
+}
+
+Json model_catalog_record(const ModelCatalog& catalog) {
+  Json out = Json::array();
+  for (const auto& m : catalog.all()) out.push_back(model_summary(m));
+  return out;
+}
+
 std::string render_gpu_catalog(const GpuCatalog& catalog) {
   TextTable table(
       {"gpu", "kind", "memory", "mem bw", "fp32", "fp16", "bf16", "pcie", "nvlink", "$/h"});

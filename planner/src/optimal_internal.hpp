@@ -3,7 +3,7 @@
 #include <limits>
 #include <vector>
 
-#include "cephalo/planner/optimal_solver.hpp"
+#include "optimal_solver.hpp"
 
 namespace cephalo::planner::detail {
 

@@ -9,6 +9,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "plan_support.hpp"
+#include "strategy_inputs.hpp"
 
 namespace cephalo::planner {
 

@@ -1,5 +1,5 @@
 // Exact solver of the `optimal` model (see the header for the model and the argument).
-#include "cephalo/planner/optimal_solver.hpp"
+#include "optimal_solver.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -12,8 +12,8 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
-#include "cephalo/planner/sharding_choice.hpp"
 #include "plan_support.hpp"
+#include "sharding_choice.hpp"
 
 namespace cephalo::planner {
 

@@ -14,9 +14,9 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/cephalo_optimizer.hpp"
-#include "cephalo/planner/optimal_solver.hpp"
 #include "cephalo/planner/plan_result.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "optimal_solver.hpp"
 
 namespace cephalo::planner::detail {
 

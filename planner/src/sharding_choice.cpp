@@ -1,5 +1,5 @@
 // Choosing full or hybrid sharding (sharding_choice.hpp).
-#include "cephalo/planner/sharding_choice.hpp"
+#include "sharding_choice.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,10 +12,10 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/planner/simulate_plan.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "plan_support.hpp"
+#include "simulate_plan.hpp"
 
 namespace cephalo::planner {
 

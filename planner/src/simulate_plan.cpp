@@ -1,5 +1,5 @@
 // One plan replayed on the simulator; see simulate_plan.hpp.
-#include "cephalo/planner/simulate_plan.hpp"
+#include "simulate_plan.hpp"
 
 #include <cstring>
 

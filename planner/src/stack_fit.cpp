@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -232,6 +233,16 @@ std::string render_stack_fit(const StackFit& fit) {
          " (" + pct(fit.fitted_iteration_s) + ")\n";
   for (const auto& n : fit.notes) out += "note: " + n + "\n";
   return out;
+}
+
+StackFit calibrate_stack_to_file(const Scenario& scenario, const Plan& plan,
+                                 const StackMeasurement& measurement,
+                                 const std::string& compute_source, const std::string& output,
+                                 const std::string& output_name) {
+  if (!output.empty()) check_outputs({{output_name, output}});
+  StackFit fit = calibrate_stack(scenario, plan, measurement, compute_source);
+  if (!output.empty()) write_file_atomically(output, to_json(fit.stack).dump(2) + "\n");
+  return fit;
 }
 
 }  // namespace cephalo::planner

@@ -6,9 +6,9 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
-#include "cephalo/planner/sharding_choice.hpp"
-#include "cephalo/planner/simulate_plan.hpp"
 #include "plan_support.hpp"
+#include "sharding_choice.hpp"
+#include "simulate_plan.hpp"
 #include "strategy_functions.hpp"
 
 namespace cephalo::planner {

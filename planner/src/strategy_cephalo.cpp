@@ -10,6 +10,7 @@
 #include "cephalo/planner/strategies.hpp"
 #include "plan_support.hpp"
 #include "strategy_functions.hpp"
+#include "strategy_inputs.hpp"
 
 namespace cephalo::planner {
 

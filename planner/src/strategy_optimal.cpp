@@ -20,10 +20,11 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
-#include "cephalo/planner/simulate_plan.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "plan_support.hpp"
+#include "simulate_plan.hpp"
 #include "strategy_functions.hpp"
+#include "strategy_inputs.hpp"
 
 namespace cephalo::planner::detail {
 namespace {

@@ -1,5 +1,5 @@
 // `search`: simulator-in-the-loop refinement of the other strategies' plans (see search.hpp).
-#include "cephalo/planner/search.hpp"
+#include "search.hpp"
 
 #include <algorithm>
 #include <iostream>

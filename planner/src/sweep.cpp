@@ -9,12 +9,13 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/planner/search.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "search.hpp"
 
 namespace cephalo::planner {
 
@@ -456,6 +457,12 @@ Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) list.push_back(row_json(rows[i], i));
   out["mixes"] = list;
   return out;
+}
+
+void write_sweep_file(const std::string& file, const SweepSpec& spec,
+                      const std::vector<SweepRow>& rows) {
+  const bool csv = file.ends_with(".csv");
+  write_file_atomically(file, csv ? sweep_csv(rows) : sweep_json(spec, rows).dump(2) + "\n");
 }
 
 const std::vector<std::string>& sweep_sort_keys() {

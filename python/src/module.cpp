@@ -30,7 +30,6 @@
 #include "cephalo/planner/sweep.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
-#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -142,8 +141,7 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
       sim::simulate_checked(scenario, plan, plan_label, compute_model, options, {"trace", trace});
   const auto& replay = run.replay;
   const sim::SimResult& result = replay.result;
-  if (!trace.empty())
-    traces::write_chrome_trace(trace, sim::trace_input(result, *replay.graph, scenario));
+  if (!trace.empty()) sim::write_simulation_trace(run, scenario, trace);
   Columns columns;
   if (ops) columns = op_columns(*replay.graph, result.report.ops);
   return {traces::render_json(result.report), std::move(columns)};
@@ -212,9 +210,8 @@ std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
     m.run = &run;
     m.run_file = run_label;
   }
-  if (!output.empty()) check_outputs({{"output", output}});
-  const auto fit = planner::calibrate_stack(scenario, plan, m, compute_model);
-  if (!output.empty()) write_file_atomically(output, to_json(fit.stack).dump(2) + "\n");
+  const auto fit =
+      planner::calibrate_stack_to_file(scenario, plan, m, compute_model, output, "output");
   return planner::to_json(fit).dump(2) + "\n";
 }
 

@@ -9,6 +9,7 @@
 
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -213,6 +214,13 @@ Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.replay.result.report.warnings = costmodels::prediction_warnings(scenario);
   return s;
+}
+
+bool write_simulation_trace(const Simulation& run, const Scenario& scenario,
+                            const std::string& file) {
+  if (!run.replay.graph) return false;
+  traces::write_chrome_trace(file, trace_input(run.replay.result, *run.replay.graph, scenario));
+  return true;
 }
 
 std::string render_replay_summary(const Simulation& run, const Scenario& scenario,

@@ -20,8 +20,8 @@
 
 #include "../support/random_data.hpp"
 #include "cephalo/backend/cpu_device.hpp"
-#include "cephalo/backend/half.hpp"
 #include "cephalo/core/error.hpp"
+#include "half.hpp"
 
 using namespace cephalo::backend;
 using cephalo::RuntimeFailure;

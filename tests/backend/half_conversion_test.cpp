@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cephalo/backend/half.hpp"
+#include "half.hpp"
 
 using namespace cephalo::backend;
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "cephalo/backend/cpu_device.hpp"
-#include "cephalo/backend/half.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
+#include "half.hpp"
 
 using namespace cephalo::backend;
 using cephalo::UnevenCollective;

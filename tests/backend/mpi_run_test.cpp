@@ -20,8 +20,8 @@
 #include "../support/run_command.hpp"
 #include "cephalo/backend/cpu_device.hpp"
 #include "cephalo/backend/executor.hpp"
-#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "single_rank_communicator.hpp"
 
 namespace fs = std::filesystem;
 using namespace cephalo::test_support;

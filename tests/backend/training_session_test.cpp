@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "cephalo/backend/cpu_device.hpp"
-#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "single_rank_communicator.hpp"
 
 namespace fs = std::filesystem;
 using namespace cephalo;

@@ -19,7 +19,6 @@
 #include "cephalo/backend/cuda/cuda_device.hpp"
 #include "cephalo/backend/executor.hpp"
 #include "cephalo/backend/gpt.hpp"
-#include "cephalo/backend/single_rank_communicator.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -28,6 +27,7 @@
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "cuda_test_util.hpp"
+#include "single_rank_communicator.hpp"
 
 namespace cephalo::cuda {
 namespace {

@@ -15,9 +15,9 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/planner/simulate_plan.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "scenario_fixture.hpp"
+#include "simulate_plan.hpp"
 
 namespace cephalo::planner {
 namespace {

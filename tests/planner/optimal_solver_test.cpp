@@ -7,7 +7,7 @@
 #include <random>
 
 #include "cephalo/core/error.hpp"
-#include "cephalo/planner/optimal_solver.hpp"
+#include "optimal_solver.hpp"
 
 namespace cephalo::planner {
 namespace {

@@ -19,9 +19,9 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/planner/search.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "scenario_fixture.hpp"
+#include "search.hpp"
 
 namespace cephalo::planner {
 namespace {

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,9 +27,10 @@
 
 namespace cephalo::backend {
 
-// The kinds of failure a session distinguishes; the values are the CLI's exit codes
-// (apps/commands.hpp), so every rank of a job exits with the same one.
-enum class ErrorKind : int { InvalidInput = 1, Infeasible = 3, Runtime = 4, Io = 5 };
+// The kinds of failure a session distinguishes are core's (error.hpp), whose values are the
+// CLI's exit codes, so every rank of a job exits with the same one. error_kind here also reads
+// an AgreedFailure's kind.
+using cephalo::ErrorKind;
 ErrorKind error_kind(const std::exception& e);
 
 // A failure before training, agreed by every rank: the kind and message of the lowest rank
@@ -115,6 +118,17 @@ class TrainingSession {
   std::unique_ptr<Executor> exec_;
 };
 
+// A failure a test asks for (`cephalo run --inject-failure RANK:STEP[:kill]`): rank `rank`
+// fails at the start of step `step`, by throwing or, with `kill`, by dying on SIGKILL.
+struct InjectedFailure {
+  int rank = -1;  // -1: none
+  int step = -1;
+  bool kill = false;
+};
+// "RANK:STEP" or "RANK:STEP:kill" (non-negative decimal integers); nullopt for anything else,
+// so that the caller names the flag in its own message.
+std::optional<InjectedFailure> parse_injected_failure(std::string_view text);
+
 // What `cephalo run` is asked for: the input files, the settings and the files it writes (each
 // named in messages by the run command's flag).
 struct RunRequest {
@@ -122,6 +136,8 @@ struct RunRequest {
   RunSettings settings;
   std::filesystem::path trace, result, dump_params, dump_grads;  // "--trace", ... ("" = none)
   std::filesystem::path dump_oracle;                             // "--dump-oracle" folder
+  int threads = 0;  // CPU threads per rank (0: the cluster slot's, else 1)
+  InjectedFailure failure;
 };
 
 // Everything that can be refused before any compute, with the same outcome on every rank.
@@ -180,15 +196,43 @@ void write_run_outputs(const RunRequest& request, const RunSetup& setup,
                        const std::string& step_label, const std::vector<float>& params,
                        const std::vector<float>& grads);
 
+// What `train` reports while it runs: rank 0's lines (the notes and warning before training,
+// "resumed from ...", "nothing to run: ..."), and every step on every rank. The caller decides
+// where they go (`cephalo run`: stderr, one write per line).
+struct TrainingProgress {
+  std::function<void(const std::string& line)> say;
+  std::function<void(const StepResult& step)> on_step;
+};
+
+// What a finished `train` hands back for printing.
+struct TrainingOutcome {
+  RunRequest request;  // as run: the dump settings follow the dump files asked for
+  RunSetup setup;
+  SessionResult result;
+  traces::IterationReport report;  // reported_report(result)
+  std::string device_kind;         // "cpu" or "cuda", as the device names itself
+  std::string step_label;          // reported_step_label(result, the settings' report)
+  int rank = 0, ranks = 1;
+  // False when the run was already at its last step (resumed): nothing was trained, reported
+  // or written.
+  bool trained() const { return !result.steps.empty(); }
+};
+
+// `cephalo run` from its request to its outputs, on this rank: prepare_run, run_options,
+// make_runtime, the session (prepare, then run), the oracle dump when asked for, the parameter
+// and gradient gathers the dumps need (collective), and on rank 0 write_run_outputs. One
+// function, so that every caller runs the same sequence with the same checks. AgreedFailure
+// when the inputs, the identity or the session's preparation are refused (the same on every
+// rank); other failures as the steps throw them.
+TrainingOutcome train(const MpiRuntime& mpi, const RunRequest& request,
+                      const TrainingProgress& progress);
+
 // The run's record (`cephalo run --json`): scenario, plan file, device, ranks, emulation, every
 // step, the reported step and statistic, the run identity, the implementation and `report`.
-Json run_record(const RunSetup& setup, const RunRequest& request, const SessionResult& result,
-                const traces::IterationReport& report, const std::string& device_kind, int ranks);
+Json run_record(const TrainingOutcome& run);
 // The same as `cephalo run` prints it without --json: a line naming the run, the emulation
 // notice, a row per step (with the loss scale and the update of fp16 jobs) and the reported
 // step's table.
-std::string render_run(const RunSetup& setup, const SessionResult& result,
-                       const traces::IterationReport& report, const std::string& device_kind,
-                       int ranks, const std::string& step_label);
+std::string render_run(const TrainingOutcome& run);
 
 }  // namespace cephalo::backend

@@ -56,6 +56,14 @@ class RuntimeFailure : public Error {
   using Error::Error;
 };
 
+// What kind of failure an exception is, numbered as every command's exit code says it
+// (apps/commands.hpp): a ValidationError or NotFoundError is invalid input (1), an
+// InfeasibleError an infeasible request (3), an IoError a file not readable or writable (5),
+// anything else a runtime failure (4). One mapping for the command line's exit codes and for
+// the backend's failures agreed across ranks, so both always give the same code.
+enum class ErrorKind : int { InvalidInput = 1, Infeasible = 3, Runtime = 4, Io = 5 };
+ErrorKind error_kind(const std::exception& e);
+
 // Longest piece of user-supplied text a message echoes. Longer text is cut, and the cut says
 // how long the original was, so a 5 MB key in a file cannot make a 10 MB error message.
 constexpr std::size_t kMaxEchoChars = 200;

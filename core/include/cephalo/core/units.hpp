@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cephalo {
 
@@ -30,6 +31,12 @@ inline std::string format_bandwidth(double bps) {
 // switches are specified: 50e9 B/s -> "400 Gbit/s".
 std::string format_link_rate(double bytes_per_s);
 inline std::string format_flop_rate(double f) { return format_quantity(f, Quantity::FlopRate); }
+
+// A list of finite numbers as a command-line flag writes one, "0.5,0.25,0.25" (the values are
+// the caller's to check). ValidationError(file, what, item, "a comma-separated list of
+// numbers") names the first item that is not a number.
+std::vector<double> parse_number_list(const std::string& text, const std::string& file,
+                                      const std::string& what);
 
 constexpr double kKiB = 1024.0;
 constexpr double kMiB = 1024.0 * kKiB;

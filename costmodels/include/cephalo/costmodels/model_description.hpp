@@ -19,6 +19,11 @@ HfModel find_model_or_config(const std::string& name_or_file);
 // row.
 Json model_summary(const ModelSpec& model);
 
+// The catalogs as `cephalo describe gpus --json` and `describe models --json` print them: an
+// array with every GPU's datasheet record (to_json), every model's model_summary.
+Json gpu_catalog_record(const GpuCatalog& catalog);
+Json model_catalog_record(const ModelCatalog& catalog);
+
 // model_summary plus the embedding and head counts and, for a config, its model_type and the
 // notes on what was read but not priced.
 Json model_description(const HfModel& model);

@@ -40,6 +40,15 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
                          const StackMeasurement& measurement,
                          const std::string& compute_source = "auto");
 
+// calibrate_stack with its stack written to `output` as a "cephalo-stack" file ("" for none),
+// as `cephalo calibrate stack -o` and `cephalo.calibrate_stack(output=...)` write it: the
+// location is checked before fitting (core/output_file.hpp; named `output_name`, the flag or
+// the keyword), so a fit is never lost to an unwritable file, and written after.
+StackFit calibrate_stack_to_file(const Scenario& scenario, const Plan& plan,
+                                 const StackMeasurement& measurement,
+                                 const std::string& compute_source, const std::string& output,
+                                 const std::string& output_name);
+
 // {"stack": <cephalo-stack>, "measured_iteration_s", "predicted_iteration_s",
 //  "fitted_iteration_s", "notes"}
 Json to_json(const StackFit& fit);

@@ -7,7 +7,7 @@
 //                 memory requires
 //   proportional  batches in proportion to compute speed, equal shares
 //   cephalo       the published optimizer (cephalo_optimizer.hpp) on the shipped profiles
-//   optimal       our exact optimizer (optimal_solver.hpp) on the project's cost models
+//   optimal       our exact optimizer (src/optimal_solver.hpp) on the project's cost models
 //   search        simulate the best candidates of `optimal` and their neighbours (and the
 //                 other strategies' plans), return the best simulated plan
 //
@@ -21,7 +21,6 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/cephalo_optimizer.hpp"
-#include "cephalo/planner/optimal_solver.hpp"
 #include "cephalo/planner/plan_result.hpp"
 
 namespace cephalo::planner {
@@ -84,19 +83,5 @@ void set_cephalo_shares_text(PlannerOptions& options, const std::string& objecti
 // A plan for the scenario's devices (rank, node, GPU type) with every allocation field zero
 // and the default schedule (layered, no offload, prefetch): what every strategy fills in.
 Plan empty_plan(const Scenario& scenario, const std::string& strategy);
-
-// Builds the `optimal` model of a scenario (exposed for benchmarks and tests) for one offload
-// mode, activation checkpointing (compute with its recomputes, memory with its kept
-// activations), accumulation (standard and no_sync repeat collectives every micro-batch round:
-// a round takes at least its collectives) and, when > 0, a fixed micro-batch size.
-OptimalProblem build_optimal_problem(const Scenario& scenario, const costmodels::CostModels& models,
-                                     Offload offload, int max_micro_batch = 512,
-                                     const ActivationCheckpointing& checkpointing = {},
-                                     Accumulation accumulation = Accumulation::Layered,
-                                     int fixed_micro_batch = 0);
-
-// The published optimizer's inputs for a scenario (profiles, memory curve, capacities).
-CephaloInputs build_cephalo_inputs(const Scenario& scenario, const PlannerOptions& options,
-                                   std::string* note = nullptr);
 
 }  // namespace cephalo::planner

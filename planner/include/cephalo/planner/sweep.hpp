@@ -145,6 +145,10 @@ std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share
 
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows);
+// The rows written to `file` as `cephalo sweep -o` writes them (atomically,
+// core/output_file.hpp): CSV (sweep_csv) for a name ending in ".csv", else the JSON record.
+void write_sweep_file(const std::string& file, const SweepSpec& spec,
+                      const std::vector<SweepRow>& rows);
 // The table `cephalo sweep` prints. Rows are sorted by `sort` (best first, infeasible mixes
 // last, ties in sweep order): "tokens-per-dollar" (the default: what a mix returns for its
 // price), "throughput" (simulated samples/s), "cost" ($/hour, cheapest first) or "mix" (the

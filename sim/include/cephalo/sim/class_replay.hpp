@@ -69,7 +69,7 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
 // `compute_model`, the trace file's location checked (`trace`, an empty file for none) before
 // the replay, the replay (replay_plan, memory recorded when there is a trace, timed in `wall_s`)
 // and the scenario's prediction warnings in the report. The caller writes the trace
-// (trace_input) and prints.
+// (write_simulation_trace) and prints.
 struct Simulation {
   PlanReplay replay;
   costmodels::CostModels models;
@@ -78,6 +78,13 @@ struct Simulation {
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
                             const std::string& plan_label, const std::string& compute_model,
                             SimOptions options, const OutputTarget& trace);
+// The simulation's Chrome/Perfetto trace (trace_input: every rank's ops and memory) written to
+// `file`, as `cephalo simulate --trace` and the Python module's simulate(trace=...) write it.
+// It needs the full replay's graph, which simulate_checked keeps whenever it is given a trace
+// file; false, and nothing written, without one.
+bool write_simulation_trace(const Simulation& run, const Scenario& scenario,
+                            const std::string& file);
+
 // What `cephalo simulate` prints of a simulation: on stderr, what was replayed ("simulated 812
 // ops, 2301 events in 4.1 ms; implementation ..."); on stdout, a line naming the plan's
 // choices, the compute model and the implementation, the report's table and, with `ops`, a

@@ -14,7 +14,7 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/plan_result.hpp"
-#include "cephalo/planner/simulate_plan.hpp"
+#include "simulate_plan.hpp"
 
 namespace cephalo::planner {
 
