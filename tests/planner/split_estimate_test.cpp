@@ -147,6 +147,35 @@ TEST(SplitEstimate, EqualStagesFollowTheOneFOneBClosedForm) {
   }
 }
 
+TEST(SplitEstimate, InterleavedChunksPutTheEmbeddingFirstAndTheHeadOnTheLastVirtualStage) {
+  // p = 2, V = 2: virtual stages 0..3 are stage 0 chunk 0, stage 1 chunk 0, stage 0 chunk 1,
+  // stage 1 chunk 1. With the embedding on virtual stage 0 and the head on virtual stage 3,
+  // these ranges give every virtual stage 2 units, so each stage takes 4 units per micro-batch.
+  auto compute = std::make_shared<sim::FixedComputeModel>();
+  auto comm = std::make_shared<RecordingComm>();
+  const costmodels::CostModels models{compute, comm};
+  const int m = 4;
+  const Scenario s = scenario(2, 6, m);
+  ModelSplit split;
+  split.micro_batches = m;
+  split.schedule = {pipeline::PipelineSchedule::Kind::Interleaved, 2};
+  split.sharding = StageSharding::None;
+  PipelineStage first, second;
+  first.chunks = {{0, 1}, {3, 5}};
+  first.ranks = {0};
+  second.chunks = {{1, 3}, {5, 6}};
+  second.ranks = {1};
+  split.stages = {first, second};
+  const auto e = estimate_split(s, split, {}, models);
+  const std::vector<pipeline::StageTimes> per_stage(
+      2, {4 * compute->forward_s, 4 * compute->backward_s});
+  EXPECT_NEAR(e.makespan_s, pipeline::pipeline_makespan(2, m, split.schedule, per_stage).makespan,
+              1e-12);
+  EXPECT_NEAR(e.stages[0].forward_compute, 4 * compute->forward_s, 1e-12);
+  EXPECT_NEAR(e.stages[1].forward_compute, 4 * compute->forward_s, 1e-12);
+  EXPECT_EQ(e.stages[0].peak_in_flight, pipeline::peak_in_flight(0, 2, m, split.schedule));
+}
+
 TEST(SplitEstimate, TensorParallelismIssuesTwoReductionsPerLayerEachWay) {
   const int L = 4, T = 2, b = 2;
   const Scenario s = scenario(T, L, b);
