@@ -136,6 +136,7 @@ void add_predict_command(CLI::App& app) {
                 "measured collective sweep to calibrate the links with");
   c->add_flag("--json", coll.json, "Print the record as JSON");
   c->callback([] { predict_collective(coll); });
+  add_predict_3d_command(*cmd);
 }
 
 }  // namespace cephalo::cli

@@ -33,6 +33,7 @@ void add_validate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
+void add_predict_3d_command(CLI::App& predict);  // `predict 3d`, under add_predict_command
 void add_simulate_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_compare_command(CLI::App& app);

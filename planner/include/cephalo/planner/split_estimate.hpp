@@ -1,0 +1,144 @@
+#pragma once
+// A first cost estimate of one training iteration under a three-dimensional model split
+// (tensor x pipeline x data parallelism, core/model_split.hpp), from the existing compute and
+// comm models and the one pipeline schedule (core/pipeline_schedule.hpp). It is an analytic
+// estimate, not a simulation: no training graph is built and the simulator does not run.
+//
+//   SplitOptions options;
+//   options.recompute = true;                                  // every layer checkpointed
+//   SplitEstimate e = estimate_split(scenario, split, options); // make_cost_models(scenario)
+//   if (!e.fits) std::cerr << e.refusal;                        // stage, rank and bytes
+//
+// What is priced, per stage s (its GPU is the device of its first rank):
+//   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
+//             forward, backward and (with recompute) recompute forward from the compute model,
+//             divided across the stage's T tensor-parallel ranks as Megatron's column/row split
+//             does: the GEMMs (q/k/v, attention output, both MLP linears), the attention
+//             (scores, softmax, context: heads / T per rank) and the MLP activation are split;
+//             the two layer norms and the residual adds are replicated unless sequence
+//             parallelism splits them along the sequence. The replicated share of a layer's
+//             time is the share the roofline's default efficiencies give those ops
+//             (ops_features); the compute model's time is then t · (r + (1 − r) / T). The
+//             embedding (first stage) is replicated; the head and loss (last stage) split by T.
+//   TP comm   per layer and micro-batch: 2 all-reduces of b·s·h activations in the forward and
+//             2 of their gradients in the backward, 2 more when the recompute forward reruns
+//             the layer; with sequence parallelism each becomes a reduce-scatter plus an
+//             all-gather of the same buffer (Narayanan et al., SC'21; Korthikanti et al.,
+//             2022). Plus one all-reduce after the vocabulary-parallel embedding (forward) and
+//             one of the head's input gradient (backward). Over the stage's first TP group on
+//             the node's intra link, not overlapped with compute.
+//   P2P       b·s·h activations forward and their gradient backward between adjacent (virtual)
+//             stages, priced as a point-to-point transfer (a two-rank broadcast) on the link
+//             between them; with scatter/gather (Megatron's default) each of the T ranks sends
+//             1/T and the receivers all-gather it. Every rank of the sending stage on a node
+//             sends at once, so a transfer that leaves the node shares its NIC with them. The
+//             slowest boundary is the `p2p` argument of pipeline::pipeline_makespan.
+//   schedule  pipeline::pipeline_makespan over per-(virtual-)stage forward / backward times.
+//   DP tail   after stage s's last backward: its gradient collectives over each data-parallel
+//             group (all-reduce for `none`, reduce-scatter + all-gather for `optimizer`,
+//             `full` and `hybrid`), the T groups of a stage sharing each node's NIC; for tied
+//             embeddings one all-reduce of the word embedding's gradient between the first and
+//             the last stage; then the optimizer step over the stage's shard. Overlap: none by
+//             default (Megatron's local DDP reduces after the whole backward); LastBackward
+//             hides the reduction under the last micro-batch's backward (torch DDP's buckets,
+//             with no_sync over the earlier micro-batches).
+//   memory    per rank: the stage's parameters / T in the compute dtype, gradients (reduce
+//             dtype), fp32 master weights and Adam m, v as the stage's DP sharding keeps them;
+//             activations per layer and micro-batch from Korthikanti et al. (2022)
+//             (s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes at 2-byte activations, /T of
+//             34 + 5as/h with sequence parallelism, 2·s·b·h (/T with SP) when checkpointed,
+//             plus one layer's full set for the recompute) times the micro-batches (chunk
+//             passes) the schedule keeps in flight (pipeline::peak_in_flight); the last stage's
+//             fp32 logits; the runtime reserve (CUDA context, NCCL).
+#include <string>
+#include <vector>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+
+namespace cephalo::planner {
+
+enum class DpOverlap {
+  None,          // the DP collectives start after the stage's last backward
+  LastBackward,  // they run under the last micro-batch's backward; only the rest is exposed
+};
+
+struct SplitOptions {
+  bool recompute = false;      // every layer checkpointed (Megatron's full / uniform recompute)
+  bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
+  DpOverlap dp_overlap = DpOverlap::None;
+};
+
+struct StageMemory {
+  double weights = 0;      // compute-dtype parameters
+  double gradients = 0;    // reduce-dtype gradients (sharded under `full` / `hybrid`)
+  double optimizer = 0;    // fp32 master weights + Adam m, v (sharded unless `none`)
+  double activations = 0;  // kept activations at the schedule's peak, plus logits
+  double reserve = 0;      // CUDA context + NCCL buffers
+  double total = 0;
+  double capacity = 0;  // usable device memory of `rank`
+  int rank = 0;         // the stage's rank with the least capacity (the one named on refusal)
+};
+
+struct StageEstimate {
+  int stage = 0;
+  std::string gpu;
+  int tensor_parallel = 1;
+  int replicas = 1;     // data-parallel replicas (ranks / T)
+  int micro_batch = 0;  // samples per micro-batch per replica
+  int layers = 0;
+  double parameters_per_rank = 0;
+  double replicated_forward = 0;   // r of the layer's forward time (not divided by T)
+  double replicated_backward = 0;  // r of its backward
+  // Per micro-batch through the whole stage (all chunks), seconds.
+  double forward_compute = 0;
+  double backward_compute = 0;  // backward + recompute forward
+  double tp_comm_forward = 0;
+  double tp_comm_backward = 0;
+  int tp_collectives_forward = 0;  // TP collective calls per micro-batch
+  int tp_collectives_backward = 0;
+  double tp_bytes_per_collective = 0;  // b·s·h in the compute dtype
+  double last_backward_end = 0;        // from pipeline_makespan
+  double busy = 0;
+  double bubble = 0;
+  double dp_comm = 0;
+  double dp_exposed = 0;
+  double optimizer_step = 0;
+  double finish = 0;  // last_backward_end + dp_exposed + optimizer_step
+  int peak_in_flight = 0;
+  StageMemory memory;
+};
+
+struct SplitEstimate {
+  double iteration_s = 0;
+  double makespan_s = 0;  // the schedule's, from the first forward to the last backward
+  double p2p_s = 0;       // per transfer, the slowest boundary's
+  double bubble_fraction = 0;
+  std::string split;     // describe(split, ranks)
+  std::string schedule;  // pipeline::describe with the stage times
+  std::vector<StageEstimate> stages;
+  bool fits = true;
+  std::string refusal;  // empty when it fits; else the first stage that does not
+};
+
+// Throws ValidationError (naming "model_split") for a split check_model_split_for refuses, a
+// global batch the micro-batches and a stage's replicas do not divide, or a stage whose ranks
+// have different GPU types.
+SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
+                             const SplitOptions& options, const costmodels::CostModels& models);
+SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
+                             const SplitOptions& options);
+
+// Throws InfeasibleError with estimate.refusal when the plan does not fit.
+void require_fit(const SplitEstimate& estimate);
+
+// Korthikanti et al.'s activation bytes of one transformer layer per micro-batch of b samples
+// (2-byte activations, scaled to the compute dtype), as kept for the backward.
+double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
+                              bool sequence_parallel, bool recompute, Dtype compute);
+
+Json to_json(const SplitEstimate& estimate);
+
+}  // namespace cephalo::planner

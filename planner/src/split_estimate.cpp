@@ -1,0 +1,440 @@
+#include "cephalo/planner/split_estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "cephalo/core/dtype.hpp"
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+
+namespace cephalo::planner {
+namespace {
+
+using costmodels::CollectiveKind;
+using costmodels::CollectiveRequest;
+using costmodels::ComputePhase;
+
+// The ops of a layer that tensor parallelism replicates on every rank of the group: the norms
+// and the residual adds over the full b·s·h (Megatron's column/row split leaves them outside
+// the parallel regions). Sequence parallelism splits them along the sequence instead.
+bool replicated_op(const char* name) {
+  for (const char* r : {"norm1", "norm2", "residual1", "residual2"})
+    if (std::strcmp(name, r) == 0) return true;
+  return false;
+}
+
+double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatures& theta) {
+  double t = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) t += x[i] * theta[i];
+  return t;
+}
+
+// Share of a layer's forward and backward time spent in the replicated ops, by the roofline's
+// default efficiencies.
+std::pair<double, double> replicated_share(const DeviceSpec& spec, const Job& job, int seq,
+                                           int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
+                                        job.implementation);
+  std::vector<costmodels::OpCost> replicated;
+  for (const auto& op : ops)
+    if (replicated_op(op.name)) replicated.push_back(op);
+  const auto all = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto rep = costmodels::ops_features(spec, replicated, job.precision.compute);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  const double f_all = features_time(all.forward, theta);
+  const double b_all = features_time(all.backward, theta);
+  return {f_all > 0 ? features_time(rep.forward, theta) / f_all : 0,
+          b_all > 0 ? features_time(rep.backward, theta) / b_all : 0};
+}
+
+CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
+  CollectiveRequest r;
+  r.kind = kind;
+  const double n = static_cast<double>(ranks.size());
+  r.shard_bytes.assign(ranks.size(), bytes / n);
+  r.ranks = std::move(ranks);
+  return r;
+}
+
+// One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
+// comm model's latency plus bytes over the link between them).
+double p2p_seconds(const costmodels::CommModel& comm, const Cluster& cluster, int a, int b,
+                   double bytes) {
+  CollectiveRequest r;
+  r.kind = CollectiveKind::Broadcast;
+  r.ranks = {a, b};
+  r.shard_bytes = {bytes, 0};
+  return comm.collective(cluster, r).seconds;
+}
+
+std::string gib(double bytes) { return format_bytes(bytes); }
+
+}  // namespace
+
+double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
+                              bool sequence_parallel, bool recompute, Dtype compute) {
+  const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
+  // Korthikanti et al. count 2-byte activations (and 1-byte dropout masks inside the constants).
+  const double scale = bytes_per_element(compute) / 2.0;
+  const double sbh = s * b * h;
+  if (recompute) return scale * 2 * sbh / (sequence_parallel ? t : 1);
+  if (sequence_parallel) return scale * sbh * (34 + 5 * a * s / h) / t;
+  return scale * sbh * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
+SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
+                             const SplitOptions& options, const costmodels::CostModels& models) {
+  const Cluster& cluster = scenario.cluster;
+  const Job& job = scenario.job;
+  const ModelSpec& model = job.model;
+  const std::string file = scenario.file.string();
+  check_model_split_for(split, scenario, file);
+  const int world = cluster.num_ranks();
+  const auto stages = resolved_stages(split, model.num_layers, world);
+  const int p = static_cast<int>(stages.size());
+  const int m = split.micro_batches;
+  const int V = split.schedule.virtual_stages;
+  const int seq = costmodels::effective_sequence(model, job.sequence_length);
+  const Dtype compute = job.precision.compute;
+  const double e_c = bytes_per_element(compute);
+  const double e_r = bytes_per_element(job.precision.reduce);
+  const double e_p = bytes_per_element(job.precision.params);
+  const auto& ranks = cluster.ranks();
+  const bool tied = model.tied_embeddings && model.vocab_size > 0;
+  const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
+
+  SplitEstimate out;
+  out.split = describe(split, world);
+  out.stages.resize(static_cast<std::size_t>(p));
+  // Per virtual stage k = c·p + s, one micro-batch's forward and backward.
+  std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
+  std::vector<std::vector<int>> tp_groups(static_cast<std::size_t>(p));
+
+  for (int s = 0; s < p; ++s) {
+    const PipelineStage& st = stages[static_cast<std::size_t>(s)];
+    StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    const int T = split.tensor_parallel_of(static_cast<std::size_t>(s));
+    const int replicas = static_cast<int>(st.ranks.size()) / T;
+    const std::string where = "model_split.stages[" + std::to_string(s) + "]";
+    const long long per_micro = static_cast<long long>(m) * replicas;
+    if (job.global_batch % per_micro != 0) {
+      std::ostringstream v, x;
+      v << "global batch " << job.global_batch << " over " << m << " micro-batches x " << replicas
+        << " replicas";
+      x << "a global batch divisible by micro_batches x replicas (" << per_micro << ")";
+      throw ValidationError(file, where, v.str(), x.str());
+    }
+    const int b = static_cast<int>(job.global_batch / per_micro);
+    const DeviceSlot& slot = *ranks[static_cast<std::size_t>(st.ranks.front())].slot;
+    for (int r : st.ranks)
+      if (ranks[static_cast<std::size_t>(r)].slot->spec.name != slot.spec.name)
+        throw ValidationError(file, where + ".ranks", std::to_string(r),
+                              "ranks of one GPU type per stage (rank " +
+                                  std::to_string(st.ranks.front()) + " is " + slot.spec.name + ")");
+    const DeviceSpec& spec = slot.spec;
+    est.stage = s;
+    est.gpu = spec.name;
+    est.tensor_parallel = T;
+    est.replicas = replicas;
+    est.micro_batch = b;
+    std::vector<int>& tp = tp_groups[static_cast<std::size_t>(s)];
+    tp.assign(st.ranks.begin(), st.ranks.begin() + T);
+
+    auto [r_f, r_b] = replicated_share(spec, job, job.sequence_length, b);
+    if (split.sequence_parallel) r_f = r_b = 0;
+    est.replicated_forward = r_f;
+    est.replicated_backward = r_b;
+    const double split_f = r_f + (1 - r_f) / T, split_b = r_b + (1 - r_b) / T;
+
+    // TP collectives of one layer, priced once (every layer has the same b·s·h).
+    const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;
+    est.tp_bytes_per_collective = act_bytes;
+    double reduce_s = 0;  // one all-reduce (or reduce-scatter + all-gather) of the activations
+    if (T > 1) {
+      const auto& comm = *models.comm;
+      if (split.sequence_parallel)
+        reduce_s =
+            comm.collective(cluster, even_request(CollectiveKind::ReduceScatter, tp, act_bytes))
+                .seconds +
+            comm.collective(cluster, even_request(CollectiveKind::AllGather, tp, act_bytes))
+                .seconds;
+      else
+        reduce_s = comm.collective(cluster, even_request(CollectiveKind::AllReduce, tp, act_bytes))
+                       .seconds;
+    }
+    const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
+
+    double params = 0;
+    int layers = 0;
+    for (int c = 0; c < static_cast<int>(st.chunks.size()); ++c) {
+      const LayerRange range = st.chunks[static_cast<std::size_t>(c)];
+      const int k = c * p + s;
+      double f = 0, bw = 0, fc = 0, bc = 0, fcomm = 0, bcomm = 0;
+      int f_calls = 0, b_calls = 0;
+      for (int l = range.begin; l < range.end; ++l) {
+        const int unit = l + 1;
+        const double tf =
+            models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b).seconds;
+        const double tb =
+            models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
+        const double tr =
+            options.recompute
+                ? models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds
+                : 0;
+        fc += tf * split_f;
+        bc += tb * split_b + tr * split_f;
+        if (T > 1) {
+          const int backward_reductions = options.recompute ? 4 : 2;
+          fcomm += 2 * reduce_s;
+          bcomm += backward_reductions * reduce_s;
+          f_calls += 2 * per_reduce;
+          b_calls += backward_reductions * per_reduce;
+        }
+        params += costmodels::layer_parameters(model) / T;
+        ++layers;
+      }
+      if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
+        fc += models.compute->unit_time(spec, job, 0, ComputePhase::Forward, b).seconds;
+        bc += models.compute->unit_time(spec, job, 0, ComputePhase::Backward, b).seconds;
+        if (T > 1) {
+          fcomm += reduce_s;
+          f_calls += per_reduce;
+        }
+        params += costmodels::embedding_parameters(model) / T;
+      }
+      if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
+        const int head = model.num_layers + 1;
+        fc += models.compute->unit_time(spec, job, head, ComputePhase::Forward, b).seconds / T;
+        bc += models.compute->unit_time(spec, job, head, ComputePhase::Backward, b).seconds / T;
+        if (T > 1) {
+          bcomm += reduce_s;
+          b_calls += per_reduce;
+        }
+        params += costmodels::head_parameters(model) / T;
+        // Megatron keeps a copy of the tied word embedding on the last stage for the head.
+        if (tied && p > 1) params += word_embedding / T;
+      }
+      f = fc + fcomm;
+      bw = bc + bcomm;
+      times[static_cast<std::size_t>(k)] = {f, bw};
+      est.forward_compute += fc;
+      est.backward_compute += bc;
+      est.tp_comm_forward += fcomm;
+      est.tp_comm_backward += bcomm;
+      est.tp_collectives_forward += f_calls;
+      est.tp_collectives_backward += b_calls;
+    }
+    est.layers = layers;
+    est.parameters_per_rank = params;
+  }
+
+  // P2P: the slowest boundary between adjacent virtual stages on different stages.
+  if (p > 1) {
+    for (int k = 0; k + 1 < p * V; ++k) {
+      const int a = k % p, c = (k + 1) % p;
+      const StageEstimate& from = out.stages[static_cast<std::size_t>(a)];
+      const auto& ga = tp_groups[static_cast<std::size_t>(a)];
+      const auto& gc = tp_groups[static_cast<std::size_t>(c)];
+      const double full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
+      const int T = from.tensor_parallel;
+      const bool scatter = options.scatter_gather && T > 1 &&
+                           out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
+      const double per_flow = scatter ? full / T : full;
+      const int src = ga.front(), dst = gc.front();
+      const int src_node = ranks[static_cast<std::size_t>(src)].node;
+      double bytes = per_flow;
+      if (src_node != ranks[static_cast<std::size_t>(dst)].node) {
+        // Every rank of the sending stage on this node sends at the same time over its NIC.
+        int sharing = 0;
+        for (int r : stages[static_cast<std::size_t>(a)].ranks)
+          if (ranks[static_cast<std::size_t>(r)].node == src_node) ++sharing;
+        bytes = per_flow * std::max(1, sharing);
+      }
+      double t = p2p_seconds(*models.comm, cluster, src, dst, bytes);
+      if (scatter)
+        t += models.comm->collective(cluster, even_request(CollectiveKind::AllGather, gc, full))
+                 .seconds;
+      out.p2p_s = std::max(out.p2p_s, t);
+    }
+  }
+
+  const pipeline::PipelineTiming timing =
+      pipeline::pipeline_makespan(p, m, split.schedule, times, out.p2p_s);
+  out.makespan_s = timing.makespan;
+  out.bubble_fraction = timing.bubble_fraction();
+  out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
+
+  const auto& constants = costmodels::memory_constants();
+  for (int s = 0; s < p; ++s) {
+    const PipelineStage& st = stages[static_cast<std::size_t>(s)];
+    StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    const int T = est.tensor_parallel, R = est.replicas;
+    const DeviceSpec& spec = ranks[static_cast<std::size_t>(st.ranks.front())].slot->spec;
+    est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
+    est.busy = timing.busy[static_cast<std::size_t>(s)];
+    est.bubble = timing.bubble[static_cast<std::size_t>(s)];
+
+    // DP group 0 of the stage: the first rank of every TP group. The stage's T groups run
+    // their collectives at once, so a group spanning nodes shares each NIC with the others.
+    std::vector<int> group;
+    for (std::size_t i = 0; i < st.ranks.size(); i += static_cast<std::size_t>(T))
+      group.push_back(st.ranks[i]);
+    std::map<int, int> group_on_node, stage_on_node;
+    for (int r : group) ++group_on_node[ranks[static_cast<std::size_t>(r)].node];
+    for (int r : st.ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
+    const int first_node = ranks[static_cast<std::size_t>(group.front())].node;
+    const double sharing =
+        group_on_node.size() > 1
+            ? static_cast<double>(stage_on_node[first_node]) / group_on_node[first_node]
+            : 1.0;
+    const double P = est.parameters_per_rank;
+    double dp = 0;
+    if (R > 1) {
+      const double grad_bytes = P * e_r * sharing;
+      if (split.sharding == StageSharding::None) {
+        dp = models.comm
+                 ->collective(cluster, even_request(CollectiveKind::AllReduce, group, grad_bytes))
+                 .seconds;
+      } else {
+        dp = models.comm
+                 ->collective(cluster,
+                              even_request(CollectiveKind::ReduceScatter, group, grad_bytes))
+                 .seconds +
+             models.comm
+                 ->collective(cluster,
+                              even_request(CollectiveKind::AllGather, group, P * e_c * sharing))
+                 .seconds;
+      }
+    }
+    if (tied && p > 1 && (s == 0 || s == p - 1)) {
+      const auto& first = tp_groups.front();
+      const auto& last = tp_groups.back();
+      const int a = first.front(), c = last.front();
+      const bool same_node =
+          ranks[static_cast<std::size_t>(a)].node == ranks[static_cast<std::size_t>(c)].node;
+      const double bytes = word_embedding / T * e_r * (same_node ? 1.0 : T);
+      dp += models.comm->collective(cluster, even_request(CollectiveKind::AllReduce, {a, c}, bytes))
+                .seconds;
+    }
+    est.dp_comm = dp;
+    const double last_backward = times[static_cast<std::size_t>(s)].backward;
+    est.dp_exposed =
+        options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward) : dp;
+    const double shard = split.sharding == StageSharding::None ? P : P / R;
+    est.optimizer_step = models.compute->optimizer_time(spec, job, shard).seconds;
+    est.finish = est.last_backward_end + est.dp_exposed + est.optimizer_step;
+    out.iteration_s = std::max(out.iteration_s, est.finish);
+
+    // Memory of one rank.
+    est.peak_in_flight = pipeline::peak_in_flight(s, p, m, split.schedule);
+    StageMemory& mem = est.memory;
+    const bool full_shard =
+        split.sharding == StageSharding::Full || split.sharding == StageSharding::Hybrid;
+    // Hybrid shards over the group's ranks on one node (the first rank's).
+    const int node_replicas = group_on_node[first_node];
+    const double state_ways =
+        split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R;
+    mem.weights = P * e_c / (full_shard ? state_ways : 1.0);
+    mem.gradients = P * e_r / (full_shard ? state_ways : 1.0);
+    const double master = job.precision.params == compute ? 0.0 : e_p;
+    mem.optimizer = P * (master + 8) / (split.sharding == StageSharding::None ? 1.0 : state_ways);
+    const double per_layer = layer_activation_bytes(
+        model, seq, est.micro_batch, T, split.sequence_parallel, options.recompute, compute);
+    const double chunk_layers = static_cast<double>(est.layers) / V;
+    mem.activations = per_layer * chunk_layers * est.peak_in_flight;
+    if (options.recompute)  // one layer's full set while it is recomputed for its backward
+      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
+                                                split.sequence_parallel, false, compute);
+    if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
+      mem.activations += 4.0 * seq * est.micro_batch * model.vocab_size / T;
+    mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
+    mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
+    mem.capacity = std::numeric_limits<double>::infinity();
+    for (int r : st.ranks) {
+      const double cap =
+          ranks[static_cast<std::size_t>(r)].slot->spec.memory_bytes * constants.usable_fraction;
+      if (cap < mem.capacity) {
+        mem.capacity = cap;
+        mem.rank = r;
+      }
+    }
+    if (out.fits && mem.total > mem.capacity) {
+      out.fits = false;
+      std::ostringstream msg;
+      msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << spec.name << ") needs "
+          << gib(mem.total) << " of " << gib(mem.capacity) << " (weights " << gib(mem.weights)
+          << ", gradients " << gib(mem.gradients) << ", optimizer state " << gib(mem.optimizer)
+          << ", activations " << gib(mem.activations) << " for " << est.peak_in_flight
+          << (V > 1 ? " chunk passes" : " micro-batches") << " in flight, reserve "
+          << gib(mem.reserve) << ")";
+      out.refusal = msg.str();
+    }
+  }
+  return out;
+}
+
+SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
+                             const SplitOptions& options) {
+  return estimate_split(scenario, split, options, costmodels::make_cost_models(scenario));
+}
+
+void require_fit(const SplitEstimate& estimate) {
+  if (!estimate.fits) throw InfeasibleError(estimate.refusal);
+}
+
+Json to_json(const SplitEstimate& e) {
+  Json stages = Json::array();
+  for (const auto& s : e.stages) {
+    stages.push_back({{"stage", s.stage},
+                      {"gpu", s.gpu},
+                      {"tensor_parallel", s.tensor_parallel},
+                      {"replicas", s.replicas},
+                      {"micro_batch", s.micro_batch},
+                      {"layers", s.layers},
+                      {"parameters_per_rank", s.parameters_per_rank},
+                      {"replicated_forward_share", s.replicated_forward},
+                      {"replicated_backward_share", s.replicated_backward},
+                      {"forward_compute_s", s.forward_compute},
+                      {"backward_compute_s", s.backward_compute},
+                      {"tp_comm_forward_s", s.tp_comm_forward},
+                      {"tp_comm_backward_s", s.tp_comm_backward},
+                      {"tp_collectives_forward", s.tp_collectives_forward},
+                      {"tp_collectives_backward", s.tp_collectives_backward},
+                      {"tp_bytes_per_collective", s.tp_bytes_per_collective},
+                      {"last_backward_end_s", s.last_backward_end},
+                      {"busy_s", s.busy},
+                      {"bubble_s", s.bubble},
+                      {"dp_comm_s", s.dp_comm},
+                      {"dp_exposed_s", s.dp_exposed},
+                      {"optimizer_s", s.optimizer_step},
+                      {"finish_s", s.finish},
+                      {"peak_in_flight", s.peak_in_flight},
+                      {"memory",
+                       {{"rank", s.memory.rank},
+                        {"weights", s.memory.weights},
+                        {"gradients", s.memory.gradients},
+                        {"optimizer", s.memory.optimizer},
+                        {"activations", s.memory.activations},
+                        {"reserve", s.memory.reserve},
+                        {"total", s.memory.total},
+                        {"capacity", s.memory.capacity}}}});
+  }
+  return {{"iteration_s", e.iteration_s},
+          {"makespan_s", e.makespan_s},
+          {"p2p_s", e.p2p_s},
+          {"bubble_fraction", e.bubble_fraction},
+          {"split", e.split},
+          {"schedule", e.schedule},
+          {"fits", e.fits},
+          {"refusal", e.refusal},
+          {"stages", stages}};
+}
+
+}  // namespace cephalo::planner

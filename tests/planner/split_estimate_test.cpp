@@ -1,0 +1,316 @@
+// The first 3D-plan estimate (planner/split_estimate.hpp): it reduces to the plain sum of layer
+// times without a split, follows pipeline_makespan's closed form for equal stages, issues the
+// tensor-parallel collectives Megatron does, and refuses a stage that does not fit with its
+// numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/planner/split_estimate.hpp"
+#include "cephalo/sim/fixed_models.hpp"
+
+namespace cephalo {
+namespace {
+
+using costmodels::CollectiveKind;
+using costmodels::ComputePhase;
+using planner::estimate_split;
+using planner::SplitOptions;
+
+// One node of `gpus` GPUs of `gpu` on NVLink, running a small GPT (fp16 compute).
+Scenario scenario(int gpus, int layers, int global_batch, const std::string& gpu = "A100-80GB",
+                  int hidden = 1024, int heads = 16) {
+  const Json doc = {
+      {"name", "split-test"},
+      {"cluster",
+       {{"name", "one-node"},
+        {"nodes",
+         {{{"name", "n0"},
+           {"gpus", {{{"type", gpu}, {"count", gpus}}}},
+           {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
+           {"nic",
+            {{"kind", "infiniband"},
+             {"count", 8},
+             {"bandwidth", "200Gbit/s"},
+             {"latency", "5us"}}}}}}}},
+      {"job",
+       {{"name", "split-test"},
+        {"model",
+         {{"name", "gpt-test"},
+          {"family", "gpt"},
+          {"layers", layers},
+          {"hidden", hidden},
+          {"heads", heads},
+          {"ffn_hidden", 4 * hidden},
+          {"vocab_size", 32000},
+          {"max_positions", 2048},
+          {"activation", "gelu"},
+          {"norm", "layernorm"}}},
+        {"sequence_length", 1024},
+        {"global_batch", global_batch},
+        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
+  JsonReader reader(doc, "split-test.json");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+PipelineStage stage(int begin, int end, std::vector<int> ranks) {
+  PipelineStage s;
+  s.chunks = {LayerRange{begin, end}};
+  s.ranks = std::move(ranks);
+  return s;
+}
+
+// Prices every collective and transfer at zero and records what was asked.
+class RecordingComm final : public costmodels::CommModel {
+ public:
+  mutable std::vector<costmodels::CollectiveRequest> requests;
+  double seconds = 0;
+  costmodels::CollectiveEstimate collective(
+      const Cluster&, const costmodels::CollectiveRequest& request) const override {
+    requests.push_back(request);
+    costmodels::CollectiveEstimate e;
+    for (double b : request.shard_bytes) e.total_bytes += b;
+    e.seconds = seconds;
+    return e;
+  }
+  double copy_time(const Cluster&, int, double) const override { return 0; }
+};
+
+TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
+  const Scenario s = scenario(1, 6, 8);
+  ModelSplit split;
+  split.micro_batches = 4;  // 2 samples each
+  split.sharding = StageSharding::None;
+  split.stages = {stage(0, 6, {0})};
+  const auto models = costmodels::make_cost_models(s);
+  for (bool recompute : {false, true}) {
+    SplitOptions options;
+    options.recompute = recompute;
+    const auto e = estimate_split(s, split, options, models);
+    double per_micro = 0;
+    const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+    for (int u = 0; u < costmodels::num_units(s.job.model); ++u) {
+      per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Forward, 2).seconds +
+                   models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
+      const bool layer = u >= 1 && u <= 6;
+      if (recompute && layer)
+        per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Recompute, 2).seconds;
+    }
+    const double opt =
+        models.compute->optimizer_time(spec, s.job, costmodels::total_parameters(s.job.model))
+            .seconds;
+    EXPECT_NEAR(e.iteration_s, 4 * per_micro + opt, 1e-12 * e.iteration_s) << recompute;
+    EXPECT_DOUBLE_EQ(e.stages[0].dp_comm, 0);
+    EXPECT_EQ(e.stages[0].tp_collectives_forward, 0);
+    EXPECT_NEAR(e.stages[0].parameters_per_rank, costmodels::total_parameters(s.job.model),
+                1e-6 * e.stages[0].parameters_per_rank);
+    EXPECT_TRUE(e.fits) << e.refusal;
+  }
+}
+
+TEST(SplitEstimate, EqualStagesFollowTheOneFOneBClosedForm) {
+  // Every unit takes 1 ms forward and 2 ms backward; with the embedding on stage 0 and the head
+  // on the last stage, these layer ranges give every stage 3 units.
+  auto compute = std::make_shared<sim::FixedComputeModel>();
+  auto comm = std::make_shared<RecordingComm>();
+  const costmodels::CostModels models{compute, comm};
+  const int m = 8;
+  struct Case {
+    int p;
+    std::vector<PipelineStage> stages;
+  };
+  const std::vector<Case> cases = {
+      {2, {stage(0, 2, {0}), stage(2, 4, {1})}},
+      {4, {stage(0, 2, {0}), stage(2, 5, {1}), stage(5, 8, {2}), stage(8, 10, {3})}}};
+  for (const auto& c : cases) {
+    const int layers = c.p == 2 ? 4 : 10;
+    const Scenario s = scenario(c.p, layers, m);
+    ModelSplit split;
+    split.micro_batches = m;
+    split.sharding = StageSharding::None;
+    split.stages = c.stages;
+    const auto e = estimate_split(s, split, {}, models);
+    const double f = 3 * compute->forward_s, b = 3 * compute->backward_s;
+    EXPECT_NEAR(e.makespan_s, (m + c.p - 1) * (f + b), 1e-12) << c.p;
+    EXPECT_NEAR(e.iteration_s, e.makespan_s + compute->optimizer_s, 1e-12) << c.p;
+    EXPECT_NEAR(e.bubble_fraction, (c.p - 1.0) / (m + c.p - 1.0), 1e-12) << c.p;
+    EXPECT_EQ(e.stages[0].peak_in_flight, c.p);
+    EXPECT_EQ(e.stages.back().peak_in_flight, 1);
+  }
+}
+
+TEST(SplitEstimate, InterleavedChunksPutTheEmbeddingFirstAndTheHeadOnTheLastVirtualStage) {
+  // p = 2, V = 2: virtual stages 0..3 are stage 0 chunk 0, stage 1 chunk 0, stage 0 chunk 1,
+  // stage 1 chunk 1. With the embedding on virtual stage 0 and the head on virtual stage 3,
+  // these ranges give every virtual stage 2 units, so each stage takes 4 units per micro-batch.
+  auto compute = std::make_shared<sim::FixedComputeModel>();
+  auto comm = std::make_shared<RecordingComm>();
+  const costmodels::CostModels models{compute, comm};
+  const int m = 4;
+  const Scenario s = scenario(2, 6, m);
+  ModelSplit split;
+  split.micro_batches = m;
+  split.schedule = {pipeline::PipelineSchedule::Kind::Interleaved, 2};
+  split.sharding = StageSharding::None;
+  PipelineStage first, second;
+  first.chunks = {{0, 1}, {3, 5}};
+  first.ranks = {0};
+  second.chunks = {{1, 3}, {5, 6}};
+  second.ranks = {1};
+  split.stages = {first, second};
+  const auto e = estimate_split(s, split, {}, models);
+  const std::vector<pipeline::StageTimes> per_stage(
+      2, {4 * compute->forward_s, 4 * compute->backward_s});
+  EXPECT_NEAR(e.makespan_s, pipeline::pipeline_makespan(2, m, split.schedule, per_stage).makespan,
+              1e-12);
+  EXPECT_NEAR(e.stages[0].forward_compute, 4 * compute->forward_s, 1e-12);
+  EXPECT_NEAR(e.stages[1].forward_compute, 4 * compute->forward_s, 1e-12);
+  EXPECT_EQ(e.stages[0].peak_in_flight, pipeline::peak_in_flight(0, 2, m, split.schedule));
+}
+
+TEST(SplitEstimate, TensorParallelismIssuesTwoReductionsPerLayerEachWay) {
+  const int L = 4, T = 2, b = 2;
+  const Scenario s = scenario(T, L, b);
+  auto comm = std::make_shared<RecordingComm>();
+  const auto real = costmodels::make_cost_models(s);
+  const costmodels::CostModels models{real.compute, comm};
+  const double act_bytes = 1.0 * b * 1024 * 1024 * 2;  // b·s·h in fp16
+  for (bool sp : {false, true})
+    for (bool recompute : {false, true}) {
+      ModelSplit split;
+      split.tensor_parallel = T;
+      split.sequence_parallel = sp;
+      split.micro_batches = 1;
+      split.stages = {stage(0, L, {0, 1})};
+      SplitOptions options;
+      options.recompute = recompute;
+      comm->requests.clear();
+      const auto e = estimate_split(s, split, options, models);
+      const auto& st = e.stages[0];
+      const int calls = sp ? 2 : 1;  // reduce-scatter + all-gather, or one all-reduce
+      // 2 per layer forward (+ the embedding's output), 2 per layer backward, 2 more when the
+      // recompute reruns the forward (+ the head's input gradient).
+      EXPECT_EQ(st.tp_collectives_forward, (2 * L + 1) * calls) << sp << recompute;
+      EXPECT_EQ(st.tp_collectives_backward, ((recompute ? 4 : 2) * L + 1) * calls)
+          << sp << recompute;
+      EXPECT_DOUBLE_EQ(st.tp_bytes_per_collective, act_bytes);
+      // The layer's reductions are priced once per kind over the TP group with b·s·h bytes.
+      const auto& first = comm->requests.front();
+      EXPECT_EQ(first.kind, sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce);
+      EXPECT_EQ(first.ranks, (std::vector<int>{0, 1}));
+      EXPECT_DOUBLE_EQ(first.shard_bytes[0] + first.shard_bytes[1], act_bytes);
+      // Compute: the replicated share r is strictly between 0 and 1 without SP, 0 with it.
+      if (sp) {
+        EXPECT_DOUBLE_EQ(st.replicated_forward, 0);
+      } else {
+        EXPECT_GT(st.replicated_forward, 0);
+        EXPECT_LT(st.replicated_forward, 0.5);
+      }
+      const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+      double expected = 0;
+      for (int u = 1; u <= L; ++u)
+        expected += real.compute->unit_time(spec, s.job, u, ComputePhase::Forward, b).seconds *
+                    (st.replicated_forward + (1 - st.replicated_forward) / T);
+      expected += real.compute->unit_time(spec, s.job, 0, ComputePhase::Forward, b).seconds;
+      expected += real.compute->unit_time(spec, s.job, L + 1, ComputePhase::Forward, b).seconds / T;
+      EXPECT_NEAR(st.forward_compute, expected, 1e-12);
+    }
+}
+
+TEST(SplitEstimate, DataParallelReductionFollowsTheSharding) {
+  // 4 ranks, T = 2: two replicas; DDP all-reduces the stage's gradients, the distributed
+  // optimizer reduce-scatters them and all-gathers the parameters.
+  const Scenario s = scenario(4, 4, 4);
+  auto comm = std::make_shared<RecordingComm>();
+  const costmodels::CostModels models{costmodels::make_cost_models(s).compute, comm};
+  for (StageSharding sharding : {StageSharding::None, StageSharding::Optimizer}) {
+    ModelSplit split;
+    split.tensor_parallel = 2;
+    split.micro_batches = 2;
+    split.sharding = sharding;
+    split.stages = {stage(0, 4, {0, 1, 2, 3})};
+    comm->requests.clear();
+    const auto e = estimate_split(s, split, {}, models);
+    std::vector<CollectiveKind> dp;
+    for (const auto& r : comm->requests)
+      if (r.ranks == std::vector<int>{0, 2}) {
+        dp.push_back(r.kind);
+        EXPECT_NEAR(r.shard_bytes[0] * 2, e.stages[0].parameters_per_rank * 2,
+                    1e-6 * e.stages[0].parameters_per_rank);
+      }
+    if (sharding == StageSharding::None)
+      EXPECT_EQ(dp, std::vector<CollectiveKind>{CollectiveKind::AllReduce});
+    else
+      EXPECT_EQ(dp, (std::vector<CollectiveKind>{CollectiveKind::ReduceScatter,
+                                                 CollectiveKind::AllGather}));
+    // 1/T of every layer's weights on each rank.
+    EXPECT_NEAR(e.stages[0].parameters_per_rank, costmodels::total_parameters(s.job.model) / 2,
+                1e-6 * e.stages[0].parameters_per_rank);
+  }
+}
+
+TEST(SplitEstimate, AStageThatDoesNotFitIsRefusedWithItsNumbers) {
+  // A 40-layer 5120-wide model on two 24 GB GPUs, 39 layers on the second stage, unsharded:
+  // its ~0.3 B parameters per layer x 39 at 16 B each cannot fit; the first stage's one can.
+  const Scenario s = scenario(2, 40, 2, "L4", 5120, 40);
+  ModelSplit split;
+  split.micro_batches = 2;
+  split.sharding = StageSharding::None;
+  split.stages = {stage(0, 1, {0}), stage(1, 40, {1})};
+  const auto e = estimate_split(s, split, {});
+  EXPECT_FALSE(e.fits);
+  const auto& mem = e.stages[1].memory;
+  EXPECT_GT(mem.total, mem.capacity);
+  EXPECT_EQ(mem.rank, 1);
+  EXPECT_LE(e.stages[0].memory.total, e.stages[0].memory.capacity);
+  EXPECT_NE(e.refusal.find("stage 1"), std::string::npos) << e.refusal;
+  EXPECT_NE(e.refusal.find("rank 1"), std::string::npos) << e.refusal;
+  EXPECT_NE(e.refusal.find("needs"), std::string::npos) << e.refusal;
+  EXPECT_THROW(planner::require_fit(e), InfeasibleError);
+
+  // 16 B per parameter of the stage, unsharded.
+  const double P = e.stages[1].parameters_per_rank;
+  EXPECT_NEAR(mem.weights + mem.gradients + mem.optimizer, 16 * P, 1e-6 * P);
+}
+
+TEST(SplitEstimate, RefusesABatchTheMicroBatchesAndReplicasDoNotDivide) {
+  const Scenario s = scenario(2, 4, 6);
+  ModelSplit split;
+  split.micro_batches = 4;  // 6 samples over 4 micro-batches x 2 replicas
+  split.stages = {stage(0, 4, {0, 1})};
+  try {
+    estimate_split(s, split, {});
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.json_path(), "model_split.stages[0]");
+    EXPECT_NE(std::string(e.what()).find("global batch 6"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
+  ModelSpec m;
+  m.num_layers = 1;
+  m.hidden = 4096;
+  m.heads = 32;
+  const double s = 2048, b = 1, h = 4096, a = 32, sbh = s * b * h;
+  using planner::layer_activation_bytes;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 1, false, false, Dtype::FP16),
+                   sbh * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, false, Dtype::FP16),
+                   sbh * (10 + 24.0 / 8 + 5 * a * s / (h * 8)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, false, Dtype::FP16),
+                   sbh * (34 + 5 * a * s / h) / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, true, Dtype::FP16), 2 * sbh);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, true, Dtype::FP16), 2 * sbh / 8);
+}
+
+}  // namespace
+}  // namespace cephalo
