@@ -1,0 +1,84 @@
+#pragma once
+// The planner's search over three-dimensional model splits (core/model_split.hpp): the split
+// with the lowest estimate_split iteration time (split_estimate.hpp) that fits in memory.
+//
+//   SplitSearchOptions options;
+//   options.pipeline_stages = 4;                         // fix any dimension, or leave it open
+//   SplitSearchResult r = search_split(scenario, options); // InfeasibleError when nothing fits
+//   write r.split with to_json(r.split): the file `predict 3d --split` reads.
+//
+// What is searched (planner/README.md, "3D plans: search"):
+//   - which GPUs serve which stage: the ranks of one GPU type form k_t stages of equal rank
+//     counts (contiguous in rank order, so node-major), every rank serves a stage, and the
+//     types' blocks of stages are laid out in every order of the types (stage 0 of one
+//     block after the last of the previous). P = Σ k_t.
+//   - TP: per GPU type, T dividing the heads (and key/value heads) and every node's count of
+//     that type (a TP group never leaves its node), and dividing the type's stage size.
+//   - micro-batch count m: every m >= P with m x replicas dividing the global batch on every
+//     stage (a multiple of P for interleaving).
+//   - schedule: GPipe, 1F1B, interleaved:V for V >= 2 dividing every stage's layer count.
+//   - DP sharding (full, hybrid, optimizer, none), sequence parallelism (when some T > 1) and
+//     full activation checkpointing.
+//   - stage boundaries, by a heuristic: layers are first dealt out in proportion to each
+//     stage's speed (1 / the compute model's per-layer forward + backward time for its
+//     micro-batch, over its T), at least one per stage; the best candidate of each P,
+//     schedule and stage layout (types and T) is then
+//     refined by moving one boundary by one layer at a time, keeping a move while it lowers the
+//     estimate (hill climbing to a local optimum).
+// Every candidate is priced by estimate_split; splits are validated by check_model_split_for
+// inside it, so no schedule rule is restated here.
+#include <optional>
+#include <vector>
+
+#include "cephalo/core/model_split.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/split_estimate.hpp"
+
+namespace cephalo::planner {
+
+struct SplitSearchOptions {
+  // Each fixed dimension, or open (searched).
+  std::optional<int> tensor_parallel;  // every stage's T
+  std::optional<int> pipeline_stages;  // P
+  std::optional<pipeline::PipelineSchedule> schedule;
+  std::optional<int> micro_batches;
+  std::optional<StageSharding> sharding;
+  std::optional<bool> sequence_parallel;
+  std::optional<bool> recompute;  // full activation checkpointing
+  // Passed to estimate_split (recompute there is set per candidate).
+  SplitOptions estimate;
+  int max_pipeline_stages = 64;  // P searched up to this (and the layer count)
+  int refine_per_stages = 1;     // candidates of each (P, schedule, stage layout) refined
+};
+
+// One priced candidate.
+struct SplitCandidate {
+  ModelSplit split;
+  bool recompute = false;
+  SplitEstimate estimate;
+};
+
+struct SplitSearchResult {
+  ModelSplit split;  // the best
+  bool recompute = false;
+  SplitEstimate estimate;
+  int evaluated = 0;  // estimate_split calls
+  int refused = 0;    // of them, candidates that do not fit
+  int pruned = 0;     // candidates dropped before estimating (divisibility)
+  // The best fitting candidate of every P that has one, by P (the winner's P included).
+  std::vector<SplitCandidate> best_per_stages;
+};
+
+// Throws InfeasibleError when no candidate fits, with the refusal of the candidate that came
+// closest (the smallest needed / capacity ratio at its tightest stage); ValidationError for a
+// fixed dimension no candidate can have (e.g. a T that does not divide the heads).
+SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options,
+                               const costmodels::CostModels& models);
+SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options);
+
+// The boundaries the heuristic starts from: `layers` dealt to stages in proportion to
+// `speed` (largest remainders), each stage at least one layer. Exposed for the tests.
+std::vector<int> balanced_layer_counts(int layers, const std::vector<double>& speed);
+
+}  // namespace cephalo::planner

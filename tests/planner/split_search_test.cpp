@@ -1,0 +1,317 @@
+// The search over 3D splits (planner/split_search.hpp): against an exhaustive enumeration of a
+// small heterogeneous cluster, with fixed dimensions, when nothing fits, and against the
+// standard Megatron splits of a homogeneous cluster.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/split_estimate.hpp"
+#include "cephalo/planner/split_search.hpp"
+
+namespace cephalo {
+namespace {
+
+using planner::estimate_split;
+using planner::search_split;
+using planner::SplitOptions;
+using planner::SplitSearchOptions;
+using Kind = pipeline::PipelineSchedule::Kind;
+
+struct NodeSpec {
+  std::string gpu;
+  int count;
+};
+
+Scenario scenario(const std::vector<NodeSpec>& nodes, int layers, int global_batch, int hidden,
+                  int heads) {
+  Json node_list = Json::array();
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    node_list.push_back(
+        {{"name", "n" + std::to_string(i)},
+         {"gpus", {{{"type", nodes[i].gpu}, {"count", nodes[i].count}}}},
+         {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
+         {"nic",
+          {{"kind", "infiniband"}, {"count", 4}, {"bandwidth", "200Gbit/s"}, {"latency", "5us"}}}});
+  const Json doc = {
+      {"name", "search-test"},
+      {"cluster", {{"name", "test"}, {"nodes", node_list}}},
+      {"job",
+       {{"name", "search-test"},
+        {"model",
+         {{"name", "gpt-test"},
+          {"family", "gpt"},
+          {"layers", layers},
+          {"hidden", hidden},
+          {"heads", heads},
+          {"ffn_hidden", 4 * hidden},
+          {"vocab_size", 32000},
+          {"max_positions", 2048},
+          {"activation", "gelu"},
+          {"norm", "layernorm"}}},
+        {"sequence_length", 1024},
+        {"global_batch", global_batch},
+        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
+  JsonReader reader(doc, "search-test.json");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// 4 A100 on one node, 4 V100 on another.
+Scenario two_types(int global_batch = 8, int hidden = 1024) {
+  return scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, global_batch, hidden, 16);
+}
+
+// Every composition of `total` into `parts` parts, each a positive multiple of `unit`.
+void compositions(int total, int parts, int unit, std::vector<int>& cur,
+                  const std::function<void(const std::vector<int>&)>& f) {
+  if (parts == 1) {
+    if (total >= unit && total % unit == 0) {
+      cur.push_back(total);
+      f(cur);
+      cur.pop_back();
+    }
+    return;
+  }
+  for (int c = unit; c <= total - unit * (parts - 1); c += unit) {
+    cur.push_back(c);
+    compositions(total - c, parts - 1, unit, cur, f);
+    cur.pop_back();
+  }
+}
+
+TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
+  const Scenario s = two_types();
+  const auto models = costmodels::make_cost_models(s);
+  const int layers = 24, batch = 8;
+  // Fixed in both: the enumeration covers TP, PP, boundaries, GPU-to-stage assignment,
+  // schedule and micro-batches; sharding, SP and checkpointing are held so it stays small.
+  SplitSearchOptions options;
+  options.sharding = StageSharding::Optimizer;
+  options.sequence_parallel = false;
+  options.recompute = false;
+  SplitOptions estimate_options;
+
+  const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  long long candidates = 0, fitting = 0;
+  double best = std::numeric_limits<double>::infinity();
+  std::string best_split;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int p : {1, 2, 4}) {
+    // Every sequence of stage types using both types (a stage holds one GPU type, every rank
+    // serves), every composition of each type's 4 ranks over its stages, every T ∈ {1, 2} per
+    // stage dividing its rank count.
+    for (int mask = 0; mask < (1 << p); ++mask) {
+      std::vector<int> type(static_cast<std::size_t>(p));
+      int count[2] = {0, 0};
+      for (int i = 0; i < p; ++i) ++count[type[static_cast<std::size_t>(i)] = (mask >> i) & 1];
+      if (count[0] == 0 || count[1] == 0) continue;
+      std::vector<int> c0, c1;
+      compositions(4, count[0], 1, c0, [&](const std::vector<int>& sizes0) {
+        std::vector<int> tmp;
+        compositions(4, count[1], 1, tmp, [&](const std::vector<int>& sizes1) {
+          // Ranks per stage, contiguous within each type.
+          std::vector<std::vector<int>> ranks(static_cast<std::size_t>(p));
+          int used[2] = {0, 0}, idx[2] = {0, 0};
+          for (int i = 0; i < p; ++i) {
+            const int t = type[static_cast<std::size_t>(i)];
+            const int n = (t == 0 ? sizes0 : sizes1)[static_cast<std::size_t>(idx[t]++)];
+            for (int k = 0; k < n; ++k)
+              ranks[static_cast<std::size_t>(i)].push_back(
+                  type_ranks[static_cast<std::size_t>(t)][static_cast<std::size_t>(used[t]++)]);
+          }
+          for (int tmask = 0; tmask < (1 << p); ++tmask) {
+            std::vector<int> tp(static_cast<std::size_t>(p));
+            bool ok = true;
+            for (int i = 0; i < p; ++i) {
+              tp[static_cast<std::size_t>(i)] = ((tmask >> i) & 1) ? 2 : 1;
+              ok = ok && ranks[static_cast<std::size_t>(i)].size() %
+                                 static_cast<std::size_t>(tp[static_cast<std::size_t>(i)]) ==
+                             0;
+            }
+            if (!ok) continue;
+            for (int m = p; m <= batch; ++m) {
+              if (batch % m != 0) continue;
+              bool divides = true;
+              for (int i = 0; i < p; ++i) {
+                const int replicas = static_cast<int>(ranks[static_cast<std::size_t>(i)].size()) /
+                                     tp[static_cast<std::size_t>(i)];
+                divides = divides && batch % (m * replicas) == 0;
+              }
+              if (!divides) continue;
+              std::vector<pipeline::PipelineSchedule> schedules = {{Kind::GPipe, 1},
+                                                                   {Kind::OneFOneB, 1}};
+              if (p >= 2 && m % p == 0)
+                for (int v = 2; v * p <= layers; ++v)
+                  if (layers % v == 0) schedules.push_back({Kind::Interleaved, v});
+              for (const auto& schedule : schedules) {
+                const int v = schedule.virtual_stages;
+                std::vector<int> cur;
+                compositions(layers, p, v, cur, [&](const std::vector<int>& counts) {
+                  ModelSplit split;
+                  split.tensor_parallel = tp[0];
+                  split.schedule = schedule;
+                  split.micro_batches = m;
+                  split.sharding = StageSharding::Optimizer;
+                  split.stages.resize(static_cast<std::size_t>(p));
+                  int pos = 0;
+                  for (int c = 0; c < v; ++c)
+                    for (int i = 0; i < p; ++i) {
+                      const int q = counts[static_cast<std::size_t>(i)] / v;
+                      split.stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
+                      pos += q;
+                    }
+                  for (int i = 0; i < p; ++i) {
+                    split.stages[static_cast<std::size_t>(i)].ranks =
+                        ranks[static_cast<std::size_t>(i)];
+                    split.stages[static_cast<std::size_t>(i)].tensor_parallel =
+                        tp[static_cast<std::size_t>(i)];
+                  }
+                  const auto e = estimate_split(s, split, estimate_options, models);
+                  ++candidates;
+                  if (!e.fits) return;
+                  ++fitting;
+                  if (e.iteration_s < best) {
+                    best = e.iteration_s;
+                    best_split = to_json(split).dump();
+                  }
+                });
+              }
+            }
+          }
+        });
+      });
+    }
+  }
+  const double enumerate_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto r = search_split(s, options, models);
+  const double search_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::cout << "exhaustive: " << candidates << " candidates (" << fitting << " fit) in "
+            << enumerate_s << " s, best " << best << " s: " << best_split << "\n"
+            << "search: " << r.evaluated << " evaluated (" << r.refused << " refused, " << r.pruned
+            << " pruned) in " << search_s << " s, best " << r.estimate.iteration_s
+            << " s: " << to_json(r.split).dump() << "\n";
+  ASSERT_GT(fitting, 0);
+  EXPECT_TRUE(r.estimate.fits);
+  EXPECT_LE(r.estimate.iteration_s, best * 1.01);
+  // The search's answer is one of the enumerated splits' estimates: never below the best.
+  EXPECT_GE(r.estimate.iteration_s, best * (1 - 1e-9));
+  EXPECT_LT(r.evaluated, candidates / 10);
+  // Its estimate is the split's own.
+  SplitOptions o;
+  o.recompute = r.recompute;
+  EXPECT_DOUBLE_EQ(estimate_split(s, r.split, o, models).iteration_s, r.estimate.iteration_s);
+}
+
+TEST(SplitSearch, BalancedLayerCountsFollowSpeed) {
+  EXPECT_EQ(planner::balanced_layer_counts(24, {1, 1}), (std::vector<int>{12, 12}));
+  EXPECT_EQ(planner::balanced_layer_counts(24, {3, 1}), (std::vector<int>{18, 6}));
+  EXPECT_EQ(planner::balanced_layer_counts(4, {100, 1, 1, 1}), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(planner::balanced_layer_counts(10, {1, 1, 1}), (std::vector<int>{4, 3, 3}));
+}
+
+TEST(SplitSearch, HonoursFixedDimensions) {
+  const Scenario s = two_types();
+  const auto models = costmodels::make_cost_models(s);
+  SplitSearchOptions options;
+  options.tensor_parallel = 2;
+  options.pipeline_stages = 4;
+  options.schedule = pipeline::PipelineSchedule{Kind::Interleaved, 2};
+  options.micro_batches = 8;
+  options.sharding = StageSharding::None;
+  options.sequence_parallel = true;
+  options.recompute = true;
+  const auto r = search_split(s, options, models);
+  EXPECT_EQ(r.split.stages.size(), 4u);
+  for (std::size_t i = 0; i < r.split.stages.size(); ++i)
+    EXPECT_EQ(r.split.tensor_parallel_of(i), 2) << i;
+  EXPECT_EQ(r.split.schedule, (pipeline::PipelineSchedule{Kind::Interleaved, 2}));
+  EXPECT_EQ(r.split.micro_batches, 8);
+  EXPECT_EQ(r.split.sharding, StageSharding::None);
+  EXPECT_TRUE(r.split.sequence_parallel);
+  EXPECT_TRUE(r.recompute);
+  ASSERT_EQ(r.best_per_stages.size(), 1u);
+  EXPECT_EQ(r.best_per_stages[0].split.stages.size(), 4u);
+
+  // One dimension fixed at a time, the opposite of what the open search picks.
+  const auto open = search_split(s, {}, models);
+  SplitSearchOptions one;
+  one.pipeline_stages = open.split.stages.size() == 2 ? 4 : 2;
+  EXPECT_EQ(search_split(s, one, models).split.stages.size(),
+            static_cast<std::size_t>(*one.pipeline_stages));
+  one = {};
+  one.schedule = open.split.schedule.kind == Kind::GPipe ? pipeline::PipelineSchedule{}
+                                                         : pipeline::PipelineSchedule{Kind::GPipe};
+  EXPECT_EQ(search_split(s, one, models).split.schedule, *one.schedule);
+  one = {};
+  one.recompute = !open.recompute;
+  EXPECT_EQ(search_split(s, one, models).recompute, *one.recompute);
+  // A T that does not divide the heads is a ValidationError, not an empty search.
+  one = {};
+  one.tensor_parallel = 3;
+  EXPECT_THROW(search_split(s, one, models), ValidationError);
+}
+
+TEST(SplitSearch, NothingFitsNamesTheTightestStage) {
+  // 24 layers of hidden 12288 (~44 B parameters, ~700 GB of training state) on 8 GPUs with
+  // 448 GB between them.
+  const Scenario s = two_types(8, 12288);
+  try {
+    search_split(s, {});
+    FAIL() << "expected InfeasibleError";
+  } catch (const InfeasibleError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no 3D split fits"), std::string::npos) << what;
+    EXPECT_NE(what.find("does not fit: rank"), std::string::npos) << what;
+    EXPECT_NE(what.find("stage "), std::string::npos) << what;
+  }
+}
+
+TEST(SplitSearch, NoWorseThanTheStandardMegatronSplitsOnAHomogeneousCluster) {
+  // Two DGX-like nodes of 8 A100, a 24-layer GPT of hidden 2048.
+  const Scenario s = scenario({{"A100-80GB", 8}, {"A100-80GB", 8}}, 24, 64, 2048, 16);
+  const auto models = costmodels::make_cost_models(s);
+  const auto r = search_split(s, {}, models);
+  int compared = 0;
+  for (int p : {1, 2}) {  // TP 8 in a node, PP over the two nodes or DP over them
+    for (int m : {2, 4, 8, 16, 32}) {
+      for (StageSharding sharding : {StageSharding::Optimizer, StageSharding::None})
+        for (bool recompute : {false, true}) {
+          ModelSplit split;
+          split.tensor_parallel = 8;
+          split.micro_batches = m;
+          split.sharding = sharding;
+          const int ranks = 16 / p, per = 24 / p;
+          for (int i = 0; i < p; ++i) {
+            PipelineStage st;
+            st.chunks = {LayerRange{i * per, (i + 1) * per}};
+            for (int k = 0; k < ranks; ++k) st.ranks.push_back(i * ranks + k);
+            split.stages.push_back(st);
+          }
+          SplitOptions o;
+          o.recompute = recompute;
+          const auto e = estimate_split(s, split, o, models);
+          if (!e.fits) continue;
+          ++compared;
+          EXPECT_LE(r.estimate.iteration_s, e.iteration_s * (1 + 1e-12)) << e.split;
+        }
+    }
+  }
+  EXPECT_GE(compared, 10);
+  EXPECT_TRUE(r.estimate.fits);
+}
+
+}  // namespace
+}  // namespace cephalo
