@@ -1,12 +1,16 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
-//  [--activation-checkpointing C] [-o plan.json] [--json]`
+//  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
+// search over tensor x pipeline x data parallel splits (planner/split_search.hpp).
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/split_search.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
@@ -24,12 +28,100 @@ struct PlanArgs {
   std::string accumulation;              // empty: left open (planner::resolve_open_choices)
   std::string activation_checkpointing;  // empty: left open; "auto": the strategy chooses
   planner::PlannerOptions options;
+  std::string parallelism = "fsdp";
+  std::string sharding;  // fsdp: full | hybrid | auto; 3d: full | hybrid | optimizer | none
+  // 3d only: each fixes one dimension of the search; unset ones are searched.
+  int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;  // 0: searched
+  std::string pipeline_schedule;
+  bool sequence_parallel = false;
 };
 
+StageSharding parse_stage_sharding(const std::string& text) {
+  if (text == "full") return StageSharding::Full;
+  if (text == "hybrid") return StageSharding::Hybrid;
+  if (text == "optimizer") return StageSharding::Optimizer;
+  if (text == "none") return StageSharding::None;
+  throw ValidationError("command line", "--sharding", text,
+                        "full, hybrid, optimizer or none with --parallelism 3d");
+}
+
+void run_plan_3d(const PlanArgs& a) {
+  const Scenario scenario = read_scenario(a.scenario, a.stack);
+  check_outputs({{"--output", a.output}});
+  planner::SplitSearchOptions o;
+  if (a.tensor_parallel > 0) o.tensor_parallel = a.tensor_parallel;
+  if (a.pipeline_stages > 0) o.pipeline_stages = a.pipeline_stages;
+  if (a.micro_batches > 0) o.micro_batches = a.micro_batches;
+  if (!a.pipeline_schedule.empty())
+    o.schedule = pipeline::parse_pipeline_schedule(a.pipeline_schedule, "command line",
+                                                   "--pipeline-schedule");
+  if (a.sequence_parallel) o.sequence_parallel = true;
+  if (!a.sharding.empty()) o.sharding = parse_stage_sharding(a.sharding);
+  if (a.activation_checkpointing == "full") o.recompute = true;
+  if (a.activation_checkpointing == "none") o.recompute = false;
+  if (a.activation_checkpointing.rfind("every:", 0) == 0)
+    throw ValidationError("command line", "--activation-checkpointing", a.activation_checkpointing,
+                          "full, none or auto with --parallelism 3d");
+  const auto r = planner::search_split(
+      scenario, o, costmodels::make_cost_models(scenario, a.options.compute_source));
+  if (!a.output.empty()) write_file_atomically(a.output, to_json(r.split).dump(2) + "\n");
+  if (a.json) {
+    Json alternatives = Json::array();
+    for (const auto& c : r.best_per_stages)
+      alternatives.push_back({{"pipeline_stages", c.split.stages.size()},
+                              {"model_split", to_json(c.split)},
+                              {"recompute", c.recompute},
+                              {"iteration_s", c.estimate.iteration_s}});
+    const Json doc = {{"model_split", to_json(r.split)},
+                      {"recompute", r.recompute},
+                      {"estimate", planner::to_json(r.estimate)},
+                      {"evaluated", r.evaluated},
+                      {"refused", r.refused},
+                      {"pruned", r.pruned},
+                      {"best_per_pipeline_stages", alternatives}};
+    std::cout << doc.dump(2) << "\n";
+    return;
+  }
+  std::ostringstream out;
+  out << r.estimate.split << (r.recompute ? ", full activation checkpointing" : "") << "\n"
+      << r.estimate.schedule << "\n";
+  out << std::fixed << std::setprecision(4) << "iteration " << r.estimate.iteration_s << " s ("
+      << r.evaluated << " candidates priced, " << r.refused << " did not fit, " << r.pruned
+      << " pruned)\n";
+  out << "stage  ranks  gpu  layers  T  micro-batch  compute_s  bubble_s  memory_GiB\n";
+  for (std::size_t i = 0; i < r.estimate.stages.size(); ++i) {
+    const auto& s = r.estimate.stages[i];
+    const auto& ranks = r.split.stages[i].ranks;
+    out << s.stage << "  " << ranks.front() << "-" << ranks.back() << "  " << s.gpu << "  "
+        << s.layers << "  " << s.tensor_parallel << "  " << s.micro_batch << "  "
+        << s.forward_compute + s.backward_compute << "  " << s.bubble << "  "
+        << s.memory.total / (1 << 30) << "/" << s.memory.capacity / (1 << 30) << "\n";
+  }
+  const planner::SplitCandidate* alt = nullptr;
+  for (const auto& c : r.best_per_stages)
+    if (c.split.stages.size() != r.split.stages.size() &&
+        (!alt || c.estimate.iteration_s < alt->estimate.iteration_s))
+      alt = &c;
+  if (alt)
+    out << "best alternative: PP " << alt->split.stages.size() << " at "
+        << alt->estimate.iteration_s << " s (" << alt->estimate.split << ")\n";
+  else
+    out << "best alternative: none (no other pipeline depth fits)\n";
+  if (!a.output.empty()) out << "split written to " << a.output << "\n";
+  std::cout << out.str();
+}
+
 void run_plan(const PlanArgs& a) {
+  if (a.parallelism == "3d") return run_plan_3d(a);
   const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
   planner::PlannerOptions opt = a.options;
+  if (!a.sharding.empty()) {
+    if (a.sharding != "full" && a.sharding != "hybrid" && a.sharding != "auto")
+      throw ValidationError("command line", "--sharding", a.sharding,
+                            "full, hybrid or auto (optimizer and none need --parallelism 3d)");
+    opt.sharding = a.sharding;
+  }
   // The planner checks the schedule flags before any search and names them as flags.
   opt.options_source = planner::kOptionsFromCommandLine;
   opt.scenario_label = a.scenario;
@@ -99,11 +191,26 @@ void add_plan_command(CLI::App& app) {
             return std::string();
           },
           "full|none|every:K|auto"));
-  cmd->add_option("--sharding", args->options.sharding,
+  cmd->add_option("--sharding", args->sharding,
                   "full | hybrid | auto: shard over every rank, or within groups of nodes "
                   "(replicated across groups; auto simulates full and group sizes); default: "
-                  "optimal auto, the other strategies full")
-      ->check(one_of({"full", "hybrid", "auto"}));
+                  "optimal auto, the other strategies full. With --parallelism 3d: each stage's "
+                  "DP sharding, full | hybrid | optimizer | none (default: searched)")
+      ->check(one_of({"full", "hybrid", "auto", "optimizer", "none"}));
+  cmd->add_option("--parallelism", args->parallelism,
+                  "fsdp (default: the plans above) | 3d (search tensor x pipeline x data "
+                  "parallel splits, planner/split_search.hpp)")
+      ->check(one_of({"fsdp", "3d"}));
+  cmd->add_option("--tensor-parallel", args->tensor_parallel, "3d: fix every stage's TP degree")
+      ->check(integer_in(1, kMaxDevices));
+  cmd->add_option("--pipeline-stages", args->pipeline_stages, "3d: fix the pipeline stages")
+      ->check(integer_in(1, kMaxDevices));
+  cmd->add_option("--micro-batches", args->micro_batches, "3d: fix the micro-batches per iteration")
+      ->check(integer_in(1, kMaxDevices));
+  cmd->add_option("--pipeline-schedule", args->pipeline_schedule,
+                  "3d: fix the schedule, gpipe | 1f1b | interleaved:V");
+  cmd->add_flag("--sequence-parallel", args->sequence_parallel,
+                "3d: require sequence parallelism (default: searched)");
   cmd->add_option("--group-size", args->options.group_nodes,
                   "hybrid/auto: nodes per sharding group (hybrid default 1)")
       ->check(integer_in(1, kMaxDevices));
