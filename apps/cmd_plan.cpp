@@ -3,6 +3,7 @@
 // search over tensor x pipeline x data parallel splits (planner/split_search.hpp).
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
@@ -45,9 +46,7 @@ StageSharding parse_stage_sharding(const std::string& text) {
                         "full, hybrid, optimizer or none with --parallelism 3d");
 }
 
-void run_plan_3d(const PlanArgs& a) {
-  const Scenario scenario = read_scenario(a.scenario, a.stack);
-  check_outputs({{"--output", a.output}});
+planner::SplitSearchOptions split_options(const PlanArgs& a) {
   planner::SplitSearchOptions o;
   if (a.tensor_parallel > 0) o.tensor_parallel = a.tensor_parallel;
   if (a.pipeline_stages > 0) o.pipeline_stages = a.pipeline_stages;
@@ -56,14 +55,16 @@ void run_plan_3d(const PlanArgs& a) {
     o.schedule = pipeline::parse_pipeline_schedule(a.pipeline_schedule, "command line",
                                                    "--pipeline-schedule");
   if (a.sequence_parallel) o.sequence_parallel = true;
-  if (!a.sharding.empty()) o.sharding = parse_stage_sharding(a.sharding);
+  if (!a.sharding.empty() && a.sharding != "auto") o.sharding = parse_stage_sharding(a.sharding);
   if (a.activation_checkpointing == "full") o.recompute = true;
   if (a.activation_checkpointing == "none") o.recompute = false;
   if (a.activation_checkpointing.rfind("every:", 0) == 0)
     throw ValidationError("command line", "--activation-checkpointing", a.activation_checkpointing,
                           "full, none or auto with --parallelism 3d");
-  const auto r = planner::search_split(
-      scenario, o, costmodels::make_cost_models(scenario, a.options.compute_source));
+  return o;
+}
+
+void print_3d(const PlanArgs& a, const planner::SplitSearchResult& r) {
   if (!a.output.empty()) write_file_atomically(a.output, to_json(r.split).dump(2) + "\n");
   if (a.json) {
     Json alternatives = Json::array();
@@ -106,15 +107,20 @@ void run_plan_3d(const PlanArgs& a) {
     out << "best alternative: PP " << alt->split.stages.size() << " at "
         << alt->estimate.iteration_s << " s (" << alt->estimate.split << ")\n";
   else
-    out << "best alternative: none (no other pipeline depth fits)\n";
+    out << "best alternative: none (no other pipeline depth searched fits)\n";
   if (!a.output.empty()) out << "split written to " << a.output << "\n";
   std::cout << out.str();
 }
 
-void run_plan(const PlanArgs& a) {
-  if (a.parallelism == "3d") return run_plan_3d(a);
+void run_plan_3d(const PlanArgs& a) {
   const Scenario scenario = read_scenario(a.scenario, a.stack);
-  check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
+  check_outputs({{"--output", a.output}});
+  print_3d(a,
+           planner::search_split(scenario, split_options(a),
+                                 costmodels::make_cost_models(scenario, a.options.compute_source)));
+}
+
+planner::PlannerOptions fsdp_options(const PlanArgs& a) {
   planner::PlannerOptions opt = a.options;
   if (!a.sharding.empty()) {
     if (a.sharding != "full" && a.sharding != "hybrid" && a.sharding != "auto")
@@ -129,7 +135,10 @@ void run_plan(const PlanArgs& a) {
   opt.cephalo_published_share_memory = !a.cephalo_corrected;
   opt.progress = opt.progress || opt.strategy == "search";
   planner::set_schedule_text(opt, a.accumulation, a.activation_checkpointing);
-  planner::PlanResult result = planner::make_plan(scenario, opt);
+  return opt;
+}
+
+void print_fsdp(const PlanArgs& a, const Scenario& scenario, const planner::PlanResult& result) {
   // Only what is asked for is built: at 100k ranks the plan's JSON tree and text cost more than
   // the planning (bench/README.md).
   const bool fits = result.fits();
@@ -144,6 +153,58 @@ void run_plan(const PlanArgs& a) {
     std::cout << planner::render_plan_text(scenario, table, fits);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }
+}
+
+double fsdp_seconds(const planner::PlanResult& r) {
+  return r.simulated_iteration_s.value_or(r.predicted_iteration_s);
+}
+
+// Both plans, then the faster one printed (and written) as its own mode does, with one line on
+// why the other lost.
+void run_plan_auto(const PlanArgs& a) {
+  const Scenario scenario = read_scenario(a.scenario, a.stack);
+  check_outputs({{"--output", a.output}});
+  const planner::PlanResult fsdp = planner::make_plan(scenario, fsdp_options(a));
+  std::optional<planner::SplitSearchResult> split;
+  std::string split_refusal;
+  try {
+    split = planner::search_split(scenario, split_options(a),
+                                  costmodels::make_cost_models(scenario, a.options.compute_source));
+  } catch (const InfeasibleError& e) {
+    split_refusal = e.what();
+  }
+  const bool fsdp_wins =
+      fsdp.fits() && (!split || fsdp_seconds(fsdp) <= split->estimate.iteration_s);
+  std::ostringstream why;
+  if (fsdp_wins) {
+    print_fsdp(a, scenario, fsdp);
+    if (split)
+      why << "3d lost: its best split (" << split->estimate.split << ") is estimated at "
+          << split->estimate.iteration_s << " s against the FSDP plan's " << fsdp_seconds(fsdp)
+          << " s\n";
+    else
+      why << "3d lost: " << split_refusal << "\n";
+  } else if (split) {
+    print_3d(a, *split);
+    if (fsdp.fits())
+      why << "fsdp lost: its plan is simulated at " << fsdp_seconds(fsdp)
+          << " s against the 3D estimate's " << split->estimate.iteration_s << " s\n";
+    else
+      why << "fsdp lost: its plan does not fit in memory\n";
+  } else {
+    print_fsdp(a, scenario, fsdp);  // neither fits: the FSDP plan's table says where
+    why << "3d: " << split_refusal << "\n";
+  }
+  // Kept off stdout under --json, which holds one record.
+  (a.json ? std::cerr : std::cout) << why.str();
+}
+
+void run_plan(const PlanArgs& a) {
+  if (a.parallelism == "3d") return run_plan_3d(a);
+  if (a.parallelism == "auto") return run_plan_auto(a);
+  const Scenario scenario = read_scenario(a.scenario, a.stack);
+  check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
+  print_fsdp(a, scenario, planner::make_plan(scenario, fsdp_options(a)));
 }
 
 }  // namespace
@@ -199,8 +260,9 @@ void add_plan_command(CLI::App& app) {
       ->check(one_of({"full", "hybrid", "auto", "optimizer", "none"}));
   cmd->add_option("--parallelism", args->parallelism,
                   "fsdp (default: the plans above) | 3d (search tensor x pipeline x data "
-                  "parallel splits, planner/split_search.hpp)")
-      ->check(one_of({"fsdp", "3d"}));
+                  "parallel splits, planner/split_search.hpp) | auto (both; the faster, and "
+                  "why the other lost; -o writes the winner's format)")
+      ->check(one_of({"fsdp", "3d", "auto"}));
   cmd->add_option("--tensor-parallel", args->tensor_parallel, "3d: fix every stage's TP degree")
       ->check(integer_in(1, kMaxDevices));
   cmd->add_option("--pipeline-stages", args->pipeline_stages, "3d: fix the pipeline stages")
