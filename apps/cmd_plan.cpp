@@ -1,10 +1,8 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
 //  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
 // search over tensor x pipeline x data parallel splits (planner/split_search.hpp).
-#include <iomanip>
 #include <iostream>
 #include <optional>
-#include <sstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
@@ -37,29 +35,27 @@ struct PlanArgs {
   bool sequence_parallel = false;
 };
 
-StageSharding parse_stage_sharding(const std::string& text) {
-  if (text == "full") return StageSharding::Full;
-  if (text == "hybrid") return StageSharding::Hybrid;
-  if (text == "optimizer") return StageSharding::Optimizer;
-  if (text == "none") return StageSharding::None;
-  throw ValidationError("command line", "--sharding", text,
-                        "full, hybrid, optimizer or none with --parallelism 3d");
-}
-
 planner::SplitSearchOptions split_options(const PlanArgs& a) {
   planner::SplitSearchOptions o;
   if (a.tensor_parallel > 0) o.tensor_parallel = a.tensor_parallel;
   if (a.pipeline_stages > 0) o.pipeline_stages = a.pipeline_stages;
   if (a.micro_batches > 0) o.micro_batches = a.micro_batches;
   if (!a.pipeline_schedule.empty())
-    o.schedule = pipeline::parse_pipeline_schedule(a.pipeline_schedule, "command line",
-                                                   "--pipeline-schedule");
+    o.schedule =
+        pipeline::parse_pipeline_schedule(a.pipeline_schedule, kCommandLine, "--pipeline-schedule");
   if (a.sequence_parallel) o.sequence_parallel = true;
   if (!a.sharding.empty() && a.sharding != "auto") o.sharding = parse_stage_sharding(a.sharding);
+  // The FSDP schedule's flags mean nothing to a split (its micro-batches are --micro-batches).
+  if (a.parallelism == "3d" && (a.options.micro_batch > 0 || !a.accumulation.empty()))
+    throw ValidationError(
+        kCommandLine, a.options.micro_batch > 0 ? "--micro-batch" : "--accumulation",
+        a.options.micro_batch > 0 ? std::to_string(a.options.micro_batch) : a.accumulation,
+        "no FSDP schedule flag with --parallelism 3d (a split's micro-batch "
+        "count is --micro-batches)");
   if (a.activation_checkpointing == "full") o.recompute = true;
   if (a.activation_checkpointing == "none") o.recompute = false;
   if (a.activation_checkpointing.rfind("every:", 0) == 0)
-    throw ValidationError("command line", "--activation-checkpointing", a.activation_checkpointing,
+    throw ValidationError(kCommandLine, "--activation-checkpointing", a.activation_checkpointing,
                           "full, none or auto with --parallelism 3d");
   return o;
 }
@@ -67,49 +63,11 @@ planner::SplitSearchOptions split_options(const PlanArgs& a) {
 void print_3d(const PlanArgs& a, const planner::SplitSearchResult& r) {
   if (!a.output.empty()) write_file_atomically(a.output, to_json(r.split).dump(2) + "\n");
   if (a.json) {
-    Json alternatives = Json::array();
-    for (const auto& c : r.best_per_stages)
-      alternatives.push_back({{"pipeline_stages", c.split.stages.size()},
-                              {"model_split", to_json(c.split)},
-                              {"recompute", c.recompute},
-                              {"iteration_s", c.estimate.iteration_s}});
-    const Json doc = {{"model_split", to_json(r.split)},
-                      {"recompute", r.recompute},
-                      {"estimate", planner::to_json(r.estimate)},
-                      {"evaluated", r.evaluated},
-                      {"refused", r.refused},
-                      {"pruned", r.pruned},
-                      {"best_per_pipeline_stages", alternatives}};
-    std::cout << doc.dump(2) << "\n";
+    std::cout << planner::to_json(r).dump(2) << "\n";
     return;
   }
-  std::ostringstream out;
-  out << r.estimate.split << (r.recompute ? ", full activation checkpointing" : "") << "\n"
-      << r.estimate.schedule << "\n";
-  out << std::fixed << std::setprecision(4) << "iteration " << r.estimate.iteration_s << " s ("
-      << r.evaluated << " candidates priced, " << r.refused << " did not fit, " << r.pruned
-      << " pruned)\n";
-  out << "stage  ranks  gpu  layers  T  micro-batch  compute_s  bubble_s  memory_GiB\n";
-  for (std::size_t i = 0; i < r.estimate.stages.size(); ++i) {
-    const auto& s = r.estimate.stages[i];
-    const auto& ranks = r.split.stages[i].ranks;
-    out << s.stage << "  " << ranks.front() << "-" << ranks.back() << "  " << s.gpu << "  "
-        << s.layers << "  " << s.tensor_parallel << "  " << s.micro_batch << "  "
-        << s.forward_compute + s.backward_compute << "  " << s.bubble << "  "
-        << s.memory.total / (1 << 30) << "/" << s.memory.capacity / (1 << 30) << "\n";
-  }
-  const planner::SplitCandidate* alt = nullptr;
-  for (const auto& c : r.best_per_stages)
-    if (c.split.stages.size() != r.split.stages.size() &&
-        (!alt || c.estimate.iteration_s < alt->estimate.iteration_s))
-      alt = &c;
-  if (alt)
-    out << "best alternative: PP " << alt->split.stages.size() << " at "
-        << alt->estimate.iteration_s << " s (" << alt->estimate.split << ")\n";
-  else
-    out << "best alternative: none (no other pipeline depth searched fits)\n";
-  if (!a.output.empty()) out << "split written to " << a.output << "\n";
-  std::cout << out.str();
+  std::cout << planner::render_split_search(r)
+            << (a.output.empty() ? "" : "split written to " + a.output + "\n");
 }
 
 void run_plan_3d(const PlanArgs& a) {
@@ -124,7 +82,7 @@ planner::PlannerOptions fsdp_options(const PlanArgs& a) {
   planner::PlannerOptions opt = a.options;
   if (!a.sharding.empty()) {
     if (a.sharding != "full" && a.sharding != "hybrid" && a.sharding != "auto")
-      throw ValidationError("command line", "--sharding", a.sharding,
+      throw ValidationError(kCommandLine, "--sharding", a.sharding,
                             "full, hybrid or auto (optimizer and none need --parallelism 3d)");
     opt.sharding = a.sharding;
   }
@@ -155,10 +113,6 @@ void print_fsdp(const PlanArgs& a, const Scenario& scenario, const planner::Plan
   }
 }
 
-double fsdp_seconds(const planner::PlanResult& r) {
-  return r.simulated_iteration_s.value_or(r.predicted_iteration_s);
-}
-
 // Both plans, then the faster one printed (and written) as its own mode does, with one line on
 // why the other lost.
 void run_plan_auto(const PlanArgs& a) {
@@ -173,30 +127,12 @@ void run_plan_auto(const PlanArgs& a) {
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
-  const bool fsdp_wins =
-      fsdp.fits() && (!split || fsdp_seconds(fsdp) <= split->estimate.iteration_s);
-  std::ostringstream why;
-  if (fsdp_wins) {
+  const planner::FamilyChoice choice = planner::choose_family(fsdp, split, split_refusal);
+  if (choice.fsdp)
     print_fsdp(a, scenario, fsdp);
-    if (split)
-      why << "3d lost: its best split (" << split->estimate.split << ") is estimated at "
-          << split->estimate.iteration_s << " s against the FSDP plan's " << fsdp_seconds(fsdp)
-          << " s\n";
-    else
-      why << "3d lost: " << split_refusal << "\n";
-  } else if (split) {
+  else
     print_3d(a, *split);
-    if (fsdp.fits())
-      why << "fsdp lost: its plan is simulated at " << fsdp_seconds(fsdp)
-          << " s against the 3D estimate's " << split->estimate.iteration_s << " s\n";
-    else
-      why << "fsdp lost: its plan does not fit in memory\n";
-  } else {
-    print_fsdp(a, scenario, fsdp);  // neither fits: the FSDP plan's table says where
-    why << "3d: " << split_refusal << "\n";
-  }
-  // Kept off stdout under --json, which holds one record.
-  (a.json ? std::cerr : std::cout) << why.str();
+  (a.json ? std::cerr : std::cout) << choice.why << "\n";  // --json: stdout holds one record
 }
 
 void run_plan(const PlanArgs& a) {

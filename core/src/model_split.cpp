@@ -43,6 +43,13 @@ Json range_json(const LayerRange& r) { return Json::array({r.begin, r.end}); }
 
 }  // namespace
 
+std::optional<StageSharding> parse_stage_sharding(std::string_view text) {
+  for (StageSharding s :
+       {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None})
+    if (text == to_string(s)) return s;
+  return std::nullopt;
+}
+
 std::string to_string(StageSharding sharding) {
   switch (sharding) {
     case StageSharding::Full:
@@ -93,11 +100,7 @@ ModelSplit parse_model_split(JsonReader r) {
     s.schedule = pipeline::parse_pipeline_schedule(c->as_string(), c->file(), c->where());
   s.micro_batches = static_cast<int>(r.integer_or("micro_batches", 1, 1, kMaxMicroBatchesPerRank));
   if (auto c = r.optional_child("sharding")) {
-    const std::string v = c->as_enum({"full", "hybrid", "optimizer", "none"});
-    s.sharding = v == "full"        ? StageSharding::Full
-                 : v == "hybrid"    ? StageSharding::Hybrid
-                 : v == "optimizer" ? StageSharding::Optimizer
-                                    : StageSharding::None;
+    s.sharding = *parse_stage_sharding(c->as_enum({"full", "hybrid", "optimizer", "none"}));
   }
   if (auto stages = r.optional_child("stages")) {
     if (!stages->is_array()) stages->fail("an array of stages");

@@ -81,6 +81,59 @@ TEST(PlanCli, JsonIsThePlanWithItsPrediction) {
       << warnings.dump();
 }
 
+TEST(PlanCli, ThreeDWritesTheSplitPredict3dReadsAndGivesTheSameEstimate) {
+  const auto split = tmp("default.split.json");
+  const auto r =
+      run("plan --parallelism 3d --scenario " + kDefault + " -o " + split.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto record = nlohmann::json::parse(r.json);
+  const double planned = record["estimate"]["iteration_s"].get<double>();
+  EXPECT_GT(planned, 0);
+  EXPECT_GT(record["evaluated"].get<int>(), 0);
+  const auto p =
+      run("predict 3d --scenario " + kDefault + " --split " + split.string() +
+          (record["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), planned, 1e-9 * planned);
+  // The table: one row per stage, and the best other pipeline depth.
+  const auto t = run("plan --parallelism 3d --scenario " + kDefault);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("best other pipeline depth"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("peak memory"), std::string::npos) << t.out;
+}
+
+TEST(PlanCli, ThreeDRefusesTheFsdpScheduleFlagsAndFixesWhatItIsGiven) {
+  const auto r = run("plan --parallelism 3d --micro-batch 2 --scenario " + kDefault);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--micro-batch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--micro-batches"), std::string::npos) << r.out;
+  // Fixing the depth the open search chose and another schedule gives exactly those.
+  const auto open = run("plan --parallelism 3d --scenario " + kDefault + " --json");
+  ASSERT_EQ(open.code, 0) << open.out;
+  const auto chosen = nlohmann::json::parse(open.json)["model_split"];
+  const std::size_t depth = chosen["stages"].size();
+  const std::string schedule = chosen.value("schedule", "1f1b") == "gpipe" ? "1f1b" : "gpipe";
+  const auto fixed =
+      run("plan --parallelism 3d --pipeline-stages " + std::to_string(depth) +
+          " --pipeline-schedule " + schedule + " --scenario " + kDefault + " --json");
+  ASSERT_EQ(fixed.code, 0) << fixed.out;
+  const auto split = nlohmann::json::parse(fixed.json)["model_split"];
+  EXPECT_EQ(split["stages"].size(), depth) << split.dump();
+  EXPECT_EQ(split.value("schedule", "1f1b"), schedule) << split.dump();
+}
+
+TEST(PlanCli, AutoPrintsTheFasterFamilyAndWhyTheOtherLost) {
+  const auto r = run("plan --parallelism auto --scenario " + kDefault);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const bool fsdp_lost = r.out.find("fsdp lost:") != std::string::npos;
+  const bool split_lost = r.out.find("3d lost:") != std::string::npos;
+  EXPECT_NE(fsdp_lost, split_lost) << r.out;
+  // The winner is printed as its own mode prints it.
+  EXPECT_NE(r.out.find(fsdp_lost ? "best other pipeline depth" : "predicted iteration"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(PlanCli, BatchSmallerThanGpuCountIsInfeasible) {
   const auto f = tmp("small-batch.json");
   write_scenario(f, "gpt-2.7b", 3);

@@ -27,8 +27,10 @@
 // ranks (each inside one node); the i-th rank of every group forms data-parallel group i, so a
 // stage of n ranks has n / T data-parallel replicas. Each micro-batch is split among a stage's
 // replicas, so stages may have different replica counts (and GPU types).
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
@@ -47,6 +49,8 @@ struct Scenario;
 // all-reduced.
 enum class StageSharding { Full, Hybrid, Optimizer, None };
 std::string to_string(StageSharding sharding);
+// The inverse of to_string ("full", "hybrid", "optimizer", "none"); empty for anything else.
+std::optional<StageSharding> parse_stage_sharding(std::string_view text);
 
 // Half-open range of transformer layers [begin, end).
 struct LayerRange {

@@ -28,11 +28,13 @@
 // Every candidate is priced by estimate_split; splits are validated by check_model_split_for
 // inside it, so no schedule rule is restated here.
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/plan_result.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 
 namespace cephalo::planner {
@@ -76,6 +78,22 @@ struct SplitSearchResult {
 SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options,
                                const costmodels::CostModels& models);
 SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options);
+
+// The search's record (`plan --parallelism 3d --json`) and its table: the split, the estimate,
+// one row per stage, and the best other pipeline depth.
+Json to_json(const SplitSearchResult& result);
+std::string render_split_search(const SplitSearchResult& result);
+
+// `plan --parallelism auto`: whether the FSDP plan (its simulated time) beats the best split
+// (its estimate), and one line on why the other lost. `split` is empty when no split fits, with
+// the search's refusal in `split_refusal`; when neither fits the FSDP side is chosen (its table
+// says where memory runs out).
+struct FamilyChoice {
+  bool fsdp = true;
+  std::string why;
+};
+FamilyChoice choose_family(const PlanResult& fsdp, const std::optional<SplitSearchResult>& split,
+                           const std::string& split_refusal);
 
 // The boundaries the heuristic starts from: `layers` dealt to stages in proportion to
 // `speed` (largest remainders), each stage at least one layer. Exposed for the tests.

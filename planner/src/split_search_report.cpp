@@ -1,0 +1,83 @@
+// The split search's record and table, and the choice between the FSDP plan and the best
+// split (`plan --parallelism auto`): the CLI prints these, Python can return them.
+#include <sstream>
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/planner/split_search.hpp"
+
+namespace cephalo::planner {
+
+Json to_json(const SplitSearchResult& r) {
+  Json alternatives = Json::array();
+  for (const auto& c : r.best_per_stages)
+    alternatives.push_back({{"pipeline_stages", c.split.stages.size()},
+                            {"model_split", to_json(c.split)},
+                            {"recompute", c.recompute},
+                            {"iteration_s", c.estimate.iteration_s}});
+  return {{"model_split", to_json(r.split)},
+          {"recompute", r.recompute},
+          {"estimate", to_json(r.estimate)},
+          {"evaluated", r.evaluated},
+          {"refused", r.refused},
+          {"pruned", r.pruned},
+          {"best_per_pipeline_stages", alternatives}};
+}
+
+std::string render_split_search(const SplitSearchResult& r) {
+  std::ostringstream out;
+  out << r.estimate.split << (r.recompute ? ", full activation checkpointing" : "") << "\n"
+      << r.estimate.schedule << "\n"
+      << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
+      << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned)\n\n";
+  TextTable table({"stage", "ranks", "gpu", "layers", "T", "micro-batch", "compute", "bubble",
+                   "peak memory", "capacity"});
+  for (std::size_t i = 0; i < r.estimate.stages.size(); ++i) {
+    const auto& s = r.estimate.stages[i];
+    const auto& ranks = r.split.stages[i].ranks;
+    table.add_row({std::to_string(s.stage),
+                   std::to_string(ranks.front()) + "-" + std::to_string(ranks.back()), s.gpu,
+                   std::to_string(s.layers), std::to_string(s.tensor_parallel),
+                   std::to_string(s.micro_batch),
+                   format_seconds(s.forward_compute + s.backward_compute), format_seconds(s.bubble),
+                   format_bytes(s.memory.total), format_bytes(s.memory.capacity)});
+  }
+  out << table.render();
+  const SplitCandidate* alt = nullptr;
+  for (const auto& c : r.best_per_stages)
+    if (c.split.stages.size() != r.split.stages.size() &&
+        (!alt || c.estimate.iteration_s < alt->estimate.iteration_s))
+      alt = &c;
+  if (alt)
+    out << "best other pipeline depth: PP " << alt->split.stages.size() << " at "
+        << format_seconds(alt->estimate.iteration_s) << " (" << alt->estimate.split << ")\n";
+  else
+    out << "best other pipeline depth: none (no other depth searched fits)\n";
+  return out.str();
+}
+
+FamilyChoice choose_family(const PlanResult& fsdp, const std::optional<SplitSearchResult>& split,
+                           const std::string& split_refusal) {
+  const double fsdp_s = fsdp.simulated_iteration_s.value_or(fsdp.predicted_iteration_s);
+  FamilyChoice c;
+  c.fsdp = fsdp.fits() && (!split || fsdp_s <= split->estimate.iteration_s);
+  std::ostringstream why;
+  if (c.fsdp && split)
+    why << "3d lost: its best split (" << split->estimate.split << ") is estimated at "
+        << format_seconds(split->estimate.iteration_s) << " against the FSDP plan's "
+        << format_seconds(fsdp_s);
+  else if (c.fsdp || !split)
+    why << "3d lost: " << split_refusal;
+  else if (fsdp.fits())
+    why << "fsdp lost: its plan is simulated at " << format_seconds(fsdp_s)
+        << " against the 3D estimate's " << format_seconds(split->estimate.iteration_s);
+  else
+    why << "fsdp lost: its plan does not fit in memory";
+  // The two sides come from different models (FSDP: the simulator's replay; 3D: the analytic
+  // estimate), which the line says so that a close call is read as one.
+  why << " (FSDP simulated, 3D estimated analytically)";
+  c.why = why.str();
+  return c;
+}
+
+}  // namespace cephalo::planner
