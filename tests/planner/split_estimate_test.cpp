@@ -16,6 +16,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 #include "cephalo/sim/fixed_models.hpp"
+#include "split_fixture.hpp"
 
 namespace cephalo {
 namespace {
@@ -28,37 +29,7 @@ using planner::SplitOptions;
 // One node of `gpus` GPUs of `gpu` on NVLink, running a small GPT (fp16 compute).
 Scenario scenario(int gpus, int layers, int global_batch, const std::string& gpu = "A100-80GB",
                   int hidden = 1024, int heads = 16) {
-  const Json doc = {
-      {"name", "split-test"},
-      {"cluster",
-       {{"name", "one-node"},
-        {"nodes",
-         {{{"name", "n0"},
-           {"gpus", {{{"type", gpu}, {"count", gpus}}}},
-           {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
-           {"nic",
-            {{"kind", "infiniband"},
-             {"count", 8},
-             {"bandwidth", "200Gbit/s"},
-             {"latency", "5us"}}}}}}}},
-      {"job",
-       {{"name", "split-test"},
-        {"model",
-         {{"name", "gpt-test"},
-          {"family", "gpt"},
-          {"layers", layers},
-          {"hidden", hidden},
-          {"heads", heads},
-          {"ffn_hidden", 4 * hidden},
-          {"vocab_size", 32000},
-          {"max_positions", 2048},
-          {"activation", "gelu"},
-          {"norm", "layernorm"}}},
-        {"sequence_length", 1024},
-        {"global_batch", global_batch},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
-  JsonReader reader(doc, "split-test.json");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  return test_support::split_scenario({{gpu, gpus, 8}}, layers, global_batch, hidden, heads);
 }
 
 PipelineStage stage(int begin, int end, std::vector<int> ranks) {

@@ -18,6 +18,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 #include "cephalo/planner/split_search.hpp"
+#include "split_fixture.hpp"
 
 namespace cephalo {
 namespace {
@@ -28,42 +29,11 @@ using planner::SplitOptions;
 using planner::SplitSearchOptions;
 using Kind = pipeline::PipelineSchedule::Kind;
 
-struct NodeSpec {
-  std::string gpu;
-  int count;
-};
+using NodeSpec = test_support::SplitNode;
 
 Scenario scenario(const std::vector<NodeSpec>& nodes, int layers, int global_batch, int hidden,
                   int heads) {
-  Json node_list = Json::array();
-  for (std::size_t i = 0; i < nodes.size(); ++i)
-    node_list.push_back(
-        {{"name", "n" + std::to_string(i)},
-         {"gpus", {{{"type", nodes[i].gpu}, {"count", nodes[i].count}}}},
-         {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
-         {"nic",
-          {{"kind", "infiniband"}, {"count", 4}, {"bandwidth", "200Gbit/s"}, {"latency", "5us"}}}});
-  const Json doc = {
-      {"name", "search-test"},
-      {"cluster", {{"name", "test"}, {"nodes", node_list}}},
-      {"job",
-       {{"name", "search-test"},
-        {"model",
-         {{"name", "gpt-test"},
-          {"family", "gpt"},
-          {"layers", layers},
-          {"hidden", hidden},
-          {"heads", heads},
-          {"ffn_hidden", 4 * hidden},
-          {"vocab_size", 32000},
-          {"max_positions", 2048},
-          {"activation", "gelu"},
-          {"norm", "layernorm"}}},
-        {"sequence_length", 1024},
-        {"global_batch", global_batch},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
-  JsonReader reader(doc, "search-test.json");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  return test_support::split_scenario(nodes, layers, global_batch, hidden, heads);
 }
 
 // 4 A100 on one node, 4 V100 on another.

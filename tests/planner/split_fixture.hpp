@@ -1,0 +1,55 @@
+#pragma once
+// The scenario the 3D-split tests price: nodes of one GPU type each on NVLink with InfiniBand
+// NICs, running a small GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
+#include <string>
+#include <vector>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+
+namespace cephalo::test_support {
+
+struct SplitNode {
+  std::string gpu;
+  int count = 1;
+  int nics = 4;  // 200 Gbit/s each
+};
+
+inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, int global_batch,
+                               int hidden, int heads) {
+  Json node_list = Json::array();
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    node_list.push_back(
+        {{"name", "n" + std::to_string(i)},
+         {"gpus", {{{"type", nodes[i].gpu}, {"count", nodes[i].count}}}},
+         {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
+         {"nic",
+          {{"kind", "infiniband"},
+           {"count", nodes[i].nics},
+           {"bandwidth", "200Gbit/s"},
+           {"latency", "5us"}}}});
+  const Json doc = {
+      {"name", "split-test"},
+      {"cluster", {{"name", "test"}, {"nodes", node_list}}},
+      {"job",
+       {{"name", "split-test"},
+        {"model",
+         {{"name", "gpt-test"},
+          {"family", "gpt"},
+          {"layers", layers},
+          {"hidden", hidden},
+          {"heads", heads},
+          {"ffn_hidden", 4 * hidden},
+          {"vocab_size", 32000},
+          {"max_positions", 2048},
+          {"activation", "gelu"},
+          {"norm", "layernorm"}}},
+        {"sequence_length", 1024},
+        {"global_batch", global_batch},
+        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
+  JsonReader reader(doc, "split-test.json");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+}  // namespace cephalo::test_support
