@@ -37,6 +37,7 @@ struct PlanArgs {
 
 planner::SplitSearchOptions split_options(const PlanArgs& a) {
   planner::SplitSearchOptions o;
+  o.options_source = planner::kOptionsFromCommandLine;
   if (a.tensor_parallel > 0) o.tensor_parallel = a.tensor_parallel;
   if (a.pipeline_stages > 0) o.pipeline_stages = a.pipeline_stages;
   if (a.micro_batches > 0) o.micro_batches = a.micro_batches;

@@ -24,11 +24,7 @@ struct Predict3dArgs {
 
 void predict_3d(const Predict3dArgs& a) {
   const Scenario scenario = read_scenario(a.scenario, a.stack);
-  // The split file holds {"model_split": {...}} (a plan's key) or the object itself.
-  const Json doc = read_json_file(a.split);
-  JsonReader root(doc, a.split);
-  const ModelSplit split = root.has("model_split") ? parse_model_split(root.child("model_split"))
-                                                   : parse_model_split(root);
+  const ModelSplit split = load_model_split_for(a.split, scenario);
   planner::SplitOptions options;
   options.recompute = a.checkpointing == "full";
   options.scatter_gather = !a.no_scatter_gather;

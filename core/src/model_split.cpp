@@ -379,6 +379,15 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   check_model_split(split, ctx);
 }
 
+ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario) {
+  const Json doc = read_json_file(file);
+  JsonReader root(doc, file);
+  const bool wrapped = root.has("model_split");
+  const ModelSplit split = parse_model_split(wrapped ? root.child("model_split") : root);
+  check_model_split_for(split, scenario, file, wrapped ? "model_split" : "");
+  return split;
+}
+
 std::string describe(const ModelSplit& split, int ranks) {
   // Only the rank lists matter here, so any layer count resolves the stages.
   const auto stages = resolved_stages(split, 1, ranks);

@@ -286,7 +286,8 @@ SplitSearchResult Search::run() {
       std::ostringstream v;
       v << (options_.tensor_parallel ? *options_.tensor_parallel : 0) << " on "
         << blocks_[t].spec->name;
-      throw ValidationError(scenario_.file.string(), "tensor_parallel", v.str(),
+      throw ValidationError(options_.options_source,
+                            spell_option(options_.options_source, "tensor_parallel"), v.str(),
                             "a degree dividing the heads, the key/value heads and every node's "
                             "count of the GPU type");
     }

@@ -56,14 +56,16 @@ const Strategy& strategy_named(const std::string& name) {
   throw NotFoundError("strategy", name, strategy_names());
 }
 
-namespace {
-
-// An option as the caller spells it: `--micro-batch` on the command line, `micro_batch` for
-// keyword arguments.
-std::string spelt(const PlannerOptions& opt, std::string name) {
-  if (opt.options_source != kOptionsFromCommandLine) return name;
+std::string spell_option(const std::string& options_source, std::string name) {
+  if (options_source != kOptionsFromCommandLine) return name;
   std::replace(name.begin(), name.end(), '_', '-');
   return "--" + name;
+}
+
+namespace {
+
+std::string spelt(const PlannerOptions& opt, std::string name) {
+  return spell_option(opt.options_source, std::move(name));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -120,6 +121,73 @@ TEST(PlanCli, ThreeDRefusesTheFsdpScheduleFlagsAndFixesWhatItIsGiven) {
   const auto split = nlohmann::json::parse(fixed.json)["model_split"];
   EXPECT_EQ(split["stages"].size(), depth) << split.dump();
   EXPECT_EQ(split.value("schedule", "1f1b"), schedule) << split.dump();
+}
+
+// Bad values of the 3D flags and split files: a clear error naming where, the value and what
+// was expected, and nothing written over an input.
+TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
+  struct Case {
+    std::string args;
+    int code;
+    std::vector<std::string> says;
+  };
+  const std::string s = " --scenario " + kDefault;
+  const std::vector<Case> cases = {
+      {"plan --parallelism 3d --pipeline-schedule bogus" + s,
+       2,
+       {"--pipeline-schedule", "bogus", "interleaved:V"}},
+      {"plan --parallelism 3d --pipeline-schedule interleaved:1" + s,
+       2,
+       {"--pipeline-schedule", "interleaved:1"}},
+      {"plan --parallelism 3d --tensor-parallel 3" + s, 2, {"--tensor-parallel", "3", "heads"}},
+      {"plan --parallelism 3d --tensor-parallel 0" + s, 2, {"--tensor-parallel"}},
+      {"plan --parallelism 3d --activation-checkpointing every:2" + s,
+       2,
+       {"--activation-checkpointing", "every:2"}},
+      {"plan --parallelism 4d" + s, 2, {"--parallelism", "4d"}},
+      {"plan --sharding optimizer" + s, 2, {"--sharding", "optimizer", "--parallelism 3d"}},
+  };
+  for (const auto& c : cases) {
+    const auto r = run(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.out;
+    for (const auto& w : c.says)
+      EXPECT_NE(r.out.find(w), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // Split files: missing, not JSON, overlapping stages (named by file and JSON path).
+  const auto good = tmp("good.split.json");
+  ASSERT_EQ(run("plan --parallelism 3d" + s + " -o " + good.string()).code, 0);
+  auto split = nlohmann::json::parse(std::ifstream(good));
+  ASSERT_GE(split["stages"].size(), 2u) << split.dump();
+  split["stages"][1]["layers"][0] = split["stages"][1]["layers"][0].get<int>() - 1;
+  const auto overlap = tmp("overlap.split.json");
+  std::ofstream(overlap) << nlohmann::json{{"model_split", split}}.dump();
+  const auto broken = tmp("broken.split.json");
+  std::ofstream(broken) << "{\"stages\": [";
+  const std::vector<Case> files = {
+      {"predict 3d" + s + " --split " + tmp("missing.split.json").string(),
+       5,
+       {"missing.split.json"}},
+      {"predict 3d" + s + " --split " + broken.string(), 1, {"broken.split.json"}},
+      {"predict 3d" + s + " --split " + overlap.string(),
+       1,
+       {"overlap.split.json", "model_split.stages[1].layers", "overlap"}},
+  };
+  for (const auto& c : files) {
+    const auto r = run(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.out;
+    for (const auto& w : c.says)
+      EXPECT_NE(r.out.find(w), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // -o onto the scenario it reads is refused before any search, and the scenario is unchanged.
+  const auto scenario = tmp("own.scenario.json");
+  std::filesystem::copy_file(kDefault, scenario, std::filesystem::copy_options::overwrite_existing);
+  std::ifstream before_in(scenario);
+  const std::string before((std::istreambuf_iterator<char>(before_in)), {});
+  const auto r =
+      run("plan --parallelism 3d --scenario " + scenario.string() + " -o " + scenario.string());
+  EXPECT_NE(r.code, 0) << r.out;
+  std::ifstream after_in(scenario);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_in)), {}), before);
 }
 
 TEST(PlanCli, AutoPrintsTheFasterFamilyAndWhyTheOtherLost) {

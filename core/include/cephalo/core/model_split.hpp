@@ -120,6 +120,9 @@ void check_model_split(const ModelSplit& split, const SplitContext& context);
 // rank → node table (node-major ranks, as plans number them); messages name `file`.
 void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
                            const std::string& file, const std::string& json_path = "model_split");
+// A split file ({"model_split": {...}}, a plan's key, or the object itself) read, parsed and
+// checked against `scenario`: every message names the split file and its JSON path.
+ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario);
 
 // "TP 2 (sequence parallel) x PP 2 (1F1B, 8 micro-batches) x DP 2/1, optimizer sharding", or
 // "TP 1 x PP 1 (no pipeline), full sharding" for the default.

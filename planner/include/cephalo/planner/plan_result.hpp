@@ -16,6 +16,9 @@ namespace cephalo::planner {
 // PlannerOptions::options_source of the CLI: errors then spell options as flags (`--micro-batch`)
 // and the CLI exits 2 (a bad command line).
 inline constexpr const char* kOptionsFromCommandLine = "command line";
+// An option as its source spells it: `--micro-batch` from kOptionsFromCommandLine, `micro_batch`
+// (keyword arguments) from any other.
+std::string spell_option(const std::string& options_source, std::string name);
 
 struct PlannerOptions {
   // Who gave these options, the ValidationError's source: kOptionsFromCommandLine, or any

@@ -52,6 +52,9 @@ struct SplitSearchOptions {
   SplitOptions estimate;
   int max_pipeline_stages = 64;  // P searched up to this (and the layer count)
   int refine_per_stages = 1;     // candidates of each (P, schedule, stage layout) refined
+  // Who fixed the dimensions, the source of a ValidationError about one (kOptionsFromCommandLine:
+  // spelt as flags, `--tensor-parallel`; otherwise as keyword arguments).
+  std::string options_source = "arguments";
 };
 
 // One priced candidate.
