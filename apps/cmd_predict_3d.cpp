@@ -1,14 +1,12 @@
 // `cephalo predict 3d`: the first estimate of one iteration under a tensor x pipeline x data
 // parallel split (planner/split_estimate.hpp), as a table or --json.
-#include <iomanip>
 #include <iostream>
-#include <sstream>
 
 #include "cephalo/core/error.hpp"
-#include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/planner/split_estimate.hpp"
+#include "cephalo/planner/split_search.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
 #include "scenario_input.hpp"
@@ -35,19 +33,10 @@ void predict_3d(const Predict3dArgs& a) {
   if (a.json) {
     std::cout << planner::to_json(estimate).dump(1) << "\n";
   } else {
-    std::ostringstream out;
-    out << estimate.split << "\n" << estimate.schedule << "\n";
-    out << std::fixed << std::setprecision(4) << "iteration " << estimate.iteration_s
-        << " s (schedule " << estimate.makespan_s << " s, p2p " << estimate.p2p_s << " s)\n";
-    out << "stage  gpu  T  replicas  b  layers  fwd_s  bwd_s  tp_fwd_s  tp_bwd_s  dp_s  opt_s  "
-           "memory_GiB\n";
-    for (const auto& s : estimate.stages)
-      out << s.stage << "  " << s.gpu << "  " << s.tensor_parallel << "  " << s.replicas << "  "
-          << s.micro_batch << "  " << s.layers << "  " << s.forward_compute << "  "
-          << s.backward_compute << "  " << s.tp_comm_forward << "  " << s.tp_comm_backward << "  "
-          << s.dp_comm << "  " << s.optimizer_step << "  " << s.memory.total / (1 << 30) << "/"
-          << s.memory.capacity / (1 << 30) << "\n";
-    std::cout << out.str();
+    std::cout << planner::render_split_estimate(estimate, split) << "iteration "
+              << format_seconds(estimate.iteration_s) << " (schedule "
+              << format_seconds(estimate.makespan_s) << ", p2p " << format_seconds(estimate.p2p_s)
+              << " per transfer)\n";
   }
   planner::require_fit(estimate);
 }

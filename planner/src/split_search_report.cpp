@@ -1,5 +1,6 @@
-// The split search's record and table, and the choice between the FSDP plan and the best
-// split (`plan --parallelism auto`): the CLI prints these, Python can return them.
+// The 3D estimate's and the split search's tables and record, and the choice between the FSDP
+// plan and the best split (`plan --parallelism auto`): the CLI prints these, Python can return
+// them.
 #include <sstream>
 
 #include "cephalo/core/table.hpp"
@@ -24,25 +25,35 @@ Json to_json(const SplitSearchResult& r) {
           {"best_per_pipeline_stages", alternatives}};
 }
 
-std::string render_split_search(const SplitSearchResult& r) {
+std::string render_split_estimate(const SplitEstimate& e, const ModelSplit& split) {
   std::ostringstream out;
-  out << r.estimate.split << (r.recompute ? ", full activation checkpointing" : "") << "\n"
-      << r.estimate.schedule << "\n"
-      << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
-      << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned)\n\n";
-  TextTable table({"stage", "ranks", "gpu", "layers", "T", "micro-batch", "compute", "bubble",
-                   "peak memory", "capacity"});
-  for (std::size_t i = 0; i < r.estimate.stages.size(); ++i) {
-    const auto& s = r.estimate.stages[i];
-    const auto& ranks = r.split.stages[i].ranks;
+  out << e.split << "\n" << e.schedule << "\n";
+  TextTable table({"stage", "ranks", "gpu", "layers", "T", "replicas", "micro-batch", "compute/mb",
+                   "TP comm/mb", "bubble", "DP comm", "optimizer", "peak memory", "capacity"});
+  for (std::size_t i = 0; i < e.stages.size(); ++i) {
+    const auto& s = e.stages[i];
+    const std::vector<int>* ranks = i < split.stages.size() ? &split.stages[i].ranks : nullptr;
     table.add_row({std::to_string(s.stage),
-                   std::to_string(ranks.front()) + "-" + std::to_string(ranks.back()), s.gpu,
-                   std::to_string(s.layers), std::to_string(s.tensor_parallel),
-                   std::to_string(s.micro_batch),
-                   format_seconds(s.forward_compute + s.backward_compute), format_seconds(s.bubble),
+                   ranks && !ranks->empty()
+                       ? std::to_string(ranks->front()) + "-" + std::to_string(ranks->back())
+                       : "all",
+                   s.gpu, std::to_string(s.layers), std::to_string(s.tensor_parallel),
+                   std::to_string(s.replicas), std::to_string(s.micro_batch),
+                   format_seconds(s.forward_compute + s.backward_compute),
+                   format_seconds(s.tp_comm_forward + s.tp_comm_backward), format_seconds(s.bubble),
+                   format_seconds(s.dp_comm), format_seconds(s.optimizer_step),
                    format_bytes(s.memory.total), format_bytes(s.memory.capacity)});
   }
   out << table.render();
+  return out.str();
+}
+
+std::string render_split_search(const SplitSearchResult& r) {
+  std::ostringstream out;
+  out << render_split_estimate(r.estimate, r.split);
+  out << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
+      << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned)"
+      << (r.recompute ? ", full activation checkpointing" : "") << "\n";
   const SplitCandidate* alt = nullptr;
   for (const auto& c : r.best_per_stages)
     if (c.split.stages.size() != r.split.stages.size() &&

@@ -86,6 +86,9 @@ SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOption
 // one row per stage, and the best other pipeline depth.
 Json to_json(const SplitSearchResult& result);
 std::string render_split_search(const SplitSearchResult& result);
+// One estimate as `predict 3d` prints it: the split, the schedule, one aligned row per stage
+// (times per micro-batch where the header says /mb; ranks from `split`, "all" without stages).
+std::string render_split_estimate(const SplitEstimate& estimate, const ModelSplit& split);
 
 // `plan --parallelism auto`: whether the FSDP plan (its simulated time) beats the best split
 // (its estimate), and one line on why the other lost. `split` is empty when no split fits, with
