@@ -78,6 +78,15 @@ std::string gib(double bytes) { return format_bytes(bytes); }
 
 }  // namespace
 
+double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                                        job.precision.compute, job.implementation);
+  const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  const double f = features_time(x.forward, theta);
+  return f > 0 ? features_time(x.backward, theta) / f : 0;
+}
+
 double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
                               bool sequence_parallel, bool recompute, Dtype compute) {
   const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
@@ -171,6 +180,29 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
     }
     const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
 
+    // A unit's forward, backward and recompute per micro-batch on this stage's GPU. The
+    // calibrated model's backward is fitted on profiled layers whose backward also carries a
+    // fixed per-call cost (on the A100-40GB profiles: backward = 2.2-8 ms + 1.95-2.08 x forward,
+    // the constant growing with the layer's parameters, the engine's per-parameter gradient
+    // work); linear in its token features, that cost turns into a 2.4x ratio at the 4-16k tokens
+    // per micro-batch of a Megatron run. Megatron's backward is the forward's GEMMs again as
+    // dgrad and wgrad (and its fused kernels' backward), so it is priced at the forward's rate:
+    // the forward times the op list's backward / forward work. A profile's measured backward is
+    // kept.
+    struct UnitTimes {
+      double forward = 0, backward = 0, recompute = 0;
+    };
+    auto unit_times = [&](int unit) {
+      const auto fwd = models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b);
+      UnitTimes u;
+      u.forward = fwd.seconds;
+      u.recompute = models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds;
+      if (options.backward_at_forward_rate && fwd.source.rfind("calibrated", 0) == 0)
+        u.backward = fwd.seconds * backward_work_ratio(spec, job, unit, b);
+      else
+        u.backward = models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
+      return u;
+    };
     double params = 0;
     int layers = 0;
     for (int c = 0; c < static_cast<int>(st.chunks.size()); ++c) {
@@ -180,14 +212,9 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
       int f_calls = 0, b_calls = 0;
       for (int l = range.begin; l < range.end; ++l) {
         const int unit = l + 1;
-        const double tf =
-            models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b).seconds;
-        const double tb =
-            models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
-        const double tr =
-            options.recompute
-                ? models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds
-                : 0;
+        const UnitTimes u = unit_times(unit);
+        const double tf = u.forward, tb = u.backward;
+        const double tr = options.recompute ? u.recompute : 0;
         fc += tf * split_f;
         bc += tb * split_b + tr * split_f;
         if (T > 1) {
@@ -201,8 +228,9 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
         ++layers;
       }
       if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
-        fc += models.compute->unit_time(spec, job, 0, ComputePhase::Forward, b).seconds;
-        bc += models.compute->unit_time(spec, job, 0, ComputePhase::Backward, b).seconds;
+        const UnitTimes u = unit_times(0);
+        fc += u.forward;
+        bc += u.backward;
         if (T > 1) {
           fcomm += reduce_s;
           f_calls += per_reduce;
@@ -211,8 +239,9 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
       }
       if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
         const int head = model.num_layers + 1;
-        fc += models.compute->unit_time(spec, job, head, ComputePhase::Forward, b).seconds / T;
-        bc += models.compute->unit_time(spec, job, head, ComputePhase::Backward, b).seconds / T;
+        const UnitTimes u = unit_times(head);
+        fc += u.forward / T;
+        bc += u.backward / T;
         if (T > 1) {
           bcomm += reduce_s;
           b_calls += per_reduce;

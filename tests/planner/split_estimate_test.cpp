@@ -11,6 +11,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
@@ -55,6 +56,23 @@ class RecordingComm final : public costmodels::CommModel {
   double copy_time(const Cluster&, int, double) const override { return 0; }
 };
 
+// A unit's backward as the estimate prices it from a calibrated compute model: its forward
+// times the op list's backward / forward work at the roofline's default efficiencies.
+double backward_from_forward(const costmodels::CostModels& models, const DeviceSpec& spec,
+                             const Job& job, int unit, int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                                        job.precision.compute, job.implementation);
+  const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  double f = 0, b = 0;
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    f += x.forward[i] * theta[i];
+    b += x.backward[i] * theta[i];
+  }
+  return models.compute->unit_time(spec, job, unit, ComputePhase::Forward, micro_batch).seconds *
+         b / f;
+}
+
 TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
   const Scenario s = scenario(1, 6, 8);
   ModelSplit split;
@@ -70,7 +88,7 @@ TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
     const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
     for (int u = 0; u < costmodels::num_units(s.job.model); ++u) {
       per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Forward, 2).seconds +
-                   models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
+                   backward_from_forward(models, spec, s.job, u, 2);
       const bool layer = u >= 1 && u <= 6;
       if (recompute && layer)
         per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Recompute, 2).seconds;
@@ -264,6 +282,44 @@ TEST(SplitEstimate, RefusesABatchTheMicroBatchesAndReplicasDoNotDivide) {
     EXPECT_EQ(e.json_path(), "model_split.stages[0]");
     EXPECT_NE(std::string(e.what()).find("global batch 6"), std::string::npos) << e.what();
   }
+}
+
+TEST(SplitEstimate, ACalibratedBackwardRunsAtItsForwardsRate) {
+  // One stage of one GPU: every unit's forward and backward, nothing divided by T.
+  const Scenario s = scenario(1, 4, 4);
+  ModelSplit split;
+  split.micro_batches = 2;
+  split.sharding = StageSharding::None;
+  split.stages = {stage(0, 4, {0})};
+  const auto models = costmodels::make_cost_models(s);
+  const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+  ASSERT_EQ(models.compute->unit_time(spec, s.job, 1, ComputePhase::Forward, 2)
+                .source.rfind("calibrated", 0),
+            0u);
+  double from_forward = 0, calibrated = 0;
+  for (int u = 0; u < costmodels::num_units(s.job.model); ++u) {
+    from_forward += backward_from_forward(models, spec, s.job, u, 2);
+    calibrated += models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
+  }
+  const auto e = estimate_split(s, split, {}, models);
+  EXPECT_NEAR(e.stages[0].backward_compute, from_forward, 1e-12 * from_forward);
+  // A layer's backward does the forward's GEMMs twice (dgrad and wgrad): about twice its forward.
+  const double ratio = planner::backward_work_ratio(spec, s.job, 1, 2);
+  EXPECT_GT(ratio, 1.8);
+  EXPECT_LT(ratio, 2.1);
+  // The calibrated model's own backward, when asked for.
+  SplitOptions own;
+  own.backward_at_forward_rate = false;
+  EXPECT_NEAR(estimate_split(s, split, own, models).stages[0].backward_compute, calibrated,
+              1e-12 * calibrated);
+  EXPECT_GT(calibrated, from_forward);
+  // A compute model that is not the calibrated one (a profile, or here fixed times) keeps its
+  // own backward.
+  auto fixed = std::make_shared<sim::FixedComputeModel>();
+  const costmodels::CostModels fixed_models{fixed, models.comm};
+  const auto f = estimate_split(s, split, {}, fixed_models);
+  EXPECT_NEAR(f.stages[0].backward_compute, costmodels::num_units(s.job.model) * fixed->backward_s,
+              1e-15);
 }
 
 TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {

@@ -11,7 +11,10 @@
 //
 // What is priced, per stage s (its GPU is the device of its first rank):
 //   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
-//             forward, backward and (with recompute) recompute forward from the compute model,
+//             forward, backward and (with recompute) recompute forward from the compute model
+//             (from the calibrated model, the backward at the forward's rate: its forward times
+//             backward_work_ratio, because the fitted backward carries a per-call cost of the
+//             profiled engines, planner/README.md "3D plans: first estimate"),
 //             divided across the stage's T tensor-parallel ranks as Megatron's column/row split
 //             does: the GEMMs (q/k/v, attention output, both MLP linears), the attention
 //             (scores, softmax, context: heads / T per rank) and the MLP activation are split;
@@ -69,6 +72,11 @@ struct SplitOptions {
   bool recompute = false;      // every layer checkpointed (Megatron's full / uniform recompute)
   bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
   DpOverlap dp_overlap = DpOverlap::None;
+  // A layer's backward from the calibrated compute model is priced as its forward times the op
+  // list's backward / forward work (backward_work_ratio), not by the model's fitted backward
+  // (see "backward" above); false keeps the fitted backward. Profiles' measured times are used
+  // as measured either way.
+  bool backward_at_forward_rate = true;
 };
 
 struct StageMemory {
@@ -133,6 +141,11 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
 
 // Throws InfeasibleError with estimate.refusal when the plan does not fit.
 void require_fit(const SplitEstimate& estimate);
+
+// Backward over forward work of one unit's op list (costmodels::unit_ops) at equal kernel
+// efficiencies, the roofline's defaults: 2 for a GEMM (its dgrad and wgrad have the forward's
+// shapes), the bytes ratio for memory-bound kernels; about 1.9-2.0 for a transformer layer.
+double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch);
 
 // Korthikanti et al.'s activation bytes of one transformer layer per micro-batch of b samples
 // (2-byte activations, scaled to the compute dtype), as kept for the backward.
