@@ -53,6 +53,8 @@
 //             plus one layer's full set for the recompute) times the micro-batches (chunk
 //             passes) the schedule keeps in flight (pipeline::peak_in_flight); the last stage's
 //             fp32 logits; the runtime reserve (CUDA context, NCCL).
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -129,6 +131,42 @@ struct SplitEstimate {
   std::vector<StageEstimate> stages;
   bool fits = true;
   std::string refusal;  // empty when it fits; else the first stage that does not
+  // No stage can finish earlier: its steps back to back, then its DP tail and optimizer step.
+  double lower_bound_s = 0;
+  // False only from SplitEstimator::estimate under EstimateLimits that stopped it before the
+  // schedule ran: then iteration_s, makespan_s, bubble_fraction and the stages' busy, bubble,
+  // last_backward_end and finish are 0 (everything else is computed).
+  bool complete = true;
+};
+
+// What a caller pricing many splits may skip (the search): the texts (`split`, `schedule`),
+// the schedule of a split that does not fit, the schedule of a split whose lower_bound_s is
+// above `stop_above` (beyond a 1e-9 margin for rounding, so a split the schedule would put at or
+// below it is never stopped).
+struct EstimateLimits {
+  bool describe = true;
+  bool schedule_unfit = true;
+  double stop_above = std::numeric_limits<double>::infinity();
+};
+
+// Prices many splits of one scenario with one set of cost models (the search prices thousands)
+// and remembers what does not depend on the split's layout: each unit's compute times and the
+// replicated share per (GPU type, micro-batch), each collective's time per (kind, ranks,
+// bytes), each stage's peak in flight per (stages, micro-batches, schedule). Every remembered
+// value is the one the cost model or schedule call returns for those arguments, so estimate()
+// with the default limits is estimate_split's answer exactly. Holds references to both.
+class SplitEstimator {
+ public:
+  SplitEstimator(const Scenario& scenario, const costmodels::CostModels& models);
+  ~SplitEstimator();
+  SplitEstimator(const SplitEstimator&) = delete;
+  SplitEstimator& operator=(const SplitEstimator&) = delete;
+  SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
+                         const EstimateLimits& limits = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Throws ValidationError (naming "model_split") for a split check_model_split_for refuses, a
