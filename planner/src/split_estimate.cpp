@@ -57,6 +57,30 @@ std::pair<double, double> replicated_share(const DeviceSpec& spec, const Job& jo
           b_all > 0 ? features_time(rep.backward, theta) / b_all : 0};
 }
 
+// The attention core of a layer (scores, softmax and context, or flash attention's one kernel):
+// what selective recompute reruns. Its share of the layer's forward work at the roofline's
+// default efficiencies.
+bool attention_core_op(const char* name) {
+  for (const char* r : {"scores", "softmax", "context", "flash_attention"})
+    if (std::strcmp(name, r) == 0) return true;
+  return false;
+}
+
+double attention_core_share(const DeviceSpec& spec, const Job& job, int seq, int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
+                                        job.implementation);
+  std::vector<costmodels::OpCost> core;
+  for (const auto& op : ops)
+    if (attention_core_op(op.name)) core.push_back(op);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  const double all =
+      features_time(costmodels::ops_features(spec, ops, job.precision.compute).forward, theta);
+  return all > 0 ? features_time(
+                       costmodels::ops_features(spec, core, job.precision.compute).forward, theta) /
+                       all
+                 : 0;
+}
+
 CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
   CollectiveRequest r;
   r.kind = kind;
@@ -90,14 +114,17 @@ double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int
 }
 
 double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute) {
+                              bool sequence_parallel, bool recompute, Dtype compute,
+                              bool selective) {
   const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
   // Korthikanti et al. count 2-byte activations (and 1-byte dropout masks inside the constants).
   const double scale = bytes_per_element(compute) / 2.0;
   const double sbh = s * b * h;
   if (recompute) return scale * 2 * sbh / (sequence_parallel ? t : 1);
-  if (sequence_parallel) return scale * sbh * (34 + 5 * a * s / h) / t;
-  return scale * sbh * (10 + 24 / t + 5 * a * s / (h * t));
+  // Selective recompute keeps everything but the attention core's 5as/h (their Table 2).
+  const double core = selective ? 0.0 : 5 * a * s / h;
+  if (sequence_parallel) return scale * sbh * (34 + core) / t;
+  return scale * sbh * (10 + 24 / t + core / t);
 }
 
 // What SplitEstimator remembers between splits: every value here is the result of a call the
@@ -131,6 +158,7 @@ struct SplitEstimator::Impl {
   struct DeviceTimes {
     std::vector<UnitTimes> units;  // by unit, filled when first asked
     std::pair<double, double> replicated{0, 0};
+    double attention_core = 0;
   };
   std::map<DeviceKey, DeviceTimes> device_times;
 
@@ -222,6 +250,8 @@ struct SplitEstimator::Impl {
       it = device_times.emplace(key, DeviceTimes{}).first;
       it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
       it->second.replicated = replicated_share(spec, scenario.job, scenario.job.sequence_length, b);
+      it->second.attention_core =
+          attention_core_share(spec, scenario.job, scenario.job.sequence_length, b);
     }
     return it->second;
   }
@@ -368,9 +398,13 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         const int unit = l + 1;
         const UnitTimes& u = unit_times(dev, spec, unit, b, options);
         const double tf = u.forward, tb = u.backward;
-        const double tr = options.recompute ? u.recompute : 0;
+        // Full recompute reruns the layer's forward (split like it); selective recompute only
+        // its attention core, which the T ranks split by heads.
+        const double tr = options.recompute             ? u.recompute * split_f
+                          : options.selective_recompute ? u.recompute * dev.attention_core / T
+                                                        : 0;
         fc += tf * split_f;
-        bc += tb * split_b + tr * split_f;
+        bc += tb * split_b + tr;
         if (T > 1) {
           const int backward_reductions = options.recompute ? 4 : 2;
           fcomm += 2 * reduce_s;
@@ -506,13 +540,18 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     mem.gradients = P * e_r / (full_shard ? state_ways : 1.0);
     const double master = job.precision.params == compute ? 0.0 : e_p;
     mem.optimizer = P * (master + 8) / (split.sharding == StageSharding::None ? 1.0 : state_ways);
-    const double per_layer = layer_activation_bytes(
-        model, seq, est.micro_batch, T, split.sequence_parallel, options.recompute, compute);
+    const double per_layer =
+        layer_activation_bytes(model, seq, est.micro_batch, T, split.sequence_parallel,
+                               options.recompute, compute, options.selective_recompute);
     const double chunk_layers = static_cast<double>(est.layers) / V;
     mem.activations = per_layer * chunk_layers * est.peak_in_flight;
     if (options.recompute)  // one layer's full set while it is recomputed for its backward
       mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
                                                 split.sequence_parallel, false, compute);
+    else if (options.selective_recompute)  // one layer's attention core, recomputed
+      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
+                                                split.sequence_parallel, false, compute) -
+                         per_layer;
     if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
       mem.activations += 4.0 * seq * est.micro_batch * model.vocab_size / T;
     mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);

@@ -171,6 +171,9 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
       {"predict 3d" + s + " --split " + overlap.string(),
        1,
        {"overlap.split.json", "model_split.stages[1].layers", "overlap"}},
+      {"predict 3d" + s + " --split " + good.string() + " --activation-checkpointing attention",
+       2,
+       {"--activation-checkpointing", "attention", "selective"}},
   };
   for (const auto& c : files) {
     const auto r = run(c.args);
@@ -178,6 +181,19 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
     for (const auto& w : c.says)
       EXPECT_NE(r.out.find(w), std::string::npos) << c.args << "\n" << r.out;
   }
+  // Selective recompute prices between none and full.
+  auto iteration = [&](const std::string& checkpointing) {
+    const auto r = run("predict 3d" + s + " --split " + good.string() +
+                       " --activation-checkpointing " + checkpointing + " --json");
+    EXPECT_EQ(r.code, 0) << checkpointing << "\n" << r.out;
+    // The record, without the warnings around it (stderr shares the output).
+    const auto from = r.out.find('{'), to = r.out.rfind('}');
+    return nlohmann::json::parse(r.out.substr(from, to - from + 1))["iteration_s"].get<double>();
+  };
+  const double none = iteration("none"), selective = iteration("selective"),
+               full = iteration("full");
+  EXPECT_LT(none, selective);
+  EXPECT_LT(selective, full);
   // -o onto the scenario it reads is refused before any search, and the scenario is unchanged.
   const auto scenario = tmp("own.scenario.json");
   std::filesystem::copy_file(kDefault, scenario, std::filesystem::copy_options::overwrite_existing);

@@ -322,6 +322,55 @@ TEST(SplitEstimate, ACalibratedBackwardRunsAtItsForwardsRate) {
               1e-15);
 }
 
+TEST(SplitEstimate, SelectiveRecomputeRerunsOnlyTheAttentionCore) {
+  // One stage of T = 2 (the fixture's 1024-token sequence): the attention core is a visible share.
+  const int L = 4, T = 2, b = 2;
+  const Scenario s = scenario(T, L, b);
+  const auto models = costmodels::make_cost_models(s);
+  ModelSplit split;
+  split.tensor_parallel = T;
+  split.micro_batches = 1;
+  split.stages = {stage(0, L, {0, 1})};
+  SplitOptions none, selective, full;
+  selective.selective_recompute = true;
+  full.recompute = true;
+  const auto n = estimate_split(s, split, none, models).stages[0];
+  const auto sel = estimate_split(s, split, selective, models).stages[0];
+  const auto f = estimate_split(s, split, full, models).stages[0];
+  // The core's forward work share (scores, softmax, context) of every layer, over the T ranks.
+  const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+  const auto ops = costmodels::unit_ops(s.job.model, 1, s.job.sequence_length, b,
+                                        s.job.precision.compute, s.job.implementation);
+  std::vector<costmodels::OpCost> core;
+  for (const auto& op : ops)
+    if (std::string(op.name) == "scores" || std::string(op.name) == "softmax" ||
+        std::string(op.name) == "context" || std::string(op.name) == "flash_attention")
+      core.push_back(op);
+  ASSERT_FALSE(core.empty());
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  auto work = [&](const std::vector<costmodels::OpCost>& list) {
+    const auto x = costmodels::ops_features(spec, list, s.job.precision.compute);
+    double t = 0;
+    for (std::size_t i = 0; i < theta.size(); ++i) t += x.forward[i] * theta[i];
+    return t;
+  };
+  const double share = work(core) / work(ops);
+  EXPECT_GT(share, 0.05);
+  EXPECT_LT(share, 0.6);
+  double rerun = 0;
+  for (int u = 1; u <= L; ++u)
+    rerun +=
+        models.compute->unit_time(spec, s.job, u, ComputePhase::Recompute, b).seconds * share / T;
+  EXPECT_NEAR(sel.backward_compute - n.backward_compute, rerun, 1e-9 * rerun);
+  EXPECT_LT(sel.backward_compute, f.backward_compute);
+  // The core sits between the column- and row-parallel linears: no collective is added.
+  EXPECT_EQ(sel.tp_collectives_backward, n.tp_collectives_backward);
+  EXPECT_LT(n.tp_collectives_backward, f.tp_collectives_backward);
+  // It keeps less than no recompute and more than full recompute.
+  EXPECT_LT(sel.memory.activations, n.memory.activations);
+  EXPECT_GT(sel.memory.activations, f.memory.activations);
+}
+
 TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
   ModelSpec m;
   m.num_layers = 1;
@@ -337,6 +386,11 @@ TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
                    sbh * (34 + 5 * a * s / h) / 8);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, true, Dtype::FP16), 2 * sbh);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, true, Dtype::FP16), 2 * sbh / 8);
+  // Selective recompute (their Table 2): sbh(10 + 24/t), and 34 sbh / t with SP.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, false, Dtype::FP16, true),
+                   sbh * (10 + 24.0 / 8));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, false, Dtype::FP16, true),
+                   sbh * 34 / 8);
 }
 
 }  // namespace

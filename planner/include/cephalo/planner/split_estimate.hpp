@@ -12,6 +12,7 @@
 // What is priced, per stage s (its GPU is the device of its first rank):
 //   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
 //             forward, backward and (with recompute) recompute forward from the compute model
+//             (selective recompute: the attention core's share of that forward, split by T)
 //             (from the calibrated model, the backward at the forward's rate: its forward times
 //             backward_work_ratio, because the fitted backward carries a per-call cost of the
 //             profiled engines, planner/README.md "3D plans: first estimate"),
@@ -50,9 +51,10 @@
 //             activations per layer and micro-batch from Korthikanti et al. (2022)
 //             (s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes at 2-byte activations, /T of
 //             34 + 5as/h with sequence parallelism, 2·s·b·h (/T with SP) when checkpointed,
-//             plus one layer's full set for the recompute) times the micro-batches (chunk
-//             passes) the schedule keeps in flight (pipeline::peak_in_flight); the last stage's
-//             fp32 logits; the runtime reserve (CUDA context, NCCL).
+//             plus one layer's full set for the recompute; without the attention core's 5as/h
+//             under selective recompute, plus one layer's core while it is rerun) times the
+//             micro-batches (chunk passes) the schedule keeps in flight (pipeline::peak_in_flight);
+//             the last stage's fp32 logits; the runtime reserve (CUDA context, NCCL).
 #include <limits>
 #include <memory>
 #include <string>
@@ -71,7 +73,11 @@ enum class DpOverlap {
 };
 
 struct SplitOptions {
-  bool recompute = false;      // every layer checkpointed (Megatron's full / uniform recompute)
+  bool recompute = false;  // every layer checkpointed (Megatron's full / uniform recompute)
+  // Korthikanti et al.'s selective recompute (Megatron's --recompute-granularity selective):
+  // only each layer's attention core (scores, softmax, context) is dropped and rerun before its
+  // backward, split by heads over the T ranks; ignored when `recompute` is set.
+  bool selective_recompute = false;
   bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
   DpOverlap dp_overlap = DpOverlap::None;
   // A layer's backward from the calibrated compute model is priced as its forward times the op
@@ -187,8 +193,10 @@ double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int
 
 // Korthikanti et al.'s activation bytes of one transformer layer per micro-batch of b samples
 // (2-byte activations, scaled to the compute dtype), as kept for the backward.
+// `selective`: the attention core's 5as/h is not kept (selective recompute; their Table 2).
 double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute);
+                              bool sequence_parallel, bool recompute, Dtype compute,
+                              bool selective = false);
 
 Json to_json(const SplitEstimate& estimate);
 
