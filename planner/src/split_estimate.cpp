@@ -39,46 +39,30 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
   return t;
 }
 
-// Share of a layer's forward and backward time spent in the replicated ops, by the roofline's
-// default efficiencies.
-std::pair<double, double> replicated_share(const DeviceSpec& spec, const Job& job, int seq,
-                                           int micro_batch) {
-  const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
-                                        job.implementation);
-  std::vector<costmodels::OpCost> replicated;
-  for (const auto& op : ops)
-    if (replicated_op(op.name)) replicated.push_back(op);
-  const auto all = costmodels::ops_features(spec, ops, job.precision.compute);
-  const auto rep = costmodels::ops_features(spec, replicated, job.precision.compute);
-  const auto theta = costmodels::Efficiency{}.coefficients();
-  const double f_all = features_time(all.forward, theta);
-  const double b_all = features_time(all.backward, theta);
-  return {f_all > 0 ? features_time(rep.forward, theta) / f_all : 0,
-          b_all > 0 ? features_time(rep.backward, theta) / b_all : 0};
-}
-
 // The attention core of a layer (scores, softmax and context, or flash attention's one kernel):
-// what selective recompute reruns. Its share of the layer's forward work at the roofline's
-// default efficiencies.
+// what selective recompute reruns.
 bool attention_core_op(const char* name) {
   for (const char* r : {"scores", "softmax", "context", "flash_attention"})
     if (std::strcmp(name, r) == 0) return true;
   return false;
 }
 
-double attention_core_share(const DeviceSpec& spec, const Job& job, int seq, int micro_batch) {
+// Share of a layer's forward and backward work in the ops `pick` selects, at the roofline's
+// default efficiencies.
+std::pair<double, double> op_share(const DeviceSpec& spec, const Job& job, int seq, int micro_batch,
+                                   bool (*pick)(const char*)) {
   const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
                                         job.implementation);
-  std::vector<costmodels::OpCost> core;
+  std::vector<costmodels::OpCost> picked;
   for (const auto& op : ops)
-    if (attention_core_op(op.name)) core.push_back(op);
+    if (pick(op.name)) picked.push_back(op);
+  const auto all = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto part = costmodels::ops_features(spec, picked, job.precision.compute);
   const auto theta = costmodels::Efficiency{}.coefficients();
-  const double all =
-      features_time(costmodels::ops_features(spec, ops, job.precision.compute).forward, theta);
-  return all > 0 ? features_time(
-                       costmodels::ops_features(spec, core, job.precision.compute).forward, theta) /
-                       all
-                 : 0;
+  const double f_all = features_time(all.forward, theta);
+  const double b_all = features_time(all.backward, theta);
+  return {f_all > 0 ? features_time(part.forward, theta) / f_all : 0,
+          b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
 }
 
 CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
@@ -249,9 +233,9 @@ struct SplitEstimator::Impl {
     if (it == device_times.end()) {
       it = device_times.emplace(key, DeviceTimes{}).first;
       it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
-      it->second.replicated = replicated_share(spec, scenario.job, scenario.job.sequence_length, b);
-      it->second.attention_core =
-          attention_core_share(spec, scenario.job, scenario.job.sequence_length, b);
+      const int seq = scenario.job.sequence_length;
+      it->second.replicated = op_share(spec, scenario.job, seq, b, replicated_op);
+      it->second.attention_core = op_share(spec, scenario.job, seq, b, attention_core_op).first;
     }
     return it->second;
   }
@@ -314,7 +298,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const std::string file = scenario.file.string();
   check_model_split_for(split, scenario, file);
   const int world = cluster.num_ranks();
-  const auto stages = resolved_stages(split, model.num_layers, world);
+  // The split's own stages, not a copy of their rank lists (the search prices thousands).
+  const std::vector<PipelineStage> one_stage = split.stages.empty()
+                                                   ? resolved_stages(split, model.num_layers, world)
+                                                   : std::vector<PipelineStage>{};
+  const std::vector<PipelineStage>& stages = split.stages.empty() ? one_stage : split.stages;
   const int p = static_cast<int>(stages.size());
   const int m = split.micro_batches;
   const int V = split.schedule.virtual_stages;

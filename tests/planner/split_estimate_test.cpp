@@ -371,6 +371,59 @@ TEST(SplitEstimate, SelectiveRecomputeRerunsOnlyTheAttentionCore) {
   EXPECT_GT(sel.memory.activations, f.memory.activations);
 }
 
+TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
+  // Two nodes of 4 A100 and 4 V100: every split below priced by one estimator, in turn (so
+  // each finds the others' remembered times), equals a fresh estimate_split, to the last bit.
+  const Scenario s =
+      test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 8, 16, 1024, 16);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  std::vector<std::pair<ModelSplit, SplitOptions>> cases;
+  for (int t : {1, 2})
+    for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
+      for (bool recompute : {false, true}) {
+        ModelSplit one;  // the A100 stage, then the V100 stage, 1F1B
+        one.tensor_parallel = t;
+        one.micro_batches = 2;
+        one.sharding = sharding;
+        one.sequence_parallel = t > 1;
+        one.stages = {stage(0, 5, {0, 1, 2, 3}), stage(5, 8, {4, 5, 6, 7})};
+        SplitOptions o;
+        o.recompute = recompute;
+        cases.push_back({one, o});
+        ModelSplit inter = one;  // interleaved, the V100 stage first
+        inter.schedule = {pipeline::PipelineSchedule::Kind::Interleaved, 2};
+        inter.micro_batches = 4;
+        inter.stages[0].ranks = {4, 5, 6, 7};
+        inter.stages[1].ranks = {0, 1, 2, 3};
+        inter.stages[0].chunks = {{0, 1}, {4, 6}};
+        inter.stages[1].chunks = {{1, 4}, {6, 8}};
+        cases.push_back({inter, o});
+      }
+  for (const auto& [split, options] : cases) {
+    const auto fresh = estimate_split(s, split, options, models);
+    const auto remembered = estimator.estimate(split, options);
+    EXPECT_EQ(to_json(remembered).dump(), to_json(fresh).dump()) << fresh.split;
+    EXPECT_TRUE(remembered.complete);
+    EXPECT_LE(remembered.lower_bound_s, remembered.iteration_s);
+    // Without texts, and stopped below the bound: the same numbers up to the schedule.
+    planner::EstimateLimits quiet;
+    quiet.describe = false;
+    quiet.stop_above = fresh.iteration_s;  // the schedule's own answer: never stopped
+    const auto q = estimator.estimate(split, options, quiet);
+    EXPECT_TRUE(q.complete);
+    EXPECT_TRUE(q.split.empty() && q.schedule.empty());
+    EXPECT_EQ(q.iteration_s, fresh.iteration_s);
+    quiet.stop_above = fresh.lower_bound_s * 0.99;
+    const auto stopped = estimator.estimate(split, options, quiet);
+    EXPECT_FALSE(stopped.complete);
+    EXPECT_EQ(stopped.iteration_s, 0);
+    EXPECT_EQ(stopped.lower_bound_s, fresh.lower_bound_s);
+    EXPECT_EQ(stopped.fits, fresh.fits);
+    EXPECT_EQ(stopped.stages[0].memory.total, fresh.stages[0].memory.total);
+  }
+}
+
 TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
   ModelSpec m;
   m.num_layers = 1;

@@ -78,6 +78,9 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   long long candidates = 0, fitting = 0;
   double best = std::numeric_limits<double>::infinity();
   std::string best_split;
+  // One estimator for the whole enumeration: its answers are estimate_split's
+  // (SplitEstimate.TheEstimatorRemembersWithoutChangingAnAnswer), computed once per layer time.
+  planner::SplitEstimator estimator(s, models);
   const auto t0 = std::chrono::steady_clock::now();
   for (int p : {1, 2, 4}) {
     // Every sequence of stage types using both types (a stage holds one GPU type, every rank
@@ -149,7 +152,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
                     split.stages[static_cast<std::size_t>(i)].tensor_parallel =
                         tp[static_cast<std::size_t>(i)];
                   }
-                  const auto e = estimate_split(s, split, estimate_options, models);
+                  const auto e = estimator.estimate(split, estimate_options);
                   ++candidates;
                   if (!e.fits) return;
                   ++fitting;
