@@ -97,10 +97,9 @@ TEST(PlanCli, ThreeDWritesThePlanThatSimulatesAsPlannedAndPredict3dReadsIt) {
   ASSERT_EQ(sim.code, 0) << sim.out;
   const double simulated = predicted["simulated_iteration_s"].get<double>();
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.json)["iteration_time_s"].get<double>(), simulated);
-  const auto p =
-      run("predict 3d --scenario " + kDefault + " --split " + split.string() +
-          (predicted["recompute"].get<bool>() ? " --activation-checkpointing full" : "") +
-          " --json");
+  const auto p = run(
+      "predict 3d --scenario " + kDefault + " --split " + split.string() +
+      (predicted["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
   ASSERT_EQ(p.code, 0) << p.out;
   EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), planned, 1e-9 * planned);
   // The table: one row per stage, and the best other pipeline depth.
@@ -164,7 +163,8 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
   // Split files: missing, not JSON, overlapping stages (named by file and JSON path).
   const auto good = tmp("good.split.json");
   ASSERT_EQ(run("plan --parallelism 3d" + s + " -o " + good.string()).code, 0);
-  auto split = nlohmann::json::parse(std::ifstream(good));
+  // The written plan carries its split.
+  auto split = nlohmann::json::parse(std::ifstream(good))["model_split"];
   ASSERT_GE(split["stages"].size(), 2u) << split.dump();
   split["stages"][1]["layers"][0] = split["stages"][1]["layers"][0].get<int>() - 1;
   const auto overlap = tmp("overlap.split.json");
