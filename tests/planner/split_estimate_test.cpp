@@ -88,7 +88,7 @@ TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
     const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
     for (int u = 0; u < costmodels::num_units(s.job.model); ++u) {
       per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Forward, 2).seconds +
-                   backward_from_forward(models, spec, s.job, u, 2);
+                   models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
       const bool layer = u >= 1 && u <= 6;
       if (recompute && layer)
         per_micro += models.compute->unit_time(spec, s.job, u, ComputePhase::Recompute, 2).seconds;
@@ -301,23 +301,23 @@ TEST(SplitEstimate, ACalibratedBackwardRunsAtItsForwardsRate) {
     from_forward += backward_from_forward(models, spec, s.job, u, 2);
     calibrated += models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
   }
-  const auto e = estimate_split(s, split, {}, models);
+  SplitOptions at_forward_rate;
+  at_forward_rate.backward_at_forward_rate = true;
+  const auto e = estimate_split(s, split, at_forward_rate, models);
   EXPECT_NEAR(e.stages[0].backward_compute, from_forward, 1e-12 * from_forward);
   // A layer's backward does the forward's GEMMs twice (dgrad and wgrad): about twice its forward.
   const double ratio = planner::backward_work_ratio(spec, s.job, 1, 2);
   EXPECT_GT(ratio, 1.8);
   EXPECT_LT(ratio, 2.1);
-  // The calibrated model's own backward, when asked for.
-  SplitOptions own;
-  own.backward_at_forward_rate = false;
-  EXPECT_NEAR(estimate_split(s, split, own, models).stages[0].backward_compute, calibrated,
+  // The calibrated model's own backward by default: what the simulator prices too.
+  EXPECT_NEAR(estimate_split(s, split, {}, models).stages[0].backward_compute, calibrated,
               1e-12 * calibrated);
   EXPECT_GT(calibrated, from_forward);
   // A compute model that is not the calibrated one (a profile, or here fixed times) keeps its
   // own backward.
   auto fixed = std::make_shared<sim::FixedComputeModel>();
   const costmodels::CostModels fixed_models{fixed, models.comm};
-  const auto f = estimate_split(s, split, {}, fixed_models);
+  const auto f = estimate_split(s, split, at_forward_rate, fixed_models);
   EXPECT_NEAR(f.stages[0].backward_compute, costmodels::num_units(s.job.model) * fixed->backward_s,
               1e-15);
 }

@@ -80,11 +80,15 @@ struct SplitOptions {
   bool selective_recompute = false;
   bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
   DpOverlap dp_overlap = DpOverlap::None;
-  // A layer's backward from the calibrated compute model is priced as its forward times the op
-  // list's backward / forward work (backward_work_ratio), not by the model's fitted backward
-  // (see "backward" above); false keeps the fitted backward. Profiles' measured times are used
-  // as measured either way.
-  bool backward_at_forward_rate = true;
+  // true: a layer's backward from the calibrated compute model is priced as its forward times
+  // the op list's backward / forward work (backward_work_ratio) instead of the model's fitted
+  // backward (see "backward" above): the analysis of why the 9 Megatron runs were over-
+  // predicted (planner/README.md). Off by default: the simulator prices split plans (and FSDP
+  // plans, which `--parallelism auto` compares them with) by the compute model's own backward,
+  // and the estimate that ranks the search's candidates must price them the same way; a stack
+  // the calibration does not fit is calibrated (cephalo calibrate stack, one compute factor),
+  // which both read. Profiles' measured times are used as measured either way.
+  bool backward_at_forward_rate = false;
 };
 
 struct StageMemory {
