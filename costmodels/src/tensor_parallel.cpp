@@ -9,8 +9,16 @@
 namespace cephalo::costmodels {
 namespace {
 
+// Megatron's column / row split leaves the norms and the residual adds over the full b·s·h
+// outside the parallel regions; sequence parallelism splits them along the sequence instead.
 bool replicated_op(const char* name) {
   for (const char* r : {"norm1", "norm2", "residual1", "residual2"})
+    if (std::strcmp(name, r) == 0) return true;
+  return false;
+}
+
+bool attention_core_op(const char* name) {
+  for (const char* r : {"scores", "softmax", "context", "flash_attention"})
     if (std::strcmp(name, r) == 0) return true;
   return false;
 }
@@ -21,26 +29,35 @@ double features_time(const OpFeatures& x, const OpFeatures& theta) {
   return t;
 }
 
-}  // namespace
-
-ReplicatedShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch) {
+LayerShare layer_share(const DeviceSpec& device, const Job& job, int micro_batch,
+                       bool (*pick)(const char*)) {
   const auto ops = unit_ops(job.model, 1, job.sequence_length, micro_batch, job.precision.compute,
                             job.implementation);
-  std::vector<OpCost> replicated;
+  std::vector<OpCost> picked;
   for (const auto& op : ops)
-    if (replicated_op(op.name)) replicated.push_back(op);
+    if (pick(op.name)) picked.push_back(op);
   const auto all = ops_features(device, ops, job.precision.compute);
-  const auto rep = ops_features(device, replicated, job.precision.compute);
+  const auto part = ops_features(device, picked, job.precision.compute);
   const auto theta = Efficiency{}.coefficients();
   const double f_all = features_time(all.forward, theta);
   const double b_all = features_time(all.backward, theta);
-  return {f_all > 0 ? features_time(rep.forward, theta) / f_all : 0,
-          b_all > 0 ? features_time(rep.backward, theta) / b_all : 0};
+  return {f_all > 0 ? features_time(part.forward, theta) / f_all : 0,
+          b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
+}
+
+}  // namespace
+
+LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch) {
+  return layer_share(device, job, micro_batch, replicated_op);
+}
+
+LayerShare layer_attention_core_share(const DeviceSpec& device, const Job& job, int micro_batch) {
+  return layer_share(device, job, micro_batch, attention_core_op);
 }
 
 double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase phase,
                               int tensor_parallel, bool sequence_parallel,
-                              const ReplicatedShare& share) {
+                              const LayerShare& share) {
   if (tensor_parallel <= 1) return 1.0;
   const double t = tensor_parallel;
   switch (unit_kind(model, unit)) {

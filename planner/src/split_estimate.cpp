@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -24,45 +24,10 @@ using costmodels::CollectiveKind;
 using costmodels::CollectiveRequest;
 using costmodels::ComputePhase;
 
-// The ops of a layer that tensor parallelism replicates on every rank of the group: the norms
-// and the residual adds over the full b·s·h (Megatron's column/row split leaves them outside
-// the parallel regions). Sequence parallelism splits them along the sequence instead.
-bool replicated_op(const char* name) {
-  for (const char* r : {"norm1", "norm2", "residual1", "residual2"})
-    if (std::strcmp(name, r) == 0) return true;
-  return false;
-}
-
 double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatures& theta) {
   double t = 0;
   for (std::size_t i = 0; i < x.size(); ++i) t += x[i] * theta[i];
   return t;
-}
-
-// The attention core of a layer (scores, softmax and context, or flash attention's one kernel):
-// what selective recompute reruns.
-bool attention_core_op(const char* name) {
-  for (const char* r : {"scores", "softmax", "context", "flash_attention"})
-    if (std::strcmp(name, r) == 0) return true;
-  return false;
-}
-
-// Share of a layer's forward and backward work in the ops `pick` selects, at the roofline's
-// default efficiencies.
-std::pair<double, double> op_share(const DeviceSpec& spec, const Job& job, int seq, int micro_batch,
-                                   bool (*pick)(const char*)) {
-  const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
-                                        job.implementation);
-  std::vector<costmodels::OpCost> picked;
-  for (const auto& op : ops)
-    if (pick(op.name)) picked.push_back(op);
-  const auto all = costmodels::ops_features(spec, ops, job.precision.compute);
-  const auto part = costmodels::ops_features(spec, picked, job.precision.compute);
-  const auto theta = costmodels::Efficiency{}.coefficients();
-  const double f_all = features_time(all.forward, theta);
-  const double b_all = features_time(all.backward, theta);
-  return {f_all > 0 ? features_time(part.forward, theta) / f_all : 0,
-          b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
 }
 
 CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
@@ -141,7 +106,7 @@ struct SplitEstimator::Impl {
   };
   struct DeviceTimes {
     std::vector<UnitTimes> units;  // by unit, filled when first asked
-    std::pair<double, double> replicated{0, 0};
+    costmodels::LayerShare replicated;
     double attention_core = 0;
   };
   std::map<DeviceKey, DeviceTimes> device_times;
@@ -233,9 +198,10 @@ struct SplitEstimator::Impl {
     if (it == device_times.end()) {
       it = device_times.emplace(key, DeviceTimes{}).first;
       it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
-      const int seq = scenario.job.sequence_length;
-      it->second.replicated = op_share(spec, scenario.job, seq, b, replicated_op);
-      it->second.attention_core = op_share(spec, scenario.job, seq, b, attention_core_op).first;
+      // costmodels' shares of a layer (tensor_parallel.hpp): the simulator reads the same.
+      it->second.replicated = costmodels::layer_replicated_share(spec, scenario.job, b);
+      it->second.attention_core =
+          costmodels::layer_attention_core_share(spec, scenario.job, b).forward;
     }
     return it->second;
   }
@@ -356,11 +322,14 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     stage_facts[static_cast<std::size_t>(s)] = &sr;
 
     DeviceTimes& dev = device(spec, b, options);
-    auto [r_f, r_b] = dev.replicated;
-    if (split.sequence_parallel) r_f = r_b = 0;
-    est.replicated_forward = r_f;
-    est.replicated_backward = r_b;
-    const double split_f = r_f + (1 - r_f) / T, split_b = r_b + (1 - r_b) / T;
+    const bool sp = split.sequence_parallel;
+    est.replicated_forward = sp ? 0 : dev.replicated.forward;
+    est.replicated_backward = sp ? 0 : dev.replicated.backward;
+    // A TP rank's share of a layer's time, the simulator's rule (costmodels/tensor_parallel.hpp).
+    const double split_f =
+        costmodels::tensor_parallel_factor(model, 1, ComputePhase::Forward, T, sp, dev.replicated);
+    const double split_b =
+        costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp, dev.replicated);
 
     // TP collectives of one layer, priced once (every layer has the same b·s·h).
     const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;

@@ -16,18 +16,21 @@
 
 namespace cephalo::costmodels {
 
-// Share of a layer's forward and backward time spent in the ops tensor parallelism replicates.
-struct ReplicatedShare {
+// A share of a layer's forward and backward time, by the roofline's default efficiencies.
+struct LayerShare {
   double forward = 0;
   double backward = 0;
 };
-ReplicatedShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch);
+// The ops tensor parallelism replicates (the norms and residual adds).
+LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch);
+// The attention core (scores, softmax and context, or flash attention's one kernel): what
+// selective recompute reruns before the backward.
+LayerShare layer_attention_core_share(const DeviceSpec& device, const Job& job, int micro_batch);
 
 // The factor a TP rank's compute time of `unit` in `phase` is of the whole unit's (1 for T = 1).
 // The recompute is a forward. `share` is layer_replicated_share for this device and size.
 double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase phase,
-                              int tensor_parallel, bool sequence_parallel,
-                              const ReplicatedShare& share);
+                              int tensor_parallel, bool sequence_parallel, const LayerShare& share);
 
 // The share of a unit's activation bytes (working set, kept activations, backward temporaries)
 // one TP rank holds: a layer's by Korthikanti et al. (2022), (10 + 24/T + 5as/(hT)) /
