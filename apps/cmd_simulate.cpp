@@ -8,9 +8,7 @@
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
-#include "cli_checks.hpp"
 #include "commands.hpp"
-#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 
