@@ -104,8 +104,10 @@ void add_run_command(CLI::App& app) {
     try {
       out = backend::train(mpi_runtime, request, shown);
     } catch (const backend::AgreedFailure& e) {
-      // Every rank ends with the agreed failure's exit code; rank 0 says why (main prints it).
-      throw CLI::RuntimeError(rank == 0 ? e.what() : "", static_cast<int>(e.kind()));
+      // Every rank ends with the agreed failure's exit code. Rank 0 says why before mpi_runtime
+      // finalizes MPI: after it, mpirun may end the job on another rank's exit first.
+      if (rank == 0) std::cerr << ("error: " + std::string(e.what()) + "\n") << std::flush;
+      throw CLI::RuntimeError("", static_cast<int>(e.kind()));
     }
     if (rank == 0 && out.trained())
       print_json_or_text(

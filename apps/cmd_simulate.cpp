@@ -4,10 +4,9 @@
 // trace that opens in Perfetto.
 #include <iostream>
 
-#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/report.hpp"
-#include "cephalo/traces/training_graph.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
