@@ -1,6 +1,6 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
 //  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
-// search over tensor x pipeline x data parallel splits (planner/split_search.hpp).
+// search over tensor x pipeline x data parallel splits made into a plan (planner/split_plan.hpp).
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
@@ -30,12 +30,10 @@ void run_plan(PlanArgs& a) {
   // Only what is asked for is built: at 100k ranks the plan's JSON tree and text cost more than
   // the planning (bench/README.md).
   if (a.json || !a.output.empty()) {
-    // A plan carries its prediction, so --json and -o are one valid Plan record; a split's
-    // file is the split alone (what `predict 3d --split` reads).
+    // Either family's Plan carries its prediction (a split's also its model_split), so --json
+    // and -o are one valid Plan record that `simulate` and `run` read.
     const std::string record = planner::plan_answer_record(answer).dump(2) + "\n";
-    if (!a.output.empty())
-      write_file_atomically(a.output,
-                            answer.fsdp ? record : to_json(answer.split->split).dump(2) + "\n");
+    if (!a.output.empty()) write_file_atomically(a.output, record);
     if (a.json) std::cout << record;
   }
   if (!a.json) {
@@ -43,9 +41,8 @@ void run_plan(PlanArgs& a) {
       std::cout << planner::render_plan_text(scenario, planner::render_table(*answer.fsdp),
                                              answer.fsdp->fits());
     else
-      std::cout << planner::render_split_search(*answer.split);
-    if (!a.output.empty())
-      std::cout << (answer.fsdp ? "plan" : "split") << " written to " << a.output << "\n";
+      std::cout << planner::render_split_plan(*answer.split);
+    if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }
   // --json: stdout holds one record
   if (!answer.why.empty()) (a.json ? std::cerr : std::cout) << answer.why << "\n";

@@ -20,8 +20,9 @@ void add_predict_3d_command(CLI::App& predict) {
   c->add_option("--scenario", a.scenario, "scenario file")->required();
   c->add_option("--split", a.split, "model split file ({\"model_split\": {...}})")->required();
   c->add_option("--activation-checkpointing", a.request.activation_checkpointing,
-                "none (default) or full (every layer recomputed)")
-      ->check(one_of({"none", "full"}));
+                "none (default), full (every layer recomputed) or selective (each layer's "
+                "attention core recomputed)")
+      ->check(one_of({"none", "full", "selective"}));
   c->add_option("--dp-overlap", a.request.dp_overlap,
                 "none (default: DP reduction after the last backward) or last-backward")
       ->check(one_of({"none", "last-backward"}));

@@ -74,23 +74,24 @@ PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& r) {
     throw ValidationError(r.options.options_source, spelt(r, "parallelism"), r.parallelism,
                           "fsdp, 3d or auto");
   PlanAnswer answer;
-  const auto search = [&] {
-    return search_split(scenario, split_options(r),
-                        costmodels::make_cost_models(scenario, r.options.compute_source));
-  };
+  if (r.parallelism == "fsdp") {
+    answer.fsdp = make_plan(scenario, fsdp_options(r));
+    return answer;
+  }
+  const auto models = costmodels::make_cost_models(scenario, r.options.compute_source);
   if (r.parallelism == "3d") {
-    answer.split = search();
+    answer.split = plan_split(scenario, split_options(r), models);
     return answer;
   }
   answer.fsdp = make_plan(scenario, fsdp_options(r));
-  if (r.parallelism == "fsdp") return answer;
   std::string split_refusal;
   try {
-    answer.split = search();
+    answer.split = plan_split(scenario, split_options(r), models);
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
-  const FamilyChoice choice = choose_family(*answer.fsdp, answer.split, split_refusal);
+  const FamilyChoice choice =
+      choose_family(scenario, *answer.fsdp, answer.split, split_refusal, models);
   answer.why = choice.why;
   if (choice.fsdp)
     answer.split.reset();
@@ -105,11 +106,13 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
     throw ValidationError(r.options_source, spell_option(r.options_source, name), value, expected);
   };
   SplitOptions options;
-  if (r.activation_checkpointing != "none" && r.activation_checkpointing != "full")
-    refuse("activation_checkpointing", r.activation_checkpointing, "none or full");
+  const std::string& checkpointing = r.activation_checkpointing;
+  if (checkpointing != "none" && checkpointing != "full" && checkpointing != "selective")
+    refuse("activation_checkpointing", checkpointing, "none, full or selective");
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward")
     refuse("dp_overlap", r.dp_overlap, "none or last-backward");
-  options.recompute = r.activation_checkpointing == "full";
+  options.recompute = checkpointing == "full";
+  options.selective_recompute = checkpointing == "selective";
   options.scatter_gather = r.scatter_gather;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
   return estimate_split(scenario, split, options,
@@ -122,7 +125,7 @@ std::string render_split_summary(const SplitEstimate& e) {
 }
 
 Json plan_answer_record(const PlanAnswer& answer) {
-  return answer.fsdp ? plan_record(*answer.fsdp) : to_json(*answer.split);
+  return answer.fsdp ? plan_record(*answer.fsdp) : plan_record(*answer.split);
 }
 
 }  // namespace cephalo::planner

@@ -66,13 +66,17 @@ std::string render_chrome_trace(const TraceInput& in) {
     std::string label = "rank " + std::to_string(r);
     if (r < static_cast<int>(in.rank_labels.size()) && !in.rank_labels[r].empty())
       label += " (" + in.rank_labels[r] + ")";
+    // A split plan's ranks are read by stage: "rank 5 (L4, node 1) stage 2".
+    if (g.summary().split) label += " stage " + std::to_string(g.place(r).stage);
     sep();
     out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
            ",\"tid\":0,\"args\":{\"name\":" + json_quote(label) + "}}";
     sep();
     out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
            ",\"tid\":0,\"args\":{\"sort_index\":" + std::to_string(r) + "}}";
-    for (int s = 0; s < kNumStreams; ++s) {
+    // The send and receive lanes only where a split plan has pipeline transfers.
+    const int lanes = g.summary().split ? kNumStreams : static_cast<int>(Stream::Send);
+    for (int s = 0; s < lanes; ++s) {
       sep();
       out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
              ",\"tid\":" + std::to_string(s) + ",\"args\":{\"name\":\"" +

@@ -15,6 +15,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/planner/split_search.hpp"
 
 namespace cephalo::planner {
@@ -45,25 +46,27 @@ struct PlanRequest {
 PlannerOptions fsdp_options(const PlanRequest& request);
 SplitSearchOptions split_options(const PlanRequest& request);
 
-// The answer: exactly one of `fsdp` and `split` is set. With parallelism auto both families
-// are planned (an FSDP plan that cannot be made throws; a split search that finds nothing is
-// noted) and choose_family keeps the faster, `why` saying why the other lost.
+// The answer: exactly one of `fsdp` and `split` is set. A split is plan_split's: the search's
+// best split made into its plan and replayed. With parallelism auto both families are planned
+// (an FSDP plan that cannot be made throws; a split search that finds nothing is noted) and
+// choose_family keeps the faster, `why` saying why the other lost.
 struct PlanAnswer {
   std::optional<PlanResult> fsdp;
-  std::optional<SplitSearchResult> split;
+  std::optional<SplitPlanResult> split;
   std::string why;  // empty unless parallelism is auto
 };
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
 
-// What `cephalo plan --json` prints for it: the Plan carrying its prediction (plan_record), or
-// the split search's record (to_json).
+// What `cephalo plan --json` prints and -o writes: the Plan carrying its prediction
+// (plan_record of either family; a split's Plan has its "model_split").
 Json plan_answer_record(const PlanAnswer& answer);
 
 // `cephalo predict 3d`'s request: the estimate of one given split, its options as text.
 struct SplitEstimateRequest {
-  std::string activation_checkpointing = "none";  // none | full (every layer recomputed)
-  std::string dp_overlap = "none";                // none | last-backward
-  bool scatter_gather = true;  // false: P2P sends the full activation from every TP rank
+  // none | full (every layer recomputed) | selective (each layer's attention core recomputed)
+  std::string activation_checkpointing = "none";
+  std::string dp_overlap = "none";  // none | last-backward
+  bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
 };
