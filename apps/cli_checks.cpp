@@ -1,14 +1,16 @@
-#include "cli_checks.hpp"
-
+// The pieces commands.hpp declares that several commands share: the flag validators, the
+// compute-model and stack options, the unknown-command message and the scenario input.
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "commands.hpp"
 
 namespace cephalo::cli {
 namespace {
@@ -185,6 +187,20 @@ std::string unknown_subcommand_message(const CLI::App& app, int argc, const char
     return message + " (commands: " + join(names) + ")";
   }
   return {};
+}
+
+void add_stack_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--stack", value,
+                  "Stack calibration (cephalo calibrate stack -o FILE): its factors multiply the "
+                  "modelled compute, collective and optimizer times; replaces the job's own");
+}
+
+Scenario read_scenario(const std::string& file, const std::string& stack_file) {
+  Scenario s = costmodels::load_scenario(file);
+  if (!stack_file.empty()) set_stack(s.job, stack_file);
+  for (const auto& w : costmodels::prediction_warnings(s)) std::cerr << "warning: " << w << "\n";
+  for (const auto& n : cluster_notes(s.cluster)) std::cerr << "note: " << n << "\n";
+  return s;
 }
 
 }  // namespace cephalo::cli

@@ -8,9 +8,7 @@
 #include "cephalo/core/plan.hpp"
 #include "cephalo/planner/stack_fit.hpp"
 #include "cephalo/traces/compare.hpp"
-#include "cli_checks.hpp"
 #include "commands.hpp"
-#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 
@@ -55,10 +53,9 @@ void add_calibrate_command(CLI::App& app) {
     }
     const planner::StackFit fit =
         planner::calibrate_stack_to_file(scenario, plan, m, a.compute_model, a.output, "--output");
-    if (a.json)
-      std::cout << planner::to_json(fit).dump(2) << "\n";
-    else
-      std::cout << planner::render_stack_fit(fit) << "stack written to " << a.output << "\n";
+    print_json_or_text(
+        a.json, [&] { return planner::to_json(fit); },
+        [&] { return planner::render_stack_fit(fit) + "stack written to " + a.output + "\n"; });
   });
 }
 

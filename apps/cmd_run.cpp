@@ -4,91 +4,33 @@
 // flags fill a backend::RunRequest; backend::train runs it (training_session.hpp), this file
 // prints its progress and its record.
 #include <cmath>
-#include <cstdio>
 #include <iostream>
-#include <memory>
 #include <sstream>
 
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/training_session.hpp"
-#include "cephalo/core/table.hpp"
-#include "cli_checks.hpp"
+#include "cephalo/core/error.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
 namespace {
 
-struct RunArgs {
-  backend::RunRequest request;
-  std::string inject_failure;  // "RANK:STEP[:kill]"
-  bool json = false;
-};
-
 // One stderr line in one write: mpirun forwards each rank's stdout and stderr on their own
 // channels, and a line written piecewise can be split by the other channel's output.
-template <typename... Parts>
-void progress(const Parts&... parts) {
-  std::ostringstream line;
-  (line << ... << parts) << '\n';
-  std::cerr << line.str() << std::flush;
-}
-
-// Every rank ends with the agreed failure's exit code; rank 0 says why.
-[[noreturn]] void fail_agreed(int rank, const backend::AgreedFailure& e) {
-  if (rank == 0) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    std::fflush(stderr);
-  }
-  throw CLI::RuntimeError("", static_cast<int>(e.kind()));
-}
-
-void run(const RunArgs& a) {
-  // A single process started without mpirun needs no MPI at all (a GPU machine without an MPI
-  // installation): it is rank 0 of 1 over the single-rank communicator.
-  backend::MpiRuntime mpi_runtime(nullptr, nullptr, /*only_under_launcher=*/true);
-  const int rank = mpi_runtime.world_rank();
-  backend::RunRequest request = a.request;
-  if (!a.inject_failure.empty()) {
-    const auto failure = backend::parse_injected_failure(a.inject_failure);
-    if (!failure)
-      throw CLI::ValidationError(
-          "--inject-failure",
-          "expected RANK:STEP or RANK:STEP:kill, got \"" + a.inject_failure + "\"");
-    request.failure = *failure;
-  }
-  backend::TrainingProgress shown;
-  shown.say = [](const std::string& line) { progress(line); };
-  shown.on_step = [&](const backend::StepResult& r) {
-    if (rank == 0 && !a.json)
-      progress("step ", r.step, "  loss ", fixed(r.loss, 5), "  ", format_seconds(r.time_s),
-               r.skipped ? "  (fp16 overflow: update skipped, loss scale lowered)" : "");
-  };
-  backend::TrainingOutcome out;
-  try {
-    out = backend::train(mpi_runtime, request, shown);
-  } catch (const backend::AgreedFailure& e) {
-    fail_agreed(rank, e);
-  }
-  if (rank != 0 || !out.trained()) return;
-  if (a.json)
-    std::cout << backend::run_record(out).dump(2) << "\n";
-  else
-    std::cout << backend::render_run(out);
-}
+void progress(const std::string& line) { std::cerr << (line + "\n") << std::flush; }
 
 }  // namespace
 
 void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run", "Train under a plan on real devices (launch with mpirun -np <plan ranks>)");
-  static RunArgs a;
+  static struct {
+    backend::RunRequest request;  // backend::train's; its defaults are the flags'
+    std::string inject_failure;   // "RANK:STEP[:kill]"
+    bool json = false;
+  } a;
   backend::RunRequest& r = a.request;
   backend::RunSettings& s = r.settings;
-  s.steps = 10;
-  s.data_seed = 42;
-  s.device = "cpu";
-  s.loss_scale = 65536.0;  // initial dynamic loss scale (fp16 jobs only)
-  s.report = "median";     // which step the RunResult and trace describe
   cmd->add_option("--scenario", r.scenario_file, "Scenario file")->required();
   cmd->add_option("--plan", r.plan_file, "Plan file")->required();
   cmd->add_option("--steps", s.steps, "Train until this step (counting resumed steps)")
@@ -140,7 +82,38 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--dump-grads", r.dump_grads, "")->group("");
   // Every step's parameters, gradients, batch and loss for tests/oracle (oracle_dump.hpp).
   cmd->add_option("--dump-oracle", r.dump_oracle, "")->group("");
-  cmd->callback([] { run(a); });
+  cmd->callback([] {
+    // A single process started without mpirun needs no MPI at all (a GPU machine without an MPI
+    // installation): it is rank 0 of 1 over the single-rank communicator.
+    backend::MpiRuntime mpi_runtime(nullptr, nullptr, /*only_under_launcher=*/true);
+    const int rank = mpi_runtime.world_rank();
+    backend::RunRequest request = a.request;
+    if (!a.inject_failure.empty()) {
+      const auto failure = backend::parse_injected_failure(a.inject_failure);
+      if (!failure)
+        throw ValidationError(kCommandLine, "--inject-failure", a.inject_failure,
+                              "RANK:STEP or RANK:STEP:kill");
+      request.failure = *failure;
+    }
+    backend::TrainingProgress shown;
+    shown.say = progress;
+    shown.on_step = [&](const backend::StepResult& r) {
+      if (rank == 0 && !a.json) progress(backend::render_step(r));
+    };
+    backend::TrainingOutcome out;
+    try {
+      out = backend::train(mpi_runtime, request, shown);
+    } catch (const backend::AgreedFailure& e) {
+      // Every rank ends with the agreed failure's exit code. Rank 0 says why before mpi_runtime
+      // finalizes MPI: after it, mpirun may end the job on another rank's exit first.
+      if (rank == 0) std::cerr << ("error: " + std::string(e.what()) + "\n") << std::flush;
+      throw CLI::RuntimeError("", static_cast<int>(e.kind()));
+    }
+    if (rank == 0 && out.trained())
+      print_json_or_text(
+          a.json, [&] { return backend::run_record(out); },
+          [&] { return backend::render_run(out); });
+  });
 }
 
 }  // namespace cephalo::cli

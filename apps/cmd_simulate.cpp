@@ -4,13 +4,10 @@
 // trace that opens in Perfetto.
 #include <iostream>
 
-#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/report.hpp"
-#include "cephalo/traces/training_graph.hpp"
-#include "cli_checks.hpp"
 #include "commands.hpp"
-#include "scenario_input.hpp"
 
 namespace cephalo::cli {
 

@@ -1,9 +1,18 @@
 #pragma once
-// Each subcommand family lives in its own cmd_*.cpp and registers itself on the root app.
-// A command's callback does its work and throws typed errors; main() maps them to exit codes.
+// The command line's one internal header. Each subcommand family lives in its own cmd_*.cpp and
+// registers itself on the root app; a command's callback does its work and throws typed errors,
+// and main() maps them to exit codes. Here: the exit codes, the one way a command prints its
+// result, the validators every enumerated or bounded flag uses (cli_checks.cpp), the options
+// several commands share, the one way a predicting command reads its scenario, and the
+// commands.
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/scenario.hpp"
 
 namespace cephalo::cli {
 
@@ -27,6 +36,59 @@ inline constexpr const char* kExitCodesHelp =
 // The "file" of a ValidationError about a flag value a command checks itself; main() gives it
 // the exit code of a bad command line.
 inline constexpr const char* kCommandLine = "command line";
+
+// How every command prints its result: the record as JSON (`--json`, `indent` as
+// Json::dump), else its text. Only the one asked for is built: a large plan's record and
+// table cost more than the planning (bench/README.md).
+template <typename Record, typename Text>
+void print_json_or_text(bool json, const Record& record, const Text& text, int indent = 2) {
+  if (json)
+    std::cout << record().dump(indent) << "\n";
+  else
+    std::cout << text();
+}
+
+// Flag values, by one convention: every enumerated or bounded flag gets one of these
+// validators, so a bad value exits 2 (kUsage) with a message naming the flag (CLI11 prefixes
+// it), the value given and the allowed values or range. They check the text before CLI11
+// converts it, so "1e3" for an integer, "-3" for a count or a seed beyond 64 bits is refused
+// rather than truncated, wrapped or clamped.
+//
+// An integer written in decimal (optional sign, digits only) within [lo, hi].
+CLI::Validator integer_in(std::int64_t lo, std::int64_t hi);
+// An unsigned 64-bit integer in decimal: 0 to 18446744073709551615.
+CLI::Validator unsigned_64();
+// A finite number within [lo, hi].
+CLI::Validator number_in(double lo, double hi);
+// One of `allowed`, exactly; the message lists them and the closest one.
+CLI::Validator one_of(std::vector<std::string> allowed);
+// A compute dtype parse_dtype accepts (fp32, tf32, fp16, bf16 and their long names).
+CLI::Validator dtype_name();
+// A name (or alias) in the built-in GPU / model catalog; the message lists the closest ones.
+CLI::Validator catalog_gpu();
+CLI::Validator catalog_model();
+// A catalog model, or a path to a Hugging Face config.json.
+CLI::Validator catalog_model_or_config();
+
+// The compute-model flag, one name on every command that takes one: `--compute-model` (auto |
+// profile | calibrated | roofline). `old_name` (e.g. "--compute-source") stays accepted for a
+// release as a hidden alias writing the same value, so scripts written against it keep working
+// ("" for a command that never had it).
+void add_compute_model_option(CLI::App* cmd, std::string& value, const std::string& help,
+                              const std::string& old_name);
+// `--stack FILE`: a `cephalo calibrate stack` file whose factors multiply the cost models.
+void add_stack_option(CLI::App* cmd, std::string& value);
+
+// When argv names a subcommand that does not exist (at the top level or under a command that
+// needs one), the message to print: "unknown command \"simulat\"; did you mean \"simulate\"?";
+// empty when argv's commands are all known.
+std::string unknown_subcommand_message(const CLI::App& app, int argc, const char* const* argv);
+
+// The scenario a predicting command (plan, simulate, predict 3d, calibrate) reads, once: loaded
+// through the catalogs, `--stack` applied to its job, and costmodels::prediction_warnings
+// ("warning: ...", which the records carry too) and the cluster's "note: ..." lines printed on
+// stderr.
+Scenario read_scenario(const std::string& file, const std::string& stack_file);
 
 void add_describe_command(CLI::App& app);
 void add_validate_command(CLI::App& app);

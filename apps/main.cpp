@@ -4,7 +4,6 @@
 #include <string>
 
 #include "cephalo/core/error.hpp"
-#include "cli_checks.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -19,16 +18,12 @@ int main(int argc, char** argv) {
       "Cephalo: plan, simulate and run transformer training on heterogeneous GPU clusters"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("cephalo " CEPHALO_VERSION));
-  cli::add_describe_command(app);
-  cli::add_validate_command(app);
-  cli::add_plan_command(app);
-  cli::add_sweep_command(app);
-  cli::add_predict_command(app);
-  cli::add_simulate_command(app);
-  cli::add_run_command(app);
-  cli::add_compare_command(app);
-  cli::add_profile_command(app);
-  cli::add_calibrate_command(app);
+  // In the order `cephalo --help` lists them.
+  for (const auto add : {cli::add_describe_command, cli::add_validate_command,
+                         cli::add_plan_command, cli::add_sweep_command, cli::add_predict_command,
+                         cli::add_simulate_command, cli::add_run_command, cli::add_compare_command,
+                         cli::add_profile_command, cli::add_calibrate_command})
+    add(app);
   // Every command's --help, nested ones (`predict layer`) too, ends with the exit codes.
   const auto add_footer = [](CLI::App* command, const auto& recurse) -> void {
     command->footer(cli::kExitCodesHelp);

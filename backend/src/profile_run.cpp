@@ -5,8 +5,13 @@
 #include <stdexcept>
 
 #include "cephalo/backend/runtime.hpp"
+#include "cephalo/core/checked.hpp"
+#include "cephalo/core/dtype.hpp"
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/profile_writer.hpp"
 
 namespace cephalo::backend {
 
@@ -45,6 +50,38 @@ std::optional<std::vector<int>> parse_micro_batch_sizes(std::string_view text_vi
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+ProfileRequest complete_profile_request(ProfileRequest request, const ProfileRequestText& text,
+                                        const std::string& source) {
+  const auto micro_batches = parse_micro_batch_sizes(text.micro_batches);
+  if (!micro_batches)
+    throw ValidationError(source, "--micro-batches", text.micro_batches,
+                          "1..K, K or a list like 1,2,4 of sizes >= 1");
+  request.profiler.micro_batches = *micro_batches;
+  request.model = costmodels::ModelCatalog::builtin().get(text.model);
+  if (const std::string why = sequence_refusal(request.model, request.seq); !why.empty())
+    throw ValidationError(source, "--seq", std::to_string(request.seq), why);
+  const auto dtype = parse_dtype(text.dtype);
+  if (!dtype) throw ValidationError(source, "--dtype", text.dtype, "fp32, tf32, bf16 or fp16");
+  request.profiler.dtype = *dtype;
+  const auto max_bytes = parse_quantity(text.max_bytes, Quantity::Bytes);
+  if (!max_bytes || *max_bytes < 64 * 1024)
+    throw ValidationError(source, "--max-bytes", text.max_bytes,
+                          "a size of at least 64KiB such as \"16MiB\"");
+  request.profiler.max_bytes = *max_bytes;
+  request.profiler.collectives = !text.no_collectives;
+  if (request.device == "cuda" && request.record_as.empty())
+    throw ValidationError(source, "--as", "",
+                          "with --device cuda, the catalog GPU the measurements are recorded "
+                          "under (e.g. h100)");
+  return request;
+}
+
+std::string render_profile_outcome(const ProfileOutcome& out, const ProfileRequest& request) {
+  return "profile of " + request.model.name + " at sequence " + std::to_string(request.seq) +
+         " on " + out.device_name + " (recorded as " + out.recorded_as + ")\n\n" +
+         costmodels::render_profile_tables(out.profile);
 }
 
 std::string profile_sweep_file(const ProfileRequest& request, int world_size) {

@@ -210,6 +210,12 @@ Json run_record(const TrainingOutcome& run) {
           {"report", traces::to_json(run.report)}};
 }
 
+std::string render_step(const StepResult& r) {
+  return "step " + std::to_string(r.step) + "  loss " + fixed(r.loss, 5) + "  " +
+         format_seconds(r.time_s) +
+         (r.skipped ? "  (fp16 overflow: update skipped, loss scale lowered)" : "");
+}
+
 std::string render_run(const TrainingOutcome& run) {
   const RunSetup& setup = run.setup;
   const SessionResult& result = run.result;

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -158,6 +159,26 @@ std::string render_scenario_description(const Scenario& s, const std::string& fi
   for (const auto& n : cluster_notes(s.cluster)) out << "note: " << n << "\n";
   for (const auto& w : prediction_warnings(s)) out << "warning: " << w << "\n";
   return out.str();
+}
+
+Description describe(const std::string& what, const std::string& model, const std::string& source) {
+  if (what == "gpus") {
+    const auto& catalog = GpuCatalog::builtin();
+    return {gpu_catalog_record(catalog), render_gpu_catalog(catalog)};
+  }
+  if (what == "models") {
+    const auto& catalog = ModelCatalog::builtin();
+    return {model_catalog_record(catalog), render_model_catalog(catalog)};
+  }
+  if (what == "model") {
+    if (model.empty())
+      throw ValidationError(source, "model", "",
+                            "a catalog model name or a Hugging Face config.json after `model`");
+    const HfModel hf = find_model_or_config(model);
+    return {model_description(hf), render_model_description(hf)};
+  }
+  const Scenario s = load_scenario(what);
+  return {scenario_description(s), render_scenario_description(s, what)};
 }
 
 }  // namespace cephalo::costmodels

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -62,6 +63,22 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
       "(\"ranks\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") or Hugging "
       "Face config (\"model_type\")");
+}
+
+InputFilesCheck check_input_files(const std::vector<std::string>& files,
+                                  const std::optional<Scenario>& scenario) {
+  InputFilesCheck out;
+  for (const auto& file : files) {
+    try {
+      out.lines.push_back(file + ": ok (" + check_input_file(file, scenario) + ")");
+    } catch (const Error& e) {
+      ++(dynamic_cast<const IoError*>(&e) ? out.unreadable : out.invalid);
+      std::string message = e.what();
+      // A ValidationError's message already starts with the file's name.
+      out.lines.push_back(message.rfind(file, 0) == 0 ? message : file + ": " + message);
+    }
+  }
+  return out;
 }
 
 }  // namespace cephalo::planner

@@ -136,11 +136,19 @@ void set_schedule_text(PlannerOptions& opt, const std::string& accumulation,
       throw ValidationError(opt.options_source, spelt(opt, "accumulation"), accumulation,
                             "layered, standard or no_sync");
   }
-  if (checkpointing == "auto")
+  if (checkpointing == "auto") {
     opt.choose_checkpointing = true;
-  else if (!checkpointing.empty())
-    opt.activation_checkpointing =
-        parse_activation_checkpointing(checkpointing, spelt(opt, "activation_checkpointing"));
+  } else if (!checkpointing.empty()) {
+    // The plan file's parser knows every value but `auto` and no source: the refusal is the
+    // caller's (a flag's: a bad command line), with `auto` among the values allowed.
+    try {
+      opt.activation_checkpointing =
+          parse_activation_checkpointing(checkpointing, spelt(opt, "activation_checkpointing"));
+    } catch (const ValidationError& e) {
+      throw ValidationError(opt.options_source, e.json_path(), e.value(),
+                            e.expected() + " or auto");
+    }
+  }
 }
 
 void set_cephalo_shares_text(PlannerOptions& opt, const std::string& objective) {

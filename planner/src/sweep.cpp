@@ -528,4 +528,22 @@ std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptio
   return t.render();
 }
 
+std::string render_sweep_start(const SweepInput& input, int processes) {
+  return "sweep " + input.spec.name + ": " + std::to_string(input.mixes.size()) +
+         " mixes, strategy " + input.spec.strategy +
+         (processes > 1 ? ", " + std::to_string(processes) + " MPI ranks" : "") + "\n";
+}
+
+std::string render_sweep_progress(std::size_t done, std::size_t total, const SweepRow& row,
+                                  int rank, int processes) {
+  return "sweep" + (processes > 1 ? " [rank " + std::to_string(rank) + "]" : std::string()) + " " +
+         std::to_string(done) + "/" + std::to_string(total) + ": " + row.mix + ": " +
+         (row.feasible ? fixed(row.samples_per_s, 2) + " samples/s" : "infeasible") + "\n";
+}
+
+std::string render_sweep_legend(const SweepSpec& spec) {
+  return "* on the Pareto frontier of $/hour vs simulated samples/s (strategy " + spec.strategy +
+         ")\n";
+}
+
 }  // namespace cephalo::planner

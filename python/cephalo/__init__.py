@@ -26,8 +26,9 @@ from .errors import (CephaloError, InfeasibleError, IoError, NotFoundError, Runt
 __all__ = [
     "__version__", "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
     "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
-    "load_plan", "validate", "plan", "simulate", "sweep", "compare", "describe_model",
-    "predict_layer", "predict_memory", "predict_collective", "strategies", "compute_sources",
+    "load_plan", "validate", "validate_files", "plan", "simulate", "sweep", "compare",
+    "describe", "describe_model", "predict_layer", "predict_memory", "predict_collective",
+    "predict_3d", "strategies", "compute_sources",
     "hf_model_types", "calibrate_stack", "load_stack",
 ]
 
@@ -210,6 +211,17 @@ def validate(scenario, plan=None):
         _cephalo.validate_plan(p, s, label)
 
 
+def validate_files(*files, scenario=None):
+    """`cephalo validate FILE... [--scenario S]`: recognises each file (scenario, cluster, job,
+    plan, catalog, sweep spec, Hugging Face config) and checks it as the command reading it
+    does, plans against `scenario` when given. Returns {"lines": the lines the CLI prints, one
+    per file ("F: ok (what)" or the error), "invalid": count, "unreadable": count}; raises
+    nothing for a bad file (its line says why)."""
+    s = load_scenario(scenario) if scenario is not None else None
+    lines, invalid, unreadable = _cephalo.check_files([_os.fspath(f) for f in files], s)
+    return {"lines": list(lines), "invalid": invalid, "unreadable": unreadable}
+
+
 def strategies():
     """The planner strategies, in the order `cephalo plan --help` lists them."""
     return list(_cephalo.strategy_names())
@@ -229,7 +241,8 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
          verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
          activation_checkpointing=None, sharding=None, group_size=None,
          cephalo_shares="min_params", cephalo_corrected_share_memory=False, stack=None,
-         text=False):
+         text=False, parallelism="fsdp", tensor_parallel=None, pipeline_stages=None,
+         micro_batches=None, pipeline_schedule=None, sequence_parallel=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -245,13 +258,21 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
     cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
     `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
     JSON text, the bytes `cephalo plan --json` prints with the same flags. stack=path is
-    `--stack`: a calibrate_stack() file whose factors multiply the modelled times."""
+    `--stack`: a calibrate_stack() file whose factors multiply the modelled times.
+
+    parallelism="3d" is `--parallelism 3d`: the search over tensor x pipeline x data parallel
+    splits, whose record (the split, its estimate in seconds and bytes per stage) `plan
+    --parallelism 3d --json` prints; tensor_parallel, pipeline_stages, micro_batches (counts),
+    pipeline_schedule ("gpipe" | "1f1b" | "interleaved:V") and sequence_parallel fix one
+    dimension each (None or False: searched), sharding may also be "optimizer" or "none".
+    parallelism="auto" plans both and returns the faster one's record, as the CLI does."""
     s = _with_stack(load_scenario(scenario), stack)
     out = _cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
-                                      verify_with_simulator, search_neighbours, micro_batch,
-                                      accumulation or "", activation_checkpointing or "",
-                             sharding or "", group_size, cephalo_shares,
-                             cephalo_corrected_share_memory)
+                             verify_with_simulator, search_neighbours, micro_batch,
+                             accumulation or "", activation_checkpointing or "", sharding or "",
+                             group_size, cephalo_shares, cephalo_corrected_share_memory,
+                             parallelism, tensor_parallel, pipeline_stages, micro_batches,
+                             pipeline_schedule or "", sequence_parallel)
     return out if text else _record(out)
 
 
@@ -285,17 +306,16 @@ def _result_source(source):
     return _text(source), _DICT_LABEL, False
 
 
-def compare(simulated, measured, scenario=None, plan=None):
+def compare(simulated, measured, scenario=None, plan=None, trace=None):
     """Simulated vs measured (SimResult and RunResult records or files): the record of
     `cephalo compare --json`, each metric's two values (seconds, samples/s, bytes as its name
-    says) and their relative error. With scenario and plan, also per op class and op by
-    op."""
-    if (scenario is None) != (plan is None):
-        raise ValueError("give both scenario and plan (the graph the op ids key), or neither")
+    says) and their relative error. With scenario and plan (both or neither), also per op
+    class and op by op; trace=path then writes the Perfetto trace of `compare --trace` (both
+    timelines of every rank side by side) and the record names it."""
     s = load_scenario(scenario) if scenario is not None else None
     p, label = _plan_and_label(plan) if plan is not None else (None, "")
     return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
-                                         s, p, label))
+                                         s, p, label, "" if trace is None else _os.fspath(trace)))
 
 
 def _with_stack(scenario, stack):
@@ -341,7 +361,17 @@ def describe_model(model):
     """A catalog model (by name) or a Hugging Face config.json: architecture (layers, hidden,
     heads, ...) and parameter counts (total_parameters, a count of parameters), the record
     of `cephalo describe model NAME --json`."""
-    return _json.loads(_cephalo.model_json(_os.fspath(model)))
+    return describe("model", model)
+
+
+def describe(what, model=None):
+    """The record of `cephalo describe WHAT [MODEL] --json`: what="gpus" (every GPU's datasheet:
+    memory in bytes, FLOP/s, bandwidths in bytes/s), "models" (every catalog model's
+    architecture and parameter counts), "model" with model= a catalog name or a config.json
+    (as describe_model), or a scenario file (its job, cluster, parameter count and the
+    warnings its predictions carry)."""
+    return _json.loads(_cephalo.describe_json(_os.fspath(what),
+                                              "" if model is None else _os.fspath(model)))
 
 
 def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", attention="flash",
@@ -364,6 +394,19 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
     return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype or "", micro_batch,
                                        source,
                                        attention, fused_elementwise, compiled, framework))
+
+
+def predict_3d(scenario, split, activation_checkpointing="none", dp_overlap="none",
+               scatter_gather=True, compute_model="auto", stack=None):
+    """`cephalo predict 3d --json`: the first estimate of one iteration under a tensor x
+    pipeline x data parallel split (a model split file, {"model_split": {...}}): iteration_s
+    and makespan_s in seconds, per stage its times in seconds and memory terms in bytes, and
+    whether it fits. activation_checkpointing "none" | "full", dp_overlap "none" |
+    "last-backward", scatter_gather=False for `--no-scatter-gather`; stack=path is `--stack`.
+    A split that does not fit is returned (the CLI exits 3 after printing it)."""
+    s = _with_stack(load_scenario(scenario), stack)
+    return _record(_cephalo.split_estimate_json(s, _os.fspath(split), activation_checkpointing,
+                                                dp_overlap, scatter_gather, compute_model))
 
 
 def predict_memory(scenario, plan):

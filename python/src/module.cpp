@@ -18,6 +18,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -25,6 +26,8 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
+#include "cephalo/planner/input_files.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/stack_fit.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
@@ -120,9 +123,13 @@ Columns op_columns(const traces::TrainingGraph& graph, const std::vector<traces:
           {"bytes", std::move(bytes)}};
 }
 
-// What `cephalo plan --json` prints: the Plan carrying the planner's prediction.
-std::string plan_json(const Scenario& scenario, const planner::PlannerOptions& options) {
-  return planner::plan_record(planner::make_plan(scenario, options)).dump(2) + "\n";
+// A count keyword: None leaves it open (0 to the planner); a given value must be positive, as
+// the CLI's flags require.
+int positive_or_open(std::optional<int> value, const char* keyword, const char* what) {
+  if (value && *value < 1)
+    throw ValidationError("arguments", keyword, std::to_string(*value),
+                          std::string("a positive number of ") + what);
+  return value.value_or(0);
 }
 
 // What `cephalo simulate --json [--ops]` prints, byte for byte, with the per-op columns of the
@@ -167,19 +174,26 @@ traces::IterationReport report_from(const std::string& text, const std::string& 
   return traces::parse_iteration_report(r);
 }
 
+// `cephalo compare --json`; with `trace`, the merged timeline `compare --trace` writes.
 std::string compare_json(const std::string& sim_text, const std::string& sim_label,
                          bool sim_is_file, const std::string& run_text,
                          const std::string& run_label, bool run_is_file,
                          const std::optional<Scenario>& scenario, const std::optional<Plan>& plan,
-                         const std::string& plan_label) {
+                         const std::string& plan_label, const std::string& trace) {
   auto sim = report_from(sim_text, sim_label, sim_is_file);
   auto run = report_from(run_text, run_label, run_is_file);
   // The CLI's sequence: the plan's checks, the graph, the comparison, the implementation sides.
-  return traces::compare_planned(sim, sim_label, run, run_label, scenario ? &*scenario : nullptr,
-                                 plan ? &*plan : nullptr, plan_label)
-             .record()
-             .dump(2) +
-         "\n";
+  const auto c = traces::compare_planned(sim, sim_label, run, run_label,
+                                         scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,
+                                         plan_label, "arguments", "scenario and plan");
+  check_outputs({{"trace", trace}});
+  Json record = c.record();
+  if (!trace.empty()) {
+    c.write_merged_trace(sim, run, scenario ? &scenario->cluster : nullptr,
+                         "simulated vs measured: " + sim_label + " / " + run_label, trace, "trace");
+    record["trace"] = trace;
+  }
+  return record.dump(2) + "\n";
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
@@ -215,9 +229,22 @@ std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
   return planner::to_json(fit).dump(2) + "\n";
 }
 
-// The record of `cephalo describe model NAME_OR_CONFIG --json`.
-std::string model_json(const std::string& name_or_file) {
-  return costmodels::model_description(costmodels::find_model_or_config(name_or_file)).dump();
+// The record of `cephalo describe WHAT [MODEL] --json`.
+std::string describe_json(const std::string& what, const std::string& model) {
+  return costmodels::describe(what, model, "arguments").record.dump();
+}
+
+// `cephalo predict 3d --json`: the estimate of one split file for the scenario.
+std::string split_estimate_json(const Scenario& scenario, const std::string& split_file,
+                                const std::string& activation_checkpointing,
+                                const std::string& dp_overlap, bool scatter_gather,
+                                const std::string& compute_model) {
+  const ModelSplit split = load_model_split_for(split_file, scenario);
+  return planner::to_json(
+             planner::estimate_split_request(scenario, split,
+                                             {activation_checkpointing, dp_overlap, scatter_gather,
+                                              compute_model, "arguments"}))
+      .dump();
 }
 
 // Keyword arguments of a Python call: errors name them as they are spelt there.
@@ -376,36 +403,43 @@ fraction); num_ranks, and to_json() the plan file's text.)")
          std::optional<int> micro_batch, const std::string& accumulation,
          const std::string& activation_checkpointing, const std::string& sharding,
          std::optional<int> group_size, const std::string& cephalo_shares,
-         bool cephalo_corrected_share_memory) {
-        planner::PlannerOptions o;
-        o.options_source = "arguments";  // errors spell the keyword arguments
+         bool cephalo_corrected_share_memory, const std::string& parallelism,
+         std::optional<int> tensor_parallel, std::optional<int> pipeline_stages,
+         std::optional<int> micro_batches, const std::string& pipeline_schedule,
+         bool sequence_parallel) {
+        // `cephalo plan`'s request, spelt as keyword arguments in messages.
+        planner::PlanRequest r;
+        planner::PlannerOptions& o = r.options;
+        o.options_source = "arguments";
         o.strategy = strategy;
         o.compute_source = compute_model;
         o.offload = offload;
         o.max_micro_batch = max_micro_batch;
         o.verify_with_simulator = verify;
         o.search_neighbours = search_neighbours;
-        // 0 means "left open" to the planner; a given value must be a positive count, as the
-        // CLI's flags require.
-        if (micro_batch && *micro_batch < 1)
-          throw ValidationError(o.options_source, "micro_batch", std::to_string(*micro_batch),
-                                "a positive number of samples per micro-batch");
-        if (group_size && *group_size < 1)
-          throw ValidationError(o.options_source, "group_size", std::to_string(*group_size),
-                                "a positive number of nodes per sharding group");
-        o.micro_batch = micro_batch.value_or(0);
-        o.group_nodes = group_size.value_or(0);
-        o.sharding = sharding;
-        planner::set_schedule_text(o, accumulation, activation_checkpointing);
-        planner::set_cephalo_shares_text(o, cephalo_shares);
-        o.cephalo_published_share_memory = !cephalo_corrected_share_memory;
-        return plan_json(s, o);
+        o.micro_batch = positive_or_open(micro_batch, "micro_batch", "samples per micro-batch");
+        o.group_nodes = positive_or_open(group_size, "group_size", "nodes per sharding group");
+        r.accumulation = accumulation;
+        r.activation_checkpointing = activation_checkpointing;
+        r.sharding = sharding;
+        r.cephalo_shares = cephalo_shares;
+        r.cephalo_corrected_share_memory = cephalo_corrected_share_memory;
+        r.parallelism = parallelism;
+        r.tensor_parallel = positive_or_open(tensor_parallel, "tensor_parallel", "TP degree");
+        r.pipeline_stages = positive_or_open(pipeline_stages, "pipeline_stages", "pipeline stages");
+        r.micro_batches =
+            positive_or_open(micro_batches, "micro_batches", "micro-batches per iteration");
+        r.pipeline_schedule = pipeline_schedule;
+        r.sequence_parallel = sequence_parallel;
+        return planner::plan_answer_record(planner::answer_plan(s, r)).dump(2) + "\n";
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
       py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),
       py::arg("micro_batch"), py::arg("accumulation"), py::arg("activation_checkpointing"),
       py::arg("sharding"), py::arg("group_size"), py::arg("cephalo_shares"),
-      py::arg("cephalo_corrected_share_memory"), release());
+      py::arg("cephalo_corrected_share_memory"), py::arg("parallelism"), py::arg("tensor_parallel"),
+      py::arg("pipeline_stages"), py::arg("micro_batches"), py::arg("pipeline_schedule"),
+      py::arg("sequence_parallel"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
         py::arg("queue"), py::arg("trace"), release());
@@ -428,7 +462,17 @@ fraction); num_ranks, and to_json() the plan file's text.)")
       "stack_json",
       [](const std::string& file) { return to_json(load_stack_calibration(file)).dump(); },
       py::arg("file"));
-  m.def("model_json", &model_json, py::arg("name_or_file"));
+  m.def("describe_json", &describe_json, py::arg("what"), py::arg("model"));
+  m.def("split_estimate_json", &split_estimate_json, py::arg("scenario"), py::arg("split_file"),
+        py::arg("activation_checkpointing"), py::arg("dp_overlap"), py::arg("scatter_gather"),
+        py::arg("compute_model"), release());
+  m.def(
+      "check_files",
+      [](const std::vector<std::string>& files, const std::optional<Scenario>& scenario) {
+        const auto checked = planner::check_input_files(files, scenario);
+        return std::make_tuple(checked.lines, checked.invalid, checked.unreadable);
+      },
+      py::arg("files"), py::arg("scenario"), release());
   m.def("memory_json", &memory_json, py::arg("scenario"), py::arg("plan"), py::arg("plan_label"),
         release());
   m.def(

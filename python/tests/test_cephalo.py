@@ -266,6 +266,65 @@ def test_plan_refuses_what_the_cli_refuses():
             cephalo.plan(DEFAULT, **bad)
 
 
+def test_the_3d_and_describe_keywords_refuse_bad_values_naming_the_keyword(tmp_path):
+    # Each bad value is refused as the CLI refuses its flag (planner/plan_request.hpp), at the
+    # keyword as Python spells it.
+    for kwargs, keyword in [
+            ({"parallelism": "4d"}, "parallelism"),
+            ({"parallelism": "3d", "tensor_parallel": 0}, "tensor_parallel"),
+            ({"parallelism": "3d", "pipeline_stages": -1}, "pipeline_stages"),
+            ({"parallelism": "3d", "micro_batches": 0}, "micro_batches"),
+            ({"parallelism": "3d", "pipeline_schedule": "bogus"}, "pipeline_schedule"),
+            ({"parallelism": "3d", "micro_batch": 2}, "micro_batch"),
+            ({"parallelism": "3d", "activation_checkpointing": "every:2"},
+             "activation_checkpointing"),
+            ({"parallelism": "3d", "sharding": "half"}, "sharding"),
+            ({"sharding": "optimizer"}, "sharding")]:
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.plan(DEFAULT, **kwargs)
+        assert (info.value.file, info.value.json_path) == ("arguments", keyword), kwargs
+    split = tmp_path / "default.split.json"
+    cli("plan", "--parallelism", "3d", "--scenario", DEFAULT, "-o", split)
+    for kwargs, keyword in [({"activation_checkpointing": "every:2"}, "activation_checkpointing"),
+                            ({"dp_overlap": "always"}, "dp_overlap")]:
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.predict_3d(DEFAULT, split, **kwargs)
+        assert info.value.json_path == keyword, kwargs
+    with pytest.raises(cephalo.IoError):
+        cephalo.predict_3d(DEFAULT, tmp_path / "missing.split.json")
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.describe("model")
+    assert info.value.json_path == "model"
+    with pytest.raises(cephalo.IoError):
+        cephalo.describe(tmp_path / "no-such-scenario.json")
+
+
+def test_compare_needs_both_scenario_and_plan_and_writes_its_trace_nowhere_else(tmp_path,
+                                                                                 default_plan):
+    sim = cephalo.simulate(DEFAULT, default_plan, ops=True)
+    other = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
+    other["source"] = "cpu"
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.compare(sim, other, scenario=DEFAULT)
+    assert info.value.json_path == "scenario and plan"
+    sim_file = tmp_path / "sim.json"
+    sim_file.write_text(json.dumps(sim))
+    before = sim_file.read_bytes()
+    with pytest.raises(cephalo.IoError):  # the trace onto an input: refused, input unchanged
+        cephalo.compare(sim_file, other, scenario=DEFAULT, plan=default_plan, trace=sim_file)
+    assert sim_file.read_bytes() == before
+    with pytest.raises(cephalo.InfeasibleError):  # no graph to merge the timelines by
+        cephalo.compare(sim_file, other, trace=tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    trace = tmp_path / "merged.json"
+    record = cephalo.compare(sim_file, other, scenario=DEFAULT, plan=default_plan, trace=trace)
+    assert record["trace"] == str(trace)
+    lanes = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert any(name.endswith("· sim") for name in lanes) and any(
+        name.endswith("· measured") for name in lanes), lanes
+
+
 def test_simulate_record_and_dataframes(default_plan):
     result = cephalo.simulate(DEFAULT, default_plan, ops=True, compute_model="roofline")
     assert result["source"] == "sim" and result["iteration_time_s"] > 0
@@ -708,31 +767,111 @@ def test_public_functions_document_their_units():
         assert "seconds" in getattr(cephalo.Record, view).__doc__, view
 
 
-# Every CLI command and what stands for it in Python; a command added to the CLI without an
-# entry here fails the test below.
+# Every CLI command, down to its subcommands, and what stands for it in Python; a command added
+# to the CLI without an entry here fails the test below, and the test after it runs each pair
+# on the same inputs and compares their records.
 PYTHON_EQUIVALENTS = {
-    "describe": "describe_model",
-    "validate": "validate",
-    "plan": "plan",
+    "describe": "describe",           # gpus | models | model NAME | SCENARIO
+    "validate": "validate_files",     # and validate(scenario, plan) for loaded objects
+    "plan": "plan",                   # parallelism fsdp | 3d | auto
     "sweep": "sweep",
-    "predict": "predict_layer",       # and predict_memory, predict_collective
+    "predict layer": "predict_layer",
+    "predict memory": "predict_memory",
+    "predict collective": "predict_collective",
+    "predict 3d": "predict_3d",
     "simulate": "simulate",
     "compare": "compare",
-    "calibrate": "calibrate_stack",
+    "calibrate stack": "calibrate_stack",
     "run": None,      # the backend runs one process per rank under mpirun: the CLI's job
     "profile": None,  # measures the devices under mpirun, as `run` does
+    "profile validate": None,  # the profile command's report on the shipped profiles
 }
 
 
+def cli_commands(*parents):
+    """The subcommands `cephalo [PARENTS] --help` lists (its "Subcommands:" section)."""
+    help_text = cli(*parents, "--help")
+    if "Subcommands:" not in help_text:
+        return set()
+    section = help_text.split("Subcommands:", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^\s{2}([a-z0-9][a-z0-9-]*)\s", section, re.M))
+
+
 def test_every_cli_command_has_its_python_counterpart():
-    help_text = cli("--help")
-    section = help_text[help_text.index("SUBCOMMANDS"):] if "SUBCOMMANDS" in help_text else \
-        help_text
-    commands = set(re.findall(r"^\s{2}([a-z][a-z-]*)\s", section, re.M))
-    assert commands == set(PYTHON_EQUIVALENTS), help_text
+    leaves = set()
+    for command in cli_commands():
+        subcommands = cli_commands(command)
+        leaves |= {f"{command} {sub}" for sub in subcommands}
+        # A command that runs without a subcommand (`profile`; its usage says "[SUBCOMMAND]")
+        # is a leaf of its own.
+        if not subcommands or "[SUBCOMMAND]" in cli(command, "--help"):
+            leaves.add(command)
+    assert leaves == set(PYTHON_EQUIVALENTS), sorted(leaves)
     for command, function in PYTHON_EQUIVALENTS.items():
         if function is not None:
             assert callable(getattr(cephalo, function)), command
+
+
+def without_wall_time(record):
+    """A record with the planner's wall-clock time (planning_s) set to 0 wherever it is."""
+    if isinstance(record, dict):
+        return {k: 0 if k == "planning_s" else without_wall_time(v) for k, v in record.items()}
+    if isinstance(record, list):
+        return [without_wall_time(v) for v in record]
+    return record
+
+
+def test_every_cli_command_returns_the_python_record(tmp_path, default_plan):
+    plan_file = tmp_path / "even.plan.json"
+    plan_file.write_text(json.dumps(default_plan))
+    split_file = tmp_path / "default.split.json"
+    cli("plan", "--parallelism", "3d", "--scenario", DEFAULT, "-o", split_file)
+    sim_file = tmp_path / "sim.json"
+    sim_file.write_text(json.dumps(cephalo.simulate(DEFAULT, plan_file, ops=True)))
+    run_file = tmp_path / "other.json"
+    other = cephalo.simulate(DEFAULT, plan_file, ops=True, compute_model="roofline")
+    other["source"] = "cpu"  # stands in for a measured RunResult (same schema)
+    run_file.write_text(json.dumps(other))
+    tokens = cephalo.simulate(DEFAULT, plan_file)["tokens_per_s"] / 1.25
+    spec = ROOT / "notebooks/inputs/small-mixes.json"
+    s, p = ["--scenario", DEFAULT], ["--plan", plan_file]
+    cases = [
+        ("describe", ["gpus"], lambda: cephalo.describe("gpus")),
+        ("describe", ["models"], lambda: cephalo.describe("models")),
+        ("describe", ["model", MODELS / "gpt2.json"],
+         lambda: cephalo.describe("model", MODELS / "gpt2.json")),
+        ("describe", [DEFAULT], lambda: cephalo.describe(DEFAULT)),
+        ("plan", [*s, "--strategy", "even"], lambda: cephalo.plan(DEFAULT, strategy="even")),
+        ("plan", [*s, "--parallelism", "3d", "--pipeline-stages", "4"],
+         lambda: cephalo.plan(DEFAULT, parallelism="3d", pipeline_stages=4)),
+        ("plan", [*s, "--parallelism", "auto", "--strategy", "even"],
+         lambda: cephalo.plan(DEFAULT, parallelism="auto", strategy="even")),
+        ("sweep", ["--spec", spec, "--quiet"], lambda: cephalo.sweep(spec)),
+        ("predict layer", ["--gpu", "l4", "--model", "gpt-2.7b", "--seq", 512, "--micro-batch", 4],
+         lambda: cephalo.predict_layer("l4", "gpt-2.7b", 512, 4)),
+        ("predict memory", [*s, *p], lambda: cephalo.predict_memory(DEFAULT, plan_file)),
+        ("predict collective", [*s, "--kind", "all-gather", "--bytes", "64MiB"],
+         lambda: cephalo.predict_collective(DEFAULT, "all-gather", "64MiB")),
+        ("predict 3d", [*s, "--split", split_file], lambda: cephalo.predict_3d(DEFAULT, split_file)),
+        ("simulate", [*s, *p, "--ops"], lambda: cephalo.simulate(DEFAULT, plan_file, ops=True)),
+        ("compare", [sim_file, run_file, *s, *p],
+         lambda: cephalo.compare(sim_file, run_file, scenario=DEFAULT, plan=plan_file)),
+        ("calibrate stack", [*s, *p, "--measured-tokens-per-s", tokens, "-o", tmp_path / "a.stack.json"],
+         lambda: cephalo.calibrate_stack(DEFAULT, plan_file, measured_tokens_per_s=tokens,
+                                         output=tmp_path / "b.stack.json")),
+    ]
+    for command, args, python in cases:
+        expected = json.loads(cli(*command.split(), *args, "--json"))
+        assert without_wall_time(python()) == without_wall_time(expected), (command, args)
+    assert {c for c, _, _ in cases} | {"validate"} == {
+        c for c, f in PYTHON_EQUIVALENTS.items() if f is not None}
+    # `validate` prints a line per file, not a record: the same lines.
+    files = [DEFAULT, plan_file, spec, MODELS / "gpt2.json", CPU2_PLAN, tmp_path / "missing.json"]
+    done = subprocess.run([CLI, "validate", *map(str, files), "--scenario", str(DEFAULT)],
+                          capture_output=True, text=True, check=False)
+    checked = cephalo.validate_files(*files, scenario=DEFAULT)
+    assert done.stdout.splitlines() == checked["lines"]
+    assert done.returncode == 1 and (checked["invalid"], checked["unreadable"]) == (1, 1)
 
 
 def test_calibrate_stack_fits_one_throughput_and_simulate_reads_it_back(tmp_path):

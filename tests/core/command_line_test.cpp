@@ -38,6 +38,7 @@ TEST(CommandLine, BadFlagValuesExitTwoNamingFlagValueAndAllowed) {
       {"simulate" + sp + " --queue fibonacci", {"--queue", "\"fibonacci\"", "binary-heap"}},
       {"simulate" + sp + " --compute-model fast", {"--compute-model", "\"fast\"", "roofline"}},
       {"plan --scenario " + kScenario + " --strategy evne", {"--strategy", "\"evne\"", "even"}},
+      {"describe model", {"model", "catalog model name", "config.json"}},
       {"plan --scenario " + kScenario + " --compute-model x", {"--compute-model", "roofline"}},
       {"sweep --spec " + kRoot + "/scenarios/sweeps/gpt2.7b-mixes.json --sort price",
        {"--sort", "\"price\"", "tokens-per-dollar, throughput, cost, mix"}},
@@ -90,7 +91,9 @@ TEST(CommandLine, MistypedCommandGetsASuggestion) {
 // One name per option across commands; exit codes and the old names as the help shows them.
 TEST(CommandLine, EveryCommandTakesComputeModelAndItsHelpListsTheExitCodes) {
   for (const std::string command :
-       {"plan", "simulate", "predict layer", "sweep", "run", "profile", "describe", "compare"}) {
+       {"plan", "simulate", "predict", "predict layer", "predict memory", "predict collective",
+        "predict 3d", "sweep", "run", "profile", "profile validate", "describe", "compare",
+        "validate", "calibrate", "calibrate stack"}) {
     SCOPED_TRACE(command);
     Outcome o = run_cephalo(command + " --help");
     EXPECT_EQ(o.exit_code, 0) << o.output;

@@ -266,7 +266,8 @@ TEST_F(CompareTest, OpIdOutsideTheGraphIsAnInputError) {
   EXPECT_NE(c.err.find(".id"), std::string::npos) << c.err;
 }
 
-// Issue 14's checks, through the binary (traces/compare_test.cpp has them without it).
+// Records given the wrong way round, or one record twice, would compare nonsense: refused
+// through the binary (traces/compare_test.cpp has the same checks without it).
 TEST_F(CompareTest, SwappedArgumentsAndTheSameFileTwiceAreInputErrors) {
   Cli swapped = cli("compare " + (dir_ / "run.json").string() + " " + (dir_ / "sim.json").string());
   EXPECT_EQ(swapped.code, 1) << swapped.err;
@@ -301,3 +302,21 @@ TEST_F(CompareTest, MissingFileIsAnIoError) {
 }
 
 }  // namespace
+
+// The graph needs both the scenario and the plan: one alone is a bad command line (exit 2)
+// naming the pair, and --trace without them cannot merge the timelines (exit 3), writing
+// nothing.
+TEST_F(CompareTest, ScenarioWithoutPlanIsRefusedAndATraceNeedsTheGraph) {
+  for (const std::string& half :
+       {" --scenario " + kScenario.string(), " --plan " + kPlan.string()}) {
+    Cli c = cli("compare " + files() + half + " --json");
+    EXPECT_EQ(c.code, 2) << half << "\n" << c.err;
+    EXPECT_NE(c.err.find("--scenario and --plan"), std::string::npos) << c.err;
+    EXPECT_TRUE(c.out.empty()) << c.out;
+  }
+  const fs::path trace = dir_ / "no-graph.trace.json";
+  Cli c = cli("compare " + files() + " --trace " + trace.string());
+  EXPECT_EQ(c.code, 3) << c.err;
+  EXPECT_NE(c.err.find("--trace"), std::string::npos) << c.err;
+  EXPECT_FALSE(fs::exists(trace));
+}

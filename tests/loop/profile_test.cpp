@@ -86,6 +86,15 @@ TEST(Profile, BadRequestsFailClearly) {
   EXPECT_NE(seq.err.find("max_positions"), std::string::npos) << seq.err;
   Cli missing = cli("profile --seq 16");
   EXPECT_EQ(missing.code, 2) << missing.err;
+  // Values the profile request checks itself (backend::complete_profile_request) are a bad
+  // command line too, naming the flag and the value.
+  Cli small = cli("profile --model gpt-tiny --seq 16 --max-bytes 1KiB");
+  EXPECT_EQ(small.code, 2) << small.err;
+  EXPECT_NE(small.err.find("--max-bytes"), std::string::npos) << small.err;
+  EXPECT_NE(small.err.find("1KiB"), std::string::npos) << small.err;
+  Cli cuda = cli("profile --device cuda --model gpt-tiny --seq 16");
+  EXPECT_EQ(cuda.code, 2) << cuda.err;
+  EXPECT_NE(cuda.err.find("--as"), std::string::npos) << cuda.err;
 }
 
 TEST(Profile, ValidateReportsLeaveOneGpuOut) {

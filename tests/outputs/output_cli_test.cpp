@@ -73,7 +73,8 @@ void expect_refused_as_input(const CommandResult& r, const fs::path& input,
   EXPECT_EQ(slurp(input), before) << input << " was changed";
 }
 
-// Issue 14, data-loss case 1: `plan -o` onto its scenario.
+// A plan written over the scenario it was made from would lose the input: `plan -o` onto its
+// scenario is refused.
 TEST_F(Outputs, PlanOutputOntoItsScenarioIsRefused) {
   const fs::path sc = own_scenario(kScenario2, "scenario.json");
   const std::string before = slurp(sc);

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/traces/chrome_trace.hpp"
@@ -464,7 +465,10 @@ Json to_json(const ImplementationSides& sides) {
 PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
                                   const IterationReport& run, const std::string& run_file,
                                   const Scenario* scenario, const Plan* plan,
-                                  const std::string& plan_label) {
+                                  const std::string& plan_label, const std::string& source,
+                                  const std::string& pair) {
+  if (!scenario != !plan)
+    throw ValidationError(source, pair, "", "both (the graph the op ids key) or neither");
   PlannedComparison c;
   CompareContext ctx;
   if (scenario && plan) {
@@ -481,6 +485,21 @@ Json PlannedComparison::record() const {
   Json j = to_json(report, graph_or_null());
   j["implementation"] = to_json(implementation);
   return j;
+}
+
+std::string PlannedComparison::implementation_warning() const {
+  if (!implementation.differ) return "";
+  return "implementation differs: simulated \"" + implementation.simulated + "\", measured \"" +
+         implementation.measured + "\" (set the job's \"implementation\" to the backend's)";
+}
+
+void PlannedComparison::write_merged_trace(const IterationReport& sim, const IterationReport& run,
+                                           const Cluster* cluster, const std::string& title,
+                                           const std::string& file,
+                                           const std::string& option) const {
+  if (!report.have_ops || !graph || !cluster)
+    throw InfeasibleError(option + ": cannot build the merged timeline: " + report.ops_note);
+  write_file_atomically(file, render_merged_trace(*graph, sim, run, rank_labels(*cluster), title));
 }
 
 }  // namespace cephalo::traces

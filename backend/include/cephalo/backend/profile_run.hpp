@@ -35,6 +35,23 @@ struct ProfileRequest {
   std::string tool;  // the record's "tool" (provenance)
 };
 
+// What `cephalo profile` takes as text, as its flags write it.
+struct ProfileRequestText {
+  std::string model;                   // a catalog model (the flag's validator found it)
+  std::string micro_batches = "1..4";  // parse_micro_batch_sizes
+  std::string dtype = "fp32";          // compute type of parameters and activations
+  std::string max_bytes = "16MiB";     // largest collective and copy size, at least 64KiB
+  bool no_collectives = false;
+};
+
+// `request` with the text parsed into it and every rule that needs more than one flag checked:
+// the sequence against the model's learned positions (the job parser's rule), a size the
+// sweep can use, and `--device cuda` naming the catalog GPU its rows are recorded under.
+// ValidationError at `source` naming the flag (`--micro-batches`, `--seq`, `--max-bytes`,
+// `--as`) otherwise.
+ProfileRequest complete_profile_request(ProfileRequest request, const ProfileRequestText& text,
+                                        const std::string& source);
+
 // The collective sweep's file: sweep_output when given, else none for one process or without
 // collectives, else sweep_file_beside(output).
 std::string profile_sweep_file(const ProfileRequest& request, int world_size);
@@ -53,5 +70,9 @@ struct ProfileOutcome {
 // progress line on every rank, without the "profile: " the command prints before them.
 ProfileOutcome profile_this_rank(const MpiRuntime& mpi, const ProfileRequest& request,
                                  const std::function<void(const std::string&)>& say);
+
+// What `cephalo profile` prints on rank 0: which model, sequence and device, then the
+// measured tables (costmodels' render_profile_tables).
+std::string render_profile_outcome(const ProfileOutcome& outcome, const ProfileRequest& request);
 
 }  // namespace cephalo::backend

@@ -129,11 +129,23 @@ struct InjectedFailure {
 // so that the caller names the flag in its own message.
 std::optional<InjectedFailure> parse_injected_failure(std::string_view text);
 
+// `cephalo run`'s defaults: 10 steps, token stream seed 42, the CPU device, fp16's initial
+// dynamic loss scale 65536, and the median step (after the first) reported.
+inline RunSettings default_run_settings() {
+  RunSettings s;
+  s.steps = 10;
+  s.data_seed = 42;
+  s.device = "cpu";
+  s.loss_scale = 65536.0;
+  s.report = "median";
+  return s;
+}
+
 // What `cephalo run` is asked for: the input files, the settings and the files it writes (each
 // named in messages by the run command's flag).
 struct RunRequest {
   std::string scenario_file, plan_file;
-  RunSettings settings;
+  RunSettings settings = default_run_settings();
   std::filesystem::path trace, result, dump_params, dump_grads;  // "--trace", ... ("" = none)
   std::filesystem::path dump_oracle;                             // "--dump-oracle" folder
   int threads = 0;  // CPU threads per rank (0: the cluster slot's, else 1)
@@ -234,5 +246,8 @@ Json run_record(const TrainingOutcome& run);
 // notice, a row per step (with the loss scale and the update of fp16 jobs) and the reported
 // step's table.
 std::string render_run(const TrainingOutcome& run);
+// The line `cephalo run` prints on rank 0 after each step, "step 3  loss 5.12345  12.3 ms", with
+// a note when an fp16 step overflowed and its update was skipped.
+std::string render_step(const StepResult& step);
 
 }  // namespace cephalo::backend

@@ -4,7 +4,7 @@
 // at once, and how long the iteration takes when every step starts as soon as its inputs have
 // arrived. The graph builder, the memory model, the planner and the backend are meant to read
 // these answers from here, so no reader restates a schedule (core/README.md, "The pipeline
-// schedule"; DESIGN §4, "Model split — planned").
+// schedule"; DESIGN §4, "Model split").
 //
 //   pipeline::stage_orders(4, 8, {Kind::OneFOneB})       // per stage: F0 F1 F2 F3 B0 F4 B1 ...
 //   pipeline::peak_in_flight(0, 4, 8, {Kind::OneFOneB})  // 4 = min(m, p − s)

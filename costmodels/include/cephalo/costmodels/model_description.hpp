@@ -39,4 +39,14 @@ std::string render_model_description(const HfModel& model);
 Json scenario_description(const Scenario& scenario);
 std::string render_scenario_description(const Scenario& scenario, const std::string& file);
 
+// What `cephalo describe WHAT [MODEL]` answers, as its record (`--json`) and its text: WHAT is
+// "gpus", "models", "model" (MODEL then a catalog name or a config.json) or a scenario file.
+// "model" without MODEL is a ValidationError at `source` (the caller's, as core/error.hpp's
+// file) naming `model`.
+struct Description {
+  Json record;
+  std::string text;
+};
+Description describe(const std::string& what, const std::string& model, const std::string& source);
+
 }  // namespace cephalo::costmodels

@@ -4,6 +4,7 @@
 // it passes is one the commands accept.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cephalo/core/scenario.hpp"
 
@@ -15,5 +16,15 @@ namespace cephalo::planner {
 // `cephalo sweep` reads them) and Hugging Face configs ("model_type"). Throws the reader's
 // typed error on any problem (IoError when the file cannot be read).
 std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario);
+
+// check_input_file over several files, as `cephalo validate FILE...` reports them: one line
+// per file ("FILE: ok (what)", or the error's message, which starts with the file's name), and
+// how many were invalid and how many could not be read (an IoError: missing, a folder, a FIFO).
+struct InputFilesCheck {
+  std::vector<std::string> lines;
+  int invalid = 0, unreadable = 0;
+};
+InputFilesCheck check_input_files(const std::vector<std::string>& files,
+                                  const std::optional<Scenario>& scenario);
 
 }  // namespace cephalo::planner

@@ -161,5 +161,13 @@ struct SweepTableOptions {
 };
 const std::vector<std::string>& sweep_sort_keys();
 std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptions& options = {});
+// The lines `cephalo sweep` prints around the table, each ending in a newline: before the work
+// ("sweep NAME: N mixes, strategy S, K MPI ranks"), after each mix process `rank` of
+// `processes` evaluated ("sweep [rank R] 3/12: MIX: 12.30 samples/s" or "infeasible"; no rank
+// for one process), and the legend under the table.
+std::string render_sweep_start(const SweepInput& input, int processes);
+std::string render_sweep_progress(std::size_t done, std::size_t total, const SweepRow& row,
+                                  int rank, int processes);
+std::string render_sweep_legend(const SweepSpec& spec);
 
 }  // namespace cephalo::planner

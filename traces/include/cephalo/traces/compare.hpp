@@ -128,17 +128,28 @@ Json to_json(const ImplementationSides& sides);
 // compare() as `cephalo compare` and the Python module's compare both run it: with a scenario
 // and a plan, the plan checked for the scenario (check_plan_for, messages naming `plan_label`)
 // and the graph its op ids key built; without both, the end-to-end and per-rank parts only.
-// `record()` is to_json with the graph and the implementation sides.
+// One without the other is a ValidationError at `source` naming `pair` as the caller spells it
+// ("--scenario and --plan"). `record()` is to_json with the graph and the implementation sides.
 struct PlannedComparison {
   std::optional<TrainingGraph> graph;
   CompareReport report;
   ImplementationSides implementation;
   const TrainingGraph* graph_or_null() const { return graph ? &*graph : nullptr; }
   Json record() const;
+  // "implementation differs: ..." (what to set the job's implementation to) when both sides
+  // are known and not the same; empty otherwise.
+  std::string implementation_warning() const;
+  // render_merged_trace of `sim` and `run` (the records compared) with the cluster's rank
+  // labels, written atomically to `file`. InfeasibleError naming `option` when the records'
+  // per-op times cannot be merged (report.ops_note says why; no cluster: no scenario given).
+  void write_merged_trace(const IterationReport& sim, const IterationReport& run,
+                          const Cluster* cluster, const std::string& title, const std::string& file,
+                          const std::string& option) const;
 };
 PlannedComparison compare_planned(const IterationReport& sim, const std::string& sim_file,
                                   const IterationReport& run, const std::string& run_file,
                                   const Scenario* scenario, const Plan* plan,
-                                  const std::string& plan_label);
+                                  const std::string& plan_label, const std::string& source,
+                                  const std::string& pair);
 
 }  // namespace cephalo::traces

@@ -1,0 +1,81 @@
+#pragma once
+// One planning request as a front end states it, and its answer. `cephalo plan`'s flags and
+// `cephalo.plan()`'s keywords fill the same PlanRequest and call the same answer_plan, so the
+// rules on which option goes with which family (FSDP plans, or tensor x pipeline x data
+// parallel splits), how an option's text reads, and how `auto` picks a family are stated once.
+//
+//   PlanRequest r;
+//   r.options.options_source = kOptionsFromCommandLine;  // messages spell `--tensor-parallel`
+//   r.parallelism = "auto";
+//   PlanAnswer a = answer_plan(scenario, r);  // a.fsdp or a.split; a.why says why
+//   plan_answer_record(a)                     // what `cephalo plan --json` prints
+#include <optional>
+#include <string>
+
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/split_plan.hpp"
+#include "cephalo/planner/split_search.hpp"
+
+namespace cephalo::planner {
+
+struct PlanRequest {
+  // strategy, offload, compute_source, max_micro_batch, verify_with_simulator,
+  // search_neighbours, micro_batch and group_nodes (0: left open), progress, scenario_label;
+  // options_source spells the options in messages (kOptionsFromCommandLine: as flags, else as
+  // keyword arguments).
+  PlannerOptions options;
+  std::string cephalo_shares = "min_params";  // cephalo: min_params | min_util
+  bool cephalo_corrected_share_memory = false;
+  // As the user wrote them; empty: left open.
+  std::string accumulation;              // layered | standard | no_sync (FSDP only)
+  std::string activation_checkpointing;  // full | none | every:K | auto (3d: full | none | auto)
+  // fsdp: full | hybrid | auto; 3d: full | hybrid | optimizer | none | auto (searched)
+  std::string sharding;
+  std::string parallelism = "fsdp";  // fsdp | 3d | auto (both; the faster)
+  // 3d: each fixes one dimension of the split search; 0 / empty / false: searched.
+  int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
+  std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
+  bool sequence_parallel = false;
+};
+
+// The options of each family, checked: ValidationError naming the option as its source spells
+// it for a value that family cannot take (the FSDP schedule's flags under 3d, `every:K`
+// checkpointing or optimizer / none sharding on the wrong side, a schedule's text).
+PlannerOptions fsdp_options(const PlanRequest& request);
+SplitSearchOptions split_options(const PlanRequest& request);
+
+// The answer: exactly one of `fsdp` and `split` is set. A split is plan_split's: the search's
+// best split made into its plan and replayed. With parallelism auto both families are planned
+// (an FSDP plan that cannot be made throws; a split search that finds nothing is noted) and
+// choose_family keeps the faster, `why` saying why the other lost.
+struct PlanAnswer {
+  std::optional<PlanResult> fsdp;
+  std::optional<SplitPlanResult> split;
+  std::string why;  // empty unless parallelism is auto
+};
+PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
+
+// What `cephalo plan --json` prints and -o writes: the Plan carrying its prediction
+// (plan_record of either family; a split's Plan has its "model_split").
+Json plan_answer_record(const PlanAnswer& answer);
+
+// `cephalo predict 3d`'s request: the estimate of one given split, its options as text.
+struct SplitEstimateRequest {
+  // none | full (every layer recomputed) | selective (each layer's attention core recomputed)
+  std::string activation_checkpointing = "none";
+  std::string dp_overlap = "none";  // none | last-backward
+  bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
+  std::string compute_model = "auto";
+  std::string options_source = "arguments";  // as PlannerOptions::options_source
+};
+// estimate_split with the request's options and cost models; ValidationError naming the
+// option for a value it cannot take.
+SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,
+                                     const SplitEstimateRequest& request);
+// The line `predict 3d` prints under its table: "iteration 1.2 s (schedule 1.1 s, p2p 3 ms per
+// transfer)".
+std::string render_split_summary(const SplitEstimate& estimate);
+
+}  // namespace cephalo::planner
