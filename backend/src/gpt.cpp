@@ -86,7 +86,7 @@ SlotList build_slots(std::initializer_list<std::pair<const char*, std::int64_t>>
 // The slot lists of every unit for hidden width C, MLP width F, query heads' width Q (C / T),
 // vocabulary rows R: the single-rank layout with Q = C, F the model's, R = vocab.
 std::vector<SlotList> unit_layouts(const GptConfig& c, std::int64_t Q, std::int64_t F,
-                                   std::int64_t R) {
+                                   std::int64_t R, bool head_copy) {
   const std::int64_t C = c.hidden;
   std::vector<SlotList> units;
   // wpe has a row per position the model knows (its max_positions), not per token of this
@@ -105,7 +105,7 @@ std::vector<SlotList> unit_layouts(const GptConfig& c, std::int64_t Q, std::int6
                                  {"b_fc", F},
                                  {"w_out", F * C},
                                  {"b_out", C}}));
-  if (c.tied_head)
+  if (c.tied_head && !head_copy)
     units.push_back(build_slots({{"lnf_g", C}, {"lnf_b", C}}));
   else
     units.push_back(build_slots({{"lnf_g", C}, {"lnf_b", C}, {"w_head", R * C}}));
@@ -149,14 +149,19 @@ GptModel::GptModel(const GptConfig& c, TensorParallel tp) : config_(c), tp_(tp) 
   const std::int64_t V = c.vocab, C = c.hidden, F = c.ffn, Q = C / T, Fl = F / T;
   vocab_ = {V * t / T, V};
   const std::int64_t R = V * (t + 1) / T - vocab_.begin;
-  full_slots_ = unit_layouts(c, C, F, V);
-  slots_ = unit_layouts(c, Q, Fl, R);
+  if (tp.head_holds_word_embedding && !c.tied_head)
+    throw InfeasibleError(
+        "an untied head has its own weight: it holds no copy of the word "
+        "embedding");
+  full_slots_ = unit_layouts(c, C, F, V, false);
+  slots_ = unit_layouts(c, Q, Fl, R, tp.head_holds_word_embedding);
   // The slice's runs, slot by slot (slots keep their order; DESIGN §4 names which are split).
   for (std::size_t u = 0; u < slots_.size(); ++u) {
     std::vector<SliceRun> runs;
     for (std::size_t k = 0; k < slots_[u].size(); ++k) {
       const ParamSlot& mine = slots_[u][k];
-      const std::int64_t full = full_slots_[u][k].offset, local = mine.offset;
+      const std::int64_t full = k < full_slots_[u].size() ? full_slots_[u][k].offset : 0,
+                         local = mine.offset;
       const std::string& n = mine.name;
       if (n == "w_qkv") {  // [C x 3C]: per row, this rank's columns of the q, k and v blocks
         for (std::int64_t i = 0; i < C; ++i)
@@ -173,6 +178,8 @@ GptModel::GptModel(const GptConfig& c, TensorParallel tp) : config_(c), tp_(tp) 
         add_run(runs, full + t * Fl, local, Fl);
       } else if (n == "w_out") {  // [F x C]: this rank's rows
         add_run(runs, full + t * Fl * C, local, Fl * C);
+      } else if (n == "w_head" && c.tied_head) {  // the word-embedding copy: not in the unit
+        continue;
       } else if (n == "wte" || n == "w_head") {  // [V x C]: this rank's vocabulary rows
         add_run(runs, full + vocab_.begin * C, local, R * C);
       } else {  // replicated: norms, row-parallel biases, wpe
@@ -219,6 +226,12 @@ double GptModel::training_flops(double samples) const {
   return per_token * T * samples;
 }
 
+GptModel::Copy GptModel::word_embedding_copy() const {
+  if (!tp_.head_holds_word_embedding) return {};
+  const ParamSlot& w = unit_slots(head_unit()).back();
+  return {w.offset, w.numel};
+}
+
 std::vector<float> GptModel::slice_of(int unit, const std::vector<float>& full) const {
   if (static_cast<std::int64_t>(full.size()) != full_unit_numel(unit))
     throw Error("GptModel::slice_of: unit " + std::to_string(unit) + " has " +
@@ -235,8 +248,15 @@ void GptModel::place_in(int unit, const float* local, float* full) const {
 }
 
 std::vector<float> GptModel::initial_unit(int unit) const {
-  if (tp_.degree == 1) return full_initial_unit(unit);
-  return slice_of(unit, full_initial_unit(unit));
+  if (tp_.degree == 1 && !tp_.head_holds_word_embedding) return full_initial_unit(unit);
+  auto local = slice_of(unit, full_initial_unit(unit));
+  if (const Copy copy = word_embedding_copy(); unit == head_unit() && copy.count > 0) {
+    // The copy starts as the embedding's rows: the two stay equal through training (their
+    // gradients are all-reduced, their optimizer states evolve alike).
+    const auto wte = slice_of(0, full_initial_unit(0));
+    std::copy_n(wte.begin() + unit_slots(0)[0].offset, copy.count, local.begin() + copy.begin);
+  }
+  return local;
 }
 
 std::vector<TpCall> GptModel::take_tp_calls() const { return std::exchange(tp_calls_, {}); }
@@ -472,7 +492,9 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
   Buffer h = act(N * C), mean = f32(N), rstd = f32(N), logits = act(N * V), losses = f32(N),
          lse = f32(N), total = f32(1);
   // The logits' weight [vocab x hidden]: the embedding's wte (tied) or the head's own w_head.
-  const TensorRef w = config_.tied_head ? slot(embedding_params, 0, 0) : slot(head_params, hu, 2);
+  // A head holding its own copy of the word embedding uses it like an untied weight.
+  const bool own_weight = !config_.tied_head || tp_.head_holds_word_embedding;
+  const TensorRef w = own_weight ? slot(head_params, hu, 2) : slot(embedding_params, 0, 0);
   d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), h.ref(),
                        mean.ref(), rstd.ref(), N, C, config_.ln_eps);
   d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, h.ref(), w, 0.0f, logits.ref());
@@ -500,7 +522,7 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
     // The normed input is replicated: its gradient is the sum of every rank's columns' part.
     tp_all_reduce(d, dh.ref(), ReduceOp::Sum);
     d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, logits.ref(), h.ref(), 1.0f,
-           config_.tied_head ? slot(embedding_grads, 0, 0) : slot(head_grads, hu, 2));
+           own_weight ? slot(head_grads, hu, 2) : slot(embedding_grads, 0, 0));
     d.layer_norm_backward(s, x, slot(head_params, hu, 0), mean.ref(), rstd.ref(), dh.ref(), dx,
                           slot(head_grads, hu, 0), slot(head_grads, hu, 1), N, C);
     s.synchronize();

@@ -312,3 +312,56 @@ TEST(TensorParallel, VocabularyParallelLookupsSumToTheUnsplitOneBitForBit) {
       f.dev->embedding_forward(f.s, bad.ref(), part.ref(), {}, out.ref(), rows, seq, C, {0, V}),
       cephalo::RuntimeFailure);
 }
+
+TEST(TensorParallel, AHeadHoldingItsOwnWordEmbeddingCopyComputesAsTheTiedHead) {
+  // The tied head of a last pipeline stage: its unit is the final norm plus a copy of its TP
+  // rank's wte rows, outside the single-rank unit, starting equal to wte.
+  CpuFixture f;
+  const GptConfig c = config(251, true);
+  for (int T : {1, 2}) {
+    const GptModel plain(c, TensorParallel{T, T - 1, nullptr}),
+        copy(c, TensorParallel{T, T - 1, nullptr, true});
+    const int hu = copy.head_unit();
+    const std::int64_t rows = 251 * T / T - 251 * (T - 1) / T;
+    EXPECT_EQ(copy.unit_numel(hu), 2 * c.hidden + rows * c.hidden);
+    EXPECT_EQ(copy.full_unit_numel(hu), 2 * c.hidden);
+    EXPECT_EQ(copy.word_embedding_copy().begin, 2 * c.hidden);
+    EXPECT_EQ(copy.word_embedding_copy().count, rows * c.hidden);
+    EXPECT_EQ(plain.word_embedding_copy().count, 0);
+    std::int64_t covered = 0;
+    for (const auto& r : copy.slice_runs(hu)) covered += r.count;
+    EXPECT_EQ(covered, 2 * c.hidden);
+    const auto head = copy.initial_unit(hu), wte = copy.initial_unit(0);
+    for (std::int64_t i = 0; i < rows * c.hidden; ++i)
+      ASSERT_EQ(head[static_cast<std::size_t>(2 * c.hidden + i)], wte[static_cast<std::size_t>(i)]);
+  }
+  // On one rank the copy's logits, loss and gradients are the tied head's.
+  const GptModel tied(c), copy(c, TensorParallel{1, 0, nullptr, true});
+  const std::int64_t rows = c.seq, C = c.hidden;
+  const auto x = pseudo(static_cast<std::size_t>(rows * C), 9, 2.0f);
+  std::vector<std::int32_t> tg(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < tg.size(); ++i) tg[i] = static_cast<std::int32_t>((i * 31) % 251);
+  cb::Buffer xb = f.f32(x), tb = f.i32(tg), emb = f.f32(tied.initial_unit(0));
+  cb::Buffer th = f.f32(tied.initial_unit(tied.head_unit())),
+             ch = f.f32(copy.initial_unit(copy.head_unit()));
+  cb::Buffer dx1 = f.f32(std::vector<float>(rows * C)), dx2 = f.f32(std::vector<float>(rows * C));
+  cb::Buffer g1 = f.f32(std::vector<float>(2 * C)),
+             e1 = f.f32(std::vector<float>(tied.unit_numel(0)));
+  cb::Buffer g2 = f.f32(std::vector<float>(copy.unit_numel(copy.head_unit())));
+  const double l1 = tied.head_forward_backward(*f.dev, th.ref(), emb.ref(), xb.ref(), tb.ref(),
+                                               rows, 0.25f, dx1.ref(), g1.ref(), e1.ref());
+  const double l2 = copy.head_forward_backward(*f.dev, ch.ref(), {}, xb.ref(), tb.ref(), rows,
+                                               0.25f, dx2.ref(), g2.ref(), {});
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(f.get(dx1, rows * C), f.get(dx2, rows * C));
+  const auto g2h = f.get(g2, copy.unit_numel(copy.head_unit()));
+  EXPECT_EQ(f.get(g1, 2 * C), std::vector<float>(g2h.begin(), g2h.begin() + 2 * C));
+  const auto wte_grad = f.get(e1, tied.unit_slots(0)[0].numel);
+  EXPECT_EQ(wte_grad, std::vector<float>(g2h.begin() + 2 * C, g2h.end()));
+  // An untied head has its own weight already.
+  expect_refused(
+      [&] {
+        GptModel(config(251, false), TensorParallel{1, 0, nullptr, true});
+      },
+      {"untied head"});
+}

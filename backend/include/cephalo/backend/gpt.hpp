@@ -77,6 +77,11 @@ struct TensorParallel {
   // The group's communicator (`degree` ranks, numbered by TP rank): the compute functions need
   // it under degree > 1; layouts and initial values do not.
   Communicator* comm = nullptr;
+  // A tied head on another pipeline stage than the embedding keeps its own copy of its word-
+  // embedding rows (DESIGN §4), as a `w_head` slot after the final norm (the untied layout): its
+  // logits use the copy, its gradient goes there, and its initial values are wte's. The copy is
+  // not part of the single-rank unit (`slice_runs` leave it out: `word_embedding_copy`).
+  bool head_holds_word_embedding = false;
 };
 
 // `count` consecutive elements of a tensor-parallel slice's flat buffer, from element `local`,
@@ -123,8 +128,15 @@ class GptModel {
   VocabSlice vocab_slice() const { return vocab_; }
 
   // Where the slice's elements sit in the single-rank unit: runs in ascending `local` order
-  // covering the slice (one run under degree 1).
+  // covering the slice (one run under degree 1), except a head's word-embedding copy.
   const std::vector<SliceRun>& slice_runs(int unit) const;
+  // The head's word-embedding copy: its elements [begin, begin + count) of the head's buffer
+  // mirror unit 0's wte slice (count 0 when the head holds none).
+  struct Copy {
+    std::int64_t begin = 0;
+    std::int64_t count = 0;
+  };
+  Copy word_embedding_copy() const;
   // The slice of a single-rank unit's values, and the slice's values put back in place.
   std::vector<float> slice_of(int unit, const std::vector<float>& full) const;
   void place_in(int unit, const float* local, float* full) const;
