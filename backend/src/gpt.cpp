@@ -113,17 +113,17 @@ std::vector<SlotList> unit_layouts(const GptConfig& c, std::int64_t Q, std::int6
 }
 
 // Appends a run, merged into the previous one when both sides continue it.
-void add_run(std::vector<SliceRun>& runs, std::int64_t full, std::int64_t local,
-             std::int64_t count) {
+void add_run(std::vector<SliceRun>& runs, std::int64_t full, std::int64_t local, std::int64_t count,
+             bool replicated = false) {
   if (count == 0) return;
   if (!runs.empty()) {
     SliceRun& r = runs.back();
-    if (r.full + r.count == full && r.local + r.count == local) {
+    if (r.full + r.count == full && r.local + r.count == local && r.replicated == replicated) {
       r.count += count;
       return;
     }
   }
-  runs.push_back({full, local, count});
+  runs.push_back({full, local, count, replicated});
 }
 
 }  // namespace
@@ -182,8 +182,8 @@ GptModel::GptModel(const GptConfig& c, TensorParallel tp) : config_(c), tp_(tp) 
         continue;
       } else if (n == "wte" || n == "w_head") {  // [V x C]: this rank's vocabulary rows
         add_run(runs, full + vocab_.begin * C, local, R * C);
-      } else {  // replicated: norms, row-parallel biases, wpe
-        add_run(runs, full, local, mine.numel);
+      } else {  // replicated: norms, row-parallel biases, wpe (one rank holds all under T = 1)
+        add_run(runs, full, local, mine.numel, T > 1);
       }
     }
     runs_.push_back(std::move(runs));

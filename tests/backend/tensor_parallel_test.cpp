@@ -81,7 +81,8 @@ TEST(TensorParallel, RanksHoldEverySplitElementOnceAndReplicatedOnesEach) {
       const GptConfig c = config(251, tied);
       const GptModel full(c);
       for (int u = 0; u < full.num_units(); ++u) {
-        std::vector<int> held(static_cast<std::size_t>(full.full_unit_numel(u)), 0);
+        std::vector<int> held(static_cast<std::size_t>(full.full_unit_numel(u)), 0),
+            marked(held.size(), 0);
         const auto values = iota_unit(full, u);
         for (int t = 0; t < T; ++t) {
           const GptModel m(c, TensorParallel{T, t, nullptr});
@@ -91,7 +92,10 @@ TEST(TensorParallel, RanksHoldEverySplitElementOnceAndReplicatedOnesEach) {
             EXPECT_EQ(r.local, previous_end) << "runs tile the slice in order";
             previous_end = r.local + r.count;
             covered += r.count;
-            for (std::int64_t i = 0; i < r.count; ++i) ++held[static_cast<std::size_t>(r.full + i)];
+            for (std::int64_t i = 0; i < r.count; ++i) {
+              ++held[static_cast<std::size_t>(r.full + i)];
+              marked[static_cast<std::size_t>(r.full + i)] += r.replicated ? 1 : 0;
+            }
           }
           EXPECT_EQ(covered, m.unit_numel(u));
           // place_in puts every value back where it came from.
@@ -105,10 +109,15 @@ TEST(TensorParallel, RanksHoldEverySplitElementOnceAndReplicatedOnesEach) {
         const std::set<std::string> replicated = {"ln1_g", "ln1_b", "b_proj", "ln2_g", "ln2_b",
                                                   "b_out", "wpe",   "lnf_g",  "lnf_b"};
         for (const auto& slot : full.unit_slots(u))
-          for (std::int64_t i = 0; i < slot.numel; ++i)
+          for (std::int64_t i = 0; i < slot.numel; ++i) {
             ASSERT_EQ(held[static_cast<std::size_t>(slot.offset + i)],
                       replicated.count(slot.name) ? T : 1)
                 << "unit " << u << " " << slot.name << "[" << i << "] T=" << T;
+            // The runs say which elements every rank holds (a whole-model view takes them once).
+            ASSERT_EQ(marked[static_cast<std::size_t>(slot.offset + i)],
+                      replicated.count(slot.name) ? T : 0)
+                << "unit " << u << " " << slot.name;
+          }
       }
     }
 }

@@ -85,11 +85,13 @@ struct TensorParallel {
 };
 
 // `count` consecutive elements of a tensor-parallel slice's flat buffer, from element `local`,
-// are the single-rank unit's elements from `full`.
+// are the single-rank unit's elements from `full`. `replicated`: every TP rank holds them (a
+// norm, a row-parallel bias, wpe), so a whole-model view takes them from one rank only.
 struct SliceRun {
   std::int64_t full = 0;
   std::int64_t local = 0;
   std::int64_t count = 0;
+  bool replicated = false;
 };
 
 // One collective the math issued, bracketed by events on the compute stream (both complete
