@@ -25,6 +25,9 @@ StreamKind device_stream(tr::Stream s) {
     case tr::Stream::D2H:
     case tr::Stream::H2D:
       return StreamKind::Copy;
+    case tr::Stream::Send:
+    case tr::Stream::Recv:
+      break;  // split plans are refused before any op runs (Impl::Impl)
   }
   return StreamKind::Compute;
 }
@@ -56,6 +59,10 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
     throw RuntimeFailure("executor: the training graph has " +
                          std::to_string(graph.summary().num_units) + " units, the model " +
                          std::to_string(units));
+  if (graph.summary().split)
+    throw InfeasibleError("the backend does not run plans with a model_split yet (" +
+                          describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
+                          "): simulate them with `cephalo simulate`");
   rows_per_sample = model.config().seq;
   const Precision& prec = scenario.job.precision;
   if (prec.params != Dtype::FP32)

@@ -1,6 +1,7 @@
 #include "cephalo/core/model_split.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
@@ -212,6 +213,13 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
                             "a tensor-parallel degree dividing the model's " + std::to_string(kv) +
                                 " key/value heads (" + std::to_string(kv) + " / " +
                                 std::to_string(t) + " is not whole)");
+    // The MLP's first linear is split by columns: each rank computes ffn / T of them.
+    if (ctx.ffn_hidden > 0 && ctx.ffn_hidden % t != 0)
+      throw ValidationError(file, tp_at, std::to_string(t),
+                            "a tensor-parallel degree dividing the model's MLP width " +
+                                std::to_string(ctx.ffn_hidden) + " (" +
+                                std::to_string(ctx.ffn_hidden) + " / " + std::to_string(t) +
+                                " is not whole)");
   }
   if (split.sequence_parallel && !any_tp)
     throw ValidationError(file, at("sequence_parallel"), "true with tensor_parallel 1",
@@ -308,11 +316,78 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
             std::to_string(covered) + ".." + std::to_string(layers - 1) + " are in no stage");
 
   // ---- ranks: each in exactly one stage; whole tensor-parallel groups, each in one node ----
-  std::vector<int> stage_of(static_cast<std::size_t>(n), -1);
+  check_split_ranks(split, n, file, root);
   for (int s = 0; s < p; ++s) {
     const auto& st = stages[static_cast<std::size_t>(s)];
     const int t = split.tensor_parallel_of(static_cast<std::size_t>(s));
     const std::string ranks_at = explicit_stages ? stage_at(s, "ranks") : at("tensor_parallel");
+    const int count = static_cast<int>(st.ranks.size());
+    // Tensor parallelism all-reduces inside every layer, forward and backward: it is meant for
+    // NVLink / PCIe inside a node, never a NIC.
+    for (int g = 0; g * t < count; ++g) {
+      const auto first = st.ranks.begin() + g * t;
+      const std::vector<int> group(first, first + t);
+      std::vector<int> nodes;
+      for (int r : group) nodes.push_back(ctx.node_of_rank[static_cast<std::size_t>(r)]);
+      if (std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes.front(); }))
+        throw ValidationError(file, ranks_at,
+                              "tensor-parallel group " + std::to_string(g) + " " +
+                                  format_int_list(group) + " on nodes " + format_int_list(nodes),
+                              "every group of " + std::to_string(t) +
+                                  " consecutive ranks of a stage on one node (tensor "
+                                  "parallelism stays within a node)");
+    }
+  }
+  // Sequence parallelism hands each pipeline neighbour the tensor-parallel rank's 1/T of the
+  // sequence, so the two sides must cut the sequence alike.
+  if (split.sequence_parallel)
+    for (int s = 0; s + 1 < p; ++s) {
+      const int a = split.tensor_parallel_of(static_cast<std::size_t>(s));
+      const int b = split.tensor_parallel_of(static_cast<std::size_t>(s + 1));
+      if (a != b)
+        throw ValidationError(file, stage_at(s + 1, "tensor_parallel"), std::to_string(b),
+                              "tensor_parallel " + std::to_string(a) + " as stage " +
+                                  std::to_string(s) +
+                                  " has: with sequence parallelism adjacent stages exchange "
+                                  "1/T of the sequence per tensor-parallel rank");
+    }
+  // A tied word embedding lives on the first and the last stage; their copies are kept equal
+  // by an all-reduce between rank i of the one and rank i of the other, so both need the same
+  // ranks per tensor-parallel group and the same replicas.
+  if (ctx.tied_embeddings && p > 1) {
+    const auto& first = stages.front();
+    const auto& last = stages.back();
+    const int a = split.tensor_parallel_of(0);
+    const int b = split.tensor_parallel_of(static_cast<std::size_t>(p - 1));
+    if (a != b || first.ranks.size() != last.ranks.size())
+      throw ValidationError(
+          file, stage_at(p - 1, "ranks"),
+          std::to_string(last.ranks.size()) + " ranks with tensor_parallel " + std::to_string(b),
+          std::to_string(first.ranks.size()) + " ranks with tensor_parallel " + std::to_string(a) +
+              ", as the first stage has: the model ties its head to the word embedding, whose "
+              "two copies (first and last stage) are all-reduced rank by rank");
+  }
+}
+
+void check_split_ranks(const ModelSplit& split, int ranks, const std::string& file,
+                       const std::string& root) {
+  auto at = [&root](const std::string& key) { return root.empty() ? key : root + "." + key; };
+  auto stage_at = [&](int s, const std::string& key) {
+    return at("stages[" + std::to_string(s) + "]" + (key.empty() ? "" : "." + key));
+  };
+  const bool explicit_stages = !split.stages.empty();
+  // Only the rank lists are read: any layer count resolves the stages.
+  const auto stages = resolved_stages(split, 1, ranks);
+  const int p = static_cast<int>(stages.size());
+  const int n = ranks;
+  std::vector<int> stage_of(static_cast<std::size_t>(n), -1);
+  for (int s = 0; s < p; ++s) {
+    const auto& st = stages[static_cast<std::size_t>(s)];
+    const int t = split.tensor_parallel_of(static_cast<std::size_t>(s));
+    if (t < 1)
+      throw ValidationError(
+          file, explicit_stages ? stage_at(s, "tensor_parallel") : at("tensor_parallel"),
+          std::to_string(t), "an integer >= 1 (ranks splitting each layer)");
     if (st.ranks.empty())
       throw ValidationError(file, stage_at(s, "ranks"), "no ranks",
                             "at least one rank serving stage " + std::to_string(s) + " (layers " +
@@ -341,27 +416,54 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
           "a rank count that is a multiple of the tensor-parallel degree " + std::to_string(t) +
               " (" + std::to_string(count) + " = " + std::to_string(count / t) + " x " +
               std::to_string(t) + " + " + std::to_string(count % t) + ")");
-    // Tensor parallelism all-reduces inside every layer, forward and backward: it is meant for
-    // NVLink / PCIe inside a node, never a NIC.
-    for (int g = 0; g * t < count; ++g) {
-      const auto first = st.ranks.begin() + g * t;
-      const std::vector<int> group(first, first + t);
-      std::vector<int> nodes;
-      for (int r : group) nodes.push_back(ctx.node_of_rank[static_cast<std::size_t>(r)]);
-      if (std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes.front(); }))
-        throw ValidationError(file, ranks_at,
-                              "tensor-parallel group " + std::to_string(g) + " " +
-                                  format_int_list(group) + " on nodes " + format_int_list(nodes),
-                              "every group of " + std::to_string(t) +
-                                  " consecutive ranks of a stage on one node (tensor "
-                                  "parallelism stays within a node)");
-    }
   }
   for (int r = 0; r < n; ++r)
     if (stage_of[static_cast<std::size_t>(r)] < 0)
       throw ValidationError(
           file, at("stages"), "no stage with rank " + std::to_string(r),
           "stages that together list every rank 0.." + std::to_string(n - 1) + " exactly once");
+}
+
+SplitTopology::SplitTopology(const ModelSplit& split, int ranks)
+    : stages_(resolved_stages(split, 1, ranks)),
+      virtual_stages_(split.schedule.kind == pipeline::PipelineSchedule::Kind::Interleaved
+                          ? split.schedule.virtual_stages
+                          : 1),
+      places_(static_cast<std::size_t>(ranks)) {
+  tensor_parallel_.reserve(stages_.size());
+  for (std::size_t s = 0; s < stages_.size(); ++s) {
+    const int t = split.tensor_parallel_of(s);
+    if (t < 1 || stages_[s].ranks.size() % static_cast<std::size_t>(t) != 0)
+      throw std::invalid_argument("SplitTopology: a split check_split_ranks refuses");
+    tensor_parallel_.push_back(t);
+    const auto& list = stages_[s].ranks;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const int r = list[i];
+      if (r < 0 || r >= ranks || places_[static_cast<std::size_t>(r)].stage >= 0)
+        throw std::invalid_argument("SplitTopology: a split check_split_ranks refuses");
+      RankPlace& pl = places_[static_cast<std::size_t>(r)];
+      pl.stage = static_cast<int>(s);
+      pl.replica = static_cast<int>(i) / t;
+      pl.tp_rank = static_cast<int>(i) % t;
+      pl.tensor_parallel = t;
+    }
+  }
+  for (const auto& pl : places_)
+    if (pl.stage < 0) throw std::invalid_argument("SplitTopology: a rank in no stage");
+}
+
+std::vector<int> SplitTopology::tp_group(int stage, int replica) const {
+  const int t = tensor_parallel(stage);
+  const auto& list = stages_[static_cast<std::size_t>(stage)].ranks;
+  return {list.begin() + replica * t, list.begin() + (replica + 1) * t};
+}
+
+std::vector<int> SplitTopology::domain(int stage, int tp_rank) const {
+  std::vector<int> out;
+  const int n = replicas(stage);
+  out.reserve(static_cast<std::size_t>(n));
+  for (int j = 0; j < n; ++j) out.push_back(rank_at(stage, j, tp_rank));
+  return out;
 }
 
 void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
@@ -373,6 +475,8 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   ctx.layers = scenario.job.model.num_layers;
   ctx.heads = scenario.job.model.heads;
   ctx.kv_heads = scenario.job.model.kv_heads;
+  ctx.tied_embeddings = scenario.job.model.tied_embeddings;
+  ctx.ffn_hidden = scenario.job.model.ffn_hidden;
   ctx.node_of_rank = node_of_rank;
   ctx.file = file;
   ctx.json_path = json_path;

@@ -7,6 +7,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/specs.hpp"
+#include "cephalo/core/table.hpp"
 
 namespace cephalo {
 
@@ -63,6 +64,83 @@ ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
   return c;
 }
 
+// A plan's ranks under a split (DESIGN §4, "A split in the plan and the graph"): the keys that
+// only FSDP plans have, the split's rank lists, every rank's micro-batches, equal batches inside
+// a tensor-parallel group, the same samples per micro-batch on every stage, shares per
+// data-parallel domain.
+void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, JsonReader& ranks) {
+  const std::string why =
+      " (under a model_split the split's pipeline schedule orders the work "
+      "and its sharding shards each stage)";
+  if (root.has("sharding"))
+    root.child("sharding").fail("no \"sharding\" key: the model_split's \"sharding\" rules" + why);
+  if (plan.accumulation != Accumulation::Layered)
+    root.child("accumulation").fail("\"layered\" or no \"accumulation\" key" + why);
+  if (plan.offload != Offload::None)
+    root.child("offload").fail("\"none\": host offload is not defined for split plans" + why);
+  const int n = static_cast<int>(plan.ranks.size());
+  check_split_ranks(plan.model_split, n, root.file(), split.where());
+  const SplitTopology topo(plan.model_split, n);
+  const int m = plan.model_split.micro_batches;
+  auto rank_at = [&](int r) { return ranks.element(static_cast<std::size_t>(r)); };
+  for (int r = 0; r < n; ++r) {
+    const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
+    if (pr.micro_batches != m || pr.micro_batch < 1)
+      rank_at(r)
+          .child("micro_batches")
+          .fail_value(std::to_string(pr.micro_batches) + " micro-batches of " +
+                          std::to_string(pr.micro_batch),
+                      "the split's " + std::to_string(m) +
+                          " micro-batches of at least 1 sample (every rank of a pipeline stage "
+                          "runs its share of every micro-batch)");
+    if (pr.batch != m * pr.micro_batch)
+      rank_at(r).child("batch").fail_value(
+          std::to_string(pr.batch),
+          std::to_string(m) + " x " + std::to_string(pr.micro_batch) + " = " +
+              std::to_string(m * pr.micro_batch) +
+              " (micro_batches x micro_batch: a split's micro-batches are all alike)");
+  }
+  long long per_micro_batch = -1;
+  for (int s = 0; s < topo.stages(); ++s) {
+    long long samples = 0;
+    for (int j = 0; j < topo.replicas(s); ++j) {
+      const int first = topo.rank_at(s, j, 0);
+      const int size = plan.ranks[static_cast<std::size_t>(first)].micro_batch;
+      for (int t = 1; t < topo.tensor_parallel(s); ++t) {
+        const int r = topo.rank_at(s, j, t);
+        if (plan.ranks[static_cast<std::size_t>(r)].micro_batch != size)
+          rank_at(r)
+              .child("micro_batch")
+              .fail_value(
+                  std::to_string(plan.ranks[static_cast<std::size_t>(r)].micro_batch),
+                  std::to_string(size) + ", as rank " + std::to_string(first) +
+                      " has: the ranks of one tensor-parallel group split the same samples");
+      }
+      samples += size;
+    }
+    if (per_micro_batch < 0) per_micro_batch = samples;
+    if (samples != per_micro_batch)
+      split.fail_value(
+          "stage " + std::to_string(s) + "'s replicas running " + std::to_string(samples) +
+              " samples of every micro-batch",
+          std::to_string(per_micro_batch) + ", as stage 0's do: every stage runs every sample");
+    if (per_micro_batch * m > kMaxGlobalBatch)
+      split.fail_value(std::to_string(per_micro_batch * m) + " samples per iteration",
+                       "at most " + std::to_string(kMaxGlobalBatch));
+    for (int t = 0; t < topo.tensor_parallel(s); ++t) {
+      double sum = 0;
+      for (int r : topo.domain(s, t)) sum += plan.ranks[static_cast<std::size_t>(r)].state_share;
+      if (std::fabs(sum - 1.0) > kShareSumTolerance)
+        ranks.fail_value(
+            "state shares summing to " + std::to_string(sum) + " over stage " + std::to_string(s) +
+                "'s data-parallel domain " + std::to_string(t) + " (ranks " +
+                format_int_list(topo.domain(s, t)) + ")",
+            "shares summing to 1 over every data-parallel domain of a split (the ranks at "
+            "one position of a stage's tensor-parallel groups)");
+    }
+  }
+}
+
 }  // namespace
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
@@ -117,6 +195,13 @@ std::vector<int> PlanRank::micro_batch_sizes() const {
 
 int Plan::global_batch() const {
   int total = 0;
+  if (has_split()) {
+    // Every stage runs every sample once: stage 0's replicas (their first tensor-parallel rank).
+    const SplitTopology topo(model_split, static_cast<int>(ranks.size()));
+    for (int j = 0; j < topo.replicas(0); ++j)
+      total += ranks[static_cast<std::size_t>(topo.rank_at(0, j, 0))].batch;
+    return total;
+  }
   for (const auto& r : ranks) total += r.batch;
   return total;
 }
@@ -168,6 +253,8 @@ Plan parse_plan(JsonReader& reader) {
   }
   auto sharding = reader.optional_child("sharding");
   if (sharding) plan.sharding = parse_sharding(*sharding);
+  auto split = reader.optional_child("model_split");
+  if (split) plan.model_split = parse_model_split(*split);
   auto ranks = reader.child("ranks");
   if (!ranks.is_array() || ranks.size() == 0) ranks.fail("a non-empty array of ranks");
   if (ranks.size() > static_cast<std::size_t>(kMaxDevices))
@@ -185,10 +272,12 @@ Plan parse_plan(JsonReader& reader) {
     pr.node = static_cast<int>(r.integer("node", 0, kMaxDevices - 1));
     pr.gpu = r.string("gpu");
     pr.batch = static_cast<int>(r.integer("batch", 0, kMaxGlobalBatch));
-    // Plan::global_batch sums in int: the running sum is bounded where each batch is read.
-    batch_total = checked_sum(r.child("batch"), "the plan's global batch (summed over ranks)",
-                              {{"batches of the ranks before", batch_total}, {"batch", pr.batch}},
-                              kMaxGlobalBatch);
+    // Plan::global_batch sums in int: the running sum is bounded where each batch is read
+    // (under a split every stage runs every sample: check_split_plan bounds a stage's sum).
+    if (!plan.has_split())
+      batch_total = checked_sum(r.child("batch"), "the plan's global batch (summed over ranks)",
+                                {{"batches of the ranks before", batch_total}, {"batch", pr.batch}},
+                                kMaxGlobalBatch);
     pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
     pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
     if (pr.batch == 0) {
@@ -213,8 +302,12 @@ Plan parse_plan(JsonReader& reader) {
     r.finish();
     plan.ranks.push_back(pr);
   }
-  // Σ shares = 1 over all ranks (full sharding) or within every group (hybrid).
-  check_sharding(plan.sharding, shares, sharding ? *sharding : reader, ranks);
+  if (plan.has_split()) {
+    check_split_plan(plan, reader, *split, ranks);
+  } else {
+    // Σ shares = 1 over all ranks (full sharding) or within every group (hybrid).
+    check_sharding(plan.sharding, shares, sharding ? *sharding : reader, ranks);
+  }
   reader.finish();
   return plan;
 }
@@ -261,6 +354,7 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                               " units x micro-batches, summed over ranks)",
                           "at most " + std::to_string(kMaxScheduledUnitPasses) +
                               " unit passes per iteration (fewer, larger micro-batches)");
+  if (plan.has_split()) check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
   if (plan.global_batch() != scenario.job.global_batch)
     throw ValidationError(
         plan_file, "ranks[*].batch", "batches summing to " + std::to_string(plan.global_batch()),
@@ -291,11 +385,55 @@ Json to_json(const Plan& plan) {
             {"ranks", std::move(ranks)}};
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
   if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding);
+  if (plan.has_split()) j["model_split"] = to_json(plan.model_split);
   // Written only when it is not the default, so plans of the default schedule read as before.
   if (!(plan.activation_checkpointing == ActivationCheckpointing{}))
     j["activation_checkpointing"] = to_json(plan.activation_checkpointing);
   if (!plan.predicted.is_null()) j["predicted"] = plan.predicted;
   return j;
+}
+
+Plan even_split_plan(const Scenario& scenario, const ModelSplit& split, const std::string& file) {
+  check_model_split_for(split, scenario, file, "model_split");
+  const int n = scenario.cluster.num_ranks();
+  const int m = split.micro_batches;
+  const int global = scenario.job.global_batch;
+  if (global % m != 0)
+    throw ValidationError(file, "model_split.micro_batches", std::to_string(m),
+                          "a micro-batch count dividing the global batch " +
+                              std::to_string(global) + " (every micro-batch the same size)");
+  const int per_micro_batch = global / m;
+  const SplitTopology topo(split, n);
+  Plan plan;
+  plan.scenario = scenario.name;
+  plan.strategy = "split";
+  plan.model_split = split;
+  const auto& devices = scenario.cluster.ranks();
+  plan.ranks.resize(static_cast<std::size_t>(n));
+  for (int s = 0; s < topo.stages(); ++s) {
+    const int replicas = topo.replicas(s);
+    if (replicas > per_micro_batch)
+      throw ValidationError(file, "model_split.micro_batches", std::to_string(m),
+                            "at most " + std::to_string(global / replicas) +
+                                " micro-batches: stage " + std::to_string(s) + " has " +
+                                std::to_string(replicas) + " replicas and each needs a sample of " +
+                                "every micro-batch of " + std::to_string(per_micro_batch));
+    for (int j = 0; j < replicas; ++j) {
+      const int size = per_micro_batch / replicas + (j < per_micro_batch % replicas ? 1 : 0);
+      for (int t = 0; t < topo.tensor_parallel(s); ++t) {
+        const int r = topo.rank_at(s, j, t);
+        PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
+        pr.rank = r;
+        pr.node = devices[static_cast<std::size_t>(r)].node;
+        pr.gpu = devices[static_cast<std::size_t>(r)].slot->type;
+        pr.micro_batch = size;
+        pr.micro_batches = m;
+        pr.batch = size * m;
+        pr.state_share = 1.0 / replicas;
+      }
+    }
+  }
+  return plan;
 }
 
 }  // namespace cephalo

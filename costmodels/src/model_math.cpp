@@ -92,6 +92,46 @@ double total_parameters(const ModelSpec& m) {
   return embedding_parameters(m) + m.num_layers * layer_parameters(m) + head_parameters(m);
 }
 
+VocabRows vocab_rows(std::int64_t vocab, int tensor_parallel, int tp_rank) {
+  if (tensor_parallel < 1 || tp_rank < 0 || tp_rank >= tensor_parallel)
+    throw Error("vocab_rows: TP rank " + std::to_string(tp_rank) + " of " +
+                std::to_string(tensor_parallel));
+  return {vocab * tp_rank / tensor_parallel, vocab * (tp_rank + 1) / tensor_parallel};
+}
+
+double unit_parameters(const ModelSpec& m, int unit, int tensor_parallel, int tp_rank,
+                       bool head_holds_word_embedding) {
+  const double t = tensor_parallel;
+  const double rows =
+      static_cast<double>(vocab_rows(m.vocab_size, tensor_parallel, tp_rank).size());
+  // ViT has no vocabulary: its patch embedding and classifier stay whole on every TP rank.
+  const bool vocabulary = m.family != "vit";
+  switch (unit_kind(m, unit)) {
+    case UnitKind::Embedding:
+      if (!vocabulary) return embedding_parameters(m);
+      return embedding_parameters(m) - static_cast<double>(m.vocab_size) * h(m) + rows * h(m);
+    case UnitKind::Layer: {
+      // Column-parallel: q/k/v (and their biases), the MLP's first linear(s) and bias; row-
+      // parallel: the attention output and the MLP's second linear, their biases whole.
+      double column_biases = 0, whole_biases = 0;
+      if (m.qkv_bias) column_biases += h(m) + 2 * kv_dim(m);
+      if (m.out_bias) whole_biases += h(m);
+      if (m.mlp_bias) {
+        column_biases += (m.activation == "swiglu" ? 2.0 : 1.0) * m.ffn_hidden;
+        whole_biases += h(m);
+      }
+      return (layer_matmul_weights(m) + column_biases) / t + whole_biases + 2 * norm_parameters(m);
+    }
+    case UnitKind::Head: {
+      double p = head_parameters(m);
+      if (vocabulary && !m.tied_embeddings) p += (rows - static_cast<double>(m.vocab_size)) * h(m);
+      if (vocabulary && m.tied_embeddings && head_holds_word_embedding) p += rows * h(m);
+      return p;
+    }
+  }
+  return 0;
+}
+
 int effective_sequence(const ModelSpec& m, int seq) {
   return m.family == "vit" ? vit_patches(m) + 1 : seq;
 }

@@ -172,7 +172,8 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
     out.result.replayed_ranks = ranks;
     return out;
   };
-  if (options.record_ops || options.record_memory || ranks < 2) return full();
+  // A split plan's ranks differ by stage and position: replayed in full.
+  if (options.record_ops || options.record_memory || ranks < 2 || plan.has_split()) return full();
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
   const int zero = 0;
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
@@ -242,9 +243,12 @@ std::string render_simulation(const Simulation& run, const Scenario& scenario, c
                               const std::string& plan_label, bool ops) {
   const SimResult& result = run.replay.result;
   std::ostringstream out;
-  out << "scenario " << scenario.name << ", plan " << plan_label << " ("
-      << to_string(plan.accumulation) << " accumulation, offload " << to_string(plan.offload)
-      << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
+  out << "scenario " << scenario.name << ", plan " << plan_label << " (";
+  if (plan.has_split())
+    out << describe(plan.model_split, static_cast<int>(plan.ranks.size()));
+  else
+    out << to_string(plan.accumulation) << " accumulation, offload " << to_string(plan.offload);
+  out << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
       << run.models.compute->name() << ", implementation " << to_string(scenario.job.implementation)
       << stack_label(scenario.job.implementation) << ")\n\n"
       << traces::render_table(result.report);

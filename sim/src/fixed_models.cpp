@@ -27,6 +27,9 @@ costmodels::CollectiveEstimate FixedCommModel::collective(
     case costmodels::CollectiveKind::ReduceScatter:
       e.seconds = reduce_scatter_s;
       break;
+    case costmodels::CollectiveKind::Broadcast:
+      e.seconds = broadcast_s;
+      break;
     default:
       e.seconds = all_reduce_s;
       break;

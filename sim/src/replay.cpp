@@ -10,6 +10,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/collective_request.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -110,8 +111,9 @@ class Replay {
 
   std::unordered_map<std::uint64_t, Time> compute_memo_;
   std::unordered_map<std::uint64_t, double> copy_memo_;
-  // (kind, variant, overlap), sharding group (-1: cross-group), bytes.
-  std::map<std::tuple<int, int, double>, double> collective_memo_;
+  // (kind, variant, overlap), sharding group (-1: cross-group), bytes, and under a split the
+  // first and last member.
+  std::map<std::tuple<int, int, double, int, int>, double> collective_memo_;
 
   std::vector<std::uint32_t> scratch_links_;
   int num_nodes_ = 0;
@@ -163,17 +165,24 @@ Time Replay::compute_duration(const Op& op) {
                                    : op.kind == OpKind::Backward
                                        ? costmodels::ComputePhase::Backward
                                        : costmodels::ComputePhase::Recompute;
-  // Layers are identical, so (device class, unit kind, phase, size) determines the time.
+  // Layers are identical, so (device class, TP degree, unit kind, phase, size) determines the
+  // time.
   const auto kind = costmodels::unit_kind(s_.job.model, op.unit);
-  std::uint64_t key = (static_cast<std::uint64_t>(device_class_[op.rank]) << 40) |
-                      (static_cast<std::uint64_t>(kind) << 36) |
-                      (static_cast<std::uint64_t>(phase) << 32) |
-                      static_cast<std::uint32_t>(op.micro_batch_size);
+  const int tp = g_.summary().split ? g_.place(op.rank).tensor_parallel : 1;
+  std::uint64_t key =
+      (static_cast<std::uint64_t>(device_class_[op.rank]) << 48) |
+      (static_cast<std::uint64_t>(tp) << 36) | (static_cast<std::uint64_t>(kind) << 34) |
+      (static_cast<std::uint64_t>(phase) << 32) | static_cast<std::uint32_t>(op.micro_batch_size);
   auto it = compute_memo_.find(key);
   if (it != compute_memo_.end()) return it->second;
-  Time t =
-      to_ticks(compute_.unit_time(slot.spec, s_.job, op.unit, phase, op.micro_batch_size).seconds *
-               slot.slowdown);
+  double seconds =
+      compute_.unit_time(slot.spec, s_.job, op.unit, phase, op.micro_batch_size).seconds;
+  // A tensor-parallel rank's share of the unit (costmodels/tensor_parallel.hpp).
+  if (tp > 1)
+    seconds *= costmodels::tensor_parallel_factor(
+        s_.job.model, op.unit, phase, tp, g_.summary().sequence_parallel,
+        costmodels::layer_replicated_share(slot.spec, s_.job, op.micro_batch_size));
+  Time t = to_ticks(seconds * slot.slowdown);
   compute_memo_.emplace(key, t);
   return t;
 }
@@ -192,15 +201,20 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // The graph resolved the variant (from the integer slices each member moves); the comm model
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
   // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
+  // Under a split, groups are numbered per data-parallel domain and the tensor-parallel and
+  // pipeline collectives have none: their members say which devices and links they use.
+  const auto members = g_.members(c);
+  const bool split = g_.summary().split;
   auto key = std::make_tuple(
       (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
-      c.group, c.total_bytes);
+      c.group, c.total_bytes, split ? members.front().rank : -1, split ? members.back().rank : -1);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
-  const costmodels::CollectiveRequest req =
-      view_ ? full_collective_request(g_, c, overlaps_compute)
-            : traces::collective_request(g_, c, overlaps_compute);
-  double t = comm_.collective(s_.cluster, req).seconds;
+  double t = 0;
+  if (view_)
+    t = comm_.collective(s_.cluster, full_collective_request(g_, c, overlaps_compute)).seconds;
+  else
+    t = traces::collective_seconds(comm_, s_.cluster, g_, c, overlaps_compute);
   collective_memo_.emplace(key, t);
   return t;
 }

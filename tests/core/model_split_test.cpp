@@ -105,7 +105,7 @@ TEST(ModelSplit, JsonRoundTripsEveryField) {
   PipelineStage b;
   b.chunks = {{5, 12}, {18, 24}};
   b.ranks = {4, 5};
-  b.tensor_parallel = 1;
+  b.tensor_parallel = 2;  // sequence parallelism: adjacent stages cut the sequence alike
   s.stages = {a, b};
   EXPECT_NO_THROW(check_model_split(s, context(24, 16, {0, 0, 0, 0, 1, 1})));
   const Json j = to_json(s);
@@ -358,18 +358,16 @@ TEST(ModelSplitCheck, ThePipelinesStepsStayWithinTheBoundOfAPlansSchedule) {
                         "virtual stages 1024", "= 268435456", "at most 16777216"});
 }
 
-TEST(ModelSplit, PlansDoNotAcceptASplitYet) {
-  // Nothing downstream reads a split, so a plan carrying one is refused rather than run as if
-  // it were plain FSDP. When plans accept it, this test changes with DESIGN §4.
+TEST(ModelSplit, APlansDefaultSplitIsItsFsdpPlan) {
+  // A plan may spell the default split out; it is then the FSDP plan (tests/core/
+  // split_plan_test.cpp has plans with real splits).
   const Json plan = Json::parse(R"({"version": 1, "ranks": [{"rank": 0, "node": 0, "gpu": "l4",
       "batch": 2, "micro_batch": 1, "micro_batches": 2, "state_share": 1}],
       "model_split": {"tensor_parallel": 1}})");
   JsonReader reader(plan, "plan.json");
-  expect_refusal([&] { parse_plan(reader); }, {"plan.json", "model_split", "unknown key"});
-  Json without = plan;
-  without.erase("model_split");
-  JsonReader ok(without, "plan.json");
-  EXPECT_NO_THROW(parse_plan(ok));
+  const Plan p = parse_plan(reader);
+  EXPECT_FALSE(p.has_split());
+  EXPECT_EQ(p.global_batch(), 2);
 }
 
 TEST(ModelSplitCheck, AgainstAScenarioReadsItsModelAndItsNodes) {
@@ -381,6 +379,7 @@ TEST(ModelSplitCheck, AgainstAScenarioReadsItsModelAndItsNodes) {
   sc.job.model.num_layers = 10;
   sc.job.model.heads = 8;
   sc.job.model.kv_heads = 2;
+  sc.job.model.tied_embeddings = false;  // end stages of different sizes (see below for tied)
   ModelSplit s;
   s.tensor_parallel = 2;
   s.micro_batches = 2;
@@ -391,6 +390,11 @@ TEST(ModelSplitCheck, AgainstAScenarioReadsItsModelAndItsNodes) {
   // One stage per node; the stages must cover the scenario's model's 10 layers.
   s.stages = {stage(0, 4, {0, 1, 2}, 1), stage(4, 10, {3, 4, 5, 6, 7}, 1)};
   EXPECT_NO_THROW(check_model_split_for(s, sc, "p.json"));
+  // A tied head's word embedding is all-reduced rank by rank with the first stage's copy.
+  sc.job.model.tied_embeddings = true;
+  expect_refusal([&] { check_model_split_for(s, sc, "p.json"); },
+                 {"model_split.stages[1].ranks", "got 5 ranks", "3 ranks", "ties its head"});
+  sc.job.model.tied_embeddings = false;
   s.stages[1].chunks = {{4, 12}};
   expect_refusal([&] { check_model_split_for(s, sc, "p.json"); },
                  {"model_split.stages[1].layers", "[4, 12)", "model's 10 layers"});

@@ -72,7 +72,9 @@ std::string render_chrome_trace(const TraceInput& in) {
     sep();
     out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
            ",\"tid\":0,\"args\":{\"sort_index\":" + std::to_string(r) + "}}";
-    for (int s = 0; s < kNumStreams; ++s) {
+    // The send and receive lanes only where a split plan has pipeline transfers.
+    const int lanes = g.summary().split ? kNumStreams : static_cast<int>(Stream::Send);
+    for (int s = 0; s < lanes; ++s) {
       sep();
       out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
              ",\"tid\":" + std::to_string(s) + ",\"args\":{\"name\":\"" +

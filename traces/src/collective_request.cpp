@@ -4,8 +4,12 @@ namespace cephalo::traces {
 
 costmodels::CollectiveKind collective_kind(OpKind k) {
   switch (k) {
+    case OpKind::Send:
+    case OpKind::Recv:
+      return costmodels::CollectiveKind::Broadcast;
     case OpKind::AllGather:
     case OpKind::AllGatherV:
+    case OpKind::TpGatherScatter:  // its reduce-scatter half: collective_seconds
       return costmodels::CollectiveKind::AllGather;
     case OpKind::ReduceScatter:
     case OpKind::ReduceScatterV:
@@ -26,16 +30,31 @@ costmodels::CollectiveRequest collective_request(const TrainingGraph& g, const C
     req.ranks.push_back(m.rank);
     req.shard_bytes.push_back(m.shard_bytes);
   }
-  if (c.group < 0) {
-    const ShardLayout& layout = g.layout();
+  if (c.kind == OpKind::AllReduce && c.group < 0) {
+    // The cross-group reduction's pieces, in its layout's positions (a split's domain numbers
+    // its own ranks), as global ranks.
+    const int first = g.members(c).front().rank;
+    const ShardLayout& layout = g.layout_of(first);
+    const auto ranks = g.layout_ranks(first);
     for (const auto& seg : g.segments(c))
       for (const CrossPiece& p : layout.pieces(seg.unit)) {
-        auto owners = layout.owners(p);
-        req.pieces.push_back({std::vector<int>(owners.begin(), owners.end()),
-                              static_cast<double>(p.count) * c.element_bytes});
+        std::vector<int> owners;
+        for (int o : layout.owners(p)) owners.push_back(ranks[static_cast<std::size_t>(o)]);
+        req.pieces.push_back({std::move(owners), static_cast<double>(p.count) * c.element_bytes});
       }
   }
   return req;
+}
+
+double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
+                          const TrainingGraph& graph, const Collective& c, bool overlaps_compute) {
+  costmodels::CollectiveRequest req = collective_request(graph, c, overlaps_compute);
+  double t = comm.collective(cluster, req).seconds;
+  if (c.kind == OpKind::TpGatherScatter) {
+    req.kind = costmodels::CollectiveKind::ReduceScatter;
+    t += comm.collective(cluster, req).seconds;
+  }
+  return t * c.calls;
 }
 
 }  // namespace cephalo::traces

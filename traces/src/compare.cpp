@@ -162,6 +162,10 @@ std::string to_string(CompareClass c) {
       return "copies";
     case CompareClass::Optimizer:
       return "optimizer";
+    case CompareClass::TensorParallel:
+      return "tensor-parallel";
+    case CompareClass::PipelineTransfer:
+      return "pipeline transfer";
   }
   return "?";
 }
@@ -183,7 +187,14 @@ CompareClass compare_class_of(OpKind k) {
     case OpKind::ReduceScatterV:
       return CompareClass::ReduceScatter;
     case OpKind::AllReduce:
+    case OpKind::TiedAllReduce:
       return CompareClass::AllReduce;
+    case OpKind::TpAllReduce:
+    case OpKind::TpGatherScatter:
+      return CompareClass::TensorParallel;
+    case OpKind::Send:
+    case OpKind::Recv:
+      return CompareClass::PipelineTransfer;
     case OpKind::CopyD2H:
     case OpKind::CopyH2D:
       return CompareClass::Copies;

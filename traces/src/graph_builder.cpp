@@ -9,6 +9,7 @@
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
+#include "graph_split.hpp"
 
 #include "cephalo/core/schedule.hpp"
 
@@ -83,29 +84,7 @@ void GraphBuilder::index_ops() {
       g_.members_[c.members_begin + static_cast<std::uint32_t>(slot)].op = o.id;
     }
 
-  const std::size_t lanes = static_cast<std::size_t>(g_.summary_.num_ranks) * kNumStreams;
-  auto lane = [](const Op& o) {
-    return static_cast<std::size_t>(o.rank) * kNumStreams + static_cast<int>(o.stream);
-  };
-  g_.stream_offsets_.assign(lanes + 1, 0);
-  for (const Op& o : g_.ops_) ++g_.stream_offsets_[lane(o) + 1];
-  for (std::size_t i = 0; i < lanes; ++i) g_.stream_offsets_[i + 1] += g_.stream_offsets_[i];
-  g_.stream_ops_.resize(g_.ops_.size());
-  {
-    std::vector<std::uint32_t> cursor(g_.stream_offsets_.begin(), g_.stream_offsets_.end() - 1);
-    for (const Op& o : g_.ops_) g_.stream_ops_[cursor[lane(o)]++] = o.id;
-  }
-
-  g_.succ_offsets_.assign(g_.ops_.size() + 1, 0);
-  for (OpId d : g_.deps_) ++g_.succ_offsets_[d + 1];
-  for (std::size_t i = 0; i < g_.ops_.size(); ++i) g_.succ_offsets_[i + 1] += g_.succ_offsets_[i];
-  g_.succs_.resize(g_.deps_.size());
-  {
-    std::vector<std::uint32_t> cursor(g_.succ_offsets_.begin(), g_.succ_offsets_.end() - 1);
-    for (const Op& o : g_.ops_)
-      for (std::uint32_t i = 0; i < o.deps_count; ++i)
-        g_.succs_[cursor[g_.deps_[o.deps_begin + i]]++] = o.id;
-  }
+  g_.index_streams();
 }
 
 TrainingGraph GraphBuilder::build(std::span<const int> only) {
@@ -186,6 +165,8 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
 
   add_phases();
 
+  g_.all_ranks_.resize(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) g_.all_ranks_[static_cast<std::size_t>(r)] = r;
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -200,6 +181,7 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
 
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario,
                                    const costmodels::CommModel* comm) {
+  if (plan.has_split()) return SplitGraphBuilder(plan, scenario, comm).build();
   return GraphBuilder(plan, scenario, comm).build();
 }
 
@@ -207,6 +189,10 @@ TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& sc
                                             std::span<const int> ranks,
                                             const costmodels::CommModel* comm) {
   if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  // A split plan's ranks differ by stage: the class replay, this function's caller, replays
+  // them all (sim/class_replay.hpp).
+  if (plan.has_split())
+    throw std::logic_error("build_training_graph_of_ranks: a split plan is built whole");
   return GraphBuilder(plan, scenario, comm).build(ranks);
 }
 

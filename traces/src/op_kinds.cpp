@@ -31,6 +31,16 @@ std::string to_string(OpKind kind) {
       return "copy_d2h";
     case OpKind::CopyH2D:
       return "copy_h2d";
+    case OpKind::TpAllReduce:
+      return "tp_all_reduce";
+    case OpKind::TpGatherScatter:
+      return "tp_gather_scatter";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
+    case OpKind::TiedAllReduce:
+      return "tied_all_reduce";
   }
   return "?";
 }
@@ -59,6 +69,16 @@ std::string short_name(OpKind kind) {
       return "D2H";
     case OpKind::CopyH2D:
       return "H2D";
+    case OpKind::TpAllReduce:
+      return "TP";
+    case OpKind::TpGatherScatter:
+      return "TPsp";
+    case OpKind::Send:
+      return "SEND";
+    case OpKind::Recv:
+      return "RECV";
+    case OpKind::TiedAllReduce:
+      return "TIED";
   }
   return "?";
 }
@@ -73,14 +93,23 @@ std::string to_string(Stream stream) {
       return "d2h";
     case Stream::H2D:
       return "h2d";
+    case Stream::Send:
+      return "send";
+    case Stream::Recv:
+      return "recv";
   }
   return "?";
 }
 
 bool is_collective(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::AllGatherV || k == OpKind::ReduceScatter ||
-         k == OpKind::ReduceScatterV || k == OpKind::AllReduce;
+         k == OpKind::ReduceScatterV || k == OpKind::AllReduce || is_tensor_parallel(k) ||
+         is_pipeline_transfer(k) || k == OpKind::TiedAllReduce;
 }
+bool is_tensor_parallel(OpKind k) {
+  return k == OpKind::TpAllReduce || k == OpKind::TpGatherScatter;
+}
+bool is_pipeline_transfer(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
          k == OpKind::OptimizerStep;
@@ -88,6 +117,10 @@ bool is_compute(OpKind k) {
 bool is_copy(OpKind k) { return k == OpKind::CopyD2H || k == OpKind::CopyH2D; }
 
 Stream stream_of(OpKind k) {
+  // Megatron's tensor-parallel collectives block the compute they sit inside.
+  if (is_tensor_parallel(k)) return Stream::Compute;
+  if (k == OpKind::Send) return Stream::Send;
+  if (k == OpKind::Recv) return Stream::Recv;
   if (is_collective(k)) return Stream::Comm;
   if (k == OpKind::CopyD2H) return Stream::D2H;
   if (k == OpKind::CopyH2D) return Stream::H2D;

@@ -1,5 +1,6 @@
 #include "cephalo/traces/report.hpp"
 
+#include "cephalo/core/scenario.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 
@@ -27,18 +28,28 @@ Json to_json(const IterationReport& r) {
   if (!r.implementation.empty()) j["implementation"] = r.implementation;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   Json ranks = Json::array();
-  for (const RankReport& k : r.ranks)
-    ranks.push_back({{"rank", k.rank},
-                     {"gpu", k.gpu},
-                     {"node", k.node},
-                     {"slowdown", k.slowdown},
-                     {"compute_s", k.compute_s},
-                     {"comm_s", k.comm_s},
-                     {"copy_s", k.copy_s},
-                     {"exposed_comm_s", k.exposed_comm_s},
-                     {"idle_s", k.idle_s},
-                     {"peak_memory_bytes", k.peak_memory_bytes},
-                     {"capacity_bytes", k.capacity_bytes}});
+  for (const RankReport& k : r.ranks) {
+    Json& o = ranks.emplace_back(Json{{"rank", k.rank},
+                                      {"gpu", k.gpu},
+                                      {"node", k.node},
+                                      {"slowdown", k.slowdown},
+                                      {"compute_s", k.compute_s},
+                                      {"comm_s", k.comm_s},
+                                      {"copy_s", k.copy_s},
+                                      {"exposed_comm_s", k.exposed_comm_s},
+                                      {"idle_s", k.idle_s},
+                                      {"peak_memory_bytes", k.peak_memory_bytes},
+                                      {"capacity_bytes", k.capacity_bytes}});
+    if (k.stage >= 0) {
+      o["stage"] = k.stage;
+      o["tp_comm_s"] = k.tp_comm_s;
+      o["pp_comm_s"] = k.pp_comm_s;
+      o["exposed_tp_s"] = k.exposed_tp_s;
+      o["exposed_pp_s"] = k.exposed_pp_s;
+      o["exposed_dp_s"] = k.exposed_dp_s;
+      o["bubble_s"] = k.bubble_s;
+    }
+  }
   j["ranks"] = std::move(ranks);
   if (!r.ops.empty()) {
     Json ops = Json::array();
@@ -89,6 +100,15 @@ IterationReport parse_iteration_report(JsonReader& in) {
     rr.idle_s = k.number("idle_s");
     rr.peak_memory_bytes = k.number("peak_memory_bytes");
     rr.capacity_bytes = k.number("capacity_bytes");
+    if (k.has("stage")) {
+      rr.stage = static_cast<int>(k.integer("stage", 0, kMaxDevices));
+      rr.tp_comm_s = k.number("tp_comm_s");
+      rr.pp_comm_s = k.number("pp_comm_s");
+      rr.exposed_tp_s = k.number("exposed_tp_s");
+      rr.exposed_pp_s = k.number("exposed_pp_s");
+      rr.exposed_dp_s = k.number("exposed_dp_s");
+      rr.bubble_s = k.number("bubble_s");
+    }
     k.finish();
     r.ranks.push_back(rr);
   }
@@ -133,6 +153,23 @@ std::string render_table(const IterationReport& r) {
   out += "events          " + std::to_string(r.events) + "\n";
   if (!r.implementation.empty()) out += "implementation  " + r.implementation + "\n";
   out += "\n";
+  const bool split = !r.ranks.empty() && r.ranks.front().stage >= 0;
+  if (split) {
+    // A split plan: each rank's stage, its exposed communication by kind and its bubble.
+    TextTable t({"rank", "gpu", "node", "stage", "compute", "TP", "PP exposed", "DP exposed",
+                 "bubble", "idle", "peak memory", "capacity", "peak %"});
+    t.set_align(1, TextTable::Align::Left);
+    for (const RankReport& k : r.ranks)
+      t.add_row(
+          {std::to_string(k.rank), k.gpu, std::to_string(k.node), std::to_string(k.stage),
+           format_seconds(k.compute_s), format_seconds(k.exposed_tp_s),
+           format_seconds(k.exposed_pp_s), format_seconds(k.exposed_dp_s),
+           format_seconds(k.bubble_s), format_seconds(k.idle_s), format_bytes(k.peak_memory_bytes),
+           format_bytes(k.capacity_bytes),
+           k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+    out += t.render();
+    return out;
+  }
   TextTable t({"rank", "gpu", "node", "compute", "comm", "copies", "exposed comm", "idle",
                "peak memory", "capacity", "peak %"});
   t.set_align(1, TextTable::Align::Left);

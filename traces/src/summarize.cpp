@@ -138,26 +138,74 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
   rep.mfu = t > 0 && peak_flops > 0 ? g.summary().model_flops_per_iteration / (t * peak_flops) : 0;
   rep.events = m.events;
 
-  std::vector<Interval> compute, comm, copies, d2h, h2d, busy;
+  const bool split = g.summary().split;
+  std::vector<Interval> compute, comm, copies, d2h, h2d, busy, tp, pp, work, scratch;
   for (int r = 0; r < ranks; ++r) {
     compute.clear();
     comm.clear();
     d2h.clear();
     h2d.clear();
-    lane(g, r, Stream::Compute, m, compute);
+    tp.clear();
+    pp.clear();
+    std::int64_t last_backward_end = 0;
+    if (split) {
+      // The compute stream holds the tensor-parallel collectives too: counted apart.
+      for (OpId id : g.stream_program(r, Stream::Compute)) {
+        if (m.start_ns[id] < 0) continue;
+        const OpKind kind = g.op(id).kind;
+        (is_tensor_parallel(kind) ? tp : compute).emplace_back(m.start_ns[id], m.end_ns[id]);
+        if (kind == OpKind::Backward) last_backward_end = std::max(last_backward_end, m.end_ns[id]);
+      }
+      lane(g, r, Stream::Send, m, pp);
+      lane(g, r, Stream::Recv, m, pp);
+      std::sort(pp.begin(), pp.end());
+    } else {
+      lane(g, r, Stream::Compute, m, compute);
+    }
     lane(g, r, Stream::Comm, m, comm);
     lane(g, r, Stream::D2H, m, d2h);
     lane(g, r, Stream::H2D, m, h2d);
     const std::int64_t compute_ns = union_length(compute);  // sorts compute and comm if needed
-    const std::int64_t comm_ns = union_length(comm);
-    merge_into(compute, comm, busy);
-    const std::int64_t busy_ns = union_length(busy);
+    std::int64_t comm_ns = union_length(comm);
+    RankReport rr;
+    std::int64_t busy_ns = 0;
+    if (split) {
+      // Exposed communication by kind, attributed in order: TP (blocking the compute stream),
+      // what the pipeline transfers add, then what the data-parallel collectives add.
+      merge_into(compute, tp, work);  // compute ∪ TP
+      const std::int64_t with_tp = union_length(work);
+      merge_into(work, pp, scratch);  // ∪ PP
+      std::sort(scratch.begin(), scratch.end());
+      const std::int64_t with_pp = union_length(scratch);
+      merge_into(scratch, comm, busy);  // ∪ DP
+      std::sort(busy.begin(), busy.end());
+      busy_ns = union_length(busy);
+      rr.stage = g.place(r).stage;
+      rr.tp_comm_s = seconds(union_length(tp));
+      rr.pp_comm_s = seconds(union_length(pp));
+      rr.exposed_tp_s = seconds(with_tp - compute_ns);
+      rr.exposed_pp_s = seconds(with_pp - with_tp);
+      rr.exposed_dp_s = seconds(busy_ns - with_pp);
+      // Busy time up to the end of the rank's last backward: the rest of that span is bubble.
+      work.clear();
+      for (auto [a, b] : busy)
+        if (a < last_backward_end) work.emplace_back(a, std::min(b, last_backward_end));
+      rr.bubble_s = seconds(last_backward_end - union_length(work));
+      // comm_s: every collective's time, tensor-parallel and transfers included.
+      merge_into(tp, pp, work);
+      std::sort(work.begin(), work.end());
+      merge_into(work, comm, scratch);
+      std::sort(scratch.begin(), scratch.end());
+      comm_ns = union_length(scratch);
+    } else {
+      merge_into(compute, comm, busy);
+      busy_ns = union_length(busy);
+    }
     if (!std::is_sorted(d2h.begin(), d2h.end())) std::sort(d2h.begin(), d2h.end());
     if (!std::is_sorted(h2d.begin(), h2d.end())) std::sort(h2d.begin(), h2d.end());
     merge_into(d2h, h2d, copies);
     const std::int64_t copy_ns = union_length(copies);
     const auto& d = devices[static_cast<std::size_t>(r)];
-    RankReport rr;
     rr.rank = r;
     rr.gpu = d.slot->spec.name;
     rr.node = d.node;

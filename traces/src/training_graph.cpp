@@ -47,6 +47,51 @@ std::span<const CollectiveSegment> TrainingGraph::segments(const Collective& c) 
   return {segments_.data() + c.segments_begin, c.segments_count};
 }
 
+void TrainingGraph::index_streams() {
+  const std::size_t lanes = static_cast<std::size_t>(summary_.num_ranks) * kNumStreams;
+  auto lane = [](const Op& o) {
+    return static_cast<std::size_t>(o.rank) * kNumStreams + static_cast<int>(o.stream);
+  };
+  stream_offsets_.assign(lanes + 1, 0);
+  for (const Op& o : ops_) ++stream_offsets_[lane(o) + 1];
+  for (std::size_t i = 0; i < lanes; ++i) stream_offsets_[i + 1] += stream_offsets_[i];
+  stream_ops_.resize(ops_.size());
+  {
+    std::vector<std::uint32_t> cursor(stream_offsets_.begin(), stream_offsets_.end() - 1);
+    for (const Op& o : ops_) stream_ops_[cursor[lane(o)]++] = o.id;
+  }
+
+  succ_offsets_.assign(ops_.size() + 1, 0);
+  for (OpId d : deps_) ++succ_offsets_[d + 1];
+  for (std::size_t i = 0; i < ops_.size(); ++i) succ_offsets_[i + 1] += succ_offsets_[i];
+  succs_.resize(deps_.size());
+  {
+    std::vector<std::uint32_t> cursor(succ_offsets_.begin(), succ_offsets_.end() - 1);
+    for (const Op& o : ops_)
+      for (std::uint32_t i = 0; i < o.deps_count; ++i)
+        succs_[cursor[deps_[o.deps_begin + i]]++] = o.id;
+  }
+}
+
+std::span<const int> TrainingGraph::layout_ranks(int rank) const {
+  if (summary_.split) return domain_ranks_[static_cast<std::size_t>(domain_of_[rank])];
+  return all_ranks_;
+}
+
+RankPlace TrainingGraph::place(int rank) const {
+  if (summary_.split) return places_[static_cast<std::size_t>(rank)];
+  RankPlace p;
+  p.stage = 0;
+  p.replica = rank;
+  return p;
+}
+
+bool TrainingGraph::holds(int rank, int unit) const {
+  if (!summary_.split) return true;
+  return unit_stage_[static_cast<std::size_t>(unit)] ==
+         places_[static_cast<std::size_t>(rank)].stage;
+}
+
 std::string TrainingGraph::op_name(OpId id) const {
   const Op& o = ops_[id];
   std::string s = short_name(o.kind);

@@ -101,6 +101,8 @@ struct SplitContext {
   int layers = 0;                     // transformer layers L
   int heads = 0;                      // attention heads (query heads)
   int kv_heads = 0;                   // key/value heads (GQA); 0: as many as heads
+  bool tied_embeddings = false;       // the head uses the word embedding (a copy per end stage)
+  int ffn_hidden = 0;                 // the MLP's inner width (0: not checked)
   std::span<const int> node_of_rank;  // rank r lives on node node_of_rank[r]
   std::string file;                   // named in messages
   std::string json_path = "model_split";
@@ -112,10 +114,60 @@ struct SplitContext {
 // parallelism without tensor parallelism; stages whose layers overlap, leave a gap, or do not
 // cover 0..L−1; an empty chunk; a stage with no ranks, a rank outside the cluster, a rank in
 // two stages (or twice in one); a stage whose rank count is not a multiple of its T; fewer
-// micro-batches than stages (a pipeline could never fill); and for an interleaved schedule
-// fewer than 2 stages, a stage without exactly V chunks, or micro-batches not a multiple of the
-// stage count (Megatron-LM's requirement for its interleaved order).
+// micro-batches than stages (a pipeline could never fill); for an interleaved schedule fewer
+// than 2 stages, a stage without exactly V chunks, or micro-batches not a multiple of the stage
+// count (Megatron-LM's requirement for its interleaved order); sequence parallelism with another
+// T on adjacent stages; and for a tied model over several stages, a last stage whose T or rank
+// count differs from the first's (their word-embedding copies are all-reduced rank by rank).
 void check_model_split(const ModelSplit& split, const SplitContext& context);
+// The part of check_model_split that needs only the rank count (what a plan file alone can be
+// checked for): every rank in exactly one stage, each stage's rank count a multiple of its T.
+void check_split_ranks(const ModelSplit& split, int ranks, const std::string& file,
+                       const std::string& json_path = "model_split");
+
+// Where a rank sits in a split: its stage, its data-parallel replica (its tensor-parallel group
+// among the stage's) and its position in that group.
+struct RankPlace {
+  int stage = -1;
+  int replica = 0;
+  int tp_rank = 0;
+  int tensor_parallel = 1;
+};
+
+// The split's rank structure resolved once (DESIGN §4, "A split in the plan and the graph"): a
+// stage's ranks in order form groups of T consecutive ranks (replica j = ranks[jT .. jT+T−1]);
+// the ranks at position t of every group, in replica order, are the stage's data-parallel
+// domain t. The graph builder, the plan's checks and the backend read these from here.
+class SplitTopology {
+ public:
+  // Throws std::invalid_argument for a split check_split_ranks refuses (check it first).
+  SplitTopology(const ModelSplit& split, int ranks);
+
+  int stages() const { return static_cast<int>(stages_.size()); }
+  int virtual_stages() const { return virtual_stages_; }  // V (1 unless interleaved)
+  int ranks() const { return static_cast<int>(places_.size()); }
+  const std::vector<int>& stage_ranks(int stage) const {
+    return stages_[static_cast<std::size_t>(stage)].ranks;
+  }
+  int tensor_parallel(int stage) const { return tensor_parallel_[static_cast<std::size_t>(stage)]; }
+  int replicas(int stage) const {
+    return static_cast<int>(stage_ranks(stage).size()) / tensor_parallel(stage);
+  }
+  int rank_at(int stage, int replica, int tp_rank) const {
+    return stage_ranks(stage)[static_cast<std::size_t>(replica * tensor_parallel(stage) + tp_rank)];
+  }
+  const RankPlace& place(int rank) const { return places_[static_cast<std::size_t>(rank)]; }
+  // The T ranks of one replica of a stage, in tensor-parallel order.
+  std::vector<int> tp_group(int stage, int replica) const;
+  // Data-parallel domain t of a stage: its replicas' t-th ranks, in replica order.
+  std::vector<int> domain(int stage, int tp_rank) const;
+
+ private:
+  std::vector<PipelineStage> stages_;
+  std::vector<int> tensor_parallel_;
+  int virtual_stages_ = 1;
+  std::vector<RankPlace> places_;
+};
 // The same against a scenario: its model's layers, heads and key/value heads, its cluster's
 // rank → node table (node-major ranks, as plans number them); messages name `file`.
 void check_model_split_for(const ModelSplit& split, const Scenario& scenario,

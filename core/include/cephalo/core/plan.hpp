@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/core/sharding.hpp"
 
@@ -80,9 +81,15 @@ struct Plan {
   bool prefetch = true;
   UnevenCollective uneven_collective = UnevenCollective::Auto;
   Sharding sharding;  // "sharding": full (default) or hybrid groups (core/sharding.hpp)
+  // "model_split": tensor / pipeline / data parallelism (DESIGN §4, "A split in the plan and
+  // the graph"); the default is today's FSDP plan.
+  ModelSplit model_split;
   std::vector<PlanRank> ranks;
   Json predicted;  // optional, informational (planner's predictions); null when absent
 
+  bool has_split() const { return !model_split.is_default(); }
+  // Samples per iteration: Σ batch over the ranks, or under a split the samples every stage
+  // runs (m × the micro-batch its replicas share).
   int global_batch() const;
   bool even_shares() const;  // all shares equal within 1e-12
 };
@@ -99,14 +106,26 @@ constexpr int kMaxMicroBatchesPerRank = 1 << 16;
 constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
 
 // Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares
-// summing to 1 over every sharding group, the groups a partition of the ranks).
+// summing to 1 over every sharding group, the groups a partition of the ranks; under a split,
+// its rank lists, every rank running m micro-batches, a tensor-parallel group's ranks the same
+// batch, every stage's replicas the same samples per micro-batch, shares summing to 1 over every
+// data-parallel domain, and no FSDP-only key).
 Plan parse_plan(JsonReader& reader);
 Plan load_plan(const std::filesystem::path& file);
 // Checks the plan against a scenario: the scenario it names (when it names one) is this one,
-// rank count, nodes and device types match the cluster, Σ batch = global batch, and the
-// schedule is within kMaxScheduledUnitPasses. Throws ValidationError naming `plan_file` and
-// the field.
+// rank count, nodes and device types match the cluster, Σ batch = global batch, the schedule is
+// within kMaxScheduledUnitPasses, and a split passes check_model_split_for. Throws ValidationError
+// naming `plan_file` and the field.
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
 Json to_json(const Plan& plan);
+
+// The plan of `split` on `scenario`: every stage's share of a micro-batch (global batch / m
+// samples) divided among its replicas as evenly as whole samples allow (the first replicas take
+// one more), even state shares in every data-parallel domain, the default schedule keys. The
+// split is checked first (check_model_split_for, messages naming `file`); throws
+// ValidationError at model_split.micro_batches when m does not divide the global batch or a
+// stage has more replicas than samples per micro-batch.
+Plan even_split_plan(const Scenario& scenario, const ModelSplit& split,
+                     const std::string& file = "model_split");
 
 }  // namespace cephalo

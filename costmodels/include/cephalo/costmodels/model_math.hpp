@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 // Closed forms for a transformer's parameters, FLOPs and activation sizes, per FSDP unit.
 // Units: 0 = embedding (token + position, plus patch projection for ViT), 1..L = layers,
 // L+1 = head (final norm + LM/classifier head, whose weight is the embedding when tied).
@@ -23,6 +24,23 @@ double unit_parameters(const ModelSpec& model, int unit);
 // unit 0 in front of the head, whose logits use wte, and reduce its wte gradient into unit 0).
 double phase_parameters(const ModelSpec& model, int unit);
 double total_parameters(const ModelSpec& model);
+
+// ---- tensor parallelism (DESIGN §4, "A split in the plan and the graph") ----
+// The word-embedding rows TP rank t of T holds: [floor(V·t/T), floor(V·(t+1)/T)).
+struct VocabRows {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+VocabRows vocab_rows(std::int64_t vocab, int tensor_parallel, int tp_rank);
+// Elements of TP rank t's flat buffer of `unit` under T-way tensor parallelism: a layer's
+// column-parallel weights and biases and its row-parallel weights 1/T, its norms and
+// row-parallel biases whole; the embedding's and an untied head's vocabulary rows (vocab_rows),
+// the position embedding and final norm whole. `head_holds_word_embedding`: the head of a tied
+// model on another pipeline stage than the embedding keeps its own copy of its rows. T = 1 and
+// no copy: unit_parameters.
+double unit_parameters(const ModelSpec& model, int unit, int tensor_parallel, int tp_rank,
+                       bool head_holds_word_embedding = false);
 
 // Floating-point operations of one unit for `micro_batch` samples of `seq` tokens
 // (multiply-add = 2 FLOPs). Backward is the gradient pass only (no recompute).

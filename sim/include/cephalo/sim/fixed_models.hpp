@@ -28,6 +28,7 @@ class FixedCommModel final : public costmodels::CommModel {
   double all_gather_s = 1e-3;
   double reduce_scatter_s = 1e-3;
   double all_reduce_s = 2e-3;
+  double broadcast_s = 1e-3;  // a pipeline transfer (a two-rank broadcast)
   double copy_s = 0.5e-3;
 
   costmodels::CollectiveEstimate collective(

@@ -13,4 +13,11 @@ costmodels::CollectiveKind collective_kind(OpKind kind);
 costmodels::CollectiveRequest collective_request(const TrainingGraph& graph, const Collective& c,
                                                  bool overlaps_compute = false);
 
+// Seconds the graph's collective `c` takes by `comm`: the request's time, times the calls of a
+// tensor-parallel collective (each of sequence parallelism's calls an all-gather plus a
+// reduce-scatter of the buffer); a pipeline transfer is a two-rank broadcast.
+double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
+                          const TrainingGraph& graph, const Collective& c,
+                          bool overlaps_compute = false);
+
 }  // namespace cephalo::traces

@@ -31,9 +31,11 @@ enum class CompareClass {
   ReduceScatter,
   AllReduce,
   Copies,
-  Optimizer
+  Optimizer,
+  TensorParallel,   // a split plan's TP collectives
+  PipelineTransfer  // its sends and receives between stages
 };
-constexpr int kNumCompareClasses = 8;
+constexpr int kNumCompareClasses = 10;
 std::string to_string(CompareClass c);  // "forward", ..., "all-gather", "copies", "optimizer"
 CompareClass compare_class_of(OpKind kind);
 

@@ -30,6 +30,19 @@ struct RankReport {
   double idle_s = 0;  // iteration_time_s − |∪ compute ∪ comm| (against the global end)
   double peak_memory_bytes = 0;  // highest device bytes in use during the iteration
   double capacity_bytes = 0;     // usable device memory (usable_capacity_bytes)
+  // Under a model split (stage >= 0; -1 for an FSDP plan, whose records carry none of these):
+  // the rank's pipeline stage; the time of its tensor-parallel collectives (on the compute
+  // stream: all of it exposed) and of its pipeline transfers; exposed_comm_s split by kind, in
+  // this order of attribution: tensor-parallel, then what the transfers add, then what the
+  // data-parallel collectives add; and the bubble, the time up to the end of the rank's last
+  // backward that it spent on nothing (waiting for its pipeline neighbours).
+  int stage = -1;
+  double tp_comm_s = 0;
+  double pp_comm_s = 0;
+  double exposed_tp_s = 0;
+  double exposed_pp_s = 0;
+  double exposed_dp_s = 0;
+  double bubble_s = 0;
 };
 
 struct OomDetail {

@@ -46,16 +46,29 @@ enum class OpKind : std::uint8_t {
                    // all-reduce per piece over its owners; ShardLayout::pieces)
   CopyD2H,         // layer-boundary activation to pinned host memory (offload: host)
   CopyH2D,         // and back before the recompute
+  // Under a model split (DESIGN §4, "A split in the plan and the graph"):
+  TpAllReduce,      // a compute op's tensor-parallel all-reduces over its TP group (Collective::
+                    // calls of them), on the compute stream after the op
+  TpGatherScatter,  // the same under sequence parallelism: each call an all-gather and a
+                    // reduce-scatter of the buffer
+  Send,             // a pipeline transfer's sending side (send stream): activations forward,
+                    // their gradient backward, to the neighbouring virtual stage
+  Recv,             // its receiving side (recv stream); the consuming step waits on it
+  TiedAllReduce,    // a tied word embedding's gradient, first stage with last stage, rank by rank
 };
-constexpr int kNumOpKinds = 11;
+constexpr int kNumOpKinds = 16;
 
-enum class Stream : std::uint8_t { Compute = 0, Comm = 1, D2H = 2, H2D = 3 };
-constexpr int kNumStreams = 4;
+enum class Stream : std::uint8_t { Compute = 0, Comm = 1, D2H = 2, H2D = 3, Send = 4, Recv = 5 };
+constexpr int kNumStreams = 6;
 
 std::string to_string(OpKind kind);    // "forward", "all_gather_v", "copy_d2h", ...
 std::string short_name(OpKind kind);   // "F", "B", "RC", "OPT", "AG", "AGv", "RS", "RSv", ...
-std::string to_string(Stream stream);  // "compute", "comm", "d2h", "h2d"
+std::string to_string(Stream stream);  // "compute", "comm", "d2h", "h2d", "send", "recv"
+// Every op whose participants meet (a Collective): the data-parallel collectives, the tensor-
+// parallel ones, both sides of a pipeline transfer and the tied all-reduce.
 bool is_collective(OpKind kind);
+bool is_tensor_parallel(OpKind kind);    // TpAllReduce, TpGatherScatter
+bool is_pipeline_transfer(OpKind kind);  // Send, Recv
 bool is_compute(OpKind kind);
 bool is_copy(OpKind kind);
 Stream stream_of(OpKind kind);
@@ -121,6 +134,8 @@ struct Collective {
   CollectiveVariant variant = CollectiveVariant::Even;
   double element_bytes = 0;         // bytes per element moved (compute dtype; reduce dtype)
   double total_bytes = 0;           // gathered / reduced buffer = Σ segment numel × element_bytes
+                                    // (TP: one call's buffer; Send: the transfer)
+  std::int32_t calls = 1;           // TP collectives: calls of the compute op's math
   std::uint32_t members_begin = 0;  // into the members arrays (use TrainingGraph::members)
   std::uint32_t members_count = 0;
   std::uint32_t segments_begin = 0;  // into the segments array (use TrainingGraph::segments)
@@ -158,6 +173,14 @@ struct GraphSummary {
   ActivationCheckpointing activation_checkpointing;
   Offload offload = Offload::None;
   bool prefetch = true;
+  // Under a model split (DESIGN §4, "A split in the plan and the graph"); the defaults describe
+  // an FSDP plan.
+  bool split = false;
+  int pipeline_stages = 1;
+  int virtual_stages = 1;          // V per stage (interleaved), else 1
+  int pipeline_micro_batches = 0;  // m (0 without a split)
+  bool sequence_parallel = false;
+  StageSharding stage_sharding = StageSharding::Full;
 };
 
 // Per-unit sizes used to fill ops (exposed for tests and the backend).
@@ -197,9 +220,25 @@ class TrainingGraph {
 
   // Sharding of every unit's flat buffer: the plan's groups, each rank's slice inside its
   // group's copy (shard_offsets of the unit's numel over the group's shares) and, under hybrid
-  // sharding, the cross-group pieces. `slice(u, r)` is rank r's range.
+  // sharding, the cross-group pieces. `slice(u, r)` is rank r's range. Under a split each
+  // data-parallel domain has its own layout over its own ranks (numbered 0.. in replica order,
+  // `layout_position`), holding the numel of the domain's tensor-parallel slice of the stage's
+  // units (0 for the others): use layout_of(rank); layout() is the FSDP plan's.
   const ShardLayout& layout() const { return layout_; }
-  UnitSlice slice(int unit, int rank) const { return layout_.slice(unit, rank); }
+  const ShardLayout& layout_of(int rank) const {
+    return summary_.split ? domain_layouts_[static_cast<std::size_t>(domain_of_[rank])] : layout_;
+  }
+  int layout_position(int rank) const { return summary_.split ? domain_position_[rank] : rank; }
+  // The global ranks of layout_of(rank), in its order (the FSDP plan: every rank).
+  std::span<const int> layout_ranks(int rank) const;
+  UnitSlice slice(int unit, int rank) const {
+    return layout_of(rank).slice(unit, layout_position(rank));
+  }
+  // Under a split: where the rank sits (stage, replica, TP rank and degree); without one stage
+  // 0, replica = rank, TP rank 0 of 1.
+  RankPlace place(int rank) const;
+  // Under a split: whether the rank holds unit u (its stage's chunks); without one, every unit.
+  bool holds(int rank, int unit) const;
 
   // Device bytes held for the whole iteration (sharded training state of the rank's slices:
   // master parameters, gradient shard, Adam moments).
@@ -228,6 +267,9 @@ class TrainingGraph {
   friend class GraphBuilder;
 
  private:
+  // Once every rank's ops exist: the stream programs (issue order kept) and the reverse of
+  // waits_on. Both builders finish with it.
+  void index_streams();
   GraphSummary summary_;
   std::vector<Op> ops_;
   std::vector<OpId> deps_;                   // flat waits-on lists
@@ -244,7 +286,15 @@ class TrainingGraph {
   std::vector<UnitSizes> unit_sizes_;
   std::vector<std::int32_t> gradient_phase_;  // per phase
   std::vector<std::uint8_t> recomputes_;      // per unit
+  // Under a split: per rank its place and domain; per domain its layout and ranks.
+  std::vector<RankPlace> places_;
+  std::vector<std::int32_t> domain_of_, domain_position_;
+  std::vector<ShardLayout> domain_layouts_;
+  std::vector<std::vector<int>> domain_ranks_;
+  std::vector<int> unit_stage_;  // per unit: the stage holding it
+  std::vector<int> all_ranks_;   // 0..ranks−1 (layout_ranks of an FSDP plan)
   mutable std::unique_ptr<BoostGraph> boost_;
+  friend class SplitGraphBuilder;
 };
 
 // Builds the graph of one iteration of `plan` on `scenario` (the plan must already have been

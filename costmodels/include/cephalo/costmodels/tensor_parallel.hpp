@@ -1,0 +1,40 @@
+#pragma once
+// What one rank of a T-way tensor-parallel group computes of a unit, as a share of the whole
+// unit's time (DESIGN §4, "Tensor parallelism"), the one rule the 3D estimate and the graph's
+// replay both price with:
+//   layer      the GEMMs, the attention and the MLP activation split T ways; the two norms and
+//              the residual adds replicated over the full b·s·h (Megatron's column/row split
+//              leaves them outside the parallel regions) unless sequence parallelism splits
+//              them along the sequence: share r + (1 − r)/T, or 1/T with sequence parallelism,
+//              r being the replicated ops' share of the layer's time by the roofline's default
+//              efficiencies (layer_replicated_share);
+//   embedding  the lookup replicated (each rank looks up every token in its vocabulary rows);
+//   head       the logits and the cross-entropy split by vocabulary: 1/T.
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/core/specs.hpp"
+#include "cephalo/costmodels/compute_model.hpp"
+
+namespace cephalo::costmodels {
+
+// Share of a layer's forward and backward time spent in the ops tensor parallelism replicates.
+struct ReplicatedShare {
+  double forward = 0;
+  double backward = 0;
+};
+ReplicatedShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch);
+
+// The factor a TP rank's compute time of `unit` in `phase` is of the whole unit's (1 for T = 1).
+// The recompute is a forward. `share` is layer_replicated_share for this device and size.
+double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase phase,
+                              int tensor_parallel, bool sequence_parallel,
+                              const ReplicatedShare& share);
+
+// The share of a unit's activation bytes (working set, kept activations, backward temporaries)
+// one TP rank holds: a layer's by Korthikanti et al. (2022), (10 + 24/T + 5as/(hT)) /
+// (34 + 5as/h) bytes per token and hidden unit (the norms' and dropouts' inputs stay whole), 1/T
+// with sequence parallelism; the head's logits 1/T (vocabulary-parallel); the embedding's
+// output whole (1/T with sequence parallelism).
+double tensor_parallel_activation_factor(const ModelSpec& model, int unit, int seq,
+                                         int tensor_parallel, bool sequence_parallel);
+
+}  // namespace cephalo::costmodels

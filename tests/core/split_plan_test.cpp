@@ -1,0 +1,118 @@
+// A plan with a "model_split" key (DESIGN §4, "A split in the plan and the graph"): it
+// round-trips, its ranks are read per stage (the global batch is what every stage runs), and
+// every refusal names the file, the JSON path and the numbers.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/plan.hpp"
+
+using namespace cephalo;
+
+namespace {
+
+// Two stages of two ranks each, TP 1, 4 micro-batches of 2 samples (global batch 8).
+Json two_stage_plan() {
+  Json ranks = Json::array();
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back({{"rank", r},
+                     {"node", 0},
+                     {"gpu", "x"},
+                     {"batch", 4},
+                     {"micro_batch", 1},
+                     {"micro_batches", 4},
+                     {"state_share", 0.5}});
+  return {{"version", 1},
+          {"model_split",
+           {{"micro_batches", 4},
+            {"stages",
+             {{{"layers", {0, 2}}, {"ranks", {0, 1}}}, {{"layers", {2, 4}}, {"ranks", {2, 3}}}}}}},
+          {"ranks", ranks}};
+}
+
+Plan parse(const Json& j) {
+  JsonReader r(j, "plan.json");
+  return parse_plan(r);
+}
+
+void expect_refusal(const Json& j, std::initializer_list<std::string> fragments) {
+  try {
+    parse(j);
+    ADD_FAILURE() << "accepted; expected a refusal containing " << *fragments.begin();
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("plan.json"), std::string::npos) << what;
+    for (const auto& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << what;
+  }
+}
+
+TEST(SplitPlan, RoundTripsAndCountsTheSamplesEveryStageRuns) {
+  const Plan p = parse(two_stage_plan());
+  EXPECT_TRUE(p.has_split());
+  EXPECT_EQ(p.global_batch(), 8);  // not Σ batch (16): each sample runs through both stages
+  const Plan again = parse(to_json(p));
+  EXPECT_EQ(again.model_split, p.model_split);
+  EXPECT_EQ(again.global_batch(), 8);
+  // Without a split the key is not written: FSDP plans read and write as before.
+  Json plain = two_stage_plan();
+  plain.erase("model_split");
+  for (auto& r : plain["ranks"]) r["state_share"] = 0.25;
+  EXPECT_FALSE(to_json(parse(plain)).contains("model_split"));
+}
+
+TEST(SplitPlan, RefusesWhatOnlyFsdpPlansHave) {
+  Json j = two_stage_plan();
+  j["sharding"] = {{"kind", "hybrid"}, {"groups", {{0, 1}, {2, 3}}}};
+  expect_refusal(j, {"sharding", "model_split"});
+  j = two_stage_plan();
+  j["accumulation"] = "standard";
+  expect_refusal(j, {"accumulation", "layered"});
+  j = two_stage_plan();
+  j["offload"] = "host";
+  expect_refusal(j, {"offload", "none"});
+}
+
+TEST(SplitPlan, RefusesRanksThatDoNotRunTheSplitsMicroBatches) {
+  Json j = two_stage_plan();
+  j["ranks"][1]["micro_batches"] = 2;
+  j["ranks"][1]["batch"] = 2;
+  expect_refusal(j, {"ranks[1].micro_batches", "4 micro-batches"});
+  // A stage whose replicas run another number of samples per micro-batch than stage 0's.
+  j = two_stage_plan();
+  j["ranks"][3]["micro_batch"] = 2;
+  j["ranks"][3]["batch"] = 8;
+  expect_refusal(j, {"model_split", "stage 1", "3 samples", "2, as stage 0"});
+}
+
+TEST(SplitPlan, RefusesTensorParallelRanksWithDifferentBatchesAndBadDomainShares) {
+  Json j = two_stage_plan();
+  j["model_split"]["tensor_parallel"] = 2;
+  for (auto& r : j["ranks"]) {
+    r["micro_batch"] = 2;
+    r["batch"] = 8;
+    r["state_share"] = 1.0;
+  }
+  EXPECT_EQ(parse(j).global_batch(), 8);
+  Json bad = j;
+  bad["ranks"][1]["micro_batch"] = 1;
+  bad["ranks"][1]["batch"] = 4;
+  expect_refusal(bad, {"ranks[1].micro_batch", "as rank 0 has"});
+  bad = j;
+  bad["ranks"][2]["state_share"] = 0.5;
+  expect_refusal(bad, {"data-parallel domain 0", "ranks [2]"});
+}
+
+TEST(SplitPlan, RefusesRankListsNamingTheStage) {
+  Json j = two_stage_plan();
+  j["model_split"]["stages"][1]["ranks"] = {2, 2};
+  expect_refusal(j, {"model_split.stages[1].ranks[1]", "listed once"});
+  j = two_stage_plan();
+  j["model_split"]["stages"][1]["ranks"] = {2};
+  expect_refusal(j, {"model_split.stages", "rank 3"});
+}
+
+}  // namespace

@@ -1,0 +1,131 @@
+// The replay of a split plan's graph against core's schedule module: with fixed compute times
+// and free communication, a pipeline's iteration is exactly pipeline::pipeline_makespan of its
+// stages' times (DESIGN §4, "The planner, the simulator and the backend read it from the one
+// schedule module"); with costs, the report splits each rank's exposed communication by kind.
+#include <gtest/gtest.h>
+
+#include "../traces/tiny_scenario.hpp"
+#include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/sim/fixed_models.hpp"
+#include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/training_graph.hpp"
+
+namespace cephalo::sim {
+namespace {
+
+using K = pipeline::PipelineSchedule::Kind;
+
+ModelSplit split_of(const std::vector<std::vector<LayerRange>>& chunks, int micro_batches,
+                    pipeline::PipelineSchedule schedule) {
+  ModelSplit s;
+  s.micro_batches = micro_batches;
+  s.schedule = schedule;
+  s.sharding = StageSharding::None;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    PipelineStage st;
+    st.chunks = chunks[i];
+    st.ranks = {static_cast<int>(i)};
+    s.stages.push_back(st);
+  }
+  return s;
+}
+
+struct Free {
+  FixedComputeModel compute;
+  FixedCommModel comm;
+  Free() {
+    compute.forward_s = 1e-3;
+    compute.backward_s = 2e-3;
+    compute.optimizer_s = 0;
+    comm.all_gather_s = comm.reduce_scatter_s = comm.all_reduce_s = comm.broadcast_s = 0;
+  }
+};
+
+// Stage times of a chunk of `layers` layers plus, on the first virtual stage, the embedding and,
+// on the last, the head (checkpointing none: only the head is recomputed, before its backward).
+pipeline::StageTimes chunk_times(int layers, bool first, bool last) {
+  const int units = layers + (first ? 1 : 0) + (last ? 1 : 0);
+  return {units * 1e-3, units * 2e-3 + (last ? 1e-3 : 0.0)};
+}
+
+TEST(SplitReplay, APipelineTakesExactlyTheScheduleModulesMakespan) {
+  const Scenario s = testing::tiny_scenario(3, 6, 12);
+  Free models;
+  for (auto schedule :
+       {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}}) {
+    SCOPED_TRACE(pipeline::to_string(schedule));
+    const ModelSplit split = split_of({{{0, 1}}, {{1, 4}}, {{4, 6}}}, 6, schedule);
+    Plan plan = even_split_plan(s, split);
+    plan.activation_checkpointing.kind = ActivationCheckpointing::Kind::None;
+    const auto g = traces::build_training_graph(plan, s);
+    const SimResult r = simulate(g, s, plan, models.compute, models.comm);
+    const std::vector<pipeline::StageTimes> times{
+        chunk_times(1, true, false), chunk_times(3, false, false), chunk_times(2, false, true)};
+    const double expected = pipeline::pipeline_makespan(3, 6, schedule, times).makespan;
+    EXPECT_NEAR(r.report.iteration_time_s, expected, 1e-9);
+  }
+}
+
+TEST(SplitReplay, AnInterleavedPipelineTakesTheScheduleModulesMakespan) {
+  const Scenario s = testing::tiny_scenario(2, 4, 8);
+  Free models;
+  const pipeline::PipelineSchedule schedule{K::Interleaved, 2};
+  // Virtual stages 0..3: layers [0,1) [1,2) [2,3) [3,4), stage 0 holding chunks 0 and 2.
+  const ModelSplit split = split_of({{{0, 1}, {2, 3}}, {{1, 2}, {3, 4}}}, 4, schedule);
+  Plan plan = even_split_plan(s, split);
+  plan.activation_checkpointing.kind = ActivationCheckpointing::Kind::None;
+  const auto g = traces::build_training_graph(plan, s);
+  const SimResult r = simulate(g, s, plan, models.compute, models.comm);
+  // One entry per virtual stage k = c·p + s.
+  const std::vector<pipeline::StageTimes> times{
+      chunk_times(1, true, false), chunk_times(1, false, false), chunk_times(1, false, false),
+      chunk_times(1, false, true)};
+  EXPECT_NEAR(r.report.iteration_time_s,
+              pipeline::pipeline_makespan(2, 4, schedule, times).makespan, 1e-9);
+}
+
+TEST(SplitReplay, TransfersDelayTheConsumerAsTheScheduleModuleSays) {
+  const Scenario s = testing::tiny_scenario(2, 4, 8);
+  Free models;
+  models.comm.broadcast_s = 0.25e-3;  // every transfer; below every compute step
+  const pipeline::PipelineSchedule schedule{K::OneFOneB, 1};
+  const ModelSplit split = split_of({{{0, 2}}, {{2, 4}}}, 4, schedule);
+  Plan plan = even_split_plan(s, split);
+  plan.activation_checkpointing.kind = ActivationCheckpointing::Kind::None;
+  const auto g = traces::build_training_graph(plan, s);
+  const SimResult r = simulate(g, s, plan, models.compute, models.comm);
+  const std::vector<pipeline::StageTimes> times{chunk_times(2, true, false),
+                                                chunk_times(2, false, true)};
+  EXPECT_NEAR(r.report.iteration_time_s,
+              pipeline::pipeline_makespan(2, 4, schedule, times, 0.25e-3).makespan, 1e-9);
+  // Stage 0 waits for its first gradient: its bubble is the makespan less its compute.
+  const auto& r0 = r.report.ranks[0];
+  EXPECT_EQ(r0.stage, 0);
+  EXPECT_EQ(r.report.ranks[1].stage, 1);
+  EXPECT_GT(r0.bubble_s, 0);
+  EXPECT_NEAR(r0.compute_s + r0.bubble_s + r0.exposed_pp_s, r.report.iteration_time_s, 1e-9);
+}
+
+TEST(SplitReplay, ExposedCommunicationIsSplitByKind) {
+  const Scenario s = testing::tiny_scenario(4, 2, 8);
+  FixedComputeModel compute;
+  FixedCommModel comm;  // every collective costs time
+  ModelSplit split;
+  split.tensor_parallel = 2;
+  split.micro_batches = 2;
+  split.sharding = StageSharding::Full;
+  const Plan plan = even_split_plan(s, split);
+  const auto g = traces::build_training_graph(plan, s);
+  const SimResult r = simulate(g, s, plan, compute, comm);
+  for (const auto& k : r.report.ranks) {
+    EXPECT_EQ(k.stage, 0);
+    EXPECT_GT(k.exposed_tp_s, 0);  // TP collectives block the compute stream
+    EXPECT_NEAR(k.exposed_tp_s, k.tp_comm_s, 1e-12);
+    EXPECT_EQ(k.pp_comm_s, 0);     // one stage: no transfers
+    EXPECT_GT(k.exposed_dp_s, 0);  // the first gather precedes any compute
+    EXPECT_NEAR(k.exposed_tp_s + k.exposed_pp_s + k.exposed_dp_s, k.exposed_comm_s, 1e-9);
+  }
+}
+
+}  // namespace
+}  // namespace cephalo::sim

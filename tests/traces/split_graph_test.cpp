@@ -1,0 +1,283 @@
+// The training graph of a plan with a model split (DESIGN §4, "A split in the plan and the
+// graph"): every rank walks its stage's pipeline order, TP collectives follow their compute ops,
+// transfers pair sends with receives, each data-parallel domain shards its stage's units, and
+// the memory every op allocates is released by the iteration's end.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/training_graph.hpp"
+#include "tiny_scenario.hpp"
+
+namespace cephalo::traces {
+namespace {
+
+using testing::tiny_scenario;
+
+ModelSplit pipeline_split(int tp, const std::vector<std::vector<int>>& ranks,
+                          const std::vector<LayerRange>& layers, int micro_batches,
+                          pipeline::PipelineSchedule schedule = {},
+                          StageSharding sharding = StageSharding::Full) {
+  ModelSplit s;
+  s.tensor_parallel = tp;
+  s.micro_batches = micro_batches;
+  s.schedule = schedule;
+  s.sharding = sharding;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    PipelineStage st;
+    st.chunks = {layers[i]};
+    st.ranks = ranks[i];
+    s.stages.push_back(st);
+  }
+  return s;
+}
+
+int count(const TrainingGraph& g, int rank, OpKind kind) {
+  int n = 0;
+  for (const Op& o : g.program(rank)) n += o.kind == kind ? 1 : 0;
+  return n;
+}
+
+// Every collective has all its members' ops, every op's waits come earlier, and the whole DAG
+// (stream order, waits, rendezvous) has a topological order.
+void expect_well_formed(const TrainingGraph& g) {
+  for (const Collective& c : g.collectives())
+    for (const CollectiveMember& m : g.members(c)) {
+      ASSERT_NE(m.op, kNoOp) << to_string(c.kind) << " collective " << c.id;
+      EXPECT_EQ(g.op(m.op).rank, m.rank);
+      EXPECT_EQ(g.op(m.op).collective, c.id);
+    }
+  for (const Op& o : g.ops())
+    for (OpId d : g.waits_on(o.id)) EXPECT_LT(d, o.id);
+  EXPECT_EQ(g.topological_order().size(), g.num_ops());
+}
+
+// What every op allocates is freed by the end of the iteration: the device holds its static
+// state again.
+void expect_memory_balanced(const TrainingGraph& g) {
+  for (int r = 0; r < g.num_ranks(); ++r) {
+    double balance = 0;
+    for (const Op& o : g.program(r)) balance += o.mem_alloc - o.mem_free;
+    EXPECT_NEAR(balance, 0.0, 1e-6 * std::max(1.0, g.static_bytes(r))) << "rank " << r;
+  }
+}
+
+TEST(SplitGraph, ADefaultSplitIsTheFsdpGraph) {
+  const Scenario s = tiny_scenario(4, 4, 8);
+  Plan plain = testing::tiny_plan(s, 2);
+  Plan with = plain;
+  with.model_split.tensor_parallel = 1;  // the default, spelt out
+  const TrainingGraph a = build_training_graph(plain, s);
+  const TrainingGraph b = build_training_graph(with, s);
+  EXPECT_FALSE(b.summary().split);
+  ASSERT_EQ(a.num_ops(), b.num_ops());
+  for (std::size_t i = 0; i < a.num_ops(); ++i) {
+    EXPECT_EQ(a.ops()[i].kind, b.ops()[i].kind);
+    EXPECT_EQ(a.ops()[i].rank, b.ops()[i].rank);
+  }
+}
+
+TEST(SplitGraph, EveryRankRunsItsStageOrderOverItsChunk) {
+  const Scenario s = tiny_scenario(4, 4, 8);  // 4 layers: units 0..5
+  const ModelSplit split = pipeline_split(1, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4);
+  const Plan plan = even_split_plan(s, split);
+  const TrainingGraph g = build_training_graph(plan, s);
+  expect_well_formed(g);
+  expect_memory_balanced(g);
+  ASSERT_TRUE(g.summary().split);
+  EXPECT_EQ(g.summary().pipeline_stages, 2);
+  // Stage 0 holds the embedding and layers 1-2; stage 1 layers 3-4 and the head.
+  for (int r : {0, 1}) {
+    EXPECT_EQ(g.place(r).stage, 0);
+    EXPECT_TRUE(g.holds(r, 0));
+    EXPECT_TRUE(g.holds(r, 2));
+    EXPECT_FALSE(g.holds(r, 3));
+    EXPECT_EQ(count(g, r, OpKind::Forward), 4 * 3);  // m × units
+    EXPECT_EQ(count(g, r, OpKind::Backward), 4 * 3);
+    EXPECT_EQ(count(g, r, OpKind::Send), 4);  // activations forward, none back (stage 0)
+    EXPECT_EQ(count(g, r, OpKind::Recv), 4);  // gradients from stage 1
+  }
+  for (int r : {2, 3}) {
+    EXPECT_EQ(g.place(r).stage, 1);
+    EXPECT_TRUE(g.holds(r, 5));
+    EXPECT_EQ(count(g, r, OpKind::Recv), 4);
+    EXPECT_EQ(count(g, r, OpKind::Send), 4);
+  }
+  // The compute order of stage 1 follows pipeline::stage_order: per micro-batch, F then B
+  // alternating after one warm-up forward on stage 0; stage 1 (the last) runs F0 B0 F1 B1 ...
+  std::vector<std::pair<Pass, int>> seen;
+  for (const Op& o : g.program(2))
+    if (o.kind == OpKind::Forward && o.unit == 3)
+      seen.emplace_back(Pass::Forward, o.micro_batch);
+    else if (o.kind == OpKind::Backward && o.unit == 3)
+      seen.emplace_back(Pass::Backward, o.micro_batch);
+  const auto order = pipeline::stage_order(1, 2, 4, {});
+  ASSERT_EQ(seen.size(), order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(seen[i].first == Pass::Forward, order[i].pass == pipeline::Pass::Forward);
+    EXPECT_EQ(seen[i].second, order[i].micro_batch);
+  }
+}
+
+TEST(SplitGraph, TensorParallelCollectivesFollowEveryComputeOp) {
+  const Scenario s = tiny_scenario(4, 2, 8);  // 2 layers, 4 heads
+  ModelSplit split = pipeline_split(2, {{0, 1, 2, 3}}, {{0, 2}}, 2);
+  const Plan plan = even_split_plan(s, split);
+  const TrainingGraph g = build_training_graph(plan, s);
+  expect_well_formed(g);
+  expect_memory_balanced(g);
+  // Per micro-batch: embedding forward 1 collective; each layer forward, recompute and backward
+  // 1 (with 2 calls each); the head's forward and recompute 1 (3 calls), its backward 1.
+  const int per_mb = 1 + 2 * 3 + 2 + 1;
+  EXPECT_EQ(count(g, 0, OpKind::TpAllReduce), 2 * per_mb);
+  for (const Op& o : g.program(0)) {
+    if (o.kind != OpKind::TpAllReduce) continue;
+    const Collective& c = g.collectives()[static_cast<std::size_t>(o.collective)];
+    ASSERT_EQ(c.members_count, 2u);
+    const int unit_kind = o.unit == 0 ? 0 : o.unit == 3 ? 2 : 1;
+    if (unit_kind == 1) {
+      EXPECT_EQ(c.calls, 2);
+    }
+    // The op right before it on the compute stream is its compute op, same unit and batch.
+    const Op& before = g.op(o.id - 1);
+    EXPECT_TRUE(is_compute(before.kind));
+    EXPECT_EQ(before.unit, o.unit);
+    EXPECT_EQ(before.micro_batch, o.micro_batch);
+  }
+  // Each rank holds its TP slice; the two TP ranks of a replica hold the same amount of a
+  // layer, and together the whole layer plus one copy of what is replicated per rank.
+  const ModelSpec& m = s.job.model;
+  EXPECT_EQ(g.layout_of(0).numel(1), std::llround(costmodels::unit_parameters(m, 1, 2, 0)));
+  EXPECT_EQ(g.layout_of(1).numel(1), g.layout_of(0).numel(1));
+  EXPECT_LT(g.layout_of(0).numel(1), std::llround(costmodels::unit_parameters(m, 1)));
+  // Ranks 0 and 2 (TP rank 0 of each replica) form domain 0 and shard it half each.
+  EXPECT_EQ(g.layout_of(0).num_ranks(), 2);
+  EXPECT_EQ(g.layout_ranks(0)[0], 0);
+  EXPECT_EQ(g.layout_ranks(0)[1], 2);
+  EXPECT_EQ(g.slice(1, 0).count + g.slice(1, 2).count, g.layout_of(0).numel(1));
+}
+
+TEST(SplitGraph, VocabularyRowsSplitTheEmbeddingAndHead) {
+  const ModelSpec m = test_support::gpt_model("v", 2, 256, 4, 1024, 1001, 128);
+  const double whole = costmodels::unit_parameters(m, 0);
+  double sum = 0;
+  for (int t = 0; t < 4; ++t) sum += costmodels::unit_parameters(m, 0, 4, t);
+  // Each rank keeps the whole position embedding; the 1001 word rows are split 250/250/250/251.
+  EXPECT_DOUBLE_EQ(sum, whole + 3.0 * 128 * 256);
+  EXPECT_EQ(costmodels::vocab_rows(1001, 4, 3).size(), 251);
+  EXPECT_EQ(costmodels::vocab_rows(1001, 4, 0).size(), 250);
+}
+
+TEST(SplitGraph, UnevenReplicasExchangeTheOverlapOfTheirSamples) {
+  Scenario s = tiny_scenario(5, 4, 12);
+  s.job.model.tied_embeddings = false;  // end stages of different sizes
+  // Stage 0: replicas of 3 and 1 samples per micro-batch; stage 1: one replica of... three
+  // ranks of 2, 1, 1 samples (assigned by hand below).
+  ModelSplit split = pipeline_split(1, {{0, 1}, {2, 3, 4}}, {{0, 2}, {2, 4}}, 3);
+  Plan plan = even_split_plan(s, split);
+  plan.ranks[0].micro_batch = 3;
+  plan.ranks[1].micro_batch = 1;
+  plan.ranks[2].micro_batch = 2;
+  plan.ranks[3].micro_batch = 1;
+  plan.ranks[4].micro_batch = 1;
+  for (auto& r : plan.ranks) r.batch = r.micro_batch * 3;
+  const TrainingGraph g = build_training_graph(plan, s);
+  expect_well_formed(g);
+  expect_memory_balanced(g);
+  // Micro-batch samples 0..3: rank 0 holds 0-2, rank 1 holds 3; rank 2 0-1, rank 3 2, rank 4 3.
+  // Forward transfers per micro-batch: 0→2 (2 rows), 0→3 (1), 1→4 (1).
+  std::map<std::pair<int, int>, double> bytes;
+  for (const Collective& c : g.collectives()) {
+    if (c.kind != OpKind::Send || c.pass != Pass::Forward) continue;
+    const auto m = g.members(c);
+    bytes[{m[0].rank, m[1].rank}] += c.total_bytes;
+  }
+  const double row = 128.0 * 256 * bytes_per_element(s.job.precision.compute);  // seq × hidden
+  ASSERT_EQ(bytes.size(), 3u);
+  EXPECT_DOUBLE_EQ((bytes[{0, 2}]), 3 * 2 * row);
+  EXPECT_DOUBLE_EQ((bytes[{0, 3}]), 3 * 1 * row);
+  EXPECT_DOUBLE_EQ((bytes[{1, 4}]), 3 * 1 * row);
+}
+
+TEST(SplitGraph, EveryShardingScheduleAndTiedHeadIsWellFormedAndReleasesItsMemory) {
+  const Scenario s = tiny_scenario(4, 4, 8);  // a tied GPT
+  using K = pipeline::PipelineSchedule::Kind;
+  for (StageSharding sharding :
+       {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None})
+    for (auto schedule :
+         {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1},
+          pipeline::PipelineSchedule{K::Interleaved, 2}})
+      for (int tp : {1, 2}) {
+        SCOPED_TRACE(to_string(sharding) + " " + pipeline::to_string(schedule) + " TP " +
+                     std::to_string(tp));
+        ModelSplit split =
+            pipeline_split(tp, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4, schedule, sharding);
+        if (schedule.kind == K::Interleaved) {
+          split.stages[0].chunks = {{0, 1}, {2, 3}};
+          split.stages[1].chunks = {{1, 2}, {3, 4}};
+        }
+        const Plan plan = even_split_plan(s, split);
+        const TrainingGraph g = build_training_graph(plan, s);
+        expect_well_formed(g);
+        expect_memory_balanced(g);
+        // The two copies of the tied word embedding meet once per iteration, rank by rank.
+        EXPECT_EQ(count(g, 0, OpKind::TiedAllReduce), 1);
+        EXPECT_EQ(count(g, 3, OpKind::TiedAllReduce), 1);
+        EXPECT_EQ(count(g, 0, OpKind::OptimizerStep), 1);
+      }
+}
+
+TEST(SplitGraph, ShardingDecidesTheDataParallelCollectives) {
+  const Scenario s = tiny_scenario(4, 2, 8);
+  auto dp = [&](StageSharding sharding) {
+    // TP 2: one stage of T = 1 and full sharding would be the default, the FSDP plan.
+    const ModelSplit split = pipeline_split(2, {{0, 1, 2, 3}}, {{0, 2}}, 2, {}, sharding);
+    const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
+    std::map<OpKind, int> n;
+    for (const Op& o : g.program(0))
+      if (!is_compute(o.kind)) ++n[o.kind];
+    return n;
+  };
+  const int units = 4;
+  // Full: one gather per unit before its first forward and one reduce-scatter after its last
+  // backward (parameters kept gathered through the iteration).
+  auto full = dp(StageSharding::Full);
+  EXPECT_EQ(full[OpKind::AllGather] + full[OpKind::AllGatherV], units);
+  EXPECT_EQ(full[OpKind::ReduceScatter] + full[OpKind::ReduceScatterV], units);
+  // Optimizer (ZeRO-1): the reduce-scatter, then the updated parameters gathered after the step.
+  auto opt = dp(StageSharding::Optimizer);
+  EXPECT_EQ(opt[OpKind::ReduceScatter] + opt[OpKind::ReduceScatterV], units);
+  EXPECT_EQ(opt[OpKind::AllGather] + opt[OpKind::AllGatherV], units);
+  // None (DDP): one all-reduce per unit.
+  auto none = dp(StageSharding::None);
+  EXPECT_EQ(none[OpKind::AllReduce], units);
+  EXPECT_EQ(none[OpKind::AllGather] + none[OpKind::ReduceScatter], 0);
+}
+
+TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
+  const Scenario s = tiny_scenario(2, 4, 8);
+  auto peak_boundaries = [&](pipeline::PipelineSchedule::Kind kind) {
+    const ModelSplit split =
+        pipeline_split(1, {{0}, {1}}, {{0, 2}, {2, 4}}, 8, {kind, 1}, StageSharding::None);
+    const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
+    // Stage 0's dynamic memory over its program order up to its optimizer step (whose fp32
+    // transient is the same under every schedule): the most it holds at once.
+    double mem = 0, peak = 0;
+    for (const Op& o : g.program(0)) {
+      if (o.kind == OpKind::OptimizerStep) break;
+      mem += o.mem_alloc;
+      peak = std::max(peak, mem);
+      mem -= o.mem_free;
+    }
+    return peak;
+  };
+  EXPECT_LT(peak_boundaries(pipeline::PipelineSchedule::Kind::OneFOneB),
+            peak_boundaries(pipeline::PipelineSchedule::Kind::GPipe));
+}
+
+}  // namespace
+}  // namespace cephalo::traces
