@@ -482,6 +482,18 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
                                        TensorRef x, TensorRef targets, std::int64_t rows,
                                        float grad_scale, TensorRef dx, TensorRef head_grads,
                                        TensorRef embedding_grads) const {
+  HeadActivations kept;
+  const double loss = head_forward(d, head_params, embedding_params, x, targets, rows,
+                                   dx.empty() ? nullptr : &kept);
+  if (!dx.empty())
+    head_backward(d, head_params, embedding_params, x, targets, rows, grad_scale, kept, dx,
+                  head_grads, embedding_grads);
+  return loss;
+}
+
+double GptModel::head_forward(Device& d, TensorRef head_params, TensorRef embedding_params,
+                              TensorRef x, TensorRef targets, std::int64_t rows,
+                              HeadActivations* keep) const {
   auto& s = d.stream(StreamKind::Compute);
   const bool split = tp_.degree > 1;
   // V: this rank's vocabulary columns (all of them on one rank).
@@ -489,47 +501,66 @@ double GptModel::head_forward_backward(Device& d, TensorRef head_params, TensorR
   const int hu = head_unit();
   auto f32 = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), ElemType::F32); };
   auto act = [&](std::int64_t n) { return d.allocate(static_cast<std::size_t>(n), x.type); };
-  Buffer h = act(N * C), mean = f32(N), rstd = f32(N), logits = act(N * V), losses = f32(N),
-         lse = f32(N), total = f32(1);
-  // The logits' weight [vocab x hidden]: the embedding's wte (tied) or the head's own w_head.
-  // A head holding its own copy of the word embedding uses it like an untied weight.
+  HeadActivations local;
+  HeadActivations& a = keep ? *keep : local;
+  a.h = act(N * C);
+  a.mean = f32(N);
+  a.rstd = f32(N);
+  a.logits = act(N * V);
+  Buffer losses = f32(N);
+  a.lse = f32(N);
+  Buffer total = f32(1);
+  // The logits' weight [vocab x hidden]: the embedding's wte (tied) or the head's own w_head
+  // (untied, or a copy of the word embedding held by the head).
   const bool own_weight = !config_.tied_head || tp_.head_holds_word_embedding;
   const TensorRef w = own_weight ? slot(head_params, hu, 2) : slot(embedding_params, 0, 0);
-  d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), h.ref(),
-                       mean.ref(), rstd.ref(), N, C, config_.ln_eps);
-  d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, h.ref(), w, 0.0f, logits.ref());
+  d.layer_norm_forward(s, x, slot(head_params, hu, 0), slot(head_params, hu, 1), a.h.ref(),
+                       a.mean.ref(), a.rstd.ref(), N, C, config_.ln_eps);
+  d.gemm(s, Transpose::No, Transpose::Yes, N, V, C, 1.0f, a.h.ref(), w, 0.0f, a.logits.ref());
   if (!split) {
-    d.cross_entropy_forward(s, logits.ref(), targets, losses.ref(), lse.ref(), N, V);
+    d.cross_entropy_forward(s, a.logits.ref(), targets, losses.ref(), a.lse.ref(), N, V);
   } else {
     // Vocabulary-parallel cross-entropy: the rows' maximum, sum of exponentials and target
     // logit over every rank's columns, then the loss from the three (the same on every rank).
     Buffer row_max = f32(N), sum_exp = f32(N), target_logit = f32(N);
-    d.cross_entropy_row_max(s, logits.ref(), row_max.ref(), N, V);
+    d.cross_entropy_row_max(s, a.logits.ref(), row_max.ref(), N, V);
     tp_all_reduce(d, row_max.ref(), ReduceOp::Max);
-    d.cross_entropy_partial_sums(s, logits.ref(), targets, row_max.ref(), sum_exp.ref(),
+    d.cross_entropy_partial_sums(s, a.logits.ref(), targets, row_max.ref(), sum_exp.ref(),
                                  target_logit.ref(), N, V, vocab_.begin);
     tp_all_reduce(d, sum_exp.ref(), ReduceOp::Sum);
     tp_all_reduce(d, target_logit.ref(), ReduceOp::Sum);
     d.cross_entropy_combine(s, row_max.ref(), sum_exp.ref(), target_logit.ref(), losses.ref(),
-                            lse.ref(), N);
+                            a.lse.ref(), N);
   }
   d.sum(s, losses.ref(), total.ref());
-  if (!dx.empty()) {
-    Buffer dh = act(N * C);
-    d.cross_entropy_backward(s, logits.ref(), targets, lse.ref(), logits.ref(), N, V, grad_scale,
-                             split ? vocab_.begin : 0);
-    d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, logits.ref(), w, 0.0f, dh.ref());
-    // The normed input is replicated: its gradient is the sum of every rank's columns' part.
-    tp_all_reduce(d, dh.ref(), ReduceOp::Sum);
-    d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, logits.ref(), h.ref(), 1.0f,
-           own_weight ? slot(head_grads, hu, 2) : slot(embedding_grads, 0, 0));
-    d.layer_norm_backward(s, x, slot(head_params, hu, 0), mean.ref(), rstd.ref(), dh.ref(), dx,
-                          slot(head_grads, hu, 0), slot(head_grads, hu, 1), N, C);
-    s.synchronize();
-  }
   float loss = 0;
   d.download(&loss, total.ref(), sizeof(float));
   return loss;
+}
+
+void GptModel::head_backward(Device& d, TensorRef head_params, TensorRef embedding_params,
+                             TensorRef x, TensorRef targets, std::int64_t rows, float grad_scale,
+                             HeadActivations& a, TensorRef dx, TensorRef head_grads,
+                             TensorRef embedding_grads) const {
+  auto& s = d.stream(StreamKind::Compute);
+  const bool split = tp_.degree > 1;
+  const std::int64_t C = config_.hidden, N = rows, V = unit_slots(0)[0].numel / C;
+  const int hu = head_unit();
+  const bool own_weight = !config_.tied_head || tp_.head_holds_word_embedding;
+  const TensorRef w = own_weight ? slot(head_params, hu, 2) : slot(embedding_params, 0, 0);
+  Buffer dh = d.allocate(static_cast<std::size_t>(N * C), x.type);
+  // The logits' gradient overwrites the logits (they are not needed after).
+  d.cross_entropy_backward(s, a.logits.ref(), targets, a.lse.ref(), a.logits.ref(), N, V,
+                           grad_scale, split ? vocab_.begin : 0);
+  d.gemm(s, Transpose::No, Transpose::No, N, C, V, 1.0f, a.logits.ref(), w, 0.0f, dh.ref());
+  // The normed input is replicated: its gradient is the sum of every rank's columns' part.
+  tp_all_reduce(d, dh.ref(), ReduceOp::Sum);
+  d.gemm(s, Transpose::Yes, Transpose::No, V, C, N, 1.0f, a.logits.ref(), a.h.ref(), 1.0f,
+         own_weight ? slot(head_grads, hu, 2) : slot(embedding_grads, 0, 0));
+  d.layer_norm_backward(s, x, slot(head_params, hu, 0), a.mean.ref(), a.rstd.ref(), dh.ref(), dx,
+                        slot(head_grads, hu, 0), slot(head_grads, hu, 1), N, C);
+  s.synchronize();
+  a = HeadActivations{};
 }
 
 void synthetic_sample(const GptConfig& config, std::uint64_t seed, std::int64_t step,

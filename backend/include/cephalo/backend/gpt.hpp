@@ -106,6 +106,12 @@ struct LayerActivations {
   Buffer ln1, ln1_mean, ln1_rstd, qkv, att, att_lse, mid, ln2, ln2_mean, ln2_rstd, fc, act;
 };
 
+// What the head's forward keeps for its backward: the normed input, its statistics, the logits
+// (this rank's vocabulary columns) and their rows' log-sum-exp over the whole vocabulary.
+struct HeadActivations {
+  Buffer h, mean, rstd, logits, lse;
+};
+
 class GptModel {
  public:
   // InfeasibleError when the tensor-parallel degree does not divide the heads or the MLP's
@@ -170,6 +176,15 @@ class GptModel {
   double head_forward_backward(Device& d, TensorRef head_params, TensorRef embedding_params,
                                TensorRef x, TensorRef targets, std::int64_t rows, float grad_scale,
                                TensorRef dx, TensorRef head_grads, TensorRef embedding_grads) const;
+  // The same in two parts, for a graph whose head recomputes in an op of its own before the
+  // backward (the split graph: the recompute issues the forward's 3 TP collectives, the
+  // backward 1): the forward returns the loss sum and, with `keep`, keeps what the backward
+  // reads; the backward then takes it.
+  double head_forward(Device& d, TensorRef head_params, TensorRef embedding_params, TensorRef x,
+                      TensorRef targets, std::int64_t rows, HeadActivations* keep) const;
+  void head_backward(Device& d, TensorRef head_params, TensorRef embedding_params, TensorRef x,
+                     TensorRef targets, std::int64_t rows, float grad_scale, HeadActivations& kept,
+                     TensorRef dx, TensorRef head_grads, TensorRef embedding_grads) const;
 
  private:
   TensorRef slot(TensorRef unit, int unit_index, int slot_index) const;
