@@ -365,6 +365,14 @@ __global__ void heads_kernel(const T* in, T* out, int T_, int H, int D, bool mer
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------
+// The largest of a row's `vocab` logits, on every thread of the block.
+template <typename T>
+__device__ float row_max_of(const T* lr, int vocab, float* scratch) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, load(lr, j));
+  return block_max(m, scratch);
+}
+
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t* targets,
                                              float* losses, float* lse_out, int vocab,
@@ -372,9 +380,7 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t
   __shared__ float scratch[32];
   const std::size_t row = blockIdx.x;
   const T* lr = logits + row * vocab;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, load(lr, j));
-  m = block_max(m, scratch);
+  const float m = row_max_of(lr, vocab, scratch);
   float s = 0.0f;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(lr, j) - m);
   const float lse = m + logf(block_sum(s, scratch));
@@ -409,12 +415,8 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_
 template <typename T>
 __global__ void cross_entropy_row_max_kernel(const T* logits, float* row_max, int vocab) {
   __shared__ float scratch[32];
-  const std::size_t row = blockIdx.x;
-  const T* lr = logits + row * vocab;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, load(lr, j));
-  m = block_max(m, scratch);
-  if (threadIdx.x == 0) row_max[row] = m;
+  const float m = row_max_of(logits + std::size_t(blockIdx.x) * vocab, vocab, scratch);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
 template <typename T>
