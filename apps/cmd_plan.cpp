@@ -9,7 +9,7 @@
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/planner/split_search.hpp"
+#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
@@ -61,22 +61,23 @@ planner::SplitSearchOptions split_options(const PlanArgs& a) {
   return o;
 }
 
-void print_3d(const PlanArgs& a, const planner::SplitSearchResult& r) {
-  if (!a.output.empty()) write_file_atomically(a.output, to_json(r.split).dump(2) + "\n");
-  if (a.json) {
-    std::cout << planner::to_json(r).dump(2) << "\n";
-    return;
+void print_3d(const PlanArgs& a, const planner::SplitPlanResult& r) {
+  if (a.json || !a.output.empty()) {
+    // One valid Plan record, with its model_split: `simulate` and `run` read it.
+    const std::string text = planner::plan_record(r).dump(2) + "\n";
+    if (!a.output.empty()) write_file_atomically(a.output, text);
+    if (a.json) std::cout << text;
   }
-  std::cout << planner::render_split_search(r)
-            << (a.output.empty() ? "" : "split written to " + a.output + "\n");
+  if (!a.json)
+    std::cout << planner::render_split_plan(r)
+              << (a.output.empty() ? "" : "plan written to " + a.output + "\n");
 }
 
 void run_plan_3d(const PlanArgs& a) {
   const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});
-  print_3d(a,
-           planner::search_split(scenario, split_options(a),
-                                 costmodels::make_cost_models(scenario, a.options.compute_source)));
+  print_3d(a, planner::plan_split(scenario, split_options(a),
+                                  costmodels::make_cost_models(scenario, a.options.compute_source)));
 }
 
 planner::PlannerOptions fsdp_options(const PlanArgs& a) {
@@ -120,15 +121,16 @@ void run_plan_auto(const PlanArgs& a) {
   const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});
   const planner::PlanResult fsdp = planner::make_plan(scenario, fsdp_options(a));
-  std::optional<planner::SplitSearchResult> split;
+  const auto models = costmodels::make_cost_models(scenario, a.options.compute_source);
+  std::optional<planner::SplitPlanResult> split;
   std::string split_refusal;
   try {
-    split = planner::search_split(scenario, split_options(a),
-                                  costmodels::make_cost_models(scenario, a.options.compute_source));
+    split = planner::plan_split(scenario, split_options(a), models);
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
-  const planner::FamilyChoice choice = planner::choose_family(fsdp, split, split_refusal);
+  const planner::FamilyChoice choice =
+      planner::choose_family(scenario, fsdp, split, split_refusal, models);
   if (choice.fsdp)
     print_fsdp(a, scenario, fsdp);
   else

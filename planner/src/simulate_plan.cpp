@@ -13,7 +13,8 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
                          const Plan& plan) {
   // A strategy sizes batches over full sharding; under a replicating framework (DDP) each of
   // its candidates runs as what the framework can run, one replica per rank.
-  if (schedule::replicates_state(s.job.implementation.framework) && !plan.sharding.hybrid()) {
+  if (schedule::replicates_state(s.job.implementation.framework) && !plan.sharding.hybrid() &&
+      !plan.has_split()) {
     Plan replicas = plan;
     replicas.sharding = replica_sharding(static_cast<int>(plan.ranks.size()));
     for (auto& r : replicas.ranks) r.state_share = 1.0;
@@ -63,6 +64,7 @@ std::string replay_key(const Plan& plan) {
     put(static_cast<int>(g.size()));
     for (int r : g) put(r);
   }
+  if (plan.has_split()) key += to_json(plan.model_split).dump();
   for (const auto& r : plan.ranks) {
     put(r.batch);
     put(r.micro_batch);

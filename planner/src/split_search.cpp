@@ -172,8 +172,20 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   const Job& job = scenario_.job;
   const int layers = job.model.num_layers;
   const int p = static_cast<int>(shapes.size());
-  bool any_tp = false;
-  for (const auto& s : shapes) any_tp = any_tp || s.tensor_parallel > 1;
+  bool any_tp = false, uniform_tp = true;
+  for (const auto& s : shapes) {
+    any_tp = any_tp || s.tensor_parallel > 1;
+    uniform_tp = uniform_tp && s.tensor_parallel == shapes.front().tensor_parallel;
+  }
+  // Layouts check_model_split refuses whatever the boundaries: a tied model's word embedding
+  // is all-reduced rank by rank between the first and the last stage, which therefore need the
+  // same T and rank count.
+  if (job.model.tied_embeddings && p > 1 &&
+      (shapes.front().tensor_parallel != shapes.back().tensor_parallel ||
+       shapes.front().ranks.size() != shapes.back().ranks.size())) {
+    ++result_.pruned;
+    return;
+  }
 
   std::vector<int> layout;  // type and T of every stage
   for (const auto& s : shapes) {
@@ -200,10 +212,12 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   std::vector<StageSharding> shardings = {StageSharding::Full, StageSharding::Hybrid,
                                           StageSharding::Optimizer, StageSharding::None};
   if (options_.sharding) shardings = {*options_.sharding};
+  // Sequence parallelism hands neighbours 1/T of the sequence: every stage the same T.
   std::vector<bool> sps = {false};
-  if (any_tp) sps.push_back(true);
+  if (any_tp && uniform_tp) sps.push_back(true);
   if (options_.sequence_parallel) {
-    if (*options_.sequence_parallel && !any_tp) return;  // refused by check_model_split
+    if (*options_.sequence_parallel && (!any_tp || !uniform_tp))
+      return;  // refused by check_model_split
     sps = {*options_.sequence_parallel};
   }
   std::vector<bool> rcs = {false, true};

@@ -1,6 +1,5 @@
-// The 3D estimate's and the split search's tables and record, and the choice between the FSDP
-// plan and the best split (`plan --parallelism auto`): the CLI prints these, Python can return
-// them.
+// The 3D estimate's and the split search's tables and record: the CLI prints these, Python can
+// return them (the choice between the families is split_plan.cpp's).
 #include <sstream>
 
 #include "cephalo/core/table.hpp"
@@ -65,30 +64,6 @@ std::string render_split_search(const SplitSearchResult& r) {
   else
     out << "best other pipeline depth: none (no other depth searched fits)\n";
   return out.str();
-}
-
-FamilyChoice choose_family(const PlanResult& fsdp, const std::optional<SplitSearchResult>& split,
-                           const std::string& split_refusal) {
-  const double fsdp_s = fsdp.simulated_iteration_s.value_or(fsdp.predicted_iteration_s);
-  FamilyChoice c;
-  c.fsdp = fsdp.fits() && (!split || fsdp_s <= split->estimate.iteration_s);
-  std::ostringstream why;
-  if (c.fsdp && split)
-    why << "3d lost: its best split (" << split->estimate.split << ") is estimated at "
-        << format_seconds(split->estimate.iteration_s) << " against the FSDP plan's "
-        << format_seconds(fsdp_s);
-  else if (c.fsdp || !split)
-    why << "3d lost: " << split_refusal;
-  else if (fsdp.fits())
-    why << "fsdp lost: its plan is simulated at " << format_seconds(fsdp_s)
-        << " against the 3D estimate's " << format_seconds(split->estimate.iteration_s);
-  else
-    why << "fsdp lost: its plan does not fit in memory";
-  // The two sides come from different models (FSDP: the simulator's replay; 3D: the analytic
-  // estimate), which the line says so that a close call is read as one.
-  why << " (FSDP simulated, 3D estimated analytically)";
-  c.why = why.str();
-  return c;
 }
 
 }  // namespace cephalo::planner

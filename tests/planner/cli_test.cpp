@@ -82,18 +82,25 @@ TEST(PlanCli, JsonIsThePlanWithItsPrediction) {
       << warnings.dump();
 }
 
-TEST(PlanCli, ThreeDWritesTheSplitPredict3dReadsAndGivesTheSameEstimate) {
+TEST(PlanCli, ThreeDWritesThePlanThatSimulatesAsPlannedAndPredict3dReadsIt) {
   const auto split = tmp("default.split.json");
   const auto r =
       run("plan --parallelism 3d --scenario " + kDefault + " -o " + split.string() + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto record = nlohmann::json::parse(r.json);
-  const double planned = record["estimate"]["iteration_s"].get<double>();
+  const auto& predicted = record["predicted"];
+  const double planned = predicted["estimate"]["iteration_s"].get<double>();
   EXPECT_GT(planned, 0);
-  EXPECT_GT(record["evaluated"].get<int>(), 0);
+  EXPECT_GT(predicted["evaluated"].get<int>(), 0);
+  // The written plan is a Plan: `simulate` of it gives the time the planner printed.
+  const auto sim = run("simulate --scenario " + kDefault + " --plan " + split.string() + " --json");
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  const double simulated = predicted["simulated_iteration_s"].get<double>();
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.json)["iteration_time_s"].get<double>(), simulated);
   const auto p =
       run("predict 3d --scenario " + kDefault + " --split " + split.string() +
-          (record["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
+          (predicted["recompute"].get<bool>() ? " --activation-checkpointing full" : "") +
+          " --json");
   ASSERT_EQ(p.code, 0) << p.out;
   EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), planned, 1e-9 * planned);
   // The table: one row per stage, and the best other pipeline depth.
@@ -101,6 +108,7 @@ TEST(PlanCli, ThreeDWritesTheSplitPredict3dReadsAndGivesTheSameEstimate) {
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("best other pipeline depth"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("peak memory"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("simulated "), std::string::npos) << t.out;
 }
 
 TEST(PlanCli, ThreeDRefusesTheFsdpScheduleFlagsAndFixesWhatItIsGiven) {

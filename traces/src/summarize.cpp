@@ -91,6 +91,8 @@ std::string plan_hash(const Plan& plan) {
   add(to_string(plan.offload));
   add(plan.prefetch ? "prefetch" : "no prefetch");
   add(to_string(plan.uneven_collective));
+  // Likewise the split, only when there is one.
+  if (plan.has_split()) add("split " + to_json(plan.model_split).dump());
   for (const PlanRank& r : plan.ranks) {
     add_number(r.rank);
     add_number(r.node);

@@ -90,17 +90,6 @@ std::string render_split_search(const SplitSearchResult& result);
 // (times per micro-batch where the header says /mb; ranks from `split`, "all" without stages).
 std::string render_split_estimate(const SplitEstimate& estimate, const ModelSplit& split);
 
-// `plan --parallelism auto`: whether the FSDP plan (its simulated time) beats the best split
-// (its estimate), and one line on why the other lost. `split` is empty when no split fits, with
-// the search's refusal in `split_refusal`; when neither fits the FSDP side is chosen (its table
-// says where memory runs out).
-struct FamilyChoice {
-  bool fsdp = true;
-  std::string why;
-};
-FamilyChoice choose_family(const PlanResult& fsdp, const std::optional<SplitSearchResult>& split,
-                           const std::string& split_refusal);
-
 // The boundaries the heuristic starts from: `layers` dealt to stages in proportion to
 // `speed` (largest remainders), each stage at least one layer. Exposed for the tests.
 std::vector<int> balanced_layer_counts(int layers, const std::vector<double>& speed);

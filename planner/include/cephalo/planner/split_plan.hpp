@@ -1,0 +1,60 @@
+#pragma once
+// The 3D search's split made into the plan that runs it and replayed by the simulator: what
+// `cephalo plan --parallelism 3d` prints and writes (-o: a Plan with its "model_split", which
+// `simulate`, `run` and `predict 3d --split` read), and what `--parallelism auto` compares with
+// the FSDP plan, both sides on the simulator's scale (planner/README.md, "3D plans: search").
+//
+//   SplitPlanResult r = plan_split(scenario, options, models);  // search, plan, replay
+//   r.simulated_iteration_s;  // what `cephalo simulate` of plan_record(r) reports
+#include <optional>
+#include <string>
+
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/split_search.hpp"
+#include "cephalo/traces/report.hpp"
+
+namespace cephalo::planner {
+
+struct SplitPlanResult {
+  SplitSearchResult search;
+  // even_split_plan of the chosen split: each stage's micro-batch divided evenly over its
+  // replicas (as the estimate prices it), every layer checkpointed when the split recomputes.
+  Plan plan;
+  traces::IterationReport report;  // the simulator's replay of `plan`
+  double simulated_iteration_s = 0;
+  bool simulated_oom = false;
+  std::string simulated_oom_detail;  // "rank 5 at F u12 mb3 r5 needs 23 GiB of 22 GiB usable"
+};
+
+// The plan of a split (even_split_plan, checkpointing from `recompute`), replayed.
+SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                               const costmodels::CostModels& models);
+// search_split, then plan_for_split of its best split.
+SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
+                           const costmodels::CostModels& models);
+
+// The plan record `--json` prints and -o writes: the Plan with "predicted" holding the
+// estimate, the replay's time and the search's counts.
+Json plan_record(const SplitPlanResult& result);
+// The search's table (render_split_search), then the replay: its iteration time against the
+// estimate's, the bubble and exposed communication per stage.
+std::string render_split_plan(const SplitPlanResult& result);
+
+// `plan --parallelism auto`: the faster of the FSDP plan and the best split, both replayed by
+// the simulator (never slower than either), and one line on why the other lost, naming what
+// costs it the most: the FSDP plan's exposed communication (its gathers and reductions of the
+// sharded state), the split's pipeline bubble and its tensor-parallel and transfer time. `split`
+// is empty when no split fits (`split_refusal` says why); a side that runs out of memory in
+// the replay loses to one that does not; when neither fits, FSDP is chosen (its table says where
+// memory runs out).
+struct FamilyChoice {
+  bool fsdp = true;
+  std::string why;
+};
+FamilyChoice choose_family(const Scenario& scenario, const PlanResult& fsdp,
+                           const std::optional<SplitPlanResult>& split,
+                           const std::string& split_refusal, const costmodels::CostModels& models);
+
+}  // namespace cephalo::planner

@@ -1,0 +1,128 @@
+// The search's split as a plan, replayed, and the choice between the two families on the
+// simulator's scale; see split_plan.hpp.
+#include "cephalo/planner/split_plan.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/sim/class_replay.hpp"
+#include "cephalo/traces/shard_layout.hpp"
+
+namespace cephalo::planner {
+namespace {
+
+std::string oom_text(const traces::IterationReport& r) {
+  if (!r.oom_detail) return r.oom ? "out of memory" : "";
+  const auto& d = *r.oom_detail;
+  return "rank " + std::to_string(d.rank) + " at " + d.op_name + " needs " +
+         format_bytes(d.bytes) + " of " + format_bytes(d.capacity_bytes) + " usable";
+}
+
+// Across the ranks: the largest share of the iteration a rank spends on the quantity.
+template <typename F>
+double worst_fraction(const traces::IterationReport& r, F of) {
+  double worst = 0;
+  if (r.iteration_time_s <= 0) return 0;
+  for (const auto& k : r.ranks) worst = std::max(worst, of(k) / r.iteration_time_s);
+  return worst;
+}
+
+std::string percent(double fraction) { return fixed(100.0 * fraction, 0) + " %"; }
+
+// "bubble 31 %, tensor-parallel 6 %, transfers 2 %": what a split's slowest-waiting rank spends
+// its iteration on besides compute.
+std::string split_costs(const traces::IterationReport& r) {
+  return "bubble " +
+         percent(worst_fraction(r, [](const traces::RankReport& k) { return k.bubble_s; })) +
+         ", tensor-parallel " +
+         percent(worst_fraction(r, [](const traces::RankReport& k) { return k.exposed_tp_s; })) +
+         ", transfers " +
+         percent(worst_fraction(r, [](const traces::RankReport& k) { return k.exposed_pp_s; }));
+}
+
+}  // namespace
+
+SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                               const costmodels::CostModels& models) {
+  SplitPlanResult out;
+  out.search = search;
+  out.plan = even_split_plan(scenario, search.split, "<planner>");
+  out.plan.strategy = "3d";
+  out.plan.activation_checkpointing.kind = search.recompute ? ActivationCheckpointing::Kind::Full
+                                                            : ActivationCheckpointing::Kind::None;
+  traces::check_plan_for(out.plan, scenario, "<planner>");
+  out.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
+  out.simulated_iteration_s = out.report.iteration_time_s;
+  out.simulated_oom = out.report.oom;
+  out.simulated_oom_detail = oom_text(out.report);
+  return out;
+}
+
+SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
+                           const costmodels::CostModels& models) {
+  return plan_for_split(scenario, search_split(scenario, options, models), models);
+}
+
+Json plan_record(const SplitPlanResult& r) {
+  Json j = to_json(r.plan);
+  // Written even when the search's best is the default split (one stage, T = 1, full), which a
+  // plan reads as its FSDP plan: the record says what the search chose.
+  j["model_split"] = to_json(r.search.split);
+  Json predicted = to_json(r.search);
+  predicted["simulated_iteration_s"] = r.simulated_iteration_s;
+  predicted["simulated_oom"] = r.simulated_oom;
+  if (r.simulated_oom) predicted["simulated_oom_detail"] = r.simulated_oom_detail;
+  j["predicted"] = std::move(predicted);
+  return j;
+}
+
+std::string render_split_plan(const SplitPlanResult& r) {
+  std::ostringstream out;
+  out << render_split_search(r.search);
+  out << "simulated " << format_seconds(r.simulated_iteration_s) << " (the estimate's "
+      << format_seconds(r.search.estimate.iteration_s) << "; " << split_costs(r.report) << ")";
+  if (r.simulated_oom) out << "; out of memory in the replay: " << r.simulated_oom_detail;
+  out << "\n";
+  return out.str();
+}
+
+FamilyChoice choose_family(const Scenario& scenario, const PlanResult& fsdp,
+                           const std::optional<SplitPlanResult>& split,
+                           const std::string& split_refusal, const costmodels::CostModels& models) {
+  const double fsdp_s = fsdp.simulated_iteration_s.value_or(fsdp.predicted_iteration_s);
+  const bool fsdp_fits = fsdp.fits() && !fsdp.simulated_oom;
+  const bool split_fits = split && !split->simulated_oom;
+  FamilyChoice c;
+  c.fsdp = fsdp_fits ? !split_fits || fsdp_s <= split->simulated_iteration_s : !split_fits;
+  std::ostringstream why;
+  if (c.fsdp && split_fits) {
+    why << "3d lost: its best split (" << split->search.estimate.split << ") is simulated at "
+        << format_seconds(split->simulated_iteration_s) << " (" << split_costs(split->report)
+        << ") against the FSDP plan's " << format_seconds(fsdp_s);
+  } else if (c.fsdp) {
+    why << "3d lost: "
+        << (split ? "its best split runs out of memory in the replay (" +
+                        split->simulated_oom_detail + ")"
+                  : split_refusal);
+  } else if (fsdp_fits) {
+    // What costs the FSDP plan: the exposed gathers and reductions of the sharded state.
+    const traces::IterationReport report =
+        sim::simulate_plan(fsdp.plan, scenario, *models.compute, *models.comm).report;
+    const double exposed =
+        worst_fraction(report, [](const traces::RankReport& k) { return k.exposed_comm_s; });
+    why << "fsdp lost: its plan is simulated at " << format_seconds(fsdp_s) << ", up to "
+        << percent(exposed) << " of it exposed communication of the sharded state; the best split ("
+        << split->search.estimate.split << ") is simulated at "
+        << format_seconds(split->simulated_iteration_s) << " (" << split_costs(split->report)
+        << ")";
+  } else {
+    why << "fsdp lost: its plan does not fit in memory"
+        << (fsdp.simulated_oom ? " (" + fsdp.simulated_oom_detail + ")" : std::string());
+  }
+  c.why = why.str();
+  return c;
+}
+
+}  // namespace cephalo::planner
