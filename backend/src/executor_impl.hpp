@@ -171,7 +171,6 @@ struct Executor::Impl {
   void run_split_transfer(const traces::Op& op);
   void run_split_comm(const traces::Op& op);
   void split_optimizer_step();
-  void fold_into_shard(int u, Stream& s);
   // The single-rank unit u of the last step, assembled from every rank that owns a piece
   // (collective): 0 parameters, 1 Adam m, 2 Adam v, 3 reduced gradients (fp32).
   std::vector<float> assemble_unit(int u, int which);

@@ -284,6 +284,15 @@ TensorRef Executor::Impl::split_params(int u) {
 }
 
 TensorRef Executor::Impl::split_grads(int u) {
+  // none: the rank's shard is the whole unit (zeroed at the step's start): backwards accumulate
+  // into it and the all-reduce runs on it, as the graph charges (no unsharded copy beside it).
+  if (graph.summary().stage_sharding == StageSharding::None) {
+    if (state->owned(u) != model.unit_numel(u))
+      throw RuntimeFailure("executor: under none sharding rank " + std::to_string(rank) + " owns " +
+                           std::to_string(state->owned(u)) + " of unit " + std::to_string(u) +
+                           "'s " + std::to_string(model.unit_numel(u)) + " elements");
+    return state->grad(u).slice(0, state->owned(u));
+  }
   auto it = sp.grads.find(u);
   if (it == sp.grads.end()) {
     Buffer g = gradient(model.unit_numel(u));
@@ -416,19 +425,6 @@ void Executor::Impl::run_split_transfer(const tr::Op& op) {
   }
 }
 
-void Executor::Impl::fold_into_shard(int u, Stream& s) {
-  auto it = sp.grads.find(u);
-  if (it == sp.grads.end()) return;
-  const std::int64_t n = state->owned(u);
-  if (n != it->second.numel())
-    throw RuntimeFailure("executor: unit " + std::to_string(u) + "'s gradient of " +
-                         std::to_string(it->second.numel()) +
-                         " elements has no reduction into a shard of " + std::to_string(n));
-  dev.axpy(s, 1.0f, it->second.ref(), state->grad(u).slice(0, n));
-  retire(std::move(it->second), s);
-  sp.grads.erase(it);
-}
-
 void Executor::Impl::run_split_comm(const tr::Op& op) {
   auto& s = dev.stream(StreamKind::Comm);
   const tr::Collective& c = graph.collectives()[static_cast<std::size_t>(op.collective)];
@@ -456,8 +452,6 @@ void Executor::Impl::run_split_comm(const tr::Op& op) {
       break;
     }
     case tr::OpKind::AllReduce: {
-      // none: the unit's gradient was never reduce-scattered; it is the (whole) shard's.
-      if (graph.summary().stage_sharding == StageSharding::None) fold_into_shard(u, s);
       TensorRef shard = state->grad(u).slice(0, state->owned(u));
       for (const CrossPieceRun& p : sp.pieces.at(static_cast<std::size_t>(u)))
         p.comm->all_reduce(s, shard.slice(p.offset, p.count), ReduceOp::Sum);
@@ -481,10 +475,7 @@ void Executor::Impl::run_split_comm(const tr::Op& op) {
 }
 
 void Executor::Impl::split_optimizer_step() {
-  // A gradient no collective reduced (a domain of one rank under none) is this rank's shard.
   auto& cs = dev.stream(StreamKind::Compute);
-  dev.stream(StreamKind::Comm).synchronize();
-  for (int u = 0; u < units; ++u) fold_into_shard(u, cs);
   optimizer_step();
   // none in a compute type other than fp32 computes on a cast of the updated master weights.
   if (graph.summary().stage_sharding == StageSharding::None && compute_type != ElemType::F32)
