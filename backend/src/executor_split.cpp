@@ -42,13 +42,8 @@ TensorParallel tensor_parallel_of(const tr::TrainingGraph& graph, const GptConfi
         "it with `cephalo simulate`");
   for (int r = 0; r < ranks; ++r) {
     const RankPlace& p = graph.place(r);
-    const int T = p.tensor_parallel;
-    if (config.heads % T != 0 || config.ffn % T != 0 || config.vocab < T)
-      throw InfeasibleError("stage " + std::to_string(p.stage) + "'s tensor-parallel degree " +
-                            std::to_string(T) + " must divide the attention heads (" +
-                            std::to_string(config.heads) + ") and the MLP width (" +
-                            std::to_string(config.ffn) + ") and not exceed the vocabulary (" +
-                            std::to_string(config.vocab) + ")");
+    if (const auto why = GptModel::tensor_parallel_refusal(config, p.tensor_parallel); !why.empty())
+      throw InfeasibleError("stage " + std::to_string(p.stage) + ": " + why);
   }
   const int me = comm.rank();
   const RankPlace& mine = graph.place(me);

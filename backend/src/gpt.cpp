@@ -137,15 +137,8 @@ GptModel::GptModel(const GptConfig& c, TensorParallel tp) : config_(c), tp_(tp) 
     throw InfeasibleError("tensor-parallel rank " + std::to_string(t) + " of degree " +
                           std::to_string(T) + ": the rank must lie in 0.." + std::to_string(T - 1) +
                           " and the degree be at least 1");
-  if (c.heads % T != 0 || c.ffn % T != 0)
-    throw InfeasibleError("tensor-parallel degree " + std::to_string(T) +
-                          " must divide the attention heads (" + std::to_string(c.heads) +
-                          ") and the MLP width (" + std::to_string(c.ffn) + ")");
-  if (c.vocab < T)
-    throw InfeasibleError("tensor-parallel degree " + std::to_string(T) +
-                          " exceeds the vocabulary of " + std::to_string(c.vocab) +
-                          " ids (every rank holds at least one row of the vocabulary-parallel "
-                          "embedding)");
+  if (const std::string why = tensor_parallel_refusal(c, T); !why.empty())
+    throw InfeasibleError(why);
   const std::int64_t V = c.vocab, C = c.hidden, F = c.ffn, Q = C / T, Fl = F / T;
   vocab_ = {V * t / T, V};
   const std::int64_t R = V * (t + 1) / T - vocab_.begin;
@@ -188,6 +181,17 @@ GptModel::GptModel(const GptConfig& c, TensorParallel tp) : config_(c), tp_(tp) 
     }
     runs_.push_back(std::move(runs));
   }
+}
+
+std::string GptModel::tensor_parallel_refusal(const GptConfig& c, int T) {
+  if (T >= 1 && (c.heads % T != 0 || c.ffn % T != 0))
+    return "tensor-parallel degree " + std::to_string(T) + " must divide the attention heads (" +
+           std::to_string(c.heads) + ") and the MLP width (" + std::to_string(c.ffn) + ")";
+  if (T >= 1 && c.vocab < T)
+    return "tensor-parallel degree " + std::to_string(T) + " exceeds the vocabulary of " +
+           std::to_string(c.vocab) +
+           " ids (every rank holds at least one row of the vocabulary-parallel embedding)";
+  return "";
 }
 
 std::int64_t GptModel::unit_numel(int unit) const {

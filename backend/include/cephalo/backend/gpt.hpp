@@ -117,6 +117,8 @@ class GptModel {
   // InfeasibleError when the tensor-parallel degree does not divide the heads or the MLP's
   // width, exceeds the vocabulary, or the rank is outside the group.
   explicit GptModel(const GptConfig& config, TensorParallel tp = {});
+  // Why `config` cannot be split `degree` ways (the refusal the constructor throws), or "".
+  static std::string tensor_parallel_refusal(const GptConfig& config, int degree);
   const GptConfig& config() const { return config_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
 
