@@ -56,44 +56,35 @@ std::vector<double> peaks(const json& report) {
   return v;
 }
 
-}  // namespace
+struct Case {
+  std::string name;
+  json plan;
+};
 
-TEST(MpiMemory, SimulatedPeakMatchesTheMeasuredPeakPerRank) {
-  TempDir dir;
-  const std::string sc = scenario_variant(dir.path, 2, "memory", [](json& job) {
-    job["sequence_length"] = 64;
-    job["global_batch"] = 16;
-  });
-  struct Case {
-    std::string name;
-    json plan;
-  };
-  const std::vector<Case> cases = {
-      {"even-layered", two_rank_plan("layered", "none", {8, 8}, {4, 4}, {0.5, 0.5})},
-      {"uneven-standard", two_rank_plan("standard", "none", {11, 5}, {6, 3}, {0.6, 0.4})},
-      {"uneven-layered-offload", two_rank_plan("layered", "host", {11, 5}, {6, 3}, {0.6, 0.4})},
-  };
+// Every case's simulated peak per rank against the smaller of two measured runs, within 10 %.
+void expect_peaks_match(const fs::path& dir, const std::string& sc, int ranks,
+                        const std::vector<Case>& cases) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const auto plan_file = dir.path / (c.name + ".plan.json");
-    const auto result_file = dir.path / (c.name + ".run.json");
+    const auto plan_file = dir / (c.name + ".plan.json");
+    const auto result_file = dir / (c.name + ".run.json");
     std::ofstream(plan_file) << c.plan.dump(2);
     auto sim = run_command(std::string(CEPHALO_CLI) + " simulate --scenario " + sc + " --plan " +
                            plan_file.string() + " --json");
     ASSERT_EQ(sim.code, 0) << sim.err;
     const auto simulated = peaks(json::parse(sim.out));
-    ASSERT_EQ(simulated.size(), 2u);
+    ASSERT_EQ(simulated.size(), static_cast<std::size_t>(ranks));
     std::vector<double> measured;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      auto run = mpirun(2, "--scenario " + sc + " --plan " + plan_file.string() +
-                               " --steps 2 --result " + result_file.string());
+      auto run = mpirun(ranks, "--scenario " + sc + " --plan " + plan_file.string() +
+                                   " --steps 2 --result " + result_file.string());
       ASSERT_EQ(run.code, 0) << run.output;
       const auto m = peaks(json::parse(std::ifstream(result_file)));
-      ASSERT_EQ(m.size(), 2u);
+      ASSERT_EQ(m.size(), static_cast<std::size_t>(ranks));
       if (measured.empty()) measured = m;
-      for (int r = 0; r < 2; ++r) measured[r] = std::min(measured[r], m[r]);
+      for (int r = 0; r < ranks; ++r) measured[r] = std::min(measured[r], m[r]);
     }
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       ASSERT_GT(measured[r], 0.0);
       const double error = (simulated[r] - measured[r]) / measured[r];
       EXPECT_LT(std::abs(error), 0.10) << "rank " << r << ": simulated " << simulated[r]
@@ -102,6 +93,22 @@ TEST(MpiMemory, SimulatedPeakMatchesTheMeasuredPeakPerRank) {
                   r, simulated[r], measured[r], 100 * error);
     }
   }
+}
+
+}  // namespace
+
+TEST(MpiMemory, SimulatedPeakMatchesTheMeasuredPeakPerRank) {
+  TempDir dir;
+  const std::string sc = scenario_variant(dir.path, 2, "memory", [](json& job) {
+    job["sequence_length"] = 64;
+    job["global_batch"] = 16;
+  });
+  const std::vector<Case> cases = {
+      {"even-layered", two_rank_plan("layered", "none", {8, 8}, {4, 4}, {0.5, 0.5})},
+      {"uneven-standard", two_rank_plan("standard", "none", {11, 5}, {6, 3}, {0.6, 0.4})},
+      {"uneven-layered-offload", two_rank_plan("layered", "host", {11, 5}, {6, 3}, {0.6, 0.4})},
+  };
+  expect_peaks_match(dir.path, sc, 2, cases);
 }
 
 namespace {
@@ -149,42 +156,10 @@ TEST(MpiMemory, SplitPlansSimulatedPeakMatchesTheMeasuredPeakPerRank) {
                 {"sharding", sharding},
                 {"stages", two_stages}};
   };
-  struct Case {
-    std::string name;
-    json plan;
-  };
   const std::vector<Case> cases = {
       {"tp2-pp2-1f1b", split_plan(split(2, "1f1b", "full"), {4, 4, 4, 4}, {1, 1, 1, 1})},
       {"pp2-gpipe", split_plan(split(1, "gpipe", "full"), {2, 2, 2, 2}, {0.5, 0.5, 0.5, 0.5})},
       {"pp2-1f1b-none", split_plan(split(1, "1f1b", "none"), {2, 2, 2, 2}, {0.5, 0.5, 0.5, 0.5})},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    const auto plan_file = dir.path / (c.name + ".plan.json");
-    const auto result_file = dir.path / (c.name + ".run.json");
-    std::ofstream(plan_file) << c.plan.dump(2);
-    auto sim = run_command(std::string(CEPHALO_CLI) + " simulate --scenario " + sc + " --plan " +
-                           plan_file.string() + " --json");
-    ASSERT_EQ(sim.code, 0) << sim.err;
-    const auto simulated = peaks(json::parse(sim.out));
-    ASSERT_EQ(simulated.size(), 4u);
-    std::vector<double> measured;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      auto run = mpirun(4, "--scenario " + sc + " --plan " + plan_file.string() +
-                               " --steps 2 --result " + result_file.string());
-      ASSERT_EQ(run.code, 0) << run.output;
-      const auto m = peaks(json::parse(std::ifstream(result_file)));
-      ASSERT_EQ(m.size(), 4u);
-      if (measured.empty()) measured = m;
-      for (int r = 0; r < 4; ++r) measured[r] = std::min(measured[r], m[r]);
-    }
-    for (int r = 0; r < 4; ++r) {
-      ASSERT_GT(measured[r], 0.0);
-      const double error = (simulated[r] - measured[r]) / measured[r];
-      EXPECT_LT(std::abs(error), 0.10) << "rank " << r << ": simulated " << simulated[r]
-                                       << " B, measured " << measured[r] << " B";
-      std::printf("%-24s rank %d: simulated %.0f B, measured %.0f B (%+.1f %%)\n", c.name.c_str(),
-                  r, simulated[r], measured[r], 100 * error);
-    }
-  }
+  expect_peaks_match(dir.path, sc, 4, cases);
 }
