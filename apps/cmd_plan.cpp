@@ -76,8 +76,9 @@ void print_3d(const PlanArgs& a, const planner::SplitPlanResult& r) {
 void run_plan_3d(const PlanArgs& a) {
   const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});
-  print_3d(a, planner::plan_split(scenario, split_options(a),
-                                  costmodels::make_cost_models(scenario, a.options.compute_source)));
+  print_3d(a,
+           planner::plan_split(scenario, split_options(a),
+                               costmodels::make_cost_models(scenario, a.options.compute_source)));
 }
 
 planner::PlannerOptions fsdp_options(const PlanArgs& a) {

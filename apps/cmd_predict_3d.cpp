@@ -25,6 +25,7 @@ void predict_3d(const Predict3dArgs& a) {
   const ModelSplit split = load_model_split_for(a.split, scenario);
   planner::SplitOptions options;
   options.recompute = a.checkpointing == "full";
+  options.selective_recompute = a.checkpointing == "selective";
   options.scatter_gather = !a.no_scatter_gather;
   options.dp_overlap =
       a.dp_overlap == "last-backward" ? planner::DpOverlap::LastBackward : planner::DpOverlap::None;
@@ -50,8 +51,9 @@ void add_predict_3d_command(CLI::App& predict) {
   c->add_option("--scenario", args.scenario, "scenario file")->required();
   c->add_option("--split", args.split, "model split file ({\"model_split\": {...}})")->required();
   c->add_option("--activation-checkpointing", args.checkpointing,
-                "none (default) or full (every layer recomputed)")
-      ->check(one_of({"none", "full"}));
+                "none (default), full (every layer recomputed) or selective (each layer's "
+                "attention core recomputed)")
+      ->check(one_of({"none", "full", "selective"}));
   c->add_option("--dp-overlap", args.dp_overlap,
                 "none (default: DP reduction after the last backward) or last-backward")
       ->check(one_of({"none", "last-backward"}));

@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -198,11 +199,24 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
   if (!slot)
     throw ValidationError("", "ranks[" + std::to_string(rank) + "]", std::to_string(rank),
                           "a rank of the scenario's cluster");
+  if (plan.has_split()) {
+    MemoryBreakdown b;
+    b.rank = rank;
+    b.gpu = slot->spec.name;
+    b.terms = split_memory_terms(scenario, plan, rank, k);
+    for (const auto& term : b.terms) b.total += term.bytes;
+    b.capacity = slot->spec.memory_bytes;
+    b.usable = slot->spec.memory_bytes * k.usable_fraction;
+    return b;
+  }
   return predict_memory(scenario.job, plan, *it, slot->spec, world_size, k);
 }
 
 MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,
                                const DeviceSpec& spec, int world_size, const MemoryConstants& k) {
+  // A split's ranks differ by stage, which the scenario's cluster places (the overload above).
+  if (plan.has_split())
+    throw std::logic_error("predict_memory(job, ...) of a split plan: pass the scenario");
   RankMemoryInputs in;
   in.state_share = rank.state_share;
   in.micro_batch_sizes = rank.micro_batch_sizes();

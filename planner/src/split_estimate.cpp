@@ -5,7 +5,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <tuple>
+#include <unordered_map>
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
@@ -36,22 +39,30 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
   return t;
 }
 
-// Share of a layer's forward and backward time spent in the replicated ops, by the roofline's
+// The attention core of a layer (scores, softmax and context, or flash attention's one kernel):
+// what selective recompute reruns.
+bool attention_core_op(const char* name) {
+  for (const char* r : {"scores", "softmax", "context", "flash_attention"})
+    if (std::strcmp(name, r) == 0) return true;
+  return false;
+}
+
+// Share of a layer's forward and backward work in the ops `pick` selects, at the roofline's
 // default efficiencies.
-std::pair<double, double> replicated_share(const DeviceSpec& spec, const Job& job, int seq,
-                                           int micro_batch) {
+std::pair<double, double> op_share(const DeviceSpec& spec, const Job& job, int seq, int micro_batch,
+                                   bool (*pick)(const char*)) {
   const auto ops = costmodels::unit_ops(job.model, 1, seq, micro_batch, job.precision.compute,
                                         job.implementation);
-  std::vector<costmodels::OpCost> replicated;
+  std::vector<costmodels::OpCost> picked;
   for (const auto& op : ops)
-    if (replicated_op(op.name)) replicated.push_back(op);
+    if (pick(op.name)) picked.push_back(op);
   const auto all = costmodels::ops_features(spec, ops, job.precision.compute);
-  const auto rep = costmodels::ops_features(spec, replicated, job.precision.compute);
+  const auto part = costmodels::ops_features(spec, picked, job.precision.compute);
   const auto theta = costmodels::Efficiency{}.coefficients();
   const double f_all = features_time(all.forward, theta);
   const double b_all = features_time(all.backward, theta);
-  return {f_all > 0 ? features_time(rep.forward, theta) / f_all : 0,
-          b_all > 0 ? features_time(rep.backward, theta) / b_all : 0};
+  return {f_all > 0 ? features_time(part.forward, theta) / f_all : 0,
+          b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
 }
 
 CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
@@ -65,39 +76,233 @@ CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, doub
 
 // One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
 // comm model's latency plus bytes over the link between them).
-double p2p_seconds(const costmodels::CommModel& comm, const Cluster& cluster, int a, int b,
-                   double bytes) {
+CollectiveRequest p2p_request(int a, int b, double bytes) {
   CollectiveRequest r;
   r.kind = CollectiveKind::Broadcast;
   r.ranks = {a, b};
   r.shard_bytes = {bytes, 0};
-  return comm.collective(cluster, r).seconds;
+  return r;
 }
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
 }  // namespace
 
+double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                                        job.precision.compute, job.implementation);
+  const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  const double f = features_time(x.forward, theta);
+  return f > 0 ? features_time(x.backward, theta) / f : 0;
+}
+
 double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute) {
+                              bool sequence_parallel, bool recompute, Dtype compute,
+                              bool selective) {
   const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
   // Korthikanti et al. count 2-byte activations (and 1-byte dropout masks inside the constants).
   const double scale = bytes_per_element(compute) / 2.0;
   const double sbh = s * b * h;
   if (recompute) return scale * 2 * sbh / (sequence_parallel ? t : 1);
-  if (sequence_parallel) return scale * sbh * (34 + 5 * a * s / h) / t;
-  return scale * sbh * (10 + 24 / t + 5 * a * s / (h * t));
+  // Selective recompute keeps everything but the attention core's 5as/h (their Table 2).
+  const double core = selective ? 0.0 : 5 * a * s / h;
+  if (sequence_parallel) return scale * sbh * (34 + core) / t;
+  return scale * sbh * (10 + 24 / t + core / t);
 }
 
-SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
-                             const SplitOptions& options, const costmodels::CostModels& models) {
+// What SplitEstimator remembers between splits: every value here is the result of a call the
+// estimate makes, keyed by all of that call's arguments that can change between splits of one
+// scenario, so a remembered value is the value the call returns.
+struct SplitEstimator::Impl {
+  const Scenario& scenario;
+  const costmodels::CostModels& models;
+
+  // A unit's forward, backward and recompute per micro-batch on one GPU type. The calibrated
+  // model's backward is fitted on profiled layers whose backward also carries a fixed per-call
+  // cost (on the A100-40GB profiles: backward = 2.2-8 ms + 1.95-2.08 x forward, the constant
+  // growing with the layer's parameters, the engine's per-parameter gradient work); linear in
+  // its token features, that cost turns into a 2.4x ratio at the 4-16k tokens per micro-batch
+  // of a Megatron run. Megatron's backward is the forward's GEMMs again as dgrad and wgrad (and
+  // its fused kernels' backward), so it is priced at the forward's rate: the forward times the
+  // op list's backward / forward work. A profile's measured backward is kept.
+  struct UnitTimes {
+    double forward = 0, backward = 0, recompute = 0;
+    bool known = false;
+  };
+  struct DeviceKey {
+    std::string gpu;
+    int micro_batch = 0;
+    bool backward_at_forward_rate = true;
+    bool operator<(const DeviceKey& o) const {
+      return std::tie(gpu, micro_batch, backward_at_forward_rate) <
+             std::tie(o.gpu, o.micro_batch, o.backward_at_forward_rate);
+    }
+  };
+  struct DeviceTimes {
+    std::vector<UnitTimes> units;  // by unit, filled when first asked
+    std::pair<double, double> replicated{0, 0};
+    double attention_core = 0;
+  };
+  std::map<DeviceKey, DeviceTimes> device_times;
+
+  struct RequestKey {
+    CollectiveKind kind;
+    std::vector<double> shard_bytes;
+    std::vector<int> ranks;
+    bool operator==(const RequestKey&) const = default;
+  };
+  struct RequestHash {
+    std::size_t operator()(const RequestKey& k) const {
+      std::size_t h = std::hash<int>()(static_cast<int>(k.kind));
+      auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+      for (double b : k.shard_bytes) mix(std::hash<double>()(b));
+      for (int r : k.ranks) mix(std::hash<int>()(r));
+      return h;
+    }
+  };
+  std::unordered_map<RequestKey, double, RequestHash> collectives;
+
+  // What a stage's ranks (and its T) give whatever its layers: its first TP group, its DP
+  // group 0, how the group and the stage lie on the first rank's node, the smallest usable
+  // capacity, and the collectives priced over the TP group (which 0) or the DP group (1).
+  struct StageRanks {
+    std::vector<int> ranks;
+    int tensor_parallel = 1;
+    std::vector<int> tp, group;
+    bool group_spans_nodes = false;
+    int stage_on_first_node = 0, group_on_first_node = 0;
+    double capacity = std::numeric_limits<double>::infinity();
+    int capacity_rank = 0;
+    std::map<std::tuple<int, int, double>, double> times;
+  };
+  // By (first rank, last rank, count, T); a bucket holds every rank list seen with those.
+  std::map<std::tuple<int, int, std::size_t, int>, std::vector<std::unique_ptr<StageRanks>>>
+      stage_ranks;
+
+  StageRanks& ranks_of(const std::vector<int>& st_ranks, int T) {
+    auto& bucket = stage_ranks[{st_ranks.front(), st_ranks.back(), st_ranks.size(), T}];
+    for (auto& e : bucket)
+      if (e->ranks == st_ranks) return *e;
+    const auto& ranks = scenario.cluster.ranks();
+    auto e = std::make_unique<StageRanks>();
+    e->ranks = st_ranks;
+    e->tensor_parallel = T;
+    e->tp.assign(st_ranks.begin(), st_ranks.begin() + T);
+    for (std::size_t i = 0; i < st_ranks.size(); i += static_cast<std::size_t>(T))
+      e->group.push_back(st_ranks[i]);
+    std::map<int, int> group_on_node, stage_on_node;
+    for (int r : e->group) ++group_on_node[ranks[static_cast<std::size_t>(r)].node];
+    for (int r : st_ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
+    const int first_node = ranks[static_cast<std::size_t>(st_ranks.front())].node;
+    e->group_spans_nodes = group_on_node.size() > 1;
+    e->stage_on_first_node = stage_on_node[first_node];
+    e->group_on_first_node = group_on_node[first_node];
+    const double usable = costmodels::memory_constants().usable_fraction;
+    for (int r : st_ranks) {
+      const double cap = ranks[static_cast<std::size_t>(r)].slot->spec.memory_bytes * usable;
+      if (cap < e->capacity) {
+        e->capacity = cap;
+        e->capacity_rank = r;
+      }
+    }
+    bucket.push_back(std::move(e));
+    return *bucket.back();
+  }
+
+  double stage_collective(StageRanks& st, int which, CollectiveKind kind, double bytes) {
+    const auto key = std::make_tuple(which * 8 + static_cast<int>(kind), which, bytes);
+    auto it = st.times.find(key);
+    if (it != st.times.end()) return it->second;
+    const double t =
+        models.comm
+            ->collective(scenario.cluster, even_request(kind, which == 0 ? st.tp : st.group, bytes))
+            .seconds;
+    st.times.emplace(key, t);
+    return t;
+  }
+
+  // Per (stages, micro-batches, schedule): each stage's peak_in_flight, from one stage_orders.
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
+
+  Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
+
+  DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
+    const DeviceKey key{spec.name, b, options.backward_at_forward_rate};
+    auto it = device_times.find(key);
+    if (it == device_times.end()) {
+      it = device_times.emplace(key, DeviceTimes{}).first;
+      it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
+      const int seq = scenario.job.sequence_length;
+      it->second.replicated = op_share(spec, scenario.job, seq, b, replicated_op);
+      it->second.attention_core = op_share(spec, scenario.job, seq, b, attention_core_op).first;
+    }
+    return it->second;
+  }
+
+  const UnitTimes& unit_times(DeviceTimes& d, const DeviceSpec& spec, int unit, int b,
+                              const SplitOptions& options) {
+    UnitTimes& u = d.units[static_cast<std::size_t>(unit)];
+    if (u.known) return u;
+    const Job& job = scenario.job;
+    const auto fwd = models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b);
+    u.forward = fwd.seconds;
+    u.recompute = models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds;
+    if (options.backward_at_forward_rate && fwd.source.rfind("calibrated", 0) == 0)
+      u.backward = fwd.seconds * backward_work_ratio(spec, job, unit, b);
+    else
+      u.backward = models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
+    u.known = true;
+    return u;
+  }
+
+  double collective(const CollectiveRequest& r) {
+    RequestKey key{r.kind, r.shard_bytes, r.ranks};
+    auto it = collectives.find(key);
+    if (it != collectives.end()) return it->second;
+    const double t = models.comm->collective(scenario.cluster, r).seconds;
+    collectives.emplace(std::move(key), t);
+    return t;
+  }
+
+  const std::vector<int>& stage_peaks(int p, int m, const pipeline::PipelineSchedule& schedule) {
+    const auto key =
+        std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
+    auto it = peaks.find(key);
+    if (it != peaks.end()) return it->second;
+    // pipeline::peak_in_flight(stage, ...) is peak_in_flight(stage_orders(...)[stage]).
+    const auto orders = pipeline::stage_orders(p, m, schedule);
+    std::vector<int> out;
+    for (const auto& order : orders) out.push_back(pipeline::peak_in_flight(order));
+    return peaks.emplace(key, std::move(out)).first->second;
+  }
+
+  SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
+                         const EstimateLimits& limits);
+};
+
+SplitEstimator::SplitEstimator(const Scenario& scenario, const costmodels::CostModels& models)
+    : impl_(std::make_unique<Impl>(scenario, models)) {}
+SplitEstimator::~SplitEstimator() = default;
+
+SplitEstimate SplitEstimator::estimate(const ModelSplit& split, const SplitOptions& options,
+                                       const EstimateLimits& limits) {
+  return impl_->estimate(split, options, limits);
+}
+
+SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const SplitOptions& options,
+                                             const EstimateLimits& limits) {
   const Cluster& cluster = scenario.cluster;
   const Job& job = scenario.job;
   const ModelSpec& model = job.model;
   const std::string file = scenario.file.string();
   check_model_split_for(split, scenario, file);
   const int world = cluster.num_ranks();
-  const auto stages = resolved_stages(split, model.num_layers, world);
+  // The split's own stages, not a copy of their rank lists (the search prices thousands).
+  const std::vector<PipelineStage> one_stage = split.stages.empty()
+                                                   ? resolved_stages(split, model.num_layers, world)
+                                                   : std::vector<PipelineStage>{};
+  const std::vector<PipelineStage>& stages = split.stages.empty() ? one_stage : split.stages;
   const int p = static_cast<int>(stages.size());
   const int m = split.micro_batches;
   const int V = split.schedule.virtual_stages;
@@ -111,43 +316,47 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
 
   SplitEstimate out;
-  out.split = describe(split, world);
+  if (limits.describe) out.split = describe(split, world);
   out.stages.resize(static_cast<std::size_t>(p));
   // Per virtual stage k = c·p + s, one micro-batch's forward and backward.
   std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
-  std::vector<std::vector<int>> tp_groups(static_cast<std::size_t>(p));
+  std::vector<StageRanks*> stage_facts(static_cast<std::size_t>(p));
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
     const int T = split.tensor_parallel_of(static_cast<std::size_t>(s));
     const int replicas = static_cast<int>(st.ranks.size()) / T;
-    const std::string where = "model_split.stages[" + std::to_string(s) + "]";
     const long long per_micro = static_cast<long long>(m) * replicas;
     if (job.global_batch % per_micro != 0) {
       std::ostringstream v, x;
       v << "global batch " << job.global_batch << " over " << m << " micro-batches x " << replicas
         << " replicas";
       x << "a global batch divisible by micro_batches x replicas (" << per_micro << ")";
-      throw ValidationError(file, where, v.str(), x.str());
+      throw ValidationError(file, "model_split.stages[" + std::to_string(s) + "]", v.str(),
+                            x.str());
     }
     const int b = static_cast<int>(job.global_batch / per_micro);
     const DeviceSlot& slot = *ranks[static_cast<std::size_t>(st.ranks.front())].slot;
-    for (int r : st.ranks)
-      if (ranks[static_cast<std::size_t>(r)].slot->spec.name != slot.spec.name)
-        throw ValidationError(file, where + ".ranks", std::to_string(r),
+    for (int r : st.ranks) {
+      const DeviceSpec& other = ranks[static_cast<std::size_t>(r)].slot->spec;
+      if (&other != &slot.spec && other.name != slot.spec.name)
+        throw ValidationError(file, "model_split.stages[" + std::to_string(s) + "].ranks",
+                              std::to_string(r),
                               "ranks of one GPU type per stage (rank " +
                                   std::to_string(st.ranks.front()) + " is " + slot.spec.name + ")");
+    }
     const DeviceSpec& spec = slot.spec;
     est.stage = s;
     est.gpu = spec.name;
     est.tensor_parallel = T;
     est.replicas = replicas;
     est.micro_batch = b;
-    std::vector<int>& tp = tp_groups[static_cast<std::size_t>(s)];
-    tp.assign(st.ranks.begin(), st.ranks.begin() + T);
+    StageRanks& sr = ranks_of(st.ranks, T);
+    stage_facts[static_cast<std::size_t>(s)] = &sr;
 
-    auto [r_f, r_b] = replicated_share(spec, job, job.sequence_length, b);
+    DeviceTimes& dev = device(spec, b, options);
+    auto [r_f, r_b] = dev.replicated;
     if (split.sequence_parallel) r_f = r_b = 0;
     est.replicated_forward = r_f;
     est.replicated_backward = r_b;
@@ -158,16 +367,11 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
     est.tp_bytes_per_collective = act_bytes;
     double reduce_s = 0;  // one all-reduce (or reduce-scatter + all-gather) of the activations
     if (T > 1) {
-      const auto& comm = *models.comm;
       if (split.sequence_parallel)
-        reduce_s =
-            comm.collective(cluster, even_request(CollectiveKind::ReduceScatter, tp, act_bytes))
-                .seconds +
-            comm.collective(cluster, even_request(CollectiveKind::AllGather, tp, act_bytes))
-                .seconds;
+        reduce_s = stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
+                   stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes);
       else
-        reduce_s = comm.collective(cluster, even_request(CollectiveKind::AllReduce, tp, act_bytes))
-                       .seconds;
+        reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
     }
     const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
 
@@ -180,16 +384,15 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
       int f_calls = 0, b_calls = 0;
       for (int l = range.begin; l < range.end; ++l) {
         const int unit = l + 1;
-        const double tf =
-            models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b).seconds;
-        const double tb =
-            models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
-        const double tr =
-            options.recompute
-                ? models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds
-                : 0;
+        const UnitTimes& u = unit_times(dev, spec, unit, b, options);
+        const double tf = u.forward, tb = u.backward;
+        // Full recompute reruns the layer's forward (split like it); selective recompute only
+        // its attention core, which the T ranks split by heads.
+        const double tr = options.recompute             ? u.recompute * split_f
+                          : options.selective_recompute ? u.recompute * dev.attention_core / T
+                                                        : 0;
         fc += tf * split_f;
-        bc += tb * split_b + tr * split_f;
+        bc += tb * split_b + tr;
         if (T > 1) {
           const int backward_reductions = options.recompute ? 4 : 2;
           fcomm += 2 * reduce_s;
@@ -201,8 +404,9 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
         ++layers;
       }
       if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
-        fc += models.compute->unit_time(spec, job, 0, ComputePhase::Forward, b).seconds;
-        bc += models.compute->unit_time(spec, job, 0, ComputePhase::Backward, b).seconds;
+        const UnitTimes& u = unit_times(dev, spec, 0, b, options);
+        fc += u.forward;
+        bc += u.backward;
         if (T > 1) {
           fcomm += reduce_s;
           f_calls += per_reduce;
@@ -211,8 +415,9 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
       }
       if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
         const int head = model.num_layers + 1;
-        fc += models.compute->unit_time(spec, job, head, ComputePhase::Forward, b).seconds / T;
-        bc += models.compute->unit_time(spec, job, head, ComputePhase::Backward, b).seconds / T;
+        const UnitTimes& u = unit_times(dev, spec, head, b, options);
+        fc += u.forward / T;
+        bc += u.backward / T;
         if (T > 1) {
           bcomm += reduce_s;
           b_calls += per_reduce;
@@ -240,88 +445,61 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
     for (int k = 0; k + 1 < p * V; ++k) {
       const int a = k % p, c = (k + 1) % p;
       const StageEstimate& from = out.stages[static_cast<std::size_t>(a)];
-      const auto& ga = tp_groups[static_cast<std::size_t>(a)];
-      const auto& gc = tp_groups[static_cast<std::size_t>(c)];
+      const StageRanks& ra = *stage_facts[static_cast<std::size_t>(a)];
+      StageRanks& rc = *stage_facts[static_cast<std::size_t>(c)];
       const double full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
       const int T = from.tensor_parallel;
       const bool scatter = options.scatter_gather && T > 1 &&
                            out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
       const double per_flow = scatter ? full / T : full;
-      const int src = ga.front(), dst = gc.front();
+      const int src = ra.tp.front(), dst = rc.tp.front();
       const int src_node = ranks[static_cast<std::size_t>(src)].node;
       double bytes = per_flow;
       if (src_node != ranks[static_cast<std::size_t>(dst)].node) {
         // Every rank of the sending stage on this node sends at the same time over its NIC.
-        int sharing = 0;
-        for (int r : stages[static_cast<std::size_t>(a)].ranks)
-          if (ranks[static_cast<std::size_t>(r)].node == src_node) ++sharing;
-        bytes = per_flow * std::max(1, sharing);
+        bytes = per_flow * std::max(1, ra.stage_on_first_node);
       }
-      double t = p2p_seconds(*models.comm, cluster, src, dst, bytes);
-      if (scatter)
-        t += models.comm->collective(cluster, even_request(CollectiveKind::AllGather, gc, full))
-                 .seconds;
+      double t = collective(p2p_request(src, dst, bytes));
+      if (scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, full);
       out.p2p_s = std::max(out.p2p_s, t);
     }
   }
 
-  const pipeline::PipelineTiming timing =
-      pipeline::pipeline_makespan(p, m, split.schedule, times, out.p2p_s);
-  out.makespan_s = timing.makespan;
-  out.bubble_fraction = timing.bubble_fraction();
-  out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
-
+  // Everything of a stage that does not need the schedule's timing: the DP tail, the optimizer
+  // step, memory. Then a lower bound on the iteration: a stage runs its steps one after another,
+  // so its last backward ends no earlier than the sum of its steps (m · Σ over its virtual
+  // stages of forward + backward), and it finishes its DP tail and optimizer step after that.
   const auto& constants = costmodels::memory_constants();
+  const std::vector<int>& peak = stage_peaks(p, m, split.schedule);
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
     const int T = est.tensor_parallel, R = est.replicas;
     const DeviceSpec& spec = ranks[static_cast<std::size_t>(st.ranks.front())].slot->spec;
-    est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
-    est.busy = timing.busy[static_cast<std::size_t>(s)];
-    est.bubble = timing.bubble[static_cast<std::size_t>(s)];
 
     // DP group 0 of the stage: the first rank of every TP group. The stage's T groups run
     // their collectives at once, so a group spanning nodes shares each NIC with the others.
-    std::vector<int> group;
-    for (std::size_t i = 0; i < st.ranks.size(); i += static_cast<std::size_t>(T))
-      group.push_back(st.ranks[i]);
-    std::map<int, int> group_on_node, stage_on_node;
-    for (int r : group) ++group_on_node[ranks[static_cast<std::size_t>(r)].node];
-    for (int r : st.ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
-    const int first_node = ranks[static_cast<std::size_t>(group.front())].node;
+    StageRanks& sr = *stage_facts[static_cast<std::size_t>(s)];
     const double sharing =
-        group_on_node.size() > 1
-            ? static_cast<double>(stage_on_node[first_node]) / group_on_node[first_node]
-            : 1.0;
+        sr.group_spans_nodes ? static_cast<double>(sr.stage_on_first_node) / sr.group_on_first_node
+                             : 1.0;
     const double P = est.parameters_per_rank;
     double dp = 0;
     if (R > 1) {
       const double grad_bytes = P * e_r * sharing;
       if (split.sharding == StageSharding::None) {
-        dp = models.comm
-                 ->collective(cluster, even_request(CollectiveKind::AllReduce, group, grad_bytes))
-                 .seconds;
+        dp = stage_collective(sr, 1, CollectiveKind::AllReduce, grad_bytes);
       } else {
-        dp = models.comm
-                 ->collective(cluster,
-                              even_request(CollectiveKind::ReduceScatter, group, grad_bytes))
-                 .seconds +
-             models.comm
-                 ->collective(cluster,
-                              even_request(CollectiveKind::AllGather, group, P * e_c * sharing))
-                 .seconds;
+        dp = stage_collective(sr, 1, CollectiveKind::ReduceScatter, grad_bytes) +
+             stage_collective(sr, 1, CollectiveKind::AllGather, P * e_c * sharing);
       }
     }
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
-      const auto& first = tp_groups.front();
-      const auto& last = tp_groups.back();
-      const int a = first.front(), c = last.front();
+      const int a = stage_facts.front()->tp.front(), c = stage_facts.back()->tp.front();
       const bool same_node =
           ranks[static_cast<std::size_t>(a)].node == ranks[static_cast<std::size_t>(c)].node;
       const double bytes = word_embedding / T * e_r * (same_node ? 1.0 : T);
-      dp += models.comm->collective(cluster, even_request(CollectiveKind::AllReduce, {a, c}, bytes))
-                .seconds;
+      dp += collective(even_request(CollectiveKind::AllReduce, {a, c}, bytes));
     }
     est.dp_comm = dp;
     const double last_backward = times[static_cast<std::size_t>(s)].backward;
@@ -329,42 +507,45 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
         options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward) : dp;
     const double shard = split.sharding == StageSharding::None ? P : P / R;
     est.optimizer_step = models.compute->optimizer_time(spec, job, shard).seconds;
-    est.finish = est.last_backward_end + est.dp_exposed + est.optimizer_step;
-    out.iteration_s = std::max(out.iteration_s, est.finish);
+    double steps = 0;
+    for (int c = 0; c < V; ++c) {
+      const auto& t = times[static_cast<std::size_t>(c * p + s)];
+      steps += t.forward + t.backward;
+    }
+    out.lower_bound_s =
+        std::max(out.lower_bound_s, m * steps + est.dp_exposed + est.optimizer_step);
 
     // Memory of one rank.
-    est.peak_in_flight = pipeline::peak_in_flight(s, p, m, split.schedule);
+    est.peak_in_flight = peak[static_cast<std::size_t>(s)];
     StageMemory& mem = est.memory;
     const bool full_shard =
         split.sharding == StageSharding::Full || split.sharding == StageSharding::Hybrid;
     // Hybrid shards over the group's ranks on one node (the first rank's).
-    const int node_replicas = group_on_node[first_node];
+    const int node_replicas = sr.group_on_first_node;
     const double state_ways =
         split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R;
     mem.weights = P * e_c / (full_shard ? state_ways : 1.0);
     mem.gradients = P * e_r / (full_shard ? state_ways : 1.0);
     const double master = job.precision.params == compute ? 0.0 : e_p;
     mem.optimizer = P * (master + 8) / (split.sharding == StageSharding::None ? 1.0 : state_ways);
-    const double per_layer = layer_activation_bytes(
-        model, seq, est.micro_batch, T, split.sequence_parallel, options.recompute, compute);
+    const double per_layer =
+        layer_activation_bytes(model, seq, est.micro_batch, T, split.sequence_parallel,
+                               options.recompute, compute, options.selective_recompute);
     const double chunk_layers = static_cast<double>(est.layers) / V;
     mem.activations = per_layer * chunk_layers * est.peak_in_flight;
     if (options.recompute)  // one layer's full set while it is recomputed for its backward
       mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
                                                 split.sequence_parallel, false, compute);
+    else if (options.selective_recompute)  // one layer's attention core, recomputed
+      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
+                                                split.sequence_parallel, false, compute) -
+                         per_layer;
     if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
       mem.activations += 4.0 * seq * est.micro_batch * model.vocab_size / T;
     mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
     mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
-    mem.capacity = std::numeric_limits<double>::infinity();
-    for (int r : st.ranks) {
-      const double cap =
-          ranks[static_cast<std::size_t>(r)].slot->spec.memory_bytes * constants.usable_fraction;
-      if (cap < mem.capacity) {
-        mem.capacity = cap;
-        mem.rank = r;
-      }
-    }
+    mem.capacity = sr.capacity;
+    mem.rank = sr.capacity_rank;
     if (out.fits && mem.total > mem.capacity) {
       out.fits = false;
       std::ostringstream msg;
@@ -377,7 +558,31 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
       out.refusal = msg.str();
     }
   }
+  // The bound has a margin for rounding: the schedule sums the same step times in another order.
+  if ((!out.fits && !limits.schedule_unfit) || out.lower_bound_s > limits.stop_above * (1 + 1e-9)) {
+    out.complete = false;
+    return out;
+  }
+
+  const pipeline::PipelineTiming timing =
+      pipeline::pipeline_makespan(p, m, split.schedule, times, out.p2p_s);
+  out.makespan_s = timing.makespan;
+  out.bubble_fraction = timing.bubble_fraction();
+  if (limits.describe) out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
+  for (int s = 0; s < p; ++s) {
+    StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
+    est.busy = timing.busy[static_cast<std::size_t>(s)];
+    est.bubble = timing.bubble[static_cast<std::size_t>(s)];
+    est.finish = est.last_backward_end + est.dp_exposed + est.optimizer_step;
+    out.iteration_s = std::max(out.iteration_s, est.finish);
+  }
   return out;
+}
+
+SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
+                             const SplitOptions& options, const costmodels::CostModels& models) {
+  return SplitEstimator(scenario, models).estimate(split, options);
 }
 
 SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,

@@ -16,8 +16,8 @@ namespace {
 std::string oom_text(const traces::IterationReport& r) {
   if (!r.oom_detail) return r.oom ? "out of memory" : "";
   const auto& d = *r.oom_detail;
-  return "rank " + std::to_string(d.rank) + " at " + d.op_name + " needs " +
-         format_bytes(d.bytes) + " of " + format_bytes(d.capacity_bytes) + " usable";
+  return "rank " + std::to_string(d.rank) + " at " + d.op_name + " needs " + format_bytes(d.bytes) +
+         " of " + format_bytes(d.capacity_bytes) + " usable";
 }
 
 // Across the ranks: the largest share of the iteration a rank spends on the quantity.
@@ -50,8 +50,8 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   out.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
   out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind = search.recompute ? ActivationCheckpointing::Kind::Full
-                                                            : ActivationCheckpointing::Kind::None;
+  out.plan.activation_checkpointing.kind =
+      search.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
   traces::check_plan_for(out.plan, scenario, "<planner>");
   out.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
   out.simulated_iteration_s = out.report.iteration_time_s;

@@ -112,25 +112,39 @@ class Search {
  public:
   Search(const Scenario& scenario, const SplitSearchOptions& options,
          const costmodels::CostModels& models)
-      : scenario_(scenario), options_(options), models_(models) {}
+      : scenario_(scenario), options_(options), models_(models), estimator_(scenario, models) {}
 
   SplitSearchResult run();
 
  private:
-  void price(Candidate& c) {
+  // Prices a candidate for the search: no texts, no schedule for a split that does not fit, and
+  // none for one that cannot come in below `stop_above` (the time it has to beat). A stopped
+  // candidate is one the search would have priced and passed over; the kept ones are priced in
+  // full again at the end, so what the search returns is estimate_split's answer.
+  void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
     o.recompute = c.recompute;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
-    c.estimate = estimate_split(scenario_, c.split, o, models_);
+    EstimateLimits limits;
+    limits.describe = false;
+    limits.schedule_unfit = false;
+    limits.stop_above = stop_above;
+    c.estimate = estimator_.estimate(c.split, o, limits);
     ++result_.evaluated;
     if (!c.estimate.fits) {
       ++result_.refused;
       const double over = overshoot(c.estimate);
       if (over < closest_over_) {
         closest_over_ = over;
-        closest_ = c.estimate.refusal + " (closest candidate: " + c.estimate.split + ")";
+        closest_ = c.estimate.refusal +
+                   " (closest candidate: " + describe(c.split, scenario_.cluster.num_ranks()) + ")";
       }
     }
+  }
+  void price_in_full(Candidate& c) {
+    SplitOptions o = options_.estimate;
+    o.recompute = c.recompute;
+    c.estimate = estimator_.estimate(c.split, o);
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
@@ -140,6 +154,7 @@ class Search {
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;
+  SplitEstimator estimator_;
   std::vector<TypeBlock> blocks_;
   SplitSearchResult result_;
   // Per (P, schedule kind, V, stage layout), best first, at most refine_per_stages: refining the
@@ -247,14 +262,19 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.recompute = rc;
             c.shapes = shapes;
             c.counts = counts;
-            price(c);
-            if (!c.estimate.fits) continue;
-            auto& best =
-                fitting_[{p, static_cast<int>(schedule.kind), schedule.virtual_stages, layout}];
+            const std::tuple<int, int, int, std::vector<int>> key{
+                p, static_cast<int>(schedule.kind), schedule.virtual_stages, layout};
+            const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
+            // A full list takes only a candidate faster than its last.
+            const auto listed = fitting_.find(key);
+            price(c, listed != fitting_.end() && listed->second.size() >= keep
+                         ? listed->second.back().estimate.iteration_s
+                         : std::numeric_limits<double>::infinity());
+            if (!c.estimate.fits || !c.estimate.complete) continue;
+            auto& best = fitting_[key];
             const auto at = std::find_if(best.begin(), best.end(), [&](const Candidate& b) {
               return c.estimate.iteration_s < b.estimate.iteration_s;
             });
-            const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
             if (best.size() < keep || at != best.end()) {
               best.insert(at, std::move(c));
               if (best.size() > keep) best.pop_back();
@@ -278,8 +298,9 @@ void Search::refine(Candidate& c) {
         n.counts[i] += dir * unit;
         n.counts[i + 1] -= dir * unit;
         if (n.counts[i] < unit || n.counts[i + 1] < unit) continue;
-        price(n);
-        if (n.estimate.fits && n.estimate.iteration_s < c.estimate.iteration_s) {
+        price(n, c.estimate.iteration_s);
+        if (n.estimate.fits && n.estimate.complete &&
+            n.estimate.iteration_s < c.estimate.iteration_s) {
           c = std::move(n);
           improved = true;
           break;
@@ -376,7 +397,10 @@ SplitSearchResult Search::run() {
       if (it == by_p.end() || c.estimate.iteration_s < it->second.estimate.iteration_s) by_p[p] = c;
     }
   std::vector<Candidate> best_of_p;
-  for (auto& [p, c] : by_p) best_of_p.push_back(std::move(c));
+  for (auto& [p, c] : by_p) {
+    price_in_full(c);
+    best_of_p.push_back(std::move(c));
+  }
   for (const auto& c : best_of_p)
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;

@@ -97,10 +97,9 @@ TEST(PlanCli, ThreeDWritesThePlanThatSimulatesAsPlannedAndPredict3dReadsIt) {
   ASSERT_EQ(sim.code, 0) << sim.out;
   const double simulated = predicted["simulated_iteration_s"].get<double>();
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.json)["iteration_time_s"].get<double>(), simulated);
-  const auto p =
-      run("predict 3d --scenario " + kDefault + " --split " + split.string() +
-          (predicted["recompute"].get<bool>() ? " --activation-checkpointing full" : "") +
-          " --json");
+  const auto p = run(
+      "predict 3d --scenario " + kDefault + " --split " + split.string() +
+      (predicted["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
   ASSERT_EQ(p.code, 0) << p.out;
   EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), planned, 1e-9 * planned);
   // The table: one row per stage, and the best other pipeline depth.
@@ -164,7 +163,8 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
   // Split files: missing, not JSON, overlapping stages (named by file and JSON path).
   const auto good = tmp("good.split.json");
   ASSERT_EQ(run("plan --parallelism 3d" + s + " -o " + good.string()).code, 0);
-  auto split = nlohmann::json::parse(std::ifstream(good));
+  // The written plan carries its split.
+  auto split = nlohmann::json::parse(std::ifstream(good))["model_split"];
   ASSERT_GE(split["stages"].size(), 2u) << split.dump();
   split["stages"][1]["layers"][0] = split["stages"][1]["layers"][0].get<int>() - 1;
   const auto overlap = tmp("overlap.split.json");
@@ -179,6 +179,9 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
       {"predict 3d" + s + " --split " + overlap.string(),
        1,
        {"overlap.split.json", "model_split.stages[1].layers", "overlap"}},
+      {"predict 3d" + s + " --split " + good.string() + " --activation-checkpointing attention",
+       2,
+       {"--activation-checkpointing", "attention", "selective"}},
   };
   for (const auto& c : files) {
     const auto r = run(c.args);
@@ -186,6 +189,19 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
     for (const auto& w : c.says)
       EXPECT_NE(r.out.find(w), std::string::npos) << c.args << "\n" << r.out;
   }
+  // Selective recompute prices between none and full.
+  auto iteration = [&](const std::string& checkpointing) {
+    const auto r = run("predict 3d" + s + " --split " + good.string() +
+                       " --activation-checkpointing " + checkpointing + " --json");
+    EXPECT_EQ(r.code, 0) << checkpointing << "\n" << r.out;
+    // The record, without the warnings around it (stderr shares the output).
+    const auto from = r.out.find('{'), to = r.out.rfind('}');
+    return nlohmann::json::parse(r.out.substr(from, to - from + 1))["iteration_s"].get<double>();
+  };
+  const double none = iteration("none"), selective = iteration("selective"),
+               full = iteration("full");
+  EXPECT_LT(none, selective);
+  EXPECT_LT(selective, full);
   // -o onto the scenario it reads is refused before any search, and the scenario is unchanged.
   const auto scenario = tmp("own.scenario.json");
   std::filesystem::copy_file(kDefault, scenario, std::filesystem::copy_options::overwrite_existing);

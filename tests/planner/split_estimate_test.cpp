@@ -11,6 +11,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
@@ -54,6 +55,23 @@ class RecordingComm final : public costmodels::CommModel {
   }
   double copy_time(const Cluster&, int, double) const override { return 0; }
 };
+
+// A unit's backward as the estimate prices it from a calibrated compute model: its forward
+// times the op list's backward / forward work at the roofline's default efficiencies.
+double backward_from_forward(const costmodels::CostModels& models, const DeviceSpec& spec,
+                             const Job& job, int unit, int micro_batch) {
+  const auto ops = costmodels::unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                                        job.precision.compute, job.implementation);
+  const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  double f = 0, b = 0;
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    f += x.forward[i] * theta[i];
+    b += x.backward[i] * theta[i];
+  }
+  return models.compute->unit_time(spec, job, unit, ComputePhase::Forward, micro_batch).seconds *
+         b / f;
+}
 
 TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
   const Scenario s = scenario(1, 6, 8);
@@ -266,6 +284,146 @@ TEST(SplitEstimate, RefusesABatchTheMicroBatchesAndReplicasDoNotDivide) {
   }
 }
 
+TEST(SplitEstimate, ACalibratedBackwardRunsAtItsForwardsRate) {
+  // One stage of one GPU: every unit's forward and backward, nothing divided by T.
+  const Scenario s = scenario(1, 4, 4);
+  ModelSplit split;
+  split.micro_batches = 2;
+  split.sharding = StageSharding::None;
+  split.stages = {stage(0, 4, {0})};
+  const auto models = costmodels::make_cost_models(s);
+  const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+  ASSERT_EQ(models.compute->unit_time(spec, s.job, 1, ComputePhase::Forward, 2)
+                .source.rfind("calibrated", 0),
+            0u);
+  double from_forward = 0, calibrated = 0;
+  for (int u = 0; u < costmodels::num_units(s.job.model); ++u) {
+    from_forward += backward_from_forward(models, spec, s.job, u, 2);
+    calibrated += models.compute->unit_time(spec, s.job, u, ComputePhase::Backward, 2).seconds;
+  }
+  SplitOptions at_forward_rate;
+  at_forward_rate.backward_at_forward_rate = true;
+  const auto e = estimate_split(s, split, at_forward_rate, models);
+  EXPECT_NEAR(e.stages[0].backward_compute, from_forward, 1e-12 * from_forward);
+  // A layer's backward does the forward's GEMMs twice (dgrad and wgrad): about twice its forward.
+  const double ratio = planner::backward_work_ratio(spec, s.job, 1, 2);
+  EXPECT_GT(ratio, 1.8);
+  EXPECT_LT(ratio, 2.1);
+  // The calibrated model's own backward by default: what the simulator prices too.
+  EXPECT_NEAR(estimate_split(s, split, {}, models).stages[0].backward_compute, calibrated,
+              1e-12 * calibrated);
+  EXPECT_GT(calibrated, from_forward);
+  // A compute model that is not the calibrated one (a profile, or here fixed times) keeps its
+  // own backward.
+  auto fixed = std::make_shared<sim::FixedComputeModel>();
+  const costmodels::CostModels fixed_models{fixed, models.comm};
+  const auto f = estimate_split(s, split, at_forward_rate, fixed_models);
+  EXPECT_NEAR(f.stages[0].backward_compute, costmodels::num_units(s.job.model) * fixed->backward_s,
+              1e-15);
+}
+
+TEST(SplitEstimate, SelectiveRecomputeRerunsOnlyTheAttentionCore) {
+  // One stage of T = 2 (the fixture's 1024-token sequence): the attention core is a visible share.
+  const int L = 4, T = 2, b = 2;
+  const Scenario s = scenario(T, L, b);
+  const auto models = costmodels::make_cost_models(s);
+  ModelSplit split;
+  split.tensor_parallel = T;
+  split.micro_batches = 1;
+  split.stages = {stage(0, L, {0, 1})};
+  SplitOptions none, selective, full;
+  selective.selective_recompute = true;
+  full.recompute = true;
+  const auto n = estimate_split(s, split, none, models).stages[0];
+  const auto sel = estimate_split(s, split, selective, models).stages[0];
+  const auto f = estimate_split(s, split, full, models).stages[0];
+  // The core's forward work share (scores, softmax, context) of every layer, over the T ranks.
+  const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+  const auto ops = costmodels::unit_ops(s.job.model, 1, s.job.sequence_length, b,
+                                        s.job.precision.compute, s.job.implementation);
+  std::vector<costmodels::OpCost> core;
+  for (const auto& op : ops)
+    if (std::string(op.name) == "scores" || std::string(op.name) == "softmax" ||
+        std::string(op.name) == "context" || std::string(op.name) == "flash_attention")
+      core.push_back(op);
+  ASSERT_FALSE(core.empty());
+  const auto theta = costmodels::Efficiency{}.coefficients();
+  auto work = [&](const std::vector<costmodels::OpCost>& list) {
+    const auto x = costmodels::ops_features(spec, list, s.job.precision.compute);
+    double t = 0;
+    for (std::size_t i = 0; i < theta.size(); ++i) t += x.forward[i] * theta[i];
+    return t;
+  };
+  const double share = work(core) / work(ops);
+  EXPECT_GT(share, 0.05);
+  EXPECT_LT(share, 0.6);
+  double rerun = 0;
+  for (int u = 1; u <= L; ++u)
+    rerun +=
+        models.compute->unit_time(spec, s.job, u, ComputePhase::Recompute, b).seconds * share / T;
+  EXPECT_NEAR(sel.backward_compute - n.backward_compute, rerun, 1e-9 * rerun);
+  EXPECT_LT(sel.backward_compute, f.backward_compute);
+  // The core sits between the column- and row-parallel linears: no collective is added.
+  EXPECT_EQ(sel.tp_collectives_backward, n.tp_collectives_backward);
+  EXPECT_LT(n.tp_collectives_backward, f.tp_collectives_backward);
+  // It keeps less than no recompute and more than full recompute.
+  EXPECT_LT(sel.memory.activations, n.memory.activations);
+  EXPECT_GT(sel.memory.activations, f.memory.activations);
+}
+
+TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
+  // Two nodes of 4 A100 and 4 V100: every split below priced by one estimator, in turn (so
+  // each finds the others' remembered times), equals a fresh estimate_split, to the last bit.
+  const Scenario s =
+      test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 8, 16, 1024, 16);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  std::vector<std::pair<ModelSplit, SplitOptions>> cases;
+  for (int t : {1, 2})
+    for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
+      for (bool recompute : {false, true}) {
+        ModelSplit one;  // the A100 stage, then the V100 stage, 1F1B
+        one.tensor_parallel = t;
+        one.micro_batches = 2;
+        one.sharding = sharding;
+        one.sequence_parallel = t > 1;
+        one.stages = {stage(0, 5, {0, 1, 2, 3}), stage(5, 8, {4, 5, 6, 7})};
+        SplitOptions o;
+        o.recompute = recompute;
+        cases.push_back({one, o});
+        ModelSplit inter = one;  // interleaved, the V100 stage first
+        inter.schedule = {pipeline::PipelineSchedule::Kind::Interleaved, 2};
+        inter.micro_batches = 4;
+        inter.stages[0].ranks = {4, 5, 6, 7};
+        inter.stages[1].ranks = {0, 1, 2, 3};
+        inter.stages[0].chunks = {{0, 1}, {4, 6}};
+        inter.stages[1].chunks = {{1, 4}, {6, 8}};
+        cases.push_back({inter, o});
+      }
+  for (const auto& [split, options] : cases) {
+    const auto fresh = estimate_split(s, split, options, models);
+    const auto remembered = estimator.estimate(split, options);
+    EXPECT_EQ(to_json(remembered).dump(), to_json(fresh).dump()) << fresh.split;
+    EXPECT_TRUE(remembered.complete);
+    EXPECT_LE(remembered.lower_bound_s, remembered.iteration_s);
+    // Without texts, and stopped below the bound: the same numbers up to the schedule.
+    planner::EstimateLimits quiet;
+    quiet.describe = false;
+    quiet.stop_above = fresh.iteration_s;  // the schedule's own answer: never stopped
+    const auto q = estimator.estimate(split, options, quiet);
+    EXPECT_TRUE(q.complete);
+    EXPECT_TRUE(q.split.empty() && q.schedule.empty());
+    EXPECT_EQ(q.iteration_s, fresh.iteration_s);
+    quiet.stop_above = fresh.lower_bound_s * 0.99;
+    const auto stopped = estimator.estimate(split, options, quiet);
+    EXPECT_FALSE(stopped.complete);
+    EXPECT_EQ(stopped.iteration_s, 0);
+    EXPECT_EQ(stopped.lower_bound_s, fresh.lower_bound_s);
+    EXPECT_EQ(stopped.fits, fresh.fits);
+    EXPECT_EQ(stopped.stages[0].memory.total, fresh.stages[0].memory.total);
+  }
+}
+
 TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
   ModelSpec m;
   m.num_layers = 1;
@@ -281,6 +439,11 @@ TEST(SplitEstimate, ActivationBytesFollowKorthikanti) {
                    sbh * (34 + 5 * a * s / h) / 8);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, true, Dtype::FP16), 2 * sbh);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, true, Dtype::FP16), 2 * sbh / 8);
+  // Selective recompute (their Table 2): sbh(10 + 24/t), and 34 sbh / t with SP.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, false, false, Dtype::FP16, true),
+                   sbh * (10 + 24.0 / 8));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 1, 8, true, false, Dtype::FP16, true),
+                   sbh * 34 / 8);
 }
 
 }  // namespace

@@ -127,4 +127,48 @@ TEST(SimulateCli, OverCapacityPlanReportsOomOnTheP40) {
             j["oom_detail"]["capacity_bytes"].get<double>());
 }
 
+// A plan with a model split (scenarios/plans/modern-mix-gpt2.7b-3d.json: TP 2 x 3 pipeline
+// stages on A100, H100 and L4 nodes): the table has each rank's stage, bubble and exposed
+// communication by kind, the record the same, and the trace a send and a receive lane with
+// every rank named by its stage.
+TEST(SimulateCli, ASplitPlanReportsStagesBubblesAndCommunicationByKind) {
+  const std::string args = "simulate --scenario " + kSource +
+                           "/scenarios/modern-mix-gpt2.7b.json --plan " + kSource +
+                           "/scenarios/plans/modern-mix-gpt2.7b-3d.json";
+  const Output table = run(args);
+  ASSERT_EQ(table.code, 0) << table.out;
+  for (const char* column : {"stage", "TP", "PP exposed", "DP exposed", "bubble"})
+    EXPECT_NE(table.out.find(column), std::string::npos) << column << "\n" << table.out;
+  EXPECT_NE(table.out.find("TP 2 x PP 3 (1F1B, 8 micro-batches)"), std::string::npos)
+      << table.out;
+  const Output json = run(args + " --json");
+  ASSERT_EQ(json.code, 0) << json.out;
+  const Json j = Json::parse(json.out);
+  ASSERT_EQ(j["ranks"].size(), 10u);
+  for (const auto& r : j["ranks"])
+    for (const char* key : {"stage", "tp_comm_s", "pp_comm_s", "exposed_tp_s", "exposed_pp_s",
+                            "exposed_dp_s", "bubble_s"})
+      EXPECT_TRUE(r.contains(key)) << key;
+  EXPECT_EQ(j["ranks"][0]["stage"], 0);
+  EXPECT_EQ(j["ranks"][4]["stage"], 1);
+  EXPECT_EQ(j["ranks"][9]["stage"], 2);
+  // The L4 stage computes longest; the A100 and H100 stages wait for it.
+  EXPECT_GT(j["ranks"][0]["bubble_s"].get<double>(), j["ranks"][9]["bubble_s"].get<double>());
+  const fs::path trace = fs::temp_directory_path() / "cephalo-split-trace.json";
+  ASSERT_EQ(run(args + " --trace " + trace.string()).code, 0);
+  const Json t = Json::parse(std::ifstream(trace));
+  std::map<std::string, int> lanes;
+  bool stage_named = false;
+  for (const auto& e : t["traceEvents"]) {
+    if (e.value("name", "") == "thread_name") ++lanes[e["args"]["name"].get<std::string>()];
+    if (e.value("name", "") == "process_name" &&
+        e["args"]["name"].get<std::string>().find("stage 2") != std::string::npos)
+      stage_named = true;
+  }
+  EXPECT_EQ(lanes["send"], 10);
+  EXPECT_EQ(lanes["recv"], 10);
+  EXPECT_TRUE(stage_named);
+  fs::remove(trace);
+}
+
 }  // namespace

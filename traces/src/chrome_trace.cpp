@@ -66,6 +66,8 @@ std::string render_chrome_trace(const TraceInput& in) {
     std::string label = "rank " + std::to_string(r);
     if (r < static_cast<int>(in.rank_labels.size()) && !in.rank_labels[r].empty())
       label += " (" + in.rank_labels[r] + ")";
+    // A split plan's ranks are read by stage: "rank 5 (L4, node 1) stage 2".
+    if (g.summary().split) label += " stage " + std::to_string(g.place(r).stage);
     sep();
     out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) +
            ",\"tid\":0,\"args\":{\"name\":" + json_quote(label) + "}}";

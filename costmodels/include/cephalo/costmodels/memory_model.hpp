@@ -111,8 +111,15 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& inp
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank);
 MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int rank,
                                const MemoryConstants& constants);
+// A plan with a model split: split_memory_terms, the terms above read for the rank's stage
+// (its units and tensor-parallel slice), its domain's sharding (full / hybrid: every unit of
+// the stage gathered with its unsharded gradient for the whole iteration; optimizer: parameters
+// and gradient resident, master weights and moments sharded; none: everything resident) and
+// the chunk passes the schedule keeps in flight on the stage (pipeline::peak_in_flight).
+std::vector<MemoryTerm> split_memory_terms(const Scenario& scenario, const Plan& plan, int rank,
+                                           const MemoryConstants& constants = memory_constants());
 // The same for a caller that has the rank's plan row, device and the world size at hand (the
-// planner predicts every rank of plans with up to 100k ranks).
+// planner predicts every rank of plans with up to 100k ranks). FSDP plans only.
 MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,
                                const DeviceSpec& spec, int world_size,
                                const MemoryConstants& constants = memory_constants());

@@ -11,7 +11,11 @@
 //
 // What is priced, per stage s (its GPU is the device of its first rank):
 //   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
-//             forward, backward and (with recompute) recompute forward from the compute model,
+//             forward, backward and (with recompute) recompute forward from the compute model
+//             (selective recompute: the attention core's share of that forward, split by T)
+//             (from the calibrated model, the backward at the forward's rate: its forward times
+//             backward_work_ratio, because the fitted backward carries a per-call cost of the
+//             profiled engines, planner/README.md "3D plans: first estimate"),
 //             divided across the stage's T tensor-parallel ranks as Megatron's column/row split
 //             does: the GEMMs (q/k/v, attention output, both MLP linears), the attention
 //             (scores, softmax, context: heads / T per rank) and the MLP activation are split;
@@ -47,9 +51,12 @@
 //             activations per layer and micro-batch from Korthikanti et al. (2022)
 //             (s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes at 2-byte activations, /T of
 //             34 + 5as/h with sequence parallelism, 2·s·b·h (/T with SP) when checkpointed,
-//             plus one layer's full set for the recompute) times the micro-batches (chunk
-//             passes) the schedule keeps in flight (pipeline::peak_in_flight); the last stage's
-//             fp32 logits; the runtime reserve (CUDA context, NCCL).
+//             plus one layer's full set for the recompute; without the attention core's 5as/h
+//             under selective recompute, plus one layer's core while it is rerun) times the
+//             micro-batches (chunk passes) the schedule keeps in flight (pipeline::peak_in_flight);
+//             the last stage's fp32 logits; the runtime reserve (CUDA context, NCCL).
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,9 +73,22 @@ enum class DpOverlap {
 };
 
 struct SplitOptions {
-  bool recompute = false;      // every layer checkpointed (Megatron's full / uniform recompute)
+  bool recompute = false;  // every layer checkpointed (Megatron's full / uniform recompute)
+  // Korthikanti et al.'s selective recompute (Megatron's --recompute-granularity selective):
+  // only each layer's attention core (scores, softmax, context) is dropped and rerun before its
+  // backward, split by heads over the T ranks; ignored when `recompute` is set.
+  bool selective_recompute = false;
   bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
   DpOverlap dp_overlap = DpOverlap::None;
+  // true: a layer's backward from the calibrated compute model is priced as its forward times
+  // the op list's backward / forward work (backward_work_ratio) instead of the model's fitted
+  // backward (see "backward" above): the analysis of why the 9 Megatron runs were over-
+  // predicted (planner/README.md). Off by default: the simulator prices split plans (and FSDP
+  // plans, which `--parallelism auto` compares them with) by the compute model's own backward,
+  // and the estimate that ranks the search's candidates must price them the same way; a stack
+  // the calibration does not fit is calibrated (cephalo calibrate stack, one compute factor),
+  // which both read. Profiles' measured times are used as measured either way.
+  bool backward_at_forward_rate = false;
 };
 
 struct StageMemory {
@@ -121,6 +141,42 @@ struct SplitEstimate {
   std::vector<StageEstimate> stages;
   bool fits = true;
   std::string refusal;  // empty when it fits; else the first stage that does not
+  // No stage can finish earlier: its steps back to back, then its DP tail and optimizer step.
+  double lower_bound_s = 0;
+  // False only from SplitEstimator::estimate under EstimateLimits that stopped it before the
+  // schedule ran: then iteration_s, makespan_s, bubble_fraction and the stages' busy, bubble,
+  // last_backward_end and finish are 0 (everything else is computed).
+  bool complete = true;
+};
+
+// What a caller pricing many splits may skip (the search): the texts (`split`, `schedule`),
+// the schedule of a split that does not fit, the schedule of a split whose lower_bound_s is
+// above `stop_above` (beyond a 1e-9 margin for rounding, so a split the schedule would put at or
+// below it is never stopped).
+struct EstimateLimits {
+  bool describe = true;
+  bool schedule_unfit = true;
+  double stop_above = std::numeric_limits<double>::infinity();
+};
+
+// Prices many splits of one scenario with one set of cost models (the search prices thousands)
+// and remembers what does not depend on the split's layout: each unit's compute times and the
+// replicated share per (GPU type, micro-batch), each collective's time per (kind, ranks,
+// bytes), each stage's peak in flight per (stages, micro-batches, schedule). Every remembered
+// value is the one the cost model or schedule call returns for those arguments, so estimate()
+// with the default limits is estimate_split's answer exactly. Holds references to both.
+class SplitEstimator {
+ public:
+  SplitEstimator(const Scenario& scenario, const costmodels::CostModels& models);
+  ~SplitEstimator();
+  SplitEstimator(const SplitEstimator&) = delete;
+  SplitEstimator& operator=(const SplitEstimator&) = delete;
+  SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
+                         const EstimateLimits& limits = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Throws ValidationError (naming "model_split") for a split check_model_split_for refuses, a
@@ -134,10 +190,17 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
 // Throws InfeasibleError with estimate.refusal when the plan does not fit.
 void require_fit(const SplitEstimate& estimate);
 
+// Backward over forward work of one unit's op list (costmodels::unit_ops) at equal kernel
+// efficiencies, the roofline's defaults: 2 for a GEMM (its dgrad and wgrad have the forward's
+// shapes), the bytes ratio for memory-bound kernels; about 1.9-2.0 for a transformer layer.
+double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch);
+
 // Korthikanti et al.'s activation bytes of one transformer layer per micro-batch of b samples
 // (2-byte activations, scaled to the compute dtype), as kept for the backward.
+// `selective`: the attention core's 5as/h is not kept (selective recompute; their Table 2).
 double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute);
+                              bool sequence_parallel, bool recompute, Dtype compute,
+                              bool selective = false);
 
 Json to_json(const SplitEstimate& estimate);
 

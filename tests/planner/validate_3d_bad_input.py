@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""scripts/validate-3d refuses a bad published-point file (--check FILE or --data FILE) naming
+the file, the JSON path, the value and what was expected, with exit status 1, before it runs
+anything. Each case breaks one field of the shipped check set.
+
+    validate_3d_bad_input.py SCRIPT CHECK_FILE OUT_DIR
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    script, check_file, out = sys.argv[1:4]
+    os.makedirs(out, exist_ok=True)
+    good = json.load(open(check_file))
+    cases = []
+
+    def case(name, mutate, *says):
+        doc = copy.deepcopy(good)
+        text = mutate(doc)
+        path = os.path.join(out, name + ".json")
+        with open(path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(doc))
+        cases.append((path, says))
+
+    case("missing-tp", lambda d: d["points"][1]["parallelism"].pop("tp"),
+         "$.points[1].parallelism.tp", "missing")
+    case("zero-tp", lambda d: d["points"][0]["parallelism"].update(tp=0),
+         "$.points[0].parallelism.tp", "0", "integer >= 1")
+    case("product", lambda d: d["points"][2]["parallelism"].update(dp=3),
+         "$.points[2].parallelism", "= 192", "64 GPUs")
+    case("gpu", lambda d: d["points"][0]["cluster"].update(gpu_type="A100-SXM4-96GB"),
+         "$.points[0].cluster.gpu_type", "A100-SXM4-96GB", "A100-SXM4-80GB")
+    case("recompute", lambda d: d["points"][3].update(recompute="sometimes"),
+         "$.points[3].recompute", "sometimes", "full, selective or none")
+    case("time", lambda d: d["points"][4]["measured"].update(iteration_s=-1),
+         "$.points[4].measured.iteration_s", "-1", "> 0")
+    case("no-points", lambda d: d.update(points=[]), "$.points", "non-empty list")
+    case("not-json", lambda d: "{\"points\": [", "not a readable JSON file")
+    failed = 0
+    for path, says in cases:
+        r = subprocess.run([sys.executable, script, "--cephalo", "/nonexistent/cephalo",
+                            "--check", path, "--out", out], capture_output=True, text=True)
+        text = r.stdout + r.stderr
+        missing = [w for w in (os.path.basename(path),) + says if w not in text]
+        if r.returncode != 1 or missing:
+            failed += 1
+            print("FAIL %s: exit %d, missing %s in:\n%s" % (path, r.returncode, missing, text))
+        else:
+            print("ok   %s: %s" % (os.path.basename(path), text.strip()))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
