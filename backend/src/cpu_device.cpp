@@ -45,16 +45,20 @@ CpuDevice::CpuDevice(const CpuDeviceOptions& o)
     : options_(o),
       compute_(StreamKind::Compute, false),
       comm_(StreamKind::Comm, true),
-      copy_(StreamKind::Copy, true) {
+      copy_(StreamKind::Copy, true),
+      send_(StreamKind::Send, true),
+      recv_(StreamKind::Recv, true) {
   Eigen::setNbThreads(std::max(1, o.threads));
 }
 
 CpuDevice::~CpuDevice() {
-  // Drain the worker streams before their buffers go away.
-  try {
-    comm_.synchronize();
-    copy_.synchronize();
-  } catch (...) {
+  // Drain every worker stream before their buffers go away (a failure on one must not leave
+  // another running).
+  for (CpuStream* s : {&comm_, &copy_, &send_, &recv_}) {
+    try {
+      s->synchronize();
+    } catch (...) {
+    }
   }
 }
 
@@ -71,6 +75,10 @@ Stream& CpuDevice::stream(StreamKind k) {
       return comm_;
     case StreamKind::Copy:
       return copy_;
+    case StreamKind::Send:
+      return send_;
+    case StreamKind::Recv:
+      return recv_;
   }
   return compute_;
 }
@@ -78,8 +86,7 @@ Stream& CpuDevice::stream(StreamKind k) {
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
 
 void CpuDevice::synchronize() {
-  comm_.synchronize();
-  copy_.synchronize();
+  for (CpuStream* s : {&comm_, &copy_, &send_, &recv_}) s->synchronize();
 }
 
 MemoryStats CpuDevice::memory_stats(MemorySpace space) const {

@@ -114,16 +114,25 @@ class CpuDevice final : public Device {
                              TensorRef lse, TensorRef dout, TensorRef dqkv) override;
 
   void do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
-                            TensorRef out, std::int64_t rows, std::int64_t seq,
-                            std::int64_t hidden) override;
+                            TensorRef out, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                            VocabSlice vocab) override;
   void do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                              TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                             std::int64_t hidden) override;
+                             std::int64_t hidden, VocabSlice vocab) override;
   void do_cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets, TensorRef losses,
                                 TensorRef lse, std::int64_t rows, std::int64_t vocab) override;
   void do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets, TensorRef lse,
                                  TensorRef dlogits, std::int64_t rows, std::int64_t vocab,
-                                 float grad_scale) override;
+                                 float grad_scale, std::int64_t vocab_begin) override;
+  void do_cross_entropy_row_max(Stream& s, TensorRef logits, TensorRef row_max, std::int64_t rows,
+                                std::int64_t vocab) override;
+  void do_cross_entropy_partial_sums(Stream& s, TensorRef logits, TensorRef targets,
+                                     TensorRef row_max, TensorRef sum_exp, TensorRef target_logit,
+                                     std::int64_t rows, std::int64_t vocab,
+                                     std::int64_t vocab_begin) override;
+  void do_cross_entropy_combine(Stream& s, TensorRef row_max, TensorRef sum_exp,
+                                TensorRef target_logit, TensorRef losses, TensorRef lse,
+                                std::int64_t rows) override;
   void do_adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
                      const AdamWParams& p) override;
 
@@ -142,7 +151,7 @@ class CpuDevice final : public Device {
   }
 
   CpuDeviceOptions options_;
-  CpuStream compute_, comm_, copy_;
+  CpuStream compute_, comm_, copy_, send_, recv_;
   SpaceCounter device_mem_, host_mem_;
   BlockCache device_cache_{options_.cache_bytes}, host_cache_{options_.cache_bytes};
 };

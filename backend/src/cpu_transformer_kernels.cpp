@@ -195,17 +195,20 @@ void CpuDevice::do_attention_backward(Stream& s, const AttentionShape& sh, Tenso
 
 void CpuDevice::do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
                                      TensorRef out, std::int64_t rows, std::int64_t seq,
-                                     std::int64_t hidden) {
-  const std::int64_t vocab = wte.numel / hidden;
+                                     std::int64_t hidden, VocabSlice vocab) {
+  const std::int64_t local = wte.numel / hidden;
   s.enqueue_host([=] {
-    Fp32In wtef(wte, vocab * hidden), wpef(wpe, std::min(rows, seq) * hidden);
+    Fp32In wtef(wte, local * hidden), wpef(wpe, wpe.empty() ? 0 : std::min(rows, seq) * hidden);
     Fp32Out outf(out, rows * hidden, Start::Undefined);
     for (std::int64_t n = 0; n < rows; ++n) {
-      const std::int64_t t = token_at(tokens, n, vocab, "embedding");
-      const float* e = wtef.get() + t * hidden;
-      const float* p = wpef.get() + (n % seq) * hidden;
+      const std::int64_t t = token_at(tokens, n, vocab.size, "embedding") - vocab.begin;
+      const float* e = t >= 0 && t < local ? wtef.get() + t * hidden : nullptr;
+      const float* p = wpe.empty() ? nullptr : wpef.get() + (n % seq) * hidden;
       float* o = outf.get() + n * hidden;
-      for (std::int64_t j = 0; j < hidden; ++j) o[j] = e[j] + p[j];
+      // Each output element is one fp32 addition (or none), so a row split over the vocabulary
+      // and summed with zeros equals the unsplit row bit for bit.
+      for (std::int64_t j = 0; j < hidden; ++j)
+        o[j] = e && p ? e[j] + p[j] : e ? e[j] : p ? p[j] : 0.0f;
     }
     outf.commit();
   });
@@ -213,24 +216,26 @@ void CpuDevice::do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte,
 
 void CpuDevice::do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                                       TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                                      std::int64_t hidden) {
-  const std::int64_t vocab = dwte.numel / hidden;
+                                      std::int64_t hidden, VocabSlice vocab) {
+  const std::int64_t local = dwte.numel / hidden;
   s.enqueue_host([=] {
     Fp32In df(dout, rows * hidden);
-    Fp32Out ef(dwte, vocab * hidden, Start::Current);
-    Fp32Out pf(dwpe, std::min(rows, seq) * hidden, Start::Current);
+    Fp32Out ef(dwte, local * hidden, Start::Current);
+    Fp32Out pf(dwpe, dwpe.empty() ? 0 : std::min(rows, seq) * hidden, Start::Current);
     for (std::int64_t n = 0; n < rows; ++n) {
-      const std::int64_t t = token_at(tokens, n, vocab, "embedding_backward");
+      const std::int64_t t = token_at(tokens, n, vocab.size, "embedding_backward") - vocab.begin;
       const float* d = df.get() + n * hidden;
-      float* e = ef.get() + t * hidden;
-      float* p = pf.get() + (n % seq) * hidden;
-      for (std::int64_t j = 0; j < hidden; ++j) {
-        e[j] += d[j];
-        p[j] += d[j];
+      if (t >= 0 && t < local) {
+        float* e = ef.get() + t * hidden;
+        for (std::int64_t j = 0; j < hidden; ++j) e[j] += d[j];
+      }
+      if (!dwpe.empty()) {
+        float* p = pf.get() + (n % seq) * hidden;
+        for (std::int64_t j = 0; j < hidden; ++j) p[j] += d[j];
       }
     }
     ef.commit();
-    pf.commit();
+    if (!dwpe.empty()) pf.commit();
   });
 }
 
@@ -253,7 +258,8 @@ void CpuDevice::do_cross_entropy_forward(Stream& s, TensorRef logits, TensorRef 
 
 void CpuDevice::do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
                                           TensorRef lse, TensorRef dlogits, std::int64_t rows,
-                                          std::int64_t vocab, float grad_scale) {
+                                          std::int64_t vocab, float grad_scale,
+                                          std::int64_t vocab_begin) {
   s.enqueue_host([=] {
     // Widened before dlogits is written: the two may alias. In F32 both are the same memory
     // and each element is read before it is overwritten.
@@ -264,9 +270,51 @@ void CpuDevice::do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef
       float* d = df.get() + r * vocab;
       float l = lse.f32()[r];
       for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(x[j] - l) * grad_scale;
-      d[targets.i32()[r]] -= grad_scale;
+      const std::int64_t t = targets.i32()[r] - vocab_begin;
+      if (t >= 0 && t < vocab) d[t] -= grad_scale;
     }
     df.commit();
+  });
+}
+
+void CpuDevice::do_cross_entropy_row_max(Stream& s, TensorRef logits, TensorRef row_max,
+                                         std::int64_t rows, std::int64_t vocab) {
+  s.enqueue_host([=] {
+    Fp32In lf(logits, rows * vocab);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = lf.get() + r * vocab;
+      row_max.f32()[r] = *std::max_element(x, x + vocab);
+    }
+  });
+}
+
+void CpuDevice::do_cross_entropy_partial_sums(Stream& s, TensorRef logits, TensorRef targets,
+                                              TensorRef row_max, TensorRef sum_exp,
+                                              TensorRef target_logit, std::int64_t rows,
+                                              std::int64_t vocab, std::int64_t vocab_begin) {
+  s.enqueue_host([=] {
+    Fp32In lf(logits, rows * vocab);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = lf.get() + r * vocab;
+      const float mx = row_max.f32()[r];
+      double z = 0;
+      for (std::int64_t j = 0; j < vocab; ++j) z += std::exp(x[j] - mx);
+      sum_exp.f32()[r] = static_cast<float>(z);
+      const std::int64_t t = targets.i32()[r] - vocab_begin;
+      target_logit.f32()[r] = t >= 0 && t < vocab ? x[t] : 0.0f;
+    }
+  });
+}
+
+void CpuDevice::do_cross_entropy_combine(Stream& s, TensorRef row_max, TensorRef sum_exp,
+                                         TensorRef target_logit, TensorRef losses, TensorRef lse,
+                                         std::int64_t rows) {
+  s.enqueue_host([=] {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float l = row_max.f32()[r] + static_cast<float>(std::log(sum_exp.f32()[r]));
+      lse.f32()[r] = l;
+      losses.f32()[r] = l - target_logit.f32()[r];
+    }
   });
 }
 

@@ -225,33 +225,61 @@ void DeviceKernels::attention_backward(Stream& s, const AttentionShape& sh, Tens
   do_attention_backward(s, sh, qkv, out, lse, dout, dqkv);
 }
 
+// The slice a vocabulary-parallel kernel was given, checked and resolved: a default slice is
+// the whole vocabulary of `local` ids; otherwise the local ids must lie inside it.
+static VocabSlice resolve_vocab(const DeviceKernels& dev, VocabSlice v, std::int64_t local,
+                                const char* kernel) {
+  if (v.size == 0 && v.begin == 0) return {0, local};
+  if (v.begin < 0 || v.size <= 0 || v.begin + local > v.size)
+    throw RuntimeFailure(dev.kind() + " device: " + kernel + " vocabulary slice [" +
+                         std::to_string(v.begin) + ", " + std::to_string(v.begin + local) +
+                         ") is not inside a vocabulary of " + std::to_string(v.size) + " ids");
+  return v;
+}
+
+static void require_rows_of(const DeviceKernels& dev, const TensorRef& t, std::int64_t width,
+                            const char* what) {
+  if (width <= 0 || t.numel % width != 0)
+    throw RuntimeFailure(dev.kind() + " device: " + what + " tensor has " +
+                         std::to_string(t.numel) + " elements, not rows of " +
+                         std::to_string(width));
+}
+
 void DeviceKernels::embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
                                       TensorRef out, std::int64_t rows, std::int64_t seq,
-                                      std::int64_t hidden) {
-  expect_types(*this, tokens.type == ElemType::I32 && all_are(wte.type, {wpe.type, out.type}),
+                                      std::int64_t hidden, VocabSlice vocab) {
+  // An empty wpe (no position term) has no type to agree with.
+  expect_types(*this,
+               tokens.type == ElemType::I32 &&
+                   all_are(wte.type, {wpe.empty() ? wte.type : wpe.type, out.type}),
                "embedding_forward",
                {{"tokens", tokens.type}, {"wte", wte.type}, {"wpe", wpe.type}, {"out", out.type}},
                "tokens are i32; wte, wpe, out share the compute type");
   require_numel(*this, tokens, rows, "embedding tokens");
-  require_numel(*this, wpe, std::min(rows, seq) * hidden, "embedding wpe");
+  require_rows_of(*this, wte, hidden, "embedding wte");
+  if (!wpe.empty()) require_numel(*this, wpe, std::min(rows, seq) * hidden, "embedding wpe");
   require_numel(*this, out, rows * hidden, "embedding out");
-  do_embedding_forward(s, tokens, wte, wpe, out, rows, seq, hidden);
+  vocab = resolve_vocab(*this, vocab, wte.numel / hidden, "embedding_forward");
+  do_embedding_forward(s, tokens, wte, wpe, out, rows, seq, hidden, vocab);
 }
 
 void DeviceKernels::embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                                        TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                                       std::int64_t hidden) {
+                                       std::int64_t hidden, VocabSlice vocab) {
   expect_types(
       *this,
       tokens.type == ElemType::I32 && floating(dout.type) && grad_of(dwte.type, dout.type) &&
-          grad_of(dwpe.type, dout.type),
+          (dwpe.empty() || grad_of(dwpe.type, dout.type)),
       "embedding_backward",
       {{"tokens", tokens.type}, {"dout", dout.type}, {"dwte", dwte.type}, {"dwpe", dwpe.type}},
       "tokens are i32; dout is the compute type T; dwte, dwpe are T or f32");
   require_numel(*this, tokens, rows, "embedding_backward tokens");
   require_numel(*this, dout, rows * hidden, "embedding_backward dout");
-  require_numel(*this, dwpe, std::min(rows, seq) * hidden, "embedding_backward dwpe");
-  do_embedding_backward(s, tokens, dout, dwte, dwpe, rows, seq, hidden);
+  require_rows_of(*this, dwte, hidden, "embedding_backward dwte");
+  if (!dwpe.empty())
+    require_numel(*this, dwpe, std::min(rows, seq) * hidden, "embedding_backward dwpe");
+  vocab = resolve_vocab(*this, vocab, dwte.numel / hidden, "embedding_backward");
+  do_embedding_backward(s, tokens, dout, dwte, dwpe, rows, seq, hidden, vocab);
 }
 
 void DeviceKernels::cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets,
@@ -275,7 +303,8 @@ void DeviceKernels::cross_entropy_forward(Stream& s, TensorRef logits, TensorRef
 
 void DeviceKernels::cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
                                            TensorRef lse, TensorRef dlogits, std::int64_t rows,
-                                           std::int64_t vocab, float grad_scale) {
+                                           std::int64_t vocab, float grad_scale,
+                                           std::int64_t vocab_begin) {
   expect_types(*this,
                all_are(logits.type, {dlogits.type}) && targets.type == ElemType::I32 &&
                    lse.type == ElemType::F32,
@@ -289,7 +318,75 @@ void DeviceKernels::cross_entropy_backward(Stream& s, TensorRef logits, TensorRe
   require_numel(*this, targets, rows, "cross_entropy_backward targets");
   require_numel(*this, lse, rows, "cross_entropy_backward lse");
   require_numel(*this, dlogits, rows * vocab, "cross_entropy_backward dlogits");
-  do_cross_entropy_backward(s, logits, targets, lse, dlogits, rows, vocab, grad_scale);
+  if (vocab_begin < 0)
+    throw RuntimeFailure(kind() + " device: cross_entropy_backward vocab_begin " +
+                         std::to_string(vocab_begin) + " is negative");
+  do_cross_entropy_backward(s, logits, targets, lse, dlogits, rows, vocab, grad_scale, vocab_begin);
+}
+
+void DeviceKernels::cross_entropy_row_max(Stream& s, TensorRef logits, TensorRef row_max,
+                                          std::int64_t rows, std::int64_t vocab) {
+  expect_types(*this, floating(logits.type) && row_max.type == ElemType::F32,
+               "cross_entropy_row_max", {{"logits", logits.type}, {"row_max", row_max.type}},
+               "logits are the compute type; row_max is f32");
+  // A row without columns has no maximum (and a rank of a vocabulary-parallel head holds at
+  // least one id: the model refuses a vocabulary smaller than the tensor-parallel degree).
+  if (vocab <= 0)
+    throw RuntimeFailure(kind() + " device: cross_entropy_row_max over " + std::to_string(vocab) +
+                         " columns");
+  require_numel(*this, logits, rows * vocab, "cross_entropy_row_max logits");
+  require_numel(*this, row_max, rows, "cross_entropy_row_max row_max");
+  do_cross_entropy_row_max(s, logits, row_max, rows, vocab);
+}
+
+void DeviceKernels::cross_entropy_partial_sums(Stream& s, TensorRef logits, TensorRef targets,
+                                               TensorRef row_max, TensorRef sum_exp,
+                                               TensorRef target_logit, std::int64_t rows,
+                                               std::int64_t vocab, std::int64_t vocab_begin) {
+  expect_types(*this,
+               floating(logits.type) && targets.type == ElemType::I32 &&
+                   all_are(ElemType::F32, {row_max.type, sum_exp.type, target_logit.type}),
+               "cross_entropy_partial_sums",
+               {{"logits", logits.type},
+                {"targets", targets.type},
+                {"row_max", row_max.type},
+                {"sum_exp", sum_exp.type},
+                {"target_logit", target_logit.type}},
+               "logits are the compute type; targets are i32; row_max, sum_exp, target_logit "
+               "are f32");
+  require_numel(*this, logits, rows * vocab, "cross_entropy_partial_sums logits");
+  require_numel(*this, targets, rows, "cross_entropy_partial_sums targets");
+  for (const auto& [t, what] : {std::pair{row_max, "cross_entropy_partial_sums row_max"},
+                                {sum_exp, "cross_entropy_partial_sums sum_exp"},
+                                {target_logit, "cross_entropy_partial_sums target_logit"}})
+    require_numel(*this, t, rows, what);
+  if (vocab_begin < 0)
+    throw RuntimeFailure(kind() + " device: cross_entropy_partial_sums vocab_begin " +
+                         std::to_string(vocab_begin) + " is negative");
+  do_cross_entropy_partial_sums(s, logits, targets, row_max, sum_exp, target_logit, rows, vocab,
+                                vocab_begin);
+}
+
+void DeviceKernels::cross_entropy_combine(Stream& s, TensorRef row_max, TensorRef sum_exp,
+                                          TensorRef target_logit, TensorRef losses, TensorRef lse,
+                                          std::int64_t rows) {
+  expect_types(*this,
+               all_are(ElemType::F32,
+                       {row_max.type, sum_exp.type, target_logit.type, losses.type, lse.type}),
+               "cross_entropy_combine",
+               {{"row_max", row_max.type},
+                {"sum_exp", sum_exp.type},
+                {"target_logit", target_logit.type},
+                {"losses", losses.type},
+                {"lse", lse.type}},
+               "every row statistic is f32");
+  for (const auto& [t, what] : {std::pair{row_max, "cross_entropy_combine row_max"},
+                                {sum_exp, "cross_entropy_combine sum_exp"},
+                                {target_logit, "cross_entropy_combine target_logit"},
+                                {losses, "cross_entropy_combine losses"},
+                                {lse, "cross_entropy_combine lse"}})
+    require_numel(*this, t, rows, what);
+  do_cross_entropy_combine(s, row_max, sum_exp, target_logit, losses, lse, rows);
 }
 
 void DeviceKernels::adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,

@@ -26,8 +26,9 @@ StreamKind device_stream(tr::Stream s) {
     case tr::Stream::H2D:
       return StreamKind::Copy;
     case tr::Stream::Send:
+      return StreamKind::Send;
     case tr::Stream::Recv:
-      break;  // split plans are refused before any op runs (Impl::Impl)
+      return StreamKind::Recv;
   }
   return StreamKind::Compute;
 }
@@ -35,7 +36,8 @@ StreamKind device_stream(tr::Stream s) {
 }  // namespace
 
 Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& g,
-                     const GptModel& mdl, Device& d, Communicator& c, const ExecutorOptions& o)
+                     const GptModel& mdl, Device& d, Communicator& c, const ExecutorOptions& o,
+                     std::unique_ptr<Communicator> tp_comm)
     : scenario(s),
       plan(p),
       graph(g),
@@ -59,10 +61,15 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
     throw RuntimeFailure("executor: the training graph has " +
                          std::to_string(graph.summary().num_units) + " units, the model " +
                          std::to_string(units));
-  if (graph.summary().split)
-    throw InfeasibleError("the backend does not run plans with a model_split yet (" +
-                          describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
-                          "): simulate them with `cephalo simulate`");
+  split = graph.summary().split;
+  sp.tp = std::move(tp_comm);
+  if (split && graph.summary().sequence_parallel)
+    throw InfeasibleError(
+        "the backend does not run sequence parallelism (" +
+        describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
+        "): its norms and dropouts would need the sequence-split activations and the "
+        "all-gather / reduce-scatter pairs; drop \"sequence_parallel\" to run the plan, or "
+        "simulate it with `cephalo simulate`");
   rows_per_sample = model.config().seq;
   const Precision& prec = scenario.job.precision;
   if (prec.params != Dtype::FP32)
@@ -75,17 +82,29 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
   for (ElemType t : {compute_type, reduce_type})
     if (!dev.supports(t))
       throw InfeasibleError("device " + dev.name() + " cannot compute in " + to_string(t));
-  for (int u = 0; u < units; ++u)
-    if (graph.unit_sizes(u).numel != model.unit_numel(u))
+  // The graph sizes every unit this rank holds as the model's slice does (a split graph: this
+  // rank's domain's layout; an FSDP graph: the whole unit).
+  for (int u = 0; u < units; ++u) {
+    const std::int64_t want = split ? graph.layout_of(rank).numel(u) : graph.unit_sizes(u).numel;
+    if ((!split || graph.holds(rank, u)) && want != model.unit_numel(u))
       throw RuntimeFailure("executor: the training graph's unit " + std::to_string(u) + " has " +
-                           std::to_string(graph.unit_sizes(u).numel) + " elements, the model " +
-                           std::to_string(model.unit_numel(u)));
+                           std::to_string(want) + " elements on rank " + std::to_string(rank) +
+                           ", the model " + std::to_string(model.unit_numel(u)));
+  }
   state = std::make_unique<ShardedState>(dev, model, graph, rank, reduce_type);
-  setup_sharding();
-  mb_sizes = plan.ranks[static_cast<std::size_t>(rank)].batch > 0
-                 ? plan.ranks[static_cast<std::size_t>(rank)].micro_batch_sizes()
-                 : std::vector<int>{};
-  read_graph_decisions();
+  if (split) {
+    // Every pipeline micro-batch through this rank's stage: the replica's share of it.
+    const PlanRank& me = plan.ranks[static_cast<std::size_t>(rank)];
+    mb_sizes.assign(static_cast<std::size_t>(graph.summary().pipeline_micro_batches),
+                    me.micro_batch);
+    setup_split();
+  } else {
+    setup_sharding();
+    mb_sizes = plan.ranks[static_cast<std::size_t>(rank)].batch > 0
+                   ? plan.ranks[static_cast<std::size_t>(rank)].micro_batch_sizes()
+                   : std::vector<int>{};
+    read_graph_decisions();
+  }
   dev.synchronize();
 }
 
@@ -115,6 +134,11 @@ static UnevenCollective uneven_of(tr::CollectiveVariant v) {
 // full's element type) on stream `s`. A shard of another type is cast into a transient send
 // buffer first (FSDP mixed precision: the fp32 master shard travels in the compute type).
 void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef full) {
+  gather_shard(s, *group_comm, u, unit_variant[static_cast<std::size_t>(u)], gradients, full);
+}
+
+void Executor::Impl::gather_shard(Stream& s, Communicator& group, int u, tr::CollectiveVariant v,
+                                  bool gradients, TensorRef full) {
   const std::int64_t n = state->owned(u);
   TensorRef shard = (gradients ? state->grad(u) : state->param(u)).slice(0, n);
   Buffer send;
@@ -126,23 +150,26 @@ void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef ful
   // The graph's variant: Even takes the even collective (MPI_Allgather / ncclAllGather);
   // Grouped and Padded the -v call run that way (the variant the graph builder resolved and the
   // simulator priced; under the plan's auto, the comm model's choice).
-  const tr::CollectiveVariant v = unit_variant[static_cast<std::size_t>(u)];
   if (v == tr::CollectiveVariant::Even)
-    group_comm->all_gather(s, shard, full);
+    group.all_gather(s, shard, full);
   else
-    group_comm->all_gather_v(s, shard, full, state->counts(u), uneven_of(v));
+    group.all_gather_v(s, shard, full, state->counts(u), uneven_of(v));
   retire(std::move(send), s);
 }
 
 // Reduce a full gradient onto the owners and add it into this rank's accumulator.
 void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
+  reduce_shard(s, *group_comm, u, unit_variant[static_cast<std::size_t>(u)], full);
+}
+
+void Executor::Impl::reduce_shard(Stream& s, Communicator& group, int u, tr::CollectiveVariant v,
+                                  TensorRef full) {
   const std::int64_t n = state->owned(u);
   Buffer tmp = gradient(n);
-  const tr::CollectiveVariant v = unit_variant[static_cast<std::size_t>(u)];
   if (v == tr::CollectiveVariant::Even)
-    group_comm->reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
+    group.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
   else
-    group_comm->reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum, uneven_of(v));
+    group.reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum, uneven_of(v));
   if (n) dev.axpy(s, 1.0f, tmp.ref(), state->grad(u).slice(0, n));
   retire(std::move(tmp), s);
 }
@@ -388,7 +415,12 @@ void Executor::Impl::run_copy(const tr::Op& op) {
 double Executor::Impl::step(int step_index) {
   using Clock = std::chrono::steady_clock;
   failure.at_start_of(step_index);
-  prepare_data(step_index);
+  if (split) {
+    split_prepare_data(step_index);
+    split_begin_step();
+  } else {
+    prepare_data(step_index);
+  }
   const int mbs = static_cast<int>(mb_sizes.size());
   boundary.clear();
   offloaded.clear();
@@ -412,7 +444,14 @@ double Executor::Impl::step(int step_index) {
   dev.reset_peak();
 
   auto prog = graph.program(rank);
+  if (prog.empty()) throw RuntimeFailure("executor: rank " + std::to_string(rank) + " has no ops");
   const tr::OpId first = prog.front().id;
+  if (split) {
+    sp.tp_calls.clear();
+    sp.tp_calls.resize(prog.size());
+    sp.tp_source.assign(prog.size(), -1);
+  }
+  std::size_t last_compute = 0;
   issued_bytes.assign(prog.size(), 0.0);
   start_ev.assign(prog.size(), nullptr);
   end_ev.assign(prog.size(), nullptr);
@@ -428,21 +467,37 @@ double Executor::Impl::step(int step_index) {
     end_ev[i] = std::shared_ptr<Event>(dev.create_event());
     start_ev[i]->record(s);
     if (tr::is_compute(op.kind)) {
-      run_compute(op);
+      if (split) {
+        run_split_compute(op);
+        // The TP collectives its math issued; the graph's TP op after it reports them.
+        sp.tp_calls[i] = model.take_tp_calls();
+        last_compute = i;
+      } else {
+        run_compute(op);
+      }
       slowdown.after_compute(dev, s, *start_ev[i]);
+    } else if (tr::is_tensor_parallel(op.kind)) {
+      sp.tp_source[i] = static_cast<int>(last_compute);  // ran inside that compute op
+    } else if (tr::is_pipeline_transfer(op.kind)) {
+      run_split_transfer(op);
     } else if (tr::is_collective(op.kind)) {
-      run_comm(op);
+      if (split)
+        run_split_comm(op);
+      else
+        run_comm(op);
     } else {
       run_copy(op);
     }
     end_ev[i]->record(s);
     issued_bytes[i] = static_cast<double>(dev.memory_stats(MemorySpace::Device).current);
-    // The graph says which op's end releases the phase's gathered parameters.
+    // The graph says which op's end releases the phase's gathered parameters (a split graph
+    // keeps a unit's, gathered once, to its last backward).
     if (op.frees_gathered) {
-      auto it = gathered.find(op.phase);
-      if (it != gathered.end()) {
+      auto& held = split ? sp.gathered : gathered;
+      auto it = held.find(split ? op.unit : op.phase);
+      if (it != held.end()) {
         retire(std::move(it->second), s);
-        gathered.erase(it);
+        held.erase(it);
       }
     }
   }
@@ -461,6 +516,23 @@ double Executor::Impl::step(int step_index) {
     last_end[first + i] = std::max(last_end[first + i], last_start[first + i]);
     last_bytes[first + i] = issued_bytes[i];
   }
+  // A TP op reports the collectives its compute op ran (DESIGN §4, "Tensor-parallel ops"): the
+  // compute op's interval is split at its end, the calls' measured sum going to the TP op.
+  if (split)
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      const int c = sp.tp_source[i];
+      if (c < 0) continue;
+      double calls = 0;
+      for (auto& call : sp.tp_calls[static_cast<std::size_t>(c)])
+        calls += call.end->seconds_since(*call.start);
+      const std::size_t ci = first + static_cast<std::size_t>(c);
+      const std::int64_t end = last_end[ci];
+      const std::int64_t cut =
+          std::max(last_start[ci], end - static_cast<std::int64_t>(std::llround(calls * 1e9)));
+      last_end[ci] = cut;
+      last_start[first + i] = cut;
+      last_end[first + i] = end;
+    }
   // The ops are timed from the origin event, recorded just before t0: a preemption between the
   // two (a busy machine) can put the last op's end after the wall time. The step lasts until
   // both have passed, so that the step time and its report's iteration time (the later of the
@@ -473,9 +545,13 @@ double Executor::Impl::step(int step_index) {
 
 Executor::Executor(const Scenario& scenario, const Plan& plan, const tr::TrainingGraph& graph,
                    const GptConfig& config, Device& device, Communicator& comm,
-                   const ExecutorOptions& options)
-    : model_(config) {
-  impl_ = std::make_unique<Impl>(scenario, plan, graph, model_, device, comm, options);
+                   const ExecutorOptions& options) {
+  // Under a split the TP group's communicator comes first (the model slice needs it): a
+  // collective on every rank, after the checks that could refuse on one rank and not another.
+  std::unique_ptr<Communicator> tp_comm;
+  model_ = std::make_unique<GptModel>(config, tensor_parallel_of(graph, config, comm, tp_comm));
+  impl_ = std::make_unique<Impl>(scenario, plan, graph, *model_, device, comm, options,
+                                 std::move(tp_comm));
 }
 
 Executor::~Executor() = default;
@@ -508,12 +584,18 @@ std::vector<float> Executor::gather_full(bool gradients) {
   // Gradients are stored as reduced, i.e. still multiplied by the fp16 loss scale.
   const double unscale = gradients ? 1.0 / I.last_loss_scale : 1.0;
   for (int u = 0; u < I.units; ++u) {
-    Buffer full = I.f32(model_.unit_numel(u));
-    I.gather_unit(cs, u, gradients, full.ref());
-    cs.synchronize();
-    I.retired.clear();
-    std::vector<float> host(static_cast<std::size_t>(full.numel()));
-    I.dev.download(host.data(), full.ref(), host.size() * 4);
+    std::vector<float> host;
+    if (I.split) {
+      // The single-rank unit from its owners' slices of every TP rank's part.
+      host = I.assemble_unit(u, gradients ? 3 : 0);
+    } else {
+      Buffer full = I.f32(model_->unit_numel(u));
+      I.gather_unit(cs, u, gradients, full.ref());
+      cs.synchronize();
+      I.retired.clear();
+      host.resize(static_cast<std::size_t>(full.numel()));
+      I.dev.download(host.data(), full.ref(), host.size() * 4);
+    }
     if (unscale != 1.0)
       for (float& x : host) x = static_cast<float>(x * unscale);
     out.insert(out.end(), host.begin(), host.end());

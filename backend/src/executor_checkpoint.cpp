@@ -64,11 +64,32 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
   CheckpointManifest m;
   m.run = identity();
   m.step = step_;
-  for (int u = 0; u < I.units; ++u) {
-    m.unit_numel.push_back(model_.unit_numel(u));
-    m.offsets.push_back(I.state->checkpoint_offsets(u));
+  std::string payload;
+  if (!I.split) {
+    for (int u = 0; u < I.units; ++u) {
+      m.unit_numel.push_back(model_->full_unit_numel(u));
+      m.offsets.push_back(I.state->checkpoint_offsets(u));
+    }
+    payload = I.state->serialize();
+  } else {
+    // A split run records the single-rank model (DESIGN §7: resumable under any plan): each
+    // unit assembled from its owners, written whole by one rank that holds it.
+    I.dev.synchronize();
+    for (int u = 0; u < I.units; ++u) {
+      const std::int64_t n = model_->full_unit_numel(u);
+      const int writer = I.checkpoint_writer(u);
+      m.unit_numel.push_back(n);
+      std::vector<std::int64_t> off(static_cast<std::size_t>(I.ranks) + 1, 0);
+      for (int r = writer + 1; r <= I.ranks; ++r) off[static_cast<std::size_t>(r)] = n;
+      m.offsets.push_back(std::move(off));
+      for (int k = 0; k < 3; ++k) {
+        const auto values = I.assemble_unit(u, k);  // collective
+        if (writer == I.rank)
+          payload.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+      }
+    }
   }
-  const std::string bytes = render_shard_header(m, I.rank) + I.state->serialize();
+  const std::string bytes = render_shard_header(m, I.rank) + payload;
   write_file_atomically(step_dir / rank_file_name(I.rank), bytes);
   // Every rank's size and checksum to rank 0 (exact in doubles: sizes below 2^53, 32-bit
   // halves); the all-reduce also orders every shard on disk before the manifest.
@@ -82,7 +103,7 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
     m.adam_step = I.state->adam_step;
     m.loss_scale = I.scaler.scale();
     m.loss_scale_clean_steps = I.scaler.clean_steps();
-    m.model = shape_of(model_.config());
+    m.model = shape_of(model_->config());
     for (int r = 0; r < I.ranks; ++r) {
       const auto* x = &info[static_cast<std::size_t>(3 * r)];
       m.shards.push_back(
@@ -99,40 +120,66 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
   auto& I = *impl_;
   const LatestCheckpoint ck = read_latest_checkpoint(dir);
   std::vector<std::int64_t> numel;
-  for (int u = 0; u < I.units; ++u) numel.push_back(model_.unit_numel(u));
-  check_checkpoint_fits(ck, identity(), shape_of(model_.config()), numel);
+  for (int u = 0; u < I.units; ++u) numel.push_back(model_->full_unit_numel(u));
+  check_checkpoint_fits(ck, identity(), shape_of(model_->config()), numel);
   const auto& m = ck.manifest;
-  auto overlap = [&](int u, int o) {
+  // What this rank owns of each unit, as pieces of the single-rank units the checkpoint holds:
+  // its slice's runs (one run without tensor parallelism), and a tied head's word-embedding
+  // copy from unit 0's rows (a checkpoint records the embedding's, which the copy equals).
+  struct Piece {
+    int unit;           // the checkpoint's unit it comes from
+    std::int64_t full;  // its first element there
+    std::int64_t at;    // where it goes in this rank's owned slice
+    std::int64_t count;
+  };
+  auto pieces_of = [&](int u) {
+    std::vector<Piece> out;
     const std::int64_t lo = I.state->begin(u), hi = lo + I.state->owned(u);
-    const auto& off = m.offsets[static_cast<std::size_t>(u)];
-    return std::make_pair(std::max(lo, off[static_cast<std::size_t>(o)]),
-                          std::min(hi, off[static_cast<std::size_t>(o) + 1]));
+    auto add = [&](int unit, std::int64_t full, std::int64_t local, std::int64_t count) {
+      const std::int64_t a = std::max(lo, local), b = std::min(hi, local + count);
+      if (a < b) out.push_back({unit, full + (a - local), a - lo, b - a});
+    };
+    for (const SliceRun& r : model_->slice_runs(u)) add(u, r.full, r.local, r.count);
+    if (const auto copy = model_->word_embedding_copy(); u == model_->head_unit() && copy.count)
+      add(0, model_->vocab_slice().begin * model_->config().hidden, copy.begin, copy.count);
+    return out;
+  };
+  auto overlap = [&](const Piece& p, int o) {
+    const auto& off = m.offsets[static_cast<std::size_t>(p.unit)];
+    return std::make_pair(std::max(p.full, off[static_cast<std::size_t>(o)]),
+                          std::min(p.full + p.count, off[static_cast<std::size_t>(o) + 1]));
   };
   // Every old shard this rank needs, read and verified before a byte of any is used.
   std::vector<std::string> shards(static_cast<std::size_t>(m.ranks()));
-  for (int o = 0; o < m.ranks(); ++o)
-    for (int u = 0; u < I.units; ++u)
-      if (auto [a, b] = overlap(u, o); a < b) {
-        shards[static_cast<std::size_t>(o)] = read_verified_shard(ck, o);
-        break;
-      }
+  std::vector<std::vector<Piece>> pieces;
+  for (int u = 0; u < I.units; ++u) pieces.push_back(pieces_of(u));
+  for (int o = 0; o < m.ranks(); ++o) {
+    bool needed = false;
+    for (const auto& unit : pieces)
+      for (const Piece& p : unit)
+        if (auto [a, b] = overlap(p, o); a < b) needed = true;
+    if (needed) shards[static_cast<std::size_t>(o)] = read_verified_shard(ck, o);
+  }
   for (int u = 0; u < I.units; ++u) {
-    const std::int64_t lo = I.state->begin(u);
     const auto n = static_cast<std::size_t>(I.state->owned(u));
     std::vector<float> p(n), mm(n), vv(n);
-    for (int o = 0; o < m.ranks(); ++o) {
-      const auto [a, b] = overlap(u, o);
-      if (a >= b) continue;
-      const std::string& f = shards[static_cast<std::size_t>(o)];
-      const std::int64_t olo = m.offsets[static_cast<std::size_t>(u)][static_cast<std::size_t>(o)];
-      for (int k = 0; k < 3; ++k) {
-        float* dst = (k == 0 ? p : k == 1 ? mm : vv).data() + (a - lo);
-        std::memcpy(dst, f.data() + m.shard_offset(o, u, k) + (a - olo) * 4,
-                    static_cast<std::size_t>(b - a) * 4);
+    for (const Piece& piece : pieces[static_cast<std::size_t>(u)])
+      for (int o = 0; o < m.ranks(); ++o) {
+        const auto [a, b] = overlap(piece, o);
+        if (a >= b) continue;
+        const std::string& f = shards[static_cast<std::size_t>(o)];
+        const std::int64_t olo =
+            m.offsets[static_cast<std::size_t>(piece.unit)][static_cast<std::size_t>(o)];
+        for (int k = 0; k < 3; ++k) {
+          float* dst = (k == 0 ? p : k == 1 ? mm : vv).data() + piece.at + (a - piece.full);
+          std::memcpy(dst, f.data() + m.shard_offset(o, piece.unit, k) + (a - olo) * 4,
+                      static_cast<std::size_t>(b - a) * 4);
+        }
       }
-    }
     I.state->restore(u, p.data(), mm.data(), vv.data());
   }
+  // ZeRO-1 and none keep compute copies of the parameters: made again before the next step.
+  I.sp.resident_stale = true;
   I.state->adam_step = m.adam_step;
   // A loss scale only means something under fp16; a run resumed in another precision keeps 1.
   I.scaler.restore(m.loss_scale, m.loss_scale_clean_steps);

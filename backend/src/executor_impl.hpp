@@ -2,6 +2,7 @@
 // Private to the executor's files: the state of one rank's Executor. The interpreter
 // (executor.cpp) walks the graph's ops over it; executor_report.cpp turns its last step's
 // measurements into the RunResult; executor_checkpoint.cpp saves and restores its shards.
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -57,6 +58,33 @@ struct Executor::Impl {
   Communicator* group_comm = nullptr;
   std::vector<std::unique_ptr<Communicator>> sub_comms;
   std::vector<std::vector<CrossPieceRun>> cross_pieces;  // per unit
+  // A split plan (executor_split.cpp; DESIGN §4, "A split in the plan and the graph"): this
+  // rank's place, its groups' communicators, and the per-step buffers of its pipeline stage.
+  // Parameters and gradients are kept per unit (a unit is gathered once and kept to its last
+  // backward), activations per boundary: act[b][mb] enters unit b, dact[b][mb] is its gradient.
+  struct Split {
+    RankPlace place;
+    std::unique_ptr<Communicator> tp;  // the TP group (made before the model: Executor ctor)
+    Communicator* dp = nullptr;        // this rank's data-parallel group
+    std::vector<std::unique_ptr<Communicator>> owned;
+    std::map<std::pair<int, int>, Communicator*> links;      // (from, to): two ranks, `from` is 0
+    std::map<std::pair<int, int>, Communicator*> tied;       // (first stage's, last stage's rank)
+    std::vector<traces::CollectiveVariant> gather_variant;   // per unit, in this rank's group
+    std::vector<std::vector<CrossPieceRun>> pieces;          // per unit: cross-group all-reduces
+    std::vector<std::vector<std::int64_t>> replica_offsets;  // per stage: samples before each
+    std::int64_t samples_per_micro_batch = 0;                // global batch / m
+    std::vector<Buffer> resident;           // per unit: compute-type parameters (optimizer, none)
+    bool resident_stale = true;             // refreshed before the next step (after init, a resume)
+    std::map<int, Buffer> gathered, grads;  // per unit (full / hybrid), per unit
+    std::vector<std::vector<Buffer>> act, dact;
+    std::vector<HeadActivations> head;             // per micro-batch, recompute to backward
+    std::map<std::array<int, 3>, int> sends_left;  // (forward?, boundary, mb): this step's
+    std::vector<std::vector<TpCall>> tp_calls;     // per op of the program
+    std::vector<int> tp_source;  // per op: the compute op whose calls a TP op reports, or -1
+  };
+  bool split = false;
+  Split sp;
+
   LossScaler scaler;
   FailureInjection failure;
   SlowdownEmulator slowdown;
@@ -90,7 +118,8 @@ struct Executor::Impl {
   std::size_t last_peak = 0;
 
   Impl(const Scenario& s, const Plan& p, const traces::TrainingGraph& g, const GptModel& mdl,
-       Device& d, Communicator& c, const ExecutorOptions& o);
+       Device& d, Communicator& c, const ExecutorOptions& o,
+       std::unique_ptr<Communicator> tp_comm = nullptr);
 
   std::int64_t rows(int mb) const {
     return mb_sizes[static_cast<std::size_t>(mb)] * rows_per_sample;
@@ -111,6 +140,11 @@ struct Executor::Impl {
   const PhaseSegment* find_segment(int phase, int unit) const;
   void gather_unit(Stream& s, int u, bool gradients, TensorRef full);
   void reduce_unit(Stream& s, int u, TensorRef full);
+  // The two above over a given group and variant (the FSDP path passes its own).
+  void gather_shard(Stream& s, Communicator& group, int u, traces::CollectiveVariant v,
+                    bool gradients, TensorRef full);
+  void reduce_shard(Stream& s, Communicator& group, int u, traces::CollectiveVariant v,
+                    TensorRef full);
   TensorRef unit_params(int phase, int u);
   TensorRef unit_grads(int phase, int u);
   // The gradient buffer a backward phase accumulates into (the graph's gradient_phase).
@@ -125,6 +159,28 @@ struct Executor::Impl {
   void run_copy(const traces::Op& op);
   void begin_step(int step_index);
   double step(int step_index);
+
+  // ---- split plans (executor_split.cpp) ----
+  void setup_split();
+  void split_prepare_data(int step);
+  void split_begin_step();
+  void refresh_resident();
+  TensorRef split_params(int u);
+  TensorRef split_grads(int u);
+  void run_split_compute(const traces::Op& op);
+  void run_split_transfer(const traces::Op& op);
+  void run_split_comm(const traces::Op& op);
+  void split_optimizer_step();
+  // The single-rank unit u of the last step, assembled from every rank that owns a piece
+  // (collective): 0 parameters, 1 Adam m, 2 Adam v, 3 reduced gradients (fp32).
+  std::vector<float> assemble_unit(int u, int which);
+  // The lowest rank whose copy of unit u a checkpoint of a split run records.
+  int checkpoint_writer(int u) const;
 };
+
+// The TP group's communicator of `rank` under a split graph (a split of `comm`, collective on
+// every rank) and the model slice it runs; the whole model without a split.
+TensorParallel tensor_parallel_of(const traces::TrainingGraph& graph, const GptConfig& config,
+                                  Communicator& comm, std::unique_ptr<Communicator>& tp_comm);
 
 }  // namespace cephalo::backend

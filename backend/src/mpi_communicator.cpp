@@ -24,6 +24,7 @@
 #include <cstring>
 #include <numeric>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/error.hpp"
@@ -148,24 +149,29 @@ void expect(bool ok, const std::string& message) {
 // the peer's comm thread to be scheduled, and the rank's compute slows down too). Polls hot
 // for a few tries (a collective about to finish), then sleeps 5 us between tests (a small
 // fraction of a core while waiting); the thread's timer slack is cut to 1 us so that the sleep
-// is not rounded up to the default 50 us.
+// is not rounded up to the default 50 us. The request's status is kept (a receive's length).
 template <class Start>
-void complete(Start&& start) {
+void complete_with_status(Start&& start, MPI_Request& request, MPI_Status& status) {
 #ifdef __linux__
   thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL) == 0;
   (void)slack_set;
 #endif
-  MPI_Request request = MPI_REQUEST_NULL;
   start(&request);
   int done = 0;
   for (int tries = 0;; ++tries) {
-    CEPHALO_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    CEPHALO_MPI(MPI_Test(&request, &done, &status));
     if (done) return;
     // Never a longer sleep after a long wait: once the last peer arrives, each round of the
     // collective's algorithm progresses only inside MPI_Test, so the polling interval is
     // paid per round.
     if (tries >= 64) std::this_thread::sleep_for(std::chrono::microseconds(5));
   }
+}
+template <class Start>
+void complete(Start&& start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Status status;
+  complete_with_status(std::forward<Start>(start), request, status);
 }
 
 class MpiCommunicator final : public Communicator {
@@ -176,8 +182,12 @@ class MpiCommunicator final : public Communicator {
     // thread) so that concurrent calls from the two threads never interleave on one context.
     CEPHALO_MPI(MPI_Comm_dup(parent, &stream_comm_));
     CEPHALO_MPI(MPI_Comm_dup(parent, &host_comm_));
-    CEPHALO_MPI(MPI_Comm_set_errhandler(stream_comm_, MPI_ERRORS_RETURN));
-    CEPHALO_MPI(MPI_Comm_set_errhandler(host_comm_, MPI_ERRORS_RETURN));
+    // Point-to-point transfers get their own context too: their send and receive threads run
+    // beside the comm stream's collectives, and a context of their own keeps the matching of
+    // their messages apart from anything else.
+    CEPHALO_MPI(MPI_Comm_dup(parent, &p2p_comm_));
+    for (MPI_Comm c : {stream_comm_, host_comm_, p2p_comm_})
+      CEPHALO_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
     CEPHALO_MPI(MPI_Comm_rank(parent, &rank_));
     CEPHALO_MPI(MPI_Comm_size(parent, &size_));
     for (MPI_Datatype* t : {&bf16_type_, &f16_type_}) {
@@ -198,6 +208,7 @@ class MpiCommunicator final : public Communicator {
       MPI_Type_free(&f16_type_);
       MPI_Comm_free(&stream_comm_);
       MPI_Comm_free(&host_comm_);
+      MPI_Comm_free(&p2p_comm_);
     }
   }
   int rank() const override { return rank_; }
@@ -328,6 +339,38 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  // Nonblocking send / receive completed by polling on the stream's thread (as the
+  // collectives), tag 0 on the point-to-point context: MPI's non-overtaking rule matches the
+  // transfers of one ordered pair in the order one thread posts them.
+  void send(Stream& s, TensorRef data, int peer) override {
+    expect_peer(peer, "send");
+    MPI_Comm c = p2p_comm_;
+    MPI_Datatype t = datatype(data.type);
+    s.enqueue_host([=] {
+      const int n = to_int(data.numel, "send");
+      complete([&](MPI_Request* r) { CEPHALO_MPI(MPI_Isend(data.data, n, t, peer, 0, c, r)); });
+    });
+  }
+  void recv(Stream& s, TensorRef data, int peer) override {
+    expect_peer(peer, "recv");
+    MPI_Comm c = p2p_comm_;
+    MPI_Datatype t = datatype(data.type);
+    s.enqueue_host([=] {
+      const int n = to_int(data.numel, "recv");
+      MPI_Status status;
+      MPI_Request request = MPI_REQUEST_NULL;
+      complete_with_status(
+          [&](MPI_Request* r) { CEPHALO_MPI(MPI_Irecv(data.data, n, t, peer, 0, c, r)); }, request,
+          status);
+      // A message of another length is a broken schedule (the two sides disagree on the
+      // transfer): MPI truncation or a short message, refused naming both counts.
+      int got = 0;
+      CEPHALO_MPI(MPI_Get_count(&status, t, &got));
+      expect(got == n, "recv from rank " + std::to_string(peer) + ": expected " +
+                           std::to_string(n) + " elements, the sender sent " + std::to_string(got));
+    });
+  }
+
   void all_reduce_host(double* values, int count, ReduceOp op) override {
     CEPHALO_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, mpi_op(op), host_comm_));
   }
@@ -409,8 +452,15 @@ class MpiCommunicator final : public Communicator {
     return l;
   }
 
+  void expect_peer(int peer, const char* what) const {
+    expect(peer >= 0 && peer < size_ && peer != rank_,
+           std::string(what) + ": peer " + std::to_string(peer) + " is not another rank of " +
+               std::to_string(size_) + " (this is rank " + std::to_string(rank_) + ")");
+  }
+
   MPI_Comm stream_comm_ = MPI_COMM_NULL;
   MPI_Comm host_comm_ = MPI_COMM_NULL;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Datatype f16_type_ = MPI_DATATYPE_NULL;
   std::array<MPI_Op, 3> bf16_ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};

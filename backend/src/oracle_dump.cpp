@@ -64,7 +64,8 @@ void OracleDump::after_step(const StepResult& r) {
 
 void OracleDump::finish() {
   if (rank_ != 0) return;
-  const GptModel& model = exec_.model();
+  // The dumps hold the single-rank model (under a split too): its layout, not a TP slice's.
+  const GptModel model(exec_.model().config());
   const GptConfig& c = model.config();
   Json layout = Json::array();
   for (int u = 0; u < model.num_units(); ++u) {

@@ -6,11 +6,14 @@ ShardedState::ShardedState(Device& dev, const GptModel& model, const traces::Tra
                            int rank, ElemType reduce_type)
     : dev_(dev), rank_(rank), reduce_type_(reduce_type) {
   auto& cs = dev.stream(StreamKind::Compute);
-  const traces::ShardLayout& layout = graph.layout();
-  in_checkpoint_ = layout.group_of(rank) == 0;
+  // The layout this rank's state is sharded by: the plan's, or under a split its data-parallel
+  // domain's (positions numbered within the domain; a unit of another stage has no elements).
+  const traces::ShardLayout& layout = graph.layout_of(rank);
+  const int position = graph.layout_position(rank);
+  in_checkpoint_ = layout.group_of(position) == 0;
   for (int u = 0; u < model.num_units(); ++u) {
-    slices_.push_back(layout.slice(u, rank));
-    counts_.push_back(layout.group_counts(u, layout.group_of(rank)));
+    slices_.push_back(layout.slice(u, position));
+    counts_.push_back(layout.group_counts(u, layout.group_of(position)));
     checkpoint_offsets_.push_back(layout.checkpoint_offsets(u));
     const auto n = static_cast<std::size_t>(owned(u));
     param_.push_back(dev.allocate(n, ElemType::F32));

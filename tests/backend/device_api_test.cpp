@@ -23,6 +23,7 @@ namespace {
 class CountingDevice final : public cb::Device {
  public:
   int reached = 0;
+  cb::VocabSlice last_vocab{-1, -1};  // what the embedding kernels were handed, resolved
   std::string kind() const override { return "counting"; }
   std::string name() const override { return "counting:0"; }
   bool supports(ElemType) const override { return true; }
@@ -73,19 +74,33 @@ class CountingDevice final : public cb::Device {
     ++reached;
   }
   void do_embedding_forward(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef, std::int64_t,
-                            std::int64_t, std::int64_t) override {
+                            std::int64_t, std::int64_t, cb::VocabSlice vocab) override {
     ++reached;
+    last_vocab = vocab;
   }
   void do_embedding_backward(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef, std::int64_t,
-                             std::int64_t, std::int64_t) override {
+                             std::int64_t, std::int64_t, cb::VocabSlice vocab) override {
     ++reached;
+    last_vocab = vocab;
   }
   void do_cross_entropy_forward(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef,
                                 std::int64_t, std::int64_t) override {
     ++reached;
   }
   void do_cross_entropy_backward(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef,
-                                 std::int64_t, std::int64_t, float) override {
+                                 std::int64_t, std::int64_t, float, std::int64_t) override {
+    ++reached;
+  }
+  void do_cross_entropy_row_max(cb::Stream&, TensorRef, TensorRef, std::int64_t,
+                                std::int64_t) override {
+    ++reached;
+  }
+  void do_cross_entropy_partial_sums(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef,
+                                     TensorRef, std::int64_t, std::int64_t, std::int64_t) override {
+    ++reached;
+  }
+  void do_cross_entropy_combine(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef, TensorRef,
+                                std::int64_t) override {
     ++reached;
   }
   void do_adamw_step(cb::Stream&, TensorRef, TensorRef, TensorRef, TensorRef,
@@ -158,6 +173,54 @@ TEST(DeviceApi, FrontFunctionsRefuseBrokenPreconditionsBeforeAnyImplementation) 
   expect_checked(
       dev, [&] { dev.embedding_forward(s, t(6, F32), t(40), t(12), t(24), 6, 3, 4); },
       [&] { dev.embedding_forward(s, t(6, I32), t(40), t(12), t(24), 6, 3, 4); }, "tokens=f32");
+  // Vocabulary-parallel lookups: the local rows (40 / 4 = 10) must lie inside the vocabulary,
+  // wte must be whole rows, and an empty wpe (no position term) is allowed.
+  expect_checked(
+      dev,
+      [&] {
+        dev.embedding_forward(s, t(6, I32), t(40), t(12), t(24), 6, 3, 4, {5, 12});
+      },
+      [&] {
+        dev.embedding_forward(s, t(6, I32), t(40), {}, t(24), 6, 3, 4, {2, 12});
+      },
+      "vocabulary slice [5, 15) is not inside a vocabulary of 12 ids");
+  EXPECT_EQ(dev.last_vocab.begin, 2);
+  EXPECT_EQ(dev.last_vocab.size, 12);
+  expect_checked(
+      dev, [&] { dev.embedding_backward(s, t(6, I32), t(24), t(42), {}, 6, 3, 4); },
+      [&] { dev.embedding_backward(s, t(6, I32), t(24), t(40), {}, 6, 3, 4); },
+      "embedding_backward dwte tensor has 42 elements, not rows of 4");
+  EXPECT_EQ(dev.last_vocab.begin, 0);  // the default slice resolves to the local rows
+  EXPECT_EQ(dev.last_vocab.size, 10);
+  expect_checked(
+      dev,
+      [&] {
+        dev.embedding_forward(s, t(6, I32), t(40), t(12), t(24), 6, 3, 4, {-1, 12});
+      },
+      [&] {
+        dev.embedding_forward(s, t(6, I32), t(40), t(12), t(24), 6, 3, 4, {0, 10});
+      },
+      "vocabulary slice [-1, 9)");
+  expect_checked(
+      dev, [&] { dev.cross_entropy_row_max(s, t(6), t(3), 3, 0); },
+      [&] { dev.cross_entropy_row_max(s, t(6), t(3), 3, 2); }, "row_max over 0 columns");
+  expect_checked(
+      dev,
+      [&] { dev.cross_entropy_partial_sums(s, t(6), t(3, I32), t(3), t(3, BF), t(3), 3, 2, 4); },
+      [&] { dev.cross_entropy_partial_sums(s, t(6), t(3, I32), t(3), t(3), t(3), 3, 2, 4); },
+      "sum_exp=bf16");
+  expect_checked(
+      dev, [&] { dev.cross_entropy_partial_sums(s, t(6), t(3, I32), t(3), t(3), t(3), 3, 2, -1); },
+      [&] { dev.cross_entropy_partial_sums(s, t(6, BF), t(3, I32), t(3), t(3), t(3), 3, 2, 0); },
+      "vocab_begin -1 is negative");
+  expect_checked(
+      dev, [&] { dev.cross_entropy_combine(s, t(3), t(3), t(2), t(3), t(3), 3); },
+      [&] { dev.cross_entropy_combine(s, t(3), t(3), t(3), t(3), t(3), 3); },
+      "cross_entropy_combine target_logit tensor has 2 elements, needs 3");
+  expect_checked(
+      dev, [&] { dev.cross_entropy_backward(s, t(6), t(3, I32), t(3), t(6), 3, 2, 1.0f, -2); },
+      [&] { dev.cross_entropy_backward(s, t(6), t(3, I32), t(3), t(6), 3, 2, 1.0f, 2); },
+      "cross_entropy_backward vocab_begin -2 is negative");
   expect_checked(
       dev, [&] { dev.adamw_step(s, t(8), t(8), t(7), t(8), {}); },
       [&] { dev.adamw_step(s, t(8), t(8), t(8), t(8), {}); },

@@ -69,3 +69,26 @@ TEST(GptConfigFromSpec, OptRunsAtMostMaxPositionEmbeddingsTokens) {
   EXPECT_NE(refusal(opt, 2049).find("2048 positions"), std::string::npos);
   EXPECT_NE(refusal(opt, 2050).find("2048 positions"), std::string::npos);
 }
+
+TEST(GptConfigFromSpec, TensorParallelSlicesHoldWhatTheCostModelsCharge) {
+  // The graph, the memory model and the simulator size a TP rank's units with
+  // costmodels::unit_parameters(model, u, T, t, copy); the backend's slices must be exactly that
+  // (tied and untied heads, the last stage's word-embedding copy, an uneven vocabulary split).
+  for (const char* name : {"gpt-tiny", "gpt-1.3b"}) {
+    ModelSpec spec = costmodels::ModelCatalog::builtin().get(name);
+    for (int vocab : {spec.vocab_size, 251}) {
+      spec.vocab_size = vocab;
+      const GptConfig c = GptConfig::from_spec(spec, 16);
+      for (int T : {1, 2, 4})
+        for (int t = 0; t < T; ++t)
+          for (bool copy : {false, true}) {
+            if (copy && !spec.tied_embeddings) continue;
+            const GptModel m(c, backend::TensorParallel{T, t, nullptr, copy});
+            for (int u = 0; u < m.num_units(); ++u)
+              EXPECT_EQ(m.unit_numel(u), static_cast<std::int64_t>(costmodels::unit_parameters(
+                                             spec, u, T, t, copy && u == m.head_unit())))
+                  << name << " vocab " << vocab << " T " << T << " t " << t << " unit " << u;
+          }
+    }
+  }
+}

@@ -186,6 +186,119 @@ TEST_F(Device, GemmThroughTheInterfaceHonoursTransposes) {
                Error);
 }
 
+// The vocabulary-parallel head and lookup of a tensor-parallel rank (backend/gpt.hpp): the
+// cross-entropy's three row kernels over two column slices, combined on the host as the TP
+// group's all-reduces would, and the backward over each slice, against a double-precision
+// reference of the unsplit rows; two row slices' lookups (positions from the first only) sum to
+// wte[token] + wpe. Also: the send and receive streams exist and order work like the others.
+TEST_F(Device, VocabularyParallelHeadAndLookupMatchTheUnsplitReference) {
+  const std::int64_t rows = 5, V = 37, split = 17;
+  auto& s = dev_->stream(StreamKind::Compute);
+  const auto logits = random_vector(std::size_t(rows * V), rng_, -6.0f, 6.0f);
+  std::vector<std::int32_t> targets = {0, 16, 17, 36, 20};
+  auto up = [&](const std::vector<float>& v) {
+    auto b = dev_->allocate(v.size(), ElemType::F32);
+    dev_->upload(b.ref(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto down = [&](const backend::Buffer& b, std::int64_t n) {
+    std::vector<float> v(std::size_t(n), 0.0f);
+    dev_->download(v.data(), b.ref(), v.size() * 4);
+    return v;
+  };
+  auto tg = dev_->allocate(targets.size(), ElemType::I32);
+  dev_->upload(tg.ref(), targets.data(), targets.size() * 4);
+  std::vector<float> part[2];
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t begin = h ? split : 0, cols = h ? V - split : split;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < cols; ++j)
+        part[h].push_back(logits[std::size_t(r * V + begin + j)]);
+  }
+  std::vector<float> row_max(rows, -INFINITY), sum_exp(rows, 0.0f), target_logit(rows, 0.0f);
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t cols = h ? V - split : split;
+    auto p = up(part[h]);
+    auto m = dev_->allocate(rows, ElemType::F32);
+    dev_->cross_entropy_row_max(s, p.ref(), m.ref(), rows, cols);
+    dev_->synchronize();
+    const auto got = down(m, rows);
+    for (std::int64_t r = 0; r < rows; ++r) row_max[r] = std::max(row_max[r], got[r]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t begin = h ? split : 0, cols = h ? V - split : split;
+    auto p = up(part[h]), m = up(row_max);
+    auto se = dev_->allocate(rows, ElemType::F32), tl = dev_->allocate(rows, ElemType::F32);
+    dev_->cross_entropy_partial_sums(s, p.ref(), tg.ref(), m.ref(), se.ref(), tl.ref(), rows, cols,
+                                     begin);
+    dev_->synchronize();
+    const auto a = down(se, rows), b = down(tl, rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      sum_exp[r] += a[r];
+      target_logit[r] += b[r];
+    }
+  }
+  auto m = up(row_max), se = up(sum_exp), tl = up(target_logit);
+  auto losses = dev_->allocate(rows, ElemType::F32), lse = dev_->allocate(rows, ElemType::F32);
+  dev_->cross_entropy_combine(s, m.ref(), se.ref(), tl.ref(), losses.ref(), lse.ref(), rows);
+  dev_->synchronize();
+  std::vector<double> ref_loss(rows), ref_lse(rows), ref_grad(std::size_t(rows * V));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY, z = 0;
+    for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, double(logits[std::size_t(r * V + j)]));
+    for (std::int64_t j = 0; j < V; ++j) z += std::exp(double(logits[std::size_t(r * V + j)]) - mx);
+    ref_lse[r] = mx + std::log(z);
+    ref_loss[r] = ref_lse[r] - logits[std::size_t(r * V + targets[std::size_t(r)])];
+    for (std::int64_t j = 0; j < V; ++j)
+      ref_grad[std::size_t(r * V + j)] =
+          0.5 * (std::exp(double(logits[std::size_t(r * V + j)]) - ref_lse[r]) -
+                 (j == targets[std::size_t(r)] ? 1.0 : 0.0));
+  }
+  EXPECT_LE(rel_error(down(losses, rows), ref_loss), 1e-5);
+  EXPECT_LE(rel_error(down(lse, rows), ref_lse), 1e-5);
+  std::vector<float> grad(std::size_t(rows * V), NAN);
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t begin = h ? split : 0, cols = h ? V - split : split;
+    auto p = up(part[h]), d = dev_->allocate(std::size_t(rows * cols), ElemType::F32);
+    dev_->cross_entropy_backward(s, p.ref(), tg.ref(), lse.ref(), d.ref(), rows, cols, 0.5f, begin);
+    dev_->synchronize();
+    const auto got = down(d, rows * cols);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < cols; ++j)
+        grad[std::size_t(r * V + begin + j)] = got[std::size_t(r * cols + j)];
+  }
+  EXPECT_LE(rel_error(grad, ref_grad), 1e-5);
+
+  // Lookups over two row slices of a vocabulary of 9, positions added by the first only.
+  const std::int64_t C = 8, seq = 4, n = 8, vs = 4;
+  const auto wte = random_vector(std::size_t(9 * C), rng_);
+  const auto wpe = random_vector(std::size_t(seq * C), rng_);
+  std::vector<std::int32_t> tokens = {0, 3, 4, 8, 8, 1, 5, 2};
+  auto tk = dev_->allocate(tokens.size(), ElemType::I32);
+  dev_->upload(tk.ref(), tokens.data(), tokens.size() * 4);
+  std::vector<float> sum(std::size_t(n * C), 0.0f);
+  auto wp = up(wpe);
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t begin = h ? vs : 0, count = h ? 9 - vs : vs;
+    auto part_w =
+        up(std::vector<float>(wte.begin() + begin * C, wte.begin() + (begin + count) * C));
+    auto out = dev_->allocate(std::size_t(n * C), ElemType::F32);
+    dev_->stream(StreamKind::Send).synchronize();  // the pipeline's streams exist and drain
+    dev_->stream(StreamKind::Recv).synchronize();
+    dev_->embedding_forward(s, tk.ref(), part_w.ref(), h ? backend::TensorRef{} : wp.ref(),
+                            out.ref(), n, seq, C, {begin, 9});
+    dev_->synchronize();
+    const auto got = down(out, n * C);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += got[i];
+  }
+  std::vector<double> ref(std::size_t(n * C));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < C; ++j)
+      ref[std::size_t(i * C + j)] = double(wte[std::size_t(tokens[std::size_t(i)] * C + j)]) +
+                                    wpe[std::size_t((i % seq) * C + j)];
+  EXPECT_LE(rel_error(sum, ref), 1e-6);
+}
+
 TEST_F(Device, HostFunctionFailureSurfacesAtSynchronize) {
   auto& comm = dev_->stream(StreamKind::Comm);
   bool ran = false;

@@ -51,9 +51,14 @@ class CudaDevice final : public backend::Device {
     // queue behind a burst of compute kernels (lower number = higher priority).
     int least = 0, greatest = 0;
     CEPHALO_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    compute_ = std::make_unique<CudaStream>(StreamKind::Compute, least);
-    comm_ = std::make_unique<CudaStream>(StreamKind::Comm, greatest);
-    copy_ = std::make_unique<CudaStream>(StreamKind::Copy, least);
+    // Pipeline sends and receives share the comm stream's priority: a stage's neighbour waits
+    // on them.
+    for (StreamKind k : {StreamKind::Compute, StreamKind::Comm, StreamKind::Copy, StreamKind::Send,
+                         StreamKind::Recv}) {
+      const bool urgent = k == StreamKind::Comm || k == StreamKind::Send || k == StreamKind::Recv;
+      streams_[static_cast<std::size_t>(k)] =
+          std::make_unique<CudaStream>(k, urgent ? greatest : least);
+    }
     CEPHALO_CUDA_CHECK(cudaStreamCreateWithFlags(&memory_stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<Gemm>(options.allow_tf32);
     CEPHALO_CUDA_CHECK(cudaMalloc(&bad_token_flag_, sizeof(int)));
@@ -83,22 +88,12 @@ class CudaDevice final : public backend::Device {
   bool supports(ElemType type) const override { return type != ElemType::I32; }
 
   backend::Stream& stream(StreamKind kind) override {
-    switch (kind) {
-      case StreamKind::Compute:
-        return *compute_;
-      case StreamKind::Comm:
-        return *comm_;
-      case StreamKind::Copy:
-        return *copy_;
-    }
-    return *compute_;
+    return *streams_.at(static_cast<std::size_t>(kind));
   }
   std::unique_ptr<backend::Event> create_event() override { return std::make_unique<CudaEvent>(); }
   void synchronize() override {
     CEPHALO_CUDA_CHECK(cudaDeviceSynchronize());
-    compute_->rethrow();
-    comm_->rethrow();
-    copy_->rethrow();
+    for (auto& st : streams_) st->rethrow();
     flush_frees(true);
     int bad = 0;
     CEPHALO_CUDA_CHECK(cudaMemcpy(&bad, bad_token_flag_, sizeof(int), cudaMemcpyDeviceToHost));
@@ -272,26 +267,29 @@ class CudaDevice final : public backend::Device {
   }
 
   void do_embedding_forward(backend::Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
-                            TensorRef out, std::int64_t rows, std::int64_t seq,
-                            std::int64_t hidden) override {
+                            TensorRef out, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                            backend::VocabSlice vocab) override {
     expect(rows % seq == 0, "embedding_forward: rows must be a multiple of seq");
-    const int vocab = as_int(wte.numel / hidden, "vocab");
-    cuda::embedding_forward(static_cast<const std::int32_t*>(tokens.data), wte, wpe, out,
-                            as_int(rows / seq, "batch"), as_int(seq, "seq"),
-                            as_int(hidden, "hidden"), vocab, bad_token_flag_, native(s));
+    const int local = as_int(wte.numel / hidden, "vocabulary rows");
+    cuda::embedding_forward(static_cast<const std::int32_t*>(tokens.data), wte,
+                            wpe.empty() ? TensorRef{} : wpe, out, as_int(rows / seq, "batch"),
+                            as_int(seq, "seq"), as_int(hidden, "hidden"),
+                            as_int(vocab.size, "vocab"), bad_token_flag_, native(s),
+                            as_int(vocab.begin, "vocab_begin"), local);
   }
   void do_embedding_backward(backend::Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                              TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                             std::int64_t hidden) override {
+                             std::int64_t hidden, backend::VocabSlice vocab) override {
     expect(rows % seq == 0, "embedding_backward: rows must be a multiple of seq");
-    const int vocab = as_int(dwte.numel / hidden, "vocab");
+    const int local = as_int(dwte.numel / hidden, "vocabulary rows");
     float* te = f32_target(s, dwte, dwte.numel);
-    float* pe = f32_target(s, dwpe, seq * hidden);
+    float* pe = dwpe.empty() ? nullptr : f32_target(s, dwpe, seq * hidden);
     cuda::embedding_backward(static_cast<const std::int32_t*>(tokens.data), dout, te, pe,
                              as_int(rows / seq, "batch"), as_int(seq, "seq"),
-                             as_int(hidden, "hidden"), vocab, native(s));
+                             as_int(hidden, "hidden"), as_int(vocab.size, "vocab"), native(s),
+                             as_int(vocab.begin, "vocab_begin"), local);
     f32_commit(s, dwte, te, dwte.numel);
-    f32_commit(s, dwpe, pe, seq * hidden);
+    if (pe) f32_commit(s, dwpe, pe, seq * hidden);
   }
   void do_cross_entropy_forward(backend::Stream& s, TensorRef logits, TensorRef targets,
                                 TensorRef losses, TensorRef lse, std::int64_t rows,
@@ -302,10 +300,35 @@ class CudaDevice final : public backend::Device {
   }
   void do_cross_entropy_backward(backend::Stream& s, TensorRef logits, TensorRef targets,
                                  TensorRef lse, TensorRef dlogits, std::int64_t rows,
-                                 std::int64_t vocab, float grad_scale) override {
+                                 std::int64_t vocab, float grad_scale,
+                                 std::int64_t vocab_begin) override {
     cuda::cross_entropy_backward(logits, static_cast<const std::int32_t*>(targets.data),
                                  static_cast<const float*>(lse.data), dlogits, as_int(rows, "rows"),
-                                 as_int(vocab, "vocab"), grad_scale, native(s));
+                                 as_int(vocab, "vocab"), grad_scale, native(s),
+                                 as_int(vocab_begin, "vocab_begin"));
+  }
+  void do_cross_entropy_row_max(backend::Stream& s, TensorRef logits, TensorRef row_max,
+                                std::int64_t rows, std::int64_t vocab) override {
+    cuda::cross_entropy_row_max(logits, static_cast<float*>(row_max.data), as_int(rows, "rows"),
+                                as_int(vocab, "vocab"), native(s));
+  }
+  void do_cross_entropy_partial_sums(backend::Stream& s, TensorRef logits, TensorRef targets,
+                                     TensorRef row_max, TensorRef sum_exp, TensorRef target_logit,
+                                     std::int64_t rows, std::int64_t vocab,
+                                     std::int64_t vocab_begin) override {
+    cuda::cross_entropy_partial_sums(
+        logits, static_cast<const std::int32_t*>(targets.data),
+        static_cast<const float*>(row_max.data), static_cast<float*>(sum_exp.data),
+        static_cast<float*>(target_logit.data), as_int(rows, "rows"), as_int(vocab, "vocab"),
+        as_int(vocab_begin, "vocab_begin"), native(s));
+  }
+  void do_cross_entropy_combine(backend::Stream& s, TensorRef row_max, TensorRef sum_exp,
+                                TensorRef target_logit, TensorRef losses, TensorRef lse,
+                                std::int64_t rows) override {
+    cuda::cross_entropy_combine(
+        static_cast<const float*>(row_max.data), static_cast<const float*>(sum_exp.data),
+        static_cast<const float*>(target_logit.data), static_cast<float*>(losses.data),
+        static_cast<float*>(lse.data), as_int(rows, "rows"), native(s));
   }
 
   void do_adamw_step(backend::Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
@@ -339,8 +362,7 @@ class CudaDevice final : public backend::Device {
     void* p = allocator_.allocate(bytes, memory_stream_);
     cudaEvent_t ready = take_event();
     CEPHALO_CUDA_CHECK(cudaEventRecord(ready, memory_stream_));
-    for (CudaStream* st : {compute_.get(), comm_.get(), copy_.get()})
-      CEPHALO_CUDA_CHECK(cudaStreamWaitEvent(st->native(), ready, 0));
+    for (auto& st : streams_) CEPHALO_CUDA_CHECK(cudaStreamWaitEvent(st->native(), ready, 0));
     free_events_.push_back(ready);  // reusable once recorded: waits captured its state
     return p;
   }
@@ -348,9 +370,9 @@ class CudaDevice final : public backend::Device {
     try {
       PendingFree f{data, bytes, space, {}};
       int i = 0;
-      for (CudaStream* st : {compute_.get(), comm_.get(), copy_.get()}) {
-        f.events[i] = take_event();
-        CEPHALO_CUDA_CHECK(cudaEventRecord(f.events[i], st->native()));
+      for (auto& st : streams_) {
+        f.events[static_cast<std::size_t>(i)] = take_event();
+        CEPHALO_CUDA_CHECK(cudaEventRecord(f.events[static_cast<std::size_t>(i)], st->native()));
         ++i;
       }
       if (space == MemorySpace::PinnedHost) pinned_current_ -= bytes;
@@ -439,9 +461,7 @@ class CudaDevice final : public backend::Device {
   static cudaStream_t native(backend::Stream& s) { return native_stream(s); }
 
   void synchronize_streams() {
-    compute_->synchronize();
-    comm_->synchronize();
-    copy_->synchronize();
+    for (auto& st : streams_) st->synchronize();
   }
 
   cudaEvent_t take_event() {
@@ -459,7 +479,7 @@ class CudaDevice final : public backend::Device {
     void* data;
     std::size_t bytes;
     MemorySpace space;
-    std::array<cudaEvent_t, 3> events;
+    std::array<cudaEvent_t, backend::kNumStreamKinds> events;
   };
   // Releases deferred frees whose stream events have completed (all of them when `all`, after
   // a device synchronisation). Frees are queued in time order and each stream completes its
@@ -488,7 +508,7 @@ class CudaDevice final : public backend::Device {
   cudaDeviceProp props_{};
   std::size_t total_bytes_ = 0;
   DeviceAllocator allocator_;
-  std::unique_ptr<CudaStream> compute_, comm_, copy_;
+  std::array<std::unique_ptr<CudaStream>, backend::kNumStreamKinds> streams_;  // by StreamKind
   cudaStream_t memory_stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   int* bad_token_flag_ = nullptr;

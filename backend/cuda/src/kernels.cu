@@ -365,6 +365,14 @@ __global__ void heads_kernel(const T* in, T* out, int T_, int H, int D, bool mer
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------
+// The largest of a row's `vocab` logits, on every thread of the block.
+template <typename T>
+__device__ float row_max_of(const T* lr, int vocab, float* scratch) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, load(lr, j));
+  return block_max(m, scratch);
+}
+
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t* targets,
                                              float* losses, float* lse_out, int vocab,
@@ -372,9 +380,7 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t
   __shared__ float scratch[32];
   const std::size_t row = blockIdx.x;
   const T* lr = logits + row * vocab;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, load(lr, j));
-  m = block_max(m, scratch);
+  const float m = row_max_of(lr, vocab, scratch);
   float s = 0.0f;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(lr, j) - m);
   const float lse = m + logf(block_sum(s, scratch));
@@ -385,15 +391,19 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t
   }
 }
 
+// With vocab_begin > 0 the logits are columns [vocab_begin, vocab_begin + vocab) of the full
+// vocabulary (a tensor-parallel rank's): a target in another rank's columns subtracts nothing
+// here. A negative target ignores the row, as before; on one rank (vocab_begin 0) a target past
+// the vocabulary does too.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_t* targets,
-                                              const float* lse, T* dlogits, int vocab,
-                                              float scale) {
+                                              const float* lse, T* dlogits, int vocab, float scale,
+                                              int vocab_begin) {
   const std::size_t row = blockIdx.x;
   const T* lr = logits + row * vocab;
   T* dr = dlogits + row * vocab;
-  const int t = targets[row];
-  const bool valid = t >= 0 && t < vocab;
+  const int t = targets[row] - vocab_begin;
+  const bool valid = targets[row] >= 0 && (vocab_begin > 0 || t < vocab);
   const float l = lse[row];
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float p = expf(load(lr, j) - l);
@@ -401,10 +411,49 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_
   }
 }
 
+// The vocabulary-parallel cross-entropy's row statistics (kernels.hpp), one block per row.
+template <typename T>
+__global__ void cross_entropy_row_max_kernel(const T* logits, float* row_max, int vocab) {
+  __shared__ float scratch[32];
+  const float m = row_max_of(logits + std::size_t(blockIdx.x) * vocab, vocab, scratch);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+template <typename T>
+__global__ void cross_entropy_partial_sums_kernel(const T* logits, const std::int32_t* targets,
+                                                  const float* row_max, float* sum_exp,
+                                                  float* target_logit, int vocab, int vocab_begin) {
+  __shared__ float scratch[32];
+  const std::size_t row = blockIdx.x;
+  const T* lr = logits + row * vocab;
+  const float m = row_max[row];
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(lr, j) - m);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const int t = targets[row] - vocab_begin;
+    sum_exp[row] = s;
+    target_logit[row] = t >= 0 && t < vocab ? load(lr, t) : 0.0f;
+  }
+}
+
+__global__ void cross_entropy_combine_kernel(const float* row_max, const float* sum_exp,
+                                             const float* target_logit, float* losses, float* lse,
+                                             int rows) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+    const float l = row_max[r] + logf(sum_exp[r]);
+    lse[r] = l;
+    losses[r] = l - target_logit[r];
+  }
+}
+
 // ---- embedding ------------------------------------------------------------------------------
+// wte holds the rows of ids [vocab_begin, vocab_begin + rows) of a vocabulary of `vocab` ids
+// (all of it on one rank); a token outside the local rows adds nothing, a null wpe no position.
 template <typename T>
 __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wte, const T* wpe,
-                                         T* y, int B, int T_, int C, int vocab, int* bad) {
+                                         T* y, int B, int T_, int C, int vocab, int vocab_begin,
+                                         int rows, int* bad) {
   const std::size_t n = std::size_t(B) * T_ * C;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -416,14 +465,18 @@ __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wt
       if (bad) *bad = 1;
       store(y, i, 0.0f);
     } else {
-      store(y, i, load(wte, std::size_t(tok) * C + c) + load(wpe, t * C + c));
+      const int local = tok - vocab_begin;
+      const bool here = local >= 0 && local < rows;
+      const float e = here ? load(wte, std::size_t(local) * C + c) : 0.0f;
+      store(y, i, wpe ? (here ? e + load(wpe, t * C + c) : load(wpe, t * C + c)) : e);
     }
   }
 }
 
 template <typename T>
 __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* dy, float* dwte,
-                                          float* dwpe, int B, int T_, int C, int vocab) {
+                                          float* dwpe, int B, int T_, int C, int vocab,
+                                          int vocab_begin, int rows) {
   const std::size_t n = std::size_t(B) * T_ * C;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -432,8 +485,10 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* d
     const std::size_t t = bt % T_;
     const float g = load(dy, i);
     const int tok = tokens[bt];
-    if (tok >= 0 && tok < vocab) atomicAdd(dwte + std::size_t(tok) * C + c, g);
-    atomicAdd(dwpe + t * C + c, g);
+    const int local = tok - vocab_begin;
+    if (tok >= 0 && tok < vocab && local >= 0 && local < rows)
+      atomicAdd(dwte + std::size_t(local) * C + c, g);
+    if (dwpe) atomicAdd(dwpe + t * C + c, g);
   }
 }
 
@@ -814,40 +869,78 @@ void cross_entropy_forward(TensorRef logits, const std::int32_t* targets, float*
 }
 
 void cross_entropy_backward(TensorRef logits, const std::int32_t* targets, const float* lse,
-                            TensorRef dlogits, int rows, int vocab, float s, cudaStream_t stream) {
+                            TensorRef dlogits, int rows, int vocab, float s, cudaStream_t stream,
+                            int vocab_begin) {
   check_dims(rows, "rows");
   check_dims(vocab, "vocab");
   expect_numel("cross_entropy_backward", "logits", logits, std::int64_t(rows) * vocab);
   expect_numel("cross_entropy_backward", "dlogits", dlogits, std::int64_t(rows) * vocab);
   expect_same_type("cross_entropy_backward", logits, dlogits);
   CEPHALO_LAUNCH_TYPED(dtype_of(logits), T,
-                       cross_entropy_backward_kernel<T><<<rows, 512, 0, stream>>>(
-                           in<T>(logits.data), targets, lse, out<T>(dlogits.data), vocab, s));
+                       cross_entropy_backward_kernel<T>
+                       <<<rows, 512, 0, stream>>>(in<T>(logits.data), targets, lse,
+                                                  out<T>(dlogits.data), vocab, s, vocab_begin));
+}
+
+void cross_entropy_row_max(TensorRef logits, float* row_max, int rows, int vocab,
+                           cudaStream_t stream) {
+  check_dims(rows, "rows");
+  check_dims(vocab, "vocab");
+  expect_numel("cross_entropy_row_max", "logits", logits, std::int64_t(rows) * vocab);
+  CEPHALO_LAUNCH_TYPED(dtype_of(logits), T,
+                       cross_entropy_row_max_kernel<T>
+                       <<<rows, 512, 0, stream>>>(in<T>(logits.data), row_max, vocab));
+}
+
+void cross_entropy_partial_sums(TensorRef logits, const std::int32_t* targets, const float* row_max,
+                                float* sum_exp, float* target_logit, int rows, int vocab,
+                                int vocab_begin, cudaStream_t stream) {
+  check_dims(rows, "rows");
+  check_dims(vocab, "vocab");
+  expect_numel("cross_entropy_partial_sums", "logits", logits, std::int64_t(rows) * vocab);
+  CEPHALO_LAUNCH_TYPED(dtype_of(logits), T,
+                       cross_entropy_partial_sums_kernel<T>
+                       <<<rows, 512, 0, stream>>>(in<T>(logits.data), targets, row_max, sum_exp,
+                                                  target_logit, vocab, vocab_begin));
+}
+
+void cross_entropy_combine(const float* row_max, const float* sum_exp, const float* target_logit,
+                           float* losses, float* lse, int rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  check_dims(rows, "rows");
+  cross_entropy_combine_kernel<<<blocks_for(std::size_t(rows)), kThreads, 0, stream>>>(
+      row_max, sum_exp, target_logit, losses, lse, rows);
+  CEPHALO_CUDA_CHECK_LAUNCH();
 }
 
 void embedding_forward(const std::int32_t* tokens, TensorRef wte, TensorRef wpe, TensorRef y, int B,
-                       int T, int C, int vocab, int* bad_token_flag, cudaStream_t stream) {
+                       int T, int C, int vocab, int* bad_token_flag, cudaStream_t stream,
+                       int vocab_begin, int rows) {
   const std::size_t n = std::size_t(B) * T * C;
-  expect_numel("embedding_forward", "wte", wte, (long long)vocab * C);
-  expect_numel("embedding_forward", "wpe", wpe, (long long)T * C);
+  if (rows < 0) rows = vocab;
+  expect_numel("embedding_forward", "wte", wte, (long long)rows * C);
+  if (wpe.data) {
+    expect_numel("embedding_forward", "wpe", wpe, (long long)T * C);
+    expect_same_type("embedding_forward", wte, wpe);
+  }
   expect_numel("embedding_forward", "y", y, (long long)n);
-  expect_same_type("embedding_forward", wte, wpe);
   expect_same_type("embedding_forward", wte, y);
   if (n == 0) return;
   CEPHALO_LAUNCH_TYPED(dtype_of(y), E,
                        embedding_forward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
                            tokens, in<E>(wte.data), in<E>(wpe.data), out<E>(y.data), B, T, C, vocab,
-                           bad_token_flag));
+                           vocab_begin, rows, bad_token_flag));
 }
 
 void embedding_backward(const std::int32_t* tokens, TensorRef dy, float* dwte, float* dwpe, int B,
-                        int T, int C, int vocab, cudaStream_t stream) {
+                        int T, int C, int vocab, cudaStream_t stream, int vocab_begin, int rows) {
   const std::size_t n = std::size_t(B) * T * C;
+  if (rows < 0) rows = vocab;
   expect_numel("embedding_backward", "dy", dy, (long long)n);
   if (n == 0) return;
   CEPHALO_LAUNCH_TYPED(dtype_of(dy), E,
                        embedding_backward_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-                           tokens, in<E>(dy.data), dwte, dwpe, B, T, C, vocab));
+                           tokens, in<E>(dy.data), dwte, dwpe, B, T, C, vocab, vocab_begin, rows));
 }
 
 void adamw_step(float* param, const float* grad, float* m, float* v, std::size_t n,

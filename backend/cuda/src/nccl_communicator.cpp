@@ -199,6 +199,25 @@ class NcclCommunicator final : public backend::Communicator {
           "ncclBroadcast", __LINE__);
   }
 
+  // ncclSend / ncclRecv on the stream. NCCL runs a communicator's kernels in the order they
+  // were issued and a p2p kernel holds its SMs until the peer arrives, so a communicator must
+  // not carry transfers on two streams at once where the order could cross (a rank sending on
+  // one stream while receiving on another from the same peer): the executor gives every
+  // direction of a pipeline link its own two-rank communicator (split), so each of them has
+  // one sending and one receiving stream.
+  void send(backend::Stream& s, TensorRef data, int peer) override {
+    expect_peer(peer, "send");
+    check(
+        ncclSend(data.data, std::size_t(data.numel), nccl_type(data.type), peer, comm_, stream(s)),
+        "ncclSend", __LINE__);
+  }
+  void recv(backend::Stream& s, TensorRef data, int peer) override {
+    expect_peer(peer, "recv");
+    check(
+        ncclRecv(data.data, std::size_t(data.numel), nccl_type(data.type), peer, comm_, stream(s)),
+        "ncclRecv", __LINE__);
+  }
+
   void all_reduce_host(double* values, int count, ReduceOp op) override {
     bootstrap_.all_reduce_host(values, count, op);
   }
@@ -222,6 +241,11 @@ class NcclCommunicator final : public backend::Communicator {
   cudaStream_t stream(backend::Stream& s) {
     expect(comm_ != nullptr, "used after an NCCL failure aborted it");
     return native_stream(s);
+  }
+  void expect_peer(int peer, const char* what) const {
+    expect(peer >= 0 && peer < size_ && peer != rank_,
+           std::string(what) + ": peer " + std::to_string(peer) + " is not another rank of " +
+               std::to_string(size_) + " (this is rank " + std::to_string(rank_) + ")");
   }
   // Throws RuntimeFailure with NCCL's error string after aborting the communicator.
   void check(ncclResult_t status, const char* what, int line) {

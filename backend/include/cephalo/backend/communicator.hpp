@@ -52,6 +52,28 @@ class Communicator {
   virtual void all_reduce(Stream& s, TensorRef data, ReduceOp op) = 0;
   virtual void broadcast(Stream& s, TensorRef data, int root) = 0;
 
+  // Point to point (the pipeline's activation and gradient transfers, DESIGN §4): `send` ships
+  // `data` to rank `peer` of this communicator, `recv` fills `data` from `peer` (the same
+  // element type and count on both sides). Transfers between one ordered pair of ranks match
+  // in the order they are issued, so a rank issues all its sends from one stream and all its
+  // receives from another (the executor: StreamKind::Send and StreamKind::Recv); then two ranks
+  // may each send first without deadlock, and neither direction waits for the other. Enqueued
+  // on the stream; a send completes once its data has left (it may wait for the receive).
+  // NCCL: the transfers to higher and to lower ranks run on two separate NCCL communicators, so
+  // a two-rank communicator's send and receive streams never share one (see backend/cuda).
+  virtual void send(Stream& s, TensorRef data, int peer) {
+    (void)s;
+    (void)data;
+    (void)peer;
+    throw RuntimeFailure(kind() + " communicator: point-to-point send is not supported");
+  }
+  virtual void recv(Stream& s, TensorRef data, int peer) {
+    (void)s;
+    (void)data;
+    (void)peer;
+    throw RuntimeFailure(kind() + " communicator: point-to-point recv is not supported");
+  }
+
   // Blocking host-side helpers (startup checks, metrics, checkpoints).
   virtual void all_reduce_host(double* values, int count, ReduceOp op) = 0;
   virtual void broadcast_host(std::string& bytes, int root) = 0;  // resized on receivers

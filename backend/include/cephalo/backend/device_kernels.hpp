@@ -44,6 +44,14 @@ struct AttentionShape {
   std::int64_t head_dim = 0;
 };
 
+// The vocabulary ids a tensor-parallel rank's embedding rows and logit columns stand for
+// (DESIGN §4, vocabulary-parallel embedding and head): ids [begin, begin + local rows) of a
+// vocabulary of `size` ids. The default {0, 0} means the tensor holds the whole vocabulary.
+struct VocabSlice {
+  std::int64_t begin = 0;
+  std::int64_t size = 0;  // the full vocabulary; 0: the local rows are all of it (begin 0)
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -90,20 +98,47 @@ class DeviceKernels {
   // dqkv overwritten.
   void attention_backward(Stream& s, const AttentionShape& shape, TensorRef qkv, TensorRef out,
                           TensorRef lse, TensorRef dout, TensorRef dqkv);
-  // out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]; tokens I32[rows].
+  // out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]; tokens I32[rows]. With a `vocab` slice,
+  // wte holds the rows of ids [vocab.begin, vocab.begin + wte rows): token ids must still lie
+  // in [0, vocab.size), and a token outside the local rows adds nothing (the partial lookup a
+  // tensor-parallel group all-reduces). An empty wpe adds no position term.
   void embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe, TensorRef out,
-                         std::int64_t rows, std::int64_t seq, std::int64_t hidden);
-  // dwte[tokens[n]] += dout[n]; dwpe[n % seq] += dout[n].
+                         std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                         VocabSlice vocab = {});
+  // dwte[tokens[n] - vocab.begin] += dout[n] for the local rows; dwpe[n % seq] += dout[n]
+  // (nothing when dwpe is empty).
   void embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
-                          TensorRef dwpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden);
+                          TensorRef dwpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                          VocabSlice vocab = {});
   // Per-row softmax cross-entropy of logits[rows x vocab] against targets I32[rows]:
   // losses[rows] (F32) = lse - logit[target]; lse[rows] (F32) saved for backward.
   void cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets, TensorRef losses,
                              TensorRef lse, std::int64_t rows, std::int64_t vocab);
   // dlogits = (softmax(logits) - onehot(target)) * grad_scale, overwritten (may alias logits).
+  // With a `vocab_begin`, logits are the columns [vocab_begin, vocab_begin + vocab) of the
+  // full vocabulary, lse the full rows' (cross_entropy_combine), and a target outside the
+  // local columns subtracts nothing.
   void cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets, TensorRef lse,
                               TensorRef dlogits, std::int64_t rows, std::int64_t vocab,
-                              float grad_scale);
+                              float grad_scale, std::int64_t vocab_begin = 0);
+  // Vocabulary-parallel cross-entropy (Megatron-LM's), in three kernels around the
+  // tensor-parallel group's all-reduces: logits[rows x vocab] are the columns [vocab_begin,
+  // vocab_begin + vocab) of the full vocabulary, targets I32[rows] full-vocabulary ids, every
+  // other tensor F32[rows].
+  //   cross_entropy_row_max: row_max = the largest local logit of each row (all-reduce Max);
+  //   cross_entropy_partial_sums: given the global row_max, sum_exp = Σ exp(logit − row_max)
+  //     over the local columns, target_logit = the target's logit when it is a local column,
+  //     else 0 (all-reduce Sum of each);
+  //   cross_entropy_combine: lse = row_max + log(sum_exp), losses = lse − target_logit.
+  // On one rank (vocab_begin 0, every column local) they compute cross_entropy_forward.
+  void cross_entropy_row_max(Stream& s, TensorRef logits, TensorRef row_max, std::int64_t rows,
+                             std::int64_t vocab);
+  void cross_entropy_partial_sums(Stream& s, TensorRef logits, TensorRef targets, TensorRef row_max,
+                                  TensorRef sum_exp, TensorRef target_logit, std::int64_t rows,
+                                  std::int64_t vocab, std::int64_t vocab_begin);
+  void cross_entropy_combine(Stream& s, TensorRef row_max, TensorRef sum_exp,
+                             TensorRef target_logit, TensorRef losses, TensorRef lse,
+                             std::int64_t rows);
 
   // ---- optimizer ----
   // Decoupled-weight-decay Adam on fp32 param/grad/m/v of equal length.
@@ -136,18 +171,29 @@ class DeviceKernels {
   virtual void do_attention_backward(Stream& s, const AttentionShape& shape, TensorRef qkv,
                                      TensorRef out, TensorRef lse, TensorRef dout,
                                      TensorRef dqkv) = 0;
+  // `vocab` arrives resolved: size is the full vocabulary (the local rows when not sliced).
   virtual void do_embedding_forward(Stream& s, TensorRef tokens, TensorRef wte, TensorRef wpe,
                                     TensorRef out, std::int64_t rows, std::int64_t seq,
-                                    std::int64_t hidden) = 0;
+                                    std::int64_t hidden, VocabSlice vocab) = 0;
   virtual void do_embedding_backward(Stream& s, TensorRef tokens, TensorRef dout, TensorRef dwte,
                                      TensorRef dwpe, std::int64_t rows, std::int64_t seq,
-                                     std::int64_t hidden) = 0;
+                                     std::int64_t hidden, VocabSlice vocab) = 0;
   virtual void do_cross_entropy_forward(Stream& s, TensorRef logits, TensorRef targets,
                                         TensorRef losses, TensorRef lse, std::int64_t rows,
                                         std::int64_t vocab) = 0;
   virtual void do_cross_entropy_backward(Stream& s, TensorRef logits, TensorRef targets,
                                          TensorRef lse, TensorRef dlogits, std::int64_t rows,
-                                         std::int64_t vocab, float grad_scale) = 0;
+                                         std::int64_t vocab, float grad_scale,
+                                         std::int64_t vocab_begin) = 0;
+  virtual void do_cross_entropy_row_max(Stream& s, TensorRef logits, TensorRef row_max,
+                                        std::int64_t rows, std::int64_t vocab) = 0;
+  virtual void do_cross_entropy_partial_sums(Stream& s, TensorRef logits, TensorRef targets,
+                                             TensorRef row_max, TensorRef sum_exp,
+                                             TensorRef target_logit, std::int64_t rows,
+                                             std::int64_t vocab, std::int64_t vocab_begin) = 0;
+  virtual void do_cross_entropy_combine(Stream& s, TensorRef row_max, TensorRef sum_exp,
+                                        TensorRef target_logit, TensorRef losses, TensorRef lse,
+                                        std::int64_t rows) = 0;
   virtual void do_adamw_step(Stream& s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
                              const AdamWParams& p) = 0;
 };

@@ -26,7 +26,13 @@ enum class StreamKind {
   Compute,  // kernels
   Comm,     // collectives (prefetch all-gathers, reduce-scatters)
   Copy,     // device<->host copies (activation offload)
+  // Pipeline transfers (DESIGN §4 "Pipeline transfers"): sends on one stream, receives on
+  // another, so that a receive never waits behind a send whose receiver is itself waiting to
+  // send (two neighbouring stages each sending first), and neither waits for compute.
+  Send,
+  Recv,
 };
+constexpr int kNumStreamKinds = 5;
 
 inline const char* to_string(StreamKind k) {
   switch (k) {
@@ -36,6 +42,10 @@ inline const char* to_string(StreamKind k) {
       return "comm";
     case StreamKind::Copy:
       return "copy";
+    case StreamKind::Send:
+      return "send";
+    case StreamKind::Recv:
+      return "recv";
   }
   return "?";
 }

@@ -7,6 +7,12 @@
 // Device-agnostic: everything goes through Device / Communicator, so the CUDA backend reuses
 // this file unchanged.
 //
+// A plan with a model split (DESIGN §4, "A split in the plan and the graph") runs the graph's
+// per-rank program the same way: this rank's tensor-parallel slice of its stage's units, the
+// pipeline transfers on the send and receive streams, its data-parallel domain's collectives
+// (full, hybrid, optimizer, none), the tied embedding's all-reduce. Sequence parallelism is
+// refused (InfeasibleError).
+//
 // Precision follows the job (`precision` in the job file, DESIGN §4): master weights and AdamW
 // moments are fp32 (`params` must be fp32); gathered parameters, activations and input
 // gradients are `compute` (fp32/tf32 -> F32, bf16, fp16); unit gradients, their
@@ -102,13 +108,14 @@ class Executor {
   // The run as its checkpoints name it: model, plan hash, data seed, run identity.
   RunIdentity identity() const;
 
-  const GptModel& model() const { return model_; }
+  // The model this rank runs: its tensor-parallel slice under a split plan.
+  const GptModel& model() const { return *model_; }
 
  private:
   std::vector<float> gather_full(bool gradients);
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  GptModel model_;
+  std::unique_ptr<GptModel> model_;
   int step_ = 0;
 };
 

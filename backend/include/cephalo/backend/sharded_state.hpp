@@ -23,19 +23,21 @@ inline std::vector<std::int64_t> shard_offsets(std::int64_t numel,
 class ShardedState {
  public:
   // Allocates the slices the graph gives `rank` (graph.slice: inside its sharding group's copy
-  // of the state) and initialises the owned parameters from the model's deterministic
-  // initialisation (Adam moments zero).
+  // of the state; under a split, of its data-parallel domain's copy of its TP slice) and
+  // initialises the owned parameters from the model's deterministic initialisation (Adam
+  // moments zero).
   ShardedState(Device& dev, const GptModel& model, const traces::TrainingGraph& graph, int rank,
                ElemType reduce_type);
 
   int units() const { return static_cast<int>(slices_.size()); }
   int rank() const { return rank_; }
-  // The state partition a checkpoint records (ShardLayout::checkpoint_offsets): ranks + 1
-  // bounds per unit; under hybrid sharding group 0's copy.
+  // The state partition a checkpoint of an FSDP plan records (ShardLayout::checkpoint_offsets):
+  // ranks + 1 bounds per unit; under hybrid sharding group 0's copy.
   const std::vector<std::int64_t>& checkpoint_offsets(int u) const {
     return checkpoint_offsets_[static_cast<std::size_t>(u)];
   }
-  // Whether this rank's slices are part of the checkpoint (its group is group 0).
+  // Whether this rank's slices are part of the checkpoint (its group is group 0; under a split,
+  // its domain's group 0).
   bool in_checkpoint() const { return in_checkpoint_; }
   std::int64_t begin(int u) const { return slices_[static_cast<std::size_t>(u)].offset; }
   std::int64_t owned(int u) const { return slices_[static_cast<std::size_t>(u)].count; }

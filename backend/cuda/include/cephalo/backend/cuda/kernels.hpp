@@ -90,20 +90,39 @@ void split_heads(TensorRef dout, TensorRef dy, int B, int T, int H, int D, cudaS
 // Rows whose target is negative are ignored (loss 0, gradient 0).
 void cross_entropy_forward(TensorRef logits, const std::int32_t* targets, float* losses, float* lse,
                            int rows, int vocab, float scale, cudaStream_t stream);
-// dlogits = scale * (softmax(logits) - onehot(target)); dlogits may alias logits.
+// dlogits = scale * (softmax(logits) - onehot(target)); dlogits may alias logits. With
+// vocab_begin > 0 the logits are the columns [vocab_begin, vocab_begin + vocab) of the full
+// vocabulary (a tensor-parallel rank's) and lse the full rows': a target in other columns
+// subtracts nothing.
 void cross_entropy_backward(TensorRef logits, const std::int32_t* targets, const float* lse,
                             TensorRef dlogits, int rows, int vocab, float scale,
-                            cudaStream_t stream);
+                            cudaStream_t stream, int vocab_begin = 0);
+// The vocabulary-parallel cross-entropy's three row kernels (backend/device_kernels.hpp):
+// row_max over the local columns; given the global row_max, sum_exp over the local columns and
+// the target's logit when local (else 0); then lse = row_max + log(sum_exp), losses = lse −
+// target_logit.
+void cross_entropy_row_max(TensorRef logits, float* row_max, int rows, int vocab,
+                           cudaStream_t stream);
+void cross_entropy_partial_sums(TensorRef logits, const std::int32_t* targets, const float* row_max,
+                                float* sum_exp, float* target_logit, int rows, int vocab,
+                                int vocab_begin, cudaStream_t stream);
+void cross_entropy_combine(const float* row_max, const float* sum_exp, const float* target_logit,
+                           float* losses, float* lse, int rows, cudaStream_t stream);
 
 // ---- token + position embedding ------------------------------------------------------------
 // y[b*T + t] = wte[tokens[b*T + t]] + wpe[t]; tokens out of [0, vocab) are reported through
 // `bad_token_flag` (device int, set to 1) and give a zero row instead of reading out of bounds.
-// wte holds vocab x C elements, wpe at least T x C, y B x T x C.
+// wte holds vocab x C elements (or, vocabulary-parallel, `rows` x C: the ids [vocab_begin,
+// vocab_begin + rows), a token outside them adding nothing; rows < 0: vocab), wpe at least
+// T x C (null: no position term), y B x T x C.
 void embedding_forward(const std::int32_t* tokens, TensorRef wte, TensorRef wpe, TensorRef y, int B,
-                       int T, int C, int vocab, int* bad_token_flag, cudaStream_t stream);
-// dwte[tokens[i]] += dy[i]; dwpe[t] += sum_b dy[b, t] (fp32, accumulated).
+                       int T, int C, int vocab, int* bad_token_flag, cudaStream_t stream,
+                       int vocab_begin = 0, int rows = -1);
+// dwte[tokens[i] - vocab_begin] += dy[i] for the local rows; dwpe[t] += sum_b dy[b, t] (fp32,
+// accumulated; nothing when dwpe is null).
 void embedding_backward(const std::int32_t* tokens, TensorRef dy, float* dwte, float* dwpe, int B,
-                        int T, int C, int vocab, cudaStream_t stream);
+                        int T, int C, int vocab, cudaStream_t stream, int vocab_begin = 0,
+                        int rows = -1);
 
 // ---- AdamW on an fp32 master shard ---------------------------------------------------------
 // The backend's one hyper-parameter struct (backend/adamw_params.hpp).
