@@ -20,6 +20,10 @@
 
 namespace cephalo::traces {
 
+// An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has
+// (both builders' ops; graph_rank_program.cpp).
+Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
+
 class GraphBuilder {
  public:
   // `comm` decides the variant of uneven collectives under `uneven_collective: auto`; null: the

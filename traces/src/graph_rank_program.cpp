@@ -31,8 +31,6 @@ struct GraphBuilder::RankState {
   bool first = true;
 };
 
-namespace {
-
 // An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has.
 Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
   Op o;
@@ -44,8 +42,6 @@ Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
   o.phase = p;
   return o;
 }
-
-}  // namespace
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
   op.id = static_cast<OpId>(g_.ops_.size());

@@ -13,6 +13,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
+#include "graph_builder.hpp"
 
 namespace cephalo::traces {
 
@@ -43,20 +44,6 @@ struct SplitGraphBuilder::RankState {
   OpId last_backward_op = kNoOp;  // the last Backward op
   OpId last_reduction = kNoOp;
 };
-
-namespace {
-
-Op step_op(OpKind kind, Pass pass, int unit, int micro_batch, int size) {
-  Op o;
-  o.kind = kind;
-  o.pass = pass;
-  o.unit = unit;
-  o.micro_batch = micro_batch;
-  o.micro_batch_size = size;
-  return o;
-}
-
-}  // namespace
 
 SplitGraphBuilder::SplitGraphBuilder(const Plan& plan, const Scenario& scenario,
                                      const costmodels::CommModel* comm)
@@ -252,9 +239,8 @@ void SplitGraphBuilder::setup_transfers() {
 
 // ---- collectives ----------------------------------------------------------------------------
 
-std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int unit, int micro_batch,
-                                              Pass pass, int calls, double element_bytes,
-                                              double elements) {
+std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int unit, Pass pass,
+                                              int calls, double element_bytes, double elements) {
   const int group = tp_group_base_[static_cast<std::size_t>(st.stage)] + st.place.replica;
   auto& ids = tp_ids_[static_cast<std::size_t>(group)];
   // Every member emits its group's TP collectives in the same order: the n-th of one member is
@@ -272,7 +258,6 @@ std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int un
   c.total_bytes = elements * element_bytes;
   c.calls = calls;
   c.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
-  (void)micro_batch;
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
   const auto members = topo_.tp_group(st.stage, st.place.replica);
   for (int r : members) {
@@ -419,19 +404,27 @@ std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {
 
 // ---- one rank's program -----------------------------------------------------------------------
 
-void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
-  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
-  const std::int32_t cid =
-      domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather);
+// This rank's op of domain collective `cid`: the collective's kind, unit, phase and bytes, and
+// the rank's own slice of them.
+Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass) const {
   const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
   Op o;
   o.kind = c.kind;
-  o.pass = Pass::Forward;
-  o.unit = unit;
-  o.phase = unit;
+  o.pass = pass;
+  o.unit = c.unit;
+  o.phase = c.phase;
   o.collective = cid;
   o.bytes = c.total_bytes;
-  o.shard_bytes = static_cast<double>(layout.slice(unit, st.position).count) * c.element_bytes;
+  o.shard_bytes = static_cast<double>(layout.slice(c.unit, st.position).count) * c.element_bytes;
+  return o;
+}
+
+void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  Op o = domain_op(
+      st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
+      Pass::Forward);
   o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
   o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
   // Issued once the first forward of the unit `lookahead` places earlier in first-use order is
@@ -464,7 +457,7 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   const auto flops = costmodels::unit_flops(model, unit, seq, size);
   const double flop_share =
       costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
-  Op o = step_op(kind, pass, unit, micro_batch, size);
+  Op o = micro_batch_op(kind, pass, unit, -1, micro_batch, size);
   o.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
   std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
   st.pending.clear();
@@ -551,9 +544,9 @@ void SplitGraphBuilder::emit_tensor_parallel(RankState& st, OpKind kind, int uni
   if (calls == 0) return;
   const OpKind tk = sp && unit_kind == costmodels::UnitKind::Layer ? OpKind::TpGatherScatter
                                                                    : OpKind::TpAllReduce;
-  Op tp = step_op(tk, pass, unit, micro_batch, size);
+  Op tp = micro_batch_op(tk, pass, unit, -1, micro_batch, size);
   tp.phase = phase;
-  tp.collective = tp_collective(st, tk, unit, micro_batch, pass, calls, element_bytes, elements);
+  tp.collective = tp_collective(st, tk, unit, pass, calls, element_bytes, elements);
   tp.bytes = elements * element_bytes;
   tp.shard_bytes = tp.bytes / T;
   st.last_compute = emit(tp, {});
@@ -585,16 +578,8 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
   const int group = layout.group_of(st.position);
   const bool cross = layout.hybrid();
   if (kind != StageSharding::None) {
-    const std::int32_t cid = domain_collective(st.domain, group, unit, OpKind::ReduceScatter);
-    const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
-    Op rs;
-    rs.kind = c.kind;
-    rs.pass = Pass::Backward;
-    rs.unit = unit;
-    rs.phase = c.phase;
-    rs.collective = cid;
-    rs.bytes = c.total_bytes;
-    rs.shard_bytes = static_cast<double>(layout.slice(unit, st.position).count) * c.element_bytes;
+    Op rs = domain_op(st, domain_collective(st.domain, group, unit, OpKind::ReduceScatter),
+                      Pass::Backward);
     if (st.gathers) {
       // The unsharded gradient (allocated by the first backward) and the received shard.
       rs.mem_alloc = (st.grad_held[u] ? 0.0 : rs.bytes) + rs.shard_bytes;
@@ -604,17 +589,9 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
     st.last_reduction = emit(rs, {last_backward});
   }
   if (cross) {
-    const std::int32_t cid = domain_collective(st.domain, -1, unit, OpKind::AllReduce);
-    const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
-    Op ar;
-    ar.kind = OpKind::AllReduce;
-    ar.pass = Pass::Backward;
-    ar.unit = unit;
-    ar.phase = c.phase;
-    ar.collective = cid;
-    ar.bytes = c.total_bytes;
-    ar.shard_bytes = static_cast<double>(layout.slice(unit, st.position).count) * c.element_bytes;
-    st.last_reduction = emit(ar, {last_backward});
+    st.last_reduction = emit(
+        domain_op(st, domain_collective(st.domain, -1, unit, OpKind::AllReduce), Pass::Backward),
+        {last_backward});
   }
 }
 
@@ -637,18 +614,10 @@ void SplitGraphBuilder::emit_optimizer(RankState& st) {
   if (plan_.model_split.sharding != StageSharding::Optimizer) return;
   // ZeRO-1: every rank gathers the updated parameters of its stage's units.
   for (int u : st.first_use) {
-    const std::int32_t cid =
-        domain_collective(st.domain, layout.group_of(st.position), u, OpKind::AllGather);
-    const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
-    Op ag;
-    ag.kind = c.kind;
-    ag.pass = Pass::Step;
-    ag.unit = u;
-    ag.phase = c.phase;
-    ag.collective = cid;
-    ag.bytes = c.total_bytes;
-    ag.shard_bytes = static_cast<double>(layout.slice(u, st.position).count) * c.element_bytes;
-    emit(ag, {step});
+    emit(domain_op(st,
+                   domain_collective(st.domain, layout.group_of(st.position), u, OpKind::AllGather),
+                   Pass::Step),
+         {step});
   }
 }
 
@@ -659,7 +628,7 @@ void SplitGraphBuilder::emit_forward_step(RankState& st, int micro_batch, int ch
   if (k > 0)
     for (const Transfer& t : transfers(k - 1, true)) {
       if (t.to != st.rank) continue;
-      Op o = step_op(OpKind::Recv, Pass::Forward, units.front(), micro_batch, st.size);
+      Op o = micro_batch_op(OpKind::Recv, Pass::Forward, units.front(), -1, micro_batch, st.size);
       o.bytes = boundary_bytes(t.rows);
       o.mem_alloc = o.bytes;
       o.collective = transfer_collective(t, true, micro_batch, k - 1, o.bytes);
@@ -675,7 +644,7 @@ void SplitGraphBuilder::emit_forward_step(RankState& st, int micro_batch, int ch
   const double out = boundary_bytes(st.size);
   if (sends.empty()) g_.ops_[st.last_forward].mem_free += out;
   for (std::size_t i = 0; i < sends.size(); ++i) {
-    Op o = step_op(OpKind::Send, Pass::Forward, units.back(), micro_batch, st.size);
+    Op o = micro_batch_op(OpKind::Send, Pass::Forward, units.back(), -1, micro_batch, st.size);
     o.bytes = boundary_bytes(sends[i]->rows);
     o.shard_bytes = o.bytes;
     if (i + 1 == sends.size()) o.mem_free = out;
@@ -691,7 +660,7 @@ void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int c
   if (k < k_last)
     for (const Transfer& t : transfers(k, false)) {
       if (t.to != st.rank) continue;
-      Op o = step_op(OpKind::Recv, Pass::Backward, units.back(), micro_batch, st.size);
+      Op o = micro_batch_op(OpKind::Recv, Pass::Backward, units.back(), -1, micro_batch, st.size);
       o.bytes = boundary_bytes(t.rows);
       o.mem_alloc = o.bytes;
       o.collective = transfer_collective(t, false, micro_batch, k, o.bytes);
@@ -713,7 +682,7 @@ void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int c
   const double grad = boundary_bytes(st.size);
   if (sends.empty()) g_.ops_[st.last_backward_op].mem_free += grad;
   for (std::size_t i = 0; i < sends.size(); ++i) {
-    Op o = step_op(OpKind::Send, Pass::Backward, units.front(), micro_batch, st.size);
+    Op o = micro_batch_op(OpKind::Send, Pass::Backward, units.front(), -1, micro_batch, st.size);
     o.bytes = boundary_bytes(sends[i]->rows);
     o.shard_bytes = o.bytes;
     if (i + 1 == sends.size()) o.mem_free = grad;

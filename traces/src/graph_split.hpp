@@ -40,8 +40,8 @@ class SplitGraphBuilder {
   OpId emit(Op op, const std::vector<OpId>& deps);
 
   // Collectives, created by their first member and found by the others.
-  std::int32_t tp_collective(RankState& st, OpKind kind, int unit, int micro_batch, Pass pass,
-                             int calls, double element_bytes, double elements);
+  std::int32_t tp_collective(RankState& st, OpKind kind, int unit, Pass pass, int calls,
+                             double element_bytes, double elements);
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);
   std::int32_t domain_collective(int domain, int group, int unit, OpKind kind);
@@ -50,6 +50,7 @@ class SplitGraphBuilder {
   CollectiveVariant choose_uneven_variant(const std::vector<int>& ranks,
                                           const std::vector<double>& shard_bytes);
   void set_member_op(std::int32_t collective, int rank, OpId op);
+  Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
   void emit_gather(RankState& st, int unit);
   void emit_forward_step(RankState& st, int micro_batch, int chunk);
