@@ -298,6 +298,11 @@ TensorRef Executor::Impl::split_grads(int u) {
 }
 
 void Executor::Impl::run_split_compute(const tr::Op& op) {
+  // The optimizer step belongs to no micro-batch (its micro_batch is -1): rows() is undefined.
+  if (op.kind == tr::OpKind::OptimizerStep) {
+    split_optimizer_step();
+    return;
+  }
   const int u = op.unit, mb = op.micro_batch, head = model.head_unit();
   const std::size_t ub = static_cast<std::size_t>(u), m = static_cast<std::size_t>(mb);
   const std::int64_t n = rows(mb) * model.config().hidden;
@@ -371,9 +376,6 @@ void Executor::Impl::run_split_compute(const tr::Op& op) {
         retire(std::move(sp.dact[ub][m]), cs);
       break;
     }
-    case tr::OpKind::OptimizerStep:
-      split_optimizer_step();
-      break;
     default:
       throw RuntimeFailure("executor: op " + graph.op_name(op.id) + " is not a compute op");
   }

@@ -17,7 +17,7 @@ namespace cephalo::planner {
 namespace {
 
 constexpr double kGB = 1024.0 * 1024.0 * 1024.0;  // the published code's "GB" is 2^30 bytes
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Largest micro-batch whose memory stays within `budget_gb` (0 when even 1 does not fit).
 int max_micro_batch_within(const std::vector<double>& curve, double reserve, double budget_gb) {
@@ -224,7 +224,7 @@ CephaloSolution solve_cephalo(const CephaloInputs& in, const CephaloOptions& opt
   // dp[i][j][k]: the smallest max T over the first i GPUs holding j samples whose micro-batch
   // sizes sum to k, with the last GPU's batch and micro-batch size for backtracking.
   struct Cell {
-    double time = kInf;
+    double time = kInfinity;
     int batch = -1;
     int micro = -1;
   };
@@ -249,7 +249,7 @@ CephaloSolution solve_cephalo(const CephaloInputs& in, const CephaloOptions& opt
           const double f1 = fwd[i - 1][m], b1 = bwd[i - 1][m];
           for (int n = 1; n <= j / m; ++n) {
             const Cell& prev = at(i - 1, j - n * m, k - m);
-            if (prev.time == kInf) continue;
+            if (prev.time == kInfinity) continue;
             const double f = n * f1;
             const double b = (n - 1) * opt.ga_overhead_ms + n * b1;
             const double t = std::max(a, f) + std::max(a + r, f + b);
@@ -267,7 +267,7 @@ CephaloSolution solve_cephalo(const CephaloInputs& in, const CephaloOptions& opt
   for (const auto& gpu : in.gpus) cap_total += gpu.capacity_gb;
   sol.memory_cap_gb = opt.usable_fraction * cap_total;
   double best_throughput = 0;
-  double smallest_over = kInf;
+  double smallest_over = kInfinity;
   bool any_candidate = false;
   for (int s = 1; s <= batch; ++s) {
     std::vector<int> bs, ms;

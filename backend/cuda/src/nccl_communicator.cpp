@@ -46,7 +46,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   throw Error("nccl: unknown reduce op");
 }
 
-void expect(bool ok, const std::string& what) {
+void nccl_expect(bool ok, const std::string& what) {
   if (!ok) throw Error("nccl communicator: " + what);
 }
 
@@ -64,7 +64,7 @@ class NcclCommunicator final : public backend::Communicator {
       bytes.assign(reinterpret_cast<const char*>(&id), sizeof(id));
     }
     bootstrap_.broadcast_host(bytes, 0);
-    expect(bytes.size() == sizeof(id), "bootstrap delivered a unique id of the wrong size");
+    nccl_expect(bytes.size() == sizeof(id), "bootstrap delivered a unique id of the wrong size");
     std::memcpy(&id, bytes.data(), sizeof(id));
     CEPHALO_NCCL_CHECK(nullptr, ncclCommInitRank(&comm_, size_, id, rank_));
   }
@@ -91,16 +91,16 @@ class NcclCommunicator final : public backend::Communicator {
   }
 
   void all_gather(backend::Stream& s, TensorRef send, TensorRef recv) override {
-    expect(send.type == recv.type, "all_gather: send and recv types differ");
-    expect(recv.numel == send.numel * size_, "all_gather: recv must hold size() * send");
+    nccl_expect(send.type == recv.type, "all_gather: send and recv types differ");
+    nccl_expect(recv.numel == send.numel * size_, "all_gather: recv must hold size() * send");
     check(ncclAllGather(send.data, recv.data, std::size_t(send.numel), nccl_type(send.type), comm_,
                         stream(s)),
           "ncclAllGather", __LINE__);
   }
 
   void reduce_scatter(backend::Stream& s, TensorRef send, TensorRef recv, ReduceOp op) override {
-    expect(send.type == recv.type, "reduce_scatter: send and recv types differ");
-    expect(send.numel == recv.numel * size_, "reduce_scatter: send must hold size() * recv");
+    nccl_expect(send.type == recv.type, "reduce_scatter: send and recv types differ");
+    nccl_expect(send.numel == recv.numel * size_, "reduce_scatter: send must hold size() * recv");
     check(ncclReduceScatter(send.data, recv.data, std::size_t(recv.numel), nccl_type(send.type),
                             nccl_op(op), comm_, stream(s)),
           "ncclReduceScatter", __LINE__);
@@ -193,7 +193,7 @@ class NcclCommunicator final : public backend::Communicator {
   }
 
   void broadcast(backend::Stream& s, TensorRef data, int root) override {
-    expect(root >= 0 && root < size_, "broadcast: root out of range");
+    nccl_expect(root >= 0 && root < size_, "broadcast: root out of range");
     check(ncclBroadcast(data.data, data.data, std::size_t(data.numel), nccl_type(data.type), root,
                         comm_, stream(s)),
           "ncclBroadcast", __LINE__);
@@ -239,13 +239,13 @@ class NcclCommunicator final : public backend::Communicator {
 
  private:
   cudaStream_t stream(backend::Stream& s) {
-    expect(comm_ != nullptr, "used after an NCCL failure aborted it");
+    nccl_expect(comm_ != nullptr, "used after an NCCL failure aborted it");
     return native_stream(s);
   }
   void expect_peer(int peer, const char* what) const {
-    expect(peer >= 0 && peer < size_ && peer != rank_,
-           std::string(what) + ": peer " + std::to_string(peer) + " is not another rank of " +
-               std::to_string(size_) + " (this is rank " + std::to_string(rank_) + ")");
+    nccl_expect(peer >= 0 && peer < size_ && peer != rank_,
+                std::string(what) + ": peer " + std::to_string(peer) + " is not another rank of " +
+                    std::to_string(size_) + " (this is rank " + std::to_string(rank_) + ")");
   }
   // Throws RuntimeFailure with NCCL's error string after aborting the communicator.
   void check(ncclResult_t status, const char* what, int line) {
@@ -270,21 +270,21 @@ class NcclCommunicator final : public backend::Communicator {
                                           const TensorRef& shard, const TensorRef& full,
                                           bool gather) const {
     const char* name = gather ? "all_gather_v" : "reduce_scatter_v";
-    expect(static_cast<int>(counts.size()) == size_,
-           std::string(name) + ": counts has " + std::to_string(counts.size()) + " entries for " +
-               std::to_string(size_) + " ranks");
-    expect(shard.type == full.type, std::string(name) + ": element types differ");
+    nccl_expect(static_cast<int>(counts.size()) == size_,
+                std::string(name) + ": counts has " + std::to_string(counts.size()) +
+                    " entries for " + std::to_string(size_) + " ranks");
+    nccl_expect(shard.type == full.type, std::string(name) + ": element types differ");
     std::vector<std::int64_t> displs(counts.size(), 0);
     std::int64_t total = 0;
     for (std::size_t r = 0; r < counts.size(); ++r) {
-      expect(counts[r] >= 0, std::string(name) + ": negative count");
+      nccl_expect(counts[r] >= 0, std::string(name) + ": negative count");
       displs[r] = total;
       total += counts[r];
     }
-    expect(full.numel >= total, std::string(name) + ": full buffer has " +
-                                    std::to_string(full.numel) + " elements, counts sum to " +
-                                    std::to_string(total));
-    expect(shard.numel >= counts[rank_], std::string(name) + ": shard buffer too small");
+    nccl_expect(full.numel >= total, std::string(name) + ": full buffer has " +
+                                         std::to_string(full.numel) + " elements, counts sum to " +
+                                         std::to_string(total));
+    nccl_expect(shard.numel >= counts[rank_], std::string(name) + ": shard buffer too small");
     return displs;
   }
 
