@@ -196,7 +196,7 @@ BENCHMARK(BM_PlanOptimalModel)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 BENCHMARK(BM_PlanOptimalWithReplays)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(1);
-// Issue 17's scale target: 100k GPUs x 96 layers (kModel96, same cluster and batch) planned in
+// The planner's scale target: 100k GPUs x 96 layers (kModel96, same cluster and batch) planned in
 // <= 2 s. The replays of optimal run the class replay (sim/class_replay.hpp).
 void BM_PlanEven96(benchmark::State& state) { plan_at_scale(state, "even", false, kModel96); }
 void BM_PlanOptimalModel96(benchmark::State& state) {

@@ -44,20 +44,7 @@ Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
 }
 
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
-  op.id = static_cast<OpId>(g_.ops_.size());
-  op.rank = current_rank_;
-  op.stream = stream_of(op.kind);
-  op.deps_begin = static_cast<std::uint32_t>(g_.deps_.size());
-  for (OpId d : deps) {
-    if (d == kNoOp) continue;
-    // The previous op on the same stream is an implicit dependency: not listed.
-    if (g_.ops_[d].stream == op.stream) continue;
-    if (std::find(g_.deps_.begin() + op.deps_begin, g_.deps_.end(), d) != g_.deps_.end()) continue;
-    g_.deps_.push_back(d);
-  }
-  op.deps_count = static_cast<std::uint32_t>(g_.deps_.size()) - op.deps_begin;
-  g_.ops_.push_back(op);
-  return op.id;
+  return g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
 }
 
 bool GraphBuilder::recomputes(int u) const {

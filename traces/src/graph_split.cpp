@@ -64,20 +64,9 @@ double SplitGraphBuilder::boundary_bytes(std::int64_t rows) const {
 }
 
 OpId SplitGraphBuilder::emit(Op op, const std::vector<OpId>& deps) {
-  op.id = static_cast<OpId>(g_.ops_.size());
-  op.rank = current_rank_;
-  op.stream = stream_of(op.kind);
-  op.deps_begin = static_cast<std::uint32_t>(g_.deps_.size());
-  for (OpId d : deps) {
-    if (d == kNoOp) continue;
-    if (g_.ops_[d].stream == op.stream) continue;  // stream order is implicit
-    if (std::find(g_.deps_.begin() + op.deps_begin, g_.deps_.end(), d) != g_.deps_.end()) continue;
-    g_.deps_.push_back(d);
-  }
-  op.deps_count = static_cast<std::uint32_t>(g_.deps_.size()) - op.deps_begin;
-  g_.ops_.push_back(op);
-  if (op.collective >= 0) set_member_op(op.collective, op.rank, op.id);
-  return op.id;
+  const OpId id = g_.append_op(op, current_rank_, deps);
+  if (op.collective >= 0) set_member_op(op.collective, current_rank_, id);
+  return id;
 }
 
 OpId SplitGraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
@@ -621,51 +610,54 @@ void SplitGraphBuilder::emit_optimizer(RankState& st) {
   }
 }
 
-void SplitGraphBuilder::emit_forward_step(RankState& st, int micro_batch, int chunk) {
-  const int k = virtual_stage(st.stage, chunk);
-  const int k_last = p_ * v_ - 1;
-  const auto& units = vstage_units_[static_cast<std::size_t>(k)];
-  if (k > 0)
-    for (const Transfer& t : transfers(k - 1, true)) {
-      if (t.to != st.rank) continue;
-      Op o = micro_batch_op(OpKind::Recv, Pass::Forward, units.front(), -1, micro_batch, st.size);
-      o.bytes = boundary_bytes(t.rows);
-      o.mem_alloc = o.bytes;
-      o.collective = transfer_collective(t, true, micro_batch, k - 1, o.bytes);
-      st.pending.push_back(emit(o, {}));
-    }
-  for (int u : units) emit_compute(st, OpKind::Forward, u, micro_batch, Pass::Forward);
-  if (k == k_last) return;
-  // The chunk's output, to the next virtual stage; the last send frees it (or the forward, when
-  // this rank sends nothing: another TP rank of its group does).
+// This rank's receives of the boundary's rows at its virtual stage, for `forward`: the input of
+// the chunk after `boundary` (forward) or the input gradient of the chunk it ends (backward).
+void SplitGraphBuilder::emit_recvs(RankState& st, int boundary, bool forward, int unit,
+                                   int micro_batch) {
+  for (const Transfer& t : transfers(boundary, forward)) {
+    if (t.to != st.rank) continue;
+    Op o = micro_batch_op(OpKind::Recv, forward ? Pass::Forward : Pass::Backward, unit, -1,
+                          micro_batch, st.size);
+    o.bytes = boundary_bytes(t.rows);
+    o.mem_alloc = o.bytes;
+    o.collective = transfer_collective(t, forward, micro_batch, boundary, o.bytes);
+    st.pending.push_back(emit(o, {}));
+  }
+}
+
+// This rank's sends across `boundary`: the chunk's output (forward) or its input gradient
+// (backward). The last send frees what the chunk left, or `producer` does when this rank sends
+// nothing (another TP rank of its group does).
+void SplitGraphBuilder::emit_sends(RankState& st, int boundary, bool forward, int unit,
+                                   int micro_batch, OpId producer) {
   std::vector<const Transfer*> sends;
-  for (const Transfer& t : transfers(k, true))
+  for (const Transfer& t : transfers(boundary, forward))
     if (t.from == st.rank) sends.push_back(&t);
-  const double out = boundary_bytes(st.size);
-  if (sends.empty()) g_.ops_[st.last_forward].mem_free += out;
+  const double held = boundary_bytes(st.size);
+  if (sends.empty()) g_.ops_[producer].mem_free += held;
   for (std::size_t i = 0; i < sends.size(); ++i) {
-    Op o = micro_batch_op(OpKind::Send, Pass::Forward, units.back(), -1, micro_batch, st.size);
+    Op o = micro_batch_op(OpKind::Send, forward ? Pass::Forward : Pass::Backward, unit, -1,
+                          micro_batch, st.size);
     o.bytes = boundary_bytes(sends[i]->rows);
     o.shard_bytes = o.bytes;
-    if (i + 1 == sends.size()) o.mem_free = out;
-    o.collective = transfer_collective(*sends[i], true, micro_batch, k, o.bytes);
+    if (i + 1 == sends.size()) o.mem_free = held;
+    o.collective = transfer_collective(*sends[i], forward, micro_batch, boundary, o.bytes);
     emit(o, {st.last_compute});
   }
 }
 
+void SplitGraphBuilder::emit_forward_step(RankState& st, int micro_batch, int chunk) {
+  const int k = virtual_stage(st.stage, chunk);
+  const auto& units = vstage_units_[static_cast<std::size_t>(k)];
+  if (k > 0) emit_recvs(st, k - 1, true, units.front(), micro_batch);
+  for (int u : units) emit_compute(st, OpKind::Forward, u, micro_batch, Pass::Forward);
+  if (k < p_ * v_ - 1) emit_sends(st, k, true, units.back(), micro_batch, st.last_forward);
+}
+
 void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int chunk) {
   const int k = virtual_stage(st.stage, chunk);
-  const int k_last = p_ * v_ - 1;
   const auto& units = vstage_units_[static_cast<std::size_t>(k)];
-  if (k < k_last)
-    for (const Transfer& t : transfers(k, false)) {
-      if (t.to != st.rank) continue;
-      Op o = micro_batch_op(OpKind::Recv, Pass::Backward, units.back(), -1, micro_batch, st.size);
-      o.bytes = boundary_bytes(t.rows);
-      o.mem_alloc = o.bytes;
-      o.collective = transfer_collective(t, false, micro_batch, k, o.bytes);
-      st.pending.push_back(emit(o, {}));
-    }
+  if (k < p_ * v_ - 1) emit_recvs(st, k, false, units.back(), micro_batch);
   const bool last_of_chunk = st.backwards_left_in_chunk[static_cast<std::size_t>(chunk)]-- == 1;
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const int u = *it;
@@ -675,20 +667,7 @@ void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int c
     st.last_backward[static_cast<std::size_t>(u)] = st.last_backward_op;
     if (last_of_chunk) emit_reductions(st, u);
   }
-  if (k == 0) return;
-  std::vector<const Transfer*> sends;
-  for (const Transfer& t : transfers(k - 1, false))
-    if (t.from == st.rank) sends.push_back(&t);
-  const double grad = boundary_bytes(st.size);
-  if (sends.empty()) g_.ops_[st.last_backward_op].mem_free += grad;
-  for (std::size_t i = 0; i < sends.size(); ++i) {
-    Op o = micro_batch_op(OpKind::Send, Pass::Backward, units.front(), -1, micro_batch, st.size);
-    o.bytes = boundary_bytes(sends[i]->rows);
-    o.shard_bytes = o.bytes;
-    if (i + 1 == sends.size()) o.mem_free = grad;
-    o.collective = transfer_collective(*sends[i], false, micro_batch, k - 1, o.bytes);
-    emit(o, {st.last_compute});
-  }
+  if (k > 0) emit_sends(st, k - 1, false, units.front(), micro_batch, st.last_backward_op);
 }
 
 void SplitGraphBuilder::build_rank(int r) {

@@ -53,6 +53,9 @@ class SplitGraphBuilder {
   Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
   void emit_gather(RankState& st, int unit);
+  void emit_recvs(RankState& st, int boundary, bool forward, int unit, int micro_batch);
+  void emit_sends(RankState& st, int boundary, bool forward, int unit, int micro_batch,
+                  OpId producer);
   void emit_forward_step(RankState& st, int micro_batch, int chunk);
   void emit_backward_step(RankState& st, int micro_batch, int chunk);
   void emit_compute(RankState& st, OpKind kind, int unit, int micro_batch, Pass pass);

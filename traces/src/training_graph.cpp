@@ -47,6 +47,21 @@ std::span<const CollectiveSegment> TrainingGraph::segments(const Collective& c) 
   return {segments_.data() + c.segments_begin, c.segments_count};
 }
 
+OpId TrainingGraph::append_op(Op op, int rank, std::span<const OpId> deps) {
+  op.id = static_cast<OpId>(ops_.size());
+  op.rank = rank;
+  op.stream = stream_of(op.kind);
+  op.deps_begin = static_cast<std::uint32_t>(deps_.size());
+  for (OpId d : deps) {
+    if (d == kNoOp || ops_[d].stream == op.stream) continue;
+    if (std::find(deps_.begin() + op.deps_begin, deps_.end(), d) != deps_.end()) continue;
+    deps_.push_back(d);
+  }
+  op.deps_count = static_cast<std::uint32_t>(deps_.size()) - op.deps_begin;
+  ops_.push_back(op);
+  return op.id;
+}
+
 void TrainingGraph::index_streams() {
   const std::size_t lanes = static_cast<std::size_t>(summary_.num_ranks) * kNumStreams;
   auto lane = [](const Op& o) {

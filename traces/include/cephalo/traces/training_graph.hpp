@@ -270,6 +270,10 @@ class TrainingGraph {
   // Once every rank's ops exist: the stream programs (issue order kept) and the reverse of
   // waits_on. Both builders finish with it.
   void index_streams();
+  // Appends `op` as `rank`'s next op on its kind's stream and returns its id. Its waits-on list
+  // names each of `deps` once, leaving out kNoOp and ops of its own stream (stream order is
+  // implicit). The one way both builders add an op.
+  OpId append_op(Op op, int rank, std::span<const OpId> deps);
   GraphSummary summary_;
   std::vector<Op> ops_;
   std::vector<OpId> deps_;                   // flat waits-on lists
