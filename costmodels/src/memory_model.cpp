@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "memory_terms_tail.hpp"
 
 namespace cephalo::costmodels {
 
@@ -125,13 +126,7 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
     working = std::max(working, (below > 0 ? below : 0.0) + extra);
   }
   t.push_back({"working_set", k.working_scale * (working - kept)});
-  t.push_back({"framework_buffers", k.framework_buffers});
-  double dynamic = 0;
-  for (const auto& term : t)
-    if (term.name != "training_state") dynamic += term.bytes;
-  t.push_back({"cuda_context", in.gpu_runtime ? k.cuda_context : 0.0});
-  t.push_back({"nccl_reserve", in.gpu_runtime && in.world_size > 1 ? k.nccl_reserve : 0.0});
-  t.push_back({"fragmentation", allocator_slack_fraction(in.gpu_runtime, k) * dynamic});
+  detail::append_runtime_terms(t, in.gpu_runtime, in.world_size, k);
   return t;
 }
 

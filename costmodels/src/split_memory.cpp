@@ -12,6 +12,7 @@
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
+#include "memory_terms_tail.hpp"
 
 namespace cephalo::costmodels {
 
@@ -113,14 +114,8 @@ std::vector<MemoryTerm> split_memory_terms(const Scenario& scenario, const Plan&
       {"activations", k.activation_scale * (in_flight * per_pass * inputs + 2.0 * boundary)});
   if (kept > 0) t.push_back({"kept_activations", k.activation_scale * in_flight * per_pass * kept});
   t.push_back({"working_set", k.working_scale * working});
-  t.push_back({"framework_buffers", k.framework_buffers});
-  double dynamic = 0;
-  for (const auto& term : t)
-    if (term.name != "training_state") dynamic += term.bytes;
-  const bool gpu = runs_gpu_runtime(devices[static_cast<std::size_t>(rank)].slot->spec);
-  t.push_back({"cuda_context", gpu ? k.cuda_context : 0.0});
-  t.push_back({"nccl_reserve", gpu && n > 1 ? k.nccl_reserve : 0.0});
-  t.push_back({"fragmentation", allocator_slack_fraction(gpu, k) * dynamic});
+  detail::append_runtime_terms(
+      t, runs_gpu_runtime(devices[static_cast<std::size_t>(rank)].slot->spec), n, k);
   return t;
 }
 

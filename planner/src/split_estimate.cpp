@@ -133,13 +133,12 @@ struct SplitEstimator::Impl {
   // capacity, and the collectives priced over the TP group (which 0) or the DP group (1).
   struct StageRanks {
     std::vector<int> ranks;
-    int tensor_parallel = 1;
     std::vector<int> tp, group;
     bool group_spans_nodes = false;
     int stage_on_first_node = 0, group_on_first_node = 0;
     double capacity = std::numeric_limits<double>::infinity();
     int capacity_rank = 0;
-    std::map<std::tuple<int, int, double>, double> times;
+    std::map<std::pair<int, double>, double> times;  // by (which · 8 + kind, bytes)
   };
   // By (first rank, last rank, count, T); a bucket holds every rank list seen with those.
   std::map<std::tuple<int, int, std::size_t, int>, std::vector<std::unique_ptr<StageRanks>>>
@@ -152,7 +151,6 @@ struct SplitEstimator::Impl {
     const auto& ranks = scenario.cluster.ranks();
     auto e = std::make_unique<StageRanks>();
     e->ranks = st_ranks;
-    e->tensor_parallel = T;
     e->tp.assign(st_ranks.begin(), st_ranks.begin() + T);
     for (std::size_t i = 0; i < st_ranks.size(); i += static_cast<std::size_t>(T))
       e->group.push_back(st_ranks[i]);
@@ -176,7 +174,7 @@ struct SplitEstimator::Impl {
   }
 
   double stage_collective(StageRanks& st, int which, CollectiveKind kind, double bytes) {
-    const auto key = std::make_tuple(which * 8 + static_cast<int>(kind), which, bytes);
+    const auto key = std::make_pair(which * 8 + static_cast<int>(kind), bytes);
     auto it = st.times.find(key);
     if (it != st.times.end()) return it->second;
     const double t =

@@ -15,9 +15,7 @@ namespace {
 
 std::string oom_text(const traces::IterationReport& r) {
   if (!r.oom_detail) return r.oom ? "out of memory" : "";
-  const auto& d = *r.oom_detail;
-  return "rank " + std::to_string(d.rank) + " at " + d.op_name + " needs " + format_bytes(d.bytes) +
-         " of " + format_bytes(d.capacity_bytes) + " usable";
+  return traces::render_oom_detail(*r.oom_detail);
 }
 
 // Across the ranks: the largest share of the iteration a rank spends on the quantity.

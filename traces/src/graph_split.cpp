@@ -63,14 +63,14 @@ double SplitGraphBuilder::boundary_bytes(std::int64_t rows) const {
   return b;
 }
 
-OpId SplitGraphBuilder::emit(Op op, const std::vector<OpId>& deps) {
+OpId SplitGraphBuilder::emit(Op op, std::span<const OpId> deps) {
   const OpId id = g_.append_op(op, current_rank_, deps);
   if (op.collective >= 0) set_member_op(op.collective, current_rank_, id);
   return id;
 }
 
 OpId SplitGraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
-  return emit(op, std::vector<OpId>(deps));
+  return emit(op, std::span<const OpId>(deps.begin(), deps.size()));
 }
 
 void SplitGraphBuilder::set_member_op(std::int32_t c, int rank, OpId op) {
@@ -446,8 +446,8 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   const auto flops = costmodels::unit_flops(model, unit, seq, size);
   const double flop_share =
       costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
-  Op o = micro_batch_op(kind, pass, unit, -1, micro_batch, size);
-  o.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
+  Op o = micro_batch_op(kind, pass, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
+                        micro_batch, size);
   std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
   st.pending.clear();
   const bool full = st.gathers;
@@ -533,8 +533,7 @@ void SplitGraphBuilder::emit_tensor_parallel(RankState& st, OpKind kind, int uni
   if (calls == 0) return;
   const OpKind tk = sp && unit_kind == costmodels::UnitKind::Layer ? OpKind::TpGatherScatter
                                                                    : OpKind::TpAllReduce;
-  Op tp = micro_batch_op(tk, pass, unit, -1, micro_batch, size);
-  tp.phase = phase;
+  Op tp = micro_batch_op(tk, pass, unit, phase, micro_batch, size);
   tp.collective = tp_collective(st, tk, unit, pass, calls, element_bytes, elements);
   tp.bytes = elements * element_bytes;
   tp.shard_bytes = tp.bytes / T;

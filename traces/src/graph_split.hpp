@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cephalo/core/model_split.hpp"
@@ -37,7 +38,7 @@ class SplitGraphBuilder {
   void setup_transfers();
   void build_rank(int r);
   OpId emit(Op op, std::initializer_list<OpId> deps);
-  OpId emit(Op op, const std::vector<OpId>& deps);
+  OpId emit(Op op, std::span<const OpId> deps);
 
   // Collectives, created by their first member and found by the others.
   std::int32_t tp_collective(RankState& st, OpKind kind, int unit, Pass pass, int calls,

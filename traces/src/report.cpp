@@ -134,6 +134,11 @@ IterationReport load_iteration_report(const std::filesystem::path& file) {
 
 std::string render_json(const IterationReport& report) { return to_json(report).dump(2) + "\n"; }
 
+std::string render_oom_detail(const OomDetail& d) {
+  return "rank " + std::to_string(d.rank) + " at " + d.op_name + " needs " + format_bytes(d.bytes) +
+         " of " + format_bytes(d.capacity_bytes) + " usable";
+}
+
 std::string render_table(const IterationReport& r) {
   std::string out;
   out += "iteration time  " + format_seconds(r.iteration_time_s) + "\n";
@@ -142,10 +147,7 @@ std::string render_table(const IterationReport& r) {
   out += "MFU             " + fixed(100.0 * r.mfu, 1) + " %\n";
   if (r.oom) {
     out += "OOM             yes";
-    if (r.oom_detail)
-      out += ": rank " + std::to_string(r.oom_detail->rank) + " at " + r.oom_detail->op_name +
-             " needs " + format_bytes(r.oom_detail->bytes) + " of " +
-             format_bytes(r.oom_detail->capacity_bytes) + " usable";
+    if (r.oom_detail) out += ": " + render_oom_detail(*r.oom_detail);
     out += "\n";
   } else {
     out += "OOM             no\n";

@@ -97,5 +97,7 @@ IterationReport load_iteration_report(const std::filesystem::path& file);
 std::string render_json(const IterationReport& report);
 // Summary lines plus an aligned per-rank table.
 std::string render_table(const IterationReport& report);
+// "rank 3 at F u2 mb0 r3 needs 25.1 GiB of 22.4 GiB usable": where an iteration ran out.
+std::string render_oom_detail(const OomDetail& detail);
 
 }  // namespace cephalo::traces
