@@ -95,9 +95,7 @@ int channels(const CollectiveShape& s, Protocol p, Family family, double bytes) 
 LinkClass intra_class(const CollectiveShape& s) { return s.nvlink ? kNvlinkClass : kPciClass; }
 
 // The bytes the busiest link of a ring carries per byte of buffer are nccl-tests' bus factor.
-double ring_traffic(CollectiveKind kind, int n) {
-  return bus_bandwidth_factor(kind, n);
-}
+double ring_traffic(CollectiveKind kind, int n) { return bus_bandwidth_factor(kind, n); }
 
 // A ring's steps, those crossing nodes priced at the NICs' α (both ends), the others at the
 // intra link's (NCCL: (steps − inter steps) × intra + inter steps × net).
