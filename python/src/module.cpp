@@ -34,6 +34,7 @@
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/compare.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "cephalo/traces/training_graph.hpp"
@@ -211,13 +212,20 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
 }
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
+// A profiler trace (`trace`, a file: --trace) with its `step` (--step) is the third measurement.
 std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
                                  std::optional<double> tokens_per_s, const std::string& run_text,
                                  const std::string& run_label, bool run_is_file,
-                                 const std::string& output, const std::string& compute_model) {
+                                 const std::string& output, const std::string& compute_model,
+                                 const std::string& trace, const std::string& step) {
   planner::StackMeasurement m;
   traces::IterationReport run;
-  if (tokens_per_s) {
+  std::optional<traces::KinetoTrace> profiled;
+  if (!trace.empty()) {
+    profiled = traces::load_kineto_trace(trace);
+    m.trace = &*profiled;
+    m.trace_step = step;
+  } else if (tokens_per_s) {
     m.tokens_per_s = tokens_per_s;
   } else {
     run = report_from(run_text, run_label, run_is_file);
@@ -450,7 +458,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
         py::arg("stack"), release());
   m.def("calibrate_stack_json", &calibrate_stack_json, py::arg("scenario"), py::arg("plan"),
         py::arg("tokens_per_s"), py::arg("run_text"), py::arg("run_label"), py::arg("run_is_file"),
-        py::arg("output"), py::arg("compute_model"), release());
+        py::arg("output"), py::arg("compute_model"), py::arg("trace"), py::arg("step"), release());
   m.def(
       "with_stack",
       [](Scenario s, const std::string& file) {
