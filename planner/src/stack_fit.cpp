@@ -138,6 +138,11 @@ void fit_from_trace(const traces::KinetoTrace& trace, const traces::TraceStep& s
   fit.notes.push_back(step.name + " (" + format_seconds(step.duration_s) +
                       "): " + format_seconds(step.outside_classes_s) +
                       " outside every class (host work outside the annotations; in no factor)");
+  if (trace.times_from_kernels)
+    fit.notes.push_back(step.name + ": the GPU busy " + format_seconds(step.gpu_busy_s) + " (" +
+                        fixed(100 * step.gpu_busy_s / step.duration_s, 1) +
+                        " % of the step); the rest it waited for the host (launches, syncs, "
+                        "data), which no factor carries");
   for (const auto& u : trace.unclassified)
     fit.notes.push_back("unclassified in the whole trace: " + std::to_string(u.events) + " " +
                         u.category + " events, " + format_seconds(u.seconds));
@@ -264,6 +269,15 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     fit.notes.push_back("optimizer: not identified (" + why + "); stays 1");
   }
   fit.fitted_iteration_s = iteration_with(scenario, plan, st, source);
+  if (measurement.trace) {
+    const double miss = fit.fitted_iteration_s / fit.measured_iteration_s - 1;
+    if (std::abs(miss) > 0.05)
+      fit.notes.push_back(
+          "the fitted iteration is " + fixed(100 * miss, 1) +
+          " % off the measured step: its time "
+          "outside the classes (above) is in no factor; --measured-tokens-per-s fits the "
+          "compute factor to the whole step instead");
+  }
 
   auto& on = st.fitted_on;
   on.model = job.model_name;

@@ -142,6 +142,8 @@ TEST(KinetoTrace, GpuKernelsTakeTheClassOfTheirLaunchAndNcclKernelsAreCollective
   EXPECT_NEAR(s.seconds_of(TraceClass::Backward), 250e-6, 1e-12);
   EXPECT_NEAR(s.seconds_of(TraceClass::Optimizer), 80e-6, 1e-12);
   EXPECT_NEAR(s.seconds_of(TraceClass::Collective), 150e-6, 1e-12);
+  // Every kernel of the step, the orphan too: [50, 250) + [450, 700) + [820, 900) + [960, 980).
+  EXPECT_NEAR(s.gpu_busy_s, 550e-6, 1e-12);
   ASSERT_EQ(s.collectives.size(), 1u);
   EXPECT_EQ(s.collectives[0].kind, "all-gather");
   EXPECT_EQ(s.collectives[0].events, 1);

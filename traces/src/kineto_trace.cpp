@@ -366,7 +366,7 @@ class Reader {
   void classify_steps() {
     const std::size_t n = t_.steps.size();
     std::vector<std::array<std::vector<Interval>, kNumTraceClasses>> by_class(n);
-    std::vector<std::vector<Interval>> cpu_classified(n);
+    std::vector<std::vector<Interval>> cpu_classified(n), gpu_busy(n);
     std::vector<std::map<std::string, std::pair<int, std::vector<Interval>>>> coll(n);
     std::map<std::string, UnclassifiedEvents> unclassified;
     bool any_class = false;
@@ -416,6 +416,7 @@ class Reader {
       if (!launch) ++t_.kernels_without_launch;
       const int cls = e.nccl ? kCollective : launch ? launch->cls : kNone;
       const int s = step_at(launch ? launch->ts : e.ts);
+      if (s >= 0) gpu_busy[s].push_back({e.ts, e.end});
       if (cls == kNone || s < 0) {
         add_unclassified(unclassified, e);
         continue;
@@ -447,6 +448,7 @@ class Reader {
       TraceStep& st = t_.steps[k];
       for (int c = 0; c < kNumTraceClasses; ++c) st.seconds[c] = union_length_s(by_class[k][c]);
       st.outside_classes_s = std::max(0.0, st.duration_s - union_length_s(cpu_classified[k]));
+      st.gpu_busy_s = union_length_s(gpu_busy[k]);
       for (auto& [kind, c] : coll[k])
         st.collectives.push_back({kind, c.first, union_length_s(c.second)});
     }

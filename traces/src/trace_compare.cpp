@@ -240,6 +240,7 @@ Json to_json(const TraceStep& s) {
           {"duration_s", s.duration_s},
           {"seconds", classes},
           {"outside_classes_s", s.outside_classes_s},
+          {"gpu_busy_s", s.gpu_busy_s},
           {"forward_passes", s.forward_passes},
           {"layer_norms", s.layer_norms},
           {"collectives", coll}};
@@ -287,11 +288,21 @@ std::string render_kineto_trace(const KinetoTrace& t) {
                     " GPU kernels, " + std::to_string(t.nccl_kernels) +
                     " NCCL); class times from " +
                     (t.times_from_kernels ? "GPU kernels" : "CPU ranges") + "\n";
-  TextTable s({"step", "duration", "forward", "backward", "optimizer", "collectives", "outside"});
-  for (const auto& st : t.steps)
-    s.add_row({st.name, format_seconds(st.duration_s), format_seconds(st.seconds[0]),
-               format_seconds(st.seconds[1]), format_seconds(st.seconds[2]),
-               format_seconds(st.seconds[3]), format_seconds(st.outside_classes_s)});
+  std::vector<std::string> head = {"step",      "duration",    "forward", "backward",
+                                   "optimizer", "collectives", "outside"};
+  if (t.times_from_kernels) head.push_back("GPU busy");
+  TextTable s(head);
+  for (const auto& st : t.steps) {
+    std::vector<std::string> row = {st.name,
+                                    format_seconds(st.duration_s),
+                                    format_seconds(st.seconds[0]),
+                                    format_seconds(st.seconds[1]),
+                                    format_seconds(st.seconds[2]),
+                                    format_seconds(st.seconds[3]),
+                                    format_seconds(st.outside_classes_s)};
+    if (t.times_from_kernels) row.push_back(format_seconds(st.gpu_busy_s));
+    s.add_row(row);
+  }
   out += s.render();
   for (const auto& u : t.unclassified)
     out += "unclassified: " + std::to_string(u.events) + " " + u.category + " events, " +

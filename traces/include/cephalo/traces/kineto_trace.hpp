@@ -64,6 +64,9 @@ struct TraceStep {
   // The step's time in which no thread was inside a classified range (host work outside the
   // annotations: data loading, loss logging, the Python between phases).
   double outside_classes_s = 0;
+  // GPU traces: the union of every kernel, copy and memset launched in the step, classified or
+  // not. What the step lasts beyond it the GPUs waited for the host (launches, syncs, data).
+  double gpu_busy_s = 0;
   int forward_passes = 0;  // forward ranges that start in the step
   int layer_norms = 0;     // aten::layer_norm calls inside its forward ranges
   std::vector<TraceCollective> collectives;
