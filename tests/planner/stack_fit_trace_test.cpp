@@ -164,5 +164,45 @@ TEST(CalibrateStackCli, TakesATraceAndRefusesBadOnesNamingTheFile) {
             2);
 }
 
+TEST(CompareTraceCli, ComparesASimulationWithATraceStepPerClass) {
+  const OneRank c;
+  const auto sim_classes = c.simulated();
+  const auto trace = tmp("cmp.trace.json");
+  std::ofstream(trace) << trace_with(sim_classes, 2.0, 1.0, 0).dump();
+  const std::string sp = " --scenario " + src("scenarios/cpu-1rank.json").string() + " --plan " +
+                         src("scenarios/plans/cpu-1rank-full.json").string();
+  const auto sim = tmp("sim.json");
+  const auto s =
+      test_support::run_command(std::string(CEPHALO_CLI) + " simulate" + sp + " --json --ops");
+  ASSERT_EQ(s.code, 0) << s.err;
+  std::ofstream(sim) << s.out;
+  const auto r = test_support::run_command(std::string(CEPHALO_CLI) + " compare " + sim.string() +
+                                           " " + trace.string() + sp + " --step 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = json::parse(r.out);
+  EXPECT_EQ(j["step"], "ProfilerStep#1");
+  int rows = 0;
+  for (const auto& row : j["classes"]) {
+    const std::string cls = row["class"];
+    const double want = cls == "forward"    ? sim_classes[0]
+                        : cls == "backward" ? sim_classes[1]
+                                            : sim_classes[2];
+    EXPECT_NEAR(row["simulated_s"].get<double>(), want, 1e-9) << cls;
+    // Measured: twice the simulated compute, the optimizer as simulated (µs with 3 decimals).
+    EXPECT_NEAR(row["measured_s"].get<double>(), cls == "optimizer" ? want : 2 * want, 1e-8) << cls;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+  // A merged timeline needs a RunResult; --step needs a trace.
+  EXPECT_EQ(test_support::run_command(std::string(CEPHALO_CLI) + " compare " + sim.string() + " " +
+                                      trace.string() + " --trace " + tmp("m.json").string())
+                .code,
+            2);
+  EXPECT_EQ(test_support::run_command(std::string(CEPHALO_CLI) + " compare " + sim.string() + " " +
+                                      sim.string() + " --step 1")
+                .code,
+            2);
+}
+
 }  // namespace
 }  // namespace cephalo
