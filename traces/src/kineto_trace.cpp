@@ -18,10 +18,11 @@ namespace kineto_reader {
 enum class Cat { CpuRange, Launch, Kernel, Known, Unknown };
 
 // Kineto's categories (and the older spellings of kineto 2021); the legacy profiler writes
-// none. Known ones that carry no time of their own (flows, GPU-side copies of annotations, the
-// profiler's own span) are read past.
-Cat category_of(const std::string& cat, bool legacy) {
-  if (cat.empty()) return legacy ? Cat::CpuRange : Cat::CpuRange;
+// none, and an uncategorised complete event is read as a CPU range in either form. Known ones
+// that carry no time of their own (flows, GPU-side copies of annotations, the profiler's own
+// span) are read past.
+Cat category_of(const std::string& cat) {
+  if (cat.empty()) return Cat::CpuRange;
   static const char* cpu[] = {"cpu_op", "user_annotation", "python_function", "Operator"};
   static const char* launch[] = {"cuda_runtime", "cuda_driver", "Runtime"};
   static const char* kernel[] = {"kernel",     "Kernel", "gpu_memcpy",
@@ -187,7 +188,6 @@ class Reader {
   }
 
   void read_events(const Json& events) {
-    const bool legacy = t_.format == "legacy";
     double origin = INFINITY;
     for (std::size_t i = 0; i < events.size(); ++i) {
       const Json& e = events[i];
@@ -210,7 +210,7 @@ class Reader {
       if (cat != e.end() && !cat->is_string())
         throw ValidationError(t_.file, path + ".cat", brief(*cat), "a category string");
       ev.category = cat == e.end() ? "" : cat->get<std::string>();
-      ev.cat = category_of(ev.category, legacy);
+      ev.cat = category_of(ev.category);
       ++t_.events;
       if (ev.cat == Cat::Unknown) {
         ++t_.unknown_categories[clip(ev.category, 60)];
