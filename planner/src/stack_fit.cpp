@@ -80,11 +80,9 @@ double fit_compute(const Scenario& s, const Plan& plan, double target, const std
 // trace's rank (kineto_trace.hpp says how the trace's time is classified). The compute factor
 // reads the forward and backward classes the trace measured (a trace whose forward ranges
 // carry no annotation fits compute from its backward alone, and says so).
-void fit_from_trace(const traces::KinetoTrace& trace, const traces::TraceStep& step,
-                    const Scenario& scenario, const Plan& plan, const sim::PlanReplay& base,
-                    StackFit& fit) {
+void fit_from_trace(const traces::KinetoTrace& trace, const traces::TraceStep& step, int rank,
+                    const sim::PlanReplay& base, StackFit& fit) {
   if (!base.graph) throw RuntimeFailure("the replay kept no graph for the trace's classes");
-  const int rank = traces::check_trace_for(trace, step, scenario, &plan, fit.notes);
   const auto simulated = traces::simulated_class_seconds(*base.graph, base.result.report, rank);
   using traces::TraceClass;
   auto at = [](const auto& a, TraceClass c) { return a[static_cast<int>(c)]; };
@@ -182,10 +180,13 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   traces::CompareReport class_report;
 
   const traces::TraceStep* step = nullptr;
+  int trace_rank = 0;
   if (measurement.trace) {
     const auto& trace = *measurement.trace;
     step =
         measurement.trace_step.empty() ? &trace.median_step() : &trace.step(measurement.trace_step);
+    // The trace is checked to be this scenario's run before anything is read from its times.
+    trace_rank = traces::check_trace_for(trace, *step, scenario, &plan, fit.notes);
     fit.measured_iteration_s = step->duration_s;
     if (!(step->duration_s > 0))
       throw ValidationError(trace.file, "$.traceEvents", step->name + " lasting 0 s",
@@ -220,7 +221,7 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
 
   StackCalibration& st = fit.stack;
   if (measurement.trace) {
-    fit_from_trace(*measurement.trace, *step, scenario, plan, base, fit);
+    fit_from_trace(*measurement.trace, *step, trace_rank, base, fit);
   } else if (per_class && class_report.have_ops) {
     const auto& report = class_report;
     struct Group {
