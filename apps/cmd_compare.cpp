@@ -14,7 +14,6 @@
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/trace_compare.hpp"
-#include "cephalo/traces/training_graph.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -32,27 +31,16 @@ void compare_with_trace(const traces::IterationReport& sim, const traces::Kineto
   if (!a.trace_file.empty())
     throw CLI::ValidationError("--trace",
                                "a merged timeline needs a RunResult, not a profiler trace");
-  if (a.scenario_file.empty() != a.plan_file.empty())
-    throw CLI::ValidationError("--scenario and --plan", "give both or neither");
   std::optional<Scenario> scenario;
   std::optional<Plan> plan;
-  std::optional<traces::TrainingGraph> graph;
-  if (!a.scenario_file.empty()) {
-    scenario = costmodels::load_scenario(a.scenario_file);
-    plan = traces::load_plan_for(*scenario, a.plan_file);
-    graph = traces::build_training_graph(*plan, *scenario);
-  }
-  const auto c =
-      traces::compare_trace(sim, a.sim_file, trace, a.step, scenario ? &*scenario : nullptr,
-                            plan ? &*plan : nullptr, graph ? &*graph : nullptr);
+  if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
+  if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+  // Scenario and plan both or neither, the plan's checks, the graph, the comparison.
+  const auto c = traces::compare_trace_planned(
+      sim, a.sim_file, trace, a.step, scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,
+      a.plan_file, kCommandLine, "--scenario and --plan");
   print_json_or_text(
-      a.json,
-      [&] {
-        Json j = traces::to_json(c);
-        j["trace"] = traces::to_json(trace);
-        return j;
-      },
-      [&] { return traces::render_kineto_trace(trace) + traces::render_trace_comparison(c); });
+      a.json, [&] { return c.record; }, [&] { return c.text; });
 }
 
 }  // namespace

@@ -306,16 +306,19 @@ def _result_source(source):
     return _text(source), _DICT_LABEL, False
 
 
-def compare(simulated, measured, scenario=None, plan=None, trace=None):
+def compare(simulated, measured, scenario=None, plan=None, trace=None, step=None):
     """Simulated vs measured (SimResult and RunResult records or files): the record of
     `cephalo compare --json`, each metric's two values (seconds, samples/s, bytes as its name
     says) and their relative error. With scenario and plan (both or neither), also per op
     class and op by op; trace=path then writes the Perfetto trace of `compare --trace` (both
-    timelines of every rank side by side) and the record names it."""
+    timelines of every rank side by side) and the record names it. measured may also be a
+    PyTorch profiler trace file (`compare SIM TRACE`): one step of it (step="ProfilerStep#N"
+    or N, default the median step) against the simulation, per class with scenario and plan."""
     s = load_scenario(scenario) if scenario is not None else None
     p, label = _plan_and_label(plan) if plan is not None else (None, "")
     return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
-                                         s, p, label, "" if trace is None else _os.fspath(trace)))
+                                         s, p, label, "" if trace is None else _os.fspath(trace),
+                                         "" if step is None else str(step)))
 
 
 def _with_stack(scenario, stack):

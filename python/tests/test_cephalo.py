@@ -923,3 +923,14 @@ def test_calibrate_stack_reads_a_profiler_trace_as_the_cli_does(tmp_path):
         cephalo.calibrate_stack(scenario, plan, trace=ROOT / "tests/data/kineto/v100-resnet-rank0.json.gz")
     with pytest.raises(ValueError):
         cephalo.calibrate_stack(scenario, plan, step=1, measured_tokens_per_s=5)
+    # compare(SIM, TRACE) is `cephalo compare SIM TRACE --json`.
+    sim = tmp_path / "sim.json"
+    sim.write_text(json.dumps(cephalo.simulate(scenario, plan, ops=True)))
+    record = cephalo.compare(sim, trace, scenario=scenario, plan=plan, step=1)
+    done = subprocess.run([CLI, "compare", str(sim), str(trace), "--scenario", str(scenario),
+                           "--plan", str(plan), "--step", "1", "--json"],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == record
+    assert {c["class"] for c in record["classes"]} == {"forward", "backward", "optimizer"}
+    with pytest.raises(cephalo.ValidationError, match="step"):
+        cephalo.compare(sim, sim, step=1)

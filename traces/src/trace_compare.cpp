@@ -7,6 +7,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
+#include "cephalo/traces/shard_layout.hpp"
 
 namespace cephalo::traces {
 
@@ -184,6 +185,29 @@ TraceComparison compare_trace(const IterationReport& sim, const std::string& sim
     }
   }
   return c;
+}
+
+PlannedTraceComparison compare_trace_planned(const IterationReport& sim,
+                                             const std::string& sim_file, const KinetoTrace& trace,
+                                             const std::string& step, const Scenario* scenario,
+                                             const Plan* plan, const std::string& plan_label,
+                                             const std::string& source, const std::string& pair) {
+  if ((scenario == nullptr) != (plan == nullptr))
+    throw ValidationError(source, "",
+                          scenario ? "a scenario without a plan" : "a plan without a scenario",
+                          pair + ": both or neither");
+  std::optional<TrainingGraph> graph;
+  if (scenario) {
+    check_plan_for(*plan, *scenario, plan_label);
+    graph = build_training_graph(*plan, *scenario);
+  }
+  PlannedTraceComparison out;
+  out.comparison =
+      compare_trace(sim, sim_file, trace, step, scenario, plan, graph ? &*graph : nullptr);
+  out.record = to_json(out.comparison);
+  out.record["trace"] = to_json(trace);
+  out.text = render_kineto_trace(trace) + render_trace_comparison(out.comparison);
+  return out;
 }
 
 Json to_json(const TraceComparison& c) {

@@ -65,4 +65,21 @@ TraceComparison compare_trace(const IterationReport& sim, const std::string& sim
 Json to_json(const TraceComparison& c);
 std::string render_trace_comparison(const TraceComparison& c);
 
+// compare_trace as `cephalo compare SIM TRACE` and Python's compare both run it: scenario and
+// plan both or neither (one alone: ValidationError at `source` naming `pair` as the caller
+// spells it); with both, the plan checked for the scenario (check_plan_for, messages naming
+// `plan_label`) and the graph its op ids key built. `record` is to_json(comparison) with the
+// trace's own summary (to_json(trace)) under "trace"; `text` the trace's table and the
+// comparison's.
+struct PlannedTraceComparison {
+  TraceComparison comparison;
+  Json record;
+  std::string text;
+};
+PlannedTraceComparison compare_trace_planned(const IterationReport& sim,
+                                             const std::string& sim_file, const KinetoTrace& trace,
+                                             const std::string& step, const Scenario* scenario,
+                                             const Plan* plan, const std::string& plan_label,
+                                             const std::string& source, const std::string& pair);
+
 }  // namespace cephalo::traces
