@@ -324,6 +324,15 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
     const int count = static_cast<int>(st.ranks.size());
     // Tensor parallelism all-reduces inside every layer, forward and backward: it is meant for
     // NVLink / PCIe inside a node, never a NIC.
+    // Every stage runs every sample: m micro-batches over its replicas, all alike.
+    const long long per_micro = static_cast<long long>(split.micro_batches) * (count / t);
+    if (ctx.global_batch > 0 && count >= t && per_micro > 0 && ctx.global_batch % per_micro != 0)
+      throw ValidationError(file, stage_at(s, ""),
+                            std::to_string(split.micro_batches) + " micro-batches x " +
+                                std::to_string(count / t) + " replicas",
+                            "micro_batches x replicas dividing the job's global batch " +
+                                std::to_string(ctx.global_batch) +
+                                " (every replica runs the same samples of every micro-batch)");
     for (int g = 0; g * t < count; ++g) {
       const auto first = st.ranks.begin() + g * t;
       const std::vector<int> group(first, first + t);
@@ -478,6 +487,7 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   ctx.tied_embeddings = scenario.job.model.tied_embeddings;
   ctx.ffn_hidden = scenario.job.model.ffn_hidden;
   ctx.node_of_rank = node_of_rank;
+  ctx.global_batch = scenario.job.global_batch;
   ctx.file = file;
   ctx.json_path = json_path;
   check_model_split(split, ctx);
@@ -488,8 +498,24 @@ ModelSplit load_model_split_for(const std::string& file, const Scenario& scenari
   JsonReader root(doc, file);
   const bool wrapped = root.has("model_split");
   const ModelSplit split = parse_model_split(wrapped ? root.child("model_split") : root);
+  // Beside the split: a plan's keys, which the plan reader checks, or nothing but a
+  // description (a misspelt key would otherwise be dropped silently).
+  if (wrapped && (root.has("ranks") || root.has("version"))) {
+    (void)load_plan(file);
+  } else if (wrapped) {
+    root.allow({"description"});
+    root.finish();
+  }
   check_model_split_for(split, scenario, file, wrapped ? "model_split" : "");
   return split;
+}
+
+std::string backend_split_refusal(const ModelSplit& split) {
+  if (split.sequence_parallel)
+    return "the backend does not run sequence parallelism (model_split.sequence_parallel): its "
+           "norms and dropouts would need the sequence-split activations and the all-gather / "
+           "reduce-scatter pairs in place of the all-reduces";
+  return {};
 }
 
 std::string describe(const ModelSplit& split, int ranks) {

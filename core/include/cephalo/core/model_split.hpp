@@ -104,6 +104,7 @@ struct SplitContext {
   bool tied_embeddings = false;       // the head uses the word embedding (a copy per end stage)
   int ffn_hidden = 0;                 // the MLP's inner width (0: not checked)
   std::span<const int> node_of_rank;  // rank r lives on node node_of_rank[r]
+  long long global_batch = 0;         // the job's (0: not checked): split evenly per stage
   std::string file;                   // named in messages
   std::string json_path = "model_split";
 };
@@ -179,5 +180,11 @@ ModelSplit load_model_split_for(const std::string& file, const Scenario& scenari
 // "TP 2 (sequence parallel) x PP 2 (1F1B, 8 micro-batches) x DP 2/1, optimizer sharding", or
 // "TP 1 x PP 1 (no pipeline), full sharding" for the default.
 std::string describe(const ModelSplit& split, int ranks);
+
+// What of a split the execution backend (backend/) does not run, "" when it runs all of it
+// (today: sequence parallelism). The one statement of that rule: the backend refuses a plan
+// with this reason, and the planner leaves such splits out of its search for a cluster of CPU
+// devices, which only the backend runs (a plan made there is one `cephalo run` can run).
+std::string backend_split_refusal(const ModelSplit& split);
 
 }  // namespace cephalo
