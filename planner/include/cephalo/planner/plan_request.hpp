@@ -11,6 +11,7 @@
 //   plan_answer_record(a)                     // what `cephalo plan --json` prints
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -38,7 +39,19 @@ struct PlanRequest {
   int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
   std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;
+  // The options the caller set, by their keyword names ("strategy", "tensor_parallel"), whatever
+  // their values: an option whose value equals its default (`--strategy optimal`) is still one
+  // the chosen family must read. Options with an "open" value (0, empty, false) count as given
+  // when set even if the caller leaves them out of this list.
+  std::vector<std::string> given;
 };
+
+// Every option applies to the family it is planned in, or is refused: ValidationError naming
+// the option, its value and the family that reads it (`--tensor-parallel` without
+// `--parallelism 3d`, `--strategy` or `--offload` with it). With parallelism auto each family
+// reads its own. answer_plan calls it first; exposed for front ends that check before reading
+// their inputs.
+void check_request(const PlanRequest& request);
 
 // The options of each family, checked: ValidationError naming the option as its source spells
 // it for a value that family cannot take (the FSDP schedule's flags under 3d, `every:K`
