@@ -267,3 +267,32 @@ TEST_F(HostileRoundThree, AGlobalBatchNoPlanCanScheduleIsInfeasibleAtOnce) {
                  3,
                  {"global batch 1048576", "unit passes", "16777216", "--micro-batch 1"}}});
 }
+
+TEST_F(HostileRoundThree, ASplitPlansFaultIsBlamedWhereItIs) {
+  const std::string file = (dir_ / "split.plan.json").string();
+  ASSERT_EQ(cephalo::test_support::run_cephalo("plan --scenario " + kDefault +
+                                               " --parallelism 3d --pipeline-stages 3 -o " + file)
+                .exit_code,
+            0);
+  const json plan = json::parse(std::ifstream(file));
+  ASSERT_EQ(plan.at("model_split").at("stages").size(), 3u) << plan.dump();
+  // The split's count missing (so 1) while every rank runs its real count: the split's key is
+  // at fault. Before: "expected the split's 1 micro-batches" on ranks[0].
+  json absent = plan;
+  absent["model_split"].erase("micro_batches");
+  // Stage 0's one rank given another micro-batch (stages 1 and 2 agree). Before: blamed on
+  // stage 1, "as stage 0's do".
+  json stage0 = plan;
+  const int first = stage0["model_split"]["stages"][0]["ranks"][0].get<int>();
+  auto& rank = stage0["ranks"][static_cast<std::size_t>(first)];
+  rank["micro_batch"] = rank["micro_batch"].get<int>() + 1;
+  rank["batch"] = rank["micro_batch"].get<int>() * rank["micro_batches"].get<int>();
+  expect_cases({
+      {"validate " + write("absent.plan.json", absent),
+       1,
+       {"absent.plan.json: at model_split.micro_batches", "(absent)", "every rank runs"}},
+      {"validate " + write("stage0.plan.json", stage0),
+       1,
+       {"stage 0's replicas", "as most stages' do"}},
+  });
+}
