@@ -324,15 +324,6 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
     const int count = static_cast<int>(st.ranks.size());
     // Tensor parallelism all-reduces inside every layer, forward and backward: it is meant for
     // NVLink / PCIe inside a node, never a NIC.
-    // Every stage runs every sample: m micro-batches over its replicas, all alike.
-    const long long per_micro = static_cast<long long>(split.micro_batches) * (count / t);
-    if (ctx.global_batch > 0 && count >= t && per_micro > 0 && ctx.global_batch % per_micro != 0)
-      throw ValidationError(file, stage_at(s, ""),
-                            std::to_string(split.micro_batches) + " micro-batches x " +
-                                std::to_string(count / t) + " replicas",
-                            "micro_batches x replicas dividing the job's global batch " +
-                                std::to_string(ctx.global_batch) +
-                                " (every replica runs the same samples of every micro-batch)");
     for (int g = 0; g * t < count; ++g) {
       const auto first = st.ranks.begin() + g * t;
       const std::vector<int> group(first, first + t);
@@ -487,7 +478,6 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   ctx.tied_embeddings = scenario.job.model.tied_embeddings;
   ctx.ffn_hidden = scenario.job.model.ffn_hidden;
   ctx.node_of_rank = node_of_rank;
-  ctx.global_batch = scenario.job.global_batch;
   ctx.file = file;
   ctx.json_path = json_path;
   check_model_split(split, ctx);

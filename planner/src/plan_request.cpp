@@ -160,6 +160,7 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   options.recompute = checkpointing == "full";
   options.selective_recompute = checkpointing == "selective";
   options.scatter_gather = r.scatter_gather;
+  options.split_file = r.split_file;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
   return estimate_split(scenario, split, options,
                         costmodels::make_cost_models(scenario, r.compute_model));

@@ -243,7 +243,7 @@ std::string split_estimate_json(const Scenario& scenario, const std::string& spl
   return planner::to_json(
              planner::estimate_split_request(scenario, split,
                                              {activation_checkpointing, dp_overlap, scatter_gather,
-                                              compute_model, "arguments"}))
+                                              compute_model, "arguments", split_file}))
       .dump();
 }
 

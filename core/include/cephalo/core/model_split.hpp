@@ -104,7 +104,6 @@ struct SplitContext {
   bool tied_embeddings = false;       // the head uses the word embedding (a copy per end stage)
   int ffn_hidden = 0;                 // the MLP's inner width (0: not checked)
   std::span<const int> node_of_rank;  // rank r lives on node node_of_rank[r]
-  long long global_batch = 0;         // the job's (0: not checked): split evenly per stage
   std::string file;                   // named in messages
   std::string json_path = "model_split";
 };

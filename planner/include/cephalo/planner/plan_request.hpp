@@ -82,6 +82,7 @@ struct SplitEstimateRequest {
   bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
+  std::string split_file;                    // where the split was read from: its refusals name it
 };
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.
