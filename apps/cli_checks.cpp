@@ -189,6 +189,20 @@ std::string unknown_subcommand_message(const CLI::App& app, int argc, const char
   return {};
 }
 
+void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string {
+        if (!text.empty()) return {};
+        return "got \"\" (empty); expected a value: leave the option out for its default (no "
+               "output file, no input)";
+      },
+      "");
+  for (CLI::Option* option : app.get_options())
+    if (option->get_type_size() != 0) option->check(non_empty);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    refuse_empty_values(*sub);
+}
+
 void add_stack_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--stack", value,
                   "Stack calibration (cephalo calibrate stack -o FILE): its factors multiply the "

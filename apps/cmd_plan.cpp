@@ -1,6 +1,7 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
 //  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
 // search over tensor x pipeline x data parallel splits made into a plan (planner/split_plan.hpp).
+#include <algorithm>
 #include <iostream>
 
 #include "cephalo/core/error.hpp"
@@ -22,6 +23,7 @@ struct PlanArgs {
 void run_plan(PlanArgs& a) {
   planner::PlanRequest& r = a.request;
   r.options.options_source = planner::kOptionsFromCommandLine;  // messages name the flags
+  planner::check_request(r);  // a flag the chosen family would drop: exit 2 before any input
   r.options.scenario_label = a.scenario;
   r.options.progress = r.options.progress || r.options.strategy == "search";
   const Scenario scenario = read_scenario(a.scenario, a.stack);
@@ -112,7 +114,18 @@ void add_plan_command(CLI::App& app) {
                   "hybrid/auto: nodes per sharding group (hybrid default 1)")
       ->check(integer_in(1, kMaxDevices));
   cmd->add_flag("--progress", args->request.options.progress, "Progress on stderr");
-  cmd->callback([args] { run_plan(*args); });
+  cmd->callback([args, cmd] {
+    // Which flags were given, whatever their values (`--strategy optimal` under 3d is refused
+    // like any other FSDP flag: planner::check_request).
+    args->request.given.clear();
+    for (const CLI::Option* option : cmd->get_options())
+      if (option->count() > 0) {
+        std::string name = option->get_single_name();
+        std::replace(name.begin(), name.end(), '-', '_');
+        args->request.given.push_back(name);
+      }
+    run_plan(*args);
+  });
 }
 
 }  // namespace cephalo::cli

@@ -72,11 +72,13 @@ void add_profile_command(CLI::App& app) {
       ->check(one_of({"median", "min"}));
   cmd->add_option("--max-bytes", a->text.max_bytes, "largest collective and copy size")
       ->capture_default_str();
-  cmd->add_flag("--no-collectives", a->text.no_collectives,
-                "skip the collective sweep under mpirun");
+  auto* no_collectives = cmd->add_flag("--no-collectives", a->text.no_collectives,
+                                       "skip the collective sweep under mpirun");
   cmd->add_option("-o,--output", a->request.output, "write the calibration file (cephalo-profile)");
+  // No sweep, no sweep file: refused rather than dropped.
   cmd->add_option("--sweep-out", a->request.sweep_output,
-                  "collective sweep file (default: <output stem>.sweep.json under mpirun)");
+                  "collective sweep file (default: <output stem>.sweep.json under mpirun)")
+      ->excludes(no_collectives);
   cmd->add_flag("--json", a->json, "print the calibration record as JSON");
   // How well the calibrated compute model predicts profiles it was not fitted to (leave one GPU
   // or one model out of the shipped profiles plus any given).

@@ -26,7 +26,7 @@ void add_run_command(CLI::App& app) {
       "run", "Train under a plan on real devices (launch with mpirun -np <plan ranks>)");
   static struct {
     backend::RunRequest request;  // backend::train's; its defaults are the flags'
-    std::string inject_failure;   // "RANK:STEP[:kill]"
+    std::string inject_failure;   // "RANK:STEP[:HOW]"
     bool json = false;
   } a;
   backend::RunRequest& r = a.request;
@@ -62,37 +62,40 @@ void add_run_command(CLI::App& app) {
       ->check(integer_in(1, 1024));
   cmd->add_option("--seed", s.data_seed, "Seed of the synthetic token stream")
       ->check(unsigned_64());
-  cmd->add_option("--loss-scale", s.loss_scale,
-                  "Initial dynamic loss scale of fp16 jobs (halved on overflow, doubled after "
-                  "2000 clean steps)")
-      ->capture_default_str()
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            double v = 0;
-            std::istringstream in(text);
-            in >> v;
-            return in && in.eof() && v > 0 && std::isfinite(v)
-                       ? std::string()
-                       : "expected a positive loss scale such as 65536, got \"" + text + "\"";
-          },
-          "POSITIVE"));
+  auto* loss_scale =
+      cmd->add_option("--loss-scale", s.loss_scale,
+                      "Initial dynamic loss scale of fp16 jobs (halved on overflow, doubled after "
+                      "2000 clean steps)")
+          ->capture_default_str()
+          ->check(CLI::Validator(
+              [](const std::string& text) {
+                double v = 0;
+                std::istringstream in(text);
+                in >> v;
+                return in && in.eof() && v > 0 && std::isfinite(v)
+                           ? std::string()
+                           : "expected a positive loss scale such as 65536, got \"" + text + "\"";
+              },
+              "POSITIVE"));
   // Testing hooks, not shown in --help.
   cmd->add_option("--inject-failure", a.inject_failure, "")->group("");
   cmd->add_option("--dump-params", r.dump_params, "")->group("");
   cmd->add_option("--dump-grads", r.dump_grads, "")->group("");
   // Every step's parameters, gradients, batch and loss for tests/oracle (oracle_dump.hpp).
   cmd->add_option("--dump-oracle", r.dump_oracle, "")->group("");
-  cmd->callback([] {
+  cmd->callback([loss_scale] {
     // A single process started without mpirun needs no MPI at all (a GPU machine without an MPI
     // installation): it is rank 0 of 1 over the single-rank communicator.
     backend::MpiRuntime mpi_runtime(nullptr, nullptr, /*only_under_launcher=*/true);
     const int rank = mpi_runtime.world_rank();
     backend::RunRequest request = a.request;
+    request.loss_scale_given = loss_scale->count() > 0;
     if (!a.inject_failure.empty()) {
       const auto failure = backend::parse_injected_failure(a.inject_failure);
       if (!failure)
         throw ValidationError(kCommandLine, "--inject-failure", a.inject_failure,
-                              "RANK:STEP or RANK:STEP:kill");
+                              "RANK:STEP or RANK:STEP:HOW, HOW one of kill, nan-loss, "
+                              "nan-gradients, nan-parameters, inf-moments");
       request.failure = *failure;
     }
     backend::TrainingProgress shown;

@@ -22,16 +22,20 @@ void add_sweep_command(CLI::App& app) {
       "sweep", "What-if sweep over cluster mixes (Pareto frontier of cost vs throughput)");
   cmd->add_option("--spec", a.spec, "Sweep spec JSON")->required();
   cmd->add_option("-o,--output", a.output, "Write rows to .csv or .json");
-  cmd->add_flag("--json", a.json, "Print the JSON record instead of the table");
+  auto* json = cmd->add_flag("--json", a.json, "Print the JSON record instead of the table");
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
   add_stack_option(cmd, a.stack);
+  // The table's options: with --json there is no table, so they are refused (exit 2), not
+  // dropped.
   cmd->add_option("--sort", a.table.sort,
                   "Table order, best first: tokens-per-dollar | throughput | cost | mix")
       ->capture_default_str()
-      ->check(one_of(planner::sweep_sort_keys()));
+      ->check(one_of(planner::sweep_sort_keys()))
+      ->excludes(json);
   cmd->add_flag("--wide", a.table.wide,
                 "Table with the planner's estimate, samples per dollar and planning time, names "
-                "and notes unclipped");
+                "and notes unclipped")
+      ->excludes(json);
   cmd->add_option("--max-mixes", a.max_mixes,
                   "Refuse (exit 1) a sweep of more mixes than this, counted before any is "
                   "planned (default " +

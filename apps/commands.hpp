@@ -70,6 +70,11 @@ CLI::Validator catalog_model();
 // A catalog model, or a path to a Hugging Face config.json.
 CLI::Validator catalog_model_or_config();
 
+// Every option that takes a value, of `app` and its commands, refuses an empty one (exit 2,
+// naming the option): `-o ""` or `--trace ""` would otherwise read as "no output" and `--stack
+// ""` as "no stack", silently. Called once, after every command is added.
+void refuse_empty_values(CLI::App& app);
+
 // The compute-model flag, one name on every command that takes one: `--compute-model` (auto |
 // profile | calibrated | roofline). `old_name` (e.g. "--compute-source") stays accepted for a
 // release as a hidden alias writing the same value, so scripts written against it keep working

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
                          cli::add_simulate_command, cli::add_run_command, cli::add_compare_command,
                          cli::add_profile_command, cli::add_calibrate_command})
     add(app);
+  cli::refuse_empty_values(app);
   // Every command's --help, nested ones (`predict layer`) too, ends with the exit codes.
   const auto add_footer = [](CLI::App* command, const auto& recurse) -> void {
     command->footer(cli::kExitCodesHelp);

@@ -10,7 +10,7 @@
 namespace cephalo::backend {
 
 void FailureInjection::at_start_of(int step) const {
-  if (at_step != step) return;
+  if (at_step != step || !non_finite.empty()) return;
   if (kill) std::raise(SIGKILL);
   throw RuntimeFailure("injected failure at step " + std::to_string(step) + " (--inject-failure)");
 }

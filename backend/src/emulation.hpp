@@ -2,6 +2,7 @@
 // Failure injection and slowdown emulation (DESIGN §7 "Emulation", tests of the abort policy):
 // the only places the executor departs from running the plan as fast as the device can.
 #include <memory>
+#include <string>
 
 #include "cephalo/backend/device.hpp"
 
@@ -10,10 +11,17 @@ namespace cephalo::backend {
 // Testing: this rank fails at the start of step `at_step` (-1 = never), by throwing
 // RuntimeFailure or, with `kill`, by dying on SIGKILL (no message, no cleanup: what an OOM
 // kill looks like).
+// With `non_finite` ("loss", "gradients", "parameters", "moments") it does not fail but writes
+// a NaN (the moments: +inf) into that part of the rank's state at every step from `at_step`
+// on, for the checks that end a run on non-finite state (executor.hpp, NonFiniteState).
 struct FailureInjection {
   int at_step = -1;
   bool kill = false;
+  std::string non_finite;
   void at_start_of(int step) const;
+  bool injects(const char* part, int step) const {
+    return at_step >= 0 && step >= at_step && non_finite == part;
+  }
 };
 
 // A slower device on a fast core: after every compute op the rank holds its compute stream

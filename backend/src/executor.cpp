@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <sstream>
 
 #include "cephalo/core/error.hpp"
 #include "executor_impl.hpp"
@@ -48,7 +50,7 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
       scaler(elem_type_of(s.job.precision.compute) == ElemType::F16,
              {o.loss_scale_init, o.loss_scale_growth, o.loss_scale_backoff,
               o.loss_scale_growth_interval}),
-      failure{o.fail_at_step, o.fail_by_kill},
+      failure{o.fail_at_step, o.fail_by_kill, o.fail_non_finite},
       slowdown(o.slowdown) {
   rank = comm.rank();
   ranks = comm.size();
@@ -63,13 +65,10 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
                          std::to_string(units));
   split = graph.summary().split;
   sp.tp = std::move(tp_comm);
-  if (split && graph.summary().sequence_parallel)
-    throw InfeasibleError(
-        "the backend does not run sequence parallelism (" +
-        describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
-        "): its norms and dropouts would need the sequence-split activations and the "
-        "all-gather / reduce-scatter pairs; drop \"sequence_parallel\" to run the plan, or "
-        "simulate it with `cephalo simulate`");
+  if (const std::string why = split ? backend_split_refusal(plan.model_split) : ""; !why.empty())
+    throw InfeasibleError(why + " (" +
+                          describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
+                          "); drop it to run the plan, or simulate it with `cephalo simulate`");
   rows_per_sample = model.config().seq;
   const Precision& prec = scenario.job.precision;
   if (prec.params != Dtype::FP32)
@@ -354,13 +353,48 @@ void Executor::Impl::run_compute(const tr::Op& op) {
 void Executor::Impl::optimizer_step() {
   dev.stream(StreamKind::Comm).synchronize();  // every reduce-scatter has landed
   last_loss_scale = scaler.scale();
+  const auto poison = [&](const char* part, Buffer& (ShardedState::*buffer)(int), float value) {
+    if (!failure.injects(part, step_now)) return;
+    for (int u = 0; u < units; ++u)
+      if (state->owned(u)) {
+        dev.fill(dev.stream(StreamKind::Compute), ((*state).*buffer)(u).slice(0, 1), value);
+        break;
+      }
+  };
+  poison("gradients", &ShardedState::grad, std::nanf(""));
   // Under fp16 the overflow verdict is all-reduced, so every rank skips or applies together
-  // and the shards stay consistent.
-  const bool overflowed = scaler.enabled() && gradients_overflowed(dev, comm, *state);
-  last_skipped = !scaler.update(overflowed);
-  if (last_skipped) return;
+  // and the shards stay consistent; an overflow the scale cannot absorb any more ends the run.
+  // Without the scaler a non-finite gradient would be applied: it ends the run before the
+  // update.
+  if (scaler.enabled()) {
+    std::ostringstream scale;
+    scale << scaler.scale();
+    const bool overflowed = gradients_overflowed(dev, comm, *state);
+    if (overflowed && scaler.scale() <= kMinLossScale)
+      throw NonFiniteState(step_now, "fp16 loss scale",
+                           "the fp16 loss scale collapsed: the gradients overflow fp16 (inf or "
+                           "NaN) at a loss scale of " +
+                               scale.str() + ", which no smaller scale absorbs");
+    last_skipped = !scaler.update(overflowed);
+    if (last_skipped) return;
+  } else {
+    last_skipped = false;
+    if (gradients_overflowed(dev, comm, *state))
+      throw NonFiniteState(step_now, "gradients",
+                           "the gradients hold inf or NaN (before the update; none was applied)");
+  }
   adamw_update(dev, *state, scenario.job.optimizer, last_loss_scale,
                [this](Buffer b, Stream& s) { retire(std::move(b), s); });
+  poison("parameters", &ShardedState::param, std::nanf(""));
+  poison("moments", &ShardedState::v, std::numeric_limits<float>::infinity());
+  const std::vector<StatePart> parts = {StatePart::Parameters, StatePart::FirstMoments,
+                                        StatePart::SecondMoments};
+  const auto bad = non_finite_parts(dev, comm, *state, parts);
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (bad[i])
+      throw NonFiniteState(
+          step_now, state_part_name(parts[i]),
+          std::string("the ") + state_part_name(parts[i]) + " hold inf or NaN after the update");
 }
 
 // A collective moves the graph's segments of its phase, each with its own variant.
@@ -415,6 +449,7 @@ void Executor::Impl::run_copy(const tr::Op& op) {
 double Executor::Impl::step(int step_index) {
   using Clock = std::chrono::steady_clock;
   failure.at_start_of(step_index);
+  step_now = step_index;
   if (split) {
     split_prepare_data(step_index);
     split_begin_step();
@@ -556,11 +591,24 @@ Executor::Executor(const Scenario& scenario, const Plan& plan, const tr::Trainin
 
 Executor::~Executor() = default;
 
+NonFiniteState::NonFiniteState(int step, const std::string& quantity, const std::string& detail)
+    : RuntimeFailure("step " + std::to_string(step) + ": " + detail +
+                     "; the run stops rather than train on broken state (a learning rate too "
+                     "large, or data or a model the precision cannot hold)"),
+      step_(step),
+      quantity_(quantity) {}
+
 StepResult Executor::run_step() {
   auto& I = *impl_;
   double wall = I.step(step_);
   double loss_sum = I.loss_sum;
+  if (I.failure.injects("loss", step_)) loss_sum = std::nan("");
   I.comm.all_reduce_host(&loss_sum, 1, ReduceOp::Sum);
+  // Every rank holds the same sum: every rank stops together. A step fp16's scaler skipped
+  // has an overflowing loss by definition, and its state is untouched.
+  if (!std::isfinite(loss_sum) && !I.last_skipped)
+    throw NonFiniteState(step_, "loss",
+                         "the loss (mean token loss over the global batch) is inf or NaN");
   double slowest = wall;
   I.comm.all_reduce_host(&slowest, 1, ReduceOp::Max);
   StepResult r;

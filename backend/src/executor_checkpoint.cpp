@@ -158,7 +158,10 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
     for (const auto& unit : pieces)
       for (const Piece& p : unit)
         if (auto [a, b] = overlap(p, o); a < b) needed = true;
-    if (needed) shards[static_cast<std::size_t>(o)] = read_verified_shard(ck, o);
+    // A shard that holds no data (a split run's ranks that write no unit) is needed by no rank,
+    // yet its header still says whose it is: every rank verifies those too (a header's read).
+    const bool header_only = m.shards[static_cast<std::size_t>(o)].bytes == m.shard_header_bytes();
+    if (needed || header_only) shards[static_cast<std::size_t>(o)] = read_verified_shard(ck, o);
   }
   for (int u = 0; u < I.units; ++u) {
     const auto n = static_cast<std::size_t>(I.state->owned(u));

@@ -90,6 +90,7 @@ struct Executor::Impl {
   SlowdownEmulator slowdown;
   bool last_skipped = false;
   double last_loss_scale = 1.0;
+  int step_now = 0;  // the step being run, for the messages of its checks
 
   // Per-step state.
   std::vector<Buffer> tokens, targets;  // per micro-batch, I32 [rows]

@@ -34,12 +34,11 @@ TensorParallel tensor_parallel_of(const tr::TrainingGraph& graph, const GptConfi
                          " ranks, the communicator " + std::to_string(comm.size()));
   // Everything a rank could refuse is checked for every rank before the first collective, so
   // that all refuse alike instead of some waiting in a split the others never reach.
-  if (sum.sequence_parallel)
-    throw InfeasibleError(
-        "the backend does not run sequence parallelism (model_split.sequence_parallel): its "
-        "norms and dropouts would need the sequence-split activations and the all-gather / "
-        "reduce-scatter pairs in place of the all-reduces; drop it to run the plan, or simulate "
-        "it with `cephalo simulate`");
+  ModelSplit what_runs;  // the graph's split, as far as backend_split_refusal reads it
+  what_runs.sequence_parallel = sum.sequence_parallel;
+  if (const std::string why = backend_split_refusal(what_runs); !why.empty())
+    throw InfeasibleError(why +
+                          "; drop it to run the plan, or simulate it with `cephalo simulate`");
   for (int r = 0; r < ranks; ++r) {
     const RankPlace& p = graph.place(r);
     if (const auto why = GptModel::tensor_parallel_refusal(config, p.tensor_parallel); !why.empty())

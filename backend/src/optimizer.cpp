@@ -1,5 +1,6 @@
 #include "optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,26 +39,84 @@ void LossScaler::restore(double scale, int clean_steps) {
   clean_steps_ = clean_steps;
 }
 
-// The sum of a shard is finite exactly when every element is (overflow cannot come from
-// summing gradients that are themselves far below fp32's range).
-bool gradients_overflowed(Device& dev, Communicator& comm, ShardedState& state) {
+const char* state_part_name(StatePart part) {
+  switch (part) {
+    case StatePart::Gradients:
+      return "gradients";
+    case StatePart::Parameters:
+      return "parameters";
+    case StatePart::FirstMoments:
+      return "AdamW first moments (m)";
+    case StatePart::SecondMoments:
+      return "AdamW second moments (v)";
+  }
+  return "state";
+}
+
+namespace {
+
+Buffer& part_buffer(ShardedState& state, StatePart part, int u) {
+  switch (part) {
+    case StatePart::Gradients:
+      return state.grad(u);
+    case StatePart::Parameters:
+      return state.param(u);
+    case StatePart::FirstMoments:
+      return state.m(u);
+    case StatePart::SecondMoments:
+      break;
+  }
+  return state.v(u);
+}
+
+// Element by element, after a non-finite sum: widened to fp32 on the device, read on the host.
+bool holds_non_finite(Device& dev, Stream& cs, TensorRef x) {
+  Buffer wide = dev.allocate(static_cast<std::size_t>(x.numel), ElemType::F32);
+  if (x.type == ElemType::F32)
+    dev.copy(cs, wide.ref(), x);
+  else
+    dev.cast(cs, x, wide.ref());
+  cs.synchronize();
+  std::vector<float> host(static_cast<std::size_t>(x.numel));
+  dev.download(host.data(), wide.ref(), host.size() * sizeof(float));
+  for (float e : host)
+    if (!std::isfinite(e)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<bool> non_finite_parts(Device& dev, Communicator& comm, ShardedState& state,
+                                   const std::vector<StatePart>& parts) {
   auto& cs = dev.stream(StreamKind::Compute);
   const int units = state.units();
-  Buffer sums = dev.allocate(static_cast<std::size_t>(units), ElemType::F32);
-  for (int u = 0; u < units; ++u) {
-    if (state.owned(u))
-      dev.sum(cs, state.grad(u).slice(0, state.owned(u)), sums.slice(u, 1));
-    else
-      dev.fill(cs, sums.slice(u, 1), 0.0f);
-  }
+  const std::size_t n = parts.size() * static_cast<std::size_t>(units);
+  Buffer sums = dev.allocate(std::max<std::size_t>(n, 1), ElemType::F32);
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    for (int u = 0; u < units; ++u) {
+      const auto at = static_cast<std::int64_t>(p * static_cast<std::size_t>(units)) + u;
+      if (state.owned(u))
+        dev.sum(cs, part_buffer(state, parts[p], u).slice(0, state.owned(u)), sums.slice(at, 1));
+      else
+        dev.fill(cs, sums.slice(at, 1), 0.0f);
+    }
   cs.synchronize();
-  std::vector<float> host(static_cast<std::size_t>(units));
-  dev.download(host.data(), sums.ref(), host.size() * sizeof(float));
-  double bad = 0;
-  for (float x : host)
-    if (!std::isfinite(x)) bad = 1;
-  comm.all_reduce_host(&bad, 1, ReduceOp::Max);
-  return bad > 0;
+  std::vector<float> host(n);
+  if (n) dev.download(host.data(), sums.ref(), n * sizeof(float));
+  std::vector<double> bad(parts.size(), 0.0);
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    for (int u = 0; u < units && bad[p] == 0; ++u)
+      if (!std::isfinite(host[p * static_cast<std::size_t>(units) + static_cast<std::size_t>(u)]) &&
+          holds_non_finite(dev, cs, part_buffer(state, parts[p], u).slice(0, state.owned(u))))
+        bad[p] = 1;
+  if (!bad.empty()) comm.all_reduce_host(bad.data(), static_cast<int>(bad.size()), ReduceOp::Max);
+  std::vector<bool> out;
+  for (double b : bad) out.push_back(b > 0);
+  return out;
+}
+
+bool gradients_overflowed(Device& dev, Communicator& comm, ShardedState& state) {
+  return non_finite_parts(dev, comm, state, {StatePart::Gradients}).front();
 }
 
 void adamw_update(Device& dev, ShardedState& state, const OptimizerSpec& o, double loss_scale,

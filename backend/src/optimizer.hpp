@@ -2,6 +2,7 @@
 // The optimizer of the sharded state: fp16 dynamic loss scaling and AdamW on the owned fp32
 // shard (DESIGN §7, the job's `precision` and `optimizer`).
 #include <functional>
+#include <vector>
 
 #include "cephalo/backend/communicator.hpp"
 #include "cephalo/backend/sharded_state.hpp"
@@ -38,6 +39,21 @@ class LossScaler {
   double scale_ = 1.0;
   int clean_steps_ = 0;
 };
+
+// The scale at or below which an fp16 overflow ends the run (the gradients overflow fp16 even
+// unscaled: DeepSpeed's minimum loss scale).
+inline constexpr double kMinLossScale = 1.0;
+
+// One quantity of the sharded state, per unit the owned slice of one of its buffers.
+enum class StatePart { Gradients, Parameters, FirstMoments, SecondMoments };
+const char* state_part_name(StatePart part);  // "gradients", "parameters", ...
+
+// For each part, whether any rank's owned shard of it holds an inf or NaN (collective: one
+// all-reduce over every part, so every rank gets the same verdict). Exact: a shard whose sum is
+// finite holds only finite values; one whose sum is not is checked element by element (a sum of
+// large finite values may overflow).
+std::vector<bool> non_finite_parts(Device& dev, Communicator& comm, ShardedState& state,
+                                   const std::vector<StatePart>& parts);
 
 // True when any rank's gradient shard holds an inf or NaN (collective, blocking).
 bool gradients_overflowed(Device& dev, Communicator& comm, ShardedState& state);

@@ -23,6 +23,11 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
                               std::to_string(s.plan.ranks.size()) + " (this job has " +
                               std::to_string(world_size) + ")");
   s.model = GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
+  if (r.loss_scale_given && s.scenario.job.precision.compute != Dtype::FP16)
+    throw ValidationError("command line", "--loss-scale", shortest(r.settings.loss_scale),
+                          "no loss scale for a job that computes in " +
+                              to_string(s.scenario.job.precision.compute) + " (" + r.scenario_file +
+                              "): only fp16 scales its loss");
   // The checkpoint this run resumes from is read now, not after the outputs are checked: its
   // manifest and the shards it lists are inputs that no output may replace.
   const auto& resume = r.settings.resume;
@@ -118,7 +123,12 @@ std::vector<std::string> run_notes(const Scenario& sc, const std::string& device
 std::string implementation_warning(const Scenario& sc) {
   // The backend runs one stack; a scenario that declares another is simulated differently from
   // what runs here (compare prints both sides).
-  if (sc.job.implementation == executed_implementation()) return {};
+  // A stack calibration multiplies the modelled times; it is no other kernel: compared without
+  // it, so a job with a stack that declares what runs here gets no warning.
+  Implementation declared = sc.job.implementation;
+  declared.stack.reset();
+  declared.stack_file.clear();
+  if (declared == executed_implementation()) return {};
   std::string w = "the scenario's job declares implementation \"";
   w += to_string(sc.job.implementation);
   w += "\" but the backend runs \"";

@@ -3,6 +3,7 @@
 // printing.
 #include <charconv>
 #include <optional>
+#include <utility>
 
 #include "cephalo/backend/training_session.hpp"
 #include "oracle_dump.hpp"
@@ -12,10 +13,20 @@ namespace cephalo::backend {
 std::optional<InjectedFailure> parse_injected_failure(std::string_view text) {
   InjectedFailure f;
   std::string_view body = text;
-  if (body.size() > 5 && body.ends_with(":kill")) {
-    f.kill = true;
-    body.remove_suffix(5);
-  }
+  // RANK:STEP[:HOW]; HOW is kill or one of the non-finite values a check must catch.
+  static constexpr std::pair<std::string_view, std::string_view> kHow[] = {
+      {":kill", ""},
+      {":nan-loss", "loss"},
+      {":nan-gradients", "gradients"},
+      {":nan-parameters", "parameters"},
+      {":inf-moments", "moments"}};
+  for (const auto& [suffix, part] : kHow)
+    if (body.size() > suffix.size() && body.ends_with(suffix)) {
+      f.kill = part.empty();
+      f.non_finite = std::string(part);
+      body.remove_suffix(suffix.size());
+      break;
+    }
   const auto colon = body.find(':');
   if (colon == std::string_view::npos) return std::nullopt;
   const char* end = body.data() + body.size();
@@ -55,6 +66,7 @@ TrainingOutcome train(const MpiRuntime& mpi, const RunRequest& asked,
   if (request.failure.rank == rank) {
     opt.executor.fail_at_step = request.failure.step;
     opt.executor.fail_by_kill = request.failure.kill;
+    opt.executor.fail_non_finite = request.failure.non_finite;
   }
   out.device_kind = rt.device->kind();
 

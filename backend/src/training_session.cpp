@@ -102,6 +102,10 @@ SessionResult TrainingSession::run(const std::function<void(const StepResult&)>&
       if (!opt_.checkpoint_dir.empty() && exec.next_step() % opt_.checkpoint_every == 0)
         exec.save_checkpoint(opt_.checkpoint_dir);
     }
+  } catch (const NonFiniteState& e) {
+    // Found by every rank at the same point through the same all-reduce: none is left inside a
+    // collective, so every rank ends with the one message instead of an abort.
+    throw AgreedFailure(ErrorKind::Runtime, 0, e.what());
   } catch (const std::exception& e) {
     if (comm_.size() == 1) throw;
     // Tell the user which rank died and why, then take the whole job down now rather than

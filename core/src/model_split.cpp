@@ -488,8 +488,24 @@ ModelSplit load_model_split_for(const std::string& file, const Scenario& scenari
   JsonReader root(doc, file);
   const bool wrapped = root.has("model_split");
   const ModelSplit split = parse_model_split(wrapped ? root.child("model_split") : root);
+  // Beside the split: a plan's keys, which the plan reader checks, or nothing but a
+  // description (a misspelt key would otherwise be dropped silently).
+  if (wrapped && (root.has("ranks") || root.has("version"))) {
+    (void)load_plan(file);
+  } else if (wrapped) {
+    root.allow({"description"});
+    root.finish();
+  }
   check_model_split_for(split, scenario, file, wrapped ? "model_split" : "");
   return split;
+}
+
+std::string backend_split_refusal(const ModelSplit& split) {
+  if (split.sequence_parallel)
+    return "the backend does not run sequence parallelism (model_split.sequence_parallel): its "
+           "norms and dropouts would need the sequence-split activations and the all-gather / "
+           "reduce-scatter pairs in place of the all-reduces";
+  return {};
 }
 
 std::string describe(const ModelSplit& split, int ranks) {

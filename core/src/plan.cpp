@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
@@ -83,6 +84,19 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
   const SplitTopology topo(plan.model_split, n);
   const int m = plan.model_split.micro_batches;
   auto rank_at = [&](int r) { return ranks.element(static_cast<std::size_t>(r)); };
+  // Every rank running one other count than the split's: the split's count is the fault (its
+  // absence means 1), not each rank's.
+  if (n > 0 &&
+      std::all_of(plan.ranks.begin(), plan.ranks.end(),
+                  [&](const PlanRank& pr) {
+                    return pr.micro_batches == plan.ranks.front().micro_batches;
+                  }) &&
+      plan.ranks.front().micro_batches != m) {
+    const int runs = plan.ranks.front().micro_batches;
+    const std::string got = std::to_string(m) + (split.has("micro_batches") ? "" : " (absent)");
+    throw ValidationError(root.file(), split.where() + ".micro_batches", got,
+                          std::to_string(runs) + ", the micro-batches every rank runs");
+  }
   for (int r = 0; r < n; ++r) {
     const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
     if (pr.micro_batches != m || pr.micro_batch < 1)
@@ -100,7 +114,23 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
               std::to_string(m * pr.micro_batch) +
               " (micro_batches x micro_batch: a split's micro-batches are all alike)");
   }
+  // The samples per micro-batch every stage must run: the value most stages run (a stage that
+  // differs from the others is at fault, stage 0 included); with no majority, stage 0's.
+  std::map<long long, int> votes;
+  for (int s = 0; s < topo.stages(); ++s) {
+    long long samples = 0;
+    for (int j = 0; j < topo.replicas(s); ++j)
+      samples += plan.ranks[static_cast<std::size_t>(topo.rank_at(s, j, 0))].micro_batch;
+    ++votes[samples];
+  }
   long long per_micro_batch = -1;
+  int most = 0;
+  for (const auto& [samples, count] : votes)
+    if (count > most) {
+      most = count;
+      per_micro_batch = samples;
+    }
+  if (most * 2 <= topo.stages()) per_micro_batch = -1;  // no majority
   for (int s = 0; s < topo.stages(); ++s) {
     long long samples = 0;
     for (int j = 0; j < topo.replicas(s); ++j) {
@@ -120,10 +150,11 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
     }
     if (per_micro_batch < 0) per_micro_batch = samples;
     if (samples != per_micro_batch)
-      split.fail_value(
-          "stage " + std::to_string(s) + "'s replicas running " + std::to_string(samples) +
-              " samples of every micro-batch",
-          std::to_string(per_micro_batch) + ", as stage 0's do: every stage runs every sample");
+      split.fail_value("stage " + std::to_string(s) + "'s replicas running " +
+                           std::to_string(samples) + " samples of every micro-batch",
+                       std::to_string(per_micro_batch) +
+                           (most * 2 > topo.stages() ? ", as most stages'" : ", as stage 0's") +
+                           " do: every stage runs every sample");
     if (per_micro_batch * m > kMaxGlobalBatch)
       split.fail_value(std::to_string(per_micro_batch * m) + " samples per iteration",
                        "at most " + std::to_string(kMaxGlobalBatch));

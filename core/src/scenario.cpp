@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 namespace cephalo {
 namespace {
@@ -361,6 +362,9 @@ Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
       try {
         return load_file(p);
       } catch (const IoError& e) {
+        // The part's own file is this key's fault; a file it names in turn (a job's stack
+        // file, a cluster's catalog) stays a file error naming that file (exit 5).
+        if (std::string_view(e.what()).rfind(p.string() + ":", 0) != 0) throw;
         c.fail_value("\"" + c.as_string() + "\" (" + e.what() + ")",
                      std::string("a readable ") + key + " file");
       }

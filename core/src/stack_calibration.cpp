@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/table.hpp"
 
 namespace cephalo {
 
@@ -17,9 +18,9 @@ StackFactor parse_factor(JsonReader& factors, const char* key) {
   auto v = r.child("value");
   f.value = v.as_number();
   if (!(f.value >= kMinStackFactor && f.value <= kMaxStackFactor))
-    v.fail_value(std::to_string(f.value), "a factor in [1/64, " +
-                                              std::to_string(static_cast<int>(kMaxStackFactor)) +
-                                              "] (the modelled time is multiplied by it)");
+    // Every digit: 10.0000001 is out of range, and "10.000000" would not show why.
+    v.fail_value(shortest(f.value), "a factor in [1/64, " + shortest(kMaxStackFactor) +
+                                        "] (the modelled time is multiplied by it)");
   f.identified = r.child("identified").as_bool();
   r.finish();
   return f;

@@ -231,6 +231,11 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
     req.uneven = UnevenCollective::Auto;
   else
     fail("uneven", q.uneven, "auto, grouped or padded");
+  // The variant is of uneven shards: with even ones (no shares) it would be dropped.
+  if (!q.shares && req.uneven != UnevenCollective::Auto)
+    fail("uneven", q.uneven,
+         "auto without " + origin.field("shares") +
+             " (even shards take the even collective; give shares for an uneven variant)");
   CollectivePrediction p;
   p.scenario = s.name;
   p.estimate = models.comm->collective(s.cluster, req);

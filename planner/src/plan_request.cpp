@@ -1,5 +1,7 @@
 #include "cephalo/planner/plan_request.hpp"
 
+#include <algorithm>
+
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
@@ -14,7 +16,63 @@ std::string spelt(const PlanRequest& r, const char* name) {
   return spell_option(r.options.options_source, name);
 }
 
+// One option the families read differently: its keyword name, the family that reads it ("fsdp"
+// or "3d"), its value as text, and whether the value alone says it was set.
+struct FamilyOption {
+  const char* name;
+  const char* family;
+  std::string value;
+  bool set_by_value;
+  std::string hint = {};  // what the other family reads instead
+};
+
+std::vector<FamilyOption> family_options(const PlanRequest& r) {
+  const PlannerOptions& o = r.options;
+  const auto count = [](int v) { return std::to_string(v); };
+  return {
+      // FSDP plans: the strategies and their schedule.
+      {"strategy", "fsdp", o.strategy, false},
+      {"offload", "fsdp", o.offload, false},
+      {"cephalo_shares", "fsdp", r.cephalo_shares, false},
+      {"cephalo_corrected_share_memory", "fsdp", "true", r.cephalo_corrected_share_memory},
+      {"search_neighbours", "fsdp", count(o.search_neighbours), false},
+      {"max_micro_batch", "fsdp", count(o.max_micro_batch), false},
+      {"verify_with_simulator", "fsdp", o.verify_with_simulator ? "true" : "false", false},
+      {"micro_batch", "fsdp", count(o.micro_batch), o.micro_batch > 0,
+       "; a split's micro-batch count is " + spelt(r, "micro_batches")},
+      {"accumulation", "fsdp", r.accumulation, !r.accumulation.empty()},
+      {"group_size", "fsdp", count(o.group_nodes), o.group_nodes > 0},
+      {"progress", "fsdp", "true", false},
+      // Splits: the dimensions the search fixes.
+      {"tensor_parallel", "3d", count(r.tensor_parallel), r.tensor_parallel > 0},
+      {"pipeline_stages", "3d", count(r.pipeline_stages), r.pipeline_stages > 0},
+      {"micro_batches", "3d", count(r.micro_batches), r.micro_batches > 0},
+      {"pipeline_schedule", "3d", r.pipeline_schedule, !r.pipeline_schedule.empty()},
+      {"sequence_parallel", "3d", "true", r.sequence_parallel},
+  };
+}
+
 }  // namespace
+
+void check_request(const PlanRequest& r) {
+  const std::string& source = r.options.options_source;
+  if (r.parallelism != "fsdp" && r.parallelism != "3d" && r.parallelism != "auto")
+    throw ValidationError(source, spelt(r, "parallelism"), r.parallelism, "fsdp, 3d or auto");
+  if (r.parallelism == "auto") return;  // each family reads its own options
+  const bool command_line = source == kOptionsFromCommandLine;
+  for (const FamilyOption& f : family_options(r)) {
+    const bool given = f.set_by_value || std::find(r.given.begin(), r.given.end(),
+                                                   std::string(f.name)) != r.given.end();
+    if (!given || r.parallelism == f.family) continue;
+    const std::string family =
+        std::string(f.family) == "3d" ? "tensor x pipeline x data parallel splits" : "FSDP plans";
+    throw ValidationError(source, spelt(r, f.name), f.value,
+                          "no " + std::string(command_line ? "flag" : "argument") + " of " +
+                              family + " with " + spelt(r, "parallelism") + " " + r.parallelism +
+                              " (it would be ignored): use " + spelt(r, "parallelism") + " " +
+                              f.family + " or auto, or leave it out" + f.hint);
+  }
+}
 
 PlannerOptions fsdp_options(const PlanRequest& r) {
   PlannerOptions opt = r.options;
@@ -48,16 +106,6 @@ SplitSearchOptions split_options(const PlanRequest& r) {
       throw ValidationError(source, spelt(r, "sharding"), r.sharding,
                             "full, hybrid, optimizer, none or auto");
   }
-  // The FSDP schedule's options mean nothing to a split (its micro-batches are counted by
-  // micro_batches, not sized).
-  const bool fixed_micro_batch = r.options.micro_batch > 0;
-  if (r.parallelism == "3d" && (fixed_micro_batch || !r.accumulation.empty()))
-    throw ValidationError(
-        source, spelt(r, fixed_micro_batch ? "micro_batch" : "accumulation"),
-        fixed_micro_batch ? std::to_string(r.options.micro_batch) : r.accumulation,
-        "no FSDP schedule " + std::string(source == kOptionsFromCommandLine ? "flag" : "argument") +
-            " with " + spelt(r, "parallelism") + " 3d (a split's micro-batch count is " +
-            spelt(r, "micro_batches") + ")");
   // A split recomputes every layer or none (or leaves it to the search); the FSDP plans'
   // every:K has no counterpart.
   const std::string& checkpointing = r.activation_checkpointing;
@@ -70,9 +118,7 @@ SplitSearchOptions split_options(const PlanRequest& r) {
 }
 
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& r) {
-  if (r.parallelism != "fsdp" && r.parallelism != "3d" && r.parallelism != "auto")
-    throw ValidationError(r.options.options_source, spelt(r, "parallelism"), r.parallelism,
-                          "fsdp, 3d or auto");
+  check_request(r);
   PlanAnswer answer;
   if (r.parallelism == "fsdp") {
     answer.fsdp = make_plan(scenario, fsdp_options(r));
@@ -114,6 +160,7 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   options.recompute = checkpointing == "full";
   options.selective_recompute = checkpointing == "selective";
   options.scatter_gather = r.scatter_gather;
+  options.split_file = r.split_file;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
   return estimate_split(scenario, split, options,
                         costmodels::make_cost_models(scenario, r.compute_model));

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -20,6 +21,16 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
     for (auto& r : replicas.ranks) r.state_share = 1.0;
     return simulate_plan(s, models, replicas);
   }
+  // A candidate past the plan bounds (micro-batches as small as memory forces) is one the plan
+  // reader would refuse: infeasible here, never a plan the planner chose and then refused.
+  std::int64_t passes = 0;
+  for (const auto& r : plan.ranks)
+    passes += static_cast<std::int64_t>(s.job.model.num_layers + 2) * r.micro_batches;
+  if (passes > kMaxScheduledUnitPasses)
+    throw InfeasibleError("the micro-batches that fit need " + std::to_string(passes) +
+                          " unit passes per iteration, more than the " +
+                          std::to_string(kMaxScheduledUnitPasses) +
+                          " a plan may schedule (core/plan.hpp): lower the global batch");
   traces::check_plan_for(plan, s, "<planner>");
   // One representative per class of identical ranks where that applies (equal to the full
   // replay; sim/class_replay.hpp), so candidate replays of 100k-rank plans stay cheap.

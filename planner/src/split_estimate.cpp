@@ -259,7 +259,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const Cluster& cluster = scenario.cluster;
   const Job& job = scenario.job;
   const ModelSpec& model = job.model;
-  const std::string file = scenario.file.string();
+  const std::string file = options.split_file.empty() ? scenario.file.string() : options.split_file;
   check_model_split_for(split, scenario, file);
   const int world = cluster.num_ranks();
   // The split's own stages, not a copy of their rank lists (the search prices thousands).

@@ -40,11 +40,103 @@ std::vector<TypeBlock> type_blocks(const Cluster& cluster) {
   return blocks;
 }
 
-std::vector<int> divisors(long long n) {
+// In ascending order, by trial division up to the square root: a global batch of 2^40 costs
+// 2^20 steps, not 2^40. Divisors beyond `cap` are left out (no search dimension exceeds it).
+std::vector<int> divisors(long long n, long long cap = std::numeric_limits<int>::max()) {
+  std::vector<long long> low, high;
+  for (long long i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
   std::vector<int> d;
-  for (long long i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(static_cast<int>(i));
+  for (long long x : low)
+    if (x <= cap) d.push_back(static_cast<int>(x));
+  for (auto it = high.rbegin(); it != high.rend(); ++it)
+    if (*it <= cap) d.push_back(static_cast<int>(*it));
   return d;
+}
+
+// A cluster of CPU devices is one only the execution backend runs: a split planned for it must
+// be one `cephalo run` runs (core's backend_split_refusal).
+bool backend_only(const Cluster& cluster) {
+  for (const auto& rank : cluster.ranks())
+    if (rank.slot->spec.kind != "cpu") return false;
+  return cluster.num_ranks() > 0;
+}
+
+// The fixed dimensions against each other and the scenario, before any search: a value no
+// split can have is named with its rule (ValidationError: a bad command line, exit 2), rather
+// than left for the search to find nothing.
+void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o) {
+  const std::string& source = o.options_source;
+  const auto flag = [&](const char* name) { return spell_option(source, name); };
+  const auto refuse = [&](const char* name, const std::string& value, const std::string& rule) {
+    throw ValidationError(source, flag(name), value, rule);
+  };
+  const int layers = scenario.job.model.num_layers;
+  const int ranks = scenario.cluster.num_ranks();
+  const long long batch = scenario.job.global_batch;
+  const std::string L = std::to_string(layers);
+  if (o.pipeline_stages) {
+    const int p = *o.pipeline_stages;
+    const std::string v = std::to_string(p);
+    if (p > layers)
+      refuse("pipeline_stages", v, "at most the model's " + L + " layers (each stage holds one)");
+    if (p > ranks)
+      refuse("pipeline_stages", v,
+             "at most the cluster's " + std::to_string(ranks) + " ranks (each stage has one)");
+    if (p > o.max_pipeline_stages)
+      refuse("pipeline_stages", v,
+             "at most " + std::to_string(o.max_pipeline_stages) + " stages (the search's bound)");
+  }
+  if (o.micro_batches) {
+    const int m = *o.micro_batches;
+    const std::string v = std::to_string(m);
+    if (m > batch || batch % m != 0)
+      refuse("micro_batches", v,
+             "a divisor of the global batch " + std::to_string(batch) +
+                 " (each micro-batch holds the same samples)");
+    if (o.pipeline_stages && m < *o.pipeline_stages)
+      refuse("micro_batches", v,
+             "at least " + flag("pipeline_stages") + " " + std::to_string(*o.pipeline_stages) +
+                 " (a pipeline needs a micro-batch per stage in flight)");
+  }
+  if (o.schedule && o.schedule->kind == pipeline::PipelineSchedule::Kind::Interleaved) {
+    const int v = o.schedule->virtual_stages;
+    const std::string text = "interleaved:" + std::to_string(v);
+    if (layers % v != 0)
+      refuse("pipeline_schedule", text,
+             "V dividing the model's " + L + " layers (every chunk holds the same count)");
+    if (2 * v > layers)
+      refuse("pipeline_schedule", text,
+             "V at most half the model's " + L + " layers (two stages of V chunks each)");
+    if (o.pipeline_stages) {
+      const int p = *o.pipeline_stages;
+      if (p < 2)
+        refuse("pipeline_schedule", text,
+               "2 or more stages (" + flag("pipeline_stages") + " 1 has nothing to interleave)");
+      if (static_cast<long long>(p) * v > layers)
+        refuse("pipeline_schedule", text,
+               "V x " + flag("pipeline_stages") + " " + std::to_string(p) +
+                   " at most the model's " + L + " layers");
+      if (o.micro_batches && *o.micro_batches % p != 0)
+        refuse("micro_batches", std::to_string(*o.micro_batches),
+               "a multiple of " + flag("pipeline_stages") + " " + std::to_string(p) +
+                   " with an interleaved schedule (Megatron's rule)");
+    }
+  }
+  if (o.sequence_parallel && *o.sequence_parallel && o.tensor_parallel && *o.tensor_parallel == 1)
+    refuse("sequence_parallel", "true",
+           flag("tensor_parallel") + " above 1 (sequence parallelism splits the TP group's work; " +
+               flag("tensor_parallel") + " 1 has none)");
+  if (o.sequence_parallel && *o.sequence_parallel && backend_only(scenario.cluster)) {
+    ModelSplit asked;
+    asked.sequence_parallel = true;
+    refuse(
+        "sequence_parallel", "true",
+        "a split the backend runs on this cluster of CPU devices: " + backend_split_refusal(asked));
+  }
 }
 
 // TP degrees a type can use: dividing the heads and key/value heads and every node's count of
@@ -156,6 +248,10 @@ class Search {
   const costmodels::CostModels& models_;
   SplitEstimator estimator_;
   std::vector<TypeBlock> blocks_;
+  // The micro-batch counts to try: the fixed one (check_fixed_dimensions: it divides the
+  // batch), else the global batch's divisors, found once.
+  std::vector<int> batch_divisors_;
+  bool backend_only_ = false;  // plan only what the backend runs (backend_only)
   SplitSearchResult result_;
   // Per (P, schedule kind, V, stage layout), best first, at most refine_per_stages: refining the
   // best of each schedule, not only of each P, because the rounding of the first deal can favour
@@ -208,7 +304,8 @@ void Search::explore(const std::vector<StageShape>& shapes) {
     layout.push_back(s.tensor_parallel);
   }
   std::vector<int> ms;
-  for (int m : divisors(job.global_batch)) {
+  // A fixed count is the only candidate (check_fixed_dimensions: it divides the batch).
+  for (int m : batch_divisors_) {
     if (options_.micro_batches && m != *options_.micro_batches) continue;
     bool ok = m >= p;
     for (const auto& s : shapes)
@@ -262,6 +359,10 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.recompute = rc;
             c.shapes = shapes;
             c.counts = counts;
+            if (backend_only_ && !backend_split_refusal(c.split).empty()) {
+              ++result_.pruned;
+              continue;
+            }
             const std::tuple<int, int, int, std::vector<int>> key{
                 p, static_cast<int>(schedule.kind), schedule.virtual_stages, layout};
             const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
@@ -310,7 +411,11 @@ void Search::refine(Candidate& c) {
 }
 
 SplitSearchResult Search::run() {
+  check_fixed_dimensions(scenario_, options_);
   const Job& job = scenario_.job;
+  backend_only_ = backend_only(scenario_.cluster);
+  batch_divisors_ = options_.micro_batches ? std::vector<int>{*options_.micro_batches}
+                                           : divisors(job.global_batch);
   const int layers = job.model.num_layers;
   blocks_ = type_blocks(scenario_.cluster);
   const std::size_t types = blocks_.size();

@@ -167,9 +167,10 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   const double tokens_per_iteration =
       static_cast<double>(job.global_batch) * static_cast<double>(job.sequence_length);
 
-  // The plan without a stack, op by op when a run's op records are to be compared.
-  const bool per_class =
-      (measurement.run && !measurement.run->ops.empty()) || measurement.trace != nullptr;
+  // The plan without a stack, op by op when a run's op records or a profiler trace's classes
+  // are to be compared: a run is fitted only whole (every op of the plan's graph once), so its
+  // factors describe the whole iteration rather than the part that was recorded.
+  const bool per_class = measurement.run != nullptr || measurement.trace != nullptr;
   const auto base = replay_with(scenario, plan, std::nullopt, source, per_class);
   const auto& sim = base.result.report;
   if (sim.oom)
@@ -201,6 +202,7 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     // compare()'s checks, once: a RunResult of this plan on this cluster, a positive time.
     traces::CompareContext ctx{base.graph ? &*base.graph : nullptr, &plan, "<plan>"};
     class_report = traces::compare(sim, "<simulated>", run, measurement.run_file, ctx);
+    if (base.graph) traces::check_complete_ops(run, *base.graph, measurement.run_file);
     fit.notes.insert(fit.notes.end(), class_report.warnings.begin(), class_report.warnings.end());
     fit.measured_iteration_s = run.iteration_time_s;
     if (!run.implementation.empty()) {

@@ -184,6 +184,34 @@ void check_planner_options(const PlannerOptions& opt) {
   in_range("group_nodes", opt.group_nodes, 0, kMaxDevices);            // 0: the default
 }
 
+void require_schedulable_batch(const Scenario& s, const PlannerOptions& opt) {
+  // Every rank's micro-batch is at most this, so the iteration has at least ⌈B / it⌉
+  // micro-batches, each a pass over every unit (layers, embedding, head).
+  const long long largest = opt.micro_batch > 0 ? opt.micro_batch : opt.max_micro_batch;
+  const long long batch = s.job.global_batch;
+  const long long ranks = std::max(1, s.cluster.num_ranks());
+  const long long units = s.job.model.num_layers + 2;
+  const long long micro_batches = (batch + largest - 1) / largest;
+  const std::string bound = opt.micro_batch > 0
+                                ? spelt(opt, "micro_batch") + " " + std::to_string(opt.micro_batch)
+                                : "max_micro_batch " + std::to_string(largest);
+  if (micro_batches * units > kMaxScheduledUnitPasses)
+    throw InfeasibleError(
+        "global batch " + std::to_string(batch) + " needs at least " +
+        std::to_string(micro_batches * units) + " unit passes per iteration (" +
+        std::to_string(micro_batches) + " micro-batches of at most " + std::to_string(largest) +
+        " samples, " + bound + ", x " + std::to_string(units) + " units), more than the " +
+        std::to_string(kMaxScheduledUnitPasses) +
+        " a plan may schedule (core/plan.hpp): no plan of this job can be simulated or run");
+  const long long per_rank = (batch + ranks * largest - 1) / (ranks * largest);
+  if (per_rank > kMaxMicroBatchesPerRank)
+    throw InfeasibleError(
+        "global batch " + std::to_string(batch) + " over " + std::to_string(ranks) +
+        " ranks needs at least " + std::to_string(per_rank) + " micro-batches of at most " +
+        std::to_string(largest) + " samples (" + bound + ") on some rank, more than the " +
+        std::to_string(kMaxMicroBatchesPerRank) + " a rank may run");
+}
+
 PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   const auto start = detail::Clock::now();
   check_planner_options(opt);
@@ -194,6 +222,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
                           "with " + spelt(opt, "strategy") + " " + std::string(strategy.name) +
                               ": " + std::string(strategy.cannot_offload));
   const PlannerOptions open = resolve_open_choices(opt);
+  require_schedulable_batch(s, open);
   const auto models = costmodels::make_cost_models(s, open.compute_source);
   PlanResult res = strategy.plan(s, models, open);
   // The strategies choose `auto` checkpointing themselves, jointly with batches and shares;

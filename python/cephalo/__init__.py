@@ -151,6 +151,26 @@ class Record(dict):
         return views[table]()
 
 
+def _count(keyword, value):
+    """A count keyword is an int or None: bool is an int to Python, but True is no count."""
+    if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
+        raise ValidationError("%s: got %r; expected an integer (or None)" % (keyword, value),
+                              file="arguments", json_path=keyword, value=repr(value),
+                              expected="an integer (or None)")
+
+
+def _path(keyword, value):
+    """A path keyword: None is "not asked for"; "" is refused rather than read as None."""
+    if value is None:
+        return ""
+    path = _os.fspath(value)
+    if path == "":
+        raise ValidationError("%s: got \"\" (empty); expected a path, or None for none" % keyword,
+                              file="arguments", json_path=keyword, value="\"\"",
+                              expected="a path, or None for none")
+    return path
+
+
 def _record(text):
     return Record(_json.loads(text))
 
@@ -237,12 +257,12 @@ def hf_model_types():
     return list(_cephalo.supported_hf_model_types())
 
 
-def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max_micro_batch=512,
-         verify_with_simulator=True, search_neighbours=24, micro_batch=None, accumulation=None,
+def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_batch=None,
+         verify_with_simulator=None, search_neighbours=None, micro_batch=None, accumulation=None,
          activation_checkpointing=None, sharding=None, group_size=None,
-         cephalo_shares="min_params", cephalo_corrected_share_memory=False, stack=None,
+         cephalo_shares=None, cephalo_corrected_share_memory=None, stack=None,
          text=False, parallelism="fsdp", tensor_parallel=None, pipeline_stages=None,
-         micro_batches=None, pipeline_schedule=None, sequence_parallel=False):
+         micro_batches=None, pipeline_schedule=None, sequence_parallel=None):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -265,14 +285,36 @@ def plan(scenario, strategy="optimal", compute_model="auto", offload="auto", max
     --parallelism 3d --json` prints; tensor_parallel, pipeline_stages, micro_batches (counts),
     pipeline_schedule ("gpipe" | "1f1b" | "interleaved:V") and sequence_parallel fix one
     dimension each (None or False: searched), sharding may also be "optimizer" or "none".
-    parallelism="auto" plans both and returns the faster one's record, as the CLI does."""
+    parallelism="auto" plans both and returns the faster one's record, as the CLI does.
+
+    None leaves an argument at its default (strategy "optimal", offload "auto",
+    max_micro_batch 512, verify_with_simulator True, search_neighbours 24, cephalo_shares
+    "min_params"); an argument given that the chosen parallelism does not read (strategy with
+    parallelism="3d", tensor_parallel without it) raises ValidationError naming it, as the CLI
+    refuses the flag. Counts are ints: True is refused, not taken as 1."""
+    keywords = dict(strategy=strategy, offload=offload, max_micro_batch=max_micro_batch,
+                    verify_with_simulator=verify_with_simulator,
+                    search_neighbours=search_neighbours, micro_batch=micro_batch,
+                    accumulation=accumulation, activation_checkpointing=activation_checkpointing,
+                    sharding=sharding, group_size=group_size, cephalo_shares=cephalo_shares,
+                    cephalo_corrected_share_memory=cephalo_corrected_share_memory,
+                    tensor_parallel=tensor_parallel, pipeline_stages=pipeline_stages,
+                    micro_batches=micro_batches, pipeline_schedule=pipeline_schedule,
+                    sequence_parallel=sequence_parallel)
+    for name in ("max_micro_batch", "search_neighbours", "micro_batch", "group_size",
+                 "tensor_parallel", "pipeline_stages", "micro_batches"):
+        _count(name, keywords[name])
+    given = [name for name, value in keywords.items() if value is not None]
     s = _with_stack(load_scenario(scenario), stack)
-    out = _cephalo.plan_json(s, strategy, compute_model, offload, max_micro_batch,
-                             verify_with_simulator, search_neighbours, micro_batch,
+    out = _cephalo.plan_json(s, strategy or "optimal", compute_model, offload or "auto",
+                             512 if max_micro_batch is None else max_micro_batch,
+                             True if verify_with_simulator is None else verify_with_simulator,
+                             24 if search_neighbours is None else search_neighbours, micro_batch,
                              accumulation or "", activation_checkpointing or "", sharding or "",
-                             group_size, cephalo_shares, cephalo_corrected_share_memory,
-                             parallelism, tensor_parallel, pipeline_stages, micro_batches,
-                             pipeline_schedule or "", sequence_parallel)
+                             group_size, cephalo_shares or "min_params",
+                             bool(cephalo_corrected_share_memory), parallelism, tensor_parallel,
+                             pipeline_stages, micro_batches, pipeline_schedule or "",
+                             bool(sequence_parallel), given)
     return out if text else _record(out)
 
 
@@ -292,7 +334,7 @@ def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
     s = _with_stack(load_scenario(scenario), stack)
     p, label = _plan_and_label(plan)
     out, columns = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue,
-                                          "" if trace is None else _os.fspath(trace))
+                                          _path("trace", trace))
     if text:
         return out
     record = _record(out)
@@ -317,12 +359,12 @@ def compare(simulated, measured, scenario=None, plan=None, trace=None, step=None
     s = load_scenario(scenario) if scenario is not None else None
     p, label = _plan_and_label(plan) if plan is not None else (None, "")
     return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
-                                         s, p, label, "" if trace is None else _os.fspath(trace),
+                                         s, p, label, _path("trace", trace),
                                          "" if step is None else str(step)))
 
 
 def _with_stack(scenario, stack):
-    return scenario if stack is None else _cephalo.with_stack(scenario, _os.fspath(stack))
+    return scenario if stack is None else _cephalo.with_stack(scenario, _path("stack", stack))
 
 
 def load_stack(path):
@@ -350,8 +392,8 @@ def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output
     run_text, run_label, run_is_file = _result_source(run) if run is not None else ("", "", False)
     return _record(_cephalo.calibrate_stack_json(
         s, p, measured_tokens_per_s, run_text, run_label, run_is_file,
-        "" if output is None else _os.fspath(output), compute_model,
-        "" if trace is None else _os.fspath(trace), "" if step is None else str(step)))
+        _path("output", output), compute_model, _path("trace", trace),
+        "" if step is None else str(step)))
 
 
 def sweep(spec, progress=None, max_mixes=5000, stack=None):
@@ -362,7 +404,7 @@ def sweep(spec, progress=None, max_mixes=5000, stack=None):
     ValidationError before any is planned. stack=path prices every mix with that stack
     calibration (`--stack`)."""
     return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress,
-                                       "" if stack is None else _os.fspath(stack)))
+                                       _path("stack", stack)))
 
 
 def describe_model(model):
@@ -379,7 +421,7 @@ def describe(what, model=None):
     (as describe_model), or a scenario file (its job, cluster, parameter count and the
     warnings its predictions carry)."""
     return _json.loads(_cephalo.describe_json(_os.fspath(what),
-                                              "" if model is None else _os.fspath(model)))
+                                              _path("model", model)))
 
 
 def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", attention="flash",
@@ -440,4 +482,4 @@ def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="a
     return _record(_cephalo.collective_json(
         s, kind, size, None if ranks is None else list(ranks),
         None if shares is None else list(shares), uneven,
-        "" if sweep is None else _os.fspath(sweep)))
+        _path("sweep", sweep)))

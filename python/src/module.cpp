@@ -269,7 +269,7 @@ std::string split_estimate_json(const Scenario& scenario, const std::string& spl
   return planner::to_json(
              planner::estimate_split_request(scenario, split,
                                              {activation_checkpointing, dp_overlap, scatter_gather,
-                                              compute_model, "arguments"}))
+                                              compute_model, "arguments", split_file}))
       .dump();
 }
 
@@ -432,7 +432,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
          bool cephalo_corrected_share_memory, const std::string& parallelism,
          std::optional<int> tensor_parallel, std::optional<int> pipeline_stages,
          std::optional<int> micro_batches, const std::string& pipeline_schedule,
-         bool sequence_parallel) {
+         bool sequence_parallel, const std::vector<std::string>& given) {
         // `cephalo plan`'s request, spelt as keyword arguments in messages.
         planner::PlanRequest r;
         planner::PlannerOptions& o = r.options;
@@ -457,6 +457,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
             positive_or_open(micro_batches, "micro_batches", "micro-batches per iteration");
         r.pipeline_schedule = pipeline_schedule;
         r.sequence_parallel = sequence_parallel;
+        r.given = given;
         return planner::plan_answer_record(planner::answer_plan(s, r)).dump(2) + "\n";
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
@@ -465,7 +466,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
       py::arg("sharding"), py::arg("group_size"), py::arg("cephalo_shares"),
       py::arg("cephalo_corrected_share_memory"), py::arg("parallelism"), py::arg("tensor_parallel"),
       py::arg("pipeline_stages"), py::arg("micro_batches"), py::arg("pipeline_schedule"),
-      py::arg("sequence_parallel"), release());
+      py::arg("sequence_parallel"), py::arg("given"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
         py::arg("queue"), py::arg("trace"), release());

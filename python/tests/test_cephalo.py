@@ -934,3 +934,36 @@ def test_calibrate_stack_reads_a_profiler_trace_as_the_cli_does(tmp_path):
     assert {c["class"] for c in record["classes"]} == {"forward", "backward", "optimizer"}
     with pytest.raises(cephalo.ValidationError, match="step"):
         cephalo.compare(sim, sim, step=1)
+
+
+@pytest.mark.parametrize("keywords, named", [
+    (dict(tensor_parallel=2), "tensor_parallel"),
+    (dict(pipeline_schedule="gpipe"), "pipeline_schedule"),
+    (dict(sequence_parallel=True), "sequence_parallel"),
+    (dict(parallelism="3d", strategy="even"), "strategy"),
+    (dict(parallelism="3d", strategy="optimal"), "strategy"),
+    (dict(parallelism="3d", offload="host"), "offload"),
+    (dict(parallelism="3d", group_size=1), "group_size"),
+    (dict(parallelism="3d", verify_with_simulator=False), "verify_with_simulator"),
+    (dict(parallelism="3d", tensor_parallel=True), "tensor_parallel"),
+])
+def test_plan_refuses_arguments_its_parallelism_does_not_read(keywords, named):
+    # Before: each was dropped silently (tensor_parallel=True taken as 1); now the CLI's rule,
+    # planner::check_request, names the argument.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, **keywords)
+    assert info.value.json_path == named, str(info.value)
+
+
+def test_an_empty_path_is_refused_not_read_as_none(tmp_path):
+    plan = os.path.join(ROOT, "scenarios", "plans", "default-even.json")
+    cases = [
+        ("trace", lambda: cephalo.simulate(DEFAULT, plan, trace="")),
+        ("stack", lambda: cephalo.plan(DEFAULT, strategy="even", stack="")),
+        ("output", lambda: cephalo.calibrate_stack(DEFAULT, plan, measured_tokens_per_s=100,
+                                                   output="")),
+    ]
+    for keyword, call in cases:
+        with pytest.raises(cephalo.ValidationError) as info:
+            call()
+        assert info.value.json_path == keyword, str(info.value)

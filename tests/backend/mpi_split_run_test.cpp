@@ -391,3 +391,33 @@ TEST(MpiSplitRun, ATensorParallelDegreeAboveTheVocabularyIsRefusedNamingTheNumbe
             std::string::npos)
       << o.output;
 }
+
+TEST(MpiSplitRun, EmptyShardsSwappedWithTheirChecksumsAreRefusedNamingTheShard) {
+  // A TP 2 x PP 2 checkpoint: the second rank of each TP group writes no unit, so its shard is
+  // a header alone, needed by no rank on resume; its header still says whose it is.
+  TempDir dir;
+  const std::string four = variant(dir.path, 4, 1, 2, 9, true);
+  const std::string tp_pp =
+      write_plan(dir.path, "tp2pp2", "cpu-4rank",
+                 split_of(2, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
+                 {{3}, {3}, {3}, {3}});
+  const fs::path ckpt = dir.path / "ckpt";
+  const Outcome w =
+      mpirun(4, "--scenario " + four + " --plan " + tp_pp + " --steps 1 --checkpoint-dir " +
+                    ckpt.string() + " --checkpoint-every 1");
+  ASSERT_EQ(w.code, 0) << w.output;
+  const fs::path step = ckpt / "step_00000001";
+  const fs::path manifest = step / "manifest.json";
+  json m = json::parse(std::ifstream(manifest));
+  ASSERT_EQ(m["shards"][1]["bytes"], m["shards"][3]["bytes"]) << m.dump();
+  fs::rename(step / "rank_00001.bin", step / "swap.bin");
+  fs::rename(step / "rank_00003.bin", step / "rank_00001.bin");
+  fs::rename(step / "swap.bin", step / "rank_00003.bin");
+  std::swap(m["shards"][1]["xxh64"], m["shards"][3]["xxh64"]);
+  std::ofstream(manifest) << m.dump(2);
+  // Before: resumed without reading either.
+  const Outcome o =
+      mpirun(4, "--scenario " + four + " --plan " + tp_pp + " --steps 2 --resume " + ckpt.string());
+  EXPECT_EQ(o.code, 1) << o.output;
+  EXPECT_NE(o.output.find("rank_00001.bin: at header.rank: got 3"), std::string::npos) << o.output;
+}

@@ -56,6 +56,40 @@ void op_times(const IterationReport& r, const TrainingGraph& g, const std::strin
   }
 }
 
+}  // namespace
+
+void check_complete_ops(const IterationReport& r, const TrainingGraph& g, const std::string& file) {
+  const std::string whole = "every op of the plan's graph once (" + std::to_string(g.num_ops()) +
+                            " ops over " + std::to_string(g.num_ranks()) +
+                            " ranks: `cephalo run --json` or --result writes them)";
+  if (r.ops.empty()) throw ValidationError(file, "$.ops", "no op records", whole);
+  std::vector<int> seen(g.num_ops(), -1);
+  for (std::size_t i = 0; i < r.ops.size(); ++i) {
+    const auto id = r.ops[i].id;
+    const std::string where = "$.ops[" + std::to_string(i) + "].id";
+    if (id >= g.num_ops())
+      throw ValidationError(file, where, std::to_string(id),
+                            "an op id of the plan's graph (< " + std::to_string(g.num_ops()) + ")");
+    if (seen[id] >= 0)
+      throw ValidationError(file, where, std::to_string(id),
+                            "each op once (op " + g.op_name(id) + " is also $.ops[" +
+                                std::to_string(seen[id]) + "])");
+    seen[id] = static_cast<int>(i);
+  }
+  std::size_t missing = 0;
+  std::string first;
+  for (std::size_t id = 0; id < g.num_ops(); ++id)
+    if (seen[id] < 0 && ++missing <= 3)
+      first += (first.empty() ? "" : ", ") + g.op_name(static_cast<OpId>(id));
+  if (missing)
+    throw ValidationError(file, "$.ops",
+                          std::to_string(r.ops.size()) + " op records, " + std::to_string(missing) +
+                              " ops missing (" + first + (missing > 3 ? ", ..." : "") + ")",
+                          whole);
+}
+
+namespace {
+
 struct ClassTotals {
   std::array<double, kNumCompareClasses> seconds{};
   std::array<int, kNumCompareClasses> ops{};

@@ -49,6 +49,10 @@ struct ExecutorOptions {
   int fail_at_step = -1;
   // ... by dying on SIGKILL instead (no message, no cleanup: what an OOM kill looks like).
   bool fail_by_kill = false;
+  // ... or, instead of failing, by writing a NaN into this rank's state from that step on:
+  // "loss", "gradients", "parameters" or "moments" (the second moment, +inf); empty: none.
+  // Tests the checks that end a run whose state is no longer finite.
+  std::string fail_non_finite;
   // Dynamic loss scaling, used only when the job computes in fp16 (bf16 and fp32 have fp32's
   // exponent range): the loss gradient is multiplied by the scale; a step whose gradients hold
   // an inf/NaN on any rank is skipped on every rank and the scale multiplied by `backoff`;
@@ -57,6 +61,24 @@ struct ExecutorOptions {
   double loss_scale_growth = 2.0;
   double loss_scale_backoff = 0.5;
   int loss_scale_growth_interval = 2000;
+};
+
+// A training run never goes on, or reports success, on state that is no longer finite. After
+// every step the executor checks, on every rank and agreed through one all-reduce, the loss,
+// the reduced gradients (before the update, unless fp16's loss scaler owns their overflow),
+// the owned parameters and AdamW's moments (after it), and under fp16 the loss scale (an
+// overflow at a scale of 1 or less: the gradients overflow fp16 even unscaled, so skipping
+// can never recover). Every rank throws this at the same point with the same message, naming
+// the step and the quantity; its kind is a runtime failure (exit 4).
+class NonFiniteState : public RuntimeFailure {
+ public:
+  NonFiniteState(int step, const std::string& quantity, const std::string& detail);
+  int step() const { return step_; }
+  const std::string& quantity() const { return quantity_; }
+
+ private:
+  int step_;
+  std::string quantity_;
 };
 
 struct StepResult {

@@ -118,15 +118,19 @@ class TrainingSession {
   std::unique_ptr<Executor> exec_;
 };
 
-// A failure a test asks for (`cephalo run --inject-failure RANK:STEP[:kill]`): rank `rank`
-// fails at the start of step `step`, by throwing or, with `kill`, by dying on SIGKILL.
+// A failure a test asks for (`cephalo run --inject-failure RANK:STEP[:HOW]`): rank `rank`
+// fails at the start of step `step`, by throwing or, with `kill`, by dying on SIGKILL; or,
+// with `non_finite` ("loss", "gradients", "parameters", "moments"), it writes an inf or NaN
+// into that part of its state from that step on (executor.hpp, NonFiniteState).
 struct InjectedFailure {
   int rank = -1;  // -1: none
   int step = -1;
   bool kill = false;
+  std::string non_finite;
 };
-// "RANK:STEP" or "RANK:STEP:kill" (non-negative decimal integers); nullopt for anything else,
-// so that the caller names the flag in its own message.
+// "RANK:STEP", "RANK:STEP:kill", or RANK:STEP: followed by nan-loss, nan-gradients,
+// nan-parameters or inf-moments (non-negative decimal integers); nullopt for anything else, so
+// that the caller names the flag in its own message.
 std::optional<InjectedFailure> parse_injected_failure(std::string_view text);
 
 // `cephalo run`'s defaults: 10 steps, token stream seed 42, the CPU device, fp16's initial
@@ -149,6 +153,9 @@ struct RunRequest {
   std::filesystem::path trace, result, dump_params, dump_grads;  // "--trace", ... ("" = none)
   std::filesystem::path dump_oracle;                             // "--dump-oracle" folder
   int threads = 0;  // CPU threads per rank (0: the cluster slot's, else 1)
+  // The caller set settings.loss_scale (`--loss-scale`): refused for a job that does not
+  // compute in fp16, which scales no loss (the value would be dropped).
+  bool loss_scale_given = false;
   InjectedFailure failure;
 };
 

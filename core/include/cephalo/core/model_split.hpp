@@ -180,4 +180,10 @@ ModelSplit load_model_split_for(const std::string& file, const Scenario& scenari
 // "TP 1 x PP 1 (no pipeline), full sharding" for the default.
 std::string describe(const ModelSplit& split, int ranks);
 
+// What of a split the execution backend (backend/) does not run, "" when it runs all of it
+// (today: sequence parallelism). The one statement of that rule: the backend refuses a plan
+// with this reason, and the planner leaves such splits out of its search for a cluster of CPU
+// devices, which only the backend runs (a plan made there is one `cephalo run` can run).
+std::string backend_split_refusal(const ModelSplit& split);
+
 }  // namespace cephalo

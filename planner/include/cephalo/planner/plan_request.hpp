@@ -11,6 +11,7 @@
 //   plan_answer_record(a)                     // what `cephalo plan --json` prints
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -38,7 +39,19 @@ struct PlanRequest {
   int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
   std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;
+  // The options the caller set, by their keyword names ("strategy", "tensor_parallel"), whatever
+  // their values: an option whose value equals its default (`--strategy optimal`) is still one
+  // the chosen family must read. Options with an "open" value (0, empty, false) count as given
+  // when set even if the caller leaves them out of this list.
+  std::vector<std::string> given;
 };
+
+// Every option applies to the family it is planned in, or is refused: ValidationError naming
+// the option, its value and the family that reads it (`--tensor-parallel` without
+// `--parallelism 3d`, `--strategy` or `--offload` with it). With parallelism auto each family
+// reads its own. answer_plan calls it first; exposed for front ends that check before reading
+// their inputs.
+void check_request(const PlanRequest& request);
 
 // The options of each family, checked: ValidationError naming the option as its source spells
 // it for a value that family cannot take (the FSDP schedule's flags under 3d, `every:K`
@@ -69,6 +82,7 @@ struct SplitEstimateRequest {
   bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
+  std::string split_file;                    // where the split was read from: its refusals name it
 };
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.

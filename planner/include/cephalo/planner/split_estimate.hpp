@@ -89,6 +89,9 @@ struct SplitOptions {
   // the calibration does not fit is calibrated (cephalo calibrate stack, one compute factor),
   // which both read. Profiles' measured times are used as measured either way.
   bool backward_at_forward_rate = false;
+  // The file the split was read from, named by the split's refusals (its JSON paths are the
+  // file's); empty: the scenario's (a split the search made).
+  std::string split_file;
 };
 
 struct StageMemory {

@@ -58,6 +58,12 @@ const Strategy& strategy_named(const std::string& name);
 // "activation_checkpointing").
 PlanResult make_plan(const Scenario& scenario, const PlannerOptions& options);
 
+// Before any search: InfeasibleError when no plan of the job can respect the plan bounds
+// (core/plan.hpp: kMaxScheduledUnitPasses, kMaxMicroBatchesPerRank) with micro-batches of at
+// most the fixed micro_batch or max_micro_batch, so a huge global batch is refused at once
+// (exit 3) instead of planned and then refused by the plan reader. make_plan calls it.
+void require_schedulable_batch(const Scenario& scenario, const PlannerOptions& options);
+
 // The schedule dimensions `options` leaves open, as make_plan resolves them: optimal searches
 // accumulation, checkpointing and sharding ("auto"); the other strategies take layered, full
 // checkpointing and full sharding; a group size alone means hybrid sharding.

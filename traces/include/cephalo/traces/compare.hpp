@@ -94,6 +94,12 @@ struct CompareContext {
   std::string plan_file;  // for messages
 };
 
+// A measured record whose op timings are to be fitted holds the graph's every op exactly
+// once: ValidationError naming `file`, $.ops and what is wrong — no op records at all, an id
+// that appears twice, or the ops missing (how many, and the first few by rank and name).
+void check_complete_ops(const IterationReport& record, const TrainingGraph& graph,
+                        const std::string& file);
+
 // Checks, each a ValidationError naming the file, the JSON path, the value and what was
 // expected: SIM is a SimResult (source "sim") and RUN a RunResult (source not "sim"; swapped
 // arguments are named as such); the two are not the same file; both have the same number of
