@@ -116,6 +116,29 @@ TEST(PlanClasses, RandomRowsRoundTrip) {
   }
 }
 
+TEST(PlanClasses, ASplitPlanReadsBackByClassAndItsErrorsNameTheClass) {
+  // Two stages of two replicas (TP 1), 4 micro-batches of 2 samples: the split's checks read the
+  // rows whichever form they were written in.
+  Plan p;
+  const Json split = {
+      {"micro_batches", 4},
+      {"stages",
+       {{{"layers", {0, 2}}, {"ranks", {0, 1}}}, {{"layers", {2, 4}}, {"ranks", {2, 3}}}}}};
+  JsonReader split_reader(split, "plan.json", "model_split");
+  p.model_split = parse_model_split(split_reader);
+  for (int r = 0; r < 4; ++r) p.ranks.push_back({r, 0, "x", 4, 1, 4, 0.5});
+  const Json compact = to_json(p, PlanForm::Compact);
+  ASSERT_EQ(compact["rank_classes"].size(), 1u);
+  const Plan back = parse(compact);
+  expect_same_rows(p, back);
+  EXPECT_EQ(back.model_split, p.model_split);
+  EXPECT_EQ(back.global_batch(), 8);
+  Json bad = compact;
+  bad["rank_classes"][0]["micro_batches"] = 2;
+  bad["rank_classes"][0]["batch"] = 2;
+  expect_refusal(bad, {"rank_classes[0].micro_batches", "the split's 4 micro-batches"});
+}
+
 TEST(PlanClasses, AutoWritesCompactAboveTheThreshold) {
   const Plan small = grid_plan(kCompactPlanAbove / 8, 8);
   EXPECT_TRUE(to_json(small).contains("ranks"));
