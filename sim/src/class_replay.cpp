@@ -185,6 +185,17 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
   const RankClasses classes = rank_classes(probe, scenario, plan);
   if (static_cast<int>(classes.representatives.size()) == ranks) return full();
+  // What this replay builds: the representatives' passes (validate_plan_for bounded the plan's
+  // row classes; hybrid positions can make more).
+  std::int64_t passes = 0;
+  for (int r : classes.representatives)
+    passes += std::int64_t{scenario.job.model.num_layers + 2} *
+              plan.ranks[static_cast<std::size_t>(r)].micro_batches;
+  check_unit_passes(plan, passes,
+                    "units x micro-batches summed over the " +
+                        std::to_string(classes.representatives.size()) +
+                        " ranks this class replay builds, one per class",
+                    "the plan");
   detail::ClassView view;
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
