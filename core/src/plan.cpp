@@ -403,7 +403,8 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
   if (plan.has_split()) check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
   if (plan.global_batch() != scenario.job.global_batch)
     throw ValidationError(
-        plan_file, "ranks[*].batch", "batches summing to " + std::to_string(plan.global_batch()),
+        plan_file, std::string(compact ? "rank_classes" : "ranks") + "[*].batch",
+        "batches summing to " + std::to_string(plan.global_batch()),
         "batches summing to the job's global batch " + std::to_string(scenario.job.global_batch));
 }
 

@@ -248,6 +248,10 @@ TEST(PlanClasses, ACompactPlanForAnotherClusterNamesTheClass) {
   j = one_class(16);
   j["rank_classes"][0]["node"] = {{"first", 0}, {"ranks_per_node", 4}};
   expect_invalid_for(parse(j), s, {"rank_classes[0].node", "rank 4", "class of ranks 0-15"});
+  Scenario other_job = s;
+  other_job.job.global_batch = 64;
+  expect_invalid_for(parse(one_class(16)), other_job,
+                     {"rank_classes[*].batch", "summing to 32", "global batch 64"});
   j = one_class(16);
   j["rank_classes"][0]["gpu"] = "z";
   expect_invalid_for(parse(j), s, {"rank_classes[0].gpu", "class of ranks 0-15"});
