@@ -85,6 +85,11 @@ TEST(RankClassCli, PlanWritesCompactAboveTheThresholdAndOnRequest) {
   EXPECT_EQ(c["rank_classes"].size(), 1u);
   EXPECT_EQ(c["rank_classes"][0]["ranks"], Json::array({0, 255}));
   EXPECT_TRUE(c["predicted"].contains("rank_classes"));
+  const auto checked = run("validate " + compact.string() + " --scenario " + small.string());
+  EXPECT_EQ(checked.code, 0) << checked.all;
+  EXPECT_NE(checked.out.find("plan, 256 ranks in 1 class(es), matches scenario h100x32"),
+            std::string::npos)
+      << checked.out;
   // The two forms simulate to the same record, to the last digit.
   const auto a =
       run("simulate --scenario " + small.string() + " --plan " + per_rank.string() + " --json");
