@@ -17,6 +17,7 @@ struct PlanArgs {
   std::string scenario, stack;
   std::string output;
   bool json = false;
+  bool per_rank = false, compact = false;  // the rows' form (core/plan.hpp PlanForm)
   planner::PlanRequest request;  // the flags' values; planner/plan_request.hpp checks them
 };
 
@@ -34,14 +35,17 @@ void run_plan(PlanArgs& a) {
   if (a.json || !a.output.empty()) {
     // Either family's Plan carries its prediction (a split's also its model_split), so --json
     // and -o are one valid Plan record that `simulate` and `run` read.
-    const std::string record = planner::plan_answer_record(answer).dump(2) + "\n";
+    const PlanForm form = a.per_rank  ? PlanForm::PerRank
+                          : a.compact ? PlanForm::Compact
+                                      : PlanForm::Auto;
+    const std::string record = planner::plan_answer_record(answer, form).dump(2) + "\n";
     if (!a.output.empty()) write_file_atomically(a.output, record);
     if (a.json) std::cout << record;
   }
   if (!a.json) {
     if (answer.fsdp)
-      std::cout << planner::render_plan_text(scenario, planner::render_table(*answer.fsdp),
-                                             answer.fsdp->fits());
+      std::cout << planner::render_plan_text(
+          scenario, planner::render_table(*answer.fsdp, a.per_rank), answer.fsdp->fits());
     else
       std::cout << planner::render_split_plan(*answer.split);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
@@ -61,6 +65,13 @@ void add_plan_command(CLI::App& app) {
       ->check(one_of(planner::strategy_names()));
   cmd->add_option("-o,--output", args->output, "Write the plan (JSON) to this file");
   cmd->add_flag("--json", args->json, "Print the plan as JSON instead of the table");
+  auto* per_rank = cmd->add_flag(
+      "--per-rank", args->per_rank,
+      "One table row and one plan row per rank (default: a row per run of alike ranks, and "
+      "the compact \"rank_classes\" form above 256 ranks)");
+  cmd->add_flag("--compact", args->compact,
+                "Write the plan's rows by class (\"rank_classes\") at any size")
+      ->excludes(per_rank);
   cmd->add_option("--offload", args->request.options.offload, "optimal/search: none | host | auto")
       ->check(one_of({"none", "host", "auto"}));
   add_compute_model_option(cmd, args->request.options.compute_source, "Compute model",

@@ -14,7 +14,7 @@ namespace cephalo::cli {
 void add_simulate_command(CLI::App& app) {
   struct Args {
     std::string scenario, stack, plan, trace, compute_model = "auto", queue = "binary-heap";
-    bool json = false, ops = false, no_link_sharing = false;
+    bool json = false, ops = false, no_link_sharing = false, per_rank = false;
   };
   static Args a;
   auto* cmd = app.add_subcommand(
@@ -24,6 +24,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--trace", a.trace, "Write a Chrome/Perfetto trace JSON here");
   cmd->add_flag("--json", a.json, "Print the SimResult as JSON instead of a table");
   cmd->add_flag("--ops", a.ops, "Include per-op start/end times keyed by op id");
+  cmd->add_flag("--per-rank", a.per_rank,
+                "One table row per rank (default: one per run of ranks with equal rows, with "
+                "their rank range; --json is always per rank)");
   add_compute_model_option(cmd, a.compute_model, "Compute model", "--compute-source");
   add_stack_option(cmd, a.stack);
   cmd->add_flag("--no-link-sharing", a.no_link_sharing,
@@ -48,7 +51,7 @@ void add_simulate_command(CLI::App& app) {
     if (a.json)
       std::cout << traces::render_json(result.report);
     else
-      std::cout << sim::render_simulation(run, scenario, plan, a.plan, a.ops);
+      std::cout << sim::render_simulation(run, scenario, plan, a.plan, a.ops, a.per_rank);
     std::cout.flush();  // the record is out even if something fails at exit
   });
 }

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/specs.hpp"
 #include "cephalo/core/table.hpp"
+#include "plan_rows.hpp"
 
 namespace cephalo {
 
@@ -83,7 +86,7 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
   check_split_ranks(plan.model_split, n, root.file(), split.where());
   const SplitTopology topo(plan.model_split, n);
   const int m = plan.model_split.micro_batches;
-  auto rank_at = [&](int r) { return ranks.element(static_cast<std::size_t>(r)); };
+  auto rank_at = [&](int r) { return detail::row_reader(ranks, plan, r); };
   // Every rank running one other count than the split's: the split's count is the fault (its
   // absence means 1), not each rank's.
   if (n > 0 &&
@@ -243,6 +246,21 @@ bool Plan::even_shares() const {
   return true;
 }
 
+std::string Plan::row_path(int rank) const {
+  if (rank_classes.empty()) return "ranks[" + std::to_string(rank) + "]";
+  const auto it = std::upper_bound(rank_classes.begin(), rank_classes.end(), rank,
+                                   [](int r, const PlanRankClass& c) { return r < c.first; });
+  return "rank_classes[" + std::to_string(it - rank_classes.begin() - 1) + "]";
+}
+
+std::string Plan::row_label(int rank) const {
+  if (rank_classes.empty()) return "";
+  const auto it = std::upper_bound(rank_classes.begin(), rank_classes.end(), rank,
+                                   [](int r, const PlanRankClass& c) { return r < c.first; });
+  const PlanRankClass& c = *(it - 1);
+  return " (class of ranks " + format_rank_range(c.first, c.last) + ")";
+}
+
 Plan parse_plan(JsonReader& reader) {
   if (!reader.is_object()) reader.fail("a plan object");
   Plan plan;
@@ -286,53 +304,21 @@ Plan parse_plan(JsonReader& reader) {
   if (sharding) plan.sharding = parse_sharding(*sharding);
   auto split = reader.optional_child("model_split");
   if (split) plan.model_split = parse_model_split(*split);
-  auto ranks = reader.child("ranks");
-  if (!ranks.is_array() || ranks.size() == 0) ranks.fail("a non-empty array of ranks");
-  if (ranks.size() > static_cast<std::size_t>(kMaxDevices))
-    ranks.fail_value(std::to_string(ranks.size()) + " ranks",
-                     "at most " + std::to_string(kMaxDevices) + " ranks (one per device)");
+  // The rows: per rank ("ranks") or by class ("rank_classes"), one of the two.
+  if (reader.has("ranks") && reader.has("rank_classes"))
+    reader.child("rank_classes")
+        .fail(
+            "no \"rank_classes\" beside \"ranks\": a plan lists its rows one way (per rank, "
+            "or by class)");
+  const bool compact = reader.has("rank_classes");
+  auto ranks = reader.child(compact ? "rank_classes" : "ranks");
+  if (compact)
+    detail::read_rank_classes(ranks, plan);
+  else
+    detail::read_rank_rows(ranks, plan);
   std::vector<double> shares;
-  std::int64_t batch_total = 0;
-  for (auto& r : ranks.elements()) {
-    if (!r.is_object()) r.fail("an object describing one rank");
-    PlanRank pr;
-    pr.rank = static_cast<int>(r.integer("rank", 0, kMaxDevices - 1));
-    if (pr.rank != static_cast<int>(plan.ranks.size()))
-      r.child("rank").fail("rank " + std::to_string(plan.ranks.size()) +
-                           " (ranks are listed once each, in order from 0)");
-    pr.node = static_cast<int>(r.integer("node", 0, kMaxDevices - 1));
-    pr.gpu = r.string("gpu");
-    pr.batch = static_cast<int>(r.integer("batch", 0, kMaxGlobalBatch));
-    // Plan::global_batch sums in int: the running sum is bounded where each batch is read
-    // (under a split every stage runs every sample: check_split_plan bounds a stage's sum).
-    if (!plan.has_split())
-      batch_total = checked_sum(r.child("batch"), "the plan's global batch (summed over ranks)",
-                                {{"batches of the ranks before", batch_total}, {"batch", pr.batch}},
-                                kMaxGlobalBatch);
-    pr.micro_batch = static_cast<int>(r.integer("micro_batch", 0, 1 << 24));
-    pr.micro_batches = static_cast<int>(r.integer("micro_batches", 0, kMaxMicroBatchesPerRank));
-    if (pr.batch == 0) {
-      if (pr.micro_batch != 0 || pr.micro_batches != 0)
-        r.child("micro_batches").fail("0 micro-batches of size 0 for a rank with batch 0");
-    } else {
-      if (pr.micro_batch < 1) r.child("micro_batch").fail("a micro-batch size >= 1");
-      if (pr.micro_batches < 1) r.child("micro_batches").fail("a micro-batch count >= 1");
-      long long full = static_cast<long long>(pr.micro_batch) * pr.micro_batches;
-      long long before_last = full - pr.micro_batch;
-      if (!(before_last < pr.batch && pr.batch <= full))
-        r.child("batch").fail_value(
-            std::to_string(pr.batch),
-            "a batch that " + std::to_string(pr.micro_batches) + " micro-batches of size " +
-                std::to_string(pr.micro_batch) + " cover with only the last one smaller (" +
-                std::to_string(before_last + 1) + " to " + std::to_string(full) + ")");
-    }
-    auto share = r.child("state_share");
-    pr.state_share = share.as_number();
-    if (pr.state_share < 0 || pr.state_share > 1) share.fail("a state share from 0 to 1");
-    shares.push_back(pr.state_share);
-    r.finish();
-    plan.ranks.push_back(pr);
-  }
+  shares.reserve(plan.ranks.size());
+  for (const auto& pr : plan.ranks) shares.push_back(pr.state_share);
   if (plan.has_split()) {
     check_split_plan(plan, reader, *split, ranks);
   } else {
@@ -349,6 +335,57 @@ Plan load_plan(const std::filesystem::path& file) {
   return parse_plan(r);
 }
 
+std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
+  const std::int64_t units = scenario.job.model.num_layers + 2;  // layers, embedding, head
+  std::int64_t passes = 0;
+  for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
+  return passes;
+}
+
+std::int64_t class_unit_passes(const Plan& plan, const Scenario& scenario) {
+  const std::int64_t units = scenario.job.model.num_layers + 2;
+  const auto& devices = scenario.cluster.ranks();
+  using Key = std::tuple<std::string, double, std::string, int, int, int, double>;
+  std::set<Key> seen;
+  std::int64_t passes = 0;
+  const std::size_t n = std::min(devices.size(), plan.ranks.size());
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto& pr = plan.ranks[r];
+    const auto& d = devices[r];
+    // Neighbours are mostly alike: the set is asked only when the key changes.
+    if (r > 0) {
+      const auto& before = plan.ranks[r - 1];
+      const auto& bd = devices[r - 1];
+      if (bd.slot->spec.name == d.slot->spec.name && bd.slot->slowdown == d.slot->slowdown &&
+          scenario.cluster.nodes[static_cast<std::size_t>(bd.node)].intra_link.kind ==
+              scenario.cluster.nodes[static_cast<std::size_t>(d.node)].intra_link.kind &&
+          before.batch == pr.batch && before.micro_batch == pr.micro_batch &&
+          before.micro_batches == pr.micro_batches && before.state_share == pr.state_share)
+        continue;
+    }
+    Key key{d.slot->spec.name,
+            d.slot->slowdown,
+            scenario.cluster.nodes[static_cast<std::size_t>(d.node)].intra_link.kind,
+            pr.batch,
+            pr.micro_batch,
+            pr.micro_batches,
+            pr.state_share};
+    if (seen.insert(std::move(key)).second) passes += units * pr.micro_batches;
+  }
+  return passes;
+}
+
+void check_unit_passes(const Plan& plan, std::int64_t passes, const std::string& what,
+                       const std::string& plan_file) {
+  if (passes <= kMaxScheduledUnitPasses) return;
+  throw ValidationError(
+      plan_file,
+      std::string(plan.rank_classes.empty() ? "ranks" : "rank_classes") + "[*].micro_batches",
+      std::to_string(passes) + " unit passes (" + what + ")",
+      "at most " + std::to_string(kMaxScheduledUnitPasses) +
+          " unit passes per iteration (fewer, larger micro-batches)");
+}
+
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
   // A plan made for another scenario may still match rank for rank (same cluster, other job)
   // and would then run the wrong experiment without a word.
@@ -359,45 +396,59 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                               "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
                               "if the two really are the same)");
   const auto& devices = scenario.cluster.ranks();
+  const bool compact = !plan.rank_classes.empty();
   if (plan.ranks.size() != devices.size())
-    throw ValidationError(plan_file, "ranks", std::to_string(plan.ranks.size()) + " ranks",
-                          std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
-                              scenario.cluster.name + "\"");
+    throw ValidationError(
+        plan_file, compact ? "rank_classes" : "ranks",
+        std::to_string(plan.ranks.size()) + " ranks" +
+            (compact ? " (classes covering ranks 0-" + std::to_string(plan.ranks.size() - 1) + ")"
+                     : ""),
+        std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
+            scenario.cluster.name + "\"");
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto& pr = plan.ranks[i];
-    std::string at = "ranks[" + std::to_string(i) + "]";
+    const int rank = static_cast<int>(i);
+    const std::string at = plan.row_path(rank);
     if (pr.node != devices[i].node)
-      throw ValidationError(plan_file, at + ".node", std::to_string(pr.node),
-                            "node " + std::to_string(devices[i].node) + " (where rank " +
-                                std::to_string(i) + " lives in the cluster)");
+      throw ValidationError(
+          plan_file, at + ".node",
+          std::to_string(pr.node) + " for rank " + std::to_string(i) + plan.row_label(rank),
+          "node " + std::to_string(devices[i].node) + " (where rank " + std::to_string(i) +
+              " lives in the cluster)");
     const auto& slot = *devices[i].slot;
     if (pr.gpu != slot.type && pr.gpu != slot.spec.name)
       throw ValidationError(
-          plan_file, at + ".gpu", "\"" + pr.gpu + "\"",
+          plan_file, at + ".gpu",
+          "\"" + pr.gpu + "\" for rank " + std::to_string(i) + plan.row_label(rank),
           "\"" + slot.type + "\" (the cluster's device for rank " + std::to_string(i) + ")");
   }
-  std::int64_t passes = 0;
-  const std::int64_t units = scenario.job.model.num_layers + 2;  // layers, embedding, head
-  for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
-  if (passes > kMaxScheduledUnitPasses)
-    throw ValidationError(plan_file, "ranks[*].micro_batches",
-                          std::to_string(passes) + " unit passes (" + std::to_string(units) +
-                              " units x micro-batches, summed over ranks)",
-                          "at most " + std::to_string(kMaxScheduledUnitPasses) +
-                              " unit passes per iteration (fewer, larger micro-batches)");
+  // A split plan replays every rank; an FSDP plan one rank per class (plan.hpp).
+  if (plan.has_split())
+    check_unit_passes(plan, full_unit_passes(plan, scenario),
+                      "units x micro-batches, summed over ranks", plan_file);
+  else
+    check_unit_passes(plan, class_unit_passes(plan, scenario),
+                      "units x micro-batches, summed over classes of ranks alike in device, "
+                      "node link and row",
+                      plan_file);
   if (plan.has_split()) check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
   if (plan.global_batch() != scenario.job.global_batch)
     throw ValidationError(
-        plan_file, "ranks[*].batch", "batches summing to " + std::to_string(plan.global_batch()),
+        plan_file, std::string(compact ? "rank_classes" : "ranks") + "[*].batch",
+        "batches summing to " + std::to_string(plan.global_batch()),
         "batches summing to the job's global batch " + std::to_string(scenario.job.global_batch));
 }
 
-Json to_json(const Plan& plan) {
+Json to_json(const Plan& plan, PlanForm form) {
+  const bool compact =
+      form == PlanForm::Compact ||
+      (form == PlanForm::Auto && plan.ranks.size() > static_cast<std::size_t>(kCompactPlanAbove));
   // Key by key, not an initializer list per rank: at 100k ranks the temporaries of the list
   // form were most of writing a plan (bench/README.md).
   Json ranks = Json::array();
-  ranks.get_ref<Json::array_t&>().reserve(plan.ranks.size());
+  if (!compact) ranks.get_ref<Json::array_t&>().reserve(plan.ranks.size());
   for (const auto& r : plan.ranks) {
+    if (compact) break;
     Json& o = ranks.emplace_back(Json::value_t::object);
     o["rank"] = r.rank;
     o["node"] = r.node;
@@ -412,10 +463,13 @@ Json to_json(const Plan& plan) {
             {"accumulation", to_string(plan.accumulation)},
             {"offload", to_string(plan.offload)},
             {"prefetch", plan.prefetch},
-            {"uneven_collective", to_string(plan.uneven_collective)},
-            {"ranks", std::move(ranks)}};
+            {"uneven_collective", to_string(plan.uneven_collective)}};
+  if (compact)
+    j["rank_classes"] = detail::rank_classes_json(plan);
+  else
+    j["ranks"] = std::move(ranks);
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
-  if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding);
+  if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding, compact);
   if (plan.has_split()) j["model_split"] = to_json(plan.model_split);
   // Written only when it is not the default, so plans of the default schedule read as before.
   if (!(plan.activation_checkpointing == ActivationCheckpointing{}))

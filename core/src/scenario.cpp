@@ -65,6 +65,9 @@ void check_device_total(JsonReader& nodes) {
   for (std::size_t n = 0; n < nodes.size(); ++n) {
     JsonReader node = nodes.element(n);
     if (!node.is_object() || !node.has("gpus")) continue;
+    // A node's "count" repeats it: its devices count that many times.
+    const std::int64_t repeat =
+        node.has("count") ? node.child("count").as_integer(1, kMaxDevices) : 1;
     JsonReader gpus = node.child("gpus");
     if (!gpus.is_array()) continue;
     for (std::size_t g = 0; g < gpus.size(); ++g) {
@@ -72,9 +75,12 @@ void check_device_total(JsonReader& nodes) {
       std::int64_t count = 1;
       if (entry.is_object() && entry.has("count"))
         count = entry.child("count").as_integer(1, kMaxDevices);
-      total += count;
+      total += count * repeat;
       if (total > kMaxDevices)
-        entry.fail_value(std::to_string(total) + " devices in the cluster up to this entry",
+        entry.fail_value(std::to_string(total) + " devices in the cluster up to this entry" +
+                             (repeat > 1 ? " (the node repeated " + std::to_string(repeat) +
+                                               " times by its \"count\")"
+                                         : std::string()),
                          "at most " + std::to_string(kMaxDevices) +
                              " devices in a cluster (summed over all nodes)");
     }
@@ -146,12 +152,27 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
     } else {
       node.nic = default_nic();
     }
+    // "count": N stands for N identical nodes (a 100k-GPU fleet in one entry), named
+    // "<name>-0" .. "<name>-<N-1>" when the entry has a name, "node<index>" otherwise.
+    const auto repeat =
+        static_cast<std::size_t>(node_reader.integer_or("count", 1, 1, kMaxDevices));
+    const bool named = node_reader.has("name");
     node_reader.finish();
-    cluster.nodes.push_back(std::move(node));
+    if (repeat == 1) {
+      cluster.nodes.push_back(std::move(node));
+      continue;
+    }
+    const std::string base = node.name;
+    for (std::size_t k = 0; k < repeat; ++k) {
+      Node copy = node;
+      copy.name =
+          named ? base + "-" + std::to_string(k) : "node" + std::to_string(cluster.nodes.size());
+      cluster.nodes.push_back(std::move(copy));
+    }
   }
   if (cluster.nodes.size() > 1) {
     // Multi-node clusters must say how nodes connect: a default would silently decide results.
-    for (std::size_t n = 0; n < cluster.nodes.size(); ++n)
+    for (std::size_t n = 0; n < nodes.size(); ++n)  // the file's entries (a count repeats one)
       if (!nodes.element(n).has("nic"))
         throw ValidationError(reader.file(), nodes.element(n).where() + ".nic", "nothing (missing)",
                               "a NIC {\"kind\", \"bandwidth\", \"latency\"} for every node of a "

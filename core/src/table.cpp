@@ -69,4 +69,19 @@ std::string format_int_list(const std::vector<int>& values) {
   return s + "]";
 }
 
+std::string format_rank_range(int first, int last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+std::vector<std::pair<int, int>> equal_runs(int n, const std::function<bool(int, int)>& same) {
+  std::vector<std::pair<int, int>> runs;
+  for (int i = 0; i < n; ++i) {
+    if (i == 0 || !same(i - 1, i))
+      runs.emplace_back(i, i + 1);
+    else
+      runs.back().second = i + 1;
+  }
+  return runs;
+}
+
 }  // namespace cephalo

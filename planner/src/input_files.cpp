@@ -19,12 +19,15 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
   if (!j.is_object())
     r.fail(
         "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face config)");
-  if (j.contains("ranks")) {
+  if (j.contains("ranks") || j.contains("rank_classes")) {
     Plan plan = parse_plan(r);
     if (scenario) {
       traces::check_plan_for(plan, *scenario, file);
     }
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
+           (plan.rank_classes.empty()
+                ? std::string()
+                : " in " + std::to_string(plan.rank_classes.size()) + " class(es)") +
            (scenario ? ", matches scenario " + scenario->name : "");
   }
   // A sweep spec also has a "job": recognised by its pool first, and read as `sweep` reads it.
@@ -61,7 +64,8 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
   }
   r.fail(
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
-      "(\"ranks\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") or Hugging "
+      "(\"ranks\" or \"rank_classes\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") "
+      "or Hugging "
       "Face config (\"model_type\")");
 }
 

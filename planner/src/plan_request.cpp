@@ -171,8 +171,8 @@ std::string render_split_summary(const SplitEstimate& e) {
          format_seconds(e.makespan_s) + ", p2p " + format_seconds(e.p2p_s) + " per transfer)\n";
 }
 
-Json plan_answer_record(const PlanAnswer& answer) {
-  return answer.fsdp ? plan_record(*answer.fsdp) : plan_record(*answer.split);
+Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
+  return answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
 }
 
 }  // namespace cephalo::planner

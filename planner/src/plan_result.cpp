@@ -119,13 +119,46 @@ std::string render_plan_text(const Scenario& scenario, const std::string& table,
   return out.str();
 }
 
-std::string render_table(const PlanResult& res) {
-  TextTable t({"rank", "gpu", "batch", "micro-batches x size", "state share", "memory / usable",
-               "compute/layer", "compute"});
-  for (std::size_t i = 0; i < res.plan.ranks.size(); ++i) {
-    const auto& r = res.plan.ranks[i];
-    const auto& p = res.ranks[i];
-    t.add_row({std::to_string(r.rank), p.gpu, std::to_string(r.batch),
+namespace {
+
+// Rank i's row prints as rank j's but for the rank number (plan row and prediction).
+bool same_row(const PlanResult& res, int i, int j) {
+  const auto& a = res.plan.ranks[static_cast<std::size_t>(i)];
+  const auto& b = res.plan.ranks[static_cast<std::size_t>(j)];
+  const auto& p = res.ranks[static_cast<std::size_t>(i)];
+  const auto& q = res.ranks[static_cast<std::size_t>(j)];
+  // Equal as printed (the numbers compared first; their text only when they differ).
+  auto seconds = [](double u, double v) {
+    return u == v || format_seconds(u) == format_seconds(v);
+  };
+  auto bytes = [](double u, double v) { return u == v || format_bytes(u) == format_bytes(v); };
+  return a.gpu == b.gpu && a.batch == b.batch && a.micro_batch == b.micro_batch &&
+         a.micro_batches == b.micro_batches &&
+         (a.state_share == b.state_share || fixed(a.state_share, 4) == fixed(b.state_share, 4)) &&
+         p.gpu == q.gpu && bytes(p.memory_bytes, q.memory_bytes) &&
+         bytes(p.usable_bytes, q.usable_bytes) &&
+         (p.memory_bytes > p.usable_bytes) == (q.memory_bytes > q.usable_bytes) &&
+         seconds(p.compute_s, q.compute_s) && seconds(p.compute_per_layer_s, q.compute_per_layer_s);
+}
+
+bool compact_form(const Plan& plan, PlanForm form) {
+  return form == PlanForm::Compact ||
+         (form == PlanForm::Auto &&
+          plan.ranks.size() > static_cast<std::size_t>(kCompactPlanAbove));
+}
+
+}  // namespace
+
+std::string render_table(const PlanResult& res, bool per_rank) {
+  TextTable t({per_rank ? "rank" : "ranks", "gpu", "batch", "micro-batches x size", "state share",
+               "memory / usable", "compute/layer", "compute"});
+  const auto runs = equal_runs(static_cast<int>(res.plan.ranks.size()),
+                               [&](int i, int j) { return !per_rank && same_row(res, i, j); });
+  for (const auto& [begin, end] : runs) {
+    const auto& r = res.plan.ranks[static_cast<std::size_t>(begin)];
+    const auto& p = res.ranks[static_cast<std::size_t>(begin)];
+    t.add_row({format_rank_range(r.rank, res.plan.ranks[static_cast<std::size_t>(end - 1)].rank),
+               p.gpu, std::to_string(r.batch),
                std::to_string(r.micro_batches) + " x " + std::to_string(r.micro_batch),
                fixed(r.state_share, 4),
                format_bytes(p.memory_bytes) + " / " + format_bytes(p.usable_bytes) +
@@ -161,29 +194,42 @@ Json to_json(const PlanResult& res) {
   return j;
 }
 
-Json plan_record(const PlanResult& res) {
-  Json predicted = prediction_json(res);
-  Json record = cephalo::to_json(res.plan);
+Json plan_record(const PlanResult& res, PlanForm form) {
+  Json predicted = prediction_json(res, form);
+  Json record = cephalo::to_json(res.plan, form);
   record["predicted"] = std::move(predicted);
   return record;
 }
 
-Json prediction_json(const PlanResult& res) {
+Json prediction_json(const PlanResult& res, PlanForm form) {
   Json j;
   // Each rank's object filled key by key: at 100k ranks an initializer list per rank (a
   // temporary [key, value] array per member) and a copy of the array cost more than planning.
+  const bool compact = compact_form(res.plan, form);
+  const int n = static_cast<int>(res.ranks.size());
+  const auto runs = equal_runs(n, [&](int a, int b) {
+    if (!compact) return false;
+    const auto& p = res.ranks[static_cast<std::size_t>(a)];
+    const auto& q = res.ranks[static_cast<std::size_t>(b)];
+    return p.gpu == q.gpu && p.memory_bytes == q.memory_bytes && p.usable_bytes == q.usable_bytes &&
+           p.compute_s == q.compute_s && p.compute_per_layer_s == q.compute_per_layer_s;
+  });
   Json ranks = Json::array();
-  ranks.get_ref<Json::array_t&>().reserve(res.ranks.size());
-  for (const auto& p : res.ranks) {
+  ranks.get_ref<Json::array_t&>().reserve(runs.size());
+  for (const auto& [begin, end] : runs) {
+    const auto& p = res.ranks[static_cast<std::size_t>(begin)];
     Json& r = ranks.emplace_back(Json::value_t::object);
-    r["rank"] = p.rank;
+    if (compact)
+      r["ranks"] = Json::array({p.rank, res.ranks[static_cast<std::size_t>(end - 1)].rank});
+    else
+      r["rank"] = p.rank;
     r["gpu"] = p.gpu;
     r["memory_bytes"] = p.memory_bytes;
     r["usable_bytes"] = p.usable_bytes;
     r["compute_s"] = p.compute_s;
     r["compute_per_layer_s"] = p.compute_per_layer_s;
   }
-  j["ranks"] = std::move(ranks);
+  j[compact ? "rank_classes" : "ranks"] = std::move(ranks);
   j["predicted_iteration_s"] = res.predicted_iteration_s;
   j["predicted_samples_per_s"] = res.plan.global_batch() / res.predicted_iteration_s;
   j["model_iteration_s"] = res.model_iteration_s;

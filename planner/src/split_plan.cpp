@@ -63,8 +63,8 @@ SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& o
   return plan_for_split(scenario, search_split(scenario, options, models), models);
 }
 
-Json plan_record(const SplitPlanResult& r) {
-  Json j = to_json(r.plan);
+Json plan_record(const SplitPlanResult& r, PlanForm form) {
+  Json j = to_json(r.plan, form);
   // Written even when the search's best is the default split (one stage, T = 1, full), which a
   // plan reads as its FSDP plan: the record says what the search chose.
   j["model_split"] = to_json(r.search.split);

@@ -458,7 +458,9 @@ fraction); num_ranks, and to_json() the plan file's text.)")
         r.pipeline_schedule = pipeline_schedule;
         r.sequence_parallel = sequence_parallel;
         r.given = given;
-        return planner::plan_answer_record(planner::answer_plan(s, r)).dump(2) + "\n";
+        // Per rank at any size: the record's frames (ranks_frame) read its "ranks".
+        return planner::plan_answer_record(planner::answer_plan(s, r), PlanForm::PerRank).dump(2) +
+               "\n";
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
       py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),

@@ -166,6 +166,12 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const SimOptions& options) {
   const int ranks = scenario.cluster.num_ranks();
   auto full = [&]() {
+    // Every rank is built: the bound is the per-rank sum (core/plan.hpp), whatever the classes.
+    if (!plan.has_split())
+      check_unit_passes(plan, full_unit_passes(plan, scenario),
+                        "units x micro-batches summed over ranks: this replay builds every rank "
+                        "(per-op records, a trace, or no two ranks alike)",
+                        "the plan");
     PlanReplay out;
     out.graph = traces::build_training_graph(plan, scenario, &comm);
     out.result = simulate(*out.graph, scenario, plan, compute, comm, options);
@@ -179,6 +185,17 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
   const RankClasses classes = rank_classes(probe, scenario, plan);
   if (static_cast<int>(classes.representatives.size()) == ranks) return full();
+  // What this replay builds: the representatives' passes (validate_plan_for bounded the plan's
+  // row classes; hybrid positions can make more).
+  std::int64_t passes = 0;
+  for (int r : classes.representatives)
+    passes += std::int64_t{scenario.job.model.num_layers + 2} *
+              plan.ranks[static_cast<std::size_t>(r)].micro_batches;
+  check_unit_passes(plan, passes,
+                    "units x micro-batches summed over the " +
+                        std::to_string(classes.representatives.size()) +
+                        " ranks this class replay builds, one per class",
+                    "the plan");
   detail::ClassView view;
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
@@ -204,6 +221,11 @@ Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
                             const std::string& plan_label, const std::string& compute_model,
                             SimOptions options, const OutputTarget& trace) {
   traces::check_plan_for(plan, scenario, plan_label);
+  if ((options.record_ops || !trace.file.empty()) && !plan.has_split())
+    check_unit_passes(plan, full_unit_passes(plan, scenario),
+                      "units x micro-batches summed over ranks: per-op records and traces "
+                      "replay every rank",
+                      plan_label);
   Simulation s;
   s.models = costmodels::make_cost_models(scenario, compute_model);
   check_outputs({trace});                       // before simulating (output_file.hpp)
@@ -240,7 +262,7 @@ std::string render_replay_summary(const Simulation& run, const Scenario& scenari
 }
 
 std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
-                              const std::string& plan_label, bool ops) {
+                              const std::string& plan_label, bool ops, bool per_rank) {
   const SimResult& result = run.replay.result;
   std::ostringstream out;
   out << "scenario " << scenario.name << ", plan " << plan_label << " (";
@@ -251,7 +273,7 @@ std::string render_simulation(const Simulation& run, const Scenario& scenario, c
   out << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
       << run.models.compute->name() << ", implementation " << to_string(scenario.job.implementation)
       << stack_label(scenario.job.implementation) << ")\n\n"
-      << traces::render_table(result.report);
+      << traces::render_table(result.report, per_rank);
   if (ops) {
     TextTable t({"op", "name", "start", "end"});
     t.set_align(1, TextTable::Align::Left);

@@ -153,20 +153,31 @@ TEST_F(HostileInput, PlanForAnotherScenarioIsRefused) {
 
 // 8 ranks x 65536 micro-batches (each within the per-rank bound) of a 34-unit model is more
 // schedule than the stated bound: refused by validate and by simulate before any allocation.
+// The replay builds one rank per class of alike ranks (core/plan.hpp), so the 8 ranks differ
+// in share (8 classes); 8 alike ranks are one class, within the bound, but a trace replays
+// every rank and is refused.
 TEST_F(HostileInput, ScheduleSizeIsBoundedBeforeSimulating) {
   write("cluster.json", R"({"nodes": [{"gpus": [{"type": "l4", "count": 8}]}]})");
   fs::path scenario = write("scenario.json", R"({"name": "big", "cluster": "cluster.json",
     "job": {"model": "gpt-2.7b", "sequence_length": 512, "global_batch": 524288}})");
-  std::string ranks;
-  for (int r = 0; r < 8; ++r)
-    ranks += std::string(r ? "," : "") + "{\"rank\": " + std::to_string(r) +
-             R"(, "node": 0, "gpu": "l4", "batch": 65536, "micro_batch": 1,
-                "micro_batches": 65536, "state_share": 0.125})";
-  fs::path plan =
-      write("plan.json", R"({"version": 1, "scenario": "big", "ranks": [)" + ranks + "]}");
+  auto plan_with = [&](const std::string& name, bool alike) {
+    const char* const distinct[] = {"0.09", "0.1", "0.11", "0.12", "0.13", "0.14", "0.15", "0.16"};
+    std::string ranks;
+    for (int r = 0; r < 8; ++r)
+      ranks += std::string(r ? "," : "") + "{\"rank\": " + std::to_string(r) +
+               R"(, "node": 0, "gpu": "l4", "batch": 65536, "micro_batch": 1,
+                  "micro_batches": 65536, "state_share": )" +
+               (alike ? "0.125" : distinct[r]) + "}";
+    return write(name, R"({"version": 1, "scenario": "big", "ranks": [)" + ranks + "]}");
+  };
+  const fs::path plan = plan_with("plan.json", false);
+  const fs::path alike = plan_with("alike.plan.json", true);
+  const fs::path trace = plan.parent_path() / "never-written.trace.json";
   for (const std::string& args :
        {"validate --scenario " + scenario.string() + " " + plan.string(),
-        "simulate --scenario " + scenario.string() + " --plan " + plan.string()}) {
+        "simulate --scenario " + scenario.string() + " --plan " + plan.string(),
+        "simulate --scenario " + scenario.string() + " --plan " + alike.string() + " --trace " +
+            trace.string()}) {
     SCOPED_TRACE(args);
     Outcome o = run_cephalo(args);
     EXPECT_EQ(o.exit_code, 1) << o.output;

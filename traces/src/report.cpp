@@ -139,7 +139,42 @@ std::string render_oom_detail(const OomDetail& d) {
          " of " + format_bytes(d.capacity_bytes) + " usable";
 }
 
-std::string render_table(const IterationReport& r) {
+namespace {
+
+// The runs of ranks a table prints as one row each: consecutive ranks whose columns (all but
+// rank and node) are equal, or every rank alone.
+std::vector<std::pair<int, int>> table_runs(const IterationReport& r, bool per_rank) {
+  const int n = static_cast<int>(r.ranks.size());
+  return equal_runs(n, [&](int a, int b) {
+    if (per_rank) return false;
+    const RankReport& x = r.ranks[static_cast<std::size_t>(a)];
+    const RankReport& y = r.ranks[static_cast<std::size_t>(b)];
+    // Equal as printed: ranks whose slices differ by an element of rounding (a unit not
+    // divisible by the rank count) differ in the last bytes of their peak, which the table
+    // does not show; --per-rank and the JSON record keep every rank's exact values. The text
+    // is made only when the numbers differ.
+    auto seconds = [](double u, double v) {
+      return u == v || format_seconds(u) == format_seconds(v);
+    };
+    auto bytes = [](double u, double v) { return u == v || format_bytes(u) == format_bytes(v); };
+    auto percent = [&](double pu, double cu, double pv, double cv) {
+      return (pu == pv && cu == cv) ||
+             (cu > 0 && cv > 0 && fixed(100.0 * pu / cu, 1) == fixed(100.0 * pv / cv, 1));
+    };
+    return x.gpu == y.gpu && x.stage == y.stage && seconds(x.compute_s, y.compute_s) &&
+           seconds(x.comm_s, y.comm_s) && seconds(x.copy_s, y.copy_s) &&
+           seconds(x.exposed_comm_s, y.exposed_comm_s) && seconds(x.idle_s, y.idle_s) &&
+           bytes(x.peak_memory_bytes, y.peak_memory_bytes) &&
+           bytes(x.capacity_bytes, y.capacity_bytes) &&
+           percent(x.peak_memory_bytes, x.capacity_bytes, y.peak_memory_bytes, y.capacity_bytes) &&
+           seconds(x.exposed_tp_s, y.exposed_tp_s) && seconds(x.exposed_pp_s, y.exposed_pp_s) &&
+           seconds(x.exposed_dp_s, y.exposed_dp_s) && seconds(x.bubble_s, y.bubble_s);
+  });
+}
+
+}  // namespace
+
+std::string render_table(const IterationReport& r, bool per_rank) {
   std::string out;
   out += "iteration time  " + format_seconds(r.iteration_time_s) + "\n";
   out += "throughput      " + fixed(r.samples_per_s, 2) + " samples/s, " +
@@ -158,30 +193,36 @@ std::string render_table(const IterationReport& r) {
   const bool split = !r.ranks.empty() && r.ranks.front().stage >= 0;
   if (split) {
     // A split plan: each rank's stage, its exposed communication by kind and its bubble.
-    TextTable t({"rank", "gpu", "node", "stage", "compute", "TP", "PP exposed", "DP exposed",
-                 "bubble", "idle", "peak memory", "capacity", "peak %"});
+    TextTable t({per_rank ? "rank" : "ranks", "gpu", "node", "stage", "compute", "TP", "PP exposed",
+                 "DP exposed", "bubble", "idle", "peak memory", "capacity", "peak %"});
     t.set_align(1, TextTable::Align::Left);
-    for (const RankReport& k : r.ranks)
+    for (const auto& [begin, end] : table_runs(r, per_rank)) {
+      const RankReport& k = r.ranks[static_cast<std::size_t>(begin)];
+      const RankReport& last = r.ranks[static_cast<std::size_t>(end - 1)];
       t.add_row(
-          {std::to_string(k.rank), k.gpu, std::to_string(k.node), std::to_string(k.stage),
-           format_seconds(k.compute_s), format_seconds(k.exposed_tp_s),
+          {format_rank_range(k.rank, last.rank), k.gpu, format_rank_range(k.node, last.node),
+           std::to_string(k.stage), format_seconds(k.compute_s), format_seconds(k.exposed_tp_s),
            format_seconds(k.exposed_pp_s), format_seconds(k.exposed_dp_s),
            format_seconds(k.bubble_s), format_seconds(k.idle_s), format_bytes(k.peak_memory_bytes),
            format_bytes(k.capacity_bytes),
            k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+    }
     out += t.render();
     return out;
   }
-  TextTable t({"rank", "gpu", "node", "compute", "comm", "copies", "exposed comm", "idle",
-               "peak memory", "capacity", "peak %"});
+  TextTable t({per_rank ? "rank" : "ranks", "gpu", "node", "compute", "comm", "copies",
+               "exposed comm", "idle", "peak memory", "capacity", "peak %"});
   t.set_align(1, TextTable::Align::Left);
-  for (const RankReport& k : r.ranks)
+  for (const auto& [begin, end] : table_runs(r, per_rank)) {
+    const RankReport& k = r.ranks[static_cast<std::size_t>(begin)];
+    const RankReport& last = r.ranks[static_cast<std::size_t>(end - 1)];
     t.add_row(
-        {std::to_string(k.rank), k.gpu, std::to_string(k.node), format_seconds(k.compute_s),
-         format_seconds(k.comm_s), format_seconds(k.copy_s), format_seconds(k.exposed_comm_s),
-         format_seconds(k.idle_s), format_bytes(k.peak_memory_bytes),
-         format_bytes(k.capacity_bytes),
+        {format_rank_range(k.rank, last.rank), k.gpu, format_rank_range(k.node, last.node),
+         format_seconds(k.compute_s), format_seconds(k.comm_s), format_seconds(k.copy_s),
+         format_seconds(k.exposed_comm_s), format_seconds(k.idle_s),
+         format_bytes(k.peak_memory_bytes), format_bytes(k.capacity_bytes),
          k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+  }
   out += t.render();
   return out;
 }

@@ -71,6 +71,13 @@ struct PlanRank {
   std::vector<int> micro_batch_sizes() const;
 };
 
+// One class of the compact form ("rank_classes"): the ranks first..last (both included) share
+// one row (device type, batch, micro-batches, state share) and a node rule.
+struct PlanRankClass {
+  int first = 0;
+  int last = 0;
+};
+
 struct Plan {
   int version = 1;
   std::string scenario;
@@ -84,7 +91,12 @@ struct Plan {
   // "model_split": tensor / pipeline / data parallelism (DESIGN §4, "A split in the plan and
   // the graph"); the default is today's FSDP plan.
   ModelSplit model_split;
+  // Every rank's row, whichever form the file used (the compact form is expanded when read:
+  // a row is 64 bytes, 64 MB at 1M ranks, and every consumer indexes by rank).
   std::vector<PlanRank> ranks;
+  // The classes the plan was read from ("rank_classes"); empty when it was read per rank or
+  // built in code. Messages about a rank name the class it was written in (row_path).
+  std::vector<PlanRankClass> rank_classes;
   Json predicted;  // optional, informational (planner's predictions); null when absent
 
   bool has_split() const { return !model_split.is_default(); }
@@ -92,7 +104,21 @@ struct Plan {
   // runs (m × the micro-batch its replicas share).
   int global_batch() const;
   bool even_shares() const;  // all shares equal within 1e-12
+  // Where rank r's row was written, as a JSON path with the rank range of a class:
+  // "ranks[7]" (per rank) or "rank_classes[1]" ... " (ranks 8-15)" via row_label.
+  std::string row_path(int rank) const;
+  // "" for the per-rank form; " (class of ranks 8-15)" for the compact form.
+  std::string row_label(int rank) const;
 };
+
+// The two forms of a plan's rows in a file (scenarios/README.md, "Plan keys"): "ranks", one
+// object per rank, or "rank_classes", one object per run of ranks with the same row. Auto writes
+// the compact form above kCompactPlanAbove ranks: the shipped scenarios (at most 64 ranks) and
+// the plans people read and edit by hand stay per rank, while a 100k-rank plan (12,500 nodes of
+// one kind) is a few lines instead of 40 MB. 256 ranks per rank are about 40 KB of JSON, the
+// size past which a file is no longer read by eye.
+enum class PlanForm { Auto, PerRank, Compact };
+constexpr int kCompactPlanAbove = 256;
 
 constexpr double kShareSumTolerance = 1e-9;
 // Size bounds, checked while a plan is read so nothing downstream (graph builder, simulator,
@@ -102,8 +128,23 @@ constexpr double kShareSumTolerance = 1e-9;
 // kMaxScheduledUnitPasses. Measured: simulate takes about 390 bytes per unit pass (877 MB
 // for 4 ranks x 16384 micro-batches of gpt-2.7b), so the bound is about 6.5 GB; 100k ranks of
 // one micro-batch of a 32-layer model are 3.4M passes.
+//
+// The bound is on what a replay builds: an FSDP plan's ranks alike in device, node link and row
+// replay once (sim/class_replay.hpp), so its bound is on classes x units x micro-batches (1M
+// ranks of one class are 34 passes); a split plan, and a replay asked for per-op records or
+// a trace, build every rank and are bounded by the sum over ranks.
 constexpr int kMaxMicroBatchesPerRank = 1 << 16;
 constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
+
+// Σ over the ranks of units x micro-batches: what a replay of every rank builds.
+std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario);
+// Σ over the classes of ranks alike in device type, emulation slowdown, node link kind and row
+// (batch, micro-batches, share) of units x micro-batches: what the class replay builds at least.
+std::int64_t class_unit_passes(const Plan& plan, const Scenario& scenario);
+// ValidationError at `plan_file`, path "ranks[*].micro_batches" (or "rank_classes[*]...") when
+// `passes` exceeds kMaxScheduledUnitPasses; `what` says how they were counted.
+void check_unit_passes(const Plan& plan, std::int64_t passes, const std::string& what,
+                       const std::string& plan_file);
 
 // Parses and checks the plan's own invariants (rank numbering, micro-batch arithmetic, shares
 // summing to 1 over every sharding group, the groups a partition of the ranks; under a split,
@@ -117,7 +158,7 @@ Plan load_plan(const std::filesystem::path& file);
 // within kMaxScheduledUnitPasses, and a split passes check_model_split_for. Throws ValidationError
 // naming `plan_file` and the field.
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
-Json to_json(const Plan& plan);
+Json to_json(const Plan& plan, PlanForm form = PlanForm::Auto);
 
 // The plan of `split` on `scenario`: every stage's share of a micro-batch (global batch / m
 // samples) divided among its replicas as evenly as whole samples allow (the first replicas take

@@ -5,6 +5,7 @@
 //                                                        each rank owns its state_share of
 //                                                        every unit, Σ shares = 1.
 //   "sharding": {"kind": "hybrid", "groups": [[0,1,2,3],[4,5,6,7]]}
+//   (a group may be written {"ranks": [first, last]}: the ranks first..last)
 //                                                        hybrid sharding (HSDP): the ranks are
 //                                                        partitioned into groups; each group
 //                                                        holds one full copy of the state, cut
@@ -50,9 +51,11 @@ Sharding parse_sharding(JsonReader reader);
 void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
                     const JsonReader& sharding_reader, const JsonReader& ranks_reader);
 
-// "full" or the hybrid object.
-Json to_json(const Sharding& sharding);
-// "full", or "hybrid (2 groups: 4+4 ranks)".
+// "full" or the hybrid object; with `ranges` a group of consecutive ranks is written
+// {"ranks": [first, last]} (the compact plan form), otherwise as its list of ranks.
+Json to_json(const Sharding& sharding, bool ranges = false);
+// "full", "hybrid (2 groups: 4+4 ranks)", or above 8 groups by runs of equal sizes
+// "hybrid (3125 groups: 3125 x 32 ranks)".
 std::string describe(const Sharding& sharding);
 
 }  // namespace cephalo

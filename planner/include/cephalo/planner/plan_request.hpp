@@ -71,8 +71,8 @@ struct PlanAnswer {
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
 
 // What `cephalo plan --json` prints and -o writes: the Plan carrying its prediction
-// (plan_record of either family; a split's Plan has its "model_split").
-Json plan_answer_record(const PlanAnswer& answer);
+// (plan_record of either family; a split's Plan has its "model_split"), its rows in `form`.
+Json plan_answer_record(const PlanAnswer& answer, PlanForm form = PlanForm::Auto);
 
 // `cephalo predict 3d`'s request: the estimate of one given split, its options as text.
 struct SplitEstimateRequest {

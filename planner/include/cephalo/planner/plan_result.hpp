@@ -98,19 +98,25 @@ struct PlanResult {
 // sets predicted_iteration_s and model_iteration_s to the model's time).
 void predict(const Scenario& scenario, const costmodels::CostModels& models, PlanResult& result);
 
-// Per-rank table and JSON of a result.
-std::string render_table(const PlanResult& result);
+// The table of a result: one row per run of consecutive ranks with equal rows (their rank
+// range), or with `per_rank` one row per rank; and its JSON.
+std::string render_table(const PlanResult& result, bool per_rank = false);
 // What `cephalo plan` prints without --json: a line naming the scenario (model, sequence, global
 // batch, devices, stack), the table and, when the memory model finds a rank over capacity, a
 // warning (`fits`: PlanResult::fits). `table` is render_table(result), built by the caller
 // only when it prints.
 std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits);
 Json to_json(const PlanResult& result);
-// to_json without the "plan" key: the record a Plan carries as its `predicted` field.
-Json prediction_json(const PlanResult& result);
+// to_json without the "plan" key: the record a Plan carries as its `predicted` field. Its
+// per-rank predictions are "ranks" (one object per rank) or, for a plan written in the compact
+// form, "rank_classes" (one per run of ranks with equal predictions, with their "ranks": [first,
+// last]).
+Json prediction_json(const PlanResult& result, PlanForm form = PlanForm::Auto);
 // What `cephalo plan --json` prints and `-o` writes: the Plan record whose `predicted` field is
 // prediction_json (one valid Plan; the prediction is moved in, not copied through
 // Plan::predicted, which at 100k ranks costs more than the planning).
-Json plan_record(const PlanResult& result);
+// `form` is the file form of the plan's rows (core/plan.hpp; Auto: compact above
+// kCompactPlanAbove ranks), which the prediction's rows follow.
+Json plan_record(const PlanResult& result, PlanForm form = PlanForm::Auto);
 
 }  // namespace cephalo::planner

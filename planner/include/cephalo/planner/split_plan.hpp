@@ -37,7 +37,7 @@ SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& o
 
 // The plan record `--json` prints and -o writes: the Plan with "predicted" holding the
 // estimate, the replay's time and the search's counts.
-Json plan_record(const SplitPlanResult& result);
+Json plan_record(const SplitPlanResult& result, PlanForm form = PlanForm::Auto);
 // The search's table (render_split_search), then the replay: its iteration time against the
 // estimate's, the bubble and exposed communication per stage.
 std::string render_split_plan(const SplitPlanResult& result);

@@ -87,11 +87,11 @@ bool write_simulation_trace(const Simulation& run, const Scenario& scenario,
 
 // What `cephalo simulate` prints of a simulation: on stderr, what was replayed ("simulated 812
 // ops, 2301 events in 4.1 ms; implementation ..."); on stdout, a line naming the plan's
-// choices, the compute model and the implementation, the report's table and, with `ops`, a
-// row per op (name, start, end).
+// choices, the compute model and the implementation, the report's table (a row per run of
+// alike ranks, or with `per_rank` per rank) and, with `ops`, a row per op (name, start, end).
 std::string render_replay_summary(const Simulation& run, const Scenario& scenario,
                                   const Plan& plan);
 std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
-                              const std::string& plan_label, bool ops);
+                              const std::string& plan_label, bool ops, bool per_rank = false);
 
 }  // namespace cephalo::sim

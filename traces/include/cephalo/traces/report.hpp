@@ -95,8 +95,10 @@ IterationReport parse_iteration_report(JsonReader& reader);
 IterationReport load_iteration_report(const std::filesystem::path& file);
 // Deterministic text (same input, same bytes): `to_json(report).dump(2)` plus a newline.
 std::string render_json(const IterationReport& report);
-// Summary lines plus an aligned per-rank table.
-std::string render_table(const IterationReport& report);
+// Summary lines plus an aligned table of the ranks: one row per run of consecutive ranks whose
+// rows print the same but for rank and node (their rank range, and node range), or with
+// `per_rank` one row per rank. At 1M ranks of one kind that is one row, not a million.
+std::string render_table(const IterationReport& report, bool per_rank = false);
 // "rank 3 at F u2 mb0 r3 needs 25.1 GiB of 22.4 GiB usable": where an iteration ran out.
 std::string render_oom_detail(const OomDetail& detail);
 
