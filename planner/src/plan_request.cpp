@@ -1,8 +1,10 @@
 #include "cephalo/planner/plan_request.hpp"
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
@@ -115,8 +117,25 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   options.selective_recompute = checkpointing == "selective";
   options.scatter_gather = r.scatter_gather;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
+  if (!r.allocation.empty()) {
+    options.replica_batches = ReplicaBatches::Given;
+    options.allocation = r.allocation;
+  }
   return estimate_split(scenario, split, options,
                         costmodels::make_cost_models(scenario, r.compute_model));
+}
+
+ReplicaAllocation replica_allocation_in(const std::string& file) {
+  if (!read_json_file(file).contains("ranks")) return {};
+  const Plan plan = load_plan(file);
+  ReplicaAllocation a;
+  a.micro_batch.resize(plan.ranks.size());
+  a.state_share.resize(plan.ranks.size());
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+    a.micro_batch[i] = plan.ranks[i].micro_batch;
+    a.state_share[i] = plan.ranks[i].state_share;
+  }
+  return a;
 }
 
 std::string render_split_summary(const SplitEstimate& e) {

@@ -1,6 +1,7 @@
 #pragma once
 // The scenario the 3D-split tests price: nodes of one GPU type each on NVLink with InfiniBand
 // NICs, running a small GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,24 @@ inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, 
         {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
   JsonReader reader(doc, "split-test.json");
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// Every composition of `total` into `parts` parts, each a positive multiple of `unit`.
+inline void compositions(int total, int parts, int unit, std::vector<int>& cur,
+                         const std::function<void(const std::vector<int>&)>& f) {
+  if (parts == 1) {
+    if (total >= unit && total % unit == 0) {
+      cur.push_back(total);
+      f(cur);
+      cur.pop_back();
+    }
+    return;
+  }
+  for (int c = unit; c <= total - unit * (parts - 1); c += unit) {
+    cur.push_back(c);
+    compositions(total - c, parts - 1, unit, cur, f);
+    cur.pop_back();
+  }
 }
 
 }  // namespace cephalo::test_support

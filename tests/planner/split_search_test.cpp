@@ -44,23 +44,7 @@ Scenario two_types(int global_batch = 8, int hidden = 1024) {
   return scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, global_batch, hidden, 16);
 }
 
-// Every composition of `total` into `parts` parts, each a positive multiple of `unit`.
-void compositions(int total, int parts, int unit, std::vector<int>& cur,
-                  const std::function<void(const std::vector<int>&)>& f) {
-  if (parts == 1) {
-    if (total >= unit && total % unit == 0) {
-      cur.push_back(total);
-      f(cur);
-      cur.pop_back();
-    }
-    return;
-  }
-  for (int c = unit; c <= total - unit * (parts - 1); c += unit) {
-    cur.push_back(c);
-    compositions(total - c, parts - 1, unit, cur, f);
-    cur.pop_back();
-  }
-}
+using test_support::compositions;
 
 TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   const Scenario s = two_types();
@@ -72,6 +56,9 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   options.sharding = StageSharding::Optimizer;
   options.sequence_parallel = false;
   options.recompute = false;
+  // The type-block family with even replicas, which this enumeration covers (stages of whole
+  // nodes with balanced replicas: split_uneven_test.cpp).
+  options.node_stages = false;
   SplitOptions estimate_options;
 
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
