@@ -1,5 +1,7 @@
 #include "cephalo/planner/plan_request.hpp"
 
+#include <iostream>
+
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
@@ -37,6 +39,9 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   SplitSearchOptions o;
   const std::string& source = r.options.options_source;
   o.options_source = source;
+  // A long search says how far it got on stderr (the command line's; Python stays silent).
+  if (source == kOptionsFromCommandLine)
+    o.progress = [](const std::string& line) { std::cerr << line << std::endl; };
   if (r.tensor_parallel > 0) o.tensor_parallel = r.tensor_parallel;
   if (r.pipeline_stages > 0) o.pipeline_stages = r.pipeline_stages;
   if (r.micro_batches > 0) o.micro_batches = r.micro_batches;

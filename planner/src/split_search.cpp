@@ -1,7 +1,9 @@
 #include "cephalo/planner/split_search.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include <tuple>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -159,6 +162,9 @@ class Search {
     limits.stop_above = stop_above;
     c.estimate = estimator_.estimate(c.split, o, limits);
     ++result_.evaluated;
+    if (c.estimate.fits && c.estimate.complete)
+      best_so_far_ = std::min(best_so_far_, c.estimate.iteration_s);
+    if (options_.progress && (result_.evaluated & 255) == 0) report_progress();
     if (!c.estimate.fits) {
       ++result_.refused;
       const double over = overshoot(c.estimate);
@@ -183,6 +189,20 @@ class Search {
   // and one GPU type.
   void explore_node_runs();
 
+  void report_progress() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report_ < std::chrono::seconds(2)) return;
+    last_report_ = now;
+    std::ostringstream line;
+    line << "3D split search: " << result_.evaluated << " candidates priced in "
+         << format_seconds(std::chrono::duration<double>(now - started_).count());
+    if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
+    options_.progress(line.str());
+  }
+
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_report_ = started_;
+  double best_so_far_ = std::numeric_limits<double>::infinity();
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;
@@ -585,6 +605,24 @@ SplitSearchResult Search::run() {
   std::stable_sort(refined.begin(), refined.end(), [](const Candidate* a, const Candidate* b) {
     return a->estimate.iteration_s < b->estimate.iteration_s;
   });
+  // The best with even replicas and the best whose replicas differ in samples go too: the
+  // estimate's errors differ between them.
+  const auto uneven = [](const Candidate* c) {
+    for (const auto& st : c->estimate.stages)
+      if (std::adjacent_find(st.replica_micro_batches.begin(), st.replica_micro_batches.end(),
+                             std::not_equal_to<>()) != st.replica_micro_batches.end())
+        return true;
+    return false;
+  };
+  for (bool want : {false, true}) {
+    const auto it = std::find_if(refined.begin(), refined.end(),
+                                 [&](const Candidate* c) { return uneven(c) == want; });
+    if (it != refined.end() && it - refined.begin() >= options_.finalists) {
+      const Candidate* c = *it;
+      refined.erase(it);
+      refined.insert(refined.begin() + std::max(0, options_.finalists - 2), c);
+    }
+  }
   for (const Candidate* c : refined) {
     if (static_cast<int>(result_.finalists.size()) >= options_.finalists) break;
     Candidate f = *c;
