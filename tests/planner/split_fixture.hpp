@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 
@@ -69,6 +70,20 @@ inline void compositions(int total, int parts, int unit, std::vector<int>& cur,
     compositions(total - c, parts - 1, unit, cur, f);
     cur.pop_back();
   }
+}
+
+// Stage i's chunks from per-stage layer counts (multiples of v): virtual stage c·p + i holds
+// counts[i] / v layers, the virtual stages tiling 0..L−1 in order.
+inline void lay_out_chunks(std::vector<PipelineStage>& stages, const std::vector<int>& counts,
+                           int v) {
+  const int p = static_cast<int>(stages.size());
+  int pos = 0;
+  for (int c = 0; c < v; ++c)
+    for (int i = 0; i < p; ++i) {
+      const int q = counts[static_cast<std::size_t>(i)] / v;
+      stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
+      pos += q;
+    }
 }
 
 }  // namespace cephalo::test_support

@@ -126,13 +126,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
                   split.micro_batches = m;
                   split.sharding = StageSharding::Optimizer;
                   split.stages.resize(static_cast<std::size_t>(p));
-                  int pos = 0;
-                  for (int c = 0; c < v; ++c)
-                    for (int i = 0; i < p; ++i) {
-                      const int q = counts[static_cast<std::size_t>(i)] / v;
-                      split.stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
-                      pos += q;
-                    }
+                  test_support::lay_out_chunks(split.stages, counts, v);
                   for (int i = 0; i < p; ++i) {
                     split.stages[static_cast<std::size_t>(i)].ranks =
                         ranks[static_cast<std::size_t>(i)];

@@ -156,13 +156,7 @@ TEST(SplitReplicas, TheSearchMatchesTheExhaustiveEnumerationOfMixedStagesAndUnev
           split.micro_batches = m;
           split.sharding = StageSharding::Full;
           split.stages.resize(static_cast<std::size_t>(p));
-          int pos = 0;
-          for (int c = 0; c < v; ++c)
-            for (int i = 0; i < p; ++i) {
-              const int q = counts[static_cast<std::size_t>(i)] / v;
-              split.stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
-              pos += q;
-            }
+          test_support::lay_out_chunks(split.stages, counts, v);
           for (int i = 0; i < p; ++i)
             split.stages[static_cast<std::size_t>(i)].ranks =
                 stage_ranks[static_cast<std::size_t>(i)];
