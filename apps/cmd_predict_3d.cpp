@@ -38,6 +38,7 @@ void add_predict_3d_command(CLI::App& predict) {
     request.scatter_gather = !a.no_scatter_gather;
     request.options_source = planner::kOptionsFromCommandLine;
     request.split_file = a.split;
+    request.allocation = planner::replica_allocation_in(a.split);
     const auto estimate = planner::estimate_split_request(scenario, split, request);
     print_json_or_text(
         a.json, [&] { return planner::to_json(estimate); },

@@ -1,10 +1,13 @@
 #include "cephalo/planner/plan_request.hpp"
 
 #include <algorithm>
+#include <iostream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
@@ -93,6 +96,9 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   SplitSearchOptions o;
   const std::string& source = r.options.options_source;
   o.options_source = source;
+  // A long search says how far it got on stderr (the command line's; Python stays silent).
+  if (source == kOptionsFromCommandLine)
+    o.progress = [](const std::string& line) { std::cerr << line << std::endl; };
   if (r.tensor_parallel > 0) o.tensor_parallel = r.tensor_parallel;
   if (r.pipeline_stages > 0) o.pipeline_stages = r.pipeline_stages;
   if (r.micro_batches > 0) o.micro_batches = r.micro_batches;
@@ -162,8 +168,25 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   options.scatter_gather = r.scatter_gather;
   options.split_file = r.split_file;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
+  if (!r.allocation.empty()) {
+    options.replica_batches = ReplicaBatches::Given;
+    options.allocation = r.allocation;
+  }
   return estimate_split(scenario, split, options,
                         costmodels::make_cost_models(scenario, r.compute_model));
+}
+
+ReplicaAllocation replica_allocation_in(const std::string& file) {
+  if (!read_json_file(file).contains("ranks")) return {};
+  const Plan plan = load_plan(file);
+  ReplicaAllocation a;
+  a.micro_batch.resize(plan.ranks.size());
+  a.state_share.resize(plan.ranks.size());
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+    a.micro_batch[i] = plan.ranks[i].micro_batch;
+    a.state_share[i] = plan.ranks[i].state_share;
+  }
+  return a;
 }
 
 std::string render_split_summary(const SplitEstimate& e) {

@@ -309,6 +309,23 @@ void check_batch(const Scenario& s, const std::string& who) {
   }
 }
 
+std::vector<double> shares_by_free_memory(const std::vector<double>& free) {
+  double total = 0;
+  for (double f : free) total += f;
+  const bool equal = std::all_of(free.begin(), free.end(), [&](double f) {
+    return std::fabs(f - free.front()) <= 1e-9 * free.front();
+  });
+  std::vector<double> shares;
+  double assigned = 0;
+  for (std::size_t i = 0; i < free.size(); ++i) {
+    double share = equal ? 1.0 / static_cast<double>(free.size()) : free[i] / total;
+    if (i + 1 == free.size()) share = std::max(0.0, 1.0 - assigned);
+    assigned += share;
+    shares.push_back(share);
+  }
+  return shares;
+}
+
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
                        const PlannerOptions& opt) {
   const int n = static_cast<int>(plan.ranks.size());

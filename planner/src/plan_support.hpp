@@ -102,6 +102,12 @@ void check_batch(const Scenario& s, const std::string& who);
 // (none, else every:k for the largest such k, else full), with each rank's largest micro-batch.
 void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
                        const PlannerOptions& options = {});
+// State shares of a group by the memory each rank has free after everything but the state:
+// equal where the ranks are alike (within 1e-9: even collectives), else in proportion to
+// `free`; the last share takes the rounding so they sum to 1 exactly. Both the FSDP plan's
+// hybrid groups (sharding_choice.cpp) and a 3D stage's data-parallel replicas
+// (split_estimate.cpp) cut shares so.
+std::vector<double> shares_by_free_memory(const std::vector<double>& free);
 // What `optimal` solves under `--activation-checkpointing auto`, least recompute first: none,
 // every:k for k = fitting_every (when above 4), 4, 3, 2 (periods up to the layer count), full.
 std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers,

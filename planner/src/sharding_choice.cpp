@@ -127,19 +127,9 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
         total_free += free_bytes.back();
       }
       if (total_free >= state && total_free > 0) {
-        const bool equal = std::all_of(free_bytes.begin(), free_bytes.end(), [&](double f) {
-          return std::fabs(f - free_bytes.front()) <= 1e-9 * free_bytes.front();
-        });
-        double assigned = 0;
-        for (std::size_t i = 0; i < group.size(); ++i) {
-          // Even shares where the devices are alike (even collectives); the last share takes
-          // the rounding so the group sums to 1 exactly.
-          double share =
-              equal ? 1.0 / static_cast<double>(group.size()) : free_bytes[i] / total_free;
-          if (i + 1 == group.size()) share = std::max(0.0, 1.0 - assigned);
-          assigned += share;
-          plan.ranks[static_cast<std::size_t>(group[i])].state_share = share;
-        }
+        const std::vector<double> shares = shares_by_free_memory(free_bytes);
+        for (std::size_t i = 0; i < group.size(); ++i)
+          plan.ranks[static_cast<std::size_t>(group[i])].state_share = shares[i];
         break;
       }
       // Smaller micro-batches leave more room for the state.

@@ -1,42 +1,20 @@
 #include "cephalo/planner/split_estimate.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <map>
-#include <memory>
-#include <sstream>
-#include <tuple>
-#include <unordered_map>
-
-#include "cephalo/core/dtype.hpp"
-#include "cephalo/core/error.hpp"
-#include "cephalo/core/units.hpp"
-#include "cephalo/costmodels/analytic_compute.hpp"
-#include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/costmodels/model_math.hpp"
-#include "cephalo/costmodels/tensor_parallel.hpp"
+#include "plan_support.hpp"
+#include "split_estimator_impl.hpp"
+#include "split_replicas.hpp"
 
 namespace cephalo::planner {
 namespace {
 
-using costmodels::CollectiveKind;
-using costmodels::CollectiveRequest;
-using costmodels::ComputePhase;
+using split_detail::CollectiveKind;
+using split_detail::CollectiveRequest;
+using split_detail::even_request;
 
 double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatures& theta) {
   double t = 0;
   for (std::size_t i = 0; i < x.size(); ++i) t += x[i] * theta[i];
   return t;
-}
-
-CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
-  CollectiveRequest r;
-  r.kind = kind;
-  const double n = static_cast<double>(ranks.size());
-  r.shard_bytes.assign(ranks.size(), bytes / n);
-  r.ranks = std::move(ranks);
-  return r;
 }
 
 // One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
@@ -79,172 +57,6 @@ double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, 
 // What SplitEstimator remembers between splits: every value here is the result of a call the
 // estimate makes, keyed by all of that call's arguments that can change between splits of one
 // scenario, so a remembered value is the value the call returns.
-struct SplitEstimator::Impl {
-  const Scenario& scenario;
-  const costmodels::CostModels& models;
-
-  // A unit's forward, backward and recompute per micro-batch on one GPU type. The calibrated
-  // model's backward is fitted on profiled layers whose backward also carries a fixed per-call
-  // cost (on the A100-40GB profiles: backward = 2.2-8 ms + 1.95-2.08 x forward, the constant
-  // growing with the layer's parameters, the engine's per-parameter gradient work); linear in
-  // its token features, that cost turns into a 2.4x ratio at the 4-16k tokens per micro-batch
-  // of a Megatron run. Megatron's backward is the forward's GEMMs again as dgrad and wgrad (and
-  // its fused kernels' backward), so it is priced at the forward's rate: the forward times the
-  // op list's backward / forward work. A profile's measured backward is kept.
-  struct UnitTimes {
-    double forward = 0, backward = 0, recompute = 0;
-    bool known = false;
-  };
-  struct DeviceKey {
-    std::string gpu;
-    int micro_batch = 0;
-    bool backward_at_forward_rate = true;
-    bool operator<(const DeviceKey& o) const {
-      return std::tie(gpu, micro_batch, backward_at_forward_rate) <
-             std::tie(o.gpu, o.micro_batch, o.backward_at_forward_rate);
-    }
-  };
-  struct DeviceTimes {
-    std::vector<UnitTimes> units;  // by unit, filled when first asked
-    costmodels::LayerShare replicated;
-    double attention_core = 0;
-  };
-  std::map<DeviceKey, DeviceTimes> device_times;
-
-  struct RequestKey {
-    CollectiveKind kind;
-    std::vector<double> shard_bytes;
-    std::vector<int> ranks;
-    bool operator==(const RequestKey&) const = default;
-  };
-  struct RequestHash {
-    std::size_t operator()(const RequestKey& k) const {
-      std::size_t h = std::hash<int>()(static_cast<int>(k.kind));
-      auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-      for (double b : k.shard_bytes) mix(std::hash<double>()(b));
-      for (int r : k.ranks) mix(std::hash<int>()(r));
-      return h;
-    }
-  };
-  std::unordered_map<RequestKey, double, RequestHash> collectives;
-
-  // What a stage's ranks (and its T) give whatever its layers: its first TP group, its DP
-  // group 0, how the group and the stage lie on the first rank's node, the smallest usable
-  // capacity, and the collectives priced over the TP group (which 0) or the DP group (1).
-  struct StageRanks {
-    std::vector<int> ranks;
-    std::vector<int> tp, group;
-    bool group_spans_nodes = false;
-    int stage_on_first_node = 0, group_on_first_node = 0;
-    double capacity = std::numeric_limits<double>::infinity();
-    int capacity_rank = 0;
-    std::map<std::pair<int, double>, double> times;  // by (which · 8 + kind, bytes)
-  };
-  // By (first rank, last rank, count, T); a bucket holds every rank list seen with those.
-  std::map<std::tuple<int, int, std::size_t, int>, std::vector<std::unique_ptr<StageRanks>>>
-      stage_ranks;
-
-  StageRanks& ranks_of(const std::vector<int>& st_ranks, int T) {
-    auto& bucket = stage_ranks[{st_ranks.front(), st_ranks.back(), st_ranks.size(), T}];
-    for (auto& e : bucket)
-      if (e->ranks == st_ranks) return *e;
-    const auto& ranks = scenario.cluster.ranks();
-    auto e = std::make_unique<StageRanks>();
-    e->ranks = st_ranks;
-    e->tp.assign(st_ranks.begin(), st_ranks.begin() + T);
-    for (std::size_t i = 0; i < st_ranks.size(); i += static_cast<std::size_t>(T))
-      e->group.push_back(st_ranks[i]);
-    std::map<int, int> group_on_node, stage_on_node;
-    for (int r : e->group) ++group_on_node[ranks[static_cast<std::size_t>(r)].node];
-    for (int r : st_ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
-    const int first_node = ranks[static_cast<std::size_t>(st_ranks.front())].node;
-    e->group_spans_nodes = group_on_node.size() > 1;
-    e->stage_on_first_node = stage_on_node[first_node];
-    e->group_on_first_node = group_on_node[first_node];
-    const double usable = costmodels::memory_constants().usable_fraction;
-    for (int r : st_ranks) {
-      const double cap = ranks[static_cast<std::size_t>(r)].slot->spec.memory_bytes * usable;
-      if (cap < e->capacity) {
-        e->capacity = cap;
-        e->capacity_rank = r;
-      }
-    }
-    bucket.push_back(std::move(e));
-    return *bucket.back();
-  }
-
-  double stage_collective(StageRanks& st, int which, CollectiveKind kind, double bytes) {
-    const auto key = std::make_pair(which * 8 + static_cast<int>(kind), bytes);
-    auto it = st.times.find(key);
-    if (it != st.times.end()) return it->second;
-    const double t =
-        models.comm
-            ->collective(scenario.cluster, even_request(kind, which == 0 ? st.tp : st.group, bytes))
-            .seconds;
-    st.times.emplace(key, t);
-    return t;
-  }
-
-  // Per (stages, micro-batches, schedule): each stage's peak_in_flight, from one stage_orders.
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
-
-  Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
-
-  DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
-    const DeviceKey key{spec.name, b, options.backward_at_forward_rate};
-    auto it = device_times.find(key);
-    if (it == device_times.end()) {
-      it = device_times.emplace(key, DeviceTimes{}).first;
-      it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
-      // costmodels' shares of a layer (tensor_parallel.hpp): the simulator reads the same.
-      it->second.replicated = costmodels::layer_replicated_share(spec, scenario.job, b);
-      it->second.attention_core =
-          costmodels::layer_attention_core_share(spec, scenario.job, b).forward;
-    }
-    return it->second;
-  }
-
-  const UnitTimes& unit_times(DeviceTimes& d, const DeviceSpec& spec, int unit, int b,
-                              const SplitOptions& options) {
-    UnitTimes& u = d.units[static_cast<std::size_t>(unit)];
-    if (u.known) return u;
-    const Job& job = scenario.job;
-    const auto fwd = models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b);
-    u.forward = fwd.seconds;
-    u.recompute = models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds;
-    if (options.backward_at_forward_rate && fwd.source.rfind("calibrated", 0) == 0)
-      u.backward = fwd.seconds * backward_work_ratio(spec, job, unit, b);
-    else
-      u.backward = models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
-    u.known = true;
-    return u;
-  }
-
-  double collective(const CollectiveRequest& r) {
-    RequestKey key{r.kind, r.shard_bytes, r.ranks};
-    auto it = collectives.find(key);
-    if (it != collectives.end()) return it->second;
-    const double t = models.comm->collective(scenario.cluster, r).seconds;
-    collectives.emplace(std::move(key), t);
-    return t;
-  }
-
-  const std::vector<int>& stage_peaks(int p, int m, const pipeline::PipelineSchedule& schedule) {
-    const auto key =
-        std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
-    auto it = peaks.find(key);
-    if (it != peaks.end()) return it->second;
-    // pipeline::peak_in_flight(stage, ...) is peak_in_flight(stage_orders(...)[stage]).
-    const auto orders = pipeline::stage_orders(p, m, schedule);
-    std::vector<int> out;
-    for (const auto& order : orders) out.push_back(pipeline::peak_in_flight(order));
-    return peaks.emplace(key, std::move(out)).first->second;
-  }
-
-  SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
-                         const EstimateLimits& limits);
-};
-
 SplitEstimator::SplitEstimator(const Scenario& scenario, const costmodels::CostModels& models)
     : impl_(std::make_unique<Impl>(scenario, models)) {}
 SplitEstimator::~SplitEstimator() = default;
@@ -278,133 +90,124 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const auto& ranks = cluster.ranks();
   const bool tied = model.tied_embeddings && model.vocab_size > 0;
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
+  const ReplicaBatches mode = options.replica_batches;
+  const auto& constants = costmodels::memory_constants();
+  const std::vector<int>& peak = stage_peaks(p, m, split.schedule);
 
   SplitEstimate out;
   if (limits.describe) out.split = describe(split, world);
   out.stages.resize(static_cast<std::size_t>(p));
-  // Per virtual stage k = c·p + s, one micro-batch's forward and backward.
+  if (mode != ReplicaBatches::Even) {
+    out.allocation.micro_batch.assign(static_cast<std::size_t>(world), 0);
+    out.allocation.state_share.assign(static_cast<std::size_t>(world), 0.0);
+  }
+  // Per virtual stage k = c·p + s, one micro-batch's forward and backward (the slowest
+  // replica's).
   std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
   std::vector<StageRanks*> stage_facts(static_cast<std::size_t>(p));
+  std::vector<Replicas> reps(static_cast<std::size_t>(p));
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
     const int T = split.tensor_parallel_of(static_cast<std::size_t>(s));
     const int replicas = static_cast<int>(st.ranks.size()) / T;
-    const long long per_micro = static_cast<long long>(m) * replicas;
-    if (job.global_batch % per_micro != 0) {
-      std::ostringstream v, x;
-      v << "global batch " << job.global_batch << " over " << m << " micro-batches x " << replicas
-        << " replicas";
-      x << "a global batch divisible by micro_batches x replicas (" << per_micro << ")";
-      throw ValidationError(file, "model_split.stages[" + std::to_string(s) + "]", v.str(),
-                            x.str());
-    }
-    const int b = static_cast<int>(job.global_batch / per_micro);
-    const DeviceSlot& slot = *ranks[static_cast<std::size_t>(st.ranks.front())].slot;
-    for (int r : st.ranks) {
-      const DeviceSpec& other = ranks[static_cast<std::size_t>(r)].slot->spec;
-      if (&other != &slot.spec && other.name != slot.spec.name)
-        throw ValidationError(file, "model_split.stages[" + std::to_string(s) + "].ranks",
-                              std::to_string(r),
-                              "ranks of one GPU type per stage (rank " +
-                                  std::to_string(st.ranks.front()) + " is " + slot.spec.name + ")");
-    }
-    const DeviceSpec& spec = slot.spec;
-    est.stage = s;
-    est.gpu = spec.name;
-    est.tensor_parallel = T;
-    est.replicas = replicas;
-    est.micro_batch = b;
     StageRanks& sr = ranks_of(st.ranks, T);
     stage_facts[static_cast<std::size_t>(s)] = &sr;
+    Replicas& rep = reps[static_cast<std::size_t>(s)];
+    resolve_replicas(rep, split, st, s, T, options, file);
+    est.stage = s;
+    est.gpu = rep.gpu_names;
+    est.tensor_parallel = T;
+    est.replicas = replicas;
+    est.peak_in_flight = peak[static_cast<std::size_t>(s)];
 
-    DeviceTimes& dev = device(spec, b, options);
-    const bool sp = split.sequence_parallel;
-    est.replicated_forward = sp ? 0 : dev.replicated.forward;
-    est.replicated_backward = sp ? 0 : dev.replicated.backward;
-    // A TP rank's share of a layer's time, the simulator's rule (costmodels/tensor_parallel.hpp).
-    const double split_f =
-        costmodels::tensor_parallel_factor(model, 1, ComputePhase::Forward, T, sp, dev.replicated);
-    const double split_b =
-        costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp, dev.replicated);
-
-    // TP collectives of one layer, priced once (every layer has the same b·s·h).
-    const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;
-    est.tp_bytes_per_collective = act_bytes;
-    double reduce_s = 0;  // one all-reduce (or reduce-scatter + all-gather) of the activations
-    if (T > 1) {
-      if (split.sequence_parallel)
-        reduce_s = stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
-                   stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes);
-      else
-        reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
+    // Every class's pass at b samples, remembered for this stage.
+    std::vector<std::map<int, StagePass>> passes(rep.classes.size());
+    auto pass_of = [&](std::size_t cls, int b) -> const StagePass& {
+      auto it = passes[cls].find(b);
+      if (it == passes[cls].end())
+        it = passes[cls]
+                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls], b, options))
+                 .first;
+      return it->second;
+    };
+    // The stage's parameters and memory terms do not depend on the samples; its times do.
+    const StagePass& probe = pass_of(0, rep.size.empty() ? 1 : rep.size.front());
+    est.layers = probe.layers;
+    est.parameters_per_rank = probe.params;
+    const StageState state = stage_state(split, est);
+    const double per_sample = stage_activations(split, est, s, p, 1, options);
+    const double reserve = costmodels::runtime_reserve_bytes(true, world, constants);
+    if (mode == ReplicaBatches::BySpeed) {
+      // The most samples each replica holds with no state at all; the state is dealt after.
+      std::vector<int> caps;
+      for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
+        const double room = rep.capacity[j] - reserve - state.replicated;
+        caps.push_back(room <= 0 ? 0
+                                 : static_cast<int>(std::min(1e9, std::floor(room / per_sample))));
+      }
+      rep.size = balance_samples(rep.total, caps, [&](std::size_t j, int b) {
+        return pass_of(rep.class_of[j], b).total();
+      });
+      if (rep.size.empty()) rep.size.assign(rep.class_of.size(), 0);
     }
-    const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
-
-    double params = 0;
-    int layers = 0;
-    for (int c = 0; c < static_cast<int>(st.chunks.size()); ++c) {
-      const LayerRange range = st.chunks[static_cast<std::size_t>(c)];
-      const int k = c * p + s;
-      double f = 0, bw = 0, fc = 0, bc = 0, fcomm = 0, bcomm = 0;
-      int f_calls = 0, b_calls = 0;
-      for (int l = range.begin; l < range.end; ++l) {
-        const int unit = l + 1;
-        const UnitTimes& u = unit_times(dev, spec, unit, b, options);
-        const double tf = u.forward, tb = u.backward;
-        // Full recompute reruns the layer's forward (split like it); selective recompute only
-        // its attention core, which the T ranks split by heads.
-        const double tr = options.recompute             ? u.recompute * split_f
-                          : options.selective_recompute ? u.recompute * dev.attention_core / T
-                                                        : 0;
-        fc += tf * split_f;
-        bc += tb * split_b + tr;
-        if (T > 1) {
-          const int backward_reductions = options.recompute ? 4 : 2;
-          fcomm += 2 * reduce_s;
-          bcomm += backward_reductions * reduce_s;
-          f_calls += 2 * per_reduce;
-          b_calls += backward_reductions * per_reduce;
-        }
-        params += costmodels::layer_parameters(model) / T;
-        ++layers;
+    // The stage's step times: the slowest replica's, per chunk.
+    std::size_t slowest = 0;
+    double slowest_total = -1;
+    int largest = 0;
+    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+      largest = std::max(largest, rep.size[j]);
+      if (rep.size[j] < 1) continue;
+      const StagePass& ps = pass_of(rep.class_of[j], rep.size[j]);
+      if (ps.total() > slowest_total) {
+        slowest_total = ps.total();
+        slowest = j;
       }
-      if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
-        const UnitTimes& u = unit_times(dev, spec, 0, b, options);
-        fc += u.forward;
-        bc += u.backward;
-        if (T > 1) {
-          fcomm += reduce_s;
-          f_calls += per_reduce;
-        }
-        params += costmodels::embedding_parameters(model) / T;
+      for (int c = 0; c < V; ++c) {
+        auto& t = times[static_cast<std::size_t>(c * p + s)];
+        t.forward = std::max(t.forward, ps.chunks[static_cast<std::size_t>(c)].forward);
+        t.backward = std::max(t.backward, ps.chunks[static_cast<std::size_t>(c)].backward);
       }
-      if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
-        const int head = model.num_layers + 1;
-        const UnitTimes& u = unit_times(dev, spec, head, b, options);
-        fc += u.forward / T;
-        bc += u.backward / T;
-        if (T > 1) {
-          bcomm += reduce_s;
-          b_calls += per_reduce;
-        }
-        params += costmodels::head_parameters(model) / T;
-        // Megatron keeps a copy of the tied word embedding on the last stage for the head.
-        if (tied && p > 1) params += word_embedding / T;
-      }
-      f = fc + fcomm;
-      bw = bc + bcomm;
-      times[static_cast<std::size_t>(k)] = {f, bw};
-      est.forward_compute += fc;
-      est.backward_compute += bc;
-      est.tp_comm_forward += fcomm;
-      est.tp_comm_backward += bcomm;
-      est.tp_collectives_forward += f_calls;
-      est.tp_collectives_backward += b_calls;
     }
-    est.layers = layers;
-    est.parameters_per_rank = params;
+    est.micro_batch = largest;
+    est.replica_micro_batches = rep.size;
+    const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
+    est.replicated_forward = ps.replicated_forward;
+    est.replicated_backward = ps.replicated_backward;
+    est.tp_bytes_per_collective = ps.tp_bytes;
+    est.forward_compute = ps.forward_compute;
+    est.backward_compute = ps.backward_compute;
+    est.tp_comm_forward = ps.tp_comm_forward;
+    est.tp_comm_backward = ps.tp_comm_backward;
+    est.tp_collectives_forward = ps.f_calls;
+    est.tp_collectives_backward = ps.b_calls;
+
+    // State shares: given, equal, or by the memory each rank of a sharding group has free
+    // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
+    if (mode == ReplicaBatches::BySpeed && state.sharded > 0) {
+      for (const auto& group : rep.groups) {
+        std::vector<double> free;
+        for (std::size_t j : group)
+          free.push_back(std::max(
+              0.0, rep.capacity[j] - reserve - state.replicated - per_sample * rep.size[j]));
+        const std::vector<double> share = shares_by_free_memory(free);
+        for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
+      }
+    }
+    for (const auto& g : rep.groups)
+      for (std::size_t j : g)
+        if (std::fabs(rep.share[j] - 1.0 / static_cast<double>(g.size())) > 1e-12)
+          rep.even_shares = false;
+    if (mode != ReplicaBatches::Even)
+      for (std::size_t j = 0; j < rep.size.size(); ++j)
+        for (int t = 0; t < T; ++t) {
+          const int r = st.ranks[j * static_cast<std::size_t>(T) + static_cast<std::size_t>(t)];
+          out.allocation.micro_batch[static_cast<std::size_t>(r)] = rep.size[j];
+          // Shares of the domain: a hybrid group's, over the number of groups.
+          out.allocation.state_share[static_cast<std::size_t>(r)] =
+              rep.share[j] / static_cast<double>(rep.groups.size());
+        }
   }
 
   // P2P: the slowest boundary between adjacent virtual stages on different stages.
@@ -424,7 +227,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       double bytes = per_flow;
       if (src_node != ranks[static_cast<std::size_t>(dst)].node) {
         // Every rank of the sending stage on this node sends at the same time over its NIC.
-        bytes = per_flow * std::max(1, ra.stage_on_first_node);
+        const Replicas& rep = reps[static_cast<std::size_t>(a)];
+        bytes = rep.uniform ? per_flow * std::max(1, ra.stage_on_first_node)
+                            : (scatter ? 1.0 : T) * seq * model.hidden * e_c *
+                                  static_cast<double>(rep.samples_on_first_node());
       }
       double t = collective(p2p_request(src, dst, bytes));
       if (scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, full);
@@ -436,13 +242,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   // step, memory. Then a lower bound on the iteration: a stage runs its steps one after another,
   // so its last backward ends no earlier than the sum of its steps (m · Σ over its virtual
   // stages of forward + backward), and it finishes its DP tail and optimizer step after that.
-  const auto& constants = costmodels::memory_constants();
-  const std::vector<int>& peak = stage_peaks(p, m, split.schedule);
   for (int s = 0; s < p; ++s) {
-    const PipelineStage& st = stages[static_cast<std::size_t>(s)];
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    const Replicas& rep = reps[static_cast<std::size_t>(s)];
     const int T = est.tensor_parallel, R = est.replicas;
-    const DeviceSpec& spec = ranks[static_cast<std::size_t>(st.ranks.front())].slot->spec;
 
     // DP group 0 of the stage: the first rank of every TP group. The stage's T groups run
     // their collectives at once, so a group spanning nodes shares each NIC with the others.
@@ -456,9 +259,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const double grad_bytes = P * e_r * sharing;
       if (split.sharding == StageSharding::None) {
         dp = stage_collective(sr, 1, CollectiveKind::AllReduce, grad_bytes);
-      } else {
+      } else if (rep.even_shares) {
         dp = stage_collective(sr, 1, CollectiveKind::ReduceScatter, grad_bytes) +
              stage_collective(sr, 1, CollectiveKind::AllGather, P * e_c * sharing);
+      } else {
+        dp = collective(rep.shared_request(CollectiveKind::ReduceScatter, sr.group, grad_bytes)) +
+             collective(rep.shared_request(CollectiveKind::AllGather, sr.group, P * e_c * sharing));
       }
     }
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
@@ -472,8 +278,20 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     const double last_backward = times[static_cast<std::size_t>(s)].backward;
     est.dp_exposed =
         options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward) : dp;
-    const double shard = split.sharding == StageSharding::None ? P : P / R;
-    est.optimizer_step = models.compute->optimizer_time(spec, job, shard).seconds;
+    // The optimizer step over each replica's shard on its own device: the slowest one's.
+    est.optimizer_step = 0;
+    std::vector<bool> priced(rep.classes.size(), false);
+    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+      const bool even = split.sharding == StageSharding::None || rep.even_shares;
+      if (even && priced[rep.class_of[j]]) continue;  // the same shard on the same GPU type
+      priced[rep.class_of[j]] = true;
+      const double shard = split.sharding == StageSharding::None ? P
+                           : rep.even_shares                     ? P / R
+                                                                 : P * rep.share[j];
+      est.optimizer_step = std::max(
+          est.optimizer_step,
+          models.compute->optimizer_time(*rep.classes[rep.class_of[j]], job, shard).seconds);
+    }
     double steps = 0;
     for (int c = 0; c < V; ++c) {
       const auto& t = times[static_cast<std::size_t>(c * p + s)];
@@ -482,46 +300,49 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     out.lower_bound_s =
         std::max(out.lower_bound_s, m * steps + est.dp_exposed + est.optimizer_step);
 
-    // Memory of one rank.
-    est.peak_in_flight = peak[static_cast<std::size_t>(s)];
-    StageMemory& mem = est.memory;
+    // Memory of one rank per replica; the stage reports its tightest.
     const bool full_shard =
         split.sharding == StageSharding::Full || split.sharding == StageSharding::Hybrid;
     // Hybrid shards over the group's ranks on one node (the first rank's).
     const int node_replicas = sr.group_on_first_node;
     const double state_ways =
         split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R;
-    mem.weights = P * e_c / (full_shard ? state_ways : 1.0);
-    mem.gradients = P * e_r / (full_shard ? state_ways : 1.0);
-    const double master = job.precision.params == compute ? 0.0 : e_p;
-    mem.optimizer = P * (master + 8) / (split.sharding == StageSharding::None ? 1.0 : state_ways);
-    const double per_layer =
-        layer_activation_bytes(model, seq, est.micro_batch, T, split.sequence_parallel,
-                               options.recompute, compute, options.selective_recompute);
-    const double chunk_layers = static_cast<double>(est.layers) / V;
-    mem.activations = per_layer * chunk_layers * est.peak_in_flight;
-    if (options.recompute)  // one layer's full set while it is recomputed for its backward
-      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
-                                                split.sequence_parallel, false, compute);
-    else if (options.selective_recompute)  // one layer's attention core, recomputed
-      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
-                                                split.sequence_parallel, false, compute) -
-                         per_layer;
-    if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
-      mem.activations += 4.0 * seq * est.micro_batch * model.vocab_size / T;
-    mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
-    mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
-    mem.capacity = sr.capacity;
-    mem.rank = sr.capacity_rank;
-    if (out.fits && mem.total > mem.capacity) {
+    double tightest = -1;
+    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+      if (j > 0 && rep.uniform && rep.even_shares) break;  // every replica the same
+      // The rank's part of a sharded quantity: 1 / ways with even shares, else its share.
+      auto part = [&](double x) { return rep.even_shares ? x / state_ways : x * rep.share[j]; };
+      StageMemory mem;
+      mem.weights = full_shard ? part(P * e_c) : P * e_c;
+      mem.gradients = full_shard ? part(P * e_r) : P * e_r;
+      const double master = job.precision.params == compute ? 0.0 : e_p;
+      mem.optimizer =
+          split.sharding == StageSharding::None ? P * (master + 8) : part(P * (master + 8));
+      mem.activations = stage_activations(split, est, s, p, rep.size[j], options);
+      mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
+      mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
+      mem.capacity = rep.uniform ? sr.capacity : rep.capacity[j];
+      mem.rank = rep.uniform ? sr.capacity_rank : rep.capacity_rank[j];
+      const double ratio = mem.total / mem.capacity;
+      if (ratio > tightest) {
+        tightest = ratio;
+        est.memory = mem;
+      }
+    }
+    const StageMemory& mem = est.memory;
+    if (out.fits && (mem.total > mem.capacity || rep.unplaced())) {
       out.fits = false;
       std::ostringstream msg;
-      msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << spec.name << ") needs "
-          << gib(mem.total) << " of " << gib(mem.capacity) << " (weights " << gib(mem.weights)
-          << ", gradients " << gib(mem.gradients) << ", optimizer state " << gib(mem.optimizer)
-          << ", activations " << gib(mem.activations) << " for " << est.peak_in_flight
-          << (V > 1 ? " chunk passes" : " micro-batches") << " in flight, reserve "
-          << gib(mem.reserve) << ")";
+      if (rep.unplaced())
+        msg << "stage " << s << " does not fit: its replicas cannot hold " << rep.total
+            << " samples per micro-batch with the state (" << est.gpu << ")";
+      else
+        msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << est.gpu << ") needs "
+            << gib(mem.total) << " of " << gib(mem.capacity) << " (weights " << gib(mem.weights)
+            << ", gradients " << gib(mem.gradients) << ", optimizer state " << gib(mem.optimizer)
+            << ", activations " << gib(mem.activations) << " for " << est.peak_in_flight
+            << (V > 1 ? " chunk passes" : " micro-batches") << " in flight, reserve "
+            << gib(mem.reserve) << ")";
       out.refusal = msg.str();
     }
   }
@@ -559,54 +380,6 @@ SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
 
 void require_fit(const SplitEstimate& estimate) {
   if (!estimate.fits) throw InfeasibleError(estimate.refusal);
-}
-
-Json to_json(const SplitEstimate& e) {
-  Json stages = Json::array();
-  for (const auto& s : e.stages) {
-    stages.push_back({{"stage", s.stage},
-                      {"gpu", s.gpu},
-                      {"tensor_parallel", s.tensor_parallel},
-                      {"replicas", s.replicas},
-                      {"micro_batch", s.micro_batch},
-                      {"layers", s.layers},
-                      {"parameters_per_rank", s.parameters_per_rank},
-                      {"replicated_forward_share", s.replicated_forward},
-                      {"replicated_backward_share", s.replicated_backward},
-                      {"forward_compute_s", s.forward_compute},
-                      {"backward_compute_s", s.backward_compute},
-                      {"tp_comm_forward_s", s.tp_comm_forward},
-                      {"tp_comm_backward_s", s.tp_comm_backward},
-                      {"tp_collectives_forward", s.tp_collectives_forward},
-                      {"tp_collectives_backward", s.tp_collectives_backward},
-                      {"tp_bytes_per_collective", s.tp_bytes_per_collective},
-                      {"last_backward_end_s", s.last_backward_end},
-                      {"busy_s", s.busy},
-                      {"bubble_s", s.bubble},
-                      {"dp_comm_s", s.dp_comm},
-                      {"dp_exposed_s", s.dp_exposed},
-                      {"optimizer_s", s.optimizer_step},
-                      {"finish_s", s.finish},
-                      {"peak_in_flight", s.peak_in_flight},
-                      {"memory",
-                       {{"rank", s.memory.rank},
-                        {"weights", s.memory.weights},
-                        {"gradients", s.memory.gradients},
-                        {"optimizer", s.memory.optimizer},
-                        {"activations", s.memory.activations},
-                        {"reserve", s.memory.reserve},
-                        {"total", s.memory.total},
-                        {"capacity", s.memory.capacity}}}});
-  }
-  return {{"iteration_s", e.iteration_s},
-          {"makespan_s", e.makespan_s},
-          {"p2p_s", e.p2p_s},
-          {"bubble_fraction", e.bubble_fraction},
-          {"split", e.split},
-          {"schedule", e.schedule},
-          {"fits", e.fits},
-          {"refusal", e.refusal},
-          {"stages", stages}};
 }
 
 }  // namespace cephalo::planner

@@ -3,6 +3,7 @@
 #include "cephalo/planner/split_plan.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "cephalo/core/table.hpp"
@@ -47,6 +48,14 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   SplitPlanResult out;
   out.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
+  // Replicas balanced by speed: the samples and shares the estimate priced.
+  const ReplicaAllocation& a = search.estimate.allocation;
+  if (!a.empty())
+    for (PlanRank& r : out.plan.ranks) {
+      r.micro_batch = a.micro_batch[static_cast<std::size_t>(r.rank)];
+      r.batch = r.micro_batch * r.micro_batches;
+      r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
+    }
   out.plan.strategy = "3d";
   out.plan.activation_checkpointing.kind =
       search.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
@@ -60,7 +69,40 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
 
 SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
                            const costmodels::CostModels& models) {
-  return plan_for_split(scenario, search_split(scenario, options, models), models);
+  const SplitSearchResult search = search_split(scenario, options, models);
+  // Every finalist replayed; the fastest that fits in the replay is kept (a side that runs
+  // out of memory loses to one that does not).
+  std::optional<SplitPlanResult> best;
+  std::vector<std::string> replays;
+  for (const SplitCandidate& f : search.finalists) {
+    SplitSearchResult one = search;
+    one.split = f.split;
+    one.recompute = f.recompute;
+    one.replica_batches = f.replica_batches;
+    one.estimate = f.estimate;
+    SplitPlanResult r = plan_for_split(scenario, one, models);
+    std::ostringstream line;  // with a stage's replicas' samples per micro-batch when they differ
+    line << f.estimate.split;
+    bool first = true;
+    for (const auto& st : f.estimate.stages)
+      if (std::adjacent_find(st.replica_micro_batches.begin(), st.replica_micro_batches.end(),
+                             std::not_equal_to<>()) != st.replica_micro_batches.end()) {
+        line << (first ? "; replica micro-batches " : ", ");
+        first = false;
+        for (std::size_t j = 0; j < st.replica_micro_batches.size(); ++j)
+          line << (j ? "+" : "") << st.replica_micro_batches[j];
+      }
+    line << ": " << format_seconds(r.simulated_iteration_s)
+         << (r.simulated_oom ? " (out of memory)" : "");
+    replays.push_back(line.str());
+    const bool better = !best || (best->simulated_oom && !r.simulated_oom) ||
+                        (best->simulated_oom == r.simulated_oom &&
+                         r.simulated_iteration_s < best->simulated_iteration_s);
+    if (better) best = std::move(r);
+  }
+  if (!best) best = plan_for_split(scenario, search, models);
+  best->replays = std::move(replays);
+  return std::move(*best);
 }
 
 Json plan_record(const SplitPlanResult& r, PlanForm form) {
@@ -79,6 +121,11 @@ Json plan_record(const SplitPlanResult& r, PlanForm form) {
 std::string render_split_plan(const SplitPlanResult& r) {
   std::ostringstream out;
   out << render_split_search(r.search);
+  if (r.replays.size() > 1) {
+    out << "replayed the estimate's best " << r.replays.size()
+        << " splits, kept the fastest in simulation that fits:\n";
+    for (const auto& line : r.replays) out << "  " << line << "\n";
+  }
   out << "simulated " << format_seconds(r.simulated_iteration_s) << " (the estimate's "
       << format_seconds(r.search.estimate.iteration_s) << "; " << split_costs(r.report) << ")";
   if (r.simulated_oom) out << "; out of memory in the replay: " << r.simulated_oom_detail;

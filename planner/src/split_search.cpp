@@ -1,7 +1,9 @@
 #include "cephalo/planner/split_search.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include <tuple>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -159,11 +162,37 @@ std::vector<int> tp_degrees(const TypeBlock& block, const ModelSpec& model,
 
 // One stage before its layers are known.
 struct StageShape {
-  int type = 0;
+  int type = 0;  // the GPU type's block; for a stage of whole nodes, -1 - its first node
   std::vector<int> ranks;
   int tensor_parallel = 1;
   int replicas = 1;
+  // Whole nodes, possibly of several GPU types: its replicas' samples are balanced by speed
+  // (ReplicaBatches::BySpeed) instead of cut evenly.
+  bool by_speed = false;
 };
+
+// Every composition of `n` nodes into runs of consecutive nodes (run sizes in order); above
+// kComposedNodes nodes only runs of one size dividing n (2^(n-1) compositions grow too fast).
+constexpr int kComposedNodes = 10;
+std::vector<std::vector<int>> node_runs(int n) {
+  std::vector<std::vector<int>> out;
+  if (n <= kComposedNodes) {
+    for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<int> runs{1};
+      for (int i = 1; i < n; ++i) {
+        if (mask & (1u << (i - 1)))
+          runs.push_back(1);
+        else
+          ++runs.back();
+      }
+      out.push_back(std::move(runs));
+    }
+    return out;
+  }
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0) out.push_back(std::vector<int>(static_cast<std::size_t>(n / k), k));
+  return out;
+}
 
 // The stages' layer ranges from per-stage counts (in layers; a multiple of V when interleaved):
 // virtual stage k = c·p + s holds count_s / V layers, the virtual stages tiling 0..L−1.
@@ -188,6 +217,7 @@ std::vector<PipelineStage> lay_out(const std::vector<StageShape>& shapes,
 struct Candidate {
   ModelSplit split;
   bool recompute = false;
+  bool by_speed = false;
   std::vector<StageShape> shapes;
   std::vector<int> counts;
   SplitEstimate estimate;
@@ -216,6 +246,7 @@ class Search {
   void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
     o.recompute = c.recompute;
+    if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
     limits.describe = false;
@@ -223,6 +254,9 @@ class Search {
     limits.stop_above = stop_above;
     c.estimate = estimator_.estimate(c.split, o, limits);
     ++result_.evaluated;
+    if (c.estimate.fits && c.estimate.complete)
+      best_so_far_ = std::min(best_so_far_, c.estimate.iteration_s);
+    if (options_.progress && (result_.evaluated & 255) == 0) report_progress();
     if (!c.estimate.fits) {
       ++result_.refused;
       const double over = overshoot(c.estimate);
@@ -236,13 +270,31 @@ class Search {
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
     o.recompute = c.recompute;
+    if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
   void explore(const std::vector<StageShape>& shapes);
   void refine(Candidate& c);
+  // Stages of whole consecutive nodes (node_runs), every T that keeps each TP group on one node
+  // and one GPU type.
+  void explore_node_runs();
 
+  void report_progress() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report_ < std::chrono::seconds(2)) return;
+    last_report_ = now;
+    std::ostringstream line;
+    line << "3D split search: " << result_.evaluated << " candidates priced in "
+         << format_seconds(std::chrono::duration<double>(now - started_).count());
+    if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
+    options_.progress(line.str());
+  }
+
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_report_ = started_;
+  double best_so_far_ = std::numeric_limits<double>::infinity();
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;
@@ -267,7 +319,25 @@ std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m,
                                    bool recompute) const {
   const Job& job = scenario_.job;
   std::vector<double> out;
+  const auto& ranks = scenario_.cluster.ranks();
   for (const auto& s : shapes) {
+    if (s.by_speed) {
+      // Replicas of several speeds share each micro-batch in proportion to their speed, so
+      // the stage's speed is the sum of its replicas' samples per second (at an even cut).
+      const int b = std::max(1, static_cast<int>(job.global_batch / m) / s.replicas);
+      double rate = 0;
+      for (std::size_t j = 0; j < s.ranks.size();
+           j += static_cast<std::size_t>(s.tensor_parallel)) {
+        const DeviceSpec& spec = ranks[static_cast<std::size_t>(s.ranks[j])].slot->spec;
+        double t = models_.compute->unit_time(spec, job, 1, ComputePhase::Forward, b).seconds +
+                   models_.compute->unit_time(spec, job, 1, ComputePhase::Backward, b).seconds;
+        if (recompute)
+          t += models_.compute->unit_time(spec, job, 1, ComputePhase::Recompute, b).seconds;
+        rate += t > 0 ? s.tensor_parallel * b / t : 1.0;
+      }
+      out.push_back(rate);
+      continue;
+    }
     const DeviceSpec& spec = *blocks_[static_cast<std::size_t>(s.type)].spec;
     const int b = static_cast<int>(job.global_batch / (static_cast<long long>(m) * s.replicas));
     double t = models_.compute->unit_time(spec, job, 1, ComputePhase::Forward, b).seconds +
@@ -308,8 +378,10 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   for (int m : batch_divisors_) {
     if (options_.micro_batches && m != *options_.micro_batches) continue;
     bool ok = m >= p;
+    // An even cut needs m x replicas to divide the batch; balanced replicas one sample each.
     for (const auto& s : shapes)
-      ok = ok && job.global_batch % (static_cast<long long>(m) * s.replicas) == 0;
+      ok = ok && (s.by_speed ? job.global_batch / m >= s.replicas
+                             : job.global_batch % (static_cast<long long>(m) * s.replicas) == 0);
     if (ok)
       ms.push_back(m);
     else
@@ -357,6 +429,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.split.micro_batches = m;
             c.split.sharding = sharding;
             c.recompute = rc;
+            c.by_speed = shapes.front().by_speed;
             c.shapes = shapes;
             c.counts = counts;
             if (backend_only_ && !backend_split_refusal(c.split).empty()) {
@@ -410,6 +483,122 @@ void Search::refine(Candidate& c) {
   }
 }
 
+void Search::explore_node_runs() {
+  const Cluster& cluster = scenario_.cluster;
+  const ModelSpec& model = scenario_.job.model;
+  const auto& ranks = cluster.ranks();
+  std::vector<std::vector<int>> node_ranks;
+  for (int r = 0; r < cluster.num_ranks(); ++r) {
+    const auto node = static_cast<std::size_t>(ranks[static_cast<std::size_t>(r)].node);
+    if (node_ranks.size() <= node) node_ranks.resize(node + 1);
+    node_ranks[node].push_back(r);
+  }
+  // A node-run layout whose stages hold one GPU type each is a type-block layout already
+  // searched (with even replicas); it is searched here too, with balanced ones.
+  const int kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
+  const int max_p = std::min(model.num_layers, options_.max_pipeline_stages);
+  for (const auto& runs : node_runs(static_cast<int>(node_ranks.size()))) {
+    const int p = static_cast<int>(runs.size());
+    const bool searched =
+        p <= max_p && (!options_.pipeline_stages || p == *options_.pipeline_stages);
+    const bool one_per_node = static_cast<std::size_t>(p) == node_ranks.size();
+    if (!searched && !one_per_node) {
+      ++result_.pruned;
+      continue;
+    }
+    for (int t = 1; t <= 64; ++t) {
+      if (options_.tensor_parallel && t != *options_.tensor_parallel) continue;
+      if (model.heads % t != 0 || kv % t != 0) continue;
+      // Every TP group of t consecutive ranks on one node and one GPU type.
+      bool ok = true;
+      for (const auto& nr : node_ranks) {
+        ok = ok && nr.size() % static_cast<std::size_t>(t) == 0;
+        for (std::size_t i = 0; ok && i < nr.size(); ++i)
+          ok = ranks[static_cast<std::size_t>(nr[i])].slot->spec.name ==
+               ranks[static_cast<std::size_t>(nr[i - i % static_cast<std::size_t>(t)])]
+                   .slot->spec.name;
+      }
+      if (!ok) continue;
+      std::vector<StageShape> shapes;
+      std::size_t node = 0;
+      for (int run : runs) {
+        StageShape sh;
+        sh.type = -1 - static_cast<int>(node);
+        for (int k = 0; k < run; ++k, ++node)
+          sh.ranks.insert(sh.ranks.end(), node_ranks[node].begin(), node_ranks[node].end());
+        sh.tensor_parallel = t;
+        sh.replicas = static_cast<int>(sh.ranks.size()) / t;
+        sh.by_speed = true;
+        shapes.push_back(std::move(sh));
+      }
+      if (searched) explore(shapes);
+      // With one stage per node of several GPU types, also one stage per node and type, in
+      // rank order: the slow GPUs get fewer layers instead of fewer samples (and hold only
+      // their layers' state), and the pipeline still crosses each NIC once.
+      if (!one_per_node) continue;
+      std::vector<StageShape> typed;
+      for (std::size_t n = 0; n < node_ranks.size(); ++n)
+        for (int r : node_ranks[n]) {
+          const std::string& gpu = ranks[static_cast<std::size_t>(r)].slot->spec.name;
+          if (typed.empty() || typed.back().type != -1 - static_cast<int>(n) ||
+              ranks[static_cast<std::size_t>(typed.back().ranks.front())].slot->spec.name != gpu) {
+            typed.emplace_back();
+            typed.back().type = -1 - static_cast<int>(n);
+            typed.back().tensor_parallel = t;
+            typed.back().by_speed = true;
+          }
+          typed.back().ranks.push_back(r);
+        }
+      if (typed.size() == shapes.size()) continue;  // nodes of one type: the node stages
+      for (auto& sh : typed) sh.replicas = static_cast<int>(sh.ranks.size()) / t;
+      // Or k stages per node, each with a k-th of every type run of the node (every run's TP
+      // groups dealt out in turn): stages still of mixed speeds, each holding fewer layers.
+      std::vector<std::size_t> runs_of_type;  // the typed stages' sizes
+      for (const auto& sh : typed)
+        runs_of_type.push_back(sh.ranks.size() / static_cast<std::size_t>(t));
+      for (int k = 2; k <= 8; ++k) {
+        bool divides = true;
+        for (std::size_t g : runs_of_type)
+          divides = divides && g % static_cast<std::size_t>(k) == 0;
+        const int pk = k * static_cast<int>(node_ranks.size());
+        if (!divides || pk > max_p || (options_.pipeline_stages && pk != *options_.pipeline_stages))
+          continue;
+        std::vector<StageShape> sliced(static_cast<std::size_t>(pk));
+        for (std::size_t i = 0; i < sliced.size(); ++i) {
+          sliced[i].type = -2000 - static_cast<int>(i);
+          sliced[i].tensor_parallel = t;
+          sliced[i].by_speed = true;
+        }
+        std::size_t n_first = 0;  // the node's first typed stage
+        for (std::size_t n = 0; n < node_ranks.size(); ++n) {
+          std::size_t n_end = n_first;
+          while (n_end < typed.size() &&
+                 ranks[static_cast<std::size_t>(typed[n_end].ranks.front())].node ==
+                     static_cast<int>(n))
+            ++n_end;
+          for (std::size_t r = n_first; r < n_end; ++r) {
+            const auto& rr = typed[r].ranks;
+            const std::size_t per = rr.size() / static_cast<std::size_t>(k);
+            for (int i = 0; i < k; ++i)
+              sliced[n * static_cast<std::size_t>(k) + static_cast<std::size_t>(i)].ranks.insert(
+                  sliced[n * static_cast<std::size_t>(k) + static_cast<std::size_t>(i)].ranks.end(),
+                  rr.begin() + static_cast<std::ptrdiff_t>(per * static_cast<std::size_t>(i)),
+                  rr.begin() + static_cast<std::ptrdiff_t>(per * static_cast<std::size_t>(i + 1)));
+          }
+          n_first = n_end;
+        }
+        for (auto& sh : sliced) sh.replicas = static_cast<int>(sh.ranks.size()) / t;
+        explore(sliced);
+      }
+      const int pt = static_cast<int>(typed.size());
+      if (pt > max_p || (options_.pipeline_stages && pt != *options_.pipeline_stages)) continue;
+      // The layout key tells a node's type stages apart.
+      for (std::size_t i = 0; i < typed.size(); ++i) typed[i].type = -1000 - static_cast<int>(i);
+      explore(typed);
+    }
+  }
+}
+
 SplitSearchResult Search::run() {
   check_fixed_dimensions(scenario_, options_);
   const Job& job = scenario_.job;
@@ -434,7 +623,7 @@ SplitSearchResult Search::run() {
   }
   // Every choice of T per type, stage count per type and order of the types' blocks.
   std::vector<std::size_t> tp_index(types, 0);
-  for (;;) {
+  for (; options_.type_stages;) {
     std::vector<int> tp(types);
     for (std::size_t t = 0; t < types; ++t) tp[t] = tps[t][tp_index[t]];
     std::vector<std::vector<int>> ks(types);
@@ -486,6 +675,8 @@ SplitSearchResult Search::run() {
     if (t == types) break;
   }
 
+  if (options_.node_stages) explore_node_runs();
+
   if (fitting_.empty()) {
     if (closest_.empty())
       throw InfeasibleError("no 3D split of " + std::to_string(scenario_.cluster.num_ranks()) +
@@ -494,9 +685,11 @@ SplitSearchResult Search::run() {
   }
   const Candidate* winner = nullptr;
   std::map<int, Candidate> by_p;
+  std::vector<const Candidate*> refined;
   for (auto& [key, list] : fitting_)
     for (auto& c : list) {
       refine(c);
+      refined.push_back(&c);
       const int p = std::get<0>(key);
       const auto it = by_p.find(p);
       if (it == by_p.end() || c.estimate.iteration_s < it->second.estimate.iteration_s) by_p[p] = c;
@@ -510,9 +703,43 @@ SplitSearchResult Search::run() {
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;
   result_.recompute = winner->recompute;
+  result_.replica_batches = winner->by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even;
   result_.estimate = winner->estimate;
+  // The estimate's best few for the simulator (split_plan.hpp): its estimate is a first-order
+  // model, so the replay, not the estimate, has the last word among near equals.
+  std::stable_sort(refined.begin(), refined.end(), [](const Candidate* a, const Candidate* b) {
+    return a->estimate.iteration_s < b->estimate.iteration_s;
+  });
+  // The best with even replicas and the best whose replicas differ in samples go too: the
+  // estimate's errors differ between them.
+  const auto uneven = [](const Candidate* c) {
+    for (const auto& st : c->estimate.stages)
+      if (std::adjacent_find(st.replica_micro_batches.begin(), st.replica_micro_batches.end(),
+                             std::not_equal_to<>()) != st.replica_micro_batches.end())
+        return true;
+    return false;
+  };
+  for (bool want : {false, true}) {
+    const auto it = std::find_if(refined.begin(), refined.end(),
+                                 [&](const Candidate* c) { return uneven(c) == want; });
+    if (it != refined.end() && it - refined.begin() >= options_.finalists) {
+      const Candidate* c = *it;
+      refined.erase(it);
+      refined.insert(refined.begin() + std::max(0, options_.finalists - 2), c);
+    }
+  }
+  for (const Candidate* c : refined) {
+    if (static_cast<int>(result_.finalists.size()) >= options_.finalists) break;
+    Candidate f = *c;
+    price_in_full(f);
+    result_.finalists.push_back({std::move(f.split), f.recompute,
+                                 f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
+                                 std::move(f.estimate)});
+  }
   for (auto& c : best_of_p)
-    result_.best_per_stages.push_back({std::move(c.split), c.recompute, std::move(c.estimate)});
+    result_.best_per_stages.push_back({std::move(c.split), c.recompute,
+                                       c.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
+                                       std::move(c.estimate)});
   return result_;
 }
 

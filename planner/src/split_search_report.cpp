@@ -1,5 +1,7 @@
 // The 3D estimate's and the split search's tables and record: the CLI prints these, Python can
 // return them (the choice between the families is split_plan.cpp's).
+#include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "cephalo/core/table.hpp"
@@ -7,6 +9,37 @@
 #include "cephalo/planner/split_search.hpp"
 
 namespace cephalo::planner {
+namespace {
+
+// A stage's samples per replica: "4", or runs of equal replicas "12*4 4*4" (value*count).
+std::string replica_batches_text(const StageEstimate& s) {
+  const auto& b = s.replica_micro_batches;
+  if (b.empty() || std::adjacent_find(b.begin(), b.end(), std::not_equal_to<>()) == b.end())
+    return std::to_string(s.micro_batch);
+  std::ostringstream out;
+  for (std::size_t i = 0; i < b.size();) {
+    std::size_t j = i;
+    while (j < b.size() && b[j] == b[i]) ++j;
+    out << (i > 0 ? " " : "") << b[i];
+    if (j - i > 1) out << '*' << (j - i);
+    i = j;
+  }
+  return out.str();
+}
+
+const char* replica_batches_name(ReplicaBatches r) {
+  switch (r) {
+    case ReplicaBatches::Even:
+      return "even";
+    case ReplicaBatches::BySpeed:
+      return "by_speed";
+    case ReplicaBatches::Given:
+      return "given";
+  }
+  return "even";
+}
+
+}  // namespace
 
 Json to_json(const SplitSearchResult& r) {
   Json alternatives = Json::array();
@@ -14,9 +47,11 @@ Json to_json(const SplitSearchResult& r) {
     alternatives.push_back({{"pipeline_stages", c.split.stages.size()},
                             {"model_split", to_json(c.split)},
                             {"recompute", c.recompute},
+                            {"replica_batches", replica_batches_name(c.replica_batches)},
                             {"iteration_s", c.estimate.iteration_s}});
   return {{"model_split", to_json(r.split)},
           {"recompute", r.recompute},
+          {"replica_batches", replica_batches_name(r.replica_batches)},
           {"estimate", to_json(r.estimate)},
           {"evaluated", r.evaluated},
           {"refused", r.refused},
@@ -37,7 +72,7 @@ std::string render_split_estimate(const SplitEstimate& e, const ModelSplit& spli
                        ? std::to_string(ranks->front()) + "-" + std::to_string(ranks->back())
                        : "all",
                    s.gpu, std::to_string(s.layers), std::to_string(s.tensor_parallel),
-                   std::to_string(s.replicas), std::to_string(s.micro_batch),
+                   std::to_string(s.replicas), replica_batches_text(s),
                    format_seconds(s.forward_compute + s.backward_compute),
                    format_seconds(s.tp_comm_forward + s.tp_comm_backward), format_seconds(s.bubble),
                    format_seconds(s.dp_comm), format_seconds(s.optimizer_step),

@@ -232,8 +232,32 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   detail::honour_schedule_options(s, res.plan, after);
   ReplayCache replays;
   // A replicating framework (DDP) has one layout, which the sharding choice makes.
-  if (open.sharding != "full" || schedule::replicates_state(s.job.implementation.framework))
+  if (open.sharding != "full" || schedule::replicates_state(s.job.implementation.framework)) {
     choose_sharding(s, models, open, res, &replays);
+    // optimal weighs even's and proportional's plans before the sharding is chosen; their
+    // own groupings can simulate faster than its plan's, so they are weighed again after, and
+    // optimal never simulates slower than either on the same flags.
+    if (std::string_view(strategy.name) == "optimal") {
+      double best = replays.simulate(s, models, res.plan).iteration_s;
+      for (const char* name : {"even", "proportional"}) {
+        PlanResult alt;
+        try {
+          alt = strategy_named(name).plan(s, models, open);
+          detail::honour_schedule_options(s, alt.plan, after);
+          choose_sharding(s, models, open, alt, &replays);
+        } catch (const InfeasibleError&) {
+          continue;
+        }
+        const SimOutcome o = replays.simulate(s, models, alt.plan);
+        if (o.oom || o.iteration_s >= best) continue;
+        best = o.iteration_s;
+        alt.plan.strategy = "optimal";
+        alt.note = std::string("the ") + name + " plan (equal shares) with its own sharding " +
+                   "simulates faster than the model's (" + alt.note + ")";
+        res = std::move(alt);
+      }
+    }
+  }
   predict(s, models, res);
   // The answer is the simulator's: whatever the strategy ranked its candidates by, the returned
   // plan is replayed (sim/'s class replay) and that time is the prediction, the number

@@ -110,6 +110,42 @@ TEST(PlanCli, ThreeDWritesThePlanThatSimulatesAsPlannedAndPredict3dReadsIt) {
   EXPECT_NE(t.out.find("simulated "), std::string::npos) << t.out;
 }
 
+// 2 nodes x (4 A100 + 4 L4), 10 Gbit/s between (planner/README.md, "3D plans: stages that mix
+// GPU types"): the search's stages of whole nodes and per-node slices with replicas balanced by
+// speed are replayed with the rest, and the written plan simulates as printed.
+TEST(PlanCli, ThreeDOnMixedNodesReplaysStagesWithUnevenReplicasAndWritesWhatSimulates) {
+  const std::string mixed =
+      std::string(CEPHALO_SOURCE_DIR) + "/scenarios/a100-l4-mixed-10g-llama7b.json";
+  const auto file = tmp("mixed.split.json");
+  const auto r = run("plan --parallelism 3d --scenario " + mixed + " -o " + file.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Among the replayed finalists, a split whose stages' replicas carry unequal samples.
+  EXPECT_NE(r.out.find("; replica micro-batches "), std::string::npos) << r.out;
+  const auto plan = nlohmann::json::parse(std::ifstream(file));
+  const double printed = plan["predicted"]["simulated_iteration_s"].get<double>();
+  EXPECT_LE(printed, 12.0);  // FSDP 28.0 s, stages of one type with even replicas 18.1 s
+  const auto sim = run("simulate --scenario " + mixed + " --plan " + file.string() + " --json");
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  EXPECT_NEAR(nlohmann::json::parse(sim.json)["iteration_time_s"].get<double>(), printed,
+              0.02 * printed);
+  // A written plan with unequal replicas is priced with its own samples by predict 3d.
+  const auto two = tmp("mixed.pp2.json");
+  const auto r2 = run("plan --parallelism 3d --pipeline-stages 2 --tensor-parallel 2 --scenario " +
+                      mixed + " -o " + two.string() + " --json");
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  const auto rec = nlohmann::json::parse(r2.json)["predicted"];
+  const auto written = nlohmann::json::parse(std::ifstream(two));
+  const auto& ranks = written["ranks"];
+  EXPECT_NE(ranks[0]["micro_batch"], ranks[4]["micro_batch"]) << ranks.dump();  // A100 vs L4
+  const auto p =
+      run("predict 3d --scenario " + mixed + " --split " + two.string() +
+          (rec["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const double estimate = rec["estimate"]["iteration_s"].get<double>();
+  EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), estimate,
+              1e-9 * estimate);
+}
+
 TEST(PlanCli, ThreeDRefusesTheFsdpScheduleFlagsAndFixesWhatItIsGiven) {
   const auto r = run("plan --parallelism 3d --micro-batch 2 --scenario " + kDefault);
   EXPECT_EQ(r.code, 2) << r.out;

@@ -1,10 +1,12 @@
 #pragma once
 // The scenario the 3D-split tests price: nodes of one GPU type each on NVLink with InfiniBand
 // NICs, running a small GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 
@@ -50,6 +52,38 @@ inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, 
         {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
   JsonReader reader(doc, "split-test.json");
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// Every composition of `total` into `parts` parts, each a positive multiple of `unit`.
+inline void compositions(int total, int parts, int unit, std::vector<int>& cur,
+                         const std::function<void(const std::vector<int>&)>& f) {
+  if (parts == 1) {
+    if (total >= unit && total % unit == 0) {
+      cur.push_back(total);
+      f(cur);
+      cur.pop_back();
+    }
+    return;
+  }
+  for (int c = unit; c <= total - unit * (parts - 1); c += unit) {
+    cur.push_back(c);
+    compositions(total - c, parts - 1, unit, cur, f);
+    cur.pop_back();
+  }
+}
+
+// Stage i's chunks from per-stage layer counts (multiples of v): virtual stage c·p + i holds
+// counts[i] / v layers, the virtual stages tiling 0..L−1 in order.
+inline void lay_out_chunks(std::vector<PipelineStage>& stages, const std::vector<int>& counts,
+                           int v) {
+  const int p = static_cast<int>(stages.size());
+  int pos = 0;
+  for (int c = 0; c < v; ++c)
+    for (int i = 0; i < p; ++i) {
+      const int q = counts[static_cast<std::size_t>(i)] / v;
+      stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
+      pos += q;
+    }
 }
 
 }  // namespace cephalo::test_support

@@ -44,23 +44,7 @@ Scenario two_types(int global_batch = 8, int hidden = 1024) {
   return scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, global_batch, hidden, 16);
 }
 
-// Every composition of `total` into `parts` parts, each a positive multiple of `unit`.
-void compositions(int total, int parts, int unit, std::vector<int>& cur,
-                  const std::function<void(const std::vector<int>&)>& f) {
-  if (parts == 1) {
-    if (total >= unit && total % unit == 0) {
-      cur.push_back(total);
-      f(cur);
-      cur.pop_back();
-    }
-    return;
-  }
-  for (int c = unit; c <= total - unit * (parts - 1); c += unit) {
-    cur.push_back(c);
-    compositions(total - c, parts - 1, unit, cur, f);
-    cur.pop_back();
-  }
-}
+using test_support::compositions;
 
 TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   const Scenario s = two_types();
@@ -72,6 +56,9 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   options.sharding = StageSharding::Optimizer;
   options.sequence_parallel = false;
   options.recompute = false;
+  // The type-block family with even replicas, which this enumeration covers (stages of whole
+  // nodes with balanced replicas: split_uneven_test.cpp).
+  options.node_stages = false;
   SplitOptions estimate_options;
 
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
@@ -139,13 +126,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
                   split.micro_batches = m;
                   split.sharding = StageSharding::Optimizer;
                   split.stages.resize(static_cast<std::size_t>(p));
-                  int pos = 0;
-                  for (int c = 0; c < v; ++c)
-                    for (int i = 0; i < p; ++i) {
-                      const int q = counts[static_cast<std::size_t>(i)] / v;
-                      split.stages[static_cast<std::size_t>(i)].chunks.push_back({pos, pos + q});
-                      pos += q;
-                    }
+                  test_support::lay_out_chunks(split.stages, counts, v);
                   for (int i = 0; i < p; ++i) {
                     split.stages[static_cast<std::size_t>(i)].ranks =
                         ranks[static_cast<std::size_t>(i)];

@@ -83,7 +83,12 @@ struct SplitEstimateRequest {
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
   std::string split_file;                    // where the split was read from: its refusals name it
+  // A plan's replicas' samples and shares (replica_allocation_in); empty: even replicas.
+  ReplicaAllocation allocation;
 };
+// A split file that is a plan ("ranks" beside its "model_split"): its ranks' micro_batch and
+// state_share, which estimate_split_request prices as given; empty for a bare split.
+ReplicaAllocation replica_allocation_in(const std::string& file);
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,

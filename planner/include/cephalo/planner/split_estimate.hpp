@@ -9,6 +9,11 @@
 //   SplitEstimate e = estimate_split(scenario, split, options); // make_cost_models(scenario)
 //   if (!e.fits) std::cerr << e.refusal;                        // stage, rank and bytes
 //
+// Uneven replicas (SplitOptions::replica_batches): a stage's replicas may be of several GPU
+// types (each TP group of one) and carry unequal samples and state shares, given by a plan or
+// balanced by speed (planner/README.md, "3D plans: stages that mix GPU types"); a stage's step
+// time is then its slowest replica's, its memory its tightest replica's. Below, b_s is a
+// replica's own samples and "the stage's GPU" that replica's.
 // What is priced, per stage s (its GPU is the device of its first rank):
 //   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
 //             forward, backward and (with recompute) recompute forward from the compute model
@@ -72,8 +77,28 @@ enum class DpOverlap {
   LastBackward,  // they run under the last micro-batch's backward; only the rest is exposed
 };
 
+// How a stage's micro-batch and state are divided among its data-parallel replicas (DESIGN §4:
+// replicas may carry unequal samples and shares), per rank of the cluster. `micro_batch[r]`:
+// the samples rank r's replica runs of every micro-batch (the T ranks of a replica equal, a
+// stage's replicas summing to global batch / m); `state_share[r]`: its share of its
+// data-parallel sharding group (summing to 1 per group; unused under `none`).
+struct ReplicaAllocation {
+  std::vector<int> micro_batch;
+  std::vector<double> state_share;
+  bool empty() const { return micro_batch.empty(); }
+};
+
+// Who divides a stage's micro-batch among its replicas.
+enum class ReplicaBatches {
+  Even,     // equal samples and shares (global batch / (m · replicas) must be whole)
+  BySpeed,  // the estimate balances them (split_estimate.hpp, "uneven replicas")
+  Given,    // SplitOptions::allocation, as a plan carries it
+};
+
 struct SplitOptions {
   bool recompute = false;  // every layer checkpointed (Megatron's full / uniform recompute)
+  ReplicaBatches replica_batches = ReplicaBatches::Even;
+  ReplicaAllocation allocation;  // read under ReplicaBatches::Given
   // Korthikanti et al.'s selective recompute (Megatron's --recompute-granularity selective):
   // only each layer's attention core (scores, softmax, context) is dropped and rerun before its
   // backward, split by heads over the T ranks; ignored when `recompute` is set.
@@ -107,10 +132,11 @@ struct StageMemory {
 
 struct StageEstimate {
   int stage = 0;
-  std::string gpu;
+  std::string gpu;  // "A100-80GB", or its GPU types joined by '+' ("A100-80GB+L4")
   int tensor_parallel = 1;
   int replicas = 1;     // data-parallel replicas (ranks / T)
-  int micro_batch = 0;  // samples per micro-batch per replica
+  int micro_batch = 0;  // samples per micro-batch per replica (the largest replica's)
+  std::vector<int> replica_micro_batches;  // per replica, in replica order
   int layers = 0;
   double parameters_per_rank = 0;
   double replicated_forward = 0;   // r of the layer's forward time (not divided by T)
@@ -142,6 +168,8 @@ struct SplitEstimate {
   std::string split;     // describe(split, ranks)
   std::string schedule;  // pipeline::describe with the stage times
   std::vector<StageEstimate> stages;
+  // Every rank's samples per micro-batch and state share as priced (even, balanced or given).
+  ReplicaAllocation allocation;
   bool fits = true;
   std::string refusal;  // empty when it fits; else the first stage that does not
   // No stage can finish earlier: its steps back to back, then its DP tail and optimizer step.
@@ -183,8 +211,9 @@ class SplitEstimator {
 };
 
 // Throws ValidationError (naming "model_split") for a split check_model_split_for refuses, a
-// global batch the micro-batches and a stage's replicas do not divide, or a stage whose ranks
-// have different GPU types.
+// global batch the micro-batches (and, for even replicas, a stage's replicas) do not divide, a
+// tensor-parallel group whose ranks have different GPU types, or a given allocation whose
+// replicas do not sum to the micro-batch (each at least one sample).
 SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
                              const SplitOptions& options, const costmodels::CostModels& models);
 SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,

@@ -8,6 +8,7 @@
 //   r.simulated_iteration_s;  // what `cephalo simulate` of plan_record(r) reports
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -26,12 +27,15 @@ struct SplitPlanResult {
   double simulated_iteration_s = 0;
   bool simulated_oom = false;
   std::string simulated_oom_detail;  // "rank 5 at F u12 mb3 r5 needs 23 GiB of 22 GiB usable"
+  // plan_split: each finalist's split and simulated time ("...: 7.58 s (out of memory)").
+  std::vector<std::string> replays;
 };
 
 // The plan of a split (even_split_plan, checkpointing from `recompute`), replayed.
 SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
                                const costmodels::CostModels& models);
-// search_split, then plan_for_split of its best split.
+// search_split, then plan_for_split of each of its finalists (the estimate's best few): the
+// fastest in simulation that fits (else the fastest).
 SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
                            const costmodels::CostModels& models);
 

@@ -27,6 +27,7 @@
 //     estimate (hill climbing to a local optimum).
 // Every candidate is priced by estimate_split; splits are validated by check_model_split_for
 // inside it, so no schedule rule is restated here.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,7 +52,20 @@ struct SplitSearchOptions {
   // Passed to estimate_split (recompute there is set per candidate).
   SplitOptions estimate;
   int max_pipeline_stages = 64;  // P searched up to this (and the layer count)
-  int refine_per_stages = 1;     // candidates of each (P, schedule, stage layout) refined
+  // Also stages of whole consecutive nodes (of any GPU types) with each stage's micro-batch
+  // dealt to its replicas by speed and shares by free memory (ReplicaBatches::BySpeed).
+  bool node_stages = true;
+  // The stages of one GPU type each with even replicas (the first family above); off, the
+  // search covers only the node stages (their exhaustive test).
+  bool type_stages = true;
+  // How many of the best refined candidates (by estimate) the result lists as finalists, which
+  // plan_split replays on the simulator to keep the fastest that fits.
+  int finalists = 8;
+  // Called with a one-line progress report ("3D split search: 12000 candidates priced in 4 s,
+  // best so far 9.1 s") every 2 s once the search has run 2 s; empty: silent. The CLI prints
+  // it on stderr.
+  std::function<void(const std::string&)> progress;
+  int refine_per_stages = 1;  // candidates of each (P, schedule, stage layout) refined
   // Who fixed the dimensions, the source of a ValidationError about one (kOptionsFromCommandLine:
   // spelt as flags, `--tensor-parallel`; otherwise as keyword arguments).
   std::string options_source = "arguments";
@@ -61,18 +75,25 @@ struct SplitSearchOptions {
 struct SplitCandidate {
   ModelSplit split;
   bool recompute = false;
+  ReplicaBatches replica_batches = ReplicaBatches::Even;  // Even or BySpeed
   SplitEstimate estimate;
 };
 
 struct SplitSearchResult {
   ModelSplit split;  // the best
   bool recompute = false;
+  // How its stages' replicas share each micro-batch: Even, or BySpeed (the samples and shares
+  // in estimate.allocation).
+  ReplicaBatches replica_batches = ReplicaBatches::Even;
   SplitEstimate estimate;
   int evaluated = 0;  // estimate_split calls
   int refused = 0;    // of them, candidates that do not fit
   int pruned = 0;     // candidates dropped before estimating (divisibility)
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
+  // The best refined candidates by estimate, best first (the winner first), at most
+  // SplitSearchOptions::finalists.
+  std::vector<SplitCandidate> finalists;
 };
 
 // Throws InfeasibleError when no candidate fits, with the refusal of the candidate that came

@@ -1,0 +1,312 @@
+// A stage's replicas (their GPU types, samples, shares and memory), one pass of a replica class
+// through the stage's chunks, the stage's state and activations, and the estimate's JSON: the
+// parts of SplitEstimator's estimate (split_estimate.cpp) that look at one stage.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "cephalo/core/error.hpp"
+#include "split_estimator_impl.hpp"
+
+namespace cephalo::planner {
+
+using split_detail::CollectiveKind;
+using split_detail::ComputePhase;
+
+void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& split,
+                                            const PipelineStage& st, int s, int T,
+                                            const SplitOptions& options, const std::string& file) {
+  const Job& job = scenario.job;
+  const auto& ranks = scenario.cluster.ranks();
+  const int m = split.micro_batches;
+  const int R = static_cast<int>(st.ranks.size()) / T;
+  const std::string where = "model_split.stages[" + std::to_string(s) + "]";
+  const double usable = costmodels::memory_constants().usable_fraction;
+  rep.first_node = ranks[static_cast<std::size_t>(st.ranks.front())].node;
+  for (int j = 0; j < R; ++j) {
+    const int lead = st.ranks[static_cast<std::size_t>(j * T)];
+    const DeviceSpec& spec = ranks[static_cast<std::size_t>(lead)].slot->spec;
+    double cap = std::numeric_limits<double>::infinity();
+    int cap_rank = lead;
+    for (int t = 0; t < T; ++t) {
+      const int r = st.ranks[static_cast<std::size_t>(j * T + t)];
+      const DeviceSpec& other = ranks[static_cast<std::size_t>(r)].slot->spec;
+      if (other.name != spec.name)
+        throw ValidationError(file, where + ".ranks", std::to_string(r),
+                              "the ranks of one tensor-parallel group of one GPU type (rank " +
+                                  std::to_string(lead) + " is " + spec.name + ")");
+      if (other.memory_bytes * usable < cap) {
+        cap = other.memory_bytes * usable;
+        cap_rank = r;
+      }
+    }
+    auto it = std::find_if(rep.classes.begin(), rep.classes.end(),
+                           [&](const DeviceSpec* c) { return c->name == spec.name; });
+    if (it == rep.classes.end()) {
+      if (!rep.gpu_names.empty()) rep.gpu_names += "+";
+      rep.gpu_names += spec.name;
+      rep.classes.push_back(&spec);
+      it = rep.classes.end() - 1;
+    }
+    rep.class_of.push_back(static_cast<std::size_t>(it - rep.classes.begin()));
+    rep.capacity.push_back(cap);
+    rep.capacity_rank.push_back(cap_rank);
+    rep.node.push_back(ranks[static_cast<std::size_t>(lead)].node);
+  }
+  // Sharding groups: the domain, or under hybrid its replicas on each node.
+  if (split.sharding == StageSharding::Hybrid) {
+    std::map<int, std::vector<std::size_t>> by_node;
+    for (std::size_t j = 0; j < rep.node.size(); ++j) by_node[rep.node[j]].push_back(j);
+    for (auto& [n, g] : by_node) rep.groups.push_back(std::move(g));
+  } else {
+    rep.groups.emplace_back();
+    for (std::size_t j = 0; j < rep.node.size(); ++j) rep.groups.back().push_back(j);
+  }
+  rep.share.assign(rep.node.size(), 0.0);
+  for (const auto& g : rep.groups)
+    for (std::size_t j : g) rep.share[j] = 1.0 / static_cast<double>(g.size());
+
+  const ReplicaBatches mode = options.replica_batches;
+  if (mode == ReplicaBatches::Even) {
+    const long long per_micro = static_cast<long long>(m) * R;
+    if (job.global_batch % per_micro != 0) {
+      std::ostringstream v, x;
+      v << "global batch " << job.global_batch << " over " << m << " micro-batches x " << R
+        << " replicas";
+      x << "a global batch divisible by micro_batches x replicas (" << per_micro << ")";
+      throw ValidationError(file, where, v.str(), x.str());
+    }
+    rep.total = static_cast<int>(job.global_batch / m);
+    rep.size.assign(static_cast<std::size_t>(R), static_cast<int>(job.global_batch / per_micro));
+  } else {
+    if (job.global_batch % m != 0)
+      throw ValidationError(
+          file, "model_split.micro_batches", std::to_string(m),
+          "a micro-batch count dividing the global batch " + std::to_string(job.global_batch));
+    rep.total = static_cast<int>(job.global_batch / m);
+    if (mode == ReplicaBatches::Given) {
+      const ReplicaAllocation& a = options.allocation;
+      if (a.micro_batch.size() != ranks.size() || a.state_share.size() != ranks.size())
+        throw ValidationError(file, "ranks", std::to_string(a.micro_batch.size()) + " ranks",
+                              std::to_string(ranks.size()) + " ranks, one per GPU");
+      long long sum = 0;
+      for (int j = 0; j < R; ++j) {
+        const int lead = st.ranks[static_cast<std::size_t>(j * T)];
+        rep.size.push_back(a.micro_batch[static_cast<std::size_t>(lead)]);
+        rep.share[static_cast<std::size_t>(j)] = a.state_share[static_cast<std::size_t>(lead)];
+        sum += rep.size.back();
+      }
+      // A plan's shares are of the domain; the memory reads them per sharding group.
+      for (const auto& g : rep.groups) {
+        double group_sum = 0;
+        for (std::size_t j : g) group_sum += rep.share[j];
+        for (std::size_t j : g) rep.share[j] = group_sum > 0 ? rep.share[j] / group_sum : 0;
+      }
+      if (sum != rep.total || rep.unplaced())
+        throw ValidationError(file, where,
+                              "replica micro-batches summing to " + std::to_string(sum),
+                              "at least one sample per replica, summing to global batch / "
+                              "micro_batches = " +
+                                  std::to_string(rep.total));
+    }
+  }
+  rep.uniform =
+      rep.classes.size() == 1 &&
+      std::adjacent_find(rep.size.begin(), rep.size.end(), std::not_equal_to<>()) == rep.size.end();
+}
+
+split_detail::StageState SplitEstimator::Impl::stage_state(const ModelSplit& split,
+                                                           const StageEstimate& est) const {
+  const Job& job = scenario.job;
+  const double P = est.parameters_per_rank;
+  const double e_c = bytes_per_element(job.precision.compute);
+  const double e_r = bytes_per_element(job.precision.reduce);
+  const double master =
+      job.precision.params == job.precision.compute ? 0.0 : bytes_per_element(job.precision.params);
+  switch (split.sharding) {
+    case StageSharding::Full:
+    case StageSharding::Hybrid:
+      return {0, P * (e_c + e_r + master + 8)};
+    case StageSharding::Optimizer:
+      return {P * (e_c + e_r), P * (master + 8)};
+    case StageSharding::None:
+      return {P * (e_c + e_r + master + 8), 0};
+  }
+  return {};
+}
+
+double SplitEstimator::Impl::stage_activations(const ModelSplit& split, const StageEstimate& est,
+                                               int s, int p, int b,
+                                               const SplitOptions& options) const {
+  const Job& job = scenario.job;
+  const ModelSpec& model = job.model;
+  const int seq = costmodels::effective_sequence(model, job.sequence_length);
+  const Dtype compute = job.precision.compute;
+  const int T = est.tensor_parallel;
+  const int V = split.schedule.virtual_stages;
+  const double per_layer =
+      layer_activation_bytes(model, seq, b, T, split.sequence_parallel, options.recompute, compute,
+                             options.selective_recompute);
+  const double chunk_layers = static_cast<double>(est.layers) / V;
+  double activations = per_layer * chunk_layers * est.peak_in_flight;
+  if (options.recompute)  // one layer's full set while it is recomputed for its backward
+    activations +=
+        layer_activation_bytes(model, seq, b, T, split.sequence_parallel, false, compute);
+  else if (options.selective_recompute)  // one layer's attention core, recomputed
+    activations +=
+        layer_activation_bytes(model, seq, b, T, split.sequence_parallel, false, compute) -
+        per_layer;
+  if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
+    activations += 4.0 * seq * b * model.vocab_size / T;
+  return activations;
+}
+
+split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split,
+                                                         const PipelineStage& st, int s, int T,
+                                                         StageRanks& sr, const DeviceSpec& spec,
+                                                         int b, const SplitOptions& options) {
+  const Job& job = scenario.job;
+  const ModelSpec& model = job.model;
+  const int p = static_cast<int>(split.stages.empty() ? 1 : split.stages.size());
+  const int V = split.schedule.virtual_stages;
+  const int seq = costmodels::effective_sequence(model, job.sequence_length);
+  const double e_c = bytes_per_element(job.precision.compute);
+  const bool tied = model.tied_embeddings && model.vocab_size > 0;
+  const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
+  StagePass out;
+  DeviceTimes& dev = device(spec, b, options);
+  const bool sp = split.sequence_parallel;
+  out.replicated_forward = sp ? 0 : dev.replicated.forward;
+  out.replicated_backward = sp ? 0 : dev.replicated.backward;
+  // A TP rank's share of a layer's time, the simulator's rule (costmodels/tensor_parallel.hpp).
+  const double split_f =
+      costmodels::tensor_parallel_factor(model, 1, ComputePhase::Forward, T, sp, dev.replicated);
+  const double split_b =
+      costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp, dev.replicated);
+
+  // TP collectives of one layer, priced once (every layer has the same b·s·h).
+  const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;
+  out.tp_bytes = act_bytes;
+  double reduce_s = 0;  // one all-reduce (or reduce-scatter + all-gather) of the activations
+  if (T > 1) {
+    if (split.sequence_parallel)
+      reduce_s = stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
+                 stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes);
+    else
+      reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
+  }
+  const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
+
+  for (int c = 0; c < static_cast<int>(st.chunks.size()); ++c) {
+    const LayerRange range = st.chunks[static_cast<std::size_t>(c)];
+    const int k = c * p + s;
+    double fc = 0, bc = 0, fcomm = 0, bcomm = 0;
+    int f_calls = 0, b_calls = 0;
+    for (int l = range.begin; l < range.end; ++l) {
+      const int unit = l + 1;
+      const UnitTimes& u = unit_times(dev, spec, unit, b, options);
+      const double tf = u.forward, tb = u.backward;
+      // Full recompute reruns the layer's forward (split like it); selective recompute only
+      // its attention core, which the T ranks split by heads.
+      const double tr = options.recompute             ? u.recompute * split_f
+                        : options.selective_recompute ? u.recompute * dev.attention_core / T
+                                                      : 0;
+      fc += tf * split_f;
+      bc += tb * split_b + tr;
+      if (T > 1) {
+        const int backward_reductions = options.recompute ? 4 : 2;
+        fcomm += 2 * reduce_s;
+        bcomm += backward_reductions * reduce_s;
+        f_calls += 2 * per_reduce;
+        b_calls += backward_reductions * per_reduce;
+      }
+      out.params += costmodels::layer_parameters(model) / T;
+      ++out.layers;
+    }
+    if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
+      const UnitTimes& u = unit_times(dev, spec, 0, b, options);
+      fc += u.forward;
+      bc += u.backward;
+      if (T > 1) {
+        fcomm += reduce_s;
+        f_calls += per_reduce;
+      }
+      out.params += costmodels::embedding_parameters(model) / T;
+    }
+    if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
+      const int head = model.num_layers + 1;
+      const UnitTimes& u = unit_times(dev, spec, head, b, options);
+      fc += u.forward / T;
+      bc += u.backward / T;
+      if (T > 1) {
+        bcomm += reduce_s;
+        b_calls += per_reduce;
+      }
+      out.params += costmodels::head_parameters(model) / T;
+      // Megatron keeps a copy of the tied word embedding on the last stage for the head.
+      if (tied && p > 1) out.params += word_embedding / T;
+    }
+    out.chunks.push_back({fc + fcomm, bc + bcomm});
+    out.forward_compute += fc;
+    out.backward_compute += bc;
+    out.tp_comm_forward += fcomm;
+    out.tp_comm_backward += bcomm;
+    out.f_calls += f_calls;
+    out.b_calls += b_calls;
+  }
+  return out;
+}
+
+Json to_json(const SplitEstimate& e) {
+  Json stages = Json::array();
+  for (const auto& s : e.stages) {
+    stages.push_back({{"stage", s.stage},
+                      {"gpu", s.gpu},
+                      {"tensor_parallel", s.tensor_parallel},
+                      {"replicas", s.replicas},
+                      {"micro_batch", s.micro_batch},
+                      {"replica_micro_batches", s.replica_micro_batches},
+                      {"layers", s.layers},
+                      {"parameters_per_rank", s.parameters_per_rank},
+                      {"replicated_forward_share", s.replicated_forward},
+                      {"replicated_backward_share", s.replicated_backward},
+                      {"forward_compute_s", s.forward_compute},
+                      {"backward_compute_s", s.backward_compute},
+                      {"tp_comm_forward_s", s.tp_comm_forward},
+                      {"tp_comm_backward_s", s.tp_comm_backward},
+                      {"tp_collectives_forward", s.tp_collectives_forward},
+                      {"tp_collectives_backward", s.tp_collectives_backward},
+                      {"tp_bytes_per_collective", s.tp_bytes_per_collective},
+                      {"last_backward_end_s", s.last_backward_end},
+                      {"busy_s", s.busy},
+                      {"bubble_s", s.bubble},
+                      {"dp_comm_s", s.dp_comm},
+                      {"dp_exposed_s", s.dp_exposed},
+                      {"optimizer_s", s.optimizer_step},
+                      {"finish_s", s.finish},
+                      {"peak_in_flight", s.peak_in_flight},
+                      {"memory",
+                       {{"rank", s.memory.rank},
+                        {"weights", s.memory.weights},
+                        {"gradients", s.memory.gradients},
+                        {"optimizer", s.memory.optimizer},
+                        {"activations", s.memory.activations},
+                        {"reserve", s.memory.reserve},
+                        {"total", s.memory.total},
+                        {"capacity", s.memory.capacity}}}});
+  }
+  return {{"iteration_s", e.iteration_s},
+          {"makespan_s", e.makespan_s},
+          {"p2p_s", e.p2p_s},
+          {"bubble_fraction", e.bubble_fraction},
+          {"split", e.split},
+          {"schedule", e.schedule},
+          {"fits", e.fits},
+          {"refusal", e.refusal},
+          {"stages", stages}};
+}
+
+}  // namespace cephalo::planner

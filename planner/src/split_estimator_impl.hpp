@@ -1,0 +1,281 @@
+#pragma once
+// Internal to the planner: SplitEstimator's remembered state and its per-stage steps, shared
+// by split_estimate.cpp (the estimate of one split) and split_estimate_stage.cpp (a stage's
+// replicas, passes, state and activations; the estimate's JSON).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+
+#include "cephalo/core/dtype.hpp"
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/analytic_compute.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
+
+#include "cephalo/planner/split_estimate.hpp"
+
+namespace cephalo::planner::split_detail {
+
+using costmodels::CollectiveKind;
+using costmodels::CollectiveRequest;
+using costmodels::ComputePhase;
+
+inline CollectiveRequest even_request(CollectiveKind kind, std::vector<int> ranks, double bytes) {
+  CollectiveRequest r;
+  r.kind = kind;
+  const double n = static_cast<double>(ranks.size());
+  r.shard_bytes.assign(ranks.size(), bytes / n);
+  r.ranks = std::move(ranks);
+  return r;
+}
+
+// A stage's data-parallel replicas as one estimate prices them: each replica's GPU type (its TP
+// group's), samples per micro-batch, state share and smallest usable memory.
+struct Replicas {
+  std::vector<const DeviceSpec*> classes;  // the stage's GPU types, first seen first
+  std::vector<std::size_t> class_of;       // per replica
+  std::vector<int> size;                   // samples per micro-batch, per replica
+  std::vector<double> share;               // state share of its sharding group, per replica
+  std::vector<double> capacity;            // usable bytes of its tightest rank
+  std::vector<int> capacity_rank;
+  std::vector<int> node;                         // of its first rank
+  std::vector<std::vector<std::size_t>> groups;  // sharding groups (hybrid: per node)
+  int total = 0;                                 // the stage's samples per micro-batch
+  int first_node = 0;
+  bool uniform = true;      // one GPU type and equal sizes
+  bool even_shares = true;  // every share 1 / the group's size, as even plans cut them
+  std::string gpu_names;
+
+  bool unplaced() const {
+    return std::any_of(size.begin(), size.end(), [](int b) { return b < 1; });
+  }
+  long long samples_on_first_node() const {
+    long long n = 0;
+    for (std::size_t j = 0; j < size.size(); ++j)
+      if (node[j] == first_node) n += size[j];
+    return n;
+  }
+  // A collective over the stage's DP group 0 with each member's part of `bytes` by its share.
+  CollectiveRequest shared_request(CollectiveKind kind, const std::vector<int>& group,
+                                   double bytes) const {
+    double sum = 0;
+    for (double x : share) sum += x;
+    CollectiveRequest r;
+    r.kind = kind;
+    r.ranks = group;
+    for (double x : share) r.shard_bytes.push_back(sum > 0 ? bytes * x / sum : 0);
+    return r;
+  }
+};
+
+// What a rank of the stage holds of the training state whatever its samples: `replicated`
+// bytes on every rank, `sharded` bytes divided by the state shares.
+struct StageState {
+  double replicated = 0, sharded = 0;
+};
+
+// One replica class's pass through a stage: per chunk one micro-batch's forward and backward
+// (TP collectives included) on `spec` with `b` samples, and the stage's sums.
+struct StagePass {
+  std::vector<pipeline::StageTimes> chunks;
+  double forward_compute = 0, backward_compute = 0, tp_comm_forward = 0, tp_comm_backward = 0;
+  int f_calls = 0, b_calls = 0, layers = 0;
+  double params = 0, replicated_forward = 0, replicated_backward = 0, tp_bytes = 0;
+  double total() const {
+    return forward_compute + backward_compute + tp_comm_forward + tp_comm_backward;
+  }
+};
+
+}  // namespace cephalo::planner::split_detail
+
+namespace cephalo::planner {
+
+struct SplitEstimator::Impl {
+  using Replicas = split_detail::Replicas;
+  using StageState = split_detail::StageState;
+  using StagePass = split_detail::StagePass;
+  using CollectiveKind = costmodels::CollectiveKind;
+  using CollectiveRequest = costmodels::CollectiveRequest;
+  using ComputePhase = costmodels::ComputePhase;
+  const Scenario& scenario;
+  const costmodels::CostModels& models;
+
+  // A unit's forward, backward and recompute per micro-batch on one GPU type. The calibrated
+  // model's backward is fitted on profiled layers whose backward also carries a fixed per-call
+  // cost (on the A100-40GB profiles: backward = 2.2-8 ms + 1.95-2.08 x forward, the constant
+  // growing with the layer's parameters, the engine's per-parameter gradient work); linear in
+  // its token features, that cost turns into a 2.4x ratio at the 4-16k tokens per micro-batch
+  // of a Megatron run. Megatron's backward is the forward's GEMMs again as dgrad and wgrad (and
+  // its fused kernels' backward), so it is priced at the forward's rate: the forward times the
+  // op list's backward / forward work. A profile's measured backward is kept.
+  struct UnitTimes {
+    double forward = 0, backward = 0, recompute = 0;
+    bool known = false;
+  };
+  struct DeviceKey {
+    std::string gpu;
+    int micro_batch = 0;
+    bool backward_at_forward_rate = true;
+    bool operator<(const DeviceKey& o) const {
+      return std::tie(gpu, micro_batch, backward_at_forward_rate) <
+             std::tie(o.gpu, o.micro_batch, o.backward_at_forward_rate);
+    }
+  };
+  struct DeviceTimes {
+    std::vector<UnitTimes> units;  // by unit, filled when first asked
+    costmodels::LayerShare replicated;
+    double attention_core = 0;
+  };
+  std::map<DeviceKey, DeviceTimes> device_times;
+
+  struct RequestKey {
+    CollectiveKind kind;
+    std::vector<double> shard_bytes;
+    std::vector<int> ranks;
+    bool operator==(const RequestKey&) const = default;
+  };
+  struct RequestHash {
+    std::size_t operator()(const RequestKey& k) const {
+      std::size_t h = std::hash<int>()(static_cast<int>(k.kind));
+      auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+      for (double b : k.shard_bytes) mix(std::hash<double>()(b));
+      for (int r : k.ranks) mix(std::hash<int>()(r));
+      return h;
+    }
+  };
+  std::unordered_map<RequestKey, double, RequestHash> collectives;
+
+  // What a stage's ranks (and its T) give whatever its layers: its first TP group, its DP
+  // group 0, how the group and the stage lie on the first rank's node, the smallest usable
+  // capacity, and the collectives priced over the TP group (which 0) or the DP group (1).
+  struct StageRanks {
+    std::vector<int> ranks;
+    std::vector<int> tp, group;
+    bool group_spans_nodes = false;
+    int stage_on_first_node = 0, group_on_first_node = 0;
+    double capacity = std::numeric_limits<double>::infinity();
+    int capacity_rank = 0;
+    std::map<std::pair<int, double>, double> times;  // by (which · 8 + kind, bytes)
+  };
+  // By (first rank, last rank, count, T); a bucket holds every rank list seen with those.
+  std::map<std::tuple<int, int, std::size_t, int>, std::vector<std::unique_ptr<StageRanks>>>
+      stage_ranks;
+
+  StageRanks& ranks_of(const std::vector<int>& st_ranks, int T) {
+    auto& bucket = stage_ranks[{st_ranks.front(), st_ranks.back(), st_ranks.size(), T}];
+    for (auto& e : bucket)
+      if (e->ranks == st_ranks) return *e;
+    const auto& ranks = scenario.cluster.ranks();
+    auto e = std::make_unique<StageRanks>();
+    e->ranks = st_ranks;
+    e->tp.assign(st_ranks.begin(), st_ranks.begin() + T);
+    for (std::size_t i = 0; i < st_ranks.size(); i += static_cast<std::size_t>(T))
+      e->group.push_back(st_ranks[i]);
+    std::map<int, int> group_on_node, stage_on_node;
+    for (int r : e->group) ++group_on_node[ranks[static_cast<std::size_t>(r)].node];
+    for (int r : st_ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
+    const int first_node = ranks[static_cast<std::size_t>(st_ranks.front())].node;
+    e->group_spans_nodes = group_on_node.size() > 1;
+    e->stage_on_first_node = stage_on_node[first_node];
+    e->group_on_first_node = group_on_node[first_node];
+    const double usable = costmodels::memory_constants().usable_fraction;
+    for (int r : st_ranks) {
+      const double cap = ranks[static_cast<std::size_t>(r)].slot->spec.memory_bytes * usable;
+      if (cap < e->capacity) {
+        e->capacity = cap;
+        e->capacity_rank = r;
+      }
+    }
+    bucket.push_back(std::move(e));
+    return *bucket.back();
+  }
+
+  double stage_collective(StageRanks& st, int which, CollectiveKind kind, double bytes) {
+    const auto key = std::make_pair(which * 8 + static_cast<int>(kind), bytes);
+    auto it = st.times.find(key);
+    if (it != st.times.end()) return it->second;
+    const double t =
+        models.comm
+            ->collective(scenario.cluster,
+                         split_detail::even_request(kind, which == 0 ? st.tp : st.group, bytes))
+            .seconds;
+    st.times.emplace(key, t);
+    return t;
+  }
+
+  // Per (stages, micro-batches, schedule): each stage's peak_in_flight, from one stage_orders.
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
+
+  Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
+
+  DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
+    const DeviceKey key{spec.name, b, options.backward_at_forward_rate};
+    auto it = device_times.find(key);
+    if (it == device_times.end()) {
+      it = device_times.emplace(key, DeviceTimes{}).first;
+      it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
+      // costmodels' shares of a layer (tensor_parallel.hpp): the simulator reads the same.
+      it->second.replicated = costmodels::layer_replicated_share(spec, scenario.job, b);
+      it->second.attention_core =
+          costmodels::layer_attention_core_share(spec, scenario.job, b).forward;
+    }
+    return it->second;
+  }
+
+  const UnitTimes& unit_times(DeviceTimes& d, const DeviceSpec& spec, int unit, int b,
+                              const SplitOptions& options) {
+    UnitTimes& u = d.units[static_cast<std::size_t>(unit)];
+    if (u.known) return u;
+    const Job& job = scenario.job;
+    const auto fwd = models.compute->unit_time(spec, job, unit, ComputePhase::Forward, b);
+    u.forward = fwd.seconds;
+    u.recompute = models.compute->unit_time(spec, job, unit, ComputePhase::Recompute, b).seconds;
+    if (options.backward_at_forward_rate && fwd.source.rfind("calibrated", 0) == 0)
+      u.backward = fwd.seconds * backward_work_ratio(spec, job, unit, b);
+    else
+      u.backward = models.compute->unit_time(spec, job, unit, ComputePhase::Backward, b).seconds;
+    u.known = true;
+    return u;
+  }
+
+  double collective(const CollectiveRequest& r) {
+    RequestKey key{r.kind, r.shard_bytes, r.ranks};
+    auto it = collectives.find(key);
+    if (it != collectives.end()) return it->second;
+    const double t = models.comm->collective(scenario.cluster, r).seconds;
+    collectives.emplace(std::move(key), t);
+    return t;
+  }
+
+  const std::vector<int>& stage_peaks(int p, int m, const pipeline::PipelineSchedule& schedule) {
+    const auto key =
+        std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
+    auto it = peaks.find(key);
+    if (it != peaks.end()) return it->second;
+    // pipeline::peak_in_flight(stage, ...) is peak_in_flight(stage_orders(...)[stage]).
+    const auto orders = pipeline::stage_orders(p, m, schedule);
+    std::vector<int> out;
+    for (const auto& order : orders) out.push_back(pipeline::peak_in_flight(order));
+    return peaks.emplace(key, std::move(out)).first->second;
+  }
+
+  SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
+                         const EstimateLimits& limits);
+  StagePass stage_pass(const ModelSplit& split, const PipelineStage& st, int s, int T,
+                       StageRanks& sr, const DeviceSpec& spec, int b, const SplitOptions& options);
+  void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
+                        int T, const SplitOptions& options, const std::string& file);
+  StageState stage_state(const ModelSplit& split, const StageEstimate& est) const;
+  double stage_activations(const ModelSplit& split, const StageEstimate& est, int s, int p, int b,
+                           const SplitOptions& options) const;
+};
+
+}  // namespace cephalo::planner
