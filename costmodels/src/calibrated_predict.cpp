@@ -6,6 +6,7 @@
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "fit_cache.hpp"
 
 namespace cephalo::costmodels {
 using detail::at_fraction;
@@ -39,7 +40,13 @@ double CalibratedComputeModel::sustained_fraction(const DeviceSpec& device, Dtyp
 }
 
 std::shared_ptr<const CalibratedComputeModel> CalibratedComputeModel::builtin() {
-  static const std::shared_ptr<const CalibratedComputeModel> m = fit(ProfileTables::builtin());
+  static const std::shared_ptr<const CalibratedComputeModel> m = [] {
+    const ProfileTables& tables = ProfileTables::builtin();
+    if (auto cached = fit_cache::cached_model(tables)) return cached;
+    auto fitted = fit(tables);
+    fit_cache::store(tables, *fitted);
+    return fitted;
+  }();
   return m;
 }
 

@@ -173,13 +173,17 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   if (std::find(names.begin(), names.end(), source) == names.end())
     throw NotFoundError("cost-model source", source, names);
 
-  auto tables = std::make_shared<ProfileTables>(ProfileTables::builtin());
+  // The shipped tables are shared, not copied; a scenario's own profiles get a merged copy.
+  std::shared_ptr<const ProfileTables> tables(std::shared_ptr<void>(), &ProfileTables::builtin());
+  std::shared_ptr<ProfileTables> merged;
   bool extra_profiles = false;
   for (const auto& file : scenario.calibration) {
     Json j = read_json_file(file);
     switch (classify(j)) {
       case CalibrationKind::LayerProfile:
-        tables->merge(ProfileTables::load(file));
+        if (!merged) merged = std::make_shared<ProfileTables>(ProfileTables::builtin());
+        merged->merge(ProfileTables::load(file));
+        tables = merged;
         extra_profiles = true;
         break;
       case CalibrationKind::CollectiveSweep:  // make_comm_model's

@@ -8,6 +8,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "fit_cache.hpp"
 #include "profile_util.hpp"
 
 namespace cephalo::costmodels {
@@ -113,8 +114,10 @@ ProfileTables ProfileTables::load(const std::filesystem::path& file) {
 }
 
 const ProfileTables& ProfileTables::builtin() {
-  static const ProfileTables tables =
-      load_cephalo(data_dir() / "calibration" / "cephalo-profiles" / "model_latencies.json");
+  static const ProfileTables tables = [] {
+    if (auto cached = fit_cache::cached_tables()) return std::move(*cached);
+    return load_cephalo(data_dir() / "calibration" / "cephalo-profiles" / "model_latencies.json");
+  }();
   return tables;
 }
 

@@ -109,7 +109,8 @@ class CalibratedComputeModel : public ComputeModel {
  public:
   static std::shared_ptr<CalibratedComputeModel> fit(const ProfileTables& tables,
                                                      const CalibrationOptions& options = {});
-  // Fitted once to ProfileTables::builtin().
+  // Fitted to ProfileTables::builtin() once per process, or read from the start-up cache
+  // (fit_cache.cpp: the user cache folder, keyed by the code and its inputs' bytes).
   static std::shared_ptr<const CalibratedComputeModel> builtin();
 
   ComputeEstimate unit_time(const DeviceSpec& device, const Job& job, int unit, ComputePhase phase,
@@ -159,6 +160,7 @@ class CalibratedComputeModel : public ComputeModel {
   double int32_share() const { return int32_share_; }
 
  private:
+  friend struct FitCacheCodec;  // the start-up cache (fit_cache.cpp)
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
                          bool backward, bool* own = nullptr) const;

@@ -126,6 +126,7 @@ class ProfileTables {
   const std::vector<std::string>& unresolved() const { return unresolved_; }
 
  private:
+  friend struct FitCacheCodec;  // the start-up cache (fit_cache.cpp)
   void add(LayerProfile row);
   const LayerProfile* lookup(const std::string& model_lower, const std::string& gpu_lower, int seq,
                              Dtype dtype) const;
