@@ -128,7 +128,12 @@ TEST(PlanSummary, TablesSayHowTheirColumnsAddUp) {
                     k["idle_s"].get<double>(),
                 t, 1e-6 * t);
   const auto split = tmp("split.plan.json");
-  ASSERT_EQ(run("plan --scenario " + kDefault + " --parallelism 3d -o " + split.string()).code, 0);
+  const auto split_plan =
+      run("plan --scenario " + kDefault + " --parallelism 3d -o " + split.string());
+  ASSERT_EQ(split_plan.code, 0);
+  EXPECT_NE(split_plan.out.find("the bubble (waiting for pipeline neighbours) is idle"),
+            std::string::npos)
+      << split_plan.out;
   const auto split_sim = run("simulate --scenario " + kDefault + " --plan " + split.string());
   EXPECT_NE(split_sim.out.find("the bubble (waiting for pipeline neighbours) is part of idle"),
             std::string::npos)
