@@ -17,6 +17,7 @@ struct PlanArgs {
   std::string scenario, stack;
   std::string output;
   bool json = false;
+  bool explain = false;                    // the whole search log after the summary
   bool per_rank = false, compact = false;  // the rows' form (core/plan.hpp PlanForm)
   planner::PlanRequest request;  // the flags' values; planner/plan_request.hpp checks them
 };
@@ -50,8 +51,10 @@ void run_plan(PlanArgs& a) {
       std::cout << planner::render_split_plan(*answer.split);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }
-  // --json: stdout holds one record
-  if (!answer.why.empty()) (a.json ? std::cerr : std::cout) << answer.why << "\n";
+  // --json: stdout holds one record (its "explanation" has the log)
+  if (a.json) return;
+  std::cout << planner::plan_summary(answer);
+  if (a.explain) std::cout << "search log: " << planner::plan_explanation(answer) << "\n";
 }
 
 }  // namespace
@@ -65,6 +68,9 @@ void add_plan_command(CLI::App& app) {
       ->check(one_of(planner::strategy_names()));
   cmd->add_option("-o,--output", args->output, "Write the plan (JSON) to this file");
   cmd->add_flag("--json", args->json, "Print the plan as JSON instead of the table");
+  cmd->add_flag("--explain", args->explain,
+                "Print the planner's whole search log after the summary (the candidates, their "
+                "times and why each lost)");
   auto* per_rank = cmd->add_flag(
       "--per-rank", args->per_rank,
       "One table row and one plan row per rank (default: a row per run of alike ranks, and "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
@@ -11,6 +12,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "sharding_choice.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -194,8 +196,49 @@ std::string render_split_summary(const SplitEstimate& e) {
          format_seconds(e.makespan_s) + ", p2p " + format_seconds(e.p2p_s) + " per transfer)\n";
 }
 
+std::string plan_summary(const PlanAnswer& a) {
+  std::ostringstream out;
+  if (a.fsdp) {
+    const PlanResult& r = *a.fsdp;
+    out << "chosen: the FSDP plan of strategy " << r.plan.strategy << " ("
+        << to_string(r.plan.accumulation) << " / " << to_string(r.plan.activation_checkpointing)
+        << " / offload " << to_string(r.plan.offload) << ", sharding " << describe(r.plan.sharding)
+        << "), iteration " << format_seconds(r.predicted_iteration_s)
+        << (r.simulated_iteration_s ? " simulated" : " modelled") << " ("
+        << traces::render_throughput(r.rate) << ")\n";
+  } else {
+    const SplitPlanResult& r = *a.split;
+    out << "chosen: the split " << r.search.estimate.split << ", iteration "
+        << format_seconds(r.simulated_iteration_s) << " simulated ("
+        << traces::render_throughput(traces::report_throughput(r.report)) << ")\n";
+  }
+  const std::string& runner_up = !a.why.empty() ? a.why
+                                 : a.fsdp       ? a.fsdp->runner_up
+                                                : a.split->runner_up;
+  out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
+      << "\n";
+  out << "the full search log: --explain (or the JSON record's predicted.explanation)\n";
+  return out.str();
+}
+
+std::string plan_explanation(const PlanAnswer& a) {
+  std::ostringstream out;
+  if (a.fsdp) {
+    out << (a.fsdp->note.empty() ? "strategy " + a.fsdp->plan.strategy + ": one candidate"
+                                 : a.fsdp->note);
+  } else {
+    out << "replayed the estimate's best " << a.split->replays.size() << " split(s): ";
+    for (std::size_t i = 0; i < a.split->replays.size(); ++i)
+      out << (i ? "; " : "") << a.split->replays[i];
+  }
+  if (!a.why.empty()) out << "; " << a.why;
+  return out.str();
+}
+
 Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
-  return answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
+  Json record = answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
+  record["predicted"]["explanation"] = plan_explanation(answer);
+  return record;
 }
 
 }  // namespace cephalo::planner

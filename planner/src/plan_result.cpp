@@ -100,12 +100,20 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
   res.predicted_optimizer_s = opt;
   res.predicted_iteration_s = std::max(comm, tau) + opt;
   res.model_iteration_s = res.predicted_iteration_s;
+  res.rate = traces::throughput(s, res.plan, res.predicted_iteration_s);
   res.plan.predicted = Json::object();
   res.plan.predicted["iteration_time_s"] = res.predicted_iteration_s;
   res.plan.predicted["samples_per_s"] = s.job.global_batch / res.predicted_iteration_s;
   res.plan.predicted["comm_s"] = comm;
   res.plan.predicted["optimizer_s"] = opt;
   res.plan.predicted["model"] = "planner: max(comm, max compute) + optimizer step";
+}
+
+std::string runner_up_text(const std::string& label, double runner_s, double best_s) {
+  const double slower = best_s > 0 ? runner_s / best_s - 1 : 0;
+  return label + " simulated at " + format_seconds(runner_s) + ", " +
+         (slower > 0.0005 ? fixed(100.0 * slower, 1) + " % slower"
+                          : std::string("as fast; the first found is kept"));
 }
 
 std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits) {
@@ -167,9 +175,12 @@ std::string render_table(const PlanResult& res, bool per_rank) {
   }
   std::ostringstream out;
   out << t.render();
+  // What the iteration adds to the rows (`cephalo simulate` of the plan shows each per rank).
+  out << "compute: the rank's forward, recompute and backward (compute/layer: one layer's)\n"
+         "a rank's iteration = compute + optimizer step + exposed communication + idle (waiting "
+         "for slower ranks; `simulate` shows each)\n";
   out << "strategy " << res.plan.strategy << ": predicted iteration "
-      << format_seconds(res.predicted_iteration_s) << " ("
-      << fixed(res.plan.global_batch() / res.predicted_iteration_s, 2) << " samples/s"
+      << format_seconds(res.predicted_iteration_s) << " (" << traces::render_throughput(res.rate)
       << (res.simulated_iteration_s ? ", simulated" : "") << "; planner model "
       << format_seconds(res.model_iteration_s) << ": comm " << format_seconds(res.predicted_comm_s)
       << ", optimizer step " << format_seconds(res.predicted_optimizer_s) << "), "
@@ -182,9 +193,7 @@ std::string render_table(const PlanResult& res, bool per_rank) {
   if (res.simulated_oom) out << "\nthe simulator finds this plan out of memory";
   if (res.simulated_candidates > 0)
     out << "\nbest of " << res.simulated_candidates << " simulated candidates";
-  out << "\nplanned in " << format_seconds(res.planning_s);
-  if (!res.note.empty()) out << "; " << res.note;
-  out << "\n";
+  out << "\nplanned in " << format_seconds(res.planning_s) << "\n";
   return out.str();
 }
 
@@ -231,7 +240,7 @@ Json prediction_json(const PlanResult& res, PlanForm form) {
   }
   j[compact ? "rank_classes" : "ranks"] = std::move(ranks);
   j["predicted_iteration_s"] = res.predicted_iteration_s;
-  j["predicted_samples_per_s"] = res.plan.global_batch() / res.predicted_iteration_s;
+  traces::add_predicted_throughput(j, res.rate);
   j["model_iteration_s"] = res.model_iteration_s;
   j["predicted_comm_s"] = res.predicted_comm_s;
   j["predicted_optimizer_s"] = res.predicted_optimizer_s;
@@ -242,6 +251,7 @@ Json prediction_json(const PlanResult& res, PlanForm form) {
   j["fits"] = res.fits();
   j["simulated_oom"] = res.simulated_oom;
   j["note"] = res.note;
+  j["runner_up"] = res.runner_up;
   j["warnings"] = res.warnings;
   return j;
 }

@@ -193,6 +193,14 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
   std::optional<Plan> best;
   double best_s = 0;
   std::string best_label;
+  std::string runner_label;  // the fastest sharding not kept, for the summary
+  double runner_s = 0;
+  auto offer_runner_up = [&](const std::string& label, double s) {
+    if (runner_label.empty() || s < runner_s) {
+      runner_label = label;
+      runner_s = s;
+    }
+  };
   for (const auto& c : candidates) {
     Plan p = base;
     std::string reason;
@@ -208,9 +216,12 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
     }
     why << " " << c.label << " " << format_seconds(o.iteration_s) << ";";
     if (!best || o.iteration_s < best_s) {
+      if (best) offer_runner_up(best_label, best_s);
       best = p;
       best_s = o.iteration_s;
       best_label = c.label;
+    } else {
+      offer_runner_up(c.label, o.iteration_s);
     }
   }
   if (!best) throw InfeasibleError(why.str() + " no sharding candidate fits");
@@ -218,6 +229,10 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
   res.plan = *best;
   res.simulated_iteration_s = best_s;
   res.note = res.note.empty() ? why.str() : res.note + "; " + why.str();
+  if (!runner_label.empty()) {
+    const std::string sharding = runner_up_text("sharding " + runner_label, runner_s, best_s);
+    res.runner_up = res.runner_up.empty() ? sharding : res.runner_up + "; " + sharding;
+  }
 }
 
 }  // namespace cephalo::planner

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -74,6 +75,7 @@ SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& o
   // out of memory loses to one that does not).
   std::optional<SplitPlanResult> best;
   std::vector<std::string> replays;
+  std::vector<std::tuple<bool, double, std::string>> fitting;  // (out of memory, time, split)
   for (const SplitCandidate& f : search.finalists) {
     SplitSearchResult one = search;
     one.split = f.split;
@@ -98,10 +100,20 @@ SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& o
     const bool better = !best || (best->simulated_oom && !r.simulated_oom) ||
                         (best->simulated_oom == r.simulated_oom &&
                          r.simulated_iteration_s < best->simulated_iteration_s);
+    fitting.emplace_back(r.simulated_oom, r.simulated_iteration_s, f.estimate.split);
     if (better) best = std::move(r);
   }
   if (!best) best = plan_for_split(scenario, search, models);
   best->replays = std::move(replays);
+  // The runner-up: the fastest finalist that fits and is another split than the one kept
+  // (finalists that differ only in their replicas' batches print alike).
+  std::sort(fitting.begin(), fitting.end());
+  for (const auto& [oom, seconds, split] : fitting) {
+    if (oom) break;
+    if (split == best->search.estimate.split) continue;
+    best->runner_up = runner_up_text("the split " + split, seconds, best->simulated_iteration_s);
+    break;
+  }
   return std::move(*best);
 }
 
@@ -113,6 +125,8 @@ Json plan_record(const SplitPlanResult& r, PlanForm form) {
   Json predicted = to_json(r.search);
   predicted["simulated_iteration_s"] = r.simulated_iteration_s;
   predicted["simulated_oom"] = r.simulated_oom;
+  traces::add_predicted_throughput(predicted, traces::report_throughput(r.report));
+  predicted["runner_up"] = r.runner_up;
   if (r.simulated_oom) predicted["simulated_oom_detail"] = r.simulated_oom_detail;
   j["predicted"] = std::move(predicted);
   return j;
@@ -126,7 +140,8 @@ std::string render_split_plan(const SplitPlanResult& r) {
         << " splits, kept the fastest in simulation that fits:\n";
     for (const auto& line : r.replays) out << "  " << line << "\n";
   }
-  out << "simulated " << format_seconds(r.simulated_iteration_s) << " (the estimate's "
+  out << "simulated " << format_seconds(r.simulated_iteration_s) << " ("
+      << traces::render_throughput(traces::report_throughput(r.report)) << "; the estimate's "
       << format_seconds(r.search.estimate.iteration_s) << "; " << split_costs(r.report) << ")";
   if (r.simulated_oom) out << "; out of memory in the replay: " << r.simulated_oom_detail;
   out << "\n";

@@ -79,6 +79,9 @@ std::string render_split_estimate(const SplitEstimate& e, const ModelSplit& spli
                    format_bytes(s.memory.total), format_bytes(s.memory.capacity)});
   }
   out << table.render();
+  out << "per stage: compute and TP comm per micro-batch; the bubble (waiting for pipeline "
+         "neighbours) is idle; the iteration is each rank's compute + exposed communication + "
+         "idle\n";
   return out.str();
 }
 

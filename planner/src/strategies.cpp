@@ -265,6 +265,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   const SimOutcome replay = replays.simulate(s, models, res.plan);
   res.predicted_iteration_s = replay.iteration_s;
   res.simulated_iteration_s = replay.iteration_s;
+  res.rate = traces::throughput(s, res.plan, res.predicted_iteration_s);
   res.simulated_oom = replay.oom;
   res.simulated_oom_detail = replay.oom_detail;
   if (replay.oom) {

@@ -285,6 +285,15 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
   // to the replay; planner/README.md).
   std::vector<ModeSearch> searches;
   std::vector<std::string> verdicts;  // per schedule candidate, for the note
+  // The best candidate not kept, for the summary (PlanResult::runner_up).
+  std::string best_label, runner_label;
+  double runner_score = 0;
+  auto offer_runner_up = [&](const std::string& label, double score) {
+    if (runner_label.empty() || score < runner_score) {
+      runner_label = label;
+      runner_score = score;
+    }
+  };
   auto schedule_label = [&](const ModeSearch& m) {
     return to_string(m.accumulation) + " / " + to_string(m.checkpointing) + " / offload " +
            to_string(m.mode);
@@ -369,10 +378,15 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
     // with the collectives in the simulator, rounds synchronise): keep what simulates faster.
     const double score = m.simulated > 0 ? m.simulated : m.res.predicted_iteration_s;
     verdicts.push_back(schedule_label(m) + " " + format_seconds(score));
+    const std::string label = schedule_label(m);
     if (!have || score < best_score) {
+      if (have) offer_runner_up(best_label, best_score);
       best = std::move(m.res);
       best_score = score;
+      best_label = label;
       have = true;
+    } else {
+      offer_runner_up(label, score);
     }
   }
   if (several && have) {
@@ -407,6 +421,8 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       const auto o = replays.simulate(s, models, alt.plan);
       if (o.oom || (have && o.iteration_s >= best_score)) continue;
       const std::string model_note = have ? best.note : std::string();
+      if (have) offer_runner_up(best_label, best_score);
+      best_label = std::string("the ") + name + " plan (equal shares)";
       best = std::move(alt);
       best.plan.strategy = "optimal";
       best.note = std::string("the ") + name + " plan (equal shares) simulates " +
@@ -418,6 +434,9 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       have = true;
     }
   }
+  if (have && !runner_label.empty())
+    best.runner_up = runner_up_text(runner_label, runner_score, best_score) +
+                     (best.runner_up.empty() ? std::string() : "; " + best.runner_up);
   if (!have)
     throw InfeasibleError((lean_error.empty() ? first_error : lean_error) +
                           (equal_share_error.empty()

@@ -39,7 +39,7 @@ TEST(SimulateCli, JsonHasTheSimResultKeysAndIsByteIdenticalAcrossRuns) {
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
   Json j = Json::parse(a.out);
-  for (const char* key : {"iteration_time_s", "samples_per_s", "tokens_per_s", "mfu", "oom",
+  for (const char* key : {"iteration_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "oom",
                           "events", "ranks", "ops"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
@@ -139,8 +139,7 @@ TEST(SimulateCli, ASplitPlanReportsStagesBubblesAndCommunicationByKind) {
   ASSERT_EQ(table.code, 0) << table.out;
   for (const char* column : {"stage", "TP", "PP exposed", "DP exposed", "bubble"})
     EXPECT_NE(table.out.find(column), std::string::npos) << column << "\n" << table.out;
-  EXPECT_NE(table.out.find("TP 2 x PP 3 (1F1B, 8 micro-batches)"), std::string::npos)
-      << table.out;
+  EXPECT_NE(table.out.find("TP 2 x PP 3 (1F1B, 8 micro-batches)"), std::string::npos) << table.out;
   const Output json = run(args + " --json");
   ASSERT_EQ(json.code, 0) << json.out;
   const Json j = Json::parse(json.out);

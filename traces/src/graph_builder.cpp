@@ -8,6 +8,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "graph_builder.hpp"
 #include "graph_split.hpp"
 
@@ -151,17 +152,14 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
         built_of_group_[static_cast<std::size_t>(grp)].push_back(r);
       }
   }
-  double model_flops = 0;
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     // What a phase of the unit gathers and reduces: a tied head brings the embedding unit.
     const double phase = costmodels::phase_parameters(model, u);
     s.gathered_bytes = phase * compute_bytes;
     s.gradient_bytes = phase * reduce_bytes;
-    auto f = costmodels::unit_flops(model, u, job.sequence_length, 1);
-    model_flops += (f.forward + f.backward) * g_.summary_.global_batch;
   }
-  g_.summary_.model_flops_per_iteration = model_flops;
+  g_.summary_.model_flops_per_iteration = model_flops_per_iteration(job, g_.summary_.global_batch);
 
   add_phases();
 

@@ -13,6 +13,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "graph_builder.hpp"
 
 namespace cephalo::traces {
@@ -764,7 +765,6 @@ TrainingGraph SplitGraphBuilder::build() {
 
   const double compute_bytes = bytes_per_element(job.precision.compute);
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
-  double model_flops = 0;
   g_.unit_sizes_.resize(static_cast<std::size_t>(units_));
   for (int u = 0; u < units_; ++u) {
     const int s = g_.unit_stage_[static_cast<std::size_t>(u)];
@@ -775,10 +775,8 @@ TrainingGraph SplitGraphBuilder::build() {
     us.numel = std::llround(us.parameters);
     us.gathered_bytes = us.parameters * compute_bytes;
     us.gradient_bytes = us.parameters * reduce_bytes;
-    const auto f = costmodels::unit_flops(model, u, job.sequence_length, 1);
-    model_flops += (f.forward + f.backward) * sum.global_batch;
   }
-  sum.model_flops_per_iteration = model_flops;
+  sum.model_flops_per_iteration = model_flops_per_iteration(job, sum.global_batch);
   // Phases as one round of the FSDP graph numbers them: forward phase u, backward 2U − 1 − u.
   g_.gradient_phase_.assign(static_cast<std::size_t>(2 * units_), -1);
   for (int ph = units_; ph < 2 * units_; ++ph)

@@ -14,6 +14,7 @@ Json to_json(const IterationReport& r) {
   j["samples_per_s"] = r.samples_per_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
   j["oom"] = r.oom;
   if (r.oom && r.oom_detail) {
     const OomDetail& d = *r.oom_detail;
@@ -69,6 +70,7 @@ IterationReport parse_iteration_report(JsonReader& in) {
   r.samples_per_s = in.number("samples_per_s");
   r.tokens_per_s = in.number("tokens_per_s");
   r.mfu = in.number("mfu");
+  r.hfu = in.number_or("hfu", r.mfu);
   r.oom = in.child("oom").as_bool();
   if (auto d = in.optional_child("oom_detail")) {
     OomDetail o;
@@ -174,12 +176,22 @@ std::vector<std::pair<int, int>> table_runs(const IterationReport& r, bool per_r
 
 }  // namespace
 
+// How a row's columns add up (RankReport's definitions), printed under the tables.
+const char* const kFsdpTableFooter =
+    "each row: compute + exposed comm + idle = the iteration time (comm overlapped by compute "
+    "is not exposed; copies are apart, their exposed part is idle)\n";
+const char* const kSplitTableFooter =
+    "each row: compute + TP + PP exposed + DP exposed + idle = the iteration time; the bubble "
+    "(waiting for pipeline neighbours) is part of idle\n";
+
 std::string render_table(const IterationReport& r, bool per_rank) {
   std::string out;
   out += "iteration time  " + format_seconds(r.iteration_time_s) + "\n";
   out += "throughput      " + fixed(r.samples_per_s, 2) + " samples/s, " +
          fixed(r.tokens_per_s, 0) + " tokens/s\n";
   out += "MFU             " + fixed(100.0 * r.mfu, 1) + " %\n";
+  if (fixed(100.0 * r.hfu, 1) != fixed(100.0 * r.mfu, 1))
+    out += "HFU             " + fixed(100.0 * r.hfu, 1) + " % (with the recomputed forwards)\n";
   if (r.oom) {
     out += "OOM             yes";
     if (r.oom_detail) out += ": " + render_oom_detail(*r.oom_detail);
@@ -208,6 +220,7 @@ std::string render_table(const IterationReport& r, bool per_rank) {
            k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
     }
     out += t.render();
+    out += kSplitTableFooter;
     return out;
   }
   TextTable t({per_rank ? "rank" : "ranks", "gpu", "node", "compute", "comm", "copies",
@@ -224,6 +237,7 @@ std::string render_table(const IterationReport& r, bool per_rank) {
          k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
   }
   out += t.render();
+  out += kFsdpTableFooter;
   return out;
 }
 

@@ -5,7 +5,11 @@
 #include <cstdio>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
+#include "cephalo/core/table.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
 
 namespace cephalo::traces {
 namespace {
@@ -58,6 +62,57 @@ double usable_capacity_bytes(const DeviceSpec& spec, double usable_fraction) {
 
 double effective_peak_flops(const DeviceSlot& slot, Dtype compute) {
   return slot.spec.peak_flops(compute) / slot.slowdown;
+}
+
+double model_flops_per_iteration(const Job& job, int global_batch) {
+  double flops = 0;
+  for (int u = 0; u < costmodels::num_units(job.model); ++u) {
+    const auto f = costmodels::unit_flops(job.model, u, job.sequence_length, 1);
+    flops += (f.forward + f.backward) * global_batch;
+  }
+  return flops;
+}
+
+double hardware_flops_per_iteration(const Job& job, const Plan& plan) {
+  const int batch = plan.global_batch();
+  const int units = costmodels::num_units(job.model);
+  double flops = model_flops_per_iteration(job, batch);
+  for (int u = 0; u < units; ++u)
+    if (schedule::recomputes(plan.activation_checkpointing, u, units))
+      flops += costmodels::unit_flops(job.model, u, job.sequence_length, 1).forward * batch;
+  return flops;
+}
+
+Throughput throughput(const Scenario& scenario, const Plan& plan, double t) {
+  Throughput out;
+  if (t <= 0) return out;
+  double peak_flops = 0;
+  for (const auto& d : scenario.cluster.ranks())
+    peak_flops += effective_peak_flops(*d.slot, scenario.job.precision.compute);
+  out.samples_per_s = plan.global_batch() / t;
+  out.tokens_per_s = out.samples_per_s * scenario.job.sequence_length;
+  if (peak_flops > 0) {
+    out.mfu = model_flops_per_iteration(scenario.job, plan.global_batch()) / (t * peak_flops);
+    out.hfu = hardware_flops_per_iteration(scenario.job, plan) / (t * peak_flops);
+  }
+  return out;
+}
+
+Throughput report_throughput(const IterationReport& r) {
+  return {r.samples_per_s, r.tokens_per_s, r.mfu, r.hfu};
+}
+
+std::string render_throughput(const Throughput& rate) {
+  const std::string mfu = fixed(100.0 * rate.mfu, 1), hfu = fixed(100.0 * rate.hfu, 1);
+  return fixed(rate.samples_per_s, 2) + " samples/s, " + fixed(rate.tokens_per_s, 0) +
+         " tokens/s, MFU " + mfu + " %" + (hfu != mfu ? ", HFU " + hfu + " %" : std::string());
+}
+
+void add_predicted_throughput(Json& record, const Throughput& rate) {
+  record["predicted_samples_per_s"] = rate.samples_per_s;
+  record["predicted_tokens_per_s"] = rate.tokens_per_s;
+  record["predicted_mfu"] = rate.mfu;
+  record["predicted_hfu"] = rate.hfu;
 }
 
 std::string plan_hash(const Plan& plan) {
@@ -132,12 +187,11 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
   rep.plan_hash = plan_hash(plan);
   rep.iteration_time_s = seconds(end);
   const double t = rep.iteration_time_s;
-  rep.samples_per_s = t > 0 ? g.summary().global_batch / t : 0;
-  rep.tokens_per_s = rep.samples_per_s * g.summary().sequence_length;
-  double peak_flops = 0;
-  for (const auto& d : devices)
-    peak_flops += effective_peak_flops(*d.slot, scenario.job.precision.compute);
-  rep.mfu = t > 0 && peak_flops > 0 ? g.summary().model_flops_per_iteration / (t * peak_flops) : 0;
+  const Throughput rate = throughput(scenario, plan, t);
+  rep.samples_per_s = rate.samples_per_s;
+  rep.tokens_per_s = rate.tokens_per_s;
+  rep.mfu = rate.mfu;
+  rep.hfu = rate.hfu;
   rep.events = m.events;
 
   const bool split = g.summary().split;

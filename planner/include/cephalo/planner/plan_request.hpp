@@ -70,8 +70,19 @@ struct PlanAnswer {
 };
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
 
+// What `cephalo plan` prints under its table, at most kPlanSummaryLines lines: the plan
+// chosen with its predicted time and throughput, the runner-up and why it lost (its time, or
+// with parallelism auto the other family's `why`), and where the full log is.
+inline constexpr int kPlanSummaryLines = 3;
+std::string plan_summary(const PlanAnswer& answer);
+// The whole search log (`plan --explain`, and the record's "explanation"): the strategy's
+// note (its candidates and their times), a split's replayed finalists, and with parallelism
+// auto why the other family lost.
+std::string plan_explanation(const PlanAnswer& answer);
+
 // What `cephalo plan --json` prints and -o writes: the Plan carrying its prediction
-// (plan_record of either family; a split's Plan has its "model_split"), its rows in `form`.
+// (plan_record of either family; a split's Plan has its "model_split"), its rows in `form`;
+// "predicted" also holds "explanation" (plan_explanation).
 Json plan_answer_record(const PlanAnswer& answer, PlanForm form = PlanForm::Auto);
 
 // `cephalo predict 3d`'s request: the estimate of one given split, its options as text.

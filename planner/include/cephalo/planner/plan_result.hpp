@@ -10,6 +10,7 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/cephalo_optimizer.hpp"
+#include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::planner {
 
@@ -80,12 +81,20 @@ struct PlanResult {
   // written plan reports). predict() alone sets the fast model's time here.
   double predicted_iteration_s = 0;
   double model_iteration_s = 0;  // the planner's fast model of this plan (predict)
-  double predicted_comm_s = 0;   // the fast model's communication and optimizer step
+  // Samples, tokens, MFU and HFU at predicted_iteration_s (traces::throughput: the definitions
+  // `cephalo simulate` reports with).
+  traces::Throughput rate;
+  double predicted_comm_s = 0;  // the fast model's communication and optimizer step
   double predicted_optimizer_s = 0;
   double planning_s = 0;                        // wall time of the strategy
   std::optional<double> simulated_iteration_s;  // make_plan: the replay of the returned plan
   int simulated_candidates = 0;
-  std::string note;  // e.g. the cephalo strategy's profile rows
+  // The strategy's search log, e.g. the cephalo strategy's profile rows, optimal's schedules
+  // and shardings with their simulated times: `plan --explain` and the record's "note".
+  std::string note;
+  // The best candidate the strategy did not keep, and why it lost ("standard / full / offload
+  // none simulated at 1.31 s, 8% slower"); empty when the strategy compared none.
+  std::string runner_up;
   // make_plan: what the prediction should carry (costmodels::prediction_warnings: a dtype a GPU
   // runs on a slower pipeline, a stack fitted on another job), as the simulate record does.
   std::vector<std::string> warnings;
@@ -93,6 +102,10 @@ struct PlanResult {
   bool simulated_oom = false;        // the replay of the returned plan ran out of memory
   std::string simulated_oom_detail;  // where ("rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB")
 };
+
+// A runner-up as the summaries print it: "<label> simulated at 1.31 s, 8 % slower" (or "as
+// fast; the first found is kept" when it ties the chosen plan's `best_s`).
+std::string runner_up_text(const std::string& label, double runner_s, double best_s);
 
 // The shared fast-model prediction for any plan (memory, compute, the optimal model's time;
 // sets predicted_iteration_s and model_iteration_s to the model's time).

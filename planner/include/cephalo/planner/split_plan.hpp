@@ -29,6 +29,9 @@ struct SplitPlanResult {
   std::string simulated_oom_detail;  // "rank 5 at F u12 mb3 r5 needs 23 GiB of 22 GiB usable"
   // plan_split: each finalist's split and simulated time ("...: 7.58 s (out of memory)").
   std::vector<std::string> replays;
+  // plan_split: the fastest other finalist that fits, as runner_up_text writes it; empty when
+  // there was none.
+  std::string runner_up;
 };
 
 // The plan of a split (even_split_plan, checkpointing from `recompute`), replayed.

@@ -70,6 +70,9 @@ struct IterationReport {
   // GraphSummary::model_flops_per_iteration) / (iteration_time_s × Σ effective_peak_flops),
   // the peak of the compute dtype divided by each slot's emulation slowdown.
   double mfu = 0;
+  // As mfu with the recomputed forwards counted (hardware FLOPs): the Throughput of
+  // summarize.hpp. Records without it read it as mfu.
+  double hfu = 0;
   // Some rank exceeded its usable capacity: the first allocation that did (simulator), or the
   // rank whose peak did (op -1, "measured peak") when only peaks are known.
   bool oom = false;
@@ -86,10 +89,9 @@ struct IterationReport {
   std::vector<OpTiming> ops;  // sorted by id; empty unless requested
 };
 
-// JSON keys: source, plan_hash, iteration_time_s, samples_per_s, tokens_per_s, mfu, oom, oom_detail
-// (only when oom), events, implementation (only when recorded), warnings (only when any),
-// ranks[...], ops (only when
-// non-empty: [{id, start_s, end_s}]).
+// JSON keys: source, plan_hash, iteration_time_s, samples_per_s, tokens_per_s, mfu, hfu, oom,
+// oom_detail (only when oom), events, implementation (only when recorded), warnings (only when
+// any), ranks[...], ops (only when non-empty: [{id, start_s, end_s}]).
 Json to_json(const IterationReport& report);
 IterationReport parse_iteration_report(JsonReader& reader);
 IterationReport load_iteration_report(const std::filesystem::path& file);

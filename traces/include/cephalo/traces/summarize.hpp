@@ -27,6 +27,33 @@ double usable_capacity_bytes(const DeviceSpec& spec, double usable_fraction = -1
 // longer), so the MFU of an emulated cluster is judged against the cluster it emulates.
 double effective_peak_flops(const DeviceSlot& slot, Dtype compute);
 
+// The throughput of one iteration of `plan` taking `iteration_s`, defined once for the
+// simulator, the backend (summarize) and the planner (`cephalo plan`'s prediction):
+//   samples_per_s = plan.global_batch() / iteration_s; tokens_per_s = samples_per_s × sequence;
+//   mfu = model FLOPs (forward + backward of every sample, no recompute: the usual convention)
+//         / (iteration_s × Σ effective_peak_flops);
+//   hfu = the same with the FLOPs the hardware runs: the model's plus the forward of every unit
+//         the graph recomputes (schedule::recomputes: the checkpointed layers, and the head,
+//         whose logits the backward always recomputes, so hfu is a little above mfu even
+//         without checkpointing).
+// All zero when iteration_s <= 0.
+struct Throughput {
+  double samples_per_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double hfu = 0;
+};
+double model_flops_per_iteration(const Job& job, int global_batch);
+double hardware_flops_per_iteration(const Job& job, const Plan& plan);
+Throughput throughput(const Scenario& scenario, const Plan& plan, double iteration_s);
+// The rates a report carries (summarize computed them with `throughput`).
+Throughput report_throughput(const IterationReport& report);
+// "12.50 samples/s, 25600 tokens/s, MFU 41.2 %" and ", HFU 52.0 %" when it prints otherwise.
+std::string render_throughput(const Throughput& rate);
+// Its fields into a record: predicted_samples_per_s, predicted_tokens_per_s, predicted_mfu,
+// predicted_hfu (the plan records of both families).
+void add_predicted_throughput(Json& record, const Throughput& rate);
+
 // FNV-1a 64 over every field of the plan that decides what runs (version, scenario name,
 // accumulation, offload, prefetch, uneven collective, every rank's placement, batches and
 // share; not the informational strategy and predictions), as 16 hex digits: two records
