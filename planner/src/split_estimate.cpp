@@ -11,6 +11,7 @@
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
@@ -51,6 +52,12 @@ CollectiveRequest p2p_request(int a, int b, double bytes) {
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
+Json memory_terms_json(const std::vector<costmodels::MemoryTerm>& terms) {
+  Json j = Json::object();
+  for (const auto& t : terms) j[t.name] = t.bytes;
+  return j;
+}
+
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -60,20 +67,6 @@ double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int
   const auto theta = costmodels::Efficiency{}.coefficients();
   const double f = features_time(x.forward, theta);
   return f > 0 ? features_time(x.backward, theta) / f : 0;
-}
-
-double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute,
-                              bool selective) {
-  const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
-  // Korthikanti et al. count 2-byte activations (and 1-byte dropout masks inside the constants).
-  const double scale = bytes_per_element(compute) / 2.0;
-  const double sbh = s * b * h;
-  if (recompute) return scale * 2 * sbh / (sequence_parallel ? t : 1);
-  // Selective recompute keeps everything but the attention core's 5as/h (their Table 2).
-  const double core = selective ? 0.0 : 5 * a * s / h;
-  if (sequence_parallel) return scale * sbh * (34 + core) / t;
-  return scale * sbh * (10 + 24 / t + core / t);
 }
 
 // What SplitEstimator remembers between splits: every value here is the result of a call the
@@ -185,8 +178,12 @@ struct SplitEstimator::Impl {
     return t;
   }
 
-  // Per (stages, micro-batches, schedule): each stage's peak_in_flight, from one stage_orders.
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
+  // Per (stages, micro-batches, schedule): each stage's order and its peak_in_flight.
+  struct Orders {
+    std::vector<std::vector<pipeline::Step>> orders;
+    std::vector<int> peaks;
+  };
+  std::map<std::tuple<int, int, int, int>, Orders> orders;
 
   Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
 
@@ -229,16 +226,15 @@ struct SplitEstimator::Impl {
     return t;
   }
 
-  const std::vector<int>& stage_peaks(int p, int m, const pipeline::PipelineSchedule& schedule) {
+  const Orders& stage_orders(int p, int m, const pipeline::PipelineSchedule& schedule) {
     const auto key =
         std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
-    auto it = peaks.find(key);
-    if (it != peaks.end()) return it->second;
-    // pipeline::peak_in_flight(stage, ...) is peak_in_flight(stage_orders(...)[stage]).
-    const auto orders = pipeline::stage_orders(p, m, schedule);
-    std::vector<int> out;
-    for (const auto& order : orders) out.push_back(pipeline::peak_in_flight(order));
-    return peaks.emplace(key, std::move(out)).first->second;
+    auto it = orders.find(key);
+    if (it != orders.end()) return it->second;
+    Orders out;
+    out.orders = pipeline::stage_orders(p, m, schedule);
+    for (const auto& order : out.orders) out.peaks.push_back(pipeline::peak_in_flight(order));
+    return orders.emplace(key, std::move(out)).first->second;
   }
 
   SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
@@ -274,7 +270,6 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const Dtype compute = job.precision.compute;
   const double e_c = bytes_per_element(compute);
   const double e_r = bytes_per_element(job.precision.reduce);
-  const double e_p = bytes_per_element(job.precision.params);
   const auto& ranks = cluster.ranks();
   const bool tied = model.tied_embeddings && model.vocab_size > 0;
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
@@ -355,13 +350,15 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         const double tf = u.forward, tb = u.backward;
         // Full recompute reruns the layer's forward (split like it); selective recompute only
         // its attention core, which the T ranks split by heads.
-        const double tr = options.recompute             ? u.recompute * split_f
-                          : options.selective_recompute ? u.recompute * dev.attention_core / T
-                                                        : 0;
+        const ActivationCheckpointing& ck = options.activation_checkpointing;
+        const bool layer_recomputes = ck.checkpoints_layer(unit);
+        const double tr = layer_recomputes                 ? u.recompute * split_f
+                          : ck.recomputes_attention_core() ? u.recompute * dev.attention_core / T
+                                                           : 0;
         fc += tf * split_f;
         bc += tb * split_b + tr;
         if (T > 1) {
-          const int backward_reductions = options.recompute ? 4 : 2;
+          const int backward_reductions = layer_recomputes ? 4 : 2;
           fcomm += 2 * reduce_s;
           bcomm += backward_reductions * reduce_s;
           f_calls += 2 * per_reduce;
@@ -437,7 +434,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   // so its last backward ends no earlier than the sum of its steps (m · Σ over its virtual
   // stages of forward + backward), and it finishes its DP tail and optimizer step after that.
   const auto& constants = costmodels::memory_constants();
-  const std::vector<int>& peak = stage_peaks(p, m, split.schedule);
+  const Orders& schedule_orders = stage_orders(p, m, split.schedule);
+  const std::vector<int>& peak = schedule_orders.peaks;
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
@@ -482,46 +480,62 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     out.lower_bound_s =
         std::max(out.lower_bound_s, m * steps + est.dp_exposed + est.optimizer_step);
 
-    // Memory of one rank.
+    // Memory of the stage's rank with the least capacity: costmodels' terms of a split rank
+    // (the ones predict_memory gives the written plan), from the split's own description.
     est.peak_in_flight = peak[static_cast<std::size_t>(s)];
     StageMemory& mem = est.memory;
-    const bool full_shard =
-        split.sharding == StageSharding::Full || split.sharding == StageSharding::Hybrid;
-    // Hybrid shards over the group's ranks on one node (the first rank's).
-    const int node_replicas = sr.group_on_first_node;
-    const double state_ways =
-        split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R;
-    mem.weights = P * e_c / (full_shard ? state_ways : 1.0);
-    mem.gradients = P * e_r / (full_shard ? state_ways : 1.0);
-    const double master = job.precision.params == compute ? 0.0 : e_p;
-    mem.optimizer = P * (master + 8) / (split.sharding == StageSharding::None ? 1.0 : state_ways);
-    const double per_layer =
-        layer_activation_bytes(model, seq, est.micro_batch, T, split.sequence_parallel,
-                               options.recompute, compute, options.selective_recompute);
-    const double chunk_layers = static_cast<double>(est.layers) / V;
-    mem.activations = per_layer * chunk_layers * est.peak_in_flight;
-    if (options.recompute)  // one layer's full set while it is recomputed for its backward
-      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
-                                                split.sequence_parallel, false, compute);
-    else if (options.selective_recompute)  // one layer's attention core, recomputed
-      mem.activations += layer_activation_bytes(model, seq, est.micro_batch, T,
-                                                split.sequence_parallel, false, compute) -
-                         per_layer;
-    if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
-      mem.activations += 4.0 * seq * est.micro_batch * model.vocab_size / T;
-    mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
-    mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
+    const int place = static_cast<int>(
+        std::find(st.ranks.begin(), st.ranks.end(), sr.capacity_rank) - st.ranks.begin());
+    costmodels::SplitRankMemoryInputs in;
+    in.chunks = costmodels::stage_units(model, st, s, p);
+    in.order = schedule_orders.orders[static_cast<std::size_t>(s)];
+    in.tensor_parallel = T;
+    in.tp_rank = place % T;
+    in.sequence_parallel = split.sequence_parallel;
+    in.head_holds_word_embedding = model.tied_embeddings && p > 1;
+    in.micro_batch = est.micro_batch;
+    in.sharding = split.sharding;
+    // The plan the search writes shares each domain's state evenly (even_split_plan); hybrid
+    // sharding holds a full copy over the domain's ranks on one node.
+    int node_replicas = 0;
+    const int node = ranks[static_cast<std::size_t>(sr.capacity_rank)].node;
+    for (std::size_t i = static_cast<std::size_t>(place % T); i < st.ranks.size();
+         i += static_cast<std::size_t>(T))
+      node_replicas += ranks[static_cast<std::size_t>(st.ranks[i])].node == node ? 1 : 0;
+    in.state_share =
+        1.0 / (split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R);
+    in.activation_checkpointing = options.activation_checkpointing;
+    in.gpu_runtime = costmodels::runs_gpu_runtime(spec);
+    in.world_size = world;
+    if (split.is_default()) {
+      // One stage, T = 1, full sharding: the plan is an FSDP plan, its memory the FSDP terms.
+      Plan plan = even_split_plan(scenario, split, file);
+      plan.activation_checkpointing = options.activation_checkpointing;
+      mem.terms = costmodels::predict_memory(scenario, plan, sr.capacity_rank, constants).terms;
+    } else {
+      mem.terms = costmodels::split_rank_memory_terms(job, in, constants);
+    }
+    mem.total = 0;
+    mem.activations = 0;
+    for (const auto& term : mem.terms) {
+      mem.total += term.bytes;
+      if (term.name == "activations") mem.activations += term.bytes;
+    }
     mem.capacity = sr.capacity;
     mem.rank = sr.capacity_rank;
     if (out.fits && mem.total > mem.capacity) {
       out.fits = false;
       std::ostringstream msg;
       msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << spec.name << ") needs "
-          << gib(mem.total) << " of " << gib(mem.capacity) << " (weights " << gib(mem.weights)
-          << ", gradients " << gib(mem.gradients) << ", optimizer state " << gib(mem.optimizer)
-          << ", activations " << gib(mem.activations) << " for " << est.peak_in_flight
-          << (V > 1 ? " chunk passes" : " micro-batches") << " in flight, reserve "
-          << gib(mem.reserve) << ")";
+          << gib(mem.total) << " of " << gib(mem.capacity) << " (";
+      bool first = true;
+      for (const auto& term : mem.terms) {
+        if (term.bytes <= 0) continue;
+        msg << (first ? "" : ", ") << term.name << " " << gib(term.bytes);
+        first = false;
+      }
+      msg << "; activations of " << est.peak_in_flight
+          << (V > 1 ? " chunk passes" : " micro-batches") << " in flight)";
       out.refusal = msg.str();
     }
   }
@@ -590,11 +604,8 @@ Json to_json(const SplitEstimate& e) {
                       {"peak_in_flight", s.peak_in_flight},
                       {"memory",
                        {{"rank", s.memory.rank},
-                        {"weights", s.memory.weights},
-                        {"gradients", s.memory.gradients},
-                        {"optimizer", s.memory.optimizer},
+                        {"terms", memory_terms_json(s.memory.terms)},
                         {"activations", s.memory.activations},
-                        {"reserve", s.memory.reserve},
                         {"total", s.memory.total},
                         {"capacity", s.memory.capacity}}}});
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -42,8 +43,10 @@ std::string split_costs(const traces::IterationReport& r) {
 
 }  // namespace
 
-SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
-                               const costmodels::CostModels& models) {
+namespace {
+
+SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& search,
+                                 const costmodels::CostModels& models) {
   SplitPlanResult out;
   out.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
@@ -56,6 +59,36 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   out.simulated_oom = out.report.oom;
   out.simulated_oom_detail = oom_text(out.report);
   return out;
+}
+
+// By how many bytes the replay's tightest allocation overshoots its rank's capacity.
+double shortfall(const traces::IterationReport& r) {
+  return r.oom_detail ? r.oom_detail->bytes - r.oom_detail->capacity_bytes : 0.0;
+}
+
+}  // namespace
+
+SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                               const costmodels::CostModels& models) {
+  SplitPlanResult out = replay_candidate(scenario, search, models);
+  if (!out.simulated_oom) return out;
+  // The estimate's memory is the replay's closed form (costmodels::split_rank_memory_terms),
+  // but the replay follows every allocation in time: a split the estimate fits at its margin
+  // can still run out in the replay. Take the fastest runner-up the replay fits.
+  SplitPlanResult closest = out;
+  for (const SplitCandidate& c : search.runners_up) {
+    SplitSearchResult next = search;
+    next.split = c.split;
+    next.recompute = c.recompute;
+    next.estimate = c.estimate;
+    SplitPlanResult r = replay_candidate(scenario, next, models);
+    if (!r.simulated_oom) return r;
+    if (shortfall(r.report) < shortfall(closest.report)) closest = std::move(r);
+  }
+  throw InfeasibleError(
+      "every split the search ranked runs out of memory in its replay; the closest: " +
+      closest.search.estimate.split + " is short by " + format_bytes(shortfall(closest.report)) +
+      " (" + closest.simulated_oom_detail + ")");
 }
 
 SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,

@@ -123,7 +123,8 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
     limits.describe = false;
@@ -143,7 +144,8 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     c.estimate = estimator_.estimate(c.split, o);
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
@@ -389,12 +391,14 @@ SplitSearchResult Search::run() {
   }
   const Candidate* winner = nullptr;
   std::map<int, Candidate> by_p;
+  std::vector<Candidate> refined;
   for (auto& [key, list] : fitting_)
     for (auto& c : list) {
       refine(c);
       const int p = std::get<0>(key);
       const auto it = by_p.find(p);
       if (it == by_p.end() || c.estimate.iteration_s < it->second.estimate.iteration_s) by_p[p] = c;
+      refined.push_back(c);
     }
   std::vector<Candidate> best_of_p;
   for (auto& [p, c] : by_p) {
@@ -406,6 +410,22 @@ SplitSearchResult Search::run() {
   result_.split = winner->split;
   result_.recompute = winner->recompute;
   result_.estimate = winner->estimate;
+  // The runners-up, fastest first: what the plan falls back on when the replay finds the
+  // winner out of memory (split_plan.hpp).
+  std::stable_sort(refined.begin(), refined.end(), [](const Candidate& a, const Candidate& b) {
+    return a.estimate.iteration_s < b.estimate.iteration_s;
+  });
+  for (auto& c : refined) {
+    if (result_.runners_up.size() >= SplitSearchResult::kRunnersUp) break;
+    const auto same = [&c](const SplitCandidate& o) {
+      return o.split == c.split && o.recompute == c.recompute;
+    };
+    if ((c.split == winner->split && c.recompute == winner->recompute) ||
+        std::any_of(result_.runners_up.begin(), result_.runners_up.end(), same))
+      continue;
+    price_in_full(c);
+    result_.runners_up.push_back({std::move(c.split), c.recompute, std::move(c.estimate)});
+  }
   for (auto& c : best_of_p)
     result_.best_per_stages.push_back({std::move(c.split), c.recompute, std::move(c.estimate)});
   return result_;

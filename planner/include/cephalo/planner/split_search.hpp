@@ -73,6 +73,9 @@ struct SplitSearchResult {
   int pruned = 0;     // candidates dropped before estimating (divisibility)
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
+  // Up to kRunnersUp other fitting candidates, by estimated time, fastest first.
+  std::vector<SplitCandidate> runners_up;
+  static constexpr std::size_t kRunnersUp = 8;
 };
 
 // Throws InfeasibleError when no candidate fits, with the refusal of the candidate that came
