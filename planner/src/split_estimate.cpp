@@ -52,6 +52,10 @@ CollectiveRequest p2p_request(int a, int b, double bytes) {
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
+// Transfers a boundary runs at once in 1F1B's steady state: an activation forward and a
+// gradient backward (the simulator holds both directions of a NIC for either).
+constexpr int kP2pDirections = 2;
+
 Json memory_terms_json(const std::vector<costmodels::MemoryTerm>& terms) {
   Json j = Json::object();
   for (const auto& t : terms) j[t.name] = t.bytes;
@@ -406,6 +410,23 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
 
   // P2P: the slowest boundary between adjacent virtual stages on different stages.
   if (p > 1) {
+    // A node's NIC carries every pipeline boundary that crosses it at once (1F1B keeps each
+    // boundary busy in its steady state), each of them one flow per sending rank on the node:
+    // the simulator shares the NIC among them (a cross-node transfer holds both of its nodes'
+    // NICs), so a transfer runs at the NIC's bandwidth over the node's concurrent flows.
+    std::map<int, int> node_flows;
+    const int boundaries = V > 1 ? p : p - 1;
+    for (int a = 0; a < boundaries; ++a) {
+      const int c = (a + 1) % p;
+      const StageRanks& ra = *stage_facts[static_cast<std::size_t>(a)];
+      const StageRanks& rc = *stage_facts[static_cast<std::size_t>(c)];
+      const int na = ranks[static_cast<std::size_t>(ra.tp.front())].node;
+      const int nc = ranks[static_cast<std::size_t>(rc.tp.front())].node;
+      if (na == nc) continue;
+      const int flows = kP2pDirections * std::max(1, ra.stage_on_first_node);
+      node_flows[na] += flows;
+      node_flows[nc] += flows;
+    }
     for (int k = 0; k + 1 < p * V; ++k) {
       const int a = k % p, c = (k + 1) % p;
       const StageEstimate& from = out.stages[static_cast<std::size_t>(a)];
@@ -420,8 +441,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const int src_node = ranks[static_cast<std::size_t>(src)].node;
       double bytes = per_flow;
       if (src_node != ranks[static_cast<std::size_t>(dst)].node) {
-        // Every rank of the sending stage on this node sends at the same time over its NIC.
-        bytes = per_flow * std::max(1, ra.stage_on_first_node);
+        const int dst_node = ranks[static_cast<std::size_t>(dst)].node;
+        bytes = per_flow * std::max({1, node_flows[src_node], node_flows[dst_node]});
       }
       double t = collective(p2p_request(src, dst, bytes));
       if (scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, full);
