@@ -16,6 +16,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/split_estimate.hpp"
+#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "split_fixture.hpp"
 
@@ -150,6 +151,39 @@ TEST(SplitMemoryRule, NemotronFifteenBInNemosShapeFitsOnSixteenH100) {
   const double replayed = replay.report.ranks[0].peak_memory_bytes;
   EXPECT_NEAR(e.stages[0].memory.total / replayed, 1.0, 0.01);
   EXPECT_LT(replayed, e.stages[0].memory.capacity);
+}
+
+// The plan `plan` writes is never one its replay finds out of memory: a winner the replay
+// finds out of memory gives way to the fastest runner-up that fits, and when none fits the
+// answer is InfeasibleError naming the closest and its shortfall.
+TEST(SplitMemoryRule, APlanOutOfMemoryInItsReplayIsNeverWritten) {
+  // 4 L4 (22.4 GiB usable): the model's state unsharded does not fit, fully sharded it does.
+  const Scenario s = test_support::split_scenario({{"L4", 4}}, 16, 16, 4096, 32);
+  const auto models = costmodels::make_cost_models(s, "roofline");
+  auto candidate = [&](StageSharding sharding) {
+    const ModelSplit split = make_split({1, 2, false, {K::OneFOneB, 1}}, 4, 16, sharding);
+    return planner::SplitCandidate{split, false, planner::estimate_split(s, split, {}, models)};
+  };
+  const auto unsharded = candidate(StageSharding::None);
+  const auto sharded = candidate(StageSharding::Full);
+  ASSERT_FALSE(unsharded.estimate.fits);
+  ASSERT_TRUE(sharded.estimate.fits) << sharded.estimate.refusal;
+  planner::SplitSearchResult search;
+  search.split = unsharded.split;
+  search.estimate = unsharded.estimate;
+  search.runners_up = {sharded};
+  const auto r = planner::plan_for_split(s, search, models);
+  EXPECT_FALSE(r.simulated_oom);
+  EXPECT_EQ(r.plan.model_split, sharded.split);
+  EXPECT_EQ(r.search.split, sharded.split);
+  search.runners_up.clear();
+  try {
+    planner::plan_for_split(s, search, models);
+    ADD_FAILURE() << "an out-of-memory plan was returned";
+  } catch (const InfeasibleError& e) {
+    EXPECT_NE(std::string(e.what()).find("short by"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TP 2"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
