@@ -3,25 +3,60 @@
 // the op ids key: --scenario and --plan) per op class, plus a merged Perfetto timeline. The
 // comparison is traces::compare_planned (traces/compare.hpp, what each part reports), which
 // Python's compare calls too; this file parses, calls and prints.
+// `cephalo compare SIM.json TRACE.json[.gz] [--scenario F --plan P] [--step N] [--json]`: the
+// same against one step of a PyTorch profiler trace (traces/trace_compare.hpp), told apart
+// from a RunResult by its content (traces::looks_like_trace).
 #include <iostream>
 #include <optional>
 
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/compare.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
+#include "cephalo/traces/trace_compare.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
 
+namespace {
+
+struct CompareArgs {
+  std::string sim_file, run_file, scenario_file, plan_file, trace_file, step;
+  bool json = false;
+};
+CompareArgs compare_args;
+
+void compare_with_trace(const traces::IterationReport& sim, const traces::KinetoTrace& trace) {
+  const CompareArgs& a = compare_args;
+  if (!a.trace_file.empty())
+    throw CLI::ValidationError("--trace",
+                               "a merged timeline needs a RunResult, not a profiler trace");
+  std::optional<Scenario> scenario;
+  std::optional<Plan> plan;
+  if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
+  if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+  // Scenario and plan both or neither, the plan's checks, the graph, the comparison.
+  const auto c = traces::compare_trace_planned(
+      sim, a.sim_file, trace, a.step, scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,
+      a.plan_file, kCommandLine, "--scenario and --plan");
+  print_json_or_text(
+      a.json, [&] { return c.record; }, [&] { return c.text; });
+}
+
+}  // namespace
+
 void add_compare_command(CLI::App& app) {
-  static struct {
-    std::string sim_file, run_file, scenario_file, plan_file, trace_file;
-    bool json = false;
-  } a;
+  CompareArgs& a = compare_args;
   auto* cmd = app.add_subcommand("compare",
                                  "Compare a simulated result with a measured run of the same plan");
   cmd->add_option("SIM", a.sim_file, "SimResult JSON (cephalo simulate --json --ops)")->required();
-  cmd->add_option("RUN", a.run_file, "RunResult JSON (cephalo run --json)")->required();
+  cmd->add_option("RUN", a.run_file,
+                  "RunResult JSON (cephalo run --json), or a PyTorch profiler trace "
+                  "(.json / .json.gz)")
+      ->required();
+  cmd->add_option("--step", a.step,
+                  "with a profiler trace: the step to compare (ProfilerStep#N or N; default the "
+                  "median step)");
   cmd->add_option("--scenario", a.scenario_file,
                   "scenario of the plan (needed for the per-op-class table and --trace)");
   cmd->add_option("--plan", a.plan_file, "the plan both results ran");
@@ -30,6 +65,12 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--json", a.json, "print the comparison record as JSON");
   cmd->callback([] {
     const traces::IterationReport sim = traces::load_result(a.sim_file);
+    if (const std::string bytes = read_input_file(a.run_file); traces::looks_like_trace(bytes)) {
+      compare_with_trace(sim, traces::parse_kineto_trace(bytes, a.run_file));
+      return;
+    }
+    if (!a.step.empty())
+      throw CLI::ValidationError("--step", "only with a profiler trace as the second file");
     const traces::IterationReport run = traces::load_result(a.run_file);
     std::optional<Scenario> scenario;
     std::optional<Plan> plan;

@@ -3,6 +3,8 @@
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(Boost 1.74 REQUIRED COMPONENTS graph)
+# zlib (Debian zlib1g-dev): traces/ inflates gzip-compressed PyTorch profiler traces.
+find_package(ZLIB REQUIRED)
 find_package(CLI11 QUIET CONFIG)
 if(NOT CLI11_FOUND)
   find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)

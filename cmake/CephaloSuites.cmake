@@ -13,3 +13,23 @@ function(cephalo_suite_unavailable suite reason)
                   "CI=true this fails configuration)")
   file(APPEND ${CMAKE_BINARY_DIR}/unavailable_suites.txt "${suite}\n")
 endfunction()
+
+# The system python3 that imports PyTorch (Debian's python3-torch: the suites that use PyTorch
+# as a reference or to write profiler traces), in `out_var`; empty, with the suite registered
+# unavailable naming what is missing, when there is none.
+function(cephalo_torch_python suite out_var)
+  set(${out_var} "" PARENT_SCOPE)
+  find_program(CEPHALO_TORCH_PYTHON python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  if(NOT CEPHALO_TORCH_PYTHON)
+    cephalo_suite_unavailable(${suite} "no /usr/bin/python3")
+    return()
+  endif()
+  execute_process(COMMAND ${CEPHALO_TORCH_PYTHON} -c "import torch.profiler"
+                  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(NOT rc EQUAL 0)
+    cephalo_suite_unavailable(${suite} "PyTorch is not importable by ${CEPHALO_TORCH_PYTHON} "
+                                       "(apt-get install python3-torch)")
+    return()
+  endif()
+  set(${out_var} ${CEPHALO_TORCH_PYTHON} PARENT_SCOPE)
+endfunction()

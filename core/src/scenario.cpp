@@ -115,7 +115,13 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
     for (auto& entry : gpus.elements())
       for (auto& slot : parse_device_entry(entry, lookup)) node.devices.push_back(slot);
     if (auto link = node_reader.optional_child("intra_link")) {
+      node.nvls = link->is_object() && link->boolean_or("nvls", false);
       node.intra_link = parse_link_spec(*link);
+      if (node.nvls && node.intra_link.kind != "nvlink")
+        link->child("nvls").fail(
+            "false or absent (NVLink SHARP, NCCL's NVLS, needs an \"nvlink\" intra link "
+            "through an NVSwitch; this link is \"" +
+            node.intra_link.kind + "\")");
     } else {
       // Without NVLink, devices of a node talk over PCIe through the host.
       node.intra_link.kind = "pcie";
@@ -128,8 +134,14 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
       // meant it.
       if (nic->is_object() && nic->has("count"))
         node.nic_count = static_cast<int>(nic->integer("count", 1, 1024));
+      node.sharp = nic->is_object() && nic->boolean_or("sharp", false);
       node.nic = parse_link_spec(*nic);
       if (node.nic_count > 0) node.nic.bandwidth *= node.nic_count;
+      if (node.sharp && node.nic.kind != "infiniband")
+        nic->child("sharp").fail(
+            "false or absent (SHARP in-network reduction, NCCL's CollNet, needs an "
+            "\"infiniband\" NIC; this NIC is \"" +
+            node.nic.kind + "\")");
     } else {
       node.nic = default_nic();
     }
@@ -403,6 +415,7 @@ Json nic_json(const Node& node) {
     j["count"] = node.nic_count;
     j["bandwidth"] = node.nic.bandwidth / node.nic_count;
   }
+  if (node.sharp) j["sharp"] = true;
   return j;
 }
 }  // namespace
@@ -417,10 +430,10 @@ Json to_json(const Cluster& cluster) {
       if (d.threads) g["threads"] = d.threads;
       gpus.push_back(g);
     }
-    nodes.push_back({{"name", node.name},
-                     {"gpus", gpus},
-                     {"intra_link", to_json(node.intra_link)},
-                     {"nic", nic_json(node)}});
+    Json intra = to_json(node.intra_link);
+    if (node.nvls) intra["nvls"] = true;
+    nodes.push_back(
+        {{"name", node.name}, {"gpus", gpus}, {"intra_link", intra}, {"nic", nic_json(node)}});
   }
   return {{"name", cluster.name}, {"nodes", nodes}};
 }

@@ -65,7 +65,8 @@ StackCalibration parse_stack_calibration(JsonReader& reader) {
   f.implementation = on.string("implementation");
   f.compute_source = on.string("compute_source");
   f.plan_hash = on.string("plan_hash");
-  f.measured = on.child("measured").as_enum({"tokens_per_s", "run"});
+  // "trace": one step of a PyTorch profiler trace, measured_value its seconds (as for "run").
+  f.measured = on.child("measured").as_enum({"tokens_per_s", "run", "trace"});
   f.measured_value = on.number("measured_value");
   f.predicted_value = on.number("predicted_value");
   on.finish();

@@ -6,13 +6,11 @@
 
 #include "cephalo/core/error.hpp"
 #include "comm_topology.hpp"
+#include "nccl_tuning.hpp"
 
 namespace cephalo::costmodels {
 
 using detail::Hop;
-using detail::ring_links;
-using detail::ring_seconds;
-using detail::RingLinks;
 using detail::Topology;
 
 std::string to_string(CollectiveKind kind) {
@@ -143,128 +141,8 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
   return {best, algorithm};
 }
 
-// The ranks of a collective in ring order, cut into runs of one node each (ranks are numbered
-// node-major, so the sorted members are such runs, in node order): the structure both the even
-// and the grouped algorithms are priced on.
-struct Run {
-  int node;
-  std::size_t begin, end;
-  std::size_t size() const { return end - begin; }
-};
-
-struct Layout {
-  std::vector<Run> runs;
-  std::size_t per_node = 0;  // largest run
-  bool hierarchical() const { return runs.size() > 1 && per_node > 1; }
-};
-
-Layout node_runs(const Topology& topo, const std::vector<int>& ranks) {
-  Layout l;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    const int node = topo.rank(ranks[i]).node;
-    if (l.runs.empty() || l.runs.back().node != node) l.runs.push_back({node, i, i});
-    l.runs.back().end = i + 1;
-  }
-  for (const auto& run : l.runs) l.per_node = std::max(l.per_node, run.size());
-  return l;
-}
-
-struct Priced {
-  double seconds = 0;
-  std::string algorithm;
-};
-
-// The even collective of `total` bytes over `ranks` (sorted, node-major): the fastest of the
-// flat ring, the double binary tree (all-reduce) and the hierarchical ring (intra-node phase on
-// the fast links, inter-node ring over the nodes with the node's GPUs sharing its NIC). The
-// padded variant is this function on the padded size: what FSDP's padded all-gather runs.
-Priced even_seconds(const Topology& topo, CollectiveKind kind, const std::vector<int>& ranks,
-                    const RingLinks& ring, const Layout& layout, double total) {
-  const int n = static_cast<int>(ranks.size());
-  Priced best{ring_seconds(kind, n, total, ring), "ring"};
-  if (kind == CollectiveKind::AllReduce && n > 2) {
-    const double depth = std::ceil(std::log2(static_cast<double>(n)));
-    const double tree = 2 * depth * ring.latency + 2 * total / ring.bandwidth;
-    if (tree < best.seconds) best = {tree, "tree"};
-  }
-  if (!layout.hierarchical() || kind == CollectiveKind::Broadcast) return best;
-  RingLinks intra_links;
-  for (const auto& run : layout.runs)
-    if (run.size() > 1) {
-      RingLinks l = ring_links(topo, std::span<const int>(ranks.data() + run.begin, run.size()));
-      intra_links.add({l.bandwidth, l.latency, l.bottleneck_kind});
-    }
-  RingLinks inter;
-  for (const auto& run : layout.runs) inter.add(topo.nic(run.node));
-  const int nodes = static_cast<int>(layout.runs.size());
-  const int k = static_cast<int>(layout.per_node);
-  double t = 0;
-  switch (kind) {
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-      t = ring_seconds(kind, nodes, total, inter) + ring_seconds(kind, k, total, intra_links);
-      break;
-    case CollectiveKind::AllReduce:
-      t = ring_seconds(CollectiveKind::ReduceScatter, k, total, intra_links) +
-          ring_seconds(CollectiveKind::AllReduce, nodes, total, inter) +
-          ring_seconds(CollectiveKind::AllGather, k, total, intra_links);
-      break;
-    case CollectiveKind::Broadcast:
-      break;
-  }
-  if (t > 0 && t < best.seconds) best = {t, "hierarchical-ring"};
-  return best;
-}
-
 // NCCL enqueues one broadcast (reduce) per owner in the group call.
 constexpr double kGroupedEnqueueSeconds = 1e-6;
-
-// The grouped variant (one broadcast / reduce per owner, issued as one group, all pipelined at
-// once), flat and hierarchical, the faster taken. The latency is the ring's: the broadcasts run
-// concurrently; the bandwidth term is the most loaded link's bytes. Flat: the link into rank j
-// carries every shard but s_j. Hierarchical, with the shape of the even hierarchical ring: the
-// NIC into node N carries every shard not on N (S − S_N), then the node's ring brings each GPU j
-// what it still lacks, S − s_j − (S − S_N)/k_N (the inter-node bytes arrive spread over its k_N
-// GPUs). With equal shares both reduce to the even algorithm's terms, so the grouped variant
-// differs from the even collective by its per-owner enqueue and by the imbalance only.
-Priced grouped_seconds(const Topology& topo, CollectiveKind kind, const std::vector<int>& ranks,
-                       const std::vector<double>& shard, const RingLinks& ring,
-                       const Layout& layout, double total) {
-  const std::size_t n = ranks.size();
-  const double enqueue = static_cast<double>(n - 1) * kGroupedEnqueueSeconds;
-  const bool gather = kind == CollectiveKind::AllGather;
-  double worst = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const int prev = ranks[(i + n - 1) % n];
-    worst = std::max(worst, (total - shard[i]) / topo.between(prev, ranks[i]).bandwidth);
-  }
-  Priced best{static_cast<double>(n - 1) * ring.latency + worst + enqueue,
-              gather ? "grouped-broadcast" : "grouped-reduce"};
-  if (!layout.hierarchical()) return best;
-  RingLinks inter;
-  double inter_worst = 0, intra_worst = 0, intra_latency = 0;
-  for (const auto& run : layout.runs) {
-    const Hop nic = topo.nic(run.node);
-    inter.add(nic);
-    double on_node = 0;
-    for (std::size_t i = run.begin; i < run.end; ++i) on_node += shard[i];
-    inter_worst = std::max(inter_worst, (total - on_node) / nic.bandwidth);
-    if (run.size() < 2) continue;
-    const std::span<const int> members(ranks.data() + run.begin, run.size());
-    const RingLinks l = ring_links(topo, members);
-    intra_latency = std::max(intra_latency, l.latency);
-    const double arrived = (total - on_node) / static_cast<double>(run.size());
-    for (std::size_t i = run.begin; i < run.end; ++i)
-      intra_worst = std::max(intra_worst, std::max(0.0, total - shard[i] - arrived) / l.bandwidth);
-  }
-  const double nodes = static_cast<double>(layout.runs.size());
-  const double k = static_cast<double>(layout.per_node);
-  const double t =
-      (nodes - 1) * inter.latency + inter_worst + (k - 1) * intra_latency + intra_worst + enqueue;
-  if (t < best.seconds)
-    best = {t, gather ? "grouped-hierarchical-broadcast" : "grouped-hierarchical-reduce"};
-  return best;
-}
 
 }  // namespace
 
@@ -330,31 +208,39 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     est.seconds = n == 1 ? 0 : calibration_.launch_overhead_s;
     est.algorithm = n == 1 ? "local" : "empty";
   } else {
-    const RingLinks ring = ring_links(topo, ranks);
-    const Layout layout = node_runs(topo, ranks);
+    // How NCCL runs it (nccl_tuning.hpp): the one decision of algorithm, protocol and channels.
+    const detail::CollectiveShape shape = detail::collective_shape(topo, cluster, ranks);
     const bool uneven = (largest - smallest) > 1e-9 * std::max(1.0, largest);
     const bool sharded_kind =
         request.kind == CollectiveKind::AllGather || request.kind == CollectiveKind::ReduceScatter;
-    Priced priced;
+    detail::Choice priced;
     if (uneven && sharded_kind) {
-      // Both variants are priced on the topology the even collective would use; Auto takes the
-      // cheaper (the padded one on a tie: FSDP's behaviour), and the estimate says which.
-      Priced padded;
+      // Both variants are priced by the same chooser; Auto takes the cheaper (the padded one on
+      // a tie: FSDP's behaviour), and the estimate says which.
+      detail::Choice padded;
       if (request.uneven != UnevenCollective::Grouped) {
-        padded = even_seconds(topo, request.kind, ranks, ring, layout, largest * n);
+        padded = detail::choose(request.kind, shape, largest * n);
         padded.algorithm = "padded-" + padded.algorithm;
       }
-      Priced grouped;
-      if (request.uneven != UnevenCollective::Padded)
-        grouped = grouped_seconds(topo, request.kind, ranks, shard, ring, layout, total);
+      detail::Choice grouped;
+      if (request.uneven != UnevenCollective::Padded) {
+        grouped = detail::choose_grouped(topo, shape, ranks, shard, total);
+        grouped.seconds += static_cast<double>(n - 1) * kGroupedEnqueueSeconds;
+        grouped.algorithm =
+            request.kind == CollectiveKind::AllGather ? "grouped-broadcast" : "grouped-reduce";
+      }
       const bool take_padded =
           request.uneven == UnevenCollective::Padded ||
           (request.uneven == UnevenCollective::Auto && padded.seconds <= grouped.seconds);
       priced = take_padded ? padded : grouped;
       est.variant = take_padded ? UnevenCollective::Padded : UnevenCollective::Grouped;
     } else {
-      priced = even_seconds(topo, request.kind, ranks, ring, layout, total);
+      priced = detail::choose(request.kind, shape, total);
     }
+    est.protocol = detail::to_string(priced.protocol);
+    est.channels = priced.channels;
+    est.link_bytes = priced.link_bytes;
+    est.link_bandwidth = priced.link_bandwidth;
     est.seconds = priced.seconds + calibration_.launch_overhead_s;
     est.algorithm = priced.algorithm;
   }

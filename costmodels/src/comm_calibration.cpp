@@ -12,7 +12,6 @@
 namespace cephalo::costmodels {
 
 using detail::ring_links;
-using detail::RingLinks;
 using detail::Topology;
 
 std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file) {
@@ -46,50 +45,30 @@ std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file)
 }
 
 CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points) {
-  // For each point the flat-ring model reads t − launch = steps·α + bytes_on_link / (η·B):
-  // linear in (α, 1/η) once the bottleneck link kind and its nominal bandwidth are known.
+  // The fit prices each point with the model itself (AlphaBetaCommModel: NCCL's algorithm,
+  // protocol and channels as its chooser picks them), so what is fitted is what is later
+  // priced. Points are grouped by the link kind that bounds their ring (and by whether they were
+  // measured under compute load); per group, the kind's α and 1/η are found by Gauss-Newton on
+  // relative error: the model is affine in (α, 1/η) for a fixed choice, so each step solves the
+  // linearised least squares and the choice is re-made at the new estimate.
   CommCalibration nominal;
   for (const char* k : {"pcie", "nvlink", "shm", "ethernet", "infiniband"})
     nominal.links[k] = {1.0, -1};
   nominal.launch_overhead_s = 0;
   Topology topo(cluster, nominal);
-  // Per point: ring features (steps, bytes over the bottleneck / B) and, for all-reduce on more
-  // than two ranks, tree features; which one NCCL ran is decided by the current fit (the model
-  // takes the faster), so the fit alternates a few times.
-  struct Row {
-    std::array<double, 2> ring, tree;
-    bool has_tree = false;
-    double t = 0;
-  };
-  std::map<std::pair<bool, std::string>, std::vector<Row>> rows;  // (under compute, kind)
+  std::map<std::pair<bool, std::string>, std::vector<const SweepPoint*>> groups;
   for (const auto& p : points) {
     for (int r : p.ranks)
       if (r < 0 || r >= topo.size())
         throw ValidationError("", "ranks", std::to_string(r), "a rank of the scenario's cluster");
     std::vector<int> ranks = p.ranks;
     std::sort(ranks.begin(), ranks.end());
-    const int n = static_cast<int>(ranks.size());
-    if (n < 2) continue;
-    RingLinks l = ring_links(topo, ranks);
-    Row row;
-    row.t = p.seconds;
-    switch (p.kind) {
-      case CollectiveKind::AllGather:
-      case CollectiveKind::ReduceScatter:
-        row.ring = {double(n - 1), (n - 1) * p.bytes / n / l.bandwidth};
-        break;
-      case CollectiveKind::AllReduce:
-        row.ring = {2.0 * (n - 1), 2.0 * (n - 1) * p.bytes / n / l.bandwidth};
-        if (n > 2) {
-          row.has_tree = true;
-          row.tree = {2 * std::ceil(std::log2(static_cast<double>(n))), 2 * p.bytes / l.bandwidth};
-        }
-        break;
-      case CollectiveKind::Broadcast:
-        row.ring = {double(n - 1), p.bytes / l.bandwidth};
-        break;
-    }
-    rows[{p.under_compute, l.bottleneck_kind}].push_back(row);
+    if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end())
+      throw ValidationError("", "ranks",
+                            std::to_string(*std::adjacent_find(ranks.begin(), ranks.end())),
+                            "each rank at most once");
+    if (ranks.size() < 2) continue;
+    groups[{p.under_compute, ring_links(topo, ranks).bottleneck_kind}].push_back(&p);
   }
   CommCalibration out = AlphaBetaCommModel().calibration();
   out.launch_overhead_s = 0;  // absorbed into α by the fit
@@ -98,36 +77,47 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
   out.source = "fitted to " + std::to_string(points.size() - loaded) + " measured points";
   if (loaded > 0)
     out.source += " (+" + std::to_string(loaded) + " under compute load, fitted separately)";
-  for (auto& [key, r] : rows) {
+  const CommCalibration base = out;
+  for (const auto& [key, group] : groups) {
     const auto& [under_compute, kind] = key;
-    if (r.size() < 2) continue;
-    Eigen::Vector2d theta(10e-6, 1.0);  // α, 1/η: start from "ring everywhere"
-    std::vector<bool> tree(r.size(), false);
-    for (int iter = 0; iter < 6; ++iter) {
-      Eigen::MatrixXd A(static_cast<Eigen::Index>(r.size()), 2);
-      Eigen::VectorXd y(static_cast<Eigen::Index>(r.size()));
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        const auto& f = tree[i] ? r[i].tree : r[i].ring;
-        double w = 1.0 / r[i].t;  // relative errors: small and large sizes count alike
-        A(static_cast<Eigen::Index>(i), 0) = f[0] * w;
-        A(static_cast<Eigen::Index>(i), 1) = f[1] * w;
-        y(static_cast<Eigen::Index>(i)) = 1.0;
+    if (group.size() < 2) continue;
+    auto seconds = [&](double alpha, double inv_eta, const SweepPoint& p) {
+      CommCalibration c = base;
+      c.links[kind] = {1.0 / inv_eta, std::max(0.0, alpha)};
+      CollectiveRequest r;
+      r.kind = p.kind;
+      r.ranks = p.ranks;
+      r.shard_bytes.assign(p.ranks.size(), p.bytes / static_cast<double>(p.ranks.size()));
+      return AlphaBetaCommModel(c).collective(cluster, r).seconds;
+    };
+    Eigen::Vector2d theta(10e-6, 1.0);  // α, 1/η
+    const auto n = static_cast<Eigen::Index>(group.size());
+    for (int iter = 0; iter < 30; ++iter) {
+      Eigen::MatrixXd A(n, 2);
+      Eigen::VectorXd y(n);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const SweepPoint& p = *group[static_cast<std::size_t>(i)];
+        const double t0 = seconds(theta(0), theta(1), p);
+        const double da = std::max(1e-9, 1e-3 * theta(0)), db = 1e-3 * theta(1);
+        const double fa = (seconds(theta(0) + da, theta(1), p) - t0) / da;
+        const double fb = (seconds(theta(0), theta(1) + db, p) - t0) / db;
+        const double w = 1.0 / p.seconds;  // relative errors: small and large sizes count alike
+        A(i, 0) = fa * w;
+        A(i, 1) = fb * w;
+        y(i) = (p.seconds - t0 + fa * theta(0) + fb * theta(1)) * w;
       }
-      theta = A.colPivHouseholderQr().solve(y);
-      bool changed = false;
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        if (!r[i].has_tree) continue;
-        double ring = theta(0) * r[i].ring[0] + theta(1) * r[i].ring[1];
-        double tr = theta(0) * r[i].tree[0] + theta(1) * r[i].tree[1];
-        bool use_tree = tr < ring;
-        changed |= use_tree != tree[i];
-        tree[i] = use_tree;
-      }
-      if (!changed) break;
+      Eigen::Vector2d next = A.colPivHouseholderQr().solve(y);
+      if (!next.allFinite()) break;
+      next(0) = std::max(0.0, next(0));
+      next(1) = std::max(1e-3, next(1));
+      const bool converged = std::abs(next(0) - theta(0)) <= 1e-12 + 1e-9 * theta(0) &&
+                             std::abs(next(1) - theta(1)) <= 1e-9 * theta(1);
+      theta = next;
+      if (converged) break;
     }
     LinkCorrection c;
     c.latency_s = std::max(0.0, theta(0));
-    c.bandwidth_efficiency = theta(1) > 0 ? std::min(1.0, 1.0 / theta(1)) : 1.0;
+    c.bandwidth_efficiency = std::min(1.0, 1.0 / theta(1));
     (under_compute ? out.links_under_compute : out.links)[kind] = c;
   }
   return out;

@@ -93,19 +93,4 @@ inline RingLinks ring_links(const Topology& topo, std::span<const int> ranks) {
   return links;
 }
 
-inline double ring_seconds(CollectiveKind kind, int n, double bytes, const RingLinks& l) {
-  if (n <= 1) return 0;
-  double chunk = bytes / n;
-  switch (kind) {
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-      return (n - 1) * (l.latency + chunk / l.bandwidth);
-    case CollectiveKind::AllReduce:
-      return 2.0 * (n - 1) * (l.latency + chunk / l.bandwidth);
-    case CollectiveKind::Broadcast:
-      return (n - 1) * l.latency + bytes / l.bandwidth;
-  }
-  return 0;
-}
-
 }  // namespace cephalo::costmodels::detail

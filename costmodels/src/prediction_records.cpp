@@ -249,6 +249,8 @@ Json to_json(const CollectivePrediction& p) {
             {"algbw_bytes_per_s", p.estimate.algbw},
             {"busbw_bytes_per_s", p.estimate.busbw},
             {"algorithm", p.estimate.algorithm},
+            {"protocol", p.estimate.protocol},
+            {"channels", p.estimate.channels},
             {"calibration", p.calibration}};
   if (p.estimate.variant) j["variant"] = to_string(*p.estimate.variant);
   return j;
@@ -295,10 +297,12 @@ std::string render_memory_table(const Scenario& scenario, const std::string& pla
 
 std::string render_text(const CollectivePrediction& p) {
   const auto& e = p.estimate;
-  TextTable t({"collective", "ranks", "bytes", "time", "algbw", "busbw", "algorithm"});
+  TextTable t({"collective", "ranks", "bytes", "time", "algbw", "busbw", "algorithm", "protocol",
+               "channels"});
   t.add_row({to_string(p.request.kind), std::to_string(p.request.ranks.size()),
              format_bytes(e.total_bytes), format_seconds(e.seconds), format_bandwidth(e.algbw),
-             format_bandwidth(e.busbw), e.algorithm});
+             format_bandwidth(e.busbw), e.algorithm, e.protocol.empty() ? "-" : e.protocol,
+             e.channels > 0 ? std::to_string(e.channels) : "-"});
   return t.render();
 }
 

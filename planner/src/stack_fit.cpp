@@ -12,6 +12,7 @@
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/summarize.hpp"
+#include "cephalo/traces/trace_compare.hpp"
 
 namespace cephalo::planner {
 
@@ -75,13 +76,87 @@ double fit_compute(const Scenario& s, const Plan& plan, double target, const std
   return std::exp(0.5 * (lo + hi));
 }
 
+// Each factor from one step of a profiler trace: its classes' measured / simulated time on the
+// trace's rank (kineto_trace.hpp says how the trace's time is classified). The compute factor
+// reads the forward and backward classes the trace measured (a trace whose forward ranges
+// carry no annotation fits compute from its backward alone, and says so).
+void fit_from_trace(const traces::KinetoTrace& trace, const traces::TraceStep& step, int rank,
+                    const sim::PlanReplay& base, StackFit& fit) {
+  if (!base.graph) throw RuntimeFailure("the replay kept no graph for the trace's classes");
+  const auto simulated = traces::simulated_class_seconds(*base.graph, base.result.report, rank);
+  using traces::TraceClass;
+  auto at = [](const auto& a, TraceClass c) { return a[static_cast<int>(c)]; };
+  const std::string where = step.name + " of " + trace.file + ", rank " + std::to_string(rank) +
+                            (trace.times_from_kernels ? ", GPU kernels" : ", CPU ranges");
+  struct Group {
+    StackFactor* factor;
+    const char* name;
+    std::vector<TraceClass> classes;
+  };
+  StackCalibration& st = fit.stack;
+  const Group groups[] = {{&st.compute, "compute", {TraceClass::Forward, TraceClass::Backward}},
+                          {&st.comm, "comm", {TraceClass::Collective}},
+                          {&st.optimizer, "optimizer", {TraceClass::Optimizer}}};
+  for (const auto& g : groups) {
+    double measured = 0, sim = 0;
+    std::string used, unmeasured;
+    for (TraceClass c : g.classes) {
+      const double m = step.seconds_of(c), s = at(simulated, c);
+      if (m > 0 && s > 0) {
+        measured += m, sim += s;
+        used += (used.empty() ? "" : " + ") + traces::to_string(c);
+      } else if (s > 0) {
+        unmeasured += (unmeasured.empty() ? "" : ", ") + traces::to_string(c);
+      } else if (m > 0) {
+        fit.notes.push_back("the trace measures " + format_seconds(m) + " of " +
+                            traces::to_string(c) + " in " + step.name +
+                            "; the plan simulates none on rank " + std::to_string(rank) +
+                            " (not fitted)");
+      }
+    }
+    if (measured <= 0) {
+      fit.notes.push_back(std::string(g.name) + ": not identified (" + where + " has no " +
+                          (unmeasured.empty() ? std::string(g.name) : unmeasured) +
+                          " time the plan also simulates); stays 1");
+      continue;
+    }
+    const double f = measured / sim;
+    check_factor(g.name, f, "measured / simulated " + used + " time");
+    *g.factor = {f, true};
+    fit.notes.push_back(std::string(g.name) + ": " + ratio_text(f) + " = measured " +
+                        format_seconds(measured) + " / simulated " + format_seconds(sim) + " of " +
+                        used + " (" + where + ")" +
+                        (unmeasured.empty() ? "" : "; no " + unmeasured + " in the trace"));
+  }
+  if (!st.compute.identified && !st.comm.identified && !st.optimizer.identified)
+    throw ValidationError(trace.file, "$.traceEvents",
+                          step.name + " with no class the plan simulates",
+                          "forward, backward, optimizer or collective time on rank " +
+                              std::to_string(rank) + " to fit a factor from");
+  fit.notes.push_back(step.name + " (" + format_seconds(step.duration_s) +
+                      "): " + format_seconds(step.outside_classes_s) +
+                      " outside every class (host work outside the annotations; in no factor)");
+  if (trace.times_from_kernels)
+    fit.notes.push_back(step.name + ": the GPU busy " + format_seconds(step.gpu_busy_s) + " (" +
+                        fixed(100 * step.gpu_busy_s / step.duration_s, 1) +
+                        " % of the step); the rest it waited for the host (launches, syncs, "
+                        "data), which no factor carries");
+  for (const auto& u : trace.unclassified)
+    fit.notes.push_back("unclassified in the whole trace: " + std::to_string(u.events) + " " +
+                        u.category + " events, " + format_seconds(u.seconds));
+  for (const auto& n : trace.notes) fit.notes.push_back(n);
+}
+
 }  // namespace
 
 StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
                          const StackMeasurement& measurement, const std::string& source) {
   StackFit fit;
-  if (measurement.tokens_per_s.has_value() == (measurement.run != nullptr))
-    throw ValidationError("<measurement>", "", "", "one measurement: tokens per second or a run");
+  if (int{measurement.tokens_per_s.has_value()} + int{measurement.run != nullptr} +
+          int{measurement.trace != nullptr} !=
+      1)
+    throw ValidationError("<measurement>", "", "",
+                          "one measurement: tokens per second, a run or a profiler trace");
   if (scenario.job.implementation.stack)
     fit.notes.push_back("the job's own stack calibration (" +
                         (scenario.job.implementation.stack_file.empty()
@@ -93,7 +168,8 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
       static_cast<double>(job.global_batch) * static_cast<double>(job.sequence_length);
 
   // The plan without a stack, op by op when a run's op records are to be compared.
-  const bool per_class = measurement.run && !measurement.run->ops.empty();
+  const bool per_class =
+      (measurement.run && !measurement.run->ops.empty()) || measurement.trace != nullptr;
   const auto base = replay_with(scenario, plan, std::nullopt, source, per_class);
   const auto& sim = base.result.report;
   if (sim.oom)
@@ -103,7 +179,19 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   fit.predicted_iteration_s = sim.iteration_time_s;
   traces::CompareReport class_report;
 
-  if (measurement.tokens_per_s) {
+  const traces::TraceStep* step = nullptr;
+  int trace_rank = 0;
+  if (measurement.trace) {
+    const auto& trace = *measurement.trace;
+    step =
+        measurement.trace_step.empty() ? &trace.median_step() : &trace.step(measurement.trace_step);
+    // The trace is checked to be this scenario's run before anything is read from its times.
+    trace_rank = traces::check_trace_for(trace, *step, scenario, &plan, fit.notes);
+    fit.measured_iteration_s = step->duration_s;
+    if (!(step->duration_s > 0))
+      throw ValidationError(trace.file, "$.traceEvents", step->name + " lasting 0 s",
+                            "a step with a positive duration");
+  } else if (measurement.tokens_per_s) {
     const double t = *measurement.tokens_per_s;
     if (!(t > 0) || !std::isfinite(t))
       throw ValidationError("<measurement>", "tokens_per_s", shortest(t), "a positive number");
@@ -132,7 +220,9 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
         " % of the cluster's peak FLOP rate for the model's FLOPs (at most 100 %)");
 
   StackCalibration& st = fit.stack;
-  if (per_class && class_report.have_ops) {
+  if (measurement.trace) {
+    fit_from_trace(*measurement.trace, *step, trace_rank, base, fit);
+  } else if (per_class && class_report.have_ops) {
     const auto& report = class_report;
     struct Group {
       StackFactor* factor;
@@ -180,6 +270,15 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     fit.notes.push_back("optimizer: not identified (" + why + "); stays 1");
   }
   fit.fitted_iteration_s = iteration_with(scenario, plan, st, source);
+  if (measurement.trace) {
+    const double miss = fit.fitted_iteration_s / fit.measured_iteration_s - 1;
+    if (std::abs(miss) > 0.05)
+      fit.notes.push_back(
+          "the fitted iteration is " + fixed(100 * miss, 1) +
+          " % off the measured step: its time "
+          "outside the classes (above) is in no factor; --measured-tokens-per-s fits the "
+          "compute factor to the whole step instead");
+  }
 
   auto& on = st.fitted_on;
   on.model = job.model_name;
@@ -192,7 +291,11 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   on.implementation = to_string(job.implementation);  // the label leaves the stack out
   on.compute_source = source;
   on.plan_hash = traces::plan_hash(plan);
-  if (measurement.tokens_per_s) {
+  if (measurement.trace) {
+    on.measured = "trace";
+    on.measured_value = fit.measured_iteration_s;
+    on.predicted_value = fit.predicted_iteration_s;
+  } else if (measurement.tokens_per_s) {
     on.measured = "tokens_per_s";
     on.measured_value = *measurement.tokens_per_s;
     on.predicted_value = tokens_per_iteration / fit.predicted_iteration_s;

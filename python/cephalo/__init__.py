@@ -306,16 +306,19 @@ def _result_source(source):
     return _text(source), _DICT_LABEL, False
 
 
-def compare(simulated, measured, scenario=None, plan=None, trace=None):
+def compare(simulated, measured, scenario=None, plan=None, trace=None, step=None):
     """Simulated vs measured (SimResult and RunResult records or files): the record of
     `cephalo compare --json`, each metric's two values (seconds, samples/s, bytes as its name
     says) and their relative error. With scenario and plan (both or neither), also per op
     class and op by op; trace=path then writes the Perfetto trace of `compare --trace` (both
-    timelines of every rank side by side) and the record names it."""
+    timelines of every rank side by side) and the record names it. measured may also be a
+    PyTorch profiler trace file (`compare SIM TRACE`): one step of it (step="ProfilerStep#N"
+    or N, default the median step) against the simulation, per class with scenario and plan."""
     s = load_scenario(scenario) if scenario is not None else None
     p, label = _plan_and_label(plan) if plan is not None else (None, "")
     return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
-                                         s, p, label, "" if trace is None else _os.fspath(trace)))
+                                         s, p, label, "" if trace is None else _os.fspath(trace),
+                                         "" if step is None else str(step)))
 
 
 def _with_stack(scenario, stack):
@@ -328,22 +331,27 @@ def load_stack(path):
 
 
 def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output=None,
-                    compute_model="auto"):
+                    compute_model="auto", trace=None, step=None):
     """`cephalo calibrate stack`: the factors of a software stack that one measured iteration
     of `plan` identifies. Give measured_tokens_per_s (the whole job's tokens/s: fits the
-    compute factor) or run (a RunResult record or file: with op records it fits the compute,
-    collective and optimizer factors). Returns the fit (its "stack", the measured, predicted
-    and fitted iteration seconds, and one note per factor); output=path also writes the stack
-    file that plan(), simulate() and sweep() take as stack=. A measurement faster than the
-    roofline, or one needing a factor outside [1/64, 10], raises InfeasibleError."""
-    if (measured_tokens_per_s is None) == (run is None):
-        raise ValueError("give one of measured_tokens_per_s and run")
+    compute factor), run (a RunResult record or file: with op records it fits the compute,
+    collective and optimizer factors) or trace (a PyTorch profiler trace file, .json or
+    .json.gz: `--trace`; step="ProfilerStep#N" or N picks the step, default the median one).
+    Returns the fit (its "stack", the measured, predicted and fitted iteration seconds, and
+    one note per factor); output=path also writes the stack file that plan(), simulate() and
+    sweep() take as stack=. A measurement faster than the roofline, or one needing a factor
+    outside [1/64, 10], raises InfeasibleError."""
+    if sum(x is not None for x in (measured_tokens_per_s, run, trace)) != 1:
+        raise ValueError("give one of measured_tokens_per_s, run and trace")
+    if step is not None and trace is None:
+        raise ValueError("step= needs trace=")
     s = load_scenario(scenario)
     p, _ = _plan_and_label(plan)
     run_text, run_label, run_is_file = _result_source(run) if run is not None else ("", "", False)
     return _record(_cephalo.calibrate_stack_json(
         s, p, measured_tokens_per_s, run_text, run_label, run_is_file,
-        "" if output is None else _os.fspath(output), compute_model))
+        "" if output is None else _os.fspath(output), compute_model,
+        "" if trace is None else _os.fspath(trace), "" if step is None else str(step)))
 
 
 def sweep(spec, progress=None, max_mixes=5000, stack=None):

@@ -34,8 +34,10 @@
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/compare.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/shard_layout.hpp"
+#include "cephalo/traces/trace_compare.hpp"
 #include "cephalo/traces/training_graph.hpp"
 
 namespace py = pybind11;
@@ -174,13 +176,30 @@ traces::IterationReport report_from(const std::string& text, const std::string& 
   return traces::parse_iteration_report(r);
 }
 
-// `cephalo compare --json`; with `trace`, the merged timeline `compare --trace` writes.
+// `cephalo compare --json`; with `trace`, the merged timeline `compare --trace` writes. A
+// measured file that is a PyTorch profiler trace (traces::looks_like_trace, as the CLI tells)
+// is compared at its step `step` (`compare SIM TRACE --step`).
 std::string compare_json(const std::string& sim_text, const std::string& sim_label,
                          bool sim_is_file, const std::string& run_text,
                          const std::string& run_label, bool run_is_file,
                          const std::optional<Scenario>& scenario, const std::optional<Plan>& plan,
-                         const std::string& plan_label, const std::string& trace) {
+                         const std::string& plan_label, const std::string& trace,
+                         const std::string& step) {
   auto sim = report_from(sim_text, sim_label, sim_is_file);
+  if (run_is_file) {
+    if (const std::string bytes = read_input_file(run_label); traces::looks_like_trace(bytes)) {
+      if (!trace.empty())
+        throw ValidationError("arguments", "trace", trace,
+                              "no merged timeline: it needs a RunResult, not a profiler trace");
+      const auto c = traces::compare_trace_planned(
+          sim, sim_label, traces::parse_kineto_trace(bytes, run_label), step,
+          scenario ? &*scenario : nullptr, plan ? &*plan : nullptr, plan_label, "arguments",
+          "scenario and plan");
+      return c.record.dump(2) + "\n";
+    }
+  }
+  if (!step.empty())
+    throw ValidationError("arguments", "step", step, "a step only with a profiler trace");
   auto run = report_from(run_text, run_label, run_is_file);
   // The CLI's sequence: the plan's checks, the graph, the comparison, the implementation sides.
   const auto c = traces::compare_planned(sim, sim_label, run, run_label,
@@ -211,13 +230,20 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
 }
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
+// A profiler trace (`trace`, a file: --trace) with its `step` (--step) is the third measurement.
 std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
                                  std::optional<double> tokens_per_s, const std::string& run_text,
                                  const std::string& run_label, bool run_is_file,
-                                 const std::string& output, const std::string& compute_model) {
+                                 const std::string& output, const std::string& compute_model,
+                                 const std::string& trace, const std::string& step) {
   planner::StackMeasurement m;
   traces::IterationReport run;
-  if (tokens_per_s) {
+  std::optional<traces::KinetoTrace> profiled;
+  if (!trace.empty()) {
+    profiled = traces::load_kineto_trace(trace);
+    m.trace = &*profiled;
+    m.trace_step = step;
+  } else if (tokens_per_s) {
     m.tokens_per_s = tokens_per_s;
   } else {
     run = report_from(run_text, run_label, run_is_file);
@@ -450,7 +476,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
         py::arg("stack"), release());
   m.def("calibrate_stack_json", &calibrate_stack_json, py::arg("scenario"), py::arg("plan"),
         py::arg("tokens_per_s"), py::arg("run_text"), py::arg("run_label"), py::arg("run_is_file"),
-        py::arg("output"), py::arg("compute_model"), release());
+        py::arg("output"), py::arg("compute_model"), py::arg("trace"), py::arg("step"), release());
   m.def(
       "with_stack",
       [](Scenario s, const std::string& file) {

@@ -894,3 +894,43 @@ def test_calibrate_stack_fits_one_throughput_and_simulate_reads_it_back(tmp_path
         cephalo.calibrate_stack(DEFAULT, p)
     with pytest.raises(cephalo.ValidationError, match="cephalo-stack"):
         cephalo.simulate(DEFAULT, p, stack=DEFAULT)
+
+
+def test_calibrate_stack_reads_a_profiler_trace_as_the_cli_does(tmp_path):
+    # One step of a PyTorch profiler trace (the legacy profiler's array; 20 ms steps, slower
+    # than the roofline): calibrate_stack(trace=, step=) returns the record of
+    # `cephalo calibrate stack --trace --step --json`; a GPU trace for a CPU rank is refused
+    # naming the file.
+    scenario, plan = SCENARIOS / "cpu-1rank.json", SCENARIOS / "plans" / "cpu-1rank-full.json"
+    events = []
+    for s in range(2):
+        t = 2e4 * s
+        events += [{"ph": "X", "name": f"ProfilerStep#{s}", "ts": t, "dur": 2e4, "pid": 1, "tid": 1},
+                   {"ph": "X", "name": "## forward ##", "ts": t + 200, "dur": 6e3, "pid": 1, "tid": 1},
+                   {"ph": "X", "name": "## backward ##", "ts": t + 6.4e3, "dur": 1.2e4, "pid": 1, "tid": 1},
+                   {"ph": "X", "name": "## optimizer ##", "ts": t + 1.86e4, "dur": 1.2e3, "pid": 1, "tid": 1}]
+    trace = tmp_path / "step.json"
+    trace.write_text(json.dumps(events))
+    fit = cephalo.calibrate_stack(scenario, plan, trace=trace, step=1)
+    done = subprocess.run([CLI, "calibrate", "stack", "--scenario", str(scenario), "--plan", str(plan),
+                           "--trace", str(trace), "--step", "1", "--json", "-o", str(tmp_path / "s.json")],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == fit
+    assert fit["stack"]["fitted_on"]["measured"] == "trace"
+    assert abs(fit["measured_iteration_s"] - 0.02) < 1e-9
+    assert fit["stack"]["factors"]["compute"]["identified"]
+    with pytest.raises(cephalo.ValidationError, match="v100-resnet-rank0.json.gz"):
+        cephalo.calibrate_stack(scenario, plan, trace=ROOT / "tests/data/kineto/v100-resnet-rank0.json.gz")
+    with pytest.raises(ValueError):
+        cephalo.calibrate_stack(scenario, plan, step=1, measured_tokens_per_s=5)
+    # compare(SIM, TRACE) is `cephalo compare SIM TRACE --json`.
+    sim = tmp_path / "sim.json"
+    sim.write_text(json.dumps(cephalo.simulate(scenario, plan, ops=True)))
+    record = cephalo.compare(sim, trace, scenario=scenario, plan=plan, step=1)
+    done = subprocess.run([CLI, "compare", str(sim), str(trace), "--scenario", str(scenario),
+                           "--plan", str(plan), "--step", "1", "--json"],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == record
+    assert {c["class"] for c in record["classes"]} == {"forward", "backward", "optimizer"}
+    with pytest.raises(cephalo.ValidationError, match="step"):
+        cephalo.compare(sim, sim, step=1)

@@ -180,25 +180,54 @@ CommCalibration exact() {
 
 }  // namespace
 
+// NCCL's Simple ring on one node of four A100s: base latency 8.4 µs (NCCL's constant), one
+// step of the link's α per ring step, the bytes over the bottleneck at the link's bandwidth;
+// 2 channels (the fewest NCCL opens) already fill a 10 GB/s link.
 TEST(CommModel, RingTimesAreTheHandComputedAlphaBetaSums) {
   Cluster c = four_gpu_node();
   AlphaBetaCommModel model(exact());
   CollectiveRequest r;
   r.ranks = {0, 1, 2, 3};
   r.shard_bytes.assign(4, 25e6);  // 100 MB in total
-  // All-gather: 3 steps of (5 µs + 25 MB / 10 GB/s = 2.5 ms) = 7.515 ms.
   r.kind = CollectiveKind::AllGather;
   auto ag = model.collective(c, r);
-  EXPECT_NEAR(ag.seconds, 3 * (5e-6 + 2.5e-3), 1e-12);
+  EXPECT_NEAR(ag.seconds, 8.4e-6 + 3 * 5e-6 + 75e6 / 10e9, 1e-12);
   EXPECT_EQ(ag.algorithm, "ring");
+  EXPECT_EQ(ag.protocol, "Simple");
+  EXPECT_EQ(ag.channels, 2);
   EXPECT_NEAR(ag.algbw, 100e6 / ag.seconds, 1e-3);
   EXPECT_NEAR(ag.busbw, ag.algbw * 0.75, 1e-3);
-  // All-reduce: 6 steps; the ring beats the tree (4 latencies + 2·S/B = 20 ms).
+  EXPECT_DOUBLE_EQ(ag.link_bytes, 75e6);
+  EXPECT_DOUBLE_EQ(ag.link_bandwidth, 10e9);
+  // All-reduce: 6 steps; the ring beats the tree (2 × 100 MB at 92 % of the link).
   r.kind = CollectiveKind::AllReduce;
   auto ar = model.collective(c, r);
-  EXPECT_NEAR(ar.seconds, 6 * (5e-6 + 2.5e-3), 1e-12);
+  EXPECT_NEAR(ar.seconds, 8.4e-6 + 6 * 5e-6 + 150e6 / 10e9, 1e-12);
   EXPECT_EQ(ar.algorithm, "ring");
-  // Tiny all-reduce: latency-bound, the tree wins (2·ceil(log2 4) = 4 latencies vs 6).
+  // Tiny all-reduce: latency-bound, LL (NCCL's LL step on NVLink: 0.6 / 3.4 of the Simple one),
+  // base 6.6 µs; the LL ring's 6 short steps beat the LL tree (6.8 µs + 2 × 3 chain steps).
+  r.shard_bytes.assign(4, 1.0);
+  auto tiny = model.collective(c, r);
+  EXPECT_EQ(tiny.protocol, "LL");
+  EXPECT_EQ(tiny.algorithm, "ring");
+  EXPECT_EQ(tiny.channels, 1);
+  EXPECT_NEAR(tiny.seconds, 6.6e-6 + 6 * 5e-6 * 0.6 / 3.4 + 6.0 / (10e9 * 0.5), 1e-12);
+}
+
+// CPU ranks run the backend's MPI collectives: no NCCL protocol, every step the slowest α.
+TEST(CommModel, CpuRanksRunTheHostRingAndTree) {
+  Cluster c = four_gpu_node();
+  c.nodes[0].intra_link = {"shm", 10e9, 5e-6};
+  for (auto& slot : c.nodes[0].devices) slot.spec = GpuCatalog::builtin().get("CPU-core");
+  AlphaBetaCommModel model(exact());
+  CollectiveRequest r;
+  r.ranks = {0, 1, 2, 3};
+  r.shard_bytes.assign(4, 25e6);
+  r.kind = CollectiveKind::AllGather;
+  auto ag = model.collective(c, r);
+  EXPECT_EQ(ag.protocol, "host");
+  EXPECT_NEAR(ag.seconds, 3 * (5e-6 + 2.5e-3), 1e-12);
+  r.kind = CollectiveKind::AllReduce;
   r.shard_bytes.assign(4, 1.0);
   auto tiny = model.collective(c, r);
   EXPECT_EQ(tiny.algorithm, "tree");
@@ -216,12 +245,13 @@ TEST(CommModel, UnevenShardsGroupedAndPadded) {
   auto padded = model.collective(c, r);  // ring over 4 × 40 MB
   EXPECT_EQ(padded.algorithm, "padded-ring");
   EXPECT_EQ(padded.variant, UnevenCollective::Padded);
-  EXPECT_NEAR(padded.seconds, 3 * (5e-6 + 40e6 / 10e9), 1e-12);
+  EXPECT_NEAR(padded.seconds, 8.4e-6 + 3 * 5e-6 + 3 * 40e6 / 10e9, 1e-12);
   r.uneven = UnevenCollective::Grouped;
   auto grouped = model.collective(c, r);  // rank 0 receives 90 MB
   EXPECT_EQ(grouped.algorithm, "grouped-broadcast");
   EXPECT_EQ(grouped.variant, UnevenCollective::Grouped);
-  EXPECT_NEAR(grouped.seconds, 3 * 5e-6 + 90e6 / 10e9 + 3e-6, 1e-12);
+  EXPECT_EQ(grouped.protocol, "Simple");
+  EXPECT_NEAR(grouped.seconds, 8.4e-6 + 3 * 5e-6 + 90e6 / 10e9 + 3e-6, 1e-12);
   EXPECT_LT(grouped.seconds, padded.seconds);
   // Auto takes the cheaper, and uneven_variant is that decision.
   r.uneven = UnevenCollective::Auto;
@@ -259,8 +289,8 @@ Cluster h100_nodes(int nodes, int per_node) {
 }  // namespace
 
 // A unit whose size does not divide the ranks (half of them own one element more) is gathered
-// padded, as FSDP does: the even algorithm the topology picks on max × n bytes, within 0.1 % of
-// the even collective, from 2 to 102,400 ranks. The grouped variant keeps the topology too: it
+// padded, as FSDP does: the even algorithm NCCL picks on max × n bytes, within 0.1 % of the
+// even collective, from 2 to 102,400 ranks. The grouped variant runs on the same ring: it
 // costs the even collective plus its one enqueue per owner.
 TEST(CommModel, OneElementMoreCostsWhatTheEvenCollectiveCostsFrom2To100kRanks) {
   AlphaBetaCommModel model;  // the shipped default corrections
@@ -281,10 +311,8 @@ TEST(CommModel, OneElementMoreCostsWhatTheEvenCollectiveCostsFrom2To100kRanks) {
       even.kind = uneven.kind = kind;
       const CollectiveEstimate e = model.collective(c, even);
       const std::string what = std::to_string(n) + " ranks, " + to_string(kind);
-      // Flat on one node and on 4 nodes (where the flat ring's 31 steps still beat the extra
-      // NVLink pass), hierarchical from 16 nodes up.
-      const bool hierarchical = e.algorithm == "hierarchical-ring";
-      EXPECT_EQ(hierarchical, nodes >= 16) << what << ": " << e.algorithm;
+      // NCCL runs all-gather and reduce-scatter as rings where GPUs share a node.
+      EXPECT_EQ(e.algorithm, "ring") << what;
       for (UnevenCollective v : {UnevenCollective::Auto, UnevenCollective::Padded}) {
         uneven.uneven = v;
         const CollectiveEstimate u = model.collective(c, uneven);
@@ -297,38 +325,9 @@ TEST(CommModel, OneElementMoreCostsWhatTheEvenCollectiveCostsFrom2To100kRanks) {
       const CollectiveEstimate g = model.collective(c, uneven);
       const double enqueue = (n - 1) * 1e-6;
       EXPECT_NEAR((g.seconds - enqueue) / e.seconds, 1.0, 1e-3) << what;
-      EXPECT_EQ(g.algorithm.find("hierarchical") != std::string::npos, hierarchical)
-          << what << ": " << g.algorithm;
       EXPECT_EQ(uneven_variant(model, c, uneven), UnevenCollective::Padded) << what;
     }
   }
-}
-
-// The grouped variant's hierarchical form: the NIC into node N carries every shard not on N, the
-// node's ring what each GPU still lacks; hand-computed on 2 nodes × 2 GPUs. The NICs' α is set
-// to 1 ms so that the hierarchical form (one inter-node step) beats the flat one (three steps,
-// each crossing two NICs' α: 6 ms).
-TEST(CommModel, GroupedHierarchicalIsTheHandComputedSum) {
-  Cluster c = h100_nodes(2, 2);
-  for (auto& node : c.nodes) node.nic.latency = 1e-3;
-  AlphaBetaCommModel model(exact());
-  CollectiveRequest r;
-  r.kind = CollectiveKind::AllGather;
-  r.ranks = {0, 1, 2, 3};
-  r.shard_bytes = {400e6, 0, 300e6, 300e6};  // S = 1 GB; node 0 holds 400 MB, node 1 600 MB
-  r.uneven = UnevenCollective::Grouped;
-  const auto g = model.collective(c, r);
-  EXPECT_EQ(g.algorithm, "grouped-hierarchical-broadcast");
-  const double nic = 400e9, nvl = 450e9;
-  // Inter: 1 step of 1 ms; into node 0: 600 MB. Intra: 1 step of 2 µs; rank 1 lacks
-  // 1000 − 0 − 600/2 = 700 MB. Plus 3 enqueues.
-  EXPECT_NEAR(g.seconds, 1e-3 + 600e6 / nic + 2e-6 + 700e6 / nvl + 3e-6, 1e-12);
-  // Padded: the even hierarchical ring on 4 × 400 MB (1 inter step of 1 ms + 800 MB / NIC, one
-  // intra step of 2 µs + 800 MB / NVLink).
-  r.uneven = UnevenCollective::Padded;
-  const auto p = model.collective(c, r);
-  EXPECT_EQ(p.algorithm, "padded-hierarchical-ring");
-  EXPECT_NEAR(p.seconds, (1e-3 + 800e6 / nic) + (2e-6 + 800e6 / nvl), 1e-12);
 }
 
 TEST(CommModel, BadRequestsAreRejected) {

@@ -192,6 +192,15 @@ TEST(PredictCli, CollectiveAndMemoryRecords) {
   auto j = cephalo::Json::parse(c.out);
   EXPECT_NEAR(j["busbw_bytes_per_s"].get<double>(), j["algbw_bytes_per_s"].get<double>() * 1.5, 1);
   EXPECT_FALSE(j["algorithm"].get<std::string>().empty());
+  // Which protocol and how many channels NCCL's tuner (as modelled) took: 64 MiB on the
+  // paper's PCIe node is a Simple ring on at least one channel; the table says the same.
+  EXPECT_EQ(j["protocol"], "Simple");
+  EXPECT_GE(j["channels"].get<int>(), 1);
+  auto t = run("predict collective --scenario " + kRoot +
+               "/scenarios/default.json --kind all-reduce --bytes 64MiB");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("protocol"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("Simple"), std::string::npos) << t.out;
   auto m = run("predict memory --scenario " + kRoot + "/scenarios/default.json --plan " + kRoot +
                "/scenarios/plans/default-even.json --json");
   ASSERT_EQ(m.code, 0) << m.out;

@@ -46,6 +46,11 @@ struct Node {
   // node's total (cluster_notes says so).
   LinkSpec nic;
   int nic_count = 0;
+  // In-network reduction the node's switches offer (cluster key `intra_link.nvls`, `nic.sharp`):
+  // NVLink SHARP on the NVSwitch (NCCL's NVLS algorithms, Hopper and newer) and SHARP in the
+  // InfiniBand fabric (NCCL's CollNet). Without them NCCL runs rings and trees only.
+  bool nvls = false;
+  bool sharp = false;
 };
 
 // A device with its global rank, as the plan and the backend number them (node-major order).

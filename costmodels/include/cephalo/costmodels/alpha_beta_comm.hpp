@@ -1,26 +1,26 @@
 #pragma once
-// NCCL-like collectives on a modelled cluster with α-β links.
+// Collectives on a modelled cluster with α-β links, run as NCCL runs them.
 //
-// A ring over n ranks (node-major order) moves the buffer in n−1 steps; each step costs the
-// slowest link's α plus chunk / bandwidth of the bottleneck link of the ring. Within a node the
-// link is the node's intra link (capped by each GPU's own PCIe link when the intra link is
-// PCIe); between nodes it is the NIC, shared by the node's GPUs. Algorithms considered:
-//   ring               flat ring over all ranks (all four collectives)
-//   tree               double binary tree, all-reduce only (latency log2 n instead of n)
-//   hierarchical-ring  multi-node: intra-node phase + inter-node ring over nodes
-// and for uneven shards (all-gather-v / reduce-scatter-v, Plan.uneven_collective), both priced
-// on the topology the even collective uses:
-//   padded             every shard padded to the largest, then the even algorithm (ring or
-//                      hierarchical, the faster, as for even shards) on largest × n bytes: what
-//                      FSDP runs on a unit whose size does not divide the ranks; shares that
-//                      differ by one element cost what the even collective costs
-//   grouped            one broadcast (reduce) per owner, issued as one NCCL group, flat (the
-//                      link into rank j carries every shard but its own: (S − s_j) / B) or
-//                      hierarchical (the NIC into node N carries S − S_N, then the node's ring
-//                      what each GPU still lacks), plus one enqueue per owner
+// Each link is the cluster's (intra-node: NVLink, or PCIe capped by each GPU's own slot;
+// between nodes: the node's NICs, `nic.count` rails of `bandwidth` each), corrected by the
+// calibration (achieved fraction of nominal bandwidth, per-step α). How a collective runs is
+// decided in one place, costmodels/src/nccl_tuning.hpp: NCCL's algorithms as a table of rows
+// (ring, tree, PAT, NVLS, CollNet, each where the hardware has it), its protocols (LL, LL128,
+// Simple) and channels by message size, the lowest predicted time taken, as NCCL's tuner does;
+// CPU ranks run the backend's MPI ring or tree with no protocol. A ring spanning nodes crosses
+// each node's NICs once per channel, so its inter-node link carries (n−1)/n of an all-gather's
+// buffer (costmodels/README.md, "Collectives as NCCL runs them").
+// Uneven shards (all-gather-v / reduce-scatter-v, Plan.uneven_collective), both priced by the
+// same chooser:
+//   padded             every shard padded to the largest, then the even collective on
+//                      largest × n bytes: what FSDP runs on a unit whose size does not divide
+//                      the ranks; shares that differ by one element cost what the even
+//                      collective costs
+//   grouped            one ring broadcast (reduce) per owner, issued as one NCCL group: the
+//                      ring link into rank j carries every shard but its own, (S − s_j) / B,
+//                      plus one enqueue per owner
 //   auto               the cheaper of the two (uneven_variant(), comm_model.hpp)
-// The time is the minimum over the applicable algorithms (NCCL's tuner picks similarly), and
-// the estimate says which one won.
+// The estimate says which algorithm, protocol and channel count won.
 #include <map>
 #include <string>
 

@@ -40,7 +40,17 @@ struct CollectiveEstimate {
   double total_bytes = 0;  // size of the gathered / reduced buffer
   double algbw = 0;        // total_bytes / seconds
   double busbw = 0;        // algbw × nccl-tests factor
-  std::string algorithm;   // e.g. "ring", "tree", "hierarchical-ring", "grouped-broadcast"
+  // How it ran (the chooser of costmodels/src/nccl_tuning.hpp): the algorithm ("ring", "tree",
+  // "pat", "nvls", "collnet", "padded-ring", "grouped-broadcast", "cross-group-ring", ...),
+  // the protocol ("LL", "LL128", "Simple"; "host" for the CPU backend's MPI; empty where no
+  // protocol was chosen) and the channels (0 where none were).
+  std::string algorithm;
+  std::string protocol;
+  int channels = 0;
+  // The algorithm's busiest link: the bytes it carries and the bandwidth it can carry them at
+  // (after efficiencies); 0 where not known. seconds >= link_bytes / link_bandwidth.
+  double link_bytes = 0;
+  double link_bandwidth = 0;
   // Uneven all-gather / reduce-scatter: the variant priced (Grouped or Padded, never Auto);
   // empty for an even collective.
   std::optional<UnevenCollective> variant;

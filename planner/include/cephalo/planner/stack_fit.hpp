@@ -10,17 +10,23 @@
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/core/stack_calibration.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/report.hpp"
 
 namespace cephalo::planner {
 
 // One measured iteration: its throughput (the whole job's tokens per second; identifies the
-// compute factor only), or a RunResult of the plan (with op records it identifies the compute,
-// collective and optimizer factors separately; without, it is read as its iteration time).
+// compute factor only), a RunResult of the plan (with op records it identifies the compute,
+// collective and optimizer factors separately; without, it is read as its iteration time), or
+// one step of a PyTorch profiler trace of the user's own run (kineto_trace.hpp: each factor
+// its classes' measured / simulated time on the trace's rank; the trace is checked against the
+// scenario by traces::check_trace_for).
 struct StackMeasurement {
   std::optional<double> tokens_per_s;
   const traces::IterationReport* run = nullptr;
   std::string run_file;  // for messages and the record
+  const traces::KinetoTrace* trace = nullptr;
+  std::string trace_step;  // "ProfilerStep#N" or N; "" for the median step
 };
 
 struct StackFit {
