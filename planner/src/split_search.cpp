@@ -245,7 +245,8 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -269,7 +270,8 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }
