@@ -655,6 +655,19 @@ SplitSearchResult Search::run() {
     if (static_cast<int>(result_.finalists.size()) >= options_.finalists) break;
     Candidate f = *c;
     price_in_full(f);
+    // A split balanced by speed that deals every replica the even cut writes the even plan:
+    // one replay of it is enough.
+    const auto same_plan = [&f](const SplitCandidate& o) {
+      if (!(o.split == f.split) || o.recompute != f.recompute) return false;
+      for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
+        const StageEstimate& a = o.estimate.stages[s];
+        const StageEstimate& b = f.estimate.stages[s];
+        if (a.replica_micro_batches != b.replica_micro_batches || a.memory.total != b.memory.total)
+          return false;
+      }
+      return true;
+    };
+    if (std::any_of(result_.finalists.begin(), result_.finalists.end(), same_plan)) continue;
     result_.finalists.push_back({std::move(f.split), f.recompute,
                                  f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
                                  std::move(f.estimate)});
