@@ -35,6 +35,8 @@ std::string to_string(const ActivationCheckpointing& c) {
       return "none";
     case ActivationCheckpointing::Kind::Every:
       return "every:" + std::to_string(c.every);
+    case ActivationCheckpointing::Kind::Selective:
+      return "selective";
   }
   return "full";
 }

@@ -10,7 +10,9 @@ namespace cephalo::schedule {
 
 bool recomputes(const ActivationCheckpointing& checkpointing, int unit, int num_units) {
   if (unit == num_units - 1) return true;
-  if (unit == 0) return checkpointing.kind != ActivationCheckpointing::Kind::None;
+  if (unit == 0)
+    return checkpointing.kind != ActivationCheckpointing::Kind::None &&
+           !checkpointing.recomputes_attention_core();
   return checkpointing.checkpoints_layer(unit);
 }
 

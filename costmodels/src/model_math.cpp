@@ -164,6 +164,31 @@ UnitFlops unit_flops(const ModelSpec& m, int unit, int seq_in, int micro_batch) 
   return f;
 }
 
+LayerKeptBytes layer_kept_bytes_per_token(const ModelSpec& m, Dtype dtype) {
+  // Activations saved inside one transformer layer for its backward, counted tensor by tensor
+  // as GptModel::layer_forward keeps them (cf. Korthikanti et al., 2022, whose 34·s·b·h bytes
+  // at 16 bits also hold the layer's input, here the checkpointed boundary that the
+  // activations term already holds, and two dropout masks; no dropout here). Per token, in the
+  // compute dtype: the first norm's output (h), q, k, v (h + 2·kv), the attention context (h),
+  // the residual sum after attention (h), the second norm's output (h), and the MLP's
+  // pre-activation and activation (2f; a gated MLP keeps gate, up and their product: 3f). In
+  // fp32: each norm's statistics (mean and rstd for LayerNorm, rstd for RMSNorm) and one
+  // softmax log-sum-exp per head. No s×s attention probabilities: memory-efficient attention
+  // (PyTorch SDPA / flash, and the backend's) keeps none; eager attention's scores are
+  // eager_attention_bytes. (Against the published Cephalo memory curves the s×s term raised
+  // the median error from 20.9% to 23.3%.)
+  // Megatron's column / row split leaves the norms' outputs and statistics and the residual
+  // sum whole on every TP rank (the inputs of the column-parallel GEMMs and of the norms); q,
+  // k, v, the context, the log-sum-exps (by head) and the MLP's inner activations are split.
+  const double e = bytes_per_element(dtype);
+  const double fp32_stats = 2.0 * (m.norm == "layernorm" ? 2 : 1);
+  LayerKeptBytes k;
+  k.replicated = 3 * h(m) * e + fp32_stats * 4.0;
+  k.split = (2 * h(m) + 2 * kv_dim(m) + (m.activation == "swiglu" ? 3.0 : 2.0) * m.ffn_hidden) * e +
+            m.heads * 4.0;
+  return k;
+}
+
 double boundary_activation_bytes(const ModelSpec& m, int seq, int micro_batch, Dtype dtype) {
   return static_cast<double>(effective_sequence(m, seq)) * micro_batch * h(m) *
          bytes_per_element(dtype);
@@ -174,22 +199,8 @@ double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_ba
   double b = micro_batch, s = seq;
   switch (unit_kind(m, unit)) {
     case UnitKind::Layer: {
-      // Activations saved inside one transformer layer for its backward, counted tensor by
-      // tensor as GptModel::layer_forward keeps them (cf. Korthikanti et al., 2022, whose
-      // 34·s·b·h bytes at 16 bits also hold the layer's input, here the checkpointed boundary
-      // that the activations term already holds, and two dropout masks; no dropout here).
-      // Per token, in the compute dtype: the first norm's output (h), q, k, v (h + 2·kv), the
-      // attention context (h), the residual sum after attention (h), the second norm's output
-      // (h), and the MLP's pre-activation and activation (2f; a gated MLP keeps gate, up and
-      // their product: 3f). In fp32: each norm's statistics (mean and rstd for LayerNorm, rstd
-      // for RMSNorm) and one softmax log-sum-exp per head. No s×s attention probabilities:
-      // memory-efficient attention (PyTorch SDPA / flash, and the backend's) keeps none.
-      // (Against the published Cephalo memory curves the s×s term raised the median error
-      // from 20.9% to 23.3%.)
-      const double elements =
-          5 * h(m) + 2 * kv_dim(m) + (m.activation == "swiglu" ? 3.0 : 2.0) * m.ffn_hidden;
-      const double fp32_stats = 2.0 * (m.norm == "layernorm" ? 2 : 1) + m.heads;
-      return s * b * (elements * bytes_per_element(dtype) + fp32_stats * 4.0);
+      const LayerKeptBytes k = layer_kept_bytes_per_token(m, dtype);
+      return s * b * (k.replicated + k.split);
     }
     case UnitKind::Embedding:
       return boundary_activation_bytes(m, seq, micro_batch, dtype) * 2;

@@ -74,7 +74,7 @@ double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase pha
   return 1.0;
 }
 
-double tensor_parallel_activation_factor(const ModelSpec& model, int unit, int seq,
+double tensor_parallel_activation_factor(const ModelSpec& model, int unit, Dtype dtype,
                                          int tensor_parallel, bool sequence_parallel) {
   if (tensor_parallel <= 1) return 1.0;
   const double t = tensor_parallel;
@@ -85,8 +85,8 @@ double tensor_parallel_activation_factor(const ModelSpec& model, int unit, int s
       return 1.0 / t;
     case UnitKind::Layer: {
       if (sequence_parallel) return 1.0 / t;
-      const double attention = 5.0 * model.heads * effective_sequence(model, seq) / model.hidden;
-      return (10.0 + 24.0 / t + attention / t) / (34.0 + attention);
+      const LayerKeptBytes k = layer_kept_bytes_per_token(model, dtype);
+      return (k.replicated + k.split / t) / (k.replicated + k.split);
     }
   }
   return 1.0;

@@ -165,8 +165,10 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
     refuse("activation_checkpointing", checkpointing, "none, full or selective");
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward")
     refuse("dp_overlap", r.dp_overlap, "none or last-backward");
-  options.recompute = checkpointing == "full";
-  options.selective_recompute = checkpointing == "selective";
+  options.activation_checkpointing.kind =
+      checkpointing == "full"        ? ActivationCheckpointing::Kind::Full
+      : checkpointing == "selective" ? ActivationCheckpointing::Kind::Selective
+                                     : ActivationCheckpointing::Kind::None;
   options.scatter_gather = r.scatter_gather;
   options.split_file = r.split_file;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;

@@ -29,6 +29,10 @@ CollectiveRequest p2p_request(int a, int b, double bytes) {
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
+// Transfers a boundary runs at once in 1F1B's steady state: an activation forward and a
+// gradient backward (the simulator holds both directions of a NIC for either).
+constexpr int kP2pDirections = 2;
+
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -38,20 +42,6 @@ double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int
   const auto theta = costmodels::Efficiency{}.coefficients();
   const double f = features_time(x.forward, theta);
   return f > 0 ? features_time(x.backward, theta) / f : 0;
-}
-
-double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute,
-                              bool selective) {
-  const double s = seq, b = micro_batch, h = model.hidden, a = model.heads, t = tensor_parallel;
-  // Korthikanti et al. count 2-byte activations (and 1-byte dropout masks inside the constants).
-  const double scale = bytes_per_element(compute) / 2.0;
-  const double sbh = s * b * h;
-  if (recompute) return scale * 2 * sbh / (sequence_parallel ? t : 1);
-  // Selective recompute keeps everything but the attention core's 5as/h (their Table 2).
-  const double core = selective ? 0.0 : 5 * a * s / h;
-  if (sequence_parallel) return scale * sbh * (34 + core) / t;
-  return scale * sbh * (10 + 24 / t + core / t);
 }
 
 // What SplitEstimator remembers between splits: every value here is the result of a call the
@@ -86,13 +76,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const Dtype compute = job.precision.compute;
   const double e_c = bytes_per_element(compute);
   const double e_r = bytes_per_element(job.precision.reduce);
-  const double e_p = bytes_per_element(job.precision.params);
   const auto& ranks = cluster.ranks();
   const bool tied = model.tied_embeddings && model.vocab_size > 0;
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
   const ReplicaBatches mode = options.replica_batches;
-  const auto& constants = costmodels::memory_constants();
-  const std::vector<int>& peak = stage_peaks(p, m, split.schedule);
+  const Orders& schedule_orders = stage_orders(p, m, split.schedule);
+  const std::vector<int>& peak = schedule_orders.peaks;
 
   SplitEstimate out;
   if (limits.describe) out.split = describe(split, world);
@@ -136,14 +125,19 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     const StagePass& probe = pass_of(0, rep.size.empty() ? 1 : rep.size.front());
     est.layers = probe.layers;
     est.parameters_per_rank = probe.params;
-    const StageState state = stage_state(split, est);
-    const double per_sample = stage_activations(split, est, s, p, 1, options);
-    const double reserve = costmodels::runtime_reserve_bytes(true, world, constants);
+    // A replica's memory at b samples and state share x: costmodels' one rule for a split rank.
+    const std::vector<std::vector<int>> units = costmodels::stage_units(model, st, s, p);
+    ReplicaMemory memory_of(*this, split, st, s, T, units,
+                            schedule_orders.orders[static_cast<std::size_t>(s)], options, file);
     if (mode == ReplicaBatches::BySpeed) {
-      // The most samples each replica holds with no state at all; the state is dealt after.
+      // The most samples each replica holds with none of the sharded state (dealt after): the
+      // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries).
       std::vector<int> caps;
       for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
-        const double room = rep.capacity[j] - reserve - state.replicated;
+        const int r = rep.capacity_rank[j];
+        const double one = memory_of.total(r, 1, 0.0);
+        const double per_sample = std::max(1.0, memory_of.total(r, 2, 0.0) - one);
+        const double room = rep.capacity[j] - (one - per_sample);
         caps.push_back(room <= 0 ? 0
                                  : static_cast<int>(std::min(1e9, std::floor(room / per_sample))));
       }
@@ -185,12 +179,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
 
     // State shares: given, equal, or by the memory each rank of a sharding group has free
     // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
-    if (mode == ReplicaBatches::BySpeed && state.sharded > 0) {
+    if (mode == ReplicaBatches::BySpeed && split.sharding != StageSharding::None) {
       for (const auto& group : rep.groups) {
         std::vector<double> free;
         for (std::size_t j : group)
           free.push_back(std::max(
-              0.0, rep.capacity[j] - reserve - state.replicated - per_sample * rep.size[j]));
+              0.0, rep.capacity[j] - memory_of.total(rep.capacity_rank[j], rep.size[j], 0.0)));
         const std::vector<double> share = shares_by_free_memory(free);
         for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
       }
@@ -208,32 +202,105 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           out.allocation.state_share[static_cast<std::size_t>(r)] =
               rep.share[j] / static_cast<double>(rep.groups.size());
         }
+
+    // Memory of one rank per replica (its tightest), by the one rule; the stage reports its
+    // tightest replica.
+    double tightest = -1;
+    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+      StageMemory mem;
+      mem.rank = rep.capacity_rank[j];
+      mem.capacity = rep.capacity[j];
+      mem.terms = memory_of.terms(mem.rank, std::max(1, rep.size[j]), rep.share[j]);
+      for (const auto& term : mem.terms) {
+        mem.total += term.bytes;
+        if (term.name == "activations") mem.activations += term.bytes;
+      }
+      const double ratio = mem.total / mem.capacity;
+      if (ratio > tightest) {
+        tightest = ratio;
+        est.memory = std::move(mem);
+      }
+    }
+    const StageMemory& mem = est.memory;
+    if (out.fits && (mem.total > mem.capacity || rep.unplaced())) {
+      out.fits = false;
+      std::ostringstream msg;
+      if (rep.unplaced()) {
+        msg << "stage " << s << " does not fit: its replicas cannot hold " << rep.total
+            << " samples per micro-batch with the state (" << est.gpu << ")";
+      } else {
+        msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << est.gpu << ") needs "
+            << gib(mem.total) << " of " << gib(mem.capacity) << " (";
+        bool first = true;
+        for (const auto& term : mem.terms) {
+          if (term.bytes <= 0) continue;
+          msg << (first ? "" : ", ") << term.name << " " << gib(term.bytes);
+          first = false;
+        }
+        msg << "; activations of " << est.peak_in_flight
+            << (V > 1 ? " chunk passes" : " micro-batches") << " in flight)";
+      }
+      out.refusal = msg.str();
+    }
   }
 
   // P2P: the slowest boundary between adjacent virtual stages on different stages.
   if (p > 1) {
+    // What boundary a -> a + 1 sends: one flow per TP rank (1/T with scatter-gather), and at
+    // once from the sending stage's first node, each of its ranks there one flow, or with
+    // replicas of unequal samples their samples' bytes.
+    struct Boundary {
+      double full = 0, per_flow = 0, from_node = 0;
+      bool scatter = false;
+    };
+    const auto boundary = [&](int a) {
+      const int c = (a + 1) % p;
+      const StageEstimate& from = out.stages[static_cast<std::size_t>(a)];
+      const int T = from.tensor_parallel;
+      Boundary bd;
+      bd.full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
+      bd.scatter = options.scatter_gather && T > 1 &&
+                   out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
+      bd.per_flow = bd.scatter ? bd.full / T : bd.full;
+      const Replicas& rep = reps[static_cast<std::size_t>(a)];
+      bd.from_node =
+          rep.uniform
+              ? bd.per_flow *
+                    std::max(1, stage_facts[static_cast<std::size_t>(a)]->stage_on_first_node)
+              : (bd.scatter ? 1.0 : T) * seq * model.hidden * e_c *
+                    static_cast<double>(rep.samples_on_first_node());
+      return bd;
+    };
+    const auto node_of = [&](int stage) {
+      return ranks[static_cast<std::size_t>(
+                       stage_facts[static_cast<std::size_t>(stage)]->tp.front())]
+          .node;
+    };
+    // A node's NIC carries every pipeline boundary that crosses it at once (1F1B keeps each
+    // boundary busy in its steady state, an activation forward and a gradient backward): the
+    // simulator shares the NIC among them (a cross-node transfer holds both of its nodes'
+    // NICs), so a transfer takes as long as its nodes' busiest NIC moves all of theirs.
+    std::map<int, double> node_bytes;
+    const int boundaries = V > 1 ? p : p - 1;
+    for (int a = 0; a < boundaries; ++a) {
+      const int na = node_of(a), nc = node_of((a + 1) % p);
+      if (na == nc) continue;
+      const double bytes = kP2pDirections * boundary(a).from_node;
+      node_bytes[na] += bytes;
+      node_bytes[nc] += bytes;
+    }
     for (int k = 0; k + 1 < p * V; ++k) {
       const int a = k % p, c = (k + 1) % p;
-      const StageEstimate& from = out.stages[static_cast<std::size_t>(a)];
-      const StageRanks& ra = *stage_facts[static_cast<std::size_t>(a)];
+      const Boundary bd = boundary(a);
       StageRanks& rc = *stage_facts[static_cast<std::size_t>(c)];
-      const double full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
-      const int T = from.tensor_parallel;
-      const bool scatter = options.scatter_gather && T > 1 &&
-                           out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
-      const double per_flow = scatter ? full / T : full;
-      const int src = ra.tp.front(), dst = rc.tp.front();
-      const int src_node = ranks[static_cast<std::size_t>(src)].node;
-      double bytes = per_flow;
-      if (src_node != ranks[static_cast<std::size_t>(dst)].node) {
-        // Every rank of the sending stage on this node sends at the same time over its NIC.
-        const Replicas& rep = reps[static_cast<std::size_t>(a)];
-        bytes = rep.uniform ? per_flow * std::max(1, ra.stage_on_first_node)
-                            : (scatter ? 1.0 : T) * seq * model.hidden * e_c *
-                                  static_cast<double>(rep.samples_on_first_node());
-      }
+      const int src = stage_facts[static_cast<std::size_t>(a)]->tp.front(), dst = rc.tp.front();
+      const int src_node = node_of(a), dst_node = node_of(c);
+      const double bytes =
+          src_node == dst_node
+              ? bd.per_flow
+              : std::max({bd.per_flow, node_bytes[src_node], node_bytes[dst_node]});
       double t = collective(p2p_request(src, dst, bytes));
-      if (scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, full);
+      if (bd.scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
       out.p2p_s = std::max(out.p2p_s, t);
     }
   }
@@ -299,52 +366,6 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
     out.lower_bound_s =
         std::max(out.lower_bound_s, m * steps + est.dp_exposed + est.optimizer_step);
-
-    // Memory of one rank per replica; the stage reports its tightest.
-    const bool full_shard =
-        split.sharding == StageSharding::Full || split.sharding == StageSharding::Hybrid;
-    // Hybrid shards over the group's ranks on one node (the first rank's).
-    const int node_replicas = sr.group_on_first_node;
-    const double state_ways =
-        split.sharding == StageSharding::Hybrid ? std::max(1, node_replicas) : R;
-    double tightest = -1;
-    for (std::size_t j = 0; j < rep.size.size(); ++j) {
-      if (j > 0 && rep.uniform && rep.even_shares) break;  // every replica the same
-      // The rank's part of a sharded quantity: 1 / ways with even shares, else its share.
-      auto part = [&](double x) { return rep.even_shares ? x / state_ways : x * rep.share[j]; };
-      StageMemory mem;
-      mem.weights = full_shard ? part(P * e_c) : P * e_c;
-      mem.gradients = full_shard ? part(P * e_r) : P * e_r;
-      const double master = job.precision.params == compute ? 0.0 : e_p;
-      mem.optimizer =
-          split.sharding == StageSharding::None ? P * (master + 8) : part(P * (master + 8));
-      mem.activations = stage_activations(split, est, s, p, rep.size[j], options);
-      mem.reserve = costmodels::runtime_reserve_bytes(true, world, constants);
-      mem.total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.reserve;
-      mem.capacity = rep.uniform ? sr.capacity : rep.capacity[j];
-      mem.rank = rep.uniform ? sr.capacity_rank : rep.capacity_rank[j];
-      const double ratio = mem.total / mem.capacity;
-      if (ratio > tightest) {
-        tightest = ratio;
-        est.memory = mem;
-      }
-    }
-    const StageMemory& mem = est.memory;
-    if (out.fits && (mem.total > mem.capacity || rep.unplaced())) {
-      out.fits = false;
-      std::ostringstream msg;
-      if (rep.unplaced())
-        msg << "stage " << s << " does not fit: its replicas cannot hold " << rep.total
-            << " samples per micro-batch with the state (" << est.gpu << ")";
-      else
-        msg << "stage " << s << " does not fit: rank " << mem.rank << " (" << est.gpu << ") needs "
-            << gib(mem.total) << " of " << gib(mem.capacity) << " (weights " << gib(mem.weights)
-            << ", gradients " << gib(mem.gradients) << ", optimizer state " << gib(mem.optimizer)
-            << ", activations " << gib(mem.activations) << " for " << est.peak_in_flight
-            << (V > 1 ? " chunk passes" : " micro-batches") << " in flight, reserve "
-            << gib(mem.reserve) << ")";
-      out.refusal = msg.str();
-    }
   }
   // The bound has a margin for rounding: the schedule sums the same step times in another order.
   if ((!out.fits && !limits.schedule_unfit) || out.lower_bound_s > limits.stop_above * (1 + 1e-9)) {

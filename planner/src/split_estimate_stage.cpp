@@ -12,6 +12,15 @@
 #include "split_estimator_impl.hpp"
 
 namespace cephalo::planner {
+namespace {
+
+Json memory_terms_json(const std::vector<costmodels::MemoryTerm>& terms) {
+  Json j = Json::object();
+  for (const auto& t : terms) j[t.name] = t.bytes;
+  return j;
+}
+
+}  // namespace
 
 using split_detail::CollectiveKind;
 using split_detail::ComputePhase;
@@ -118,50 +127,70 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
       std::adjacent_find(rep.size.begin(), rep.size.end(), std::not_equal_to<>()) == rep.size.end();
 }
 
-split_detail::StageState SplitEstimator::Impl::stage_state(const ModelSplit& split,
-                                                           const StageEstimate& est) const {
+SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const ModelSplit& split,
+                                                   const PipelineStage& st, int s, int T,
+                                                   const std::vector<std::vector<int>>& units,
+                                                   std::span<const pipeline::Step> order,
+                                                   const SplitOptions& options,
+                                                   const std::string& file)
+    : impl_(impl),
+      split_(split),
+      st_(st),
+      s_(s),
+      T_(T),
+      units_(units),
+      order_(order),
+      options_(options),
+      file_(file) {}
+
+const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::terms(
+    int rank, int b, double share) {
+  const Scenario& scenario = impl_.scenario;
   const Job& job = scenario.job;
-  const double P = est.parameters_per_rank;
-  const double e_c = bytes_per_element(job.precision.compute);
-  const double e_r = bytes_per_element(job.precision.reduce);
-  const double master =
-      job.precision.params == job.precision.compute ? 0.0 : bytes_per_element(job.precision.params);
-  switch (split.sharding) {
-    case StageSharding::Full:
-    case StageSharding::Hybrid:
-      return {0, P * (e_c + e_r + master + 8)};
-    case StageSharding::Optimizer:
-      return {P * (e_c + e_r), P * (master + 8)};
-    case StageSharding::None:
-      return {P * (e_c + e_r + master + 8), 0};
+  const auto& ranks = scenario.cluster.ranks();
+  const DeviceSpec& spec = ranks[static_cast<std::size_t>(rank)].slot->spec;
+  const int place =
+      static_cast<int>(std::find(st_.ranks.begin(), st_.ranks.end(), rank) - st_.ranks.begin());
+  const bool fsdp = split_.is_default();
+  const bool gpu_runtime = costmodels::runs_gpu_runtime(spec);
+  const auto key = std::make_tuple(fsdp ? rank : place % T_, gpu_runtime, b, share);
+  auto it = known_.find(key);
+  if (it != known_.end()) return it->second;
+  const auto& constants = costmodels::memory_constants();
+  std::vector<costmodels::MemoryTerm> out;
+  if (fsdp) {
+    // One stage, T = 1, full sharding: the plan is an FSDP plan, its memory the FSDP terms.
+    Plan plan = even_split_plan(scenario, split_, file_);
+    plan.activation_checkpointing = options_.activation_checkpointing;
+    PlanRank& row = plan.ranks[static_cast<std::size_t>(rank)];
+    row.micro_batch = b;
+    row.batch = b * row.micro_batches;
+    row.state_share = share;
+    out = costmodels::predict_memory(scenario, plan, rank, constants).terms;
+  } else {
+    const int p = static_cast<int>(split_.stages.empty() ? 1 : split_.stages.size());
+    costmodels::SplitRankMemoryInputs in;
+    in.chunks = units_;
+    in.order = order_;
+    in.tensor_parallel = T_;
+    in.tp_rank = place % T_;
+    in.sequence_parallel = split_.sequence_parallel;
+    in.head_holds_word_embedding = job.model.tied_embeddings && p > 1;
+    in.micro_batch = b;
+    in.sharding = split_.sharding;
+    in.state_share = share;
+    in.activation_checkpointing = options_.activation_checkpointing;
+    in.gpu_runtime = gpu_runtime;
+    in.world_size = scenario.cluster.num_ranks();
+    out = costmodels::split_rank_memory_terms(job, in, constants);
   }
-  return {};
+  return known_.emplace(key, std::move(out)).first->second;
 }
 
-double SplitEstimator::Impl::stage_activations(const ModelSplit& split, const StageEstimate& est,
-                                               int s, int p, int b,
-                                               const SplitOptions& options) const {
-  const Job& job = scenario.job;
-  const ModelSpec& model = job.model;
-  const int seq = costmodels::effective_sequence(model, job.sequence_length);
-  const Dtype compute = job.precision.compute;
-  const int T = est.tensor_parallel;
-  const int V = split.schedule.virtual_stages;
-  const double per_layer =
-      layer_activation_bytes(model, seq, b, T, split.sequence_parallel, options.recompute, compute,
-                             options.selective_recompute);
-  const double chunk_layers = static_cast<double>(est.layers) / V;
-  double activations = per_layer * chunk_layers * est.peak_in_flight;
-  if (options.recompute)  // one layer's full set while it is recomputed for its backward
-    activations +=
-        layer_activation_bytes(model, seq, b, T, split.sequence_parallel, false, compute);
-  else if (options.selective_recompute)  // one layer's attention core, recomputed
-    activations +=
-        layer_activation_bytes(model, seq, b, T, split.sequence_parallel, false, compute) -
-        per_layer;
-  if (s == p - 1 && model.vocab_size > 0)  // fp32 logits of one micro-batch, vocab / T
-    activations += 4.0 * seq * b * model.vocab_size / T;
-  return activations;
+double SplitEstimator::Impl::ReplicaMemory::total(int rank, int b, double share) {
+  double sum = 0;
+  for (const auto& t : terms(rank, b, share)) sum += t.bytes;
+  return sum;
 }
 
 split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split,
@@ -211,13 +240,15 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
       const double tf = u.forward, tb = u.backward;
       // Full recompute reruns the layer's forward (split like it); selective recompute only
       // its attention core, which the T ranks split by heads.
-      const double tr = options.recompute             ? u.recompute * split_f
-                        : options.selective_recompute ? u.recompute * dev.attention_core / T
-                                                      : 0;
+      const ActivationCheckpointing& ck = options.activation_checkpointing;
+      const bool layer_recomputes = ck.checkpoints_layer(unit);
+      const double tr = layer_recomputes                 ? u.recompute * split_f
+                        : ck.recomputes_attention_core() ? u.recompute * dev.attention_core / T
+                                                         : 0;
       fc += tf * split_f;
       bc += tb * split_b + tr;
       if (T > 1) {
-        const int backward_reductions = options.recompute ? 4 : 2;
+        const int backward_reductions = layer_recomputes ? 4 : 2;
         fcomm += 2 * reduce_s;
         bcomm += backward_reductions * reduce_s;
         f_calls += 2 * per_reduce;
@@ -290,11 +321,8 @@ Json to_json(const SplitEstimate& e) {
                       {"peak_in_flight", s.peak_in_flight},
                       {"memory",
                        {{"rank", s.memory.rank},
-                        {"weights", s.memory.weights},
-                        {"gradients", s.memory.gradients},
-                        {"optimizer", s.memory.optimizer},
+                        {"terms", memory_terms_json(s.memory.terms)},
                         {"activations", s.memory.activations},
-                        {"reserve", s.memory.reserve},
                         {"total", s.memory.total},
                         {"capacity", s.memory.capacity}}}});
   }

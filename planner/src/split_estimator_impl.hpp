@@ -8,12 +8,14 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
 
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
@@ -76,12 +78,6 @@ struct Replicas {
   }
 };
 
-// What a rank of the stage holds of the training state whatever its samples: `replicated`
-// bytes on every rank, `sharded` bytes divided by the state shares.
-struct StageState {
-  double replicated = 0, sharded = 0;
-};
-
 // One replica class's pass through a stage: per chunk one micro-batch's forward and backward
 // (TP collectives included) on `spec` with `b` samples, and the stage's sums.
 struct StagePass {
@@ -100,7 +96,6 @@ namespace cephalo::planner {
 
 struct SplitEstimator::Impl {
   using Replicas = split_detail::Replicas;
-  using StageState = split_detail::StageState;
   using StagePass = split_detail::StagePass;
   using CollectiveKind = costmodels::CollectiveKind;
   using CollectiveRequest = costmodels::CollectiveRequest;
@@ -211,8 +206,36 @@ struct SplitEstimator::Impl {
     return t;
   }
 
-  // Per (stages, micro-batches, schedule): each stage's peak_in_flight, from one stage_orders.
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
+  // Per (stages, micro-batches, schedule): each stage's order and its peak_in_flight.
+  struct Orders {
+    std::vector<std::vector<pipeline::Step>> orders;
+    std::vector<int> peaks;
+  };
+  std::map<std::tuple<int, int, int, int>, Orders> orders;
+
+  // The memory terms of one rank of a stage at b samples per micro-batch and state share x
+  // (of its sharding group), by costmodels::split_rank_memory_terms: what predict_memory gives
+  // that rank of the plan the split is written as. A one-stage T = 1 fully sharded split is an
+  // FSDP plan: the FSDP terms. Remembered per (TP position, runtime, b, x) for one stage.
+  class ReplicaMemory {
+   public:
+    ReplicaMemory(const Impl& impl, const ModelSplit& split, const PipelineStage& st, int s, int T,
+                  const std::vector<std::vector<int>>& units, std::span<const pipeline::Step> order,
+                  const SplitOptions& options, const std::string& file);
+    const std::vector<costmodels::MemoryTerm>& terms(int rank, int b, double share);
+    double total(int rank, int b, double share);
+
+   private:
+    const Impl& impl_;
+    const ModelSplit& split_;
+    const PipelineStage& st_;
+    int s_, T_;
+    const std::vector<std::vector<int>>& units_;
+    std::span<const pipeline::Step> order_;
+    const SplitOptions& options_;
+    const std::string& file_;
+    std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
+  };
 
   Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
 
@@ -255,16 +278,15 @@ struct SplitEstimator::Impl {
     return t;
   }
 
-  const std::vector<int>& stage_peaks(int p, int m, const pipeline::PipelineSchedule& schedule) {
+  const Orders& stage_orders(int p, int m, const pipeline::PipelineSchedule& schedule) {
     const auto key =
         std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
-    auto it = peaks.find(key);
-    if (it != peaks.end()) return it->second;
-    // pipeline::peak_in_flight(stage, ...) is peak_in_flight(stage_orders(...)[stage]).
-    const auto orders = pipeline::stage_orders(p, m, schedule);
-    std::vector<int> out;
-    for (const auto& order : orders) out.push_back(pipeline::peak_in_flight(order));
-    return peaks.emplace(key, std::move(out)).first->second;
+    auto it = orders.find(key);
+    if (it != orders.end()) return it->second;
+    Orders out;
+    out.orders = pipeline::stage_orders(p, m, schedule);
+    for (const auto& order : out.orders) out.peaks.push_back(pipeline::peak_in_flight(order));
+    return orders.emplace(key, std::move(out)).first->second;
   }
 
   SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
@@ -273,9 +295,6 @@ struct SplitEstimator::Impl {
                        StageRanks& sr, const DeviceSpec& spec, int b, const SplitOptions& options);
   void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
                         int T, const SplitOptions& options, const std::string& file);
-  StageState stage_state(const ModelSplit& split, const StageEstimate& est) const;
-  double stage_activations(const ModelSplit& split, const StageEstimate& est, int s, int p, int b,
-                           const SplitOptions& options) const;
 };
 
 }  // namespace cephalo::planner

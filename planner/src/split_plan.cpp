@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
-#include <tuple>
+#include <utility>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -44,8 +45,10 @@ std::string split_costs(const traces::IterationReport& r) {
 
 }  // namespace
 
-SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
-                               const costmodels::CostModels& models) {
+namespace {
+
+SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& search,
+                                 const costmodels::CostModels& models) {
   SplitPlanResult out;
   out.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
@@ -68,21 +71,32 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   return out;
 }
 
-SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
-                           const costmodels::CostModels& models) {
-  const SplitSearchResult search = search_split(scenario, options, models);
-  // Every finalist replayed; the fastest that fits in the replay is kept (a side that runs
-  // out of memory loses to one that does not).
-  std::optional<SplitPlanResult> best;
+// By how many bytes the replay's tightest allocation overshoots its rank's capacity.
+double shortfall(const traces::IterationReport& r) {
+  return r.oom_detail ? r.oom_detail->bytes - r.oom_detail->capacity_bytes : 0.0;
+}
+
+}  // namespace
+
+SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                               const costmodels::CostModels& models) {
+  // The estimate is a first-order model and its memory the replay's closed form
+  // (costmodels::split_rank_memory_terms), but the replay follows every allocation in time: a
+  // split the estimate fits at its margin can still run out there, and among near equals the
+  // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
+  std::vector<SplitCandidate> candidates = search.finalists;
+  if (candidates.empty())
+    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate});
+  std::optional<SplitPlanResult> best, closest;
   std::vector<std::string> replays;
-  std::vector<std::tuple<bool, double, std::string>> fitting;  // (out of memory, time, split)
-  for (const SplitCandidate& f : search.finalists) {
+  std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
+  for (const SplitCandidate& f : candidates) {
     SplitSearchResult one = search;
     one.split = f.split;
     one.recompute = f.recompute;
     one.replica_batches = f.replica_batches;
     one.estimate = f.estimate;
-    SplitPlanResult r = plan_for_split(scenario, one, models);
+    SplitPlanResult r = replay_candidate(scenario, one, models);
     std::ostringstream line;  // with a stage's replicas' samples per micro-batch when they differ
     line << f.estimate.split;
     bool first = true;
@@ -97,24 +111,33 @@ SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& o
     line << ": " << format_seconds(r.simulated_iteration_s)
          << (r.simulated_oom ? " (out of memory)" : "");
     replays.push_back(line.str());
-    const bool better = !best || (best->simulated_oom && !r.simulated_oom) ||
-                        (best->simulated_oom == r.simulated_oom &&
-                         r.simulated_iteration_s < best->simulated_iteration_s);
-    fitting.emplace_back(r.simulated_oom, r.simulated_iteration_s, f.estimate.split);
-    if (better) best = std::move(r);
+    if (r.simulated_oom) {
+      if (!closest || shortfall(r.report) < shortfall(closest->report)) closest = std::move(r);
+    } else {
+      fitting.emplace_back(r.simulated_iteration_s, f.estimate.split);
+      if (!best || r.simulated_iteration_s < best->simulated_iteration_s) best = std::move(r);
+    }
   }
-  if (!best) best = plan_for_split(scenario, search, models);
+  if (!best)
+    throw InfeasibleError(
+        "every split the search ranked runs out of memory in its replay; the closest: " +
+        closest->search.estimate.split + " is short by " +
+        format_bytes(shortfall(closest->report)) + " (" + closest->simulated_oom_detail + ")");
   best->replays = std::move(replays);
   // The runner-up: the fastest finalist that fits and is another split than the one kept
   // (finalists that differ only in their replicas' batches print alike).
   std::sort(fitting.begin(), fitting.end());
-  for (const auto& [oom, seconds, split] : fitting) {
-    if (oom) break;
+  for (const auto& [seconds, split] : fitting) {
     if (split == best->search.estimate.split) continue;
     best->runner_up = runner_up_text("the split " + split, seconds, best->simulated_iteration_s);
     break;
   }
   return std::move(*best);
+}
+
+SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
+                           const costmodels::CostModels& models) {
+  return plan_for_split(scenario, search_split(scenario, options, models), models);
 }
 
 Json plan_record(const SplitPlanResult& r, PlanForm form) {

@@ -13,11 +13,14 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
+#include "split_search_rules.hpp"
 
 namespace cephalo::planner {
 namespace {
 
 using costmodels::ComputePhase;
+using split_detail::backend_only;
+using split_detail::check_fixed_dimensions;
 
 // The ranks of one GPU type, in rank order (node-major), and how many it has on each node.
 struct TypeBlock {
@@ -58,88 +61,6 @@ std::vector<int> divisors(long long n, long long cap = std::numeric_limits<int>:
   for (auto it = high.rbegin(); it != high.rend(); ++it)
     if (*it <= cap) d.push_back(static_cast<int>(*it));
   return d;
-}
-
-// A cluster of CPU devices is one only the execution backend runs: a split planned for it must
-// be one `cephalo run` runs (core's backend_split_refusal).
-bool backend_only(const Cluster& cluster) {
-  for (const auto& rank : cluster.ranks())
-    if (rank.slot->spec.kind != "cpu") return false;
-  return cluster.num_ranks() > 0;
-}
-
-// The fixed dimensions against each other and the scenario, before any search: a value no
-// split can have is named with its rule (ValidationError: a bad command line, exit 2), rather
-// than left for the search to find nothing.
-void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o) {
-  const std::string& source = o.options_source;
-  const auto flag = [&](const char* name) { return spell_option(source, name); };
-  const auto refuse = [&](const char* name, const std::string& value, const std::string& rule) {
-    throw ValidationError(source, flag(name), value, rule);
-  };
-  const int layers = scenario.job.model.num_layers;
-  const int ranks = scenario.cluster.num_ranks();
-  const long long batch = scenario.job.global_batch;
-  const std::string L = std::to_string(layers);
-  if (o.pipeline_stages) {
-    const int p = *o.pipeline_stages;
-    const std::string v = std::to_string(p);
-    if (p > layers)
-      refuse("pipeline_stages", v, "at most the model's " + L + " layers (each stage holds one)");
-    if (p > ranks)
-      refuse("pipeline_stages", v,
-             "at most the cluster's " + std::to_string(ranks) + " ranks (each stage has one)");
-    if (p > o.max_pipeline_stages)
-      refuse("pipeline_stages", v,
-             "at most " + std::to_string(o.max_pipeline_stages) + " stages (the search's bound)");
-  }
-  if (o.micro_batches) {
-    const int m = *o.micro_batches;
-    const std::string v = std::to_string(m);
-    if (m > batch || batch % m != 0)
-      refuse("micro_batches", v,
-             "a divisor of the global batch " + std::to_string(batch) +
-                 " (each micro-batch holds the same samples)");
-    if (o.pipeline_stages && m < *o.pipeline_stages)
-      refuse("micro_batches", v,
-             "at least " + flag("pipeline_stages") + " " + std::to_string(*o.pipeline_stages) +
-                 " (a pipeline needs a micro-batch per stage in flight)");
-  }
-  if (o.schedule && o.schedule->kind == pipeline::PipelineSchedule::Kind::Interleaved) {
-    const int v = o.schedule->virtual_stages;
-    const std::string text = "interleaved:" + std::to_string(v);
-    if (layers % v != 0)
-      refuse("pipeline_schedule", text,
-             "V dividing the model's " + L + " layers (every chunk holds the same count)");
-    if (2 * v > layers)
-      refuse("pipeline_schedule", text,
-             "V at most half the model's " + L + " layers (two stages of V chunks each)");
-    if (o.pipeline_stages) {
-      const int p = *o.pipeline_stages;
-      if (p < 2)
-        refuse("pipeline_schedule", text,
-               "2 or more stages (" + flag("pipeline_stages") + " 1 has nothing to interleave)");
-      if (static_cast<long long>(p) * v > layers)
-        refuse("pipeline_schedule", text,
-               "V x " + flag("pipeline_stages") + " " + std::to_string(p) +
-                   " at most the model's " + L + " layers");
-      if (o.micro_batches && *o.micro_batches % p != 0)
-        refuse("micro_batches", std::to_string(*o.micro_batches),
-               "a multiple of " + flag("pipeline_stages") + " " + std::to_string(p) +
-                   " with an interleaved schedule (Megatron's rule)");
-    }
-  }
-  if (o.sequence_parallel && *o.sequence_parallel && o.tensor_parallel && *o.tensor_parallel == 1)
-    refuse("sequence_parallel", "true",
-           flag("tensor_parallel") + " above 1 (sequence parallelism splits the TP group's work; " +
-               flag("tensor_parallel") + " 1 has none)");
-  if (o.sequence_parallel && *o.sequence_parallel && backend_only(scenario.cluster)) {
-    ModelSplit asked;
-    asked.sequence_parallel = true;
-    refuse(
-        "sequence_parallel", "true",
-        "a split the backend runs on this cluster of CPU devices: " + backend_split_refusal(asked));
-  }
 }
 
 // TP degrees a type can use: dividing the heads and key/value heads and every node's count of
@@ -245,7 +166,8 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -269,7 +191,8 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.recompute = c.recompute;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }
@@ -732,6 +655,19 @@ SplitSearchResult Search::run() {
     if (static_cast<int>(result_.finalists.size()) >= options_.finalists) break;
     Candidate f = *c;
     price_in_full(f);
+    // A split balanced by speed that deals every replica the even cut writes the even plan:
+    // one replay of it is enough.
+    const auto same_plan = [&f](const SplitCandidate& o) {
+      if (!(o.split == f.split) || o.recompute != f.recompute) return false;
+      for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
+        const StageEstimate& a = o.estimate.stages[s];
+        const StageEstimate& b = f.estimate.stages[s];
+        if (a.replica_micro_batches != b.replica_micro_batches || a.memory.total != b.memory.total)
+          return false;
+      }
+      return true;
+    };
+    if (std::any_of(result_.finalists.begin(), result_.finalists.end(), same_plan)) continue;
     result_.finalists.push_back({std::move(f.split), f.recompute,
                                  f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
                                  std::move(f.estimate)});
@@ -744,30 +680,6 @@ SplitSearchResult Search::run() {
 }
 
 }  // namespace
-
-std::vector<int> balanced_layer_counts(int layers, const std::vector<double>& speed) {
-  const std::size_t p = speed.size();
-  if (p == 0 || layers < static_cast<int>(p))
-    throw std::invalid_argument("balanced_layer_counts: fewer layers than stages");
-  const double total = std::accumulate(speed.begin(), speed.end(), 0.0);
-  // Each stage one layer first, the rest by largest remainder of its share.
-  const int rest = layers - static_cast<int>(p);
-  std::vector<int> counts(p, 1);
-  std::vector<std::pair<double, std::size_t>> remainder;
-  int dealt = 0;
-  for (std::size_t s = 0; s < p; ++s) {
-    const double share = total > 0 ? rest * speed[s] / total : static_cast<double>(rest) / p;
-    const int whole = static_cast<int>(std::floor(share));
-    counts[s] += whole;
-    dealt += whole;
-    remainder.push_back({share - whole, s});
-  }
-  std::sort(remainder.begin(), remainder.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (int i = 0; dealt < rest; ++i, ++dealt)
-    ++counts[remainder[static_cast<std::size_t>(i)].second];
-  return counts;
-}
 
 SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options,
                                const costmodels::CostModels& models) {

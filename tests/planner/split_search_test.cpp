@@ -177,7 +177,8 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   EXPECT_LT(r.evaluated, candidates / 10);
   // Its estimate is the split's own.
   SplitOptions o;
-  o.recompute = r.recompute;
+  o.activation_checkpointing.kind =
+      r.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
   EXPECT_DOUBLE_EQ(estimate_split(s, r.split, o, models).iteration_s, r.estimate.iteration_s);
 }
 
@@ -267,7 +268,8 @@ TEST(SplitSearch, NoWorseThanTheStandardMegatronSplitsOnAHomogeneousCluster) {
             split.stages.push_back(st);
           }
           SplitOptions o;
-          o.recompute = recompute;
+          o.activation_checkpointing.kind =
+              recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
           const auto e = estimate_split(s, split, o, models);
           if (!e.fits) continue;
           ++compared;

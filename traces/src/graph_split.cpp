@@ -11,6 +11,7 @@
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -437,13 +438,14 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   const int seq = job.sequence_length;
   const int T = st.place.tensor_parallel;
   const bool sp = plan_.model_split.sequence_parallel;
-  const Dtype act = job.precision.compute;
   const int size = st.size;
-  const double a = costmodels::tensor_parallel_activation_factor(model, unit, seq, T, sp);
-  const double boundary = boundary_bytes(size);
-  const double w = costmodels::unit_working_bytes(model, unit, seq, size, act) * a;
-  const bool recompute = g_.recomputes_[static_cast<std::size_t>(unit)] != 0;
-  const bool keeps = !recompute && unit >= 1 && unit < units_ - 1;
+  // The op's activation bytes: costmodels' per-op rule, the one the memory model walks.
+  const bool gpu = costmodels::runs_gpu_runtime(
+      scenario_.cluster.ranks()[static_cast<std::size_t>(st.rank)].slot->spec);
+  const auto bytes = [&](costmodels::ComputeStep step) {
+    return costmodels::split_compute_op_bytes(job, plan_.activation_checkpointing, unit, step, size,
+                                              T, sp, gpu);
+  };
   const auto flops = costmodels::unit_flops(model, unit, seq, size);
   const double flop_share =
       costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
@@ -454,25 +456,25 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   const bool full = st.gathers;
   if (kind == OpKind::Forward) {
     o.flops = flops.forward * flop_share;
-    o.mem_alloc = w + (unit < units_ - 1 ? boundary : 0.0);
-    o.mem_free = keeps ? 0.0 : w;
+    const costmodels::OpBytes f = bytes(costmodels::ComputeStep::Forward);
+    o.mem_alloc = f.alloc;
+    o.mem_free = f.free;
     if (full && !st.used[static_cast<std::size_t>(unit)])
       deps.push_back(st.gather[static_cast<std::size_t>(unit)]);
   } else if (kind == OpKind::Recompute) {
     o.flops = flops.forward * flop_share;
-    o.mem_alloc = w;
+    o.mem_alloc = bytes(costmodels::ComputeStep::Recompute).alloc;
   } else {
     const std::size_t u = static_cast<std::size_t>(unit);
-    const double t = costmodels::unit_backward_transient_bytes(model, unit, seq, size, act) * a;
     const bool alloc_grad = full && !st.grad_held[u];
     st.grad_held[u] = st.grad_held[u] || full;
     const double grad_bytes =
         static_cast<double>(g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit)) *
         bytes_per_element(job.precision.reduce);
     o.flops = flops.backward * flop_share;
-    o.mem_alloc = (unit > 0 ? boundary : 0.0) + (alloc_grad ? grad_bytes : 0.0) + t;
-    o.mem_free = (recompute || keeps ? w : 0.0) + t + (unit >= 1 ? boundary : 0.0) +
-                 (unit < units_ - 1 ? boundary : 0.0);
+    const costmodels::OpBytes b = bytes(costmodels::ComputeStep::Backward);
+    o.mem_alloc = b.alloc + (alloc_grad ? grad_bytes : 0.0);
+    o.mem_free = b.free;
     // The gathered parameters go with the unit's last backward (its gradient is complete).
     if (full && --st.backwards_left[u] == 0) {
       o.mem_free += g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit) *

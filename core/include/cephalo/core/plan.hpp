@@ -33,7 +33,11 @@ enum class UnevenCollective { Grouped, Padded, Auto };
 // Recompute op unless checkpointing is none) and the head is recomputed in every setting (the
 // fused head never keeps its vocabulary-sized logits).
 struct ActivationCheckpointing {
-  enum class Kind { Full, None, Every };
+  // Full: every layer keeps only its input and reruns its forward before its backward.
+  // None: every layer keeps its forward's saved activations. Every: layers 1, 1 + k, ...
+  // checkpointed, the others not. Selective (Korthikanti et al., 2022): every layer keeps its
+  // saved activations but the attention core's, which it reruns before its backward.
+  enum class Kind { Full, None, Every, Selective };
   Kind kind = Kind::Full;
   int every = 1;  // Every: the period k >= 1
 
@@ -42,6 +46,8 @@ struct ActivationCheckpointing {
   bool checkpoints_layer(int layer) const {
     return kind == Kind::Full || (kind == Kind::Every && (layer - 1) % every == 0);
   }
+  // Every layer reruns only its attention core before its backward.
+  bool recomputes_attention_core() const { return kind == Kind::Selective; }
   bool operator==(const ActivationCheckpointing&) const = default;
 };
 constexpr int kMaxCheckpointPeriod = 1 << 20;

@@ -26,9 +26,11 @@
 //   nccl_reserve      NCCL channel buffers (only with more than one rank)
 //   fragmentation     caching-allocator slack on the dynamic terms
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/specs.hpp"
 
@@ -118,6 +120,62 @@ MemoryBreakdown predict_memory(const Scenario& scenario, const Plan& plan, int r
 // the chunk passes the schedule keeps in flight on the stage (pipeline::peak_in_flight).
 std::vector<MemoryTerm> split_memory_terms(const Scenario& scenario, const Plan& plan, int rank,
                                            const MemoryConstants& constants = memory_constants());
+// What one rank of a split holds, however the split is written: split_memory_terms fills it
+// from a plan, the planner's estimate from a candidate split, so the two cannot differ.
+struct SplitRankMemoryInputs {
+  std::vector<std::vector<int>> chunks;   // the stage's units, chunk by chunk (stage_units)
+  std::span<const pipeline::Step> order;  // the stage's steps (pipeline::stage_order), not owned
+  int tensor_parallel = 1;
+  int tp_rank = 0;
+  bool sequence_parallel = false;
+  bool head_holds_word_embedding = false;  // a tied head on another stage than the embedding
+  int micro_batch = 1;
+  StageSharding sharding = StageSharding::Full;
+  // The rank's share of its domain's state (hybrid: of its node's full copy); 1 under `none`.
+  double state_share = 1.0;
+  ActivationCheckpointing activation_checkpointing;
+  bool gpu_runtime = true;
+  int world_size = 1;
+};
+// The terms of such a rank: its training state, then the bytes it holds at the peak of its
+// stage's order walked op by op with the graph's per-op bytes (split_compute_op_bytes; the
+// gathered parameters of full / hybrid sharding from a unit's first forward to its last
+// backward, its unsharded gradient from its first backward on, a received activation or
+// gradient from the step's start to its last use, a sent one until its step ends), then the
+// runtime's.
+std::vector<MemoryTerm> split_rank_memory_terms(
+    const Job& job, const SplitRankMemoryInputs& inputs,
+    const MemoryConstants& constants = memory_constants());
+// The units stage `stage_index` of `stages` holds, chunk by chunk: its layers, the embedding
+// with virtual stage 0, the head with the last.
+std::vector<std::vector<int>> stage_units(const ModelSpec& model, const PipelineStage& stage,
+                                          int stage_index, int stages);
+// Bytes of a layer's kept activations that selective recompute drops (the attention kernel's
+// own saved state), for the whole layer (a TP rank holds 1/T: they are split by heads).
+double attention_core_kept_bytes(const ModelSpec& model, int seq, int micro_batch);
+
+// What one compute op of a split rank allocates when it starts and releases when it ends, in
+// activations (the graph adds the gathered parameters and unsharded gradients of full /
+// hybrid sharding): the one per-op rule of the graph builder and of split_rank_memory_terms.
+//   forward    the unit's saved activations and its output boundary (not the head's); releases
+//              what it does not keep (all of a recomputed unit's; the attention core's under
+//              selective recompute)
+//   recompute  the saved activations again (selective: the attention core's)
+//   backward   its input gradient (not the embedding's) and its temporaries (eager attention's
+//              s×s scores on a GPU); releases the temporaries, the saved activations, its
+//              input and its output gradient
+enum class ComputeStep { Forward, Recompute, Backward };
+struct OpBytes {
+  double alloc = 0;
+  double free = 0;
+};
+OpBytes split_compute_op_bytes(const Job& job, const ActivationCheckpointing& checkpointing,
+                               int unit, ComputeStep step, int micro_batch, int tensor_parallel,
+                               bool sequence_parallel, bool gpu_runtime);
+// A stage boundary's activation (or its gradient) on a TP rank: 1/T under sequence parallelism.
+double split_boundary_bytes(const Job& job, int micro_batch, int tensor_parallel,
+                            bool sequence_parallel);
+
 // The same for a caller that has the rank's plan row, device and the world size at hand (the
 // planner predicts every rank of plans with up to 100k ranks). FSDP plans only.
 MemoryBreakdown predict_memory(const Job& job, const Plan& plan, const PlanRank& rank,

@@ -54,6 +54,15 @@ UnitFlops unit_flops(const ModelSpec& model, int unit, int seq, int micro_batch)
 // micro-batch), and a unit's working set: what its forward (and the recompute before its
 // backward) keeps for the backward, on top of the boundaries.
 double boundary_activation_bytes(const ModelSpec& model, int seq, int micro_batch, Dtype dtype);
+// Per token, the bytes a layer's forward keeps for its backward (its unit_working_bytes over
+// s·b), in the part tensor parallelism leaves whole on every rank (the norms' outputs and
+// statistics, the residual sum) and the part it splits by T (q, k, v, context, log-sum-exps,
+// the MLP's inner activations): the one rule of a layer's kept activations under a split.
+struct LayerKeptBytes {
+  double replicated = 0;
+  double split = 0;
+};
+LayerKeptBytes layer_kept_bytes_per_token(const ModelSpec& model, Dtype dtype);
 double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype);
 // Peak bytes of the input-gradient temporaries a unit's backward holds on top of its working
 // set (the saved activations) and of its output gradient (a boundary): for a transformer layer

@@ -33,11 +33,12 @@ double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase pha
                               int tensor_parallel, bool sequence_parallel, const LayerShare& share);
 
 // The share of a unit's activation bytes (working set, kept activations, backward temporaries)
-// one TP rank holds: a layer's by Korthikanti et al. (2022), (10 + 24/T + 5as/(hT)) /
-// (34 + 5as/h) bytes per token and hidden unit (the norms' and dropouts' inputs stay whole), 1/T
-// with sequence parallelism; the head's logits 1/T (vocabulary-parallel); the embedding's
-// output whole (1/T with sequence parallelism).
-double tensor_parallel_activation_factor(const ModelSpec& model, int unit, int seq,
+// one TP rank holds: a layer's (replicated + split / T) / (replicated + split) of
+// layer_kept_bytes_per_token (the norms' outputs and statistics and the residual sum stay
+// whole; whatever the attention kernel, since the s×s scores of eager attention are
+// eager_attention_bytes, split by heads), 1/T with sequence parallelism; the head's logits 1/T
+// (vocabulary-parallel); the embedding's output whole (1/T with sequence parallelism).
+double tensor_parallel_activation_factor(const ModelSpec& model, int unit, Dtype dtype,
                                          int tensor_parallel, bool sequence_parallel);
 
 }  // namespace cephalo::costmodels

@@ -5,7 +5,7 @@
 // estimate, not a simulation: no training graph is built and the simulator does not run.
 //
 //   SplitOptions options;
-//   options.recompute = true;                                  // every layer checkpointed
+//   options.activation_checkpointing = {ActivationCheckpointing::Kind::Full};  // recompute
 //   SplitEstimate e = estimate_split(scenario, split, options); // make_cost_models(scenario)
 //   if (!e.fits) std::cerr << e.refusal;                        // stage, rank and bytes
 //
@@ -40,8 +40,10 @@
 //             stages, priced as a point-to-point transfer (a two-rank broadcast) on the link
 //             between them; with scatter/gather (Megatron's default) each of the T ranks sends
 //             1/T and the receivers all-gather it. Every rank of the sending stage on a node
-//             sends at once, so a transfer that leaves the node shares its NIC with them. The
-//             slowest boundary is the `p2p` argument of pipeline::pipeline_makespan.
+//             sends at once, and a node's NIC carries every boundary crossing it in both
+//             directions (1F1B's steady state): a transfer that leaves its node takes as long
+//             as the busier of its two nodes' NICs moves all of that. The slowest boundary is the
+//             `p2p` argument of pipeline::pipeline_makespan.
 //   schedule  pipeline::pipeline_makespan over per-(virtual-)stage forward / backward times.
 //   DP tail   after stage s's last backward: its gradient collectives over each data-parallel
 //             group (all-reduce for `none`, reduce-scatter + all-gather for `optimizer`,
@@ -51,15 +53,14 @@
 //             default (Megatron's local DDP reduces after the whole backward); LastBackward
 //             hides the reduction under the last micro-batch's backward (torch DDP's buckets,
 //             with no_sync over the earlier micro-batches).
-//   memory    per rank: the stage's parameters / T in the compute dtype, gradients (reduce
-//             dtype), fp32 master weights and Adam m, v as the stage's DP sharding keeps them;
-//             activations per layer and micro-batch from Korthikanti et al. (2022)
-//             (s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes at 2-byte activations, /T of
-//             34 + 5as/h with sequence parallelism, 2·s·b·h (/T with SP) when checkpointed,
-//             plus one layer's full set for the recompute; without the attention core's 5as/h
-//             under selective recompute, plus one layer's core while it is rerun) times the
-//             micro-batches (chunk passes) the schedule keeps in flight (pipeline::peak_in_flight);
-//             the last stage's fp32 logits; the runtime reserve (CUDA context, NCCL).
+//   memory    per replica, of its rank with the least capacity, at the replica's samples and
+//             state share (the stage reports its tightest replica): costmodels::
+//             split_rank_memory_terms, the terms predict_memory gives that rank of the plan
+//             the split is written as (its training state by the stage's DP sharding; the
+//             peak of its activations, gathered parameters and unsharded gradients over the
+//             stage's order, op by op with the graph's per-op bytes, aware of flash / eager
+//             attention, sequence parallelism and the checkpointing; the runtime's reserves).
+//             A one-stage T = 1 fully sharded split is an FSDP plan: the FSDP terms.
 #include <limits>
 #include <memory>
 #include <string>
@@ -96,14 +97,13 @@ enum class ReplicaBatches {
 };
 
 struct SplitOptions {
-  bool recompute = false;  // every layer checkpointed (Megatron's full / uniform recompute)
+  // Which layers rerun their forward (full, every:K) or only their attention core (selective,
+  // Korthikanti et al.'s, Megatron's --recompute-granularity selective: split by heads over the
+  // T ranks) before their backward; none by default.
+  ActivationCheckpointing activation_checkpointing{ActivationCheckpointing::Kind::None};
   ReplicaBatches replica_batches = ReplicaBatches::Even;
   ReplicaAllocation allocation;  // read under ReplicaBatches::Given
-  // Korthikanti et al.'s selective recompute (Megatron's --recompute-granularity selective):
-  // only each layer's attention core (scores, softmax, context) is dropped and rerun before its
-  // backward, split by heads over the T ranks; ignored when `recompute` is set.
-  bool selective_recompute = false;
-  bool scatter_gather = true;  // P2P sends 1/T per TP rank, then an intra-node all-gather
+  bool scatter_gather = true;    // P2P sends 1/T per TP rank, then an intra-node all-gather
   DpOverlap dp_overlap = DpOverlap::None;
   // true: a layer's backward from the calibrated compute model is priced as its forward times
   // the op list's backward / forward work (backward_work_ratio) instead of the model's fitted
@@ -120,14 +120,13 @@ struct SplitOptions {
 };
 
 struct StageMemory {
-  double weights = 0;      // compute-dtype parameters
-  double gradients = 0;    // reduce-dtype gradients (sharded under `full` / `hybrid`)
-  double optimizer = 0;    // fp32 master weights + Adam m, v (sharded unless `none`)
-  double activations = 0;  // kept activations at the schedule's peak, plus logits
-  double reserve = 0;      // CUDA context + NCCL buffers
+  // costmodels::split_rank_memory_terms of the stage's rank `rank`: what predict_memory gives
+  // that rank of the written plan.
+  std::vector<costmodels::MemoryTerm> terms;
+  double activations = 0;  // the "activations" term: what the rank holds at its peak
   double total = 0;
   double capacity = 0;  // usable device memory of `rank`
-  int rank = 0;         // the stage's rank with the least capacity (the one named on refusal)
+  int rank = 0;         // the tightest replica's rank with the least capacity (named on refusal)
 };
 
 struct StageEstimate {
@@ -226,13 +225,6 @@ void require_fit(const SplitEstimate& estimate);
 // efficiencies, the roofline's defaults: 2 for a GEMM (its dgrad and wgrad have the forward's
 // shapes), the bytes ratio for memory-bound kernels; about 1.9-2.0 for a transformer layer.
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch);
-
-// Korthikanti et al.'s activation bytes of one transformer layer per micro-batch of b samples
-// (2-byte activations, scaled to the compute dtype), as kept for the backward.
-// `selective`: the attention core's 5as/h is not kept (selective recompute; their Table 2).
-double layer_activation_bytes(const ModelSpec& model, int seq, int micro_batch, int tensor_parallel,
-                              bool sequence_parallel, bool recompute, Dtype compute,
-                              bool selective = false);
 
 Json to_json(const SplitEstimate& estimate);
 

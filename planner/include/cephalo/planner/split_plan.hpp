@@ -34,11 +34,14 @@ struct SplitPlanResult {
   std::string runner_up;
 };
 
-// The plan of a split (even_split_plan, checkpointing from `recompute`), replayed.
+// The plan of each of the search's finalists (the estimate's best few; none listed: the
+// search's split) as even_split_plan with the estimate's replica samples and shares and
+// checkpointing from `recompute`, replayed: the fastest in simulation that fits. Never a plan
+// its replay finds out of memory: when none fits, InfeasibleError naming the closest and its
+// shortfall.
 SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
                                const costmodels::CostModels& models);
-// search_split, then plan_for_split of each of its finalists (the estimate's best few): the
-// fastest in simulation that fits (else the fastest).
+// search_split, then plan_for_split.
 SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
                            const costmodels::CostModels& models);
 

@@ -92,7 +92,7 @@ struct SplitSearchResult {
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
   // The best refined candidates by estimate, best first (the winner first), at most
-  // SplitSearchOptions::finalists.
+  // SplitSearchOptions::finalists: what plan_for_split replays, keeping the fastest that fits.
   std::vector<SplitCandidate> finalists;
 };
 
