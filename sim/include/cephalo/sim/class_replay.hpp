@@ -63,6 +63,12 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                        const SimOptions& options = {});
 
+// How many ranks replay_plan builds for this plan when it records no ops and no memory
+// timeline: one per class, or every rank when it replays in full (a split plan, or no two
+// ranks alike). Costs rank 0's graph and the classes, not a replay: a caller that cannot
+// afford a replay of that many ranks (the planner's candidates at 100k ranks) asks first.
+int replayed_ranks(const Plan& plan, const Scenario& scenario, const costmodels::CommModel& comm);
+
 // What `cephalo simulate` and the Python module's simulate do with a scenario and a plan, one
 // sequence so that neither skips a check: the plan checked for the scenario
 // (traces::check_plan_for, messages naming `plan_label`), the cost models made with
