@@ -219,7 +219,7 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
     // at 100k ranks seconds and gigabytes for one candidate among many. It is skipped, and the
     // note says so; below the limit every candidate is replayed.
     if (c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks) {
-      const int built = sim::replayed_ranks(p, s, *models.comm);
+      const int built = sim::replayed_ranks(p, s);
       if (built > kMostReplayedRanks) {
         why << " " << c.label << " not replayed (its replay would build " << built << " of "
             << s.cluster.num_ranks() << " ranks; a candidate may build at most "

@@ -23,10 +23,10 @@ namespace {
 // Class of every rank from what its own replay depends on besides the collectives: device
 // (spec, slowdown), node link kind, plan row and slice sizes in every unit. The exact form: the
 // slice sizes in the key.
-std::vector<int> exact_device_row_classes(const traces::TrainingGraph& graph,
+std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
                                           const Scenario& scenario, const Plan& plan,
                                           const std::vector<RankDevice>& devices) {
-  const int units = graph.summary().num_units;
+  const int units = graph.num_units();
   using Key =
       std::tuple<std::string, double, std::string, int, int, int, std::vector<std::int64_t>>;
   std::map<Key, int> ids;
@@ -56,9 +56,9 @@ std::vector<int> exact_device_row_classes(const traces::TrainingGraph& graph,
 // unit), the hash stands in for them in the key, and every rank's slices are then checked
 // against its class's first rank, unit by unit. A collision (two slice lists, one hash) fails
 // the check and the exact form decides.
-std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scenario& scenario,
                                     const Plan& plan, const std::vector<RankDevice>& devices) {
-  const int units = graph.summary().num_units;
+  const int units = graph.num_units();
   const std::size_t n = devices.size();
   std::vector<std::uint64_t> hash(n, 0x9e3779b97f4a7c15ULL);
   for (int u = 0; u < units; ++u)
@@ -93,9 +93,14 @@ std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Sc
 
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan) {
+  return rank_classes(graph.layout(), scenario, plan);
+}
+
+RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scenario,
+                         const Plan& plan) {
   const auto& devices = scenario.cluster.ranks();
   const int ranks = static_cast<int>(devices.size());
-  const std::vector<int> base = device_row_classes(graph, scenario, plan, devices);
+  const std::vector<int> base = device_row_classes(layout, scenario, plan, devices);
   // Hybrid sharding. A group's collectives start when its last member arrives and are priced
   // over its whole membership, so every member of a group sees the same collective times; two
   // members with the same base class (device, row, slices in every unit: all a rank's own ops
@@ -107,7 +112,6 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
   // another is built whole: the node's NIC carries both groups' collectives, so its members
   // are told apart by position and its group by number. Under full sharding every collective
   // has every rank and the base class is the class.
-  const traces::ShardLayout& layout = graph.layout();
   const bool hybrid = layout.hybrid();
   constexpr int kAlone = 0;  // the third key of a rank in a group of whole nodes
   std::vector<int> group_kind(static_cast<std::size_t>(layout.num_groups()), 0);
@@ -262,12 +266,11 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   return out;
 }
 
-int replayed_ranks(const Plan& plan, const Scenario& scenario, const costmodels::CommModel& comm) {
+int replayed_ranks(const Plan& plan, const Scenario& scenario) {
   const int ranks = scenario.cluster.num_ranks();
   if (ranks < 2 || plan.has_split()) return ranks;
-  const int zero = 0;
-  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
-  return static_cast<int>(rank_classes(probe, scenario, plan).representatives.size());
+  return static_cast<int>(
+      rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan).representatives.size());
 }
 
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
