@@ -214,6 +214,8 @@ TEST(ClassReplayHybrid, EqualsTheFullReplayWithGroupsAcrossNodesAndNics) {
     EXPECT_EQ(full.iteration_ns, byclass.iteration_ns);
     EXPECT_EQ(comparable(full.report).dump(), comparable(byclass.report).dump());
     compressed += byclass.replayed_ranks < in.scenario.cluster.num_ranks();
+    // What the planner asks before replaying a candidate is what the replay then builds.
+    EXPECT_EQ(replayed_ranks(in.plan, in.scenario), byclass.replayed_ranks);
     const auto classes = rank_classes(graph, in.scenario, in.plan);
     for (std::size_t r = 0; r < classes.representative.size(); ++r) {
       const int rep = classes.representative[r];
