@@ -184,6 +184,11 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
   return *std::max_element(per_group.begin(), per_group.end()) + cross;
 }
 
+// Most ranks a hybrid candidate's replay may build (sim::replayed_ranks): a replay of 8,192
+// ranks of Llama-7B takes about a second and a few hundred MB on the dev VM; the planner's
+// groupings of alike nodes build a few ranks per group shape.
+constexpr int kMostReplayedRanks = 8192;
+
 void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
                      const PlannerOptions& options, PlanResult& res, ReplayCache* replays) {
   const auto candidates = sharding_candidates(s, options.sharding, options.group_nodes);
@@ -207,6 +212,18 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
     if (!apply_grouping(s, p, c.sharding, &reason)) {
       why << " " << c.label << " does not fit (" << reason << ");";
       continue;
+    }
+    // A grouping whose ranks are too unlike to replay by class would be replayed rank by rank:
+    // at 100k ranks seconds and gigabytes for one candidate among many. It is skipped, and the
+    // note says so; below the limit every candidate is replayed.
+    if (c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks) {
+      const int built = sim::replayed_ranks(p, s);
+      if (built > kMostReplayedRanks) {
+        why << " " << c.label << " not replayed (its replay would build " << built << " of "
+            << s.cluster.num_ranks() << " ranks; a candidate may build at most "
+            << kMostReplayedRanks << ");";
+        continue;
+      }
     }
     const SimOutcome o = replays ? replays->simulate(s, models, p) : simulate_plan(s, models, p);
     ++res.simulated_candidates;

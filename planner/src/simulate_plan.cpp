@@ -22,10 +22,11 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
     return simulate_plan(s, models, replicas);
   }
   // A candidate past the plan bounds (micro-batches as small as memory forces) is one the plan
-  // reader would refuse: infeasible here, never a plan the planner chose and then refused.
-  std::int64_t passes = 0;
-  for (const auto& r : plan.ranks)
-    passes += static_cast<std::int64_t>(s.job.model.num_layers + 2) * r.micro_batches;
+  // reader would refuse: infeasible here, never a plan the planner chose and then refused. The
+  // reader's bound: per rank for a split plan, per class of alike ranks for an FSDP plan
+  // (core/plan.hpp; 1M ranks of one class are 34 passes, not 34M).
+  const std::int64_t passes =
+      plan.has_split() ? full_unit_passes(plan, s) : class_unit_passes(plan, s);
   if (passes > kMaxScheduledUnitPasses)
     throw InfeasibleError("the micro-batches that fit need " + std::to_string(passes) +
                           " unit passes per iteration, more than the " +

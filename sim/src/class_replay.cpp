@@ -23,10 +23,10 @@ namespace {
 // Class of every rank from what its own replay depends on besides the collectives: device
 // (spec, slowdown), node link kind, plan row and slice sizes in every unit. The exact form: the
 // slice sizes in the key.
-std::vector<int> exact_device_row_classes(const traces::TrainingGraph& graph,
+std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
                                           const Scenario& scenario, const Plan& plan,
                                           const std::vector<RankDevice>& devices) {
-  const int units = graph.summary().num_units;
+  const int units = graph.num_units();
   using Key =
       std::tuple<std::string, double, std::string, int, int, int, std::vector<std::int64_t>>;
   std::map<Key, int> ids;
@@ -56,9 +56,9 @@ std::vector<int> exact_device_row_classes(const traces::TrainingGraph& graph,
 // unit), the hash stands in for them in the key, and every rank's slices are then checked
 // against its class's first rank, unit by unit. A collision (two slice lists, one hash) fails
 // the check and the exact form decides.
-std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scenario& scenario,
                                     const Plan& plan, const std::vector<RankDevice>& devices) {
-  const int units = graph.summary().num_units;
+  const int units = graph.num_units();
   const std::size_t n = devices.size();
   std::vector<std::uint64_t> hash(n, 0x9e3779b97f4a7c15ULL);
   for (int u = 0; u < units; ++u)
@@ -93,24 +93,71 @@ std::vector<int> device_row_classes(const traces::TrainingGraph& graph, const Sc
 
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan) {
+  return rank_classes(graph.layout(), scenario, plan);
+}
+
+RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scenario,
+                         const Plan& plan) {
   const auto& devices = scenario.cluster.ranks();
   const int ranks = static_cast<int>(devices.size());
-  const std::vector<int> base = device_row_classes(graph, scenario, plan, devices);
-  // Hybrid sharding: a rank's group collectives are its group's, so two ranks are alike only if
-  // their groups are (the members' classes and node offsets, in group order) and they sit at the
-  // same position in them (the same slices, the same cross-group pieces). Under full sharding
-  // every collective has every rank and the base class is the class.
-  const traces::ShardLayout& layout = graph.layout();
+  const std::vector<int> base = device_row_classes(layout, scenario, plan, devices);
+  // Hybrid sharding. A group's collectives start when its last member arrives and are priced
+  // over its whole membership, so every member of a group sees the same collective times; two
+  // members with the same base class (device, row, slices in every unit: all a rank's own ops
+  // and memory read) therefore replay alike whatever their positions, and their cross-group
+  // pieces change only the reduction's price, which is one for every rank. Two groups replay
+  // alike when the comm model prices their collectives alike and their links carry the same
+  // flows: the same members' base classes, node offsets and node links (bandwidths, NICs, in
+  // group order), each node holding ranks of one group only. A group sharing a node with
+  // another is built whole: the node's NIC carries both groups' collectives, so its members
+  // are told apart by position and its group by number. Under full sharding every collective
+  // has every rank and the base class is the class.
+  const bool hybrid = layout.hybrid();
+  constexpr int kAlone = 0;  // the third key of a rank in a group of whole nodes
   std::vector<int> group_kind(static_cast<std::size_t>(layout.num_groups()), 0);
-  if (layout.hybrid()) {
+  std::vector<char> shares_node(static_cast<std::size_t>(layout.num_groups()), 0);
+  if (hybrid) {
+    const auto& nodes = scenario.cluster.nodes;
+    std::vector<int> node_group(nodes.size(), -1);
+    for (int r = 0; r < ranks; ++r) {
+      const int g = layout.group_of(r);
+      int& at = node_group[static_cast<std::size_t>(devices[static_cast<std::size_t>(r)].node)];
+      if (at < 0) at = g;
+      if (at != g)
+        shares_node[static_cast<std::size_t>(at)] = shares_node[static_cast<std::size_t>(g)] = 1;
+    }
+    using Links =
+        std::tuple<std::string, double, double, std::string, double, double, int, bool, bool>;
+    std::map<Links, int> link_ids;
+    std::vector<int> node_links(nodes.size());
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const Node& node = nodes[n];
+      Links key{node.intra_link.kind,
+                node.intra_link.bandwidth,
+                node.intra_link.latency,
+                node.nic.kind,
+                node.nic.bandwidth,
+                node.nic.latency,
+                node.nic_count,
+                node.nvls,
+                node.sharp};
+      node_links[n] =
+          link_ids.emplace(std::move(key), static_cast<int>(link_ids.size())).first->second;
+    }
     std::map<std::vector<int>, int> kinds;
     for (int g = 0; g < layout.num_groups(); ++g) {
+      if (shares_node[static_cast<std::size_t>(g)]) {
+        group_kind[static_cast<std::size_t>(g)] = -1 - g;  // its own kind
+        continue;
+      }
       const auto members = layout.group(g);
       const int first_node = devices[static_cast<std::size_t>(members.front())].node;
       std::vector<int> shape;
       for (int r : members) {
+        const int node = devices[static_cast<std::size_t>(r)].node;
         shape.push_back(base[static_cast<std::size_t>(r)]);
-        shape.push_back(devices[static_cast<std::size_t>(r)].node - first_node);
+        shape.push_back(node - first_node);
+        shape.push_back(node_links[static_cast<std::size_t>(node)]);
       }
       group_kind[static_cast<std::size_t>(g)] =
           kinds.emplace(std::move(shape), static_cast<int>(kinds.size())).first->second;
@@ -120,11 +167,13 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
   RankClasses out;
   out.representative.resize(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
-    const bool hybrid = layout.hybrid();
-    const auto key =
-        std::make_tuple(base[static_cast<std::size_t>(r)],
-                        hybrid ? group_kind[static_cast<std::size_t>(layout.group_of(r))] : 0,
-                        hybrid ? layout.position(r) : 0);
+    int kind = 0, where = kAlone;
+    if (hybrid) {
+      const int g = layout.group_of(r);
+      kind = group_kind[static_cast<std::size_t>(g)];
+      if (shares_node[static_cast<std::size_t>(g)]) where = layout.position(r);
+    }
+    const auto key = std::make_tuple(base[static_cast<std::size_t>(r)], kind, where);
     auto [it, fresh] = first.emplace(key, r);
     out.representative[static_cast<std::size_t>(r)] = it->second;
     if (fresh) out.representatives.push_back(r);
@@ -215,6 +264,13 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   out.result.replayed_ranks = static_cast<int>(classes.representatives.size());
   return out;
+}
+
+int replayed_ranks(const Plan& plan, const Scenario& scenario) {
+  const int ranks = scenario.cluster.num_ranks();
+  if (ranks < 2 || plan.has_split()) return ranks;
+  return static_cast<int>(
+      rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan).representatives.size());
 }
 
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,

@@ -418,6 +418,16 @@ SimResult Replay::run() {
   m.start_ns = out_.start_ns;
   m.end_ns = out_.end_ns;
   m.peak_memory_bytes = peak_;
+  if (view_ && oom_ && oom_detail_.op >= 0) {
+    // The op as the full graph numbers it: ops are numbered rank after rank, and every rank has
+    // as many as its representative, so the ranks before this one count their classes' ops.
+    const int at = oom_detail_.rank;
+    std::int64_t before = 0;
+    for (int r = 0; r < at; ++r)
+      before += static_cast<std::int64_t>(g_.program(view_->representative[r]).size());
+    oom_detail_.op =
+        before + (oom_detail_.op - static_cast<std::int64_t>(g_.program(at).front().id));
+  }
   if (oom_) m.oom = oom_detail_;
   m.events = engine_.processed();
   m.record_ops = opt_.record_ops;

@@ -129,17 +129,12 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const double state_bytes = schedule::state_bytes_per_parameter(job.precision);
   g_.unit_sizes_.resize(units_);
   for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
-  std::vector<double> shares;
-  shares.reserve(plan_.ranks.size());
-  for (const auto& r : plan_.ranks) shares.push_back(r.state_share);
-  std::vector<std::int64_t> numel;
+  g_.layout_ = shard_layout_of(plan_, scenario_);
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
-    s.numel = std::llround(s.parameters);
-    numel.push_back(s.numel);
+    s.numel = g_.layout_.numel(u);
   }
-  g_.layout_ = ShardLayout(plan_.sharding, shares, numel);
   groups_ = g_.layout_.num_groups();
   // A group collective's members are its group's built ranks, in group order.
   group_slot_.assign(static_cast<std::size_t>(ranks), -1);

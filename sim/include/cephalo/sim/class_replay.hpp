@@ -11,9 +11,12 @@
 //
 // Where classes do not apply the full replay runs: when per-op records or memory timelines
 // are asked for (they are per rank), or when no two ranks share a class.
-// Hybrid sharding: a rank's class also includes its group's shape (the members' classes and
-// node offsets) and its position in the group, and each collective is priced over its full
-// membership (its group, or every rank with the pieces for the cross-group reduction).
+// Hybrid sharding: a rank's class also includes its group's kind (the members' classes, node
+// offsets and node links, in group order), not its position: every member of a group sees the
+// group's collectives at the same times, so alike members replay alike wherever they sit. A
+// group sharing a node with another group is built whole (its node's NIC carries both groups'
+// collectives). Each collective is priced over its full membership (its group, or every rank
+// with the pieces for the cross-group reduction).
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +35,9 @@ struct RankClasses {
 
 // Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
+                         const Plan& plan);
+// The same from the plan's sharding alone (traces::shard_layout_of).
+RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scenario,
                          const Plan& plan);
 
 // The request of collective `c` over its full membership (every rank of its group, or every rank
@@ -62,6 +68,12 @@ struct PlanReplay {
 PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                        const SimOptions& options = {});
+
+// How many ranks replay_plan builds for this plan when it records no ops and no memory
+// timeline: one per class, or every rank when it replays in full (a split plan, or no two
+// ranks alike). Costs the plan's shard layout and the classes, not a graph: a caller that cannot
+// afford a replay of that many ranks (the planner's candidates at 100k ranks) asks first.
+int replayed_ranks(const Plan& plan, const Scenario& scenario);
 
 // What `cephalo simulate` and the Python module's simulate do with a scenario and a plan, one
 // sequence so that neither skips a check: the plan checked for the scenario

@@ -90,6 +90,10 @@ struct Scenario;
 
 namespace cephalo::traces {
 
+// The layout of an FSDP plan (no model split) over the job's units: every rank's share, each
+// unit's element count (its parameters, rounded). The graph builder's layout is this one.
+ShardLayout shard_layout_of(const Plan& plan, const Scenario& scenario);
+
 // Hybrid sharding: every group must be able to hold one full copy of the sharded training
 // state (master parameters, gradient, Adam m and v) in its devices' usable memory, before any
 // activation; a group that cannot is a bad plan, not an OOM to simulate. Throws
