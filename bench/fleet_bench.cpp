@@ -7,10 +7,10 @@
 // Targets (2-core machine): 1M GPUs even plan <= 10 s and simulate <= 10 s, each <= 4 GiB;
 // 100k GPUs default (optimal) plan <= 5 s and <= 2 GiB.
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 
 #include <string>
 
+#include "bench_support.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -47,27 +47,14 @@ Scenario fleet(int nodes) {
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
 }
 
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
 void plan_fleet(benchmark::State& state, const std::string& strategy) {
   const int gpus = static_cast<int>(state.range(0));
   const Scenario s = fleet(gpus / 8);
   planner::PlannerOptions opt;
   opt.strategy = strategy;
-  for (auto _ : state) {
-    try {
-      benchmark::DoNotOptimize(planner::make_plan(s, opt));
-    } catch (const std::exception& e) {
-      state.SkipWithError(e.what());
-      break;
-    }
-  }
+  bench::time_make_plan(state, s, opt);
   state.counters["gpus"] = gpus;
-  state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
 }
 
 // `plan --strategy even` (its plan replayed once, as make_plan always does).
@@ -97,7 +84,7 @@ void BM_FleetSimulate(benchmark::State& state) {
   }
   state.counters["gpus"] = gpus;
   state.counters["replayed_ranks"] = replayed;
-  state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
 }
 BENCHMARK(BM_FleetSimulate)
     ->Arg(102400)

@@ -10,6 +10,7 @@
 //    published DP holds (GPUs + 1) x batch^2 cells (~4e9 at 1k GPUs and batch 2k).
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
 // The solvers alone (planner/src, private to the planner).
@@ -62,19 +63,6 @@ Scenario big_cluster(const std::string& model, int seq, int batch) {
   return bench_scenario(nodes, model, seq, batch);
 }
 
-// Times make_plan; a planning error skips the benchmark with its message.
-void time_make_plan(benchmark::State& state, const Scenario& s,
-                    const planner::PlannerOptions& opt) {
-  for (auto _ : state) {
-    try {
-      benchmark::DoNotOptimize(planner::make_plan(s, opt));
-    } catch (const std::exception& e) {
-      state.SkipWithError(e.what());
-      break;
-    }
-  }
-}
-
 // optimal under the schedule these rows have always timed (layered, full checkpointing, full
 // sharding); the default search over schedules is BM_PlanDefault*.
 planner::PlannerOptions pinned_optimal() {
@@ -104,7 +92,7 @@ BENCHMARK(BM_Optimal_4gpu_b128)->Unit(benchmark::kMicrosecond);
 
 void BM_OptimalEndToEnd_4gpu_b128(benchmark::State& state) {
   const Scenario s = default_with_batch(128);
-  time_make_plan(state, s, pinned_optimal());
+  bench::time_make_plan(state, s, pinned_optimal());
 }
 BENCHMARK(BM_OptimalEndToEnd_4gpu_b128)->Unit(benchmark::kMillisecond);
 
@@ -131,7 +119,7 @@ void BM_OptimalEndToEnd_1024gpu_b16384(benchmark::State& state) {
   const Scenario s = big_cluster("llama-13b", 2048, 16384);
   planner::PlannerOptions opt = pinned_optimal();
   opt.offload = "none";
-  time_make_plan(state, s, opt);
+  bench::time_make_plan(state, s, opt);
 }
 BENCHMARK(BM_OptimalEndToEnd_1024gpu_b16384)->Unit(benchmark::kMillisecond)->Iterations(3);
 
@@ -167,7 +155,7 @@ void plan_at_scale(benchmark::State& state, const std::string& strategy, bool si
   // Groups of 2 nodes (an A100 node and an L4 node): the 96-layer model's state does not fit
   // one L4 node.
   if (sharding == "hybrid") opt.group_nodes = 2;
-  time_make_plan(state, s, opt);
+  bench::time_make_plan(state, s, opt);
   state.counters["gpus"] = static_cast<double>(state.range(0));
 }
 void BM_PlanEven(benchmark::State& state) { plan_at_scale(state, "even", false); }
@@ -254,7 +242,7 @@ void plan_default(benchmark::State& state, const Json& model) {
   const Scenario s = scale_cluster(static_cast<int>(state.range(0)), model);
   planner::PlannerOptions opt;
   opt.strategy = "optimal";
-  time_make_plan(state, s, opt);
+  bench::time_make_plan(state, s, opt);
   state.counters["gpus"] = static_cast<double>(state.range(0));
 }
 void BM_PlanDefault(benchmark::State& state) { plan_default(state, "gpt-1.3b"); }

@@ -5,7 +5,6 @@
 // Graph building and replay are reported separately and together; the cost models are the
 // real analytic ones (roofline compute, alpha-beta comm) on a mixed A100/L4 cluster.
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "../tests/support/scenario_builders.hpp"
+#include "bench_support.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
@@ -117,12 +117,6 @@ std::unique_ptr<Setup> make_setup(int gpus, int layers, int micro_batches, Accum
   return s;
 }
 
-double peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;
-}
-
 void BM_BuildGraph(benchmark::State& state) {
   auto s = make_setup(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
                       static_cast<int>(state.range(2)), Accumulation::Layered);
@@ -133,7 +127,7 @@ void BM_BuildGraph(benchmark::State& state) {
     benchmark::DoNotOptimize(g);
   }
   state.counters["ops"] = static_cast<double>(ops);
-  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 
 void BM_Replay(benchmark::State& state) {
@@ -152,7 +146,7 @@ void BM_Replay(benchmark::State& state) {
   state.counters["events_per_s"] = benchmark::Counter(
       static_cast<double>(events), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["simulated_s"] = simulated;
-  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 
 // Build + replay: what scoring one candidate plan costs.
@@ -168,7 +162,7 @@ void BM_BuildAndReplay(benchmark::State& state) {
     benchmark::DoNotOptimize(r);
   }
   state.counters["ops"] = static_cast<double>(ops);
-  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 
 BENCHMARK(BM_BuildGraph)->Args({64, 32, 4})->Unit(benchmark::kMillisecond);
@@ -233,7 +227,7 @@ void BM_BuildAndReplaySplit(benchmark::State& state) {
   }
   state.counters["ops"] = static_cast<double>(ops);
   state.counters["simulated_s"] = simulated;
-  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 BENCHMARK(BM_BuildAndReplaySplit)->Args({64, 32, 16, 2, 4})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BuildAndReplaySplit)
@@ -257,7 +251,7 @@ void BM_ClassReplay(benchmark::State& state) {
   }
   state.counters["replayed_ranks"] = replayed;
   state.counters["simulated_s"] = simulated;
-  state.counters["peak_rss_MiB"] = peak_rss_bytes() / (1024.0 * 1024.0);
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 BENCHMARK(BM_ClassReplay)
     ->Args({1024, 96, 8})

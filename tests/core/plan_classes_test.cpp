@@ -133,9 +133,19 @@ TEST(PlanClasses, ASplitPlanReadsBackByClassAndItsErrorsNameTheClass) {
   expect_same_rows(p, back);
   EXPECT_EQ(back.model_split, p.model_split);
   EXPECT_EQ(back.global_batch(), 8);
+  // Every rank running another count than the split's: the split's count is the fault.
+  Json all = compact;
+  all["rank_classes"][0]["micro_batches"] = 2;
+  all["rank_classes"][0]["batch"] = 2;
+  expect_refusal(all, {"model_split.micro_batches", "the micro-batches every rank runs"});
+  // Stage 0's class alone runs another count: that class is named, with its rank range.
   Json bad = compact;
+  Json stage1 = bad["rank_classes"][0];
+  stage1["ranks"] = {2, 3};
+  bad["rank_classes"][0]["ranks"] = {0, 1};
   bad["rank_classes"][0]["micro_batches"] = 2;
   bad["rank_classes"][0]["batch"] = 2;
+  bad["rank_classes"].push_back(stage1);
   expect_refusal(bad, {"rank_classes[0].micro_batches", "the split's 4 micro-batches"});
 }
 
