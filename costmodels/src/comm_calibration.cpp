@@ -79,7 +79,9 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     out.source += " (+" + std::to_string(loaded) + " under compute load, fitted separately)";
   const CommCalibration base = out;
   for (const auto& [key, group] : groups) {
-    const auto& [under_compute, kind] = key;
+    // Not a structured binding: the lambda below captures the kind (clang 14 cannot capture one).
+    const bool under_compute = std::get<0>(key);
+    const auto kind = std::get<1>(key);
     if (group.size() < 2) continue;
     auto seconds = [&](double alpha, double inv_eta, const SweepPoint& p) {
       CommCalibration c = base;
