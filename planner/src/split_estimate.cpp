@@ -127,7 +127,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.parameters_per_rank = probe.params;
     // A replica's memory at b samples and state share x: costmodels' one rule for a split rank.
     const std::vector<std::vector<int>> units = costmodels::stage_units(model, st, s, p);
-    ReplicaMemory memory_of(*this, split, st, s, T, units,
+    ReplicaMemory memory_of(*this, split, st, T, units,
                             schedule_orders.orders[static_cast<std::size_t>(s)], options, file);
     if (mode == ReplicaBatches::BySpeed) {
       // The most samples each replica holds with none of the sharded state (dealt after): the

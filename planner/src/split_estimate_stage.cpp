@@ -26,7 +26,7 @@ using split_detail::CollectiveKind;
 using split_detail::ComputePhase;
 
 void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& split,
-                                            const PipelineStage& st, int s, int T,
+                                            const PipelineStage& st, int T,
                                             const SplitOptions& options, const std::string& file) {
   const Job& job = scenario.job;
   const auto& ranks = scenario.cluster.ranks();
@@ -128,7 +128,7 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
 }
 
 SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const ModelSplit& split,
-                                                   const PipelineStage& st, int s, int T,
+                                                   const PipelineStage& st, int T,
                                                    const std::vector<std::vector<int>>& units,
                                                    std::span<const pipeline::Step> order,
                                                    const SplitOptions& options,
@@ -136,7 +136,6 @@ SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const Model
     : impl_(impl),
       split_(split),
       st_(st),
-      s_(s),
       T_(T),
       units_(units),
       order_(order),
@@ -194,7 +193,7 @@ double SplitEstimator::Impl::ReplicaMemory::total(int rank, int b, double share)
 }
 
 split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split,
-                                                         const PipelineStage& st, int s, int T,
+                                                         const PipelineStage& st, int T,
                                                          StageRanks& sr, const DeviceSpec& spec,
                                                          int b, const SplitOptions& options) {
   const Job& job = scenario.job;

@@ -219,7 +219,7 @@ struct SplitEstimator::Impl {
   // FSDP plan: the FSDP terms. Remembered per (TP position, runtime, b, x) for one stage.
   class ReplicaMemory {
    public:
-    ReplicaMemory(const Impl& impl, const ModelSplit& split, const PipelineStage& st, int s, int T,
+    ReplicaMemory(const Impl& impl, const ModelSplit& split, const PipelineStage& st, int T,
                   const std::vector<std::vector<int>>& units, std::span<const pipeline::Step> order,
                   const SplitOptions& options, const std::string& file);
     const std::vector<costmodels::MemoryTerm>& terms(int rank, int b, double share);
@@ -229,7 +229,7 @@ struct SplitEstimator::Impl {
     const Impl& impl_;
     const ModelSplit& split_;
     const PipelineStage& st_;
-    int s_, T_;
+    int T_;
     const std::vector<std::vector<int>>& units_;
     std::span<const pipeline::Step> order_;
     const SplitOptions& options_;
