@@ -26,7 +26,7 @@ using split_detail::CollectiveKind;
 using split_detail::ComputePhase;
 
 void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& split,
-                                            const PipelineStage& st, int T,
+                                            const PipelineStage& st, int s, int T,
                                             const SplitOptions& options, const std::string& file) {
   const Job& job = scenario.job;
   const auto& ranks = scenario.cluster.ranks();
@@ -193,7 +193,7 @@ double SplitEstimator::Impl::ReplicaMemory::total(int rank, int b, double share)
 }
 
 split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split,
-                                                         const PipelineStage& st, int T,
+                                                         const PipelineStage& st, int s, int T,
                                                          StageRanks& sr, const DeviceSpec& spec,
                                                          int b, const SplitOptions& options) {
   const Job& job = scenario.job;
