@@ -424,12 +424,12 @@ def main():
     for k, t in targets.items():
         v = t["value"]
         shown = f"{100 * v:.1f} %" if k != "kendall_tau" else f"{v:.3f}"
-        print(f"{k:<28} {shown:>10}   target {t['target']}   "
+        print(f"{k:<32} {shown:>10}   target {t['target']}   "
               f"{'met' if t['met'] else 'NOT MET'}")
-    print(f"{'kendall_tau_resolved':<28} {tau_res:>10.3f}   over the {res_pairs} pairs within a "
+    print(f"{'kendall_tau_resolved':<32} {tau_res:>10.3f}   over the {res_pairs} pairs within a "
           f"scenario whose simulated times differ by >= {100 * RESOLVED_GAP:.0f} % (always "
           f"enforced: > {FAIL_BOUNDS['kendall_tau_resolved']}, >= {MIN_RESOLVED_PAIRS} pairs)")
-    print(f"{'measured noise':<28} {100 * chosen['noise']:>8.1f} %   profile drift "
+    print(f"{'measured noise':<32} {100 * chosen['noise']:>8.1f} %   profile drift "
           f"{100 * chosen['drift']:.1f} % + run-to-run {100 * chosen['run_noise']:.1f} % "
           f"(measurement {chosen['attempt'] + 1} of {len(attempts)}); enforced median bound "
           f"{100 * FAIL_BOUNDS['median_abs_iteration_error']:.0f} % + noise = "
