@@ -349,14 +349,15 @@ costmodels::MeasuredProfile profile_model(Device& dev, Communicator& comm, const
   for (int r = 0; r < world; ++r) shares[static_cast<std::size_t>(r)] = r + 1.0;
   const double share_sum = std::accumulate(shares.begin(), shares.end(), 0.0);
   for (double& s : shares) s /= share_sum;
-  // The compute load for the under-load points: one layer's forward at the largest profiled
-  // micro-batch, the op a training step runs while a prefetched gather is in flight.
-  const std::int64_t load_rows = static_cast<std::int64_t>(o.micro_batches.back()) * cfg.seq;
-  Buffer lx = prof.random(load_rows * cfg.hidden, 41, 1.0f, ct);
-  Buffer ly = prof.zeros(load_rows * cfg.hidden, ct);
-  LayerActivations load_acts;
+  // The compute load for the under-load points: the layer's MLP up-projection at the largest
+  // profiled micro-batch (a GEMM the training step runs while collectives overlap).
+  const std::int64_t gm = static_cast<std::int64_t>(o.micro_batches.back()) * cfg.seq,
+                     gk = cfg.hidden, gn = cfg.ffn;
+  Buffer ga = prof.random(gm * gk, 41, 1.0f, ct), gb = prof.random(gk * gn, 42, 0.02f, ct);
+  Buffer gc = prof.zeros(gm * gn, ct);
   auto load = [&] {
-    model.layer_forward(dev, layer_params.ref(), lx.ref(), ly.ref(), load_acts, load_rows);
+    dev.gemm(cs, Transpose::No, Transpose::No, gm, gn, gk, 1.0f, ga.ref(), gb.ref(), 0.0f,
+             gc.ref());
   };
   for (double bytes = 4 * 1024; bytes <= o.max_bytes; bytes *= 4) {
     const std::int64_t total = static_cast<std::int64_t>(bytes / 4) / world * world;

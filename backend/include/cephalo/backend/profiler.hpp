@@ -9,9 +9,8 @@
 //  * with 2 or more ranks: even and uneven (grouped: MPI's -v calls) all-gather and
 //    reduce-scatter over sizes through the Communicator on the comm stream, each on otherwise idle
 //    ranks and under compute load
-//    (`under_compute`: every rank keeps its compute stream busy with a layer's forward at the
-//    largest micro-batch until the collective completes, as prefetch and overlapped
-//    reduce-scatters do in training).
+//    (`under_compute`: every rank keeps its compute stream busy with a layer GEMM until the
+//    collective completes, as prefetch and overlapped reduce-scatters do in training).
 // Every point is the --statistic (median or min) of `repeats` timed calls after `warmup`
 // untimed ones; every rank measures at once (as in training) and compute numbers are averaged
 // over ranks, a collective's time is the slowest rank's.
