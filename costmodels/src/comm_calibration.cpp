@@ -58,7 +58,9 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     nominal.links[k] = {1.0, -1};
   nominal.launch_overhead_s = 0;
   Topology topo(cluster, nominal);
-  // Group key: (under load, link kind, the collective kind for points on CPU ranks alone).
+  // Group key: (under load, link kind, the collective kind). Every point is in its link kind's
+  // group; a point on CPU ranks alone is also in its collective kind's, whose fit is priced
+  // first (the link kind's stays for kinds the sweep did not measure often enough).
   using GroupKey = std::tuple<bool, std::string, std::optional<CollectiveKind>>;
   std::map<GroupKey, std::vector<const SweepPoint*>> groups;
   for (const auto& p : points) {
@@ -74,9 +76,9 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     if (ranks.size() < 2) continue;
     const bool host = std::all_of(ranks.begin(), ranks.end(),
                                   [&](int r) { return topo.rank(r).slot->spec.kind == "cpu"; });
-    std::optional<CollectiveKind> per_kind;
-    if (host) per_kind = p.kind;
-    groups[{p.under_compute, ring_links(topo, ranks).bottleneck_kind, per_kind}].push_back(&p);
+    const std::string link = ring_links(topo, ranks).bottleneck_kind;
+    groups[{p.under_compute, link, std::nullopt}].push_back(&p);
+    if (host) groups[{p.under_compute, link, p.kind}].push_back(&p);
   }
   CommCalibration out = AlphaBetaCommModel().calibration();
   out.launch_overhead_s = 0;  // absorbed into α by the fit

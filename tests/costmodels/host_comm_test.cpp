@@ -77,8 +77,20 @@ TEST(HostComm, CpuSweepIsFittedPerCollectiveKind) {
   const std::pair<std::string, CollectiveKind> rs_key{"shm", CollectiveKind::ReduceScatter};
   ASSERT_TRUE(fitted.host_links_under_compute.count(rs_key));
   EXPECT_NEAR(fitted.host_links_under_compute[rs_key].latency_s, 90e-6, 1e-9);
-  // No joint fit of the link kind is left to mix the two.
-  EXPECT_FALSE(fitted.links.count("shm") && fitted.links["shm"].latency_s >= 0);
+  // The link kind's joint fit stays, for kinds the sweep has no fit of: an all-reduce is priced
+  // with it, and it lies between the two kinds' own fits.
+  ASSERT_TRUE(fitted.links.count("shm"));
+  EXPECT_GT(fitted.links["shm"].latency_s, 30e-6);
+  EXPECT_LT(fitted.links["shm"].latency_s, 60e-6);
+  CommCalibration joint_only = fitted;
+  joint_only.host_links.clear();
+  joint_only.host_links_under_compute.clear();
+  EXPECT_DOUBLE_EQ(AlphaBetaCommModel(fitted)
+                       .collective(s.cluster, request(CollectiveKind::AllReduce, {0, 1}, 2e5))
+                       .seconds,
+                   AlphaBetaCommModel(joint_only)
+                       .collective(s.cluster, request(CollectiveKind::AllReduce, {0, 1}, 2e5))
+                       .seconds);
 
   s.calibration.push_back(dir / "sweep.json");
   auto models = make_cost_models(s, "roofline");

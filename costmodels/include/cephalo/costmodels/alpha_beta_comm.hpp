@@ -55,7 +55,8 @@ struct CommCalibration {
   // sums a reduce-scatter's slices on its cores (a pass over the buffer that an all-gather, a
   // plain copy, does not make), so one α-β pair per link kind cannot price both (measured: the
   // reduce-scatter 1.6-3x the all-gather at 64 KiB-1 MiB, costmodels/README.md). Looked up
-  // before `links` / `links_under_compute`; empty for GPU sweeps (NCCL reduces inside its copy
+  // before `links` / `links_under_compute` (which the same points also fit jointly, for the
+  // kinds without a fit of their own); empty for GPU sweeps (NCCL reduces inside its copy
   // kernel at link rate).
   std::map<std::pair<std::string, CollectiveKind>, LinkCorrection> host_links;
   std::map<std::pair<std::string, CollectiveKind>, LinkCorrection> host_links_under_compute;
