@@ -290,6 +290,44 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
   return out;
 }
 
+// stage_pass's per-layer terms, each at its least: the TP shares and collectives with and
+// without sequence parallelism, the layer whose forward + backward is cheapest, recompute none
+// (it only adds). The embedding and the head only add too.
+double SplitEstimator::Impl::layer_step_floor(const std::vector<int>& tp_group, int b,
+                                              const SplitOptions& options) {
+  const Job& job = scenario.job;
+  const ModelSpec& model = job.model;
+  const int T = static_cast<int>(tp_group.size());
+  const DeviceSpec& spec =
+      scenario.cluster.ranks()[static_cast<std::size_t>(tp_group.front())].slot->spec;
+  DeviceTimes& dev = device(spec, b, options);
+  double compute = std::numeric_limits<double>::infinity();
+  for (int unit = 1; unit <= model.num_layers; ++unit) {
+    const UnitTimes& u = unit_times(dev, spec, unit, b, options);
+    double least = std::numeric_limits<double>::infinity();
+    for (bool sp : {false, true}) {
+      if (sp && T == 1) continue;
+      const double f = costmodels::tensor_parallel_factor(model, 1, ComputePhase::Forward, T, sp,
+                                                          dev.replicated);
+      const double g = costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp,
+                                                          dev.replicated);
+      least = std::min(least, u.forward * f + u.backward * g);
+    }
+    compute = std::min(compute, least);
+  }
+  if (T == 1) return compute;
+  // Two reductions forward and at least two backward, each an all-reduce or (sequence
+  // parallel) a reduce-scatter and an all-gather of the layer's activations.
+  StageRanks& sr = ranks_of(tp_group, T);
+  const double act_bytes = static_cast<double>(b) *
+                           costmodels::effective_sequence(model, job.sequence_length) *
+                           model.hidden * bytes_per_element(job.precision.compute);
+  const double reduce = std::min(stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes),
+                                 stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
+                                     stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes));
+  return compute + 4 * reduce;
+}
+
 Json to_json(const SplitEstimate& e) {
   Json stages = Json::array();
   for (const auto& s : e.stages) {

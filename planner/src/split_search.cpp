@@ -13,6 +13,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
+#include "split_search_bound.hpp"
 #include "split_search_rules.hpp"
 
 namespace cephalo::planner {
@@ -21,119 +22,19 @@ namespace {
 using costmodels::ComputePhase;
 using split_detail::backend_only;
 using split_detail::check_fixed_dimensions;
+using split_detail::divisors;
+using split_detail::lay_out;
+using split_detail::node_runs;
+using split_detail::StageShape;
+using split_detail::tp_degrees;
+using split_detail::type_blocks;
+using split_detail::TypeBlock;
 
-// The ranks of one GPU type, in rank order (node-major), and how many it has on each node.
-struct TypeBlock {
-  const DeviceSpec* spec = nullptr;
-  std::vector<int> ranks;
-  std::map<int, int> per_node;
+// Stages of one GPU type each: per type its T and stage count, and the family's busy floor.
+struct TypeFamily {
+  std::vector<int> tp, k;
+  double floor = 0;
 };
-
-std::vector<TypeBlock> type_blocks(const Cluster& cluster) {
-  std::vector<TypeBlock> blocks;
-  for (int r = 0; r < cluster.num_ranks(); ++r) {
-    const auto& rank = cluster.ranks()[static_cast<std::size_t>(r)];
-    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const TypeBlock& b) {
-      return b.spec->name == rank.slot->spec.name;
-    });
-    if (it == blocks.end()) {
-      blocks.push_back({&rank.slot->spec, {}, {}});
-      it = blocks.end() - 1;
-    }
-    it->ranks.push_back(r);
-    ++it->per_node[rank.node];
-  }
-  return blocks;
-}
-
-// In ascending order, by trial division up to the square root: a global batch of 2^40 costs
-// 2^20 steps, not 2^40. Divisors beyond `cap` are left out (no search dimension exceeds it).
-std::vector<int> divisors(long long n, long long cap = std::numeric_limits<int>::max()) {
-  std::vector<long long> low, high;
-  for (long long i = 1; i * i <= n; ++i)
-    if (n % i == 0) {
-      low.push_back(i);
-      if (i != n / i) high.push_back(n / i);
-    }
-  std::vector<int> d;
-  for (long long x : low)
-    if (x <= cap) d.push_back(static_cast<int>(x));
-  for (auto it = high.rbegin(); it != high.rend(); ++it)
-    if (*it <= cap) d.push_back(static_cast<int>(*it));
-  return d;
-}
-
-// TP degrees a type can use: dividing the heads and key/value heads and every node's count of
-// the type, so the contiguous groups of T ranks stay inside one node.
-std::vector<int> tp_degrees(const TypeBlock& block, const ModelSpec& model,
-                            const std::optional<int>& fixed) {
-  const int kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
-  std::vector<int> out;
-  int smallest_node = std::numeric_limits<int>::max();
-  for (const auto& [node, count] : block.per_node) smallest_node = std::min(smallest_node, count);
-  for (int t = 1; t <= smallest_node; ++t) {
-    if (fixed && t != *fixed) continue;
-    if (model.heads % t != 0 || kv % t != 0) continue;
-    bool fits = true;
-    for (const auto& [node, count] : block.per_node) fits = fits && count % t == 0;
-    if (fits) out.push_back(t);
-  }
-  return out;
-}
-
-// One stage before its layers are known.
-struct StageShape {
-  int type = 0;  // the GPU type's block; for a stage of whole nodes, -1 - its first node
-  std::vector<int> ranks;
-  int tensor_parallel = 1;
-  int replicas = 1;
-  // Whole nodes, possibly of several GPU types: its replicas' samples are balanced by speed
-  // (ReplicaBatches::BySpeed) instead of cut evenly.
-  bool by_speed = false;
-};
-
-// Every composition of `n` nodes into runs of consecutive nodes (run sizes in order); above
-// kComposedNodes nodes only runs of one size dividing n (2^(n-1) compositions grow too fast).
-constexpr int kComposedNodes = 10;
-std::vector<std::vector<int>> node_runs(int n) {
-  std::vector<std::vector<int>> out;
-  if (n <= kComposedNodes) {
-    for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
-      std::vector<int> runs{1};
-      for (int i = 1; i < n; ++i) {
-        if (mask & (1u << (i - 1)))
-          runs.push_back(1);
-        else
-          ++runs.back();
-      }
-      out.push_back(std::move(runs));
-    }
-    return out;
-  }
-  for (int k = 1; k <= n; ++k)
-    if (n % k == 0) out.push_back(std::vector<int>(static_cast<std::size_t>(n / k), k));
-  return out;
-}
-
-// The stages' layer ranges from per-stage counts (in layers; a multiple of V when interleaved):
-// virtual stage k = c·p + s holds count_s / V layers, the virtual stages tiling 0..L−1.
-std::vector<PipelineStage> lay_out(const std::vector<StageShape>& shapes,
-                                   const std::vector<int>& counts, int virtual_stages) {
-  const std::size_t p = shapes.size();
-  std::vector<PipelineStage> stages(p);
-  int pos = 0;
-  for (int c = 0; c < virtual_stages; ++c)
-    for (std::size_t s = 0; s < p; ++s) {
-      const int q = counts[s] / virtual_stages;
-      stages[s].chunks.push_back({pos, pos + q});
-      pos += q;
-    }
-  for (std::size_t s = 0; s < p; ++s) {
-    stages[s].ranks = shapes[s].ranks;
-    stages[s].tensor_parallel = shapes[s].tensor_parallel;
-  }
-  return stages;
-}
 
 struct Candidate {
   ModelSplit split;
@@ -204,6 +105,55 @@ class Search {
   // and one GPU type.
   void explore_node_runs();
 
+  // A floor on one micro-batch of b samples through one layer of a stage whose first TP group
+  // is `tp_group` (SplitEstimator::layer_step_floor), remembered.
+  double step_floor(const std::vector<int>& tp_group, int b) {
+    const auto key = std::make_tuple(tp_group.front(), static_cast<int>(tp_group.size()), b);
+    auto it = step_floors_.find(key);
+    if (it == step_floors_.end())
+      it = step_floors_.emplace(key, estimator_.layer_step_floor(tp_group, b, options_.estimate))
+               .first;
+    return it->second;
+  }
+  // The least step floor of a type's stages at T and b: over the first TP group on each of its
+  // nodes (the groups of one node are alike).
+  double type_step_floor(const TypeBlock& block, int T, int b) {
+    double least = std::numeric_limits<double>::infinity();
+    std::vector<int> group;
+    int node = -1;
+    for (int r : block.ranks) {
+      const int n = scenario_.cluster.ranks()[static_cast<std::size_t>(r)].node;
+      if (n == node) continue;
+      group.clear();
+      const auto at = std::find(block.ranks.begin(), block.ranks.end(), r);
+      group.assign(at, at + T);
+      least = std::min(least, step_floor(group, b));
+      node = n;
+    }
+    return least;
+  }
+  void explore_type_blocks(const std::vector<std::vector<int>>& tps);
+  // A family's least busy floor over the micro-batch counts explore would try.
+  double busy_floor(const TypeFamily& f, int p) {
+    const Job& job = scenario_.job;
+    double least = std::numeric_limits<double>::infinity();
+    std::vector<double> step(f.k.size());
+    for (int m : batch_divisors_) {
+      if (m < p) continue;
+      bool ok = true;
+      for (std::size_t t = 0; ok && t < f.k.size(); ++t) {
+        const long long replicas =
+            static_cast<long long>(blocks_[t].ranks.size()) / f.k[t] / f.tp[t];
+        ok = job.global_batch % (m * replicas) == 0;
+        if (ok)
+          step[t] = type_step_floor(blocks_[t], f.tp[t],
+                                    static_cast<int>(job.global_batch / (m * replicas)));
+      }
+      if (ok) least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers));
+    }
+    return least;
+  }
+
   void report_progress() {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_report_ < std::chrono::seconds(2)) return;
@@ -218,6 +168,7 @@ class Search {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_report_ = started_;
   double best_so_far_ = std::numeric_limits<double>::infinity();
+  std::map<std::tuple<int, int, int>, double> step_floors_;  // by (first rank, T, b)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;
@@ -330,7 +281,15 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   std::vector<bool> rcs = {false, true};
   if (options_.recompute) rcs = {*options_.recompute};
 
-  for (int m : ms)
+  // Stages of one GPU type each: a floor on every stage's step per layer, for the families' bounds.
+  const bool bounded = options_.bound && !shapes.front().by_speed;
+  std::vector<double> floors(shapes.size());
+  for (int m : ms) {
+    if (bounded)
+      for (std::size_t s = 0; s < shapes.size(); ++s)
+        floors[s] = step_floor(
+            {shapes[s].ranks.begin(), shapes[s].ranks.begin() + shapes[s].tensor_parallel},
+            static_cast<int>(job.global_batch / (static_cast<long long>(m) * shapes[s].replicas)));
     for (bool rc : rcs) {
       const auto speed = speeds(shapes, m, rc);
       for (const auto& schedule : schedules) {
@@ -338,6 +297,10 @@ void Search::explore(const std::vector<StageShape>& shapes) {
         const int v = schedule.virtual_stages;
         if (schedule.kind == Kind::Interleaved && m % p != 0) {
           ++result_.pruned;
+          continue;
+        }
+        if (bounded && split_detail::pipeline_floor(floors, m, v, layers) >= best_so_far_) {
+          result_.bounded += static_cast<long long>(shardings.size() * sps.size());
           continue;
         }
         // Interleaved stages deal out units of V layers, so every chunk has count / V layers.
@@ -379,6 +342,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           }
       }
     }
+  }
 }
 
 // Moves one boundary by one unit (V layers under interleaving) at a time, taking the first move
@@ -522,31 +486,18 @@ void Search::explore_node_runs() {
   }
 }
 
-SplitSearchResult Search::run() {
-  check_fixed_dimensions(scenario_, options_);
+// Every choice of T per type and stage count per type (a family), each in every order of the
+// types' blocks. With the bound, the families go lowest busy floor first (split_search_bound.hpp:
+// the floor does not depend on the order), and once a family's floor is no better than the
+// best split priced, it and every family after it are skipped.
+void Search::explore_type_blocks(const std::vector<std::vector<int>>& tps) {
   const Job& job = scenario_.job;
-  backend_only_ = backend_only(scenario_.cluster);
-  batch_divisors_ = options_.micro_batches ? std::vector<int>{*options_.micro_batches}
-                                           : divisors(job.global_batch);
   const int layers = job.model.num_layers;
-  blocks_ = type_blocks(scenario_.cluster);
   const std::size_t types = blocks_.size();
-  std::vector<std::vector<int>> tps(types);
-  for (std::size_t t = 0; t < types; ++t) {
-    tps[t] = tp_degrees(blocks_[t], job.model, options_.tensor_parallel);
-    if (tps[t].empty()) {
-      std::ostringstream v;
-      v << (options_.tensor_parallel ? *options_.tensor_parallel : 0) << " on "
-        << blocks_[t].spec->name;
-      throw ValidationError(options_.options_source,
-                            spell_option(options_.options_source, "tensor_parallel"), v.str(),
-                            "a degree dividing the heads, the key/value heads and every node's "
-                            "count of the GPU type");
-    }
-  }
-  // Every choice of T per type, stage count per type and order of the types' blocks.
+  const int max_p = std::min(layers, options_.max_pipeline_stages);
+  std::vector<TypeFamily> families;
   std::vector<std::size_t> tp_index(types, 0);
-  for (; options_.type_stages;) {
+  for (;;) {
     std::vector<int> tp(types);
     for (std::size_t t = 0; t < types; ++t) tp[t] = tps[t][tp_index[t]];
     std::vector<std::vector<int>> ks(types);
@@ -562,30 +513,12 @@ SplitSearchResult Search::run() {
     bool k_done = false;
     for (std::size_t t = 0; t < types; ++t) k_done = k_done || ks[t].empty();
     while (!k_done) {
+      TypeFamily f{tp, std::vector<int>(types), 0};
       int p = 0;
-      for (std::size_t t = 0; t < types; ++t) p += ks[t][k_index[t]];
-      const int max_p = std::min(layers, options_.max_pipeline_stages);
+      for (std::size_t t = 0; t < types; ++t) p += f.k[t] = ks[t][k_index[t]];
       if (p <= max_p && (!options_.pipeline_stages || p == *options_.pipeline_stages)) {
-        std::vector<std::size_t> order(types);
-        std::iota(order.begin(), order.end(), 0);
-        do {
-          std::vector<StageShape> shapes;
-          for (std::size_t t : order) {
-            const int k = ks[t][k_index[t]];
-            const auto& ranks = blocks_[t].ranks;
-            const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
-            for (int i = 0; i < k; ++i) {
-              StageShape s;
-              s.type = static_cast<int>(t);
-              s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
-                             ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
-              s.tensor_parallel = tp[t];
-              s.replicas = static_cast<int>(size) / tp[t];
-              shapes.push_back(std::move(s));
-            }
-          }
-          explore(shapes);
-        } while (std::next_permutation(order.begin(), order.end()));
+        if (options_.bound) f.floor = busy_floor(f, p);
+        families.push_back(std::move(f));
       } else {
         ++result_.pruned;
       }
@@ -597,8 +530,63 @@ SplitSearchResult Search::run() {
     while (t < types && ++tp_index[t] == tps[t].size()) tp_index[t++] = 0;
     if (t == types) break;
   }
+  if (options_.bound)
+    std::stable_sort(families.begin(), families.end(),
+                     [](const TypeFamily& a, const TypeFamily& b) { return a.floor < b.floor; });
+  std::size_t orders = 1;
+  for (std::size_t t = 2; t <= types; ++t) orders *= t;
+  for (const TypeFamily& f : families) {
+    if (options_.bound && f.floor >= best_so_far_) {
+      result_.bounded += static_cast<long long>(orders);
+      continue;
+    }
+    std::vector<std::size_t> order(types);
+    std::iota(order.begin(), order.end(), 0);
+    do {
+      std::vector<StageShape> shapes;
+      for (std::size_t t : order) {
+        const int k = f.k[t];
+        const auto& ranks = blocks_[t].ranks;
+        const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
+        for (int i = 0; i < k; ++i) {
+          StageShape s;
+          s.type = static_cast<int>(t);
+          s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
+                         ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+          s.tensor_parallel = f.tp[t];
+          s.replicas = static_cast<int>(size) / f.tp[t];
+          shapes.push_back(std::move(s));
+        }
+      }
+      explore(shapes);
+    } while (std::next_permutation(order.begin(), order.end()));
+  }
+}
 
+SplitSearchResult Search::run() {
+  check_fixed_dimensions(scenario_, options_);
+  const Job& job = scenario_.job;
+  backend_only_ = backend_only(scenario_.cluster);
+  batch_divisors_ = options_.micro_batches ? std::vector<int>{*options_.micro_batches}
+                                           : divisors(job.global_batch);
+  blocks_ = type_blocks(scenario_.cluster);
+  const std::size_t types = blocks_.size();
+  std::vector<std::vector<int>> tps(types);
+  for (std::size_t t = 0; t < types; ++t) {
+    tps[t] = tp_degrees(blocks_[t], job.model, options_.tensor_parallel);
+    if (tps[t].empty()) {
+      std::ostringstream v;
+      v << (options_.tensor_parallel ? *options_.tensor_parallel : 0) << " on "
+        << blocks_[t].spec->name;
+      throw ValidationError(options_.options_source,
+                            spell_option(options_.options_source, "tensor_parallel"), v.str(),
+                            "a degree dividing the heads, the key/value heads and every node's "
+                            "count of the GPU type");
+    }
+  }
+  // The node stages first: they are few, and the best of them bounds the type-block layouts.
   if (options_.node_stages) explore_node_runs();
+  if (options_.type_stages) explore_type_blocks(tps);
 
   if (fitting_.empty()) {
     if (closest_.empty())

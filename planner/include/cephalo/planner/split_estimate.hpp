@@ -203,6 +203,13 @@ class SplitEstimator {
   SplitEstimator& operator=(const SplitEstimator&) = delete;
   SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
                          const EstimateLimits& limits = {});
+  // A floor on what estimate() prices for one micro-batch of `b` samples through one
+  // transformer layer of a stage whose first tensor-parallel group is `tp_group` (T ranks of
+  // one GPU type): forward + backward at the TP share, with the layer's TP collectives, the
+  // least over sequence parallelism off and on and over the model's layers, no recompute.
+  // Every split whose stage has those ranks and samples spends at least this per layer per
+  // micro-batch, so the search bounds whole families of splits with it.
+  double layer_step_floor(const std::vector<int>& tp_group, int b, const SplitOptions& options);
 
  private:
   struct Impl;
