@@ -11,6 +11,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 #include "cephalo/planner/split_search.hpp"
 #include "split_fixture.hpp"
@@ -25,7 +26,8 @@ using planner::SplitSearchOptions;
 
 // Every split of 4 A100 (node 0) and 4 V100 (node 1) into stages of one type each (1 or 2 per
 // type, either type first), every T per type, micro-batch count, schedule, boundary, sharding,
-// sequence parallelism and checkpointing: its estimate is at least its family's floors.
+// sequence parallelism and checkpointing: its estimate is at least its family's floor (the
+// steps, the fill and drain, and the DP tail).
 TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const int layers = 8, batch = 16;
   const Scenario s = test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, layers,
@@ -60,7 +62,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
           if (!fits_t) continue;
           for (int m : {2, 4, 8, 16}) {
             if (m < p) continue;
-            std::vector<double> floors;
+            std::vector<double> floors[2], tails;  // floors without and with recompute
             bool divides = true;
             for (int i = 0; i < p; ++i) {
               const auto& r = ranks[static_cast<std::size_t>(i)];
@@ -68,8 +70,18 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               const int replicas = static_cast<int>(r.size()) / T;
               divides = divides && batch % (m * replicas) == 0;
               if (!divides) break;
-              floors.push_back(estimator.layer_step_floor({r.begin(), r.begin() + T},
-                                                          batch / (m * replicas), {}));
+              for (bool rc : {false, true}) {
+                SplitOptions o;
+                o.activation_checkpointing.kind =
+                    rc ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+                floors[rc].push_back(estimator.layer_step_floor({r.begin(), r.begin() + T},
+                                                                batch / (m * replicas), o));
+              }
+              std::vector<int> group;  // DP group 0: every TP group's first rank
+              for (std::size_t k = 0; k < r.size(); k += static_cast<std::size_t>(T))
+                group.push_back(r[k]);
+              tails.push_back(estimator.tail_floor_per_parameter(group, {}) *
+                              costmodels::layer_parameters(s.job.model) / T);
             }
             if (!divides) continue;
             std::vector<pipeline::PipelineSchedule> schedules = {{Kind::GPipe, 1},
@@ -78,8 +90,11 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               for (int v = 2; v * p <= layers; v *= 2) schedules.push_back({Kind::Interleaved, v});
             for (const auto& schedule : schedules) {
               const int v = schedule.virtual_stages;
-              const double floor = planner::split_detail::pipeline_floor(floors, m, v, layers);
-              ASSERT_GT(floor, 0);
+              const double floor[2] = {
+                  planner::split_detail::pipeline_floor(floors[0], tails, m, v, layers),
+                  planner::split_detail::pipeline_floor(floors[1], tails, m, v, layers)};
+              ASSERT_GT(floor[0], 0);
+              ASSERT_GT(floor[1], floor[0]);
               std::vector<int> cur;
               test_support::compositions(layers, p, v, cur, [&](const std::vector<int>& counts) {
                 for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
@@ -91,26 +106,20 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
                       split.schedule = schedule;
                       split.micro_batches = m;
                       split.sharding = sharding;
-                      split.stages.resize(static_cast<std::size_t>(p));
-                      test_support::lay_out_chunks(split.stages, counts, v);
-                      for (int i = 0; i < p; ++i) {
-                        split.stages[static_cast<std::size_t>(i)].ranks =
-                            ranks[static_cast<std::size_t>(i)];
-                        split.stages[static_cast<std::size_t>(i)].tensor_parallel =
-                            tp[static_cast<std::size_t>(i)];
-                      }
+                      test_support::place_stages(split, ranks, tp, counts, v);
                       try {
                         check_model_split_for(split, s, "<enumeration>");
                       } catch (const ValidationError&) {
                         continue;  // a split the check refuses is no candidate
                       }
                       SplitOptions o;
-                      if (rc) o.activation_checkpointing.kind = ActivationCheckpointing::Kind::Full;
+                      o.activation_checkpointing.kind = rc ? ActivationCheckpointing::Kind::Full
+                                                           : ActivationCheckpointing::Kind::None;
                       const auto e = estimator.estimate(split, o);
                       ++checked;
-                      EXPECT_GE(e.iteration_s, floor * (1 - 1e-9))
+                      EXPECT_GE(e.iteration_s, floor[rc] * (1 - 1e-9))
                           << to_json(split).dump() << " recompute " << rc;
-                      closest = std::min(closest, e.iteration_s / floor);
+                      closest = std::min(closest, e.iteration_s / floor[rc]);
                     }
               });
             }

@@ -25,6 +25,9 @@
 //     schedule and stage layout (types and T) is then
 //     refined by moving one boundary by one layer at a time, keeping a move while it lowers the
 //     estimate (hill climbing to a local optimum).
+// Families of splits (a stage layout at one micro-batch count and schedule) whose floor is no
+// better than the best split priced so far are skipped, layouts explored lowest floor first
+// (SplitSearchOptions::bound; the best is the same without).
 // Every candidate is priced by estimate_split; splits are validated by check_model_split_for
 // inside it, so no schedule rule is restated here.
 #include <functional>
