@@ -93,6 +93,23 @@ void BM_SearchSplitTwoTypes(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchSplitTwoTypes)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Zorse's cluster A (scenarios/zorse/zorse-a-llama13b.json: 4 H100 + 16 A100 over 100 Gbit/s,
+// LLaMA-13B, 1M tokens), the search `plan --parallelism 3d` runs; with the family floors
+// (SplitSearchOptions::bound) and without, the same best.
+void BM_SearchSplitZorseA(benchmark::State& state) {
+  const Scenario s = costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) +
+                                               "/scenarios/zorse/zorse-a-llama13b.json");
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitSearchOptions options;
+  options.bound = state.range(0) != 0;
+  planner::SplitSearchResult r;
+  for (auto _ : state) benchmark::DoNotOptimize(r = planner::search_split(s, options, models));
+  state.counters["priced"] = r.evaluated;
+  state.counters["bounded"] = static_cast<double>(r.bounded);
+  state.counters["iteration_s"] = r.estimate.iteration_s;
+}
+BENCHMARK(BM_SearchSplitZorseA)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -56,6 +56,16 @@ SplitEstimate SplitEstimator::estimate(const ModelSplit& split, const SplitOptio
   return impl_->estimate(split, options, limits);
 }
 
+double SplitEstimator::layer_step_floor(const std::vector<int>& tp_group, int b,
+                                        const SplitOptions& options) {
+  return impl_->layer_step_floor(tp_group, b, options);
+}
+
+double SplitEstimator::tail_floor_per_parameter(const std::vector<int>& dp_group,
+                                                const SplitOptions& options) {
+  return impl_->tail_floor_per_parameter(dp_group, options);
+}
+
 SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const SplitOptions& options,
                                              const EstimateLimits& limits) {
   const Cluster& cluster = scenario.cluster;

@@ -290,6 +290,78 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
   return out;
 }
 
+// stage_pass's per-layer terms, each at its least: the TP shares and collectives with and
+// without sequence parallelism, the layer whose forward + backward (+ the recompute the
+// options' checkpointing adds) is cheapest. The embedding and the head only add.
+double SplitEstimator::Impl::layer_step_floor(const std::vector<int>& tp_group, int b,
+                                              const SplitOptions& options) {
+  const Job& job = scenario.job;
+  const ModelSpec& model = job.model;
+  const int T = static_cast<int>(tp_group.size());
+  const DeviceSpec& spec =
+      scenario.cluster.ranks()[static_cast<std::size_t>(tp_group.front())].slot->spec;
+  DeviceTimes& dev = device(spec, b, options);
+  double compute = std::numeric_limits<double>::infinity();
+  const ActivationCheckpointing& ck = options.activation_checkpointing;
+  bool every_layer_recomputes = true;
+  for (int unit = 1; unit <= model.num_layers; ++unit) {
+    const UnitTimes& u = unit_times(dev, spec, unit, b, options);
+    const bool recomputes = ck.checkpoints_layer(unit);
+    every_layer_recomputes = every_layer_recomputes && recomputes;
+    double least = std::numeric_limits<double>::infinity();
+    for (bool sp : {false, true}) {
+      if (sp && T == 1) continue;
+      const double f = costmodels::tensor_parallel_factor(model, 1, ComputePhase::Forward, T, sp,
+                                                          dev.replicated);
+      const double g = costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp,
+                                                          dev.replicated);
+      const double r = recomputes                       ? u.recompute * f
+                       : ck.recomputes_attention_core() ? u.recompute * dev.attention_core / T
+                                                        : 0;
+      least = std::min(least, u.forward * f + u.backward * g + r);
+    }
+    compute = std::min(compute, least);
+  }
+  if (T == 1) return compute;
+  // Two reductions forward and at least two backward, each an all-reduce or (sequence
+  // parallel) a reduce-scatter and an all-gather of the layer's activations.
+  StageRanks& sr = ranks_of(tp_group, T);
+  const double act_bytes = static_cast<double>(b) *
+                           costmodels::effective_sequence(model, job.sequence_length) *
+                           model.hidden * bytes_per_element(job.precision.compute);
+  const double reduce = std::min(stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes),
+                                 stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
+                                     stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes));
+  // Two more backward with every layer recomputed (its forward's again).
+  return compute + (every_layer_recomputes ? 6 : 4) * reduce;
+}
+
+double SplitEstimator::Impl::tail_floor_per_parameter(const std::vector<int>& dp_group,
+                                                      const SplitOptions& options) {
+  const Job& job = scenario.job;
+  const double R = static_cast<double>(dp_group.size());
+  // Ten times the whole model's parameters: above any stage's share.
+  const double Y =
+      10 * (costmodels::layer_parameters(job.model) * job.model.num_layers +
+            costmodels::embedding_parameters(job.model) + costmodels::head_parameters(job.model));
+  const double e_c = bytes_per_element(job.precision.compute);
+  const double e_r = bytes_per_element(job.precision.reduce);
+  const auto time = [&](CollectiveKind kind, double bytes) {
+    return models.comm
+        ->collective(scenario.cluster, split_detail::even_request(kind, dp_group, bytes))
+        .seconds;
+  };
+  double dp = 0;
+  if (options.dp_overlap == DpOverlap::None && dp_group.size() > 1)
+    dp = std::min(
+        time(CollectiveKind::AllReduce, Y * e_r),
+        time(CollectiveKind::ReduceScatter, Y * e_r) + time(CollectiveKind::AllGather, Y * e_c));
+  const DeviceSpec& spec =
+      scenario.cluster.ranks()[static_cast<std::size_t>(dp_group.front())].slot->spec;
+  const double step = models.compute->optimizer_time(spec, job, Y / R).seconds;
+  return (dp + step) / Y;
+}
+
 Json to_json(const SplitEstimate& e) {
   Json stages = Json::array();
   for (const auto& s : e.stages) {

@@ -291,6 +291,8 @@ struct SplitEstimator::Impl {
 
   SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
                          const EstimateLimits& limits);
+  double layer_step_floor(const std::vector<int>& tp_group, int b, const SplitOptions& options);
+  double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
   StagePass stage_pass(const ModelSplit& split, const PipelineStage& st, int s, int T,
                        StageRanks& sr, const DeviceSpec& spec, int b, const SplitOptions& options);
   void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,

@@ -56,6 +56,7 @@ Json to_json(const SplitSearchResult& r) {
           {"evaluated", r.evaluated},
           {"refused", r.refused},
           {"pruned", r.pruned},
+          {"bounded", r.bounded},
           {"best_per_pipeline_stages", alternatives}};
 }
 
@@ -89,8 +90,9 @@ std::string render_split_search(const SplitSearchResult& r) {
   std::ostringstream out;
   out << render_split_estimate(r.estimate, r.split);
   out << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
-      << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned)"
-      << (r.recompute ? ", full activation checkpointing" : "") << "\n";
+      << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned, "
+      << r.bounded << " skipped by bound)" << (r.recompute ? ", full activation checkpointing" : "")
+      << "\n";
   const SplitCandidate* alt = nullptr;
   for (const auto& c : r.best_per_stages)
     if (c.split.stages.size() != r.split.stages.size() &&

@@ -1,8 +1,11 @@
-// The search's checks of a request before any candidate (split_search_rules.hpp) and the
-// layer counts it deals by speed (balanced_layer_counts, split_search.hpp).
+// The search's checks of a request before any candidate, the stage layouts it builds from the
+// cluster (split_search_rules.hpp), and the layer counts it deals by speed
+// (balanced_layer_counts, split_search.hpp).
 #include "split_search_rules.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -14,6 +17,92 @@
 
 namespace cephalo::planner {
 namespace split_detail {
+
+std::vector<TypeBlock> type_blocks(const Cluster& cluster) {
+  std::vector<TypeBlock> blocks;
+  for (int r = 0; r < cluster.num_ranks(); ++r) {
+    const auto& rank = cluster.ranks()[static_cast<std::size_t>(r)];
+    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const TypeBlock& b) {
+      return b.spec->name == rank.slot->spec.name;
+    });
+    if (it == blocks.end()) {
+      blocks.push_back({&rank.slot->spec, {}, {}});
+      it = blocks.end() - 1;
+    }
+    it->ranks.push_back(r);
+    ++it->per_node[rank.node];
+  }
+  return blocks;
+}
+
+std::vector<int> divisors(long long n, long long cap) {
+  std::vector<long long> low, high;
+  for (long long i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  std::vector<int> d;
+  for (long long x : low)
+    if (x <= cap) d.push_back(static_cast<int>(x));
+  for (auto it = high.rbegin(); it != high.rend(); ++it)
+    if (*it <= cap) d.push_back(static_cast<int>(*it));
+  return d;
+}
+
+std::vector<int> tp_degrees(const TypeBlock& block, const ModelSpec& model,
+                            const std::optional<int>& fixed) {
+  const int kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
+  std::vector<int> out;
+  int smallest_node = std::numeric_limits<int>::max();
+  for (const auto& [node, count] : block.per_node) smallest_node = std::min(smallest_node, count);
+  for (int t = 1; t <= smallest_node; ++t) {
+    if (fixed && t != *fixed) continue;
+    if (model.heads % t != 0 || kv % t != 0) continue;
+    bool fits = true;
+    for (const auto& [node, count] : block.per_node) fits = fits && count % t == 0;
+    if (fits) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> node_runs(int n) {
+  std::vector<std::vector<int>> out;
+  if (n <= kComposedNodes) {
+    for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<int> runs{1};
+      for (int i = 1; i < n; ++i) {
+        if (mask & (1u << (i - 1)))
+          runs.push_back(1);
+        else
+          ++runs.back();
+      }
+      out.push_back(std::move(runs));
+    }
+    return out;
+  }
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0) out.push_back(std::vector<int>(static_cast<std::size_t>(n / k), k));
+  return out;
+}
+
+std::vector<PipelineStage> lay_out(const std::vector<StageShape>& shapes,
+                                   const std::vector<int>& counts, int virtual_stages) {
+  const std::size_t p = shapes.size();
+  std::vector<PipelineStage> stages(p);
+  int pos = 0;
+  for (int c = 0; c < virtual_stages; ++c)
+    for (std::size_t s = 0; s < p; ++s) {
+      const int q = counts[s] / virtual_stages;
+      stages[s].chunks.push_back({pos, pos + q});
+      pos += q;
+    }
+  for (std::size_t s = 0; s < p; ++s) {
+    stages[s].ranks = shapes[s].ranks;
+    stages[s].tensor_parallel = shapes[s].tensor_parallel;
+  }
+  return stages;
+}
 
 bool backend_only(const Cluster& cluster) {
   for (const auto& rank : cluster.ranks())

@@ -1,6 +1,12 @@
 #pragma once
 // The 3D search's rules that look at the request and the cluster before any candidate is
-// priced (split_search.cpp runs them): internal to the planner.
+// priced, and the stage layouts it builds from the cluster (split_search.cpp runs them):
+// internal to the planner.
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/planner/split_search.hpp"
 
@@ -14,5 +20,43 @@ bool backend_only(const Cluster& cluster);
 // split can have is named with its rule (ValidationError: a bad command line, exit 2), rather
 // than left for the search to find nothing.
 void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o);
+
+// The ranks of one GPU type, in rank order (node-major), and how many it has on each node.
+struct TypeBlock {
+  const DeviceSpec* spec = nullptr;
+  std::vector<int> ranks;
+  std::map<int, int> per_node;
+};
+std::vector<TypeBlock> type_blocks(const Cluster& cluster);
+
+// In ascending order, by trial division up to the square root: a global batch of 2^40 costs
+// 2^20 steps, not 2^40. Divisors beyond `cap` are left out (no search dimension exceeds it).
+std::vector<int> divisors(long long n, long long cap = std::numeric_limits<int>::max());
+
+// TP degrees a type can use: dividing the heads and key/value heads and every node's count of
+// the type, so the contiguous groups of T ranks stay inside one node.
+std::vector<int> tp_degrees(const TypeBlock& block, const ModelSpec& model,
+                            const std::optional<int>& fixed);
+
+// One stage before its layers are known.
+struct StageShape {
+  int type = 0;  // the GPU type's block; for a stage of whole nodes, -1 - its first node
+  std::vector<int> ranks;
+  int tensor_parallel = 1;
+  int replicas = 1;
+  // Whole nodes, possibly of several GPU types: its replicas' samples are balanced by speed
+  // (ReplicaBatches::BySpeed) instead of cut evenly.
+  bool by_speed = false;
+};
+
+// Every composition of `n` nodes into runs of consecutive nodes (run sizes in order); above
+// kComposedNodes nodes only runs of one size dividing n (2^(n-1) compositions grow too fast).
+constexpr int kComposedNodes = 10;
+std::vector<std::vector<int>> node_runs(int n);
+
+// The stages' layer ranges from per-stage counts (in layers; a multiple of V when interleaved):
+// virtual stage k = c·p + s holds count_s / V layers, the virtual stages tiling 0..L−1.
+std::vector<PipelineStage> lay_out(const std::vector<StageShape>& shapes,
+                                   const std::vector<int>& counts, int virtual_stages);
 
 }  // namespace cephalo::planner::split_detail

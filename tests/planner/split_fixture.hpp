@@ -86,4 +86,16 @@ inline void lay_out_chunks(std::vector<PipelineStage>& stages, const std::vector
     }
 }
 
+// The split's stages: per stage its ranks and T, its chunks from per-stage layer counts
+// (lay_out_chunks).
+inline void place_stages(ModelSplit& split, const std::vector<std::vector<int>>& ranks,
+                         const std::vector<int>& tp, const std::vector<int>& counts, int v) {
+  split.stages.assign(ranks.size(), PipelineStage{});
+  lay_out_chunks(split.stages, counts, v);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    split.stages[i].ranks = ranks[i];
+    split.stages[i].tensor_parallel = tp[i];
+  }
+}
+
 }  // namespace cephalo::test_support

@@ -125,14 +125,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
                   split.schedule = schedule;
                   split.micro_batches = m;
                   split.sharding = StageSharding::Optimizer;
-                  split.stages.resize(static_cast<std::size_t>(p));
-                  test_support::lay_out_chunks(split.stages, counts, v);
-                  for (int i = 0; i < p; ++i) {
-                    split.stages[static_cast<std::size_t>(i)].ranks =
-                        ranks[static_cast<std::size_t>(i)];
-                    split.stages[static_cast<std::size_t>(i)].tensor_parallel =
-                        tp[static_cast<std::size_t>(i)];
-                  }
+                  test_support::place_stages(split, ranks, tp, counts, v);
                   // The model ties its head to its embedding: splits whose end stages differ
                   // in T or rank count are refused by the split check, not candidates.
                   try {

@@ -203,6 +203,22 @@ class SplitEstimator {
   SplitEstimator& operator=(const SplitEstimator&) = delete;
   SplitEstimate estimate(const ModelSplit& split, const SplitOptions& options,
                          const EstimateLimits& limits = {});
+  // A floor on what estimate() prices for one micro-batch of `b` samples through one
+  // transformer layer of a stage whose first tensor-parallel group is `tp_group` (T ranks of
+  // one GPU type): forward + backward (+ the recompute `options`' checkpointing adds) at the
+  // TP share, with the layer's TP collectives, the least over sequence parallelism off and on
+  // and over the model's layers.
+  // Every split whose stage has those ranks and samples spends at least this per layer per
+  // micro-batch, so the search bounds whole families of splits with it.
+  double layer_step_floor(const std::vector<int>& tp_group, int b, const SplitOptions& options);
+  // A floor on the data-parallel tail estimate() prices after a stage's last backward per
+  // parameter of one TP rank, for a stage of even replicas whose DP group 0 is `dp_group`: its
+  // gradients reduced (and, sharded, its parameters gathered; the cheaper of the two ways) and
+  // the optimizer's step over a 1 / replicas shard. Read at a size above any stage's, so it is
+  // a floor wherever a collective's and the optimizer's time per byte does not grow with the
+  // bytes (latency plus bytes over bandwidth, the least over algorithms). 0 with the DP tail
+  // overlapped (DpOverlap::LastBackward) for the collectives.
+  double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
 
  private:
   struct Impl;

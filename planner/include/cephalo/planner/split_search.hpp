@@ -25,6 +25,9 @@
 //     schedule and stage layout (types and T) is then
 //     refined by moving one boundary by one layer at a time, keeping a move while it lowers the
 //     estimate (hill climbing to a local optimum).
+// Families of splits (a stage layout at one micro-batch count and schedule) whose floor is no
+// better than the best split priced so far are skipped, layouts explored lowest floor first
+// (SplitSearchOptions::bound; the best is the same without).
 // Every candidate is priced by estimate_split; splits are validated by check_model_split_for
 // inside it, so no schedule rule is restated here.
 #include <functional>
@@ -66,6 +69,11 @@ struct SplitSearchOptions {
   // it on stderr.
   std::function<void(const std::string&)> progress;
   int refine_per_stages = 1;  // candidates of each (P, schedule, stage layout) refined
+  // Skip the families of splits (a stage layout at one micro-batch count and schedule, over
+  // every boundary placement) whose lower bound is no better than the best split priced so far
+  // (split_search_bound.hpp), exploring the type-block layouts by their bound, lowest first.
+  // The best is the same either way; off (the tests' reference) every family is priced.
+  bool bound = true;
   // Who fixed the dimensions, the source of a ValidationError about one (kOptionsFromCommandLine:
   // spelt as flags, `--tensor-parallel`; otherwise as keyword arguments).
   std::string options_source = "arguments";
@@ -89,6 +97,9 @@ struct SplitSearchResult {
   int evaluated = 0;  // estimate_split calls
   int refused = 0;    // of them, candidates that do not fit
   int pruned = 0;     // candidates dropped before estimating (divisibility)
+  // Candidates not priced because their family's lower bound was no better than the best split
+  // priced by then (SplitSearchOptions::bound).
+  long long bounded = 0;
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
   // The best refined candidates by estimate, best first (the winner first), at most

@@ -1,0 +1,79 @@
+#include "split_search_bound.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace cephalo::planner::split_detail {
+
+double pipeline_floor(std::span<const double> step, std::span<const double> tail, int m,
+                      int virtual_stages, int layers) {
+  const std::size_t p = step.size();
+  if (p == 0) return 0;
+  const double V = virtual_stages;
+  const int least_layers = virtual_stages;  // every chunk holds at least one layer
+  const int free_layers = layers - static_cast<int>(p) * least_layers;
+  if (free_layers < 0) return std::numeric_limits<double>::infinity();
+  // For weights λ^A_s, λ^B_s >= 0 summing to 1 the largest sum is at least the weighted sum of
+  // the sums, Σ_j l_j·a_j, and that is at least its least over the boundary placements: every
+  // stage at its least layers, the free layers on the smallest a_j.
+  std::vector<double> a(p);
+  const auto bound_for = [&](const std::vector<double>& la, const std::vector<double>& lb) {
+    double after = 0, all_a = 0;
+    for (std::size_t j = p; j-- > 0;) {
+      a[j] = step[j] * (m * la[j] + after / V) + (m * step[j] + tail[j]) * lb[j];
+      after += la[j];
+      all_a += la[j];
+    }
+    a[0] += tail[0] * all_a;
+    double sum = 0, smallest = std::numeric_limits<double>::infinity();
+    for (double x : a) {
+      sum += x * least_layers;
+      smallest = std::min(smallest, x);
+    }
+    return sum + free_layers * smallest;
+  };
+  // The B sums balanced (λ^B_s ∝ 1 / their per-layer rate), the A sums balanced likewise, the
+  // last stage's A sum alone, and mixes of these.
+  const auto balanced = [&](auto per_layer) {
+    std::vector<double> w(p, 0.0);
+    double total = 0;
+    for (std::size_t s = 0; s < p; ++s) total += per_layer(s) > 0 ? 1 / per_layer(s) : 0;
+    if (total > 0)
+      for (std::size_t s = 0; s < p; ++s) w[s] = per_layer(s) > 0 ? 1 / per_layer(s) / total : 0;
+    return w;
+  };
+  const auto b_bal = balanced([&](std::size_t s) { return m * step[s] + tail[s]; });
+  const auto a_bal = balanced([&](std::size_t s) { return m * step[s]; });
+  std::vector<double> last(p, 0.0), la(p), lb(p);
+  last.back() = 1;
+  double best = 0;
+  for (double alpha : {0.0, 0.25, 0.5, 0.75, 1.0})
+    for (double t : {0.0, 0.5, 0.9, 1.0}) {
+      for (std::size_t s = 0; s < p; ++s) {
+        la[s] = (1 - alpha) * ((1 - t) * a_bal[s] + t * last[s]);
+        lb[s] = alpha * b_bal[s];
+      }
+      best = std::max(best, bound_for(la, lb));
+    }
+  // Every stage holds at least its least layers, after the chunks before it.
+  double before = 0;
+  for (std::size_t s = 0; s < p; ++s) {
+    best = std::max(best, (m * step[s] + tail[s]) * least_layers);
+    best = std::max(best, m * step[s] * least_layers + before + tail[0] * least_layers);
+    before += step[s] * least_layers / V;
+  }
+  return best;
+}
+
+double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers) {
+  double rate = 0, one_layer = 0;
+  for (std::size_t s = 0; s < step.size(); ++s) {
+    if (count[s] <= 0) continue;
+    one_layer = std::max(one_layer, m * step[s]);
+    rate += step[s] > 0 ? count[s] / (m * step[s]) : std::numeric_limits<double>::infinity();
+  }
+  return std::max(one_layer, rate > 0 ? layers / rate : 0);
+}
+
+}  // namespace cephalo::planner::split_detail

@@ -1,0 +1,245 @@
+#pragma once
+// The 3D split search's state (split_search.cpp: pricing, refining, the answer;
+// split_search_layouts.cpp: the stage layouts it explores and their floors): internal to the
+// planner.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cephalo/core/units.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/planner/split_search.hpp"
+#include "split_search_bound.hpp"
+#include "split_search_rules.hpp"
+
+namespace cephalo::planner::split_detail {
+
+// Stages of one GPU type each: per type its T and stage count, and the family's busy floor.
+struct TypeFamily {
+  std::vector<int> tp, k;
+  double floor = 0;
+};
+
+struct Candidate {
+  ModelSplit split;
+  bool recompute = false;
+  bool by_speed = false;
+  std::vector<StageShape> shapes;
+  std::vector<int> counts;
+  SplitEstimate estimate;
+};
+
+inline double overshoot(const SplitEstimate& e) {
+  double worst = 0;
+  for (const auto& s : e.stages)
+    if (s.memory.capacity > 0) worst = std::max(worst, s.memory.total / s.memory.capacity);
+  return worst;
+}
+
+class Search {
+ public:
+  Search(const Scenario& scenario, const SplitSearchOptions& options,
+         const costmodels::CostModels& models)
+      : scenario_(scenario), options_(options), models_(models), estimator_(scenario, models) {}
+
+  SplitSearchResult run();
+
+ private:
+  // Prices a candidate for the search: no texts, no schedule for a split that does not fit, and
+  // none for one that cannot come in below `stop_above` (the time it has to beat). A stopped
+  // candidate is one the search would have priced and passed over; the kept ones are priced in
+  // full again at the end, so what the search returns is estimate_split's answer.
+  void price(Candidate& c, double stop_above) {
+    SplitOptions o = options_.estimate;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
+    c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
+    EstimateLimits limits;
+    limits.describe = false;
+    limits.schedule_unfit = false;
+    limits.stop_above = stop_above;
+    c.estimate = estimator_.estimate(c.split, o, limits);
+    ++result_.evaluated;
+    if (c.estimate.fits && c.estimate.complete)
+      best_so_far_ = std::min(best_so_far_, c.estimate.iteration_s);
+    if (options_.progress && (result_.evaluated & 255) == 0) report_progress();
+    if (!c.estimate.fits) {
+      ++result_.refused;
+      const double over = overshoot(c.estimate);
+      if (over < closest_over_) {
+        closest_over_ = over;
+        closest_ = c.estimate.refusal +
+                   " (closest candidate: " + describe(c.split, scenario_.cluster.num_ranks()) + ")";
+      }
+    }
+  }
+  void price_in_full(Candidate& c) {
+    SplitOptions o = options_.estimate;
+    o.activation_checkpointing.kind =
+        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
+    c.estimate = estimator_.estimate(c.split, o);
+  }
+  // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
+  std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
+  void explore(const std::vector<StageShape>& shapes);
+  void refine(Candidate& c);
+  // Stages of whole consecutive nodes (node_runs), every T that keeps each TP group on one node
+  // and one GPU type.
+  void explore_node_runs();
+
+  // A floor on one micro-batch of b samples through one layer of a stage whose first TP group
+  // is `tp_group` (SplitEstimator::layer_step_floor), with every layer recomputed or none,
+  // remembered.
+  double step_floor(const std::vector<int>& tp_group, int b, bool recompute = false) {
+    const auto key =
+        std::make_tuple(tp_group.front(), static_cast<int>(tp_group.size()), b, recompute);
+    auto it = step_floors_.find(key);
+    if (it == step_floors_.end()) {
+      SplitOptions o = options_.estimate;
+      o.activation_checkpointing.kind =
+          recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+      it = step_floors_.emplace(key, estimator_.layer_step_floor(tp_group, b, o)).first;
+    }
+    return it->second;
+  }
+  // The least step floor of a type's stages at T and b: over the first TP group on each of its
+  // nodes (the groups of one node are alike).
+  double type_step_floor(const TypeBlock& block, int T, int b) {
+    double least = std::numeric_limits<double>::infinity();
+    std::vector<int> group;
+    int node = -1;
+    for (int r : block.ranks) {
+      const int n = scenario_.cluster.ranks()[static_cast<std::size_t>(r)].node;
+      if (n == node) continue;
+      group.clear();
+      const auto at = std::find(block.ranks.begin(), block.ranks.end(), r);
+      group.assign(at, at + T);
+      least = std::min(least, step_floor(group, b));
+      node = n;
+    }
+    return least;
+  }
+  void explore_type_blocks(const std::vector<std::vector<int>>& tps);
+  // A floor on one micro-batch through one layer of a stage at m micro-batches: its replicas'
+  // even cut, or for replicas balanced by speed the rate of all of them together, each at its
+  // most efficient (the whole micro-batch: a step's time per sample does not grow with the
+  // samples).
+  double stage_floor(const StageShape& shape, int m, bool recompute = false);
+  // A floor on the DP tail one layer adds to a stage of even replicas
+  // (SplitEstimator::tail_floor_per_parameter over its parameters per TP rank); 0 for replicas
+  // balanced by speed (their shares are uneven). Remembered by (first rank, T, ranks).
+  double tail_floor(const StageShape& shape) {
+    if (shape.by_speed) return 0;
+    const auto key = std::make_tuple(shape.ranks.front(), shape.tensor_parallel,
+                                     static_cast<int>(shape.ranks.size()));
+    auto it = tail_floors_.find(key);
+    if (it == tail_floors_.end()) {
+      std::vector<int> group;
+      for (std::size_t i = 0; i < shape.ranks.size();
+           i += static_cast<std::size_t>(shape.tensor_parallel))
+        group.push_back(shape.ranks[i]);
+      const double per_parameter = estimator_.tail_floor_per_parameter(group, options_.estimate);
+      it = tail_floors_
+               .emplace(key, per_parameter * costmodels::layer_parameters(scenario_.job.model) /
+                                 shape.tensor_parallel)
+               .first;
+    }
+    return it->second;
+  }
+  // A layout's least busy floor over the micro-batch counts explore would try.
+  double layout_floor(const std::vector<StageShape>& shapes);
+  // Queues a layout (or a type-block family: every order of its types) under its floor;
+  // explore_pending explores them lowest floor first, skipping every one whose floor is no
+  // better than the best split priced by then (all of them in order without the bound).
+  void enqueue(std::vector<StageShape> shapes) {
+    const double floor = options_.bound ? layout_floor(shapes) : 0;
+    pending_.push_back({floor, std::move(shapes), {}});
+  }
+  void explore_pending();
+  // A family's least busy floor over the micro-batch counts explore would try.
+  double busy_floor(const TypeFamily& f, int p) {
+    const Job& job = scenario_.job;
+    double least = std::numeric_limits<double>::infinity();
+    std::vector<double> step(f.k.size()), tail(f.k.size());
+    for (std::size_t t = 0; t < f.k.size(); ++t) {
+      // The least over the type's stages.
+      const auto& ranks = blocks_[t].ranks;
+      const std::size_t size = ranks.size() / static_cast<std::size_t>(f.k[t]);
+      tail[t] = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < f.k[t]; ++i) {
+        StageShape shape;
+        shape.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
+                           ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+        shape.tensor_parallel = f.tp[t];
+        tail[t] = std::min(tail[t], tail_floor(shape));
+      }
+    }
+    for (int m : batch_divisors_) {
+      if (m < p) continue;
+      bool ok = true;
+      for (std::size_t t = 0; ok && t < f.k.size(); ++t) {
+        const long long replicas =
+            static_cast<long long>(blocks_[t].ranks.size()) / f.k[t] / f.tp[t];
+        ok = job.global_batch % (m * replicas) == 0;
+        if (ok)
+          step[t] = type_step_floor(blocks_[t], f.tp[t],
+                                    static_cast<int>(job.global_batch / (m * replicas))) +
+                    tail[t] / m;
+      }
+      if (ok) least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers));
+    }
+    return least;
+  }
+
+  void report_progress() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report_ < std::chrono::seconds(2)) return;
+    last_report_ = now;
+    std::ostringstream line;
+    line << "3D split search: " << result_.evaluated << " candidates priced in "
+         << format_seconds(std::chrono::duration<double>(now - started_).count());
+    if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
+    options_.progress(line.str());
+  }
+
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_report_ = started_;
+  double best_so_far_ = std::numeric_limits<double>::infinity();
+  std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
+  std::map<std::tuple<int, int, int>, double> tail_floors_;
+  const Scenario& scenario_;
+  const SplitSearchOptions& options_;
+  const costmodels::CostModels& models_;
+  SplitEstimator estimator_;
+  std::vector<TypeBlock> blocks_;
+  // The micro-batch counts to try: the fixed one (check_fixed_dimensions: it divides the
+  // batch), else the global batch's divisors, found once.
+  std::vector<int> batch_divisors_;
+  bool backend_only_ = false;  // plan only what the backend runs (backend_only)
+  SplitSearchResult result_;
+  struct Pending {
+    double floor = 0;
+    std::vector<StageShape> shapes;
+    std::optional<TypeFamily> family;
+  };
+  std::vector<Pending> pending_;
+  // Per (P, schedule kind, V, stage layout), best first, at most refine_per_stages: refining the
+  // best of each schedule, not only of each P, because the rounding of the first deal can favour
+  // one schedule's start over another's optimum. The key also holds the stages' types and T, so one
+  // stage layout's many near-equal variants (shardings, micro-batch counts) do not crowd out
+  // another layout.
+  std::map<std::tuple<int, int, int, std::vector<int>>, std::vector<Candidate>> fitting_;
+  double closest_over_ = std::numeric_limits<double>::infinity();
+  std::string closest_;
+};
+
+}  // namespace cephalo::planner::split_detail
