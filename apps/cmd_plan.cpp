@@ -111,9 +111,10 @@ void add_plan_command(CLI::App& app) {
                   "DP sharding, full | hybrid | optimizer | none (default: searched)")
       ->check(one_of({"full", "hybrid", "auto", "optimizer", "none"}));
   cmd->add_option("--parallelism", args->request.parallelism,
-                  "fsdp (default: the plans above) | 3d (search tensor x pipeline x data "
-                  "parallel splits, planner/split_search.hpp) | auto (both; the faster, and "
-                  "why the other lost; -o writes the winner's format)")
+                  "fsdp (the plans above) | 3d (search tensor x pipeline x data parallel "
+                  "splits, planner/split_search.hpp) | auto (both; the faster, and why the "
+                  "other lost; -o writes the winner's format). Default: the family the other "
+                  "flags fix (--strategy: fsdp; --tensor-parallel: 3d), else auto")
       ->check(one_of({"fsdp", "3d", "auto"}));
   cmd->add_option("--tensor-parallel", args->request.tensor_parallel,
                   "3d: fix every stage's TP degree")

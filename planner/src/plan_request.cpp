@@ -29,6 +29,9 @@ struct FamilyOption {
   std::string value;
   bool set_by_value;
   std::string hint = {};  // what the other family reads instead
+  // Whether giving it fixes the family a request with parallelism left open plans (`--progress`
+  // is read by FSDP plans only, but asks for no plan of theirs).
+  bool fixes_family = true;
 };
 
 std::vector<FamilyOption> family_options(const PlanRequest& r) {
@@ -47,7 +50,7 @@ std::vector<FamilyOption> family_options(const PlanRequest& r) {
        "; a split's micro-batch count is " + spelt(r, "micro_batches")},
       {"accumulation", "fsdp", r.accumulation, !r.accumulation.empty()},
       {"group_size", "fsdp", count(o.group_nodes), o.group_nodes > 0},
-      {"progress", "fsdp", "true", false},
+      {"progress", "fsdp", "true", false, {}, false},
       // Splits: the dimensions the search fixes.
       {"tensor_parallel", "3d", count(r.tensor_parallel), r.tensor_parallel > 0},
       {"pipeline_stages", "3d", count(r.pipeline_stages), r.pipeline_stages > 0},
@@ -57,18 +60,39 @@ std::vector<FamilyOption> family_options(const PlanRequest& r) {
   };
 }
 
+bool is_given(const PlanRequest& r, const FamilyOption& f) {
+  return f.set_by_value ||
+         std::find(r.given.begin(), r.given.end(), std::string(f.name)) != r.given.end();
+}
+
+// The family a request that leaves parallelism open plans: the one its options fix (`--strategy`
+// or `every:K` checkpointing fix FSDP plans, `--tensor-parallel` or optimizer sharding a split),
+// else both (auto: the faster wins) when they fix neither or some of each. One space by
+// default; an option only ever narrows it, never is dropped.
+std::string open_parallelism(const PlanRequest& r) {
+  bool fsdp = r.activation_checkpointing.rfind("every:", 0) == 0;
+  bool split = r.sharding == "optimizer" || r.sharding == "none";
+  for (const FamilyOption& f : family_options(r))
+    if (f.fixes_family && is_given(r, f)) (std::string(f.family) == "3d" ? split : fsdp) = true;
+  return fsdp == split ? "auto" : fsdp ? "fsdp" : "3d";
+}
+
+PlanRequest with_family(PlanRequest r) {
+  if (r.parallelism.empty()) r.parallelism = open_parallelism(r);
+  return r;
+}
+
 }  // namespace
 
-void check_request(const PlanRequest& r) {
+void check_request(const PlanRequest& request) {
+  const PlanRequest r = with_family(request);
   const std::string& source = r.options.options_source;
   if (r.parallelism != "fsdp" && r.parallelism != "3d" && r.parallelism != "auto")
     throw ValidationError(source, spelt(r, "parallelism"), r.parallelism, "fsdp, 3d or auto");
   if (r.parallelism == "auto") return;  // each family reads its own options
   const bool command_line = source == kOptionsFromCommandLine;
   for (const FamilyOption& f : family_options(r)) {
-    const bool given = f.set_by_value || std::find(r.given.begin(), r.given.end(),
-                                                   std::string(f.name)) != r.given.end();
-    if (!given || r.parallelism == f.family) continue;
+    if (!is_given(r, f) || r.parallelism == f.family) continue;
     const std::string family =
         std::string(f.family) == "3d" ? "tensor x pipeline x data parallel splits" : "FSDP plans";
     throw ValidationError(source, spelt(r, f.name), f.value,
@@ -125,8 +149,9 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   return o;
 }
 
-PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& r) {
-  check_request(r);
+PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
+  check_request(request);
+  const PlanRequest r = with_family(request);
   PlanAnswer answer;
   if (r.parallelism == "fsdp") {
     answer.fsdp = make_plan(scenario, fsdp_options(r));

@@ -261,7 +261,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
          verify_with_simulator=None, search_neighbours=None, micro_batch=None, accumulation=None,
          activation_checkpointing=None, sharding=None, group_size=None,
          cephalo_shares=None, cephalo_corrected_share_memory=None, stack=None,
-         text=False, parallelism="fsdp", tensor_parallel=None, pipeline_stages=None,
+         text=False, parallelism=None, tensor_parallel=None, pipeline_stages=None,
          micro_batches=None, pipeline_schedule=None, sequence_parallel=None):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
@@ -285,7 +285,9 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     --parallelism 3d --json` prints; tensor_parallel, pipeline_stages, micro_batches (counts),
     pipeline_schedule ("gpipe" | "1f1b" | "interleaved:V") and sequence_parallel fix one
     dimension each (None or False: searched), sharding may also be "optimizer" or "none".
-    parallelism="auto" plans both and returns the faster one's record, as the CLI does.
+    parallelism="auto" plans both and returns the faster one's record, as the CLI does;
+    parallelism="fsdp" only FSDP plans. None (the default) is the CLI's default: the family the
+    arguments given fix (strategy, micro_batch, ...: FSDP; tensor_parallel, ...: 3d), else auto.
 
     None leaves an argument at its default (strategy "optimal", offload "auto",
     max_micro_batch 512, verify_with_simulator True, search_neighbours 24, cephalo_shares
@@ -312,7 +314,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
                              24 if search_neighbours is None else search_neighbours, micro_batch,
                              accumulation or "", activation_checkpointing or "", sharding or "",
                              group_size, cephalo_shares or "min_params",
-                             bool(cephalo_corrected_share_memory), parallelism, tensor_parallel,
+                             bool(cephalo_corrected_share_memory), parallelism or "", tensor_parallel,
                              pipeline_stages, micro_batches, pipeline_schedule or "",
                              bool(sequence_parallel), given)
     return out if text else _record(out)

@@ -34,7 +34,9 @@ struct PlanRequest {
   std::string activation_checkpointing;  // full | none | every:K | auto (3d: full | none | auto)
   // fsdp: full | hybrid | auto; 3d: full | hybrid | optimizer | none | auto (searched)
   std::string sharding;
-  std::string parallelism = "fsdp";  // fsdp | 3d | auto (both; the faster)
+  // fsdp | 3d | auto (both; the faster); empty (the default): the family the options given fix,
+  // else auto (check_request, answer_plan).
+  std::string parallelism;
   // 3d: each fixes one dimension of the split search; 0 / empty / false: searched.
   int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
   std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
