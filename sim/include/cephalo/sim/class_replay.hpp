@@ -34,6 +34,8 @@ struct RankClasses {
 };
 
 // Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
+// A split plan's are its pipeline lanes' (sim/README.md, "Class replay of split plans"), or
+// every rank its own where those cannot be formed.
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan);
 // The same from the plan's sharding alone (traces::shard_layout_of).
