@@ -228,11 +228,7 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
   costmodels::CollectiveRequest req = traces::collective_request(graph, c, overlaps_compute);
   // A split plan's tensor-parallel, pipeline and tied collectives stay in a pipeline lane,
   // which its class replay builds whole (split_classes.cpp): their members are all there.
-  const bool domain = c.kind == traces::OpKind::AllGather || c.kind == traces::OpKind::AllGatherV ||
-                      c.kind == traces::OpKind::ReduceScatter ||
-                      c.kind == traces::OpKind::ReduceScatterV ||
-                      c.kind == traces::OpKind::AllReduce;
-  if (!domain) return req;
+  if (!traces::is_data_parallel(c.kind)) return req;
   req.ranks.clear();
   req.shard_bytes.clear();
   const auto segments = graph.segments(c);

@@ -32,12 +32,6 @@ namespace {
 
 std::int64_t bits(double x) { return std::bit_cast<std::int64_t>(x); }
 
-bool domain_collective(traces::OpKind k) {
-  return k == traces::OpKind::AllGather || k == traces::OpKind::AllGatherV ||
-         k == traces::OpKind::ReduceScatter || k == traces::OpKind::ReduceScatterV ||
-         k == traces::OpKind::AllReduce;
-}
-
 int find_root(std::vector<int>& parent, int x) {
   while (parent[static_cast<std::size_t>(x)] != x) {
     parent[static_cast<std::size_t>(x)] =
@@ -164,7 +158,7 @@ std::vector<signed char> split_collective_spans(const traces::TrainingGraph& gra
   std::vector<signed char> out;
   out.reserve(graph.collectives().size());
   for (const traces::Collective& c : graph.collectives()) {
-    if (!domain_collective(c.kind)) {
+    if (!traces::is_data_parallel(c.kind)) {
       out.push_back(-1);  // a lane's own: every member is in the graph
       continue;
     }
