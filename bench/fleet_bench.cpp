@@ -6,6 +6,11 @@
 //
 // Targets (2-core machine): 1M GPUs even plan <= 10 s and simulate <= 10 s, each <= 4 GiB;
 // 100k GPUs default (optimal) plan <= 5 s and <= 2 GiB.
+//
+// Split plans (tensor x pipeline x data parallel): 16,384 H100, Llama-3-70B, sequence 8192,
+// global batch 2048: `plan --parallelism 3d` <= 10 s (the search and the replays of its
+// finalists), `simulate` of the written split plan <= 2 s (the class replay of its pipeline
+// lanes), and the same plan replayed in full for comparison.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -14,15 +19,19 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/sim/class_replay.hpp"
+#include "cephalo/sim/replay.hpp"
+#include "cephalo/traces/training_graph.hpp"
 
 using namespace cephalo;
 
 namespace {
 
 // `nodes` nodes of 8 H100-SXM (NVLink, 8 x 400 Gbit/s InfiniBand) as one entry with a count.
-Scenario fleet(int nodes) {
+Scenario fleet(int nodes, const std::string& model = "llama-7b", int sequence = 4096,
+               int batch = 0) {
   const Json doc = {
       {"name", "fleet"},
       {"cluster",
@@ -38,10 +47,10 @@ Scenario fleet(int nodes) {
              {"bandwidth", "400Gbit/s"},
              {"latency", "5us"}}}}}}}},
       {"job",
-       {{"name", "llama-7b-s4096"},
-        {"model", "llama-7b"},
-        {"sequence_length", 4096},
-        {"global_batch", nodes * 8 * 2},
+       {{"name", model + "-s" + std::to_string(sequence)},
+        {"model", model},
+        {"sequence_length", sequence},
+        {"global_batch", batch > 0 ? batch : nodes * 8 * 2},
         {"precision", {{"params", "fp32"}, {"compute", "bf16"}, {"reduce", "fp32"}}}}}};
   JsonReader reader(doc, "<bench>");
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
@@ -68,6 +77,13 @@ BENCHMARK(BM_FleetPlanEven)
     ->Iterations(1);
 BENCHMARK(BM_FleetPlanDefault)->Arg(102400)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// What a simulate benchmark reports beside its time.
+void replay_counters(benchmark::State& state, int gpus, int replayed) {
+  state.counters["gpus"] = gpus;
+  state.counters["replayed_ranks"] = replayed;
+  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
+}
+
 // `simulate` of the even plan: the class replay (one representative per class).
 void BM_FleetSimulate(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
@@ -82,15 +98,69 @@ void BM_FleetSimulate(benchmark::State& state) {
     replayed = r.replayed_ranks;
     benchmark::DoNotOptimize(r.report.iteration_time_s);
   }
-  state.counters["gpus"] = gpus;
-  state.counters["replayed_ranks"] = replayed;
-  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
+  replay_counters(state, gpus, replayed);
 }
 BENCHMARK(BM_FleetSimulate)
     ->Arg(102400)
     ->Arg(1000000)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+// The split-plan fleet: 16,384 H100 training Llama-3-70B at sequence 8192, batch 2048.
+Scenario split_fleet(int gpus) { return fleet(gpus / 8, "llama3-70b", 8192, 2048); }
+
+planner::PlanRequest split_request() {
+  planner::PlanRequest r;
+  r.parallelism = "3d";
+  return r;
+}
+
+// `plan --parallelism 3d`: the split search and the replays of its finalists.
+void BM_FleetSplitPlan(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const Scenario s = split_fleet(gpus);
+  double iteration_s = 0;
+  for (auto _ : state) {
+    try {
+      const auto answer = planner::answer_plan(s, split_request());
+      iteration_s = answer.split->simulated_iteration_s;
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+  }
+  state.counters["gpus"] = gpus;
+  state.counters["iteration_s"] = iteration_s;
+  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
+}
+BENCHMARK(BM_FleetSplitPlan)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// `simulate` of the plan `plan --parallelism 3d` writes (made outside the timed loop): the
+// class replay, or with `full` the replay of every rank's graph (what split plans took before).
+void simulate_split(benchmark::State& state, bool full) {
+  const int gpus = static_cast<int>(state.range(0));
+  const Scenario s = split_fleet(gpus);
+  const Plan plan = planner::answer_plan(s, split_request()).split->plan;
+  const auto models = costmodels::make_cost_models(s);
+  int replayed = 0;
+  for (auto _ : state) {
+    if (full) {
+      const auto graph = traces::build_training_graph(plan, s, models.comm.get());
+      const auto r = sim::simulate(graph, s, plan, *models.compute, *models.comm);
+      replayed = gpus;
+      benchmark::DoNotOptimize(r.report.iteration_time_s);
+    } else {
+      const auto r = sim::simulate_plan(plan, s, *models.compute, *models.comm);
+      replayed = r.replayed_ranks;
+      benchmark::DoNotOptimize(r.report.iteration_time_s);
+    }
+  }
+  replay_counters(state, gpus, replayed);
+}
+void BM_FleetSplitSimulate(benchmark::State& state) { simulate_split(state, false); }
+void BM_FleetSplitSimulateFull(benchmark::State& state) { simulate_split(state, true); }
+BENCHMARK(BM_FleetSplitSimulate)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_FleetSplitSimulateFull)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

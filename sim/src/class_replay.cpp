@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <span>
 #include <sstream>
@@ -89,11 +90,49 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
   return out;
 }
 
+// A split plan's replay by class (split_classes.cpp): one pipeline lane component per kind,
+// its collectives between lanes priced over their whole membership; in full where the classes
+// cannot be formed (SimResult::full_replay_reason says why) or no two ranks are alike.
+template <typename Full>
+PlanReplay replay_split_classes(const Plan& plan, const Scenario& scenario,
+                                const costmodels::ComputeModel& compute,
+                                const costmodels::CommModel& comm, const SimOptions& options,
+                                const Full& full) {
+  const int zero = 0;
+  // A graph of rank 0 alone carries every domain's layout and static bytes.
+  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
+  std::string why;
+  const auto classes = detail::split_rank_classes(probe, scenario, plan, why);
+  if (!classes) {
+    PlanReplay out = full();
+    out.result.full_replay_reason = "no rank classes: " + why;
+    return out;
+  }
+  if (classes->representatives.size() == plan.ranks.size()) return full();
+  const auto graph =
+      traces::build_training_graph_of_ranks(plan, scenario, classes->representatives, &comm);
+  detail::ClassView view;
+  view.representative = classes->representative;
+  view.collective_spans = detail::split_collective_spans(graph, scenario);
+  PlanReplay out;
+  out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
+  out.result.replayed_ranks = static_cast<int>(classes->representatives.size());
+  return out;
+}
+
 }  // namespace
 
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan) {
-  return rank_classes(graph.layout(), scenario, plan);
+  if (!graph.summary().split) return rank_classes(graph.layout(), scenario, plan);
+  std::string why;
+  if (auto classes = detail::split_rank_classes(graph, scenario, plan, why)) return *classes;
+  RankClasses each;  // no classes: every rank its own
+  for (int r = 0; r < graph.num_ranks(); ++r) {
+    each.representative.push_back(r);
+    each.representatives.push_back(r);
+  }
+  return each;
 }
 
 RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scenario,
@@ -187,19 +226,28 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
   // Kind, variant and the cross-group pieces as the full replay asks; the members replaced by
   // the full membership (each its slice of every segment, as the full graph's members carry).
   costmodels::CollectiveRequest req = traces::collective_request(graph, c, overlaps_compute);
+  // A split plan's tensor-parallel, pipeline and tied collectives stay in a pipeline lane,
+  // which its class replay builds whole (split_classes.cpp): their members are all there.
+  if (!traces::is_data_parallel(c.kind)) return req;
   req.ranks.clear();
   req.shard_bytes.clear();
   const auto segments = graph.segments(c);
-  auto add = [&](int r) {
+  // The layout the collective shards over: the plan's, or under a split its member's domain's
+  // (positions numbered in the domain, layout_ranks their global ranks).
+  const int first = graph.members(c).front().rank;
+  const traces::ShardLayout& layout = graph.layout_of(first);
+  const auto ranks = graph.layout_ranks(first);
+  auto add = [&](int position) {
+    const int r = ranks[static_cast<std::size_t>(position)];
     std::int64_t elements = 0;
     for (const auto& seg : segments) elements += graph.slice(seg.unit, r).count;
     req.ranks.push_back(r);
     req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
   };
   if (c.group >= 0) {
-    for (int r : graph.layout().group(c.group)) add(r);
+    for (int position : layout.group(c.group)) add(position);
   } else {
-    for (int r = 0; r < graph.num_ranks(); ++r) add(r);
+    for (int position = 0; position < layout.num_ranks(); ++position) add(position);
   }
   return req;
 }
@@ -227,8 +275,8 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
     out.result.replayed_ranks = ranks;
     return out;
   };
-  // A split plan's ranks differ by stage and position: replayed in full.
-  if (options.record_ops || options.record_memory || ranks < 2 || plan.has_split()) return full();
+  if (options.record_ops || options.record_memory || ranks < 2) return full();
+  if (plan.has_split()) return replay_split_classes(plan, scenario, compute, comm, options, full);
   // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
   const int zero = 0;
   const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
@@ -268,7 +316,14 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
 
 int replayed_ranks(const Plan& plan, const Scenario& scenario) {
   const int ranks = scenario.cluster.num_ranks();
-  if (ranks < 2 || plan.has_split()) return ranks;
+  if (ranks < 2) return ranks;
+  if (plan.has_split()) {
+    const int zero = 0;
+    std::string why;
+    const auto classes = detail::split_rank_classes(
+        traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}), scenario, plan, why);
+    return classes ? static_cast<int>(classes->representatives.size()) : ranks;
+  }
   return static_cast<int>(
       rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan).representatives.size());
 }
@@ -314,6 +369,8 @@ std::string render_replay_summary(const Simulation& run, const Scenario& scenari
       << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
       << "; implementation " << to_string(scenario.job.implementation)
       << stack_label(scenario.job.implementation) << "\n";
+  if (!result.full_replay_reason.empty())
+    out << "note: every rank replayed (" << result.full_replay_reason << ")\n";
   return out.str();
 }
 

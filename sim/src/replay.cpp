@@ -212,7 +212,8 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   if (it != collective_memo_.end()) return it->second;
   double t = 0;
   if (view_)
-    t = comm_.collective(s_.cluster, full_collective_request(g_, c, overlaps_compute)).seconds;
+    t = traces::collective_seconds(comm_, s_.cluster,
+                                   full_collective_request(g_, c, overlaps_compute), c);
   else
     t = traces::collective_seconds(comm_, s_.cluster, g_, c, overlaps_compute);
   collective_memo_.emplace(key, t);
@@ -289,7 +290,7 @@ void Replay::start_collective(std::int32_t c) {
     if (first_node < 0) first_node = node;
     multi_node |= node != first_node;
   }
-  if (view_) multi_node = view_->collective_spans_nodes(col.group);  // reps may share a node
+  if (view_) multi_node = view_->collective_spans_nodes(col, multi_node);  // reps may share a node
   if (opt_.link_sharing) {
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
     for (const auto& m : g_.members(col)) {
@@ -448,6 +449,12 @@ SimResult Replay::run() {
       to.copy_s = from.copy_s;
       to.exposed_comm_s = from.exposed_comm_s;
       to.idle_s = from.idle_s;
+      to.tp_comm_s = from.tp_comm_s;
+      to.pp_comm_s = from.pp_comm_s;
+      to.exposed_tp_s = from.exposed_tp_s;
+      to.exposed_pp_s = from.exposed_pp_s;
+      to.exposed_dp_s = from.exposed_dp_s;
+      to.bubble_s = from.bubble_s;
     }
   }
   return std::move(out_);

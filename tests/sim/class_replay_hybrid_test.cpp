@@ -17,6 +17,7 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/report.hpp"
+#include "class_replay_support.hpp"
 
 namespace cephalo::sim {
 namespace {
@@ -110,22 +111,6 @@ HybridInstance random_hybrid(std::mt19937& rng, bool loose = false) {
     groups.push_back(group);
   }
   const std::vector<std::string> accumulations = {"layered", "standard", "no_sync"};
-  const Json scenario = {
-      {"name", "class-replay-hybrid"},
-      {"cluster", {{"name", "c"}, {"nodes", node_list}}},
-      {"job",
-       {{"name", "j"},
-        // vocabulary 50257: equal shares of the embedding are not equal slices
-        {"model",
-         {{"name", "class-gpt"},
-          {"family", "gpt"},
-          {"layers", 2},
-          {"hidden", 1024},
-          {"heads", 16},
-          {"vocab_size", 50257}}},
-        {"sequence_length", 512},
-        {"global_batch", total},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp32"}}}}}};
   const Json plan = {{"version", 1},
                      {"accumulation", accumulations[static_cast<std::size_t>(pick(0, 2))]},
                      {"offload", pick(0, 1) ? "host" : "none"},
@@ -134,18 +119,11 @@ HybridInstance random_hybrid(std::mt19937& rng, bool loose = false) {
                      {"sharding", {{"kind", "hybrid"}, {"groups", groups}}},
                      {"ranks", ranks}};
   HybridInstance in;
-  JsonReader sr(scenario, "<hybrid scenario>");
-  in.scenario = parse_scenario(sr, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  in.scenario = testing::class_test_scenario("class-replay-hybrid", node_list, 2, total);
   JsonReader pr(plan, "<hybrid plan>");
   in.plan = parse_plan(pr);
   validate_plan_for(in.plan, in.scenario, "<hybrid plan>");
   return in;
-}
-
-Json comparable(const traces::IterationReport& report) {
-  Json j = traces::to_json(report);
-  j.erase("events");  // the replay's own work: fewer ranks, fewer events
-  return j;
 }
 
 // Both replays of one instance: the full one over its whole graph, and sim::simulate_plan's.
@@ -182,20 +160,16 @@ TEST(ClassReplayHybrid, EqualsTheFullReplayOnRandomHybridPlans) {
       cross_node_groups += in.plan.ranks[static_cast<std::size_t>(g.front())].node !=
                            in.plan.ranks[static_cast<std::size_t>(g.back())].node;
     EXPECT_EQ(full.iteration_ns, byclass.iteration_ns);
-    EXPECT_EQ(comparable(full.report).dump(), comparable(byclass.report).dump());
+    EXPECT_EQ(testing::comparable(full.report).dump(), testing::comparable(byclass.report).dump());
     if (byclass.replayed_ranks == ranks) continue;
     ++compressed;
     const auto classes = rank_classes(graph, in.scenario, in.plan);
     const auto small =
         traces::build_training_graph_of_ranks(in.plan, in.scenario, classes.representatives);
-    // Every representative's program, as (start, end) pairs in program order, in both replays.
-    auto times = [](const traces::TrainingGraph& g, const SimResult& r, int rank) {
-      std::vector<std::pair<std::int64_t, std::int64_t>> out;
-      for (const auto& op : g.program(rank)) out.emplace_back(r.start_ns[op.id], r.end_ns[op.id]);
-      return out;
-    };
+    // Every representative's program in both replays.
     for (int r : classes.representatives)
-      ASSERT_EQ(times(graph, full, r), times(small, byclass, r)) << "representative " << r;
+      ASSERT_EQ(testing::program_times(graph, full, r), testing::program_times(small, byclass, r))
+          << "representative " << r;
   }
   EXPECT_GE(compressed, 40);
   EXPECT_GE(cross_node_groups, 20);
@@ -212,7 +186,7 @@ TEST(ClassReplayHybrid, EqualsTheFullReplayWithGroupsAcrossNodesAndNics) {
     const auto [graph, full, byclass] = replay_both_ways(in, trial++ % 9 == 0 ? 0.02 : -1);
     SCOPED_TRACE("loose trial " + std::to_string(trial - 1));
     EXPECT_EQ(full.iteration_ns, byclass.iteration_ns);
-    EXPECT_EQ(comparable(full.report).dump(), comparable(byclass.report).dump());
+    EXPECT_EQ(testing::comparable(full.report).dump(), testing::comparable(byclass.report).dump());
     compressed += byclass.replayed_ranks < in.scenario.cluster.num_ranks();
     // What the planner asks before replaying a candidate is what the replay then builds.
     EXPECT_EQ(replayed_ranks(in.plan, in.scenario), byclass.replayed_ranks);

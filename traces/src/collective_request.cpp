@@ -48,7 +48,11 @@ costmodels::CollectiveRequest collective_request(const TrainingGraph& g, const C
 
 double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
                           const TrainingGraph& graph, const Collective& c, bool overlaps_compute) {
-  costmodels::CollectiveRequest req = collective_request(graph, c, overlaps_compute);
+  return collective_seconds(comm, cluster, collective_request(graph, c, overlaps_compute), c);
+}
+
+double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
+                          costmodels::CollectiveRequest req, const Collective& c) {
   double t = comm.collective(cluster, req).seconds;
   if (c.kind == OpKind::TpGatherScatter) {
     req.kind = costmodels::CollectiveKind::ReduceScatter;

@@ -182,10 +182,7 @@ TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& sc
                                             std::span<const int> ranks,
                                             const costmodels::CommModel* comm) {
   if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
-  // A split plan's ranks differ by stage: the class replay, this function's caller, replays
-  // them all (sim/class_replay.hpp).
-  if (plan.has_split())
-    throw std::logic_error("build_training_graph_of_ranks: a split plan is built whole");
+  if (plan.has_split()) return SplitGraphBuilder(plan, scenario, comm).build(ranks);
   return GraphBuilder(plan, scenario, comm).build(ranks);
 }
 

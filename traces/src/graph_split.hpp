@@ -4,7 +4,12 @@
 // over the units of its chunks, with tensor-parallel collectives after its compute ops, pipeline
 // transfers (Send / Recv) between virtual stages, and its data-parallel domain's collectives.
 // The FSDP builder (graph_builder.hpp) is untouched by it: a plan without a split never gets
-// here.
+// here. Its jobs live in three files:
+//  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
+//                                  (layouts, static bytes), the pipeline transfers, then every
+//                                  built rank's program and the indexes;
+//  * graph_split_collectives.cpp — the collectives, each made by its first built member;
+//  * graph_split_rank.cpp        — one rank's program in its stage's pipeline order.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -22,10 +27,39 @@ class SplitGraphBuilder {
  public:
   SplitGraphBuilder(const Plan& plan, const Scenario& scenario,
                     const costmodels::CommModel* comm = nullptr);
-  TrainingGraph build();
+  // Only the ranks in `only` (ascending) get ops and collective memberships; the domains'
+  // sharding, the collectives' variants and sizes and the static bytes are still those of the
+  // whole plan (sim/'s class replay of split plans, as GraphBuilder::build's `only`).
+  TrainingGraph build(std::span<const int> only = {});
 
  private:
-  struct RankState;  // one rank's program while it is emitted
+  // What one rank's program needs while it is emitted.
+  struct RankState {
+    int rank = 0;
+    RankPlace place;
+    int stage = 0;
+    int domain = 0;
+    int position = 0;        // in the domain's layout
+    int size = 0;            // samples of every micro-batch this rank runs
+    bool gathers = false;    // full / hybrid: each unit gathered once, kept to its last backward
+    bool cast_send = false;  // the gather sends a cast copy of the shard
+    // Per unit: its gather, whether its first forward has run, its backwards still to come, and
+    // whether its unsharded gradient is allocated.
+    std::vector<OpId> gather;
+    std::vector<int> backwards_left;
+    std::vector<bool> grad_held;
+    std::vector<int> first_use;       // units in the order of their first forward
+    int next_gather = 0;              // index into first_use of the next gather to issue
+    std::vector<char> used;           // per unit: first forward emitted
+    std::vector<OpId> first_forward;  // per unit: its first forward op (a later gather's gate)
+    std::vector<OpId> last_backward;  // per unit: its latest backward op
+    std::vector<int> backwards_left_in_chunk;  // per chunk: backward steps still to come
+    std::vector<OpId> pending;                 // receives the next compute op waits on
+    OpId last_compute = kNoOp;      // the last op on the compute stream (a TP op after its compute)
+    OpId last_forward = kNoOp;      // the last Forward op
+    OpId last_backward_op = kNoOp;  // the last Backward op
+    OpId last_reduction = kNoOp;
+  };
   // One pipeline transfer between two ranks for one micro-batch and boundary.
   struct Transfer {
     int from = 0;
@@ -70,6 +104,11 @@ class SplitGraphBuilder {
     return forward ? forward_[static_cast<std::size_t>(boundary)]
                    : backward_[static_cast<std::size_t>(boundary)];
   }
+  // The transfers of `boundary` in direction `forward` that `rank` sends (or receives), in the
+  // order of transfers() (an index: a scan of the boundary's list per rank and micro-batch
+  // made a 16k-rank graph quadratic).
+  std::vector<const Transfer*> transfers_of(int boundary, bool forward, int rank, bool sends) const;
+  bool built(int rank) const { return built_[static_cast<std::size_t>(rank)] != 0; }
   double boundary_bytes(std::int64_t rows) const;
   int virtual_stage(int stage, int chunk) const { return chunk * p_ + stage; }
 
@@ -89,6 +128,12 @@ class SplitGraphBuilder {
   std::vector<int> domain_base_;
   // Per virtual-stage boundary k (k → k + 1): the forward and backward transfers.
   std::vector<std::vector<Transfer>> forward_, backward_;
+  // Per boundary: indexes into its transfers sorted (stably) by sender and by receiver.
+  struct TransferIndex {
+    std::vector<std::uint32_t> by_from, by_to;
+  };
+  std::vector<TransferIndex> forward_index_, backward_index_;
+  std::vector<char> built_;  // per rank: whether it gets ops and collective memberships
   // Collective lookup: per TP group (stage, replica), its collectives in program order (every
   // member emits the same sequence); other collectives by key.
   std::vector<std::vector<std::int32_t>> tp_ids_;

@@ -102,9 +102,12 @@ std::string to_string(Stream stream) {
 }
 
 bool is_collective(OpKind k) {
+  return is_data_parallel(k) || is_tensor_parallel(k) || is_pipeline_transfer(k) ||
+         k == OpKind::TiedAllReduce;
+}
+bool is_data_parallel(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::AllGatherV || k == OpKind::ReduceScatter ||
-         k == OpKind::ReduceScatterV || k == OpKind::AllReduce || is_tensor_parallel(k) ||
-         is_pipeline_transfer(k) || k == OpKind::TiedAllReduce;
+         k == OpKind::ReduceScatterV || k == OpKind::AllReduce;
 }
 bool is_tensor_parallel(OpKind k) {
   return k == OpKind::TpAllReduce || k == OpKind::TpGatherScatter;

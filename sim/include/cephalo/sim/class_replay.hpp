@@ -17,6 +17,11 @@
 // group sharing a node with another group is built whole (its node's NIC carries both groups'
 // collectives). Each collective is priced over its full membership (its group, or every rank
 // with the pieces for the cross-group reduction).
+// Split plans: a class is a place (lane position, stage, TP rank) in alike components of
+// pipeline lanes (replica j of every stage; lanes sharing a node are one component), where every
+// stage has as many replicas laid out alike so transfers stay in their lane; else the replay
+// is the full one and SimResult::full_replay_reason says why (sim/README.md, "Class replay of
+// split plans").
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +39,8 @@ struct RankClasses {
 };
 
 // Classes of the plan's ranks; `graph` is any graph of the plan (only its sharding is read).
+// A split plan's are its pipeline lanes' (sim/README.md, "Class replay of split plans"), or
+// every rank its own where those cannot be formed.
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan);
 // The same from the plan's sharding alone (traces::shard_layout_of).
@@ -43,7 +50,9 @@ RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scen
 // The request of collective `c` over its full membership (every rank of its group, or every rank
 // for the cross-group reduction, with the layout's pieces), as the full replay prices it, from a
 // graph built for any subset of the ranks (build_training_graph_of_ranks): its members are only
-// the built ranks, the slices and pieces are the whole plan's.
+// the built ranks, the slices and pieces are the whole plan's. Under a split the group and the
+// ranks are those of the member's data-parallel domain; a tensor-parallel, pipeline or tied
+// collective is asked as the graph holds it (its lane is built whole).
 costmodels::CollectiveRequest full_collective_request(const traces::TrainingGraph& graph,
                                                       const traces::Collective& c,
                                                       bool overlaps_compute = false);
@@ -70,9 +79,11 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const SimOptions& options = {});
 
 // How many ranks replay_plan builds for this plan when it records no ops and no memory
-// timeline: one per class, or every rank when it replays in full (a split plan, or no two
-// ranks alike). Costs the plan's shard layout and the classes, not a graph: a caller that cannot
-// afford a replay of that many ranks (the planner's candidates at 100k ranks) asks first.
+// timeline: one per class, or every rank when it replays in full (no two ranks alike, or a
+// split plan whose lanes cannot form classes). Costs the plan's shard layout and the classes
+// (a split plan's: a graph of rank 0, for its domains' layouts), not a graph of the plan: a
+// caller that cannot afford a replay of that many ranks (the planner's candidates at 100k
+// ranks) asks first.
 int replayed_ranks(const Plan& plan, const Scenario& scenario);
 
 // What `cephalo simulate` and the Python module's simulate do with a scenario and a plan, one

@@ -52,6 +52,9 @@ struct SimResult {
   std::vector<Time> start_ns, end_ns, arrive_ns;  // per op id (arrive: collectives' arrival)
   std::vector<std::vector<traces::MemorySample>> memory;  // per rank when record_memory
   int replayed_ranks = 0;  // class_replay.hpp's simulate_plan: ranks replayed (0: simulate())
+  // simulate_plan of a split plan whose ranks cannot form classes: why, so it replayed every
+  // rank (render_replay_summary says it on `cephalo simulate`'s stderr); empty otherwise.
+  std::string full_replay_reason;
 };
 
 SimResult simulate(const traces::TrainingGraph& graph, const Scenario& scenario, const Plan& plan,

@@ -19,5 +19,9 @@ costmodels::CollectiveRequest collective_request(const TrainingGraph& graph, con
 double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
                           const TrainingGraph& graph, const Collective& c,
                           bool overlaps_compute = false);
+// The same rule for a request already made for `c` (sim/'s class replay asks with the full
+// membership of a collective whose graph holds only some of its members).
+double collective_seconds(const costmodels::CommModel& comm, const Cluster& cluster,
+                          costmodels::CollectiveRequest request, const Collective& c);
 
 }  // namespace cephalo::traces

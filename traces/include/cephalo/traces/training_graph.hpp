@@ -67,6 +67,9 @@ std::string to_string(Stream stream);  // "compute", "comm", "d2h", "h2d", "send
 // Every op whose participants meet (a Collective): the data-parallel collectives, the tensor-
 // parallel ones, both sides of a pipeline transfer and the tied all-reduce.
 bool is_collective(OpKind kind);
+// A data-parallel domain's gathers, reductions and cross-group all-reduces (AllGather[V],
+// ReduceScatter[V], AllReduce): a split's only collectives between pipeline lanes.
+bool is_data_parallel(OpKind kind);
 bool is_tensor_parallel(OpKind kind);    // TpAllReduce, TpGatherScatter
 bool is_pipeline_transfer(OpKind kind);  // Send, Recv
 bool is_compute(OpKind kind);

@@ -1,0 +1,209 @@
+// SplitGraphBuilder's collectives: each made by its first member and found by the others
+// (tensor-parallel, pipeline transfers, the data-parallel domains' and the tied embedding's).
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
+#include "graph_split.hpp"
+
+namespace cephalo::traces {
+
+void SplitGraphBuilder::set_member_op(std::int32_t c, int rank, OpId op) {
+  const Collective& col = g_.collectives_[static_cast<std::size_t>(c)];
+  for (std::uint32_t i = 0; i < col.members_count; ++i) {
+    CollectiveMember& m = g_.members_[col.members_begin + i];
+    if (m.rank == rank && m.op == kNoOp) {
+      m.op = op;
+      return;
+    }
+  }
+  throw std::logic_error("split graph: rank " + std::to_string(rank) + " is not a member of " +
+                         to_string(col.kind) + " collective " + std::to_string(c));
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+
+std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int unit, Pass pass,
+                                              int calls, double element_bytes, double elements) {
+  const int group = tp_group_base_[static_cast<std::size_t>(st.stage)] + st.place.replica;
+  auto& ids = tp_ids_[static_cast<std::size_t>(group)];
+  // Every member emits its group's TP collectives in the same order: the n-th of one member is
+  // the n-th of every other, made by whichever member comes first.
+  auto& cursor = tp_cursor_[static_cast<std::size_t>(st.rank)];
+  if (cursor < ids.size()) return ids[cursor++];
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.kind = kind;
+  c.group = -1;
+  c.unit = unit;
+  c.pass = pass;
+  c.phase = -1;
+  c.element_bytes = element_bytes;
+  c.total_bytes = elements * element_bytes;
+  c.calls = calls;
+  c.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  const auto members = topo_.tp_group(st.stage, st.place.replica);
+  c.members_count = 0;
+  for (int r : members) {
+    if (!built(r)) continue;
+    ++c.members_count;
+    CollectiveMember m;
+    m.rank = r;
+    m.elements = std::llround(elements);
+    m.shard_bytes = c.total_bytes / static_cast<double>(members.size());
+    g_.members_.push_back(m);
+  }
+  g_.collectives_.push_back(c);
+  ids.push_back(c.id);
+  ++cursor;
+  return c.id;
+}
+
+std::int32_t SplitGraphBuilder::transfer_collective(const Transfer& t, bool forward,
+                                                    int micro_batch, int boundary, double bytes) {
+  const std::array<std::int64_t, 5> key{
+      1, forward ? 1 : 0, boundary, static_cast<std::int64_t>(micro_batch) << 32 | t.from, t.to};
+  if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.kind = OpKind::Send;
+  c.group = -1;
+  c.pass = forward ? Pass::Forward : Pass::Backward;
+  c.element_bytes = bytes_per_element(scenario_.job.precision.compute);
+  c.total_bytes = bytes;
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  const std::int64_t elements = std::llround(bytes / c.element_bytes);
+  c.members_count = 0;
+  if (built(t.from)) {
+    g_.members_.push_back({t.from, kNoOp, elements, bytes});  // the sender
+    ++c.members_count;
+  }
+  if (built(t.to)) {
+    g_.members_.push_back({t.to, kNoOp, elements, 0.0});  // the receiver
+    ++c.members_count;
+  }
+  g_.collectives_.push_back(c);
+  keyed_.emplace(key, c.id);
+  return c.id;
+}
+
+std::int32_t SplitGraphBuilder::domain_collective(int domain, int group, int unit, OpKind kind) {
+  const std::array<std::int64_t, 5> key{2, domain, group, unit, static_cast<std::int64_t>(kind)};
+  if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
+  const auto& ranks = g_.domain_ranks_[static_cast<std::size_t>(domain)];
+  const Precision& prec = scenario_.job.precision;
+  const bool gather = kind == OpKind::AllGather;
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.group = group;
+  c.unit = unit;
+  c.pass = gather ? Pass::Forward : Pass::Backward;
+  c.phase = gather ? unit : 2 * units_ - 1 - unit;
+  c.element_bytes = bytes_per_element(gather ? prec.compute : prec.reduce);
+  const std::int64_t numel = layout.numel(unit);
+  c.total_bytes = static_cast<double>(numel) * c.element_bytes;
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  if (kind == OpKind::AllReduce) {
+    // The cross-group reduction: every rank of the domain, its pieces (collective_request).
+    c.kind = OpKind::AllReduce;
+    c.group = -1;
+    c.variant = CollectiveVariant::Even;
+    c.members_count = 0;
+    for (int i = 0; i < layout.num_ranks(); ++i) {
+      const int r = ranks[static_cast<std::size_t>(i)];
+      if (!built(r)) continue;
+      const std::int64_t e = layout.slice(unit, i).count;
+      g_.members_.push_back({r, kNoOp, e, static_cast<double>(e) * c.element_bytes});
+      ++c.members_count;
+    }
+  } else {
+    const auto members = layout.group(group);
+    const auto counts = layout.group_counts(unit, group);
+    const bool even = std::all_of(counts.begin(), counts.end(),
+                                  [&](std::int64_t x) { return x == counts.front(); });
+    c.variant = CollectiveVariant::Even;
+    if (!even) {
+      std::vector<int> global;
+      std::vector<double> shard_bytes;
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        global.push_back(ranks[static_cast<std::size_t>(members[i])]);
+        shard_bytes.push_back(static_cast<double>(counts[i]) * bytes_per_element(prec.compute));
+      }
+      c.variant = choose_uneven_variant(global, shard_bytes);
+    }
+    c.kind = gather
+                 ? (c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV)
+                 : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
+                                                         : OpKind::ReduceScatterV);
+    c.members_count = 0;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int r = ranks[static_cast<std::size_t>(members[i])];
+      if (!built(r)) continue;
+      g_.members_.push_back(
+          {r, kNoOp, counts[i], static_cast<double>(counts[i]) * c.element_bytes});
+      ++c.members_count;
+    }
+  }
+  c.segments_begin = static_cast<std::uint32_t>(g_.segments_.size());
+  g_.segments_.push_back({unit, numel, c.variant});
+  c.segments_count = 1;
+  g_.collectives_.push_back(c);
+  keyed_.emplace(key, c.id);
+  return c.id;
+}
+
+CollectiveVariant SplitGraphBuilder::choose_uneven_variant(const std::vector<int>& ranks,
+                                                           const std::vector<double>& shard_bytes) {
+  const UnevenCollective chosen = plan_.uneven_collective;
+  if (chosen != UnevenCollective::Auto)
+    return chosen == UnevenCollective::Padded ? CollectiveVariant::Padded
+                                              : CollectiveVariant::Grouped;
+  if (!comm_) {
+    owned_comm_ = costmodels::make_comm_model(scenario_);
+    comm_ = owned_comm_.get();
+  }
+  costmodels::CollectiveRequest req;
+  req.kind = costmodels::CollectiveKind::AllGather;
+  req.ranks = ranks;
+  req.shard_bytes = shard_bytes;
+  return costmodels::uneven_variant(*comm_, scenario_.cluster, std::move(req)) ==
+                 UnevenCollective::Padded
+             ? CollectiveVariant::Padded
+             : CollectiveVariant::Grouped;
+}
+
+std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {
+  const std::array<std::int64_t, 5> key{3, position, tp_rank, 0, 0};
+  if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
+  const ModelSpec& model = scenario_.job.model;
+  Collective c;
+  c.id = static_cast<std::int32_t>(g_.collectives_.size());
+  c.kind = OpKind::TiedAllReduce;
+  c.group = -1;
+  c.unit = 0;
+  c.pass = Pass::Backward;
+  c.element_bytes = bytes_per_element(scenario_.job.precision.reduce);
+  const int T = topo_.tensor_parallel(0);
+  const std::int64_t e = costmodels::vocab_rows(model.vocab_size, T, tp_rank).size() *
+                         static_cast<std::int64_t>(model.hidden);
+  c.total_bytes = static_cast<double>(e) * c.element_bytes;
+  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  const int first = topo_.stage_ranks(0)[static_cast<std::size_t>(position)];
+  const int last = topo_.stage_ranks(p_ - 1)[static_cast<std::size_t>(position)];
+  c.members_count = 0;
+  for (int r : {first, last})
+    if (built(r)) {
+      g_.members_.push_back({r, kNoOp, e, c.total_bytes / 2});
+      ++c.members_count;
+    }
+  g_.collectives_.push_back(c);
+  keyed_.emplace(key, c.id);
+  return c.id;
+}
+
+}  // namespace cephalo::traces

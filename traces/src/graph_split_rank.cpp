@@ -1,0 +1,340 @@
+// SplitGraphBuilder::build_rank: one rank's program in its stage's pipeline order (compute,
+// tensor-parallel, transfers, the domain's gathers and reductions, the optimizer step).
+#include <algorithm>
+#include <cmath>
+
+#include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/schedule.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "graph_builder.hpp"
+#include "graph_split.hpp"
+
+namespace cephalo::traces {
+
+// ---- one rank's program -----------------------------------------------------------------------
+
+// This rank's op of domain collective `cid`: the collective's kind, unit, phase and bytes, and
+// the rank's own slice of them.
+Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass) const {
+  const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  Op o;
+  o.kind = c.kind;
+  o.pass = pass;
+  o.unit = c.unit;
+  o.phase = c.phase;
+  o.collective = cid;
+  o.bytes = c.total_bytes;
+  o.shard_bytes = static_cast<double>(layout.slice(c.unit, st.position).count) * c.element_bytes;
+  return o;
+}
+
+void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  Op o = domain_op(
+      st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
+      Pass::Forward);
+  o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
+  o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
+  // Issued once the first forward of the unit `lookahead` places earlier in first-use order is
+  // done (the FSDP prefetch rule, schedule::gather_rules), or at the start.
+  const int lookahead = plan_.prefetch ? 2 : 1;
+  const auto pos = static_cast<int>(std::find(st.first_use.begin(), st.first_use.end(), unit) -
+                                    st.first_use.begin());
+  OpId gate = kNoOp;
+  if (pos >= lookahead) {
+    const int before = st.first_use[static_cast<std::size_t>(pos - lookahead)];
+    gate = st.first_forward[static_cast<std::size_t>(before)];
+  }
+  st.gather[static_cast<std::size_t>(unit)] = emit(o, {gate});
+}
+
+void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int micro_batch,
+                                     Pass pass) {
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const int seq = job.sequence_length;
+  const int T = st.place.tensor_parallel;
+  const bool sp = plan_.model_split.sequence_parallel;
+  const int size = st.size;
+  // The op's activation bytes: costmodels' per-op rule, the one the memory model walks.
+  const bool gpu = costmodels::runs_gpu_runtime(
+      scenario_.cluster.ranks()[static_cast<std::size_t>(st.rank)].slot->spec);
+  const auto bytes = [&](costmodels::ComputeStep step) {
+    return costmodels::split_compute_op_bytes(job, plan_.activation_checkpointing, unit, step, size,
+                                              T, sp, gpu);
+  };
+  const auto flops = costmodels::unit_flops(model, unit, seq, size);
+  const double flop_share =
+      costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
+  Op o = micro_batch_op(kind, pass, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
+                        micro_batch, size);
+  std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
+  st.pending.clear();
+  const bool full = st.gathers;
+  if (kind == OpKind::Forward) {
+    o.flops = flops.forward * flop_share;
+    const costmodels::OpBytes f = bytes(costmodels::ComputeStep::Forward);
+    o.mem_alloc = f.alloc;
+    o.mem_free = f.free;
+    if (full && !st.used[static_cast<std::size_t>(unit)])
+      deps.push_back(st.gather[static_cast<std::size_t>(unit)]);
+  } else if (kind == OpKind::Recompute) {
+    o.flops = flops.forward * flop_share;
+    o.mem_alloc = bytes(costmodels::ComputeStep::Recompute).alloc;
+  } else {
+    const std::size_t u = static_cast<std::size_t>(unit);
+    const bool alloc_grad = full && !st.grad_held[u];
+    st.grad_held[u] = st.grad_held[u] || full;
+    const double grad_bytes =
+        static_cast<double>(g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit)) *
+        bytes_per_element(job.precision.reduce);
+    o.flops = flops.backward * flop_share;
+    const costmodels::OpBytes b = bytes(costmodels::ComputeStep::Backward);
+    o.mem_alloc = b.alloc + (alloc_grad ? grad_bytes : 0.0);
+    o.mem_free = b.free;
+    // The gathered parameters go with the unit's last backward (its gradient is complete).
+    if (full && --st.backwards_left[u] == 0) {
+      o.mem_free += g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit) *
+                    bytes_per_element(job.precision.compute);
+      o.frees_gathered = true;
+    } else if (!full) {
+      --st.backwards_left[u];
+    }
+  }
+  st.last_compute = emit(o, deps);
+  if (kind == OpKind::Forward) st.last_forward = st.last_compute;
+  if (kind == OpKind::Backward) st.last_backward_op = st.last_compute;
+  // The compute op's tensor-parallel collectives (DESIGN §4, "Tensor-parallel ops"), right
+  // after it on the compute stream; then the gathers its completion releases.
+  if (T > 1) emit_tensor_parallel(st, kind, unit, micro_batch, pass, o.phase);
+  if (kind == OpKind::Forward && !st.used[static_cast<std::size_t>(unit)]) {
+    st.used[static_cast<std::size_t>(unit)] = 1;
+    st.first_forward[static_cast<std::size_t>(unit)] = st.last_forward;
+    // The gathers this forward's completion releases (prefetch).
+    while (full && st.next_gather < static_cast<int>(st.first_use.size())) {
+      const int lookahead = plan_.prefetch ? 2 : 1;
+      const int g = st.next_gather;
+      const int gate_pos = g - lookahead;
+      if (gate_pos >= 0 &&
+          !st.used[static_cast<std::size_t>(st.first_use[static_cast<std::size_t>(gate_pos)])])
+        break;
+      emit_gather(st, st.first_use[static_cast<std::size_t>(g)]);
+      ++st.next_gather;
+    }
+  }
+}
+
+void SplitGraphBuilder::emit_tensor_parallel(RankState& st, OpKind kind, int unit, int micro_batch,
+                                             Pass pass, int phase) {
+  const Job& job = scenario_.job;
+  const ModelSpec& model = job.model;
+  const int seq = job.sequence_length;
+  const int T = st.place.tensor_parallel;
+  const bool sp = plan_.model_split.sequence_parallel;
+  const Dtype act = job.precision.compute;
+  const int size = st.size;
+  const auto unit_kind = costmodels::unit_kind(model, unit);
+  const double tokens = static_cast<double>(size) * costmodels::effective_sequence(model, seq);
+  int calls = 0;
+  double elements = tokens * model.hidden;
+  double element_bytes = bytes_per_element(act);
+  if (unit_kind == costmodels::UnitKind::Layer) {
+    calls = 2;
+  } else if (unit_kind == costmodels::UnitKind::Embedding) {
+    calls = kind == OpKind::Forward ? 1 : 0;
+  } else if (kind == OpKind::Backward) {
+    calls = 1;
+  } else {
+    // The vocabulary-parallel cross-entropy's max, sum of exponentials and target logit.
+    calls = 3;
+    elements = tokens;
+    element_bytes = 4;
+  }
+  if (calls == 0) return;
+  const OpKind tk = sp && unit_kind == costmodels::UnitKind::Layer ? OpKind::TpGatherScatter
+                                                                   : OpKind::TpAllReduce;
+  Op tp = micro_batch_op(tk, pass, unit, phase, micro_batch, size);
+  tp.collective = tp_collective(st, tk, unit, pass, calls, element_bytes, elements);
+  tp.bytes = elements * element_bytes;
+  tp.shard_bytes = tp.bytes / T;
+  st.last_compute = emit(tp, {});
+}
+
+void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
+  const ModelSpec& model = scenario_.job.model;
+  const StageSharding kind = plan_.model_split.sharding;
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  const std::size_t u = static_cast<std::size_t>(unit);
+  const OpId last_backward = st.last_backward[u];
+  // A tied word embedding's two copies: rank i of the first stage with rank i of the last,
+  // before either reduces over its domain.
+  if (model.tied_embeddings && p_ > 1 &&
+      ((unit == 0 && st.stage == 0) || (unit == units_ - 1 && st.stage == p_ - 1))) {
+    const auto& list = topo_.stage_ranks(st.stage);
+    const int position =
+        static_cast<int>(std::find(list.begin(), list.end(), st.rank) - list.begin());
+    Op t;
+    t.kind = OpKind::TiedAllReduce;
+    t.pass = Pass::Backward;
+    t.unit = unit;
+    t.phase = 2 * units_ - 1 - unit;
+    t.collective = tied_collective(position, st.place.tp_rank);
+    t.bytes = g_.collectives_[static_cast<std::size_t>(t.collective)].total_bytes;
+    t.shard_bytes = t.bytes / 2;
+    st.last_reduction = emit(t, {last_backward});
+  }
+  const int group = layout.group_of(st.position);
+  const bool cross = layout.hybrid();
+  if (kind != StageSharding::None) {
+    Op rs = domain_op(st, domain_collective(st.domain, group, unit, OpKind::ReduceScatter),
+                      Pass::Backward);
+    if (st.gathers) {
+      // The unsharded gradient (allocated by the first backward) and the received shard.
+      rs.mem_alloc = (st.grad_held[u] ? 0.0 : rs.bytes) + rs.shard_bytes;
+      rs.mem_free = rs.bytes + rs.shard_bytes;
+      st.grad_held[u] = false;
+    }
+    st.last_reduction = emit(rs, {last_backward});
+  }
+  if (cross) {
+    st.last_reduction = emit(
+        domain_op(st, domain_collective(st.domain, -1, unit, OpKind::AllReduce), Pass::Backward),
+        {last_backward});
+  }
+}
+
+void SplitGraphBuilder::emit_optimizer(RankState& st) {
+  const Job& job = scenario_.job;
+  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  Op opt;
+  opt.kind = OpKind::OptimizerStep;
+  opt.pass = Pass::Step;
+  opt.unit = -1;
+  opt.shard_parameters = static_cast<double>(layout.owned_elements(st.position));
+  opt.flops = 12.0 * opt.shard_parameters;  // AdamW, as the FSDP graph counts it
+  if (bytes_per_element(job.precision.reduce) != 4.0 || job.precision.compute == Dtype::FP16) {
+    std::int64_t largest = 0;
+    for (int u = 0; u < units_; ++u)
+      largest = std::max(largest, layout.slice(u, st.position).count);
+    opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
+  }
+  const OpId step = emit(opt, {st.last_reduction});
+  if (plan_.model_split.sharding != StageSharding::Optimizer) return;
+  // ZeRO-1: every rank gathers the updated parameters of its stage's units.
+  for (int u : st.first_use) {
+    emit(domain_op(st,
+                   domain_collective(st.domain, layout.group_of(st.position), u, OpKind::AllGather),
+                   Pass::Step),
+         {step});
+  }
+}
+
+// This rank's receives of the boundary's rows at its virtual stage, for `forward`: the input of
+// the chunk after `boundary` (forward) or the input gradient of the chunk it ends (backward).
+void SplitGraphBuilder::emit_recvs(RankState& st, int boundary, bool forward, int unit,
+                                   int micro_batch) {
+  for (const Transfer* t : transfers_of(boundary, forward, st.rank, false)) {
+    Op o = micro_batch_op(OpKind::Recv, forward ? Pass::Forward : Pass::Backward, unit, -1,
+                          micro_batch, st.size);
+    o.bytes = boundary_bytes(t->rows);
+    o.mem_alloc = o.bytes;
+    o.collective = transfer_collective(*t, forward, micro_batch, boundary, o.bytes);
+    st.pending.push_back(emit(o, {}));
+  }
+}
+
+// This rank's sends across `boundary`: the chunk's output (forward) or its input gradient
+// (backward). The last send frees what the chunk left, or `producer` does when this rank sends
+// nothing (another TP rank of its group does).
+void SplitGraphBuilder::emit_sends(RankState& st, int boundary, bool forward, int unit,
+                                   int micro_batch, OpId producer) {
+  const std::vector<const Transfer*> sends = transfers_of(boundary, forward, st.rank, true);
+  const double held = boundary_bytes(st.size);
+  if (sends.empty()) g_.ops_[producer].mem_free += held;
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    Op o = micro_batch_op(OpKind::Send, forward ? Pass::Forward : Pass::Backward, unit, -1,
+                          micro_batch, st.size);
+    o.bytes = boundary_bytes(sends[i]->rows);
+    o.shard_bytes = o.bytes;
+    if (i + 1 == sends.size()) o.mem_free = held;
+    o.collective = transfer_collective(*sends[i], forward, micro_batch, boundary, o.bytes);
+    emit(o, {st.last_compute});
+  }
+}
+
+void SplitGraphBuilder::emit_forward_step(RankState& st, int micro_batch, int chunk) {
+  const int k = virtual_stage(st.stage, chunk);
+  const auto& units = vstage_units_[static_cast<std::size_t>(k)];
+  if (k > 0) emit_recvs(st, k - 1, true, units.front(), micro_batch);
+  for (int u : units) emit_compute(st, OpKind::Forward, u, micro_batch, Pass::Forward);
+  if (k < p_ * v_ - 1) emit_sends(st, k, true, units.back(), micro_batch, st.last_forward);
+}
+
+void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int chunk) {
+  const int k = virtual_stage(st.stage, chunk);
+  const auto& units = vstage_units_[static_cast<std::size_t>(k)];
+  if (k < p_ * v_ - 1) emit_recvs(st, k, false, units.back(), micro_batch);
+  const bool last_of_chunk = st.backwards_left_in_chunk[static_cast<std::size_t>(chunk)]-- == 1;
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    const int u = *it;
+    if (g_.recomputes_[static_cast<std::size_t>(u)])
+      emit_compute(st, OpKind::Recompute, u, micro_batch, Pass::Backward);
+    emit_compute(st, OpKind::Backward, u, micro_batch, Pass::Backward);
+    st.last_backward[static_cast<std::size_t>(u)] = st.last_backward_op;
+    if (last_of_chunk) emit_reductions(st, u);
+  }
+  if (k > 0) emit_sends(st, k - 1, false, units.front(), micro_batch, st.last_backward_op);
+}
+
+void SplitGraphBuilder::build_rank(int r) {
+  current_rank_ = r;
+  const Job& job = scenario_.job;
+  RankState st;
+  st.rank = r;
+  st.place = topo_.place(r);
+  st.stage = st.place.stage;
+  st.domain = g_.domain_of_[static_cast<std::size_t>(r)];
+  st.position = g_.domain_position_[static_cast<std::size_t>(r)];
+  st.size = plan_.ranks[static_cast<std::size_t>(r)].micro_batch;
+  const StageSharding kind = plan_.model_split.sharding;
+  st.gathers = kind == StageSharding::Full || kind == StageSharding::Hybrid;
+  st.cast_send =
+      bytes_per_element(job.precision.params) != bytes_per_element(job.precision.compute);
+  const std::size_t U = static_cast<std::size_t>(units_);
+  st.gather.assign(U, kNoOp);
+  st.first_forward.assign(U, kNoOp);
+  st.last_backward.assign(U, kNoOp);
+  st.backwards_left.assign(U, 0);
+  st.grad_held.assign(U, false);
+  st.used.assign(U, 0);
+  st.backwards_left_in_chunk.assign(static_cast<std::size_t>(v_), 0);
+  const auto& order = orders_[static_cast<std::size_t>(st.stage)];
+  for (const auto& step : order) {
+    const auto& units =
+        vstage_units_[static_cast<std::size_t>(virtual_stage(st.stage, step.chunk))];
+    if (step.pass == pipeline::Pass::Forward) {
+      for (int u : units)
+        if (std::find(st.first_use.begin(), st.first_use.end(), u) == st.first_use.end())
+          st.first_use.push_back(u);
+    } else {
+      for (int u : units) ++st.backwards_left[static_cast<std::size_t>(u)];
+      ++st.backwards_left_in_chunk[static_cast<std::size_t>(step.chunk)];
+    }
+  }
+  if (st.gathers) {
+    const int lookahead = plan_.prefetch ? 2 : 1;
+    while (st.next_gather < std::min<int>(lookahead, static_cast<int>(st.first_use.size())))
+      emit_gather(st, st.first_use[static_cast<std::size_t>(st.next_gather++)]);
+  }
+  for (const auto& step : order) {
+    if (step.pass == pipeline::Pass::Forward)
+      emit_forward_step(st, step.micro_batch, step.chunk);
+    else
+      emit_backward_step(st, step.micro_batch, step.chunk);
+  }
+  emit_optimizer(st);
+}
+
+}  // namespace cephalo::traces
