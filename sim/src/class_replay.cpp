@@ -58,10 +58,18 @@ std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
 // the check and the exact form decides.
 std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scenario& scenario,
                                     const Plan& plan, const std::vector<RankDevice>& devices) {
-  const int units = graph.num_units();
   const std::size_t n = devices.size();
+  // Units of one element count are cut alike for every rank (a layout's bounds follow from the
+  // count and the shares alone): one unit of each count tells the ranks apart as well as all
+  // of them (a model's 32 layers are one).
+  std::vector<int> cuts;
+  for (int u = 0; u < graph.num_units(); ++u) {
+    bool seen = false;
+    for (int c : cuts) seen = seen || graph.numel(c) == graph.numel(u);
+    if (!seen) cuts.push_back(u);
+  }
   std::vector<std::uint64_t> hash(n, 0x9e3779b97f4a7c15ULL);
-  for (int u = 0; u < units; ++u)
+  for (int u : cuts)
     for (std::size_t r = 0; r < n; ++r) {
       std::uint64_t x =
           hash[r] ^ static_cast<std::uint64_t>(graph.slice(u, static_cast<int>(r)).count);
@@ -81,7 +89,7 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
     if (fresh) first_rank.push_back(static_cast<int>(r));
     out[r] = it->second;
   }
-  for (int u = 0; u < units; ++u)
+  for (int u : cuts)
     for (std::size_t r = 0; r < n; ++r)
       if (graph.slice(u, static_cast<int>(r)).count !=
           graph.slice(u, first_rank[static_cast<std::size_t>(out[r])]).count)
