@@ -237,10 +237,11 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   };
   // A split plan's ranks differ by stage and position: replayed in full.
   if (options.record_ops || options.record_memory || ranks < 2 || plan.has_split()) return full();
-  // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
-  const int zero = 0;
-  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
-  const RankClasses classes = rank_classes(probe, scenario, plan);
+  // The classes depend on the plan's sharding alone: its layout (the graph builder's own), not
+  // a graph (a graph of even one rank prices every uneven collective's variant over its full
+  // membership).
+  const traces::ShardLayout layout = traces::shard_layout_of(plan, scenario);
+  const RankClasses classes = rank_classes(layout, scenario, plan);
   if (static_cast<int>(classes.representatives.size()) == ranks) return full();
   // What this replay builds: the representatives' passes (validate_plan_for bounded the plan's
   // row classes; hybrid positions can make more).
@@ -257,7 +258,6 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
   const auto& devices = scenario.cluster.ranks();
-  const traces::ShardLayout& layout = probe.layout();
   if (layout.hybrid())
     for (int g = 0; g < layout.num_groups(); ++g) {
       const auto members = layout.group(g);
