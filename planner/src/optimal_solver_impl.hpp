@@ -4,6 +4,7 @@
 // per class of alike ranks (optimal_classes.cpp). The model and the argument are in
 // optimal_solver.hpp.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <map>
 #include <utility>
