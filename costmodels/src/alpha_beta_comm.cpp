@@ -177,7 +177,8 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     if (bad == request.ranks.size() && (r < 0 || r >= topo.size())) bad = i;
     members.emplace_back(r, static_cast<int>(i));
   }
-  std::sort(members.begin(), members.end());
+  // Callers mostly list a group in rank order: then there is nothing to sort.
+  if (!std::is_sorted(members.begin(), members.end())) std::sort(members.begin(), members.end());
   std::size_t repeated = request.ranks.size();  // the first index that repeats an earlier rank
   for (std::size_t i = 1; i < members.size(); ++i)
     if (members[i].first == members[i - 1].first)

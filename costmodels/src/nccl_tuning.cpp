@@ -240,17 +240,42 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   s.rails = std::numeric_limits<int>::max();
   s.nvlink = s.ll128 = s.nvls = s.sharp = true;
   s.nvls_efficiency = 1;
+  // A ring of 100k members crosses a few distinct links and devices many times over: a node's
+  // intra hop is one value unless its link is PCIe (then each GPU's slot bounds it), and a
+  // device's flags follow from its kind and architecture, so both are worked out once per run
+  // of alike members (the same values, fewer string compares and copies per member).
+  int intra_node = -1;  // the node whose device-independent intra hop `intra_hop` holds
+  Hop intra_hop;
+  const DeviceSpec* flags_of = nullptr;  // the spec whose kind and architecture set the flags
+  bool cpu = false, ll128 = true;
+  double nvls = 0;
   int run = 0, last_node = -1;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RankDevice& d = topo.rank(ranks[i]);
-    const Hop hop = topo.between(ranks[i], ranks[(i + 1) % ranks.size()]);
-    s.all.add(hop);
-    if (topo.rank(ranks[(i + 1) % ranks.size()]).node == d.node && ranks.size() > 1)
-      s.intra.add(hop);
-    s.host |= d.slot->spec.kind == "cpu";
-    const std::string& arch = d.slot->spec.architecture;
-    s.ll128 &= arch == "volta" || arch == "ampere" || arch == "hopper";
-    const double nvls = arch == "hopper" ? 0.85 : arch == "blackwell" ? 0.74 : 0.0;
+    const int next = ranks[(i + 1) % ranks.size()];
+    const int next_node = topo.rank(next).node;
+    if (next_node == d.node && ranks.size() > 1) {
+      if (intra_node != d.node) {
+        const Node& node = cluster.nodes[static_cast<std::size_t>(d.node)];
+        const bool per_device = node.intra_link.kind == "pcie";
+        intra_hop = topo.between(ranks[i], next);
+        intra_node = per_device ? -1 : d.node;
+      }
+      s.all.add(intra_hop);
+      s.intra.add(intra_hop);
+    } else {
+      s.all.add(topo.between(ranks[i], next));
+    }
+    const DeviceSpec& spec = d.slot->spec;
+    if (!flags_of || spec.kind != flags_of->kind || spec.architecture != flags_of->architecture) {
+      const std::string& arch = spec.architecture;
+      cpu = spec.kind == "cpu";
+      ll128 = arch == "volta" || arch == "ampere" || arch == "hopper";
+      nvls = arch == "hopper" ? 0.85 : arch == "blackwell" ? 0.74 : 0.0;
+      flags_of = &spec;
+    }
+    s.host |= cpu;
+    s.ll128 &= ll128;
     s.nvls_efficiency = std::min(s.nvls_efficiency, nvls);
     run = d.node == last_node ? run + 1 : 1;
     s.per_node = std::max(s.per_node, run);

@@ -67,10 +67,11 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
     res.ranks.push_back(p);
     res.ranks.back().rank = r.rank;
   }
-  // Communication as the plan will run it: even collectives, or its uneven variant.
+  // Communication as the plan will run it: even collectives, or its uneven variant (hybrid
+  // plans below: their groups' collectives, never these over every rank).
   const int n = static_cast<int>(sm.devices.size());
   double comm = 0;
-  if (n > 1) {
+  if (n > 1 && !res.plan.sharding.hybrid()) {
     std::vector<int> all(n);
     std::iota(all.begin(), all.end(), 0);
     const auto& job = s.job;

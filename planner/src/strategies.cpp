@@ -3,9 +3,11 @@
 #include "cephalo/planner/strategies.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
+#include "comm_memo.hpp"
 #include "plan_support.hpp"
 #include "sharding_choice.hpp"
 #include "simulate_plan.hpp"
@@ -223,7 +225,10 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
                               ": " + std::string(strategy.cannot_offload));
   const PlannerOptions open = resolve_open_choices(opt);
   require_schedulable_batch(s, open);
-  const auto models = costmodels::make_cost_models(s, open.compute_source);
+  // Every candidate's replays and models price their collectives through one memo (the same
+  // collectives recur across candidates; comm_memo.hpp).
+  auto models = costmodels::make_cost_models(s, open.compute_source);
+  models.comm = std::make_shared<detail::CommMemo>(models.comm, s.cluster);
   PlanResult res = strategy.plan(s, models, open);
   // The strategies choose `auto` checkpointing themselves, jointly with batches and shares;
   // what is left here is the user's fixed micro-batch and the memory check of fixed choices.

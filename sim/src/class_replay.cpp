@@ -59,10 +59,18 @@ std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
 // the check and the exact form decides.
 std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scenario& scenario,
                                     const Plan& plan, const std::vector<RankDevice>& devices) {
-  const int units = graph.num_units();
   const std::size_t n = devices.size();
+  // Units of one element count are cut alike for every rank (a layout's bounds follow from the
+  // count and the shares alone): one unit of each count tells the ranks apart as well as all
+  // of them (a model's 32 layers are one).
+  std::vector<int> cuts;
+  for (int u = 0; u < graph.num_units(); ++u) {
+    bool seen = false;
+    for (int c : cuts) seen = seen || graph.numel(c) == graph.numel(u);
+    if (!seen) cuts.push_back(u);
+  }
   std::vector<std::uint64_t> hash(n, 0x9e3779b97f4a7c15ULL);
-  for (int u = 0; u < units; ++u)
+  for (int u : cuts)
     for (std::size_t r = 0; r < n; ++r) {
       std::uint64_t x =
           hash[r] ^ static_cast<std::uint64_t>(graph.slice(u, static_cast<int>(r)).count);
@@ -82,7 +90,7 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
     if (fresh) first_rank.push_back(static_cast<int>(r));
     out[r] = it->second;
   }
-  for (int u = 0; u < units; ++u)
+  for (int u : cuts)
     for (std::size_t r = 0; r < n; ++r)
       if (graph.slice(u, static_cast<int>(r)).count !=
           graph.slice(u, first_rank[static_cast<std::size_t>(out[r])]).count)
@@ -277,10 +285,11 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   };
   if (options.record_ops || options.record_memory || ranks < 2) return full();
   if (plan.has_split()) return replay_split_classes(plan, scenario, compute, comm, options, full);
-  // A graph of rank 0 alone carries the whole plan's sharding, which the classes depend on.
-  const int zero = 0;
-  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
-  const RankClasses classes = rank_classes(probe, scenario, plan);
+  // The classes depend on the plan's sharding alone: its layout (the graph builder's own), not
+  // a graph (a graph of even one rank prices every uneven collective's variant over its full
+  // membership).
+  const traces::ShardLayout layout = traces::shard_layout_of(plan, scenario);
+  const RankClasses classes = rank_classes(layout, scenario, plan);
   if (static_cast<int>(classes.representatives.size()) == ranks) return full();
   // What this replay builds: the representatives' passes (validate_plan_for bounded the plan's
   // row classes; hybrid positions can make more).
@@ -297,7 +306,6 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   view.representative = classes.representative;
   view.spans_nodes = scenario.cluster.nodes.size() > 1;
   const auto& devices = scenario.cluster.ranks();
-  const traces::ShardLayout& layout = probe.layout();
   if (layout.hybrid())
     for (int g = 0; g < layout.num_groups(); ++g) {
       const auto members = layout.group(g);

@@ -64,6 +64,38 @@ TEST(ShardLayout, FullShardingIsOneGroupWithoutPieces) {
   EXPECT_EQ(l.checkpoint_offsets(0), (std::vector<std::int64_t>{0, 50, 75, 100}));
 }
 
+// Units of one element count share their cut (the layout stores one row for them): every
+// unit reads exactly what a layout of that unit alone holds, slices, pieces and their owners,
+// and each rank's owned elements sum over every unit, repeated ones included.
+TEST(ShardLayout, RepeatedUnitsReadAsIfCutAlone) {
+  const std::vector<std::int64_t> numel = {1000, 77, 1000, 77, 1000, 5};
+  const std::vector<double> shares = {0.3, 0.7, 0.6, 0.4, 0.25, 0.25, 0.5};
+  const Sharding sharding = hybrid({{0, 1}, {2, 3}, {4, 5, 6}});
+  const ShardLayout all(sharding, shares, numel);
+  std::vector<std::int64_t> owned(shares.size(), 0);
+  for (int u = 0; u < static_cast<int>(numel.size()); ++u) {
+    const ShardLayout alone(sharding, shares, {numel[static_cast<std::size_t>(u)]});
+    EXPECT_EQ(all.numel(u), alone.numel(0));
+    for (int r = 0; r < all.num_ranks(); ++r) {
+      EXPECT_EQ(all.slice(u, r).offset, alone.slice(0, r).offset) << u << " " << r;
+      EXPECT_EQ(all.slice(u, r).count, alone.slice(0, r).count) << u << " " << r;
+      owned[static_cast<std::size_t>(r)] += alone.slice(0, r).count;
+    }
+    const auto a = all.pieces(u), b = alone.pieces(0);
+    ASSERT_EQ(a.size(), b.size()) << u;
+    ASSERT_FALSE(a.empty());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].offset, b[i].offset);
+      EXPECT_EQ(a[i].count, b[i].count);
+      const auto oa = all.owners(a[i]), ob = alone.owners(b[i]);
+      EXPECT_EQ(std::vector<int>(oa.begin(), oa.end()), std::vector<int>(ob.begin(), ob.end()));
+    }
+    EXPECT_EQ(all.checkpoint_offsets(u), alone.checkpoint_offsets(0)) << u;
+  }
+  for (int r = 0; r < all.num_ranks(); ++r)
+    EXPECT_EQ(all.owned_elements(r), owned[static_cast<std::size_t>(r)]) << r;
+}
+
 // 4 ranks in two groups with uneven shares and different boundaries.
 Plan hybrid_plan(const Scenario& s, Accumulation acc = Accumulation::Layered) {
   Plan p = tiny_plan(s, 2, acc);

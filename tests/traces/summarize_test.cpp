@@ -110,6 +110,31 @@ TEST(Summarize, CapacityIsUsableMemoryAndAPeakAboveItIsAnOom) {
   EXPECT_EQ(s.oom_detail->op, 3);
 }
 
+// Rows that repeat their predecessor's batch, micro-batches and share are hashed from the text
+// kept for it: a change of any of those fields in a rank among alike ones changes the hash,
+// and undoing it restores the hash.
+TEST(Summarize, PlanHashSeesAChangeInOneRankAmongAlikeOnes) {
+  Hand h;
+  Plan q = h.p;
+  const PlanRank row = q.ranks[0];
+  q.ranks.clear();
+  for (int r = 0; r < 6; ++r) {
+    q.ranks.push_back(row);
+    q.ranks.back().rank = r;
+  }
+  const std::string base = plan_hash(q);
+  std::vector<void (*)(PlanRank&)> changes = {
+      [](PlanRank& r) { ++r.batch; }, [](PlanRank& r) { ++r.micro_batch; },
+      [](PlanRank& r) { ++r.micro_batches; }, [](PlanRank& r) { r.state_share *= 1.5; }};
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    Plan changed = q;
+    changes[i](changed.ranks[4]);
+    EXPECT_NE(plan_hash(changed), base) << "field " << i;
+    changed.ranks[4] = q.ranks[4];
+    EXPECT_EQ(plan_hash(changed), base) << "field " << i;
+  }
+}
+
 TEST(Summarize, PlanHashNamesThePlanNotItsProvenance) {
   Hand h;
   Plan q = h.p;

@@ -1,8 +1,11 @@
 #include "cephalo/traces/summarize.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -148,14 +151,39 @@ std::string plan_hash(const Plan& plan) {
   add(to_string(plan.uneven_collective));
   // Likewise the split, only when there is one.
   if (plan.has_split()) add("split " + to_json(plan.model_split).dump());
+  // Integers print as "%.17g" prints them (every digit, below 10^17) without a double's
+  // formatting.
+  auto add_integer = [&](int v) {
+    const auto end = std::to_chars(num, num + sizeof num - 1, v).ptr;
+    *end = '\0';
+    add(num);
+  };
+  // A row's batch, micro-batches and share, each field's text and separator as the bytes add()
+  // hashes, kept while ranks repeat them: formatting the share is most of a row's cost, and a
+  // 100k-rank plan has a few distinct rows.
+  std::string tail;
+  const PlanRank* tail_of = nullptr;
   for (const PlanRank& r : plan.ranks) {
-    add_number(r.rank);
-    add_number(r.node);
+    add_integer(r.rank);
+    add_integer(r.node);
     add(r.gpu);
-    add_number(r.batch);
-    add_number(r.micro_batch);
-    add_number(r.micro_batches);
-    add_number(r.state_share);
+    if (!tail_of || r.batch != tail_of->batch || r.micro_batch != tail_of->micro_batch ||
+        r.micro_batches != tail_of->micro_batches ||
+        std::bit_cast<std::uint64_t>(r.state_share) !=
+            std::bit_cast<std::uint64_t>(tail_of->state_share)) {
+      tail.clear();
+      for (const double v : {static_cast<double>(r.batch), static_cast<double>(r.micro_batch),
+                             static_cast<double>(r.micro_batches), r.state_share}) {
+        tail.append(
+            num, std::to_chars(num, num + sizeof num - 1, v, std::chars_format::general, 17).ptr);
+        tail.push_back('\xff');
+      }
+      tail_of = &r;
+    }
+    for (unsigned char c : tail) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -73,11 +73,12 @@ class ShardLayout {
   std::vector<std::uint32_t> group_begin_;  // groups + 1
   std::vector<int> group_of_, position_;    // per rank
   std::vector<std::int64_t> numel_;         // per unit
-  std::vector<std::int64_t> bounds_;        // units × stride_: each group's shard_offsets in turn
+  std::vector<std::uint32_t> row_of_;       // per unit: its row (units of one count share one)
+  std::vector<std::int64_t> bounds_;        // rows × stride_: each group's shard_offsets in turn
   std::size_t stride_ = 0;                  // ranks + groups
   std::vector<std::int64_t> owned_;         // per rank: Σ over units of its slice
-  std::vector<CrossPiece> pieces_;          // all units, unit-major
-  std::vector<std::uint32_t> piece_begin_;  // units + 1
+  std::vector<CrossPiece> pieces_;          // all rows, row-major
+  std::vector<std::uint32_t> piece_begin_;  // rows + 1
   std::vector<int> owners_;
 };
 
