@@ -301,13 +301,16 @@ void Executor::Impl::run_compute(const tr::Op& op) {
         LayerActivations& acts = graph.recomputes(u) ? scratch : saved[u][mb];
         model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(), acts,
                             rows(mb));
+        if (graph.recomputes_attention_core(u)) model.drop_attention_core(acts);
       }
       boundary[u + 1][mb] = std::move(y);
       break;
     }
     case tr::OpKind::Recompute: {
       // The embedding needs nothing saved; the head recomputes inside its backward op.
-      if (u >= 1 && !head) {
+      if (graph.recomputes_attention_core(u)) {
+        model.recompute_attention_core(dev, saved[u][mb], rows(mb));
+      } else if (u >= 1 && !head) {
         Buffer y = activation(rows(mb) * model.config().hidden);
         model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(),
                             saved[u][mb], rows(mb));

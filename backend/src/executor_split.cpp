@@ -328,6 +328,7 @@ void Executor::Impl::run_split_compute(const tr::Op& op) {
         LayerActivations scratch;
         LayerActivations& acts = graph.recomputes(u) ? scratch : saved[ub][m];
         model.layer_forward(dev, split_params(u), sp.act[ub][m].ref(), y.ref(), acts, rows(mb));
+        if (graph.recomputes_attention_core(u)) model.drop_attention_core(acts);
       }
       sp.act[ub + 1][m] = std::move(y);
       // An output that leaves the stage goes with its last send; this TP rank may send none.
@@ -340,6 +341,8 @@ void Executor::Impl::run_split_compute(const tr::Op& op) {
         // The head's forward again, keeping what its backward reads (its 3 TP calls here).
         model.head_forward(dev, split_params(u), head_uses_unit0 ? split_params(0) : TensorRef{},
                            sp.act[ub][m].ref(), targets[m].ref(), rows(mb), &sp.head[m]);
+      } else if (graph.recomputes_attention_core(u)) {
+        model.recompute_attention_core(dev, saved[ub][m], rows(mb));
       } else if (u >= 1) {
         Buffer y = activation(n);
         model.layer_forward(dev, split_params(u), sp.act[ub][m].ref(), y.ref(), saved[ub][m],
