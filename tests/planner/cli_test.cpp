@@ -350,8 +350,8 @@ TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo
   const auto refused = run("plan --scenario " + tiny.string() +
                            " --strategy cephalo --activation-checkpointing auto");
   EXPECT_EQ(refused.code, 2) << refused.out;
-  for (const std::string part :
-       {"--activation-checkpointing", "auto", "--strategy cephalo", "full, none or every:K"})
+  for (const std::string part : {"--activation-checkpointing", "auto", "--strategy cephalo",
+                                 "full, none, selective or every:K"})
     EXPECT_NE(refused.out.find(part), std::string::npos) << part << ": " << refused.out;
 }
 
