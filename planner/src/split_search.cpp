@@ -166,8 +166,7 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind =
-        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    o.activation_checkpointing.kind = checkpointing(c.recompute);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -191,10 +190,15 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind =
-        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    o.activation_checkpointing.kind = checkpointing(c.recompute);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
+  }
+  // A candidate's checkpointing: full recompute, else selective or none as the options say.
+  ActivationCheckpointing::Kind checkpointing(bool recompute) const {
+    return recompute            ? ActivationCheckpointing::Kind::Full
+           : options_.selective ? ActivationCheckpointing::Kind::Selective
+                                : ActivationCheckpointing::Kind::None;
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
@@ -626,6 +630,7 @@ SplitSearchResult Search::run() {
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;
   result_.recompute = winner->recompute;
+  result_.selective = options_.selective;
   result_.replica_batches = winner->by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even;
   result_.estimate = winner->estimate;
   // The estimate's best few for the simulator (split_plan.hpp): its estimate is a first-order

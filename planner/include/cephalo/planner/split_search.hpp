@@ -49,6 +49,9 @@ struct SplitSearchOptions {
   std::optional<StageSharding> sharding;
   std::optional<bool> sequence_parallel;
   std::optional<bool> recompute;  // full activation checkpointing
+  // Candidates without full recompute rerun each layer's attention core (selective recompute,
+  // `--activation-checkpointing selective`) instead of keeping every activation.
+  bool selective = false;
   // Passed to estimate_split (recompute there is set per candidate).
   SplitOptions estimate;
   int max_pipeline_stages = 64;  // P searched up to this (and the layer count)
@@ -82,6 +85,7 @@ struct SplitCandidate {
 struct SplitSearchResult {
   ModelSplit split;  // the best
   bool recompute = false;
+  bool selective = false;  // SplitSearchOptions::selective: the checkpointing without recompute
   // How its stages' replicas share each micro-batch: Even, or BySpeed (the samples and shares
   // in estimate.allocation).
   ReplicaBatches replica_batches = ReplicaBatches::Even;
