@@ -88,7 +88,8 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
   std::vector<SplitCandidate> candidates = search.finalists;
   if (candidates.empty())
-    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate});
+    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate,
+                          search.selective});
   std::optional<SplitPlanResult> best, closest;
   std::vector<std::string> replays;
   std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
@@ -96,6 +97,7 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
     SplitSearchResult one = search;
     one.split = f.split;
     one.recompute = f.recompute;
+    one.selective = f.selective;
     one.replica_batches = f.replica_batches;
     one.estimate = f.estimate;
     SplitPlanResult r = replay_candidate(scenario, one, models);

@@ -138,6 +138,7 @@ std::vector<PipelineStage> lay_out(const std::vector<StageShape>& shapes,
 struct Candidate {
   ModelSplit split;
   bool recompute = false;
+  bool selective = false;
   bool by_speed = false;
   std::vector<StageShape> shapes;
   std::vector<int> counts;
@@ -165,8 +166,19 @@ class Search {
   // candidate is one the search would have priced and passed over; the kept ones are priced in
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
+    price_once(c, stop_above);
+    // Left open, a candidate that keeps every activation and does not fit tries selective
+    // recompute (the attention core's state dropped) before it is passed over.
+    if (!c.estimate.fits && !c.recompute && !c.selective && !options_.recompute &&
+        !options_.selective) {
+      c.selective = true;
+      price_once(c, stop_above);
+      if (!c.estimate.fits) c.selective = false;
+    }
+  }
+  void price_once(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing(c.recompute);
+    o.activation_checkpointing.kind = checkpointing(c);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -190,15 +202,15 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing(c.recompute);
+    o.activation_checkpointing.kind = checkpointing(c);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }
-  // A candidate's checkpointing: full recompute, else selective or none as the options say.
-  ActivationCheckpointing::Kind checkpointing(bool recompute) const {
-    return recompute            ? ActivationCheckpointing::Kind::Full
-           : options_.selective ? ActivationCheckpointing::Kind::Selective
-                                : ActivationCheckpointing::Kind::None;
+  // A candidate's checkpointing: full recompute, selective or none.
+  static ActivationCheckpointing::Kind checkpointing(const Candidate& c) {
+    return c.recompute   ? ActivationCheckpointing::Kind::Full
+           : c.selective ? ActivationCheckpointing::Kind::Selective
+                         : ActivationCheckpointing::Kind::None;
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
@@ -356,6 +368,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.split.micro_batches = m;
             c.split.sharding = sharding;
             c.recompute = rc;
+            c.selective = !rc && options_.selective;
             c.by_speed = shapes.front().by_speed;
             c.shapes = shapes;
             c.counts = counts;
@@ -630,7 +643,7 @@ SplitSearchResult Search::run() {
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;
   result_.recompute = winner->recompute;
-  result_.selective = options_.selective;
+  result_.selective = winner->selective;
   result_.replica_batches = winner->by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even;
   result_.estimate = winner->estimate;
   // The estimate's best few for the simulator (split_plan.hpp): its estimate is a first-order
@@ -663,7 +676,8 @@ SplitSearchResult Search::run() {
     // A split balanced by speed that deals every replica the even cut writes the even plan:
     // one replay of it is enough.
     const auto same_plan = [&f](const SplitCandidate& o) {
-      if (!(o.split == f.split) || o.recompute != f.recompute) return false;
+      if (!(o.split == f.split) || o.recompute != f.recompute || o.selective != f.selective)
+        return false;
       for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
         const StageEstimate& a = o.estimate.stages[s];
         const StageEstimate& b = f.estimate.stages[s];
@@ -675,12 +689,12 @@ SplitSearchResult Search::run() {
     if (std::any_of(result_.finalists.begin(), result_.finalists.end(), same_plan)) continue;
     result_.finalists.push_back({std::move(f.split), f.recompute,
                                  f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                 std::move(f.estimate)});
+                                 std::move(f.estimate), f.selective});
   }
   for (auto& c : best_of_p)
     result_.best_per_stages.push_back({std::move(c.split), c.recompute,
                                        c.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                       std::move(c.estimate)});
+                                       std::move(c.estimate), c.selective});
   return result_;
 }
 

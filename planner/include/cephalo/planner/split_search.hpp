@@ -50,7 +50,9 @@ struct SplitSearchOptions {
   std::optional<bool> sequence_parallel;
   std::optional<bool> recompute;  // full activation checkpointing
   // Candidates without full recompute rerun each layer's attention core (selective recompute,
-  // `--activation-checkpointing selective`) instead of keeping every activation.
+  // `--activation-checkpointing selective`) instead of keeping every activation. Left open
+  // (recompute unset, selective false), a candidate without recompute that does not fit is
+  // priced again with selective recompute: the least recompute that fits, then the time.
   bool selective = false;
   // Passed to estimate_split (recompute there is set per candidate).
   SplitOptions estimate;
@@ -80,12 +82,13 @@ struct SplitCandidate {
   bool recompute = false;
   ReplicaBatches replica_batches = ReplicaBatches::Even;  // Even or BySpeed
   SplitEstimate estimate;
+  bool selective = false;  // without full recompute: each layer's attention core rerun
 };
 
 struct SplitSearchResult {
   ModelSplit split;  // the best
   bool recompute = false;
-  bool selective = false;  // SplitSearchOptions::selective: the checkpointing without recompute
+  bool selective = false;  // without full recompute: each layer's attention core rerun
   // How its stages' replicas share each micro-batch: Even, or BySpeed (the samples and shares
   // in estimate.allocation).
   ReplicaBatches replica_batches = ReplicaBatches::Even;
