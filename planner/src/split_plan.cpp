@@ -61,10 +61,7 @@ SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResu
       r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
     }
   out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind = search.recompute ? ActivationCheckpointing::Kind::Full
-                                           : search.selective
-                                               ? ActivationCheckpointing::Kind::Selective
-                                               : ActivationCheckpointing::Kind::None;
+  out.plan.activation_checkpointing.kind = checkpointing_of(search.recompute, search.selective);
   traces::check_plan_for(out.plan, scenario, "<planner>");
   out.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
   out.simulated_iteration_s = out.report.iteration_time_s;

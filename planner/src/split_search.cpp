@@ -21,6 +21,7 @@ namespace {
 using costmodels::ComputePhase;
 using split_detail::backend_only;
 using split_detail::check_fixed_dimensions;
+using split_detail::overshoot;
 
 // The ranks of one GPU type, in rank order (node-major), and how many it has on each node.
 struct TypeBlock {
@@ -145,13 +146,6 @@ struct Candidate {
   SplitEstimate estimate;
 };
 
-double overshoot(const SplitEstimate& e) {
-  double worst = 0;
-  for (const auto& s : e.stages)
-    if (s.memory.capacity > 0) worst = std::max(worst, s.memory.total / s.memory.capacity);
-  return worst;
-}
-
 class Search {
  public:
   Search(const Scenario& scenario, const SplitSearchOptions& options,
@@ -167,18 +161,16 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     price_once(c, stop_above);
-    // Left open, a candidate that keeps every activation and does not fit tries selective
-    // recompute (the attention core's state dropped) before it is passed over.
-    if (!c.estimate.fits && !c.recompute && !c.selective && !options_.recompute &&
-        !options_.selective) {
-      c.selective = true;
-      price_once(c, stop_above);
-      if (!c.estimate.fits) c.selective = false;
-    }
+    // Left open, one that keeps every activation and does not fit tries selective recompute.
+    if (c.estimate.fits || c.recompute || c.selective || options_.recompute || options_.selective)
+      return;
+    c.selective = true;
+    price_once(c, stop_above);
+    c.selective = c.estimate.fits;
   }
   void price_once(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing(c);
+    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -202,15 +194,9 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing(c);
+    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
-  }
-  // A candidate's checkpointing: full recompute, selective or none.
-  static ActivationCheckpointing::Kind checkpointing(const Candidate& c) {
-    return c.recompute   ? ActivationCheckpointing::Kind::Full
-           : c.selective ? ActivationCheckpointing::Kind::Selective
-                         : ActivationCheckpointing::Kind::None;
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
@@ -676,8 +662,8 @@ SplitSearchResult Search::run() {
     // A split balanced by speed that deals every replica the even cut writes the even plan:
     // one replay of it is enough.
     const auto same_plan = [&f](const SplitCandidate& o) {
-      if (!(o.split == f.split) || o.recompute != f.recompute || o.selective != f.selective)
-        return false;
+      if (!(o.split == f.split) || o.recompute != f.recompute) return false;
+      if (o.selective != f.selective) return false;
       for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
         const StageEstimate& a = o.estimate.stages[s];
         const StageEstimate& b = f.estimate.stages[s];

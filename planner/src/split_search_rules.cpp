@@ -15,6 +15,13 @@
 namespace cephalo::planner {
 namespace split_detail {
 
+double overshoot(const SplitEstimate& e) {
+  double worst = 0;
+  for (const auto& s : e.stages)
+    if (s.memory.capacity > 0) worst = std::max(worst, s.memory.total / s.memory.capacity);
+  return worst;
+}
+
 bool backend_only(const Cluster& cluster) {
   for (const auto& rank : cluster.ranks())
     if (rank.slot->spec.kind != "cpu") return false;

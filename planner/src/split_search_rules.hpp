@@ -15,4 +15,8 @@ bool backend_only(const Cluster& cluster);
 // than left for the search to find nothing.
 void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o);
 
+// How far a priced candidate is over memory: its stages' worst total / capacity (the search
+// names the closest refused candidate when none fits).
+double overshoot(const SplitEstimate& e);
+
 }  // namespace cephalo::planner::split_detail

@@ -76,6 +76,14 @@ struct SplitSearchOptions {
   std::string options_source = "arguments";
 };
 
+// A split candidate's checkpointing: full recompute, else selective (each layer's attention
+// core rerun) or none.
+inline ActivationCheckpointing::Kind checkpointing_of(bool recompute, bool selective) {
+  return recompute   ? ActivationCheckpointing::Kind::Full
+         : selective ? ActivationCheckpointing::Kind::Selective
+                     : ActivationCheckpointing::Kind::None;
+}
+
 // One priced candidate.
 struct SplitCandidate {
   ModelSplit split;
