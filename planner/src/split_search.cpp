@@ -161,8 +161,10 @@ class Search {
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
     price_once(c, stop_above);
-    // Left open, one that keeps every activation and does not fit tries selective recompute.
-    if (c.estimate.fits || c.recompute || c.selective || options_.recompute || options_.selective)
+    // Left open, one that keeps every activation and just misses tries selective recompute: it
+    // frees only the attention core's state (the log-sum-exps, ~1 % of a layer's activations).
+    if (c.estimate.fits || c.recompute || c.selective || options_.recompute || options_.selective ||
+        overshoot(c.estimate) > 1.1)
       return;
     c.selective = true;
     price_once(c, stop_above);
