@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
@@ -47,6 +48,7 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
       dev(d),
       comm(c),
       opt(o),
+      tp(std::move(tp_comm)),
       scaler(elem_type_of(s.job.precision.compute) == ElemType::F16,
              {o.loss_scale_init, o.loss_scale_growth, o.loss_scale_backoff,
               o.loss_scale_growth_interval}),
@@ -63,9 +65,7 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
     throw RuntimeFailure("executor: the training graph has " +
                          std::to_string(graph.summary().num_units) + " units, the model " +
                          std::to_string(units));
-  split = graph.summary().split;
-  sp.tp = std::move(tp_comm);
-  if (const std::string why = split ? backend_split_refusal(plan.model_split) : ""; !why.empty())
+  if (const std::string why = backend_split_refusal(plan.model_split); !why.empty())
     throw InfeasibleError(why + " (" +
                           describe(plan.model_split, static_cast<int>(plan.ranks.size())) +
                           "); drop it to run the plan, or simulate it with `cephalo simulate`");
@@ -81,29 +81,20 @@ Executor::Impl::Impl(const Scenario& s, const Plan& p, const tr::TrainingGraph& 
   for (ElemType t : {compute_type, reduce_type})
     if (!dev.supports(t))
       throw InfeasibleError("device " + dev.name() + " cannot compute in " + to_string(t));
-  // The graph sizes every unit this rank holds as the model's slice does (a split graph: this
-  // rank's domain's layout; an FSDP graph: the whole unit).
+  // The graph sizes every unit this rank holds as the model's slice does (its domain's layout:
+  // the TP slice of its stage's units; without a split, the whole unit).
   for (int u = 0; u < units; ++u) {
-    const std::int64_t want = split ? graph.layout_of(rank).numel(u) : graph.unit_sizes(u).numel;
-    if ((!split || graph.holds(rank, u)) && want != model.unit_numel(u))
+    const std::int64_t want = graph.layout_of(rank).numel(u);
+    if (graph.holds(rank, u) && want != model.unit_numel(u))
       throw RuntimeFailure("executor: the training graph's unit " + std::to_string(u) + " has " +
                            std::to_string(want) + " elements on rank " + std::to_string(rank) +
                            ", the model " + std::to_string(model.unit_numel(u)));
   }
   state = std::make_unique<ShardedState>(dev, model, graph, rank, reduce_type);
-  if (split) {
-    // Every pipeline micro-batch through this rank's stage: the replica's share of it.
-    const PlanRank& me = plan.ranks[static_cast<std::size_t>(rank)];
-    mb_sizes.assign(static_cast<std::size_t>(graph.summary().pipeline_micro_batches),
-                    me.micro_batch);
-    setup_split();
-  } else {
-    setup_sharding();
-    mb_sizes = plan.ranks[static_cast<std::size_t>(rank)].batch > 0
-                   ? plan.ranks[static_cast<std::size_t>(rank)].micro_batch_sizes()
-                   : std::vector<int>{};
-    read_graph_decisions();
-  }
+  place = graph.place(rank);
+  set_up_samples();
+  set_up_groups();
+  read_program();
   dev.synchronize();
 }
 
@@ -124,141 +115,110 @@ void Executor::Impl::reap() {
                 retired.end());
 }
 
-// The communicator's name of an uneven graph variant.
-static UnevenCollective uneven_of(tr::CollectiveVariant v) {
-  return v == tr::CollectiveVariant::Padded ? UnevenCollective::Padded : UnevenCollective::Grouped;
-}
-
-// Gather unit u's shards of the parameters (or gradients) into `full` (unit_numel elements, of
-// full's element type) on stream `s`. A shard of another type is cast into a transient send
-// buffer first (FSDP mixed precision: the fp32 master shard travels in the compute type).
-void Executor::Impl::gather_unit(Stream& s, int u, bool gradients, TensorRef full) {
-  gather_shard(s, *group_comm, u, unit_variant[static_cast<std::size_t>(u)], gradients, full);
-}
-
-void Executor::Impl::gather_shard(Stream& s, Communicator& group, int u, tr::CollectiveVariant v,
-                                  bool gradients, TensorRef full) {
-  const std::int64_t n = state->owned(u);
-  TensorRef shard = (gradients ? state->grad(u) : state->param(u)).slice(0, n);
-  Buffer send;
-  if (shard.type != full.type) {
-    send = dev.allocate(static_cast<std::size_t>(n), full.type);
-    if (n) dev.cast(s, shard, send.ref());
-    shard = send.ref();
+// The samples of this rank's micro-batches. With pipeline micro-batches (the graph's m > 0)
+// micro-batch k holds the global batch's samples [k·G/m, (k + 1)·G/m), and each stage's
+// replicas consecutive shares of them in replica order (every stage covers all of them: the
+// transfers move the overlaps). Without them every rank reads its own consecutive samples in
+// rank order, cut into its micro-batches.
+void Executor::Impl::set_up_samples() {
+  const tr::GraphSummary& sum = graph.summary();
+  const PlanRank& me = plan.ranks[static_cast<std::size_t>(rank)];
+  const int m = sum.pipeline_micro_batches;
+  mb_sizes.clear();
+  mb_first.clear();
+  if (m > 0) {
+    replica_offsets.assign(static_cast<std::size_t>(sum.pipeline_stages), {});
+    std::vector<std::vector<int>> sizes(static_cast<std::size_t>(sum.pipeline_stages));
+    for (int r = 0; r < ranks; ++r) {
+      const RankPlace& p = graph.place(r);
+      auto& v = sizes[static_cast<std::size_t>(p.stage)];
+      if (static_cast<int>(v.size()) <= p.replica)
+        v.resize(static_cast<std::size_t>(p.replica) + 1);
+      v[static_cast<std::size_t>(p.replica)] = plan.ranks[static_cast<std::size_t>(r)].micro_batch;
+    }
+    const std::int64_t per_micro_batch = plan.global_batch() / m;
+    for (std::size_t st = 0; st < sizes.size(); ++st) {
+      auto& off = replica_offsets[st];
+      off.push_back(0);
+      for (int n : sizes[st]) off.push_back(off.back() + n);
+      if (off.back() != per_micro_batch)
+        throw RuntimeFailure("executor: stage " + std::to_string(st) + "'s replicas run " +
+                             std::to_string(off.back()) + " samples of a micro-batch of " +
+                             std::to_string(per_micro_batch));
+    }
+    const std::int64_t first = replica_offsets[static_cast<std::size_t>(place.stage)]
+                                              [static_cast<std::size_t>(place.replica)];
+    for (int k = 0; k < m; ++k) {
+      mb_sizes.push_back(me.micro_batch);
+      mb_first.push_back(k * per_micro_batch + first);
+    }
+    return;
   }
-  // The graph's variant: Even takes the even collective (MPI_Allgather / ncclAllGather);
-  // Grouped and Padded the -v call run that way (the variant the graph builder resolved and the
-  // simulator priced; under the plan's auto, the comm model's choice).
-  if (v == tr::CollectiveVariant::Even)
-    group.all_gather(s, shard, full);
-  else
-    group.all_gather_v(s, shard, full, state->counts(u), uneven_of(v));
-  retire(std::move(send), s);
+  std::int64_t sample = 0;
+  for (int r = 0; r < rank; ++r) sample += plan.ranks[static_cast<std::size_t>(r)].batch;
+  if (me.batch <= 0) return;
+  for (int n : me.micro_batch_sizes()) {
+    mb_sizes.push_back(n);
+    mb_first.push_back(sample);
+    sample += n;
+  }
 }
 
-// Reduce a full gradient onto the owners and add it into this rank's accumulator.
-void Executor::Impl::reduce_unit(Stream& s, int u, TensorRef full) {
-  reduce_shard(s, *group_comm, u, unit_variant[static_cast<std::size_t>(u)], full);
-}
-
-void Executor::Impl::reduce_shard(Stream& s, Communicator& group, int u, tr::CollectiveVariant v,
-                                  TensorRef full) {
-  const std::int64_t n = state->owned(u);
-  Buffer tmp = gradient(n);
-  if (v == tr::CollectiveVariant::Even)
-    group.reduce_scatter(s, full, tmp.ref(), ReduceOp::Sum);
-  else
-    group.reduce_scatter_v(s, full, tmp.ref(), state->counts(u), ReduceOp::Sum, uneven_of(v));
-  if (n) dev.axpy(s, 1.0f, tmp.ref(), state->grad(u).slice(0, n));
-  retire(std::move(tmp), s);
-}
-
-void Executor::Impl::read_graph_decisions() {
-  int phases = 0;
-  for (const auto& op : graph.ops()) phases = std::max(phases, op.phase + 1);
-  phase_segments.assign(static_cast<std::size_t>(phases), {});
-  unit_variant.assign(static_cast<std::size_t>(units), tr::CollectiveVariant::Even);
-  std::vector<bool> seen(static_cast<std::size_t>(units), false);
-  for (const auto& c : graph.collectives()) {
-    // This rank's group's gathers and reduce-scatters (the cross-group reduction is
-    // setup_sharding's).
-    if (c.group != group) continue;
-    std::vector<PhaseSegment> segs;
+void Executor::Impl::read_program() {
+  const auto prog = graph.program(rank);
+  const tr::OpId first = prog.empty() ? 0 : prog.front().id;
+  op_segments.assign(prog.size(), {});
+  reducers.assign(static_cast<std::size_t>(units), {});
+  phase_reducer.clear();
+  std::vector<bool> step_gathered(static_cast<std::size_t>(units), false);
+  resident_variant.assign(static_cast<std::size_t>(units), tr::CollectiveVariant::Even);
+  for (const auto& op : prog) {
+    const std::size_t i = op.id - first;
+    const bool gather = op.kind == tr::OpKind::AllGather || op.kind == tr::OpKind::AllGatherV;
+    const bool reduce =
+        op.kind == tr::OpKind::ReduceScatter || op.kind == tr::OpKind::ReduceScatterV;
+    if (!gather && !reduce) continue;
+    const tr::Collective& c = graph.collectives()[static_cast<std::size_t>(op.collective)];
+    if (reduce) phase_reducer[op.phase] = i;
     std::int64_t offset = 0;
     for (const auto& seg : graph.segments(c)) {
-      segs.push_back({seg.unit, offset, seg.numel, seg.variant});
+      op_segments[i].push_back({seg.unit, offset, seg.numel, seg.variant});
       offset += seg.numel;
-      auto& known = unit_variant[static_cast<std::size_t>(seg.unit)];
-      if (seen[static_cast<std::size_t>(seg.unit)] && known != seg.variant)
-        throw RuntimeFailure("executor: the graph moves unit " + std::to_string(seg.unit) +
-                             " both as " + to_string(known) + " and as " + to_string(seg.variant));
-      known = seg.variant;
-      seen[static_cast<std::size_t>(seg.unit)] = true;
+      if (reduce) reducers[static_cast<std::size_t>(seg.unit)].push_back(i);
+      if (gather && op.pass == tr::Pass::Step) {
+        step_gathered[static_cast<std::size_t>(seg.unit)] = true;
+        resident_variant[static_cast<std::size_t>(seg.unit)] = seg.variant;
+      }
     }
-    auto& phase = phase_segments[static_cast<std::size_t>(c.phase)];
-    if (phase.empty()) phase = std::move(segs);
   }
-}
-
-const std::vector<PhaseSegment>& Executor::Impl::segments_of(int phase) const {
-  const auto& segs = phase_segments.at(static_cast<std::size_t>(phase));
-  if (segs.empty())
-    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " has no collective");
-  return segs;
-}
-
-std::int64_t Executor::Impl::phase_numel(int phase) const {
-  const auto& segs = segments_of(phase);
-  return segs.back().offset + segs.back().numel;
-}
-
-const PhaseSegment* Executor::Impl::find_segment(int phase, int unit) const {
-  for (const auto& seg : segments_of(phase))
-    if (seg.unit == unit) return &seg;
-  return nullptr;
-}
-
-// A unit's parameters (gradient) inside the phase's gathered buffer, where the graph's
-// segments put it.
-TensorRef Executor::Impl::unit_params(int phase, int u) {
-  const PhaseSegment* seg = find_segment(phase, u);
-  if (!seg)
-    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " gathers no unit " +
-                         std::to_string(u));
-  return gathered.at(phase).slice(seg->offset, seg->numel);
-}
-TensorRef Executor::Impl::unit_grads(int phase, int u) {
-  const PhaseSegment* seg = find_segment(phase, u);
-  if (!seg)
-    throw RuntimeFailure("executor: phase " + std::to_string(phase) + " reduces no unit " +
-                         std::to_string(u));
-  return phase_gradient(phase).slice(seg->offset, seg->numel);
-}
-Buffer& Executor::Impl::phase_gradient(int phase) {
-  return phase_grad.at(graph.gradient_phase(phase));
-}
-// A tied head's logits use the embedding's wte, which the graph gathers in front of the head
-// in the head's phases (costmodels::phase_parameters); an untied head owns its weight.
-TensorRef Executor::Impl::embedding_params_for_head(int phase) {
-  if (!model.config().tied_head) return {};
-  return unit_params(phase, 0);
-}
-TensorRef Executor::Impl::embedding_grads_for_head(int phase) {
-  if (!model.config().tied_head) return {};
-  return unit_grads(phase, 0);
+  // A domain sharded `optimizer` (ZeRO-1) or `none` keeps compute-type parameters of its units
+  // resident: refreshed by the program's gathers after the optimizer step (ZeRO-1), or cast
+  // from the master shard, which is the whole unit (`none`; in fp32 the master weights are the
+  // compute parameters themselves). A domain sharded `full` or `hybrid` gathers them per use.
+  const StageSharding sharding = graph.summary().stage_sharding;
+  const bool keeps = sharding == StageSharding::Optimizer ||
+                     (sharding == StageSharding::None && compute_type != ElemType::F32);
+  resident.clear();
+  resident.resize(static_cast<std::size_t>(units));
+  resident_kept.assign(static_cast<std::size_t>(units), false);
+  resident_gathered = step_gathered;
+  for (int u = 0; u < units; ++u)
+    resident_kept[static_cast<std::size_t>(u)] = keeps && graph.holds(rank, u);
+  resident_stale = true;
 }
 
 void Executor::Impl::prepare_data(int step) {
   tokens.clear();
   targets.clear();
-  std::int64_t sample = 0;
-  for (int r = 0; r < rank; ++r) sample += plan.ranks[static_cast<std::size_t>(r)].batch;
+  // Only the stages holding the embedding or the head read tokens or targets.
+  if (!graph.holds(rank, 0) && !graph.holds(rank, model.head_unit())) return;
   const auto& cfg = model.config();
   for (int mb = 0; mb < static_cast<int>(mb_sizes.size()); ++mb) {
     const std::int64_t n = rows(mb);
     std::vector<std::int32_t> tok(static_cast<std::size_t>(n)), tgt(static_cast<std::size_t>(n));
-    for (int i = 0; i < mb_sizes[static_cast<std::size_t>(mb)]; ++i, ++sample)
-      synthetic_sample(cfg, opt.data_seed, step, sample, tok.data() + i * cfg.seq,
+    const std::int64_t sample = mb_first[static_cast<std::size_t>(mb)];
+    for (int i = 0; i < mb_sizes[static_cast<std::size_t>(mb)]; ++i)
+      synthetic_sample(cfg, opt.data_seed, step, sample + i, tok.data() + i * cfg.seq,
                        tgt.data() + i * cfg.seq);
     tokens.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::I32));
     targets.push_back(dev.allocate(static_cast<std::size_t>(n), ElemType::I32));
@@ -267,100 +227,198 @@ void Executor::Impl::prepare_data(int step) {
   }
 }
 
-void Executor::Impl::ensure_phase_grads(const tr::Op& op) {
-  const int gp = graph.gradient_phase(op.phase);
-  if (phase_grad.count(gp)) return;
-  Buffer g = gradient(phase_numel(gp));
-  dev.fill(dev.stream(StreamKind::Compute), g.ref(), 0.0f);
-  phase_grad[gp] = std::move(g);
+void Executor::Impl::begin_step() {
+  if (resident_stale) refresh_resident();
+  const std::size_t mbs = mb_sizes.size(), U = static_cast<std::size_t>(units);
+  // (clear + resize: buffers move, they do not copy)
+  for (auto* v : {&act, &dact}) {
+    v->clear();
+    v->resize(U + 1);
+    for (auto& per_boundary : *v) per_boundary.resize(mbs);
+  }
+  offloaded.clear();
+  offloaded.resize(U);
+  for (auto& per_unit : offloaded) per_unit.resize(mbs);
+  saved.clear();
+  saved.resize(U);
+  for (auto& per_unit : saved) per_unit.resize(mbs);
+  head.clear();
+  head.resize(mbs);
+  gathered.clear();
+  grads.clear();
+  sends_left.clear();
+  for (const auto& op : graph.program(rank)) {
+    if (op.kind != tr::OpKind::Send) continue;
+    const bool forward = op.pass == tr::Pass::Forward;
+    ++sends_left[send_key(forward, forward ? op.unit + 1 : op.unit, op.micro_batch)];
+  }
 }
 
-void Executor::Impl::run_compute(const tr::Op& op) {
-  const int u = op.unit, mb = op.micro_batch;
-  const bool head = u == model.head_unit();
+// The live gather holding unit u that op reads: its own phase's (an FSDP graph gathers every
+// phase, the head's phases [unit 0 | head]), else the oldest (a split graph gathers a unit once
+// and keeps it to its last backward, across the unit's phases).
+std::deque<Executor::Impl::Gathered>::iterator Executor::Impl::find_gathered(int phase, int u) {
+  auto holds = [u](const Gathered& g) { return find_segment(*g.segments, u) != nullptr; };
+  for (auto it = gathered.begin(); it != gathered.end(); ++it)
+    if (it->phase == phase && holds(*it)) return it;
+  return std::find_if(gathered.begin(), gathered.end(), holds);
+}
+
+TensorRef Executor::Impl::params(const tr::Op& op, int u) {
+  if (auto it = find_gathered(op.phase, u); it != gathered.end()) {
+    const PhaseSegment* seg = find_segment(*it->segments, u);
+    return it->buffer.slice(seg->offset, seg->numel);
+  }
+  if (resident[static_cast<std::size_t>(u)]) return resident[static_cast<std::size_t>(u)].ref();
+  if (state->owned(u) == model.unit_numel(u)) return state->param(u).slice(0, state->owned(u));
+  throw RuntimeFailure("executor: " + graph.op_name(op.id) + " needs unit " + std::to_string(u) +
+                       ", which is not gathered on rank " + std::to_string(rank));
+}
+
+TensorRef Executor::Impl::grads_of(std::size_t i, const tr::Op& op, int u) {
+  // An FSDP graph names the reduce-scatter (no_sync: the last round's); a split graph's head
+  // phase reduces the head alone, so a tied head's wte gradient goes to unit 0's own.
+  const int gp = op.phase >= 0 ? graph.gradient_phase(op.phase) : -1;
+  std::optional<std::size_t> target;
+  if (const auto it = phase_reducer.find(gp);
+      it != phase_reducer.end() && find_segment(op_segments[it->second], u))
+    target = it->second;
+  const auto& rs = reducers[static_cast<std::size_t>(u)];
+  if (!target)
+    if (const auto next = std::upper_bound(rs.begin(), rs.end(), i); next != rs.end())
+      target = *next;
+  if (!target) {
+    // No reduce-scatter follows (a domain sharded `none`): the rank's shard is the whole unit
+    // (zeroed at the step's start); backwards accumulate into it and the all-reduce runs on it,
+    // as the graph charges (no unsharded copy beside it).
+    if (state->owned(u) != model.unit_numel(u))
+      throw RuntimeFailure("executor: no reduce-scatter takes unit " + std::to_string(u) +
+                           "'s gradient on rank " + std::to_string(rank) + ", which owns " +
+                           std::to_string(state->owned(u)) + " of its " +
+                           std::to_string(model.unit_numel(u)) + " elements");
+    return state->grad(u).slice(0, state->owned(u));
+  }
+  const auto& segs = op_segments[*target];
+  auto it = grads.find(*target);
+  if (it == grads.end()) {
+    Buffer g = gradient(segs.back().offset + segs.back().numel);
+    dev.fill(dev.stream(StreamKind::Compute), g.ref(), 0.0f);
+    it = grads.emplace(*target, std::move(g)).first;
+  }
+  const PhaseSegment* seg = find_segment(segs, u);
+  return it->second.slice(seg->offset, seg->numel);
+}
+
+void Executor::Impl::release_gathered(const tr::Op& op, Stream& s) {
+  auto it = find_gathered(op.phase, op.unit);
+  if (it == gathered.end()) return;
+  retire(std::move(it->buffer), s);
+  gathered.erase(it);
+}
+
+void Executor::Impl::run_compute(std::size_t i, const tr::Op& op) {
+  // The optimizer step belongs to no micro-batch (its micro_batch is -1): rows() is undefined.
+  if (op.kind == tr::OpKind::OptimizerStep) {
+    optimizer_step();
+    return;
+  }
+  const int u = op.unit, mb = op.micro_batch, head_unit = model.head_unit();
+  const std::size_t ub = static_cast<std::size_t>(u), m = static_cast<std::size_t>(mb);
+  const std::int64_t n = rows(mb) * model.config().hidden;
+  auto& cs = dev.stream(StreamKind::Compute);
+  // A tied head uses unit 0's wte, except on a stage without the embedding (its own copy).
+  const bool tied = model.config().tied_head && model.word_embedding_copy().count == 0;
+  const TensorRef wte = tied && u == head_unit ? params(op, 0) : TensorRef{};
   // Mean token loss over the global batch, times the fp16 loss scale.
   const float grad_scale = static_cast<float>(
       scaler.scale() / (static_cast<double>(plan.global_batch()) * rows_per_sample));
   switch (op.kind) {
     case tr::OpKind::Forward: {
-      if (head) {
-        loss_sum += model.head_forward_backward(
-            dev, unit_params(op.phase, u), embedding_params_for_head(op.phase),
-            boundary[u][mb].ref(), targets[mb].ref(), rows(mb), 0.0f, {}, {}, {});
+      if (u == head_unit) {
+        const double loss = model.head_forward(dev, params(op, u), wte, act[ub][m].ref(),
+                                               targets[m].ref(), rows(mb), nullptr);
+        // Every TP rank computes the same loss: one of them counts it.
+        if (place.tp_rank == 0) loss_sum += loss;
         break;
       }
-      Buffer y = activation(rows(mb) * model.config().hidden);
+      Buffer y = activation(n);
       if (u == 0) {
-        model.embedding_forward(dev, unit_params(op.phase, 0), tokens[mb].ref(), y.ref(), rows(mb));
+        model.embedding_forward(dev, params(op, 0), tokens[m].ref(), y.ref(), rows(mb));
       } else {
         // The checkpointed forward keeps only the unit's output: its activations are the
         // op's working set and go when it ends (the graph's F op frees them too), so they
         // never coexist with a backward's. A unit the graph does not recompute keeps them
         // for its backward.
         LayerActivations scratch;
-        LayerActivations& acts = graph.recomputes(u) ? scratch : saved[u][mb];
-        model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(), acts,
-                            rows(mb));
+        LayerActivations& acts = graph.recomputes(u) ? scratch : saved[ub][m];
+        model.layer_forward(dev, params(op, u), act[ub][m].ref(), y.ref(), acts, rows(mb));
         if (graph.recomputes_attention_core(u)) model.drop_attention_core(acts);
       }
-      boundary[u + 1][mb] = std::move(y);
+      act[ub + 1][m] = std::move(y);
+      // An output that leaves the stage goes with its last send; this TP rank may send none.
+      if (!graph.holds(rank, u + 1) && sends_left[send_key(true, u + 1, mb)] == 0)
+        retire(std::move(act[ub + 1][m]), cs);
       break;
     }
     case tr::OpKind::Recompute: {
-      // The embedding needs nothing saved; the head recomputes inside its backward op.
-      if (graph.recomputes_attention_core(u)) {
-        model.recompute_attention_core(dev, saved[u][mb], rows(mb));
-      } else if (u >= 1 && !head) {
-        Buffer y = activation(rows(mb) * model.config().hidden);
-        model.layer_forward(dev, unit_params(op.phase, u), boundary[u][mb].ref(), y.ref(),
-                            saved[u][mb], rows(mb));
-        retire(std::move(y), dev.stream(StreamKind::Compute));
+      if (u == head_unit) {
+        // The head's forward again, keeping what its backward reads (its 3 TP calls here).
+        model.head_forward(dev, params(op, u), wte, act[ub][m].ref(), targets[m].ref(), rows(mb),
+                           &head[m]);
+      } else if (graph.recomputes_attention_core(u)) {
+        model.recompute_attention_core(dev, saved[ub][m], rows(mb));
+      } else if (u >= 1) {
+        // (The embedding needs nothing saved.)
+        Buffer y = activation(n);
+        model.layer_forward(dev, params(op, u), act[ub][m].ref(), y.ref(), saved[ub][m], rows(mb));
+        retire(std::move(y), cs);
       }
       break;
     }
     case tr::OpKind::Backward: {
-      ensure_phase_grads(op);
-      auto& cs = dev.stream(StreamKind::Compute);
-      if (head) {
-        Buffer dx = activation(rows(mb) * model.config().hidden);
-        model.head_forward_backward(dev, unit_params(op.phase, u),
-                                    embedding_params_for_head(op.phase), boundary[u][mb].ref(),
-                                    targets[mb].ref(), rows(mb), grad_scale, dx.ref(),
-                                    unit_grads(op.phase, u), embedding_grads_for_head(op.phase));
-        dgrad[mb] = std::move(dx);
-        retire(std::move(boundary[u][mb]), cs);
+      if (u == head_unit) {
+        // Without a recompute op of its own the backward runs the head's forward first.
+        if (!head[m].logits)
+          model.head_forward(dev, params(op, u), wte, act[ub][m].ref(), targets[m].ref(), rows(mb),
+                             &head[m]);
+        Buffer dx = activation(n);
+        model.head_backward(dev, params(op, u), wte, act[ub][m].ref(), targets[m].ref(), rows(mb),
+                            grad_scale, head[m], dx.ref(), grads_of(i, op, u),
+                            tied ? grads_of(i, op, 0) : TensorRef{});
+        dact[ub][m] = std::move(dx);
+        retire(std::move(act[ub][m]), cs);
       } else if (u >= 1) {
-        Buffer dx = activation(rows(mb) * model.config().hidden);
-        model.layer_backward(dev, unit_params(op.phase, u), unit_grads(op.phase, u),
-                             boundary[u][mb].ref(), saved[u][mb], dgrad[mb].ref(), dx.ref(),
-                             rows(mb));
-        retire(std::move(dgrad[mb]), cs);
-        dgrad[mb] = std::move(dx);
-        retire(std::move(boundary[u][mb]), cs);
-        saved[u][mb] = LayerActivations{};  // released with the backward, as the graph says
+        Buffer dx = activation(n);
+        model.layer_backward(dev, params(op, u), grads_of(i, op, u), act[ub][m].ref(), saved[ub][m],
+                             dact[ub + 1][m].ref(), dx.ref(), rows(mb));
+        retire(std::move(dact[ub + 1][m]), cs);
+        dact[ub][m] = std::move(dx);
+        retire(std::move(act[ub][m]), cs);
+        saved[ub][m] = LayerActivations{};  // released with the backward, as the graph says
       } else {
-        model.embedding_backward(dev, phase_gradient(op.phase).ref(), tokens[mb].ref(),
-                                 dgrad[mb].ref(), rows(mb));
-        retire(std::move(dgrad[mb]), cs);
+        model.embedding_backward(dev, grads_of(i, op, 0), tokens[m].ref(), dact[1][m].ref(),
+                                 rows(mb));
+        retire(std::move(dact[1][m]), cs);
       }
+      // An input gradient that leaves the stage goes with its last send.
+      if (u > 0 && !graph.holds(rank, u - 1) && sends_left[send_key(false, u, mb)] == 0)
+        retire(std::move(dact[ub][m]), cs);
       break;
     }
-    case tr::OpKind::OptimizerStep:
-      optimizer_step();
-      break;
     default:
       throw RuntimeFailure("executor: op " + graph.op_name(op.id) + " is not a compute op");
   }
 }
 
 void Executor::Impl::optimizer_step() {
+  auto& cs = dev.stream(StreamKind::Compute);
   dev.stream(StreamKind::Comm).synchronize();  // every reduce-scatter has landed
   last_loss_scale = scaler.scale();
   const auto poison = [&](const char* part, Buffer& (ShardedState::*buffer)(int), float value) {
     if (!failure.injects(part, step_now)) return;
     for (int u = 0; u < units; ++u)
       if (state->owned(u)) {
-        dev.fill(dev.stream(StreamKind::Compute), ((*state).*buffer)(u).slice(0, 1), value);
+        dev.fill(cs, ((*state).*buffer)(u).slice(0, 1), value);
         break;
       }
   };
@@ -398,43 +456,19 @@ void Executor::Impl::optimizer_step() {
       throw NonFiniteState(
           step_now, state_part_name(parts[i]),
           std::string("the ") + state_part_name(parts[i]) + " hold inf or NaN after the update");
-}
-
-// A collective moves the graph's segments of its phase, each with its own variant.
-void Executor::Impl::run_comm(const tr::Op& op) {
-  auto& s = dev.stream(StreamKind::Comm);
-  switch (op.kind) {
-    case tr::OpKind::AllGather:
-    case tr::OpKind::AllGatherV: {
-      Buffer full = activation(phase_numel(op.phase));
-      for (const auto& seg : segments_of(op.phase))
-        gather_unit(s, seg.unit, false, full.slice(seg.offset, seg.numel));
-      gathered[op.phase] = std::move(full);
-      break;
-    }
-    case tr::OpKind::AllReduce:
-      run_cross_reduction(op);
-      break;
-    case tr::OpKind::ReduceScatter:
-    case tr::OpKind::ReduceScatterV: {
-      if (!phase_grad.count(op.phase)) ensure_phase_grads(op);  // no compute: zeros
-      Buffer& g = phase_grad.at(op.phase);
-      for (const auto& seg : segments_of(op.phase))
-        reduce_unit(s, seg.unit, g.slice(seg.offset, seg.numel));
-      retire(std::move(g), s);
-      phase_grad.erase(op.phase);
-      break;
-    }
-    default:
-      throw RuntimeFailure("executor: unsupported collective " + graph.op_name(op.id));
-  }
+  // Resident compute copies that no gather of the step pass refreshes: a cast of the update.
+  for (int u = 0; u < units; ++u)
+    if (resident[static_cast<std::size_t>(u)] && !resident_gathered[static_cast<std::size_t>(u)])
+      dev.cast(cs, state->param(u).slice(0, state->owned(u)),
+               resident[static_cast<std::size_t>(u)].ref());
 }
 
 void Executor::Impl::run_copy(const tr::Op& op) {
   auto& s = dev.stream(StreamKind::Copy);
-  const int u = op.unit, mb = op.micro_batch;
+  const std::size_t u = static_cast<std::size_t>(op.unit),
+                    mb = static_cast<std::size_t>(op.micro_batch);
   if (op.kind == tr::OpKind::CopyD2H) {
-    Buffer& src = boundary[u][mb];
+    Buffer& src = act[u][mb];
     Buffer host =
         dev.allocate(static_cast<std::size_t>(src.numel()), src.type(), MemorySpace::PinnedHost);
     dev.copy(s, host.ref(), src.ref());
@@ -445,7 +479,7 @@ void Executor::Impl::run_copy(const tr::Op& op) {
     Buffer back = dev.allocate(static_cast<std::size_t>(src.numel()), src.type());
     dev.copy(s, back.ref(), src.ref());
     retire(std::move(src), s);
-    boundary[u][mb] = std::move(back);
+    act[u][mb] = std::move(back);
   }
 }
 
@@ -453,26 +487,8 @@ double Executor::Impl::step(int step_index) {
   using Clock = std::chrono::steady_clock;
   failure.at_start_of(step_index);
   step_now = step_index;
-  if (split) {
-    split_prepare_data(step_index);
-    split_begin_step();
-  } else {
-    prepare_data(step_index);
-  }
-  const int mbs = static_cast<int>(mb_sizes.size());
-  boundary.clear();
-  offloaded.clear();
-  boundary.resize(static_cast<std::size_t>(units));
-  offloaded.resize(static_cast<std::size_t>(units));
-  for (int u = 0; u < units; ++u) {
-    boundary[u].resize(static_cast<std::size_t>(mbs));
-    offloaded[u].resize(static_cast<std::size_t>(mbs));
-  }
-  dgrad.clear();
-  dgrad.resize(static_cast<std::size_t>(mbs));
-  saved.clear();
-  saved.resize(static_cast<std::size_t>(units));
-  for (auto& per_unit : saved) per_unit.resize(static_cast<std::size_t>(mbs));
+  prepare_data(step_index);
+  begin_step();
   loss_sum = 0;
   auto& cs = dev.stream(StreamKind::Compute);
   state->zero_gradients(cs);
@@ -484,11 +500,9 @@ double Executor::Impl::step(int step_index) {
   auto prog = graph.program(rank);
   if (prog.empty()) throw RuntimeFailure("executor: rank " + std::to_string(rank) + " has no ops");
   const tr::OpId first = prog.front().id;
-  if (split) {
-    sp.tp_calls.clear();
-    sp.tp_calls.resize(prog.size());
-    sp.tp_source.assign(prog.size(), -1);
-  }
+  tp_calls.clear();
+  tp_calls.resize(prog.size());
+  tp_source.assign(prog.size(), -1);
   std::size_t last_compute = 0;
   issued_bytes.assign(prog.size(), 0.0);
   start_ev.assign(prog.size(), nullptr);
@@ -505,39 +519,25 @@ double Executor::Impl::step(int step_index) {
     end_ev[i] = std::shared_ptr<Event>(dev.create_event());
     start_ev[i]->record(s);
     if (tr::is_compute(op.kind)) {
-      if (split) {
-        run_split_compute(op);
-        // The TP collectives its math issued; the graph's TP op after it reports them.
-        sp.tp_calls[i] = model.take_tp_calls();
-        last_compute = i;
-      } else {
-        run_compute(op);
-      }
+      run_compute(i, op);
+      // The TP collectives its math issued; the graph's TP op after it reports them.
+      tp_calls[i] = model.take_tp_calls();
+      last_compute = i;
       slowdown.after_compute(dev, s, *start_ev[i]);
     } else if (tr::is_tensor_parallel(op.kind)) {
-      sp.tp_source[i] = static_cast<int>(last_compute);  // ran inside that compute op
+      tp_source[i] = static_cast<int>(last_compute);  // ran inside that compute op
     } else if (tr::is_pipeline_transfer(op.kind)) {
-      run_split_transfer(op);
+      run_transfer(op);
     } else if (tr::is_collective(op.kind)) {
-      if (split)
-        run_split_comm(op);
-      else
-        run_comm(op);
+      run_comm(i, op);
     } else {
       run_copy(op);
     }
     end_ev[i]->record(s);
     issued_bytes[i] = static_cast<double>(dev.memory_stats(MemorySpace::Device).current);
-    // The graph says which op's end releases the phase's gathered parameters (a split graph
-    // keeps a unit's, gathered once, to its last backward).
-    if (op.frees_gathered) {
-      auto& held = split ? sp.gathered : gathered;
-      auto it = held.find(split ? op.unit : op.phase);
-      if (it != held.end()) {
-        retire(std::move(it->second), s);
-        held.erase(it);
-      }
-    }
+    // The graph says which op's end releases gathered parameters: the last compute op of the
+    // phase (or its gather) that read them.
+    if (op.frees_gathered) release_gathered(op, s);
   }
   dev.synchronize();
   double wall = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -556,21 +556,20 @@ double Executor::Impl::step(int step_index) {
   }
   // A TP op reports the collectives its compute op ran (DESIGN §4, "Tensor-parallel ops"): the
   // compute op's interval is split at its end, the calls' measured sum going to the TP op.
-  if (split)
-    for (std::size_t i = 0; i < prog.size(); ++i) {
-      const int c = sp.tp_source[i];
-      if (c < 0) continue;
-      double calls = 0;
-      for (auto& call : sp.tp_calls[static_cast<std::size_t>(c)])
-        calls += call.end->seconds_since(*call.start);
-      const std::size_t ci = first + static_cast<std::size_t>(c);
-      const std::int64_t end = last_end[ci];
-      const std::int64_t cut =
-          std::max(last_start[ci], end - static_cast<std::int64_t>(std::llround(calls * 1e9)));
-      last_end[ci] = cut;
-      last_start[first + i] = cut;
-      last_end[first + i] = end;
-    }
+  for (std::size_t i = 0; i < prog.size(); ++i) {
+    const int c = tp_source[i];
+    if (c < 0) continue;
+    double calls = 0;
+    for (auto& call : tp_calls[static_cast<std::size_t>(c)])
+      calls += call.end->seconds_since(*call.start);
+    const std::size_t ci = first + static_cast<std::size_t>(c);
+    const std::int64_t end = last_end[ci];
+    const std::int64_t cut =
+        std::max(last_start[ci], end - static_cast<std::int64_t>(std::llround(calls * 1e9)));
+    last_end[ci] = cut;
+    last_start[first + i] = cut;
+    last_end[first + i] = end;
+  }
   // The ops are timed from the origin event, recorded just before t0: a preemption between the
   // two (a busy machine) can put the last op's end after the wall time. The step lasts until
   // both have passed, so that the step time and its report's iteration time (the later of the
@@ -584,8 +583,8 @@ double Executor::Impl::step(int step_index) {
 Executor::Executor(const Scenario& scenario, const Plan& plan, const tr::TrainingGraph& graph,
                    const GptConfig& config, Device& device, Communicator& comm,
                    const ExecutorOptions& options) {
-  // Under a split the TP group's communicator comes first (the model slice needs it): a
-  // collective on every rank, after the checks that could refuse on one rank and not another.
+  // The TP group's communicator comes first (the model slice needs it): a collective on every
+  // rank, after the checks that could refuse on one rank and not another.
   std::unique_ptr<Communicator> tp_comm;
   model_ = std::make_unique<GptModel>(config, tensor_parallel_of(graph, config, comm, tp_comm));
   impl_ = std::make_unique<Impl>(scenario, plan, graph, *model_, device, comm, options,
@@ -628,25 +627,14 @@ StepResult Executor::run_step() {
 std::vector<float> Executor::gather_parameters() { return gather_full(false); }
 std::vector<float> Executor::gather_gradients() { return gather_full(true); }
 
+// Each unit assembled from its owners (the single-rank unit, whatever the plan).
 std::vector<float> Executor::gather_full(bool gradients) {
   auto& I = *impl_;
   std::vector<float> out;
-  auto& cs = I.dev.stream(StreamKind::Comm);
   // Gradients are stored as reduced, i.e. still multiplied by the fp16 loss scale.
   const double unscale = gradients ? 1.0 / I.last_loss_scale : 1.0;
   for (int u = 0; u < I.units; ++u) {
-    std::vector<float> host;
-    if (I.split) {
-      // The single-rank unit from its owners' slices of every TP rank's part.
-      host = I.assemble_unit(u, gradients ? 3 : 0);
-    } else {
-      Buffer full = I.f32(model_->unit_numel(u));
-      I.gather_unit(cs, u, gradients, full.ref());
-      cs.synchronize();
-      I.retired.clear();
-      host.resize(static_cast<std::size_t>(full.numel()));
-      I.dev.download(host.data(), full.ref(), host.size() * 4);
-    }
+    std::vector<float> host = I.assemble_unit(u, gradients ? 3 : 0);
     if (unscale != 1.0)
       for (float& x : host) x = static_cast<float>(x * unscale);
     out.insert(out.end(), host.begin(), host.end());

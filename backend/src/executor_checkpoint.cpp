@@ -13,6 +13,8 @@
 
 namespace cephalo::backend {
 
+namespace tr = cephalo::traces;
+
 namespace {
 
 CheckpointModel shape_of(const GptConfig& c) {
@@ -64,29 +66,33 @@ void Executor::save_checkpoint(const std::filesystem::path& dir) {
   CheckpointManifest m;
   m.run = identity();
   m.step = step_;
+  // Every checkpoint records the single-rank model (DESIGN §7: resumable under any plan), unit
+  // by unit: in slices by their owners where those tile the unit (checkpoint_slices), else
+  // assembled from its owners and written whole by one rank that holds it.
   std::string payload;
-  if (!I.split) {
-    for (int u = 0; u < I.units; ++u) {
-      m.unit_numel.push_back(model_->full_unit_numel(u));
-      m.offsets.push_back(I.state->checkpoint_offsets(u));
-    }
-    payload = I.state->serialize();
-  } else {
-    // A split run records the single-rank model (DESIGN §7: resumable under any plan): each
-    // unit assembled from its owners, written whole by one rank that holds it.
-    I.dev.synchronize();
-    for (int u = 0; u < I.units; ++u) {
-      const std::int64_t n = model_->full_unit_numel(u);
-      const int writer = I.checkpoint_writer(u);
-      m.unit_numel.push_back(n);
-      std::vector<std::int64_t> off(static_cast<std::size_t>(I.ranks) + 1, 0);
-      for (int r = writer + 1; r <= I.ranks; ++r) off[static_cast<std::size_t>(r)] = n;
-      m.offsets.push_back(std::move(off));
-      for (int k = 0; k < 3; ++k) {
-        const auto values = I.assemble_unit(u, k);  // collective
-        if (writer == I.rank)
-          payload.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  for (int u = 0; u < I.units; ++u) {
+    const std::int64_t n = model_->full_unit_numel(u);
+    m.unit_numel.push_back(n);
+    auto slices = I.checkpoint_slices(u);
+    if (!slices.empty()) {
+      m.offsets.push_back(std::move(slices));
+      const std::int64_t own = m.offsets.back()[static_cast<std::size_t>(I.rank) + 1] -
+                               m.offsets.back()[static_cast<std::size_t>(I.rank)];
+      std::vector<float> host(static_cast<std::size_t>(own));
+      for (Buffer* b : {&I.state->param(u), &I.state->m(u), &I.state->v(u)}) {
+        if (own) I.dev.download(host.data(), b->slice(0, own), host.size() * 4);
+        payload.append(reinterpret_cast<const char*>(host.data()), host.size() * 4);
       }
+      continue;
+    }
+    const int writer = I.checkpoint_writer(u);
+    std::vector<std::int64_t> off(static_cast<std::size_t>(I.ranks) + 1, 0);
+    for (int r = writer + 1; r <= I.ranks; ++r) off[static_cast<std::size_t>(r)] = n;
+    m.offsets.push_back(std::move(off));
+    for (int k = 0; k < 3; ++k) {
+      const auto values = I.assemble_unit(u, k);  // collective
+      if (writer == I.rank)
+        payload.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
     }
   }
   const std::string bytes = render_shard_header(m, I.rank) + payload;
@@ -182,11 +188,77 @@ void Executor::load_checkpoint(const std::filesystem::path& dir) {
     I.state->restore(u, p.data(), mm.data(), vv.data());
   }
   // ZeRO-1 and none keep compute copies of the parameters: made again before the next step.
-  I.sp.resident_stale = true;
+  I.resident_stale = true;
   I.state->adam_step = m.adam_step;
   // A loss scale only means something under fp16; a run resumed in another precision keeps 1.
   I.scaler.restore(m.loss_scale, m.loss_scale_clean_steps);
   step_ = m.step;
+}
+
+// Rank r's range of the single-rank unit u when the owners' slices tile it: the group-0 slices
+// of the domains holding it, each the unit's own elements (no TP split, no word-embedding copy),
+// consecutive in rank order from 0 to its size. Empty when they do not (the unit is then
+// assembled). Read from the graph alone, so every rank decides alike.
+std::vector<std::int64_t> Executor::Impl::checkpoint_slices(int u) const {
+  const std::int64_t n = model.full_unit_numel(u);
+  std::vector<std::int64_t> off{0};
+  for (int r = 0; r < ranks; ++r) {
+    const tr::ShardLayout& l = graph.layout_of(r);
+    const int position = graph.layout_position(r);
+    std::int64_t count = 0;
+    if (graph.holds(r, u) && l.group_of(position) == 0) {
+      if (l.numel(u) != n || graph.place(r).tensor_parallel != 1) return {};
+      const tr::UnitSlice slice = l.slice(u, position);
+      if (slice.offset != off.back()) return {};
+      count = slice.count;
+    }
+    off.push_back(off.back() + count);
+  }
+  if (off.back() != n) return {};
+  return off;
+}
+
+int Executor::Impl::checkpoint_writer(int u) const {
+  for (int r = 0; r < ranks; ++r) {
+    const tr::ShardLayout& l = graph.layout_of(r);
+    if (graph.holds(r, u) && l.group_of(graph.layout_position(r)) == 0 &&
+        graph.place(r).tp_rank == 0)
+      return r;
+  }
+  throw RuntimeFailure("executor: no rank holds unit " + std::to_string(u));
+}
+
+std::vector<float> Executor::Impl::assemble_unit(int u, int which) {
+  // Every rank of the domains' group 0 (one copy of the state) puts what it owns of the unit at
+  // its single-rank places, replicated elements from TP rank 0 only; one sum over the world
+  // (every element has one contributor, so the sum is exact) gives every rank the unit.
+  auto& s = dev.stream(StreamKind::Comm);
+  const std::int64_t N = model.full_unit_numel(u);
+  Buffer full = f32(N);
+  dev.fill(s, full.ref(), 0.0f);
+  const tr::ShardLayout& layout = graph.layout_of(rank);
+  if (graph.holds(rank, u) && layout.group_of(graph.layout_position(rank)) == 0) {
+    const std::int64_t lo = state->begin(u), hi = lo + state->owned(u);
+    TensorRef src = which == 0   ? state->param(u).ref()
+                    : which == 1 ? state->m(u).ref()
+                    : which == 2 ? state->v(u).ref()
+                                 : state->grad(u).ref();
+    for (const SliceRun& r : model.slice_runs(u)) {
+      if (r.replicated && place.tp_rank != 0) continue;
+      const std::int64_t a = std::max(lo, r.local), b = std::min(hi, r.local + r.count);
+      if (a >= b) continue;
+      TensorRef from = src.slice(a - lo, b - a), to = full.slice(r.full + (a - r.local), b - a);
+      if (from.type == to.type)
+        dev.copy(s, to, from);
+      else
+        dev.cast(s, from, to);
+    }
+  }
+  comm.all_reduce(s, full.ref(), ReduceOp::Sum);
+  s.synchronize();
+  std::vector<float> host(static_cast<std::size_t>(N));
+  dev.download(host.data(), full.ref(), host.size() * 4);
+  return host;
 }
 
 }  // namespace cephalo::backend

@@ -1,7 +1,11 @@
 #pragma once
-// Private to the executor's files: the state of one rank's Executor. The interpreter
-// (executor.cpp) walks the graph's ops over it; executor_report.cpp turns its last step's
-// measurements into the RunResult; executor_checkpoint.cpp saves and restores its shards.
+// Private to the executor's files: the state of one rank's Executor. Every plan runs one rank
+// program (DESIGN §4, "A split in the plan and the graph"; an FSDP plan is its one-stage, T = 1
+// case): this rank's tensor-parallel slice of its stage's units, its TP group, its
+// data-parallel domain with the domain's sharding, and the graph's order. The interpreter
+// (executor.cpp) walks the graph's ops over it; executor_groups.cpp makes the communicators;
+// executor_comm.cpp runs the collectives and transfers; executor_report.cpp turns the last
+// step's measurements into the RunResult; executor_checkpoint.cpp saves and restores the state.
 #include <array>
 #include <deque>
 #include <map>
@@ -15,14 +19,25 @@
 
 namespace cephalo::backend {
 
-// One unit's flat buffer inside a phase's gathered parameters (and gradient), as the graph's
-// collective segments lay it out: a tied head's phases are [unit 0 | head].
+// One unit's flat buffer inside a collective's buffer, as the graph's segments lay it out: a
+// tied head's phases of an FSDP plan gather and reduce [unit 0 | head].
 struct PhaseSegment {
   int unit = -1;
-  std::int64_t offset = 0;  // elements into the phase's buffer
+  std::int64_t offset = 0;  // elements into the collective's buffer
   std::int64_t numel = 0;
   traces::CollectiveVariant variant = traces::CollectiveVariant::Even;
 };
+
+// Sends of a boundary's activation (forward) or its gradient (backward) for one micro-batch.
+inline std::array<int, 3> send_key(bool forward, int boundary, int micro_batch) {
+  return {forward ? 1 : 0, boundary, micro_batch};
+}
+
+inline const PhaseSegment* find_segment(const std::vector<PhaseSegment>& segments, int unit) {
+  for (const auto& seg : segments)
+    if (seg.unit == unit) return &seg;
+  return nullptr;
+}
 
 // A buffer whose last use was enqueued on a stream: freed once `done` has completed.
 struct Retired {
@@ -45,45 +60,44 @@ struct Executor::Impl {
   ElemType compute_type = ElemType::F32;  // gathered parameters, activations, input gradients
   ElemType reduce_type = ElemType::F32;   // unit gradients, reduce-scatter, gradient shard
   std::unique_ptr<ShardedState> state;
-  // Sharding (executor_sharding.cpp): the all-gathers and reduce-scatters run over this rank's
-  // group (`comm` itself under full sharding); under hybrid sharding, per unit, the pieces of
-  // its slice that the cross-group reduction all-reduces, each on the communicator of the
-  // piece's owners.
+
+  // ---- where this rank sits and whom it talks to (executor_groups.cpp) ----
   struct CrossPieceRun {
     std::int64_t offset = 0;  // into this rank's gradient shard of the unit
     std::int64_t count = 0;
     Communicator* comm = nullptr;
   };
-  int group = 0;
-  Communicator* group_comm = nullptr;
-  std::vector<std::unique_ptr<Communicator>> sub_comms;
-  std::vector<std::vector<CrossPieceRun>> cross_pieces;  // per unit
-  // A split plan (executor_split.cpp; DESIGN §4, "A split in the plan and the graph"): this
-  // rank's place, its groups' communicators, and the per-step buffers of its pipeline stage.
-  // Parameters and gradients are kept per unit (a unit is gathered once and kept to its last
-  // backward), activations per boundary: act[b][mb] enters unit b, dact[b][mb] is its gradient.
-  struct Split {
-    RankPlace place;
-    std::unique_ptr<Communicator> tp;  // the TP group (made before the model: Executor ctor)
-    Communicator* dp = nullptr;        // this rank's data-parallel group
-    std::vector<std::unique_ptr<Communicator>> owned;
-    std::map<std::pair<int, int>, Communicator*> links;      // (from, to): two ranks, `from` is 0
-    std::map<std::pair<int, int>, Communicator*> tied;       // (first stage's, last stage's rank)
-    std::vector<traces::CollectiveVariant> gather_variant;   // per unit, in this rank's group
-    std::vector<std::vector<CrossPieceRun>> pieces;          // per unit: cross-group all-reduces
-    std::vector<std::vector<std::int64_t>> replica_offsets;  // per stage: samples before each
-    std::int64_t samples_per_micro_batch = 0;                // global batch / m
-    std::vector<Buffer> resident;           // per unit: compute-type parameters (optimizer, none)
-    bool resident_stale = true;             // refreshed before the next step (after init, a resume)
-    std::map<int, Buffer> gathered, grads;  // per unit (full / hybrid), per unit
-    std::vector<std::vector<Buffer>> act, dact;
-    std::vector<HeadActivations> head;             // per micro-batch, recompute to backward
-    std::map<std::array<int, 3>, int> sends_left;  // (forward?, boundary, mb): this step's
-    std::vector<std::vector<TpCall>> tp_calls;     // per op of the program
-    std::vector<int> tp_source;  // per op: the compute op whose calls a TP op reports, or -1
-  };
-  bool split = false;
-  Split sp;
+  RankPlace place;
+  std::unique_ptr<Communicator> tp;  // the TP group (made before the model: Executor ctor)
+  // The data-parallel group of this rank's domain layout: its gathers and reduce-scatters
+  // (the world itself when the group is the world).
+  Communicator* dp = nullptr;
+  std::vector<std::unique_ptr<Communicator>> owned;
+  std::vector<std::vector<CrossPieceRun>> pieces;      // per unit: cross-group all-reduces
+  std::map<std::pair<int, int>, Communicator*> links;  // (from, to): two ranks, `from` is 0
+  std::map<std::pair<int, int>, Communicator*> tied;   // (first stage's, last stage's rank)
+
+  // ---- the samples this rank reads (set_up_samples) ----
+  std::vector<int> mb_sizes;           // per micro-batch of this rank
+  std::vector<std::int64_t> mb_first;  // per micro-batch: its first sample in the global batch
+  // Pipeline micro-batches (the graph's m > 0): per stage, the samples before each replica's
+  // share of a micro-batch (the transfers' rows follow from them).
+  std::vector<std::vector<std::int64_t>> replica_offsets;
+
+  // ---- read from the graph once (read_program) ----
+  // Per op of the program: the segments its collective moves (gathers, reduce-scatters).
+  std::vector<std::vector<PhaseSegment>> op_segments;
+  // Per unit: the program indices of the reduce-scatters that move it, ascending; per phase:
+  // the program index of its reduce-scatter.
+  std::vector<std::vector<std::size_t>> reducers;
+  std::map<int, std::size_t> phase_reducer;
+  // Resident compute-type parameters (a domain sharded `optimizer` or `none`), per unit: kept
+  // or not, refreshed by a gather of the program's step pass (with its variant) or cast from
+  // the master shard.
+  std::vector<Buffer> resident;
+  std::vector<bool> resident_kept, resident_gathered;
+  std::vector<traces::CollectiveVariant> resident_variant;
+  bool resident_stale = true;  // refreshed before the next step (after init, a resume)
 
   LossScaler scaler;
   FailureInjection failure;
@@ -92,21 +106,26 @@ struct Executor::Impl {
   double last_loss_scale = 1.0;
   int step_now = 0;  // the step being run, for the messages of its checks
 
-  // Per-step state.
+  // ---- per-step state ----
+  struct Gathered {
+    int phase = -1;  // the gather's phase
+    Buffer buffer;
+    const std::vector<PhaseSegment>* segments = nullptr;
+  };
   std::vector<Buffer> tokens, targets;  // per micro-batch, I32 [rows]
-  std::vector<int> mb_sizes;
-  // Read from the graph once: per phase, the units its collectives move (buffer order); per
-  // unit, the collective variant its slices take.
-  std::vector<std::vector<PhaseSegment>> phase_segments;
-  std::vector<traces::CollectiveVariant> unit_variant;
-  std::map<int, Buffer> gathered;              // phase -> its segments' parameters, gathered
-  std::map<int, Buffer> phase_grad;            // phase -> its segments' full gradients
-  std::vector<std::vector<Buffer>> boundary;   // [unit][mb]: input activation of unit
+  std::deque<Gathered> gathered;        // live gathered parameters, in issue order
+  std::map<std::size_t, Buffer> grads;  // per reduce-scatter (program index): its full gradient
+  // Per boundary b (the input of unit b; b = units is the head's output side) and micro-batch:
+  // act[b][mb] the activation, dact[b][mb] its gradient.
+  std::vector<std::vector<Buffer>> act, dact;
   std::vector<std::vector<Buffer>> offloaded;  // [unit][mb]: host copy (offload: host)
-  std::vector<Buffer> dgrad;                   // [mb]: gradient w.r.t. current unit input
   // [unit][mb]: a layer's saved activations, from its recompute (or, when the graph does not
   // recompute the unit, from its forward) to its backward.
   std::vector<std::vector<LayerActivations>> saved;
+  std::vector<HeadActivations> head;             // per micro-batch, recompute to backward
+  std::map<std::array<int, 3>, int> sends_left;  // (forward?, boundary, mb): this step's
+  std::vector<std::vector<TpCall>> tp_calls;     // per op of the program
+  std::vector<int> tp_source;  // per op: the compute op whose calls a TP op reports, or -1
   std::deque<Retired> retired;
   std::vector<std::shared_ptr<Event>> start_ev, end_ev;  // per op of this rank's program
   double loss_sum = 0;
@@ -133,54 +152,51 @@ struct Executor::Impl {
 
   void retire(Buffer b, Stream& s);
   void reap();
-  void read_graph_decisions();
-  void setup_sharding();
-  void run_cross_reduction(const traces::Op& op);
-  const std::vector<PhaseSegment>& segments_of(int phase) const;
-  std::int64_t phase_numel(int phase) const;
-  const PhaseSegment* find_segment(int phase, int unit) const;
-  void gather_unit(Stream& s, int u, bool gradients, TensorRef full);
-  void reduce_unit(Stream& s, int u, TensorRef full);
-  // The two above over a given group and variant (the FSDP path passes its own).
+
+  // Set-up.
+  void set_up_groups();
+  void set_up_samples();
+  void read_program();
+
+  // Per step.
+  void prepare_data(int step);
+  void begin_step();
+  void refresh_resident();
+  // Unit u's parameters for the program's op: its phase's gather, else the oldest live gather
+  // holding it, else the resident copy, else the master shard (a rank that holds all of it).
+  TensorRef params(const traces::Op& op, int u);
+  std::deque<Gathered>::iterator find_gathered(int phase, int u);
+  // Unit u's gradient for program op i: the buffer of the reduce-scatter of the op's gradient
+  // phase (graph.gradient_phase) when that moves u, else of the next reduce-scatter that moves
+  // u, else (none follows: a domain sharded `none`) the rank's gradient shard.
+  TensorRef grads_of(std::size_t i, const traces::Op& op, int u);
+  void run_compute(std::size_t i, const traces::Op& op);
+  void optimizer_step();
+  void run_comm(std::size_t i, const traces::Op& op);
+  void run_transfer(const traces::Op& op);
+  void run_copy(const traces::Op& op);
+  void release_gathered(const traces::Op& op, Stream& s);
+  double step(int step_index);
+
+  // Collectives over a group: unit u's shards gathered into `full` (a shard of another type is
+  // cast first), a full gradient reduced onto the owners and added into the gradient shard.
   void gather_shard(Stream& s, Communicator& group, int u, traces::CollectiveVariant v,
                     bool gradients, TensorRef full);
   void reduce_shard(Stream& s, Communicator& group, int u, traces::CollectiveVariant v,
                     TensorRef full);
-  TensorRef unit_params(int phase, int u);
-  TensorRef unit_grads(int phase, int u);
-  // The gradient buffer a backward phase accumulates into (the graph's gradient_phase).
-  Buffer& phase_gradient(int phase);
-  TensorRef embedding_params_for_head(int phase);
-  TensorRef embedding_grads_for_head(int phase);
-  void prepare_data(int step);
-  void ensure_phase_grads(const traces::Op& op);
-  void run_compute(const traces::Op& op);
-  void optimizer_step();
-  void run_comm(const traces::Op& op);
-  void run_copy(const traces::Op& op);
-  void begin_step(int step_index);
-  double step(int step_index);
 
-  // ---- split plans (executor_split.cpp) ----
-  void setup_split();
-  void split_prepare_data(int step);
-  void split_begin_step();
-  void refresh_resident();
-  TensorRef split_params(int u);
-  TensorRef split_grads(int u);
-  void run_split_compute(const traces::Op& op);
-  void run_split_transfer(const traces::Op& op);
-  void run_split_comm(const traces::Op& op);
-  void split_optimizer_step();
   // The single-rank unit u of the last step, assembled from every rank that owns a piece
   // (collective): 0 parameters, 1 Adam m, 2 Adam v, 3 reduced gradients (fp32).
   std::vector<float> assemble_unit(int u, int which);
-  // The lowest rank whose copy of unit u a checkpoint of a split run records.
+  // The ranks' ranges (ranks + 1 bounds) of the single-rank unit u a checkpoint records in
+  // slices, or empty when the unit is assembled and written whole (executor_checkpoint.cpp).
+  std::vector<std::int64_t> checkpoint_slices(int u) const;
+  // The lowest rank whose copy of unit u a checkpoint records when the unit is written whole.
   int checkpoint_writer(int u) const;
 };
 
-// The TP group's communicator of `rank` under a split graph (a split of `comm`, collective on
-// every rank) and the model slice it runs; the whole model without a split.
+// The TP group's communicator of `rank` (a split of `comm`, collective on every rank; none when
+// every rank's degree is 1) and the model slice it runs.
 TensorParallel tensor_parallel_of(const traces::TrainingGraph& graph, const GptConfig& config,
                                   Communicator& comm, std::unique_ptr<Communicator>& tp_comm);
 

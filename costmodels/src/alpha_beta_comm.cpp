@@ -65,6 +65,17 @@ LinkCorrection CommCalibration::correction(const std::string& kind, bool under_c
   return correction(kind);
 }
 
+LinkCorrection CommCalibration::correction(const std::string& kind, bool under_compute,
+                                           CollectiveKind collective) const {
+  const std::pair<std::string, CollectiveKind> key{kind, collective};
+  if (under_compute)
+    if (auto it = host_links_under_compute.find(key); it != host_links_under_compute.end())
+      return it->second;
+  if (auto it = host_links.find(key); it != host_links.end())
+    if (!under_compute || !links_under_compute.count(kind)) return it->second;
+  return correction(kind, under_compute);
+}
+
 CommCalibration AlphaBetaCommModel::default_calibration() {
   CommCalibration c;
   c.links["pcie"] = {0.8, -1};
@@ -148,7 +159,7 @@ constexpr double kGroupedEnqueueSeconds = 1e-6;
 
 CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
                                                   const CollectiveRequest& request) const {
-  Topology topo(cluster, calibration_, request.overlaps_compute);
+  Topology topo(cluster, calibration_, request.overlaps_compute, request.kind);
   const int n = static_cast<int>(request.ranks.size());
   if (n == 0) throw ValidationError("", "ranks", "[]", "at least one participating rank");
   if (request.shard_bytes.size() != request.ranks.size())

@@ -3,6 +3,8 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
@@ -56,7 +58,11 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     nominal.links[k] = {1.0, -1};
   nominal.launch_overhead_s = 0;
   Topology topo(cluster, nominal);
-  std::map<std::pair<bool, std::string>, std::vector<const SweepPoint*>> groups;
+  // Group key: (under load, link kind, the collective kind). Every point is in its link kind's
+  // group; a point on CPU ranks alone is also in its collective kind's, whose fit is priced
+  // first (the link kind's stays for kinds the sweep did not measure often enough).
+  using GroupKey = std::tuple<bool, std::string, std::optional<CollectiveKind>>;
+  std::map<GroupKey, std::vector<const SweepPoint*>> groups;
   for (const auto& p : points) {
     for (int r : p.ranks)
       if (r < 0 || r >= topo.size())
@@ -68,7 +74,11 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
                             std::to_string(*std::adjacent_find(ranks.begin(), ranks.end())),
                             "each rank at most once");
     if (ranks.size() < 2) continue;
-    groups[{p.under_compute, ring_links(topo, ranks).bottleneck_kind}].push_back(&p);
+    const bool host = std::all_of(ranks.begin(), ranks.end(),
+                                  [&](int r) { return topo.rank(r).slot->spec.kind == "cpu"; });
+    const std::string link = ring_links(topo, ranks).bottleneck_kind;
+    groups[{p.under_compute, link, std::nullopt}].push_back(&p);
+    if (host) groups[{p.under_compute, link, p.kind}].push_back(&p);
   }
   CommCalibration out = AlphaBetaCommModel().calibration();
   out.launch_overhead_s = 0;  // absorbed into α by the fit
@@ -82,10 +92,15 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     // Not a structured binding: the lambda below captures the kind (clang 14 cannot capture one).
     const bool under_compute = std::get<0>(key);
     const auto kind = std::get<1>(key);
+    const auto collective = std::get<2>(key);
     if (group.size() < 2) continue;
     auto seconds = [&](double alpha, double inv_eta, const SweepPoint& p) {
       CommCalibration c = base;
-      c.links[kind] = {1.0 / inv_eta, std::max(0.0, alpha)};
+      const LinkCorrection trial{1.0 / inv_eta, std::max(0.0, alpha)};
+      if (collective)
+        c.host_links[{kind, *collective}] = trial;
+      else
+        c.links[kind] = trial;
       CollectiveRequest r;
       r.kind = p.kind;
       r.ranks = p.ranks;
@@ -120,7 +135,10 @@ CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPo
     LinkCorrection c;
     c.latency_s = std::max(0.0, theta(0));
     c.bandwidth_efficiency = std::min(1.0, 1.0 / theta(1));
-    (under_compute ? out.links_under_compute : out.links)[kind] = c;
+    if (collective)
+      (under_compute ? out.host_links_under_compute : out.host_links)[{kind, *collective}] = c;
+    else
+      (under_compute ? out.links_under_compute : out.links)[kind] = c;
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // costmodels/src. Inline because the pricing calls these per hop on every collective.
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -35,9 +36,13 @@ struct RingLinks {
 
 class Topology {
  public:
-  Topology(const Cluster& cluster, const CommCalibration& cal, bool under_compute = false)
+  // `collective`: the kind priced, for the calibration's per-collective host fits (none: the
+  // link kind's fit alone).
+  Topology(const Cluster& cluster, const CommCalibration& cal, bool under_compute = false,
+           std::optional<CollectiveKind> collective = std::nullopt)
       : cal_(cal),
         under_compute_(under_compute),
+        collective_(collective),
         ranks_(&cluster.ranks()),
         nodes_(&cluster.nodes) {}
   int size() const { return static_cast<int>(ranks_->size()); }
@@ -72,7 +77,8 @@ class Topology {
   LinkCorrection correction(const std::string& kind) const {
     for (const auto& [k, c] : seen_)
       if (k == kind) return c;
-    LinkCorrection c = cal_.correction(kind, under_compute_);
+    LinkCorrection c = collective_ ? cal_.correction(kind, under_compute_, *collective_)
+                                   : cal_.correction(kind, under_compute_);
     seen_.emplace_back(kind, c);
     return c;
   }
@@ -80,6 +86,7 @@ class Topology {
   const CommCalibration& cal_;
   mutable std::vector<std::pair<std::string, LinkCorrection>> seen_;
   bool under_compute_ = false;
+  std::optional<CollectiveKind> collective_;
   // The cluster's own rank table (built once per cluster): the model builds a Topology per
   // collective, so copying every rank here made each call linear in the cluster.
   const std::vector<RankDevice>* ranks_ = nullptr;

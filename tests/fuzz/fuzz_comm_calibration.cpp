@@ -1,7 +1,7 @@
 // The communication model's calibration path: a collective sweep read and fitted against a
-// two-node cluster (calibrate_comm: groups, link kinds, least squares on whatever points
-// survive the reader), and the same bytes read as a profile's host-copy points
-// (fit_profile_copies).
+// three-node cluster of GPUs and CPU ranks (calibrate_comm: groups, link kinds, collective
+// kinds on CPU ranks, least squares on whatever points survive the reader), and the same bytes
+// read as a profile's host-copy points (fit_profile_copies).
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -21,6 +21,11 @@ const cephalo::Cluster& cluster() {
           {{"name", "b"},
            {"gpus", {"l4", "l4"}},
            {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+           {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}},
+          // CPU ranks: their points are also fitted per collective kind.
+          {{"name", "c"},
+           {"gpus", {"cpu", "cpu"}},
+           {"intra_link", {{"kind", "shm"}, {"bandwidth", "5GB/s"}, {"latency", "2us"}}},
            {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}}}}};
     cephalo::JsonReader reader(doc, "<fuzz cluster>");
     return cephalo::parse_cluster(reader, cephalo::costmodels::CatalogLookup::builtin());

@@ -7,11 +7,11 @@
 // Device-agnostic: everything goes through Device / Communicator, so the CUDA backend reuses
 // this file unchanged.
 //
-// A plan with a model split (DESIGN §4, "A split in the plan and the graph") runs the graph's
-// per-rank program the same way: this rank's tensor-parallel slice of its stage's units, the
-// pipeline transfers on the send and receive streams, its data-parallel domain's collectives
-// (full, hybrid, optimizer, none), the tied embedding's all-reduce. Sequence parallelism is
-// refused (InfeasibleError).
+// Every plan runs as one rank program (DESIGN §4, "A split in the plan and the graph"; an FSDP
+// plan is the one-stage, T = 1 case): this rank's tensor-parallel slice of its stage's units,
+// the pipeline transfers on the send and receive streams, its data-parallel domain's
+// collectives (full, hybrid, optimizer, none), the tied embedding's all-reduce. Sequence
+// parallelism is refused (InfeasibleError).
 //
 // Precision follows the job (`precision` in the job file, DESIGN §4): master weights and AdamW
 // moments are fp32 (`params` must be fp32); gathered parameters, activations and input

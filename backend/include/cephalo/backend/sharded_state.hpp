@@ -31,14 +31,6 @@ class ShardedState {
 
   int units() const { return static_cast<int>(slices_.size()); }
   int rank() const { return rank_; }
-  // The state partition a checkpoint of an FSDP plan records (ShardLayout::checkpoint_offsets):
-  // ranks + 1 bounds per unit; under hybrid sharding group 0's copy.
-  const std::vector<std::int64_t>& checkpoint_offsets(int u) const {
-    return checkpoint_offsets_[static_cast<std::size_t>(u)];
-  }
-  // Whether this rank's slices are part of the checkpoint (its group is group 0; under a split,
-  // its domain's group 0).
-  bool in_checkpoint() const { return in_checkpoint_; }
   std::int64_t begin(int u) const { return slices_[static_cast<std::size_t>(u)].offset; }
   std::int64_t owned(int u) const { return slices_[static_cast<std::size_t>(u)].count; }
   // Elements each member of this rank's group owns of unit u, in group order (the -v
@@ -55,9 +47,6 @@ class ShardedState {
 
   void zero_gradients(Stream& s);
 
-  // Checkpoint shard: for every unit the owned slice of params, then m, then v (fp32, native
-  // endianness); empty for a rank outside the checkpoint's group. Blocking (downloads).
-  std::string serialize();
   // Restores unit u's owned slice (owned(u) floats each).
   void restore(int u, const float* params, const float* m, const float* v);
 
@@ -67,9 +56,8 @@ class ShardedState {
   Device& dev_;
   int rank_;
   ElemType reduce_type_;
-  bool in_checkpoint_ = true;
   std::vector<traces::UnitSlice> slices_;
-  std::vector<std::vector<std::int64_t>> counts_, checkpoint_offsets_;
+  std::vector<std::vector<std::int64_t>> counts_;
   std::vector<Buffer> param_, grad_, m_, v_;
 };
 

@@ -50,12 +50,26 @@ struct CommCalibration {
   // compute load"); used for collectives with CollectiveRequest::overlaps_compute, per link
   // kind, when the kind has such a fit. Empty unless a sweep had under-load points.
   std::map<std::string, LinkCorrection> links_under_compute;
+  // Collectives that progress on host threads (CPU ranks: MPI over shared memory) fitted per
+  // collective kind, idle and under load, from sweeps whose ranks are all CPU devices: the host
+  // sums a reduce-scatter's slices on its cores (a pass over the buffer that an all-gather, a
+  // plain copy, does not make), so one α-β pair per link kind cannot price both (measured: the
+  // reduce-scatter 1.6-3x the all-gather at 64 KiB-1 MiB, costmodels/README.md). Looked up
+  // before `links` / `links_under_compute` (which the same points also fit jointly, for the
+  // kinds without a fit of their own); empty for GPU sweeps (NCCL reduces inside its copy
+  // kernel at link rate).
+  std::map<std::pair<std::string, CollectiveKind>, LinkCorrection> host_links;
+  std::map<std::pair<std::string, CollectiveKind>, LinkCorrection> host_links_under_compute;
   std::map<std::string, CopyFit> copies;  // by canonical device name (from profiles)
   double launch_overhead_s = 10e-6;       // per collective call
   std::string source = "defaults";
   LinkCorrection correction(const std::string& link_kind) const;
   // The under-load correction when `under_compute` and the kind has one, else correction().
   LinkCorrection correction(const std::string& link_kind, bool under_compute) const;
+  // The host fit of this collective kind when there is one (under load first when
+  // `under_compute`, then idle), else correction(link_kind, under_compute).
+  LinkCorrection correction(const std::string& link_kind, bool under_compute,
+                            CollectiveKind collective) const;
 };
 
 class AlphaBetaCommModel : public CommModel {
@@ -92,7 +106,8 @@ std::vector<SweepPoint> load_collective_sweep(const std::filesystem::path& file)
 // Fits per-link-kind bandwidth efficiency and latency to the sweep by least squares on the
 // α-β ring model (one kind at a time: the bottleneck link kind of each point's group). Idle
 // points give `links`; points measured under compute load, fitted separately the same way,
-// give `links_under_compute`.
+// give `links_under_compute`. Points whose ranks are all CPU devices are fitted per collective
+// kind as well (`host_links`, `host_links_under_compute`).
 CommCalibration calibrate_comm(const Cluster& cluster, const std::vector<SweepPoint>& points);
 
 CollectiveKind parse_collective_kind(const std::string& text);  // "all-gather", "all_gather", ...
