@@ -354,7 +354,7 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
   for (std::size_t c = 0; c < choices.size(); ++c) {
     if (opt.choose_checkpointing && c == 2) {
       if (const int k = largest_fitting_every(s, plan, opt.micro_batch))
-        choices.insert(choices.begin() + 1, every_k(k));
+        choices.insert(choices.begin() + 2, every_k(k));
     }
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];
