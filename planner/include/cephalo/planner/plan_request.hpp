@@ -31,7 +31,8 @@ struct PlanRequest {
   bool cephalo_corrected_share_memory = false;
   // As the user wrote them; empty: left open.
   std::string accumulation;              // layered | standard | no_sync (FSDP only)
-  std::string activation_checkpointing;  // full | none | selective | every:K | auto (3d: full | none | auto)
+  // full | none | selective | every:K | auto (3d: full | none | selective | auto)
+  std::string activation_checkpointing;
   // fsdp: full | hybrid | auto; 3d: full | hybrid | optimizer | none | auto (searched)
   std::string sharding;
   std::string parallelism = "fsdp";  // fsdp | 3d | auto (both; the faster)
