@@ -101,9 +101,10 @@ void add_plan_command(CLI::App& app) {
                   "all three, the other strategies layered)")
       ->check(one_of({"layered", "standard", "no_sync"}));
   // Checked with the other schedule options (planner::set_schedule_text), as Python's keyword.
-  cmd->add_option("--activation-checkpointing", args->request.activation_checkpointing,
-                  "Fix the checkpointing: full | none | every:K, or auto; default: optimal "
-                  "searches (as auto), the other strategies full");
+  cmd->add_option(
+      "--activation-checkpointing", args->request.activation_checkpointing,
+      "Fix the checkpointing: full | none | selective | every:K, or auto; default: optimal "
+      "searches (as auto), the other strategies full");
   cmd->add_option("--sharding", args->request.sharding,
                   "full | hybrid | auto: shard over every rank, or within groups of nodes "
                   "(replicated across groups; auto simulates full and group sizes); default: "

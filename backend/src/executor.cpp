@@ -352,6 +352,7 @@ void Executor::Impl::run_compute(std::size_t i, const tr::Op& op) {
         LayerActivations scratch;
         LayerActivations& acts = graph.recomputes(u) ? scratch : saved[ub][m];
         model.layer_forward(dev, params(op, u), act[ub][m].ref(), y.ref(), acts, rows(mb));
+        if (graph.recomputes_attention_core(u)) model.drop_attention_core(acts);
       }
       act[ub + 1][m] = std::move(y);
       // An output that leaves the stage goes with its last send; this TP rank may send none.
@@ -364,6 +365,8 @@ void Executor::Impl::run_compute(std::size_t i, const tr::Op& op) {
         // The head's forward again, keeping what its backward reads (its 3 TP calls here).
         model.head_forward(dev, params(op, u), wte, act[ub][m].ref(), targets[m].ref(), rows(mb),
                            &head[m]);
+      } else if (graph.recomputes_attention_core(u)) {
+        model.recompute_attention_core(dev, saved[ub][m], rows(mb));
       } else if (u >= 1) {
         // (The embedding needs nothing saved.)
         Buffer y = activation(n);

@@ -413,6 +413,17 @@ void GptModel::layer_forward(Device& d, TensorRef params, TensorRef x, TensorRef
   d.add_bias(s, y, P(B_OUT), N, C);
 }
 
+void GptModel::drop_attention_core(LayerActivations& a) const { a.att_lse.reset(); }
+
+void GptModel::recompute_attention_core(Device& d, LayerActivations& a, std::int64_t rows) const {
+  const AttentionShape shape{rows / config_.seq, config_.seq, config_.heads / tp_.degree,
+                             config_.hidden / config_.heads};
+  a.att_lse =
+      d.allocate(static_cast<std::size_t>(shape.batch * shape.heads * shape.seq), ElemType::F32);
+  d.attention_forward(d.stream(StreamKind::Compute), shape, a.qkv.ref(), a.att.ref(),
+                      a.att_lse.ref());
+}
+
 void GptModel::layer_backward(Device& d, TensorRef params, TensorRef grads, TensorRef x,
                               const LayerActivations& a, TensorRef dy, TensorRef dx,
                               std::int64_t rows) const {

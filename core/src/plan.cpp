@@ -49,8 +49,8 @@ Json to_json(const ActivationCheckpointing& c) {
 namespace {
 
 const char* const kCheckpointingAllowed =
-    "\"full\", \"none\" or {\"every\": k} with k an integer from 1 to 1048576 (checkpoint "
-    "layers 1, 1+k, 1+2k, ...)";
+    "\"full\", \"none\", \"selective\" (every layer reruns only its attention core) or "
+    "{\"every\": k} with k an integer from 1 to 1048576 (checkpoint layers 1, 1+k, 1+2k, ...)";
 
 ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
   ActivationCheckpointing c;
@@ -59,6 +59,10 @@ ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
     if (v == "full") return c;
     if (v == "none") {
       c.kind = ActivationCheckpointing::Kind::None;
+      return c;
+    }
+    if (v == "selective") {
+      c.kind = ActivationCheckpointing::Kind::Selective;
       return c;
     }
     r.fail_value("\"" + v + "\"", kCheckpointingAllowed);
@@ -182,11 +186,15 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
                                                        const std::string& where) {
   ActivationCheckpointing c;
-  const std::string allowed =
-      "full, none or every:K with K an integer from 1 to " + std::to_string(kMaxCheckpointPeriod);
+  const std::string allowed = "full, none, selective or every:K with K an integer from 1 to " +
+                              std::to_string(kMaxCheckpointPeriod);
   if (text == "full") return c;
   if (text == "none") {
     c.kind = ActivationCheckpointing::Kind::None;
+    return c;
+  }
+  if (text == "selective") {
+    c.kind = ActivationCheckpointing::Kind::Selective;
     return c;
   }
   const std::string prefix = "every:";
@@ -434,6 +442,10 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                       "node link and row",
                       plan_file);
   if (plan.has_split()) check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
+  if (const auto why =
+          schedule::attention_core_refusal(scenario.job.model, plan.activation_checkpointing))
+    throw ValidationError(plan_file, "activation_checkpointing",
+                          brief(to_json(plan.activation_checkpointing)), *why);
   if (plan.global_batch() != scenario.job.global_batch)
     throw ValidationError(
         plan_file, std::string(compact ? "rank_classes" : "ranks") + "[*].batch",

@@ -26,6 +26,24 @@ int checkpointed_layers(const ActivationCheckpointing& checkpointing, int num_la
   return n;
 }
 
+bool recomputes_attention_core(const ActivationCheckpointing& checkpointing, int unit,
+                               int num_units) {
+  return checkpointing.recomputes_attention_core() && unit >= 1 && unit < num_units - 1;
+}
+
+bool has_recompute_op(const ActivationCheckpointing& checkpointing, int unit, int num_units) {
+  return recomputes(checkpointing, unit, num_units) ||
+         recomputes_attention_core(checkpointing, unit, num_units);
+}
+
+std::optional<std::string> attention_core_refusal(const ModelSpec& model,
+                                                  const ActivationCheckpointing& checkpointing) {
+  if (!checkpointing.recomputes_attention_core() || model.heads >= 1) return std::nullopt;
+  return "a model whose layers have an attention core to recompute (model \"" + model.name +
+         "\" has " + std::to_string(model.heads) +
+         " attention heads); use \"full\", \"none\" or {\"every\": k}";
+}
+
 int rounds(Accumulation accumulation, int max_micro_batches) {
   if (accumulation == Accumulation::Layered) return 1;
   return std::max(1, max_micro_batches);

@@ -92,13 +92,18 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
   // backward: for every micro-batch under layered accumulation (all of them run a layer before
   // the next layer starts), for one micro-batch at a time otherwise.
   const ActivationCheckpointing& ck = in.activation_checkpointing;
+  // Under selective recompute a layer keeps all of them but the attention core's, which its
+  // Recompute op allocates again right before the backward (one micro-batch at a time).
+  const bool core_recomputed = ck.recomputes_attention_core();
+  auto kept_one = [&](int layer, int mb) {
+    return unit_working_bytes(m, layer, job.sequence_length, mb, p.compute) -
+           (core_recomputed ? attention_core_kept_bytes(m, job.sequence_length, mb) : 0.0);
+  };
   auto kept_of = [&](int layer) {
     if (schedule::keeps_only_input(ck, layer)) return 0.0;
-    if (in.accumulation != Accumulation::Layered)
-      return unit_working_bytes(m, layer, job.sequence_length, largest_mb, p.compute);
+    if (in.accumulation != Accumulation::Layered) return kept_one(layer, largest_mb);
     double b = 0;
-    for (int mb : in.micro_batch_sizes)
-      b += unit_working_bytes(m, layer, job.sequence_length, mb, p.compute);
+    for (int mb : in.micro_batch_sizes) b += kept_one(layer, mb);
     return b;
   };
   double kept = 0;
@@ -116,7 +121,10 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
     const double own = layer ? kept_of(u) : 0.0;
     below -= own;
     const double unit_bytes =
-        own > 0 ? own : unit_working_bytes(m, u, job.sequence_length, largest_mb, p.compute);
+        own > 0
+            ? own + (core_recomputed ? attention_core_kept_bytes(m, job.sequence_length, largest_mb)
+                                     : 0.0)
+            : unit_working_bytes(m, u, job.sequence_length, largest_mb, p.compute);
     const double extra =
         unit_bytes +
         unit_backward_transient_bytes(m, u, job.sequence_length, largest_mb, p.compute) +

@@ -1,5 +1,6 @@
 #include "cephalo/costmodels/tensor_parallel.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +54,18 @@ LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int 
 
 LayerShare layer_attention_core_share(const DeviceSpec& device, const Job& job, int micro_batch) {
   return layer_share(device, job, micro_batch, attention_core_op);
+}
+
+double attention_core_forward_flops(const Job& job, int micro_batch) {
+  double flops = 0;
+  for (const auto& op : unit_ops(job.model, 1, job.sequence_length, micro_batch,
+                                 job.precision.compute, job.implementation))
+    if (attention_core_op(op.name)) flops += op.forward_flops;
+  return flops;
+}
+
+double attention_core_recompute_factor(const LayerShare& core, int tensor_parallel) {
+  return core.forward / std::max(1, tensor_parallel);
 }
 
 double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase phase,

@@ -138,14 +138,16 @@ SplitSearchOptions split_options(const PlanRequest& r) {
       throw ValidationError(source, spelt(r, "sharding"), r.sharding,
                             "full, hybrid, optimizer, none or auto");
   }
-  // A split recomputes every layer or none (or leaves it to the search); the FSDP plans'
-  // every:K has no counterpart.
+  // A split recomputes every layer, each layer's attention core (selective) or none (or
+  // leaves full or none to the search); the FSDP plans' every:K has no counterpart.
   const std::string& checkpointing = r.activation_checkpointing;
-  if (checkpointing == "full" || checkpointing == "none")
+  if (checkpointing == "full" || checkpointing == "none" || checkpointing == "selective") {
     o.recompute = checkpointing == "full";
-  else if (!checkpointing.empty() && checkpointing != "auto")
+    o.selective = checkpointing == "selective";
+  } else if (!checkpointing.empty() && checkpointing != "auto") {
     throw ValidationError(source, spelt(r, "activation_checkpointing"), checkpointing,
-                          "full, none or auto with " + spelt(r, "parallelism") + " 3d");
+                          "full, none, selective or auto with " + spelt(r, "parallelism") + " 3d");
+  }
   return o;
 }
 

@@ -10,6 +10,7 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 
 namespace cephalo::planner::detail {
 
@@ -47,7 +48,14 @@ void ComputeTable::ensure(int m) {
     const double l = unit(1, k);
     double all_layers = layers * l, per_layer = l;
     if (checkpointed < layers) {
-      all_layers = checkpointed * l + (layers - checkpointed) * unit(1, k, false, false);
+      // Selective recompute: the others rerun their attention core (the replay's rule).
+      double kept = unit(1, k, false, false);
+      if (checkpointing_.recomputes_attention_core())
+        kept += model_.unit_time(spec_, job_, 1, ComputePhase::Recompute, k).seconds *
+                costmodels::attention_core_recompute_factor(
+                    costmodels::layer_attention_core_share(spec_, job_, k), 1) *
+                slowdown_;
+      all_layers = checkpointed * l + (layers - checkpointed) * kept;
       per_layer = all_layers / layers;
     }
     const bool embedding_rc = schedule::recomputes(checkpointing_, 0, units);
@@ -126,9 +134,11 @@ ActivationCheckpointing every_k(int k) {
 }
 
 std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers, int fitting_every) {
-  ActivationCheckpointing none, full;
+  ActivationCheckpointing none, selective, full;
   none.kind = ActivationCheckpointing::Kind::None;
-  std::vector<ActivationCheckpointing> out = {none};
+  selective.kind = ActivationCheckpointing::Kind::Selective;
+  // Selective recompute reruns only the attention core: less recompute than any every:k.
+  std::vector<ActivationCheckpointing> out = {none, selective};
   // every:k checkpoints layers 1, 1+k, ...: k >= L all checkpoint layer 1 alone, so periods
   // above L add nothing; below 2 is full.
   std::vector<int> periods = {4, 3, 2};
@@ -333,16 +343,18 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
   for (auto& r : plan.ranks) r.state_share = 1.0 / n;
   std::vector<ActivationCheckpointing> choices = {plan.activation_checkpointing};
   if (opt.choose_checkpointing) {
-    // The least recompute that fits: none, else the largest period k with which every rank
-    // fits (found only when none does not), else full.
-    ActivationCheckpointing none;
+    // The least recompute that fits: none, else selective (the attention core alone), else
+    // the largest period k with which every rank fits (found only when selective does not),
+    // else full.
+    ActivationCheckpointing none, selective;
     none.kind = ActivationCheckpointing::Kind::None;
-    choices = {none, ActivationCheckpointing{}};
+    selective.kind = ActivationCheckpointing::Kind::Selective;
+    choices = {none, selective, ActivationCheckpointing{}};
   }
   for (std::size_t c = 0; c < choices.size(); ++c) {
-    if (opt.choose_checkpointing && c == 1) {
+    if (opt.choose_checkpointing && c == 2) {
       if (const int k = largest_fitting_every(s, plan, opt.micro_batch))
-        choices.insert(choices.begin() + 1, every_k(k));
+        choices.insert(choices.begin() + 2, every_k(k));
     }
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];

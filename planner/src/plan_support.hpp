@@ -109,7 +109,8 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
 // (split_estimate.cpp) cut shares so.
 std::vector<double> shares_by_free_memory(const std::vector<double>& free);
 // What `optimal` solves under `--activation-checkpointing auto`, least recompute first: none,
-// every:k for k = fitting_every (when above 4), 4, 3, 2 (periods up to the layer count), full.
+// selective (each layer's attention core), every:k for k = fitting_every (when above 4), 4, 3,
+// 2 (periods up to the layer count), full.
 std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers,
                                                               int fitting_every = 0);
 ActivationCheckpointing every_k(int k);

@@ -241,9 +241,11 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
       // its attention core, which the T ranks split by heads.
       const ActivationCheckpointing& ck = options.activation_checkpointing;
       const bool layer_recomputes = ck.checkpoints_layer(unit);
-      const double tr = layer_recomputes                 ? u.recompute * split_f
-                        : ck.recomputes_attention_core() ? u.recompute * dev.attention_core / T
-                                                         : 0;
+      const double tr =
+          layer_recomputes ? u.recompute * split_f
+          : ck.recomputes_attention_core()
+              ? u.recompute * costmodels::attention_core_recompute_factor(dev.attention_core, T)
+              : 0;
       fc += tf * split_f;
       bc += tb * split_b + tr;
       if (T > 1) {
@@ -315,9 +317,11 @@ double SplitEstimator::Impl::layer_step_floor(const std::vector<int>& tp_group, 
                                                           dev.replicated);
       const double g = costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp,
                                                           dev.replicated);
-      const double r = recomputes                       ? u.recompute * f
-                       : ck.recomputes_attention_core() ? u.recompute * dev.attention_core / T
-                                                        : 0;
+      const double r =
+          recomputes ? u.recompute * f
+          : ck.recomputes_attention_core()
+              ? u.recompute * costmodels::attention_core_recompute_factor(dev.attention_core, T)
+              : 0;
       least = std::min(least, u.forward * f + u.backward * g + r);
     }
     compute = std::min(compute, least);

@@ -127,7 +127,7 @@ struct SplitEstimator::Impl {
   struct DeviceTimes {
     std::vector<UnitTimes> units;  // by unit, filled when first asked
     costmodels::LayerShare replicated;
-    double attention_core = 0;
+    costmodels::LayerShare attention_core;
   };
   std::map<DeviceKey, DeviceTimes> device_times;
 
@@ -247,8 +247,7 @@ struct SplitEstimator::Impl {
       it->second.units.resize(static_cast<std::size_t>(costmodels::num_units(scenario.job.model)));
       // costmodels' shares of a layer (tensor_parallel.hpp): the simulator reads the same.
       it->second.replicated = costmodels::layer_replicated_share(spec, scenario.job, b);
-      it->second.attention_core =
-          costmodels::layer_attention_core_share(spec, scenario.job, b).forward;
+      it->second.attention_core = costmodels::layer_attention_core_share(spec, scenario.job, b);
     }
     return it->second;
   }

@@ -61,8 +61,7 @@ SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResu
       r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
     }
   out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind =
-      search.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+  out.plan.activation_checkpointing.kind = checkpointing_of(search.recompute, search.selective);
   traces::check_plan_for(out.plan, scenario, "<planner>");
   out.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
   out.simulated_iteration_s = out.report.iteration_time_s;
@@ -86,7 +85,8 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
   // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
   std::vector<SplitCandidate> candidates = search.finalists;
   if (candidates.empty())
-    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate});
+    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate,
+                          search.selective});
   std::optional<SplitPlanResult> best, closest;
   std::vector<std::string> replays;
   std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
@@ -94,6 +94,7 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
     SplitSearchResult one = search;
     one.split = f.split;
     one.recompute = f.recompute;
+    one.selective = f.selective;
     one.replica_batches = f.replica_batches;
     one.estimate = f.estimate;
     SplitPlanResult r = replay_candidate(scenario, one, models);

@@ -148,6 +148,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.split.micro_batches = m;
             c.split.sharding = sharding;
             c.recompute = rc;
+            c.selective = !rc && options_.selective;
             c.by_speed = shapes.front().by_speed;
             c.shapes = shapes;
             c.counts = counts;
@@ -255,6 +256,7 @@ SplitSearchResult Search::run() {
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;
   result_.recompute = winner->recompute;
+  result_.selective = winner->selective;
   result_.replica_batches = winner->by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even;
   result_.estimate = winner->estimate;
   // The estimate's best few for the simulator (split_plan.hpp): its estimate is a first-order
@@ -288,6 +290,7 @@ SplitSearchResult Search::run() {
     // one replay of it is enough.
     const auto same_plan = [&f](const SplitCandidate& o) {
       if (!(o.split == f.split) || o.recompute != f.recompute) return false;
+      if (o.selective != f.selective) return false;
       for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
         const StageEstimate& a = o.estimate.stages[s];
         const StageEstimate& b = f.estimate.stages[s];
@@ -299,12 +302,12 @@ SplitSearchResult Search::run() {
     if (std::any_of(result_.finalists.begin(), result_.finalists.end(), same_plan)) continue;
     result_.finalists.push_back({std::move(f.split), f.recompute,
                                  f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                 std::move(f.estimate)});
+                                 std::move(f.estimate), f.selective});
   }
   for (auto& c : best_of_p)
     result_.best_per_stages.push_back({std::move(c.split), c.recompute,
                                        c.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                       std::move(c.estimate)});
+                                       std::move(c.estimate), c.selective});
   return result_;
 }
 

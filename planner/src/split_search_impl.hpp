@@ -30,6 +30,7 @@ struct TypeFamily {
 struct Candidate {
   ModelSplit split;
   bool recompute = false;
+  bool selective = false;
   bool by_speed = false;
   std::vector<StageShape> shapes;
   std::vector<int> counts;
@@ -57,9 +58,19 @@ class Search {
   // candidate is one the search would have priced and passed over; the kept ones are priced in
   // full again at the end, so what the search returns is estimate_split's answer.
   void price(Candidate& c, double stop_above) {
+    price_once(c, stop_above);
+    // Left open, one that keeps every activation and just misses tries selective recompute: it
+    // frees only the attention core's state.
+    if (c.estimate.fits || c.recompute || c.selective || options_.recompute || options_.selective ||
+        overshoot(c.estimate) > 1.1)
+      return;
+    c.selective = true;
+    price_once(c, stop_above);
+    c.selective = c.estimate.fits;
+  }
+  void price_once(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind =
-        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -83,8 +94,7 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind =
-        c.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }

@@ -91,7 +91,10 @@ std::string render_split_search(const SplitSearchResult& r) {
   out << render_split_estimate(r.estimate, r.split);
   out << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
       << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned, "
-      << r.bounded << " skipped by bound)" << (r.recompute ? ", full activation checkpointing" : "")
+      << r.bounded << " skipped by bound)"
+      << (r.recompute   ? ", full activation checkpointing"
+          : r.selective ? ", selective recompute"
+                        : "")
       << "\n";
   const SplitCandidate* alt = nullptr;
   for (const auto& c : r.best_per_stages)

@@ -31,8 +31,8 @@ const std::vector<Strategy>& strategies() {
        "to plan with it (or --offload none)"},
       {"cephalo", "the published Cephalo optimizer on the shipped profiles", detail::plan_cephalo,
        "the published optimizer's profiles and memory curves time full recompute, so it cannot "
-       "weigh other checkpointings; fix one (full, none or every:K: the plan is then checked "
-       "against memory) or use --strategy optimal, search, even or proportional",
+       "weigh other checkpointings; fix one (full, none, selective or every:K: the plan is then "
+       "checked against memory) or use --strategy optimal, search, even or proportional",
        "the published optimizer's memory curves were measured without host offload; use "
        "--strategy optimal to plan with it (or --offload none)"},
       {"optimal", "exact optimizer on the project's cost models, checked on the simulator",

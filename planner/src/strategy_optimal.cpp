@@ -70,9 +70,9 @@ Plan plan_of(const Scenario& s, const ModeSearch& m, const OptimalSolution& sol)
 
 // The checkpointings to solve under accumulation `acc`: the user's, or with `auto` every
 // candidate (each solved exactly, the fastest in simulation kept, as the offload mode is):
-// none, every:k for the largest k with which even's plan (equal batches and shares, micro-batches
-// of one sample or the fixed size) fits every rank — the period at which memory just fits —
-// and 4, 3, 2, then full.
+// none, selective, every:k for the largest k with which even's plan (equal batches and shares,
+// micro-batches of one sample or the fixed size) fits every rank — the period at which memory just
+// fits — and 4, 3, 2, then full.
 std::vector<ActivationCheckpointing> checkpointings(const Scenario& s, const PlannerOptions& opt,
                                                     Accumulation acc) {
   if (!opt.choose_checkpointing)

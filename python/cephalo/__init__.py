@@ -274,7 +274,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     `--activation-checkpointing`, `--sharding`, `--group-size`, `--offload`), checked the same
     way: None leaves that choice open (optimal searches it; planner/README.md), a value fixes it
     (accumulation "layered" | "standard" | "no_sync"; activation_checkpointing "full" | "none" |
-    "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
+    "selective" | "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
     cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
     `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
     JSON text, the bytes `cephalo plan --json` prints with the same flags. stack=path is
@@ -453,7 +453,7 @@ def predict_3d(scenario, split, activation_checkpointing="none", dp_overlap="non
     """`cephalo predict 3d --json`: the first estimate of one iteration under a tensor x
     pipeline x data parallel split (a model split file, {"model_split": {...}}): iteration_s
     and makespan_s in seconds, per stage its times in seconds and memory terms in bytes, and
-    whether it fits. activation_checkpointing "none" | "full", dp_overlap "none" |
+    whether it fits. activation_checkpointing "none" | "full" | "selective", dp_overlap "none" |
     "last-backward", scatter_gather=False for `--no-scatter-gather`; stack=path is `--stack`.
     A split that does not fit is returned (the CLI exits 3 after printing it)."""
     s = _with_stack(load_scenario(scenario), stack)

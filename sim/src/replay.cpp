@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
@@ -165,20 +166,30 @@ Time Replay::compute_duration(const Op& op) {
                                    : op.kind == OpKind::Backward
                                        ? costmodels::ComputePhase::Backward
                                        : costmodels::ComputePhase::Recompute;
+  // A layer's Recompute under selective recompute reruns only its attention core.
+  const bool core = op.kind == OpKind::Recompute &&
+                    schedule::recomputes_attention_core(g_.summary().activation_checkpointing,
+                                                        op.unit, g_.summary().num_units);
   // Layers are identical, so (device class, TP degree, unit kind, phase, size) determines the
-  // time.
+  // time (phase 3: the attention core's recompute).
   const auto kind = costmodels::unit_kind(s_.job.model, op.unit);
   const int tp = g_.summary().split ? g_.place(op.rank).tensor_parallel : 1;
-  std::uint64_t key =
-      (static_cast<std::uint64_t>(device_class_[op.rank]) << 48) |
-      (static_cast<std::uint64_t>(tp) << 36) | (static_cast<std::uint64_t>(kind) << 34) |
-      (static_cast<std::uint64_t>(phase) << 32) | static_cast<std::uint32_t>(op.micro_batch_size);
+  std::uint64_t key = (static_cast<std::uint64_t>(device_class_[op.rank]) << 48) |
+                      (static_cast<std::uint64_t>(tp) << 36) |
+                      (static_cast<std::uint64_t>(kind) << 34) |
+                      (static_cast<std::uint64_t>(core ? 3 : static_cast<int>(phase)) << 32) |
+                      static_cast<std::uint32_t>(op.micro_batch_size);
   auto it = compute_memo_.find(key);
   if (it != compute_memo_.end()) return it->second;
   double seconds =
       compute_.unit_time(slot.spec, s_.job, op.unit, phase, op.micro_batch_size).seconds;
-  // A tensor-parallel rank's share of the unit (costmodels/tensor_parallel.hpp).
-  if (tp > 1)
+  // The attention core's share of the recompute, split by heads (costmodels/tensor_parallel.hpp:
+  // the rule the 3D estimate prices it with); a tensor-parallel rank's share of the unit
+  // otherwise.
+  if (core)
+    seconds *= costmodels::attention_core_recompute_factor(
+        costmodels::layer_attention_core_share(slot.spec, s_.job, op.micro_batch_size), tp);
+  else if (tp > 1)
     seconds *= costmodels::tensor_parallel_factor(
         s_.job.model, op.unit, phase, tp, g_.summary().sequence_parallel,
         costmodels::layer_replicated_share(slot.spec, s_.job, op.micro_batch_size));

@@ -81,6 +81,8 @@ const std::vector<Choice>& choices() {
       {"no-sync", "cpu-3rank-uneven-standard", "no_sync", "full"},
       {"no-sync-none", "cpu-3rank-uneven-standard", "no_sync", "none"},
       {"standard-every2", "cpu-3rank-uneven-standard", "standard", {{"every", 2}}},
+      {"layered-selective", "cpu-3rank-uneven-layered", "layered", "selective"},
+      {"standard-selective", "cpu-3rank-uneven-standard", "standard", "selective"},
   };
   return c;
 }
@@ -148,8 +150,10 @@ TEST(MpiScheduleChoices, PeakMemoryMatchesSimulatorAndMemoryModel) {
       {"standard-none", plan_of("standard", "none")},
       {"no-sync", plan_of("no_sync", "full")},
       {"no-sync-none", plan_of("no_sync", "none")},
+      {"selective-layered", plan_of("layered", "selective")},
   };
   std::vector<double> layered_peaks;
+  double selective_peak = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const auto plan_file = dir.path / (c.name + ".plan.json");
@@ -202,6 +206,7 @@ TEST(MpiScheduleChoices, PeakMemoryMatchesSimulatorAndMemoryModel) {
           c.name.c_str(), r, measured[r], 100 * spread, 100 * sim_error, 100 * model_error);
     }
     if (c.name.rfind("layered", 0) == 0) layered_peaks.push_back(measured[0]);
+    if (c.name == "selective-layered") selective_peak = measured[0];
 
     // The same ops on both sides: exactly the graph's ids.
     const auto graph = cephalo::traces::build_training_graph(plan, scenario);
@@ -211,11 +216,13 @@ TEST(MpiScheduleChoices, PeakMemoryMatchesSimulatorAndMemoryModel) {
     EXPECT_EQ(sim_ids.size(), graph.num_ops());
     EXPECT_EQ(sim_ids, run_ids);
     // And the setting's recompute ops, counted from its definition: per micro-batch, every
-    // checkpointed layer, the embedding unless none, and the head.
+    // checkpointed layer (every layer's attention core under selective), the embedding unless
+    // none or selective, and the head.
     const auto& ck = plan.activation_checkpointing;
     const int layers = scenario.job.model.num_layers;
-    int per_mb = 1 + (ck.kind == cephalo::ActivationCheckpointing::Kind::None ? 0 : 1);
-    for (int l = 1; l <= layers; ++l) per_mb += ck.checkpoints_layer(l) ? 1 : 0;
+    const bool selective = ck.kind == cephalo::ActivationCheckpointing::Kind::Selective;
+    int per_mb = 1 + (ck.kind == cephalo::ActivationCheckpointing::Kind::None || selective ? 0 : 1);
+    for (int l = 1; l <= layers; ++l) per_mb += ck.checkpoints_layer(l) || selective ? 1 : 0;
     int rc = 0;
     for (const auto& o : graph.ops()) rc += o.kind == cephalo::traces::OpKind::Recompute;
     EXPECT_EQ(rc, per_mb * 2 * 2);  // 2 micro-batches on each of 2 ranks
@@ -224,6 +231,9 @@ TEST(MpiScheduleChoices, PeakMemoryMatchesSimulatorAndMemoryModel) {
   ASSERT_EQ(layered_peaks.size(), 3u);
   EXPECT_LT(layered_peaks[0], layered_peaks[2]);
   EXPECT_LT(layered_peaks[2], layered_peaks[1]);
+  // Selective keeps all but the attention core's state: above full, below none.
+  EXPECT_LT(layered_peaks[0], selective_peak);
+  EXPECT_LT(selective_peak, layered_peaks[1]);
 }
 
 // A framework changes when the gathers are issued (DeepSpeed ZeRO-3's prefetch bucket holds the

@@ -38,7 +38,7 @@ struct RankSpec {
 // micro-batches of `micro_batch` samples.
 std::string write_plan(const fs::path& dir, const std::string& name,
                        const std::string& scenario_name, const json& split,
-                       const std::vector<RankSpec>& ranks) {
+                       const std::vector<RankSpec>& ranks, const std::string& checkpointing = "") {
   const int m = split.at("micro_batches").get<int>();
   json rs = json::array();
   for (std::size_t r = 0; r < ranks.size(); ++r)
@@ -49,11 +49,12 @@ std::string write_plan(const fs::path& dir, const std::string& name,
                   {"micro_batch", ranks[r].micro_batch},
                   {"micro_batches", m},
                   {"state_share", ranks[r].share}});
-  const json plan = {{"version", 1},
-                     {"scenario", scenario_name},
-                     {"strategy", "test"},
-                     {"model_split", split},
-                     {"ranks", rs}};
+  json plan = {{"version", 1},
+               {"scenario", scenario_name},
+               {"strategy", "test"},
+               {"model_split", split},
+               {"ranks", rs}};
+  if (!checkpointing.empty()) plan["activation_checkpointing"] = checkpointing;
   const fs::path file = dir / (name + ".plan.json");
   std::ofstream(file) << plan.dump(1);
   return file.string();
@@ -175,6 +176,7 @@ struct Job {
   int batch = 9;
   bool tied = true;
   int nodes = 1;
+  std::string checkpointing;  // the plan key ("" leaves it out: full)
 };
 
 // The split plan against single-rank training of the same job over `steps` steps, and its
@@ -186,7 +188,8 @@ void expect_equivalent(const Job& job, const json& split, const std::vector<Rank
   const std::string one = variant(dir.path, 1, 1, job.layers, job.batch, job.tied);
   const std::string four = variant(dir.path, 4, job.nodes, job.layers, job.batch, job.tied);
   const std::string one_plan = one_rank_plan(dir.path, job.batch);
-  const std::string plan_file = write_plan(dir.path, "split", "cpu-4rank", split, ranks);
+  const std::string plan_file =
+      write_plan(dir.path, "split", "cpu-4rank", split, ranks, job.checkpointing);
   const RunOut ref = run(1, one, one_plan, steps, dir.path, "ref");
   const fs::path ckpt = dir.path / "ckpt";
   const std::string before_last = std::to_string(steps - 1);
@@ -255,6 +258,15 @@ TEST(MpiSplitRun, TensorTwoTimesPipelineTwoEqualsSingleRankTraining) {
   expect_equivalent({},
                     split_of(2, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
                     {{3}, {3}, {3}, {3}}, "TP 2 x PP 2 (1F1B)");
+}
+
+TEST(MpiSplitRun, SelectiveRecomputeUnderTensorAndPipelineParallelismEqualsSingleRankTraining) {
+  // Every layer keeps its activations but the attention core's, rerun on each TP rank's heads.
+  Job job;
+  job.checkpointing = "selective";
+  expect_equivalent(job,
+                    split_of(2, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
+                    {{3}, {3}, {3}, {3}}, "TP 2 x PP 2 (1F1B), selective recompute");
 }
 
 TEST(MpiSplitRun, GPipeWithTheDistributedOptimizerEqualsSingleRankTraining) {

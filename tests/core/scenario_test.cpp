@@ -131,6 +131,47 @@ TEST(Plan, RoundTripsThroughJson) {
   }
 }
 
+// Selective recompute is a plan key value: read, written back, and refused with the file, the
+// JSON path, the value and what was expected on a model whose layers have no attention core
+// (heads 0 here, built in code: every family the model reader accepts has heads >= 1).
+TEST(Plan, SelectiveRecomputeIsAPlanKeyAndNeedsAnAttentionCore) {
+  Scenario s = costmodels::load_scenario(kScenarios / "default.json");
+  Json j = Json::parse(R"({"version":1,"activation_checkpointing":"selective","ranks":[
+     {"rank":0,"node":0,"gpu":"l4","batch":16,"micro_batch":16,"micro_batches":1,"state_share":0.25},
+     {"rank":1,"node":0,"gpu":"l4","batch":16,"micro_batch":16,"micro_batches":1,"state_share":0.25},
+     {"rank":2,"node":0,"gpu":"a6000","batch":16,"micro_batch":16,"micro_batches":1,"state_share":0.25},
+     {"rank":3,"node":0,"gpu":"p40","batch":16,"micro_batch":16,"micro_batches":1,"state_share":0.25}]})");
+  JsonReader r(j, "sel.plan.json");
+  const Plan plan = parse_plan(r);
+  EXPECT_EQ(plan.activation_checkpointing.kind, ActivationCheckpointing::Kind::Selective);
+  EXPECT_EQ(to_json(plan)["activation_checkpointing"], "selective");
+  EXPECT_EQ(parse_activation_checkpointing("selective", "--activation-checkpointing").kind,
+            ActivationCheckpointing::Kind::Selective);
+  EXPECT_NO_THROW(validate_plan_for(plan, s, "sel.plan.json"));
+  Scenario no_core = s;
+  no_core.job.model.heads = 0;
+  try {
+    validate_plan_for(plan, no_core, "sel.plan.json");
+    FAIL() << "expected a ValidationError";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.file(), "sel.plan.json");
+    EXPECT_EQ(e.json_path(), "activation_checkpointing");
+    EXPECT_EQ(e.value(), "\"selective\"");
+    EXPECT_NE(e.expected().find("attention core"), std::string::npos) << e.what();
+  }
+  // A value the key does not know names every accepted one.
+  Json bad = j;
+  bad["activation_checkpointing"] = "partial";
+  JsonReader rb(bad, "bad.plan.json");
+  try {
+    parse_plan(rb);
+    FAIL() << "expected a ValidationError";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.json_path(), "activation_checkpointing");
+    EXPECT_NE(e.expected().find("\"selective\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Plan, LastMicroBatchMayBeSmaller) {
   PlanRank r;
   r.batch = 7;

@@ -208,8 +208,9 @@ TEST(PlanAnswer, TheDefaultOptimalPlanIsWithinOnePercentOfTheBestFixedFlags) {
 }
 
 // `auto` checkpointing searches periods, not just every:2: even and proportional take the least
-// recompute that fits (none, else the largest period k with which every rank fits, else full),
-// and optimal solves and replays none, that period, 4, 3, 2 and full.
+// recompute that fits (none, else selective, else the largest period k with which every rank
+// fits, else full), and optimal solves and replays none, selective, that period, 4, 3, 2 and
+// full.
 TEST(PlanAnswer, AutoCheckpointingSearchesThePeriodsAndTheOneAtWhichMemoryJustFits) {
   // GPT-2.7B with equal shares over H100s, A100s and L4s: no checkpointing does not fit the L4s.
   const Scenario mix = costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) +
@@ -230,7 +231,7 @@ TEST(PlanAnswer, AutoCheckpointingSearchesThePeriodsAndTheOneAtWhichMemoryJustFi
   const Scenario s =
       costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) + "/scenarios/default.json");
   const PlanResult opt = make_plan(s, options_of("optimal", flags(0, "layered", "")));
-  for (const std::string k : {"none", "every:4", "every:3", "every:2", "full"})
+  for (const std::string k : {"none", "selective", "every:4", "every:3", "every:2", "full"})
     EXPECT_NE(opt.note.find("layered / " + k + " / offload none"), std::string::npos)
         << k << ": " << opt.note;
 }

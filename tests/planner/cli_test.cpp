@@ -350,8 +350,8 @@ TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo
   const auto refused = run("plan --scenario " + tiny.string() +
                            " --strategy cephalo --activation-checkpointing auto");
   EXPECT_EQ(refused.code, 2) << refused.out;
-  for (const std::string part :
-       {"--activation-checkpointing", "auto", "--strategy cephalo", "full, none or every:K"})
+  for (const std::string part : {"--activation-checkpointing", "auto", "--strategy cephalo",
+                                 "full, none, selective or every:K"})
     EXPECT_NE(refused.out.find(part), std::string::npos) << part << ": " << refused.out;
 }
 
@@ -393,7 +393,7 @@ TEST(PlanCli, InfeasibleScheduleStatesRankPositiveShortfallAndWhatFits) {
 TEST(PlanCli, BadScheduleFlagsAreUsageErrors) {
   for (const std::string bad :
        {"--activation-checkpointing every:0", "--activation-checkpointing every:-2",
-        "--activation-checkpointing selective", "--accumulation nosync", "--micro-batch 0"}) {
+        "--activation-checkpointing partial", "--accumulation nosync", "--micro-batch 0"}) {
     const auto r = run("plan --scenario " + kDefault + " --strategy even " + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
   }

@@ -140,4 +140,36 @@ TEST(PlanSummary, TablesSayHowTheirColumnsAddUp) {
       << split_sim.out;
 }
 
+// Selective recompute is a plan choice under every parallelism: the written plan says
+// "selective", simulates as planned, and its time lies between no recompute and full recompute
+// (the attention core alone is rerun). Python's plan() takes the same request.
+TEST(PlanCli, SelectiveRecomputeIsWrittenAndSimulatesAsPlannedUnderEveryParallelism) {
+  const std::string nemotron =
+      std::string(CEPHALO_SOURCE_DIR) + "/scenarios/h100x16-nemotron4-15b.json";
+  for (const std::string parallelism : {"fsdp", "3d", "auto"}) {
+    SCOPED_TRACE(parallelism);
+    auto simulated = [&](const std::string& ck) {
+      const auto file = tmp(parallelism + "-" + ck + ".plan.json");
+      const auto r = run("plan --scenario " + nemotron + " --parallelism " + parallelism +
+                         " --activation-checkpointing " + ck + " -o " + file.string() + " --json");
+      EXPECT_EQ(r.code, 0) << r.out;
+      if (r.code != 0) return 0.0;
+      const auto written = nlohmann::json::parse(std::ifstream(file));
+      // (full is the default: the key is left out)
+      EXPECT_EQ(written.value("activation_checkpointing", nlohmann::json("full")), ck) << file;
+      const auto sim =
+          run("simulate --scenario " + nemotron + " --plan " + file.string() + " --json");
+      EXPECT_EQ(sim.code, 0) << sim.out;
+      const double t = nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>();
+      EXPECT_DOUBLE_EQ(
+          t, nlohmann::json::parse(r.out)["predicted"]["simulated_iteration_s"].get<double>());
+      return t;
+    };
+    const double none = simulated("none"), selective = simulated("selective"),
+                 full = simulated("full");
+    EXPECT_LT(none, selective);
+    EXPECT_LT(selective, full);
+  }
+}
+
 }  // namespace

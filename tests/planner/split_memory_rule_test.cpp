@@ -70,7 +70,8 @@ TEST(SplitMemoryRule, EstimatePredictionAndReplayAgreeWithinOnePercent) {
             pipeline::PipelineSchedule{K::Interleaved, 2}})
         shapes.push_back({2, t, sp, schedule});
     }
-  std::vector<ActivationCheckpointing> checkpointings = {{CK::None}, {CK::Full}, {CK::Every, 2}};
+  std::vector<ActivationCheckpointing> checkpointings = {
+      {CK::None}, {CK::Full}, {CK::Every, 2}, {CK::Selective}};
   int compared = 0;
   double worst = 0;
   std::string worst_case;

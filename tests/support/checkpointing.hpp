@@ -16,4 +16,10 @@ inline ActivationCheckpointing none() {
   return c;
 }
 
+inline ActivationCheckpointing selective() {
+  ActivationCheckpointing c;
+  c.kind = ActivationCheckpointing::Kind::Selective;
+  return c;
+}
+
 }  // namespace cephalo::test_support

@@ -12,12 +12,14 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "tiny_scenario.hpp"
 
 using namespace cephalo;
 using cephalo::test_support::every;
 using cephalo::test_support::none;
+using cephalo::test_support::selective;
 using namespace cephalo::traces;
 using cephalo::testing::tiny_plan;
 using cephalo::testing::tiny_scenario;
@@ -83,6 +85,54 @@ TEST(ScheduleChoices, RecomputeOpsFollowTheCheckpointingSetting) {
       }
       g.topological_order();  // acyclic
     }
+  }
+}
+
+// Selective recompute (Korthikanti et al.): every layer keeps its forward's saved activations
+// but the attention core's, and reruns only that core before its backward: a Recompute op per
+// layer and micro-batch with the core's forward FLOPs, allocating the core's saved state again.
+TEST(ScheduleChoices, SelectiveRecomputesOnlyTheAttentionCore) {
+  const int layers = 4, mbs = 2;
+  const Scenario s = tiny_scenario(2, layers, 8);
+  const Job& job = s.job;
+  const int units = layers + 2;
+  for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard, Accumulation::NoSync}) {
+    SCOPED_TRACE(to_string(acc));
+    Plan p = tiny_plan(s, mbs, acc);
+    p.activation_checkpointing = selective();
+    const TrainingGraph g = build_training_graph(p, s);
+    EXPECT_FALSE(g.recomputes(1));
+    EXPECT_TRUE(g.recomputes_attention_core(1));
+    EXPECT_FALSE(g.recomputes_attention_core(0));
+    EXPECT_FALSE(g.recomputes_attention_core(units - 1));
+    for (int r = 0; r < 2; ++r) {
+      // Every layer and the head (always); not the embedding (it keeps nothing).
+      EXPECT_EQ(count(g, r, OpKind::Recompute), (layers + 1) * mbs);
+      EXPECT_EQ(count(g, r, OpKind::Recompute, 0), 0);
+      double alloc = 0, freed = 0;
+      for (const Op& o : g.program(r)) {
+        alloc += o.mem_alloc;
+        freed += o.mem_free;
+        if (o.kind != OpKind::Recompute || o.unit < 1 || o.unit > layers) continue;
+        const double core = costmodels::attention_core_forward_flops(job, o.micro_batch_size);
+        EXPECT_EQ(o.flops, core);
+        EXPECT_GT(core, 0.0);
+        EXPECT_LT(core,
+                  costmodels::unit_flops(job.model, o.unit, job.sequence_length, o.micro_batch_size)
+                      .forward);
+        EXPECT_EQ(o.mem_alloc, costmodels::attention_core_kept_bytes(job.model, job.sequence_length,
+                                                                     o.micro_batch_size));
+      }
+      EXPECT_NEAR(alloc, freed, 1e-6 * alloc);
+    }
+    g.topological_order();
+    // It holds more than full checkpointing and less than none.
+    Plan full = p, kept = p;
+    full.activation_checkpointing = ActivationCheckpointing{};
+    kept.activation_checkpointing = none();
+    const double sel = issue_order_peak(g, 0);
+    EXPECT_LT(issue_order_peak(build_training_graph(full, s), 0), sel);
+    EXPECT_LT(sel, issue_order_peak(build_training_graph(kept, s), 0));
   }
 }
 
@@ -182,6 +232,11 @@ TEST(ScheduleChoices, MemoryModelCountsKeptActivationsAndNoSyncGradients) {
   EXPECT_EQ(total(in, "kept_activations"), 0.0);
   in.activation_checkpointing = none();
   EXPECT_NEAR(total(in, "kept_activations"), 4 * 6 * w1, 1e-6 * w1);  // 4 layers, 6 samples
+  // Selective: every layer keeps all but its attention core's saved state.
+  in.activation_checkpointing = selective();
+  const double core1 = costmodels::attention_core_kept_bytes(job.model, job.sequence_length, 1);
+  EXPECT_GT(core1, 0.0);
+  EXPECT_NEAR(total(in, "kept_activations"), 4 * 6 * (w1 - core1), 1e-6 * w1);
   in.activation_checkpointing = every(2);
   EXPECT_NEAR(total(in, "kept_activations"), 2 * 6 * w1, 1e-6 * w1);  // layers 2 and 4
   in.accumulation = Accumulation::Standard;
@@ -204,7 +259,8 @@ TEST(ScheduleChoices, TheGraphRunsTheScheduleModulesCollectivesAndRecomputes) {
   const Scenario s = tiny_scenario(2, layers, 12);
   for (Accumulation acc : {Accumulation::Layered, Accumulation::Standard, Accumulation::NoSync})
     for (int mbs : {1, 3})
-      for (const ActivationCheckpointing& ck : {ActivationCheckpointing{}, none(), every(2)}) {
+      for (const ActivationCheckpointing& ck :
+           {ActivationCheckpointing{}, none(), every(2), selective()}) {
         Plan p = tiny_plan(s, mbs, acc);
         p.activation_checkpointing = ck;
         const TrainingGraph g = build_training_graph(p, s);
@@ -224,6 +280,12 @@ TEST(ScheduleChoices, TheGraphRunsTheScheduleModulesCollectivesAndRecomputes) {
           EXPECT_EQ(bwd, want.backward_gathers) << what;
           EXPECT_EQ(rs, want.reduce_scatters) << what;
           EXPECT_EQ(g.recomputes(u), schedule::recomputes(ck, u, units)) << what;
+          EXPECT_EQ(g.recomputes_attention_core(u),
+                    schedule::recomputes_attention_core(ck, u, units))
+              << what;
+          int rc = 0;
+          for (const Op& o : g.program(0)) rc += o.unit == u && o.kind == OpKind::Recompute;
+          EXPECT_EQ(rc, schedule::has_recompute_op(ck, u, units) ? mbs : 0) << what;
         }
       }
 }

@@ -69,6 +69,10 @@ class GraphBuilder {
   }
   // Whether unit u's backward is preceded by a Recompute (schedule::recomputes).
   bool recomputes(int u) const;
+  // Whether it reruns only its attention core (schedule::recomputes_attention_core), and the
+  // bytes of that core's saved state for a micro-batch of `size` (0 for other units).
+  bool recomputes_attention_core(int u) const;
+  double core_bytes(int u, int size) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
   // Phase p's collective of `group` in a per phase × group table.

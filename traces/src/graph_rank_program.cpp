@@ -4,7 +4,9 @@
 #include <algorithm>
 
 #include "cephalo/core/schedule.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "graph_builder.hpp"
 
 namespace cephalo::traces {
@@ -51,6 +53,17 @@ bool GraphBuilder::recomputes(int u) const {
   return schedule::recomputes(plan_.activation_checkpointing, u, units_);
 }
 
+bool GraphBuilder::recomputes_attention_core(int u) const {
+  return schedule::recomputes_attention_core(plan_.activation_checkpointing, u, units_);
+}
+
+double GraphBuilder::core_bytes(int u, int size) const {
+  return recomputes_attention_core(u)
+             ? costmodels::attention_core_kept_bytes(scenario_.job.model,
+                                                     scenario_.job.sequence_length, size)
+             : 0.0;
+}
+
 void GraphBuilder::emit_gather(RankState& st, int p) {
   const Phase& ph = phases_[p];
   const Collective& c = g_.collectives_[at(ag_collective_, p, st.group)];
@@ -81,7 +94,8 @@ void GraphBuilder::emit_forward(RankState& st, int p, int m, bool keeps) {
   Op f = micro_batch_op(OpKind::Forward, Pass::Forward, u, p, m, size);
   f.flops = costmodels::unit_flops(job.model, u, job.sequence_length, size).forward;
   f.mem_alloc = w + (u < units_ - 1 ? boundary : 0.0);
-  f.mem_free = keeps ? 0.0 : w;
+  // A kept layer releases nothing, or under selective recompute its attention core's state.
+  f.mem_free = keeps ? core_bytes(u, size) : w;
   st.last_compute = emit(f, {st.first ? st.ag[p] : kNoOp});
   if (st.offload && u >= 1) {
     Op c = micro_batch_op(OpKind::CopyD2H, Pass::Forward, u, p, m, size);
@@ -114,11 +128,13 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
   const auto flops = costmodels::unit_flops(model, u, seq, size);
   const double w = costmodels::unit_working_bytes(model, u, seq, size, act);
   Op b = micro_batch_op(OpKind::Backward, Pass::Backward, u, p, m, size);
-  if (recompute) {
+  // The layer's whole forward again, or under selective recompute its attention core only.
+  const bool core = recomputes_attention_core(u);
+  if (recompute || core) {
     Op rc = b;
     rc.kind = OpKind::Recompute;
-    rc.flops = flops.forward;
-    rc.mem_alloc = w;
+    rc.flops = recompute ? flops.forward : costmodels::attention_core_forward_flops(job, size);
+    rc.mem_alloc = recompute ? w : core_bytes(u, size);
     emit(rc, {st.first ? st.ag[p] : kNoOp, h2d});
   }
   b.flops = flops.backward;
@@ -138,7 +154,7 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
   b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary : 0.0) +
                (u < units_ - 1 ? boundary : 0.0);
   // Without a recompute the backward itself is the phase's first use of the gather.
-  st.last_compute = recompute ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
+  st.last_compute = recompute || core ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
   st.backward_steps.push_back(st.last_compute);
   st.grad_last[static_cast<std::size_t>(gp)] = st.last_compute;
 }

@@ -73,6 +73,8 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
   st.pending.clear();
   const bool full = st.gathers;
+  const bool core = kind == OpKind::Recompute && schedule::recomputes_attention_core(
+                                                     plan_.activation_checkpointing, unit, units_);
   if (kind == OpKind::Forward) {
     o.flops = flops.forward * flop_share;
     const costmodels::OpBytes f = bytes(costmodels::ComputeStep::Forward);
@@ -81,7 +83,9 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
     if (full && !st.used[static_cast<std::size_t>(unit)])
       deps.push_back(st.gather[static_cast<std::size_t>(unit)]);
   } else if (kind == OpKind::Recompute) {
-    o.flops = flops.forward * flop_share;
+    // The layer's forward again, or under selective recompute its attention core only.
+    o.flops =
+        (core ? costmodels::attention_core_forward_flops(job, size) : flops.forward) * flop_share;
     o.mem_alloc = bytes(costmodels::ComputeStep::Recompute).alloc;
   } else {
     const std::size_t u = static_cast<std::size_t>(unit);
@@ -108,7 +112,8 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   if (kind == OpKind::Backward) st.last_backward_op = st.last_compute;
   // The compute op's tensor-parallel collectives (DESIGN §4, "Tensor-parallel ops"), right
   // after it on the compute stream; then the gathers its completion releases.
-  if (T > 1) emit_tensor_parallel(st, kind, unit, micro_batch, pass, o.phase);
+  // (The attention core runs on the rank's own heads: no TP collective.)
+  if (T > 1 && !core) emit_tensor_parallel(st, kind, unit, micro_batch, pass, o.phase);
   if (kind == OpKind::Forward && !st.used[static_cast<std::size_t>(unit)]) {
     st.used[static_cast<std::size_t>(unit)] = 1;
     st.first_forward[static_cast<std::size_t>(unit)] = st.last_forward;
@@ -279,7 +284,7 @@ void SplitGraphBuilder::emit_backward_step(RankState& st, int micro_batch, int c
   const bool last_of_chunk = st.backwards_left_in_chunk[static_cast<std::size_t>(chunk)]-- == 1;
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const int u = *it;
-    if (g_.recomputes_[static_cast<std::size_t>(u)])
+    if (schedule::has_recompute_op(plan_.activation_checkpointing, u, units_))
       emit_compute(st, OpKind::Recompute, u, micro_batch, Pass::Backward);
     emit_compute(st, OpKind::Backward, u, micro_batch, Pass::Backward);
     st.last_backward[static_cast<std::size_t>(u)] = st.last_backward_op;

@@ -13,6 +13,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 
 namespace cephalo::traces {
 namespace {
@@ -83,6 +84,8 @@ double hardware_flops_per_iteration(const Job& job, const Plan& plan) {
   for (int u = 0; u < units; ++u)
     if (schedule::recomputes(plan.activation_checkpointing, u, units))
       flops += costmodels::unit_flops(job.model, u, job.sequence_length, 1).forward * batch;
+    else if (schedule::recomputes_attention_core(plan.activation_checkpointing, u, units))
+      flops += costmodels::attention_core_forward_flops(job, 1) * batch;
   return flops;
 }
 

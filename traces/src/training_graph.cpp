@@ -7,6 +7,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "cephalo/core/schedule.hpp"
+
 namespace cephalo::traces {
 
 struct TrainingGraph::BoostGraph {
@@ -99,6 +101,11 @@ RankPlace TrainingGraph::place(int rank) const {
   p.stage = 0;
   p.replica = rank;
   return p;
+}
+
+bool TrainingGraph::recomputes_attention_core(int unit) const {
+  return schedule::recomputes_attention_core(summary_.activation_checkpointing, unit,
+                                             summary_.num_units);
 }
 
 bool TrainingGraph::holds(int rank, int unit) const {

@@ -167,6 +167,13 @@ class GptModel {
   // Allocates `acts` on first use for `rows` and fills them; writes the block output to `y`.
   void layer_forward(Device& d, TensorRef params, TensorRef x, TensorRef y, LayerActivations& acts,
                      std::int64_t rows) const;
+  // Selective recompute (Korthikanti et al., 2022; the graph's attention-core Recompute op):
+  // after a kept forward, drop the attention kernel's own saved state (its log-sum-exps; q, k,
+  // v and the attention output stay, as the projections' inputs); before the backward,
+  // recompute it from the kept q, k, v (the attention output is rewritten with the same values,
+  // no allocation beyond the log-sum-exps). No collective: each TP rank runs its own heads.
+  void drop_attention_core(LayerActivations& acts) const;
+  void recompute_attention_core(Device& d, LayerActivations& acts, std::int64_t rows) const;
   // Needs `acts` from layer_forward on the same x. dx overwritten, grads accumulated.
   void layer_backward(Device& d, TensorRef params, TensorRef grads, TensorRef x,
                       const LayerActivations& acts, TensorRef dy, TensorRef dx,

@@ -31,6 +31,19 @@ bool recomputes(const ActivationCheckpointing& checkpointing, int unit, int num_
 bool keeps_only_input(const ActivationCheckpointing& checkpointing, int layer);
 // How many of the L layers are checkpointed.
 int checkpointed_layers(const ActivationCheckpointing& checkpointing, int num_layers);
+// Whether unit u's Recompute op reruns only its attention core (scores, softmax, dropout and
+// scores x V, or flash attention's one kernel) from the q, k, v its forward kept: every layer
+// under selective recompute (Korthikanti et al., 2022). Such a layer keeps its forward's saved
+// activations but the attention kernel's own saved state, which the recompute restores.
+bool recomputes_attention_core(const ActivationCheckpointing& checkpointing, int unit,
+                               int num_units);
+// Whether unit u has a Recompute op before its backward at all (recomputes or
+// recomputes_attention_core).
+bool has_recompute_op(const ActivationCheckpointing& checkpointing, int unit, int num_units);
+// Why `model` cannot run `checkpointing`, or nothing when it can: selective recompute reruns
+// the attention core, so the model's layers must have one (attention heads).
+std::optional<std::string> attention_core_refusal(const ModelSpec& model,
+                                                  const ActivationCheckpointing& checkpointing);
 
 // ---- gradient accumulation ----------------------------------------------------------------
 

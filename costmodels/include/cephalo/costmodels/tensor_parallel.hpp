@@ -26,6 +26,15 @@ LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int 
 // The attention core (scores, softmax and context, or flash attention's one kernel): what
 // selective recompute reruns before the backward.
 LayerShare layer_attention_core_share(const DeviceSpec& device, const Job& job, int micro_batch);
+// The attention core's forward FLOPs in one layer for one micro-batch (the implementation's:
+// flash attention's one kernel, or eager's scores, softmax and context): a selective
+// Recompute op's FLOPs (a TP rank's 1/T of them).
+double attention_core_forward_flops(const Job& job, int micro_batch);
+// The factor a selective Recompute op's time (a TP rank's, of a layer) is of the layer's whole
+// recompute (unit_time's Recompute phase): the core's share of the forward (`core` is
+// layer_attention_core_share for this device and size), split by heads over the T ranks. The
+// one rule the 3D estimate and the replay price it with.
+double attention_core_recompute_factor(const LayerShare& core, int tensor_parallel);
 
 // The factor a TP rank's compute time of `unit` in `phase` is of the whole unit's (1 for T = 1).
 // The recompute is a forward. `share` is layer_replicated_share for this device and size.

@@ -30,8 +30,9 @@ struct PlanRequest {
   std::string cephalo_shares = "min_params";  // cephalo: min_params | min_util
   bool cephalo_corrected_share_memory = false;
   // As the user wrote them; empty: left open.
-  std::string accumulation;              // layered | standard | no_sync (FSDP only)
-  std::string activation_checkpointing;  // full | none | every:K | auto (3d: full | none | auto)
+  std::string accumulation;  // layered | standard | no_sync (FSDP only)
+  // full | none | selective | every:K | auto (3d: full | none | selective | auto)
+  std::string activation_checkpointing;
   // fsdp: full | hybrid | auto; 3d: full | hybrid | optimizer | none | auto (searched)
   std::string sharding;
   // fsdp | 3d | auto (both; the faster); empty (the default): the family the options given fix,

@@ -255,6 +255,9 @@ class TrainingGraph {
   // Whether unit u's backward is preceded by a Recompute op (Plan::activation_checkpointing);
   // when not, a layer's forward keeps its saved activations for its backward.
   bool recomputes(int unit) const { return recomputes_[unit] != 0; }
+  // Whether unit u's Recompute op reruns only its attention core (selective recompute): the
+  // layer's forward keeps its saved activations but the attention kernel's own state.
+  bool recomputes_attention_core(int unit) const;
 
   // "F u3 mb1 r0", "AGv u3 r2", "OPT r1": stable, human-readable.
   std::string op_name(OpId id) const;
