@@ -63,12 +63,24 @@ class HostileRoundThree : public ::testing::Test {
 TEST_F(HostileRoundThree, EveryPlanFlagAppliesToTheChosenParallelismOrIsRefused) {
   const std::string s = " --scenario " + kDefault;
   expect_cases({
-      // 3D flags without --parallelism 3d.
-      {"plan --tensor-parallel 2" + s, 2, {"--tensor-parallel", "2", "--parallelism fsdp"}},
-      {"plan --pipeline-stages 2" + s, 2, {"--pipeline-stages", "--parallelism 3d"}},
-      {"plan --micro-batches 4" + s, 2, {"--micro-batches", "4"}},
-      {"plan --pipeline-schedule gpipe" + s, 2, {"--pipeline-schedule", "gpipe"}},
-      {"plan --sequence-parallel" + s, 2, {"--sequence-parallel"}},
+      // 3D flags with --parallelism fsdp.
+      {"plan --parallelism fsdp --tensor-parallel 2" + s,
+       2,
+       {"--tensor-parallel", "2", "--parallelism fsdp"}},
+      {"plan --parallelism fsdp --pipeline-stages 2" + s,
+       2,
+       {"--pipeline-stages", "--parallelism 3d"}},
+      {"plan --parallelism fsdp --micro-batches 4" + s, 2, {"--micro-batches", "4"}},
+      {"plan --parallelism fsdp --pipeline-schedule gpipe" + s,
+       2,
+       {"--pipeline-schedule", "gpipe"}},
+      {"plan --parallelism fsdp --sequence-parallel" + s, 2, {"--sequence-parallel"}},
+      // Without --parallelism a split's flag fixes the family: it plans splits, never drops it
+      // (a stage count no split of these 4 ranks can take is infeasible, as under 3d).
+      {"plan --micro-batches 4" + s, 0, {"4 micro-batches"}},
+      {"plan --pipeline-stages 2" + s, 3, {"no 3D split"}},
+      // ... and an FSDP flag fixes FSDP plans.
+      {"plan --strategy even" + s, 0, {"strategy even"}},
       // FSDP flags with it, a default value given explicitly too.
       {"plan --parallelism 3d --offload host" + s, 2, {"--offload", "host", "--parallelism 3d"}},
       {"plan --parallelism 3d --strategy even" + s, 2, {"--strategy", "even"}},

@@ -188,7 +188,9 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
        2,
        {"--activation-checkpointing", "every:2"}},
       {"plan --parallelism 4d" + s, 2, {"--parallelism", "4d"}},
-      {"plan --sharding optimizer" + s, 2, {"--sharding", "optimizer", "--parallelism 3d"}},
+      {"plan --parallelism fsdp --sharding optimizer" + s,
+       2,
+       {"--sharding", "optimizer", "--parallelism 3d"}},
   };
   for (const auto& c : cases) {
     const auto r = run(c.args);
