@@ -77,7 +77,7 @@ def test_validate_refuses_a_hybrid_group_that_cannot_hold_the_state(tmp_path):
     # Llama-7B's training state (104 GiB) does not fit one 32 GiB V100: `cephalo validate`
     # refuses groups of one device, and validate() runs the same check.
     scenario = SCENARIOS / "v100-a10g-llama7b.json"
-    plan = json.loads((ROOT / "tests" / "golden" / "v100-a10g-llama7b.plan.json").read_text())
+    plan = cephalo.plan(scenario, strategy="even")  # an FSDP plan (the default plans a split)
     plan["sharding"] = {"kind": "hybrid", "groups": [[r["rank"]] for r in plan["ranks"]]}
     for r in plan["ranks"]:
         r["state_share"] = 1.0  # the whole state on the group's one device
@@ -284,7 +284,7 @@ def test_the_3d_and_describe_keywords_refuse_bad_values_naming_the_keyword(tmp_p
             ({"parallelism": "3d", "activation_checkpointing": "every:2"},
              "activation_checkpointing"),
             ({"parallelism": "3d", "sharding": "half"}, "sharding"),
-            ({"sharding": "optimizer"}, "sharding")]:
+            ({"parallelism": "fsdp", "sharding": "optimizer"}, "sharding")]:
         with pytest.raises(cephalo.ValidationError) as info:
             cephalo.plan(DEFAULT, **kwargs)
         assert (info.value.file, info.value.json_path) == ("arguments", keyword), kwargs
@@ -942,9 +942,9 @@ def test_calibrate_stack_reads_a_profiler_trace_as_the_cli_does(tmp_path):
 
 
 @pytest.mark.parametrize("keywords, named", [
-    (dict(tensor_parallel=2), "tensor_parallel"),
-    (dict(pipeline_schedule="gpipe"), "pipeline_schedule"),
-    (dict(sequence_parallel=True), "sequence_parallel"),
+    (dict(parallelism="fsdp", tensor_parallel=2), "tensor_parallel"),
+    (dict(parallelism="fsdp", pipeline_schedule="gpipe"), "pipeline_schedule"),
+    (dict(parallelism="fsdp", sequence_parallel=True), "sequence_parallel"),
     (dict(parallelism="3d", strategy="even"), "strategy"),
     (dict(parallelism="3d", strategy="optimal"), "strategy"),
     (dict(parallelism="3d", offload="host"), "offload"),
