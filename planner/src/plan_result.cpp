@@ -251,7 +251,7 @@ Json prediction_json(const PlanResult& res, PlanForm form) {
   j["simulated_candidates"] = res.simulated_candidates;
   j["fits"] = res.fits();
   j["simulated_oom"] = res.simulated_oom;
-  j["note"] = res.note;
+  // The search's log (res.note) is the record's "explanation" (plan_answer_record), once.
   j["runner_up"] = res.runner_up;
   j["warnings"] = res.warnings;
   return j;

@@ -343,7 +343,7 @@ TEST(PlanCli, AutoCheckpointingIsChosenByEveryStrategyThatCanAndRefusedByCephalo
   const auto r = run("plan --scenario " + tiny.string() +
                      " --strategy optimal --activation-checkpointing auto --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string note = nlohmann::json::parse(r.json)["predicted"]["note"];
+  const std::string note = nlohmann::json::parse(r.json)["predicted"]["explanation"];
   EXPECT_NE(note.find("schedules (accumulation / checkpointing / offload) solved"),
             std::string::npos)
       << note;
@@ -605,7 +605,8 @@ TEST(PlanCli, AGroupThatCannotHoldItsCopyOfTheStateIsRefused) {
   ASSERT_EQ(r.code, 0) << r.out;
   const auto chosen = nlohmann::json::parse(r.json);
   EXPECT_EQ(chosen.value("sharding", nlohmann::json("full")), "full");
-  EXPECT_NE(chosen["predicted"]["note"].get<std::string>().find("does not fit"), std::string::npos);
+  EXPECT_NE(chosen["predicted"]["explanation"].get<std::string>().find("does not fit"),
+            std::string::npos);
   // A hand-written plan with that grouping: validate names the file, the JSON path, the group
   // and the bytes it would need.
   auto plan = chosen;
