@@ -342,8 +342,10 @@ Implementation parse_implementation(JsonReader& reader) {
                     "true or absent when \"compiled\" is true (torch.compile fuses the "
                     "elementwise ops itself)");
   }
-  if (auto f = reader.optional_child("framework"))
+  if (auto f = reader.optional_child("framework")) {
     impl.framework = *parse_framework(f->as_enum(framework_names()));
+    impl.framework_declared = true;
+  }
   if (auto st = reader.optional_child("stack")) {
     if (st->is_string()) {
       std::filesystem::path file = st->as_string();
@@ -363,8 +365,10 @@ Implementation parse_implementation(JsonReader& reader) {
 Json to_json(const Implementation& impl) {
   Json j = {{"attention", to_string(impl.attention)},
             {"fused_elementwise", impl.fused()},
-            {"compiled", impl.compiled},
-            {"framework", to_string(impl.framework)}};
+            {"compiled", impl.compiled}};
+  // Only a named framework is written, so that a record read back as a job prices what the
+  // job it came from priced (framework_declared).
+  if (impl.framework_declared) j["framework"] = to_string(impl.framework);
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;
 }

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/framework_buffers.hpp"
 #include "cephalo/costmodels/profile_compute.hpp"
 
 namespace cephalo::costmodels {
@@ -98,16 +100,30 @@ class StackScaledCompute : public ComputeModel {
   StackCalibration stack_;
 };
 
-class StackScaledComm : public CommModel {
+// What the job's stack adds to each collective: the framework's copies of its buffers around
+// a collective on the training state (framework_buffers.hpp; their time is added to the
+// collective's, whose consumer waits for them: FSDP2's copy-out before the gathered layer
+// runs, the pre-reduce passes before the reduce-scatter starts), then a measured stack's comm
+// factor (Implementation::stack) on the whole. Host <-> device copies are the PCIe link's,
+// which no stack changes.
+class JobStackComm : public CommModel {
  public:
-  StackScaledComm(std::shared_ptr<const CommModel> inner, double factor)
-      : inner_(std::move(inner)), factor_(factor) {}
+  // `framework`: the job's when it names one (Implementation::framework_declared), else none:
+  // a job that names no framework prices its collectives as they were before the copies.
+  JobStackComm(std::shared_ptr<const CommModel> inner, std::optional<Framework> framework,
+               double factor)
+      : inner_(std::move(inner)), framework_(framework), factor_(factor) {}
   CollectiveEstimate collective(const Cluster& cluster,
                                 const CollectiveRequest& request) const override {
     CollectiveEstimate e = inner_->collective(cluster, request);
-    e.seconds *= factor_;
-    e.algbw /= factor_;
-    e.busbw /= factor_;
+    const double extra = framework_ ? framework_buffer_seconds(cluster, *framework_, request) : 0;
+    const double seconds = (e.seconds + extra) * factor_;
+    if (e.seconds > 0 && seconds > 0) {
+      e.algbw *= e.seconds / seconds;
+      e.busbw *= e.seconds / seconds;
+    }
+    e.framework_seconds = extra * factor_;
+    e.seconds = seconds;
     return e;
   }
   double copy_time(const Cluster& cluster, int rank, double bytes) const override {
@@ -116,6 +132,7 @@ class StackScaledComm : public CommModel {
 
  private:
   std::shared_ptr<const CommModel> inner_;
+  std::optional<Framework> framework_;
   double factor_;
 };
 
@@ -162,10 +179,11 @@ std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario) {
   CommCalibration comm =
       sweep.empty() ? AlphaBetaCommModel().calibration() : calibrate_comm(scenario.cluster, sweep);
   for (const auto& [device, fit] : copies) comm.copies[device] = fit;
-  std::shared_ptr<const CommModel> model = std::make_shared<AlphaBetaCommModel>(comm);
-  if (const auto& stack = scenario.job.implementation.stack; stack && stack->comm.value != 1.0)
-    model = std::make_shared<StackScaledComm>(model, stack->comm.value);
-  return model;
+  const auto& impl = scenario.job.implementation;
+  return std::make_shared<JobStackComm>(
+      std::make_shared<AlphaBetaCommModel>(comm),
+      impl.framework_declared ? std::optional<Framework>(impl.framework) : std::nullopt,
+      impl.stack ? impl.stack->comm.value : 1.0);
 }
 
 CostModels make_cost_models(const Scenario& scenario, const std::string& source) {

@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'C', 'E', 'P', 'H', 'F', 'I', 'T', '\n'};
-constexpr std::uint32_t kFormat = 1;
+constexpr std::uint32_t kFormat = 2;
 
 struct Corrupt {};  // a payload that does not decode: the entry is ignored
 
@@ -304,6 +304,7 @@ void put_impl(std::string& out, const Implementation& impl) {
   put_i64(out, impl.fused_elementwise);
   put_i64(out, impl.compiled);
   put_i64(out, static_cast<int>(impl.framework));
+  put_i64(out, impl.framework_declared);
 }
 Implementation get_impl(const char*& p, const char* end) {
   Implementation impl;
@@ -311,6 +312,7 @@ Implementation get_impl(const char*& p, const char* end) {
   impl.fused_elementwise = get_int(p, end) != 0;
   impl.compiled = get_int(p, end) != 0;
   impl.framework = get_enum<Framework>(p, end, 3);
+  impl.framework_declared = get_int(p, end) != 0;
   return impl;
 }
 void put_row(std::string& out, const LayerProfile& r) {

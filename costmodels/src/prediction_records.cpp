@@ -63,6 +63,7 @@ Implementation query_implementation(const LayerQuery& q, const QueryOrigin& orig
          "true when compiled (torch.compile fuses the elementwise ops itself)");
   if (auto f = parse_framework(q.framework)) {
     impl.framework = *f;
+    impl.framework_declared = true;  // the query always names one (fsdp2 by default)
   } else {
     std::string allowed;
     for (const auto& n : framework_names()) allowed += (allowed.empty() ? "" : ", ") + n;

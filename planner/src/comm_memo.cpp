@@ -26,6 +26,7 @@ bool key_of(const costmodels::CollectiveRequest& r, std::string& key) {
   put(key, static_cast<int>(r.kind));
   put(key, static_cast<int>(r.uneven));
   put(key, r.overlaps_compute);
+  put(key, r.training_state);  // the framework's copies are priced with it
   put(key, r.ranks.size());
   for (std::size_t i = 0; i < r.ranks.size();) {
     std::size_t j = i + 1;

@@ -104,6 +104,7 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
         };
         costmodels::CollectiveRequest ag;
         ag.kind = costmodels::CollectiveKind::AllGather;
+        ag.training_state = true;
         ag.ranks = all;
         ag.uneven = UnevenCollective::Padded;
         ag.shard_bytes = shards(params_u * compute_bytes);

@@ -83,6 +83,7 @@ void predict(const Scenario& s, const costmodels::CostModels& models, PlanResult
       if (pu <= 0) continue;
       costmodels::CollectiveRequest ag;
       ag.kind = costmodels::CollectiveKind::AllGather;
+      ag.training_state = true;
       ag.ranks = all;
       ag.uneven = res.plan.uneven_collective;
       costmodels::CollectiveRequest rs = ag;

@@ -73,6 +73,7 @@ struct Replicas {
     CollectiveRequest r;
     r.kind = kind;
     r.ranks = group;
+    r.training_state = true;  // the stage's gradients and parameters
     for (double x : share) r.shard_bytes.push_back(sum > 0 ? bytes * x / sum : 0);
     return r;
   }
@@ -197,11 +198,10 @@ struct SplitEstimator::Impl {
     const auto key = std::make_pair(which * 8 + static_cast<int>(kind), bytes);
     auto it = st.times.find(key);
     if (it != st.times.end()) return it->second;
-    const double t =
-        models.comm
-            ->collective(scenario.cluster,
-                         split_detail::even_request(kind, which == 0 ? st.tp : st.group, bytes))
-            .seconds;
+    // The DP group's collectives (which 1) move the training state; the TP group's activations.
+    CollectiveRequest r = split_detail::even_request(kind, which == 0 ? st.tp : st.group, bytes);
+    r.training_state = which != 0;
+    const double t = models.comm->collective(scenario.cluster, r).seconds;
     st.times.emplace(key, t);
     return t;
   }

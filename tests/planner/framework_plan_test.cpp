@@ -100,5 +100,34 @@ TEST(FrameworkPlan, SweepOfADdpJobPlansReplicas) {
   std::filesystem::remove_all(dir);
 }
 
+// The runtimes' buffer copies are one decision of the comm model (costmodels/README.md, "Each
+// runtime's buffer copies"), read by the planner's fast model and by the simulator alike: for
+// the same plan, a job that names FSDP2 or FSDP1 (whose gathers are scheduled as the
+// default's) costs more in both than one that names no framework, which costs exactly what it
+// did.
+TEST(FrameworkPlan, PlannerAndSimulatorPriceTheNamedFrameworksCopies) {
+  PlannerOptions opt;
+  opt.strategy = "even";
+  const Scenario plain = two_node_scenario(Framework::FSDP2);
+  ASSERT_FALSE(plain.job.implementation.framework_declared);
+  const PlanResult base = make_plan(plain, opt);
+  ASSERT_TRUE(base.simulated_iteration_s);
+  for (Framework f : {Framework::FSDP2, Framework::FSDP1}) {
+    SCOPED_TRACE(to_string(f));
+    Scenario named = two_node_scenario(f);
+    named.job.implementation.framework_declared = true;
+    const PlanResult res = make_plan(named, opt);
+    ASSERT_TRUE(res.simulated_iteration_s);
+    EXPECT_EQ(res.plan.ranks.size(), base.plan.ranks.size());
+    EXPECT_GT(res.predicted_comm_s, base.predicted_comm_s);
+    EXPECT_GT(*res.simulated_iteration_s, *base.simulated_iteration_s);
+  }
+  // Not named: exactly the default.
+  Scenario unnamed = two_node_scenario(Framework::FSDP2);
+  const PlanResult again = make_plan(unnamed, opt);
+  EXPECT_EQ(again.predicted_comm_s, base.predicted_comm_s);
+  EXPECT_EQ(*again.simulated_iteration_s, *base.simulated_iteration_s);
+}
+
 }  // namespace
 }  // namespace cephalo::planner

@@ -26,6 +26,11 @@ costmodels::CollectiveRequest collective_request(const TrainingGraph& g, const C
   req.uneven =
       c.variant == CollectiveVariant::Padded ? UnevenCollective::Padded : UnevenCollective::Grouped;
   req.overlaps_compute = overlaps_compute;
+  // Parameter gathers and gradient reductions (not tensor-parallel or pipeline activations):
+  // the framework's buffer copies around them are priced with them (costmodels).
+  req.training_state = c.kind == OpKind::AllGather || c.kind == OpKind::AllGatherV ||
+                       c.kind == OpKind::ReduceScatter || c.kind == OpKind::ReduceScatterV ||
+                       c.kind == OpKind::AllReduce;
   for (const auto& m : g.members(c)) {
     req.ranks.push_back(m.rank);
     req.shard_bytes.push_back(m.shard_bytes);

@@ -136,6 +136,10 @@ struct Implementation {
   // fused_elementwise says (parse_implementation refuses compiled with fused_elementwise false).
   bool compiled = false;
   Framework framework = Framework::FSDP2;
+  // Whether the job names its framework ("framework" in the file, --framework): only then are
+  // the runtime's own buffer copies priced (costmodels/framework_buffers.hpp), so a job that
+  // names none prices as before they were modelled.
+  bool framework_declared = false;
   // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
   // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
   // read from ("" when given inline).
@@ -143,7 +147,13 @@ struct Implementation {
   std::string stack_file = "";
   // The op list the stack launches is fused (fused_elementwise, or compiled).
   bool fused() const { return fused_elementwise || compiled; }
-  bool operator==(const Implementation&) const = default;
+  // The same stack whether or not its framework was named (that only decides whether its
+  // copies are priced): a profile row or the backend's stack matches a job that names fsdp2.
+  bool operator==(const Implementation& o) const {
+    return attention == o.attention && fused_elementwise == o.fused_elementwise &&
+           compiled == o.compiled && framework == o.framework && stack == o.stack &&
+           stack_file == o.stack_file;
+  }
 };
 // "flash, fused" style label, as calibration sources and reports print it; ", compiled" and
 // the framework are appended only when they differ from the defaults (so labels recorded

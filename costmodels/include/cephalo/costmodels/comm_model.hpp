@@ -33,6 +33,10 @@ struct CollectiveRequest {
   // all-reduce runs concurrently over its owners, the pieces of one node sharing its NIC.
   // `ranks` / `shard_bytes` then list every rank taking part and its slice.
   std::vector<ReductionPiece> pieces;
+  // A parameter gather or gradient reduction of the training state (not a tensor-parallel or
+  // pipeline transfer of activations): the job's framework copies its buffers around it
+  // (framework_buffers.hpp), priced on top of the collective on GPU ranks.
+  bool training_state = false;
 };
 
 struct CollectiveEstimate {
@@ -54,6 +58,9 @@ struct CollectiveEstimate {
   // Uneven all-gather / reduce-scatter: the variant priced (Grouped or Padded, never Auto);
   // empty for an even collective.
   std::optional<UnevenCollective> variant;
+  // Of `seconds`: the framework's own buffer copies around a training-state collective
+  // (framework_buffers.hpp); 0 for a request that is not one, or on CPU ranks.
+  double framework_seconds = 0;
 };
 
 // nccl-tests bus-bandwidth factor: (n−1)/n for all-gather/reduce-scatter, 2(n−1)/n all-reduce,
