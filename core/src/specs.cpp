@@ -102,9 +102,6 @@ DeviceSpec parse_device_spec(JsonReader& reader) {
       c->fail("a boost clock in MHz, > 0 and < 10000");
   }
   spec.l2_bytes = reader.optional_quantity("l2_cache", Quantity::Bytes).value_or(0);
-  if (auto c = reader.optional_child("collective_progress"))
-    spec.collectives_on_compute_thread =
-        c->as_enum({"device", "compute_thread"}) == "compute_thread";
   spec.source = reader.string_or("source", "");
   reader.finish();
   return spec;
@@ -128,7 +125,6 @@ Json to_json(const DeviceSpec& spec) {
   if (spec.sm_count > 0) j["sm_count"] = spec.sm_count;
   if (spec.boost_clock_hz > 0) j["boost_clock_mhz"] = spec.boost_clock_hz / 1e6;
   if (spec.l2_bytes > 0) j["l2_cache"] = spec.l2_bytes;
-  if (spec.collectives_on_compute_thread) j["collective_progress"] = "compute_thread";
   if (!spec.source.empty()) j["source"] = spec.source;
   return j;
 }

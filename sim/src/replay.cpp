@@ -104,7 +104,6 @@ class Replay {
   std::vector<char> busy_;
   std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
   std::vector<std::uint32_t> arrived_;
-  std::vector<char> held_;  // per collective: its start was held for a member's compute op
   std::vector<double> mem_, peak_, capacity_;
   std::vector<double> dynamic_scale_;  // per rank: 1 + allocator slack on transient allocations
   std::size_t done_ = 0;
@@ -294,23 +293,6 @@ void Replay::start_collective(std::int32_t c) {
   // that ends after this instant: one that starts at this instant counts (the start was
   // deferred behind this instant's completions), one ending exactly now does not.
   bool overlaps_compute = false;
-  // A member whose collectives its compute thread progresses (a CPU rank: its MPI moves data
-  // only inside MPI calls, made between the rank's ops on the core its compute runs on;
-  // DeviceSpec::collectives_on_compute_thread) holds the collective until the compute op it
-  // runs now ends: the collective starts then (once: an op the rank starts at that instant
-  // does not hold it again, the call is made between the two). A GPU's collectives run on
-  // their own engine and are never held.
-  if (!held_[c]) {
-    Time held_until = now;
-    for (const auto& m : g_.members(col))
-      if (devices_[m.rank].slot->spec.collectives_on_compute_thread)
-        held_until = std::max(held_until, compute_end_[m.rank]);
-    if (held_until > now) {
-      held_[c] = 1;
-      engine_.schedule_at(held_until, kCollectiveStart, static_cast<std::uint32_t>(c));
-      return;
-    }
-  }
   for (const auto& m : g_.members(col)) {
     out_.start_ns[m.op] = now;
     overlaps_compute |= compute_end_[m.rank] > now;
@@ -395,7 +377,6 @@ SimResult Replay::run() {
   busy_.assign(lanes, 0);
   compute_end_.assign(static_cast<std::size_t>(ranks), 0);
   arrived_.assign(g_.collectives().size(), 0);
-  held_.assign(g_.collectives().size(), 0);
   out_.start_ns.assign(n, -1);
   out_.end_ns.assign(n, -1);
   out_.arrive_ns.assign(n, -1);

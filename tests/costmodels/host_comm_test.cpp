@@ -126,27 +126,3 @@ TEST(HostComm, GpuSweepKeepsOneFitPerLinkKind) {
   EXPECT_NEAR(fitted.links["pcie"].bandwidth_efficiency, 0.6, 1e-6);
   std::filesystem::remove_all(dir);
 }
-
-// Who progresses a device's collectives is a catalog property (DeviceSpec::
-// collectives_on_compute_thread; the simulator holds such a collective until each member's
-// running compute op ends): the CPU device's compute thread, never a GPU's (NCCL's kernels).
-// A bad value is refused naming the file, the JSON path, the value and the allowed ones.
-TEST(HostComm, TheCatalogSaysWhoProgressesADevicesCollectives) {
-  for (const auto& d : GpuCatalog::builtin().all())
-    EXPECT_EQ(d.collectives_on_compute_thread, d.kind == "cpu") << d.name;
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("cephalo-progress-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto f = dir / "gpus.json";
-  std::ofstream(f) << R"({"devices": [{"name": "C1", "kind": "cpu", "memory": "4GiB",
-    "memory_bandwidth": "10GB/s", "peak_fp32": "40GFLOPS", "collective_progress": "thread"}]})";
-  try {
-    GpuCatalog::load(f);
-    ADD_FAILURE() << "accepted an unknown collective_progress";
-  } catch (const ValidationError& e) {
-    const std::string what = e.what();
-    for (const char* part : {"gpus.json", "collective_progress", "thread", "compute_thread"})
-      EXPECT_NE(what.find(part), std::string::npos) << part << " in " << what;
-  }
-  std::filesystem::remove_all(dir);
-}

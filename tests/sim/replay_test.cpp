@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <map>
 
 #include "../traces/tiny_scenario.hpp"
@@ -149,49 +148,6 @@ TEST(Replay, FlagsCollectivesThatStartWhileAMemberComputes) {
   // and the last reduce-scatter of an iteration do not.
   EXPECT_GT(flagged_total, 0);
   EXPECT_GT(plain_total, 0);
-}
-
-// Devices whose collectives their compute thread progresses (CPU ranks: MPI moves data only
-// inside MPI calls, made between the rank's ops) hold a collective until every member's running
-// compute op ends, then it runs at its price (sim/README.md); on devices with their own comm
-// engine (GPUs) it starts at the last arrival. Checked against the replay's own op times.
-TEST(Replay, ACollectiveProgressedByTheComputeThreadStartsWhenTheRunningOpEnds) {
-  for (bool on_compute_thread : {false, true})
-    for (auto acc : {Accumulation::Layered, Accumulation::Standard})
-      for (bool prefetch : {false, true}) {
-        Scenario s = tiny_scenario(2, 2, 8);
-        for (auto& d : s.cluster.nodes[0].devices)
-          d.spec.collectives_on_compute_thread = on_compute_thread;
-        Plan p = tiny_plan(s, 2, acc, prefetch, Offload::None);
-        auto g = build_training_graph(p, s);
-        FixedComputeModel compute;  // forward 1 ms, backward 2 ms: longer than a collective
-        FixedCommModel comm;
-        comm.all_gather_s = comm.reduce_scatter_s = 0.1e-3;
-        SimOptions opt;
-        opt.link_sharing = false;
-        SimResult r = simulate(g, s, p, compute, comm, opt);
-        int held = 0;
-        for (const auto& c : g.collectives()) {
-          const auto members = g.members(c);
-          Time arrived = 0;
-          for (const auto& m : members) arrived = std::max(arrived, r.arrive_ns[m.op]);
-          Time op_end = arrived;  // the latest end of a member's compute op running then
-          for (const auto& m : members)
-            for (const auto& op : g.ops())
-              if (op.rank == m.rank && op.stream == traces::Stream::Compute &&
-                  r.start_ns[op.id] <= arrived && arrived < r.end_ns[op.id])
-                op_end = std::max(op_end, r.end_ns[op.id]);
-          const Time start = r.start_ns[members[0].op];
-          EXPECT_EQ(start, on_compute_thread ? op_end : arrived)
-              << "collective " << c.id << " (unit " << c.unit << ", " << traces::to_string(c.kind)
-              << ") prefetch " << prefetch;
-          EXPECT_EQ(r.end_ns[members[0].op] - start, ms(0.1)) << "collective " << c.id;
-          held += on_compute_thread && op_end > arrived;
-        }
-        if (on_compute_thread) {
-          EXPECT_GT(held, 0) << "prefetch " << prefetch;
-        }
-      }
 }
 
 TEST(Replay, FirstGatherIsIdleAndPrefetchedGathersOverlap) {

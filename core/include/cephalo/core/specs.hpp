@@ -45,13 +45,7 @@ struct DeviceSpec {
   int sm_count = 0;           // streaming multiprocessors (GEMM tiles run in waves over them)
   double boost_clock_hz = 0;  // datasheet boost clock
   double l2_bytes = 0;        // L2 cache
-  // Who progresses the device's collectives: false, an engine of their own (NCCL's kernels run
-  // on the GPU beside the compute kernels); true, the rank's compute thread, between its ops
-  // (the CPU backend's MPI progresses only inside MPI calls, on the core the rank computes on),
-  // so a collective cannot complete before each member's running compute op ends (sim/README.md).
-  // Catalog key "collective_progress": "device" (default) | "compute_thread".
-  bool collectives_on_compute_thread = false;
-  std::string source;  // where the numbers come from
+  std::string source;         // where the numbers come from
 
   // Dense peak for a compute dtype; falls back to fp32 when the format is not accelerated.
   double peak_flops(Dtype dtype) const;
