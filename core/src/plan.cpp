@@ -418,17 +418,18 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto& pr = plan.ranks[i];
     const int rank = static_cast<int>(i);
-    const std::string at = plan.row_path(rank);
+    // The row's path is worked out only for an error: building it for every row was a string
+    // per rank on every validation (100k rows, a few times per planning call).
     if (pr.node != devices[i].node)
       throw ValidationError(
-          plan_file, at + ".node",
+          plan_file, plan.row_path(rank) + ".node",
           std::to_string(pr.node) + " for rank " + std::to_string(i) + plan.row_label(rank),
           "node " + std::to_string(devices[i].node) + " (where rank " + std::to_string(i) +
               " lives in the cluster)");
     const auto& slot = *devices[i].slot;
     if (pr.gpu != slot.type && pr.gpu != slot.spec.name)
       throw ValidationError(
-          plan_file, at + ".gpu",
+          plan_file, plan.row_path(rank) + ".gpu",
           "\"" + pr.gpu + "\" for rank " + std::to_string(i) + plan.row_label(rank),
           "\"" + slot.type + "\" (the cluster's device for rank " + std::to_string(i) + ")");
   }

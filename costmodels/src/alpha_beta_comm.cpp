@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "cephalo/core/error.hpp"
 #include "comm_topology.hpp"
@@ -108,8 +109,14 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
     int steps = 0;
     bool any_tree = false;
     for (const auto& p : pieces) {
-      std::vector<int> owners = p.owners;
-      std::sort(owners.begin(), owners.end());  // node-major ring, as for every ring here
+      // Node-major ring, as for every ring here; the pieces' owners mostly come in rank order.
+      std::vector<int> sorted;
+      std::span<const int> owners = p.owners;
+      if (!std::is_sorted(owners.begin(), owners.end())) {
+        sorted.assign(owners.begin(), owners.end());
+        std::sort(sorted.begin(), sorted.end());
+        owners = sorted;
+      }
       const int k = static_cast<int>(owners.size());
       if (k < 2 || p.bytes <= 0) continue;
       const bool use_tree = tree && k > 2;

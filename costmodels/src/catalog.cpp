@@ -16,54 +16,109 @@ std::string lower(std::string s) {
   return s;
 }
 
-template <typename Spec, typename Parse>
-void load_entries(const std::filesystem::path& file, const char* list_key, Parse parse,
-                  std::vector<Spec>& out, std::map<std::string, std::size_t>& index) {
-  Json j = read_json_file(file);
-  JsonReader root(j, file.string());
-  root.allow({"_comment"});
-  for (auto& entry : root.child(list_key).elements()) {
-    std::vector<std::string> aliases;
-    if (auto a = entry.optional_child("aliases"))
-      for (auto& alias : a->elements()) aliases.push_back(alias.as_string());
-    Spec spec = parse(entry);
-    std::size_t position = out.size();
-    for (const auto& name : [&] {
-           auto all = aliases;
-           all.push_back(spec.name);
-           return all;
-         }()) {
-      auto [it, inserted] = index.emplace(lower(name), position);
-      if (!inserted && it->second != position)
-        entry.fail_value("name or alias \"" + name + "\" used twice", "unique names and aliases");
-    }
-    out.push_back(std::move(spec));
-  }
-  root.finish();
-}
-
 }  // namespace
 
 template <typename Spec>
+struct NamedCatalog<Spec>::Entries {
+  std::string file;
+  Json doc;                                  // the whole file, as parsed
+  std::vector<const Json*> json;             // each entry, in file order
+  std::vector<std::string> where;            // each entry's JSON path
+  std::vector<std::string> name;             // each entry's canonical name
+  std::map<std::string, std::size_t> index;  // lower-case name or alias -> entry
+  Convert convert;
+  // Converted on first use; sized once at load, so a returned reference stays valid.
+  std::unique_ptr<std::once_flag[]> once;
+  mutable std::vector<std::optional<Spec>> spec;
+  mutable std::once_flag all_once;
+  mutable std::vector<Spec> all;
+};
+
+template <typename Spec>
+void NamedCatalog<Spec>::read(const std::filesystem::path& file, const char* list_key,
+                              Convert convert) {
+  auto e = std::make_shared<Entries>();
+  e->file = file.string();
+  e->doc = read_json_file(file);
+  e->convert = std::move(convert);
+  JsonReader root(e->doc, e->file);
+  root.allow({"_comment"});
+  for (auto& entry : root.child(list_key).elements()) {
+    const std::size_t position = e->json.size();
+    std::vector<std::string> names;
+    if (auto a = entry.optional_child("aliases"))
+      for (auto& alias : a->elements()) names.push_back(alias.as_string());
+    names.push_back(entry.string("name"));
+    for (const auto& name : names) {
+      auto [it, inserted] = e->index.emplace(lower(name), position);
+      if (!inserted && it->second != position)
+        entry.fail_value("name or alias \"" + name + "\" used twice", "unique names and aliases");
+    }
+    e->json.push_back(&entry.value());
+    e->where.push_back(entry.path());
+    e->name.push_back(names.back());
+  }
+  root.finish();
+  e->once = std::make_unique<std::once_flag[]>(e->json.size());
+  e->spec.resize(e->json.size());
+  entries_ = std::move(e);
+}
+
+template <typename Spec>
+const Spec& NamedCatalog<Spec>::converted(std::size_t i) const {
+  const Entries& e = *entries_;
+  std::call_once(e.once[i], [&] {
+    JsonReader r(*e.json[i], e.file, e.where[i]);
+    // The aliases were read into the index; read here too, so finish() counts them as known.
+    if (auto a = r.optional_child("aliases"))
+      for (auto& alias : a->elements()) (void)alias.as_string();
+    e.spec[i] = e.convert(r);
+  });
+  return *e.spec[i];
+}
+
+template <typename Spec>
 std::optional<Spec> NamedCatalog<Spec>::find(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) return std::nullopt;
-  return specs_[it->second];
+  if (!entries_) return std::nullopt;
+  auto it = entries_->index.find(lower(name));
+  if (it == entries_->index.end()) return std::nullopt;
+  return converted(it->second);
 }
 
 template <typename Spec>
 const Spec& NamedCatalog<Spec>::get(const std::string& name) const {
-  auto it = index_.find(lower(name));
-  if (it == index_.end()) throw NotFoundError(what_, name, names());
-  return specs_[it->second];
+  if (entries_) {
+    auto it = entries_->index.find(lower(name));
+    if (it != entries_->index.end()) return converted(it->second);
+  }
+  throw NotFoundError(what_, name, names());
+}
+
+template <typename Spec>
+const std::vector<Spec>& NamedCatalog<Spec>::all() const {
+  static const std::vector<Spec> none;
+  if (!entries_) return none;
+  std::call_once(entries_->all_once, [&] {
+    std::vector<Spec> out;
+    out.reserve(entries_->json.size());
+    for (std::size_t i = 0; i < entries_->json.size(); ++i) out.push_back(converted(i));
+    entries_->all = std::move(out);
+  });
+  return entries_->all;
+}
+
+template <typename Spec>
+std::size_t NamedCatalog<Spec>::size() const {
+  return entries_ ? entries_->json.size() : 0;
 }
 
 template <typename Spec>
 std::vector<std::string> NamedCatalog<Spec>::names() const {
   std::vector<std::string> out;
-  for (const auto& d : specs_) out.push_back(d.name);
-  for (const auto& entry : index_)
-    if (lower(specs_[entry.second].name) != entry.first) out.push_back(entry.first);
+  if (!entries_) return out;
+  for (const auto& n : entries_->name) out.push_back(n);
+  for (const auto& entry : entries_->index)
+    if (lower(entries_->name[entry.second]) != entry.first) out.push_back(entry.first);
   return out;
 }
 
@@ -76,59 +131,65 @@ std::filesystem::path data_dir() {
 }
 
 GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {
+  GpuCatalog catalog = read_lazily(file);
+  (void)catalog.all();
+  return catalog;
+}
+
+GpuCatalog GpuCatalog::read_lazily(const std::filesystem::path& file) {
   GpuCatalog catalog;
-  load_entries<DeviceSpec>(
-      file, "devices",
-      [](JsonReader& r) {
-        DeviceSpec spec = parse_device_spec(r);
-        // What the op-level compute model needs of every catalog GPU (an inline spec may
-        // omit them: it is then priced without waves, clock or generation).
-        if (spec.kind == "gpu") {
-          auto missing = [&](const char* key, const char* expected) {
-            throw ValidationError(r.file(), r.where() + "." + key, "nothing (missing)",
-                                  std::string(expected) + " for GPU \"" + spec.name + "\"");
-          };
-          if (spec.architecture.empty())
-            missing("architecture", "one of pascal, volta, turing, ampere, ada, hopper, blackwell");
-          if (spec.sm_count <= 0) missing("sm_count", "the number of SMs");
-          if (spec.boost_clock_hz <= 0) missing("boost_clock_mhz", "the boost clock in MHz");
-          if (spec.l2_bytes <= 0) missing("l2_cache", "the L2 cache size, e.g. \"40MiB\"");
-          if (spec.tdp_watts <= 0) missing("tdp_watts", "the board power limit in W");
-        }
-        return spec;
-      },
-      catalog.specs_, catalog.index_);
+  catalog.read(file, "devices", [](JsonReader& r) {
+    DeviceSpec spec = parse_device_spec(r);
+    // What the op-level compute model needs of every catalog GPU (an inline spec may
+    // omit them: it is then priced without waves, clock or generation).
+    if (spec.kind == "gpu") {
+      auto missing = [&](const char* key, const char* expected) {
+        throw ValidationError(r.file(), r.where() + "." + key, "nothing (missing)",
+                              std::string(expected) + " for GPU \"" + spec.name + "\"");
+      };
+      if (spec.architecture.empty())
+        missing("architecture", "one of pascal, volta, turing, ampere, ada, hopper, blackwell");
+      if (spec.sm_count <= 0) missing("sm_count", "the number of SMs");
+      if (spec.boost_clock_hz <= 0) missing("boost_clock_mhz", "the boost clock in MHz");
+      if (spec.l2_bytes <= 0) missing("l2_cache", "the L2 cache size, e.g. \"40MiB\"");
+      if (spec.tdp_watts <= 0) missing("tdp_watts", "the board power limit in W");
+    }
+    return spec;
+  });
   return catalog;
 }
 
 const GpuCatalog& GpuCatalog::builtin() {
-  static const GpuCatalog catalog = load(data_dir() / "catalog" / "gpus.json");
+  static const GpuCatalog catalog = read_lazily(data_dir() / "catalog" / "gpus.json");
   return catalog;
 }
 
 ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
+  ModelCatalog catalog = read_lazily(file);
+  (void)catalog.all();
+  return catalog;
+}
+
+ModelCatalog ModelCatalog::read_lazily(const std::filesystem::path& file) {
   ModelCatalog catalog;
-  load_entries<ModelSpec>(
-      file, "models",
-      [&](JsonReader& r) {
-        if (!r.has("hf_config")) return parse_model_spec(r);
-        // An entry that is a shipped Hugging Face config (relative to the catalog file), so
-        // the two cannot drift: the config's architecture under the catalog's name.
-        ModelSpec spec =
-            load_hf_config_named_by(r.child("hf_config"), file.parent_path(), "the catalog file");
-        spec.name = r.string("name");
-        if (auto a = r.optional_child("aliases"))
-          for (auto& alias : a->elements()) spec.aliases.push_back(alias.as_string());
-        spec.source = r.string_or("source", spec.source);
-        r.finish();
-        return spec;
-      },
-      catalog.specs_, catalog.index_);
+  catalog.read(file, "models", [file](JsonReader& r) {
+    if (!r.has("hf_config")) return parse_model_spec(r);
+    // An entry that is a shipped Hugging Face config (relative to the catalog file), so
+    // the two cannot drift: the config's architecture under the catalog's name.
+    ModelSpec spec =
+        load_hf_config_named_by(r.child("hf_config"), file.parent_path(), "the catalog file");
+    spec.name = r.string("name");
+    if (auto a = r.optional_child("aliases"))
+      for (auto& alias : a->elements()) spec.aliases.push_back(alias.as_string());
+    spec.source = r.string_or("source", spec.source);
+    r.finish();
+    return spec;
+  });
   return catalog;
 }
 
 const ModelCatalog& ModelCatalog::builtin() {
-  static const ModelCatalog catalog = load(data_dir() / "catalog" / "models.json");
+  static const ModelCatalog catalog = read_lazily(data_dir() / "catalog" / "models.json");
   return catalog;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,9 @@ namespace cephalo::costmodels::detail {
 struct Hop {
   double bandwidth = 0;  // corrected bytes/s
   double latency = 0;    // corrected seconds
-  std::string kind;
+  // The link's kind, viewing the cluster's own string: a hop is priced millions of times on a
+  // large cluster, and copying the kind was most of its cost.
+  std::string_view kind;
 };
 
 // A ring's links as the model sees them: the bottleneck bandwidth and the slowest α.

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
+#include <string_view>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -164,7 +165,9 @@ std::vector<MemoryTerm> memory_terms(const Job& job, const RankMemoryInputs& in,
   return total(a) >= total(b) ? a : b;
 }
 
-bool runs_gpu_runtime(const DeviceSpec& spec) { return spec.kind != "cpu"; }
+// A view's comparison with the literal is inlined (the string's went through an out-of-line
+// compare and memcmp): the planner asks this of every rank's slot on every candidate.
+bool runs_gpu_runtime(const DeviceSpec& spec) { return std::string_view(spec.kind) != "cpu"; }
 
 double allocator_slack_fraction(bool gpu_runtime, const MemoryConstants& k) {
   return gpu_runtime ? k.fragmentation : 0.0;

@@ -56,11 +56,11 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
   }
   if (j.contains("devices")) {
     auto catalog = costmodels::GpuCatalog::load(file);
-    return "GPU catalog, " + std::to_string(catalog.all().size()) + " devices";
+    return "GPU catalog, " + std::to_string(catalog.size()) + " devices";
   }
   if (j.contains("models")) {
     auto catalog = costmodels::ModelCatalog::load(file);
-    return "model catalog, " + std::to_string(catalog.all().size()) + " models";
+    return "model catalog, " + std::to_string(catalog.size()) + " models";
   }
   r.fail(
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "

@@ -365,6 +365,44 @@ TEST(GpuCatalog, AGpuWithoutAFieldTheComputeModelNeedsIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// A catalog read lazily converts an entry when it is asked for: a scenario's start converts
+// the few it names. The answers are load()'s, and a bad entry is refused, with its path, when
+// it is used (load() refuses the file at once).
+TEST(GpuCatalog, ReadLazilyConvertsEntriesOnFirstUseWithLoadsAnswers) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-lazy-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto f = dir / "gpus.json";
+  std::ofstream(f) << R"({"devices": [
+    {"name": "Good", "aliases": ["g1"], "memory": "16GB", "memory_bandwidth": "900GB/s",
+     "peak_fp32": "15TFLOPS", "tdp_watts": 300, "architecture": "volta",
+     "boost_clock_mhz": 1500, "l2_cache": "6MiB", "sm_count": 80},
+    {"name": "Bad", "memory": "lots"}]})";
+  const GpuCatalog lazy = GpuCatalog::read_lazily(f);
+  EXPECT_EQ(lazy.size(), 2u);
+  ASSERT_TRUE(lazy.find("G1").has_value());
+  EXPECT_EQ(lazy.get("good").sm_count, 80);
+  EXPECT_EQ(&lazy.get("good"), &lazy.get("g1"));  // converted once
+  EXPECT_FALSE(lazy.find("other").has_value());
+  const auto names = lazy.names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "Bad"), names.end());
+  try {
+    (void)lazy.get("bad");
+    ADD_FAILURE() << "converted a GPU with memory \"lots\"";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("gpus.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("devices[1]"), std::string::npos) << what;
+  }
+  EXPECT_THROW(GpuCatalog::load(f), ValidationError);
+  for (const auto& d : GpuCatalog::builtin().all()) {
+    const GpuCatalog& builtin = GpuCatalog::builtin();
+    EXPECT_EQ(to_json(builtin.get(d.name)), to_json(d)) << d.name;
+  }
+  EXPECT_EQ(GpuCatalog::builtin().all().size(), GpuCatalog::builtin().size());
+  std::filesystem::remove_all(dir);
+}
+
 // Every calibration source says which stack it measured: a published point without a label (on
 // the point or the file) and a profile row with an unknown label are refused naming the file,
 // the JSON path, the value and what is allowed.

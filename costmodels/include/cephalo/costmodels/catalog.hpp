@@ -3,7 +3,8 @@
 // the project and compiled in as a default path); aliases let the names used by the published
 // Cephalo profiles ("l4", "a6000", "deepspeedgpt_2.7b", ...) resolve to catalog entries.
 #include <filesystem>
-#include <map>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,20 +17,32 @@ namespace cephalo::costmodels {
 std::filesystem::path data_dir();
 
 // What both catalogs share: specs by name or alias (any case), suggestions when not found.
+// The file is read and its names and aliases indexed when the catalog is loaded; an entry
+// becomes a spec on first use (a scenario names a few of the catalog's entries, and every
+// command start used to convert them all, the model catalog's Hugging Face configs read
+// included). `load` converts every entry at once, so a user's catalog file is checked
+// whole; `builtin()` converts on demand (tests convert all of the shipped ones).
+// Safe to query from several threads.
 template <typename Spec>
 class NamedCatalog {
  public:
   std::optional<Spec> find(const std::string& name) const;  // name or alias, any case
   const Spec& get(const std::string& name) const;           // NotFoundError with suggestions
-  const std::vector<Spec>& all() const { return specs_; }
-  std::vector<std::string> names() const;  // canonical names and aliases
+  const std::vector<Spec>& all() const;                     // every entry, in file order
+  std::size_t size() const;                                 // how many entries
+  std::vector<std::string> names() const;                   // canonical names and aliases
 
  protected:
   explicit NamedCatalog(const char* what) : what_(what) {}
-  std::vector<Spec> specs_;
-  std::map<std::string, std::size_t> index_;  // lower-case name or alias -> spec
+  // Reads `file`'s array `list_key`: each entry's "name" and "aliases" indexed (each once in
+  // the catalog), the entry kept to be converted by `convert` when first asked for.
+  using Convert = std::function<Spec(JsonReader&)>;
+  void read(const std::filesystem::path& file, const char* list_key, Convert convert);
 
  private:
+  struct Entries;  // catalog.cpp: the parsed file, its index and the converted specs
+  const Spec& converted(std::size_t i) const;
+  std::shared_ptr<const Entries> entries_;
   const char* what_;  // what a spec is, for the not-found error ("GPU", "model")
 };
 extern template class NamedCatalog<DeviceSpec>;
@@ -38,15 +51,17 @@ extern template class NamedCatalog<ModelSpec>;
 class GpuCatalog : public NamedCatalog<DeviceSpec> {
  public:
   GpuCatalog() : NamedCatalog("GPU") {}
-  static GpuCatalog load(const std::filesystem::path& file);
-  static const GpuCatalog& builtin();  // data_dir()/catalog/gpus.json, loaded once
+  static GpuCatalog load(const std::filesystem::path& file);         // every entry converted
+  static GpuCatalog read_lazily(const std::filesystem::path& file);  // each on first use
+  static const GpuCatalog& builtin();  // data_dir()/catalog/gpus.json, read once, lazily
 };
 
 class ModelCatalog : public NamedCatalog<ModelSpec> {
  public:
   ModelCatalog() : NamedCatalog("model") {}
-  static ModelCatalog load(const std::filesystem::path& file);
-  static const ModelCatalog& builtin();  // data_dir()/catalog/models.json
+  static ModelCatalog load(const std::filesystem::path& file);         // every entry converted
+  static ModelCatalog read_lazily(const std::filesystem::path& file);  // each on first use
+  static const ModelCatalog& builtin();  // data_dir()/catalog/models.json, read once, lazily
 };
 
 // SpecLookup over the two catalogs, for core's scenario loader.
