@@ -132,6 +132,8 @@ SplitSearchOptions split_options(const PlanRequest& r) {
     o.schedule = pipeline::parse_pipeline_schedule(r.pipeline_schedule, source,
                                                    spelt(r, "pipeline_schedule"));
   if (r.sequence_parallel) o.sequence_parallel = true;
+  if (r.split_finalists > 0) o.finalists = r.split_finalists;
+  if (r.split_max_stages > 0) o.max_pipeline_stages = r.split_max_stages;
   if (!r.sharding.empty() && r.sharding != "auto") {
     o.sharding = parse_stage_sharding(r.sharding);
     if (!o.sharding)

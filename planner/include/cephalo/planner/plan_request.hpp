@@ -42,6 +42,11 @@ struct PlanRequest {
   int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
   std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;
+  // The split search's bounds (SplitSearchOptions::finalists, the splits its estimate ranks
+  // best that are replayed, and max_pipeline_stages); 0: the search's defaults. A sweep,
+  // planning hundreds of rows, bounds them (sweep.hpp, kSweepSplitFinalists).
+  int split_finalists = 0;
+  int split_max_stages = 0;
   // The options the caller set, by their keyword names ("strategy", "tensor_parallel"), whatever
   // their values: an option whose value equals its default (`--strategy optimal`) is still one
   // the chosen family must read. Options with an "open" value (0, empty, false) count as given
