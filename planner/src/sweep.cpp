@@ -90,6 +90,7 @@ PlanRequest plan_request(const SweepSpec& spec) {
   r.parallelism = spec.parallelism;
   r.split_finalists = kSweepSplitFinalists;
   r.split_max_stages = kSweepSplitMaxStages;
+  r.use_all = true;  // the sweep's own mixes are the subsets; each row plans its GPUs
   return r;
 }
 

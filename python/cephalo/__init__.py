@@ -264,7 +264,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
          activation_checkpointing=None, sharding=None, group_size=None,
          cephalo_shares=None, cephalo_corrected_share_memory=None, stack=None,
          text=False, parallelism=None, tensor_parallel=None, pipeline_stages=None,
-         micro_batches=None, pipeline_schedule=None, sequence_parallel=None):
+         micro_batches=None, pipeline_schedule=None, sequence_parallel=None, use_all=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -295,7 +295,12 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     max_micro_batch 512, verify_with_simulator True, search_neighbours 24, cephalo_shares
     "min_params"); an argument given that the chosen parallelism does not read (strategy with
     parallelism="3d", tensor_parallel without it) raises ValidationError naming it, as the CLI
-    refuses the flag. Counts are ints: True is refused, not taken as 1."""
+    refuses the flag. Counts are ints: True is refused, not taken as 1.
+
+    use_all=True is `--use-all`: plan every GPU and weigh no subset. Otherwise (strategy
+    optimal or search, or parallelism "3d") the cluster without its slowest GPU types is planned
+    too, and when that is faster the record's predicted["faster_without"] names the nodes and
+    ranks to leave idle and both times (the plan itself still uses every GPU)."""
     keywords = dict(strategy=strategy, offload=offload, max_micro_batch=max_micro_batch,
                     verify_with_simulator=verify_with_simulator,
                     search_neighbours=search_neighbours, micro_batch=micro_batch,
@@ -318,7 +323,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
                              group_size, cephalo_shares or "min_params",
                              bool(cephalo_corrected_share_memory), parallelism or "", tensor_parallel,
                              pipeline_stages, micro_batches, pipeline_schedule or "",
-                             bool(sequence_parallel), given)
+                             bool(sequence_parallel), bool(use_all), given)
     return out if text else _record(out)
 
 
