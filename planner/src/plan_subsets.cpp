@@ -8,6 +8,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
+#include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::planner::detail {
 
@@ -85,6 +86,8 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
   log << "weighed leaving the slowest node classes idle (at most " << kMaxSubsetCandidates
       << " subsets of " << classes.size() << " classes by GPU type):";
   double best_s = all_s;
+  const double model_flops =
+      traces::model_flops_per_iteration(scenario.job, scenario.job.global_batch);
   std::optional<IdleAdvice> best;
   const int c = static_cast<int>(classes.size());
   for (int keep = c - 1; keep >= std::max(1, c - kMaxSubsetCandidates); --keep) {
@@ -98,11 +101,25 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
     std::sort(idle.begin(), idle.end());
     const std::string idle_gpus = gpus_of(scenario, idle);
     log << " without " << idle_gpus << ": ";
+    // A bound prunes a candidate before it is planned: no plan runs the model's FLOPs faster
+    // than its GPUs' dense peak (MFU <= 100 %), so a subset whose peak time is no better than
+    // what it must beat cannot win.
+    double peak = 0;
+    for (int n : kept)
+      for (const DeviceSlot& d : scenario.cluster.nodes[static_cast<std::size_t>(n)].devices)
+        peak += d.spec.peak_flops(scenario.job.precision.compute) / d.slowdown;
+    const double floor_s = model_flops / peak;
+    if (floor_s >= best_s * (1 - kIdleGain)) {
+      log << "not planned: at its GPUs' peak the model's FLOPs alone take "
+          << format_seconds(floor_s) << ";";
+      continue;
+    }
     PlanAnswer sub;
     try {
       sub = plan(with_nodes(scenario, kept), q);
     } catch (const InfeasibleError& e) {
-      log << "no plan fits (" << e.what() << ");";
+      const std::string what = e.what();  // its first clause: the whole refusal is plan's own
+      log << "no plan fits (" << what.substr(0, what.find(';')) << ");";
       continue;
     } catch (const ValidationError& e) {
       log << "not plannable with these options (" << e.what() << ");";
