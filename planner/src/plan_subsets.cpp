@@ -2,6 +2,7 @@
 #include "plan_subsets.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -79,6 +80,8 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
   const std::vector<NodeClass> classes = node_classes(scenario);
   if (classes.size() < 2) return;  // one class: leaving some of it out only loses compute
   const double all_s = answer_iteration_s(answer);
+  // A plan of every GPU that does not fit says where memory runs out; fewer GPUs hold less.
+  if (!std::isfinite(all_s)) return;
   PlanRequest q = request;
   q.use_all = true;
   q.options.progress = false;
@@ -92,11 +95,11 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
   const int c = static_cast<int>(classes.size());
   for (int keep = c - 1; keep >= std::max(1, c - kMaxSubsetCandidates); --keep) {
     std::vector<int> kept, idle;
-    for (int k = 0; k < c; ++k)
-      (k < keep ? kept : idle)
-          .insert((k < keep ? kept : idle).end(),
-                  classes[static_cast<std::size_t>(k)].nodes.begin(),
-                  classes[static_cast<std::size_t>(k)].nodes.end());
+    for (int k = 0; k < c; ++k) {
+      std::vector<int>& side = k < keep ? kept : idle;
+      const std::vector<int>& nodes = classes[static_cast<std::size_t>(k)].nodes;
+      side.insert(side.end(), nodes.begin(), nodes.end());
+    }
     std::sort(kept.begin(), kept.end());
     std::sort(idle.begin(), idle.end());
     const std::string idle_gpus = gpus_of(scenario, idle);
