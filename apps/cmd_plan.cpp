@@ -133,6 +133,10 @@ void add_plan_command(CLI::App& app) {
                   "hybrid/auto: nodes per sharding group (hybrid default 1)")
       ->check(integer_in(1, kMaxDevices));
   cmd->add_flag("--progress", args->request.options.progress, "Progress on stderr");
+  cmd->add_flag("--use-all", args->request.use_all,
+                "Plan every GPU and weigh no plan that leaves the slowest nodes idle (default: "
+                "optimal, search and 3d also plan the cluster without its slowest GPU types and "
+                "say when that is faster)");
   cmd->callback([args, cmd] {
     // Which flags were given, whatever their values (`--strategy optimal` under 3d is refused
     // like any other FSDP flag: planner::check_request).

@@ -12,6 +12,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "plan_subsets.hpp"
 #include "sharding_choice.hpp"
 
 namespace cephalo::planner {
@@ -132,6 +133,8 @@ SplitSearchOptions split_options(const PlanRequest& r) {
     o.schedule = pipeline::parse_pipeline_schedule(r.pipeline_schedule, source,
                                                    spelt(r, "pipeline_schedule"));
   if (r.sequence_parallel) o.sequence_parallel = true;
+  if (r.split_finalists > 0) o.finalists = r.split_finalists;
+  if (r.split_max_stages > 0) o.max_pipeline_stages = r.split_max_stages;
   if (!r.sharding.empty() && r.sharding != "auto") {
     o.sharding = parse_stage_sharding(r.sharding);
     if (!o.sharding)
@@ -151,9 +154,10 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   return o;
 }
 
-PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
-  check_request(request);
-  const PlanRequest r = with_family(request);
+namespace {
+
+// The answer over every GPU given: the family the request fixes, or both and the faster.
+PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
   PlanAnswer answer;
   if (r.parallelism == "fsdp") {
     answer.fsdp = make_plan(scenario, fsdp_options(r));
@@ -178,6 +182,20 @@ PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
     answer.split.reset();
   else
     answer.fsdp.reset();
+  return answer;
+}
+
+}  // namespace
+
+PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
+  check_request(request);
+  const PlanRequest r = with_family(request);
+  PlanAnswer answer = answer_all(scenario, r);
+  // The baselines (even, proportional, cephalo) spread the work over every GPU by definition;
+  // the searching strategies and the splits may leave the slowest nodes out.
+  const std::string& strategy = r.options.strategy;
+  if (!r.use_all && (r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
+    detail::weigh_subsets(scenario, r, answer, answer_plan);
   return answer;
 }
 
@@ -225,6 +243,30 @@ std::string render_split_summary(const SplitEstimate& e) {
          format_seconds(e.makespan_s) + ", p2p " + format_seconds(e.p2p_s) + " per transfer)\n";
 }
 
+namespace {
+
+// "faster without ...": which nodes to leave idle, both times, and why the plan still has them.
+std::string idle_line(const IdleAdvice& w) {
+  std::string ranks;
+  const std::vector<int>& r = w.ranks;
+  for (std::size_t i = 0; i < r.size();) {
+    std::size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r[i]) +
+             (j > i ? "-" + std::to_string(r[j]) : std::string());
+    i = j + 1;
+  }
+  std::string nodes;
+  for (const auto& n : w.nodes) nodes += (nodes.empty() ? "" : ", ") + n;
+  return "faster without " + w.gpus + " (ranks " + ranks + ", nodes " + nodes +
+         "): the other nodes alone simulate at " + format_seconds(w.without_s) + " against " +
+         format_seconds(w.with_all_s) + " with every GPU (" + w.without_plan +
+         "); this plan still uses every GPU (no plan form holds an idle rank yet): plan a "
+         "cluster of the other nodes to leave them out";
+}
+
+}  // namespace
+
 std::string plan_summary(const PlanAnswer& a) {
   std::ostringstream out;
   if (a.fsdp) {
@@ -246,6 +288,7 @@ std::string plan_summary(const PlanAnswer& a) {
                                                 : a.split->runner_up;
   out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
       << "\n";
+  if (a.faster_without) out << idle_line(*a.faster_without) << "\n";
   out << "the full search log: --explain (or the JSON record's predicted.explanation)\n";
   return out.str();
 }
@@ -261,12 +304,19 @@ std::string plan_explanation(const PlanAnswer& a) {
       out << (i ? "; " : "") << a.split->replays[i];
   }
   if (!a.why.empty()) out << "; " << a.why;
+  if (!a.subsets.empty()) out << "; " << a.subsets;
   return out.str();
 }
 
 Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
   Json record = answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
   record["predicted"]["explanation"] = plan_explanation(answer);
+  if (const auto& w = answer.faster_without)
+    record["predicted"]["faster_without"] = {
+        {"idle_nodes", w->nodes},    {"idle_ranks", w->ranks},
+        {"idle_gpus", w->gpus},      {"with_all_s", w->with_all_s},
+        {"without_s", w->without_s}, {"without_plan", w->without_plan},
+        {"why", idle_line(*w)}};
   return record;
 }
 

@@ -14,35 +14,29 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/strategies.hpp"
-#include "search.hpp"
+#include "sweep_internal.hpp"
 
 namespace cephalo::planner {
 
-void set_stack(SweepSpec& spec, const std::filesystem::path& file) {
-  load_stack_calibration(file);  // refused here, naming the file, not in every mix
-  if (!spec.job.contains("implementation") || !spec.job["implementation"].is_object())
-    spec.job["implementation"] = Json::object();
-  spec.job["implementation"]["stack"] = std::filesystem::absolute(file).string();
-}
-
 namespace {
-
-Json link_json(JsonReader r) {
-  if (!r.is_object())
-    r.fail("a link object such as {\"kind\": \"pcie\", \"generation\": 4, \"lanes\": 16}");
-  return r.value();
-}
 
 Json row_json(const SweepRow& r, std::size_t index) {
   return {{"index", index},
           {"counts", r.counts},
           {"mix", r.mix},
+          {"network", r.network},
+          {"network_name", r.network_name},
           {"gpus", r.gpus},
+          {"nodes", r.nodes},
           {"cost_per_hour", r.cost_per_hour},
+          {"family", r.family},
+          {"plan", r.plan},
           {"feasible", r.feasible},
           {"meets_constraints", r.meets_constraints},
           {"samples_per_s", r.samples_per_s},
+          {"tokens_per_s", r.tokens_per_s},
           {"predicted_samples_per_s", r.predicted_samples_per_s},
           {"samples_per_dollar", r.samples_per_dollar},
           {"tokens_per_dollar", r.tokens_per_dollar},
@@ -51,21 +45,21 @@ Json row_json(const SweepRow& r, std::size_t index) {
           {"error", r.error}};
 }
 
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 SweepRow row_from_json(const Json& j) {
   SweepRow r;
   r.counts = j.at("counts").get<std::vector<int>>();
   r.mix = j.at("mix").get<std::string>();
+  r.network = j.at("network").get<int>();
+  r.network_name = j.at("network_name").get<std::string>();
   r.gpus = j.at("gpus").get<int>();
+  r.nodes = j.at("nodes").get<int>();
   r.cost_per_hour = j.at("cost_per_hour").get<double>();
+  r.family = j.at("family").get<std::string>();
+  r.plan = j.at("plan").get<std::string>();
   r.feasible = j.at("feasible").get<bool>();
   r.meets_constraints = j.at("meets_constraints").get<bool>();
   r.samples_per_s = j.at("samples_per_s").get<double>();
+  r.tokens_per_s = j.at("tokens_per_s").get<double>();
   r.predicted_samples_per_s = j.at("predicted_samples_per_s").get<double>();
   r.samples_per_dollar = j.at("samples_per_dollar").get<double>();
   r.tokens_per_dollar = j.at("tokens_per_dollar").get<double>();
@@ -76,106 +70,31 @@ SweepRow row_from_json(const Json& j) {
 
 }  // namespace
 
-SweepSpec load_sweep_spec(const std::filesystem::path& file) {
-  const Json doc = read_json_file(file);
-  JsonReader root(doc, file.string());
-  if (!root.is_object()) root.fail("a sweep spec object with \"pool\", \"node\" and \"job\"");
-  SweepSpec spec;
-  spec.file = file;
-  spec.name = root.string_or("name", file.stem().string());
-  root.allow({"description", "_comment"});
-  const auto& gpus = costmodels::GpuCatalog::builtin();
-  auto pool = root.child("pool");
-  if (!pool.is_array() || pool.size() == 0) pool.fail("a non-empty array of GPU types");
-  for (auto& e : pool.elements()) {
-    PoolEntry p;
-    p.gpu = e.string("gpu");
-    auto spec_found = gpus.find(p.gpu);
-    if (!spec_found)
-      e.child("gpu").fail_value("\"" + p.gpu + "\"",
-                                "a GPU of the catalog (cephalo describe gpus)");
-    p.spec = *spec_found;
-    // One entry per GPU type: a second would enumerate the same mixes twice under two counts.
-    for (std::size_t k = 0; k < spec.pool.size(); ++k)
-      if (spec.pool[k].spec.name == p.spec.name)
-        e.child("gpu").fail_value("\"" + p.gpu + "\" (also pool[" + std::to_string(k) + "], \"" +
-                                      spec.pool[k].gpu + "\")",
-                                  "each GPU type once in the pool (give its max_count once)");
-    p.max_count = static_cast<int>(e.integer("max_count", 0, 4096));
-    p.min_count = static_cast<int>(e.integer_or("min_count", 0, 0, p.max_count));
-    p.step = static_cast<int>(e.integer_or("step", 1, 1, 4096));
-    p.price_per_hour =
-        e.has("price_per_hour") ? e.child("price_per_hour").as_number() : p.spec.price_per_hour;
-    if (e.has("price_per_hour") && p.price_per_hour < 0)
-      e.child("price_per_hour").fail("a price >= 0 in USD per GPU-hour");
-    p.gpus_per_node = static_cast<int>(e.integer_or("gpus_per_node", 0, 1, 64));
-    if (auto l = e.optional_child("intra_link")) p.intra_link = link_json(*l);
-    e.finish();
-    spec.pool.push_back(std::move(p));
-  }
-  auto node = root.child("node");
-  spec.gpus_per_node = static_cast<int>(node.integer_or("gpus_per_node", 8, 1, 64));
-  // Absent, a node's devices talk over PCIe at their own generation, as in cluster files.
-  if (auto l = node.optional_child("intra_link")) spec.intra_link = link_json(*l);
-  spec.nic = link_json(node.child("nic"));
-  node.finish();
-  auto job = root.child("job");
-  if (job.is_string()) {
-    std::filesystem::path p = job.as_string();
-    if (p.is_relative()) p = file.parent_path() / p;
-    try {
-      spec.job = read_json_file(p);
-    } catch (const IoError& e) {
-      job.fail_value("\"" + job.as_string() + "\" (" + e.what() + ")", "a readable job file");
-    }
-  } else {
-    spec.job = job.value();
-  }
-  // A stack named by a relative path is read where the job was written, not where the mixes'
-  // scenarios are parsed.
-  if (spec.job.is_object() && spec.job.contains("implementation") &&
-      spec.job["implementation"].is_object() && spec.job["implementation"].contains("stack") &&
-      spec.job["implementation"]["stack"].is_string()) {
-    std::filesystem::path p = spec.job["implementation"]["stack"].get<std::string>();
-    const std::filesystem::path from =
-        job.is_string() ? std::filesystem::path(job.as_string()) : std::filesystem::path();
-    if (p.is_relative()) p = (file.parent_path() / from.parent_path() / p).lexically_normal();
-    spec.job["implementation"]["stack"] = p.string();
-  }
-  spec.strategy = root.string_or("strategy", "optimal");
-  const auto& names = strategy_names();
-  if (std::find(names.begin(), names.end(), spec.strategy) == names.end())
-    root.child("strategy").fail_value("\"" + spec.strategy + "\"", "one of " + join_names(names));
-  if (root.has("sharding"))
-    spec.sharding = root.child("sharding").as_enum({"full", "hybrid", "auto"});
-  if (auto c = root.optional_child("constraints")) {
-    // Absent means no limit; a limit given must be >= 0 (a negative one would filter nothing
-    // or everything by accident of the sentinel).
-    for (const char* key : {"max_cost_per_hour", "min_samples_per_s"})
-      if (auto v = c->optional_child(key); v && !(v->as_number() >= 0))
-        v->fail("a limit >= 0 (leave the key out for no limit)");
-    spec.max_cost_per_hour = c->number_or("max_cost_per_hour", -1);
-    spec.min_samples_per_s = c->number_or("min_samples_per_s", 0);
-    c->finish();
-  }
-  root.finish();
-  // Price needed for $/hour: refuse unknown prices up front rather than print nonsense.
-  for (std::size_t i = 0; i < spec.pool.size(); ++i)
-    if (spec.pool[i].price_per_hour < 0)
-      throw ValidationError(file.string(), "$.pool[" + std::to_string(i) + "].price_per_hour",
-                            "(none in the catalog for " + spec.pool[i].spec.name + ")",
-                            "a price in USD per GPU-hour");
-  // Check the links and the job once, so errors name the spec rather than a generated mix.
-  std::vector<int> one(spec.pool.size(), 1);
-  try {
-    mix_scenario(spec, one);
-  } catch (const ValidationError& e) {
-    throw ValidationError(file.string(),
-                          "$.node / $.pool[*].intra_link / $.job (" + e.json_path() + ")",
-                          e.value(), e.expected());
-  }
-  return spec;
+namespace detail {
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
+
+// What `cephalo plan` would be asked for each row: the spec's keys as its flags.
+PlanRequest plan_request(const SweepSpec& spec) {
+  PlanRequest r;
+  r.options.options_source = spec.file.string();  // the options are the spec's keys
+  if (!spec.strategy.empty()) {
+    r.options.strategy = spec.strategy;
+    r.given.push_back("strategy");
+  }
+  r.sharding = spec.sharding;
+  r.parallelism = spec.parallelism;
+  r.split_finalists = kSweepSplitFinalists;
+  r.split_max_stages = kSweepSplitMaxStages;
+  r.use_all = true;  // the sweep's own mixes are the subsets; each row plans its GPUs
+  return r;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -270,7 +189,41 @@ std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec, std::uint64
   return out;
 }
 
-Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts) {
+int mix_nodes(const SweepSpec& spec, const std::vector<int>& counts) {
+  int nodes = 0;
+  for (std::size_t i = 0; i < spec.pool.size(); ++i) {
+    const int per =
+        spec.pool[i].gpus_per_node > 0 ? spec.pool[i].gpus_per_node : spec.gpus_per_node;
+    nodes += (counts[i] + per - 1) / per;
+  }
+  return nodes;
+}
+
+double mix_cost_per_hour(const SweepSpec& spec, const std::vector<int>& counts, int network) {
+  double cost = 0;
+  int gpus = 0;
+  for (std::size_t i = 0; i < spec.pool.size(); ++i) {
+    cost += counts[i] * spec.pool[i].price_per_hour;
+    gpus += counts[i];
+  }
+  const SweepNetwork& n = spec.networks.at(static_cast<std::size_t>(network));
+  return cost + gpus * n.price_per_gpu_hour + mix_nodes(spec, counts) * n.price_per_node_hour;
+}
+
+std::vector<SweepPoint> sweep_points(const SweepSpec& spec,
+                                     const std::vector<std::vector<int>>& mixes) {
+  std::vector<SweepPoint> out;
+  out.reserve(mixes.size() * spec.networks.size());
+  for (const auto& counts : mixes)
+    for (std::size_t n = 0; n < spec.networks.size(); ++n)
+      if (spec.max_cost_per_hour < 0 ||
+          mix_cost_per_hour(spec, counts, static_cast<int>(n)) <= spec.max_cost_per_hour + 1e-9)
+        out.push_back({counts, static_cast<int>(n)});
+  return out;
+}
+
+Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts, int network) {
+  const Json& nic = spec.networks.at(static_cast<std::size_t>(network)).nic;
   Json nodes = Json::array();
   std::string name;
   for (std::size_t i = 0; i < spec.pool.size(); ++i) {
@@ -282,7 +235,7 @@ Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts) {
       node_name += std::to_string(k);
       Json node = {{"name", node_name},
                    {"gpus", Json::array({{{"type", p.gpu}, {"count", std::min(per, left)}}})},
-                   {"nic", spec.nic}};
+                   {"nic", nic}};
       const Json& link = p.intra_link.is_null() ? spec.intra_link : p.intra_link;
       if (!link.is_null()) node["intra_link"] = link;
       nodes.push_back(std::move(node));
@@ -294,6 +247,8 @@ Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts) {
       name += p.spec.name;
     }
   }
+  if (spec.networks.size() > 1)
+    name += " on " + spec.networks[static_cast<std::size_t>(network)].name;
   Json doc = {{"name", spec.name + ": " + name},
               {"cluster", {{"name", name}, {"nodes", nodes}}},
               {"job", spec.job}};
@@ -301,42 +256,52 @@ Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts) {
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), spec.file.parent_path());
 }
 
-SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts) {
+SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts, int network) {
   SweepRow row;
   row.counts = counts;
+  row.network = network;
+  row.network_name = spec.networks.at(static_cast<std::size_t>(network)).name;
   for (std::size_t i = 0; i < spec.pool.size(); ++i) {
     row.gpus += counts[i];
-    row.cost_per_hour += counts[i] * spec.pool[i].price_per_hour;
     if (counts[i] > 0) {
       row.mix += row.mix.empty() ? "" : " + ";
       row.mix += std::to_string(counts[i]) + "x " + spec.pool[i].spec.name;
     }
   }
+  row.nodes = mix_nodes(spec, counts);
+  row.cost_per_hour = mix_cost_per_hour(spec, counts, network);
   try {
-    const Scenario s = mix_scenario(spec, counts);
-    PlannerOptions opt;
-    opt.options_source = spec.file.string();  // the options are the spec's keys
-    opt.strategy = spec.strategy;
-    // hybrid / auto: groups of nodes (sharding_choice.hpp); unset: full sharding, or the
-    // replicas a replicating framework plans itself
-    opt.sharding =
-        !spec.sharding.empty() || schedule::replicates_state(s.job.implementation.framework)
-            ? spec.sharding
-            : "full";
-    // Mixes are compared under one schedule (the spec has no schedule fields): layered
-    // accumulation and full checkpointing, what every strategy takes by default, so a sweep of
-    // thousands of mixes does not run `optimal`'s schedule search for each.
-    opt.accumulation = Accumulation::Layered;
-    opt.activation_checkpointing = ActivationCheckpointing{};
-    const auto result = make_plan(s, opt);
-    row.planning_s = result.planning_s;
-    // make_plan's prediction is the replay of its plan (the model's time is kept apart).
-    row.predicted_samples_per_s = s.job.global_batch / result.model_iteration_s;
-    if (result.simulated_oom) {
-      row.error = "simulated out of memory: " + result.simulated_oom_detail;
+    const Scenario s = mix_scenario(spec, counts, network);
+    const auto start = std::chrono::steady_clock::now();
+    const PlanAnswer answer = answer_plan(s, detail::plan_request(spec));
+    row.planning_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    row.family = answer.fsdp ? "fsdp" : "3d";
+    const std::string summary = plan_summary(answer);
+    row.plan = summary.substr(0, summary.find('\n'));
+    double iteration_s = 0, estimate_s = 0;
+    bool oom = false;
+    std::string oom_detail;
+    if (answer.fsdp) {
+      const PlanResult& r = *answer.fsdp;
+      iteration_s = r.predicted_iteration_s;  // the replay of the plan (make_plan)
+      estimate_s = r.model_iteration_s;
+      oom = r.simulated_oom;
+      oom_detail = r.simulated_oom_detail;
+    } else {
+      const SplitPlanResult& r = *answer.split;
+      iteration_s = r.simulated_iteration_s;
+      estimate_s = r.search.estimate.iteration_s;
+      oom = r.simulated_oom;
+      oom_detail = r.simulated_oom_detail;
+    }
+    row.predicted_samples_per_s = estimate_s > 0 ? s.job.global_batch / estimate_s : 0.0;
+    if (oom) {
+      row.error = "simulated out of memory: " + oom_detail;
     } else {
       row.feasible = true;
-      row.samples_per_s = s.job.global_batch / result.predicted_iteration_s;
+      row.samples_per_s = s.job.global_batch / iteration_s;
+      row.tokens_per_s = row.samples_per_s * s.job.sequence_length;
       row.samples_per_dollar =
           row.cost_per_hour > 0 ? row.samples_per_s * 3600.0 / row.cost_per_hour : 0.0;
       row.tokens_per_dollar = row.samples_per_dollar * s.job.sequence_length;
@@ -369,23 +334,23 @@ void mark_pareto(std::vector<SweepRow>& rows) {
   }
 }
 
-std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
-                                     const std::vector<std::vector<int>>& mixes,
+std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec, const std::vector<SweepPoint>& points,
                                      const SweepProgress& progress) {
   std::vector<SweepRow> rows;
-  rows.reserve(mixes.size());
-  for (const auto& m : mixes) {
-    rows.push_back(evaluate_mix(spec, m));
-    if (progress) progress(rows.size(), mixes.size(), rows.back());
+  rows.reserve(points.size());
+  for (const auto& p : points) {
+    rows.push_back(evaluate_mix(spec, p.counts, p.network));
+    if (progress) progress(rows.size(), points.size(), rows.back());
   }
   return rows;
 }
 
 SweepInput load_sweep(const std::filesystem::path& spec_file, const std::string& stack_file,
                       std::uint64_t max_mixes) {
-  SweepInput in{load_sweep_spec(spec_file), {}};
+  SweepInput in{load_sweep_spec(spec_file), {}, {}};
   if (!stack_file.empty()) set_stack(in.spec, stack_file);
   in.mixes = enumerate_mixes(in.spec, max_mixes);
+  in.points = sweep_points(in.spec, in.mixes);
   return in;
 }
 
@@ -399,10 +364,10 @@ std::vector<std::size_t> dealt_mixes(std::size_t mixes, int rank, int size) {
 
 std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share,
                                 const SweepProgress& progress) {
-  const auto mine = dealt_mixes(input.mixes.size(), share.rank, share.size);
-  std::vector<std::vector<int>> my_mixes;
-  for (auto i : mine) my_mixes.push_back(input.mixes[i]);
-  const auto my_rows = evaluate_mixes(input.spec, my_mixes, progress);
+  const auto mine = dealt_mixes(input.points.size(), share.rank, share.size);
+  std::vector<SweepPoint> my_points;
+  for (auto i : mine) my_points.push_back(input.points[i]);
+  const auto my_rows = evaluate_mixes(input.spec, my_points, progress);
   std::vector<SweepRow> rows;
   if (!share.gather && share.size == 1) {
     rows = my_rows;
@@ -410,7 +375,7 @@ std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share
     const std::string text = rows_to_json(my_rows, mine).dump();
     const auto parts = share.gather ? share.gather(text) : std::vector<std::string>{text};
     if (share.rank != 0) return {};
-    rows.resize(input.mixes.size());
+    rows.resize(input.points.size());
     for (const auto& part : parts) place_rows(Json::parse(part), rows);
   }
   mark_pareto(rows);
@@ -438,21 +403,38 @@ void place_rows(const Json& rows, std::vector<SweepRow>& all) {
 
 std::string sweep_csv(const std::vector<SweepRow>& rows) {
   std::ostringstream out;
-  out << "mix,gpus,cost_per_hour,feasible,meets_constraints,samples_per_s,"
-         "predicted_samples_per_s,samples_per_dollar,tokens_per_dollar,pareto,planning_s,error\n";
+  out << "mix,network,gpus,nodes,cost_per_hour,family,feasible,meets_constraints,samples_per_s,"
+         "tokens_per_s,predicted_samples_per_s,samples_per_dollar,tokens_per_dollar,pareto,"
+         "planning_s,plan,error\n";
+  const auto quoted = [](std::string text) {
+    std::replace(text.begin(), text.end(), '"', '\'');
+    return '"' + text + '"';
+  };
   for (const auto& r : rows) {
-    std::string err = r.error;
-    std::replace(err.begin(), err.end(), '"', '\'');
-    out << '"' << r.mix << "\"," << r.gpus << ',' << r.cost_per_hour << ',' << r.feasible << ','
-        << r.meets_constraints << ',' << r.samples_per_s << ',' << r.predicted_samples_per_s << ','
-        << r.samples_per_dollar << ',' << r.tokens_per_dollar << ',' << r.pareto << ','
-        << r.planning_s << ",\"" << err << "\"\n";
+    out << quoted(r.mix) << ',' << quoted(r.network_name) << ',' << r.gpus << ',' << r.nodes << ','
+        << r.cost_per_hour << ',' << r.family << ',' << r.feasible << ',' << r.meets_constraints
+        << ',' << r.samples_per_s << ',' << r.tokens_per_s << ',' << r.predicted_samples_per_s
+        << ',' << r.samples_per_dollar << ',' << r.tokens_per_dollar << ',' << r.pareto << ','
+        << r.planning_s << ',' << quoted(r.plan) << ',' << quoted(r.error) << "\n";
   }
   return out.str();
 }
 
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
-  Json out = {{"sweep", spec.name}, {"strategy", spec.strategy}};
+  Json networks = Json::array();
+  for (const auto& n : spec.networks)
+    networks.push_back({{"name", n.name},
+                        {"nic", n.nic},
+                        {"price_per_gpu_hour", n.price_per_gpu_hour},
+                        {"price_per_node_hour", n.price_per_node_hour}});
+  Json out = {
+      {"sweep", spec.name},
+      {"parallelism", spec.parallelism.empty() ? "open" : spec.parallelism},
+      {"strategy", spec.strategy.empty() ? "open" : spec.strategy},
+      {"sharding", spec.sharding.empty() ? "open" : spec.sharding},
+      {"split_search",
+       {{"finalists", kSweepSplitFinalists}, {"max_pipeline_stages", kSweepSplitMaxStages}}},
+      {"networks", networks}};
   Json list = Json::array();
   for (std::size_t i = 0; i < rows.size(); ++i) list.push_back(row_json(rows[i], i));
   out["mixes"] = list;
@@ -486,7 +468,8 @@ std::string mega(double value) { return fixed(value / 1e6, 2); }
 std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptions& options) {
   const auto& keys = sweep_sort_keys();
   if (std::find(keys.begin(), keys.end(), options.sort) == keys.end())
-    throw ValidationError("command line", "--sort", options.sort, "one of " + join_names(keys));
+    throw ValidationError("command line", "--sort", options.sort,
+                          "one of " + detail::join_names(keys));
   std::vector<std::size_t> order(rows.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Best first; infeasible mixes after every feasible one, in the sweep's order.
@@ -501,8 +484,14 @@ std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptio
   };
   std::stable_sort(order.begin(), order.end(), better);
 
-  std::vector<std::string> head{"mix", "gpus", "$/hour", "samples/s", "Mtokens/$", "pareto"};
-  if (options.wide) head.insert(head.end(), {"planner est.", "samples/$", "planned in"});
+  // The network column only when the sweep has more than one network option.
+  bool networks = false;
+  for (const auto& r : rows) networks = networks || r.network != rows.front().network;
+  std::vector<std::string> head{"mix"};
+  if (networks) head.push_back("network");
+  head.insert(head.end(), {"gpus", "$/hour", "tokens/s", "Mtokens/$", "plan", "pareto"});
+  if (options.wide)
+    head.insert(head.end(), {"samples/s", "planner est.", "samples/$", "planned in"});
   head.push_back("note");
   TextTable t(head);
   t.set_align(0, TextTable::Align::Left);
@@ -511,26 +500,46 @@ std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptio
     const auto& r = rows[i];
     std::string note = r.error;
     if (r.feasible && !r.meets_constraints) note = "below the throughput constraint";
-    std::vector<std::string> cells{clipped(r.mix, 30, options.wide),
-                                   std::to_string(r.gpus),
-                                   fixed(r.cost_per_hour, 2),
-                                   r.feasible ? fixed(r.samples_per_s, 2) : "-",
-                                   r.feasible ? mega(r.tokens_per_dollar) : "-",
-                                   r.pareto ? "*" : ""};
+    if (options.wide && note.empty()) note = r.plan;
+    // Clipped to fit 100 columns, the network's column taken from the mix's and the note's.
+    std::vector<std::string> cells{clipped(r.mix, networks ? 22 : 28, options.wide)};
+    if (networks) cells.push_back(clipped(r.network_name, 8, options.wide));
+    cells.insert(cells.end(), {std::to_string(r.gpus), fixed(r.cost_per_hour, 2),
+                               r.feasible ? fixed(r.tokens_per_s, 0) : "-",
+                               r.feasible ? mega(r.tokens_per_dollar) : "-",
+                               r.family.empty() ? "-" : r.family, r.pareto ? "*" : ""});
     if (options.wide)
       cells.insert(
           cells.end(),
-          {r.predicted_samples_per_s > 0 ? fixed(r.predicted_samples_per_s, 2) : "-",
+          {r.feasible ? fixed(r.samples_per_s, 2) : "-",
+           r.predicted_samples_per_s > 0 ? fixed(r.predicted_samples_per_s, 2) : "-",
            r.feasible ? fixed(r.samples_per_dollar, 0) : "-", format_seconds(r.planning_s)});
-    cells.push_back(clipped(note, 20, options.wide));
+    cells.push_back(clipped(note, networks ? 16 : 18, options.wide));
     t.add_row(cells);
   }
   return t.render();
 }
 
+namespace {
+
+// "parallelism open, strategy optimal": the plan options every row was planned with.
+std::string plan_options_text(const SweepSpec& spec) {
+  return "parallelism " + (spec.parallelism.empty() ? std::string("open") : spec.parallelism) +
+         (spec.strategy.empty() ? std::string() : ", strategy " + spec.strategy) +
+         (spec.sharding.empty() ? std::string() : ", sharding " + spec.sharding);
+}
+
+}  // namespace
+
 std::string render_sweep_start(const SweepInput& input, int processes) {
-  return "sweep " + input.spec.name + ": " + std::to_string(input.mixes.size()) +
-         " mixes, strategy " + input.spec.strategy +
+  const std::size_t networks = input.spec.networks.size();
+  return "sweep " + input.spec.name + ": " + std::to_string(input.mixes.size()) + " mixes" +
+         (networks > 1 ? " x " + std::to_string(networks) + " networks = " +
+                             std::to_string(input.points.size()) + " rows within the budget"
+                       : std::string()) +
+         ", " + plan_options_text(input.spec) + "; per row the split search goes to " +
+         std::to_string(kSweepSplitMaxStages) + " stages and replays its best " +
+         std::to_string(kSweepSplitFinalists) +
          (processes > 1 ? ", " + std::to_string(processes) + " MPI ranks" : "") + "\n";
 }
 
@@ -542,8 +551,9 @@ std::string render_sweep_progress(std::size_t done, std::size_t total, const Swe
 }
 
 std::string render_sweep_legend(const SweepSpec& spec) {
-  return "* on the Pareto frontier of $/hour vs simulated samples/s (strategy " + spec.strategy +
-         ")\n";
+  return "* on the Pareto frontier of $/hour vs simulated throughput; plan: the family each row's "
+         "plan chose (fsdp, or 3d: a split), as `cephalo plan` with " +
+         plan_options_text(spec) + "\n";
 }
 
 }  // namespace cephalo::planner

@@ -76,7 +76,7 @@ def _flat(rows):
 _OP_COLUMNS = ("name", "kind", "rank", "stream", "unit", "micro_batch", "micro_batch_samples")
 _OP_AMOUNTS = ("flops", "bytes")
 # Sweep fields with no value for an infeasible mix (the record writes 0): NaN in mixes_frame.
-_SWEEP_THROUGHPUT = ("samples_per_s", "samples_per_dollar", "tokens_per_dollar")
+_SWEEP_THROUGHPUT = ("samples_per_s", "tokens_per_s", "samples_per_dollar", "tokens_per_dollar")
 
 
 class Record(dict):
@@ -125,12 +125,14 @@ class Record(dict):
         return frame
 
     def mixes_frame(self):
-        """One row per mix of a sweep record: mix ("2x A100-80GB + 4x L4"), gpus,
-        cost_per_hour (dollars per hour), feasible, meets_constraints, samples_per_s
-        (simulated, samples/s), predicted_samples_per_s (the planner's), samples_per_dollar
-        (samples per dollar), pareto, planning_s (seconds), error (why infeasible), counts
+        """One row per mix and network option of a sweep record: mix ("2x A100-80GB + 4x
+        L4"), network (its index) and network_name, gpus, nodes, cost_per_hour (dollars per
+        hour, the GPUs' and the network's), family (the plan family the row chose: "fsdp" or
+        "3d"), plan (the chosen plan in words), feasible, meets_constraints, samples_per_s and
+        tokens_per_s (simulated), predicted_samples_per_s (the planner's), samples_per_dollar
+        and tokens_per_dollar, pareto, planning_s (seconds), error (why infeasible), counts
         (per pool entry). Throughput a mix does not have is NaN, not the record's 0:
-        samples_per_s and samples_per_dollar of every infeasible mix, and
+        samples_per_s, tokens_per_s and the per-dollar columns of every infeasible mix, and
         predicted_samples_per_s of a mix that could not be planned."""
         frame = self._frame("mixes")
         if len(frame):
@@ -262,7 +264,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
          activation_checkpointing=None, sharding=None, group_size=None,
          cephalo_shares=None, cephalo_corrected_share_memory=None, stack=None,
          text=False, parallelism=None, tensor_parallel=None, pipeline_stages=None,
-         micro_batches=None, pipeline_schedule=None, sequence_parallel=None):
+         micro_batches=None, pipeline_schedule=None, sequence_parallel=None, use_all=False):
     """Plans the scenario with a strategy; the Plan record `cephalo plan --json` prints: per
     rank batch and micro_batch (samples), micro_batches and state_share (a fraction), and the
     "predicted" block (predicted_iteration_s, model_iteration_s, planning_s in seconds,
@@ -293,7 +295,12 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     max_micro_batch 512, verify_with_simulator True, search_neighbours 24, cephalo_shares
     "min_params"); an argument given that the chosen parallelism does not read (strategy with
     parallelism="3d", tensor_parallel without it) raises ValidationError naming it, as the CLI
-    refuses the flag. Counts are ints: True is refused, not taken as 1."""
+    refuses the flag. Counts are ints: True is refused, not taken as 1.
+
+    use_all=True is `--use-all`: plan every GPU and weigh no subset. Otherwise (strategy
+    optimal or search, or parallelism "3d") the cluster without its slowest GPU types is planned
+    too, and when that is faster the record's predicted["faster_without"] names the nodes and
+    ranks to leave idle and both times (the plan itself still uses every GPU)."""
     keywords = dict(strategy=strategy, offload=offload, max_micro_batch=max_micro_batch,
                     verify_with_simulator=verify_with_simulator,
                     search_neighbours=search_neighbours, micro_batch=micro_batch,
@@ -316,7 +323,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
                              group_size, cephalo_shares or "min_params",
                              bool(cephalo_corrected_share_memory), parallelism or "", tensor_parallel,
                              pipeline_stages, micro_batches, pipeline_schedule or "",
-                             bool(sequence_parallel), given)
+                             bool(sequence_parallel), bool(use_all), given)
     return out if text else _record(out)
 
 
@@ -399,9 +406,11 @@ def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output
 
 
 def sweep(spec, progress=None, max_mixes=5000, stack=None):
-    """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix of the spec's pool
-    planned and simulated, the Pareto frontier over (cost per hour, simulated samples/s)
-    marked; .mixes_frame() is the table (NaN throughput where a mix is infeasible).
+    """A what-if sweep (`cephalo sweep --spec FILE --json`): every mix of the spec's pool on
+    every network option planned as plan() plans (both families unless the spec's
+    "parallelism" or "strategy" fixes one; the split search bounded as the record's
+    "split_search" says) and simulated, the Pareto frontier over (cost per hour, simulated
+    samples/s) marked; .mixes_frame() is the table (NaN throughput where a mix is infeasible).
     progress(done, total, mix) is called after each mix; more than max_mixes mixes raise
     ValidationError before any is planned. stack=path prices every mix with that stack
     calibration (`--stack`)."""

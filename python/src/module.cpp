@@ -436,7 +436,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
          bool cephalo_corrected_share_memory, const std::string& parallelism,
          std::optional<int> tensor_parallel, std::optional<int> pipeline_stages,
          std::optional<int> micro_batches, const std::string& pipeline_schedule,
-         bool sequence_parallel, const std::vector<std::string>& given) {
+         bool sequence_parallel, bool use_all, const std::vector<std::string>& given) {
         // `cephalo plan`'s request, spelt as keyword arguments in messages.
         planner::PlanRequest r;
         planner::PlannerOptions& o = r.options;
@@ -461,6 +461,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
             positive_or_open(micro_batches, "micro_batches", "micro-batches per iteration");
         r.pipeline_schedule = pipeline_schedule;
         r.sequence_parallel = sequence_parallel;
+        r.use_all = use_all;
         r.given = given;
         // Per rank at any size: the record's frames (ranks_frame) read its "ranks".
         return planner::plan_answer_record(planner::answer_plan(s, r), PlanForm::PerRank).dump(2) +
@@ -472,7 +473,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
       py::arg("sharding"), py::arg("group_size"), py::arg("cephalo_shares"),
       py::arg("cephalo_corrected_share_memory"), py::arg("parallelism"), py::arg("tensor_parallel"),
       py::arg("pipeline_stages"), py::arg("micro_batches"), py::arg("pipeline_schedule"),
-      py::arg("sequence_parallel"), py::arg("given"), release());
+      py::arg("sequence_parallel"), py::arg("use_all"), py::arg("given"), release());
   m.def("simulate_json", &simulate_json, py::arg("scenario"), py::arg("plan"),
         py::arg("plan_label"), py::arg("ops"), py::arg("compute_model"), py::arg("link_sharing"),
         py::arg("queue"), py::arg("trace"), release());

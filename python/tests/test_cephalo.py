@@ -241,6 +241,21 @@ def test_plan_equals_the_cli_byte_for_byte(flags, kwargs):
     assert cephalo.plan(DEFAULT, **kwargs)["ranks"] == json.loads(expected)["ranks"]
 
 
+def test_plan_use_all_is_the_clis():
+    # modern-mix-gpt2.7b plans faster without its L4 node (planner/README.md, "Leaving GPUs
+    # out"): the record says so unless use_all, as `--use-all` does.
+    mix = ROOT / "scenarios/modern-mix-gpt2.7b.json"
+    def without_wall_time(text):
+        return re.sub(r'"planning_s": [-+.0-9eE]+', '"planning_s": 0', text)
+    for flags, kwargs in (([], {}), (["--use-all"], {"use_all": True})):
+        expected = cli("plan", "--scenario", mix, "--parallelism", "fsdp", "--json", *flags)
+        got = cephalo.plan(mix, parallelism="fsdp", text=True, **kwargs)
+        assert without_wall_time(got) == without_wall_time(expected)
+    advice = cephalo.plan(mix, parallelism="fsdp")["predicted"]["faster_without"]
+    assert advice["idle_gpus"] == "4x L4" and advice["without_s"] < advice["with_all_s"]
+    assert "faster_without" not in cephalo.plan(mix, parallelism="fsdp", use_all=True)["predicted"]
+
+
 def test_plan_refuses_what_the_cli_refuses():
     with pytest.raises(cephalo.ValidationError) as info:
         cephalo.plan(DEFAULT, offload="host", activation_checkpointing="none")

@@ -298,8 +298,33 @@ def test_sweep_frame_has_nan_where_a_mix_is_infeasible(tmp_path):
         assert row.samples_per_s == by_mix[row.mix]["samples_per_s"] > 0
     # The record itself stays the CLI's (0 where the frame says NaN).
     assert all(m["samples_per_s"] == 0 for m in record["mixes"] if not m["feasible"])
+    assert infeasible["tokens_per_s"].isna().all()
     # Throughput statistics skip what does not exist rather than averaging in zeros.
     assert frame["samples_per_s"].mean() == feasible["samples_per_s"].mean()
+
+
+def test_sweep_rows_name_their_network_and_plan_family(tmp_path):
+    pytest.importorskip("pandas")
+    # Two A6000 nodes on two network options; parallelism "3d" keeps splits only.
+    nic = {"kind": "ethernet", "latency": "10us"}
+    spec = {"name": "networks",
+            "pool": [{"gpu": "a6000", "max_count": 4, "min_count": 4}],
+            "node": {"gpus_per_node": 2,
+                     "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16}},
+            "networks": [{"name": "10G", "nic": dict(nic, bandwidth="10Gbit/s")},
+                         {"name": "100G", "nic": dict(nic, bandwidth="100Gbit/s"),
+                          "price_per_node_hour": 1.0}],
+            "job": {"model": "gpt-1.3b", "sequence_length": 512, "global_batch": 16},
+            "parallelism": "3d"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    record = cephalo.sweep(tmp_path / "spec.json")
+    frame = record.mixes_frame()
+    assert list(frame["network_name"]) == ["10G", "100G"]
+    assert (frame["family"] == "3d").all() and frame["feasible"].all()
+    # The faster network costs its price per node on top of the GPUs'.
+    assert frame["cost_per_hour"][1] == pytest.approx(frame["cost_per_hour"][0] + 2 * 1.0)
+    assert (frame["tokens_per_s"] == frame["samples_per_s"] * 512).all()
+    assert record["split_search"]["finalists"] >= 1
 
 
 def test_memory_frame_has_one_column_per_term(default_plan):

@@ -638,13 +638,13 @@ TEST(SweepCli, WritesCsvWithAParetoFrontier) {
   std::string line;
   int rows = 0, pareto = 0;
   std::getline(in, line);
-  EXPECT_EQ(line.rfind("mix,gpus,cost_per_hour", 0), 0u);
+  EXPECT_EQ(line.rfind("mix,network,gpus,nodes,cost_per_hour,family", 0), 0u);
   while (std::getline(in, line)) {
     ++rows;
-    // pareto is the 10th column; mixes are quoted and contain no commas
+    // pareto is the 14th column; mixes and networks are quoted and contain no commas
     int commas = 0;
     std::size_t i = 0;
-    for (; i < line.size() && commas < 9; ++i) commas += line[i] == ',';
+    for (; i < line.size() && commas < 13; ++i) commas += line[i] == ',';
     pareto += line.compare(i, 1, "1") == 0;
   }
   EXPECT_EQ(rows, 8);  // 3 × 3 − 1 mixes

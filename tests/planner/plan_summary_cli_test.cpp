@@ -46,6 +46,35 @@ double sequence_length(const std::string& scenario) {
   return nlohmann::json::parse(job)["sequence_length"].get<double>();
 }
 
+// A mix whose L4 node slows it (planner/README.md, "Leaving GPUs out"): the summary and the
+// record name the GPUs to leave idle; `--use-all` weighs no subset.
+TEST(PlanSummary, SaysWhenLeavingGpusIdleIsFasterUnlessUseAll) {
+  const std::string mix = std::string(CEPHALO_SOURCE_DIR) + "/scenarios/modern-mix-gpt2.7b.json";
+  const std::string plan = "plan --scenario " + mix + " --parallelism fsdp";
+  auto r = run(plan);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string summary = r.out.substr(r.out.find("chosen: "));
+  EXPECT_NE(summary.find("\nfaster without 4x L4 (ranks "), std::string::npos) << summary;
+  int lines = 0;
+  std::istringstream in(summary);
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_LE(lines, cephalo::planner::kPlanSummaryLines) << summary;
+  r = run(plan + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto with = nlohmann::json::parse(r.out)["predicted"];
+  ASSERT_TRUE(with.contains("faster_without")) << r.out;
+  EXPECT_LT(with["faster_without"]["without_s"].get<double>(),
+            with["faster_without"]["with_all_s"].get<double>());
+  EXPECT_EQ(with["faster_without"]["idle_ranks"].size(), 4u);
+  r = run(plan + " --use-all --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto all = nlohmann::json::parse(r.out)["predicted"];
+  EXPECT_FALSE(all.contains("faster_without")) << r.out;
+  EXPECT_EQ(all["explanation"].get<std::string>().find("weighed leaving"), std::string::npos);
+  EXPECT_DOUBLE_EQ(all["simulated_iteration_s"].get<double>(),
+                   with["faster_without"]["with_all_s"].get<double>());
+}
+
 TEST(PlanSummary, IsShortAndExplainPrintsTheLog) {
   for (const std::string flags : {"--strategy optimal", "--parallelism auto"}) {
     const auto r = run("plan --scenario " + kDefault + " " + flags);

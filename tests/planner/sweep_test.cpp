@@ -186,6 +186,18 @@ TEST(SweepTable, FitsOneHundredColumnsUnlessWide) {
   EXPECT_NE(wide.find(rows[1].error), std::string::npos) << wide;
   EXPECT_NE(wide.find(rows[0].mix), std::string::npos) << wide;
   EXPECT_NE(wide.find("samples/$"), std::string::npos);
+  // With a network swept, its column still fits.
+  auto on_networks = rows;
+  for (std::size_t i = 0; i < on_networks.size(); ++i) {
+    on_networks[i].network = static_cast<int>(i % 2);
+    on_networks[i].network_name = i % 2 ? "InfiniBand-400G" : "Ethernet-25G";
+    on_networks[i].family = i % 2 ? "3d" : "fsdp";
+  }
+  const auto with_networks = sweep_table(on_networks);
+  std::istringstream lines(with_networks);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+  EXPECT_NE(with_networks.find("Ether..."), std::string::npos) << with_networks;
+  EXPECT_NE(with_networks.find("3d"), std::string::npos) << with_networks;
 }
 
 TEST(SweepTable, SortsBestFirstWithInfeasibleMixesLast) {

@@ -42,6 +42,14 @@ struct PlanRequest {
   int tensor_parallel = 0, pipeline_stages = 0, micro_batches = 0;
   std::string pipeline_schedule;  // gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;
+  // The split search's bounds (SplitSearchOptions::finalists, the splits its estimate ranks
+  // best that are replayed, and max_pipeline_stages); 0: the search's defaults. A sweep,
+  // planning hundreds of rows, bounds them (sweep.hpp, kSweepSplitFinalists).
+  int split_finalists = 0;
+  int split_max_stages = 0;
+  // Plan every GPU given and weigh no subset of the nodes (`plan --use-all`); otherwise
+  // answer_plan also plans the cluster without its slowest node classes (plan_subsets.cpp).
+  bool use_all = false;
   // The options the caller set, by their keyword names ("strategy", "tensor_parallel"), whatever
   // their values: an option whose value equals its default (`--strategy optimal`) is still one
   // the chosen family must read. Options with an "open" value (0, empty, false) count as given
@@ -66,17 +74,40 @@ SplitSearchOptions split_options(const PlanRequest& request);
 // best split made into its plan and replayed. With parallelism auto both families are planned
 // (an FSDP plan that cannot be made throws; a split search that finds nothing is noted) and
 // choose_family keeps the faster, `why` saying why the other lost.
+//
+// Leaving GPUs out: unless `use_all`, the cluster's nodes are grouped into classes by their GPU
+// types, and the cluster without its slowest class, its two slowest, ... (at most
+// kMaxSubsetCandidates candidates, always keeping the fastest class) is planned with the same
+// request. A subset whose plan simulates at least kIdleGain faster than the plan of every GPU
+// is `faster_without`: which nodes and ranks to leave idle, and both times. The plan answered
+// still uses every GPU: neither plan form can hold an idle rank yet (a rank of an FSDP plan
+// with batch 0 and share 0 still joins its group's gathers and reductions; a split puts every
+// rank in a stage), so the advice is to plan the cluster of the other nodes. `subsets` is the
+// log of every candidate weighed.
+inline constexpr int kMaxSubsetCandidates = 3;
+inline constexpr double kIdleGain = 0.01;
+struct IdleAdvice {
+  std::vector<std::string> nodes;  // the nodes to leave idle, by name
+  std::vector<int> ranks;          // their ranks
+  std::string gpus;                // "16x L4"
+  double with_all_s = 0;           // the answered plan's simulated iteration (every GPU)
+  double without_s = 0;            // the best plan of the other nodes alone, simulated
+  std::string without_plan;        // that plan in words ("the split TP 2 x PP 2 ...")
+};
 struct PlanAnswer {
   std::optional<PlanResult> fsdp;
   std::optional<SplitPlanResult> split;
   std::string why;  // empty unless parallelism is auto
+  std::optional<IdleAdvice> faster_without;
+  std::string subsets;  // the subsets weighed and their times; empty when none was
 };
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
 
 // What `cephalo plan` prints under its table, at most kPlanSummaryLines lines: the plan
 // chosen with its predicted time and throughput, the runner-up and why it lost (its time, or
-// with parallelism auto the other family's `why`), and where the full log is.
-inline constexpr int kPlanSummaryLines = 3;
+// with parallelism auto the other family's `why`), when leaving nodes idle is faster which
+// and by how much, and where the full log is.
+inline constexpr int kPlanSummaryLines = 4;
 std::string plan_summary(const PlanAnswer& answer);
 // The whole search log (`plan --explain`, and the record's "explanation"): the strategy's
 // note (its candidates and their times), a split's replayed finalists, and with parallelism

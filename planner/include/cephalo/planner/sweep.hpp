@@ -9,15 +9,20 @@
 //              "gpus_per_node": 8, "intra_link": {...}}, ...],   // optional: per type
 //    "node": {"gpus_per_node": 4, "intra_link": {...}, "nic": {...}},  // default node shape
 //                                        (intra_link optional: each GPU type's PCIe)
+//    "networks": [{"name": "25G", "nic": {...}, "price_per_node_hour": 0.4}, ...],
+//                                        // optional, instead of node.nic: the network swept
 //    "job": "jobs/llama-7b-s2048.json" | {inline job},
-//    "strategy": "optimal",                        // any planner strategy
-//    "sharding": "full" | "hybrid" | "auto",       // optional (default full): groups of nodes
+//    "parallelism": "fsdp" | "3d" | "auto",        // optional: the plan families (a filter)
+//    "strategy": "optimal",                        // optional: fixes FSDP plans of a strategy
+//    "sharding": "full" | "hybrid" | "auto" | ..., // optional (default searched)
 //    "constraints": {"max_cost_per_hour": 40, "min_samples_per_s": 0}}
 // Every combination of counts (each type from min_count to max_count by step, not all zero,
-// no more GPUs than the global batch) within the budget is planned with the strategy and
-// simulated. A type's GPUs fill nodes of its own (homogeneous nodes), so links follow the
+// no more GPUs than the global batch), on every network option, within the budget is planned
+// as `cephalo plan` plans a scenario (planner::answer_plan: both families, FSDP's schedule
+// search, the faster in simulation; the split search bounded to kSweepSplitFinalists replays)
+// and simulated. A type's GPUs fill nodes of its own (homogeneous nodes), so links follow the
 // node shape. The Pareto frontier is over (lower $/hour, higher simulated samples/s) among
-// the mixes that fit and meet the constraints.
+// the rows that fit and meet the constraints.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -40,18 +45,35 @@ struct PoolEntry {
   Json intra_link;             // null: the spec's node shape
 };
 
+// One option of the network every node of a mix uses, with its price on top of the GPUs'.
+struct SweepNetwork {
+  std::string name;                // as the spec names it; node.nic alone: its bandwidth
+  Json nic;                        // the node's NIC, as a cluster file writes it
+  double price_per_gpu_hour = 0;   // USD per GPU-hour of the mix
+  double price_per_node_hour = 0;  // USD per node-hour of the mix
+};
+
+// The split search of a sweep's rows, bounded: `cephalo plan` searches up to 64 pipeline
+// stages and replays the estimate's best 8 splits; a sweep plans hundreds of rows, so each
+// searches up to kSweepSplitMaxStages stages and replays the best kSweepSplitFinalists (both
+// stated in the JSON record and the first line on stderr). Measured on
+// scenarios/sweeps/gpt2.7b-mixes (60 mixes): the same ten best rows by tokens per dollar as
+// the unbounded search, in 16 s of CPU instead of 37 s (planner/README.md, "Sweeps").
+constexpr int kSweepSplitFinalists = 2;
+constexpr int kSweepSplitMaxStages = 4;
+
 struct SweepSpec {
   std::string name;
   std::filesystem::path file;
   std::vector<PoolEntry> pool;
   int gpus_per_node = 8;
-  Json intra_link;  // link JSON as a cluster file writes it
-  Json nic;
-  Json job;  // inline job object (a file reference is read and inlined)
-  std::string strategy = "optimal";
-  // "full" | "hybrid" | "auto" (PlannerOptions::sharding); empty: full, or the replicas of a
-  // framework that replicates the state (DDP)
-  std::string sharding;
+  Json intra_link;                     // link JSON as a cluster file writes it
+  std::vector<SweepNetwork> networks;  // at least one: "networks", or node.nic alone
+  Json job;                            // inline job object (a file reference is read and inlined)
+  // Each as `cephalo plan`'s flag of that name (PlanRequest): empty or absent leaves it open.
+  std::string parallelism;        // fsdp | 3d | auto
+  std::string strategy;           // a planner strategy: fixes FSDP plans
+  std::string sharding;           // full | hybrid | auto (| optimizer | none: splits)
   double max_cost_per_hour = -1;  // < 0: no budget
   double min_samples_per_s = 0;
 };
@@ -63,11 +85,17 @@ void set_stack(SweepSpec& spec, const std::filesystem::path& file);
 struct SweepRow {
   std::vector<int> counts;  // per pool entry
   std::string mix;          // "2x A100-80GB + 4x L4"
+  int network = 0;          // index in SweepSpec::networks
+  std::string network_name;
   int gpus = 0;
-  double cost_per_hour = 0;
-  bool feasible = false;  // planned, and the simulator found no OOM
+  int nodes = 0;
+  double cost_per_hour = 0;  // the GPUs' and the network's
+  std::string family;        // the chosen plan's: "fsdp" or "3d" (empty when none was made)
+  std::string plan;          // the chosen plan in a few words (plan_summary's first line)
+  bool feasible = false;     // planned, and the simulator found no OOM
   bool meets_constraints = false;
   double samples_per_s = 0;  // simulated
+  double tokens_per_s = 0;   // simulated: samples_per_s × the job's sequence length
   double predicted_samples_per_s = 0;
   double samples_per_dollar = 0;
   double tokens_per_dollar = 0;  // samples_per_dollar × the job's sequence length
@@ -99,17 +127,32 @@ constexpr std::uint64_t kDefaultMaxMixes = 5000;
 // when there are more than `max_mixes`, before building any.
 std::vector<std::vector<int>> enumerate_mixes(const SweepSpec& spec,
                                               std::uint64_t max_mixes = kDefaultMaxMixes);
-// The scenario of one mix (exposed for tests).
-Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts);
-SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts);
+// The scenario of one mix on network option `network` (exposed for tests).
+Scenario mix_scenario(const SweepSpec& spec, const std::vector<int>& counts, int network = 0);
+// One row: the mix on that network planned as `cephalo plan` plans (answer_plan with the
+// spec's parallelism, strategy and sharding) and simulated.
+SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts, int network = 0);
+// The nodes a mix fills (each type in nodes of its own) and its price per hour on a network.
+int mix_nodes(const SweepSpec& spec, const std::vector<int>& counts);
+double mix_cost_per_hour(const SweepSpec& spec, const std::vector<int>& counts, int network);
+
+// One row to plan: a mix on one network option.
+struct SweepPoint {
+  std::vector<int> counts;
+  int network = 0;
+  bool operator==(const SweepPoint&) const = default;
+};
+// Every mix on every network option whose price with that network stays within the budget,
+// the network varying fastest.
+std::vector<SweepPoint> sweep_points(const SweepSpec& spec,
+                                     const std::vector<std::vector<int>>& mixes);
 void mark_pareto(std::vector<SweepRow>& rows);
 
 // The sweep as a pure function: rows[i] evaluates mixes[i] (in this process, in order);
 // `progress`, when given, is called after each row. No Pareto marks (mark_pareto does that
 // once all rows of the sweep are in, e.g. after they were gathered from several processes).
 using SweepProgress = std::function<void(std::size_t done, std::size_t total, const SweepRow&)>;
-std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec,
-                                     const std::vector<std::vector<int>>& mixes,
+std::vector<SweepRow> evaluate_mixes(const SweepSpec& spec, const std::vector<SweepPoint>& points,
                                      const SweepProgress& progress = {});
 
 // Rows to and from JSON with their index in the sweep, so rows evaluated elsewhere (another
@@ -124,6 +167,7 @@ void place_rows(const Json& rows, std::vector<SweepRow>& all);
 struct SweepInput {
   SweepSpec spec;
   std::vector<std::vector<int>> mixes;
+  std::vector<SweepPoint> points;  // sweep_points(spec, mixes): the rows to plan
 };
 SweepInput load_sweep(const std::filesystem::path& spec_file, const std::string& stack_file,
                       std::uint64_t max_mixes = kDefaultMaxMixes);
@@ -137,9 +181,9 @@ struct SweepShare {
   int size = 1;
   std::function<std::vector<std::string>(const std::string&)> gather;
 };
-// This process's mixes under the share-out: indices rank, rank + size, ... below `mixes`.
+// This process's rows under the share-out: indices rank, rank + size, ... below `mixes`.
 std::vector<std::size_t> dealt_mixes(std::size_t mixes, int rank, int size);
-// Every row of the sweep in mix order, Pareto-marked, on process 0; empty on the others.
+// Every row of the sweep in point order, Pareto-marked, on process 0; empty on the others.
 std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share = {},
                                 const SweepProgress& progress = {});
 

@@ -1,0 +1,158 @@
+// Leaving GPUs out: see plan_subsets.hpp and plan_request.hpp (PlanAnswer::faster_without).
+#include "plan_subsets.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/units.hpp"
+#include "cephalo/traces/summarize.hpp"
+
+namespace cephalo::planner::detail {
+
+std::vector<NodeClass> node_classes(const Scenario& scenario) {
+  std::map<std::string, NodeClass> by_key;
+  const auto& nodes = scenario.cluster.nodes;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    std::vector<std::string> types;
+    double slowest = std::numeric_limits<double>::infinity();
+    for (const DeviceSlot& d : nodes[n].devices) {
+      types.push_back(d.spec.name);
+      slowest = std::min(slowest, d.spec.peak_flops(scenario.job.precision.compute) / d.slowdown);
+    }
+    std::sort(types.begin(), types.end());
+    types.erase(std::unique(types.begin(), types.end()), types.end());
+    std::string key;
+    for (const auto& t : types) key += (key.empty() ? "" : "+") + t;
+    NodeClass& c = by_key[key];
+    c.gpus = key;
+    c.peak_flops = slowest;
+    c.nodes.push_back(static_cast<int>(n));
+  }
+  std::vector<NodeClass> out;
+  for (auto& [key, c] : by_key) out.push_back(std::move(c));
+  std::stable_sort(out.begin(), out.end(), [](const NodeClass& a, const NodeClass& b) {
+    return a.peak_flops > b.peak_flops;
+  });
+  return out;
+}
+
+Scenario with_nodes(const Scenario& scenario, const std::vector<int>& nodes) {
+  Scenario sub = scenario;
+  sub.cluster.nodes.clear();
+  for (int n : nodes) sub.cluster.nodes.push_back(scenario.cluster.nodes[static_cast<size_t>(n)]);
+  return sub;
+}
+
+double answer_iteration_s(const PlanAnswer& a) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  if (a.fsdp) {
+    const PlanResult& r = *a.fsdp;
+    if (!r.fits() || r.simulated_oom) return kNone;
+    return r.simulated_iteration_s.value_or(r.predicted_iteration_s);
+  }
+  if (!a.split || a.split->simulated_oom) return kNone;
+  return a.split->simulated_iteration_s;
+}
+
+namespace {
+
+// "16x L4" or "8x A100-80GB + 16x L4": the GPUs of `nodes`.
+std::string gpus_of(const Scenario& s, const std::vector<int>& nodes) {
+  std::map<std::string, int> count;
+  std::vector<std::string> order;
+  for (int n : nodes)
+    for (const DeviceSlot& d : s.cluster.nodes[static_cast<std::size_t>(n)].devices)
+      if (count[d.spec.name]++ == 0) order.push_back(d.spec.name);
+  std::string out;
+  for (const auto& t : order)
+    out += (out.empty() ? "" : " + ") + std::to_string(count[t]) + "x " + t;
+  return out;
+}
+
+}  // namespace
+
+void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
+                   const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan) {
+  const std::vector<NodeClass> classes = node_classes(scenario);
+  if (classes.size() < 2) return;  // one class: leaving some of it out only loses compute
+  const double all_s = answer_iteration_s(answer);
+  // A plan of every GPU that does not fit says where memory runs out; fewer GPUs hold less.
+  if (!std::isfinite(all_s)) return;
+  PlanRequest q = request;
+  q.use_all = true;
+  q.options.progress = false;
+  std::ostringstream log;
+  log << "weighed leaving the slowest node classes idle (at most " << kMaxSubsetCandidates
+      << " subsets of " << classes.size() << " classes by GPU type):";
+  double best_s = all_s;
+  const double model_flops =
+      traces::model_flops_per_iteration(scenario.job, scenario.job.global_batch);
+  std::optional<IdleAdvice> best;
+  const int c = static_cast<int>(classes.size());
+  for (int keep = c - 1; keep >= std::max(1, c - kMaxSubsetCandidates); --keep) {
+    std::vector<int> kept, idle;
+    for (int k = 0; k < c; ++k) {
+      std::vector<int>& side = k < keep ? kept : idle;
+      const std::vector<int>& nodes = classes[static_cast<std::size_t>(k)].nodes;
+      side.insert(side.end(), nodes.begin(), nodes.end());
+    }
+    std::sort(kept.begin(), kept.end());
+    std::sort(idle.begin(), idle.end());
+    const std::string idle_gpus = gpus_of(scenario, idle);
+    log << " without " << idle_gpus << ": ";
+    // A bound prunes a candidate before it is planned: no plan runs the model's FLOPs faster
+    // than its GPUs' dense peak (MFU <= 100 %), so a subset whose peak time is no better than
+    // what it must beat cannot win.
+    double peak = 0;
+    for (int n : kept)
+      for (const DeviceSlot& d : scenario.cluster.nodes[static_cast<std::size_t>(n)].devices)
+        peak += d.spec.peak_flops(scenario.job.precision.compute) / d.slowdown;
+    const double floor_s = model_flops / peak;
+    if (floor_s >= best_s * (1 - kIdleGain)) {
+      log << "not planned: at its GPUs' peak the model's FLOPs alone take "
+          << format_seconds(floor_s) << ";";
+      continue;
+    }
+    PlanAnswer sub;
+    try {
+      sub = plan(with_nodes(scenario, kept), q);
+    } catch (const InfeasibleError& e) {
+      const std::string what = e.what();  // its first clause: the whole refusal is plan's own
+      log << "no plan fits (" << what.substr(0, what.find(';')) << ");";
+      continue;
+    } catch (const ValidationError& e) {
+      log << "not plannable with these options (" << e.what() << ");";
+      continue;
+    }
+    const double t = answer_iteration_s(sub);
+    if (t == std::numeric_limits<double>::infinity()) {
+      log << "its plan does not fit;";
+      continue;
+    }
+    const std::string plan_words = sub.fsdp ? "an FSDP plan of strategy " + sub.fsdp->plan.strategy
+                                            : "the split " + sub.split->search.estimate.split;
+    log << format_seconds(t) << " (" << plan_words << ");";
+    if (t < best_s) {
+      best_s = t;
+      IdleAdvice a;
+      for (int n : idle)
+        a.nodes.push_back(scenario.cluster.nodes[static_cast<std::size_t>(n)].name);
+      for (const RankDevice& rd : scenario.cluster.ranks())
+        if (std::binary_search(idle.begin(), idle.end(), rd.node)) a.ranks.push_back(rd.rank);
+      a.gpus = idle_gpus;
+      a.with_all_s = all_s;
+      a.without_s = t;
+      a.without_plan = plan_words;
+      best = std::move(a);
+    }
+  }
+  log << " every GPU: " << format_seconds(all_s);
+  if (best && best->without_s < all_s * (1 - kIdleGain)) answer.faster_without = std::move(best);
+  answer.subsets = log.str();
+}
+
+}  // namespace cephalo::planner::detail

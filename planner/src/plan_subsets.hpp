@@ -1,0 +1,31 @@
+#pragma once
+// Leaving GPUs out (plan_request.hpp, PlanAnswer::faster_without): the cluster without its
+// slowest node classes, planned with the same request and weighed against the answer.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/planner/plan_request.hpp"
+
+namespace cephalo::planner::detail {
+
+// The answer's simulated iteration time; infinity when its plan does not fit.
+double answer_iteration_s(const PlanAnswer& answer);
+// Plans each subset candidate with `plan` (answer_plan with use_all set) and fills
+// answer.subsets and, when one is at least kIdleGain faster, answer.faster_without.
+void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
+                   const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan);
+
+// The candidates: the scenario's nodes grouped by their GPU types, fastest class first (by the
+// slowest GPU's peak at the job's compute dtype); candidate k keeps the first C - k classes.
+struct NodeClass {
+  std::string gpus;        // the node's GPU types, "A100-80GB" or "A100-80GB+L4"
+  double peak_flops = 0;   // its slowest GPU's dense peak at the job's compute dtype
+  std::vector<int> nodes;  // indices in the cluster
+};
+std::vector<NodeClass> node_classes(const Scenario& scenario);
+// The scenario with only `nodes` (indices, ascending), everything else as it was.
+Scenario with_nodes(const Scenario& scenario, const std::vector<int>& nodes);
+
+}  // namespace cephalo::planner::detail
