@@ -29,10 +29,6 @@ CollectiveRequest p2p_request(int a, int b, double bytes) {
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
-// Transfers a boundary runs at once in 1F1B's steady state: an activation forward and a
-// gradient backward (the simulator holds both directions of a NIC for either).
-constexpr int kP2pDirections = 2;
-
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -254,7 +250,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
   }
 
-  // P2P: the slowest boundary between adjacent virtual stages on different stages.
+  // P2P: one transfer per boundary between adjacent virtual stages.
+  std::vector<pipeline::Transfer> transfers(static_cast<std::size_t>(p * V - 1));
   if (p > 1) {
     // What boundary a -> a + 1 sends: one flow per TP rank (1/T with scatter-gather), and at
     // once from the sending stage's first node, each of its ranks there one flow, or with
@@ -286,32 +283,24 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                        stage_facts[static_cast<std::size_t>(stage)]->tp.front())]
           .node;
     };
-    // A node's NIC carries every pipeline boundary that crosses it at once (1F1B keeps each
-    // boundary busy in its steady state, an activation forward and a gradient backward): the
-    // simulator shares the NIC among them (a cross-node transfer holds both of its nodes'
-    // NICs), so a transfer takes as long as its nodes' busiest NIC moves all of theirs.
-    std::map<int, double> node_bytes;
-    const int boundaries = V > 1 ? p : p - 1;
-    for (int a = 0; a < boundaries; ++a) {
-      const int na = node_of(a), nc = node_of((a + 1) % p);
-      if (na == nc) continue;
-      const double bytes = kP2pDirections * boundary(a).from_node;
-      node_bytes[na] += bytes;
-      node_bytes[nc] += bytes;
-    }
+    // Each boundary's transfer: within a node its own flow, across nodes every flow the
+    // sending stage's ranks on its node send at once, through both nodes' NICs, which the
+    // schedule then holds first come, first served (a NIC carries one boundary's transfer at
+    // a time: the simulator shares it among every flow on it, so flows on one NIC end no
+    // sooner in sum).
+    transfers.assign(static_cast<std::size_t>(p * V - 1), {});
     for (int k = 0; k + 1 < p * V; ++k) {
       const int a = k % p, c = (k + 1) % p;
       const Boundary bd = boundary(a);
       StageRanks& rc = *stage_facts[static_cast<std::size_t>(c)];
       const int src = stage_facts[static_cast<std::size_t>(a)]->tp.front(), dst = rc.tp.front();
       const int src_node = node_of(a), dst_node = node_of(c);
-      const double bytes =
-          src_node == dst_node
-              ? bd.per_flow
-              : std::max({bd.per_flow, node_bytes[src_node], node_bytes[dst_node]});
-      double t = collective(p2p_request(src, dst, bytes));
-      if (bd.scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
-      out.p2p_s = std::max(out.p2p_s, t);
+      pipeline::Transfer& x = transfers[static_cast<std::size_t>(k)];
+      if (src_node != dst_node) x.links = {src_node, dst_node};
+      x.seconds =
+          collective(p2p_request(src, dst, src_node == dst_node ? bd.per_flow : bd.from_node));
+      if (bd.scatter) x.seconds += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
+      out.p2p_s = std::max(out.p2p_s, x.seconds);
     }
   }
 
@@ -384,7 +373,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   }
 
   const pipeline::PipelineTiming timing =
-      pipeline::pipeline_makespan(p, m, split.schedule, times, out.p2p_s);
+      pipeline::pipeline_makespan(p, m, split.schedule, times, transfers);
   out.makespan_s = timing.makespan;
   out.bubble_fraction = timing.bubble_fraction();
   if (limits.describe) out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
