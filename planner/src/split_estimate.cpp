@@ -101,6 +101,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
   std::vector<StageRanks*> stage_facts(static_cast<std::size_t>(p));
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
+  // Per stage, the slowest replica's units in forward order (the DP tail follows them).
+  std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
+  std::vector<double> start_delay(static_cast<std::size_t>(p), 0.0);
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -173,6 +176,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.micro_batch = largest;
     est.replica_micro_batches = rep.size;
     const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
+    unit_steps[static_cast<std::size_t>(s)] = ps.units;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
     est.tp_bytes_per_collective = ps.tp_bytes;
@@ -320,19 +324,53 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         sr.group_spans_nodes ? static_cast<double>(sr.stage_on_first_node) / sr.group_on_first_node
                              : 1.0;
     const double P = est.parameters_per_rank;
-    double dp = 0;
-    if (R > 1) {
-      const double grad_bytes = P * e_r * sharing;
-      if (split.sharding == StageSharding::None) {
-        dp = stage_collective(sr, 1, CollectiveKind::AllReduce, grad_bytes);
-      } else if (rep.even_shares) {
-        dp = stage_collective(sr, 1, CollectiveKind::ReduceScatter, grad_bytes) +
-             stage_collective(sr, 1, CollectiveKind::AllGather, P * e_c * sharing);
-      } else {
-        dp = collective(rep.shared_request(CollectiveKind::ReduceScatter, sr.group, grad_bytes)) +
-             collective(rep.shared_request(CollectiveKind::AllGather, sr.group, P * e_c * sharing));
+    const bool none = split.sharding == StageSharding::None;
+    // One DP collective over the stage's DP group 0, each member's part by its share.
+    const auto dp_collective = [&](CollectiveKind kind, double bytes) {
+      return none || rep.even_shares ? stage_collective(sr, 1, kind, bytes)
+                                     : collective(rep.shared_request(kind, sr.group, bytes));
+    };
+    double dp = 0, dp_exposed = 0, after_step = 0;
+    if (R > 1 && options.dp_overlap == DpOverlap::PerUnit) {
+      // As the graph runs them (traces' split builder): each unit's gradient reduction (an
+      // all-reduce, or a reduce-scatter when sharded) right after the unit's last backward, one
+      // at a time on the comm stream, under the rest of the stage's last backward; what runs
+      // past its end is exposed. Under `optimizer` the updated parameters are all-gathered
+      // after the step; under `full` and `hybrid` each unit is gathered before its first
+      // forward (prefetched): the first stage's first forward waits for what the gathers do
+      // not hide, which delays the whole pipeline.
+      const auto& units = unit_steps[static_cast<std::size_t>(s)];
+      double end = 0, done = 0;
+      for (auto u = units.rbegin(); u != units.rend(); ++u) {
+        done += u->backward;
+        const double d =
+            dp_collective(none ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
+                          u->params * e_r * sharing);
+        end = std::max(end, done) + d;
+        dp += d;
       }
+      dp_exposed = std::max(0.0, end - done);
+      if (split.sharding == StageSharding::Optimizer) {
+        after_step = dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+        dp += after_step;
+      } else if (!none) {
+        double gathered = 0, forward = 0, plain = 0;
+        for (const auto& u : units) {
+          const double g = dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+          gathered += g;
+          forward = std::max(forward, gathered) + u.forward;
+          plain += u.forward;
+          dp += g;
+        }
+        if (s == 0) start_delay[0] = forward - plain;
+      }
+    } else if (R > 1) {
+      const double grad_bytes = P * e_r * sharing;
+      dp = none ? dp_collective(CollectiveKind::AllReduce, grad_bytes)
+                : dp_collective(CollectiveKind::ReduceScatter, grad_bytes) +
+                      dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
     }
+    const double reductions = dp;
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
       const int a = stage_facts.front()->tp.front(), c = stage_facts.back()->tp.front();
       const bool same_node =
@@ -342,8 +380,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
     est.dp_comm = dp;
     const double last_backward = times[static_cast<std::size_t>(s)].backward;
+    // The tied embedding's all-reduce runs after the reductions.
     est.dp_exposed =
-        options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward) : dp;
+        options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward)
+        : options.dp_overlap == DpOverlap::PerUnit    ? dp_exposed + (dp - reductions) + after_step
+                                                      : dp;
     // The optimizer step over each replica's shard on its own device: the slowest one's.
     est.optimizer_step = 0;
     std::vector<bool> priced(rep.classes.size(), false);
@@ -382,7 +423,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
-    est.finish = est.last_backward_end + est.dp_exposed + est.optimizer_step;
+    est.finish = est.last_backward_end + start_delay[0] + est.dp_exposed + est.optimizer_step;
     out.iteration_s = std::max(out.iteration_s, est.finish);
   }
   return out;

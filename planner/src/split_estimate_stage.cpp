@@ -255,11 +255,17 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
     const int k = c * p + s;
     double fc = 0, bc = 0, fcomm = 0, bcomm = 0;
     int f_calls = 0, b_calls = 0;
+    std::vector<split_detail::UnitStep> steps;  // this chunk's units in forward order
+    // The embedding first: its step is recorded below, before the layers.
     for (int l = range.begin; l < range.end; ++l) {
       const int unit = l + 1;
       const UnitTimes& u = unit_times(dev, spec, unit, b, options);
       fc += u.forward * split_f;
       bc += u.backward * split_b + recompute_of(unit, u);
+      steps.push_back({u.forward * split_f + (T > 1 ? 2 * reduce_s : 0),
+                       u.backward * split_b + recompute_of(unit, u) +
+                           (T > 1 ? (schedule::recomputes(ck, unit, units) ? 4 : 2) * reduce_s : 0),
+                       costmodels::layer_parameters(model) / T});
       if (T > 1) {
         // A recompute that reruns the whole layer reduces like its forward; the attention
         // core runs on the rank's own heads.
@@ -282,6 +288,9 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
         f_calls += 1;
       }
       out.params += costmodels::embedding_parameters(model) / T;
+      steps.insert(steps.begin(),
+                   {u.forward + (T > 1 ? all_reduce_s : 0), u.backward + recompute_of(0, u),
+                    costmodels::embedding_parameters(model) / T});
     }
     if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
       const int head = model.num_layers + 1;
@@ -298,7 +307,14 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
       out.params += costmodels::head_parameters(model) / T;
       // Megatron keeps a copy of the tied word embedding on the last stage for the head.
       if (tied && p > 1) out.params += word_embedding / T;
+      const bool rc = schedule::recomputes(ck, head, units);
+      steps.push_back(
+          {u.forward / T + (T > 1 ? kLossReductions * loss_s : 0),
+           u.backward / T + recompute_of(head, u) +
+               (T > 1 ? all_reduce_s + (rc ? kLossReductions * loss_s : 0) : 0),
+           costmodels::head_parameters(model) / T + (tied && p > 1 ? word_embedding / T : 0)});
     }
+    out.units.insert(out.units.end(), steps.begin(), steps.end());
     out.chunks.push_back({fc + fcomm, bc + bcomm});
     out.forward_compute += fc;
     out.backward_compute += bc;
@@ -374,6 +390,8 @@ double SplitEstimator::Impl::tail_floor_per_parameter(const std::vector<int>& dp
         .seconds;
   };
   double dp = 0;
+  // Overlapped unit by unit (PerUnit) or under the last backward, the collectives may all be
+  // hidden: no floor of theirs.
   if (options.dp_overlap == DpOverlap::None && dp_group.size() > 1)
     dp = std::min(
         time(CollectiveKind::AllReduce, Y * e_r),
