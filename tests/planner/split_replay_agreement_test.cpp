@@ -159,8 +159,8 @@ std::optional<Case> draw(std::mt19937& rng) {
 TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::mt19937 rng(20261206);
   int compared = 0;
-  double worst = 0, sum = 0;
-  std::string worst_case;
+  double worst = 0, sum = 0, worst_within = 0;
+  std::string worst_case, worst_within_case;
   std::vector<double> errors;
   for (int tries = 0; tries < 3000 && compared < 150; ++tries) {
     std::optional<Case> c;
@@ -181,6 +181,20 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
     const Plan plan = plan_of(c->scenario, c->split, e, c->options.activation_checkpointing);
     const auto replay = sim::simulate_plan(plan, c->scenario, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
+    // A stage whose data-parallel replicas span nodes: its gathers and reductions cross the
+    // NICs, where they meet other stages' collectives and the transfers (left out below).
+    bool crosses = false;
+    for (const auto& st : c->split.stages) {
+      const auto& ranks = c->scenario.cluster.ranks();
+      for (int r : st.ranks)
+        if (ranks[static_cast<std::size_t>(r)].node !=
+            ranks[static_cast<std::size_t>(st.ranks.front())].node)
+          crosses = true;
+    }
+    if (!crosses && std::abs(err) > worst_within) {
+      worst_within = std::abs(err);
+      worst_within_case = c->what;
+    }
     errors.push_back(err);
     if (std::abs(err) > 0.02 && std::getenv("CEPHALO_AGREEMENT_LOG")) {
       std::cout << 100 * err << " %: " << c->what << "\n";
@@ -210,10 +224,18 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::sort(errors.begin(), errors.end(),
             [](double a, double b) { return std::abs(a) < std::abs(b); });
   EXPECT_GE(compared, 100);
+  // Measured 2026-12-06: median 0.02 %, 90th percentile 1.8 %, worst 3.1 % where no stage's
+  // replicas span nodes; beyond that the estimate prices a stage's DP collectives on its own
+  // NICs, where the replay has them meet the other stages' and the transfers (up to 50 % off
+  // on 10 Gbit/s). planner/README.md, "3D plans: the estimate against the replay".
+  EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
+  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.025);
+  EXPECT_LE(worst_within, 0.035) << worst_within_case;
   std::cout << compared << " splits; mean |estimate / replay − 1| " << 100 * sum / compared
             << " %, median " << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
             << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst " << 100 * worst
-            << " % (" << worst_case << ")\n";
+            << " % (" << worst_case << "); without sharded stages across nodes "
+            << 100 * worst_within << " % (" << worst_within_case << ")\n";
 }
 
 }  // namespace
