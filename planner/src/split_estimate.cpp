@@ -339,14 +339,33 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // after the step; under `full` and `hybrid` each unit is gathered before its first
       // forward (prefetched): the first stage's first forward waits for what the gathers do
       // not hide, which delays the whole pipeline.
+      // A one-stage T = 1 fully sharded split is an FSDP plan, whose graph gathers each unit
+      // again for its backward (layered accumulation), the next unit's gather issued on the
+      // comm stream when a unit's backward starts, ahead of that unit's reduce-scatter: the
+      // backward waits for what the gathers do not hide.
+      const bool regathers = split.is_default();
       const auto& units = unit_steps[static_cast<std::size_t>(s)];
-      double end = 0, done = 0;
+      const auto gather = [&](const split_detail::UnitStep& u) {
+        return dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+      };
+      double end = 0, done = 0, compute = 0;
+      double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
+      end = gathered;
+      dp += gathered;
       for (auto u = units.rbegin(); u != units.rend(); ++u) {
+        const double begin = std::max(compute, gathered);
+        compute = begin + u->backward;
         done += u->backward;
+        if (regathers && std::next(u) != units.rend()) {
+          const double g = gather(*std::next(u));
+          gathered = std::max(end, begin) + g;
+          end = gathered;
+          dp += g;
+        }
         const double d =
             dp_collective(none ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
                           u->params * e_r * sharing);
-        end = std::max(end, done) + d;
+        end = std::max(end, compute) + d;
         dp += d;
       }
       dp_exposed = std::max(0.0, end - done);
