@@ -246,18 +246,27 @@ TEST(SplitEstimate, DataParallelReductionFollowsTheSharding) {
     split.stages = {stage(0, 4, {0, 1, 2, 3})};
     comm->requests.clear();
     const auto e = estimate_split(s, split, {}, models);
+    // Each unit's gradient reduced after its last backward (the graph's order), so every
+    // reduction carries at most the stage's parameters; the distributed optimizer then
+    // all-gathers the whole updated stage once.
     std::vector<CollectiveKind> dp;
     for (const auto& r : comm->requests)
       if (r.ranks == std::vector<int>{0, 2}) {
         dp.push_back(r.kind);
-        EXPECT_NEAR(r.shard_bytes[0] * 2, e.stages[0].parameters_per_rank * 2,
-                    1e-6 * e.stages[0].parameters_per_rank);
+        const double whole = e.stages[0].parameters_per_rank * 2;  // fp16
+        if (r.kind == CollectiveKind::AllGather)
+          EXPECT_NEAR(r.shard_bytes[0] * 2, whole, 1e-6 * whole);
+        else
+          EXPECT_LT(r.shard_bytes[0] * 2, whole);
       }
-    if (sharding == StageSharding::None)
-      EXPECT_EQ(dp, std::vector<CollectiveKind>{CollectiveKind::AllReduce});
-    else
-      EXPECT_EQ(dp, (std::vector<CollectiveKind>{CollectiveKind::ReduceScatter,
-                                                 CollectiveKind::AllGather}));
+    ASSERT_GE(dp.size(), 2u);  // the embedding's, a layer's and the head's reductions
+    const CollectiveKind reduce =
+        sharding == StageSharding::None ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter;
+    const std::size_t reductions = sharding == StageSharding::None ? dp.size() : dp.size() - 1;
+    for (std::size_t i = 0; i < reductions; ++i) EXPECT_EQ(dp[i], reduce);
+    if (sharding == StageSharding::Optimizer) {
+      EXPECT_EQ(dp.back(), CollectiveKind::AllGather);
+    }
     // 1/T of every layer's weights on each rank.
     EXPECT_NEAR(e.stages[0].parameters_per_rank, costmodels::total_parameters(s.job.model) / 2,
                 1e-6 * e.stages[0].parameters_per_rank);
