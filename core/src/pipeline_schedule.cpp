@@ -205,7 +205,7 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
   if (!std::isfinite(p2p) || p2p < 0)
     throw std::invalid_argument("pipeline: p2p time must be finite and >= 0");
   const int boundaries = std::max(0, stages * virtual_stages_of(schedule) - 1);
-  const std::vector<Transfer> transfers(static_cast<std::size_t>(boundaries), Transfer{p2p, {}});
+  const std::vector<Transfer> transfers(static_cast<std::size_t>(boundaries), Transfer{p2p, {}, 0});
   return pipeline_makespan(stages, micro_batches, schedule, times, transfers);
 }
 
@@ -229,7 +229,7 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
                                 " boundaries between virtual stages");
   std::size_t links = 0;
   for (const auto& x : transfers) {
-    if (!std::isfinite(x.seconds) || x.seconds < 0)
+    if (!std::isfinite(x.seconds) || x.seconds < 0 || !std::isfinite(x.after) || x.after < 0)
       throw std::invalid_argument("pipeline: p2p time must be finite and >= 0");
     for (int l : x.links) {
       if (l < 0) throw std::invalid_argument("pipeline: a transfer's link must be >= 0");
@@ -312,9 +312,9 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
     const Transfer& x = transfers[static_cast<std::size_t>(std::min(from, to))];
     double begin = at;
     for (int l : x.links) begin = std::max(begin, link_free[static_cast<std::size_t>(l)]);
-    const double arrive = begin + x.seconds;
-    for (int l : x.links) link_free[static_cast<std::size_t>(l)] = arrive;
-    events.push({arrive, seq++, to % p, c, backward, false});
+    const double released = begin + x.seconds;
+    for (int l : x.links) link_free[static_cast<std::size_t>(l)] = released;
+    events.push({released + x.after, seq++, to % p, c, backward, false});
   };
 
   for (int s = p - 1; s >= 0; --s) try_start(s);

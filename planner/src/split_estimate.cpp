@@ -272,13 +272,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       bd.full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
       bd.scatter = options.scatter_gather && T > 1 &&
                    out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
-      bd.per_flow = bd.scatter ? bd.full / T : bd.full;
+      // Without scatter/gather, as the graph sends it: every receiving TP rank its own copy,
+      // 1/T of it under sequence parallelism (the boundary is split along the sequence).
+      const bool split_sequence = !bd.scatter && split.sequence_parallel && T > 1;
+      bd.per_flow = bd.scatter || split_sequence ? bd.full / T : bd.full;
       const Replicas& rep = reps[static_cast<std::size_t>(a)];
       bd.from_node =
           rep.uniform
               ? bd.per_flow *
                     std::max(1, stage_facts[static_cast<std::size_t>(a)]->stage_on_first_node)
-              : (bd.scatter ? 1.0 : T) * seq * model.hidden * e_c *
+              : (bd.scatter || split_sequence ? 1.0 : T) * seq * model.hidden * e_c *
                     static_cast<double>(rep.samples_on_first_node());
       return bd;
     };
@@ -303,8 +306,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       if (src_node != dst_node) x.links = {src_node, dst_node};
       x.seconds =
           collective(p2p_request(src, dst, src_node == dst_node ? bd.per_flow : bd.from_node));
-      if (bd.scatter) x.seconds += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
-      out.p2p_s = std::max(out.p2p_s, x.seconds);
+      // The receivers' all-gather runs on their node's own links, the NICs free again.
+      if (bd.scatter) x.after = stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
+      out.p2p_s = std::max(out.p2p_s, x.seconds + x.after);
     }
   }
 

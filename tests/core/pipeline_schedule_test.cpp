@@ -296,11 +296,11 @@ TEST(PipelineMakespan, TransfersWithoutLinksAreTheScalarForm) {
         for (int s = 0; s < p; ++s) times.push_back({1.0 + 0.3 * s, 2.0 + 0.1 * s});
         const int v = schedule.virtual_stages;
         const std::vector<Transfer> transfers(static_cast<std::size_t>(p * v - 1),
-                                              Transfer{0.4, {}});
+                                              Transfer{0.4, {}, 0});
         const auto a = pipeline_makespan(p, m, schedule, times, 0.4);
         const auto b = pipeline_makespan(p, m, schedule, times, transfers);
-        const std::string what = "p=" + std::to_string(p) + " m=" + std::to_string(m) + " " +
-                                 to_string(schedule);
+        const std::string what =
+            "p=" + std::to_string(p) + " m=" + std::to_string(m) + " " + to_string(schedule);
         expect_close(b.makespan, a.makespan, what);
         for (int s = 0; s < p; ++s) expect_close(b.busy[s], a.busy[s], what);
       }
@@ -314,17 +314,20 @@ TEST(PipelineMakespan, TransfersOnOneLinkTakeItInTurn) {
   for (int m = 1; m <= 6; ++m) {
     const double x = 0.5;
     const std::string what = "m=" + std::to_string(m);
-    expect_close(pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {0}}}).makespan,
-                 2 * m * x, what);
-    expect_close(pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {}}}).makespan,
-                 2 * x, what);
+    expect_close(
+        pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {0}, 0}}).makespan,
+        2 * m * x, what);
+    expect_close(
+        pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {}, 0}}).makespan, 2 * x,
+        what);
   }
   // Another number of transfers, a negative time or link: refused.
   const std::vector<StageTimes> two(2, StageTimes{1, 1});
-  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{}), std::invalid_argument);
-  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{-1, {}}}),
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{}),
                std::invalid_argument);
-  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{1, {-1}}}),
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{-1, {}, 0}}),
+               std::invalid_argument);
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{1, {-1}, 0}}),
                std::invalid_argument);
 }
 

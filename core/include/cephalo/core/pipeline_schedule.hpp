@@ -129,6 +129,7 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
 struct Transfer {
   double seconds = 0;
   std::vector<int> links;
+  double after = 0;  // then, with its links free again, before it arrives (say, an all-gather)
 };
 // The same evaluation with one transfer per boundary (p·V − 1 of them, boundary k between
 // virtual stages k and k + 1, in both directions): a transfer starts when its step has ended

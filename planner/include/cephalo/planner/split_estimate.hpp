@@ -108,7 +108,11 @@ struct SplitOptions {
   ActivationCheckpointing activation_checkpointing{ActivationCheckpointing::Kind::None};
   ReplicaBatches replica_batches = ReplicaBatches::Even;
   ReplicaAllocation allocation;  // read under ReplicaBatches::Given
-  bool scatter_gather = true;    // P2P sends 1/T per TP rank, then an intra-node all-gather
+  // true: P2P sends 1/T per TP rank, then an intra-node all-gather (Megatron's scatter/gather,
+  // `predict 3d`'s default); false: as the graph sends it (the replay's), every receiving TP rank
+  // its own copy, 1/T of it under sequence parallelism. Off by default: the estimate ranks
+  // the candidates the simulator replays.
+  bool scatter_gather = false;
   DpOverlap dp_overlap = DpOverlap::PerUnit;
   // true: a layer's backward from the calibrated compute model is priced as its forward times
   // the op list's backward / forward work (backward_work_ratio) instead of the model's fitted
