@@ -31,48 +31,6 @@ namespace {
 using K = pipeline::PipelineSchedule::Kind;
 using CK = ActivationCheckpointing::Kind;
 
-// Nodes of A100-80GB and L4 (per node: a100 then l4 GPUs) on PCIe 4.0, one Ethernet NIC of
-// `gbit` Gbit/s each; a GPT of `layers` layers (hidden 1024, 16 heads), sequence 1024.
-Scenario mixed_cluster(const std::vector<std::pair<int, int>>& nodes, int gbit, int layers,
-                       int batch, bool tied) {
-  Json list = Json::array();
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    Json gpus = Json::array();
-    if (nodes[n].first > 0) gpus.push_back({{"type", "A100-80GB"}, {"count", nodes[n].first}});
-    if (nodes[n].second > 0) gpus.push_back({{"type", "L4"}, {"count", nodes[n].second}});
-    list.push_back({{"name", "node-" + std::to_string(n)},
-                    {"gpus", gpus},
-                    {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
-                    {"nic",
-                     {{"kind", "ethernet"},
-                      {"count", 1},
-                      {"bandwidth", std::to_string(gbit) + "Gbit/s"},
-                      {"latency", "15us"}}}});
-  }
-  const Json doc = {
-      {"name", "agreement-test"},
-      {"cluster", {{"name", "mixed"}, {"nodes", list}}},
-      {"job",
-       {{"name", "agreement-test"},
-        {"model",
-         {{"name", "gpt-agreement"},
-          {"family", "gpt"},
-          {"layers", layers},
-          {"hidden", 1024},
-          {"heads", 16},
-          {"ffn_hidden", 4096},
-          {"vocab_size", 32000},
-          {"max_positions", 2048},
-          {"activation", "gelu"},
-          {"norm", "layernorm"},
-          {"tied_embeddings", tied}}},
-        {"sequence_length", 1024},
-        {"global_batch", batch},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
-  JsonReader reader(doc, "agreement-test.json");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
-}
-
 // The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
 // with the estimate's samples and shares and the checkpointing.
 Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
@@ -107,7 +65,7 @@ std::optional<Case> draw(std::mt19937& rng) {
   }
   const int gbit = std::vector<int>{10, 25, 50, 100}[static_cast<std::size_t>(pick(0, 3))];
   const int layers = 8, batch = std::vector<int>{12, 16, 24}[static_cast<std::size_t>(pick(0, 2))];
-  Case c{mixed_cluster(nodes, gbit, layers, batch, pick(0, 1) == 1), {}, {}, {}};
+  Case c{test_support::mixed_cluster(nodes, gbit, layers, batch, pick(0, 1) == 1), {}, {}, {}};
   const int world = c.scenario.cluster.num_ranks();
   const int p = std::min(world, pick(1, 3));
   // Stages: p contiguous runs of ranks.
@@ -252,7 +210,7 @@ namespace {
 // composition, micro-batch count (p, 2p, 4p), GPipe and 1F1B, full and no sharding, replicas
 // balanced by speed.
 TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryCandidate) {
-  const Scenario s = mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
+  const Scenario s = test_support::mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
   const auto models = costmodels::make_cost_models(s);
   planner::SplitEstimator estimator(s, models);
   const std::vector<std::vector<std::vector<int>>> layouts = {
