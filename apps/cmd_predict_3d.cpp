@@ -24,10 +24,13 @@ void add_predict_3d_command(CLI::App& predict) {
                 "attention core recomputed)")
       ->check(one_of({"none", "full", "selective"}));
   c->add_option("--dp-overlap", a.request.dp_overlap,
-                "none (default: DP reduction after the last backward) or last-backward")
-      ->check(one_of({"none", "last-backward"}));
+                "none (default: DP reduction after the last backward), last-backward, or "
+                "per-unit (each unit's reduction after its last backward, as the replay runs "
+                "it and the 3D search prices it)")
+      ->check(one_of({"none", "last-backward", "per-unit"}));
   c->add_flag("--no-scatter-gather", a.no_scatter_gather,
-              "P2P sends the full activation from every TP rank");
+              "P2P sends every receiving TP rank its own copy (1/T of it under sequence "
+              "parallelism), as the replay does and the 3D search prices it");
   add_compute_model_option(c, a.request.compute_model, "Compute model", "");
   add_stack_option(c, a.stack);
   c->add_flag("--json", a.json, "Print the record as JSON");

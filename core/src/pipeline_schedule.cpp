@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <queue>
 #include <stdexcept>
 
 #include "cephalo/core/error.hpp"
@@ -200,6 +202,16 @@ double PipelineTiming::bubble_fraction() const {
 
 PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSchedule& schedule,
                                  std::span<const StageTimes> times, double p2p) {
+  if (!std::isfinite(p2p) || p2p < 0)
+    throw std::invalid_argument("pipeline: p2p time must be finite and >= 0");
+  const int boundaries = std::max(0, stages * virtual_stages_of(schedule) - 1);
+  const std::vector<Transfer> transfers(static_cast<std::size_t>(boundaries), Transfer{p2p, {}, 0});
+  return pipeline_makespan(stages, micro_batches, schedule, times, transfers);
+}
+
+PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSchedule& schedule,
+                                 std::span<const StageTimes> times,
+                                 std::span<const Transfer> transfers) {
   const auto orders = stage_orders(stages, micro_batches, schedule);
   const int p = stages, m = micro_batches, v = virtual_stages_of(schedule);
   const int vp = p * v;
@@ -211,8 +223,19 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
   for (const auto& t : times)
     if (!std::isfinite(t.forward) || !std::isfinite(t.backward) || t.forward < 0 || t.backward < 0)
       throw std::invalid_argument("pipeline: stage times must be finite and >= 0");
-  if (!std::isfinite(p2p) || p2p < 0)
-    throw std::invalid_argument("pipeline: p2p time must be finite and >= 0");
+  if (transfers.size() != static_cast<std::size_t>(vp - 1))
+    throw std::invalid_argument("pipeline: " + std::to_string(transfers.size()) +
+                                " transfers for " + std::to_string(vp - 1) +
+                                " boundaries between virtual stages");
+  std::size_t links = 0;
+  for (const auto& x : transfers) {
+    if (!std::isfinite(x.seconds) || x.seconds < 0 || !std::isfinite(x.after) || x.after < 0)
+      throw std::invalid_argument("pipeline: p2p time must be finite and >= 0");
+    for (int l : x.links) {
+      if (l < 0) throw std::invalid_argument("pipeline: a transfer's link must be >= 0");
+      links = std::max(links, static_cast<std::size_t>(l) + 1);
+    }
+  }
 
   // Per virtual stage k = chunk·p + stage: its forward and backward time per micro-batch.
   auto time_of = [&](int k, Pass pass) {
@@ -221,12 +244,14 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
     const double full = pass == Pass::Forward ? t.forward : t.backward;
     return per_stage ? full / v : full;
   };
-  // End time of each (virtual stage, micro-batch) forward and backward; < 0 while not run.
+  // When each (virtual stage, micro-batch) forward's and backward's input is on its stage;
+  // < 0 while it is not. The first virtual stage reads the data.
   const auto cells = static_cast<std::size_t>(vp) * static_cast<std::size_t>(m);
-  std::vector<double> forward_end(cells, -1), backward_end(cells, -1);
+  std::vector<double> forward_in(cells, -1), backward_in(cells, -1);
   auto cell = [m](int k, int i) {
     return static_cast<std::size_t>(k) * static_cast<std::size_t>(m) + static_cast<std::size_t>(i);
   };
+  for (int i = 0; i < m; ++i) forward_in[cell(0, i)] = 0;
 
   PipelineTiming timing;
   timing.busy.assign(static_cast<std::size_t>(p), 0);
@@ -235,60 +260,88 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
   timing.end.resize(static_cast<std::size_t>(p));
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
   std::vector<double> free_at(static_cast<std::size_t>(p), 0);
+  std::vector<char> running(static_cast<std::size_t>(p), 0);
+  std::vector<double> link_free(links, 0);
   for (int s = 0; s < p; ++s) {
     timing.start[static_cast<std::size_t>(s)].assign(orders[static_cast<std::size_t>(s)].size(), 0);
     timing.end[static_cast<std::size_t>(s)].assign(orders[static_cast<std::size_t>(s)].size(), 0);
   }
 
-  // A worklist of stages that may be able to run their next step: at first every stage, then
-  // a stage each time a step it waits on (on its own or a neighbouring stage) has run, so each
-  // step is looked at a bounded number of times (not once per stage per sweep).
+  // Events in time order (ties in the order they were made): a stage's step ends, or an input
+  // arrives at a stage. Taken in time order, transfers take their links first come, first
+  // served: a link carries one transfer at a time.
+  struct Event {
+    double time;
+    std::uint64_t seq;
+    int stage;       // the stage whose step ends, or which the input arrives at
+    std::size_t in;  // an arrival: its cell
+    bool backward;   // an arrival: of a backward's input
+    bool step_ends;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  std::uint64_t seq = 0;
   std::size_t left = 0;
   for (const auto& o : orders) left += o.size();
-  std::vector<int> worklist(static_cast<std::size_t>(p));
-  std::vector<char> queued(static_cast<std::size_t>(p), 1);
-  for (int s = 0; s < p; ++s) worklist[static_cast<std::size_t>(s)] = p - 1 - s;
-  auto wake = [&](int s) {
-    if (!queued[static_cast<std::size_t>(s)]) {
-      queued[static_cast<std::size_t>(s)] = 1;
-      worklist.push_back(s);
-    }
-  };
-  while (!worklist.empty()) {
-    const int s = worklist.back();
-    worklist.pop_back();
+
+  auto try_start = [&](int s) {
     const auto su = static_cast<std::size_t>(s);
-    queued[su] = 0;
-    const auto& order = orders[su];
-    while (next[su] < order.size()) {
-      const Step& step = order[next[su]];
-      const int k = step.chunk * p + s;
-      double dep = 0;  // when the step's input is on this stage; < 0: not yet computed
-      auto from = [&](double end, int other) {
-        return end < 0 ? -1.0 : end + (other % p == s ? 0.0 : p2p);
-      };
-      if (step.pass == Pass::Forward) {
-        if (k > 0) dep = from(forward_end[cell(k - 1, step.micro_batch)], k - 1);
-      } else if (k + 1 < vp) {
-        dep = from(backward_end[cell(k + 1, step.micro_batch)], k + 1);
-      } else {
-        dep = from(forward_end[cell(k, step.micro_batch)], k);
-      }
-      if (dep < 0) break;  // waits on another stage, which wakes this one
-      const double begin = std::max(free_at[su], dep);
-      const double d = time_of(k, step.pass);
-      const double finish = begin + d;
-      timing.start[su][next[su]] = begin;
-      timing.end[su][next[su]] = finish;
-      timing.busy[su] += d;
-      free_at[su] = finish;
-      (step.pass == Pass::Forward ? forward_end : backward_end)[cell(k, step.micro_batch)] = finish;
-      ++next[su];
-      --left;
-      // The one step on another stage that may wait on this one.
-      if (step.pass == Pass::Forward && k + 1 < vp) wake((k + 1) % p);
-      if (step.pass == Pass::Backward && k > 0) wake((k - 1) % p);
+    if (running[su] || next[su] >= orders[su].size()) return;
+    const Step& step = orders[su][next[su]];
+    const int k = step.chunk * p + s;
+    const double in =
+        (step.pass == Pass::Forward ? forward_in : backward_in)[cell(k, step.micro_batch)];
+    if (in < 0) return;  // its input arrives later, which tries again
+    const double begin = std::max(free_at[su], in);
+    const double d = time_of(k, step.pass);
+    timing.start[su][next[su]] = begin;
+    timing.end[su][next[su]] = begin + d;
+    timing.busy[su] += d;
+    running[su] = 1;
+    events.push({begin + d, seq++, s, 0, false, true});
+  };
+  // The input a finished step makes for virtual stage `to`: on the same stage at once, on
+  // another after the boundary's transfer, which starts when all its links are free.
+  auto deliver = [&](double at, int from, int to, bool backward, int micro_batch) {
+    const std::size_t c = cell(to, micro_batch);
+    if (from % p == to % p) {
+      (backward ? backward_in : forward_in)[c] = at;
+      try_start(to % p);
+      return;
     }
+    const Transfer& x = transfers[static_cast<std::size_t>(std::min(from, to))];
+    double begin = at;
+    for (int l : x.links) begin = std::max(begin, link_free[static_cast<std::size_t>(l)]);
+    const double released = begin + x.seconds;
+    for (int l : x.links) link_free[static_cast<std::size_t>(l)] = released;
+    events.push({released + x.after, seq++, to % p, c, backward, false});
+  };
+
+  for (int s = p - 1; s >= 0; --s) try_start(s);
+  while (!events.empty()) {
+    const Event e = events.top();
+    events.pop();
+    const auto su = static_cast<std::size_t>(e.stage);
+    if (!e.step_ends) {
+      (e.backward ? backward_in : forward_in)[e.in] = e.time;
+      try_start(e.stage);
+      continue;
+    }
+    const Step& step = orders[su][next[su]];
+    const int k = step.chunk * p + e.stage;
+    free_at[su] = e.time;
+    running[su] = 0;
+    ++next[su];
+    --left;
+    if (step.pass == Pass::Forward) {
+      if (k + 1 < vp)
+        deliver(e.time, k, k + 1, false, step.micro_batch);
+      else
+        deliver(e.time, k, k, true, step.micro_batch);  // the loss: its backward may start
+    } else if (k > 0) {
+      deliver(e.time, k, k - 1, true, step.micro_batch);
+    }
+    try_start(e.stage);
   }
   // Every order of stage_orders is deadlock-free; this guards the evaluation itself.
   if (left > 0)

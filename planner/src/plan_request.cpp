@@ -208,15 +208,17 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   const std::string& checkpointing = r.activation_checkpointing;
   if (checkpointing != "none" && checkpointing != "full" && checkpointing != "selective")
     refuse("activation_checkpointing", checkpointing, "none, full or selective");
-  if (r.dp_overlap != "none" && r.dp_overlap != "last-backward")
-    refuse("dp_overlap", r.dp_overlap, "none or last-backward");
+  if (r.dp_overlap != "none" && r.dp_overlap != "last-backward" && r.dp_overlap != "per-unit")
+    refuse("dp_overlap", r.dp_overlap, "none, last-backward or per-unit");
   options.activation_checkpointing.kind =
       checkpointing == "full"        ? ActivationCheckpointing::Kind::Full
       : checkpointing == "selective" ? ActivationCheckpointing::Kind::Selective
                                      : ActivationCheckpointing::Kind::None;
   options.scatter_gather = r.scatter_gather;
   options.split_file = r.split_file;
-  options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward : DpOverlap::None;
+  options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward
+                       : r.dp_overlap == "per-unit"    ? DpOverlap::PerUnit
+                                                       : DpOverlap::None;
   if (!r.allocation.empty()) {
     options.replica_batches = ReplicaBatches::Given;
     options.allocation = r.allocation;

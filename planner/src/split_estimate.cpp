@@ -29,10 +29,6 @@ CollectiveRequest p2p_request(int a, int b, double bytes) {
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
-// Transfers a boundary runs at once in 1F1B's steady state: an activation forward and a
-// gradient backward (the simulator holds both directions of a NIC for either).
-constexpr int kP2pDirections = 2;
-
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -105,6 +101,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
   std::vector<StageRanks*> stage_facts(static_cast<std::size_t>(p));
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
+  // Per stage, the slowest replica's units in forward order (the DP tail follows them).
+  std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
+  std::vector<double> start_delay(static_cast<std::size_t>(p), 0.0);
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -177,6 +176,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.micro_batch = largest;
     est.replica_micro_batches = rep.size;
     const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
+    unit_steps[static_cast<std::size_t>(s)] = ps.units;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
     est.tp_bytes_per_collective = ps.tp_bytes;
@@ -254,7 +254,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
   }
 
-  // P2P: the slowest boundary between adjacent virtual stages on different stages.
+  // P2P: one transfer per boundary between adjacent virtual stages.
+  std::vector<pipeline::Transfer> transfers(static_cast<std::size_t>(p * V - 1));
   if (p > 1) {
     // What boundary a -> a + 1 sends: one flow per TP rank (1/T with scatter-gather), and at
     // once from the sending stage's first node, each of its ranks there one flow, or with
@@ -271,13 +272,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       bd.full = static_cast<double>(from.micro_batch) * seq * model.hidden * e_c;
       bd.scatter = options.scatter_gather && T > 1 &&
                    out.stages[static_cast<std::size_t>(c)].tensor_parallel == T;
-      bd.per_flow = bd.scatter ? bd.full / T : bd.full;
+      // Without scatter/gather, as the graph sends it: every receiving TP rank its own copy,
+      // 1/T of it under sequence parallelism (the boundary is split along the sequence).
+      const bool split_sequence = !bd.scatter && split.sequence_parallel && T > 1;
+      bd.per_flow = bd.scatter || split_sequence ? bd.full / T : bd.full;
       const Replicas& rep = reps[static_cast<std::size_t>(a)];
       bd.from_node =
           rep.uniform
               ? bd.per_flow *
                     std::max(1, stage_facts[static_cast<std::size_t>(a)]->stage_on_first_node)
-              : (bd.scatter ? 1.0 : T) * seq * model.hidden * e_c *
+              : (bd.scatter || split_sequence ? 1.0 : T) * seq * model.hidden * e_c *
                     static_cast<double>(rep.samples_on_first_node());
       return bd;
     };
@@ -286,32 +290,25 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                        stage_facts[static_cast<std::size_t>(stage)]->tp.front())]
           .node;
     };
-    // A node's NIC carries every pipeline boundary that crosses it at once (1F1B keeps each
-    // boundary busy in its steady state, an activation forward and a gradient backward): the
-    // simulator shares the NIC among them (a cross-node transfer holds both of its nodes'
-    // NICs), so a transfer takes as long as its nodes' busiest NIC moves all of theirs.
-    std::map<int, double> node_bytes;
-    const int boundaries = V > 1 ? p : p - 1;
-    for (int a = 0; a < boundaries; ++a) {
-      const int na = node_of(a), nc = node_of((a + 1) % p);
-      if (na == nc) continue;
-      const double bytes = kP2pDirections * boundary(a).from_node;
-      node_bytes[na] += bytes;
-      node_bytes[nc] += bytes;
-    }
+    // Each boundary's transfer: within a node its own flow, across nodes every flow the
+    // sending stage's ranks on its node send at once, through both nodes' NICs, which the
+    // schedule then holds first come, first served (a NIC carries one boundary's transfer at
+    // a time: the simulator shares it among every flow on it, so flows on one NIC end no
+    // sooner in sum).
+    transfers.assign(static_cast<std::size_t>(p * V - 1), {});
     for (int k = 0; k + 1 < p * V; ++k) {
       const int a = k % p, c = (k + 1) % p;
       const Boundary bd = boundary(a);
       StageRanks& rc = *stage_facts[static_cast<std::size_t>(c)];
       const int src = stage_facts[static_cast<std::size_t>(a)]->tp.front(), dst = rc.tp.front();
       const int src_node = node_of(a), dst_node = node_of(c);
-      const double bytes =
-          src_node == dst_node
-              ? bd.per_flow
-              : std::max({bd.per_flow, node_bytes[src_node], node_bytes[dst_node]});
-      double t = collective(p2p_request(src, dst, bytes));
-      if (bd.scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
-      out.p2p_s = std::max(out.p2p_s, t);
+      pipeline::Transfer& x = transfers[static_cast<std::size_t>(k)];
+      if (src_node != dst_node) x.links = {src_node, dst_node};
+      x.seconds =
+          collective(p2p_request(src, dst, src_node == dst_node ? bd.per_flow : bd.from_node));
+      // The receivers' all-gather runs on their node's own links, the NICs free again.
+      if (bd.scatter) x.after = stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
+      out.p2p_s = std::max(out.p2p_s, x.seconds + x.after);
     }
   }
 
@@ -331,19 +328,72 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         sr.group_spans_nodes ? static_cast<double>(sr.stage_on_first_node) / sr.group_on_first_node
                              : 1.0;
     const double P = est.parameters_per_rank;
-    double dp = 0;
-    if (R > 1) {
-      const double grad_bytes = P * e_r * sharing;
-      if (split.sharding == StageSharding::None) {
-        dp = stage_collective(sr, 1, CollectiveKind::AllReduce, grad_bytes);
-      } else if (rep.even_shares) {
-        dp = stage_collective(sr, 1, CollectiveKind::ReduceScatter, grad_bytes) +
-             stage_collective(sr, 1, CollectiveKind::AllGather, P * e_c * sharing);
-      } else {
-        dp = collective(rep.shared_request(CollectiveKind::ReduceScatter, sr.group, grad_bytes)) +
-             collective(rep.shared_request(CollectiveKind::AllGather, sr.group, P * e_c * sharing));
+    const bool none = split.sharding == StageSharding::None;
+    // One DP collective over the stage's DP group 0, each member's part by its share.
+    const auto dp_collective = [&](CollectiveKind kind, double bytes) {
+      return none || rep.even_shares ? stage_collective(sr, 1, kind, bytes)
+                                     : collective(rep.shared_request(kind, sr.group, bytes));
+    };
+    double dp = 0, dp_exposed = 0, after_step = 0;
+    if (R > 1 && options.dp_overlap == DpOverlap::PerUnit) {
+      // As the graph runs them (traces' split builder): each unit's gradient reduction (an
+      // all-reduce, or a reduce-scatter when sharded) right after the unit's last backward, one
+      // at a time on the comm stream, under the rest of the stage's last backward; what runs
+      // past its end is exposed. Under `optimizer` the updated parameters are all-gathered
+      // after the step; under `full` and `hybrid` each unit is gathered before its first
+      // forward (prefetched): the first stage's first forward waits for what the gathers do
+      // not hide, which delays the whole pipeline.
+      // A one-stage T = 1 fully sharded split is an FSDP plan, whose graph gathers each unit
+      // again for its backward (layered accumulation), the next unit's gather issued on the
+      // comm stream when a unit's backward starts, ahead of that unit's reduce-scatter: the
+      // backward waits for what the gathers do not hide.
+      const bool regathers = split.is_default();
+      const auto& units = unit_steps[static_cast<std::size_t>(s)];
+      const auto gather = [&](const split_detail::UnitStep& u) {
+        return dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+      };
+      double end = 0, done = 0, compute = 0;
+      double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
+      end = gathered;
+      dp += gathered;
+      for (auto u = units.rbegin(); u != units.rend(); ++u) {
+        const double begin = std::max(compute, gathered);
+        compute = begin + u->backward;
+        done += u->backward;
+        if (regathers && std::next(u) != units.rend()) {
+          const double g = gather(*std::next(u));
+          gathered = std::max(end, begin) + g;
+          end = gathered;
+          dp += g;
+        }
+        const double d =
+            dp_collective(none ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
+                          u->params * e_r * sharing);
+        end = std::max(end, compute) + d;
+        dp += d;
       }
+      dp_exposed = std::max(0.0, end - done);
+      if (split.sharding == StageSharding::Optimizer) {
+        after_step = dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+        dp += after_step;
+      } else if (!none) {
+        double gathered = 0, forward = 0, plain = 0;
+        for (const auto& u : units) {
+          const double g = dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+          gathered += g;
+          forward = std::max(forward, gathered) + u.forward;
+          plain += u.forward;
+          dp += g;
+        }
+        if (s == 0) start_delay[0] = forward - plain;
+      }
+    } else if (R > 1) {
+      const double grad_bytes = P * e_r * sharing;
+      dp = none ? dp_collective(CollectiveKind::AllReduce, grad_bytes)
+                : dp_collective(CollectiveKind::ReduceScatter, grad_bytes) +
+                      dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
     }
+    const double reductions = dp;
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
       const int a = stage_facts.front()->tp.front(), c = stage_facts.back()->tp.front();
       const bool same_node =
@@ -353,8 +403,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
     est.dp_comm = dp;
     const double last_backward = times[static_cast<std::size_t>(s)].backward;
+    // The tied embedding's all-reduce runs after the reductions.
     est.dp_exposed =
-        options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward) : dp;
+        options.dp_overlap == DpOverlap::LastBackward ? std::max(0.0, dp - last_backward)
+        : options.dp_overlap == DpOverlap::PerUnit    ? dp_exposed + (dp - reductions) + after_step
+                                                      : dp;
     // The optimizer step over each replica's shard on its own device: the slowest one's.
     est.optimizer_step = 0;
     std::vector<bool> priced(rep.classes.size(), false);
@@ -384,7 +437,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   }
 
   const pipeline::PipelineTiming timing =
-      pipeline::pipeline_makespan(p, m, split.schedule, times, out.p2p_s);
+      pipeline::pipeline_makespan(p, m, split.schedule, times, transfers);
   out.makespan_s = timing.makespan;
   out.bubble_fraction = timing.bubble_fraction();
   if (limits.describe) out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
@@ -393,7 +446,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
-    est.finish = est.last_backward_end + est.dp_exposed + est.optimizer_step;
+    est.finish = est.last_backward_end + start_delay[0] + est.dp_exposed + est.optimizer_step;
     out.iteration_s = std::max(out.iteration_s, est.finish);
   }
   return out;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "split_estimator_impl.hpp"
 
 namespace cephalo::planner {
@@ -215,41 +216,61 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
   const double split_b =
       costmodels::tensor_parallel_factor(model, 1, ComputePhase::Backward, T, sp, dev.replicated);
 
-  // TP collectives of one layer, priced once (every layer has the same b·s·h).
+  // TP collectives, priced once per kind (every layer has the same b·s·h): a layer's reduction
+  // (an all-reduce, or with sequence parallelism a reduce-scatter plus an all-gather), the
+  // embedding's and the head's all-reduce of the activations (never sequence-split), and the
+  // vocabulary-parallel cross-entropy's three all-reduces of one fp32 per token (max, sum of
+  // exponentials, target logit) in the head's forward and again in its recompute. The calls
+  // per op are the graph's (traces' SplitGraphBuilder::emit_tensor_parallel).
   const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;
   out.tp_bytes = act_bytes;
-  double reduce_s = 0;  // one all-reduce (or reduce-scatter + all-gather) of the activations
+  double reduce_s = 0, all_reduce_s = 0, loss_s = 0;
   if (T > 1) {
-    if (split.sequence_parallel)
-      reduce_s = stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
-                 stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes);
-    else
-      reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
+    all_reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
+    reduce_s = split.sequence_parallel
+                   ? stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
+                         stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes)
+                   : all_reduce_s;
+    loss_s = stage_collective(sr, 0, CollectiveKind::AllReduce, static_cast<double>(b) * seq * 4);
   }
   const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
+  constexpr int kLossReductions = 3;
+  // Every unit's recompute as the graph runs it before the unit's backward
+  // (schedule::has_recompute_op): a checkpointed layer's forward again at its TP share, under
+  // selective recompute the attention core split by heads, the embedding's (empty) lookup
+  // unless nothing is checkpointed, and the head's logits always (the fused head keeps none).
+  const ActivationCheckpointing& ck = options.activation_checkpointing;
+  const int units = costmodels::num_units(model);
+  const auto recompute_of = [&](int unit, const UnitTimes& u) {
+    if (schedule::recomputes_attention_core(ck, unit, units))
+      return u.recompute * costmodels::attention_core_recompute_factor(dev.attention_core, T);
+    if (schedule::recomputes(ck, unit, units))
+      return u.recompute * costmodels::tensor_parallel_factor(model, unit, ComputePhase::Recompute,
+                                                              T, sp, dev.replicated);
+    return 0.0;
+  };
 
   for (int c = 0; c < static_cast<int>(st.chunks.size()); ++c) {
     const LayerRange range = st.chunks[static_cast<std::size_t>(c)];
     const int k = c * p + s;
     double fc = 0, bc = 0, fcomm = 0, bcomm = 0;
     int f_calls = 0, b_calls = 0;
+    std::vector<split_detail::UnitStep> steps;  // this chunk's units in forward order
+    // The embedding first: its step is recorded below, before the layers.
     for (int l = range.begin; l < range.end; ++l) {
       const int unit = l + 1;
       const UnitTimes& u = unit_times(dev, spec, unit, b, options);
-      const double tf = u.forward, tb = u.backward;
-      // Full recompute reruns the layer's forward (split like it); selective recompute only
-      // its attention core, which the T ranks split by heads.
-      const ActivationCheckpointing& ck = options.activation_checkpointing;
-      const bool layer_recomputes = ck.checkpoints_layer(unit);
-      const double tr =
-          layer_recomputes ? u.recompute * split_f
-          : ck.recomputes_attention_core()
-              ? u.recompute * costmodels::attention_core_recompute_factor(dev.attention_core, T)
-              : 0;
-      fc += tf * split_f;
-      bc += tb * split_b + tr;
+      fc += u.forward * split_f;
+      bc += u.backward * split_b + recompute_of(unit, u);
+      steps.push_back({u.forward * split_f + (T > 1 ? 2 * reduce_s : 0),
+                       u.backward * split_b + recompute_of(unit, u) +
+                           (T > 1 ? (schedule::recomputes(ck, unit, units) ? 4 : 2) * reduce_s : 0),
+                       costmodels::layer_parameters(model) / T});
       if (T > 1) {
-        const int backward_reductions = layer_recomputes ? 4 : 2;
+        // A recompute that reruns the whole layer reduces like its forward; the attention
+        // core runs on the rank's own heads.
+        const bool reruns = schedule::recomputes(ck, unit, units);
+        const int backward_reductions = reruns ? 4 : 2;
         fcomm += 2 * reduce_s;
         bcomm += backward_reductions * reduce_s;
         f_calls += 2 * per_reduce;
@@ -261,26 +282,39 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
     if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
       const UnitTimes& u = unit_times(dev, spec, 0, b, options);
       fc += u.forward;
-      bc += u.backward;
+      bc += u.backward + recompute_of(0, u);
       if (T > 1) {
-        fcomm += reduce_s;
-        f_calls += per_reduce;
+        fcomm += all_reduce_s;
+        f_calls += 1;
       }
       out.params += costmodels::embedding_parameters(model) / T;
+      steps.insert(steps.begin(),
+                   {u.forward + (T > 1 ? all_reduce_s : 0), u.backward + recompute_of(0, u),
+                    costmodels::embedding_parameters(model) / T});
     }
     if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
       const int head = model.num_layers + 1;
       const UnitTimes& u = unit_times(dev, spec, head, b, options);
       fc += u.forward / T;
-      bc += u.backward / T;
+      bc += u.backward / T + recompute_of(head, u);
       if (T > 1) {
-        bcomm += reduce_s;
-        b_calls += per_reduce;
+        fcomm += kLossReductions * loss_s;
+        bcomm +=
+            all_reduce_s + (schedule::recomputes(ck, head, units) ? kLossReductions * loss_s : 0);
+        f_calls += kLossReductions;
+        b_calls += 1 + (schedule::recomputes(ck, head, units) ? kLossReductions : 0);
       }
       out.params += costmodels::head_parameters(model) / T;
       // Megatron keeps a copy of the tied word embedding on the last stage for the head.
       if (tied && p > 1) out.params += word_embedding / T;
+      const bool rc = schedule::recomputes(ck, head, units);
+      steps.push_back(
+          {u.forward / T + (T > 1 ? kLossReductions * loss_s : 0),
+           u.backward / T + recompute_of(head, u) +
+               (T > 1 ? all_reduce_s + (rc ? kLossReductions * loss_s : 0) : 0),
+           costmodels::head_parameters(model) / T + (tied && p > 1 ? word_embedding / T : 0)});
     }
+    out.units.insert(out.units.end(), steps.begin(), steps.end());
     out.chunks.push_back({fc + fcomm, bc + bcomm});
     out.forward_compute += fc;
     out.backward_compute += bc;
@@ -356,6 +390,8 @@ double SplitEstimator::Impl::tail_floor_per_parameter(const std::vector<int>& dp
         .seconds;
   };
   double dp = 0;
+  // Overlapped unit by unit (PerUnit) or under the last backward, the collectives may all be
+  // hidden: no floor of theirs.
   if (options.dp_overlap == DpOverlap::None && dp_group.size() > 1)
     dp = std::min(
         time(CollectiveKind::AllReduce, Y * e_r),

@@ -79,10 +79,17 @@ struct Replicas {
   }
 };
 
+// One unit of a stage's pass: its forward and backward (recompute and TP collectives
+// included) for one micro-batch, and its parameters per TP rank.
+struct UnitStep {
+  double forward = 0, backward = 0, params = 0;
+};
+
 // One replica class's pass through a stage: per chunk one micro-batch's forward and backward
 // (TP collectives included) on `spec` with `b` samples, and the stage's sums.
 struct StagePass {
   std::vector<pipeline::StageTimes> chunks;
+  std::vector<UnitStep> units;  // the stage's units, chunk after chunk, in forward order
   double forward_compute = 0, backward_compute = 0, tp_comm_forward = 0, tp_comm_backward = 0;
   int f_calls = 0, b_calls = 0, layers = 0;
   double params = 0, replicated_forward = 0, replicated_backward = 0, tp_bytes = 0;

@@ -114,7 +114,7 @@ class Replay {
   std::unordered_map<std::uint64_t, double> copy_memo_;
   // (kind, variant, overlap), sharding group (-1: cross-group), bytes, and under a split the
   // first and last member.
-  std::map<std::tuple<int, int, double, int, int>, double> collective_memo_;
+  std::map<std::tuple<int, int, double, int, int, int>, double> collective_memo_;
 
   std::vector<std::uint32_t> scratch_links_;
   int num_nodes_ = 0;
@@ -213,12 +213,15 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
   // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
   // Under a split, groups are numbered per data-parallel domain and the tensor-parallel and
-  // pipeline collectives have none: their members say which devices and links they use.
+  // pipeline collectives have none: their members say which devices and links they use. A
+  // tensor-parallel collective stands for `calls` of them (a layer's two, the embedding's one,
+  // the loss's three), so the calls are part of the key too.
   const auto members = g_.members(c);
   const bool split = g_.summary().split;
   auto key = std::make_tuple(
       (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
-      c.group, c.total_bytes, split ? members.front().rank : -1, split ? members.back().rank : -1);
+      c.group, c.total_bytes, split ? members.front().rank : -1, split ? members.back().rank : -1,
+      c.calls);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   double t = 0;

@@ -286,6 +286,51 @@ TEST(PipelineMakespan, GPipeWithTransfersPaysTheirLatencyOnTheWayInAndOut) {
     }
 }
 
+TEST(PipelineMakespan, TransfersWithoutLinksAreTheScalarForm) {
+  // One transfer per boundary, none holding a link, each the scalar p2p: the same timing.
+  for (int p = 2; p <= 4; ++p)
+    for (int m = p; m <= 8; m += p)
+      for (const PipelineSchedule& schedule :
+           {gpipe(), PipelineSchedule{Kind::OneFOneB, 1}, PipelineSchedule{Kind::Interleaved, 2}}) {
+        std::vector<StageTimes> times;
+        for (int s = 0; s < p; ++s) times.push_back({1.0 + 0.3 * s, 2.0 + 0.1 * s});
+        const int v = schedule.virtual_stages;
+        const std::vector<Transfer> transfers(static_cast<std::size_t>(p * v - 1),
+                                              Transfer{0.4, {}, 0});
+        const auto a = pipeline_makespan(p, m, schedule, times, 0.4);
+        const auto b = pipeline_makespan(p, m, schedule, times, transfers);
+        const std::string what =
+            "p=" + std::to_string(p) + " m=" + std::to_string(m) + " " + to_string(schedule);
+        expect_close(b.makespan, a.makespan, what);
+        for (int s = 0; s < p; ++s) expect_close(b.busy[s], a.busy[s], what);
+      }
+}
+
+TEST(PipelineMakespan, TransfersOnOneLinkTakeItInTurn) {
+  // Two stages with free compute and transfers of x seconds on one link (a NIC both
+  // directions share). GPipe: the m activations cross one after another (the last arrives at
+  // m·x), then the m gradients (the last at 2m·x). Without the link they overlap: 2x.
+  const std::vector<StageTimes> times(2, StageTimes{0, 0});
+  for (int m = 1; m <= 6; ++m) {
+    const double x = 0.5;
+    const std::string what = "m=" + std::to_string(m);
+    expect_close(
+        pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {0}, 0}}).makespan,
+        2 * m * x, what);
+    expect_close(
+        pipeline_makespan(2, m, gpipe(), times, std::vector<Transfer>{{x, {}, 0}}).makespan, 2 * x,
+        what);
+  }
+  // Another number of transfers, a negative time or link: refused.
+  const std::vector<StageTimes> two(2, StageTimes{1, 1});
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{}),
+               std::invalid_argument);
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{-1, {}, 0}}),
+               std::invalid_argument);
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), two, std::vector<Transfer>{{1, {-1}, 0}}),
+               std::invalid_argument);
+}
+
 TEST(PipelineMakespan, TheSlowestStageDominates) {
   // One stage k slower than every other in forward and backward. GPipe: the first micro-batch
   // reaches k, k runs all m forwards, the last leaves for the end and the first gradient comes

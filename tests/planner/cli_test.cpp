@@ -137,9 +137,10 @@ TEST(PlanCli, ThreeDOnMixedNodesReplaysStagesWithUnevenReplicasAndWritesWhatSimu
   const auto written = nlohmann::json::parse(std::ifstream(two));
   const auto& ranks = written["ranks"];
   EXPECT_NE(ranks[0]["micro_batch"], ranks[4]["micro_batch"]) << ranks.dump();  // A100 vs L4
-  const auto p =
-      run("predict 3d --scenario " + mixed + " --split " + two.string() +
-          (rec["recompute"].get<bool>() ? " --activation-checkpointing full" : "") + " --json");
+  // The search prices what the replay runs: per-unit DP collectives, a copy per TP rank.
+  const auto p = run("predict 3d --scenario " + mixed + " --split " + two.string() +
+                     (rec["recompute"].get<bool>() ? " --activation-checkpointing full" : "") +
+                     " --dp-overlap per-unit --no-scatter-gather --json");
   ASSERT_EQ(p.code, 0) << p.out;
   const double estimate = rec["estimate"]["iteration_s"].get<double>();
   EXPECT_NEAR(nlohmann::json::parse(p.json)["iteration_s"].get<double>(), estimate,

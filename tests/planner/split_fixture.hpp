@@ -3,6 +3,7 @@
 // NICs, running a small GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
@@ -51,6 +52,48 @@ inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, 
         {"global_batch", global_batch},
         {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
   JsonReader reader(doc, "split-test.json");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// Nodes of A100-80GB and L4 (per node: a100 then l4 GPUs) on PCIe 4.0, one Ethernet NIC of
+// `gbit` Gbit/s each; a GPT of `layers` layers (hidden 1024, 16 heads), sequence 1024.
+inline Scenario mixed_cluster(const std::vector<std::pair<int, int>>& nodes, int gbit, int layers,
+                              int batch, bool tied) {
+  Json list = Json::array();
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    Json gpus = Json::array();
+    if (nodes[n].first > 0) gpus.push_back({{"type", "A100-80GB"}, {"count", nodes[n].first}});
+    if (nodes[n].second > 0) gpus.push_back({{"type", "L4"}, {"count", nodes[n].second}});
+    list.push_back({{"name", "node-" + std::to_string(n)},
+                    {"gpus", gpus},
+                    {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+                    {"nic",
+                     {{"kind", "ethernet"},
+                      {"count", 1},
+                      {"bandwidth", std::to_string(gbit) + "Gbit/s"},
+                      {"latency", "15us"}}}});
+  }
+  const Json doc = {
+      {"name", "agreement-test"},
+      {"cluster", {{"name", "mixed"}, {"nodes", list}}},
+      {"job",
+       {{"name", "agreement-test"},
+        {"model",
+         {{"name", "gpt-agreement"},
+          {"family", "gpt"},
+          {"layers", layers},
+          {"hidden", 1024},
+          {"heads", 16},
+          {"ffn_hidden", 4096},
+          {"vocab_size", 32000},
+          {"max_positions", 2048},
+          {"activation", "gelu"},
+          {"norm", "layernorm"},
+          {"tied_embeddings", tied}}},
+        {"sequence_length", 1024},
+        {"global_batch", batch},
+        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
+  JsonReader reader(doc, "agreement-test.json");
   return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
 }
 

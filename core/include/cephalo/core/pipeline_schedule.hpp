@@ -123,6 +123,24 @@ struct PipelineTiming {
 PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSchedule& schedule,
                                  std::span<const StageTimes> times, double p2p = 0);
 
+// The transfer across the boundary between virtual stages k and k + 1 (an activation forward,
+// its gradient backward): its time when it has its links to itself, and the links it holds
+// while it moves (say, the NICs of the two nodes it crosses; none: it waits for nothing).
+struct Transfer {
+  double seconds = 0;
+  std::vector<int> links;
+  double after = 0;  // then, with its links free again, before it arrives (say, an all-gather)
+};
+// The same evaluation with one transfer per boundary (p·V − 1 of them, boundary k between
+// virtual stages k and k + 1, in both directions): a transfer starts when its step has ended
+// and every one of its links is free, and holds them until it arrives, first come, first
+// served in time order (ties: in the order the steps ended). With no links and every time p2p
+// this is the form above. Throws std::invalid_argument for another number of transfers, a
+// negative or non-finite time or a negative link.
+PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSchedule& schedule,
+                                 std::span<const StageTimes> times,
+                                 std::span<const Transfer> transfers);
+
 // One line for people: "1F1B, 4 stages x 8 micro-batches: stage 0 holds 4 in flight, bubble
 // 27 %". The bubble is bubble_fraction() with every stage's forward and backward taking the
 // same time and no transfer time (for GPipe and 1F1B (p − 1)/(m + p − 1), whatever the

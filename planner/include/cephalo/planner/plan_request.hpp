@@ -123,7 +123,7 @@ Json plan_answer_record(const PlanAnswer& answer, PlanForm form = PlanForm::Auto
 struct SplitEstimateRequest {
   // none | full (every layer recomputed) | selective (each layer's attention core recomputed)
   std::string activation_checkpointing = "none";
-  std::string dp_overlap = "none";  // none | last-backward
+  std::string dp_overlap = "none";  // none | last-backward | per-unit (the replay's, the search's)
   bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source

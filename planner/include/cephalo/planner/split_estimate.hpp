@@ -74,6 +74,11 @@
 namespace cephalo::planner {
 
 enum class DpOverlap {
+  // As the graph runs them (the replay's): each unit's reduction right after its last
+  // backward, one at a time, under the rest of the stage's last backward; sharded parameters
+  // gathered before each unit's first forward; the distributed optimizer's all-gather after
+  // its step. The default: the estimate ranks the candidates the simulator replays.
+  PerUnit,
   None,          // the DP collectives start after the stage's last backward
   LastBackward,  // they run under the last micro-batch's backward; only the rest is exposed
 };
@@ -103,8 +108,12 @@ struct SplitOptions {
   ActivationCheckpointing activation_checkpointing{ActivationCheckpointing::Kind::None};
   ReplicaBatches replica_batches = ReplicaBatches::Even;
   ReplicaAllocation allocation;  // read under ReplicaBatches::Given
-  bool scatter_gather = true;    // P2P sends 1/T per TP rank, then an intra-node all-gather
-  DpOverlap dp_overlap = DpOverlap::None;
+  // true: P2P sends 1/T per TP rank, then an intra-node all-gather (Megatron's scatter/gather,
+  // `predict 3d`'s default); false: as the graph sends it (the replay's), every receiving TP rank
+  // its own copy, 1/T of it under sequence parallelism. Off by default: the estimate ranks
+  // the candidates the simulator replays.
+  bool scatter_gather = false;
+  DpOverlap dp_overlap = DpOverlap::PerUnit;
   // true: a layer's backward from the calibrated compute model is priced as its forward times
   // the op list's backward / forward work (backward_work_ratio) instead of the model's fitted
   // backward (see "backward" above): the analysis of why the 9 Megatron runs were over-

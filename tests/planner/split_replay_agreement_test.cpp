@@ -1,0 +1,263 @@
+// The estimate that ranks the 3D search's candidates against the simulator's replay of the plan
+// each candidate is written as (planner/README.md, "3D plans: the estimate against the
+// replay"): a property test over small mixed clusters, and the ranking test on small exhaustive
+// cases (the estimate's pick replayed against the best replay of every candidate).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cephalo/core/error.hpp"
+#include "cephalo/core/json_reader.hpp"
+#include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan.hpp"
+#include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/split_estimate.hpp"
+#include "cephalo/planner/split_search.hpp"
+#include "cephalo/sim/class_replay.hpp"
+#include "split_fixture.hpp"
+
+namespace cephalo {
+namespace {
+
+using K = pipeline::PipelineSchedule::Kind;
+using CK = ActivationCheckpointing::Kind;
+
+// The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
+// with the estimate's samples and shares and the checkpointing.
+Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
+             const ActivationCheckpointing& ck) {
+  Plan plan = even_split_plan(s, split, "<test>");
+  const planner::ReplicaAllocation& a = e.allocation;
+  if (!a.empty())
+    for (PlanRank& r : plan.ranks) {
+      r.micro_batch = a.micro_batch[static_cast<std::size_t>(r.rank)];
+      r.batch = r.micro_batch * r.micro_batches;
+      r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
+    }
+  plan.activation_checkpointing = ck;
+  return plan;
+}
+
+struct Case {
+  Scenario scenario;
+  ModelSplit split;
+  planner::SplitOptions options;
+  std::string what;
+};
+
+// One random candidate on a random small mixed cluster, or nothing when the draw is not a
+// valid split (the estimate's checks refuse it).
+std::optional<Case> draw(std::mt19937& rng) {
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::pair<int, int>> nodes(static_cast<std::size_t>(pick(1, 2)));
+  for (auto& n : nodes) {
+    n = {pick(0, 2), pick(0, 2)};
+    if (n.first + n.second == 0) n.first = 1;
+  }
+  const int gbit = std::vector<int>{10, 25, 50, 100}[static_cast<std::size_t>(pick(0, 3))];
+  const int layers = 8, batch = std::vector<int>{12, 16, 24}[static_cast<std::size_t>(pick(0, 2))];
+  Case c{test_support::mixed_cluster(nodes, gbit, layers, batch, pick(0, 1) == 1), {}, {}, {}};
+  const int world = c.scenario.cluster.num_ranks();
+  const int p = std::min(world, pick(1, 3));
+  // Stages: p contiguous runs of ranks.
+  std::vector<int> sizes(static_cast<std::size_t>(p), 1);
+  for (int left = world - p; left > 0; --left) ++sizes[static_cast<std::size_t>(pick(0, p - 1))];
+  std::vector<std::vector<int>> ranks;
+  std::vector<int> tp;
+  int next = 0;
+  for (int sz : sizes) {
+    ranks.emplace_back();
+    for (int i = 0; i < sz; ++i) ranks.back().push_back(next++);
+    tp.push_back(sz % 2 == 0 && pick(0, 2) == 0 ? 2 : 1);
+  }
+  const int V = p >= 2 && pick(0, 2) == 0 ? 2 : 1;
+  std::vector<int> counts(static_cast<std::size_t>(p), V);
+  for (int left = layers - p * V; left >= V; left -= V)
+    counts[static_cast<std::size_t>(pick(0, p - 1))] += V;
+  int placed = 0;
+  for (int x : counts) placed += x;
+  counts.back() += layers - placed;
+  if (counts.back() % V != 0) return std::nullopt;
+  test_support::place_stages(c.split, ranks, tp, counts, V);
+  c.split.schedule = V > 1 ? pipeline::PipelineSchedule{K::Interleaved, V}
+                           : pipeline::PipelineSchedule{pick(0, 1) ? K::GPipe : K::OneFOneB, 1};
+  std::vector<int> ms;
+  for (int m = p; m <= batch; ++m)
+    if (batch % m == 0 && (V == 1 || m % p == 0)) ms.push_back(m);
+  if (ms.empty()) return std::nullopt;
+  c.split.micro_batches = ms[static_cast<std::size_t>(pick(0, static_cast<int>(ms.size()) - 1))];
+  c.split.sharding = std::vector<StageSharding>{
+      StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer,
+      StageSharding::None}[static_cast<std::size_t>(pick(0, 3))];
+  c.split.sequence_parallel =
+      std::any_of(tp.begin(), tp.end(), [](int t) { return t > 1; }) && pick(0, 1) == 1;
+  c.split.tensor_parallel = tp.front();
+  const std::vector<ActivationCheckpointing> cks = {
+      {CK::None}, {CK::Full}, {CK::Selective}, {CK::Every, 2}};
+  c.options.activation_checkpointing = cks[static_cast<std::size_t>(pick(0, 3))];
+  c.options.replica_batches =
+      pick(0, 2) == 0 ? planner::ReplicaBatches::Even : planner::ReplicaBatches::BySpeed;
+  c.what =
+      describe(c.split, world) + ", " + std::to_string(gbit) + " Gbit/s, " +
+      std::to_string(nodes.size()) + " node(s) " + to_string(c.options.activation_checkpointing) +
+      (c.options.replica_batches == planner::ReplicaBatches::BySpeed ? ", by speed" : ", even");
+  return c;
+}
+
+// Estimate = replay: on random heterogeneous splits the estimate of a candidate and the
+// simulator's replay of the plan it is written as agree. Reports the worst.
+TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
+  std::mt19937 rng(20261206);
+  int compared = 0;
+  double worst = 0, sum = 0, worst_within = 0;
+  std::string worst_case, worst_within_case;
+  std::vector<double> errors;
+  for (int tries = 0; tries < 3000 && compared < 150; ++tries) {
+    std::optional<Case> c;
+    try {
+      c = draw(rng);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!c) continue;
+    const auto models = costmodels::make_cost_models(c->scenario);
+    planner::SplitEstimate e;
+    try {
+      e = planner::estimate_split(c->scenario, c->split, c->options, models);
+    } catch (const Error&) {
+      continue;  // not a split this cluster takes (T across types, batch not divisible, ...)
+    }
+    if (!e.fits) continue;
+    const Plan plan = plan_of(c->scenario, c->split, e, c->options.activation_checkpointing);
+    const auto replay = sim::simulate_plan(plan, c->scenario, *models.compute, *models.comm);
+    const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
+    // A stage whose data-parallel replicas span nodes: its gathers and reductions cross the
+    // NICs, where they meet other stages' collectives and the transfers (left out below).
+    bool crosses = false;
+    for (const auto& st : c->split.stages) {
+      const auto& ranks = c->scenario.cluster.ranks();
+      for (int r : st.ranks)
+        if (ranks[static_cast<std::size_t>(r)].node !=
+            ranks[static_cast<std::size_t>(st.ranks.front())].node)
+          crosses = true;
+    }
+    if (!crosses && std::abs(err) > worst_within) {
+      worst_within = std::abs(err);
+      worst_within_case = c->what;
+    }
+    errors.push_back(err);
+    if (std::abs(err) > 0.02 && std::getenv("CEPHALO_AGREEMENT_LOG")) {
+      std::cout << 100 * err << " %: " << c->what << "\n";
+      if (std::getenv("CEPHALO_AGREEMENT_LOG")[0] == '2') {
+        for (const auto& st : e.stages)
+          std::cout << "  est stage " << st.stage << " " << st.gpu << " fwd " << st.forward_compute
+                    << " bwd " << st.backward_compute << " tp " << st.tp_comm_forward << "+"
+                    << st.tp_comm_backward << " end " << st.last_backward_end << " dp "
+                    << st.dp_exposed << " opt " << st.optimizer_step << " bubble " << st.bubble
+                    << "\n";
+        std::cout << "  est p2p " << e.p2p_s << " makespan " << e.makespan_s << "\n";
+        for (const auto& r : replay.report.ranks)
+          std::cout << "  sim rank " << r.rank << " compute " << r.compute_s << " comm " << r.comm_s
+                    << " exposed " << r.exposed_comm_s << " (tp " << r.exposed_tp_s << " pp "
+                    << r.exposed_pp_s << " dp " << r.exposed_dp_s << ") idle " << r.idle_s
+                    << " bubble " << r.bubble_s << "\n";
+      }
+    }
+    sum += std::abs(err);
+    if (std::abs(err) > worst) {
+      worst = std::abs(err);
+      worst_case = c->what + ": estimate " + std::to_string(e.iteration_s) + " s, replay " +
+                   std::to_string(replay.report.iteration_time_s) + " s";
+    }
+    ++compared;
+  }
+  std::sort(errors.begin(), errors.end(),
+            [](double a, double b) { return std::abs(a) < std::abs(b); });
+  EXPECT_GE(compared, 100);
+  // Measured 2026-12-06: median 0.02 %, 90th percentile 1.9 %, worst 4.4 % where no stage's
+  // replicas span nodes; beyond that the estimate prices a stage's DP collectives on its own
+  // NICs, where the replay has them meet the other stages' and the transfers (up to 50 % off
+  // on 10 Gbit/s). planner/README.md, "3D plans: the estimate against the replay".
+  EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
+  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.025);
+  EXPECT_LE(worst_within, 0.045) << worst_within_case;
+  std::cout << compared << " splits; mean |estimate / replay − 1| " << 100 * sum / compared
+            << " %, median " << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
+            << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst " << 100 * worst
+            << " % (" << worst_case << "); without sharded stages across nodes "
+            << 100 * worst_within << " % (" << worst_within_case << ")\n";
+}
+
+}  // namespace
+}  // namespace cephalo
+
+namespace cephalo {
+namespace {
+
+// The ranking (issue "one design", item 5): on a small case whose every candidate is
+// enumerated, the candidate with the best estimate, replayed, loses at most 1 % against the
+// best replay of all of them. 2 nodes × (1 A100-80GB + 1 L4), 10 Gbit/s between them, an
+// 8-layer GPT, batch 16: one stage of all four, one per node, one per GPU; every layer
+// composition, micro-batch count (p, 2p, 4p), GPipe and 1F1B, full and no sharding, replicas
+// balanced by speed.
+TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryCandidate) {
+  const Scenario s = test_support::mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  const std::vector<std::vector<std::vector<int>>> layouts = {
+      {{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}};
+  double best_estimate = std::numeric_limits<double>::infinity(), pick_replay = 0;
+  double best_replay = std::numeric_limits<double>::infinity();
+  std::string pick, best;
+  int replayed = 0;
+  for (const auto& ranks : layouts) {
+    const int p = static_cast<int>(ranks.size());
+    std::vector<int> cur;
+    test_support::compositions(8, p, 1, cur, [&](const std::vector<int>& counts) {
+      for (int m : {p, 2 * p, 4 * p})
+        for (K kind : {K::GPipe, K::OneFOneB})
+          for (StageSharding sharding : {StageSharding::Full, StageSharding::None}) {
+            ModelSplit split;
+            test_support::place_stages(split, ranks, std::vector<int>(ranks.size(), 1), counts, 1);
+            split.micro_batches = m;
+            split.schedule = {kind, 1};
+            split.sharding = sharding;
+            planner::SplitOptions options;
+            options.replica_batches = planner::ReplicaBatches::BySpeed;
+            const auto e = estimator.estimate(split, options);
+            if (!e.fits) continue;
+            const Plan plan = plan_of(s, split, e, options.activation_checkpointing);
+            const auto r = sim::simulate_plan(plan, s, *models.compute, *models.comm).report;
+            ++replayed;
+            if (r.oom) continue;
+            if (e.iteration_s < best_estimate) {
+              best_estimate = e.iteration_s;
+              pick_replay = r.iteration_time_s;
+              pick = e.split;
+            }
+            if (r.iteration_time_s < best_replay) {
+              best_replay = r.iteration_time_s;
+              best = e.split;
+            }
+          }
+    });
+  }
+  EXPECT_GT(replayed, 400);
+  std::cout << replayed << " candidates replayed; the estimate's pick " << pick << " replays at "
+            << pick_replay << " s (estimated " << best_estimate << " s), the best replay " << best
+            << " at " << best_replay << " s: " << 100 * (pick_replay / best_replay - 1)
+            << " % behind\n";
+  EXPECT_LE(pick_replay, best_replay * 1.01);
+}
+
+}  // namespace
+}  // namespace cephalo
