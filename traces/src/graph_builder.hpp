@@ -17,12 +17,9 @@
 
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "graph_ops.hpp"
 
 namespace cephalo::traces {
-
-// An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has
-// (both builders' ops; graph_rank_program.cpp).
-Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
 
 class GraphBuilder {
  public:
@@ -30,7 +27,7 @@ class GraphBuilder {
   // scenario's own comm model, made when a collective first needs it.
   GraphBuilder(const Plan& plan, const Scenario& scenario,
                const costmodels::CommModel* comm = nullptr)
-      : plan_(plan), scenario_(scenario), comm_(comm) {}
+      : plan_(plan), scenario_(scenario), variants_(plan, scenario, comm) {}
   // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
   // variants and static bytes are still those of the whole plan (sim/'s class replay).
   TrainingGraph build(std::span<const int> only = {});
@@ -83,8 +80,7 @@ class GraphBuilder {
 
   const Plan& plan_;
   const Scenario& scenario_;
-  const costmodels::CommModel* comm_ = nullptr;
-  std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  UnevenVariants variants_;
   std::map<std::pair<std::int64_t, int>, CollectiveVariant> variant_memo_;  // (numel, group)
   TrainingGraph g_;
   std::vector<Phase> phases_;

@@ -65,27 +65,18 @@ std::int32_t GraphBuilder::add_cross_reduction(int p, int u) {
 // 96-layer model cost one decision). One variant per unit, whatever the direction or the phase:
 // the executor runs each unit's segments one way (its reduce-scatter moves the same slices).
 CollectiveVariant GraphBuilder::uneven_variant_of(int u, int group) {
-  const UnevenCollective chosen = plan_.uneven_collective;
-  if (chosen != UnevenCollective::Auto)
-    return chosen == UnevenCollective::Padded ? CollectiveVariant::Padded
-                                              : CollectiveVariant::Grouped;
+  // A fixed choice needs no slices (UnevenVariants::choose returns it as is).
+  if (plan_.uneven_collective != UnevenCollective::Auto) return variants_.choose({}, {});
   const auto key = std::make_pair(g_.unit_sizes_[static_cast<std::size_t>(u)].numel, group);
   if (auto it = variant_memo_.find(key); it != variant_memo_.end()) return it->second;
-  if (!comm_) {
-    owned_comm_ = costmodels::make_comm_model(scenario_);
-    comm_ = owned_comm_.get();
-  }
-  costmodels::CollectiveRequest req;
-  req.kind = costmodels::CollectiveKind::AllGather;
   const double element_bytes = bytes_per_element(scenario_.job.precision.compute);
+  std::vector<int> ranks;
+  std::vector<double> shard_bytes;
   for (int r : g_.layout_.group(group)) {
-    req.ranks.push_back(r);
-    req.shard_bytes.push_back(static_cast<double>(g_.slice(u, r).count) * element_bytes);
+    ranks.push_back(r);
+    shard_bytes.push_back(static_cast<double>(g_.slice(u, r).count) * element_bytes);
   }
-  const CollectiveVariant v = costmodels::uneven_variant(*comm_, scenario_.cluster,
-                                                         std::move(req)) == UnevenCollective::Padded
-                                  ? CollectiveVariant::Padded
-                                  : CollectiveVariant::Grouped;
+  const CollectiveVariant v = variants_.choose(std::move(ranks), std::move(shard_bytes));
   variant_memo_.emplace(key, v);
   return v;
 }
@@ -127,9 +118,7 @@ std::int32_t GraphBuilder::add_collective(int p, bool gather, int group) {
     g_.segments_.push_back(seg);
   }
   c.segments_count = static_cast<std::uint32_t>(units.size());
-  c.kind = gather ? (c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV)
-                  : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
-                                                          : OpKind::ReduceScatterV);
+  c.kind = data_parallel_kind(gather, c.variant);
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
   std::uint32_t built_members = 0;
   for (int r : built_of_group_[static_cast<std::size_t>(group)]) {

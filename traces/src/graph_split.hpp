@@ -20,6 +20,7 @@
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "graph_ops.hpp"
 
 namespace cephalo::traces {
 
@@ -81,9 +82,6 @@ class SplitGraphBuilder {
                                    double bytes);
   std::int32_t domain_collective(int domain, int group, int unit, OpKind kind);
   std::int32_t tied_collective(int position, int tp_rank);
-  // An uneven gather's variant: the plan's, or under auto the comm model's cheaper.
-  CollectiveVariant choose_uneven_variant(const std::vector<int>& ranks,
-                                          const std::vector<double>& shard_bytes);
   void set_member_op(std::int32_t collective, int rank, OpId op);
   Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
@@ -114,8 +112,7 @@ class SplitGraphBuilder {
 
   const Plan& plan_;
   const Scenario& scenario_;
-  const costmodels::CommModel* comm_ = nullptr;
-  std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  UnevenVariants variants_;
   TrainingGraph g_;
   SplitTopology topo_;
   std::vector<PipelineStage> stages_;  // resolved, with the real layer ranges

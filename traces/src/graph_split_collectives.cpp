@@ -134,12 +134,9 @@ std::int32_t SplitGraphBuilder::domain_collective(int domain, int group, int uni
         global.push_back(ranks[static_cast<std::size_t>(members[i])]);
         shard_bytes.push_back(static_cast<double>(counts[i]) * bytes_per_element(prec.compute));
       }
-      c.variant = choose_uneven_variant(global, shard_bytes);
+      c.variant = variants_.choose(std::move(global), std::move(shard_bytes));
     }
-    c.kind = gather
-                 ? (c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV)
-                 : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
-                                                         : OpKind::ReduceScatterV);
+    c.kind = data_parallel_kind(gather, c.variant);
     c.members_count = 0;
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int r = ranks[static_cast<std::size_t>(members[i])];
@@ -155,26 +152,6 @@ std::int32_t SplitGraphBuilder::domain_collective(int domain, int group, int uni
   g_.collectives_.push_back(c);
   keyed_.emplace(key, c.id);
   return c.id;
-}
-
-CollectiveVariant SplitGraphBuilder::choose_uneven_variant(const std::vector<int>& ranks,
-                                                           const std::vector<double>& shard_bytes) {
-  const UnevenCollective chosen = plan_.uneven_collective;
-  if (chosen != UnevenCollective::Auto)
-    return chosen == UnevenCollective::Padded ? CollectiveVariant::Padded
-                                              : CollectiveVariant::Grouped;
-  if (!comm_) {
-    owned_comm_ = costmodels::make_comm_model(scenario_);
-    comm_ = owned_comm_.get();
-  }
-  costmodels::CollectiveRequest req;
-  req.kind = costmodels::CollectiveKind::AllGather;
-  req.ranks = ranks;
-  req.shard_bytes = shard_bytes;
-  return costmodels::uneven_variant(*comm_, scenario_.cluster, std::move(req)) ==
-                 UnevenCollective::Padded
-             ? CollectiveVariant::Padded
-             : CollectiveVariant::Grouped;
 }
 
 std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {
