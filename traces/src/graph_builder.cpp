@@ -134,10 +134,11 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     s.gradient_bytes = phase * reduce_bytes;
   }
 
-  add_phases();
-
+  // The layout's position of a rank is the rank (the data-parallel collectives' domain).
   g_.all_ranks_.resize(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) g_.all_ranks_[static_cast<std::size_t>(r)] = r;
+  add_phases();
+
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {

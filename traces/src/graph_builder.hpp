@@ -47,8 +47,6 @@ class GraphBuilder {
   // graph_collectives.cpp
   std::int32_t add_collective(int phase, bool gather, int group);
   std::int32_t add_cross_reduction(int phase, int unit);
-  bool unit_equal_in_group(int unit, int group);
-  CollectiveVariant uneven_variant_of(int unit, int group);
 
   // graph_rank_program.cpp
   OpId emit(Op op, std::initializer_list<OpId> deps);
@@ -81,7 +79,6 @@ class GraphBuilder {
   const Plan& plan_;
   const Scenario& scenario_;
   UnevenVariants variants_;
-  std::map<std::pair<std::int64_t, int>, CollectiveVariant> variant_memo_;  // (numel, group)
   TrainingGraph g_;
   std::vector<Phase> phases_;
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group
@@ -101,8 +98,6 @@ class GraphBuilder {
   // Per rank: whether it runs on a GPU runtime (not a CPU device), read once from the cluster
   // (Cluster::ranks() lists every rank: per rank it would be quadratic).
   std::vector<char> gpu_runtime_;
-  std::vector<signed char>
-      unit_equal_;  // per group × unit: equal slices on every member (-1: unknown)
 };
 
 }  // namespace cephalo::traces

@@ -88,6 +88,98 @@ CollectiveVariant UnevenVariants::choose(std::vector<int> ranks, std::vector<dou
              : CollectiveVariant::Grouped;
 }
 
+CollectiveVariant UnevenVariants::of(const ShardLayout& layout, std::span<const int> ranks,
+                                     int unit, int group) {
+  const auto key = std::make_tuple(&layout, group, layout.numel(unit));
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  const std::vector<std::int64_t> counts = layout.group_counts(unit, group);
+  const bool even = std::all_of(counts.begin(), counts.end(),
+                                [&](std::int64_t x) { return x == counts.front(); });
+  CollectiveVariant v = CollectiveVariant::Even;
+  if (!even) {
+    const double element_bytes = bytes_per_element(scenario_.job.precision.compute);
+    const auto members = layout.group(group);
+    std::vector<int> global;
+    std::vector<double> shard_bytes;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      global.push_back(ranks[static_cast<std::size_t>(members[i])]);
+      shard_bytes.push_back(static_cast<double>(counts[i]) * element_bytes);
+    }
+    v = choose(std::move(global), std::move(shard_bytes));
+  }
+  memo_.emplace(key, v);
+  return v;
+}
+
+std::int32_t DataParallelCollectives::add_group(TrainingGraph& g, const Precision& precision,
+                                                UnevenVariants& variants, const DomainRanks& domain,
+                                                int group, std::span<const int> units, bool gather,
+                                                Pass pass, int unit, int phase,
+                                                std::span<const int> members) {
+  Collective c;
+  c.id = static_cast<std::int32_t>(g.collectives_.size());
+  c.group = group;
+  c.unit = unit;
+  c.pass = pass;
+  c.phase = phase;
+  c.element_bytes = bytes_per_element(gather ? precision.compute : precision.reduce);
+  c.segments_begin = static_cast<std::uint32_t>(g.segments_.size());
+  c.variant = CollectiveVariant::Even;
+  for (int u : units) {
+    CollectiveSegment seg;
+    seg.unit = u;
+    seg.numel = domain.layout.numel(u);
+    seg.variant = variants.of(domain.layout, domain.ranks, u, group);
+    if (seg.variant != CollectiveVariant::Even) c.variant = seg.variant;
+    c.total_bytes += static_cast<double>(seg.numel) * c.element_bytes;
+    g.segments_.push_back(seg);
+  }
+  c.segments_count = static_cast<std::uint32_t>(units.size());
+  c.kind = data_parallel_kind(gather, c.variant);
+  c.members_begin = static_cast<std::uint32_t>(g.members_.size());
+  for (int position : members) {
+    CollectiveMember m;
+    m.rank = domain.ranks[static_cast<std::size_t>(position)];
+    for (int u : units) m.elements += domain.layout.slice(u, position).count;
+    m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
+    g.members_.push_back(m);
+  }
+  c.members_count = static_cast<std::uint32_t>(members.size());
+  g.collectives_.push_back(c);
+  return c.id;
+}
+
+std::int32_t DataParallelCollectives::add_cross_reduction(TrainingGraph& g,
+                                                          const Precision& precision,
+                                                          const DomainRanks& domain, int unit,
+                                                          int phase, std::span<const int> members) {
+  Collective c;
+  c.id = static_cast<std::int32_t>(g.collectives_.size());
+  c.kind = OpKind::AllReduce;
+  c.group = -1;
+  c.unit = unit;
+  c.pass = Pass::Backward;
+  c.phase = phase;
+  c.variant = CollectiveVariant::Even;
+  c.element_bytes = bytes_per_element(precision.reduce);
+  const std::int64_t numel = domain.layout.numel(unit);
+  c.total_bytes = static_cast<double>(numel) * c.element_bytes;
+  c.segments_begin = static_cast<std::uint32_t>(g.segments_.size());
+  g.segments_.push_back({unit, numel, CollectiveVariant::Even});
+  c.segments_count = 1;
+  c.members_begin = static_cast<std::uint32_t>(g.members_.size());
+  for (int position : members) {
+    CollectiveMember m;
+    m.rank = domain.ranks[static_cast<std::size_t>(position)];
+    m.elements = domain.layout.slice(unit, position).count;
+    m.shard_bytes = static_cast<double>(m.elements) * c.element_bytes;
+    g.members_.push_back(m);
+  }
+  c.members_count = static_cast<std::uint32_t>(members.size());
+  g.collectives_.push_back(c);
+  return c.id;
+}
+
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant) {
   const bool even = variant == CollectiveVariant::Even;
   if (gather) return even ? OpKind::AllGather : OpKind::AllGatherV;

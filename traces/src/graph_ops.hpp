@@ -5,11 +5,14 @@
 // construction (tests/sim/one_stage_split_test.cpp holds the whole graphs equal):
 //  * which ranks get ops (`only`) and the plan's rank count against the cluster's;
 //  * the summary fields every graph carries, and which units recompute;
-//  * the variant of an uneven data-parallel collective (the plan's, or the comm model's);
+//  * a data-parallel domain's collectives (a group's gather or reduce-scatter, the cross-group
+//    reduction) and the variant of an uneven one (the plan's, or the comm model's);
 //  * the memory a gather, a reduce-scatter and the optimizer step allocate and free.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "cephalo/costmodels/comm_model.hpp"
@@ -43,12 +46,46 @@ class UnevenVariants {
   UnevenVariants(const Plan& plan, const Scenario& scenario, const costmodels::CommModel* comm)
       : plan_(plan), scenario_(scenario), comm_(comm) {}
   CollectiveVariant choose(std::vector<int> ranks, std::vector<double> shard_bytes);
+  // How unit u's gathers and reduce-scatters run in group `group` of a domain (`ranks`: the
+  // global rank at each position of `layout`): Even when every member owns as many elements,
+  // else choose() on the unit's all-gather over the group. Once per layout, group and unit
+  // size (a group's slices follow from the count and the shares: the layers of a 96-layer
+  // model cost one decision). One variant per unit, whatever the direction or the phase: the
+  // executor runs each unit's segments one way.
+  CollectiveVariant of(const ShardLayout& layout, std::span<const int> ranks, int unit, int group);
 
  private:
   const Plan& plan_;
   const Scenario& scenario_;
   const costmodels::CommModel* comm_ = nullptr;
   std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  std::map<std::tuple<const ShardLayout*, int, std::int64_t>, CollectiveVariant> memo_;
+};
+
+// One data-parallel domain as its collectives see it: its layout and the global rank at each of
+// the layout's positions (an FSDP plan's: every rank, position = rank).
+struct DomainRanks {
+  const ShardLayout& layout;
+  std::span<const int> ranks;
+};
+// Appends a domain's collectives to a graph (a friend of TrainingGraph); members' op ids are set
+// by the builder as the members' ops are emitted.
+class DataParallelCollectives {
+ public:
+  // A gather (`gather`) or reduce-scatter of `units` (buffer order: a tied head's phase moves
+  // unit 0, then itself) over group `group` of the domain; its members the group's built
+  // positions `members`, in group order, each moving Σ of its slices. Elements in the compute
+  // dtype for a gather, the reduce dtype for a reduce-scatter.
+  static std::int32_t add_group(TrainingGraph& g, const Precision& precision,
+                                UnevenVariants& variants, const DomainRanks& domain, int group,
+                                std::span<const int> units, bool gather, Pass pass, int unit,
+                                int phase, std::span<const int> members);
+  // The cross-group reduction of `unit` (group -1, kind AllReduce, in the reduce dtype): the
+  // built positions `members` in position order, each its slice; the layout's pieces say which
+  // ranks reduce what (collective_request.hpp).
+  static std::int32_t add_cross_reduction(TrainingGraph& g, const Precision& precision,
+                                          const DomainRanks& domain, int unit, int phase,
+                                          std::span<const int> members);
 };
 // A data-parallel collective's op kind: gather or reduce-scatter, even or -v.
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant);
