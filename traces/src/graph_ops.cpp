@@ -90,8 +90,25 @@ CollectiveVariant UnevenVariants::choose(std::vector<int> ranks, std::vector<dou
 
 CollectiveVariant UnevenVariants::of(const ShardLayout& layout, std::span<const int> ranks,
                                      int unit, int group) {
+  auto table = std::find_if(tables_.begin(), tables_.end(),
+                            [&](const Table& t) { return t.layout == &layout; });
+  if (table == tables_.end()) {
+    tables_.push_back(
+        {&layout, std::vector<signed char>(static_cast<std::size_t>(layout.num_groups()) *
+                                               static_cast<std::size_t>(layout.num_units()),
+                                           -1)});
+    table = tables_.end() - 1;
+  }
+  signed char& known =
+      table
+          ->variant[static_cast<std::size_t>(group) * static_cast<std::size_t>(layout.num_units()) +
+                    static_cast<std::size_t>(unit)];
+  if (known >= 0) return static_cast<CollectiveVariant>(known);
   const auto key = std::make_tuple(&layout, group, layout.numel(unit));
-  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  if (auto it = memo_.find(key); it != memo_.end()) {
+    known = static_cast<signed char>(it->second);
+    return it->second;
+  }
   const std::vector<std::int64_t> counts = layout.group_counts(unit, group);
   const bool even = std::all_of(counts.begin(), counts.end(),
                                 [&](std::int64_t x) { return x == counts.front(); });
@@ -108,6 +125,7 @@ CollectiveVariant UnevenVariants::of(const ShardLayout& layout, std::span<const 
     v = choose(std::move(global), std::move(shard_bytes));
   }
   memo_.emplace(key, v);
+  known = static_cast<signed char>(v);
   return v;
 }
 

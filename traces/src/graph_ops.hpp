@@ -59,7 +59,15 @@ class UnevenVariants {
   const Scenario& scenario_;
   const costmodels::CommModel* comm_ = nullptr;
   std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  // The decisions per layout, group and unit size; and per layout a flat table by group and
+  // unit in front of it (every collective asks: a map lookup each made the phases of a hybrid
+  // plan of 12k groups a map walk per collective).
   std::map<std::tuple<const ShardLayout*, int, std::int64_t>, CollectiveVariant> memo_;
+  struct Table {
+    const ShardLayout* layout = nullptr;
+    std::vector<signed char> variant;  // per group × unit: the CollectiveVariant, -1 unknown
+  };
+  std::vector<Table> tables_;
 };
 
 // One data-parallel domain as its collectives see it: its layout and the global rank at each of
