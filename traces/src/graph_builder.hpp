@@ -1,10 +1,13 @@
 #pragma once
-// The TrainingGraph builder (private to traces/). Its jobs live in three files:
+// The TrainingGraph builder of an FSDP plan, its phase order (private to traces/); what it
+// makes as a split's builder does (ranks to build, summary, data-parallel collectives and their
+// variants, gather / reduce-scatter / optimizer memory) comes from graph_ops.hpp. Its jobs live
+// in three files:
 //  * graph_builder.cpp     — build(): sizes, sharding, phases, the collectives of every phase,
 //                            then the indexes (collective members' ops, stream programs,
 //                            successors) once every rank's ops exist;
-//  * graph_collectives.cpp — one collective of a phase: its segments, resolved variant and
-//                            members' slices (add_collective, add_cross_reduction);
+//  * graph_collectives.cpp — which units and members a phase's collective moves (the collective
+//                            itself: DataParallelCollectives, graph_ops.hpp);
 //  * graph_rank_program.cpp — one rank's ops in issue order with their dependencies and the
 //                            memory each allocates and frees (build_rank).
 #include <cstdint>

@@ -3,8 +3,9 @@
 // plan and the graph"): each rank walks its pipeline stage's order (core/pipeline_schedule.hpp)
 // over the units of its chunks, with tensor-parallel collectives after its compute ops, pipeline
 // transfers (Send / Recv) between virtual stages, and its data-parallel domain's collectives.
-// The FSDP builder (graph_builder.hpp) is untouched by it: a plan without a split never gets
-// here. Its jobs live in three files:
+// A plan without a split never gets here (its one-stage split is the FSDP builder's plan,
+// tests/sim/one_stage_split_test.cpp); what both builders make the same way comes from
+// graph_ops.hpp. Its jobs live in three files:
 //  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
 //                                  (layouts, static bytes), the pipeline transfers, then every
 //                                  built rank's program and the indexes;
