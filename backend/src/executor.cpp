@@ -254,14 +254,16 @@ void Executor::Impl::begin_step() {
   }
 }
 
-// The live gather holding unit u that op reads: its own phase's (an FSDP graph gathers every
-// phase, the head's phases [unit 0 | head]), else the oldest (a split graph gathers a unit once
-// and keeps it to its last backward, across the unit's phases).
+// The live gather holding unit u that an op of `phase` reads: the latest issued whose phase is
+// not after the op's. One rule for every graph: an FSDP graph gathers in phase order, each
+// phase its units (a tied head's [unit 0 | head]), so that is the op's own phase's, never the
+// next phase's prefetched gather of the same unit; a split graph gathers a unit once, at its
+// forward phase, and keeps it across the unit's phases to its last backward.
 std::deque<Executor::Impl::Gathered>::iterator Executor::Impl::find_gathered(int phase, int u) {
-  auto holds = [u](const Gathered& g) { return find_segment(*g.segments, u) != nullptr; };
+  auto found = gathered.end();
   for (auto it = gathered.begin(); it != gathered.end(); ++it)
-    if (it->phase == phase && holds(*it)) return it;
-  return std::find_if(gathered.begin(), gathered.end(), holds);
+    if (it->phase <= phase && find_segment(*it->segments, u) != nullptr) found = it;
+  return found;
 }
 
 TensorRef Executor::Impl::params(const tr::Op& op, int u) {

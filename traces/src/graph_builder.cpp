@@ -92,43 +92,22 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
   const int ranks = static_cast<int>(plan_.ranks.size());
-  if (ranks != scenario_.cluster.num_ranks())
-    throw Error("plan has " + std::to_string(ranks) + " ranks but the cluster has " +
-                std::to_string(scenario_.cluster.num_ranks()) + " devices");
+  built_ = ranks_to_build(plan_, scenario_, only);
   units_ = costmodels::num_units(model);
   member_index_.assign(static_cast<std::size_t>(ranks), -1);
-  if (only.empty()) {
-    for (int r = 0; r < ranks; ++r) built_.push_back(r);
-  } else {
-    for (int r : only) {
-      if (r < 0 || r >= ranks || (!built_.empty() && r <= built_.back()))
-        throw std::logic_error("build_training_graph: ranks to build must be ascending and valid");
-      built_.push_back(r);
-    }
-  }
   for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
   gpu_runtime_.reserve(static_cast<std::size_t>(ranks));
   for (const auto& node : scenario_.cluster.nodes)
     for (const auto& slot : node.devices)
       gpu_runtime_.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
 
-  g_.summary_.num_ranks = ranks;
-  g_.summary_.num_units = units_;
-  g_.summary_.sequence_length = job.sequence_length;
-  g_.summary_.global_batch = plan_.global_batch();
-  g_.summary_.accumulation = plan_.accumulation;
-  g_.summary_.activation_checkpointing = plan_.activation_checkpointing;
-  // parse_plan refuses the combination; a plan built in code must not slip past it.
-  if (auto conflict = schedule::offload_conflict(plan_.offload, plan_.activation_checkpointing))
-    throw Error(*conflict);
-  g_.summary_.offload = plan_.offload;
-  g_.summary_.prefetch = plan_.prefetch;
+  g_.summary_ = plan_summary(plan_, scenario_, units_);
 
   const double compute_bytes = bytes_per_element(job.precision.compute);
   const double reduce_bytes = bytes_per_element(job.precision.reduce);
   const double state_bytes = schedule::state_bytes_per_parameter(job.precision);
   g_.unit_sizes_.resize(units_);
-  for (int u = 0; u < units_; ++u) g_.recomputes_.push_back(recomputes(u) ? 1 : 0);
+  g_.recomputes_ = recomputed_units(plan_, units_);
   g_.layout_ = shard_layout_of(plan_, scenario_);
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
@@ -154,12 +133,12 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     s.gathered_bytes = phase * compute_bytes;
     s.gradient_bytes = phase * reduce_bytes;
   }
-  g_.summary_.model_flops_per_iteration = model_flops_per_iteration(job, g_.summary_.global_batch);
 
-  add_phases();
-
+  // The layout's position of a rank is the rank (the data-parallel collectives' domain).
   g_.all_ranks_.resize(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) g_.all_ranks_[static_cast<std::size_t>(r)] = r;
+  add_phases();
+
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {

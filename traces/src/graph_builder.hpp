@@ -1,10 +1,13 @@
 #pragma once
-// The TrainingGraph builder (private to traces/). Its jobs live in three files:
+// The TrainingGraph builder of an FSDP plan, its phase order (private to traces/); what it
+// makes as a split's builder does (ranks to build, summary, data-parallel collectives and their
+// variants, gather / reduce-scatter / optimizer memory) comes from graph_ops.hpp. Its jobs live
+// in three files:
 //  * graph_builder.cpp     — build(): sizes, sharding, phases, the collectives of every phase,
 //                            then the indexes (collective members' ops, stream programs,
 //                            successors) once every rank's ops exist;
-//  * graph_collectives.cpp — one collective of a phase: its segments, resolved variant and
-//                            members' slices (add_collective, add_cross_reduction);
+//  * graph_collectives.cpp — which units and members a phase's collective moves (the collective
+//                            itself: DataParallelCollectives, graph_ops.hpp);
 //  * graph_rank_program.cpp — one rank's ops in issue order with their dependencies and the
 //                            memory each allocates and frees (build_rank).
 #include <cstdint>
@@ -17,12 +20,9 @@
 
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "graph_ops.hpp"
 
 namespace cephalo::traces {
-
-// An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has
-// (both builders' ops; graph_rank_program.cpp).
-Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
 
 class GraphBuilder {
  public:
@@ -30,7 +30,7 @@ class GraphBuilder {
   // scenario's own comm model, made when a collective first needs it.
   GraphBuilder(const Plan& plan, const Scenario& scenario,
                const costmodels::CommModel* comm = nullptr)
-      : plan_(plan), scenario_(scenario), comm_(comm) {}
+      : plan_(plan), scenario_(scenario), variants_(plan, scenario, comm) {}
   // Only the ranks in `only` (ascending) get ops and collective memberships; the sharding,
   // variants and static bytes are still those of the whole plan (sim/'s class replay).
   TrainingGraph build(std::span<const int> only = {});
@@ -50,8 +50,6 @@ class GraphBuilder {
   // graph_collectives.cpp
   std::int32_t add_collective(int phase, bool gather, int group);
   std::int32_t add_cross_reduction(int phase, int unit);
-  bool unit_equal_in_group(int unit, int group);
-  CollectiveVariant uneven_variant_of(int unit, int group);
 
   // graph_rank_program.cpp
   OpId emit(Op op, std::initializer_list<OpId> deps);
@@ -83,9 +81,7 @@ class GraphBuilder {
 
   const Plan& plan_;
   const Scenario& scenario_;
-  const costmodels::CommModel* comm_ = nullptr;
-  std::shared_ptr<const costmodels::CommModel> owned_comm_;
-  std::map<std::pair<std::int64_t, int>, CollectiveVariant> variant_memo_;  // (numel, group)
+  UnevenVariants variants_;
   TrainingGraph g_;
   std::vector<Phase> phases_;
   std::vector<std::int32_t> ag_collective_, rs_collective_;  // per phase × group
@@ -105,8 +101,6 @@ class GraphBuilder {
   // Per rank: whether it runs on a GPU runtime (not a CPU device), read once from the cluster
   // (Cluster::ranks() lists every rank: per rank it would be quadratic).
   std::vector<char> gpu_runtime_;
-  std::vector<signed char>
-      unit_equal_;  // per group × unit: equal slices on every member (-1: unknown)
 };
 
 }  // namespace cephalo::traces

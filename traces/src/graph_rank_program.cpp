@@ -33,18 +33,6 @@ struct GraphBuilder::RankState {
   bool first = true;
 };
 
-// An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has.
-Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
-  Op o;
-  o.kind = kind;
-  o.pass = pass;
-  o.unit = unit;
-  o.micro_batch = m;
-  o.micro_batch_size = size;
-  o.phase = p;
-  return o;
-}
-
 OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
   return g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
 }
@@ -68,17 +56,15 @@ void GraphBuilder::emit_gather(RankState& st, int p) {
   const Phase& ph = phases_[p];
   const Collective& c = g_.collectives_[at(ag_collective_, p, st.group)];
   Op o;
-  o.kind = c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV;
+  o.kind = data_parallel_kind(true, c.variant);
   o.pass = ph.pass;
   o.unit = ph.unit;
   o.phase = p;
   o.collective = c.id;
   o.bytes = c.total_bytes;
   o.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
-  // The gathered phase (freed by the phase's last compute op) and the cast send shard (freed
-  // when the gather ends).
-  o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
-  o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
+  // The gathered phase (freed by the phase's last compute op) and the cast send shard.
+  set_gather_memory(o, st.cast_send);
   const int gate = gather_gates_[static_cast<std::size_t>(p)];
   st.ag[p] = emit(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
 }
@@ -166,18 +152,15 @@ void GraphBuilder::emit_reductions(RankState& st, int p) {
   if (phases_[p].pass != Pass::Backward || rs_id < 0) return;
   const Collective& c = g_.collectives_[rs_id];
   Op rs;
-  rs.kind = c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter : OpKind::ReduceScatterV;
+  rs.kind = data_parallel_kind(false, c.variant);
   rs.pass = Pass::Backward;
   rs.unit = phases_[p].unit;
   rs.phase = p;
   rs.collective = c.id;
   rs.bytes = c.total_bytes;
   rs.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
-  // The unsharded gradient buffer: allocated by the first backward, or here when the rank ran
-  // no backward into it (it contributes zeros); and the received shard.
-  rs.mem_alloc = (st.grad_held[static_cast<std::size_t>(p)] ? 0.0 : rs.bytes) + rs.shard_bytes;
+  set_reduce_scatter_memory(rs, st.grad_held[static_cast<std::size_t>(p)]);
   st.grad_held[static_cast<std::size_t>(p)] = false;
-  rs.mem_free = rs.bytes + rs.shard_bytes;
   // The last backward into the buffer (under no_sync possibly an earlier round's).
   st.last_rs = emit(rs, {st.grad_last[static_cast<std::size_t>(p)]});
   // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
@@ -197,22 +180,7 @@ void GraphBuilder::emit_reductions(RankState& st, int p) {
 }
 
 void GraphBuilder::emit_optimizer_step(RankState& st) {
-  const Job& job = scenario_.job;
-  Op opt;
-  opt.kind = OpKind::OptimizerStep;
-  opt.pass = Pass::Step;
-  opt.unit = -1;
-  opt.shard_parameters = static_cast<double>(owned_elements(st.rank));
-  // AdamW: about 12 FLOPs per parameter (moments, bias correction, update, weight decay).
-  opt.flops = 12.0 * opt.shard_parameters;
-  // AdamW reads fp32 gradients: a 16-bit or loss-scaled (fp16) gradient shard is widened into
-  // a transient fp32 copy, one unit at a time.
-  if (bytes_per_element(job.precision.reduce) != 4.0 || job.precision.compute == Dtype::FP16) {
-    std::int64_t largest = 0;
-    for (int u = 0; u < units_; ++u) largest = std::max(largest, g_.slice(u, st.rank).count);
-    opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
-  }
-  emit(opt, {st.last_rs});
+  emit(optimizer_step_op(scenario_.job, g_.layout_, st.rank, units_), {st.last_rs});
 }
 
 void GraphBuilder::build_rank(int r) {
@@ -227,10 +195,7 @@ void GraphBuilder::build_rank(int r) {
   st.mbs = static_cast<int>(st.sizes.size());
   st.offload = plan_.offload == Offload::Host;
   st.copy_lookahead = plan_.prefetch ? 2 : 1;
-  // Master weights wider or narrower than the compute dtype travel as a cast copy of the shard
-  // (tf32 computes on fp32 storage: no copy).
-  st.cast_send =
-      bytes_per_element(job.precision.params) != bytes_per_element(job.precision.compute);
+  st.cast_send = casts_gather_send(job.precision);
   st.ag.assign(static_cast<std::size_t>(num_phases), kNoOp);
   st.phase_done.assign(static_cast<std::size_t>(num_phases), kNoOp);
   st.d2h.assign(static_cast<std::size_t>(units_) * std::max(st.mbs, 1), kNoOp);

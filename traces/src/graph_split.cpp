@@ -24,7 +24,7 @@ SplitGraphBuilder::SplitGraphBuilder(const Plan& plan, const Scenario& scenario,
                                      const costmodels::CommModel* comm)
     : plan_(plan),
       scenario_(scenario),
-      comm_(comm),
+      variants_(plan, scenario, comm),
       topo_(plan.model_split, static_cast<int>(plan.ranks.size())) {}
 
 double SplitGraphBuilder::boundary_bytes(std::int64_t rows) const {
@@ -232,31 +232,16 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
   const ModelSpec& model = job.model;
   const ModelSplit& split = plan_.model_split;
   const int n = static_cast<int>(plan_.ranks.size());
-  if (n != scenario_.cluster.num_ranks())
-    throw Error("plan has " + std::to_string(n) + " ranks but the cluster has " +
-                std::to_string(scenario_.cluster.num_ranks()) + " devices");
-  built_.assign(static_cast<std::size_t>(n), only.empty() ? 1 : 0);
-  for (std::size_t i = 0; i < only.size(); ++i) {
-    if (only[i] < 0 || only[i] >= n || (i > 0 && only[i] <= only[i - 1]))
-      throw std::logic_error(
-          "build_training_graph_of_ranks: ranks to build must be ascending and valid");
-    built_[static_cast<std::size_t>(only[i])] = 1;
-  }
+  built_.assign(static_cast<std::size_t>(n), 0);
+  for (int r : ranks_to_build(plan_, scenario_, only)) built_[static_cast<std::size_t>(r)] = 1;
   units_ = costmodels::num_units(model);
   stages_ = resolved_stages(split, model.num_layers, n);
   p_ = static_cast<int>(stages_.size());
   v_ = topo_.virtual_stages();
   m_ = split.micro_batches;
 
+  g_.summary_ = plan_summary(plan_, scenario_, units_);
   GraphSummary& sum = g_.summary_;
-  sum.num_ranks = n;
-  sum.num_units = units_;
-  sum.sequence_length = job.sequence_length;
-  sum.global_batch = plan_.global_batch();
-  sum.accumulation = plan_.accumulation;
-  sum.activation_checkpointing = plan_.activation_checkpointing;
-  sum.offload = plan_.offload;
-  sum.prefetch = plan_.prefetch;
   sum.split = true;
   sum.pipeline_stages = p_;
   sum.virtual_stages = v_;
@@ -270,9 +255,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
     g_.places_[static_cast<std::size_t>(r)] = topo_.place(r);
     g_.all_ranks_[static_cast<std::size_t>(r)] = r;
   }
-  for (int u = 0; u < units_; ++u)
-    g_.recomputes_.push_back(schedule::recomputes(plan_.activation_checkpointing, u, units_) ? 1
-                                                                                             : 0);
+  g_.recomputes_ = recomputed_units(plan_, units_);
   setup_units();
   orders_ = pipeline::stage_orders(p_, m_, split.schedule);
 
@@ -289,7 +272,6 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
     us.gathered_bytes = us.parameters * compute_bytes;
     us.gradient_bytes = us.parameters * reduce_bytes;
   }
-  sum.model_flops_per_iteration = model_flops_per_iteration(job, sum.global_batch);
   // Phases as one round of the FSDP graph numbers them: forward phase u, backward 2U − 1 − u.
   g_.gradient_phase_.assign(static_cast<std::size_t>(2 * units_), -1);
   for (int ph = units_; ph < 2 * units_; ++ph)

@@ -3,8 +3,9 @@
 // plan and the graph"): each rank walks its pipeline stage's order (core/pipeline_schedule.hpp)
 // over the units of its chunks, with tensor-parallel collectives after its compute ops, pipeline
 // transfers (Send / Recv) between virtual stages, and its data-parallel domain's collectives.
-// The FSDP builder (graph_builder.hpp) is untouched by it: a plan without a split never gets
-// here. Its jobs live in three files:
+// A plan without a split never gets here (its one-stage split is the FSDP builder's plan,
+// tests/sim/one_stage_split_test.cpp); what both builders make the same way comes from
+// graph_ops.hpp. Its jobs live in three files:
 //  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
 //                                  (layouts, static bytes), the pipeline transfers, then every
 //                                  built rank's program and the indexes;
@@ -20,6 +21,7 @@
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "graph_ops.hpp"
 
 namespace cephalo::traces {
 
@@ -81,9 +83,6 @@ class SplitGraphBuilder {
                                    double bytes);
   std::int32_t domain_collective(int domain, int group, int unit, OpKind kind);
   std::int32_t tied_collective(int position, int tp_rank);
-  // An uneven gather's variant: the plan's, or under auto the comm model's cheaper.
-  CollectiveVariant choose_uneven_variant(const std::vector<int>& ranks,
-                                          const std::vector<double>& shard_bytes);
   void set_member_op(std::int32_t collective, int rank, OpId op);
   Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
@@ -114,8 +113,7 @@ class SplitGraphBuilder {
 
   const Plan& plan_;
   const Scenario& scenario_;
-  const costmodels::CommModel* comm_ = nullptr;
-  std::shared_ptr<const costmodels::CommModel> owned_comm_;
+  UnevenVariants variants_;
   TrainingGraph g_;
   SplitTopology topo_;
   std::vector<PipelineStage> stages_;  // resolved, with the real layer ranges

@@ -95,86 +95,32 @@ std::int32_t SplitGraphBuilder::domain_collective(int domain, int group, int uni
   const std::array<std::int64_t, 5> key{2, domain, group, unit, static_cast<std::int64_t>(kind)};
   if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
-  const auto& ranks = g_.domain_ranks_[static_cast<std::size_t>(domain)];
+  const std::vector<int>& ranks = g_.domain_ranks_[static_cast<std::size_t>(domain)];
+  const DomainRanks d{layout, ranks};
   const Precision& prec = scenario_.job.precision;
-  const bool gather = kind == OpKind::AllGather;
-  Collective c;
-  c.id = static_cast<std::int32_t>(g_.collectives_.size());
-  c.group = group;
-  c.unit = unit;
-  c.pass = gather ? Pass::Forward : Pass::Backward;
-  c.phase = gather ? unit : 2 * units_ - 1 - unit;
-  c.element_bytes = bytes_per_element(gather ? prec.compute : prec.reduce);
-  const std::int64_t numel = layout.numel(unit);
-  c.total_bytes = static_cast<double>(numel) * c.element_bytes;
-  c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
+  // The built members' positions: the group's in group order, or (the cross-group reduction)
+  // every rank of the domain in position order.
+  std::vector<int> members;
   if (kind == OpKind::AllReduce) {
-    // The cross-group reduction: every rank of the domain, its pieces (collective_request).
-    c.kind = OpKind::AllReduce;
-    c.group = -1;
-    c.variant = CollectiveVariant::Even;
-    c.members_count = 0;
-    for (int i = 0; i < layout.num_ranks(); ++i) {
-      const int r = ranks[static_cast<std::size_t>(i)];
-      if (!built(r)) continue;
-      const std::int64_t e = layout.slice(unit, i).count;
-      g_.members_.push_back({r, kNoOp, e, static_cast<double>(e) * c.element_bytes});
-      ++c.members_count;
-    }
+    for (int i = 0; i < layout.num_ranks(); ++i)
+      if (built(ranks[static_cast<std::size_t>(i)])) members.push_back(i);
   } else {
-    const auto members = layout.group(group);
-    const auto counts = layout.group_counts(unit, group);
-    const bool even = std::all_of(counts.begin(), counts.end(),
-                                  [&](std::int64_t x) { return x == counts.front(); });
-    c.variant = CollectiveVariant::Even;
-    if (!even) {
-      std::vector<int> global;
-      std::vector<double> shard_bytes;
-      for (std::size_t i = 0; i < members.size(); ++i) {
-        global.push_back(ranks[static_cast<std::size_t>(members[i])]);
-        shard_bytes.push_back(static_cast<double>(counts[i]) * bytes_per_element(prec.compute));
-      }
-      c.variant = choose_uneven_variant(global, shard_bytes);
-    }
-    c.kind = gather
-                 ? (c.variant == CollectiveVariant::Even ? OpKind::AllGather : OpKind::AllGatherV)
-                 : (c.variant == CollectiveVariant::Even ? OpKind::ReduceScatter
-                                                         : OpKind::ReduceScatterV);
-    c.members_count = 0;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      const int r = ranks[static_cast<std::size_t>(members[i])];
-      if (!built(r)) continue;
-      g_.members_.push_back(
-          {r, kNoOp, counts[i], static_cast<double>(counts[i]) * c.element_bytes});
-      ++c.members_count;
-    }
+    for (int i : layout.group(group))
+      if (built(ranks[static_cast<std::size_t>(i)])) members.push_back(i);
   }
-  c.segments_begin = static_cast<std::uint32_t>(g_.segments_.size());
-  g_.segments_.push_back({unit, numel, c.variant});
-  c.segments_count = 1;
-  g_.collectives_.push_back(c);
-  keyed_.emplace(key, c.id);
-  return c.id;
-}
-
-CollectiveVariant SplitGraphBuilder::choose_uneven_variant(const std::vector<int>& ranks,
-                                                           const std::vector<double>& shard_bytes) {
-  const UnevenCollective chosen = plan_.uneven_collective;
-  if (chosen != UnevenCollective::Auto)
-    return chosen == UnevenCollective::Padded ? CollectiveVariant::Padded
-                                              : CollectiveVariant::Grouped;
-  if (!comm_) {
-    owned_comm_ = costmodels::make_comm_model(scenario_);
-    comm_ = owned_comm_.get();
+  const int backward_phase = 2 * units_ - 1 - unit;
+  std::int32_t id = -1;
+  if (kind == OpKind::AllReduce) {
+    id = DataParallelCollectives::add_cross_reduction(g_, prec, d, unit, backward_phase, members);
+  } else {
+    const bool gather = kind == OpKind::AllGather;
+    const int one[] = {unit};
+    id = DataParallelCollectives::add_group(g_, prec, variants_, d, group, one, gather,
+                                            gather ? Pass::Forward : Pass::Backward, unit,
+                                            gather ? unit : backward_phase, members);
   }
-  costmodels::CollectiveRequest req;
-  req.kind = costmodels::CollectiveKind::AllGather;
-  req.ranks = ranks;
-  req.shard_bytes = shard_bytes;
-  return costmodels::uneven_variant(*comm_, scenario_.cluster, std::move(req)) ==
-                 UnevenCollective::Padded
-             ? CollectiveVariant::Padded
-             : CollectiveVariant::Grouped;
+  keyed_.emplace(key, id);
+  return id;
 }
 
 std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {

@@ -35,8 +35,7 @@ void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
   Op o = domain_op(
       st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
       Pass::Forward);
-  o.mem_alloc = o.bytes + (st.cast_send ? o.shard_bytes : 0.0);
-  o.mem_free = st.cast_send ? o.shard_bytes : 0.0;
+  set_gather_memory(o, st.cast_send);
   // Issued once the first forward of the unit `lookahead` places earlier in first-use order is
   // done (the FSDP prefetch rule, schedule::gather_rules), or at the start.
   const int lookahead = plan_.prefetch ? 2 : 1;
@@ -197,8 +196,7 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
                       Pass::Backward);
     if (st.gathers) {
       // The unsharded gradient (allocated by the first backward) and the received shard.
-      rs.mem_alloc = (st.grad_held[u] ? 0.0 : rs.bytes) + rs.shard_bytes;
-      rs.mem_free = rs.bytes + rs.shard_bytes;
+      set_reduce_scatter_memory(rs, st.grad_held[u]);
       st.grad_held[u] = false;
     }
     st.last_reduction = emit(rs, {last_backward});
@@ -211,21 +209,9 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
 }
 
 void SplitGraphBuilder::emit_optimizer(RankState& st) {
-  const Job& job = scenario_.job;
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
-  Op opt;
-  opt.kind = OpKind::OptimizerStep;
-  opt.pass = Pass::Step;
-  opt.unit = -1;
-  opt.shard_parameters = static_cast<double>(layout.owned_elements(st.position));
-  opt.flops = 12.0 * opt.shard_parameters;  // AdamW, as the FSDP graph counts it
-  if (bytes_per_element(job.precision.reduce) != 4.0 || job.precision.compute == Dtype::FP16) {
-    std::int64_t largest = 0;
-    for (int u = 0; u < units_; ++u)
-      largest = std::max(largest, layout.slice(u, st.position).count);
-    opt.mem_alloc = opt.mem_free = static_cast<double>(largest) * 4.0;
-  }
-  const OpId step = emit(opt, {st.last_reduction});
+  const OpId step =
+      emit(optimizer_step_op(scenario_.job, layout, st.position, units_), {st.last_reduction});
   if (plan_.model_split.sharding != StageSharding::Optimizer) return;
   // ZeRO-1: every rank gathers the updated parameters of its stage's units.
   for (int u : st.first_use) {
@@ -305,8 +291,7 @@ void SplitGraphBuilder::build_rank(int r) {
   st.size = plan_.ranks[static_cast<std::size_t>(r)].micro_batch;
   const StageSharding kind = plan_.model_split.sharding;
   st.gathers = kind == StageSharding::Full || kind == StageSharding::Hybrid;
-  st.cast_send =
-      bytes_per_element(job.precision.params) != bytes_per_element(job.precision.compute);
+  st.cast_send = casts_gather_send(job.precision);
   const std::size_t U = static_cast<std::size_t>(units_);
   st.gather.assign(U, kNoOp);
   st.first_forward.assign(U, kNoOp);

@@ -305,6 +305,7 @@ class TrainingGraph {
   std::vector<int> all_ranks_;   // 0..ranks−1 (layout_ranks of an FSDP plan)
   mutable std::unique_ptr<BoostGraph> boost_;
   friend class SplitGraphBuilder;
+  friend class DataParallelCollectives;  // both builders' data-parallel collectives
 };
 
 // Builds the graph of one iteration of `plan` on `scenario` (the plan must already have been
