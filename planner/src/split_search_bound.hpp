@@ -8,6 +8,9 @@
 // leaves the search's best unchanged.
 #include <span>
 
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/planner/split_search.hpp"
+
 namespace cephalo::planner::split_detail {
 
 // `step[s]`: a floor on one micro-batch's forward + backward through one layer on stage s;
@@ -21,12 +24,30 @@ namespace cephalo::planner::split_detail {
 //    A_s = m·step[s]·l_s + Σ_{j<s} step[j]·l_j / V + tail[0]·l_0.
 // The iteration is at least the largest of these; the bound is the least that largest can be
 // over every boundary placement, from below (weighted averages of the sums).
+// `cap[s]` (empty: none) is the most layers stage s can hold and fit in memory (the search's
+// layer_cap): a placement past it is refused, so only placements with l_s <= cap[s] (rounded
+// down to whole chunks) are bounded; infinity when no placement is left.
 double pipeline_floor(std::span<const double> step, std::span<const double> tail, int m,
-                      int virtual_stages, int layers);
+                      int virtual_stages, int layers, std::span<const int> cap = {});
 
 // The B sums alone, with stage s's floor per layer and micro-batch `step[s]` (its tail over m
 // included) shared by `count[s]` identical stages (the order of the stages does not enter): at
-// least layers / Σ count[s] / (m·step[s]) and at least one layer's m·step[s] on every stage.
-double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers);
+// least the level τ at which the stages, each holding min(cap[s], τ / (m·step[s])) layers,
+// hold them all (cap empty: no cap), and at least one layer's m·step[s] on every stage;
+// infinity when the caps hold fewer than `layers`.
+double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
+                  std::span<const int> cap = {});
+
+// A floor on the memory estimate_split reports for a rank of `spec` (with usable capacity
+// compared by the caller) in a stage of `layers` layers at T, `b` samples per micro-batch and
+// state share `share` (of its sharding group), at any place in any pipeline of more than one
+// stage, under any schedule, and the least over the shardings, sequence parallelism and (with
+// `recompute` false) selective or no recompute that `options` leave open
+// (split_search_memory.cpp); `in_flight`: the micro-batches a stage surely holds at once (m
+// under GPipe, else 1). It grows with `layers`, so a stage holds at most the layers whose floor
+// fits.
+double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& options,
+                          const DeviceSpec& spec, int layers, int T, int b, double share,
+                          bool recompute, int in_flight = 1);
 
 }  // namespace cephalo::planner::split_detail

@@ -123,7 +123,7 @@ class Search {
   }
   // The least step floor of a type's stages at T and b: over the first TP group on each of its
   // nodes (the groups of one node are alike).
-  double type_step_floor(const TypeBlock& block, int T, int b) {
+  double type_step_floor(const TypeBlock& block, int T, int b, bool recompute) {
     double least = std::numeric_limits<double>::infinity();
     std::vector<int> group;
     int node = -1;
@@ -133,7 +133,7 @@ class Search {
       group.clear();
       const auto at = std::find(block.ranks.begin(), block.ranks.end(), r);
       group.assign(at, at + T);
-      least = std::min(least, step_floor(group, b));
+      least = std::min(least, step_floor(group, b, recompute));
       node = n;
     }
     return least;
@@ -165,6 +165,16 @@ class Search {
     }
     return it->second;
   }
+  // The most layers a stage of `shape` can hold at m micro-batches, with every layer
+  // recomputed or none and `in_flight` micro-batches surely held at once (m under GPipe, else
+  // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
+  // pipeline, sharding or sequence parallelism. Remembered.
+  int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
+  // Whether candidates with every layer recomputed (true) or none (false) are searched.
+  std::vector<bool> recompute_choices() const {
+    if (options_.recompute) return {*options_.recompute};
+    return {false, true};
+  }
   // A layout's least busy floor over the micro-batch counts explore would try.
   double layout_floor(const std::vector<StageShape>& shapes);
   // Queues a layout (or a type-block family: every order of its types) under its floor;
@@ -175,12 +185,15 @@ class Search {
     pending_.push_back({floor, std::move(shapes), {}});
   }
   void explore_pending();
-  // A family's least busy floor over the micro-batch counts explore would try.
+  // A family's least busy floor over the micro-batch counts explore would try, with every
+  // layer recomputed or none, each type's stages holding at most their layer_cap.
   double busy_floor(const TypeFamily& f, int p) {
     const Job& job = scenario_.job;
+    const std::size_t types = f.k.size();
     double least = std::numeric_limits<double>::infinity();
-    std::vector<double> step(f.k.size()), tail(f.k.size());
-    for (std::size_t t = 0; t < f.k.size(); ++t) {
+    std::vector<double> step(types), tail(types);
+    std::vector<std::vector<StageShape>> stages(types);
+    for (std::size_t t = 0; t < types; ++t) {
       // The least over the type's stages.
       const auto& ranks = blocks_[t].ranks;
       const std::size_t size = ranks.size() / static_cast<std::size_t>(f.k[t]);
@@ -190,22 +203,33 @@ class Search {
         shape.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
                            ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
         shape.tensor_parallel = f.tp[t];
+        shape.replicas = static_cast<int>(size) / f.tp[t];
         tail[t] = std::min(tail[t], tail_floor(shape));
+        stages[t].push_back(std::move(shape));
       }
     }
+    std::vector<int> cap(types);
     for (int m : batch_divisors_) {
       if (m < p) continue;
       bool ok = true;
-      for (std::size_t t = 0; ok && t < f.k.size(); ++t) {
-        const long long replicas =
-            static_cast<long long>(blocks_[t].ranks.size()) / f.k[t] / f.tp[t];
-        ok = job.global_batch % (m * replicas) == 0;
-        if (ok)
-          step[t] = type_step_floor(blocks_[t], f.tp[t],
-                                    static_cast<int>(job.global_batch / (m * replicas))) +
-                    tail[t] / m;
+      for (std::size_t t = 0; ok && t < types; ++t)
+        ok = job.global_batch % (static_cast<long long>(m) * stages[t].front().replicas) == 0;
+      if (!ok) continue;
+      for (bool rc : recompute_choices()) {
+        for (std::size_t t = 0; t < types; ++t) {
+          const int b = static_cast<int>(job.global_batch /
+                                         (static_cast<long long>(m) * stages[t].front().replicas));
+          step[t] = type_step_floor(blocks_[t], f.tp[t], b, rc) + tail[t] / m;
+          // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
+          cap[t] = job.model.num_layers;
+          if (p > 1) {
+            cap[t] = 0;
+            for (const StageShape& shape : stages[t])
+              cap[t] = std::max(cap[t], layer_cap(shape, m, rc));
+          }
+        }
+        least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap));
       }
-      if (ok) least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers));
     }
     return least;
   }
@@ -226,6 +250,8 @@ class Search {
   double best_so_far_ = std::numeric_limits<double>::infinity();
   std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
   std::map<std::tuple<int, int, int>, double> tail_floors_;
+  // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
+  std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

@@ -193,6 +193,7 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   const int p = static_cast<int>(shapes.size());
   double least = std::numeric_limits<double>::infinity();
   std::vector<double> step(shapes.size());
+  std::vector<int> cap(shapes.size(), job.model.num_layers);
   const std::vector<int> ones(shapes.size(), 1);
   for (int m : batch_divisors_) {
     bool ok = m >= p;
@@ -200,9 +201,14 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
       ok = ok && (s.by_speed ? job.global_batch / m >= s.replicas
                              : job.global_batch % (static_cast<long long>(m) * s.replicas) == 0);
     if (!ok) continue;
-    for (std::size_t s = 0; s < shapes.size(); ++s)
-      step[s] = stage_floor(shapes[s], m) + tail_floor(shapes[s]) / m;
-    least = std::min(least, split_detail::busy_floor(step, ones, m, job.model.num_layers));
+    for (bool rc : recompute_choices()) {
+      for (std::size_t s = 0; s < shapes.size(); ++s) {
+        step[s] = stage_floor(shapes[s], m, rc) + tail_floor(shapes[s]) / m;
+        // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
+        if (p > 1) cap[s] = layer_cap(shapes[s], m, rc);
+      }
+      least = std::min(least, split_detail::busy_floor(step, ones, m, job.model.num_layers, cap));
+    }
   }
   return least;
 }
