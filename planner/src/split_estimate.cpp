@@ -17,21 +17,7 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
   return t;
 }
 
-// One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
-// comm model's latency plus bytes over the link between them).
-CollectiveRequest p2p_request(int a, int b, double bytes) {
-  CollectiveRequest r;
-  r.kind = CollectiveKind::Broadcast;
-  r.ranks = {a, b};
-  r.shard_bytes = {bytes, 0};
-  return r;
-}
-
 std::string gib(double bytes) { return format_bytes(bytes); }
-
-// Transfers a boundary runs at once in 1F1B's steady state: an activation forward and a
-// gradient backward (the simulator holds both directions of a NIC for either).
-constexpr int kP2pDirections = 2;
 
 }  // namespace
 
@@ -295,7 +281,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     for (int a = 0; a < boundaries; ++a) {
       const int na = node_of(a), nc = node_of((a + 1) % p);
       if (na == nc) continue;
-      const double bytes = kP2pDirections * boundary(a).from_node;
+      const double bytes = split_detail::kP2pDirections * boundary(a).from_node;
       node_bytes[na] += bytes;
       node_bytes[nc] += bytes;
     }
@@ -309,7 +295,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           src_node == dst_node
               ? bd.per_flow
               : std::max({bd.per_flow, node_bytes[src_node], node_bytes[dst_node]});
-      double t = collective(p2p_request(src, dst, bytes));
+      double t = collective(split_detail::p2p_request(src, dst, bytes));
       if (bd.scatter) t += stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
       out.p2p_s = std::max(out.p2p_s, t);
     }

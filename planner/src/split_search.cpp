@@ -143,7 +143,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           continue;
         }
         if (options_.bound &&
-            pipeline_floor(floors[rc], tails, m, v, layers,
+            schedule_floor(shapes, m, schedule, floors[rc], tails,
                            schedule.kind == Kind::GPipe ? gpipe_caps[rc] : caps[rc]) >=
                 best_so_far_) {
           result_.bounded += static_cast<long long>(shardings.size() * sps.size());

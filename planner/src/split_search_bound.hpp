@@ -8,7 +8,9 @@
 // leaves the search's best unchanged.
 #include <span>
 
+#include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/split_search.hpp"
 
 namespace cephalo::planner::split_detail {
@@ -37,6 +39,27 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
 // infinity when the caps hold fewer than `layers`.
 double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
                   std::span<const int> cap = {});
+
+// How many round trips stage 0's `order` chains one after another: its forward of a
+// micro-batch on chunk 0 starts after every step before it in the order has ended, and the
+// backward of micro-batch j on chunk 0 ends no earlier than one round trip after its forward
+// there began (through every virtual stage and back). 1F1B: ⌈m / p⌉; GPipe: 1.
+int round_trips(std::span<const pipeline::Step> order);
+
+// A floor on the iteration from those round trips: each at least one micro-batch's forward +
+// backward through every stage's layers (step[s] per layer, the least over the placements of
+// the layers up to `cap`, as pipeline_floor) plus 2·(p·V − 1) transfers of at least `p2p`
+// each (the estimate prices every transfer between stages at its slowest boundary's time), then
+// stage 0's tail over its least layers. 0 for one stage.
+double round_trip_floor(std::span<const double> step, int trips, int virtual_stages, int layers,
+                        double p2p, double tail0, std::span<const int> cap = {});
+
+// A floor on the time the estimate prices every pipeline transfer at (its slowest boundary's),
+// from one boundary: a stage of ranks `from` (at T, `samples` per micro-batch on each replica
+// at least) sending to a stage whose first rank is `to` (split_search_transfers.cpp); 0 when
+// both first ranks share a node.
+double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                               std::span<const int> from, int T, long long samples, int to);
 
 // A floor on the memory estimate_split reports for a rank of `spec` (with usable capacity
 // compared by the caller) in a stage of `layers` layers at T, `b` samples per micro-batch and

@@ -170,6 +170,46 @@ class Search {
   // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
   // pipeline, sharding or sequence parallelism. Remembered.
   int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
+  // Floors on the estimate's transfer time (split_search_transfers.cpp): one boundary's
+  // (0 within a node), a layout's slowest (`wraps`: interleaved, the last stage sends to the
+  // first), a type family's in any order of its blocks (`stages`: per type, its stages).
+  double boundary_floor(const StageShape& from, const StageShape& to, int m);
+  double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, bool wraps);
+  double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
+  // A floor on every split of a layout at m micro-batches and one schedule: pipeline_floor,
+  // and under a schedule that chains round trips through every stage (not GPipe: it starts
+  // every forward first) round_trip_floor with the layout's transfer floor. `step`, `tail` and
+  // `cap` per stage (cap empty: none).
+  double schedule_floor(const std::vector<StageShape>& shapes, int m,
+                        const pipeline::PipelineSchedule& schedule, std::span<const double> step,
+                        std::span<const double> tail, std::span<const int> cap) {
+    const int layers = scenario_.job.model.num_layers;
+    const int p = static_cast<int>(shapes.size());
+    const int v = schedule.virtual_stages;
+    const double floor = pipeline_floor(step, tail, m, v, layers, cap);
+    if (p < 2 || schedule.kind == pipeline::PipelineSchedule::Kind::GPipe || floor >= best_so_far_)
+      return floor;
+    const double p2p = layout_transfer_floor(shapes, m, v > 1);
+    return std::max(
+        floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+  }
+  // round_trips of stage 0's order, remembered per (p, m, schedule).
+  int trips(int p, int m, const pipeline::PipelineSchedule& schedule);
+  // The schedules explore tries at p stages and m micro-batches.
+  std::vector<pipeline::PipelineSchedule> schedules_for(int p, int m) const {
+    using Kind = pipeline::PipelineSchedule::Kind;
+    std::vector<pipeline::PipelineSchedule> out;
+    for (Kind k : {Kind::GPipe, Kind::OneFOneB}) out.push_back({k, 1});
+    const int layers = scenario_.job.model.num_layers;
+    if (p >= 2 && m % p == 0)
+      for (int v = 2; v * p <= layers && v <= pipeline::kMaxVirtualStages; ++v)
+        if (layers % v == 0) out.push_back({Kind::Interleaved, v});
+    if (options_.schedule)
+      out.erase(std::remove_if(out.begin(), out.end(),
+                               [&](const auto& s) { return !(s == *options_.schedule); }),
+                out.end());
+    return out;
+  }
   // Whether candidates with every layer recomputed (true) or none (false) are searched.
   std::vector<bool> recompute_choices() const {
     if (options_.recompute) return {*options_.recompute};
@@ -208,27 +248,53 @@ class Search {
         stages[t].push_back(std::move(shape));
       }
     }
-    std::vector<int> cap(types);
+    std::vector<int> cap(types), gpipe_cap(types);
+    std::vector<double> pure(types);  // the steps without the tail
+    std::vector<double> stage_step;   // per stage (k copies of its type's)
+    std::vector<int> stage_cap;
     for (int m : batch_divisors_) {
       if (m < p) continue;
       bool ok = true;
       for (std::size_t t = 0; ok && t < types; ++t)
         ok = job.global_batch % (static_cast<long long>(m) * stages[t].front().replicas) == 0;
       if (!ok) continue;
+      const double p2p = family_transfer_floor(stages, m);
       for (bool rc : recompute_choices()) {
         for (std::size_t t = 0; t < types; ++t) {
           const int b = static_cast<int>(job.global_batch /
                                          (static_cast<long long>(m) * stages[t].front().replicas));
-          step[t] = type_step_floor(blocks_[t], f.tp[t], b, rc) + tail[t] / m;
+          pure[t] = type_step_floor(blocks_[t], f.tp[t], b, rc);
+          step[t] = pure[t] + tail[t] / m;
           // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
-          cap[t] = job.model.num_layers;
+          cap[t] = gpipe_cap[t] = job.model.num_layers;
           if (p > 1) {
-            cap[t] = 0;
-            for (const StageShape& shape : stages[t])
+            cap[t] = gpipe_cap[t] = 0;
+            for (const StageShape& shape : stages[t]) {
               cap[t] = std::max(cap[t], layer_cap(shape, m, rc));
+              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, m));
+            }
           }
         }
-        least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap));
+        stage_step.clear();
+        stage_cap.clear();
+        for (std::size_t t = 0; t < types; ++t)
+          for (int i = 0; i < f.k[t]; ++i) {
+            stage_step.push_back(pure[t]);
+            stage_cap.push_back(cap[t]);
+          }
+        const double busy = split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap);
+        for (const auto& schedule : schedules_for(p, m)) {
+          if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
+            least = std::min(
+                least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, gpipe_cap));
+            continue;
+          }
+          if (busy >= least) continue;
+          least = std::min(
+              least, std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
+                                                     schedule.virtual_stages, job.model.num_layers,
+                                                     p2p, 0, stage_cap)));
+        }
       }
     }
     return least;
@@ -252,6 +318,9 @@ class Search {
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
   std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
+  // (from's first rank, its ranks, T, samples, to's first rank)
+  std::map<std::tuple<int, int, int, long long, int>, double> transfer_floors_;
+  std::map<std::tuple<int, int, int, int>, int> trips_;  // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

@@ -192,9 +192,11 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   const Job& job = scenario_.job;
   const int p = static_cast<int>(shapes.size());
   double least = std::numeric_limits<double>::infinity();
-  std::vector<double> step(shapes.size());
-  std::vector<int> cap(shapes.size(), job.model.num_layers);
-  const std::vector<int> ones(shapes.size(), 1);
+  const std::size_t n = shapes.size();
+  std::vector<double> step(n), pure(n), tail(n);
+  std::vector<int> cap(n, job.model.num_layers), gpipe_cap(n, job.model.num_layers);
+  const std::vector<int> ones(n, 1);
+  for (std::size_t s = 0; s < n; ++s) tail[s] = tail_floor(shapes[s]);
   for (int m : batch_divisors_) {
     bool ok = m >= p;
     for (const auto& s : shapes)
@@ -202,12 +204,26 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
                              : job.global_batch % (static_cast<long long>(m) * s.replicas) == 0);
     if (!ok) continue;
     for (bool rc : recompute_choices()) {
-      for (std::size_t s = 0; s < shapes.size(); ++s) {
-        step[s] = stage_floor(shapes[s], m, rc) + tail_floor(shapes[s]) / m;
+      for (std::size_t s = 0; s < n; ++s) {
+        pure[s] = stage_floor(shapes[s], m, rc);
+        step[s] = pure[s] + tail[s] / m;
         // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
-        if (p > 1) cap[s] = layer_cap(shapes[s], m, rc);
+        if (p > 1) {
+          cap[s] = layer_cap(shapes[s], m, rc);
+          gpipe_cap[s] = layer_cap(shapes[s], m, rc, m);
+        }
       }
-      least = std::min(least, split_detail::busy_floor(step, ones, m, job.model.num_layers, cap));
+      const double busy = split_detail::busy_floor(step, ones, m, job.model.num_layers, cap);
+      for (const auto& schedule : schedules_for(p, m)) {
+        if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
+          least = std::min(
+              least, split_detail::busy_floor(step, ones, m, job.model.num_layers, gpipe_cap));
+          continue;
+        }
+        if (busy >= least) continue;
+        least = std::min(least, std::max(busy, schedule_floor(shapes, m, schedule, pure, tail,
+                                                              p > 1 ? cap : std::vector<int>{})));
+      }
     }
   }
   return least;

@@ -51,7 +51,8 @@ std::optional<ModelSplit> enumerated_split(const Scenario& s,
 // Every split of 4 A100 (node 0) and 4 V100 (node 1) into stages of one type each (1 or 2 per
 // type, either type first), every T per type, micro-batch count, schedule, boundary, sharding,
 // sequence parallelism and checkpointing: its estimate is at least its family's floor (the
-// steps, the fill and drain, and the DP tail).
+// steps, the fill and drain, the DP tail, and 1F1B's round trips with their transfers), and its
+// transfers take at least the transfer floor.
 TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const int layers = 8, batch = 16;
   const Scenario s = test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, layers,
@@ -59,7 +60,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const auto models = costmodels::make_cost_models(s);
   planner::SplitEstimator estimator(s, models);
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  long long checked = 0;
+  long long checked = 0, crossing = 0;
   double closest = 1e30;  // the least estimate / floor
   for (int first : {0, 1})
     for (int per_type : {1, 2})
@@ -114,9 +115,30 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               for (int v = 2; v * p <= layers; v *= 2) schedules.push_back({Kind::Interleaved, v});
             for (const auto& schedule : schedules) {
               const int v = schedule.virtual_stages;
-              const double floor[2] = {
-                  planner::split_detail::pipeline_floor(floors[0], tails, m, v, layers),
-                  planner::split_detail::pipeline_floor(floors[1], tails, m, v, layers)};
+              // The transfer floor: every boundary's, the last stage's to the first under
+              // interleaving.
+              double p2p = 0;
+              for (int a = 0; a + (v > 1 ? 0 : 1) < p; ++a) {
+                const auto& r = ranks[static_cast<std::size_t>(a)];
+                const int T = tp[static_cast<std::size_t>(a)];
+                p2p =
+                    std::max(p2p, planner::split_detail::boundary_transfer_floor(
+                                      s, models, r, T, batch / (m * static_cast<int>(r.size()) / T),
+                                      ranks[static_cast<std::size_t>((a + 1) % p)].front()));
+              }
+              const int trips =
+                  planner::split_detail::round_trips(pipeline::stage_order(0, p, m, schedule));
+              EXPECT_EQ(trips, schedule.kind == Kind::GPipe      ? 1
+                               : schedule.kind == Kind::OneFOneB ? (m + p - 1) / p
+                                                                 : trips);
+              double floor[2];
+              for (int rc : {0, 1})
+                floor[rc] =
+                    std::max(planner::split_detail::pipeline_floor(floors[rc], tails, m, v, layers),
+                             schedule.kind == Kind::GPipe
+                                 ? 0.0
+                                 : planner::split_detail::round_trip_floor(
+                                       floors[rc], trips, v, layers, p2p, tails.front()));
               ASSERT_GT(floor[0], 0);
               ASSERT_GT(floor[1], floor[0]);
               std::vector<int> cur;
@@ -132,6 +154,8 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
                                                            : ActivationCheckpointing::Kind::None;
                       const auto e = estimator.estimate(*split, o);
                       ++checked;
+                      EXPECT_GE(e.p2p_s, p2p * (1 - 1e-9)) << to_json(*split).dump();
+                      crossing += p2p > 0 ? 1 : 0;
                       EXPECT_GE(e.iteration_s, floor[rc] * (1 - 1e-9))
                           << to_json(*split).dump() << " recompute " << rc;
                       closest = std::min(closest, e.iteration_s / floor[rc]);
@@ -141,6 +165,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
           }
         }
   EXPECT_GT(checked, 1000);
+  EXPECT_GT(crossing, checked / 2);  // the transfer floor is above 0 where stages cross nodes
   std::cout << checked << " splits; the closest to its floor at " << closest << " x\n";
   // The floor is near some splits' estimate, not a vacuous 0.
   EXPECT_LT(closest, 1.5);
