@@ -7,6 +7,7 @@
 // below its bound: pruning the families whose bound is no better than a split already priced
 // leaves the search's best unchanged.
 #include <span>
+#include <vector>
 
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/scenario.hpp"
@@ -54,12 +55,20 @@ int round_trips(std::span<const pipeline::Step> order);
 double round_trip_floor(std::span<const double> step, int trips, int virtual_stages, int layers,
                         double p2p, double tail0, std::span<const int> cap = {});
 
-// A floor on the time the estimate prices every pipeline transfer at (its slowest boundary's),
-// from one boundary: a stage of ranks `from` (at T, `samples` per micro-batch on each replica
-// at least) sending to a stage whose first rank is `to` (split_search_transfers.cpp); 0 when
-// both first ranks share a node.
+// Floors on the time the estimate prices every pipeline transfer at (its slowest boundary's;
+// split_search_transfers.cpp). The bytes a boundary from a stage of ranks `from` (at T,
+// `samples` per micro-batch on each replica at least) puts on its first node's NIC; one such
+// boundary's time to a stage whose first rank is `to`, its nodes carrying at least `node_bytes`
+// (0 when both first ranks share a node); and a layout's, its stages in pipeline order
+// (`wraps`: interleaved, the last sends to the first).
+double boundary_bytes_floor(const Scenario& scenario, std::span<const int> from, int T,
+                            long long samples);
 double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
-                               std::span<const int> from, int T, long long samples, int to);
+                               std::span<const int> from, int T, long long samples, int to,
+                               double node_bytes = 0);
+double layout_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                             std::span<const std::vector<int>> stages, std::span<const int> tp,
+                             std::span<const long long> samples, bool wraps);
 
 // A floor on the memory estimate_split reports for a rank of `spec` (with usable capacity
 // compared by the caller) in a stage of `layers` layers at T, `b` samples per micro-batch and

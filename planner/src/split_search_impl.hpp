@@ -170,10 +170,12 @@ class Search {
   // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
   // pipeline, sharding or sequence parallelism. Remembered.
   int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
-  // Floors on the estimate's transfer time (split_search_transfers.cpp): one boundary's
-  // (0 within a node), a layout's slowest (`wraps`: interleaved, the last stage sends to the
-  // first), a type family's in any order of its blocks (`stages`: per type, its stages).
-  double boundary_floor(const StageShape& from, const StageShape& to, int m);
+  // Floors on the estimate's transfer time (split_search_transfers.cpp): a transfer of at
+  // least `bytes`, the bytes a boundary puts on its node's NIC, a layout's slowest (`wraps`:
+  // interleaved, the last stage sends to the first), a type family's in any order of its blocks
+  // (`stages`: per type, its stages).
+  double transfer_floor(int src, int dst, double bytes);  // remembered
+  double boundary_bytes(const StageShape& from, int m);
   double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, bool wraps);
   double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
   // A floor on every split of a layout at m micro-batches and one schedule: pipeline_floor,
@@ -318,9 +320,8 @@ class Search {
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
   std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
-  // (from's first rank, its ranks, T, samples, to's first rank)
-  std::map<std::tuple<int, int, int, long long, int>, double> transfer_floors_;
-  std::map<std::tuple<int, int, int, int>, int> trips_;  // (p, m, kind, V)
+  std::map<std::tuple<int, int, double>, double> transfer_floors_;  // (from, to, bytes)
+  std::map<std::tuple<int, int, int, int>, int> trips_;             // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

@@ -3,6 +3,7 @@
 // stage and back (split_search_bound.hpp, round_trip_floor).
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -17,64 +18,125 @@ namespace cephalo::planner::split_detail {
 // The estimate prices every transfer between stages at its slowest boundary's time; a boundary
 // between two nodes moves, per direction, the activations of every rank of the sending stage
 // on its first node (each rank its samples over T at least, with scatter / gather), in both
-// directions at once, and its nodes' NICs carry at least that (split_estimate.cpp, "P2P"). So
-// a boundary whose stages' first ranks sit on different nodes takes at least a point-to-point
-// transfer of those bytes between those ranks; one on a node, at least nothing. Replicas
+// directions at once, and each of its two nodes' NICs carries every such boundary that crosses
+// it, which the transfer waits for (split_estimate.cpp, "P2P"). So a boundary whose stages'
+// first ranks sit on different nodes takes at least a point-to-point transfer, between those
+// ranks, of the most bytes either node carries; one on a node, at least nothing. Replicas
 // balanced by speed hold at least one sample each (boundary_floor).
-double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
-                               std::span<const int> from, int T, long long samples, int to) {
+double boundary_bytes_floor(const Scenario& scenario, std::span<const int> from, int T,
+                            long long samples) {
   const auto& ranks = scenario.cluster.ranks();
-  const int src = from.front();
-  const int node = ranks[static_cast<std::size_t>(src)].node;
-  if (node == ranks[static_cast<std::size_t>(to)].node) return 0;
+  const int node = ranks[static_cast<std::size_t>(from.front())].node;
   const Job& job = scenario.job;
   const auto on_node = std::count_if(from.begin(), from.end(), [&](int r) {
     return ranks[static_cast<std::size_t>(r)].node == node;
   });
-  const double bytes = kP2pDirections * static_cast<double>(samples) *
-                       costmodels::effective_sequence(job.model, job.sequence_length) *
-                       job.model.hidden * bytes_per_element(job.precision.compute) *
-                       static_cast<double>(on_node) / T;
+  return kP2pDirections * static_cast<double>(samples) *
+         costmodels::effective_sequence(job.model, job.sequence_length) * job.model.hidden *
+         bytes_per_element(job.precision.compute) * static_cast<double>(on_node) / T;
+}
+
+double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                               std::span<const int> from, int T, long long samples, int to,
+                               double node_bytes) {
+  const auto& ranks = scenario.cluster.ranks();
+  const int src = from.front();
+  if (ranks[static_cast<std::size_t>(src)].node == ranks[static_cast<std::size_t>(to)].node)
+    return 0;
+  const double bytes = std::max(boundary_bytes_floor(scenario, from, T, samples), node_bytes);
   return models.comm->collective(scenario.cluster, p2p_request(src, to, bytes)).seconds;
 }
 
-double Search::boundary_floor(const StageShape& from, const StageShape& to, int m) {
-  const long long b =
-      from.by_speed ? 1 : scenario_.job.global_batch / (static_cast<long long>(m) * from.replicas);
-  const auto key = std::make_tuple(from.ranks.front(), static_cast<int>(from.ranks.size()),
-                                   from.tensor_parallel, b, to.ranks.front());
+double layout_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                             std::span<const std::vector<int>> stages, std::span<const int> tp,
+                             std::span<const long long> samples, bool wraps) {
+  const auto& ranks = scenario.cluster.ranks();
+  const std::size_t p = stages.size();
+  const auto node_of = [&](std::size_t s) {
+    return ranks[static_cast<std::size_t>(stages[s].front())].node;
+  };
+  // Boundaries s -> s + 1, and with interleaving the last stage's back to the first; each
+  // crossing one's bytes on both of its nodes.
+  const std::size_t boundaries = wraps ? p : p - 1;
+  std::vector<double> bytes(p, 0.0);
+  std::map<int, double> node_bytes;
+  for (std::size_t a = 0; a < boundaries; ++a) {
+    const int na = node_of(a), nc = node_of((a + 1) % p);
+    if (na == nc) continue;
+    bytes[a] = boundary_bytes_floor(scenario, stages[a], tp[a], samples[a]);
+    node_bytes[na] += bytes[a];
+    node_bytes[nc] += bytes[a];
+  }
+  double most = 0;
+  for (std::size_t a = 0; a < boundaries; ++a) {
+    const int na = node_of(a), nc = node_of((a + 1) % p);
+    if (na == nc) continue;
+    most = std::max(most, boundary_transfer_floor(scenario, models, stages[a], tp[a], samples[a],
+                                                  stages[(a + 1) % p].front(),
+                                                  std::max(node_bytes[na], node_bytes[nc])));
+  }
+  return most;
+}
+
+double Search::transfer_floor(int src, int dst, double bytes) {
+  const auto key = std::make_tuple(src, dst, bytes);
   auto it = transfer_floors_.find(key);
   if (it == transfer_floors_.end())
     it = transfer_floors_
-             .emplace(key, boundary_transfer_floor(scenario_, models_, from.ranks,
-                                                   from.tensor_parallel, b, to.ranks.front()))
+             .emplace(
+                 key,
+                 models_.comm->collective(scenario_.cluster, p2p_request(src, dst, bytes)).seconds)
              .first;
   return it->second;
 }
 
+double Search::boundary_bytes(const StageShape& from, int m) {
+  const long long b =
+      from.by_speed ? 1 : scenario_.job.global_batch / (static_cast<long long>(m) * from.replicas);
+  return boundary_bytes_floor(scenario_, from.ranks, from.tensor_parallel, b);
+}
+
 double Search::layout_transfer_floor(const std::vector<StageShape>& shapes, int m, bool wraps) {
-  const std::size_t p = shapes.size();
-  double most = 0;
-  // Boundaries s -> s + 1, and with interleaving the last stage's back to the first.
-  for (std::size_t a = 0; a + (wraps ? 0 : 1) < p; ++a)
-    most = std::max(most, boundary_floor(shapes[a], shapes[(a + 1) % p], m));
-  return most;
+  std::vector<std::vector<int>> stages;
+  std::vector<int> tp;
+  std::vector<long long> samples;
+  for (const auto& s : shapes) {
+    stages.push_back(s.ranks);
+    tp.push_back(s.tensor_parallel);
+    samples.push_back(
+        s.by_speed ? 1 : scenario_.job.global_batch / (static_cast<long long>(m) * s.replicas));
+  }
+  return split_detail::layout_transfer_floor(scenario_, models_, stages, tp, samples, wraps);
 }
 
 double Search::family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m) {
-  // Whatever the order of the types' blocks, a type's stages follow one another in it, and
-  // some boundary joins two types: the largest of a type's own boundaries, and the least over
-  // every stage pair of two types.
+  // Whatever the order of the types' blocks, a type's stages follow one another in it (a stage
+  // between two of its own on other nodes carries both boundaries on its node), and some
+  // boundary joins two types: the largest of a type's own boundaries, and the least over every
+  // stage pair of two types.
+  const auto& ranks = scenario_.cluster.ranks();
+  const auto node_of = [&](const StageShape& s) {
+    return ranks[static_cast<std::size_t>(s.ranks.front())].node;
+  };
   double own = 0;
   for (const auto& type : stages)
-    for (std::size_t i = 0; i + 1 < type.size(); ++i)
-      own = std::max(own, boundary_floor(type[i], type[i + 1], m));
+    for (std::size_t i = 0; i + 1 < type.size(); ++i) {
+      if (node_of(type[i]) == node_of(type[i + 1])) continue;
+      double bytes = boundary_bytes(type[i], m);
+      if (i > 0 && node_of(type[i - 1]) != node_of(type[i]))
+        bytes += boundary_bytes(type[i - 1], m);
+      own = std::max(own, transfer_floor(type[i].ranks.front(), type[i + 1].ranks.front(), bytes));
+    }
   double least = std::numeric_limits<double>::infinity();
   for (std::size_t t1 = 0; t1 < stages.size(); ++t1)
     for (std::size_t t2 = 0; t2 < stages.size(); ++t2) {
       if (t1 == t2) continue;
       for (const StageShape& a : stages[t1])
-        for (const StageShape& c : stages[t2]) least = std::min(least, boundary_floor(a, c, m));
+        for (const StageShape& c : stages[t2])
+          least = std::min(
+              least, node_of(a) == node_of(c)
+                         ? 0.0
+                         : transfer_floor(a.ranks.front(), c.ranks.front(), boundary_bytes(a, m)));
     }
   return std::max(own, std::isfinite(least) ? least : 0.0);
 }

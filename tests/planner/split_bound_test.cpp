@@ -116,16 +116,14 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
             for (const auto& schedule : schedules) {
               const int v = schedule.virtual_stages;
               // The transfer floor: every boundary's, the last stage's to the first under
-              // interleaving.
-              double p2p = 0;
-              for (int a = 0; a + (v > 1 ? 0 : 1) < p; ++a) {
-                const auto& r = ranks[static_cast<std::size_t>(a)];
-                const int T = tp[static_cast<std::size_t>(a)];
-                p2p =
-                    std::max(p2p, planner::split_detail::boundary_transfer_floor(
-                                      s, models, r, T, batch / (m * static_cast<int>(r.size()) / T),
-                                      ranks[static_cast<std::size_t>((a + 1) % p)].front()));
-              }
+              // interleaving, each node carrying every boundary that crosses it.
+              std::vector<long long> samples;
+              for (int a = 0; a < p; ++a)
+                samples.push_back(batch /
+                                  (m * static_cast<int>(ranks[static_cast<std::size_t>(a)].size()) /
+                                   tp[static_cast<std::size_t>(a)]));
+              const double p2p = planner::split_detail::layout_transfer_floor(s, models, ranks, tp,
+                                                                              samples, v > 1);
               const int trips =
                   planner::split_detail::round_trips(pipeline::stage_order(0, p, m, schedule));
               EXPECT_EQ(trips, schedule.kind == Kind::GPipe      ? 1
