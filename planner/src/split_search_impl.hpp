@@ -227,6 +227,9 @@ class Search {
     pending_.push_back({floor, std::move(shapes), {}});
   }
   void explore_pending();
+  // A family's stages in one order of its type blocks.
+  std::vector<StageShape> family_layout(const TypeFamily& f,
+                                        const std::vector<std::size_t>& order) const;
   // A family's least busy floor over the micro-batch counts explore would try, with every
   // layer recomputed or none, each type's stages holding at most their layer_cap.
   double busy_floor(const TypeFamily& f, int p) {

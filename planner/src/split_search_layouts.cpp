@@ -1,5 +1,6 @@
 // The stage layouts the 3D split search explores (split_search_impl.hpp): stages of whole
 // consecutive nodes, and stages of one GPU type each, with the floors that let it skip them.
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -229,45 +230,84 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   return least;
 }
 
+std::vector<StageShape> Search::family_layout(const TypeFamily& f,
+                                              const std::vector<std::size_t>& order) const {
+  std::vector<StageShape> shapes;
+  for (std::size_t t : order) {
+    const int k = f.k[t];
+    const auto& ranks = blocks_[t].ranks;
+    const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
+    for (int i = 0; i < k; ++i) {
+      StageShape s;
+      s.type = static_cast<int>(t);
+      s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
+                     ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+      s.tensor_parallel = f.tp[t];
+      s.replicas = static_cast<int>(size) / f.tp[t];
+      shapes.push_back(std::move(s));
+    }
+  }
+  return shapes;
+}
+
 void Search::explore_pending() {
-  std::size_t orders = 1;
-  for (std::size_t t = 2; t <= blocks_.size(); ++t) orders *= t;
-  if (options_.bound)
-    std::stable_sort(pending_.begin(), pending_.end(),
-                     [](const Pending& a, const Pending& b) { return a.floor < b.floor; });
-  for (const Pending& next : pending_) {
-    if (options_.bound && next.floor >= best_so_far_) {
-      result_.bounded += static_cast<long long>(next.family ? orders : 1);
-      continue;
-    }
-    if (!next.family) {
-      explore(next.shapes);
-      continue;
-    }
-    const TypeFamily& f = *next.family;
-    const std::size_t types = blocks_.size();
-    std::vector<std::size_t> order(types);
-    std::iota(order.begin(), order.end(), 0);
-    do {
-      std::vector<StageShape> shapes;
-      for (std::size_t t : order) {
-        const int k = f.k[t];
-        const auto& ranks = blocks_[t].ranks;
-        const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
-        for (int i = 0; i < k; ++i) {
-          StageShape s;
-          s.type = static_cast<int>(t);
-          s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
-                         ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
-          s.tensor_parallel = f.tp[t];
-          s.replicas = static_cast<int>(size) / f.tp[t];
-          shapes.push_back(std::move(s));
-        }
+  const std::size_t types = blocks_.size();
+  std::vector<std::size_t> first(types);
+  std::iota(first.begin(), first.end(), 0);
+  if (!options_.bound) {
+    // Everything in the order queued, every family's orders in turn.
+    for (const Pending& next : pending_) {
+      if (!next.family) {
+        explore(next.shapes);
+        continue;
       }
-      explore(shapes);
+      std::vector<std::size_t> order = first;
+      do explore(family_layout(*next.family, order));
+      while (std::next_permutation(order.begin(), order.end()));
+    }
+    pending_.clear();
+    return;
+  }
+  // Lowest floor first. A family's floor holds for every order of its blocks, whose transfers
+  // it can floor only by the least over pairs of types; taken from the queue, the family is
+  // split into its orders, each queued under its own layout's floor (the transfers of its
+  // boundaries as they lie), so an order that cannot beat the best is skipped whole. Ties leave
+  // in the order queued (`seq`), so the search does not depend on the heap's order.
+  struct Entry {
+    double floor;
+    std::size_t seq;
+    Pending item;
+  };
+  const auto later = [](const Entry& a, const Entry& b) {
+    return a.floor != b.floor ? a.floor > b.floor : a.seq > b.seq;
+  };
+  std::vector<Entry> heap;
+  std::size_t seq = 0;
+  for (Pending& next : pending_) heap.push_back({next.floor, seq++, std::move(next)});
+  pending_.clear();
+  std::make_heap(heap.begin(), heap.end(), later);
+  std::size_t orders = 1;
+  for (std::size_t t = 2; t <= types; ++t) orders *= t;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Entry next = std::move(heap.back());
+    heap.pop_back();
+    if (next.floor >= best_so_far_) {
+      result_.bounded += static_cast<long long>(next.item.family ? orders : 1);
+      continue;
+    }
+    if (!next.item.family) {
+      explore(next.item.shapes);
+      continue;
+    }
+    std::vector<std::size_t> order = first;
+    do {
+      std::vector<StageShape> shapes = family_layout(*next.item.family, order);
+      const double floor = std::max(next.floor, layout_floor(shapes));
+      heap.push_back({floor, seq++, {floor, std::move(shapes), {}}});
+      std::push_heap(heap.begin(), heap.end(), later);
     } while (std::next_permutation(order.begin(), order.end()));
   }
-  pending_.clear();
 }
 
 }  // namespace cephalo::planner::split_detail
