@@ -253,8 +253,9 @@ TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
   EXPECT_LT(closest, 1.5);
 }
 
-// On small clusters of two and three GPU types the bounded search returns the split, the
-// checkpointing and the estimate the search that prices every family returns, and skips some.
+// On small clusters of two and three GPU types (compute-, memory- and transfer-bound) the
+// bounded search returns the split, the checkpointing and the estimate the search that prices
+// every family returns, and skips some.
 TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
   const std::vector<Scenario> cases = {
       test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, 8, 1024, 16),
@@ -264,13 +265,20 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
       test_support::split_scenario({{"T4", 4}, {"A100-40GB", 4}}, 8, 16, 4096, 32),
       test_support::split_scenario({{"A100-40GB", 2}, {"V100-SXM2-16GB", 2}, {"T4", 4}}, 12, 32,
                                    3072, 24),
-      test_support::split_scenario({{"T4", 4}, {"V100-SXM2-16GB", 4}}, 8, 64, 5120, 40)};
+      test_support::split_scenario({{"T4", 4}, {"V100-SXM2-16GB", 4}}, 8, 64, 5120, 40),
+      // Transfer-bound: three types on nodes of one slow NIC each, so the order of the type
+      // blocks (which boundaries cross which node) decides a split's transfers, and the
+      // families are split by order and skipped on their layouts' transfer floors.
+      test_support::split_scenario({{"A100-80GB", 2, 1, "10Gbit/s"},
+                                    {"V100-SXM2-32GB", 2, 1, "10Gbit/s"},
+                                    {"T4", 4, 1, "10Gbit/s"}},
+                                   12, 32, 2048, 16)};
   long long skipped = 0;
   for (const Scenario& s : cases) {
     const auto models = costmodels::make_cost_models(s);
     SplitSearchOptions bounded, full;
     full.bound = false;
-    if (&s != &cases.front() && &s != &cases[1]) {
+    if (&s != &cases.front() && &s != &cases[1] && &s != &cases.back()) {
       // The memory-bound cases: stages of one GPU type, T = 1, so the T4s hold their layers'
       // state whole.
       bounded.node_stages = full.node_stages = false;
@@ -283,6 +291,9 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
     EXPECT_EQ(a.recompute, b.recompute);
     EXPECT_DOUBLE_EQ(a.estimate.iteration_s, b.estimate.iteration_s);
     EXPECT_EQ(b.bounded, 0);
+    if (&s == &cases.back()) {
+      EXPECT_GT(a.bounded, 0);  // the transfer-bound case skips on its own
+    }
     // Memory refuses candidates there (what the memory floor lets the search skip).
     if (memory_bound) {
       EXPECT_GT(b.refused, 0);
