@@ -17,16 +17,6 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
   return t;
 }
 
-// One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
-// comm model's latency plus bytes over the link between them).
-CollectiveRequest p2p_request(int a, int b, double bytes) {
-  CollectiveRequest r;
-  r.kind = CollectiveKind::Broadcast;
-  r.ranks = {a, b};
-  r.shard_bytes = {bytes, 0};
-  return r;
-}
-
 std::string gib(double bytes) { return format_bytes(bytes); }
 
 }  // namespace
@@ -304,8 +294,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const int src_node = node_of(a), dst_node = node_of(c);
       pipeline::Transfer& x = transfers[static_cast<std::size_t>(k)];
       if (src_node != dst_node) x.links = {src_node, dst_node};
-      x.seconds =
-          collective(p2p_request(src, dst, src_node == dst_node ? bd.per_flow : bd.from_node));
+      x.seconds = collective(
+          split_detail::p2p_request(src, dst, src_node == dst_node ? bd.per_flow : bd.from_node));
       // The receivers' all-gather runs on their node's own links, the NICs free again.
       if (bd.scatter) x.after = stage_collective(rc, 0, CollectiveKind::AllGather, bd.full);
       out.p2p_s = std::max(out.p2p_s, x.seconds + x.after);

@@ -39,6 +39,16 @@ inline CollectiveRequest even_request(CollectiveKind kind, std::vector<int> rank
   return r;
 }
 
+// One point-to-point transfer of `bytes` from rank a to rank b (a two-rank broadcast: the
+// comm model's latency plus bytes over the link between them).
+inline CollectiveRequest p2p_request(int a, int b, double bytes) {
+  CollectiveRequest r;
+  r.kind = CollectiveKind::Broadcast;
+  r.ranks = {a, b};
+  r.shard_bytes = {bytes, 0};
+  return r;
+}
+
 // A stage's data-parallel replicas as one estimate prices them: each replica's GPU type (its TP
 // group's), samples per micro-batch, state share and smallest usable memory.
 struct Replicas {

@@ -116,13 +116,23 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   // Per m, without and with every layer recomputed.
   std::vector<double> floors[2] = {std::vector<double>(shapes.size()),
                                    std::vector<double>(shapes.size())};
+  // The most layers each stage holds and fits (none: a one-stage split is an FSDP plan).
+  std::vector<int> caps[2], gpipe_caps[2];  // GPipe holds all m micro-batches at once
   std::vector<double> tails(shapes.size());
   if (options_.bound)
     for (std::size_t s = 0; s < shapes.size(); ++s) tails[s] = tail_floor(shapes[s]);
   for (int m : ms) {
     if (options_.bound)
-      for (std::size_t s = 0; s < shapes.size(); ++s)
-        for (bool rc : rcs) floors[rc][s] = stage_floor(shapes[s], m, rc);
+      for (bool rc : rcs) {
+        caps[rc].clear();
+        gpipe_caps[rc].clear();
+        for (std::size_t s = 0; s < shapes.size(); ++s) {
+          floors[rc][s] = stage_floor(shapes[s], m, rc);
+          if (p == 1) continue;
+          caps[rc].push_back(layer_cap(shapes[s], m, rc));
+          gpipe_caps[rc].push_back(layer_cap(shapes[s], m, rc, m));
+        }
+      }
     for (bool rc : rcs) {
       const auto speed = speeds(shapes, m, rc);
       for (const auto& schedule : schedules) {
@@ -132,7 +142,10 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           ++result_.pruned;
           continue;
         }
-        if (options_.bound && pipeline_floor(floors[rc], tails, m, v, layers) >= best_so_far_) {
+        if (options_.bound &&
+            schedule_floor(shapes, m, schedule, floors[rc], tails,
+                           schedule.kind == Kind::GPipe ? gpipe_caps[rc] : caps[rc]) >=
+                best_so_far_) {
           result_.bounded += static_cast<long long>(shardings.size() * sps.size());
           continue;
         }

@@ -2,22 +2,64 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace cephalo::planner::split_detail {
 
+namespace {
+
+// The least of Σ_j l_j·a_j over l_j = least + x_j, 0 <= x_j <= room[j], Σ x_j = free: the free
+// layers on the smallest a_j first. `by_a` is scratch of a's size.
+double least_sum(std::span<const double> a, int least, int free, std::span<const int> room,
+                 std::vector<std::size_t>& by_a) {
+  double sum = 0;
+  for (double x : a) sum += x * least;
+  std::iota(by_a.begin(), by_a.end(), std::size_t{0});
+  std::sort(by_a.begin(), by_a.end(), [&](std::size_t i, std::size_t j) { return a[i] < a[j]; });
+  for (std::size_t i : by_a) {
+    const int take = std::min(free, room[i]);
+    sum += a[i] * take;
+    free -= take;
+    if (free == 0) break;
+  }
+  return sum;
+}
+
+// Each stage's room above its least layers (whole chunks up to its cap); false when the caps
+// cannot hold every layer.
+bool rooms(std::span<const int> cap, std::size_t p, int least, int free, std::vector<int>& room) {
+  room.assign(p, free);
+  if (cap.empty()) return free >= 0;
+  long long all = 0;
+  for (std::size_t s = 0; s < p; ++s) {
+    const int most = cap[s] / least * least;
+    if (most < least) return false;
+    room[s] = std::min(free, most - least);
+    all += room[s];
+  }
+  return free >= 0 && all >= free;
+}
+
+}  // namespace
+
 double pipeline_floor(std::span<const double> step, std::span<const double> tail, int m,
-                      int virtual_stages, int layers) {
+                      int virtual_stages, int layers, std::span<const int> cap) {
   const std::size_t p = step.size();
   if (p == 0) return 0;
   const double V = virtual_stages;
   const int least_layers = virtual_stages;  // every chunk holds at least one layer
   const int free_layers = layers - static_cast<int>(p) * least_layers;
-  if (free_layers < 0) return std::numeric_limits<double>::infinity();
+  const double inf = std::numeric_limits<double>::infinity();
+  if (free_layers < 0) return inf;
+  // The free layers each stage may take above its least: whole chunks up to its cap.
+  std::vector<int> room;
+  if (!rooms(cap, p, least_layers, free_layers, room)) return inf;
   // For weights λ^A_s, λ^B_s >= 0 summing to 1 the largest sum is at least the weighted sum of
   // the sums, Σ_j l_j·a_j, and that is at least its least over the boundary placements: every
-  // stage at its least layers, the free layers on the smallest a_j.
+  // stage at its least layers, the free layers on the smallest a_j (each up to its room).
   std::vector<double> a(p);
+  std::vector<std::size_t> by_a(p);
   const auto bound_for = [&](const std::vector<double>& la, const std::vector<double>& lb) {
     double after = 0, all_a = 0;
     for (std::size_t j = p; j-- > 0;) {
@@ -26,12 +68,7 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
       all_a += la[j];
     }
     a[0] += tail[0] * all_a;
-    double sum = 0, smallest = std::numeric_limits<double>::infinity();
-    for (double x : a) {
-      sum += x * least_layers;
-      smallest = std::min(smallest, x);
-    }
-    return sum + free_layers * smallest;
+    return least_sum(a, least_layers, free_layers, room, by_a);
   };
   // The B sums balanced (λ^B_s ∝ 1 / their per-layer rate), the A sums balanced likewise, the
   // last stage's A sum alone, and mixes of these.
@@ -66,14 +103,66 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
   return best;
 }
 
-double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers) {
-  double rate = 0, one_layer = 0;
+double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
+                  std::span<const int> cap) {
+  const double inf = std::numeric_limits<double>::infinity();
+  double one_layer = 0;
+  long long held = 0;
+  // Stages by the level at which they reach their cap, m·step·cap.
+  std::vector<std::size_t> order;
   for (std::size_t s = 0; s < step.size(); ++s) {
     if (count[s] <= 0) continue;
+    if (!cap.empty() && cap[s] < 1) return inf;
     one_layer = std::max(one_layer, m * step[s]);
-    rate += step[s] > 0 ? count[s] / (m * step[s]) : std::numeric_limits<double>::infinity();
+    if (step[s] <= 0) return one_layer;  // a free stage holds every layer
+    held += cap.empty() ? layers : static_cast<long long>(count[s]) * cap[s];
+    order.push_back(s);
   }
-  return std::max(one_layer, rate > 0 ? layers / rate : 0);
+  if (held < layers) return inf;
+  const auto level_of = [&](std::size_t s) { return cap.empty() ? inf : m * step[s] * cap[s]; };
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t i, std::size_t j) { return level_of(i) < level_of(j); });
+  // Water-fill: at level τ stage s holds min(cap[s], τ / (m·step[s])) layers. Walk the caps
+  // upward; the stages not yet capped share what is left at their combined rate.
+  double capped = 0, rate = 0;
+  for (std::size_t s : order) rate += count[s] / (m * step[s]);
+  for (std::size_t s : order) {
+    const double tau = (layers - capped) / rate;
+    if (tau <= level_of(s)) return std::max(one_layer, tau);
+    capped += static_cast<double>(count[s]) * cap[s];
+    rate -= count[s] / (m * step[s]);
+  }
+  return std::max(one_layer, level_of(order.back()));
+}
+
+int round_trips(std::span<const pipeline::Step> order) {
+  // depth[i]: the round trips micro-batch i's first forward on chunk 0 waits for at least.
+  std::vector<int> depth;
+  int done = 0;  // the most round trips ended by the backwards of chunk 0 seen so far
+  for (const pipeline::Step& step : order) {
+    if (step.chunk != 0) continue;
+    const auto i = static_cast<std::size_t>(step.micro_batch);
+    if (depth.size() <= i) depth.resize(i + 1, 0);
+    if (step.pass == pipeline::Pass::Forward)
+      depth[i] = done;
+    else
+      done = std::max(done, depth[i] + 1);
+  }
+  return done;
+}
+
+double round_trip_floor(std::span<const double> step, int trips, int virtual_stages, int layers,
+                        double p2p, double tail0, std::span<const int> cap) {
+  const std::size_t p = step.size();
+  if (p < 2 || trips <= 0) return 0;
+  const int free_layers = layers - static_cast<int>(p) * virtual_stages;
+  std::vector<int> room;
+  if (!rooms(cap, p, virtual_stages, free_layers, room))
+    return std::numeric_limits<double>::infinity();
+  std::vector<std::size_t> by_a(p);
+  const double compute = least_sum(step, virtual_stages, free_layers, room, by_a);
+  const double transfers = 2.0 * p2p;
+  return trips * (compute + transfers) + tail0 * virtual_stages;
 }
 
 }  // namespace cephalo::planner::split_detail

@@ -7,6 +7,12 @@
 // below its bound: pruning the families whose bound is no better than a split already priced
 // leaves the search's best unchanged.
 #include <span>
+#include <vector>
+
+#include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/split_search.hpp"
 
 namespace cephalo::planner::split_detail {
 
@@ -21,12 +27,58 @@ namespace cephalo::planner::split_detail {
 //    A_s = m·step[s]·l_s + Σ_{j<s} step[j]·l_j / V + tail[0]·l_0.
 // The iteration is at least the largest of these; the bound is the least that largest can be
 // over every boundary placement, from below (weighted averages of the sums).
+// `cap[s]` (empty: none) is the most layers stage s can hold and fit in memory (the search's
+// layer_cap): a placement past it is refused, so only placements with l_s <= cap[s] (rounded
+// down to whole chunks) are bounded; infinity when no placement is left.
 double pipeline_floor(std::span<const double> step, std::span<const double> tail, int m,
-                      int virtual_stages, int layers);
+                      int virtual_stages, int layers, std::span<const int> cap = {});
 
 // The B sums alone, with stage s's floor per layer and micro-batch `step[s]` (its tail over m
 // included) shared by `count[s]` identical stages (the order of the stages does not enter): at
-// least layers / Σ count[s] / (m·step[s]) and at least one layer's m·step[s] on every stage.
-double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers);
+// least the level τ at which the stages, each holding min(cap[s], τ / (m·step[s])) layers,
+// hold them all (cap empty: no cap), and at least one layer's m·step[s] on every stage;
+// infinity when the caps hold fewer than `layers`.
+double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
+                  std::span<const int> cap = {});
+
+// How many round trips stage 0's `order` chains one after another: its forward of a
+// micro-batch on chunk 0 starts after every step before it in the order has ended, and the
+// backward of micro-batch j on chunk 0 ends no earlier than one round trip after its forward
+// there began (through every virtual stage and back). 1F1B: ⌈m / p⌉; GPipe: 1.
+int round_trips(std::span<const pipeline::Step> order);
+
+// A floor on the iteration from those round trips: each at least one micro-batch's forward +
+// backward through every stage's layers (step[s] per layer, the least over the placements of
+// the layers up to `cap`, as pipeline_floor) plus, forward and back, one pass's transfers
+// (`p2p`: at least the sum over the p·V − 1 boundaries crossed, each boundary's transfer taking
+// at least its own bytes' time on its link: the estimate's per-boundary transfers, which may
+// also wait for a busy NIC), then stage 0's tail over its least layers. 0 for one stage.
+double round_trip_floor(std::span<const double> step, int trips, int virtual_stages, int layers,
+                        double p2p, double tail0, std::span<const int> cap = {});
+
+// Floors on the estimate's pipeline transfers (split_search_transfers.cpp). The bytes a
+// boundary from a stage of ranks `from` (at T, `samples` per micro-batch on each replica at
+// least) puts on its first node's NIC; that boundary's time to a stage whose first rank is `to`
+// (0 when both first ranks share a node); and a layout's one pass, its stages in pipeline order
+// under V virtual stages (the sum over the p·V − 1 boundaries crossed).
+double boundary_bytes_floor(const Scenario& scenario, std::span<const int> from, int T,
+                            long long samples);
+double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                               std::span<const int> from, int T, long long samples, int to);
+double layout_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
+                             std::span<const std::vector<int>> stages, std::span<const int> tp,
+                             std::span<const long long> samples, int virtual_stages);
+
+// A floor on the memory estimate_split reports for a rank of `spec` (with usable capacity
+// compared by the caller) in a stage of `layers` layers at T, `b` samples per micro-batch and
+// state share `share` (of its sharding group), at any place in any pipeline of more than one
+// stage, under any schedule, and the least over the shardings, sequence parallelism and (with
+// `recompute` false) selective or no recompute that `options` leave open
+// (split_search_memory.cpp); `in_flight`: the micro-batches a stage surely holds at once (m
+// under GPipe, else 1). It grows with `layers`, so a stage holds at most the layers whose floor
+// fits.
+double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& options,
+                          const DeviceSpec& spec, int layers, int T, int b, double share,
+                          bool recompute, int in_flight = 1);
 
 }  // namespace cephalo::planner::split_detail

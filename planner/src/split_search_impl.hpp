@@ -123,7 +123,7 @@ class Search {
   }
   // The least step floor of a type's stages at T and b: over the first TP group on each of its
   // nodes (the groups of one node are alike).
-  double type_step_floor(const TypeBlock& block, int T, int b) {
+  double type_step_floor(const TypeBlock& block, int T, int b, bool recompute) {
     double least = std::numeric_limits<double>::infinity();
     std::vector<int> group;
     int node = -1;
@@ -133,7 +133,7 @@ class Search {
       group.clear();
       const auto at = std::find(block.ranks.begin(), block.ranks.end(), r);
       group.assign(at, at + T);
-      least = std::min(least, step_floor(group, b));
+      least = std::min(least, step_floor(group, b, recompute));
       node = n;
     }
     return least;
@@ -165,6 +165,58 @@ class Search {
     }
     return it->second;
   }
+  // The most layers a stage of `shape` can hold at m micro-batches, with every layer
+  // recomputed or none and `in_flight` micro-batches surely held at once (m under GPipe, else
+  // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
+  // pipeline, sharding or sequence parallelism. Remembered.
+  int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
+  // Floors on the estimate's transfer time (split_search_transfers.cpp): a transfer of at
+  // least `bytes`, the bytes a boundary puts on its node's NIC, a layout's slowest (`wraps`:
+  // interleaved, the last stage sends to the first), a type family's in any order of its blocks
+  // (`stages`: per type, its stages).
+  double transfer_floor(int src, int dst, double bytes);  // remembered
+  double boundary_bytes(const StageShape& from, int m);
+  double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, int virtual_stages);
+  double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
+  // A floor on every split of a layout at m micro-batches and one schedule: pipeline_floor,
+  // and under a schedule that chains round trips through every stage (not GPipe: it starts
+  // every forward first) round_trip_floor with the layout's transfer floor. `step`, `tail` and
+  // `cap` per stage (cap empty: none).
+  double schedule_floor(const std::vector<StageShape>& shapes, int m,
+                        const pipeline::PipelineSchedule& schedule, std::span<const double> step,
+                        std::span<const double> tail, std::span<const int> cap) {
+    const int layers = scenario_.job.model.num_layers;
+    const int p = static_cast<int>(shapes.size());
+    const int v = schedule.virtual_stages;
+    const double floor = pipeline_floor(step, tail, m, v, layers, cap);
+    if (p < 2 || schedule.kind == pipeline::PipelineSchedule::Kind::GPipe || floor >= best_so_far_)
+      return floor;
+    const double p2p = layout_transfer_floor(shapes, m, v);
+    return std::max(
+        floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+  }
+  // round_trips of stage 0's order, remembered per (p, m, schedule).
+  int trips(int p, int m, const pipeline::PipelineSchedule& schedule);
+  // The schedules explore tries at p stages and m micro-batches.
+  std::vector<pipeline::PipelineSchedule> schedules_for(int p, int m) const {
+    using Kind = pipeline::PipelineSchedule::Kind;
+    std::vector<pipeline::PipelineSchedule> out;
+    for (Kind k : {Kind::GPipe, Kind::OneFOneB}) out.push_back({k, 1});
+    const int layers = scenario_.job.model.num_layers;
+    if (p >= 2 && m % p == 0)
+      for (int v = 2; v * p <= layers && v <= pipeline::kMaxVirtualStages; ++v)
+        if (layers % v == 0) out.push_back({Kind::Interleaved, v});
+    if (options_.schedule)
+      out.erase(std::remove_if(out.begin(), out.end(),
+                               [&](const auto& s) { return !(s == *options_.schedule); }),
+                out.end());
+    return out;
+  }
+  // Whether candidates with every layer recomputed (true) or none (false) are searched.
+  std::vector<bool> recompute_choices() const {
+    if (options_.recompute) return {*options_.recompute};
+    return {false, true};
+  }
   // A layout's least busy floor over the micro-batch counts explore would try.
   double layout_floor(const std::vector<StageShape>& shapes);
   // Queues a layout (or a type-block family: every order of its types) under its floor;
@@ -175,12 +227,18 @@ class Search {
     pending_.push_back({floor, std::move(shapes), {}});
   }
   void explore_pending();
-  // A family's least busy floor over the micro-batch counts explore would try.
+  // A family's stages in one order of its type blocks.
+  std::vector<StageShape> family_layout(const TypeFamily& f,
+                                        const std::vector<std::size_t>& order) const;
+  // A family's least busy floor over the micro-batch counts explore would try, with every
+  // layer recomputed or none, each type's stages holding at most their layer_cap.
   double busy_floor(const TypeFamily& f, int p) {
     const Job& job = scenario_.job;
+    const std::size_t types = f.k.size();
     double least = std::numeric_limits<double>::infinity();
-    std::vector<double> step(f.k.size()), tail(f.k.size());
-    for (std::size_t t = 0; t < f.k.size(); ++t) {
+    std::vector<double> step(types), tail(types);
+    std::vector<std::vector<StageShape>> stages(types);
+    for (std::size_t t = 0; t < types; ++t) {
       // The least over the type's stages.
       const auto& ranks = blocks_[t].ranks;
       const std::size_t size = ranks.size() / static_cast<std::size_t>(f.k[t]);
@@ -190,22 +248,59 @@ class Search {
         shape.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
                            ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
         shape.tensor_parallel = f.tp[t];
+        shape.replicas = static_cast<int>(size) / f.tp[t];
         tail[t] = std::min(tail[t], tail_floor(shape));
+        stages[t].push_back(std::move(shape));
       }
     }
+    std::vector<int> cap(types), gpipe_cap(types);
+    std::vector<double> pure(types);  // the steps without the tail
+    std::vector<double> stage_step;   // per stage (k copies of its type's)
+    std::vector<int> stage_cap;
     for (int m : batch_divisors_) {
       if (m < p) continue;
       bool ok = true;
-      for (std::size_t t = 0; ok && t < f.k.size(); ++t) {
-        const long long replicas =
-            static_cast<long long>(blocks_[t].ranks.size()) / f.k[t] / f.tp[t];
-        ok = job.global_batch % (m * replicas) == 0;
-        if (ok)
-          step[t] = type_step_floor(blocks_[t], f.tp[t],
-                                    static_cast<int>(job.global_batch / (m * replicas))) +
-                    tail[t] / m;
+      for (std::size_t t = 0; ok && t < types; ++t)
+        ok = job.global_batch % (static_cast<long long>(m) * stages[t].front().replicas) == 0;
+      if (!ok) continue;
+      const double p2p = family_transfer_floor(stages, m);
+      for (bool rc : recompute_choices()) {
+        for (std::size_t t = 0; t < types; ++t) {
+          const int b = static_cast<int>(job.global_batch /
+                                         (static_cast<long long>(m) * stages[t].front().replicas));
+          pure[t] = type_step_floor(blocks_[t], f.tp[t], b, rc);
+          step[t] = pure[t] + tail[t] / m;
+          // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
+          cap[t] = gpipe_cap[t] = job.model.num_layers;
+          if (p > 1) {
+            cap[t] = gpipe_cap[t] = 0;
+            for (const StageShape& shape : stages[t]) {
+              cap[t] = std::max(cap[t], layer_cap(shape, m, rc));
+              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, m));
+            }
+          }
+        }
+        stage_step.clear();
+        stage_cap.clear();
+        for (std::size_t t = 0; t < types; ++t)
+          for (int i = 0; i < f.k[t]; ++i) {
+            stage_step.push_back(pure[t]);
+            stage_cap.push_back(cap[t]);
+          }
+        const double busy = split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap);
+        for (const auto& schedule : schedules_for(p, m)) {
+          if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
+            least = std::min(
+                least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, gpipe_cap));
+            continue;
+          }
+          if (busy >= least) continue;
+          least = std::min(
+              least, std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
+                                                     schedule.virtual_stages, job.model.num_layers,
+                                                     p2p * schedule.virtual_stages, 0, stage_cap)));
+        }
       }
-      if (ok) least = std::min(least, split_detail::busy_floor(step, f.k, m, job.model.num_layers));
     }
     return least;
   }
@@ -226,6 +321,10 @@ class Search {
   double best_so_far_ = std::numeric_limits<double>::infinity();
   std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
   std::map<std::tuple<int, int, int>, double> tail_floors_;
+  // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
+  std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
+  std::map<std::tuple<int, int, double>, double> transfer_floors_;  // (from, to, bytes)
+  std::map<std::tuple<int, int, int, int>, int> trips_;             // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

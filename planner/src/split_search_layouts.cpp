@@ -1,5 +1,6 @@
 // The stage layouts the 3D split search explores (split_search_impl.hpp): stages of whole
 // consecutive nodes, and stages of one GPU type each, with the floors that let it skip them.
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -192,60 +193,121 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   const Job& job = scenario_.job;
   const int p = static_cast<int>(shapes.size());
   double least = std::numeric_limits<double>::infinity();
-  std::vector<double> step(shapes.size());
-  const std::vector<int> ones(shapes.size(), 1);
+  const std::size_t n = shapes.size();
+  std::vector<double> step(n), pure(n), tail(n);
+  std::vector<int> cap(n, job.model.num_layers), gpipe_cap(n, job.model.num_layers);
+  const std::vector<int> ones(n, 1);
+  for (std::size_t s = 0; s < n; ++s) tail[s] = tail_floor(shapes[s]);
   for (int m : batch_divisors_) {
     bool ok = m >= p;
     for (const auto& s : shapes)
       ok = ok && (s.by_speed ? job.global_batch / m >= s.replicas
                              : job.global_batch % (static_cast<long long>(m) * s.replicas) == 0);
     if (!ok) continue;
-    for (std::size_t s = 0; s < shapes.size(); ++s)
-      step[s] = stage_floor(shapes[s], m) + tail_floor(shapes[s]) / m;
-    least = std::min(least, split_detail::busy_floor(step, ones, m, job.model.num_layers));
+    for (bool rc : recompute_choices()) {
+      for (std::size_t s = 0; s < n; ++s) {
+        pure[s] = stage_floor(shapes[s], m, rc);
+        step[s] = pure[s] + tail[s] / m;
+        // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
+        if (p > 1) {
+          cap[s] = layer_cap(shapes[s], m, rc);
+          gpipe_cap[s] = layer_cap(shapes[s], m, rc, m);
+        }
+      }
+      const double busy = split_detail::busy_floor(step, ones, m, job.model.num_layers, cap);
+      for (const auto& schedule : schedules_for(p, m)) {
+        if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
+          least = std::min(
+              least, split_detail::busy_floor(step, ones, m, job.model.num_layers, gpipe_cap));
+          continue;
+        }
+        if (busy >= least) continue;
+        least = std::min(least, std::max(busy, schedule_floor(shapes, m, schedule, pure, tail,
+                                                              p > 1 ? cap : std::vector<int>{})));
+      }
+    }
   }
   return least;
 }
 
+std::vector<StageShape> Search::family_layout(const TypeFamily& f,
+                                              const std::vector<std::size_t>& order) const {
+  std::vector<StageShape> shapes;
+  for (std::size_t t : order) {
+    const int k = f.k[t];
+    const auto& ranks = blocks_[t].ranks;
+    const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
+    for (int i = 0; i < k; ++i) {
+      StageShape s;
+      s.type = static_cast<int>(t);
+      s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
+                     ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+      s.tensor_parallel = f.tp[t];
+      s.replicas = static_cast<int>(size) / f.tp[t];
+      shapes.push_back(std::move(s));
+    }
+  }
+  return shapes;
+}
+
 void Search::explore_pending() {
-  std::size_t orders = 1;
-  for (std::size_t t = 2; t <= blocks_.size(); ++t) orders *= t;
-  if (options_.bound)
-    std::stable_sort(pending_.begin(), pending_.end(),
-                     [](const Pending& a, const Pending& b) { return a.floor < b.floor; });
-  for (const Pending& next : pending_) {
-    if (options_.bound && next.floor >= best_so_far_) {
-      result_.bounded += static_cast<long long>(next.family ? orders : 1);
-      continue;
-    }
-    if (!next.family) {
-      explore(next.shapes);
-      continue;
-    }
-    const TypeFamily& f = *next.family;
-    const std::size_t types = blocks_.size();
-    std::vector<std::size_t> order(types);
-    std::iota(order.begin(), order.end(), 0);
-    do {
-      std::vector<StageShape> shapes;
-      for (std::size_t t : order) {
-        const int k = f.k[t];
-        const auto& ranks = blocks_[t].ranks;
-        const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
-        for (int i = 0; i < k; ++i) {
-          StageShape s;
-          s.type = static_cast<int>(t);
-          s.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(i * size),
-                         ranks.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
-          s.tensor_parallel = f.tp[t];
-          s.replicas = static_cast<int>(size) / f.tp[t];
-          shapes.push_back(std::move(s));
-        }
+  const std::size_t types = blocks_.size();
+  std::vector<std::size_t> first(types);
+  std::iota(first.begin(), first.end(), 0);
+  if (!options_.bound) {
+    // Everything in the order queued, every family's orders in turn.
+    for (const Pending& next : pending_) {
+      if (!next.family) {
+        explore(next.shapes);
+        continue;
       }
-      explore(shapes);
+      std::vector<std::size_t> order = first;
+      do explore(family_layout(*next.family, order));
+      while (std::next_permutation(order.begin(), order.end()));
+    }
+    pending_.clear();
+    return;
+  }
+  // Lowest floor first. A family's floor holds for every order of its blocks, whose transfers
+  // it can floor only by the least over pairs of types; taken from the queue, the family is
+  // split into its orders, each queued under its own layout's floor (the transfers of its
+  // boundaries as they lie), so an order that cannot beat the best is skipped whole. Ties leave
+  // in the order queued (`seq`), so the search does not depend on the heap's order.
+  struct Entry {
+    double floor;
+    std::size_t seq;
+    Pending item;
+  };
+  const auto later = [](const Entry& a, const Entry& b) {
+    return a.floor != b.floor ? a.floor > b.floor : a.seq > b.seq;
+  };
+  std::vector<Entry> heap;
+  std::size_t seq = 0;
+  for (Pending& next : pending_) heap.push_back({next.floor, seq++, std::move(next)});
+  pending_.clear();
+  std::make_heap(heap.begin(), heap.end(), later);
+  std::size_t orders = 1;
+  for (std::size_t t = 2; t <= types; ++t) orders *= t;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Entry next = std::move(heap.back());
+    heap.pop_back();
+    if (next.floor >= best_so_far_) {
+      result_.bounded += static_cast<long long>(next.item.family ? orders : 1);
+      continue;
+    }
+    if (!next.item.family) {
+      explore(next.item.shapes);
+      continue;
+    }
+    std::vector<std::size_t> order = first;
+    do {
+      std::vector<StageShape> shapes = family_layout(*next.item.family, order);
+      const double floor = std::max(next.floor, layout_floor(shapes));
+      heap.push_back({floor, seq++, {floor, std::move(shapes), {}}});
+      std::push_heap(heap.begin(), heap.end(), later);
     } while (std::next_permutation(order.begin(), order.end()));
   }
-  pending_.clear();
 }
 
 }  // namespace cephalo::planner::split_detail

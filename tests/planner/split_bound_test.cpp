@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,34 @@ using Kind = pipeline::PipelineSchedule::Kind;
 using planner::SplitOptions;
 using planner::SplitSearchOptions;
 
+// The split of an enumeration's stages, or nothing where check_model_split refuses it (no
+// candidate of the search).
+std::optional<ModelSplit> enumerated_split(const Scenario& s,
+                                           const std::vector<std::vector<int>>& ranks,
+                                           const std::vector<int>& tp,
+                                           const std::vector<int>& counts,
+                                           const pipeline::PipelineSchedule& schedule, int m,
+                                           StageSharding sharding, bool sp) {
+  ModelSplit split;
+  split.tensor_parallel = tp.front();
+  split.sequence_parallel = sp;
+  split.schedule = schedule;
+  split.micro_batches = m;
+  split.sharding = sharding;
+  test_support::place_stages(split, ranks, tp, counts, schedule.virtual_stages);
+  try {
+    check_model_split_for(split, s, "<enumeration>");
+  } catch (const ValidationError&) {
+    return std::nullopt;
+  }
+  return split;
+}
+
 // Every split of 4 A100 (node 0) and 4 V100 (node 1) into stages of one type each (1 or 2 per
 // type, either type first), every T per type, micro-batch count, schedule, boundary, sharding,
 // sequence parallelism and checkpointing: its estimate is at least its family's floor (the
-// steps, the fill and drain, and the DP tail).
+// steps, the fill and drain, the DP tail, and 1F1B's round trips with their transfers), and its
+// transfers take at least the transfer floor.
 TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const int layers = 8, batch = 16;
   const Scenario s = test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, layers,
@@ -35,7 +60,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const auto models = costmodels::make_cost_models(s);
   planner::SplitEstimator estimator(s, models);
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  long long checked = 0;
+  long long checked = 0, crossing = 0;
   double closest = 1e30;  // the least estimate / floor
   for (int first : {0, 1})
     for (int per_type : {1, 2})
@@ -90,9 +115,28 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               for (int v = 2; v * p <= layers; v *= 2) schedules.push_back({Kind::Interleaved, v});
             for (const auto& schedule : schedules) {
               const int v = schedule.virtual_stages;
-              const double floor[2] = {
-                  planner::split_detail::pipeline_floor(floors[0], tails, m, v, layers),
-                  planner::split_detail::pipeline_floor(floors[1], tails, m, v, layers)};
+              // The transfer floor of one pass: every boundary crossed, the last stage's to the
+              // first under interleaving.
+              std::vector<long long> samples;
+              for (int a = 0; a < p; ++a)
+                samples.push_back(batch /
+                                  (m * static_cast<int>(ranks[static_cast<std::size_t>(a)].size()) /
+                                   tp[static_cast<std::size_t>(a)]));
+              const double p2p =
+                  planner::split_detail::layout_transfer_floor(s, models, ranks, tp, samples, v);
+              const int trips =
+                  planner::split_detail::round_trips(pipeline::stage_order(0, p, m, schedule));
+              EXPECT_EQ(trips, schedule.kind == Kind::GPipe      ? 1
+                               : schedule.kind == Kind::OneFOneB ? (m + p - 1) / p
+                                                                 : trips);
+              double floor[2];
+              for (int rc : {0, 1})
+                floor[rc] =
+                    std::max(planner::split_detail::pipeline_floor(floors[rc], tails, m, v, layers),
+                             schedule.kind == Kind::GPipe
+                                 ? 0.0
+                                 : planner::split_detail::round_trip_floor(
+                                       floors[rc], trips, v, layers, p2p, tails.front()));
               ASSERT_GT(floor[0], 0);
               ASSERT_GT(floor[1], floor[0]);
               std::vector<int> cur;
@@ -100,25 +144,19 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
                 for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
                   for (bool sp : {false, true})
                     for (bool rc : {false, true}) {
-                      ModelSplit split;
-                      split.tensor_parallel = tp.front();
-                      split.sequence_parallel = sp;
-                      split.schedule = schedule;
-                      split.micro_batches = m;
-                      split.sharding = sharding;
-                      test_support::place_stages(split, ranks, tp, counts, v);
-                      try {
-                        check_model_split_for(split, s, "<enumeration>");
-                      } catch (const ValidationError&) {
-                        continue;  // a split the check refuses is no candidate
-                      }
+                      const auto split =
+                          enumerated_split(s, ranks, tp, counts, schedule, m, sharding, sp);
+                      if (!split) continue;
                       SplitOptions o;
                       o.activation_checkpointing.kind = rc ? ActivationCheckpointing::Kind::Full
                                                            : ActivationCheckpointing::Kind::None;
-                      const auto e = estimator.estimate(split, o);
+                      const auto e = estimator.estimate(*split, o);
                       ++checked;
+                      // p2p_s is the slowest boundary's transfer; p2p sums the pass's crossings.
+                      EXPECT_GE(e.p2p_s * (p * v - 1), p2p * (1 - 1e-9)) << to_json(*split).dump();
+                      crossing += p2p > 0 ? 1 : 0;
                       EXPECT_GE(e.iteration_s, floor[rc] * (1 - 1e-9))
-                          << to_json(split).dump() << " recompute " << rc;
+                          << to_json(*split).dump() << " recompute " << rc;
                       closest = std::min(closest, e.iteration_s / floor[rc]);
                     }
               });
@@ -126,31 +164,145 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
           }
         }
   EXPECT_GT(checked, 1000);
+  EXPECT_GT(crossing, checked / 2);  // the transfer floor is above 0 where stages cross nodes
   std::cout << checked << " splits; the closest to its floor at " << closest << " x\n";
   // The floor is near some splits' estimate, not a vacuous 0.
   EXPECT_LT(closest, 1.5);
 }
 
-// On small clusters of two and three GPU types the bounded search returns the split, the
-// checkpointing and the estimate the search that prices every family returns, and skips some.
+// Every split of 4 T4 (node 0) and 4 A100-40GB (node 1) running a model whose layers the T4s
+// cannot all hold: no stage's estimated memory is below the search's memory floor for its
+// layers (split_search_bound.hpp, stage_memory_floor), for every T, micro-batch count,
+// schedule, boundary, sharding, sequence parallelism and checkpointing (none, selective, full),
+// and the floor is near the estimate for some stages and refuses some layer counts.
+TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
+  const int layers = 8, batch = 16;
+  const Scenario s =
+      test_support::split_scenario({{"T4", 4}, {"A100-40GB", 4}}, layers, batch, 5120, 40);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  const double usable = costmodels::memory_constants().usable_fraction;
+  const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  long long checked = 0, refused = 0, over_floor = 0;
+  double closest = 1e30;  // the least estimate / floor
+  for (int first : {0, 1})
+    for (int per_type : {1, 2})
+      for (int T : {1, 2}) {
+        std::vector<std::vector<int>> ranks;
+        for (int type : {first, 1 - first}) {
+          const auto& all = type_ranks[static_cast<std::size_t>(type)];
+          const std::size_t size = all.size() / static_cast<std::size_t>(per_type);
+          for (int i = 0; i < per_type; ++i)
+            ranks.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * size),
+                               all.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+        }
+        const int p = static_cast<int>(ranks.size());
+        const std::vector<int> tp(ranks.size(), T);
+        for (int m : {2, 4, 8}) {
+          bool divides = m >= p;
+          for (const auto& r : ranks)
+            divides = divides && batch % (m * static_cast<int>(r.size()) / T) == 0;
+          if (!divides) continue;
+          std::vector<pipeline::PipelineSchedule> schedules = {{Kind::GPipe, 1},
+                                                               {Kind::OneFOneB, 1}};
+          if (m % p == 0 && 2 * p <= layers) schedules.push_back({Kind::Interleaved, 2});
+          for (const auto& schedule : schedules) {
+            const int v = schedule.virtual_stages;
+            std::vector<int> cur;
+            test_support::compositions(layers, p, v, cur, [&](const std::vector<int>& counts) {
+              for (StageSharding sharding : {StageSharding::Full, StageSharding::Hybrid,
+                                             StageSharding::Optimizer, StageSharding::None})
+                for (bool sp : {false, true})
+                  for (auto ck : {ActivationCheckpointing::Kind::None,
+                                  ActivationCheckpointing::Kind::Selective,
+                                  ActivationCheckpointing::Kind::Full}) {
+                    if (sp && T == 1) continue;
+                    const auto split =
+                        enumerated_split(s, ranks, tp, counts, schedule, m, sharding, sp);
+                    if (!split) continue;
+                    SplitOptions o;
+                    o.activation_checkpointing.kind = ck;
+                    const auto e = estimator.estimate(*split, o);
+                    ++checked;
+                    refused += e.fits ? 0 : 1;
+                    const bool rc = ck == ActivationCheckpointing::Kind::Full;
+                    for (int st = 0; st < p; ++st) {
+                      const auto& r = ranks[static_cast<std::size_t>(st)];
+                      const DeviceSpec& spec =
+                          s.cluster.ranks()[static_cast<std::size_t>(r.front())].slot->spec;
+                      const int replicas = static_cast<int>(r.size()) / T;
+                      const double floor = planner::split_detail::stage_memory_floor(
+                          s, SplitSearchOptions{}, spec, counts[static_cast<std::size_t>(st)], T,
+                          batch / (m * replicas), 1.0 / replicas, rc,
+                          schedule.kind == Kind::GPipe ? m : 1);
+                      const auto& mem = e.stages[static_cast<std::size_t>(st)].memory;
+                      EXPECT_GE(mem.total, floor * (1 - 1e-9))
+                          << to_json(*split).dump() << " checkpointing " << static_cast<int>(ck);
+                      closest = std::min(closest, mem.total / floor);
+                      if (floor > spec.memory_bytes * usable) ++over_floor;
+                    }
+                  }
+            });
+          }
+        }
+      }
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(over_floor, 0);  // the floor alone refuses some stages
+  std::cout << checked << " splits, " << refused << " refused, " << over_floor
+            << " stages refused by the floor; the closest to its floor at " << closest << " x\n";
+  EXPECT_LT(closest, 1.5);
+}
+
+// On small clusters of two and three GPU types (compute-, memory- and transfer-bound) the
+// bounded search returns the split, the checkpointing and the estimate the search that prices
+// every family returns, and skips some.
 TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
   const std::vector<Scenario> cases = {
       test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, 8, 1024, 16),
       test_support::split_scenario({{"A100-80GB", 2}, {"V100-SXM2-32GB", 2}, {"T4", 4}}, 12, 16,
-                                   1024, 16)};
+                                   1024, 16),
+      // Memory-bound: the T4s cannot hold their share of the layers without recompute.
+      test_support::split_scenario({{"T4", 4}, {"A100-40GB", 4}}, 8, 16, 4096, 32),
+      test_support::split_scenario({{"A100-40GB", 2}, {"V100-SXM2-16GB", 2}, {"T4", 4}}, 12, 32,
+                                   3072, 24),
+      test_support::split_scenario({{"T4", 4}, {"V100-SXM2-16GB", 4}}, 8, 64, 5120, 40),
+      // Transfer-bound: three types on nodes of one slow NIC each, so the order of the type
+      // blocks (which boundaries cross which node) decides a split's transfers, and the
+      // families are split by order and skipped on their layouts' transfer floors.
+      test_support::split_scenario({{"A100-80GB", 2, 1, "10Gbit/s"},
+                                    {"V100-SXM2-32GB", 2, 1, "10Gbit/s"},
+                                    {"T4", 4, 1, "10Gbit/s"}},
+                                   12, 32, 2048, 16)};
   long long skipped = 0;
   for (const Scenario& s : cases) {
     const auto models = costmodels::make_cost_models(s);
     SplitSearchOptions bounded, full;
     full.bound = false;
+    if (&s != &cases.front() && &s != &cases[1] && &s != &cases.back()) {
+      // The memory-bound cases: stages of one GPU type, T = 1, so the T4s hold their layers'
+      // state whole.
+      bounded.node_stages = full.node_stages = false;
+      bounded.tensor_parallel = full.tensor_parallel = 1;
+    }
+    const bool memory_bound = !bounded.node_stages;
     const auto a = planner::search_split(s, bounded, models);
     const auto b = planner::search_split(s, full, models);
     EXPECT_EQ(to_json(a.split).dump(), to_json(b.split).dump());
     EXPECT_EQ(a.recompute, b.recompute);
     EXPECT_DOUBLE_EQ(a.estimate.iteration_s, b.estimate.iteration_s);
     EXPECT_EQ(b.bounded, 0);
+    if (&s == &cases.back()) {
+      EXPECT_GT(a.bounded, 0);  // the transfer-bound case skips on its own
+    }
+    // Memory refuses candidates there (what the memory floor lets the search skip).
+    if (memory_bound) {
+      EXPECT_GT(b.refused, 0);
+    }
     EXPECT_LE(a.evaluated, b.evaluated);
     skipped += a.bounded;
+    std::cout << to_json(a.split).dump() << " recompute " << a.recompute << ": " << a.evaluated
+              << " priced, " << a.bounded << " skipped by bound (" << b.evaluated << " without)\n";
   }
   EXPECT_GT(skipped, 0);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The scenario the 3D-split tests price: nodes of one GPU type each on NVLink with InfiniBand
-// NICs, running a small GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
+// NICs (200 Gbit/s unless a node says), running a small GPT in fp16 compute (fp32 parameters, fp16
+// gradient reduction).
 #include <functional>
 #include <string>
 #include <utility>
@@ -16,7 +17,8 @@ namespace cephalo::test_support {
 struct SplitNode {
   std::string gpu;
   int count = 1;
-  int nics = 4;  // 200 Gbit/s each
+  int nics = 4;  // nic_bandwidth each
+  std::string nic_bandwidth = "200Gbit/s";
 };
 
 inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, int global_batch,
@@ -30,7 +32,7 @@ inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, 
          {"nic",
           {{"kind", "infiniband"},
            {"count", nodes[i].nics},
-           {"bandwidth", "200Gbit/s"},
+           {"bandwidth", nodes[i].nic_bandwidth},
            {"latency", "5us"}}}});
   const Json doc = {
       {"name", "split-test"},

@@ -1,0 +1,135 @@
+// The 3D split search's memory floor (split_search_impl.hpp): the most layers a stage's ranks
+// can hold and fit, whatever else the search may still choose for it, so that a family's floor
+// prices the recompute its memory forces instead of bounding its candidates as if they fit.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "split_search_impl.hpp"
+
+namespace cephalo::planner::split_detail {
+
+// A floor on what costmodels::split_rank_memory_terms gives a rank of a stage holding `layers`
+// layers, at any place in any pipeline under any schedule: whatever the order, before the
+// stage's first backward micro-batch 0 has passed forward through every chunk of the stage, so
+// every unit's gathered parameters (full / hybrid sharding) and micro-batch 0's kept
+// activations are held; under GPipe (`in_flight` = m) every micro-batch's. That is the rule's
+// walk over one chunk of the layers alone and those forwards (a prefix of a GPipe stage's
+// order). The embedding, the head, more chunks, more micro-batches in flight and the
+// gradients only add, except that the walk receives the chunk's input as a boundary, which the
+// first stage's embedding makes instead: that boundary comes off again (with its share of the
+// allocator slack). The least over the shardings, sequence parallelism and checkpointing the
+// family may still choose (selective recompute keeps less than none, so candidates without
+// full recompute are floored by it).
+double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& options,
+                          const DeviceSpec& spec, int layers, int T, int b, double share,
+                          bool recompute, int in_flight) {
+  const Job& job = scenario.job;
+  const auto& constants = costmodels::memory_constants();
+  std::vector<int> units(static_cast<std::size_t>(layers));
+  std::iota(units.begin(), units.end(), 1);
+  std::vector<pipeline::Step> order;
+  for (int i = 0; i < std::max(1, in_flight); ++i) order.push_back({pipeline::Pass::Forward, i, 0});
+  costmodels::SplitRankMemoryInputs in;
+  in.chunks = {units};
+  in.order = order;
+  in.tensor_parallel = T;
+  in.micro_batch = b;
+  in.state_share = share;
+  in.activation_checkpointing.kind = recompute ? ActivationCheckpointing::Kind::Full
+                                     : (!options.recompute || options.selective)
+                                         ? ActivationCheckpointing::Kind::Selective
+                                         : ActivationCheckpointing::Kind::None;
+  in.gpu_runtime = costmodels::runs_gpu_runtime(spec);
+  in.world_size = scenario.cluster.num_ranks();
+  std::vector<StageSharding> shardings = {StageSharding::Full, StageSharding::Hybrid,
+                                          StageSharding::Optimizer, StageSharding::None};
+  if (options.sharding) shardings = {*options.sharding};
+  std::vector<bool> sps = {false};
+  if (T > 1) sps.push_back(true);
+  if (options.sequence_parallel) sps = {*options.sequence_parallel};
+  const double slack = 1 + costmodels::allocator_slack_fraction(in.gpu_runtime, constants);
+  double least = std::numeric_limits<double>::infinity();
+  for (StageSharding sharding : shardings)
+    for (bool sp : sps) {
+      in.sharding = sharding;
+      in.sequence_parallel = sp;
+      // The rule scales the held bytes at its peak (gathered parameters, gradients and
+      // activations) by two calibrated factors; another walk's peak may split its bytes
+      // differently between them, so the held bytes count here at the smaller factor.
+      double fixed = 0, framework = 0, held = 0;
+      for (const auto& t : costmodels::split_rank_memory_terms(job, in, constants)) {
+        if (t.name == "gathered_params" || t.name == "unit_gradient")
+          held += constants.unit_scale > 0 ? t.bytes / constants.unit_scale : 0;
+        else if (t.name == "activations")
+          held += constants.activation_scale > 0 ? t.bytes / constants.activation_scale : 0;
+        else if (t.name == "framework_buffers")
+          framework = t.bytes;
+        else if (t.name != "fragmentation")
+          fixed += t.bytes;  // the training state and the runtime's reserves
+      }
+      held -= costmodels::split_boundary_bytes(job, b, T, sp);
+      const double scale = std::min(constants.unit_scale, constants.activation_scale);
+      least = std::min(least, fixed + slack * (framework + scale * std::max(0.0, held)));
+    }
+  return least;
+}
+
+int Search::layer_cap(const StageShape& shape, int m, bool recompute, int in_flight) {
+  const Job& job = scenario_.job;
+  const int layers = job.model.num_layers;
+  const int T = shape.tensor_parallel;
+  // Even replicas: each runs global batch / (m · replicas) samples and holds 1 / replicas of
+  // the state (hybrid sharding's share of a node is no less). Balanced by speed: each replica
+  // holds at least one sample and some share, so the floor is at one sample and no state.
+  const int b =
+      shape.by_speed
+          ? 1
+          : static_cast<int>(job.global_batch / (static_cast<long long>(m) * shape.replicas));
+  const double share = shape.by_speed ? 0.0 : 1.0 / shape.replicas;
+  const auto key = std::make_tuple(shape.ranks.front(), static_cast<int>(shape.ranks.size()), T,
+                                   shape.by_speed, b, recompute, in_flight);
+  const auto known = layer_caps_.find(key);
+  if (known != layer_caps_.end()) return known->second;
+  // Every replica must fit: per replica its GPU and its tightest rank's usable bytes (the
+  // estimate's capacity), each distinct pair once.
+  const auto& ranks = scenario_.cluster.ranks();
+  const double usable = costmodels::memory_constants().usable_fraction;
+  std::vector<std::pair<const DeviceSpec*, double>> replicas;
+  for (std::size_t j = 0; j + static_cast<std::size_t>(T) <= shape.ranks.size();
+       j += static_cast<std::size_t>(T)) {
+    const DeviceSpec& spec = ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec;
+    double capacity = std::numeric_limits<double>::infinity();
+    for (std::size_t i = j; i < j + static_cast<std::size_t>(T); ++i)
+      capacity = std::min(
+          capacity,
+          ranks[static_cast<std::size_t>(shape.ranks[i])].slot->spec.memory_bytes * usable);
+    const bool seen = std::any_of(replicas.begin(), replicas.end(), [&](const auto& r) {
+      return r.first->name == spec.name && r.second == capacity;
+    });
+    if (!seen) replicas.emplace_back(&spec, capacity);
+  }
+  int cap = layers;
+  for (const auto& [spec, capacity] : replicas) {
+    // The floor grows with the layers: the most that fit, by bisection over [0, cap].
+    int lo = 0, hi = cap;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (stage_memory_floor(scenario_, options_, *spec, mid, T, b, share, recompute, in_flight) <=
+          capacity)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    cap = lo;
+  }
+  layer_caps_.emplace(key, cap);
+  return cap;
+}
+
+}  // namespace cephalo::planner::split_detail
