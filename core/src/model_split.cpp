@@ -394,13 +394,14 @@ void check_split_ranks(const ModelSplit& split, int ranks, const std::string& fi
                                 range_text(st.chunks.front()) + ")");
     for (std::size_t i = 0; i < st.ranks.size(); ++i) {
       const int r = st.ranks[i];
-      const std::string where = stage_at(s, "ranks") + "[" + std::to_string(i) + "]";
+      // The path is spelled only for an error: a planner checks every candidate split.
+      const auto where = [&] { return stage_at(s, "ranks") + "[" + std::to_string(i) + "]"; };
       if (r < 0 || r >= n)
-        throw ValidationError(file, where, std::to_string(r),
+        throw ValidationError(file, where(), std::to_string(r),
                               "a rank of the cluster (0.." + std::to_string(n - 1) + ")");
       int& owner = stage_of[static_cast<std::size_t>(r)];
       if (owner >= 0)
-        throw ValidationError(file, where, "rank " + std::to_string(r),
+        throw ValidationError(file, where(), "rank " + std::to_string(r),
                               owner == s
                                   ? "each rank listed once (rank " + std::to_string(r) +
                                         " is already in stage " + std::to_string(s) + ")"

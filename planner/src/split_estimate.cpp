@@ -72,7 +72,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const Dtype compute = job.precision.compute;
   const double e_c = bytes_per_element(compute);
   const double e_r = bytes_per_element(job.precision.reduce);
-  const auto& ranks = cluster.ranks();
+  const auto& ranks = rank_table;
   const bool tied = model.tied_embeddings && model.vocab_size > 0;
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
   const ReplicaBatches mode = options.replica_batches;

@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -30,7 +32,7 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
                                             const PipelineStage& st, int s, int T,
                                             const SplitOptions& options, const std::string& file) {
   const Job& job = scenario.job;
-  const auto& ranks = scenario.cluster.ranks();
+  const auto& ranks = rank_table;
   const int m = split.micro_batches;
   const int R = static_cast<int>(st.ranks.size()) / T;
   const std::string where = "model_split.stages[" + std::to_string(s) + "]";
@@ -141,32 +143,47 @@ SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const Model
       units_(units),
       order_(order),
       options_(options),
-      file_(file) {}
+      file_(file),
+      ranks_(impl.rank_table) {
+  const bool fsdp = split_.is_default();
+  std::unordered_map<std::string_view, int> first_of_type;
+  for (std::size_t i = 0; i < st_.ranks.size(); ++i) {
+    const int r = st_.ranks[i];
+    place_.emplace(r, static_cast<int>(i));
+    if (fsdp)
+      alike_.emplace(r,
+                     first_of_type.emplace(ranks_[static_cast<std::size_t>(r)].slot->spec.name, r)
+                         .first->second);
+  }
+}
 
 const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::terms(
     int rank, int b, double share) {
   const Scenario& scenario = impl_.scenario;
   const Job& job = scenario.job;
-  const auto& ranks = scenario.cluster.ranks();
-  const DeviceSpec& spec = ranks[static_cast<std::size_t>(rank)].slot->spec;
-  const int place =
-      static_cast<int>(std::find(st_.ranks.begin(), st_.ranks.end(), rank) - st_.ranks.begin());
+  const DeviceSpec& spec = ranks_[static_cast<std::size_t>(rank)].slot->spec;
+  const int place = place_.at(rank);
   const bool fsdp = split_.is_default();
   const bool gpu_runtime = costmodels::runs_gpu_runtime(spec);
-  const auto key = std::make_tuple(fsdp ? rank : place % T_, gpu_runtime, b, share);
+  const auto key = std::make_tuple(fsdp ? alike_.at(rank) : place % T_, gpu_runtime, b, share);
   auto it = known_.find(key);
   if (it != known_.end()) return it->second;
   const auto& constants = costmodels::memory_constants();
   std::vector<costmodels::MemoryTerm> out;
   if (fsdp) {
     // One stage, T = 1, full sharding: the plan is an FSDP plan, its memory the FSDP terms.
-    Plan plan = even_split_plan(scenario, split_, file_);
-    plan.activation_checkpointing = options_.activation_checkpointing;
+    if (!fsdp_plan_) {
+      fsdp_plan_ = even_split_plan(scenario, split_, file_);
+      fsdp_plan_->activation_checkpointing = options_.activation_checkpointing;
+    }
+    Plan& plan = *fsdp_plan_;
     PlanRank& row = plan.ranks[static_cast<std::size_t>(rank)];
+    const PlanRank even = row;
     row.micro_batch = b;
     row.batch = b * row.micro_batches;
     row.state_share = share;
     out = costmodels::predict_memory(scenario, plan, rank, constants).terms;
+    row = even;
   } else {
     const int p = static_cast<int>(split_.stages.empty() ? 1 : split_.stages.size());
     costmodels::SplitRankMemoryInputs in;
@@ -334,8 +351,7 @@ double SplitEstimator::Impl::layer_step_floor(const std::vector<int>& tp_group, 
   const Job& job = scenario.job;
   const ModelSpec& model = job.model;
   const int T = static_cast<int>(tp_group.size());
-  const DeviceSpec& spec =
-      scenario.cluster.ranks()[static_cast<std::size_t>(tp_group.front())].slot->spec;
+  const DeviceSpec& spec = rank_table[static_cast<std::size_t>(tp_group.front())].slot->spec;
   DeviceTimes& dev = device(spec, b, options);
   double compute = std::numeric_limits<double>::infinity();
   const ActivationCheckpointing& ck = options.activation_checkpointing;
@@ -396,8 +412,7 @@ double SplitEstimator::Impl::tail_floor_per_parameter(const std::vector<int>& dp
     dp = std::min(
         time(CollectiveKind::AllReduce, Y * e_r),
         time(CollectiveKind::ReduceScatter, Y * e_r) + time(CollectiveKind::AllGather, Y * e_c));
-  const DeviceSpec& spec =
-      scenario.cluster.ranks()[static_cast<std::size_t>(dp_group.front())].slot->spec;
+  const DeviceSpec& spec = rank_table[static_cast<std::size_t>(dp_group.front())].slot->spec;
   const double step = models.compute->optimizer_time(spec, job, Y / R).seconds;
   return (dp + step) / Y;
 }

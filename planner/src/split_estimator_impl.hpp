@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <tuple>
@@ -120,6 +121,9 @@ struct SplitEstimator::Impl {
   using ComputePhase = costmodels::ComputePhase;
   const Scenario& scenario;
   const costmodels::CostModels& models;
+  // The cluster's rank table, taken once: Cluster::ranks() checks every node on each call, and
+  // the estimate asks per replica of every candidate (the scenario does not change meanwhile).
+  const std::vector<RankDevice>& rank_table;
 
   // A unit's forward, backward and recompute per micro-batch on one GPU type. The calibrated
   // model's backward is fitted on profiled layers whose backward also carries a fixed per-call
@@ -186,7 +190,7 @@ struct SplitEstimator::Impl {
     auto& bucket = stage_ranks[{st_ranks.front(), st_ranks.back(), st_ranks.size(), T}];
     for (auto& e : bucket)
       if (e->ranks == st_ranks) return *e;
-    const auto& ranks = scenario.cluster.ranks();
+    const auto& ranks = rank_table;
     auto e = std::make_unique<StageRanks>();
     e->ranks = st_ranks;
     e->tp.assign(st_ranks.begin(), st_ranks.begin() + T);
@@ -251,10 +255,20 @@ struct SplitEstimator::Impl {
     std::span<const pipeline::Step> order_;
     const SplitOptions& options_;
     const std::string& file_;
+    // Asked once per replica of every candidate, so nothing here may cost O(ranks) per call:
+    // the rank table is taken once, each stage rank's place (its TP position) and, for the
+    // one-stage FSDP case, the first stage rank of its GPU type (whose FSDP memory it shares:
+    // the even plan's rows differ only by device) are indexed when the stage is set up, and
+    // that even plan is built once, on first use.
+    const std::vector<RankDevice>& ranks_;
+    std::unordered_map<int, int> place_;
+    std::unordered_map<int, int> alike_;
+    std::optional<Plan> fsdp_plan_;
     std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
   };
 
-  Impl(const Scenario& s, const costmodels::CostModels& m) : scenario(s), models(m) {}
+  Impl(const Scenario& s, const costmodels::CostModels& m)
+      : scenario(s), models(m), rank_table(s.cluster.ranks()) {}
 
   DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
     const DeviceKey key{spec.name, b, options.backward_at_forward_rate};

@@ -31,14 +31,21 @@ std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m,
       // the stage's speed is the sum of its replicas' samples per second (at an even cut).
       const int b = std::max(1, static_cast<int>(job.global_batch / m) / s.replicas);
       double rate = 0;
+      // Replicas come in runs of one GPU type: price a type once per run, not per replica.
+      const DeviceSpec* last = nullptr;
+      double replica_rate = 0;
       for (std::size_t j = 0; j < s.ranks.size();
            j += static_cast<std::size_t>(s.tensor_parallel)) {
         const DeviceSpec& spec = ranks[static_cast<std::size_t>(s.ranks[j])].slot->spec;
-        double t = models_.compute->unit_time(spec, job, 1, ComputePhase::Forward, b).seconds +
-                   models_.compute->unit_time(spec, job, 1, ComputePhase::Backward, b).seconds;
-        if (recompute)
-          t += models_.compute->unit_time(spec, job, 1, ComputePhase::Recompute, b).seconds;
-        rate += t > 0 ? s.tensor_parallel * b / t : 1.0;
+        if (last == nullptr || last->name != spec.name) {
+          double t = models_.compute->unit_time(spec, job, 1, ComputePhase::Forward, b).seconds +
+                     models_.compute->unit_time(spec, job, 1, ComputePhase::Backward, b).seconds;
+          if (recompute)
+            t += models_.compute->unit_time(spec, job, 1, ComputePhase::Recompute, b).seconds;
+          replica_rate = t > 0 ? s.tensor_parallel * b / t : 1.0;
+          last = &spec;
+        }
+        rate += replica_rate;
       }
       out.push_back(rate);
       continue;

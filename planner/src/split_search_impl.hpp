@@ -125,13 +125,12 @@ class Search {
   // nodes (the groups of one node are alike).
   double type_step_floor(const TypeBlock& block, int T, int b, bool recompute) {
     double least = std::numeric_limits<double>::infinity();
+    const auto& ranks = scenario_.cluster.ranks();  // once: each call checks every node
     std::vector<int> group;
     int node = -1;
-    for (int r : block.ranks) {
-      const int n = scenario_.cluster.ranks()[static_cast<std::size_t>(r)].node;
+    for (auto at = block.ranks.begin(); at != block.ranks.end(); ++at) {
+      const int n = ranks[static_cast<std::size_t>(*at)].node;
       if (n == node) continue;
-      group.clear();
-      const auto at = std::find(block.ranks.begin(), block.ranks.end(), r);
       group.assign(at, at + T);
       least = std::min(least, step_floor(group, b, recompute));
       node = n;
