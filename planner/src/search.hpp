@@ -8,7 +8,7 @@
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/plan_result.hpp"
-#include "simulate_plan.hpp"
+#include "replay_outcome.hpp"
 
 namespace cephalo::planner {
 

@@ -15,7 +15,7 @@
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "plan_support.hpp"
-#include "simulate_plan.hpp"
+#include "replay_outcome.hpp"
 
 namespace cephalo::planner {
 
@@ -222,7 +222,7 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
         continue;
       }
     }
-    const SimOutcome o = replays ? replays->simulate(s, models, p) : simulate_plan(s, models, p);
+    const SimOutcome o = replays ? replays->outcome(p, s, models) : replay_outcome(p, s, models);
     ++res.simulated_candidates;
     if (o.oom) {
       why << " " << c.label << " OOM in simulation (" << o.oom_detail << ");";

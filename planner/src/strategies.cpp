@@ -9,8 +9,8 @@
 #include "cephalo/core/schedule.hpp"
 #include "comm_memo.hpp"
 #include "plan_support.hpp"
+#include "replay_outcome.hpp"
 #include "sharding_choice.hpp"
-#include "simulate_plan.hpp"
 #include "strategy_functions.hpp"
 
 namespace cephalo::planner {
@@ -243,7 +243,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
     // own groupings can simulate faster than its plan's, so they are weighed again after, and
     // optimal never simulates slower than either on the same flags.
     if (std::string_view(strategy.name) == "optimal") {
-      double best = replays.simulate(s, models, res.plan).iteration_s;
+      double best = replays.outcome(res.plan, s, models).iteration_s;
       for (const char* name : {"even", "proportional"}) {
         PlanResult alt;
         try {
@@ -253,7 +253,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
         } catch (const InfeasibleError&) {
           continue;
         }
-        const SimOutcome o = replays.simulate(s, models, alt.plan);
+        const SimOutcome o = replays.outcome(alt.plan, s, models);
         if (o.oom || o.iteration_s >= best) continue;
         best = o.iteration_s;
         alt.plan.strategy = "optimal";
@@ -267,7 +267,7 @@ PlanResult make_plan(const Scenario& s, const PlannerOptions& opt) {
   // The answer is the simulator's: whatever the strategy ranked its candidates by, the returned
   // plan is replayed (sim/'s class replay) and that time is the prediction, the number
   // `cephalo simulate` of the written plan reports.
-  const SimOutcome replay = replays.simulate(s, models, res.plan);
+  const SimOutcome replay = replays.outcome(res.plan, s, models);
   res.predicted_iteration_s = replay.iteration_s;
   res.simulated_iteration_s = replay.iteration_s;
   res.rate = traces::throughput(s, res.plan, res.predicted_iteration_s);

@@ -22,7 +22,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "plan_support.hpp"
-#include "simulate_plan.hpp"
+#include "replay_outcome.hpp"
 #include "strategy_functions.hpp"
 #include "strategy_inputs.hpp"
 
@@ -109,7 +109,7 @@ bool solve_within_simulated_memory(const Scenario& s, const costmodels::CostMode
     }
     m.res.plan = plan_of(s, m, m.candidates.front());
     if (!opt.verify_with_simulator) return true;
-    const auto check = m.replays->simulate(s, models, m.res.plan);
+    const auto check = m.replays->outcome(m.res.plan, s, models);
     if (!check.oom) {
       m.simulated = check.iteration_s;
       return true;
@@ -150,7 +150,7 @@ PlanResult candidate_of(const ModeSearch& m, const OptimalSolution& sol, std::st
 // so far.
 void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m,
                     PlanResult alt) {
-  const auto o = m.replays->simulate(s, models, alt.plan);
+  const auto o = m.replays->outcome(alt.plan, s, models);
   if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) return;
   m.simulated = o.iteration_s;
   m.res = std::move(alt);
@@ -418,7 +418,7 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
         if (std::string(name) == "even") equal_share_error = e.what();
         continue;
       }
-      const auto o = replays.simulate(s, models, alt.plan);
+      const auto o = replays.outcome(alt.plan, s, models);
       if (o.oom || (have && o.iteration_s >= best_score)) continue;
       const std::string model_note = have ? best.note : std::string();
       if (have) offer_runner_up(best_label, best_score);

@@ -118,7 +118,7 @@ PlanResult search_plan(const Scenario& s, const costmodels::CostModels& models,
     if (!seen.insert(key_of(plan)).second) return false;
     SimOutcome o;
     try {
-      o = simulate_plan(s, models, plan);
+      o = replay_outcome(plan, s, models);
     } catch (const ValidationError&) {
       return false;  // a neighbour that breaks an invariant
     }

@@ -16,8 +16,8 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "replay_outcome.hpp"
 #include "scenario_fixture.hpp"
-#include "simulate_plan.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -67,7 +67,7 @@ Best brute_force(const Scenario& s, const costmodels::CostModels& models, double
     for (int v = 0; v < 2; ++v) {
       plan.uneven_collective = v == 0 ? UnevenCollective::Grouped : UnevenCollective::Padded;
       if (v == 1 && plan.even_shares()) break;
-      const auto o = simulate_plan(s, models, plan);
+      const auto o = replay_outcome(plan, s, models);
       ++best.plans;
       if (!o.oom && o.iteration_s < best.seconds) {
         best.seconds = o.iteration_s;
@@ -154,7 +154,7 @@ TEST(OptimalExact, NothingOnTheGridSimulatesFasterThanOptimal) {
     opt.activation_checkpointing = ActivationCheckpointing{};
     opt.sharding = "full";
     const auto res = make_plan(s, opt);
-    const auto mine = simulate_plan(s, models, res.plan);
+    const auto mine = replay_outcome(res.plan, s, models);
     ASSERT_FALSE(mine.oom);
     const Best best = brute_force(s, models, c.grid, res.plan);
     std::cout << c.model << " b" << c.batch << " " << c.gpus.size() << " GPUs: optimal "
@@ -267,7 +267,7 @@ double worst_gap_on_random_instances(bool idle_ranks, double tolerance) {
       std::cout << label << ": infeasible for optimal and the grid\n";
       continue;
     }
-    const auto mine = simulate_plan(s, cm, res.plan);
+    const auto mine = replay_outcome(res.plan, s, cm);
     EXPECT_FALSE(mine.oom) << label;
     const Best best = brute_force(s, cm, c.grid, empty_plan(s, "grid"), 0, idle_ranks);
     const double gap = 1 - best.seconds / mine.iteration_s;

@@ -136,7 +136,7 @@ TEST(QualityReport, OptimalAndSearchBeatCephaloAndNeverOom) {
         const auto res = make_plan(s, opt);
         o.planned = true;
         o.planning_s = res.planning_s;
-        const auto sim = simulate_plan(s, models, res.plan);
+        const auto sim = replay_outcome(res.plan, s, models);
         // search reports the simulated time of the plan it returns: the same replay.
         if (res.simulated_iteration_s) {
           EXPECT_EQ(*res.simulated_iteration_s, sim.iteration_s) << label << ": " << strategy;

@@ -22,19 +22,20 @@ struct SimOutcome {
   std::vector<double> capacity_bytes;  // per rank, what the simulator judged against
 };
 
-// Builds the TrainingGraph of `plan` and replays it.
-SimOutcome simulate_plan(const Scenario& scenario, const costmodels::CostModels& models,
-                         const Plan& plan);
+// Builds the TrainingGraph of `plan` and replays it (sim::simulate_plan, the one replay), with
+// its arguments in sim's order.
+SimOutcome replay_outcome(const Plan& plan, const Scenario& scenario,
+                          const costmodels::CostModels& models);
 
-// simulate_plan memoised by plan: the replay is deterministic, so a plan replayed before (the
+// replay_outcome memoised by plan: the replay is deterministic, so a plan replayed before (the
 // same schedule, sharding and every rank's batch, micro-batch split and share) is answered from
 // the first replay. `optimal`'s refinements often arrive at a plan already replayed (the
 // slowest-step or phase-weighted solution equal to the model optimum); at 100k ranks a replay
 // costs ~0.5 s and the key a few ms.
 class ReplayCache {
  public:
-  const SimOutcome& simulate(const Scenario& scenario, const costmodels::CostModels& models,
-                             const Plan& plan);
+  const SimOutcome& outcome(const Plan& plan, const Scenario& scenario,
+                            const costmodels::CostModels& models);
   int replays() const { return static_cast<int>(done_.size()); }
   int hits() const { return hits_; }
 

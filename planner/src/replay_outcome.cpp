@@ -1,5 +1,5 @@
-// One plan replayed on the simulator; see simulate_plan.hpp.
-#include "simulate_plan.hpp"
+// One plan replayed on the simulator; see replay_outcome.hpp.
+#include "replay_outcome.hpp"
 
 #include <cstring>
 
@@ -10,8 +10,8 @@
 
 namespace cephalo::planner {
 
-SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models,
-                         const Plan& plan) {
+SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
+                          const costmodels::CostModels& models) {
   // A strategy sizes batches over full sharding; under a replicating framework (DDP) each of
   // its candidates runs as what the framework can run, one replica per rank.
   if (schedule::replicates_state(s.job.implementation.framework) && !plan.sharding.hybrid() &&
@@ -19,7 +19,7 @@ SimOutcome simulate_plan(const Scenario& s, const costmodels::CostModels& models
     Plan replicas = plan;
     replicas.sharding = replica_sharding(static_cast<int>(plan.ranks.size()));
     for (auto& r : replicas.ranks) r.state_share = 1.0;
-    return simulate_plan(s, models, replicas);
+    return replay_outcome(replicas, s, models);
   }
   // A candidate past the plan bounds (micro-batches as small as memory forces) is one the plan
   // reader would refuse: infeasible here, never a plan the planner chose and then refused. The
@@ -88,15 +88,15 @@ std::string replay_key(const Plan& plan) {
 
 }  // namespace
 
-const SimOutcome& ReplayCache::simulate(const Scenario& scenario,
-                                        const costmodels::CostModels& models, const Plan& plan) {
+const SimOutcome& ReplayCache::outcome(const Plan& plan, const Scenario& scenario,
+                                       const costmodels::CostModels& models) {
   std::string key = replay_key(plan);
   auto it = done_.find(key);
   if (it != done_.end()) {
     ++hits_;
     return it->second;
   }
-  return done_.emplace(std::move(key), simulate_plan(scenario, models, plan)).first->second;
+  return done_.emplace(std::move(key), replay_outcome(plan, scenario, models)).first->second;
 }
 
 }  // namespace cephalo::planner
