@@ -168,12 +168,26 @@ PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
     answer.split = plan_split(scenario, split_options(r), models);
     return answer;
   }
-  answer.fsdp = make_plan(scenario, fsdp_options(r));
-  std::string split_refusal;
+  // Either family may have no plan here (FSDP needs a sample per device; a split, layers and
+  // memory for its stages): the other answers, and only when neither has one is the request
+  // refused, with both reasons.
+  std::string fsdp_refusal, split_refusal;
+  try {
+    answer.fsdp = make_plan(scenario, fsdp_options(r));
+  } catch (const InfeasibleError& e) {
+    fsdp_refusal = e.what();
+  }
   try {
     answer.split = plan_split(scenario, split_options(r), models);
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
+  }
+  if (!answer.fsdp) {
+    if (!answer.split)
+      throw InfeasibleError("no plan of either family fits: fsdp: " + fsdp_refusal +
+                            "; 3d: " + split_refusal);
+    answer.why = "fsdp lost: it has no plan here (" + fsdp_refusal + ")";
+    return answer;
   }
   const FamilyChoice choice =
       choose_family(scenario, *answer.fsdp, answer.split, split_refusal, models);

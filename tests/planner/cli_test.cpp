@@ -275,6 +275,17 @@ TEST(PlanCli, BatchSmallerThanGpuCountIsInfeasible) {
   }
 }
 
+TEST(PlanCli, WithBothFamiliesOpenOneWithoutAPlanLeavesTheOther) {
+  // 3 samples on 4 GPUs: no FSDP plan (a sample per device), but a pipeline runs them; the
+  // default plan answers with the split and says why FSDP lost.
+  const auto f = tmp("small-batch-open.json");
+  write_scenario(f, "gpt-2.7b", 3);
+  const auto r = run("plan --scenario " + f.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("fsdp lost: it has no plan here"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raise the global batch"), std::string::npos) << r.out;
+}
+
 TEST(PlanCli, ModelThatCannotFitNamesTheShortfall) {
   const auto f = tmp("huge-model.json");
   write_scenario(f, "gpt-175b", 64);
