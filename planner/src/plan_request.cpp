@@ -183,9 +183,7 @@ PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
     split_refusal = e.what();
   }
   if (!answer.fsdp) {
-    if (!answer.split)
-      throw InfeasibleError("no plan of either family fits: fsdp: " + fsdp_refusal +
-                            "; 3d: " + split_refusal);
+    if (!answer.split) throw InfeasibleError("fsdp: " + fsdp_refusal + "; 3d: " + split_refusal);
     answer.why = "fsdp lost: it has no plan here (" + fsdp_refusal + ")";
     return answer;
   }
