@@ -280,12 +280,16 @@ TEST(PlanCli, BatchSmallerThanGpuCountIsInfeasibleForFsdpAndLeftToTheSplit) {
 }
 
 TEST(PlanCli, ModelThatCannotFitNamesTheShortfall) {
+  // 175B × 16 B does not fit 4 GPUs; with both families open the refusal names both.
   const auto f = tmp("huge-model.json");
   write_scenario(f, "gpt-175b", 64);
-  const auto r = run("plan --scenario " + f.string() + " --strategy optimal");
-  EXPECT_EQ(r.code, 3) << r.out;
-  EXPECT_NE(r.out.find("shortfall"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("TiB"), std::string::npos) << r.out;  // 175B × 16 B does not fit 4 GPUs
+  for (const std::string flags : {" --strategy optimal", ""}) {
+    const auto r = run("plan --scenario " + f.string() + flags + " -o " + tmp("no.json").string());
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_NE(r.out.find("shortfall"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(flags.empty() ? "; 3d: no 3D split fits" : "TiB"), std::string::npos);
+    EXPECT_FALSE(fs::exists(tmp("no.json")));
+  }
 }
 
 TEST(PlanCli, ScheduleFlagsFixWhatTheUserFixedOnEveryStrategy) {
