@@ -266,15 +266,14 @@ std::string split_estimate_json(const Scenario& scenario, const std::string& spl
                                 const std::string& dp_overlap, bool scatter_gather,
                                 const std::string& compute_model) {
   const ModelSplit split = load_model_split_for(split_file, scenario);
-  return planner::to_json(planner::estimate_split_request(scenario, split,
-                                                          {activation_checkpointing,
-                                                           dp_overlap,
-                                                           scatter_gather,
-                                                           compute_model,
-                                                           "arguments",
-                                                           split_file,
-                                                           {}}))
-      .dump();
+  planner::SplitEstimateRequest request;
+  request.activation_checkpointing = activation_checkpointing;
+  request.dp_overlap = dp_overlap;
+  request.scatter_gather = scatter_gather;
+  request.compute_model = compute_model;
+  request.options_source = "arguments";
+  request.split_file = split_file;
+  return planner::to_json(planner::estimate_split_request(scenario, split, request)).dump();
 }
 
 // Keyword arguments of a Python call: errors name them as they are spelt there.
