@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -68,6 +69,48 @@ TEST(FrameworkPlan, DdpRefusesShardedPlansAndShardingOptions) {
     bad.sharding = mode;
     EXPECT_THROW(make_plan(ddp, bad), ValidationError) << mode;
   }
+}
+
+// A split plan's data-parallel sharding is its model_split's: under DDP (Megatron's local DDP
+// too) every stage keeps its whole training state on each replica, so the search plans none
+// sharding, and a split with any other sharding is refused at the key that holds it (the FSDP
+// plans' sharding key, which a split plan does not use, is not what decides).
+TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
+  const Scenario ddp = two_node_scenario(Framework::DDP);
+  PlanRequest request;
+  request.parallelism = "3d";
+  request.tensor_parallel = 2;
+  const PlanAnswer answer = answer_plan(ddp, request);
+  ASSERT_TRUE(answer.split.has_value());
+  const Plan& plan = answer.split->plan;
+  ASSERT_TRUE(plan.has_split());
+  EXPECT_EQ(plan.model_split.sharding, StageSharding::None);
+  EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
+  EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
+
+  PlanRequest optimizer = request;
+  optimizer.sharding = "optimizer";
+  try {
+    answer_plan(ddp, optimizer);
+    FAIL() << "optimizer sharding was planned for a ddp job";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("sharding"), std::string::npos) << what;
+    EXPECT_NE(what.find("got optimizer"), std::string::npos) << what;
+    EXPECT_NE(what.find("none for framework ddp"), std::string::npos) << what;
+  }
+  Plan sharded = plan;
+  sharded.model_split.sharding = StageSharding::Optimizer;
+  try {
+    traces::check_plan_for(sharded, ddp, "plan.json");
+    FAIL() << "a split plan with optimizer sharding was accepted for ddp";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("plan.json: at model_split.sharding: got optimizer"), std::string::npos)
+        << what;
+  }
+  // Under a framework that shards, the same split plan stands.
+  EXPECT_NO_THROW(traces::check_plan_for(sharded, two_node_scenario(Framework::FSDP2), "p.json"));
 }
 
 // A sweep spec without "sharding" plans a DDP job's mixes as replicas (its default, full
