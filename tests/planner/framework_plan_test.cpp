@@ -88,27 +88,25 @@ TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
   EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
   EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
 
+  // The refusal's text, or "accepted" when nothing was refused.
+  const auto refusal = [](const auto& call) -> std::string {
+    try {
+      call();
+    } catch (const ValidationError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
   PlanRequest optimizer = request;
   optimizer.sharding = "optimizer";
-  try {
-    answer_plan(ddp, optimizer);
-    FAIL() << "optimizer sharding was planned for a ddp job";
-  } catch (const ValidationError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("sharding"), std::string::npos) << what;
-    EXPECT_NE(what.find("got optimizer"), std::string::npos) << what;
-    EXPECT_NE(what.find("none for framework ddp"), std::string::npos) << what;
-  }
+  const std::string asked = refusal([&] { answer_plan(ddp, optimizer); });
+  EXPECT_NE(asked.find("sharding: got optimizer"), std::string::npos) << asked;
+  EXPECT_NE(asked.find("none for framework ddp"), std::string::npos) << asked;
   Plan sharded = plan;
   sharded.model_split.sharding = StageSharding::Optimizer;
-  try {
-    traces::check_plan_for(sharded, ddp, "plan.json");
-    FAIL() << "a split plan with optimizer sharding was accepted for ddp";
-  } catch (const ValidationError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("plan.json: at model_split.sharding: got optimizer"), std::string::npos)
-        << what;
-  }
+  const std::string written = refusal([&] { traces::check_plan_for(sharded, ddp, "plan.json"); });
+  EXPECT_NE(written.find("plan.json: at model_split.sharding: got optimizer"), std::string::npos)
+      << written;
   // Under a framework that shards, the same split plan stands.
   EXPECT_NO_THROW(traces::check_plan_for(sharded, two_node_scenario(Framework::FSDP2), "p.json"));
 }
