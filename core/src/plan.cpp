@@ -346,9 +346,24 @@ Plan load_plan(const std::filesystem::path& file) {
 }
 
 std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
-  const std::int64_t units = scenario.job.model.num_layers + 2;  // layers, embedding, head
+  const int layers = scenario.job.model.num_layers;
   std::int64_t passes = 0;
-  for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
+  if (!plan.has_split()) {
+    const std::int64_t units = layers + 2;  // layers, embedding, head
+    for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
+    return passes;
+  }
+  // A stage's ranks build only the stage's units: its chunks' layers, the embedding on the
+  // first stage, the head on the last (a stage count near the layer count would otherwise be
+  // charged p times what its graph holds), for each of the pipeline's micro-batches.
+  const auto stages =
+      resolved_stages(plan.model_split, layers, static_cast<int>(plan.ranks.size()));
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    std::int64_t units = (s == 0 ? 1 : 0) + (s + 1 == stages.size() ? 1 : 0);
+    for (const LayerRange& c : stages[s].chunks) units += std::max(0, c.size());
+    passes +=
+        units * plan.model_split.micro_batches * static_cast<std::int64_t>(stages[s].ranks.size());
+  }
   return passes;
 }
 
@@ -433,16 +448,19 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
           "\"" + pr.gpu + "\" for rank " + std::to_string(i) + plan.row_label(rank),
           "\"" + slot.type + "\" (the cluster's device for rank " + std::to_string(i) + ")");
   }
-  // A split plan replays every rank; an FSDP plan one rank per class (plan.hpp).
-  if (plan.has_split())
+  // A split plan is bounded by every rank's own stage (once its split is known valid); an
+  // FSDP plan by one rank per class (plan.hpp).
+  if (plan.has_split()) {
+    check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
     check_unit_passes(plan, full_unit_passes(plan, scenario),
-                      "units x micro-batches, summed over ranks", plan_file);
-  else
+                      "the units of each rank's stage x micro-batches, summed over ranks",
+                      plan_file);
+  } else {
     check_unit_passes(plan, class_unit_passes(plan, scenario),
                       "units x micro-batches, summed over classes of ranks alike in device, "
                       "node link and row",
                       plan_file);
-  if (plan.has_split()) check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
+  }
   if (const auto why =
           schedule::attention_core_refusal(scenario.job.model, plan.activation_checkpointing))
     throw ValidationError(plan_file, "activation_checkpointing",

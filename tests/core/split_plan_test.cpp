@@ -11,6 +11,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/scenario.hpp"
 
 using namespace cephalo;
 
@@ -104,6 +105,20 @@ TEST(SplitPlan, RefusesRankListsNamingTheStage) {
   j = two_stage_plan();
   j["model_split"]["stages"][1]["ranks"] = {2};
   expect_refusal(j, {"model_split.stages", "rank 3"});
+}
+
+TEST(SplitPlan, TheUnitPassBoundCountsEachRanksOwnStage) {
+  // 4 layers over 2 stages of 2 ranks, 4 micro-batches: stage 0 holds the embedding and layers
+  // 0-1 (3 units), stage 1 layers 2-3 and the head (3 units): 4 ranks x 3 x 4 = 48 passes, not
+  // every rank's 6 units (96).
+  Scenario s;
+  s.job.model.num_layers = 4;
+  const Plan p = parse(two_stage_plan());
+  EXPECT_EQ(full_unit_passes(p, s), 48);
+  Json one = two_stage_plan();
+  one["model_split"]["stages"] = {{{"layers", {0, 4}}, {"ranks", {0, 1, 2, 3}}}};
+  for (auto& r : one["ranks"]) r["state_share"] = 0.25;
+  EXPECT_EQ(full_unit_passes(parse(one), s), 4 * 6 * 4);
 }
 
 }  // namespace

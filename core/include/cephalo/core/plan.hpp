@@ -142,7 +142,9 @@ constexpr double kShareSumTolerance = 1e-9;
 constexpr int kMaxMicroBatchesPerRank = 1 << 16;
 constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
 
-// Σ over the ranks of units x micro-batches: what a replay of every rank builds.
+// Σ over the ranks of units x micro-batches: what a replay of every rank builds (a split plan's
+// rank builds its stage's units only: its layers, the embedding on the first stage, the head on
+// the last).
 std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario);
 // Σ over the classes of ranks alike in device type, emulation slowdown, node link kind and row
 // (batch, micro-batches, share) of units x micro-batches: what the class replay builds at least.
