@@ -72,7 +72,7 @@ PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& 
     // softmax exponentials run on the special-function units in series with them
     // (FlashAttention-2 does not overlap the two; FlashAttention-3's authors measure the
     // exponentials at up to half the matmul time on H100), all in the GEMM column.
-    std::size_t column = 2;
+    std::size_t column = kMemoryBoundFeature;
     double rate = peak, scale = 1;
     const double waves_eff = waves ? wave_efficiency(op.tiles, device.sm_count) : 1.0;
     switch (op.op_class) {
@@ -91,9 +91,9 @@ PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& 
       case OpClass::Memory:
         break;
     }
-    if (column == 2) {
-      f.forward[2] += op.forward_bytes / bw;
-      f.backward[2] += op.backward_bytes / bw;
+    if (column == kMemoryBoundFeature) {
+      f.forward[kMemoryBoundFeature] += op.forward_bytes / bw;
+      f.backward[kMemoryBoundFeature] += op.backward_bytes / bw;
     } else {
       auto seconds = [&](double flops, double exps) {
         return scale * (flops / rate + (sfu > 0 ? exps / sfu : 0));

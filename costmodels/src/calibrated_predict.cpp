@@ -86,13 +86,14 @@ std::array<double, 2> CalibratedComputeModel::factor(const DeviceSpec& device, D
 double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const std::string& stack,
                                                const std::string& model_name, Dtype dtype,
                                                const PhaseFeatures& x_peak, bool backward,
-                                               bool* own) const {
+                                               bool* own, double memory_coefficient) const {
   const int c = pipeline_class(device, dtype);
   const PhaseFeatures x = at_fraction(x_peak, sustained_fraction(device, dtype));
   const auto f = factor(device, dtype, stack, model_name);
   auto eval = [&](const Theta& t) {
-    return backward ? f[1] * predict_s(t.backward, x.backward)
-                    : f[0] * predict_s(t.forward, x.forward);
+    OpFeatures theta = backward ? t.backward : t.forward;
+    if (memory_coefficient > 0) theta[kMemoryBoundFeature] = memory_coefficient;
+    return backward ? f[1] * predict_s(theta, x.backward) : f[0] * predict_s(theta, x.forward);
   };
   auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();
@@ -132,9 +133,19 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
                                   stack_attention_weight(job.implementation, pipeline));
   bool own = false;
   const auto [stack, model_name] = job_stack(job);
-  double s =
-      predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward, &own) *
-      stack_factor(job.implementation, pipeline);
+  // A compiled stack's pointwise and reduction chains are Inductor's generated kernels, one per
+  // chain between two GEMMs, each reading its inputs and writing its outputs once: priced at
+  // the roofline's memory-bound efficiency. θ's memory-bound coefficient was fitted on eager
+  // layers, whose chains launch several kernels per op of the list (upcasts, the norm's
+  // reduction and scaling, the rotary positions), and stays theirs. `compiled` says the
+  // transformer layers are compiled (torchtitan compiles each block); the embedding and the
+  // head keep θ's.
+  const bool generated =
+      job.implementation.compiled && unit_kind(job.model, unit) == UnitKind::Layer;
+  const double memory_coefficient = generated ? 1 / Efficiency{}.memory : 0;
+  double s = predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward,
+                             &own, memory_coefficient) *
+             stack_factor(job.implementation, pipeline);
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
 }
 

@@ -319,6 +319,11 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
       // the sum and the normalised output); the embedding's output needs no add.
       memory("norm1", tokens * hd, fused ? 4 : 2, 5);
       gemm("qkv", tokens, hd, hd + 2 * kv);
+      // A compiled stack's rotary positions are one generated kernel over q and k (read,
+      // write). The eager op list leaves them out: their kernels are part of what the
+      // memory-bound coefficient fitted on eager layers holds, which a compiled stack's
+      // generated kernels are not priced with (CalibratedComputeModel::unit_time).
+      if (impl.compiled && m.family == "llama") memory("rope", tokens * (hd + kv), 2, 6);
       if (impl.attention == AttentionKernel::Flash) {
         OpCost fa{"flash_attention", OpClass::FusedAttention};
         fa.forward_flops = 4 * b * s * s * hd * attended_fraction(m, s);

@@ -314,7 +314,8 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
 
 TEST(CalibratedModel, ACompiledStackIsPricedWithTheFusedOpList) {
   // torch.compile fuses the pointwise chains: a compiled eager stack prices the fused op list
-  // (and the reference stack's factors), not the unfused Cephalo source's.
+  // (and the reference stack's factors), not the unfused Cephalo source's; its generated
+  // kernels' bytes at the roofline's memory-bound efficiency instead of θ's coefficient.
   auto m = CalibratedComputeModel::builtin();
   const DeviceSpec& a100 = GpuCatalog::builtin().get("A100-80GB");
   Job job;
@@ -329,14 +330,53 @@ TEST(CalibratedModel, ACompiledStackIsPricedWithTheFusedOpList) {
   auto layer = [&](const Job& j) {
     return m->unit_time(a100, j, 1, ComputePhase::Forward, 4).seconds;
   };
-  EXPECT_DOUBLE_EQ(layer(compiled), layer(fused));
+  const auto x = unit_features(a100, job.model, 1, 1024, 4, Dtype::BF16, fused.implementation);
+  const double theta_memory = m->theta(a100, Dtype::BF16).forward[kMemoryBoundFeature];
+  ASSERT_GT(theta_memory, 1 / Efficiency{}.memory);  // fitted on eager chains: above the roofline
+  const double f = m->factor(a100, Dtype::BF16, CalibratedComputeModel::kReferenceStack, "")[0];
+  EXPECT_NEAR(layer(fused) - layer(compiled),
+              f * (theta_memory - 1 / Efficiency{}.memory) * x.forward[kMemoryBoundFeature], 1e-12);
   EXPECT_LT(layer(compiled), layer(job));
+  // The embedding and the head are not the compiled layers: priced as the fused stack's.
+  for (int unit : {0, num_units(job.model) - 1}) {
+    EXPECT_DOUBLE_EQ(m->unit_time(a100, compiled, unit, ComputePhase::Forward, 4).seconds,
+                     m->unit_time(a100, fused, unit, ComputePhase::Forward, 4).seconds);
+  }
   EXPECT_EQ(CalibratedComputeModel::job_stack(compiled).first,
             CalibratedComputeModel::kReferenceStack);
   // The framework does not change a layer's kernels.
   Job zero3 = fused;
   zero3.implementation.framework = Framework::DeepSpeedZero3;
   EXPECT_DOUBLE_EQ(layer(zero3), layer(fused));
+}
+
+TEST(CalibratedModel, ACompiledFlashStackIsNotThePublishedSourcesStack) {
+  // The published stack (Composer, flash attention as its own Triton kernel, fused) has a
+  // fitted factor and attention weight; torch.compile keeps the eager stack's SDPA and GEMM
+  // calls, so a compiled flash job gets neither, and its rotary positions are one generated
+  // kernel over q and k.
+  auto m = CalibratedComputeModel::builtin();
+  Implementation fused{AttentionKernel::Flash, true};
+  Implementation compiled = fused;
+  compiled.compiled = true;
+  ASSERT_GT(m->stack_points(fused), 0);
+  EXPECT_NE(m->stack_factor(fused, 1), 1.0);
+  EXPECT_EQ(m->stack_factor(compiled, 1), 1.0);
+  EXPECT_EQ(m->stack_attention_weight(compiled, 1), 1.0);
+  EXPECT_EQ(m->stack_points(compiled), 0);
+  const ModelSpec llama = ModelCatalog::builtin().get("llama3-8b");
+  auto names = [&](const Implementation& impl) {
+    std::vector<std::string> v;
+    for (const auto& op : unit_ops(llama, 1, 2048, 1, Dtype::BF16, impl)) v.push_back(op.name);
+    return v;
+  };
+  auto with_rope = names(fused);
+  with_rope.insert(std::find(with_rope.begin(), with_rope.end(), "qkv") + 1, "rope");
+  EXPECT_EQ(names(compiled), with_rope);
+  // A GPT-shaped model has learned positions: no rotary kernel.
+  const ModelSpec gpt = ModelCatalog::builtin().get("gpt-2.7b");
+  EXPECT_EQ(unit_ops(gpt, 1, 2048, 1, Dtype::BF16, compiled).size(),
+            unit_ops(gpt, 1, 2048, 1, Dtype::BF16, fused).size());
 }
 
 TEST(GpuCatalog, AGpuWithoutAFieldTheComputeModelNeedsIsRefused) {

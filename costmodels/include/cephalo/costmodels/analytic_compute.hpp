@@ -33,6 +33,7 @@ double int32_shared_lane_fraction(const DeviceSpec& device);
 // A linear model time = Σ θ_k·x_k with θ = (1/η_gemm, 1/η_attention, 1/η_memory,
 // GEMM-traffic weight, overhead in µs per kernel) is what the calibrated model fits.
 constexpr std::size_t kNumFeatures = 5;
+constexpr std::size_t kMemoryBoundFeature = 2;
 using OpFeatures = std::array<double, kNumFeatures>;
 struct PhaseFeatures {
   OpFeatures forward{};

@@ -161,9 +161,11 @@ class CalibratedComputeModel : public ComputeModel {
 
  private:
   friend struct FitCacheCodec;  // the start-up cache (fit_cache.cpp)
+  // `memory_coefficient` > 0 prices the memory-bound column with it instead of θ's (a compiled
+  // stack's generated kernels, unit_time).
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
-                         bool backward, bool* own = nullptr) const;
+                         bool backward, bool* own = nullptr, double memory_coefficient = 0) const;
   std::string family_key(const std::string& family, int factor_class) const;
   // The class a (device, dtype)'s family and model factors are keyed by: the pipeline, or the
   // dtype class (factors_per_pipeline = false); [0] fp32, [1] fp16/bf16 in ByDtype.
@@ -193,9 +195,14 @@ class CalibratedComputeModel : public ComputeModel {
   std::map<int, Theta> pooled_;                                          // pipeline
   std::map<std::pair<std::string, int>, Theta> per_generation_;          // (architecture, pipeline)
   std::vector<InconsistentRow> dropped_;
-  // Keyed by stack_key(impl) (an int: no string built per unit_time call).
+  // Keyed by stack_key(impl) (an int: no string built per unit_time call). A compiled stack
+  // is its own key: torch.compile keeps the attention call (the same SDPA kernel as eager) and
+  // the GEMM library calls, so it is not the published source's stack (Composer with its own
+  // Triton attention kernel) and no published point fits its factor or attention weight; its
+  // fused op list is priced with the reference stack's factors, as an eager flash job's is.
+  // Every key of a stack that is not compiled is what it was (the start-up cache stores them).
   static int stack_key(const Implementation& impl) {
-    return static_cast<int>(impl.attention) * 2 + (impl.fused() ? 1 : 0);
+    return static_cast<int>(impl.attention) * 2 + (impl.fused() ? 1 : 0) + (impl.compiled ? 16 : 0);
   }
   std::map<int, std::pair<double, int>> stack_;  // stack → factor, points
   std::map<int, double> stack_attention_;        // stack → flash weight
