@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/planner/plan_request.hpp"
 #include "commands.hpp"
 
@@ -35,7 +36,11 @@ void add_predict_3d_command(CLI::App& predict) {
   add_stack_option(c, a.stack);
   c->add_flag("--json", a.json, "Print the record as JSON");
   c->callback([] {
-    const Scenario scenario = read_scenario(a.scenario, a.stack);
+    Scenario scenario = read_scenario(a.scenario, a.stack);
+    // A plan file runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
+    if (const Json doc = read_json_file(a.split);
+        doc.contains("ranks") || doc.contains("rank_classes"))
+      scenario = scenario_for_plan(scenario, load_plan(a.split), a.split);
     const ModelSplit split = load_model_split_for(a.split, scenario);
     planner::SplitEstimateRequest request = a.request;
     request.scatter_gather = !a.no_scatter_gather;
