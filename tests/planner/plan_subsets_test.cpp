@@ -8,6 +8,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/plan_request.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "plan_subsets.hpp"
 
 namespace cephalo::planner {
@@ -78,6 +79,12 @@ TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
   const Json record = plan_answer_record(a);
   EXPECT_EQ(record["predicted"]["faster_without"]["idle_ranks"].size(), 8u);
   EXPECT_EQ(record["nodes"], Json::array({0}));
+  // The plan's identity covers its nodes: the same rows on other nodes are another run.
+  Plan elsewhere = a.fsdp->plan;
+  elsewhere.nodes = {1};
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
+  elsewhere.nodes.clear();
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
 
   // use_all weighs no subset.
   PlanRequest all = r;
