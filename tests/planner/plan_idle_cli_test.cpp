@@ -96,6 +96,20 @@ TEST(PlanIdle, SlowL4NodesAreLeftOutAndTheWrittenPlanSimulatesToThePrediction) {
   EXPECT_NE(r.out.find("idle: 48x L4 (nodes l4"), std::string::npos) << r.out;
   EXPECT_NE(run("validate " + plan.string() + " --scenario " + scenario.string()).out.find(": ok"),
             std::string::npos);
+  // compare and predict memory read it against the same cut: 16 ranks, the plan's graph.
+  const fs::path sim_file = dir() / "sim.json", again = dir() / "again.json";
+  std::ofstream(sim_file) << sim.dump(2) << "\n";
+  json measured = sim;  // as if measured: compare's second file is a run
+  measured["source"] = "cuda";
+  std::ofstream(again) << measured.dump(2) << "\n";
+  r = run("compare " + sim_file.string() + " " + again.string() + " --scenario " +
+          scenario.string() + " --plan " + plan.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = run("predict memory --scenario " + scenario.string() + " --plan " + plan.string() +
+          " --json");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("A100-80GB"), std::string::npos);
+  EXPECT_EQ(r.out.find("\"L4\""), std::string::npos) << r.out;
 
   // --use-all: every GPU, no "nodes", the time the idle line compared against.
   r = run(base + " --use-all --json");
