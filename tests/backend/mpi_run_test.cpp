@@ -378,6 +378,13 @@ TEST(MpiRun, PlanOfSomeNodesRunsOnThemAndEqualsSingleRankFullBatch) {
   std::ofstream(sc_file) << sc.dump();
   std::ofstream(pl_file) << pl.dump();
   expect_step_matches_reference(sc_file, pl_file, 2, "cpu-2rank-uneven on node 1 of 3");
+  // Its report names the nodes that ran nothing.
+  auto said = mpirun(2, "--scenario " + sc_file + " --plan " + pl_file + " --steps 1");
+  ASSERT_EQ(said.code, 0) << said.output;
+  EXPECT_NE(said.output.find("idle: 2x "), std::string::npos) << said.output;
+  EXPECT_NE(said.output.find("(nodes idle-0, idle-2: 2 of the scenario's 3 nodes"),
+            std::string::npos)
+      << said.output;
   // The same rows against the whole cluster of four CPUs: a plan of 2 ranks for 4 devices.
   pl.erase("nodes");
   std::ofstream(pl_file) << pl.dump();
