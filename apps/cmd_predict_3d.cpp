@@ -3,7 +3,6 @@
 #include <iostream>
 
 #include "cephalo/core/model_split.hpp"
-#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/planner/plan_request.hpp"
 #include "commands.hpp"
 
@@ -36,11 +35,8 @@ void add_predict_3d_command(CLI::App& predict) {
   add_stack_option(c, a.stack);
   c->add_flag("--json", a.json, "Print the record as JSON");
   c->callback([] {
-    Scenario scenario = read_scenario(a.scenario, a.stack);
-    // A plan file runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
-    if (const Json doc = read_json_file(a.split);
-        doc.contains("ranks") || doc.contains("rank_classes"))
-      scenario = scenario_for_plan(scenario, load_plan(a.split), a.split);
+    const Scenario scenario =
+        planner::scenario_for_split_file(read_scenario(a.scenario, a.stack), a.split);
     const ModelSplit split = load_model_split_for(a.split, scenario);
     planner::SplitEstimateRequest request = a.request;
     request.scatter_gather = !a.no_scatter_gather;

@@ -249,6 +249,12 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
                         costmodels::make_cost_models(scenario, r.compute_model));
 }
 
+Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file) {
+  const Json doc = read_json_file(file);
+  if (!doc.contains("ranks") && !doc.contains("rank_classes")) return scenario;
+  return scenario_for_plan(scenario, load_plan(file), file);
+}
+
 ReplicaAllocation replica_allocation_in(const std::string& file) {
   if (!read_json_file(file).contains("ranks")) return {};
   const Plan plan = load_plan(file);

@@ -235,7 +235,7 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
 // A profiler trace (`trace`, a file: --trace) with its `step` (--step) is the third measurement.
-std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
+std::string calibrate_stack_json(const Scenario& given, const Plan& plan,
                                  std::optional<double> tokens_per_s, const std::string& run_text,
                                  const std::string& run_label, bool run_is_file,
                                  const std::string& output, const std::string& compute_model,
@@ -254,6 +254,8 @@ std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
     m.run = &run;
     m.run_file = run_label;
   }
+  // The plan runs on the nodes it lists (core/plan_nodes.hpp), as `calibrate stack` reads it.
+  const Scenario scenario = scenario_for_plan(given, plan, "plan");
   const auto fit =
       planner::calibrate_stack_to_file(scenario, plan, m, compute_model, output, "output");
   return planner::to_json(fit).dump(2) + "\n";
@@ -265,10 +267,11 @@ std::string describe_json(const std::string& what, const std::string& model) {
 }
 
 // `cephalo predict 3d --json`: the estimate of one split file for the scenario.
-std::string split_estimate_json(const Scenario& scenario, const std::string& split_file,
+std::string split_estimate_json(const Scenario& given, const std::string& split_file,
                                 const std::string& activation_checkpointing,
                                 const std::string& dp_overlap, bool scatter_gather,
                                 const std::string& compute_model) {
+  const Scenario scenario = planner::scenario_for_split_file(given, split_file);
   const ModelSplit split = load_model_split_for(split_file, scenario);
   return planner::to_json(planner::estimate_split_request(scenario, split,
                                                           {activation_checkpointing,

@@ -155,3 +155,21 @@ TEST(PlanIdle, BadNodesAreRefusedByEveryReaderWithExitOne) {
     }
   }
 }
+
+// A split plan of some nodes (the golden default plan of modern-mix-llama7b leaves its L4 node
+// idle) is estimated by `predict 3d` on those nodes, and simulated to the golden record.
+TEST(PlanIdle, ASplitPlanOfSomeNodesIsEstimatedAndSimulatedOnThem) {
+  const std::string root = CEPHALO_SOURCE_DIR;
+  const std::string scenario = root + "/scenarios/modern-mix-llama7b.json";
+  const std::string plan = root + "/tests/golden/modern-mix-llama7b.plan.json";
+  std::ifstream in(plan);
+  const json golden = json::parse(in);
+  ASSERT_TRUE(golden.contains("nodes") && golden.contains("model_split"));
+  auto r = run("predict 3d --scenario " + scenario + " --split " + plan + " --json");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_GT(parse(r.out)["iteration_s"].get<double>(), 0);
+  r = run("simulate --scenario " + scenario + " --plan " + plan + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(parse(r.out)["iteration_time_s"].get<double>(),
+                   golden["predicted"]["simulated_iteration_s"].get<double>());
+}

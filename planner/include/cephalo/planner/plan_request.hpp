@@ -136,6 +136,9 @@ struct SplitEstimateRequest {
 // A split file that is a plan ("ranks" beside its "model_split"): its ranks' micro_batch and
 // state_share, which estimate_split_request prices as given; empty for a bare split.
 ReplicaAllocation replica_allocation_in(const std::string& file);
+// The scenario a split file is estimated on: a plan file ("ranks" or "rank_classes") runs on the
+// nodes it lists (scenario_for_plan, core/plan_nodes.hpp); a bare split on the whole scenario.
+Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file);
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,
