@@ -24,6 +24,9 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
     Plan plan = parse_plan(r);
     if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
+           (plan.nodes.empty()
+                ? std::string()
+                : " on nodes " + format_index_ranges(plan.nodes) + " (the others idle)") +
            (plan.rank_classes.empty()
                 ? std::string()
                 : " in " + std::to_string(plan.rank_classes.size()) + " class(es)") +
