@@ -31,6 +31,10 @@ void add_predict_3d_command(CLI::App& predict) {
   c->add_flag("--no-scatter-gather", a.no_scatter_gather,
               "P2P sends every receiving TP rank its own copy (1/T of it under sequence "
               "parallelism), as the replay does and the 3D search prices it");
+  c->add_flag("--backward-at-forward-rate", a.request.backward_at_forward_rate,
+              "Price each layer's backward at the forward's rate times the op list's backward / "
+              "forward work instead of the calibrated backward (a diagnostic: the simulator "
+              "keeps the calibrated one; planner/README.md)");
   add_compute_model_option(c, a.request.compute_model, "Compute model", "");
   add_stack_option(c, a.stack);
   c->add_flag("--json", a.json, "Print the record as JSON");

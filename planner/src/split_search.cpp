@@ -105,9 +105,8 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   if (p >= 2)
     for (int v = 2; v * p <= layers && v <= pipeline::kMaxVirtualStages; ++v)
       if (layers % v == 0) schedules.push_back({Kind::Interleaved, v});
-  std::vector<StageSharding> shardings = {StageSharding::Full, StageSharding::Hybrid,
-                                          StageSharding::Optimizer, StageSharding::None};
-  if (options_.sharding) shardings = {*options_.sharding};
+  const std::vector<StageSharding> shardings =
+      split_detail::candidate_shardings(scenario_, options_);
   // Sequence parallelism hands neighbours 1/T of the sequence: every stage the same T.
   std::vector<bool> sps = {false};
   if (any_tp && uniform_tp) sps.push_back(true);

@@ -47,9 +47,7 @@ double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& op
                                          : ActivationCheckpointing::Kind::None;
   in.gpu_runtime = costmodels::runs_gpu_runtime(spec);
   in.world_size = scenario.cluster.num_ranks();
-  std::vector<StageSharding> shardings = {StageSharding::Full, StageSharding::Hybrid,
-                                          StageSharding::Optimizer, StageSharding::None};
-  if (options.sharding) shardings = {*options.sharding};
+  const std::vector<StageSharding> shardings = candidate_shardings(scenario, options);
   std::vector<bool> sps = {false};
   if (T > 1) sps.push_back(true);
   if (options.sequence_parallel) sps = {*options.sequence_parallel};

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/core/units.hpp"
 
 namespace cephalo::planner {
@@ -110,12 +111,27 @@ bool backend_only(const Cluster& cluster) {
   return cluster.num_ranks() > 0;
 }
 
+std::vector<StageSharding> candidate_shardings(const Scenario& scenario,
+                                               const SplitSearchOptions& o) {
+  if (o.sharding) return {*o.sharding};
+  if (schedule::replicates_state(scenario.job.implementation.framework))
+    return {StageSharding::None};
+  return {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer,
+          StageSharding::None};
+}
+
 void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o) {
   const std::string& source = o.options_source;
   const auto flag = [&](const char* name) { return spell_option(source, name); };
   const auto refuse = [&](const char* name, const std::string& value, const std::string& rule) {
     throw ValidationError(source, flag(name), value, rule);
   };
+  const Framework framework = scenario.job.implementation.framework;
+  if (o.sharding && *o.sharding != StageSharding::None && schedule::replicates_state(framework))
+    refuse("sharding", to_string(*o.sharding),
+           "none for framework " + to_string(framework) +
+               " (it keeps a full replica of each stage's training state on every rank of the "
+               "stage's data-parallel group)");
   const int layers = scenario.job.model.num_layers;
   const int ranks = scenario.cluster.num_ranks();
   const long long batch = scenario.job.global_batch;

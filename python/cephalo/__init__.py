@@ -459,16 +459,19 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
 
 
 def predict_3d(scenario, split, activation_checkpointing="none", dp_overlap="none",
-               scatter_gather=True, compute_model="auto", stack=None):
+               scatter_gather=True, compute_model="auto", stack=None,
+               backward_at_forward_rate=False):
     """`cephalo predict 3d --json`: the first estimate of one iteration under a tensor x
     pipeline x data parallel split (a model split file, {"model_split": {...}}): iteration_s
     and makespan_s in seconds, per stage its times in seconds and memory terms in bytes, and
     whether it fits. activation_checkpointing "none" | "full" | "selective", dp_overlap "none" |
-    "last-backward", scatter_gather=False for `--no-scatter-gather`; stack=path is `--stack`.
-    A split that does not fit is returned (the CLI exits 3 after printing it)."""
+    "last-backward" | "per-unit", scatter_gather=False for `--no-scatter-gather`; stack=path
+    is `--stack`; backward_at_forward_rate=True for `--backward-at-forward-rate` (a
+    diagnostic). A split that does not fit is returned (the CLI exits 3 after printing it)."""
     s = _with_stack(load_scenario(scenario), stack)
     return _record(_cephalo.split_estimate_json(s, _os.fspath(split), activation_checkpointing,
-                                                dp_overlap, scatter_gather, compute_model))
+                                                dp_overlap, scatter_gather, compute_model,
+                                                backward_at_forward_rate))
 
 
 def predict_memory(scenario, plan):

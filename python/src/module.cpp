@@ -270,18 +270,18 @@ std::string describe_json(const std::string& what, const std::string& model) {
 std::string split_estimate_json(const Scenario& given, const std::string& split_file,
                                 const std::string& activation_checkpointing,
                                 const std::string& dp_overlap, bool scatter_gather,
-                                const std::string& compute_model) {
+                                const std::string& compute_model, bool backward_at_forward_rate) {
   const Scenario scenario = planner::scenario_for_split_file(given, split_file);
   const ModelSplit split = load_model_split_for(split_file, scenario);
-  return planner::to_json(planner::estimate_split_request(scenario, split,
-                                                          {activation_checkpointing,
-                                                           dp_overlap,
-                                                           scatter_gather,
-                                                           compute_model,
-                                                           "arguments",
-                                                           split_file,
-                                                           {}}))
-      .dump();
+  planner::SplitEstimateRequest request;
+  request.activation_checkpointing = activation_checkpointing;
+  request.dp_overlap = dp_overlap;
+  request.scatter_gather = scatter_gather;
+  request.compute_model = compute_model;
+  request.options_source = "arguments";
+  request.split_file = split_file;
+  request.backward_at_forward_rate = backward_at_forward_rate;
+  return planner::to_json(planner::estimate_split_request(scenario, split, request)).dump();
 }
 
 // Keyword arguments of a Python call: errors name them as they are spelt there.
@@ -514,7 +514,7 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
   m.def("describe_json", &describe_json, py::arg("what"), py::arg("model"));
   m.def("split_estimate_json", &split_estimate_json, py::arg("scenario"), py::arg("split_file"),
         py::arg("activation_checkpointing"), py::arg("dp_overlap"), py::arg("scatter_gather"),
-        py::arg("compute_model"), release());
+        py::arg("compute_model"), py::arg("backward_at_forward_rate"), release());
   m.def(
       "check_files",
       [](const std::vector<std::string>& files, const std::optional<Scenario>& scenario) {

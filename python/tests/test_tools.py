@@ -490,6 +490,8 @@ def test_every_cli_command_returns_the_python_record(tmp_path, default_plan):
         ("predict collective", [*s, "--kind", "all-gather", "--bytes", "64MiB"],
          lambda: cephalo.predict_collective(DEFAULT, "all-gather", "64MiB")),
         ("predict 3d", [*s, "--split", split_file], lambda: cephalo.predict_3d(DEFAULT, split_file)),
+        ("predict 3d", [*s, "--split", split_file, "--backward-at-forward-rate"],
+         lambda: cephalo.predict_3d(DEFAULT, split_file, backward_at_forward_rate=True)),
         ("simulate", [*s, *p, "--ops"], lambda: cephalo.simulate(DEFAULT, plan_file, ops=True)),
         ("compare", [sim_file, run_file, *s, *p],
          lambda: cephalo.compare(sim_file, run_file, scenario=DEFAULT, plan=plan_file)),

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "cephalo/planner/sweep.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -68,6 +69,46 @@ TEST(FrameworkPlan, DdpRefusesShardedPlansAndShardingOptions) {
     bad.sharding = mode;
     EXPECT_THROW(make_plan(ddp, bad), ValidationError) << mode;
   }
+}
+
+// A split plan's data-parallel sharding is its model_split's: under DDP (Megatron's local DDP
+// too) every stage keeps its whole training state on each replica, so the search plans none
+// sharding, and a split with any other sharding is refused at the key that holds it (the FSDP
+// plans' sharding key, which a split plan does not use, is not what decides).
+TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
+  const Scenario ddp = two_node_scenario(Framework::DDP);
+  PlanRequest request;
+  request.parallelism = "3d";
+  request.tensor_parallel = 2;
+  const PlanAnswer answer = answer_plan(ddp, request);
+  ASSERT_TRUE(answer.split.has_value());
+  const Plan& plan = answer.split->plan;
+  ASSERT_TRUE(plan.has_split());
+  EXPECT_EQ(plan.model_split.sharding, StageSharding::None);
+  EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
+  EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
+
+  // The refusal's text, or "accepted" when nothing was refused.
+  const auto refusal = [](const auto& call) -> std::string {
+    try {
+      call();
+    } catch (const ValidationError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  PlanRequest optimizer = request;
+  optimizer.sharding = "optimizer";
+  const std::string asked = refusal([&] { answer_plan(ddp, optimizer); });
+  EXPECT_NE(asked.find("sharding: got optimizer"), std::string::npos) << asked;
+  EXPECT_NE(asked.find("none for framework ddp"), std::string::npos) << asked;
+  Plan sharded = plan;
+  sharded.model_split.sharding = StageSharding::Optimizer;
+  const std::string written = refusal([&] { traces::check_plan_for(sharded, ddp, "plan.json"); });
+  EXPECT_NE(written.find("plan.json: at model_split.sharding: got optimizer"), std::string::npos)
+      << written;
+  // Under a framework that shards, the same split plan stands.
+  EXPECT_NO_THROW(traces::check_plan_for(sharded, two_node_scenario(Framework::FSDP2), "p.json"));
 }
 
 // A sweep spec without "sharding" plans a DDP job's mixes as replicas (its default, full

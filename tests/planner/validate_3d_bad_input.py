@@ -38,6 +38,21 @@ def main():
          "$.points[3].recompute", "sometimes", "full, selective or none")
     case("time", lambda d: d["points"][4]["measured"].update(iteration_s=-1),
          "$.points[4].measured.iteration_s", "-1", "> 0")
+    # The fields the H100 NeMo points use (optional in the A100 ones): (name, point, the keys
+    # down to the field, its bad value, what the refusal must say).
+    for name, i, keys, value, says in (
+            ("fp8", 0, ["precision"], "fp8 hybrid", ("fp16 or bf16", "FP8")),
+            ("context-parallel", 1, ["parallelism", "cp"], 2, ("no context parallelism",)),
+            ("activation", 2, ["model", "activation"], "swish", ("squared-relu",)),
+            ("kv-heads", 0, ["model", "kv_heads"], 5, ("divisor of heads",)),
+            ("dp-overlap", 1, ["parallelism", "dp_overlap"], "always", ("per-unit",)),
+            ("optimizer-dtype", 0, ["optimizer_dtype"], "fp8", ("fp32 or bf16",))):
+        def mutate(d, i=i, keys=keys, value=value):
+            node = d["points"][i]
+            for k in keys[:-1]:
+                node = node[k]
+            node[keys[-1]] = value
+        case(name, mutate, "$.points[%d].%s" % (i, ".".join(keys)), json.dumps(value), *says)
     case("no-points", lambda d: d.update(points=[]), "$.points", "non-empty list")
     case("not-json", lambda d: "{\"points\": [", "not a readable JSON file")
     failed = 0

@@ -56,7 +56,16 @@ Plan load_plan_for(Scenario& scenario, const std::string& plan_file) {
 
 void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
   validate_plan_for(plan, scenario, plan_file);
-  if (schedule::replicates_state(scenario.job.implementation.framework)) {
+  const Framework framework = scenario.job.implementation.framework;
+  // A split plan's data-parallel sharding is its model_split's (the FSDP plans' sharding key
+  // does not apply): a replicating framework runs none.
+  if (plan.has_split()) {
+    if (schedule::replicates_state(framework) && plan.model_split.sharding != StageSharding::None)
+      throw ValidationError(plan_file, "model_split.sharding", to_string(plan.model_split.sharding),
+                            "none for framework " + to_string(framework) +
+                                " (it keeps a full replica of each stage's training state on "
+                                "every rank of the stage's data-parallel group)");
+  } else if (schedule::replicates_state(framework)) {
     const auto& groups = plan.sharding.groups;
     const auto wide = std::find_if(groups.begin(), groups.end(),
                                    [](const std::vector<int>& g) { return g.size() != 1; });

@@ -132,6 +132,9 @@ struct SplitEstimateRequest {
   std::string split_file;                    // where the split was read from: its refusals name it
   // A plan's replicas' samples and shares (replica_allocation_in); empty: even replicas.
   ReplicaAllocation allocation;
+  // true: each layer's backward at the forward's rate times the op list's backward / forward
+  // work (SplitOptions::backward_at_forward_rate), to see what the calibrated backward adds.
+  bool backward_at_forward_rate = false;
 };
 // A split file that is a plan ("ranks" beside its "model_split"): its ranks' micro_batch and
 // state_share, which estimate_split_request prices as given; empty for a bare split.
