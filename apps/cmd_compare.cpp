@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cephalo/core/output_file.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/kineto_trace.hpp"
@@ -35,6 +36,7 @@ void compare_with_trace(const traces::IterationReport& sim, const traces::Kineto
   std::optional<Plan> plan;
   if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
   if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+  if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, a.plan_file);
   // Scenario and plan both or neither, the plan's checks, the graph, the comparison.
   const auto c = traces::compare_trace_planned(
       sim, a.sim_file, trace, a.step, scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,
@@ -76,6 +78,8 @@ void add_compare_command(CLI::App& app) {
     std::optional<Plan> plan;
     if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
     if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+    // The plan runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
+    if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, a.plan_file);
     // The plan's checks for the scenario, the graph, the comparison, the implementation sides.
     const auto c = traces::compare_planned(sim, a.sim_file, run, a.run_file,
                                            scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,

@@ -6,6 +6,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "commands.hpp"
@@ -44,9 +45,12 @@ void run_plan(PlanArgs& a) {
     if (a.json) std::cout << record;
   }
   if (!a.json) {
+    // A plan that leaves nodes idle is printed as what it runs on: the scenario's used nodes.
+    const Plan& plan = answer.fsdp ? answer.fsdp->plan : answer.split->plan;
+    const Scenario used = scenario_for_plan(scenario, plan, a.output);
     if (answer.fsdp)
-      std::cout << planner::render_plan_text(
-          scenario, planner::render_table(*answer.fsdp, a.per_rank), answer.fsdp->fits());
+      std::cout << planner::render_plan_text(used, planner::render_table(*answer.fsdp, a.per_rank),
+                                             answer.fsdp->fits());
     else
       std::cout << planner::render_split_plan(*answer.split);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
@@ -135,8 +139,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--progress", args->request.options.progress, "Progress on stderr");
   cmd->add_flag("--use-all", args->request.use_all,
                 "Plan every GPU and weigh no plan that leaves the slowest nodes idle (default: "
-                "optimal, search and 3d also plan the cluster without its slowest GPU types and "
-                "say when that is faster)");
+                "optimal, search and 3d also plan the cluster without its slowest GPU types and, "
+                "when that is at least 1 % faster, write that plan: its \"nodes\" lists the "
+                "nodes it runs on, and the summary says which it left idle and why)");
   cmd->callback([args, cmd] {
     // Which flags were given, whatever their values (`--strategy optimal` under 3d is refused
     // like any other FSDP flag: planner::check_request).

@@ -71,8 +71,8 @@ void add_memory(CLI::App* cmd) {
   m->add_option("--plan", a.plan, "plan file")->required();
   m->add_flag("--json", a.json, "Print the record as JSON");
   m->callback([] {
-    const Scenario s = costmodels::load_scenario(a.scenario);
-    const Plan plan = traces::load_plan_for(s, a.plan);
+    Scenario s = costmodels::load_scenario(a.scenario);
+    const Plan plan = traces::load_plan_for(s, a.plan);  // `s` becomes the plan's nodes
     const auto all = costmodels::predict_plan_memory(s, plan);
     print_json_or_text(
         a.json, [&] { return costmodels::memory_record(s, a.plan, all); },

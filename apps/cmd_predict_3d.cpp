@@ -39,7 +39,8 @@ void add_predict_3d_command(CLI::App& predict) {
   add_stack_option(c, a.stack);
   c->add_flag("--json", a.json, "Print the record as JSON");
   c->callback([] {
-    const Scenario scenario = read_scenario(a.scenario, a.stack);
+    const Scenario scenario =
+        planner::scenario_for_split_file(read_scenario(a.scenario, a.stack), a.split);
     const ModelSplit split = load_model_split_for(a.split, scenario);
     planner::SplitEstimateRequest request = a.request;
     request.scatter_gather = !a.no_scatter_gather;

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/report.hpp"
 #include "commands.hpp"
@@ -35,8 +36,9 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
-    const Scenario scenario = read_scenario(a.scenario, a.stack);
     const Plan plan = load_plan(a.plan);
+    // The plan runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
+    const Scenario scenario = scenario_for_plan(read_scenario(a.scenario, a.stack), plan, a.plan);
     sim::SimOptions options;
     options.record_ops = a.ops;
     options.link_sharing = !a.no_link_sharing;

@@ -253,6 +253,8 @@ std::string render_run(const TrainingOutcome& run) {
       << report.implementation << "\n";
   if (sc.cluster.emulated())
     out << "EMULATED: some ranks run with a slowdown factor (see the rank table)\n";
+  // The nodes the plan leaves out (its "nodes", core/plan_nodes.hpp) ran nothing.
+  if (const std::string idle = idle_line(sc.cluster); !idle.empty()) out << idle << "\n";
   out << table.render() << "\n" << step_label << ", measured:\n" << traces::render_table(report);
   return out.str();
 }

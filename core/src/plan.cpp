@@ -8,6 +8,7 @@
 
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/specs.hpp"
 #include "cephalo/core/table.hpp"
@@ -314,6 +315,7 @@ Plan parse_plan(JsonReader& reader) {
   if (sharding) plan.sharding = parse_sharding(*sharding);
   auto split = reader.optional_child("model_split");
   if (split) plan.model_split = parse_model_split(*split);
+  if (auto nodes = reader.optional_child("nodes")) plan.nodes = parse_plan_nodes(*nodes);
   // The rows: per rank ("ranks") or by class ("rank_classes"), one of the two.
   if (reader.has("ranks") && reader.has("rank_classes"))
     reader.child("rank_classes")
@@ -420,6 +422,15 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                               (scenario.file.empty() ? "" : " (" + scenario.file.string() + ")") +
                               "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
                               "if the two really are the same)");
+  // A plan of some nodes runs on the scenario cut to them (scenario_for_plan); given the whole
+  // scenario its ranks would be read as the first nodes' GPUs.
+  const std::vector<int>& used = scenario.cluster.used_nodes;
+  if (!plan.nodes.empty() && plan.nodes != used)
+    throw ValidationError(
+        plan_file, "nodes", brief(plan_nodes_json(plan.nodes)),
+        used.empty() ? "a scenario cut to these nodes (scenario_for_plan, "
+                       "core/plan_nodes.hpp); got the whole cluster"
+                     : "the nodes the scenario was cut to, " + brief(plan_nodes_json(used)));
   const auto& devices = scenario.cluster.ranks();
   const bool compact = !plan.rank_classes.empty();
   if (plan.ranks.size() != devices.size())
@@ -429,7 +440,12 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
             (compact ? " (classes covering ranks 0-" + std::to_string(plan.ranks.size() - 1) + ")"
                      : ""),
         std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
-            scenario.cluster.name + "\"");
+            scenario.cluster.name + "\"" +
+            (used.empty()
+                 ? std::string()
+                 : " on the plan's \"nodes\" " + format_index_ranges(used) + " (" +
+                       std::to_string(used.size()) + " of its " +
+                       std::to_string(used.size() + scenario.cluster.idle.size()) + " nodes)"));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto& pr = plan.ranks[i];
     const int rank = static_cast<int>(i);
@@ -504,6 +520,7 @@ Json to_json(const Plan& plan, PlanForm form) {
   if (!plan.strategy.empty()) j["strategy"] = plan.strategy;
   if (plan.sharding.hybrid()) j["sharding"] = to_json(plan.sharding, compact);
   if (plan.has_split()) j["model_split"] = to_json(plan.model_split);
+  if (!plan.nodes.empty()) j["nodes"] = plan_nodes_json(plan.nodes);
   // Written only when it is not the default, so plans of the default schedule read as before.
   if (!(plan.activation_checkpointing == ActivationCheckpointing{}))
     j["activation_checkpointing"] = to_json(plan.activation_checkpointing);

@@ -5,6 +5,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/sweep.hpp"
@@ -21,10 +22,11 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
         "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face config)");
   if (j.contains("ranks") || j.contains("rank_classes")) {
     Plan plan = parse_plan(r);
-    if (scenario) {
-      traces::check_plan_for(plan, *scenario, file);
-    }
+    if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
+           (plan.nodes.empty()
+                ? std::string()
+                : " on nodes " + format_index_ranges(plan.nodes) + " (the others idle)") +
            (plan.rank_classes.empty()
                 ? std::string()
                 : " in " + std::to_string(plan.rank_classes.size()) + " class(es)") +

@@ -9,6 +9,7 @@
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/strategies.hpp"
@@ -206,9 +207,18 @@ PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
   // The baselines (even, proportional, cephalo) spread the work over every GPU by definition;
   // the searching strategies and the splits may leave the slowest nodes out.
   const std::string& strategy = r.options.strategy;
-  if (!r.use_all && (r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
-    detail::weigh_subsets(scenario, r, answer, answer_plan);
-  return answer;
+  if (r.use_all || !(r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
+    return answer;
+  std::optional<PlanAnswer> faster = detail::weigh_subsets(scenario, r, answer, answer_plan);
+  if (!faster) return answer;
+  // The faster plan is the answer: a plan of the nodes it uses, its "nodes" saying which
+  // (core/plan_nodes.hpp), read back by every reader as the cluster it was planned on.
+  PlanAnswer out = std::move(*faster);
+  Plan& plan = out.fsdp ? out.fsdp->plan : out.split->plan;
+  plan.nodes = answer.faster_without->used_nodes;
+  out.faster_without = std::move(answer.faster_without);
+  out.subsets = std::move(answer.subsets);
+  return out;
 }
 
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,
@@ -240,6 +250,12 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
                         costmodels::make_cost_models(scenario, r.compute_model));
 }
 
+Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file) {
+  const Json doc = read_json_file(file);
+  if (!doc.contains("ranks") && !doc.contains("rank_classes")) return scenario;
+  return scenario_for_plan(scenario, load_plan(file), file);
+}
+
 ReplicaAllocation replica_allocation_in(const std::string& file) {
   if (!read_json_file(file).contains("ranks")) return {};
   const Plan plan = load_plan(file);
@@ -260,24 +276,18 @@ std::string render_split_summary(const SplitEstimate& e) {
 
 namespace {
 
-// "faster without ...": which nodes to leave idle, both times, and why the plan still has them.
-std::string idle_line(const IdleAdvice& w) {
-  std::string ranks;
-  const std::vector<int>& r = w.ranks;
-  for (std::size_t i = 0; i < r.size();) {
-    std::size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    ranks += (ranks.empty() ? "" : ",") + std::to_string(r[i]) +
-             (j > i ? "-" + std::to_string(r[j]) : std::string());
-    i = j + 1;
-  }
+// "left idle: ...": which nodes the plan leaves out, both times, and how to force them in.
+std::string idle_advice_line(const IdleAdvice& w) {
   std::string nodes;
-  for (const auto& n : w.nodes) nodes += (nodes.empty() ? "" : ", ") + n;
-  return "faster without " + w.gpus + " (ranks " + ranks + ", nodes " + nodes +
-         "): the other nodes alone simulate at " + format_seconds(w.without_s) + " against " +
-         format_seconds(w.with_all_s) + " with every GPU (" + w.without_plan +
-         "); this plan still uses every GPU (no plan form holds an idle rank yet): plan a "
-         "cluster of the other nodes to leave them out";
+  constexpr std::size_t kNamed = 4;
+  for (std::size_t i = 0; i < w.nodes.size() && i < kNamed; ++i)
+    nodes += (i ? ", " : "") + w.nodes[i];
+  if (w.nodes.size() > kNamed) nodes += ", ... (" + std::to_string(w.nodes.size()) + " nodes)";
+  return "left idle: " + w.gpus + " (ranks " + format_index_ranges(w.ranks) + ", nodes " + nodes +
+         "): this plan of the other nodes simulates at " + format_seconds(w.without_s) +
+         " against " + format_seconds(w.with_all_s) +
+         " for the best plan of every GPU (its \"nodes\" " + format_index_ranges(w.used_nodes) +
+         "); --use-all plans every GPU";
 }
 
 }  // namespace
@@ -303,7 +313,7 @@ std::string plan_summary(const PlanAnswer& a) {
                                                 : a.split->runner_up;
   out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
       << "\n";
-  if (a.faster_without) out << idle_line(*a.faster_without) << "\n";
+  if (a.faster_without) out << idle_advice_line(*a.faster_without) << "\n";
   out << "the full search log: --explain (or the JSON record's predicted.explanation)\n";
   return out.str();
 }
@@ -328,10 +338,10 @@ Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
   record["predicted"]["explanation"] = plan_explanation(answer);
   if (const auto& w = answer.faster_without)
     record["predicted"]["faster_without"] = {
-        {"idle_nodes", w->nodes},    {"idle_ranks", w->ranks},
-        {"idle_gpus", w->gpus},      {"with_all_s", w->with_all_s},
-        {"without_s", w->without_s}, {"without_plan", w->without_plan},
-        {"why", idle_line(*w)}};
+        {"idle_nodes", w->nodes},     {"idle_ranks", w->ranks},
+        {"idle_gpus", w->gpus},       {"with_all_s", w->with_all_s},
+        {"without_s", w->without_s},  {"without_plan", w->without_plan},
+        {"why", idle_advice_line(*w)}};
   return record;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
@@ -123,8 +124,9 @@ std::string render_plan_text(const Scenario& scenario, const std::string& table,
   out << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
       << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch << ", "
       << scenario.cluster.num_ranks() << " device(s)" << stack_label(scenario.job.implementation)
-      << "\n"
-      << table;
+      << "\n";
+  if (const std::string idle = idle_line(scenario.cluster); !idle.empty()) out << idle << "\n";
+  out << table;
   if (!fits) out << "warning: the memory model finds this plan over capacity on some rank\n";
   return out.str();
 }

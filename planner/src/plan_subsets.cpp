@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/traces/summarize.hpp"
 
@@ -40,13 +41,6 @@ std::vector<NodeClass> node_classes(const Scenario& scenario) {
   return out;
 }
 
-Scenario with_nodes(const Scenario& scenario, const std::vector<int>& nodes) {
-  Scenario sub = scenario;
-  sub.cluster.nodes.clear();
-  for (int n : nodes) sub.cluster.nodes.push_back(scenario.cluster.nodes[static_cast<size_t>(n)]);
-  return sub;
-}
-
 double answer_iteration_s(const PlanAnswer& a) {
   constexpr double kNone = std::numeric_limits<double>::infinity();
   if (a.fsdp) {
@@ -60,28 +54,22 @@ double answer_iteration_s(const PlanAnswer& a) {
 
 namespace {
 
-// "16x L4" or "8x A100-80GB + 16x L4": the GPUs of `nodes`.
 std::string gpus_of(const Scenario& s, const std::vector<int>& nodes) {
-  std::map<std::string, int> count;
-  std::vector<std::string> order;
-  for (int n : nodes)
-    for (const DeviceSlot& d : s.cluster.nodes[static_cast<std::size_t>(n)].devices)
-      if (count[d.spec.name]++ == 0) order.push_back(d.spec.name);
-  std::string out;
-  for (const auto& t : order)
-    out += (out.empty() ? "" : " + ") + std::to_string(count[t]) + "x " + t;
-  return out;
+  std::vector<const Node*> of;
+  for (int n : nodes) of.push_back(&s.cluster.nodes[static_cast<std::size_t>(n)]);
+  return gpu_counts(of);
 }
 
 }  // namespace
 
-void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
-                   const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan) {
+std::optional<PlanAnswer> weigh_subsets(
+    const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
+    const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan) {
   const std::vector<NodeClass> classes = node_classes(scenario);
-  if (classes.size() < 2) return;  // one class: leaving some of it out only loses compute
+  if (classes.size() < 2) return {};  // one class: leaving some of it out only loses compute
   const double all_s = answer_iteration_s(answer);
   // A plan of every GPU that does not fit says where memory runs out; fewer GPUs hold less.
-  if (!std::isfinite(all_s)) return;
+  if (!std::isfinite(all_s)) return {};
   PlanRequest q = request;
   q.use_all = true;
   q.options.progress = false;
@@ -92,6 +80,7 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
   const double model_flops =
       traces::model_flops_per_iteration(scenario.job, scenario.job.global_batch);
   std::optional<IdleAdvice> best;
+  std::optional<PlanAnswer> best_answer;
   const int c = static_cast<int>(classes.size());
   for (int keep = c - 1; keep >= std::max(1, c - kMaxSubsetCandidates); --keep) {
     std::vector<int> kept, idle;
@@ -118,8 +107,9 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
       continue;
     }
     PlanAnswer sub;
+    const Scenario cut = with_nodes(scenario, kept);
     try {
-      sub = plan(with_nodes(scenario, kept), q);
+      sub = plan(cut, q);
     } catch (const InfeasibleError& e) {
       const std::string what = e.what();  // its first clause: the whole refusal is plan's own
       log << "no plan fits (" << what.substr(0, what.find(';')) << ");";
@@ -144,15 +134,19 @@ void weigh_subsets(const Scenario& scenario, const PlanRequest& request, PlanAns
       for (const RankDevice& rd : scenario.cluster.ranks())
         if (std::binary_search(idle.begin(), idle.end(), rd.node)) a.ranks.push_back(rd.rank);
       a.gpus = idle_gpus;
+      a.used_nodes = cut.cluster.used_nodes;
       a.with_all_s = all_s;
       a.without_s = t;
       a.without_plan = plan_words;
       best = std::move(a);
+      best_answer = std::move(sub);
     }
   }
   log << " every GPU: " << format_seconds(all_s);
-  if (best && best->without_s < all_s * (1 - kIdleGain)) answer.faster_without = std::move(best);
   answer.subsets = log.str();
+  if (!best || best->without_s >= all_s * (1 - kIdleGain)) return {};
+  answer.faster_without = std::move(best);
+  return best_answer;
 }
 
 }  // namespace cephalo::planner::detail

@@ -299,8 +299,9 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
 
     use_all=True is `--use-all`: plan every GPU and weigh no subset. Otherwise (strategy
     optimal or search, or parallelism "3d") the cluster without its slowest GPU types is planned
-    too, and when that is faster the record's predicted["faster_without"] names the nodes and
-    ranks to leave idle and both times (the plan itself still uses every GPU)."""
+    too, and when that is at least 1 % faster it is the plan returned: its "nodes" list the
+    nodes it runs on (the others idle; every reader, simulate() included, runs it on those), and
+    predicted["faster_without"] names the idle nodes and ranks and both times."""
     keywords = dict(strategy=strategy, offload=offload, max_micro_batch=max_micro_batch,
                     verify_with_simulator=verify_with_simulator,
                     search_neighbours=search_neighbours, micro_batch=micro_batch,

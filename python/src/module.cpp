@@ -137,7 +137,7 @@ int positive_or_open(std::optional<int> value, const char* keyword, const char* 
 // What `cephalo simulate --json [--ops]` prints, byte for byte, with the per-op columns of the
 // ops it lists (empty without ops); with a trace file, the Chrome/Perfetto trace `simulate
 // --trace` writes, through the same library calls.
-std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Plan& plan,
+std::pair<std::string, Columns> simulate_json(const Scenario& given, const Plan& plan,
                                               const std::string& plan_label, bool ops,
                                               const std::string& compute_model, bool link_sharing,
                                               const std::string& queue, const std::string& trace) {
@@ -145,6 +145,8 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
   options.record_ops = ops;
   options.link_sharing = link_sharing;
   options.queue = queue;
+  // The plan runs on the nodes it lists (core/plan_nodes.hpp), as the CLI's `simulate`.
+  const Scenario scenario = scenario_for_plan(given, plan, plan_label);
   // The CLI's sequence (checks, cost models, the trace's location, replay, warnings).
   auto run =
       sim::simulate_checked(scenario, plan, plan_label, compute_model, options, {"trace", trace});
@@ -158,8 +160,9 @@ std::pair<std::string, Columns> simulate_json(const Scenario& scenario, const Pl
 
 // The per-op columns of a record's ops (a SimResult or a RunResult of `cephalo run`, whose op
 // ids are the same graph's), from the scenario and the plan that ran.
-Columns op_table(const Scenario& scenario, const Plan& plan, const std::string& plan_label,
+Columns op_table(const Scenario& given, const Plan& plan, const std::string& plan_label,
                  const std::string& record_text) {
+  const Scenario scenario = scenario_for_plan(given, plan, plan_label);
   traces::check_plan_for(plan, scenario, plan_label);
   Json j = document(record_text, "<record>");
   JsonReader r(j, "<record>");
@@ -182,9 +185,10 @@ traces::IterationReport report_from(const std::string& text, const std::string& 
 std::string compare_json(const std::string& sim_text, const std::string& sim_label,
                          bool sim_is_file, const std::string& run_text,
                          const std::string& run_label, bool run_is_file,
-                         const std::optional<Scenario>& scenario, const std::optional<Plan>& plan,
+                         std::optional<Scenario> scenario, const std::optional<Plan>& plan,
                          const std::string& plan_label, const std::string& trace,
                          const std::string& step) {
+  if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, plan_label);
   auto sim = report_from(sim_text, sim_label, sim_is_file);
   if (run_is_file) {
     if (const std::string bytes = read_input_file(run_label); traces::looks_like_trace(bytes)) {
@@ -231,7 +235,7 @@ std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
 
 // `cephalo calibrate stack --json`; the stack file written atomically when `output` is given.
 // A profiler trace (`trace`, a file: --trace) with its `step` (--step) is the third measurement.
-std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
+std::string calibrate_stack_json(const Scenario& given, const Plan& plan,
                                  std::optional<double> tokens_per_s, const std::string& run_text,
                                  const std::string& run_label, bool run_is_file,
                                  const std::string& output, const std::string& compute_model,
@@ -250,6 +254,8 @@ std::string calibrate_stack_json(const Scenario& scenario, const Plan& plan,
     m.run = &run;
     m.run_file = run_label;
   }
+  // The plan runs on the nodes it lists (core/plan_nodes.hpp), as `calibrate stack` reads it.
+  const Scenario scenario = scenario_for_plan(given, plan, "plan");
   const auto fit =
       planner::calibrate_stack_to_file(scenario, plan, m, compute_model, output, "output");
   return planner::to_json(fit).dump(2) + "\n";
@@ -261,10 +267,11 @@ std::string describe_json(const std::string& what, const std::string& model) {
 }
 
 // `cephalo predict 3d --json`: the estimate of one split file for the scenario.
-std::string split_estimate_json(const Scenario& scenario, const std::string& split_file,
+std::string split_estimate_json(const Scenario& given, const std::string& split_file,
                                 const std::string& activation_checkpointing,
                                 const std::string& dp_overlap, bool scatter_gather,
                                 const std::string& compute_model, bool backward_at_forward_rate) {
+  const Scenario scenario = planner::scenario_for_split_file(given, split_file);
   const ModelSplit split = load_model_split_for(split_file, scenario);
   planner::SplitEstimateRequest request;
   request.activation_checkpointing = activation_checkpointing;
@@ -286,7 +293,8 @@ std::string layer_json(const costmodels::LayerQuery& query) {
 }
 
 // `cephalo predict memory --json`: the same checks of the plan, then the memory model's terms.
-std::string memory_json(const Scenario& s, const Plan& plan, const std::string& plan_label) {
+std::string memory_json(const Scenario& given, const Plan& plan, const std::string& plan_label) {
+  const Scenario s = scenario_for_plan(given, plan, plan_label);
   traces::check_plan_for(plan, s, plan_label);
   return costmodels::memory_record(s, plan_label, costmodels::predict_plan_memory(s, plan)).dump();
 }
@@ -403,8 +411,15 @@ copy.deepcopy copy it, == compares the JSON.)")
   py::class_<Plan>(m, "Plan", R"(A validated plan, from load_plan() or the record plan() returns.
 
 Per rank: batch and micro_batch in samples, the micro-batch count, the state share (a
-fraction); num_ranks, and to_json() the plan file's text.)")
+fraction); num_ranks, nodes (the scenario's nodes it runs on, None for every node; rank r is
+the r-th GPU of those nodes), and to_json() the plan file's text.)")
       .def_property_readonly("num_ranks", [](const Plan& p) { return p.ranks.size(); })
+      // The scenario's nodes the plan runs on (its "nodes"); None: every node.
+      .def_property_readonly("nodes",
+                             [](const Plan& p) -> std::optional<std::vector<int>> {
+                               if (p.nodes.empty()) return std::nullopt;
+                               return p.nodes;
+                             })
       .def("to_json", [](const Plan& p) { return to_json(p).dump(2) + "\n"; });
 
   m.def("scenario_from_file", &scenario_from_file, py::arg("file"));
@@ -417,7 +432,7 @@ fraction); num_ranks, and to_json() the plan file's text.)")
   m.def(
       "validate_plan",
       [](const Plan& plan, const Scenario& s, const std::string& label) {
-        traces::check_plan_for(plan, s, label);
+        traces::check_plan_for(plan, scenario_for_plan(s, plan, label), label);
       },
       py::arg("plan"), py::arg("scenario"), py::arg("label"));
   m.def(

@@ -251,9 +251,17 @@ def test_plan_use_all_is_the_clis():
         expected = cli("plan", "--scenario", mix, "--parallelism", "fsdp", "--json", *flags)
         got = cephalo.plan(mix, parallelism="fsdp", text=True, **kwargs)
         assert without_wall_time(got) == without_wall_time(expected)
-    advice = cephalo.plan(mix, parallelism="fsdp")["predicted"]["faster_without"]
+    record = cephalo.plan(mix, parallelism="fsdp")
+    advice = record["predicted"]["faster_without"]
     assert advice["idle_gpus"] == "4x L4" and advice["without_s"] < advice["with_all_s"]
-    assert "faster_without" not in cephalo.plan(mix, parallelism="fsdp", use_all=True)["predicted"]
+    # The plan returned leaves them out, and simulate() runs it on the nodes it lists.
+    every = cephalo.plan(mix, parallelism="fsdp", use_all=True)
+    assert "faster_without" not in every["predicted"] and "nodes" not in every
+    assert record["nodes"] and len(record["ranks"]) + len(advice["idle_ranks"]) == len(every["ranks"])
+    plan = cephalo.load_plan(record)
+    assert plan.nodes == record["nodes"] and plan.num_ranks == len(record["ranks"])
+    simulated = cephalo.simulate(mix, record)
+    assert simulated["iteration_time_s"] == record["predicted"]["simulated_iteration_s"]
 
 
 def test_plan_refuses_what_the_cli_refuses():

@@ -393,8 +393,9 @@ std::string render_simulation(const Simulation& run, const Scenario& scenario, c
     out << to_string(plan.accumulation) << " accumulation, offload " << to_string(plan.offload);
   out << ", prefetch " << (plan.prefetch ? "on" : "off") << ", compute model "
       << run.models.compute->name() << ", implementation " << to_string(scenario.job.implementation)
-      << stack_label(scenario.job.implementation) << ")\n\n"
-      << traces::render_table(result.report, per_rank);
+      << stack_label(scenario.job.implementation) << ")\n";
+  if (const std::string idle = idle_line(scenario.cluster); !idle.empty()) out << idle << "\n";
+  out << "\n" << traces::render_table(result.report, per_rank);
   if (ops) {
     TextTable t({"op", "name", "start", "end"});
     t.set_align(1, TextTable::Align::Left);

@@ -64,7 +64,9 @@ std::vector<float> initial_parameters() {
   return init;
 }
 
-void expect_one_step_matches_reference(const std::string& plan_name, int ranks = 3) {
+// One step of `plan_file` on `scenario_file` under mpirun -np `ranks` against the reference.
+void expect_step_matches_reference(const std::string& scenario_file, const std::string& plan_file,
+                                   int ranks, const std::string& plan_name) {
   const auto& ref = single_rank_reference();
   ASSERT_EQ(ref.params.size(), [] {
     std::size_t n = 0;
@@ -72,7 +74,7 @@ void expect_one_step_matches_reference(const std::string& plan_name, int ranks =
     return n;
   }());
   TempDir dir;
-  auto o = mpirun(ranks, "--scenario " + scenario(ranks) + " --plan " + plan(plan_name) +
+  auto o = mpirun(ranks, "--scenario " + scenario_file + " --plan " + plan_file +
                              " --steps 1 --dump-params " + (dir.path / "p.bin").string() +
                              " --dump-grads " + (dir.path / "g.bin").string());
   ASSERT_EQ(o.code, 0) << o.output;
@@ -95,6 +97,10 @@ void expect_one_step_matches_reference(const std::string& plan_name, int ranks =
     for (std::size_t i = off; i < off + tiny_units()[u]; ++i) d += std::fabs(p[i] - init[i]);
     EXPECT_GT(d, 0.0) << plan_name << ": unit " << u << " did not move";
   }
+}
+
+void expect_one_step_matches_reference(const std::string& plan_name, int ranks = 3) {
+  expect_step_matches_reference(scenario(ranks), plan(plan_name), ranks, plan_name);
 }
 
 }  // namespace
@@ -343,4 +349,46 @@ TEST(MpiRun, PlanThatDoesNotMatchTheScenarioIsRefusedBeforeCompute) {
   EXPECT_EQ(o2.code, 1) << o2.output;
   EXPECT_NE(o2.output.find("global batch 9"), std::string::npos) << o2.output;
   EXPECT_EQ(o2.output.find("step 0"), std::string::npos) << "compute ran:\n" << o2.output;
+}
+
+TEST(MpiRun, PlanOfSomeNodesRunsOnThemAndEqualsSingleRankFullBatch) {
+  // A plan of the middle node of three ("nodes": [1], scenarios/README.md "Plans of some
+  // nodes"): its two ranks are that node's two CPUs, the other nodes' devices start no process
+  // and join nothing, and the step is the single-rank full-batch step.
+  struct Inputs {  // not a TempDir: the reference check's own TempDir is this test's folder
+    fs::path path = fs::temp_directory_path() / ("cephalo-nodes-" + std::to_string(::getpid()));
+    Inputs() { fs::create_directories(path); }
+    ~Inputs() { fs::remove_all(path); }
+  } dir;
+  nlohmann::json sc = nlohmann::json::parse(std::ifstream(scenario(2)));
+  sc["name"] = "cpu-three-nodes";
+  sc["job"] = kSrc + "/scenarios/jobs/gpt-tiny-cpu.json";
+  nlohmann::json node = sc["cluster"]["nodes"][0];
+  node["nic"] = {{"kind", "ethernet"}, {"bandwidth", "10Gbit/s"}, {"latency", "15us"}};
+  nlohmann::json idle = node;
+  idle["gpus"] = {"cpu"};
+  sc["cluster"]["nodes"] = nlohmann::json::array({idle, node, idle});
+  sc["cluster"]["nodes"][0]["name"] = "idle-0";
+  sc["cluster"]["nodes"][2]["name"] = "idle-2";
+  nlohmann::json pl = nlohmann::json::parse(std::ifstream(plan("cpu-2rank-uneven")));
+  pl["scenario"] = "cpu-three-nodes";
+  pl["nodes"] = {1};
+  const std::string sc_file = (dir.path / "three-nodes.json").string();
+  const std::string pl_file = (dir.path / "middle-node.json").string();
+  std::ofstream(sc_file) << sc.dump();
+  std::ofstream(pl_file) << pl.dump();
+  expect_step_matches_reference(sc_file, pl_file, 2, "cpu-2rank-uneven on node 1 of 3");
+  // Its report names the nodes that ran nothing.
+  auto said = mpirun(2, "--scenario " + sc_file + " --plan " + pl_file + " --steps 1");
+  ASSERT_EQ(said.code, 0) << said.output;
+  EXPECT_NE(said.output.find("idle: 2x "), std::string::npos) << said.output;
+  EXPECT_NE(said.output.find("(nodes idle-0, idle-2: 2 of the scenario's 3 nodes"),
+            std::string::npos)
+      << said.output;
+  // The same rows against the whole cluster of four CPUs: a plan of 2 ranks for 4 devices.
+  pl.erase("nodes");
+  std::ofstream(pl_file) << pl.dump();
+  auto o = mpirun(2, "--scenario " + sc_file + " --plan " + pl_file + " --steps 1");
+  EXPECT_EQ(o.code, 1) << o.output;
+  EXPECT_NE(o.output.find("4 ranks, one per device"), std::string::npos) << o.output;
 }

@@ -609,8 +609,8 @@ TEST(PlanCli, AGroupThatCannotHoldItsCopyOfTheStateIsRefused) {
   EXPECT_NE(r.out.find("group 0 (1 devices from rank 0)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("copy of the state"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("no sharding candidate fits"), std::string::npos) << r.out;
-  // auto keeps full sharding and says why the hybrid grouping lost.
-  r = run("plan --scenario " + f.string() + " --strategy optimal --sharding auto --json");
+  // auto keeps full sharding and says why the hybrid lost (--use-all: the A100s alone win).
+  r = run("plan --scenario " + f.string() + " --strategy optimal --sharding auto --use-all --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto chosen = nlohmann::json::parse(r.json);
   EXPECT_EQ(chosen.value("sharding", nlohmann::json("full")), "full");

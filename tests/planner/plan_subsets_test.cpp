@@ -1,6 +1,6 @@
 // Leaving GPUs out (plan_request.hpp, PlanAnswer::faster_without): the cluster without its
-// slowest GPU types is planned with the same request, and a faster subset is named with both
-// times; `use_all` and the baseline strategies weigh none.
+// slowest GPU types is planned with the same request, and a faster subset is the answer (its
+// plan's "nodes"), named with both times; `use_all` and the baseline strategies weigh none.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -8,6 +8,7 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/planner/plan_request.hpp"
+#include "cephalo/traces/summarize.hpp"
 #include "plan_subsets.hpp"
 
 namespace cephalo::planner {
@@ -45,7 +46,7 @@ TEST(PlanSubsets, NodeClassesAreByGpuTypeFastestFirst) {
   EXPECT_EQ(classes[0].nodes, std::vector<int>{0});
   EXPECT_EQ(classes[1].gpus, "L4");
   EXPECT_GT(classes[0].peak_flops, classes[1].peak_flops);
-  EXPECT_EQ(detail::with_nodes(s, {0}).cluster.num_ranks(), 8);
+  EXPECT_EQ(with_nodes(s, {0}).cluster.num_ranks(), 8);
 }
 
 TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
@@ -57,24 +58,33 @@ TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
   const IdleAdvice& w = *a.faster_without;
   EXPECT_EQ(w.nodes, std::vector<std::string>{"l4-0"});
   EXPECT_EQ(w.ranks, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(w.used_nodes, std::vector<int>{0});
   EXPECT_EQ(w.gpus, "8x L4");
-  // Both times are the simulator's: the answered plan's, and the A100 node's own plan's.
-  EXPECT_DOUBLE_EQ(w.with_all_s, detail::answer_iteration_s(a));
+  // The answer is the plan of the A100 node: its "nodes" say so, its rows are the A100s'.
+  ASSERT_TRUE(a.fsdp.has_value());
+  EXPECT_EQ(a.fsdp->plan.nodes, std::vector<int>{0});
+  EXPECT_EQ(a.fsdp->plan.ranks.size(), 8u);
+  // Both times are the simulator's: the A100 node's own plan's (the answer), and the plan of
+  // every GPU (what --use-all answers).
+  EXPECT_DOUBLE_EQ(w.without_s, detail::answer_iteration_s(a));
   PlanRequest alone = r;
   alone.use_all = true;
-  const PlanAnswer a100 = answer_plan(detail::with_nodes(s, {0}), alone);
+  const PlanAnswer a100 = answer_plan(with_nodes(s, {0}), alone);
   EXPECT_DOUBLE_EQ(w.without_s, detail::answer_iteration_s(a100));
   EXPECT_LT(w.without_s, w.with_all_s * (1 - kIdleGain));
   // Said in the summary, the log and the record.
-  EXPECT_NE(plan_summary(a).find("faster without 8x L4 (ranks 8-15, nodes l4-0)"),
-            std::string::npos)
+  EXPECT_NE(plan_summary(a).find("left idle: 8x L4 (ranks 8-15, nodes l4-0)"), std::string::npos)
       << plan_summary(a);
   EXPECT_NE(plan_explanation(a).find("without 8x L4"), std::string::npos);
   const Json record = plan_answer_record(a);
   EXPECT_EQ(record["predicted"]["faster_without"]["idle_ranks"].size(), 8u);
-  // The plan itself still uses every GPU.
-  ASSERT_TRUE(a.fsdp.has_value());
-  EXPECT_EQ(a.fsdp->plan.ranks.size(), 16u);
+  EXPECT_EQ(record["nodes"], Json::array({0}));
+  // The plan's identity covers its nodes: the same rows on other nodes are another run.
+  Plan elsewhere = a.fsdp->plan;
+  elsewhere.nodes = {1};
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
+  elsewhere.nodes.clear();
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
 
   // use_all weighs no subset.
   PlanRequest all = r;
@@ -83,6 +93,9 @@ TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
   EXPECT_FALSE(every.faster_without.has_value());
   EXPECT_TRUE(every.subsets.empty());
   EXPECT_DOUBLE_EQ(detail::answer_iteration_s(every), w.with_all_s);
+  ASSERT_TRUE(every.fsdp.has_value());
+  EXPECT_TRUE(every.fsdp->plan.nodes.empty());
+  EXPECT_EQ(every.fsdp->plan.ranks.size(), 16u);
 }
 
 TEST(PlanSubsets, BaselinesAndOneClassWeighNone) {
@@ -93,7 +106,7 @@ TEST(PlanSubsets, BaselinesAndOneClassWeighNone) {
   EXPECT_TRUE(answer_plan(s, even).subsets.empty());
   PlanRequest r;
   r.parallelism = "fsdp";
-  EXPECT_TRUE(answer_plan(detail::with_nodes(s, {0}), r).subsets.empty());  // one class
+  EXPECT_TRUE(answer_plan(with_nodes(s, {0}), r).subsets.empty());  // one class
 }
 
 }  // namespace

@@ -47,14 +47,14 @@ double sequence_length(const std::string& scenario) {
 }
 
 // A mix whose L4 node slows it (planner/README.md, "Leaving GPUs out"): the summary and the
-// record name the GPUs to leave idle; `--use-all` weighs no subset.
+// record name the GPUs the plan leaves idle; `--use-all` weighs no subset.
 TEST(PlanSummary, SaysWhenLeavingGpusIdleIsFasterUnlessUseAll) {
   const std::string mix = std::string(CEPHALO_SOURCE_DIR) + "/scenarios/modern-mix-gpt2.7b.json";
   const std::string plan = "plan --scenario " + mix + " --parallelism fsdp";
   auto r = run(plan);
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string summary = r.out.substr(r.out.find("chosen: "));
-  EXPECT_NE(summary.find("\nfaster without 4x L4 (ranks "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\nleft idle: 4x L4 (ranks "), std::string::npos) << summary;
   int lines = 0;
   std::istringstream in(summary);
   for (std::string line; std::getline(in, line);) ++lines;

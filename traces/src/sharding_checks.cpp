@@ -2,6 +2,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -46,8 +47,9 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
   }
 }
 
-Plan load_plan_for(const Scenario& scenario, const std::string& plan_file) {
+Plan load_plan_for(Scenario& scenario, const std::string& plan_file) {
   Plan plan = load_plan(plan_file);
+  scenario = scenario_for_plan(scenario, plan, plan_file);
   check_plan_for(plan, scenario, plan_file);
   return plan;
 }

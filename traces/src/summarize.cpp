@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -154,6 +155,8 @@ std::string plan_hash(const Plan& plan) {
   add(to_string(plan.uneven_collective));
   // Likewise the split, only when there is one.
   if (plan.has_split()) add("split " + to_json(plan.model_split).dump());
+  // And the nodes a plan leaves some idle with (the same rows on other nodes are another run).
+  if (!plan.nodes.empty()) add("nodes " + plan_nodes_json(plan.nodes).dump());
   // Integers print as "%.17g" prints them (every digit, below 10^17) without a double's
   // formatting.
   auto add_integer = [&](int v) {

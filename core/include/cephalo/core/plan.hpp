@@ -6,6 +6,7 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/core/sharding.hpp"
 
@@ -97,6 +98,10 @@ struct Plan {
   // "model_split": tensor / pipeline / data parallelism (DESIGN §4, "A split in the plan and
   // the graph"); the default is today's FSDP plan.
   ModelSplit model_split;
+  // "nodes": the indices of the scenario's nodes the plan runs on, ascending; empty: every node.
+  // Readers run the plan on scenario_for_plan's cut (core/plan_nodes.hpp): rank r is the r-th
+  // GPU of these nodes, a row's node its node's position in this list.
+  std::vector<int> nodes;
   // Every rank's row, whichever form the file used (the compact form is expanded when read:
   // a row is 64 bytes, 64 MB at 1M ranks, and every consumer indexes by rank).
   std::vector<PlanRank> ranks;
@@ -161,10 +166,11 @@ void check_unit_passes(const Plan& plan, std::int64_t passes, const std::string&
 // data-parallel domain, and no FSDP-only key).
 Plan parse_plan(JsonReader& reader);
 Plan load_plan(const std::filesystem::path& file);
-// Checks the plan against a scenario: the scenario it names (when it names one) is this one,
-// rank count, nodes and device types match the cluster, Σ batch = global batch, the schedule is
-// within kMaxScheduledUnitPasses, and a split passes check_model_split_for. Throws ValidationError
-// naming `plan_file` and the field.
+// Checks the plan against a scenario (the cut of its "nodes", scenario_for_plan: a plan with
+// "nodes" given the whole scenario is refused, naming the key): the scenario it names (when it
+// names one) is this one, rank count, nodes and device types match the cluster, Σ batch = global
+// batch, the schedule is within kMaxScheduledUnitPasses, and a split passes check_model_split_for.
+// Throws ValidationError naming `plan_file` and the field.
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
 Json to_json(const Plan& plan, PlanForm form = PlanForm::Auto);
 

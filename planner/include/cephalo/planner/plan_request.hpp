@@ -79,19 +79,21 @@ SplitSearchOptions split_options(const PlanRequest& request);
 // types, and the cluster without its slowest class, its two slowest, ... (at most
 // kMaxSubsetCandidates candidates, always keeping the fastest class) is planned with the same
 // request. A subset whose plan simulates at least kIdleGain faster than the plan of every GPU
-// is `faster_without`: which nodes and ranks to leave idle, and both times. The plan answered
-// still uses every GPU: neither plan form can hold an idle rank yet (a rank of an FSDP plan
-// with batch 0 and share 0 still joins its group's gathers and reductions; a split puts every
-// rank in a stage), so the advice is to plan the cluster of the other nodes. `subsets` is the
-// log of every candidate weighed.
+// is the answer: its plan's "nodes" (core/plan_nodes.hpp) list the nodes it runs on, the others
+// stay idle (a rank with batch 0 and share 0 would still join every gather and reduction), and
+// `faster_without` says which nodes and ranks idle and both times. Every reader of the plan
+// runs it on the scenario cut to its nodes, so `simulate` of the written plan against the
+// scenario given replays the plan the prediction replayed. `subsets` is the log of every
+// candidate weighed.
 inline constexpr int kMaxSubsetCandidates = 3;
 inline constexpr double kIdleGain = 0.01;
 struct IdleAdvice {
-  std::vector<std::string> nodes;  // the nodes to leave idle, by name
-  std::vector<int> ranks;          // their ranks
+  std::vector<std::string> nodes;  // the nodes left idle, by name
+  std::vector<int> ranks;          // their ranks in the scenario's cluster (every GPU numbered)
+  std::vector<int> used_nodes;     // the nodes the plan runs on: its "nodes"
   std::string gpus;                // "16x L4"
-  double with_all_s = 0;           // the answered plan's simulated iteration (every GPU)
-  double without_s = 0;            // the best plan of the other nodes alone, simulated
+  double with_all_s = 0;           // the best plan of every GPU, simulated
+  double without_s = 0;            // the answered plan of the other nodes, simulated
   std::string without_plan;        // that plan in words ("the split TP 2 x PP 2 ...")
 };
 struct PlanAnswer {
@@ -137,6 +139,9 @@ struct SplitEstimateRequest {
 // A split file that is a plan ("ranks" beside its "model_split"): its ranks' micro_batch and
 // state_share, which estimate_split_request prices as given; empty for a bare split.
 ReplicaAllocation replica_allocation_in(const std::string& file);
+// The scenario a split file is estimated on: a plan file ("ranks" or "rank_classes") runs on the
+// nodes it lists (scenario_for_plan, core/plan_nodes.hpp); a bare split on the whole scenario.
+Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file);
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,

@@ -109,8 +109,9 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
 // The one entry point for the CLI, Python and the planner's replays, so none skips a check.
 void check_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file);
 
-// A plan file for this scenario: read (load_plan) and checked (check_plan_for), messages naming
-// the file. What every command and binding that reads a plan next to a scenario calls.
-Plan load_plan_for(const Scenario& scenario, const std::string& plan_file);
+// A plan file for this scenario: read (load_plan), `scenario` cut to the nodes the plan runs on
+// (scenario_for_plan, core/plan_nodes.hpp) and the plan checked for it (check_plan_for),
+// messages naming the file.
+Plan load_plan_for(Scenario& scenario, const std::string& plan_file);
 
 }  // namespace cephalo::traces
