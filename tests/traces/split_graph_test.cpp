@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "tiny_scenario.hpp"
@@ -256,6 +257,60 @@ TEST(SplitGraph, ShardingDecidesTheDataParallelCollectives) {
   auto none = dp(StageSharding::None);
   EXPECT_EQ(none[OpKind::AllReduce], units);
   EXPECT_EQ(none[OpKind::AllGather] + none[OpKind::ReduceScatter], 0);
+}
+
+// A split rank gathers each unit once, in the order of the units' first forwards, and issues
+// each gather when the framework's prefetch rule says (schedule::gather_gates over those
+// gathers, the rule an FSDP plan's phases follow): FSDP one unit ahead (none without
+// prefetch), DeepSpeed ZeRO-3 as far as its prefetch bucket reaches (the whole tiny model).
+TEST(SplitGraph, GathersFollowTheFrameworksPrefetchRule) {
+  for (const Framework framework : {Framework::FSDP2, Framework::DeepSpeedZero3})
+    for (const bool prefetch : {true, false}) {
+      Scenario s = tiny_scenario(4, 4, 8);
+      s.job.implementation.framework = framework;
+      const ModelSplit split = pipeline_split(1, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4);
+      Plan plan = even_split_plan(s, split);
+      plan.prefetch = prefetch;
+      const TrainingGraph g = build_training_graph(plan, s);
+      expect_well_formed(g);
+      for (int r : {0, 3}) {
+        SCOPED_TRACE("rank " + std::to_string(r) + (prefetch ? " prefetch" : " no prefetch") +
+                     (framework == Framework::FSDP2 ? " FSDP2" : " ZeRO-3"));
+        std::vector<int> first_use;
+        std::map<int, OpId> first_forward;
+        std::vector<OpId> gathers;
+        for (const Op& o : g.program(r)) {
+          if (o.kind == OpKind::Forward && !first_forward.count(o.unit)) {
+            first_forward[o.unit] = o.id;
+            first_use.push_back(o.unit);
+          }
+          if (o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV) gathers.push_back(o.id);
+        }
+        ASSERT_EQ(gathers.size(), first_use.size());
+        std::vector<schedule::GatherPhase> phases;
+        for (int u : first_use)
+          phases.push_back({static_cast<double>(g.layout_of(r).numel(u)), false});
+        const std::vector<int> gates =
+            schedule::gather_gates(schedule::gather_rules(framework, prefetch), phases);
+        int issued_at_start = 0;
+        for (std::size_t i = 0; i < gathers.size(); ++i) {
+          EXPECT_EQ(g.op(gathers[i]).unit, first_use[i]);
+          const auto waits = g.waits_on(gathers[i]);
+          if (gates[i] < 0) {
+            EXPECT_TRUE(waits.empty()) << "gather " << i;
+            ++issued_at_start;
+          } else {
+            ASSERT_EQ(waits.size(), 1u) << "gather " << i;
+            EXPECT_EQ(waits[0], first_forward[first_use[static_cast<std::size_t>(gates[i])]]);
+          }
+        }
+        const int units = static_cast<int>(first_use.size());
+        const int expected = framework == Framework::DeepSpeedZero3 && prefetch ? units
+                             : prefetch                                         ? 2
+                                                                                : 1;
+        EXPECT_EQ(issued_at_start, expected);
+      }
+    }
 }
 
 TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {

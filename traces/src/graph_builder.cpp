@@ -96,10 +96,7 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   units_ = costmodels::num_units(model);
   member_index_.assign(static_cast<std::size_t>(ranks), -1);
   for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
-  gpu_runtime_.reserve(static_cast<std::size_t>(ranks));
-  for (const auto& node : scenario_.cluster.nodes)
-    for (const auto& slot : node.devices)
-      gpu_runtime_.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
+  gpu_runtime_ = gpu_runtime_ranks(scenario_);
 
   g_.summary_ = plan_summary(plan_, scenario_, units_);
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cephalo/costmodels/comm_model.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "graph_ops.hpp"
 
@@ -55,8 +56,8 @@ class GraphBuilder {
   OpId emit(Op op, std::initializer_list<OpId> deps);
   void build_rank(int r);
   void emit_gather(RankState& st, int p);
-  void emit_forward(RankState& st, int p, int m, bool keeps);
-  void emit_backward(RankState& st, int p, int m, bool recompute, bool keeps);
+  void emit_forward(RankState& st, int p, int m);
+  void emit_backward(RankState& st, int p, int m, bool recompute);
   void emit_reductions(RankState& st, int p);
   void emit_optimizer_step(RankState& st);
 
@@ -67,10 +68,12 @@ class GraphBuilder {
   }
   // Whether unit u's backward is preceded by a Recompute (schedule::recomputes).
   bool recomputes(int u) const;
-  // Whether it reruns only its attention core (schedule::recomputes_attention_core), and the
-  // bytes of that core's saved state for a micro-batch of `size` (0 for other units).
+  // Whether it reruns only its attention core (schedule::recomputes_attention_core).
   bool recomputes_attention_core(int u) const;
-  double core_bytes(int u, int size) const;
+  // The activation bytes compute step `step` of unit u allocates and frees on the rank for a
+  // micro-batch of `size`: costmodels::split_compute_op_bytes at one stage, T = 1.
+  costmodels::OpBytes op_bytes(const RankState& st, int u, costmodels::ComputeStep step,
+                               int size) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
   // Phase p's collective of `group` in a per phase × group table.

@@ -8,6 +8,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::traces {
@@ -42,6 +43,14 @@ std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
     built.push_back(r);
   }
   return built;
+}
+
+std::vector<char> gpu_runtime_ranks(const Scenario& scenario) {
+  std::vector<char> out;
+  for (const auto& node : scenario.cluster.nodes)
+    for (const auto& slot : node.devices)
+      out.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
+  return out;
 }
 
 GraphSummary plan_summary(const Plan& plan, const Scenario& scenario, int units) {

@@ -29,6 +29,10 @@ Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
 std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
                                 std::span<const int> only);
 
+// Per rank: 1 when it runs on a GPU runtime (not a CPU device), read once from the cluster
+// (Cluster::ranks() per op or per rank would make a large graph's build quadratic).
+std::vector<char> gpu_runtime_ranks(const Scenario& scenario);
+
 // The summary fields of any plan's graph (ranks, units, sequence, global batch, the schedule
 // choices, model FLOPs); a split's builder adds its own. Refuses (Error) a host offload that
 // the plan's checkpointing contradicts: parse_plan refuses it, a plan built in code must not

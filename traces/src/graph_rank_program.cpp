@@ -45,11 +45,13 @@ bool GraphBuilder::recomputes_attention_core(int u) const {
   return schedule::recomputes_attention_core(plan_.activation_checkpointing, u, units_);
 }
 
-double GraphBuilder::core_bytes(int u, int size) const {
-  return recomputes_attention_core(u)
-             ? costmodels::attention_core_kept_bytes(scenario_.job.model,
-                                                     scenario_.job.sequence_length, size)
-             : 0.0;
+costmodels::OpBytes GraphBuilder::op_bytes(const RankState& st, int u, costmodels::ComputeStep step,
+                                           int size) const {
+  // One stage, T = 1: costmodels' per-op rule, the one the split builder and the memory model
+  // use.
+  return costmodels::split_compute_op_bytes(scenario_.job, plan_.activation_checkpointing, u, step,
+                                            size, 1, false,
+                                            gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0);
 }
 
 void GraphBuilder::emit_gather(RankState& st, int p) {
@@ -69,41 +71,36 @@ void GraphBuilder::emit_gather(RankState& st, int p) {
   st.ag[p] = emit(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
 }
 
-void GraphBuilder::emit_forward(RankState& st, int p, int m, bool keeps) {
+void GraphBuilder::emit_forward(RankState& st, int p, int m) {
   const Job& job = scenario_.job;
   const int u = phases_[p].unit;
   const int size = st.sizes[m];
-  const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length,
-                                                                size, job.precision.compute);
-  const double w = costmodels::unit_working_bytes(job.model, u, job.sequence_length, size,
-                                                  job.precision.compute);
   Op f = micro_batch_op(OpKind::Forward, Pass::Forward, u, p, m, size);
   f.flops = costmodels::unit_flops(job.model, u, job.sequence_length, size).forward;
-  f.mem_alloc = w + (u < units_ - 1 ? boundary : 0.0);
-  // A kept layer releases nothing, or under selective recompute its attention core's state.
-  f.mem_free = keeps ? core_bytes(u, size) : w;
+  const costmodels::OpBytes bytes = op_bytes(st, u, costmodels::ComputeStep::Forward, size);
+  f.mem_alloc = bytes.alloc;
+  f.mem_free = bytes.free;
   st.last_compute = emit(f, {st.first ? st.ag[p] : kNoOp});
   if (st.offload && u >= 1) {
     Op c = micro_batch_op(OpKind::CopyD2H, Pass::Forward, u, p, m, size);
-    c.bytes = boundary;
+    c.bytes = costmodels::boundary_activation_bytes(job.model, job.sequence_length, size,
+                                                    job.precision.compute);
     c.mem_free = c.bytes;  // the device copy of the unit's input
     st.d2h[static_cast<std::size_t>(u) * st.mbs + m] = emit(c, {st.last_compute});
   }
 }
 
-void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bool keeps) {
+void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
-  const Dtype act = job.precision.compute;
-  const int seq = job.sequence_length;
   const int u = phases_[p].unit;
   const int size = st.sizes[m];
   const std::int32_t gp = g_.gradient_phase_[p];
-  const double boundary = costmodels::boundary_activation_bytes(model, seq, size, act);
   OpId h2d = kNoOp;
   if (st.offload && u >= 1) {
     Op c = micro_batch_op(OpKind::CopyH2D, Pass::Backward, u, p, m, size);
-    c.bytes = boundary;
+    c.bytes = costmodels::boundary_activation_bytes(model, job.sequence_length, size,
+                                                    job.precision.compute);
     c.mem_alloc = c.bytes;
     const std::size_t steps = st.backward_steps.size();
     OpId gate = steps >= static_cast<std::size_t>(st.copy_lookahead)
@@ -111,8 +108,7 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
                     : kNoOp;
     h2d = emit(c, {st.d2h[static_cast<std::size_t>(u) * st.mbs + m], gate});
   }
-  const auto flops = costmodels::unit_flops(model, u, seq, size);
-  const double w = costmodels::unit_working_bytes(model, u, seq, size, act);
+  const auto flops = costmodels::unit_flops(model, u, job.sequence_length, size);
   Op b = micro_batch_op(OpKind::Backward, Pass::Backward, u, p, m, size);
   // The layer's whole forward again, or under selective recompute its attention core only.
   const bool core = recomputes_attention_core(u);
@@ -120,25 +116,17 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
     Op rc = b;
     rc.kind = OpKind::Recompute;
     rc.flops = recompute ? flops.forward : costmodels::attention_core_forward_flops(job, size);
-    rc.mem_alloc = recompute ? w : core_bytes(u, size);
+    rc.mem_alloc = op_bytes(st, u, costmodels::ComputeStep::Recompute, size).alloc;
     emit(rc, {st.first ? st.ag[p] : kNoOp, h2d});
   }
   b.flops = flops.backward;
-  // The input gradient, the gradient buffer (the first backward that accumulates into it) and
-  // the backward's own input-gradient temporaries, held while it runs. Eager attention's s×s
-  // scores and their gradient are held on a GPU (the same term as the closed form's working
-  // set, memory_model.cpp; a CPU device computes one head's scores at a time outside its
-  // allocator).
-  const double t = costmodels::unit_backward_transient_bytes(model, u, seq, size, act) +
-                   (gpu_runtime_[static_cast<std::size_t>(st.rank)]
-                        ? costmodels::eager_attention_bytes(model, u, seq, size, job.implementation)
-                        : 0.0);
+  // The activation bytes (costmodels' per-op rule), and the unsharded gradient buffer when
+  // this is the first backward that accumulates into it.
+  const costmodels::OpBytes bytes = op_bytes(st, u, costmodels::ComputeStep::Backward, size);
   const bool alloc_grad = !st.grad_held[static_cast<std::size_t>(gp)];
   st.grad_held[static_cast<std::size_t>(gp)] = true;
-  b.mem_alloc =
-      (u > 0 ? boundary : 0.0) + (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
-  b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary : 0.0) +
-               (u < units_ - 1 ? boundary : 0.0);
+  b.mem_alloc = bytes.alloc + (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0);
+  b.mem_free = bytes.free;
   // Without a recompute the backward itself is the phase's first use of the gather.
   st.last_compute = recompute || core ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
   st.backward_steps.push_back(st.last_compute);
@@ -215,18 +203,17 @@ void GraphBuilder::build_rank(int r) {
   for (int p = 0; p < num_phases; ++p) {
     const Phase& ph = phases_[p];
     const int u = ph.unit;
-    // A layer without a recompute keeps its forward's working set until its backward; the
-    // embedding's forward working set is transient either way (its backward needs only ids).
+    // What a forward keeps to its backward (a layer without a recompute: its working set; the
+    // embedding: nothing, its backward needs only ids) is costmodels' per-op rule (op_bytes).
     const bool recompute = recomputes(u);
-    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
     st.last_compute = kNoOp;
     st.first = true;
     // Micro-batches this rank runs in this phase, in execution order.
     auto run = [&](int m) {
       if (ph.pass == Pass::Forward)
-        emit_forward(st, p, m, keeps);
+        emit_forward(st, p, m);
       else
-        emit_backward(st, p, m, recompute, keeps);
+        emit_backward(st, p, m, recompute);
       st.first = false;
     };
     if (plan_.accumulation == Accumulation::Layered) {

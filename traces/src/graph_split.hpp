@@ -50,11 +50,13 @@ class SplitGraphBuilder {
     std::vector<OpId> gather;
     std::vector<int> backwards_left;
     std::vector<bool> grad_held;
-    std::vector<int> first_use;       // units in the order of their first forward
-    int next_gather = 0;              // index into first_use of the next gather to issue
-    std::vector<char> used;           // per unit: first forward emitted
-    std::vector<OpId> first_forward;  // per unit: its first forward op (a later gather's gate)
-    std::vector<OpId> last_backward;  // per unit: its latest backward op
+    std::vector<int> first_use;        // units in the order of their first forward
+    std::vector<int> first_use_index;  // per unit: its index in first_use (-1: not used)
+    std::vector<int> gather_gates;     // per first_use index: schedule::gather_gates
+    int next_gather = 0;               // index into first_use of the next gather to issue
+    std::vector<char> used;            // per unit: first forward emitted
+    std::vector<OpId> first_forward;   // per unit: its first forward op (a later gather's gate)
+    std::vector<OpId> last_backward;   // per unit: its latest backward op
     std::vector<int> backwards_left_in_chunk;  // per chunk: backward steps still to come
     std::vector<OpId> pending;                 // receives the next compute op waits on
     OpId last_compute = kNoOp;      // the last op on the compute stream (a TP op after its compute)
@@ -86,7 +88,8 @@ class SplitGraphBuilder {
   void set_member_op(std::int32_t collective, int rank, OpId op);
   Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
-  void emit_gather(RankState& st, int unit);
+  void emit_next_gather(RankState& st);
+  void emit_gathers_after(RankState& st, int done);
   void emit_recvs(RankState& st, int boundary, bool forward, int unit, int micro_batch);
   void emit_sends(RankState& st, int boundary, bool forward, int unit, int micro_batch,
                   OpId producer);
@@ -131,7 +134,8 @@ class SplitGraphBuilder {
     std::vector<std::uint32_t> by_from, by_to;
   };
   std::vector<TransferIndex> forward_index_, backward_index_;
-  std::vector<char> built_;  // per rank: whether it gets ops and collective memberships
+  std::vector<char> built_;        // per rank: whether it gets ops and collective memberships
+  std::vector<char> gpu_runtime_;  // per rank: gpu_runtime_ranks
   // Collective lookup: per TP group (stage, replica), its collectives in program order (every
   // member emits the same sequence); other collectives by key.
   std::vector<std::vector<std::int32_t>> tp_ids_;

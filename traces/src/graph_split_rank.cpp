@@ -30,23 +30,28 @@ Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass
   return o;
 }
 
-void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
+// The next gather in first-use order, issued once the first forward of its gate unit is done
+// (gather_gates: the framework's prefetch rule, as for an FSDP plan's phases), or at the start.
+void SplitGraphBuilder::emit_next_gather(RankState& st) {
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+  const std::size_t i = static_cast<std::size_t>(st.next_gather++);
+  const int unit = st.first_use[i];
   Op o = domain_op(
       st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
       Pass::Forward);
   set_gather_memory(o, st.cast_send);
-  // Issued once the first forward of the unit `lookahead` places earlier in first-use order is
-  // done (the FSDP prefetch rule, schedule::gather_rules), or at the start.
-  const int lookahead = plan_.prefetch ? 2 : 1;
-  const auto pos = static_cast<int>(std::find(st.first_use.begin(), st.first_use.end(), unit) -
-                                    st.first_use.begin());
-  OpId gate = kNoOp;
-  if (pos >= lookahead) {
-    const int before = st.first_use[static_cast<std::size_t>(pos - lookahead)];
-    gate = st.first_forward[static_cast<std::size_t>(before)];
-  }
-  st.gather[static_cast<std::size_t>(unit)] = emit(o, {gate});
+  const int gate = st.gather_gates[i];
+  st.gather[static_cast<std::size_t>(unit)] =
+      emit(o, {gate >= 0 ? st.first_forward[static_cast<std::size_t>(
+                               st.first_use[static_cast<std::size_t>(gate)])]
+                         : kNoOp});
+}
+
+// The gathers whose gate is the first forward of first_use[done] (done = -1: at the start).
+void SplitGraphBuilder::emit_gathers_after(RankState& st, int done) {
+  while (st.next_gather < static_cast<int>(st.first_use.size()) &&
+         st.gather_gates[static_cast<std::size_t>(st.next_gather)] <= done)
+    emit_next_gather(st);
 }
 
 void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int micro_batch,
@@ -58,8 +63,7 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
   const bool sp = plan_.model_split.sequence_parallel;
   const int size = st.size;
   // The op's activation bytes: costmodels' per-op rule, the one the memory model walks.
-  const bool gpu = costmodels::runs_gpu_runtime(
-      scenario_.cluster.ranks()[static_cast<std::size_t>(st.rank)].slot->spec);
+  const bool gpu = gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0;
   const auto bytes = [&](costmodels::ComputeStep step) {
     return costmodels::split_compute_op_bytes(job, plan_.activation_checkpointing, unit, step, size,
                                               T, sp, gpu);
@@ -117,16 +121,7 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
     st.used[static_cast<std::size_t>(unit)] = 1;
     st.first_forward[static_cast<std::size_t>(unit)] = st.last_forward;
     // The gathers this forward's completion releases (prefetch).
-    while (full && st.next_gather < static_cast<int>(st.first_use.size())) {
-      const int lookahead = plan_.prefetch ? 2 : 1;
-      const int g = st.next_gather;
-      const int gate_pos = g - lookahead;
-      if (gate_pos >= 0 &&
-          !st.used[static_cast<std::size_t>(st.first_use[static_cast<std::size_t>(gate_pos)])])
-        break;
-      emit_gather(st, st.first_use[static_cast<std::size_t>(g)]);
-      ++st.next_gather;
-    }
+    if (full) emit_gathers_after(st, st.first_use_index[static_cast<std::size_t>(unit)]);
   }
 }
 
@@ -299,6 +294,7 @@ void SplitGraphBuilder::build_rank(int r) {
   st.backwards_left.assign(U, 0);
   st.grad_held.assign(U, false);
   st.used.assign(U, 0);
+  st.first_use_index.assign(U, -1);
   st.backwards_left_in_chunk.assign(static_cast<std::size_t>(v_), 0);
   const auto& order = orders_[static_cast<std::size_t>(st.stage)];
   for (const auto& step : order) {
@@ -314,9 +310,17 @@ void SplitGraphBuilder::build_rank(int r) {
     }
   }
   if (st.gathers) {
-    const int lookahead = plan_.prefetch ? 2 : 1;
-    while (st.next_gather < std::min<int>(lookahead, static_cast<int>(st.first_use.size())))
-      emit_gather(st, st.first_use[static_cast<std::size_t>(st.next_gather++)]);
+    // Each unit gathered once, before its first forward (kept to its last backward): the
+    // gathers in first-use order are the phases the framework's prefetch rule gates.
+    const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+    std::vector<schedule::GatherPhase> gathers;
+    for (std::size_t i = 0; i < st.first_use.size(); ++i) {
+      st.first_use_index[static_cast<std::size_t>(st.first_use[i])] = static_cast<int>(i);
+      gathers.push_back({static_cast<double>(layout.numel(st.first_use[i])), false});
+    }
+    st.gather_gates = schedule::gather_gates(
+        schedule::gather_rules(job.implementation.framework, plan_.prefetch), gathers);
+    emit_gathers_after(st, -1);
   }
   for (const auto& step : order) {
     if (step.pass == pipeline::Pass::Forward)
