@@ -70,10 +70,9 @@ class GraphBuilder {
   bool recomputes(int u) const;
   // Whether it reruns only its attention core (schedule::recomputes_attention_core).
   bool recomputes_attention_core(int u) const;
-  // The activation bytes compute step `step` of unit u allocates and frees on the rank for a
-  // micro-batch of `size`: costmodels::split_compute_op_bytes at one stage, T = 1.
-  costmodels::OpBytes op_bytes(const RankState& st, int u, costmodels::ComputeStep step,
-                               int size) const;
+  // Compute op `kind` of phase p's unit for micro-batch m on the rank (graph_ops.hpp's
+  // compute_op at one stage, T = 1).
+  Op compute_op(const RankState& st, OpKind kind, int p, int m) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
   // Phase p's collective of `group` in a per phase × group table.

@@ -9,6 +9,8 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::traces {
@@ -21,6 +23,44 @@ Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
   o.micro_batch = m;
   o.micro_batch_size = size;
   o.phase = p;
+  return o;
+}
+
+Op compute_op(const ComputeContext& c, OpKind kind, int unit, int p, int m, int size) {
+  const Job& job = c.job;
+  const int T = c.tensor_parallel;
+  Op o = micro_batch_op(kind, kind == OpKind::Forward ? Pass::Forward : Pass::Backward, unit, p, m,
+                        size);
+  const auto flops = costmodels::unit_flops(job.model, unit, job.sequence_length, size);
+  const double share =
+      costmodels::unit_kind(job.model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
+  const auto bytes = [&](costmodels::ComputeStep step) {
+    return costmodels::split_compute_op_bytes(job, c.checkpointing, unit, step, size, T,
+                                              c.sequence_parallel, c.gpu_runtime);
+  };
+  costmodels::OpBytes b;
+  switch (kind) {
+    case OpKind::Forward:
+      o.flops = flops.forward * share;
+      b = bytes(costmodels::ComputeStep::Forward);
+      break;
+    case OpKind::Recompute:
+      // The unit's whole forward again, or under selective recompute its attention core only.
+      o.flops = (schedule::recomputes_attention_core(c.checkpointing, unit, c.units)
+                     ? costmodels::attention_core_forward_flops(job, size)
+                     : flops.forward) *
+                share;
+      b = bytes(costmodels::ComputeStep::Recompute);
+      break;
+    case OpKind::Backward:
+      o.flops = flops.backward * share;
+      b = bytes(costmodels::ComputeStep::Backward);
+      break;
+    default:
+      throw std::logic_error("compute_op: " + to_string(kind) + " is not a compute op");
+  }
+  o.mem_alloc = b.alloc;
+  o.mem_free = b.free;
   return o;
 }
 

@@ -4,7 +4,9 @@
 // plan's graph from these, so an FSDP plan and its one-stage split agree on each by
 // construction (tests/sim/one_stage_split_test.cpp holds the whole graphs equal):
 //  * which ranks get ops (`only`) and the plan's rank count against the cluster's;
-//  * the summary fields every graph carries, and which units recompute;
+//  * the summary fields every graph carries, which units recompute, which ranks run a GPU
+//    runtime;
+//  * every compute op's FLOPs and activation bytes (compute_op);
 //  * a data-parallel domain's collectives (a group's gather or reduce-scatter, the cross-group
 //    reduction) and the variant of an uneven one (the plan's, or the comm model's);
 //  * the memory a gather, a reduce-scatter and the optimizer step allocate and free.
@@ -22,6 +24,24 @@ namespace cephalo::traces {
 
 // An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has.
 Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
+
+// What a rank's compute ops depend on besides the unit and the micro-batch: the job, the plan's
+// checkpointing, the model's unit count, the rank's tensor-parallel degree (1: an FSDP plan),
+// sequence parallelism and whether it runs a GPU runtime.
+struct ComputeContext {
+  const Job& job;
+  const ActivationCheckpointing& checkpointing;
+  int units = 0;
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool gpu_runtime = true;
+};
+// A compute op (Forward; Recompute or Backward, both of the backward pass) of `unit` for
+// micro-batch m of `size` samples in phase p: its FLOPs (the unit's, 1/T of them on a TP rank
+// but the embedding's; a selective recompute the attention core's alone) and the activations it
+// allocates and frees (costmodels::split_compute_op_bytes, the one per-op rule). The builder
+// adds what its data-parallel sharding holds (the gathered parameters, the unsharded gradient).
+Op compute_op(const ComputeContext& context, OpKind kind, int unit, int p, int m, int size);
 
 // The ranks that get ops: every rank when `only` is empty, else `only` (ascending, each a rank
 // of the plan; std::logic_error otherwise). Throws Error when the plan's rank count is not the

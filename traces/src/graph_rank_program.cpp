@@ -45,13 +45,12 @@ bool GraphBuilder::recomputes_attention_core(int u) const {
   return schedule::recomputes_attention_core(plan_.activation_checkpointing, u, units_);
 }
 
-costmodels::OpBytes GraphBuilder::op_bytes(const RankState& st, int u, costmodels::ComputeStep step,
-                                           int size) const {
-  // One stage, T = 1: costmodels' per-op rule, the one the split builder and the memory model
-  // use.
-  return costmodels::split_compute_op_bytes(scenario_.job, plan_.activation_checkpointing, u, step,
-                                            size, 1, false,
-                                            gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0);
+Op GraphBuilder::compute_op(const RankState& st, OpKind kind, int p, int m) const {
+  // One stage, T = 1: the compute op both builders make (graph_ops.hpp).
+  const ComputeContext context{scenario_.job, plan_.activation_checkpointing,
+                               units_,        1,
+                               false,         gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0};
+  return traces::compute_op(context, kind, phases_[p].unit, p, m, st.sizes[m]);
 }
 
 void GraphBuilder::emit_gather(RankState& st, int p) {
@@ -74,14 +73,9 @@ void GraphBuilder::emit_gather(RankState& st, int p) {
 void GraphBuilder::emit_forward(RankState& st, int p, int m) {
   const Job& job = scenario_.job;
   const int u = phases_[p].unit;
-  const int size = st.sizes[m];
-  Op f = micro_batch_op(OpKind::Forward, Pass::Forward, u, p, m, size);
-  f.flops = costmodels::unit_flops(job.model, u, job.sequence_length, size).forward;
-  const costmodels::OpBytes bytes = op_bytes(st, u, costmodels::ComputeStep::Forward, size);
-  f.mem_alloc = bytes.alloc;
-  f.mem_free = bytes.free;
-  st.last_compute = emit(f, {st.first ? st.ag[p] : kNoOp});
+  st.last_compute = emit(compute_op(st, OpKind::Forward, p, m), {st.first ? st.ag[p] : kNoOp});
   if (st.offload && u >= 1) {
+    const int size = st.sizes[m];
     Op c = micro_batch_op(OpKind::CopyD2H, Pass::Forward, u, p, m, size);
     c.bytes = costmodels::boundary_activation_bytes(job.model, job.sequence_length, size,
                                                     job.precision.compute);
@@ -92,14 +86,13 @@ void GraphBuilder::emit_forward(RankState& st, int p, int m) {
 
 void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
   const int u = phases_[p].unit;
-  const int size = st.sizes[m];
   const std::int32_t gp = g_.gradient_phase_[p];
   OpId h2d = kNoOp;
   if (st.offload && u >= 1) {
+    const int size = st.sizes[m];
     Op c = micro_batch_op(OpKind::CopyH2D, Pass::Backward, u, p, m, size);
-    c.bytes = costmodels::boundary_activation_bytes(model, job.sequence_length, size,
+    c.bytes = costmodels::boundary_activation_bytes(job.model, job.sequence_length, size,
                                                     job.precision.compute);
     c.mem_alloc = c.bytes;
     const std::size_t steps = st.backward_steps.size();
@@ -108,27 +101,16 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
                     : kNoOp;
     h2d = emit(c, {st.d2h[static_cast<std::size_t>(u) * st.mbs + m], gate});
   }
-  const auto flops = costmodels::unit_flops(model, u, job.sequence_length, size);
-  Op b = micro_batch_op(OpKind::Backward, Pass::Backward, u, p, m, size);
   // The layer's whole forward again, or under selective recompute its attention core only.
-  const bool core = recomputes_attention_core(u);
-  if (recompute || core) {
-    Op rc = b;
-    rc.kind = OpKind::Recompute;
-    rc.flops = recompute ? flops.forward : costmodels::attention_core_forward_flops(job, size);
-    rc.mem_alloc = op_bytes(st, u, costmodels::ComputeStep::Recompute, size).alloc;
-    emit(rc, {st.first ? st.ag[p] : kNoOp, h2d});
-  }
-  b.flops = flops.backward;
-  // The activation bytes (costmodels' per-op rule), and the unsharded gradient buffer when
-  // this is the first backward that accumulates into it.
-  const costmodels::OpBytes bytes = op_bytes(st, u, costmodels::ComputeStep::Backward, size);
+  const bool rerun = recompute || recomputes_attention_core(u);
+  if (rerun) emit(compute_op(st, OpKind::Recompute, p, m), {st.first ? st.ag[p] : kNoOp, h2d});
+  // The unsharded gradient buffer, when this is the first backward that accumulates into it.
+  Op b = compute_op(st, OpKind::Backward, p, m);
   const bool alloc_grad = !st.grad_held[static_cast<std::size_t>(gp)];
   st.grad_held[static_cast<std::size_t>(gp)] = true;
-  b.mem_alloc = bytes.alloc + (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0);
-  b.mem_free = bytes.free;
+  if (alloc_grad) b.mem_alloc += g_.unit_sizes_[u].gradient_bytes;
   // Without a recompute the backward itself is the phase's first use of the gather.
-  st.last_compute = recompute || core ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
+  st.last_compute = rerun ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
   st.backward_steps.push_back(st.last_compute);
   st.grad_last[static_cast<std::size_t>(gp)] = st.last_compute;
 }

@@ -57,50 +57,31 @@ void SplitGraphBuilder::emit_gathers_after(RankState& st, int done) {
 void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int micro_batch,
                                      Pass pass) {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
-  const int seq = job.sequence_length;
   const int T = st.place.tensor_parallel;
-  const bool sp = plan_.model_split.sequence_parallel;
-  const int size = st.size;
-  // The op's activation bytes: costmodels' per-op rule, the one the memory model walks.
-  const bool gpu = gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0;
-  const auto bytes = [&](costmodels::ComputeStep step) {
-    return costmodels::split_compute_op_bytes(job, plan_.activation_checkpointing, unit, step, size,
-                                              T, sp, gpu);
-  };
-  const auto flops = costmodels::unit_flops(model, unit, seq, size);
-  const double flop_share =
-      costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
-  Op o = micro_batch_op(kind, pass, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
-                        micro_batch, size);
+  const ComputeContext context{job,
+                               plan_.activation_checkpointing,
+                               units_,
+                               T,
+                               plan_.model_split.sequence_parallel,
+                               gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0};
+  Op o = compute_op(context, kind, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
+                    micro_batch, st.size);
   std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
   st.pending.clear();
   const bool full = st.gathers;
   const bool core = kind == OpKind::Recompute && schedule::recomputes_attention_core(
                                                      plan_.activation_checkpointing, unit, units_);
   if (kind == OpKind::Forward) {
-    o.flops = flops.forward * flop_share;
-    const costmodels::OpBytes f = bytes(costmodels::ComputeStep::Forward);
-    o.mem_alloc = f.alloc;
-    o.mem_free = f.free;
     if (full && !st.used[static_cast<std::size_t>(unit)])
       deps.push_back(st.gather[static_cast<std::size_t>(unit)]);
-  } else if (kind == OpKind::Recompute) {
-    // The layer's forward again, or under selective recompute its attention core only.
-    o.flops =
-        (core ? costmodels::attention_core_forward_flops(job, size) : flops.forward) * flop_share;
-    o.mem_alloc = bytes(costmodels::ComputeStep::Recompute).alloc;
-  } else {
+  } else if (kind == OpKind::Backward) {
     const std::size_t u = static_cast<std::size_t>(unit);
     const bool alloc_grad = full && !st.grad_held[u];
     st.grad_held[u] = st.grad_held[u] || full;
     const double grad_bytes =
         static_cast<double>(g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit)) *
         bytes_per_element(job.precision.reduce);
-    o.flops = flops.backward * flop_share;
-    const costmodels::OpBytes b = bytes(costmodels::ComputeStep::Backward);
-    o.mem_alloc = b.alloc + (alloc_grad ? grad_bytes : 0.0);
-    o.mem_free = b.free;
+    o.mem_alloc += alloc_grad ? grad_bytes : 0.0;
     // The gathered parameters go with the unit's last backward (its gradient is complete).
     if (full && --st.backwards_left[u] == 0) {
       o.mem_free += g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit) *
