@@ -247,6 +247,84 @@ std::int32_t DataParallelCollectives::add_cross_reduction(TrainingGraph& g,
   return c.id;
 }
 
+DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precision,
+                                     UnevenVariants& variants, const DomainRanks& domain,
+                                     std::span<const char> built,
+                                     std::span<const DomainPhase> phases, bool group_reduces) {
+  const ShardLayout& layout = domain.layout;
+  const int n = layout.num_ranks();
+  groups_ = layout.num_groups();
+  auto is_built = [&](int position) {
+    return built[static_cast<std::size_t>(domain.ranks[static_cast<std::size_t>(position)])] != 0;
+  };
+  // The members: per group its built positions in group order; the cross reduction's all built
+  // positions in position order.
+  group_slot_.assign(static_cast<std::size_t>(n), -1);
+  cross_slot_.assign(static_cast<std::size_t>(n), -1);
+  std::vector<std::vector<int>> members(static_cast<std::size_t>(groups_));
+  std::vector<int> all;
+  for (int grp = 0; grp < groups_; ++grp)
+    for (int i : layout.group(grp))
+      if (is_built(i)) {
+        group_slot_[static_cast<std::size_t>(i)] =
+            static_cast<int>(members[static_cast<std::size_t>(grp)].size());
+        members[static_cast<std::size_t>(grp)].push_back(i);
+      }
+  for (int i = 0; i < n; ++i)
+    if (is_built(i)) {
+      cross_slot_[static_cast<std::size_t>(i)] = static_cast<int>(all.size());
+      all.push_back(i);
+    }
+  const std::size_t count = phases.size();
+  for (std::size_t p = 0; p < count; ++p) {
+    const DomainPhase& ph = phases[p];
+    for (int grp = 0; grp < groups_; ++grp) {
+      const auto& m = members[static_cast<std::size_t>(grp)];
+      gathers_.push_back(ph.gathers ? DataParallelCollectives::add_group(
+                                          g, precision, variants, domain, grp, ph.units, true,
+                                          ph.pass, ph.unit, ph.phase, m)
+                                    : -1);
+      reduce_scatters_.push_back(
+          ph.reduces && group_reduces
+              ? DataParallelCollectives::add_group(g, precision, variants, domain, grp, ph.units,
+                                                   false, Pass::Backward, ph.unit, ph.phase, m)
+              : -1);
+    }
+  }
+  // Several groups: each unit is reduced across groups once, after the last phase that reduces
+  // it (a tied embedding: the embedding's own phase, after the head's).
+  finished_at_.assign(count, {});
+  if (!layout.hybrid()) return;
+  const int units = layout.num_units();
+  std::vector<int> last(static_cast<std::size_t>(units), -1);
+  for (std::size_t p = 0; p < count; ++p)
+    if (phases[p].reduces)
+      for (int u : phases[p].units) last[static_cast<std::size_t>(u)] = static_cast<int>(p);
+  cross_.assign(static_cast<std::size_t>(units), -1);
+  for (std::size_t p = 0; p < count; ++p)
+    for (int u = 0; u < units; ++u)
+      if (last[static_cast<std::size_t>(u)] == static_cast<int>(p)) {
+        finished_at_[p].push_back(u);
+        cross_[static_cast<std::size_t>(u)] = DataParallelCollectives::add_cross_reduction(
+            g, precision, domain, u, phases[p].phase, all);
+      }
+}
+
+std::uint32_t DomainCollectives::slot(const TrainingGraph& g, std::int32_t c, int position) const {
+  const Collective& col = g.collectives_[static_cast<std::size_t>(c)];
+  const int slot = (col.group < 0 ? cross_slot_ : group_slot_)[static_cast<std::size_t>(position)];
+  if (slot < 0) throw std::logic_error("domain collectives: a member that is not built");
+  return col.members_begin + static_cast<std::uint32_t>(slot);
+}
+
+double DomainCollectives::shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const {
+  return g.members_[slot(g, c, position)].shard_bytes;
+}
+
+void DomainCollectives::join(TrainingGraph& g, std::int32_t c, int position, OpId op) const {
+  g.members_[slot(g, c, position)].op = op;
+}
+
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant) {
   const bool even = variant == CollectiveVariant::Even;
   if (gather) return even ? OpKind::AllGather : OpKind::AllGatherV;

@@ -119,6 +119,66 @@ class DataParallelCollectives {
                                           const DomainRanks& domain, int unit, int phase,
                                           std::span<const int> members);
 };
+// One phase of a data-parallel domain as its collectives see it: the units it moves (buffer
+// order: a tied FSDP head's phase moves unit 0, then itself), its own unit, pass and phase
+// number, whether it gathers the units' parameters and whether it reduces their gradients (a
+// unit's gradient is complete after the last phase that reduces it).
+struct DomainPhase {
+  std::vector<int> units;
+  int unit = 0;
+  Pass pass = Pass::Forward;
+  int phase = 0;
+  bool gathers = false;
+  bool reduces = false;
+};
+// Every data-parallel collective of one domain, made at once in one id order: phase by phase,
+// per group its gather (when the phase gathers) then its reduce-scatter (when it reduces and
+// the groups reduce: not when every rank is its own group); then, when the layout has several
+// groups, each unit's cross-group reduction after the last phase that reduces it (phases in
+// order, units ascending within one). An FSDP plan's domain is every rank and its phases the
+// rounds' (a backward phase gathers again); a split stage's domain its TP slice's ranks, its
+// phases forward u (gathers) and backward u (reduces): the stage's units stay gathered from
+// their first forward to their last backward. Members are the built ranks (group collectives:
+// the group's, in group order; the cross reduction: the domain's, in position order) and
+// join() records a member's op in O(1) by its slot.
+class DomainCollectives {
+ public:
+  DomainCollectives() = default;
+  // `built`: per global rank, whether it gets ops; `group_reduces`: false when every rank is
+  // its own group (a replica per rank: the cross reduction is the only one).
+  DomainCollectives(TrainingGraph& g, const Precision& precision, UnevenVariants& variants,
+                    const DomainRanks& domain, std::span<const char> built,
+                    std::span<const DomainPhase> phases, bool group_reduces);
+  // Collective ids: -1 when the phase has none.
+  std::int32_t gather(int phase, int group) const { return at(gathers_, phase, group); }
+  std::int32_t reduce_scatter(int phase, int group) const {
+    return at(reduce_scatters_, phase, group);
+  }
+  std::int32_t cross(int unit) const {
+    return cross_.empty() ? -1 : cross_[static_cast<std::size_t>(unit)];
+  }
+  // Units whose cross-group reduction follows phase `phase`'s reductions, ascending.
+  const std::vector<int>& finished_at(int phase) const {
+    return finished_at_[static_cast<std::size_t>(phase)];
+  }
+  // The member at domain position `position` of collective `c` (one of this domain's): its
+  // shard bytes, and the op by which it joins.
+  double shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const;
+  void join(TrainingGraph& g, std::int32_t c, int position, OpId op) const;
+
+ private:
+  std::uint32_t slot(const TrainingGraph& g, std::int32_t c, int position) const;
+  std::int32_t at(const std::vector<std::int32_t>& table, int phase, int group) const {
+    return table[static_cast<std::size_t>(phase) * static_cast<std::size_t>(groups_) +
+                 static_cast<std::size_t>(group)];
+  }
+  int groups_ = 1;
+  std::vector<std::int32_t> gathers_, reduce_scatters_;  // per phase × group
+  std::vector<std::int32_t> cross_;                      // per unit (-1: none)
+  std::vector<std::vector<int>> finished_at_;            // per phase
+  std::vector<int> group_slot_, cross_slot_;             // per position: slot among members
+};
+
 // A data-parallel collective's op kind: gather or reduce-scatter, even or -v.
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant);
 

@@ -37,6 +37,12 @@ OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
   return g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
 }
 
+OpId GraphBuilder::emit_joined(Op op, std::initializer_list<OpId> deps) {
+  const OpId id = emit(op, deps);
+  dp_.join(g_, op.collective, current_rank_, id);  // the position of a rank is the rank
+  return id;
+}
+
 bool GraphBuilder::recomputes(int u) const {
   return schedule::recomputes(plan_.activation_checkpointing, u, units_);
 }
@@ -55,7 +61,7 @@ Op GraphBuilder::compute_op(const RankState& st, OpKind kind, int p, int m) cons
 
 void GraphBuilder::emit_gather(RankState& st, int p) {
   const Phase& ph = phases_[p];
-  const Collective& c = g_.collectives_[at(ag_collective_, p, st.group)];
+  const Collective& c = g_.collectives_[dp_.gather(p, st.group)];
   Op o;
   o.kind = data_parallel_kind(true, c.variant);
   o.pass = ph.pass;
@@ -63,11 +69,11 @@ void GraphBuilder::emit_gather(RankState& st, int p) {
   o.phase = p;
   o.collective = c.id;
   o.bytes = c.total_bytes;
-  o.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  o.shard_bytes = dp_.shard_bytes(g_, c.id, st.rank);
   // The gathered phase (freed by the phase's last compute op) and the cast send shard.
   set_gather_memory(o, st.cast_send);
   const int gate = gather_gates_[static_cast<std::size_t>(p)];
-  st.ag[p] = emit(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
+  st.ag[p] = emit_joined(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
 }
 
 void GraphBuilder::emit_forward(RankState& st, int p, int m) {
@@ -118,7 +124,7 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
 // Phase p's reduce-scatter (when it reduces) and, under hybrid sharding, the cross-group
 // reductions of the units it finished.
 void GraphBuilder::emit_reductions(RankState& st, int p) {
-  const std::int32_t rs_id = at(rs_collective_, p, st.group);
+  const std::int32_t rs_id = dp_.reduce_scatter(p, st.group);
   if (phases_[p].pass != Pass::Backward || rs_id < 0) return;
   const Collective& c = g_.collectives_[rs_id];
   Op rs;
@@ -128,15 +134,15 @@ void GraphBuilder::emit_reductions(RankState& st, int p) {
   rs.phase = p;
   rs.collective = c.id;
   rs.bytes = c.total_bytes;
-  rs.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  rs.shard_bytes = dp_.shard_bytes(g_, c.id, st.rank);
   set_reduce_scatter_memory(rs, st.grad_held[static_cast<std::size_t>(p)]);
   st.grad_held[static_cast<std::size_t>(p)] = false;
   // The last backward into the buffer (under no_sync possibly an earlier round's).
-  st.last_rs = emit(rs, {st.grad_last[static_cast<std::size_t>(p)]});
+  st.last_rs = emit_joined(rs, {st.grad_last[static_cast<std::size_t>(p)]});
   // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
   // gradient shard (no memory of its own).
-  for (int unit : units_finished_at(p)) {
-    const Collective& x = g_.collectives_[cross_collective_[static_cast<std::size_t>(unit)]];
+  for (int unit : dp_.finished_at(p)) {
+    const Collective& x = g_.collectives_[dp_.cross(unit)];
     Op ar;
     ar.kind = OpKind::AllReduce;
     ar.pass = Pass::Backward;
@@ -144,8 +150,8 @@ void GraphBuilder::emit_reductions(RankState& st, int p) {
     ar.phase = p;
     ar.collective = x.id;
     ar.bytes = x.total_bytes;
-    ar.shard_bytes = g_.members_[x.members_begin + member_index_[st.rank]].shard_bytes;
-    st.last_rs = emit(ar, {});
+    ar.shard_bytes = dp_.shard_bytes(g_, x.id, st.rank);
+    st.last_rs = emit_joined(ar, {});
   }
 }
 
