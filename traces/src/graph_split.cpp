@@ -279,6 +279,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
     g_.gradient_phase_[static_cast<std::size_t>(ph)] = ph;
 
   setup_domains();
+  setup_domain_collectives();
   setup_transfers();
   int groups = 0;
   for (int s = 0; s < p_; ++s) {

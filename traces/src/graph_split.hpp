@@ -9,7 +9,9 @@
 //  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
 //                                  (layouts, static bytes), the pipeline transfers, then every
 //                                  built rank's program and the indexes;
-//  * graph_split_collectives.cpp — the collectives, each made by its first built member;
+//  * graph_split_collectives.cpp — every domain's collectives at once (DomainCollectives);
+//                                  the TP, transfer and tied ones, each made by its first
+//                                  built member;
 //  * graph_split_rank.cpp        — one rank's program in its stage's pipeline order.
 #include <array>
 #include <cstdint>
@@ -83,9 +85,14 @@ class SplitGraphBuilder {
                              double element_bytes, double elements);
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);
-  std::int32_t domain_collective(int domain, int group, int unit, OpKind kind);
   std::int32_t tied_collective(int position, int tp_rank);
   void set_member_op(std::int32_t collective, int rank, OpId op);
+  void setup_domain_collectives();
+  // A data-parallel op of the rank's domain: emitted, and recorded as its member op.
+  OpId emit_domain(const RankState& st, Op op, std::initializer_list<OpId> deps);
+  const DomainCollectives& domains(const RankState& st) const {
+    return domain_collectives_[static_cast<std::size_t>(st.domain)];
+  }
   Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
   void emit_next_gather(RankState& st);
@@ -127,6 +134,9 @@ class SplitGraphBuilder {
   std::vector<std::vector<pipeline::Step>> orders_;  // per stage
   // Data-parallel domains: per stage the first domain's index (domain = base + TP rank).
   std::vector<int> domain_base_;
+  // Per domain its collectives (graph_ops.hpp), phases numbered as one FSDP round: forward u
+  // gathers, backward 2U − 1 − u reduces.
+  std::vector<DomainCollectives> domain_collectives_;
   // Per virtual-stage boundary k (k → k + 1): the forward and backward transfers.
   std::vector<std::vector<Transfer>> forward_, backward_;
   // Per boundary: indexes into its transfers sorted (stably) by sender and by receiver.

@@ -14,6 +14,12 @@ namespace cephalo::traces {
 
 // ---- one rank's program -----------------------------------------------------------------------
 
+OpId SplitGraphBuilder::emit_domain(const RankState& st, Op op, std::initializer_list<OpId> deps) {
+  const OpId id = g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
+  domains(st).join(g_, op.collective, st.position, id);
+  return id;
+}
+
 // This rank's op of domain collective `cid`: the collective's kind, unit, phase and bytes, and
 // the rank's own slice of them.
 Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass) const {
@@ -36,15 +42,14 @@ void SplitGraphBuilder::emit_next_gather(RankState& st) {
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
   const std::size_t i = static_cast<std::size_t>(st.next_gather++);
   const int unit = st.first_use[i];
-  Op o = domain_op(
-      st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
-      Pass::Forward);
+  Op o = domain_op(st, domains(st).gather(unit, layout.group_of(st.position)), Pass::Forward);
   set_gather_memory(o, st.cast_send);
   const int gate = st.gather_gates[i];
   st.gather[static_cast<std::size_t>(unit)] =
-      emit(o, {gate >= 0 ? st.first_forward[static_cast<std::size_t>(
-                               st.first_use[static_cast<std::size_t>(gate)])]
-                         : kNoOp});
+      emit_domain(st, o,
+                  {gate >= 0 ? st.first_forward[static_cast<std::size_t>(
+                                   st.first_use[static_cast<std::size_t>(gate)])]
+                             : kNoOp});
 }
 
 // The gathers whose gate is the first forward of first_use[done] (done = -1: at the start).
@@ -168,19 +173,17 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
   const int group = layout.group_of(st.position);
   const bool cross = layout.hybrid();
   if (kind != StageSharding::None) {
-    Op rs = domain_op(st, domain_collective(st.domain, group, unit, OpKind::ReduceScatter),
-                      Pass::Backward);
+    Op rs = domain_op(st, domains(st).reduce_scatter(2 * units_ - 1 - unit, group), Pass::Backward);
     if (st.gathers) {
       // The unsharded gradient (allocated by the first backward) and the received shard.
       set_reduce_scatter_memory(rs, st.grad_held[u]);
       st.grad_held[u] = false;
     }
-    st.last_reduction = emit(rs, {last_backward});
+    st.last_reduction = emit_domain(st, rs, {last_backward});
   }
   if (cross) {
-    st.last_reduction = emit(
-        domain_op(st, domain_collective(st.domain, -1, unit, OpKind::AllReduce), Pass::Backward),
-        {last_backward});
+    st.last_reduction =
+        emit_domain(st, domain_op(st, domains(st).cross(unit), Pass::Backward), {last_backward});
   }
 }
 
@@ -191,10 +194,8 @@ void SplitGraphBuilder::emit_optimizer(RankState& st) {
   if (plan_.model_split.sharding != StageSharding::Optimizer) return;
   // ZeRO-1: every rank gathers the updated parameters of its stage's units.
   for (int u : st.first_use) {
-    emit(domain_op(st,
-                   domain_collective(st.domain, layout.group_of(st.position), u, OpKind::AllGather),
-                   Pass::Step),
-         {step});
+    emit_domain(st, domain_op(st, domains(st).gather(u, layout.group_of(st.position)), Pass::Step),
+                {step});
   }
 }
 
