@@ -321,6 +321,19 @@ double DomainCollectives::shard_bytes(const TrainingGraph& g, std::int32_t c, in
   return g.members_[slot(g, c, position)].shard_bytes;
 }
 
+Op DomainCollectives::op(const TrainingGraph& g, std::int32_t c, int position) const {
+  const Collective& col = g.collectives_[static_cast<std::size_t>(c)];
+  Op o;
+  o.kind = col.kind;
+  o.pass = col.pass;
+  o.unit = col.unit;
+  o.phase = col.phase;
+  o.collective = c;
+  o.bytes = col.total_bytes;
+  o.shard_bytes = shard_bytes(g, c, position);
+  return o;
+}
+
 void DomainCollectives::join(TrainingGraph& g, std::int32_t c, int position, OpId op) const {
   g.members_[slot(g, c, position)].op = op;
 }

@@ -164,6 +164,9 @@ class DomainCollectives {
   // The member at domain position `position` of collective `c` (one of this domain's): its
   // shard bytes, and the op by which it joins.
   double shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const;
+  // That member's op of collective `c`: the collective's kind, pass, unit, phase and bytes, and
+  // the member's shard bytes (the builder sets its memory and may set another pass).
+  Op op(const TrainingGraph& g, std::int32_t c, int position) const;
   void join(TrainingGraph& g, std::int32_t c, int position, OpId op) const;
 
  private:

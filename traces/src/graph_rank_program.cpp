@@ -53,23 +53,14 @@ bool GraphBuilder::recomputes_attention_core(int u) const {
 
 Op GraphBuilder::compute_op(const RankState& st, OpKind kind, int p, int m) const {
   // One stage, T = 1: the compute op both builders make (graph_ops.hpp).
-  const ComputeContext context{scenario_.job, plan_.activation_checkpointing,
-                               units_,        1,
-                               false,         gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0};
+  const bool gpu = gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0;
+  const ComputeContext context{
+      scenario_.job, plan_.activation_checkpointing, units_, 1, false, gpu};
   return traces::compute_op(context, kind, phases_[p].unit, p, m, st.sizes[m]);
 }
 
 void GraphBuilder::emit_gather(RankState& st, int p) {
-  const Phase& ph = phases_[p];
-  const Collective& c = g_.collectives_[dp_.gather(p, st.group)];
-  Op o;
-  o.kind = data_parallel_kind(true, c.variant);
-  o.pass = ph.pass;
-  o.unit = ph.unit;
-  o.phase = p;
-  o.collective = c.id;
-  o.bytes = c.total_bytes;
-  o.shard_bytes = dp_.shard_bytes(g_, c.id, st.rank);
+  Op o = dp_.op(g_, dp_.gather(p, st.group), st.rank);
   // The gathered phase (freed by the phase's last compute op) and the cast send shard.
   set_gather_memory(o, st.cast_send);
   const int gate = gather_gates_[static_cast<std::size_t>(p)];
@@ -126,15 +117,7 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
 void GraphBuilder::emit_reductions(RankState& st, int p) {
   const std::int32_t rs_id = dp_.reduce_scatter(p, st.group);
   if (phases_[p].pass != Pass::Backward || rs_id < 0) return;
-  const Collective& c = g_.collectives_[rs_id];
-  Op rs;
-  rs.kind = data_parallel_kind(false, c.variant);
-  rs.pass = Pass::Backward;
-  rs.unit = phases_[p].unit;
-  rs.phase = p;
-  rs.collective = c.id;
-  rs.bytes = c.total_bytes;
-  rs.shard_bytes = dp_.shard_bytes(g_, c.id, st.rank);
+  Op rs = dp_.op(g_, rs_id, st.rank);
   set_reduce_scatter_memory(rs, st.grad_held[static_cast<std::size_t>(p)]);
   st.grad_held[static_cast<std::size_t>(p)] = false;
   // The last backward into the buffer (under no_sync possibly an earlier round's).
@@ -142,15 +125,7 @@ void GraphBuilder::emit_reductions(RankState& st, int p) {
   // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
   // gradient shard (no memory of its own).
   for (int unit : dp_.finished_at(p)) {
-    const Collective& x = g_.collectives_[dp_.cross(unit)];
-    Op ar;
-    ar.kind = OpKind::AllReduce;
-    ar.pass = Pass::Backward;
-    ar.unit = unit;
-    ar.phase = p;
-    ar.collective = x.id;
-    ar.bytes = x.total_bytes;
-    ar.shard_bytes = dp_.shard_bytes(g_, x.id, st.rank);
+    const Op ar = dp_.op(g_, dp_.cross(unit), st.rank);
     st.last_rs = emit_joined(ar, {});
   }
 }

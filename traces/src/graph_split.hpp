@@ -93,7 +93,6 @@ class SplitGraphBuilder {
   const DomainCollectives& domains(const RankState& st) const {
     return domain_collectives_[static_cast<std::size_t>(st.domain)];
   }
-  Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
 
   void emit_next_gather(RankState& st);
   void emit_gathers_after(RankState& st, int done);

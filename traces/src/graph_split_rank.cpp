@@ -20,29 +20,13 @@ OpId SplitGraphBuilder::emit_domain(const RankState& st, Op op, std::initializer
   return id;
 }
 
-// This rank's op of domain collective `cid`: the collective's kind, unit, phase and bytes, and
-// the rank's own slice of them.
-Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass) const {
-  const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
-  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
-  Op o;
-  o.kind = c.kind;
-  o.pass = pass;
-  o.unit = c.unit;
-  o.phase = c.phase;
-  o.collective = cid;
-  o.bytes = c.total_bytes;
-  o.shard_bytes = static_cast<double>(layout.slice(c.unit, st.position).count) * c.element_bytes;
-  return o;
-}
-
 // The next gather in first-use order, issued once the first forward of its gate unit is done
 // (gather_gates: the framework's prefetch rule, as for an FSDP plan's phases), or at the start.
 void SplitGraphBuilder::emit_next_gather(RankState& st) {
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
   const std::size_t i = static_cast<std::size_t>(st.next_gather++);
   const int unit = st.first_use[i];
-  Op o = domain_op(st, domains(st).gather(unit, layout.group_of(st.position)), Pass::Forward);
+  Op o = domains(st).op(g_, domains(st).gather(unit, layout.group_of(st.position)), st.position);
   set_gather_memory(o, st.cast_send);
   const int gate = st.gather_gates[i];
   st.gather[static_cast<std::size_t>(unit)] =
@@ -173,7 +157,8 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
   const int group = layout.group_of(st.position);
   const bool cross = layout.hybrid();
   if (kind != StageSharding::None) {
-    Op rs = domain_op(st, domains(st).reduce_scatter(2 * units_ - 1 - unit, group), Pass::Backward);
+    Op rs =
+        domains(st).op(g_, domains(st).reduce_scatter(2 * units_ - 1 - unit, group), st.position);
     if (st.gathers) {
       // The unsharded gradient (allocated by the first backward) and the received shard.
       set_reduce_scatter_memory(rs, st.grad_held[u]);
@@ -183,7 +168,7 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
   }
   if (cross) {
     st.last_reduction =
-        emit_domain(st, domain_op(st, domains(st).cross(unit), Pass::Backward), {last_backward});
+        emit_domain(st, domains(st).op(g_, domains(st).cross(unit), st.position), {last_backward});
   }
 }
 
@@ -194,8 +179,9 @@ void SplitGraphBuilder::emit_optimizer(RankState& st) {
   if (plan_.model_split.sharding != StageSharding::Optimizer) return;
   // ZeRO-1: every rank gathers the updated parameters of its stage's units.
   for (int u : st.first_use) {
-    emit_domain(st, domain_op(st, domains(st).gather(u, layout.group_of(st.position)), Pass::Step),
-                {step});
+    Op o = domains(st).op(g_, domains(st).gather(u, layout.group_of(st.position)), st.position);
+    o.pass = Pass::Step;
+    emit_domain(st, o, {step});
   }
 }
 
