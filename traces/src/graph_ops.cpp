@@ -310,19 +310,19 @@ DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precisio
       }
 }
 
-std::uint32_t DomainCollectives::slot(const TrainingGraph& g, std::int32_t c, int position) const {
-  const Collective& col = g.collectives_[static_cast<std::size_t>(c)];
-  const int slot = (col.group < 0 ? cross_slot_ : group_slot_)[static_cast<std::size_t>(position)];
+int DomainCollectives::slot(const Collective& c, int position) const {
+  const int slot = (c.group < 0 ? cross_slot_ : group_slot_)[static_cast<std::size_t>(position)];
   if (slot < 0) throw std::logic_error("domain collectives: a member that is not built");
-  return col.members_begin + static_cast<std::uint32_t>(slot);
+  return slot;
 }
 
 double DomainCollectives::shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const {
-  return g.members_[slot(g, c, position)].shard_bytes;
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
+  return g.members(col)[static_cast<std::size_t>(slot(col, position))].shard_bytes;
 }
 
 Op DomainCollectives::op(const TrainingGraph& g, std::int32_t c, int position) const {
-  const Collective& col = g.collectives_[static_cast<std::size_t>(c)];
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
   Op o;
   o.kind = col.kind;
   o.pass = col.pass;
@@ -335,7 +335,13 @@ Op DomainCollectives::op(const TrainingGraph& g, std::int32_t c, int position) c
 }
 
 void DomainCollectives::join(TrainingGraph& g, std::int32_t c, int position, OpId op) const {
-  g.members_[slot(g, c, position)].op = op;
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
+  DataParallelCollectives::join(
+      g, col.members_begin + static_cast<std::uint32_t>(slot(col, position)), op);
+}
+
+void DataParallelCollectives::join(TrainingGraph& g, std::uint32_t member, OpId op) {
+  g.members_[member].op = op;
 }
 
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant) {

@@ -118,6 +118,8 @@ class DataParallelCollectives {
   static std::int32_t add_cross_reduction(TrainingGraph& g, const Precision& precision,
                                           const DomainRanks& domain, int unit, int phase,
                                           std::span<const int> members);
+  // Records `op` as the op of member `member` (an index into the graph's member list).
+  static void join(TrainingGraph& g, std::uint32_t member, OpId op);
 };
 // One phase of a data-parallel domain as its collectives see it: the units it moves (buffer
 // order: a tied FSDP head's phase moves unit 0, then itself), its own unit, pass and phase
@@ -131,16 +133,16 @@ struct DomainPhase {
   bool gathers = false;
   bool reduces = false;
 };
-// Every data-parallel collective of one domain, made at once in one id order: phase by phase,
-// per group its gather (when the phase gathers) then its reduce-scatter (when it reduces and
-// the groups reduce: not when every rank is its own group); then, when the layout has several
-// groups, each unit's cross-group reduction after the last phase that reduces it (phases in
-// order, units ascending within one). An FSDP plan's domain is every rank and its phases the
-// rounds' (a backward phase gathers again); a split stage's domain its TP slice's ranks, its
-// phases forward u (gathers) and backward u (reduces): the stage's units stay gathered from
-// their first forward to their last backward. Members are the built ranks (group collectives:
-// the group's, in group order; the cross reduction: the domain's, in position order) and
-// join() records a member's op in O(1) by its slot.
+// Every data-parallel collective of one domain (through DataParallelCollectives), made at once in
+// one id order: phase by phase, per group its gather (when the phase gathers) then its
+// reduce-scatter (when it reduces and the groups reduce: not when every rank is its own group);
+// then, when the layout has several groups, each unit's cross-group reduction after the last phase
+// that reduces it (phases in order, units ascending within one). An FSDP plan's domain is every
+// rank and its phases the rounds' (a backward phase gathers again); a split stage's domain its TP
+// slice's ranks, its phases forward u (gathers) and backward u (reduces): the stage's units stay
+// gathered from their first forward to their last backward. Members are the built ranks (group
+// collectives: the group's, in group order; the cross reduction: the domain's, in position order)
+// and join() records a member's op in O(1) by its slot.
 class DomainCollectives {
  public:
   DomainCollectives() = default;
@@ -170,7 +172,7 @@ class DomainCollectives {
   void join(TrainingGraph& g, std::int32_t c, int position, OpId op) const;
 
  private:
-  std::uint32_t slot(const TrainingGraph& g, std::int32_t c, int position) const;
+  int slot(const Collective& c, int position) const;
   std::int32_t at(const std::vector<std::int32_t>& table, int phase, int group) const {
     return table[static_cast<std::size_t>(phase) * static_cast<std::size_t>(groups_) +
                  static_cast<std::size_t>(group)];

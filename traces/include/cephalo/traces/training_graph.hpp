@@ -306,7 +306,6 @@ class TrainingGraph {
   mutable std::unique_ptr<BoostGraph> boost_;
   friend class SplitGraphBuilder;
   friend class DataParallelCollectives;  // both builders' data-parallel collectives
-  friend class DomainCollectives;
 };
 
 // Builds the graph of one iteration of `plan` on `scenario` (the plan must already have been
