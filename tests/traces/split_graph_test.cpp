@@ -313,6 +313,54 @@ TEST(SplitGraph, GathersFollowTheFrameworksPrefetchRule) {
     }
 }
 
+// A split's data-parallel collectives come from one source in one id order, as an FSDP plan's
+// do: domain by domain, phase by phase (forward u gathers, backward 2U − 1 − u reduces; per group
+// the gather, then the reduce-scatter), each unit's cross-group reduction after the domain's
+// last reducing phase; all before the tensor-parallel and pipeline ones, made as ranks emit.
+TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
+  for (const StageSharding sharding :
+       {StageSharding::Full, StageSharding::Optimizer, StageSharding::None}) {
+    const Scenario s = tiny_scenario(8, 4, 8);
+    const ModelSplit split =
+        pipeline_split(2, {{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 2}, {2, 4}}, 2, {}, sharding);
+    const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
+    expect_well_formed(g);
+    const auto& cs = g.collectives();
+    std::size_t first_other = cs.size();
+    for (std::size_t i = 0; i < cs.size(); ++i)
+      if (!is_data_parallel(cs[i].kind)) {
+        first_other = i;
+        break;
+      }
+    ASSERT_GT(first_other, 0u);
+    ASSERT_LT(first_other, cs.size());
+    // A domain is the ranks of one TP position of one stage (T = 2 on both): numbered
+    // stage × 2 + TP rank, the order the builder makes them in.
+    auto domain_of = [&](int rank) { return g.place(rank).stage * 2 + g.place(rank).tp_rank; };
+    int domain = -1, phase = -1, collectives = 0;
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      const Collective& c = cs[i];
+      if (i >= first_other) {
+        EXPECT_FALSE(is_data_parallel(c.kind)) << "collective " << i;
+        continue;
+      }
+      ++collectives;
+      const int d = domain_of(g.members(c)[0].rank);
+      for (const CollectiveMember& m : g.members(c)) EXPECT_EQ(domain_of(m.rank), d);
+      if (d != domain) {
+        EXPECT_GT(d, domain) << "collective " << i;
+        domain = d;
+        phase = -1;
+      }
+      EXPECT_GE(c.phase, phase) << "collective " << i;
+      phase = c.phase;
+    }
+    // Per domain and unit of its stage: full 1 gather + 1 reduce-scatter, optimizer the same (the
+    // gather after the step), none 1 all-reduce; 4 domains (2 stages × T 2) of 3 units each.
+    EXPECT_EQ(collectives, 4 * 3 * (sharding == StageSharding::None ? 1 : 2));
+  }
+}
+
 TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
   const Scenario s = tiny_scenario(2, 4, 8);
   auto peak_boundaries = [&](pipeline::PipelineSchedule::Kind kind) {
