@@ -361,6 +361,32 @@ TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
   }
 }
 
+// A split graph of some ranks has only the collectives some built rank joins (sim/'s split
+// classes price each by its members): a hybrid domain over two nodes, built for one rank, has
+// no collective for the other node's group.
+TEST(SplitGraph, AGraphOfSomeRanksHasNoCollectiveWithoutAMember) {
+  Scenario s = tiny_scenario(2, 4, 8);
+  s.cluster.nodes.push_back(s.cluster.nodes[0]);
+  s.cluster.nodes[1].name = "node1";
+  const ModelSplit split =
+      pipeline_split(1, {{0, 2}, {1, 3}}, {{0, 2}, {2, 4}}, 2, {}, StageSharding::Hybrid);
+  const Plan plan = even_split_plan(s, split);
+  const int only[] = {0};
+  const TrainingGraph some = build_training_graph_of_ranks(plan, s, only);
+  const TrainingGraph all = build_training_graph(plan, s);
+  int hybrid_gathers = 0;
+  for (const Op& o : all.program(0))
+    hybrid_gathers += o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV ? 1 : 0;
+  EXPECT_EQ(hybrid_gathers, 3);  // the embedding and two layers, in rank 0's group
+  for (const Collective& c : some.collectives()) EXPECT_FALSE(some.members(c).empty()) << c.id;
+  // Rank 0's program is the whole graph's, op by op.
+  ASSERT_EQ(some.program(0).size(), all.program(0).size());
+  for (std::size_t i = 0; i < some.program(0).size(); ++i) {
+    EXPECT_EQ(some.program(0)[i].kind, all.program(0)[i].kind);
+    EXPECT_EQ(some.program(0)[i].shard_bytes, all.program(0)[i].shard_bytes);
+  }
+}
+
 TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
   const Scenario s = tiny_scenario(2, 4, 8);
   auto peak_boundaries = [&](pipeline::PipelineSchedule::Kind kind) {

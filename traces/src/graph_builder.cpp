@@ -61,7 +61,7 @@ void GraphBuilder::add_phases() {
   }
   // The one domain of every rank (its position the rank).
   dp_ = DomainCollectives(g_, scenario_.job.precision, variants_, {g_.layout_, g_.all_ranks_},
-                          built_flags_, domain, true);
+                          built_flags_, domain, {});
   // When each phase's gather is issued: the framework's prefetch rule over what each phase
   // gathers (a tied head brings the embedding).
   std::vector<schedule::GatherPhase> gathers;

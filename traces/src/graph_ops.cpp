@@ -250,7 +250,7 @@ std::int32_t DataParallelCollectives::add_cross_reduction(TrainingGraph& g,
 DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precision,
                                      UnevenVariants& variants, const DomainRanks& domain,
                                      std::span<const char> built,
-                                     std::span<const DomainPhase> phases, bool group_reduces) {
+                                     std::span<const DomainPhase> phases, DomainOptions options) {
   const ShardLayout& layout = domain.layout;
   const int n = layout.num_ranks();
   groups_ = layout.num_groups();
@@ -280,12 +280,17 @@ DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precisio
     const DomainPhase& ph = phases[p];
     for (int grp = 0; grp < groups_; ++grp) {
       const auto& m = members[static_cast<std::size_t>(grp)];
+      if (m.empty() && !options.unjoined_groups) {
+        gathers_.push_back(-1);
+        reduce_scatters_.push_back(-1);
+        continue;
+      }
       gathers_.push_back(ph.gathers ? DataParallelCollectives::add_group(
                                           g, precision, variants, domain, grp, ph.units, true,
                                           ph.pass, ph.unit, ph.phase, m)
                                     : -1);
       reduce_scatters_.push_back(
-          ph.reduces && group_reduces
+          ph.reduces && options.group_reduces
               ? DataParallelCollectives::add_group(g, precision, variants, domain, grp, ph.units,
                                                    false, Pass::Backward, ph.unit, ph.phase, m)
               : -1);

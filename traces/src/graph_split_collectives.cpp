@@ -122,7 +122,7 @@ void SplitGraphBuilder::setup_domain_collectives() {
                         g_.unit_stage_[static_cast<std::size_t>(u)] == stage});
     domain_collectives_.emplace_back(g_, scenario_.job.precision, variants_,
                                      DomainRanks{g_.domain_layouts_[d], ranks}, built_, phases,
-                                     kind != StageSharding::None);
+                                     DomainOptions{kind != StageSharding::None, false});
   }
 }
 
