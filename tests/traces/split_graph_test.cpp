@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/traces/training_graph.hpp"
 #include "tiny_scenario.hpp"
@@ -256,6 +257,134 @@ TEST(SplitGraph, ShardingDecidesTheDataParallelCollectives) {
   auto none = dp(StageSharding::None);
   EXPECT_EQ(none[OpKind::AllReduce], units);
   EXPECT_EQ(none[OpKind::AllGather] + none[OpKind::ReduceScatter], 0);
+}
+
+// A split rank gathers each unit once, in the order of the units' first forwards, and issues
+// each gather when the framework's prefetch rule says (schedule::gather_gates over those
+// gathers, the rule an FSDP plan's phases follow): FSDP one unit ahead (none without
+// prefetch), DeepSpeed ZeRO-3 as far as its prefetch bucket reaches (the whole tiny model).
+TEST(SplitGraph, GathersFollowTheFrameworksPrefetchRule) {
+  for (const Framework framework : {Framework::FSDP2, Framework::DeepSpeedZero3})
+    for (const bool prefetch : {true, false}) {
+      Scenario s = tiny_scenario(4, 4, 8);
+      s.job.implementation.framework = framework;
+      const ModelSplit split = pipeline_split(1, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4);
+      Plan plan = even_split_plan(s, split);
+      plan.prefetch = prefetch;
+      const TrainingGraph g = build_training_graph(plan, s);
+      expect_well_formed(g);
+      for (int r : {0, 3}) {
+        SCOPED_TRACE("rank " + std::to_string(r) + (prefetch ? " prefetch" : " no prefetch") +
+                     (framework == Framework::FSDP2 ? " FSDP2" : " ZeRO-3"));
+        std::vector<int> first_use;
+        std::map<int, OpId> first_forward;
+        std::vector<OpId> gathers;
+        for (const Op& o : g.program(r)) {
+          if (o.kind == OpKind::Forward && !first_forward.count(o.unit)) {
+            first_forward[o.unit] = o.id;
+            first_use.push_back(o.unit);
+          }
+          if (o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV) gathers.push_back(o.id);
+        }
+        ASSERT_EQ(gathers.size(), first_use.size());
+        std::vector<schedule::GatherPhase> phases;
+        for (int u : first_use)
+          phases.push_back({static_cast<double>(g.layout_of(r).numel(u)), false});
+        const std::vector<int> gates =
+            schedule::gather_gates(schedule::gather_rules(framework, prefetch), phases);
+        int issued_at_start = 0;
+        for (std::size_t i = 0; i < gathers.size(); ++i) {
+          EXPECT_EQ(g.op(gathers[i]).unit, first_use[i]);
+          const auto waits = g.waits_on(gathers[i]);
+          if (gates[i] < 0) {
+            EXPECT_TRUE(waits.empty()) << "gather " << i;
+            ++issued_at_start;
+          } else {
+            ASSERT_EQ(waits.size(), 1u) << "gather " << i;
+            EXPECT_EQ(waits[0], first_forward[first_use[static_cast<std::size_t>(gates[i])]]);
+          }
+        }
+        const int units = static_cast<int>(first_use.size());
+        const int expected = framework == Framework::DeepSpeedZero3 && prefetch ? units
+                             : prefetch                                         ? 2
+                                                                                : 1;
+        EXPECT_EQ(issued_at_start, expected);
+      }
+    }
+}
+
+// A split's data-parallel collectives come from one source in one id order, as an FSDP plan's
+// do: domain by domain, phase by phase (forward u gathers, backward 2U − 1 − u reduces; per group
+// the gather, then the reduce-scatter), each unit's cross-group reduction after the domain's
+// last reducing phase; all before the tensor-parallel and pipeline ones, made as ranks emit.
+TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
+  for (const StageSharding sharding :
+       {StageSharding::Full, StageSharding::Optimizer, StageSharding::None}) {
+    const Scenario s = tiny_scenario(8, 4, 8);
+    const ModelSplit split =
+        pipeline_split(2, {{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 2}, {2, 4}}, 2, {}, sharding);
+    const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
+    expect_well_formed(g);
+    const auto& cs = g.collectives();
+    std::size_t first_other = cs.size();
+    for (std::size_t i = 0; i < cs.size(); ++i)
+      if (!is_data_parallel(cs[i].kind)) {
+        first_other = i;
+        break;
+      }
+    ASSERT_GT(first_other, 0u);
+    ASSERT_LT(first_other, cs.size());
+    // A domain is the ranks of one TP position of one stage (T = 2 on both): numbered
+    // stage × 2 + TP rank, the order the builder makes them in.
+    auto domain_of = [&](int rank) { return g.place(rank).stage * 2 + g.place(rank).tp_rank; };
+    int domain = -1, phase = -1, collectives = 0;
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      const Collective& c = cs[i];
+      if (i >= first_other) {
+        EXPECT_FALSE(is_data_parallel(c.kind)) << "collective " << i;
+        continue;
+      }
+      ++collectives;
+      const int d = domain_of(g.members(c)[0].rank);
+      for (const CollectiveMember& m : g.members(c)) EXPECT_EQ(domain_of(m.rank), d);
+      if (d != domain) {
+        EXPECT_GT(d, domain) << "collective " << i;
+        domain = d;
+        phase = -1;
+      }
+      EXPECT_GE(c.phase, phase) << "collective " << i;
+      phase = c.phase;
+    }
+    // Per domain and unit of its stage: full 1 gather + 1 reduce-scatter, optimizer the same (the
+    // gather after the step), none 1 all-reduce; 4 domains (2 stages × T 2) of 3 units each.
+    EXPECT_EQ(collectives, 4 * 3 * (sharding == StageSharding::None ? 1 : 2));
+  }
+}
+
+// A split graph of some ranks has only the collectives some built rank joins (sim/'s split
+// classes price each by its members): a hybrid domain over two nodes, built for one rank, has
+// no collective for the other node's group.
+TEST(SplitGraph, AGraphOfSomeRanksHasNoCollectiveWithoutAMember) {
+  Scenario s = tiny_scenario(2, 4, 8);
+  s.cluster.nodes.push_back(s.cluster.nodes[0]);
+  s.cluster.nodes[1].name = "node1";
+  const ModelSplit split =
+      pipeline_split(1, {{0, 2}, {1, 3}}, {{0, 2}, {2, 4}}, 2, {}, StageSharding::Hybrid);
+  const Plan plan = even_split_plan(s, split);
+  const int only[] = {0};
+  const TrainingGraph some = build_training_graph_of_ranks(plan, s, only);
+  const TrainingGraph all = build_training_graph(plan, s);
+  int hybrid_gathers = 0;
+  for (const Op& o : all.program(0))
+    hybrid_gathers += o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV ? 1 : 0;
+  EXPECT_EQ(hybrid_gathers, 3);  // the embedding and two layers, in rank 0's group
+  for (const Collective& c : some.collectives()) EXPECT_FALSE(some.members(c).empty()) << c.id;
+  // Rank 0's program is the whole graph's, op by op.
+  ASSERT_EQ(some.program(0).size(), all.program(0).size());
+  for (std::size_t i = 0; i < some.program(0).size(); ++i) {
+    EXPECT_EQ(some.program(0)[i].kind, all.program(0)[i].kind);
+    EXPECT_EQ(some.program(0)[i].shard_bytes, all.program(0)[i].shard_bytes);
+  }
 }
 
 TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {

@@ -16,11 +16,28 @@
 
 namespace cephalo::traces {
 
+// The units phase `unit`'s collectives move, in buffer order: a head tied to the embedding
+// brings the whole embedding unit first (costmodels::phase_parameters).
+std::vector<int> GraphBuilder::phase_units(int unit) const {
+  const ModelSpec& model = scenario_.job.model;
+  const double extra =
+      costmodels::phase_parameters(model, unit) - costmodels::unit_parameters(model, unit);
+  std::vector<int> units;
+  if (extra > 0) {
+    if (extra != costmodels::unit_parameters(model, 0))
+      throw std::logic_error("phase_parameters adds something other than the embedding unit");
+    units.push_back(0);
+  }
+  units.push_back(unit);
+  return units;
+}
+
 // Phases are common to all ranks, so collectives line up by construction.
 void GraphBuilder::add_phases() {
   int most = 0;  // micro-batches of the rank with the most (ranks with samples)
   for (const auto& r : plan_.ranks) most = std::max(most, r.batch > 0 ? r.micro_batches : 0);
   rounds_ = schedule::rounds(plan_.accumulation, most);
+  std::vector<DomainPhase> domain;
   for (int k = 0; k < rounds_; ++k) {
     for (int u = 0; u < units_; ++u) phases_.push_back({u, Pass::Forward, k});
     for (int u = units_ - 1; u >= 0; --u) phases_.push_back({u, Pass::Backward, k});
@@ -39,30 +56,12 @@ void GraphBuilder::add_phases() {
                          schedule::reduces_in_round(plan_.accumulation, ph.round, rounds_);
     if (reduces != (gp == p))
       throw std::logic_error("graph builder: a phase reduces a buffer it does not own");
-    for (int grp = 0; grp < groups_; ++grp) {
-      ag_collective_.push_back(add_collective(p, true, grp));
-      rs_collective_.push_back(reduces ? add_collective(p, false, grp) : -1);
-    }
+    // Every phase gathers its units again (none is kept across phases).
+    domain.push_back({phase_units(ph.unit), ph.unit, ph.pass, p, true, reduces});
   }
-  // Hybrid: each unit is reduced across groups once per step, after the last reduce-scatter
-  // that touches its gradient (a tied embedding: the embedding's own phase, after the head's).
-  finished_at_.assign(phases_.size(), {});
-  if (g_.layout_.hybrid()) {
-    std::vector<int> last(static_cast<std::size_t>(units_), -1);
-    for (int p = 0; p < static_cast<int>(phases_.size()); ++p) {
-      const std::int32_t rs = at(rs_collective_, p, 0);
-      if (rs < 0) continue;
-      for (const auto& seg : g_.segments(g_.collectives_[rs]))
-        last[static_cast<std::size_t>(seg.unit)] = p;
-    }
-    cross_collective_.assign(static_cast<std::size_t>(units_), -1);
-    for (int p = 0; p < static_cast<int>(phases_.size()); ++p)
-      for (int u = 0; u < units_; ++u)
-        if (last[static_cast<std::size_t>(u)] == p) {
-          finished_at_[static_cast<std::size_t>(p)].push_back(u);
-          cross_collective_[static_cast<std::size_t>(u)] = add_cross_reduction(p, u);
-        }
-  }
+  // The one domain of every rank (its position the rank).
+  dp_ = DomainCollectives(g_, scenario_.job.precision, variants_, {g_.layout_, g_.all_ranks_},
+                          built_flags_, domain, {});
   // When each phase's gather is issued: the framework's prefetch rule over what each phase
   // gathers (a tied head brings the embedding).
   std::vector<schedule::GatherPhase> gathers;
@@ -74,32 +73,15 @@ void GraphBuilder::add_phases() {
       schedule::gather_rules(scenario_.job.implementation.framework, plan_.prefetch), gathers);
 }
 
-// The indexes over the finished op list: each collective member's op id (members in group
-// order; the cross reduction's in rank order), the stream programs (counting sort by rank and
-// stream; issue order is kept) and the reverse of waits_on.
-void GraphBuilder::index_ops() {
-  for (const Op& o : g_.ops_)
-    if (o.collective >= 0) {
-      const Collective& c = g_.collectives_[o.collective];
-      const int slot = c.group < 0 ? member_index_[o.rank] : group_slot_[o.rank];
-      g_.members_[c.members_begin + static_cast<std::uint32_t>(slot)].op = o.id;
-    }
-
-  g_.index_streams();
-}
-
 TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
   const int ranks = static_cast<int>(plan_.ranks.size());
   built_ = ranks_to_build(plan_, scenario_, only);
   units_ = costmodels::num_units(model);
-  member_index_.assign(static_cast<std::size_t>(ranks), -1);
-  for (std::size_t i = 0; i < built_.size(); ++i) member_index_[built_[i]] = static_cast<int>(i);
-  gpu_runtime_.reserve(static_cast<std::size_t>(ranks));
-  for (const auto& node : scenario_.cluster.nodes)
-    for (const auto& slot : node.devices)
-      gpu_runtime_.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
+  built_flags_.assign(static_cast<std::size_t>(ranks), 0);
+  for (int r : built_) built_flags_[static_cast<std::size_t>(r)] = 1;
+  gpu_runtime_ = gpu_runtime_ranks(scenario_);
 
   g_.summary_ = plan_summary(plan_, scenario_, units_);
 
@@ -113,18 +95,6 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
     UnitSizes& s = g_.unit_sizes_[u];
     s.parameters = costmodels::unit_parameters(model, u);
     s.numel = g_.layout_.numel(u);
-  }
-  groups_ = g_.layout_.num_groups();
-  // A group collective's members are its group's built ranks, in group order.
-  group_slot_.assign(static_cast<std::size_t>(ranks), -1);
-  built_of_group_.assign(static_cast<std::size_t>(groups_), {});
-  for (int grp = 0; grp < groups_; ++grp) {
-    int slot = 0;
-    for (int r : g_.layout_.group(grp))
-      if (member_index_[r] >= 0) {
-        group_slot_[r] = slot++;
-        built_of_group_[static_cast<std::size_t>(grp)].push_back(r);
-      }
   }
   for (int u = 0; u < units_; ++u) {
     UnitSizes& s = g_.unit_sizes_[u];
@@ -142,12 +112,12 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    if (member_index_[r] >= 0) build_rank(r);
+    if (built_flags_[static_cast<std::size_t>(r)]) build_rank(r);
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] = static_cast<double>(owned_elements(r)) * state_bytes;
   }
-  index_ops();
+  g_.index_streams();
   return std::move(g_);
 }
 

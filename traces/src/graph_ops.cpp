@@ -8,6 +8,9 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/memory_model.hpp"
+#include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/traces/summarize.hpp"
 
 namespace cephalo::traces {
@@ -20,6 +23,44 @@ Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size) {
   o.micro_batch = m;
   o.micro_batch_size = size;
   o.phase = p;
+  return o;
+}
+
+Op compute_op(const ComputeContext& c, OpKind kind, int unit, int p, int m, int size) {
+  const Job& job = c.job;
+  const int T = c.tensor_parallel;
+  Op o = micro_batch_op(kind, kind == OpKind::Forward ? Pass::Forward : Pass::Backward, unit, p, m,
+                        size);
+  const auto flops = costmodels::unit_flops(job.model, unit, job.sequence_length, size);
+  const double share =
+      costmodels::unit_kind(job.model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
+  const auto bytes = [&](costmodels::ComputeStep step) {
+    return costmodels::split_compute_op_bytes(job, c.checkpointing, unit, step, size, T,
+                                              c.sequence_parallel, c.gpu_runtime);
+  };
+  costmodels::OpBytes b;
+  switch (kind) {
+    case OpKind::Forward:
+      o.flops = flops.forward * share;
+      b = bytes(costmodels::ComputeStep::Forward);
+      break;
+    case OpKind::Recompute:
+      // The unit's whole forward again, or under selective recompute its attention core only.
+      o.flops = (schedule::recomputes_attention_core(c.checkpointing, unit, c.units)
+                     ? costmodels::attention_core_forward_flops(job, size)
+                     : flops.forward) *
+                share;
+      b = bytes(costmodels::ComputeStep::Recompute);
+      break;
+    case OpKind::Backward:
+      o.flops = flops.backward * share;
+      b = bytes(costmodels::ComputeStep::Backward);
+      break;
+    default:
+      throw std::logic_error("compute_op: " + to_string(kind) + " is not a compute op");
+  }
+  o.mem_alloc = b.alloc;
+  o.mem_free = b.free;
   return o;
 }
 
@@ -42,6 +83,14 @@ std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
     built.push_back(r);
   }
   return built;
+}
+
+std::vector<char> gpu_runtime_ranks(const Scenario& scenario) {
+  std::vector<char> out;
+  for (const auto& node : scenario.cluster.nodes)
+    for (const auto& slot : node.devices)
+      out.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
+  return out;
 }
 
 GraphSummary plan_summary(const Plan& plan, const Scenario& scenario, int units) {
@@ -196,6 +245,108 @@ std::int32_t DataParallelCollectives::add_cross_reduction(TrainingGraph& g,
   c.members_count = static_cast<std::uint32_t>(members.size());
   g.collectives_.push_back(c);
   return c.id;
+}
+
+DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precision,
+                                     UnevenVariants& variants, const DomainRanks& domain,
+                                     std::span<const char> built,
+                                     std::span<const DomainPhase> phases, DomainOptions options) {
+  const ShardLayout& layout = domain.layout;
+  const int n = layout.num_ranks();
+  groups_ = layout.num_groups();
+  auto is_built = [&](int position) {
+    return built[static_cast<std::size_t>(domain.ranks[static_cast<std::size_t>(position)])] != 0;
+  };
+  // The members: per group its built positions in group order; the cross reduction's all built
+  // positions in position order.
+  group_slot_.assign(static_cast<std::size_t>(n), -1);
+  cross_slot_.assign(static_cast<std::size_t>(n), -1);
+  std::vector<std::vector<int>> members(static_cast<std::size_t>(groups_));
+  std::vector<int> all;
+  for (int grp = 0; grp < groups_; ++grp)
+    for (int i : layout.group(grp))
+      if (is_built(i)) {
+        group_slot_[static_cast<std::size_t>(i)] =
+            static_cast<int>(members[static_cast<std::size_t>(grp)].size());
+        members[static_cast<std::size_t>(grp)].push_back(i);
+      }
+  for (int i = 0; i < n; ++i)
+    if (is_built(i)) {
+      cross_slot_[static_cast<std::size_t>(i)] = static_cast<int>(all.size());
+      all.push_back(i);
+    }
+  const std::size_t count = phases.size();
+  for (std::size_t p = 0; p < count; ++p) {
+    const DomainPhase& ph = phases[p];
+    for (int grp = 0; grp < groups_; ++grp) {
+      const auto& m = members[static_cast<std::size_t>(grp)];
+      if (m.empty() && !options.unjoined_groups) {
+        gathers_.push_back(-1);
+        reduce_scatters_.push_back(-1);
+        continue;
+      }
+      gathers_.push_back(ph.gathers ? DataParallelCollectives::add_group(
+                                          g, precision, variants, domain, grp, ph.units, true,
+                                          ph.pass, ph.unit, ph.phase, m)
+                                    : -1);
+      reduce_scatters_.push_back(
+          ph.reduces && options.group_reduces
+              ? DataParallelCollectives::add_group(g, precision, variants, domain, grp, ph.units,
+                                                   false, Pass::Backward, ph.unit, ph.phase, m)
+              : -1);
+    }
+  }
+  // Several groups: each unit is reduced across groups once, after the last phase that reduces
+  // it (a tied embedding: the embedding's own phase, after the head's).
+  finished_at_.assign(count, {});
+  if (!layout.hybrid()) return;
+  const int units = layout.num_units();
+  std::vector<int> last(static_cast<std::size_t>(units), -1);
+  for (std::size_t p = 0; p < count; ++p)
+    if (phases[p].reduces)
+      for (int u : phases[p].units) last[static_cast<std::size_t>(u)] = static_cast<int>(p);
+  cross_.assign(static_cast<std::size_t>(units), -1);
+  for (std::size_t p = 0; p < count; ++p)
+    for (int u = 0; u < units; ++u)
+      if (last[static_cast<std::size_t>(u)] == static_cast<int>(p)) {
+        finished_at_[p].push_back(u);
+        cross_[static_cast<std::size_t>(u)] = DataParallelCollectives::add_cross_reduction(
+            g, precision, domain, u, phases[p].phase, all);
+      }
+}
+
+int DomainCollectives::slot(const Collective& c, int position) const {
+  const int slot = (c.group < 0 ? cross_slot_ : group_slot_)[static_cast<std::size_t>(position)];
+  if (slot < 0) throw std::logic_error("domain collectives: a member that is not built");
+  return slot;
+}
+
+double DomainCollectives::shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const {
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
+  return g.members(col)[static_cast<std::size_t>(slot(col, position))].shard_bytes;
+}
+
+Op DomainCollectives::op(const TrainingGraph& g, std::int32_t c, int position) const {
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
+  Op o;
+  o.kind = col.kind;
+  o.pass = col.pass;
+  o.unit = col.unit;
+  o.phase = col.phase;
+  o.collective = c;
+  o.bytes = col.total_bytes;
+  o.shard_bytes = shard_bytes(g, c, position);
+  return o;
+}
+
+void DomainCollectives::join(TrainingGraph& g, std::int32_t c, int position, OpId op) const {
+  const Collective& col = g.collectives()[static_cast<std::size_t>(c)];
+  DataParallelCollectives::join(
+      g, col.members_begin + static_cast<std::uint32_t>(slot(col, position)), op);
+}
+
+void DataParallelCollectives::join(TrainingGraph& g, std::uint32_t member, OpId op) {
+  g.members_[member].op = op;
 }
 
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant) {

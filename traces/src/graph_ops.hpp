@@ -4,7 +4,9 @@
 // plan's graph from these, so an FSDP plan and its one-stage split agree on each by
 // construction (tests/sim/one_stage_split_test.cpp holds the whole graphs equal):
 //  * which ranks get ops (`only`) and the plan's rank count against the cluster's;
-//  * the summary fields every graph carries, and which units recompute;
+//  * the summary fields every graph carries, which units recompute, which ranks run a GPU
+//    runtime;
+//  * every compute op's FLOPs and activation bytes (compute_op);
 //  * a data-parallel domain's collectives (a group's gather or reduce-scatter, the cross-group
 //    reduction) and the variant of an uneven one (the plan's, or the comm model's);
 //  * the memory a gather, a reduce-scatter and the optimizer step allocate and free.
@@ -23,11 +25,33 @@ namespace cephalo::traces {
 // An op of phase p for micro-batch m (size `size`): the fields every per-micro-batch op has.
 Op micro_batch_op(OpKind kind, Pass pass, int unit, int p, int m, int size);
 
+// What a rank's compute ops depend on besides the unit and the micro-batch: the job, the plan's
+// checkpointing, the model's unit count, the rank's tensor-parallel degree (1: an FSDP plan),
+// sequence parallelism and whether it runs a GPU runtime.
+struct ComputeContext {
+  const Job& job;
+  const ActivationCheckpointing& checkpointing;
+  int units = 0;
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool gpu_runtime = true;
+};
+// A compute op (Forward; Recompute or Backward, both of the backward pass) of `unit` for
+// micro-batch m of `size` samples in phase p: its FLOPs (the unit's, 1/T of them on a TP rank
+// but the embedding's; a selective recompute the attention core's alone) and the activations it
+// allocates and frees (costmodels::split_compute_op_bytes, the one per-op rule). The builder
+// adds what its data-parallel sharding holds (the gathered parameters, the unsharded gradient).
+Op compute_op(const ComputeContext& context, OpKind kind, int unit, int p, int m, int size);
+
 // The ranks that get ops: every rank when `only` is empty, else `only` (ascending, each a rank
 // of the plan; std::logic_error otherwise). Throws Error when the plan's rank count is not the
 // cluster's.
 std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
                                 std::span<const int> only);
+
+// Per rank: 1 when it runs on a GPU runtime (not a CPU device), read once from the cluster
+// (Cluster::ranks() per op or per rank would make a large graph's build quadratic).
+std::vector<char> gpu_runtime_ranks(const Scenario& scenario);
 
 // The summary fields of any plan's graph (ranks, units, sequence, global batch, the schedule
 // choices, model FLOPs); a split's builder adds its own. Refuses (Error) a host offload that
@@ -94,7 +118,80 @@ class DataParallelCollectives {
   static std::int32_t add_cross_reduction(TrainingGraph& g, const Precision& precision,
                                           const DomainRanks& domain, int unit, int phase,
                                           std::span<const int> members);
+  // Records `op` as the op of member `member` (an index into the graph's member list).
+  static void join(TrainingGraph& g, std::uint32_t member, OpId op);
 };
+// One phase of a data-parallel domain as its collectives see it: the units it moves (buffer
+// order: a tied FSDP head's phase moves unit 0, then itself), its own unit, pass and phase
+// number, whether it gathers the units' parameters and whether it reduces their gradients (a
+// unit's gradient is complete after the last phase that reduces it).
+struct DomainPhase {
+  std::vector<int> units;
+  int unit = 0;
+  Pass pass = Pass::Forward;
+  int phase = 0;
+  bool gathers = false;
+  bool reduces = false;
+};
+// Every data-parallel collective of one domain (through DataParallelCollectives), made at once in
+// one id order: phase by phase, per group its gather (when the phase gathers) then its
+// reduce-scatter (when it reduces and the groups reduce: not when every rank is its own group);
+// then, when the layout has several groups, each unit's cross-group reduction after the last phase
+// that reduces it (phases in order, units ascending within one). An FSDP plan's domain is every
+// rank and its phases the rounds' (a backward phase gathers again); a split stage's domain its TP
+// slice's ranks, its phases forward u (gathers) and backward u (reduces): the stage's units stay
+// gathered from their first forward to their last backward. Members are the built ranks (group
+// collectives: the group's, in group order; the cross reduction: the domain's, in position order)
+// and join() records a member's op in O(1) by its slot.
+struct DomainOptions {
+  // False when every rank is its own group (a replica per rank: the cross reduction is the only
+  // reduction).
+  bool group_reduces = true;
+  // Whether a group none of whose ranks is built still gets its collectives (no members): an
+  // FSDP graph of some ranks keeps every group's, which the planner prices; a split's has only
+  // those some built rank joins (sim/'s split classes read each one's first member).
+  bool unjoined_groups = true;
+};
+class DomainCollectives {
+ public:
+  DomainCollectives() = default;
+  // `built`: per global rank, whether it gets ops.
+  DomainCollectives(TrainingGraph& g, const Precision& precision, UnevenVariants& variants,
+                    const DomainRanks& domain, std::span<const char> built,
+                    std::span<const DomainPhase> phases, DomainOptions options);
+  // Collective ids: -1 when the phase has none.
+  std::int32_t gather(int phase, int group) const { return at(gathers_, phase, group); }
+  std::int32_t reduce_scatter(int phase, int group) const {
+    return at(reduce_scatters_, phase, group);
+  }
+  std::int32_t cross(int unit) const {
+    return cross_.empty() ? -1 : cross_[static_cast<std::size_t>(unit)];
+  }
+  // Units whose cross-group reduction follows phase `phase`'s reductions, ascending.
+  const std::vector<int>& finished_at(int phase) const {
+    return finished_at_[static_cast<std::size_t>(phase)];
+  }
+  // The member at domain position `position` of collective `c` (one of this domain's): its
+  // shard bytes, and the op by which it joins.
+  double shard_bytes(const TrainingGraph& g, std::int32_t c, int position) const;
+  // That member's op of collective `c`: the collective's kind, pass, unit, phase and bytes, and
+  // the member's shard bytes (the builder sets its memory and may set another pass).
+  Op op(const TrainingGraph& g, std::int32_t c, int position) const;
+  void join(TrainingGraph& g, std::int32_t c, int position, OpId op) const;
+
+ private:
+  int slot(const Collective& c, int position) const;
+  std::int32_t at(const std::vector<std::int32_t>& table, int phase, int group) const {
+    return table[static_cast<std::size_t>(phase) * static_cast<std::size_t>(groups_) +
+                 static_cast<std::size_t>(group)];
+  }
+  int groups_ = 1;
+  std::vector<std::int32_t> gathers_, reduce_scatters_;  // per phase × group
+  std::vector<std::int32_t> cross_;                      // per unit (-1: none)
+  std::vector<std::vector<int>> finished_at_;            // per phase
+  std::vector<int> group_slot_, cross_slot_;             // per position: slot among members
+};
+
 // A data-parallel collective's op kind: gather or reduce-scatter, even or -v.
 OpKind data_parallel_kind(bool gather, CollectiveVariant variant);
 

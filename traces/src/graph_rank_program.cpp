@@ -37,6 +37,12 @@ OpId GraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
   return g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
 }
 
+OpId GraphBuilder::emit_joined(Op op, std::initializer_list<OpId> deps) {
+  const OpId id = emit(op, deps);
+  dp_.join(g_, op.collective, current_rank_, id);  // the position of a rank is the rank
+  return id;
+}
+
 bool GraphBuilder::recomputes(int u) const {
   return schedule::recomputes(plan_.activation_checkpointing, u, units_);
 }
@@ -45,65 +51,46 @@ bool GraphBuilder::recomputes_attention_core(int u) const {
   return schedule::recomputes_attention_core(plan_.activation_checkpointing, u, units_);
 }
 
-double GraphBuilder::core_bytes(int u, int size) const {
-  return recomputes_attention_core(u)
-             ? costmodels::attention_core_kept_bytes(scenario_.job.model,
-                                                     scenario_.job.sequence_length, size)
-             : 0.0;
+Op GraphBuilder::compute_op(const RankState& st, OpKind kind, int p, int m) const {
+  // One stage, T = 1: the compute op both builders make (graph_ops.hpp).
+  const bool gpu = gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0;
+  const ComputeContext context{
+      scenario_.job, plan_.activation_checkpointing, units_, 1, false, gpu};
+  return traces::compute_op(context, kind, phases_[p].unit, p, m, st.sizes[m]);
 }
 
 void GraphBuilder::emit_gather(RankState& st, int p) {
-  const Phase& ph = phases_[p];
-  const Collective& c = g_.collectives_[at(ag_collective_, p, st.group)];
-  Op o;
-  o.kind = data_parallel_kind(true, c.variant);
-  o.pass = ph.pass;
-  o.unit = ph.unit;
-  o.phase = p;
-  o.collective = c.id;
-  o.bytes = c.total_bytes;
-  o.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  Op o = dp_.op(g_, dp_.gather(p, st.group), st.rank);
   // The gathered phase (freed by the phase's last compute op) and the cast send shard.
   set_gather_memory(o, st.cast_send);
   const int gate = gather_gates_[static_cast<std::size_t>(p)];
-  st.ag[p] = emit(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
+  st.ag[p] = emit_joined(o, {gate >= 0 ? st.phase_done[static_cast<std::size_t>(gate)] : kNoOp});
 }
 
-void GraphBuilder::emit_forward(RankState& st, int p, int m, bool keeps) {
+void GraphBuilder::emit_forward(RankState& st, int p, int m) {
   const Job& job = scenario_.job;
   const int u = phases_[p].unit;
-  const int size = st.sizes[m];
-  const double boundary = costmodels::boundary_activation_bytes(job.model, job.sequence_length,
-                                                                size, job.precision.compute);
-  const double w = costmodels::unit_working_bytes(job.model, u, job.sequence_length, size,
-                                                  job.precision.compute);
-  Op f = micro_batch_op(OpKind::Forward, Pass::Forward, u, p, m, size);
-  f.flops = costmodels::unit_flops(job.model, u, job.sequence_length, size).forward;
-  f.mem_alloc = w + (u < units_ - 1 ? boundary : 0.0);
-  // A kept layer releases nothing, or under selective recompute its attention core's state.
-  f.mem_free = keeps ? core_bytes(u, size) : w;
-  st.last_compute = emit(f, {st.first ? st.ag[p] : kNoOp});
+  st.last_compute = emit(compute_op(st, OpKind::Forward, p, m), {st.first ? st.ag[p] : kNoOp});
   if (st.offload && u >= 1) {
+    const int size = st.sizes[m];
     Op c = micro_batch_op(OpKind::CopyD2H, Pass::Forward, u, p, m, size);
-    c.bytes = boundary;
+    c.bytes = costmodels::boundary_activation_bytes(job.model, job.sequence_length, size,
+                                                    job.precision.compute);
     c.mem_free = c.bytes;  // the device copy of the unit's input
     st.d2h[static_cast<std::size_t>(u) * st.mbs + m] = emit(c, {st.last_compute});
   }
 }
 
-void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bool keeps) {
+void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute) {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
-  const Dtype act = job.precision.compute;
-  const int seq = job.sequence_length;
   const int u = phases_[p].unit;
-  const int size = st.sizes[m];
   const std::int32_t gp = g_.gradient_phase_[p];
-  const double boundary = costmodels::boundary_activation_bytes(model, seq, size, act);
   OpId h2d = kNoOp;
   if (st.offload && u >= 1) {
+    const int size = st.sizes[m];
     Op c = micro_batch_op(OpKind::CopyH2D, Pass::Backward, u, p, m, size);
-    c.bytes = boundary;
+    c.bytes = costmodels::boundary_activation_bytes(job.model, job.sequence_length, size,
+                                                    job.precision.compute);
     c.mem_alloc = c.bytes;
     const std::size_t steps = st.backward_steps.size();
     OpId gate = steps >= static_cast<std::size_t>(st.copy_lookahead)
@@ -111,36 +98,16 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
                     : kNoOp;
     h2d = emit(c, {st.d2h[static_cast<std::size_t>(u) * st.mbs + m], gate});
   }
-  const auto flops = costmodels::unit_flops(model, u, seq, size);
-  const double w = costmodels::unit_working_bytes(model, u, seq, size, act);
-  Op b = micro_batch_op(OpKind::Backward, Pass::Backward, u, p, m, size);
   // The layer's whole forward again, or under selective recompute its attention core only.
-  const bool core = recomputes_attention_core(u);
-  if (recompute || core) {
-    Op rc = b;
-    rc.kind = OpKind::Recompute;
-    rc.flops = recompute ? flops.forward : costmodels::attention_core_forward_flops(job, size);
-    rc.mem_alloc = recompute ? w : core_bytes(u, size);
-    emit(rc, {st.first ? st.ag[p] : kNoOp, h2d});
-  }
-  b.flops = flops.backward;
-  // The input gradient, the gradient buffer (the first backward that accumulates into it) and
-  // the backward's own input-gradient temporaries, held while it runs. Eager attention's s×s
-  // scores and their gradient are held on a GPU (the same term as the closed form's working
-  // set, memory_model.cpp; a CPU device computes one head's scores at a time outside its
-  // allocator).
-  const double t = costmodels::unit_backward_transient_bytes(model, u, seq, size, act) +
-                   (gpu_runtime_[static_cast<std::size_t>(st.rank)]
-                        ? costmodels::eager_attention_bytes(model, u, seq, size, job.implementation)
-                        : 0.0);
+  const bool rerun = recompute || recomputes_attention_core(u);
+  if (rerun) emit(compute_op(st, OpKind::Recompute, p, m), {st.first ? st.ag[p] : kNoOp, h2d});
+  // The unsharded gradient buffer, when this is the first backward that accumulates into it.
+  Op b = compute_op(st, OpKind::Backward, p, m);
   const bool alloc_grad = !st.grad_held[static_cast<std::size_t>(gp)];
   st.grad_held[static_cast<std::size_t>(gp)] = true;
-  b.mem_alloc =
-      (u > 0 ? boundary : 0.0) + (alloc_grad ? g_.unit_sizes_[u].gradient_bytes : 0.0) + t;
-  b.mem_free = (recompute || keeps ? w : 0.0) + t + (u >= 1 ? boundary : 0.0) +
-               (u < units_ - 1 ? boundary : 0.0);
+  if (alloc_grad) b.mem_alloc += g_.unit_sizes_[u].gradient_bytes;
   // Without a recompute the backward itself is the phase's first use of the gather.
-  st.last_compute = recompute || core ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
+  st.last_compute = rerun ? emit(b, {}) : emit(b, {st.first ? st.ag[p] : kNoOp, h2d});
   st.backward_steps.push_back(st.last_compute);
   st.grad_last[static_cast<std::size_t>(gp)] = st.last_compute;
 }
@@ -148,34 +115,18 @@ void GraphBuilder::emit_backward(RankState& st, int p, int m, bool recompute, bo
 // Phase p's reduce-scatter (when it reduces) and, under hybrid sharding, the cross-group
 // reductions of the units it finished.
 void GraphBuilder::emit_reductions(RankState& st, int p) {
-  const std::int32_t rs_id = at(rs_collective_, p, st.group);
+  const std::int32_t rs_id = dp_.reduce_scatter(p, st.group);
   if (phases_[p].pass != Pass::Backward || rs_id < 0) return;
-  const Collective& c = g_.collectives_[rs_id];
-  Op rs;
-  rs.kind = data_parallel_kind(false, c.variant);
-  rs.pass = Pass::Backward;
-  rs.unit = phases_[p].unit;
-  rs.phase = p;
-  rs.collective = c.id;
-  rs.bytes = c.total_bytes;
-  rs.shard_bytes = g_.members_[c.members_begin + group_slot_[st.rank]].shard_bytes;
+  Op rs = dp_.op(g_, rs_id, st.rank);
   set_reduce_scatter_memory(rs, st.grad_held[static_cast<std::size_t>(p)]);
   st.grad_held[static_cast<std::size_t>(p)] = false;
   // The last backward into the buffer (under no_sync possibly an earlier round's).
-  st.last_rs = emit(rs, {st.grad_last[static_cast<std::size_t>(p)]});
+  st.last_rs = emit_joined(rs, {st.grad_last[static_cast<std::size_t>(p)]});
   // Hybrid: the units this reduce-scatter finished, reduced across groups in place on the
   // gradient shard (no memory of its own).
-  for (int unit : units_finished_at(p)) {
-    const Collective& x = g_.collectives_[cross_collective_[static_cast<std::size_t>(unit)]];
-    Op ar;
-    ar.kind = OpKind::AllReduce;
-    ar.pass = Pass::Backward;
-    ar.unit = unit;
-    ar.phase = p;
-    ar.collective = x.id;
-    ar.bytes = x.total_bytes;
-    ar.shard_bytes = g_.members_[x.members_begin + member_index_[st.rank]].shard_bytes;
-    st.last_rs = emit(ar, {});
+  for (int unit : dp_.finished_at(p)) {
+    const Op ar = dp_.op(g_, dp_.cross(unit), st.rank);
+    st.last_rs = emit_joined(ar, {});
   }
 }
 
@@ -215,18 +166,17 @@ void GraphBuilder::build_rank(int r) {
   for (int p = 0; p < num_phases; ++p) {
     const Phase& ph = phases_[p];
     const int u = ph.unit;
-    // A layer without a recompute keeps its forward's working set until its backward; the
-    // embedding's forward working set is transient either way (its backward needs only ids).
+    // What a forward keeps to its backward (a layer without a recompute: its working set; the
+    // embedding: nothing, its backward needs only ids) is costmodels' per-op rule (op_bytes).
     const bool recompute = recomputes(u);
-    const bool keeps = !recompute && u >= 1 && u < units_ - 1;
     st.last_compute = kNoOp;
     st.first = true;
     // Micro-batches this rank runs in this phase, in execution order.
     auto run = [&](int m) {
       if (ph.pass == Pass::Forward)
-        emit_forward(st, p, m, keeps);
+        emit_forward(st, p, m);
       else
-        emit_backward(st, p, m, recompute, keeps);
+        emit_backward(st, p, m, recompute);
       st.first = false;
     };
     if (plan_.accumulation == Accumulation::Layered) {

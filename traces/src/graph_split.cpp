@@ -234,6 +234,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
   const int n = static_cast<int>(plan_.ranks.size());
   built_.assign(static_cast<std::size_t>(n), 0);
   for (int r : ranks_to_build(plan_, scenario_, only)) built_[static_cast<std::size_t>(r)] = 1;
+  gpu_runtime_ = gpu_runtime_ranks(scenario_);
   units_ = costmodels::num_units(model);
   stages_ = resolved_stages(split, model.num_layers, n);
   p_ = static_cast<int>(stages_.size());
@@ -278,6 +279,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
     g_.gradient_phase_[static_cast<std::size_t>(ph)] = ph;
 
   setup_domains();
+  setup_domain_collectives();
   setup_transfers();
   int groups = 0;
   for (int s = 0; s < p_; ++s) {

@@ -9,7 +9,9 @@
 //  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
 //                                  (layouts, static bytes), the pipeline transfers, then every
 //                                  built rank's program and the indexes;
-//  * graph_split_collectives.cpp — the collectives, each made by its first built member;
+//  * graph_split_collectives.cpp — every domain's collectives at once (DomainCollectives);
+//                                  the TP, transfer and tied ones, each made by its first
+//                                  built member;
 //  * graph_split_rank.cpp        — one rank's program in its stage's pipeline order.
 #include <array>
 #include <cstdint>
@@ -50,11 +52,13 @@ class SplitGraphBuilder {
     std::vector<OpId> gather;
     std::vector<int> backwards_left;
     std::vector<bool> grad_held;
-    std::vector<int> first_use;       // units in the order of their first forward
-    int next_gather = 0;              // index into first_use of the next gather to issue
-    std::vector<char> used;           // per unit: first forward emitted
-    std::vector<OpId> first_forward;  // per unit: its first forward op (a later gather's gate)
-    std::vector<OpId> last_backward;  // per unit: its latest backward op
+    std::vector<int> first_use;        // units in the order of their first forward
+    std::vector<int> first_use_index;  // per unit: its index in first_use (-1: not used)
+    std::vector<int> gather_gates;     // per first_use index: schedule::gather_gates
+    int next_gather = 0;               // index into first_use of the next gather to issue
+    std::vector<char> used;            // per unit: first forward emitted
+    std::vector<OpId> first_forward;   // per unit: its first forward op (a later gather's gate)
+    std::vector<OpId> last_backward;   // per unit: its latest backward op
     std::vector<int> backwards_left_in_chunk;  // per chunk: backward steps still to come
     std::vector<OpId> pending;                 // receives the next compute op waits on
     OpId last_compute = kNoOp;      // the last op on the compute stream (a TP op after its compute)
@@ -81,12 +85,17 @@ class SplitGraphBuilder {
                              double element_bytes, double elements);
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);
-  std::int32_t domain_collective(int domain, int group, int unit, OpKind kind);
   std::int32_t tied_collective(int position, int tp_rank);
   void set_member_op(std::int32_t collective, int rank, OpId op);
-  Op domain_op(const RankState& st, std::int32_t collective, Pass pass) const;
+  void setup_domain_collectives();
+  // A data-parallel op of the rank's domain: emitted, and recorded as its member op.
+  OpId emit_domain(const RankState& st, Op op, std::initializer_list<OpId> deps);
+  const DomainCollectives& domains(const RankState& st) const {
+    return domain_collectives_[static_cast<std::size_t>(st.domain)];
+  }
 
-  void emit_gather(RankState& st, int unit);
+  void emit_next_gather(RankState& st);
+  void emit_gathers_after(RankState& st, int done);
   void emit_recvs(RankState& st, int boundary, bool forward, int unit, int micro_batch);
   void emit_sends(RankState& st, int boundary, bool forward, int unit, int micro_batch,
                   OpId producer);
@@ -124,6 +133,9 @@ class SplitGraphBuilder {
   std::vector<std::vector<pipeline::Step>> orders_;  // per stage
   // Data-parallel domains: per stage the first domain's index (domain = base + TP rank).
   std::vector<int> domain_base_;
+  // Per domain its collectives (graph_ops.hpp), phases numbered as one FSDP round: forward u
+  // gathers, backward 2U − 1 − u reduces.
+  std::vector<DomainCollectives> domain_collectives_;
   // Per virtual-stage boundary k (k → k + 1): the forward and backward transfers.
   std::vector<std::vector<Transfer>> forward_, backward_;
   // Per boundary: indexes into its transfers sorted (stably) by sender and by receiver.
@@ -131,7 +143,8 @@ class SplitGraphBuilder {
     std::vector<std::uint32_t> by_from, by_to;
   };
   std::vector<TransferIndex> forward_index_, backward_index_;
-  std::vector<char> built_;  // per rank: whether it gets ops and collective memberships
+  std::vector<char> built_;        // per rank: whether it gets ops and collective memberships
+  std::vector<char> gpu_runtime_;  // per rank: gpu_runtime_ranks
   // Collective lookup: per TP group (stage, replica), its collectives in program order (every
   // member emits the same sequence); other collectives by key.
   std::vector<std::vector<std::int32_t>> tp_ids_;

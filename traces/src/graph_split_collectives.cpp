@@ -91,36 +91,39 @@ std::int32_t SplitGraphBuilder::transfer_collective(const Transfer& t, bool forw
   return c.id;
 }
 
-std::int32_t SplitGraphBuilder::domain_collective(int domain, int group, int unit, OpKind kind) {
-  const std::array<std::int64_t, 5> key{2, domain, group, unit, static_cast<std::int64_t>(kind)};
-  if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
-  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
-  const std::vector<int>& ranks = g_.domain_ranks_[static_cast<std::size_t>(domain)];
-  const DomainRanks d{layout, ranks};
-  const Precision& prec = scenario_.job.precision;
-  // The built members' positions: the group's in group order, or (the cross-group reduction)
-  // every rank of the domain in position order.
-  std::vector<int> members;
-  if (kind == OpKind::AllReduce) {
-    for (int i = 0; i < layout.num_ranks(); ++i)
-      if (built(ranks[static_cast<std::size_t>(i)])) members.push_back(i);
-  } else {
-    for (int i : layout.group(group))
-      if (built(ranks[static_cast<std::size_t>(i)])) members.push_back(i);
+// Every domain's collectives at once, in domain order (graph_ops.hpp's DomainCollectives): its
+// stage's units gathered before their first forward and kept (full, hybrid; optimizer: the
+// updated parameters after the step), reduced after their last backward (none: only across
+// the replicas). A domain with no built rank has none.
+void SplitGraphBuilder::setup_domain_collectives() {
+  const StageSharding kind = plan_.model_split.sharding;
+  for (std::size_t d = 0; d < g_.domain_layouts_.size(); ++d) {
+    const std::vector<int>& ranks = g_.domain_ranks_[d];
+    if (std::none_of(ranks.begin(), ranks.end(), [&](int r) { return built(r); })) {
+      domain_collectives_.emplace_back();
+      continue;
+    }
+    const int stage = g_.places_[static_cast<std::size_t>(ranks.front())].stage;
+    std::vector<DomainPhase> phases;
+    for (int u = 0; u < units_; ++u)
+      phases.push_back(
+          {{u},
+           u,
+           Pass::Forward,
+           u,
+           kind != StageSharding::None && g_.unit_stage_[static_cast<std::size_t>(u)] == stage,
+           false});
+    for (int u = units_ - 1; u >= 0; --u)
+      phases.push_back({{u},
+                        u,
+                        Pass::Backward,
+                        2 * units_ - 1 - u,
+                        false,
+                        g_.unit_stage_[static_cast<std::size_t>(u)] == stage});
+    domain_collectives_.emplace_back(g_, scenario_.job.precision, variants_,
+                                     DomainRanks{g_.domain_layouts_[d], ranks}, built_, phases,
+                                     DomainOptions{kind != StageSharding::None, false});
   }
-  const int backward_phase = 2 * units_ - 1 - unit;
-  std::int32_t id = -1;
-  if (kind == OpKind::AllReduce) {
-    id = DataParallelCollectives::add_cross_reduction(g_, prec, d, unit, backward_phase, members);
-  } else {
-    const bool gather = kind == OpKind::AllGather;
-    const int one[] = {unit};
-    id = DataParallelCollectives::add_group(g_, prec, variants_, d, group, one, gather,
-                                            gather ? Pass::Forward : Pass::Backward, unit,
-                                            gather ? unit : backward_phase, members);
-  }
-  keyed_.emplace(key, id);
-  return id;
 }
 
 std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {

@@ -14,89 +14,63 @@ namespace cephalo::traces {
 
 // ---- one rank's program -----------------------------------------------------------------------
 
-// This rank's op of domain collective `cid`: the collective's kind, unit, phase and bytes, and
-// the rank's own slice of them.
-Op SplitGraphBuilder::domain_op(const RankState& st, std::int32_t cid, Pass pass) const {
-  const Collective& c = g_.collectives_[static_cast<std::size_t>(cid)];
-  const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
-  Op o;
-  o.kind = c.kind;
-  o.pass = pass;
-  o.unit = c.unit;
-  o.phase = c.phase;
-  o.collective = cid;
-  o.bytes = c.total_bytes;
-  o.shard_bytes = static_cast<double>(layout.slice(c.unit, st.position).count) * c.element_bytes;
-  return o;
+OpId SplitGraphBuilder::emit_domain(const RankState& st, Op op, std::initializer_list<OpId> deps) {
+  const OpId id = g_.append_op(op, current_rank_, {deps.begin(), deps.size()});
+  domains(st).join(g_, op.collective, st.position, id);
+  return id;
 }
 
-void SplitGraphBuilder::emit_gather(RankState& st, int unit) {
+// The next gather in first-use order, issued once the first forward of its gate unit is done
+// (gather_gates: the framework's prefetch rule, as for an FSDP plan's phases), or at the start.
+void SplitGraphBuilder::emit_next_gather(RankState& st) {
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
-  Op o = domain_op(
-      st, domain_collective(st.domain, layout.group_of(st.position), unit, OpKind::AllGather),
-      Pass::Forward);
+  const std::size_t i = static_cast<std::size_t>(st.next_gather++);
+  const int unit = st.first_use[i];
+  Op o = domains(st).op(g_, domains(st).gather(unit, layout.group_of(st.position)), st.position);
   set_gather_memory(o, st.cast_send);
-  // Issued once the first forward of the unit `lookahead` places earlier in first-use order is
-  // done (the FSDP prefetch rule, schedule::gather_rules), or at the start.
-  const int lookahead = plan_.prefetch ? 2 : 1;
-  const auto pos = static_cast<int>(std::find(st.first_use.begin(), st.first_use.end(), unit) -
-                                    st.first_use.begin());
-  OpId gate = kNoOp;
-  if (pos >= lookahead) {
-    const int before = st.first_use[static_cast<std::size_t>(pos - lookahead)];
-    gate = st.first_forward[static_cast<std::size_t>(before)];
-  }
-  st.gather[static_cast<std::size_t>(unit)] = emit(o, {gate});
+  const int gate = st.gather_gates[i];
+  st.gather[static_cast<std::size_t>(unit)] =
+      emit_domain(st, o,
+                  {gate >= 0 ? st.first_forward[static_cast<std::size_t>(
+                                   st.first_use[static_cast<std::size_t>(gate)])]
+                             : kNoOp});
+}
+
+// The gathers whose gate is the first forward of first_use[done] (done = -1: at the start).
+void SplitGraphBuilder::emit_gathers_after(RankState& st, int done) {
+  while (st.next_gather < static_cast<int>(st.first_use.size()) &&
+         st.gather_gates[static_cast<std::size_t>(st.next_gather)] <= done)
+    emit_next_gather(st);
 }
 
 void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int micro_batch,
                                      Pass pass) {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
-  const int seq = job.sequence_length;
   const int T = st.place.tensor_parallel;
-  const bool sp = plan_.model_split.sequence_parallel;
-  const int size = st.size;
-  // The op's activation bytes: costmodels' per-op rule, the one the memory model walks.
-  const bool gpu = costmodels::runs_gpu_runtime(
-      scenario_.cluster.ranks()[static_cast<std::size_t>(st.rank)].slot->spec);
-  const auto bytes = [&](costmodels::ComputeStep step) {
-    return costmodels::split_compute_op_bytes(job, plan_.activation_checkpointing, unit, step, size,
-                                              T, sp, gpu);
-  };
-  const auto flops = costmodels::unit_flops(model, unit, seq, size);
-  const double flop_share =
-      costmodels::unit_kind(model, unit) == costmodels::UnitKind::Embedding ? 1.0 : 1.0 / T;
-  Op o = micro_batch_op(kind, pass, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
-                        micro_batch, size);
+  const ComputeContext context{job,
+                               plan_.activation_checkpointing,
+                               units_,
+                               T,
+                               plan_.model_split.sequence_parallel,
+                               gpu_runtime_[static_cast<std::size_t>(st.rank)] != 0};
+  Op o = compute_op(context, kind, unit, pass == Pass::Forward ? unit : 2 * units_ - 1 - unit,
+                    micro_batch, st.size);
   std::vector<OpId> deps{st.pending.begin(), st.pending.end()};
   st.pending.clear();
   const bool full = st.gathers;
   const bool core = kind == OpKind::Recompute && schedule::recomputes_attention_core(
                                                      plan_.activation_checkpointing, unit, units_);
   if (kind == OpKind::Forward) {
-    o.flops = flops.forward * flop_share;
-    const costmodels::OpBytes f = bytes(costmodels::ComputeStep::Forward);
-    o.mem_alloc = f.alloc;
-    o.mem_free = f.free;
     if (full && !st.used[static_cast<std::size_t>(unit)])
       deps.push_back(st.gather[static_cast<std::size_t>(unit)]);
-  } else if (kind == OpKind::Recompute) {
-    // The layer's forward again, or under selective recompute its attention core only.
-    o.flops =
-        (core ? costmodels::attention_core_forward_flops(job, size) : flops.forward) * flop_share;
-    o.mem_alloc = bytes(costmodels::ComputeStep::Recompute).alloc;
-  } else {
+  } else if (kind == OpKind::Backward) {
     const std::size_t u = static_cast<std::size_t>(unit);
     const bool alloc_grad = full && !st.grad_held[u];
     st.grad_held[u] = st.grad_held[u] || full;
     const double grad_bytes =
         static_cast<double>(g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit)) *
         bytes_per_element(job.precision.reduce);
-    o.flops = flops.backward * flop_share;
-    const costmodels::OpBytes b = bytes(costmodels::ComputeStep::Backward);
-    o.mem_alloc = b.alloc + (alloc_grad ? grad_bytes : 0.0);
-    o.mem_free = b.free;
+    o.mem_alloc += alloc_grad ? grad_bytes : 0.0;
     // The gathered parameters go with the unit's last backward (its gradient is complete).
     if (full && --st.backwards_left[u] == 0) {
       o.mem_free += g_.domain_layouts_[static_cast<std::size_t>(st.domain)].numel(unit) *
@@ -117,16 +91,7 @@ void SplitGraphBuilder::emit_compute(RankState& st, OpKind kind, int unit, int m
     st.used[static_cast<std::size_t>(unit)] = 1;
     st.first_forward[static_cast<std::size_t>(unit)] = st.last_forward;
     // The gathers this forward's completion releases (prefetch).
-    while (full && st.next_gather < static_cast<int>(st.first_use.size())) {
-      const int lookahead = plan_.prefetch ? 2 : 1;
-      const int g = st.next_gather;
-      const int gate_pos = g - lookahead;
-      if (gate_pos >= 0 &&
-          !st.used[static_cast<std::size_t>(st.first_use[static_cast<std::size_t>(gate_pos)])])
-        break;
-      emit_gather(st, st.first_use[static_cast<std::size_t>(g)]);
-      ++st.next_gather;
-    }
+    if (full) emit_gathers_after(st, st.first_use_index[static_cast<std::size_t>(unit)]);
   }
 }
 
@@ -192,19 +157,18 @@ void SplitGraphBuilder::emit_reductions(RankState& st, int unit) {
   const int group = layout.group_of(st.position);
   const bool cross = layout.hybrid();
   if (kind != StageSharding::None) {
-    Op rs = domain_op(st, domain_collective(st.domain, group, unit, OpKind::ReduceScatter),
-                      Pass::Backward);
+    Op rs =
+        domains(st).op(g_, domains(st).reduce_scatter(2 * units_ - 1 - unit, group), st.position);
     if (st.gathers) {
       // The unsharded gradient (allocated by the first backward) and the received shard.
       set_reduce_scatter_memory(rs, st.grad_held[u]);
       st.grad_held[u] = false;
     }
-    st.last_reduction = emit(rs, {last_backward});
+    st.last_reduction = emit_domain(st, rs, {last_backward});
   }
   if (cross) {
-    st.last_reduction = emit(
-        domain_op(st, domain_collective(st.domain, -1, unit, OpKind::AllReduce), Pass::Backward),
-        {last_backward});
+    st.last_reduction =
+        emit_domain(st, domains(st).op(g_, domains(st).cross(unit), st.position), {last_backward});
   }
 }
 
@@ -215,10 +179,9 @@ void SplitGraphBuilder::emit_optimizer(RankState& st) {
   if (plan_.model_split.sharding != StageSharding::Optimizer) return;
   // ZeRO-1: every rank gathers the updated parameters of its stage's units.
   for (int u : st.first_use) {
-    emit(domain_op(st,
-                   domain_collective(st.domain, layout.group_of(st.position), u, OpKind::AllGather),
-                   Pass::Step),
-         {step});
+    Op o = domains(st).op(g_, domains(st).gather(u, layout.group_of(st.position)), st.position);
+    o.pass = Pass::Step;
+    emit_domain(st, o, {step});
   }
 }
 
@@ -299,6 +262,7 @@ void SplitGraphBuilder::build_rank(int r) {
   st.backwards_left.assign(U, 0);
   st.grad_held.assign(U, false);
   st.used.assign(U, 0);
+  st.first_use_index.assign(U, -1);
   st.backwards_left_in_chunk.assign(static_cast<std::size_t>(v_), 0);
   const auto& order = orders_[static_cast<std::size_t>(st.stage)];
   for (const auto& step : order) {
@@ -314,9 +278,17 @@ void SplitGraphBuilder::build_rank(int r) {
     }
   }
   if (st.gathers) {
-    const int lookahead = plan_.prefetch ? 2 : 1;
-    while (st.next_gather < std::min<int>(lookahead, static_cast<int>(st.first_use.size())))
-      emit_gather(st, st.first_use[static_cast<std::size_t>(st.next_gather++)]);
+    // Each unit gathered once, before its first forward (kept to its last backward): the
+    // gathers in first-use order are the phases the framework's prefetch rule gates.
+    const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(st.domain)];
+    std::vector<schedule::GatherPhase> gathers;
+    for (std::size_t i = 0; i < st.first_use.size(); ++i) {
+      st.first_use_index[static_cast<std::size_t>(st.first_use[i])] = static_cast<int>(i);
+      gathers.push_back({static_cast<double>(layout.numel(st.first_use[i])), false});
+    }
+    st.gather_gates = schedule::gather_gates(
+        schedule::gather_rules(job.implementation.framework, plan_.prefetch), gathers);
+    emit_gathers_after(st, -1);
   }
   for (const auto& step : order) {
     if (step.pass == pipeline::Pass::Forward)
