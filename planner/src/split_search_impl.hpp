@@ -165,10 +165,28 @@ class Search {
     return it->second;
   }
   // The most layers a stage of `shape` can hold at m micro-batches, with every layer
-  // recomputed or none and `in_flight` micro-batches surely held at once (m under GPipe, else
-  // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
-  // pipeline, sharding or sequence parallelism. Remembered.
-  int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
+  // recomputed or none, its order beginning with the forwards `warmup` (an id of warmup_id or
+  // forwards_id; -1: one forward, which every order begins with; split_search_memory.cpp):
+  // above it no candidate fits, whatever its sharding or sequence parallelism. In whole chunks
+  // of the warmup's schedule. Remembered.
+  int layer_cap(const StageShape& shape, int m, bool recompute, int warmup = -1);
+  // The forwards stage `stage` of p runs before its first backward under `schedule` at m
+  // micro-batches (warmup_chunks of its stage_order), and `forwards` forwards of one chunk
+  // (GPipe's m at any place): ids for layer_cap, each distinct prefix interned once.
+  int warmup_id(int p, int m, const pipeline::PipelineSchedule& schedule, int stage);
+  int forwards_id(int forwards);
+  int intern_warmup(std::vector<int> chunks, int virtual_stages);
+  // Per stage of a layout, its layer_cap at m under `schedule` (empty for one stage: an FSDP
+  // plan, whose memory is another rule's).
+  void layout_caps(const std::vector<StageShape>& shapes, int m, bool recompute,
+                   const pipeline::PipelineSchedule& schedule, std::vector<int>& caps) {
+    caps.clear();
+    const int p = static_cast<int>(shapes.size());
+    if (p < 2) return;
+    for (int s = 0; s < p; ++s)
+      caps.push_back(layer_cap(shapes[static_cast<std::size_t>(s)], m, recompute,
+                               warmup_id(p, m, schedule, s)));
+  }
   // Floors on the estimate's transfer time (split_search_transfers.cpp): a transfer of at
   // least `bytes`, the bytes a boundary puts on its node's NIC, a layout's slowest (`wraps`:
   // interleaved, the last stage sends to the first), a type family's in any order of its blocks
@@ -176,23 +194,41 @@ class Search {
   double transfer_floor(int src, int dst, double bytes);  // remembered
   double boundary_bytes(const StageShape& from, int m);
   double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, int virtual_stages);
+  // Per stage, the floor of its boundary's transfer to the next (the last's to the first).
+  void boundary_floors(const std::vector<StageShape>& shapes, int m, std::vector<double>& own);
   double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
-  // A floor on every split of a layout at m micro-batches and one schedule: pipeline_floor,
-  // and under a schedule that chains round trips through every stage (not GPipe: it starts
-  // every forward first) round_trip_floor with the layout's transfer floor. `step`, `tail` and
-  // `cap` per stage (cap empty: none).
+  // A floor on every split of a layout at m micro-batches and one schedule: busy_floor (whole
+  // layers in whole chunks, its tail over m in each step) and pipeline_floor, and under a
+  // schedule that chains round trips through every stage (not GPipe: it starts every forward
+  // first) round_trip_floor with the layout's transfer floor. `step`, `tail` and `cap` per stage
+  // (cap empty: none). Returns as soon as a part reaches `enough` (a value no lower).
   double schedule_floor(const std::vector<StageShape>& shapes, int m,
                         const pipeline::PipelineSchedule& schedule, std::span<const double> step,
-                        std::span<const double> tail, std::span<const int> cap) {
+                        std::span<const double> tail, std::span<const int> cap,
+                        double enough = std::numeric_limits<double>::infinity()) {
     const int layers = scenario_.job.model.num_layers;
     const int p = static_cast<int>(shapes.size());
     const int v = schedule.virtual_stages;
-    const double floor = pipeline_floor(step, tail, m, v, layers, cap);
-    if (p < 2 || schedule.kind == pipeline::PipelineSchedule::Kind::GPipe || floor >= best_so_far_)
-      return floor;
-    const double p2p = layout_transfer_floor(shapes, m, v);
-    return std::max(
-        floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+    busy_step_.resize(step.size());
+    for (std::size_t s = 0; s < step.size(); ++s) busy_step_[s] = step[s] + tail[s] / m;
+    ones_.assign(step.size(), 1);
+    double floor = split_detail::busy_floor(busy_step_, ones_, m, layers, cap, v);
+    if (floor >= enough) return floor;
+    floor = std::max(floor, pipeline_floor(step, tail, m, v, layers, cap));
+    if (floor >= enough) return floor;
+    if (p >= 2 && schedule.kind != pipeline::PipelineSchedule::Kind::GPipe) {
+      const double p2p = layout_transfer_floor(shapes, m, v);
+      floor = std::max(
+          floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+      if (floor >= enough) return floor;
+    }
+    if (!std::isfinite(enough)) return floor;
+    // Whole layers again, with the fill and drain and the transfers micro-batch 0 and the last
+    // backward cross: no placement at or below `enough` means none of the family is.
+    boundary_floors(shapes, m, own_);
+    hop_.assign(step.size(), 0.0);
+    for (std::size_t s = 1; s < step.size(); ++s) hop_[s] = hop_[s - 1] + 2 * own_[s - 1];
+    return pipeline_feasible(step, tail, hop_, m, v, layers, cap, enough) ? floor : enough;
   }
   // round_trips of stage 0's order, remembered per (p, m, schedule).
   int trips(int p, int m, const pipeline::PipelineSchedule& schedule);
@@ -275,7 +311,7 @@ class Search {
             cap[t] = gpipe_cap[t] = 0;
             for (const StageShape& shape : stages[t]) {
               cap[t] = std::max(cap[t], layer_cap(shape, m, rc));
-              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, m));
+              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, forwards_id(m)));
             }
           }
         }
@@ -318,10 +354,16 @@ class Search {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_report_ = started_;
   double best_so_far_ = std::numeric_limits<double>::infinity();
+  std::vector<double> busy_step_, own_, hop_;  // schedule_floor's scratch
+  std::vector<int> ones_;
   std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
   std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
+  // warmup_id's prefixes per (p, m, kind, V), by stage; the interned prefixes (chunks, then −V).
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> warmups_;
+  std::map<std::vector<int>, int> warmup_ids_;
+  std::vector<const std::vector<int>*> warmup_of_;
   std::map<std::tuple<int, int, double>, double> transfer_floors_;  // (from, to, bytes)
   std::map<std::tuple<int, int, int, int>, int> trips_;             // (p, m, kind, V)
   const Scenario& scenario_;

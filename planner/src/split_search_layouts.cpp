@@ -194,9 +194,8 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   const int p = static_cast<int>(shapes.size());
   double least = std::numeric_limits<double>::infinity();
   const std::size_t n = shapes.size();
-  std::vector<double> step(n), pure(n), tail(n);
-  std::vector<int> cap(n, job.model.num_layers), gpipe_cap(n, job.model.num_layers);
-  const std::vector<int> ones(n, 1);
+  std::vector<double> pure(n), tail(n);
+  std::vector<int> cap;
   for (std::size_t s = 0; s < n; ++s) tail[s] = tail_floor(shapes[s]);
   for (int m : batch_divisors_) {
     bool ok = m >= p;
@@ -207,23 +206,12 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
     for (bool rc : recompute_choices()) {
       for (std::size_t s = 0; s < n; ++s) {
         pure[s] = stage_floor(shapes[s], m, rc);
-        step[s] = pure[s] + tail[s] / m;
-        // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
-        if (p > 1) {
-          cap[s] = layer_cap(shapes[s], m, rc);
-          gpipe_cap[s] = layer_cap(shapes[s], m, rc, m);
-        }
       }
-      const double busy = split_detail::busy_floor(step, ones, m, job.model.num_layers, cap);
+      // Each schedule's caps hold the micro-batches its order puts in flight at each place.
       for (const auto& schedule : schedules_for(p, m)) {
-        if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
-          least = std::min(
-              least, split_detail::busy_floor(step, ones, m, job.model.num_layers, gpipe_cap));
-          continue;
-        }
-        if (busy >= least) continue;
-        least = std::min(least, std::max(busy, schedule_floor(shapes, m, schedule, pure, tail,
-                                                              p > 1 ? cap : std::vector<int>{})));
+        layout_caps(shapes, m, rc, schedule, cap);
+        least = std::min(least, schedule_floor(shapes, m, schedule, pure, tail, cap,
+                                               std::min(least, best_so_far_)));
       }
     }
   }
