@@ -159,6 +159,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           result_.pruned += static_cast<int>(shardings.size() * sps.size());
           continue;
         }
+        double deal_floor = -1;  // candidate_floor of this deal, once asked
         for (StageSharding sharding : shardings)
           for (bool sp : sps) {
             Candidate c;
@@ -181,9 +182,17 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
             // A full list takes only a candidate faster than its last.
             const auto listed = fitting_.find(key);
-            price(c, listed != fitting_.end() && listed->second.size() >= keep
-                         ? listed->second.back().estimate.iteration_s
-                         : std::numeric_limits<double>::infinity());
+            const double beat = listed != fitting_.end() && listed->second.size() >= keep
+                                    ? listed->second.back().estimate.iteration_s
+                                    : std::numeric_limits<double>::infinity();
+            if (options_.bound && std::isfinite(beat)) {
+              if (deal_floor < 0) deal_floor = candidate_floor(c);
+              if (deal_floor >= beat) {
+                ++result_.bounded;
+                continue;
+              }
+            }
+            price(c, beat);
             if (!c.estimate.fits || !c.estimate.complete) continue;
             auto& best = fitting_[key];
             const auto at = std::find_if(best.begin(), best.end(), [&](const Candidate& b) {
@@ -213,6 +222,7 @@ void Search::refine(Candidate& c) {
         n.counts[i] += dir * unit;
         n.counts[i + 1] -= dir * unit;
         if (n.counts[i] < unit || n.counts[i + 1] < unit) continue;
+        if (options_.bound && candidate_floor(n) >= c.estimate.iteration_s) continue;
         price(n, c.estimate.iteration_s);
         if (n.estimate.fits && n.estimate.complete &&
             n.estimate.iteration_s < c.estimate.iteration_s) {

@@ -187,6 +187,77 @@ bool pipeline_feasible(std::span<const double> step, std::span<const double> tai
   return std::isfinite(g[static_cast<std::size_t>(units)]);
 }
 
+bool family_feasible(std::span<const double> step, std::span<const double> tail,
+                     std::span<const int> count, int m, int virtual_stages, int layers,
+                     std::span<const int> cap, double tau) {
+  const std::size_t groups = step.size();
+  const int V = std::max(1, virtual_stages);
+  const long long units = layers / V;
+  // Per group, the most units a stage holds with its busy sum at or below tau (and its cap).
+  std::vector<long long> most(groups, 0);
+  long long least_units = 0, most_units = 0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    if (count[g] <= 0) continue;
+    const double per_unit = (m * step[g] + tail[g]) * V;
+    long long u = per_unit > 0 ? static_cast<long long>(std::floor(tau / per_unit)) : units;
+    u = std::min({u, units, cap.empty() ? units : static_cast<long long>(cap[g] / V)});
+    if (u < 1) return false;
+    most[g] = u;
+    least_units += count[g];
+    most_units += count[g] * u;
+  }
+  if (least_units > units || most_units < units) return false;
+  // Groups by step, for the least chunk-0 steps of the stages before the last.
+  std::vector<std::size_t> by_step;
+  for (std::size_t g = 0; g < groups; ++g)
+    if (count[g] > 0) by_step.push_back(g);
+  std::sort(by_step.begin(), by_step.end(),
+            [&](std::size_t a, std::size_t b) { return step[a] < step[b]; });
+  for (std::size_t last : by_step)
+    for (long long l = 1; l <= most[last]; ++l) {
+      const double own = m * step[last] * static_cast<double>(l * V);
+      if (own > tau) break;
+      // The other stages: one unit each, the rest on the smallest steps first.
+      long long left = units - l, stages = 0, room = 0;
+      double before = 0;
+      for (std::size_t g : by_step) {
+        const long long n = count[g] - (g == last ? 1 : 0);
+        stages += n;
+        room += n * (most[g] - 1);
+        before += static_cast<double>(n) * step[g];
+      }
+      left -= stages;
+      if (left < 0) break;  // more layers on the last only leave less
+      if (left > room) continue;
+      for (std::size_t g : by_step) {
+        const long long n = count[g] - (g == last ? 1 : 0);
+        const long long take = std::min(left, n * (most[g] - 1));
+        before += static_cast<double>(take) * step[g];
+        left -= take;
+      }
+      if (own + before <= tau) return true;
+    }
+  return false;
+}
+
+double placement_floor(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages,
+                       std::span<const int> layers) {
+  const double V = std::max(1, virtual_stages);
+  double worst = 0, before = 0;
+  for (std::size_t s = 0; s < step.size(); ++s) {
+    const double l = layers[s];
+    worst = std::max(worst, (m * step[s] + tail[s]) * l);
+    if (s == 0) {
+      before = tail[0] * l;
+    } else {
+      worst = std::max(worst, m * step[s] * l + before + hop[s]);
+    }
+    before += step[s] * l / V;
+  }
+  return worst;
+}
+
 int round_trips(std::span<const pipeline::Step> order) {
   // depth[i]: the round trips micro-batch i's first forward on chunk 0 waits for at least.
   std::vector<int> depth;

@@ -54,6 +54,22 @@ bool pipeline_feasible(std::span<const double> step, std::span<const double> tai
                        std::span<const double> hop, int m, int virtual_stages, int layers,
                        std::span<const int> cap, double tau);
 
+// The same question for a family whose order is open: `count[g]` stages of group g (a GPU
+// type's stages at its T), each with the floors `step[g]` and `tail[g]` and at most `cap[g]`
+// layers. A relaxation of pipeline_feasible over every order: every stage's busy sum, and the
+// fill and drain of whichever stage is last (after the chunk-0 steps of all the others, the
+// least those can be; no transfers, no tail of stage 0). "No" means no order, placement or
+// boundary of the family at m and this schedule comes in at or below `tau`.
+bool family_feasible(std::span<const double> step, std::span<const double> tail,
+                     std::span<const int> count, int m, int virtual_stages, int layers,
+                     std::span<const int> cap, double tau);
+
+// The largest B_s and A_s (as pipeline_feasible) of one placement, `layers[s]` on stage s: a
+// floor on the estimate of every candidate with those boundaries.
+double placement_floor(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages,
+                       std::span<const int> layers);
+
 // How many round trips stage 0's `order` chains one after another: its forward of a
 // micro-batch on chunk 0 starts after every step before it in the order has ended, and the
 // backward of micro-batch j on chunk 0 ends no earlier than one round trip after its forward

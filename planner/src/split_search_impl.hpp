@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/units.hpp"
@@ -225,10 +227,30 @@ class Search {
     if (!std::isfinite(enough)) return floor;
     // Whole layers again, with the fill and drain and the transfers micro-batch 0 and the last
     // backward cross: no placement at or below `enough` means none of the family is.
-    boundary_floors(shapes, m, own_);
-    hop_.assign(step.size(), 0.0);
-    for (std::size_t s = 1; s < step.size(); ++s) hop_[s] = hop_[s - 1] + 2 * own_[s - 1];
+    hops(shapes, m);
     return pipeline_feasible(step, tail, hop_, m, v, layers, cap, enough) ? floor : enough;
+  }
+  // placement_floor of a candidate's own boundaries: a candidate at or above the time it has
+  // to beat is passed over without its estimate (which could only be as high).
+  double candidate_floor(const Candidate& c) {
+    const std::size_t p = c.shapes.size();
+    const int m = c.split.micro_batches;
+    cand_step_.resize(p);
+    cand_tail_.resize(p);
+    for (std::size_t s = 0; s < p; ++s) {
+      cand_step_[s] = stage_floor(c.shapes[s], m, c.recompute);
+      cand_tail_[s] = tail_floor(c.shapes[s]);
+    }
+    hops(c.shapes, m);
+    return placement_floor(cand_step_, cand_tail_, hop_, m, c.split.schedule.virtual_stages,
+                           c.counts);
+  }
+  // hop_[s]: the transfer floors micro-batch 0's forward and the last backward cross between
+  // stage 0 and stage s.
+  void hops(const std::vector<StageShape>& shapes, int m) {
+    boundary_floors(shapes, m, own_);
+    hop_.assign(shapes.size(), 0.0);
+    for (std::size_t s = 1; s < shapes.size(); ++s) hop_[s] = hop_[s - 1] + 2 * own_[s - 1];
   }
   // round_trips of stage 0's order, remembered per (p, m, schedule).
   int trips(int p, int m, const pipeline::PipelineSchedule& schedule);
@@ -267,7 +289,10 @@ class Search {
                                         const std::vector<std::size_t>& order) const;
   // A family's least busy floor over the micro-batch counts explore would try, with every
   // layer recomputed or none, each type's stages holding at most their layer_cap.
-  double busy_floor(const TypeFamily& f, int p) {
+  // With `tau` finite, a micro-batch count and schedule no order of the family can bring to
+  // `tau` (family_feasible: whole layers, the last stage's fill and drain) counts as `tau`.
+  double busy_floor(const TypeFamily& f, int p,
+                    double tau = std::numeric_limits<double>::infinity()) {
     const Job& job = scenario_.job;
     const std::size_t types = f.k.size();
     double least = std::numeric_limits<double>::infinity();
@@ -323,17 +348,29 @@ class Search {
             stage_cap.push_back(cap[t]);
           }
         const double busy = split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap);
+        const auto refined = [&](double floor, const pipeline::PipelineSchedule& schedule,
+                                 std::span<const int> caps) {
+          const double at = std::min(tau, least);
+          return floor < at && std::isfinite(at) &&
+                         !family_feasible(pure, tail, f.k, m, schedule.virtual_stages,
+                                          job.model.num_layers, caps, at)
+                     ? at
+                     : floor;
+        };
         for (const auto& schedule : schedules_for(p, m)) {
           if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
-            least = std::min(
-                least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, gpipe_cap));
+            least = std::min(least, refined(split_detail::busy_floor(
+                                                step, f.k, m, job.model.num_layers, gpipe_cap),
+                                            schedule, gpipe_cap));
             continue;
           }
           if (busy >= least) continue;
           least = std::min(
-              least, std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
-                                                     schedule.virtual_stages, job.model.num_layers,
-                                                     p2p * schedule.virtual_stages, 0, stage_cap)));
+              least,
+              refined(std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
+                                                      schedule.virtual_stages, job.model.num_layers,
+                                                      p2p * schedule.virtual_stages, 0, stage_cap)),
+                      schedule, cap));
         }
       }
     }
@@ -348,24 +385,40 @@ class Search {
     line << "3D split search: " << result_.evaluated << " candidates priced in "
          << format_seconds(std::chrono::duration<double>(now - started_).count());
     if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
+    // The search ends when the floor of what is left reaches the best.
+    if (frontier_ > 0 && std::isfinite(best_so_far_))
+      line << ", the rest at least " << format_seconds(frontier_);
     options_.progress(line.str());
   }
 
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_report_ = started_;
   double best_so_far_ = std::numeric_limits<double>::infinity();
+  double frontier_ = 0;  // the floor of the layout or family explored last (lowest first)
   std::vector<double> busy_step_, own_, hop_;  // schedule_floor's scratch
+  std::vector<double> cand_step_, cand_tail_;  // candidate_floor's
   std::vector<int> ones_;
   std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
-  std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
-  // warmup_id's prefixes per (p, m, kind, V), by stage; the interned prefixes (chunks, then −V).
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> warmups_;
+  // The floors' memos are looked up millions of times on a large cluster: hashed, on keys
+  // packed into two words.
+  struct PairHash {
+    std::size_t operator()(const std::pair<unsigned long long, unsigned long long>& k) const {
+      return std::hash<unsigned long long>{}(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
+    }
+  };
+  using Memo =
+      std::unordered_map<std::pair<unsigned long long, unsigned long long>, double, PairHash>;
+  Memo layer_caps_;  // (first rank, ranks, T, by speed, recompute), (samples, warmup id)
+  // warmup_id's ids per (p, m, kind, V), by stage; the interned prefixes (chunks, then −V);
+  // forwards_id's ids by count.
+  std::unordered_map<unsigned long long, std::vector<int>> warmups_;
   std::map<std::vector<int>, int> warmup_ids_;
   std::vector<const std::vector<int>*> warmup_of_;
-  std::map<std::tuple<int, int, double>, double> transfer_floors_;  // (from, to, bytes)
-  std::map<std::tuple<int, int, int, int>, int> trips_;             // (p, m, kind, V)
+  std::vector<int> forwards_ids_;
+  Memo transfer_floors_;                                 // (from, to), bytes
+  std::map<std::tuple<int, int, int, int>, int> trips_;  // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

@@ -280,6 +280,7 @@ void Search::explore_pending() {
     std::pop_heap(heap.begin(), heap.end(), later);
     Entry next = std::move(heap.back());
     heap.pop_back();
+    frontier_ = next.floor;
     if (next.floor >= best_so_far_) {
       result_.bounded += static_cast<long long>(next.item.family ? orders : 1);
       continue;
@@ -287,6 +288,17 @@ void Search::explore_pending() {
     if (!next.item.family) {
       explore(next.item.shapes);
       continue;
+    }
+    // Before its orders are laid out: the family again, with whole layers and the last
+    // stage's fill and drain tested against the best so far.
+    {
+      const TypeFamily& f = *next.item.family;
+      int p = 0;
+      for (int k : f.k) p += k;
+      if (busy_floor(f, p, best_so_far_) >= best_so_far_) {
+        result_.bounded += static_cast<long long>(orders);
+        continue;
+      }
     }
     std::vector<std::size_t> order = first;
     do {

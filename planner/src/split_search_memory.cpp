@@ -99,7 +99,10 @@ double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& op
 }
 
 int Search::warmup_id(int p, int m, const pipeline::PipelineSchedule& schedule, int stage) {
-  const auto key = std::make_tuple(p, m, static_cast<int>(schedule.kind), schedule.virtual_stages);
+  const unsigned long long key = (static_cast<unsigned long long>(p) << 48) ^
+                                 (static_cast<unsigned long long>(m) << 24) ^
+                                 (static_cast<unsigned long long>(schedule.kind) << 20) ^
+                                 static_cast<unsigned long long>(schedule.virtual_stages);
   auto it = warmups_.find(key);
   if (it == warmups_.end())
     it = warmups_.emplace(key, std::vector<int>(static_cast<std::size_t>(p), -1)).first;
@@ -111,7 +114,10 @@ int Search::warmup_id(int p, int m, const pipeline::PipelineSchedule& schedule, 
 }
 
 int Search::forwards_id(int forwards) {
-  return intern_warmup(std::vector<int>(static_cast<std::size_t>(std::max(1, forwards)), 0), 1);
+  const auto k = static_cast<std::size_t>(std::max(1, forwards));
+  if (forwards_ids_.size() <= k) forwards_ids_.resize(k + 1, -1);
+  if (forwards_ids_[k] < 0) forwards_ids_[k] = intern_warmup(std::vector<int>(k, 0), 1);
+  return forwards_ids_[k];
 }
 
 int Search::intern_warmup(std::vector<int> chunks, int virtual_stages) {
@@ -135,10 +141,15 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int warmup
           : static_cast<int>(job.global_batch / (static_cast<long long>(m) * shape.replicas));
   const double share = shape.by_speed ? 0.0 : 1.0 / shape.replicas;
   if (warmup < 0) warmup = forwards_id(1);
-  const auto key = std::make_tuple(shape.ranks.front(), static_cast<int>(shape.ranks.size()), T,
-                                   shape.by_speed, b, recompute, warmup);
+  const std::pair<unsigned long long, unsigned long long> key{
+      (static_cast<unsigned long long>(shape.ranks.front()) << 32) ^
+          (static_cast<unsigned long long>(shape.ranks.size()) << 10) ^
+          (static_cast<unsigned long long>(T) << 2) ^
+          (static_cast<unsigned long long>(shape.by_speed) << 1) ^
+          static_cast<unsigned long long>(recompute),
+      (static_cast<unsigned long long>(b) << 32) ^ static_cast<unsigned long long>(warmup)};
   const auto known = layer_caps_.find(key);
-  if (known != layer_caps_.end()) return known->second;
+  if (known != layer_caps_.end()) return static_cast<int>(known->second);
   const std::vector<int>& keyed = *warmup_of_[static_cast<std::size_t>(warmup)];
   const int V = -keyed.back();
   const std::span<const int> chunks(keyed.data(), keyed.size() - 1);

@@ -2,6 +2,7 @@
 // transfers cost at least, so that a family's floor holds 1F1B's round trips through every
 // stage and back (split_search_bound.hpp, round_trip_floor).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <tuple>
@@ -61,7 +62,11 @@ double layout_transfer_floor(const Scenario& scenario, const costmodels::CostMod
 }
 
 double Search::transfer_floor(int src, int dst, double bytes) {
-  const auto key = std::make_tuple(src, dst, bytes);
+  unsigned long long bits = 0;
+  static_assert(sizeof(bits) == sizeof(bytes));
+  std::memcpy(&bits, &bytes, sizeof(bits));
+  const std::pair<unsigned long long, unsigned long long> key{
+      (static_cast<unsigned long long>(src) << 32) ^ static_cast<unsigned long long>(dst), bits};
   auto it = transfer_floors_.find(key);
   if (it == transfer_floors_.end())
     it = transfer_floors_

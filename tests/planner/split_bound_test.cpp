@@ -193,6 +193,16 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
                       crossing += p2p > 0 ? 1 : 0;
                       EXPECT_GE(e.iteration_s, floor[rc] * (1 - 1e-9))
                           << to_json(*split).dump() << " recompute " << rc;
+                      // Its own boundaries' floor (the search's per-candidate check).
+                      EXPECT_GE(e.iteration_s * (1 + 1e-9),
+                                planner::split_detail::placement_floor(floors[rc], tails, hop, m, v,
+                                                                       counts))
+                          << to_json(*split).dump() << " recompute " << rc;
+                      // The test with the order open holds the split's own order too.
+                      EXPECT_TRUE(planner::split_detail::family_feasible(
+                          floors[rc], tails, std::vector<int>(static_cast<std::size_t>(p), 1), m, v,
+                          layers, {}, e.iteration_s * (1 + 1e-9)))
+                          << to_json(*split).dump() << " recompute " << rc;
                       closest = std::min(closest, e.iteration_s / floor[rc]);
                     }
               });
