@@ -386,7 +386,7 @@ class Search {
          << format_seconds(std::chrono::duration<double>(now - started_).count());
     if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
     // The search ends when the floor of what is left reaches the best.
-    if (frontier_ > 0 && std::isfinite(best_so_far_))
+    if (frontier_ > 0 && std::isfinite(frontier_) && std::isfinite(best_so_far_))
       line << ", the rest at least " << format_seconds(frontier_);
     options_.progress(line.str());
   }

@@ -308,6 +308,8 @@ void Search::explore_pending() {
       std::push_heap(heap.begin(), heap.end(), later);
     } while (std::next_permutation(order.begin(), order.end()));
   }
+  // What is left now is the hill climb of every layout's best: no floor to report.
+  frontier_ = std::numeric_limits<double>::infinity();
 }
 
 }  // namespace cephalo::planner::split_detail
