@@ -123,22 +123,15 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   std::vector<double> floors[2] = {std::vector<double>(shapes.size()),
                                    std::vector<double>(shapes.size())};
   // The most layers each stage holds and fits (none: a one-stage split is an FSDP plan).
-  std::vector<int> caps[2], gpipe_caps[2];  // GPipe holds all m micro-batches at once
+  std::vector<int> caps;  // per stage, at its place in the schedule's order
   std::vector<double> tails(shapes.size());
   if (options_.bound)
     for (std::size_t s = 0; s < shapes.size(); ++s) tails[s] = tail_floor(shapes[s]);
   for (int m : ms) {
     if (options_.bound)
-      for (bool rc : rcs) {
-        caps[rc].clear();
-        gpipe_caps[rc].clear();
-        for (std::size_t s = 0; s < shapes.size(); ++s) {
+      for (bool rc : rcs)
+        for (std::size_t s = 0; s < shapes.size(); ++s)
           floors[rc][s] = stage_floor(shapes[s], m, rc);
-          if (p == 1) continue;
-          caps[rc].push_back(layer_cap(shapes[s], m, rc));
-          gpipe_caps[rc].push_back(layer_cap(shapes[s], m, rc, m));
-        }
-      }
     for (bool rc : rcs) {
       const auto speed = speeds(shapes, m, rc);
       for (const auto& schedule : schedules) {
@@ -148,16 +141,24 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           ++result_.pruned;
           continue;
         }
+        if (options_.bound) layout_caps(shapes, m, rc, schedule, caps);
         if (options_.bound &&
-            schedule_floor(shapes, m, schedule, floors[rc], tails,
-                           schedule.kind == Kind::GPipe ? gpipe_caps[rc] : caps[rc]) >=
-                best_so_far_) {
+            schedule_floor(shapes, m, schedule, floors[rc], tails, caps) >= best_so_far_) {
           result_.bounded += static_cast<long long>(shardings.size() * sps.size());
           continue;
         }
         // Interleaved stages deal out units of V layers, so every chunk has count / V layers.
         std::vector<int> counts = balanced_layer_counts(layers / v, speed);
         for (int& c : counts) c *= v;
+        // A stage dealt more layers than its memory floor holds at its place refuses every
+        // candidate (shardings, SP) of this deal: not priced once some split fits (until then a
+        // refusal's text may be the one the search reports).
+        if (options_.bound && std::isfinite(best_so_far_) && !caps.empty() &&
+            !std::equal(counts.begin(), counts.end(), caps.begin(), std::less_equal<>())) {
+          result_.pruned += static_cast<int>(shardings.size() * sps.size());
+          continue;
+        }
+        double deal_floor = -1;  // candidate_floor of this deal, once asked
         for (StageSharding sharding : shardings)
           for (bool sp : sps) {
             Candidate c;
@@ -180,9 +181,17 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
             // A full list takes only a candidate faster than its last.
             const auto listed = fitting_.find(key);
-            price(c, listed != fitting_.end() && listed->second.size() >= keep
-                         ? listed->second.back().estimate.iteration_s
-                         : std::numeric_limits<double>::infinity());
+            const double beat = listed != fitting_.end() && listed->second.size() >= keep
+                                    ? listed->second.back().estimate.iteration_s
+                                    : std::numeric_limits<double>::infinity();
+            if (options_.bound && std::isfinite(beat)) {
+              if (deal_floor < 0) deal_floor = candidate_floor(c);
+              if (deal_floor >= beat) {
+                ++result_.bounded;
+                continue;
+              }
+            }
+            price(c, beat);
             if (!c.estimate.fits || !c.estimate.complete) continue;
             auto& best = fitting_[key];
             const auto at = std::find_if(best.begin(), best.end(), [&](const Candidate& b) {
@@ -212,6 +221,7 @@ void Search::refine(Candidate& c) {
         n.counts[i] += dir * unit;
         n.counts[i + 1] -= dir * unit;
         if (n.counts[i] < unit || n.counts[i + 1] < unit) continue;
+        if (options_.bound && candidate_floor(n) >= c.estimate.iteration_s) continue;
         price(n, c.estimate.iteration_s);
         if (n.estimate.fits && n.estimate.complete &&
             n.estimate.iteration_s < c.estimate.iteration_s) {

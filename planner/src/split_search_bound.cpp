@@ -1,6 +1,7 @@
 #include "split_search_bound.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -104,35 +105,157 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
 }
 
 double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
-                  std::span<const int> cap) {
+                  std::span<const int> cap, int unit) {
   const double inf = std::numeric_limits<double>::infinity();
-  double one_layer = 0;
+  unit = std::max(1, unit);
+  // In units of `unit` layers: every stage holds at least one, at most its cap's whole units.
+  struct Group {
+    double per_unit;  // a stage's busy time per unit
+    int count, units, most;
+  };
+  std::vector<Group> groups;
   long long held = 0;
-  // Stages by the level at which they reach their cap, m·step·cap.
-  std::vector<std::size_t> order;
+  double level = 0;
   for (std::size_t s = 0; s < step.size(); ++s) {
     if (count[s] <= 0) continue;
-    if (!cap.empty() && cap[s] < 1) return inf;
-    one_layer = std::max(one_layer, m * step[s]);
-    if (step[s] <= 0) return one_layer;  // a free stage holds every layer
-    held += cap.empty() ? layers : static_cast<long long>(count[s]) * cap[s];
-    order.push_back(s);
+    const int most = cap.empty() ? layers / unit : cap[s] / unit;
+    if (most < 1) return inf;
+    groups.push_back({m * step[s] * unit, count[s], 1, most});
+    held += count[s];
+    level = std::max(level, groups.back().per_unit);
   }
-  if (held < layers) return inf;
-  const auto level_of = [&](std::size_t s) { return cap.empty() ? inf : m * step[s] * cap[s]; };
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t i, std::size_t j) { return level_of(i) < level_of(j); });
-  // Water-fill: at level τ stage s holds min(cap[s], τ / (m·step[s])) layers. Walk the caps
-  // upward; the stages not yet capped share what is left at their combined rate.
-  double capped = 0, rate = 0;
-  for (std::size_t s : order) rate += count[s] / (m * step[s]);
-  for (std::size_t s : order) {
-    const double tau = (layers - capped) / rate;
-    if (tau <= level_of(s)) return std::max(one_layer, tau);
-    capped += static_cast<double>(count[s]) * cap[s];
-    rate -= count[s] / (m * step[s]);
+  const long long needed = layers / unit;
+  if (held > needed) return inf;  // more stages than units: no placement
+  // The least level at which the stages, each holding the most whole units whose busy time is
+  // within it (up to its cap), hold every unit: raise the group whose next unit costs least,
+  // one unit on each of its stages at a time (a level reached by one stage is reached).
+  const auto later = [&](std::size_t a, std::size_t b) {
+    return groups[a].per_unit * (groups[a].units + 1) > groups[b].per_unit * (groups[b].units + 1);
+  };
+  std::vector<std::size_t> heap;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    if (groups[g].units < groups[g].most) heap.push_back(g);
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (held < needed) {
+    if (heap.empty()) return inf;  // the caps hold fewer than the layers
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Group& g = groups[heap.back()];
+    ++g.units;
+    held += g.count;
+    level = std::max(level, g.per_unit * g.units);
+    if (g.units < g.most)
+      std::push_heap(heap.begin(), heap.end(), later);
+    else
+      heap.pop_back();
   }
-  return std::max(one_layer, level_of(order.back()));
+  return level;
+}
+
+bool pipeline_feasible(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages, int layers,
+                       std::span<const int> cap, double tau) {
+  const std::size_t p = step.size();
+  if (p == 0) return true;
+  const int V = std::max(1, virtual_stages);
+  const int units = layers / V;
+  const auto stages = static_cast<int>(p);
+  if (units < stages) return false;
+  const double inf = std::numeric_limits<double>::infinity();
+  // g[u]: the least G after the stages so far hold u units (G: stage 0's tail plus the
+  // chunk-0 steps of the stages before, per micro-batch), every constraint so far met.
+  std::vector<double> g(static_cast<std::size_t>(units) + 1, inf), next(g.size());
+  g[0] = 0;
+  for (int s = 0; s < stages; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    std::fill(next.begin(), next.end(), inf);
+    const int most = std::min(cap.empty() ? units : cap[i] / V, units - (stages - 1 - s));
+    const double busy = m * step[i] + tail[i];  // per layer
+    const double before = s == 0 ? 0.0 : hop[i];
+    for (int u = s; u + 1 <= units; ++u) {  // every earlier stage holds at least one unit
+      const double at = g[static_cast<std::size_t>(u)];
+      if (!std::isfinite(at)) continue;
+      for (int k = 1; k <= most && u + k <= units - (stages - 1 - s); ++k) {
+        const double l = static_cast<double>(k) * V;
+        if (busy * l > tau || m * step[i] * l + at + before > tau) break;  // grows with k
+        const double after = at + step[i] * k + (s == 0 ? tail[i] * l : 0.0);
+        auto& slot = next[static_cast<std::size_t>(u + k)];
+        slot = std::min(slot, after);
+      }
+    }
+    g.swap(next);
+  }
+  return std::isfinite(g[static_cast<std::size_t>(units)]);
+}
+
+bool family_feasible(std::span<const double> step, std::span<const double> tail,
+                     std::span<const int> count, int m, int virtual_stages, int layers,
+                     std::span<const int> cap, double tau) {
+  const std::size_t groups = step.size();
+  const int V = std::max(1, virtual_stages);
+  const long long units = layers / V;
+  // Per group, the most units a stage holds with its busy sum at or below tau (and its cap).
+  std::vector<long long> most(groups, 0);
+  long long least_units = 0, most_units = 0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    if (count[g] <= 0) continue;
+    const double per_unit = (m * step[g] + tail[g]) * V;
+    long long u = per_unit > 0 ? static_cast<long long>(std::floor(tau / per_unit)) : units;
+    u = std::min({u, units, cap.empty() ? units : static_cast<long long>(cap[g] / V)});
+    if (u < 1) return false;
+    most[g] = u;
+    least_units += count[g];
+    most_units += count[g] * u;
+  }
+  if (least_units > units || most_units < units) return false;
+  // Groups by step, for the least chunk-0 steps of the stages before the last.
+  std::vector<std::size_t> by_step;
+  for (std::size_t g = 0; g < groups; ++g)
+    if (count[g] > 0) by_step.push_back(g);
+  std::sort(by_step.begin(), by_step.end(),
+            [&](std::size_t a, std::size_t b) { return step[a] < step[b]; });
+  for (std::size_t last : by_step)
+    for (long long l = 1; l <= most[last]; ++l) {
+      const double own = m * step[last] * static_cast<double>(l * V);
+      if (own > tau) break;
+      // The other stages: one unit each, the rest on the smallest steps first.
+      long long left = units - l, stages = 0, room = 0;
+      double before = 0;
+      for (std::size_t g : by_step) {
+        const long long n = count[g] - (g == last ? 1 : 0);
+        stages += n;
+        room += n * (most[g] - 1);
+        before += static_cast<double>(n) * step[g];
+      }
+      left -= stages;
+      if (left < 0) break;  // more layers on the last only leave less
+      if (left > room) continue;
+      for (std::size_t g : by_step) {
+        const long long n = count[g] - (g == last ? 1 : 0);
+        const long long take = std::min(left, n * (most[g] - 1));
+        before += static_cast<double>(take) * step[g];
+        left -= take;
+      }
+      if (own + before <= tau) return true;
+    }
+  return false;
+}
+
+double placement_floor(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages,
+                       std::span<const int> layers) {
+  const double V = std::max(1, virtual_stages);
+  double worst = 0, before = 0;
+  for (std::size_t s = 0; s < step.size(); ++s) {
+    const double l = layers[s];
+    worst = std::max(worst, (m * step[s] + tail[s]) * l);
+    if (s == 0) {
+      before = tail[0] * l;
+    } else {
+      worst = std::max(worst, m * step[s] * l + before + hop[s]);
+    }
+    before += step[s] * l / V;
+  }
+  return worst;
 }
 
 int round_trips(std::span<const pipeline::Step> order) {

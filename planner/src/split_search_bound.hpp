@@ -34,12 +34,41 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
                       int virtual_stages, int layers, std::span<const int> cap = {});
 
 // The B sums alone, with stage s's floor per layer and micro-batch `step[s]` (its tail over m
-// included) shared by `count[s]` identical stages (the order of the stages does not enter): at
-// least the level τ at which the stages, each holding min(cap[s], τ / (m·step[s])) layers,
-// hold them all (cap empty: no cap), and at least one layer's m·step[s] on every stage;
-// infinity when the caps hold fewer than `layers`.
+// included) shared by `count[s]` identical stages (the order of the stages does not enter): the
+// least, over every placement of whole layers in whole units of `unit` layers (V under
+// interleaving; each stage at least one, at most cap[s], cap empty: none), of the largest
+// m·step[s]·l_s: layers come whole, so a stage that holds one layer too few for the balance
+// holds one too many elsewhere. Infinity when the caps hold fewer than `layers` or the stages
+// more units than there are.
 double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
-                  std::span<const int> cap = {});
+                  std::span<const int> cap = {}, int unit = 1);
+
+// Whether some placement of whole layers in whole chunks (stage s holding l_s: at least V, at
+// most cap[s], cap empty: none) keeps every stage's busy sum B_s and fill-and-drain sum A_s (as
+// pipeline_floor, with `hop[s]` added to A_s for s >= 1: the transfers micro-batch 0's forward
+// and the last backward must cross between stage 0 and stage s, at least their floors) at or
+// below `tau`. Exact over the placements (a walk over the stages, remembering per count of
+// layers placed the least chunk-0 steps of the stages before plus stage 0's tail), so "no"
+// means every split of the layout at m and this schedule takes longer than `tau`.
+bool pipeline_feasible(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages, int layers,
+                       std::span<const int> cap, double tau);
+
+// The same question for a family whose order is open: `count[g]` stages of group g (a GPU
+// type's stages at its T), each with the floors `step[g]` and `tail[g]` and at most `cap[g]`
+// layers. A relaxation of pipeline_feasible over every order: every stage's busy sum, and the
+// fill and drain of whichever stage is last (after the chunk-0 steps of all the others, the
+// least those can be; no transfers, no tail of stage 0). "No" means no order, placement or
+// boundary of the family at m and this schedule comes in at or below `tau`.
+bool family_feasible(std::span<const double> step, std::span<const double> tail,
+                     std::span<const int> count, int m, int virtual_stages, int layers,
+                     std::span<const int> cap, double tau);
+
+// The largest B_s and A_s (as pipeline_feasible) of one placement, `layers[s]` on stage s: a
+// floor on the estimate of every candidate with those boundaries.
+double placement_floor(std::span<const double> step, std::span<const double> tail,
+                       std::span<const double> hop, int m, int virtual_stages,
+                       std::span<const int> layers);
 
 // How many round trips stage 0's `order` chains one after another: its forward of a
 // micro-batch on chunk 0 starts after every step before it in the order has ended, and the
@@ -69,16 +98,22 @@ double layout_transfer_floor(const Scenario& scenario, const costmodels::CostMod
                              std::span<const std::vector<int>> stages, std::span<const int> tp,
                              std::span<const long long> samples, int virtual_stages);
 
+// The chunk of every forward a stage's `order` runs before its first backward: the
+// micro-batches (and chunks) it surely holds at once, whatever its layers, its sharding and
+// its times (1F1B: min(m, p − s) forwards of chunk 0; GPipe: all m).
+std::vector<int> warmup_chunks(std::span<const pipeline::Step> order);
+
 // A floor on the memory estimate_split reports for a rank of `spec` (with usable capacity
 // compared by the caller) in a stage of `layers` layers at T, `b` samples per micro-batch and
-// state share `share` (of its sharding group), at any place in any pipeline of more than one
-// stage, under any schedule, and the least over the shardings, sequence parallelism and (with
-// `recompute` false) selective or no recompute that `options` leave open
-// (split_search_memory.cpp); `in_flight`: the micro-batches a stage surely holds at once (m
-// under GPipe, else 1). It grows with `layers`, so a stage holds at most the layers whose floor
-// fits.
+// state share `share` (of its sharding group), in any pipeline of more than one stage whose
+// order for the stage begins with the forwards `warmup` (warmup_chunks: the chunk of each; empty:
+// one forward of chunk 0, which every order begins with), the layers split into
+// `virtual_stages` chunks of layers / virtual_stages each, and the least over the shardings,
+// sequence parallelism and (with `recompute` false) selective or no recompute that `options`
+// leave open (split_search_memory.cpp). It grows with `layers`, so a stage holds at most the
+// layers whose floor fits.
 double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& options,
                           const DeviceSpec& spec, int layers, int T, int b, double share,
-                          bool recompute, int in_flight = 1);
+                          bool recompute, std::span<const int> warmup = {}, int virtual_stages = 1);
 
 }  // namespace cephalo::planner::split_detail

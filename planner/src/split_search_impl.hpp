@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/units.hpp"
@@ -165,10 +167,28 @@ class Search {
     return it->second;
   }
   // The most layers a stage of `shape` can hold at m micro-batches, with every layer
-  // recomputed or none and `in_flight` micro-batches surely held at once (m under GPipe, else
-  // 1; split_search_memory.cpp): above it no candidate fits, whatever its place in the
-  // pipeline, sharding or sequence parallelism. Remembered.
-  int layer_cap(const StageShape& shape, int m, bool recompute, int in_flight = 1);
+  // recomputed or none, its order beginning with the forwards `warmup` (an id of warmup_id or
+  // forwards_id; -1: one forward, which every order begins with; split_search_memory.cpp):
+  // above it no candidate fits, whatever its sharding or sequence parallelism. In whole chunks
+  // of the warmup's schedule. Remembered.
+  int layer_cap(const StageShape& shape, int m, bool recompute, int warmup = -1);
+  // The forwards stage `stage` of p runs before its first backward under `schedule` at m
+  // micro-batches (warmup_chunks of its stage_order), and `forwards` forwards of one chunk
+  // (GPipe's m at any place): ids for layer_cap, each distinct prefix interned once.
+  int warmup_id(int p, int m, const pipeline::PipelineSchedule& schedule, int stage);
+  int forwards_id(int forwards);
+  int intern_warmup(std::vector<int> chunks, int virtual_stages);
+  // Per stage of a layout, its layer_cap at m under `schedule` (empty for one stage: an FSDP
+  // plan, whose memory is another rule's).
+  void layout_caps(const std::vector<StageShape>& shapes, int m, bool recompute,
+                   const pipeline::PipelineSchedule& schedule, std::vector<int>& caps) {
+    caps.clear();
+    const int p = static_cast<int>(shapes.size());
+    if (p < 2) return;
+    for (int s = 0; s < p; ++s)
+      caps.push_back(layer_cap(shapes[static_cast<std::size_t>(s)], m, recompute,
+                               warmup_id(p, m, schedule, s)));
+  }
   // Floors on the estimate's transfer time (split_search_transfers.cpp): a transfer of at
   // least `bytes`, the bytes a boundary puts on its node's NIC, a layout's slowest (`wraps`:
   // interleaved, the last stage sends to the first), a type family's in any order of its blocks
@@ -176,23 +196,61 @@ class Search {
   double transfer_floor(int src, int dst, double bytes);  // remembered
   double boundary_bytes(const StageShape& from, int m);
   double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, int virtual_stages);
+  // Per stage, the floor of its boundary's transfer to the next (the last's to the first).
+  void boundary_floors(const std::vector<StageShape>& shapes, int m, std::vector<double>& own);
   double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
-  // A floor on every split of a layout at m micro-batches and one schedule: pipeline_floor,
-  // and under a schedule that chains round trips through every stage (not GPipe: it starts
-  // every forward first) round_trip_floor with the layout's transfer floor. `step`, `tail` and
-  // `cap` per stage (cap empty: none).
+  // A floor on every split of a layout at m micro-batches and one schedule: busy_floor (whole
+  // layers in whole chunks, its tail over m in each step) and pipeline_floor, and under a
+  // schedule that chains round trips through every stage (not GPipe: it starts every forward
+  // first) round_trip_floor with the layout's transfer floor. `step`, `tail` and `cap` per stage
+  // (cap empty: none). Returns as soon as a part reaches `enough` (a value no lower).
   double schedule_floor(const std::vector<StageShape>& shapes, int m,
                         const pipeline::PipelineSchedule& schedule, std::span<const double> step,
-                        std::span<const double> tail, std::span<const int> cap) {
+                        std::span<const double> tail, std::span<const int> cap,
+                        double enough = std::numeric_limits<double>::infinity()) {
     const int layers = scenario_.job.model.num_layers;
     const int p = static_cast<int>(shapes.size());
     const int v = schedule.virtual_stages;
-    const double floor = pipeline_floor(step, tail, m, v, layers, cap);
-    if (p < 2 || schedule.kind == pipeline::PipelineSchedule::Kind::GPipe || floor >= best_so_far_)
-      return floor;
-    const double p2p = layout_transfer_floor(shapes, m, v);
-    return std::max(
-        floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+    busy_step_.resize(step.size());
+    for (std::size_t s = 0; s < step.size(); ++s) busy_step_[s] = step[s] + tail[s] / m;
+    ones_.assign(step.size(), 1);
+    double floor = split_detail::busy_floor(busy_step_, ones_, m, layers, cap, v);
+    if (floor >= enough) return floor;
+    floor = std::max(floor, pipeline_floor(step, tail, m, v, layers, cap));
+    if (floor >= enough) return floor;
+    if (p >= 2 && schedule.kind != pipeline::PipelineSchedule::Kind::GPipe) {
+      const double p2p = layout_transfer_floor(shapes, m, v);
+      floor = std::max(
+          floor, round_trip_floor(step, trips(p, m, schedule), v, layers, p2p, tail.front(), cap));
+      if (floor >= enough) return floor;
+    }
+    if (!std::isfinite(enough)) return floor;
+    // Whole layers again, with the fill and drain and the transfers micro-batch 0 and the last
+    // backward cross: no placement at or below `enough` means none of the family is.
+    hops(shapes, m);
+    return pipeline_feasible(step, tail, hop_, m, v, layers, cap, enough) ? floor : enough;
+  }
+  // placement_floor of a candidate's own boundaries: a candidate at or above the time it has
+  // to beat is passed over without its estimate (which could only be as high).
+  double candidate_floor(const Candidate& c) {
+    const std::size_t p = c.shapes.size();
+    const int m = c.split.micro_batches;
+    cand_step_.resize(p);
+    cand_tail_.resize(p);
+    for (std::size_t s = 0; s < p; ++s) {
+      cand_step_[s] = stage_floor(c.shapes[s], m, c.recompute);
+      cand_tail_[s] = tail_floor(c.shapes[s]);
+    }
+    hops(c.shapes, m);
+    return placement_floor(cand_step_, cand_tail_, hop_, m, c.split.schedule.virtual_stages,
+                           c.counts);
+  }
+  // hop_[s]: the transfer floors micro-batch 0's forward and the last backward cross between
+  // stage 0 and stage s.
+  void hops(const std::vector<StageShape>& shapes, int m) {
+    boundary_floors(shapes, m, own_);
+    hop_.assign(shapes.size(), 0.0);
+    for (std::size_t s = 1; s < shapes.size(); ++s) hop_[s] = hop_[s - 1] + 2 * own_[s - 1];
   }
   // round_trips of stage 0's order, remembered per (p, m, schedule).
   int trips(int p, int m, const pipeline::PipelineSchedule& schedule);
@@ -231,7 +289,10 @@ class Search {
                                         const std::vector<std::size_t>& order) const;
   // A family's least busy floor over the micro-batch counts explore would try, with every
   // layer recomputed or none, each type's stages holding at most their layer_cap.
-  double busy_floor(const TypeFamily& f, int p) {
+  // With `tau` finite, a micro-batch count and schedule no order of the family can bring to
+  // `tau` (family_feasible: whole layers, the last stage's fill and drain) counts as `tau`.
+  double busy_floor(const TypeFamily& f, int p,
+                    double tau = std::numeric_limits<double>::infinity()) {
     const Job& job = scenario_.job;
     const std::size_t types = f.k.size();
     double least = std::numeric_limits<double>::infinity();
@@ -275,7 +336,7 @@ class Search {
             cap[t] = gpipe_cap[t] = 0;
             for (const StageShape& shape : stages[t]) {
               cap[t] = std::max(cap[t], layer_cap(shape, m, rc));
-              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, m));
+              gpipe_cap[t] = std::max(gpipe_cap[t], layer_cap(shape, m, rc, forwards_id(m)));
             }
           }
         }
@@ -287,17 +348,29 @@ class Search {
             stage_cap.push_back(cap[t]);
           }
         const double busy = split_detail::busy_floor(step, f.k, m, job.model.num_layers, cap);
+        const auto refined = [&](double floor, const pipeline::PipelineSchedule& schedule,
+                                 std::span<const int> caps) {
+          const double at = std::min(tau, least);
+          return floor < at && std::isfinite(at) &&
+                         !family_feasible(pure, tail, f.k, m, schedule.virtual_stages,
+                                          job.model.num_layers, caps, at)
+                     ? at
+                     : floor;
+        };
         for (const auto& schedule : schedules_for(p, m)) {
           if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
-            least = std::min(
-                least, split_detail::busy_floor(step, f.k, m, job.model.num_layers, gpipe_cap));
+            least = std::min(least, refined(split_detail::busy_floor(
+                                                step, f.k, m, job.model.num_layers, gpipe_cap),
+                                            schedule, gpipe_cap));
             continue;
           }
           if (busy >= least) continue;
           least = std::min(
-              least, std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
-                                                     schedule.virtual_stages, job.model.num_layers,
-                                                     p2p * schedule.virtual_stages, 0, stage_cap)));
+              least,
+              refined(std::max(busy, round_trip_floor(stage_step, trips(p, m, schedule),
+                                                      schedule.virtual_stages, job.model.num_layers,
+                                                      p2p * schedule.virtual_stages, 0, stage_cap)),
+                      schedule, cap));
         }
       }
     }
@@ -312,18 +385,40 @@ class Search {
     line << "3D split search: " << result_.evaluated << " candidates priced in "
          << format_seconds(std::chrono::duration<double>(now - started_).count());
     if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
+    // The search ends when the floor of what is left reaches the best.
+    if (frontier_ > 0 && std::isfinite(frontier_) && std::isfinite(best_so_far_))
+      line << ", the rest at least " << format_seconds(frontier_);
     options_.progress(line.str());
   }
 
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_report_ = started_;
   double best_so_far_ = std::numeric_limits<double>::infinity();
+  double frontier_ = 0;  // the floor of the layout or family explored last (lowest first)
+  std::vector<double> busy_step_, own_, hop_;  // schedule_floor's scratch
+  std::vector<double> cand_step_, cand_tail_;  // candidate_floor's
+  std::vector<int> ones_;
   std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
-  std::map<std::tuple<int, int, int, bool, int, bool, int>, int> layer_caps_;
-  std::map<std::tuple<int, int, double>, double> transfer_floors_;  // (from, to, bytes)
-  std::map<std::tuple<int, int, int, int>, int> trips_;             // (p, m, kind, V)
+  // The floors' memos are looked up millions of times on a large cluster: hashed, on keys
+  // packed into two words.
+  struct PairHash {
+    std::size_t operator()(const std::pair<unsigned long long, unsigned long long>& k) const {
+      return std::hash<unsigned long long>{}(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
+    }
+  };
+  using Memo =
+      std::unordered_map<std::pair<unsigned long long, unsigned long long>, double, PairHash>;
+  Memo layer_caps_;  // (first rank, ranks, T, by speed, recompute), (samples, warmup id)
+  // warmup_id's ids per (p, m, kind, V), by stage; the interned prefixes (chunks, then −V);
+  // forwards_id's ids by count.
+  std::unordered_map<unsigned long long, std::vector<int>> warmups_;
+  std::map<std::vector<int>, int> warmup_ids_;
+  std::vector<const std::vector<int>*> warmup_of_;
+  std::vector<int> forwards_ids_;
+  Memo transfer_floors_;                                 // (from, to), bytes
+  std::map<std::tuple<int, int, int, int>, int> trips_;  // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;
   const costmodels::CostModels& models_;

@@ -194,9 +194,8 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
   const int p = static_cast<int>(shapes.size());
   double least = std::numeric_limits<double>::infinity();
   const std::size_t n = shapes.size();
-  std::vector<double> step(n), pure(n), tail(n);
-  std::vector<int> cap(n, job.model.num_layers), gpipe_cap(n, job.model.num_layers);
-  const std::vector<int> ones(n, 1);
+  std::vector<double> pure(n), tail(n);
+  std::vector<int> cap;
   for (std::size_t s = 0; s < n; ++s) tail[s] = tail_floor(shapes[s]);
   for (int m : batch_divisors_) {
     bool ok = m >= p;
@@ -207,23 +206,12 @@ double Search::layout_floor(const std::vector<StageShape>& shapes) {
     for (bool rc : recompute_choices()) {
       for (std::size_t s = 0; s < n; ++s) {
         pure[s] = stage_floor(shapes[s], m, rc);
-        step[s] = pure[s] + tail[s] / m;
-        // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
-        if (p > 1) {
-          cap[s] = layer_cap(shapes[s], m, rc);
-          gpipe_cap[s] = layer_cap(shapes[s], m, rc, m);
-        }
       }
-      const double busy = split_detail::busy_floor(step, ones, m, job.model.num_layers, cap);
+      // Each schedule's caps hold the micro-batches its order puts in flight at each place.
       for (const auto& schedule : schedules_for(p, m)) {
-        if (schedule.kind == pipeline::PipelineSchedule::Kind::GPipe) {
-          least = std::min(
-              least, split_detail::busy_floor(step, ones, m, job.model.num_layers, gpipe_cap));
-          continue;
-        }
-        if (busy >= least) continue;
-        least = std::min(least, std::max(busy, schedule_floor(shapes, m, schedule, pure, tail,
-                                                              p > 1 ? cap : std::vector<int>{})));
+        layout_caps(shapes, m, rc, schedule, cap);
+        least = std::min(least, schedule_floor(shapes, m, schedule, pure, tail, cap,
+                                               std::min(least, best_so_far_)));
       }
     }
   }
@@ -292,6 +280,7 @@ void Search::explore_pending() {
     std::pop_heap(heap.begin(), heap.end(), later);
     Entry next = std::move(heap.back());
     heap.pop_back();
+    frontier_ = next.floor;
     if (next.floor >= best_so_far_) {
       result_.bounded += static_cast<long long>(next.item.family ? orders : 1);
       continue;
@@ -299,6 +288,17 @@ void Search::explore_pending() {
     if (!next.item.family) {
       explore(next.item.shapes);
       continue;
+    }
+    // Before its orders are laid out: the family again, with whole layers and the last
+    // stage's fill and drain tested against the best so far.
+    {
+      const TypeFamily& f = *next.item.family;
+      int p = 0;
+      for (int k : f.k) p += k;
+      if (busy_floor(f, p, best_so_far_) >= best_so_far_) {
+        result_.bounded += static_cast<long long>(orders);
+        continue;
+      }
     }
     std::vector<std::size_t> order = first;
     do {
@@ -308,6 +308,8 @@ void Search::explore_pending() {
       std::push_heap(heap.begin(), heap.end(), later);
     } while (std::next_permutation(order.begin(), order.end()));
   }
+  // What is left now is the hill climb of every layout's best: no floor to report.
+  frontier_ = std::numeric_limits<double>::infinity();
 }
 
 }  // namespace cephalo::planner::split_detail

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,29 +16,45 @@
 
 namespace cephalo::planner::split_detail {
 
+std::vector<int> warmup_chunks(std::span<const pipeline::Step> order) {
+  std::vector<int> chunks;
+  for (const pipeline::Step& step : order) {
+    if (step.pass == pipeline::Pass::Backward) break;
+    chunks.push_back(step.chunk);
+  }
+  return chunks;
+}
+
 // A floor on what costmodels::split_rank_memory_terms gives a rank of a stage holding `layers`
-// layers, at any place in any pipeline under any schedule: whatever the order, before the
-// stage's first backward micro-batch 0 has passed forward through every chunk of the stage, so
-// every unit's gathered parameters (full / hybrid sharding) and micro-batch 0's kept
-// activations are held; under GPipe (`in_flight` = m) every micro-batch's. That is the rule's
-// walk over one chunk of the layers alone and those forwards (a prefix of a GPipe stage's
-// order). The embedding, the head, more chunks, more micro-batches in flight and the
-// gradients only add, except that the walk receives the chunk's input as a boundary, which the
-// first stage's embedding makes instead: that boundary comes off again (with its share of the
+// layers, at any place in a pipeline whose order for the stage begins with `warmup`: before the
+// stage's first backward those forwards have run (every order begins with micro-batch 0's
+// forward of chunk 0; 1F1B's stage s with min(m, p − s) of them, GPipe's with all m), so every
+// gathered parameter of the chunks they passed (full / hybrid sharding) and their kept
+// activations are held. That is the rule's walk over the stage's chunks of layers alone and
+// those forwards (a prefix of the stage's order). The embedding, the head, the later steps and
+// the gradients only add, except that the walk receives each chunk's input as a boundary, which
+// the first stage's embedding makes instead: a boundary comes off again (with its share of the
 // allocator slack). The least over the shardings, sequence parallelism and checkpointing the
 // family may still choose (selective recompute keeps less than none, so candidates without
 // full recompute are floored by it).
 double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& options,
                           const DeviceSpec& spec, int layers, int T, int b, double share,
-                          bool recompute, int in_flight) {
+                          bool recompute, std::span<const int> warmup, int virtual_stages) {
   const Job& job = scenario.job;
   const auto& constants = costmodels::memory_constants();
-  std::vector<int> units(static_cast<std::size_t>(layers));
-  std::iota(units.begin(), units.end(), 1);
+  const int V = std::max(1, virtual_stages);
+  const int per_chunk = layers / V;
+  std::vector<std::vector<int>> chunks(static_cast<std::size_t>(V));
+  for (int c = 0; c < V; ++c)
+    for (int u = 0; u < per_chunk; ++u)
+      chunks[static_cast<std::size_t>(c)].push_back(1 + c * per_chunk + u);
   std::vector<pipeline::Step> order;
-  for (int i = 0; i < std::max(1, in_flight); ++i) order.push_back({pipeline::Pass::Forward, i, 0});
+  std::vector<int> seen(static_cast<std::size_t>(V), 0);
+  for (int c : warmup)
+    order.push_back({pipeline::Pass::Forward, seen[static_cast<std::size_t>(c)]++, c});
+  if (order.empty()) order.push_back({pipeline::Pass::Forward, 0, 0});
   costmodels::SplitRankMemoryInputs in;
-  in.chunks = {units};
+  in.chunks = chunks;
   in.order = order;
   in.tensor_parallel = T;
   in.micro_batch = b;
@@ -78,7 +96,37 @@ double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& op
   return least;
 }
 
-int Search::layer_cap(const StageShape& shape, int m, bool recompute, int in_flight) {
+int Search::warmup_id(int p, int m, const pipeline::PipelineSchedule& schedule, int stage) {
+  const unsigned long long key = (static_cast<unsigned long long>(p) << 48) ^
+                                 (static_cast<unsigned long long>(m) << 24) ^
+                                 (static_cast<unsigned long long>(schedule.kind) << 20) ^
+                                 static_cast<unsigned long long>(schedule.virtual_stages);
+  auto it = warmups_.find(key);
+  if (it == warmups_.end())
+    it = warmups_.emplace(key, std::vector<int>(static_cast<std::size_t>(p), -1)).first;
+  int& id = it->second[static_cast<std::size_t>(stage)];
+  if (id < 0)
+    id = intern_warmup(warmup_chunks(pipeline::stage_order(stage, p, m, schedule)),
+                       schedule.virtual_stages);
+  return id;
+}
+
+int Search::forwards_id(int forwards) {
+  const auto k = static_cast<std::size_t>(std::max(1, forwards));
+  if (forwards_ids_.size() <= k) forwards_ids_.resize(k + 1, -1);
+  if (forwards_ids_[k] < 0) forwards_ids_[k] = intern_warmup(std::vector<int>(k, 0), 1);
+  return forwards_ids_[k];
+}
+
+int Search::intern_warmup(std::vector<int> chunks, int virtual_stages) {
+  chunks.push_back(-virtual_stages);  // the key holds V too
+  const auto [it, added] =
+      warmup_ids_.emplace(std::move(chunks), static_cast<int>(warmup_ids_.size()));
+  if (added) warmup_of_.push_back(&it->first);
+  return it->second;
+}
+
+int Search::layer_cap(const StageShape& shape, int m, bool recompute, int warmup) {
   const Job& job = scenario_.job;
   const int layers = job.model.num_layers;
   const int T = shape.tensor_parallel;
@@ -90,10 +138,19 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int in_fli
           ? 1
           : static_cast<int>(job.global_batch / (static_cast<long long>(m) * shape.replicas));
   const double share = shape.by_speed ? 0.0 : 1.0 / shape.replicas;
-  const auto key = std::make_tuple(shape.ranks.front(), static_cast<int>(shape.ranks.size()), T,
-                                   shape.by_speed, b, recompute, in_flight);
+  if (warmup < 0) warmup = forwards_id(1);
+  const std::pair<unsigned long long, unsigned long long> key{
+      (static_cast<unsigned long long>(shape.ranks.front()) << 32) ^
+          (static_cast<unsigned long long>(shape.ranks.size()) << 10) ^
+          (static_cast<unsigned long long>(T) << 2) ^
+          (static_cast<unsigned long long>(shape.by_speed) << 1) ^
+          static_cast<unsigned long long>(recompute),
+      (static_cast<unsigned long long>(b) << 32) ^ static_cast<unsigned long long>(warmup)};
   const auto known = layer_caps_.find(key);
-  if (known != layer_caps_.end()) return known->second;
+  if (known != layer_caps_.end()) return static_cast<int>(known->second);
+  const std::vector<int>& keyed = *warmup_of_[static_cast<std::size_t>(warmup)];
+  const int V = -keyed.back();
+  const std::span<const int> chunks(keyed.data(), keyed.size() - 1);
   // Every replica must fit: per replica its GPU and its tightest rank's usable bytes (the
   // estimate's capacity), each distinct pair once.
   const auto& ranks = scenario_.cluster.ranks();
@@ -112,22 +169,23 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int in_fli
     });
     if (!seen) replicas.emplace_back(&spec, capacity);
   }
-  int cap = layers;
+  // In whole chunks: V layers at a time.
+  int cap = layers / V;
   for (const auto& [spec, capacity] : replicas) {
-    // The floor grows with the layers: the most that fit, by bisection over [0, cap].
+    // The floor grows with the layers: the most chunks' worth that fit, by bisection.
     int lo = 0, hi = cap;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (stage_memory_floor(scenario_, options_, *spec, mid, T, b, share, recompute, in_flight) <=
-          capacity)
+      if (stage_memory_floor(scenario_, options_, *spec, mid * V, T, b, share, recompute, chunks,
+                             V) <= capacity)
         lo = mid;
       else
         hi = mid - 1;
     }
     cap = lo;
   }
-  layer_caps_.emplace(key, cap);
-  return cap;
+  layer_caps_.emplace(key, cap * V);
+  return cap * V;
 }
 
 }  // namespace cephalo::planner::split_detail

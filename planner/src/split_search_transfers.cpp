@@ -2,6 +2,7 @@
 // transfers cost at least, so that a family's floor holds 1F1B's round trips through every
 // stage and back (split_search_bound.hpp, round_trip_floor).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <tuple>
@@ -61,7 +62,11 @@ double layout_transfer_floor(const Scenario& scenario, const costmodels::CostMod
 }
 
 double Search::transfer_floor(int src, int dst, double bytes) {
-  const auto key = std::make_tuple(src, dst, bytes);
+  unsigned long long bits = 0;
+  static_assert(sizeof(bits) == sizeof(bytes));
+  std::memcpy(&bits, &bytes, sizeof(bits));
+  const std::pair<unsigned long long, unsigned long long> key{
+      (static_cast<unsigned long long>(src) << 32) ^ static_cast<unsigned long long>(dst), bits};
   auto it = transfer_floors_.find(key);
   if (it == transfer_floors_.end())
     it = transfer_floors_
@@ -78,19 +83,29 @@ double Search::boundary_bytes(const StageShape& from, int m) {
   return boundary_bytes_floor(scenario_, from.ranks, from.tensor_parallel, b);
 }
 
+void Search::boundary_floors(const std::vector<StageShape>& shapes, int m,
+                             std::vector<double>& own) {
+  const auto& ranks = scenario_.cluster.ranks();
+  const std::size_t p = shapes.size();
+  own.assign(p, 0.0);
+  for (std::size_t a = 0; a < p; ++a) {
+    const int src = shapes[a].ranks.front(), dst = shapes[(a + 1) % p].ranks.front();
+    if (ranks[static_cast<std::size_t>(src)].node == ranks[static_cast<std::size_t>(dst)].node)
+      continue;
+    own[a] = transfer_floor(src, dst, boundary_bytes(shapes[a], m));
+  }
+}
+
 double Search::layout_transfer_floor(const std::vector<StageShape>& shapes, int m,
                                      int virtual_stages) {
-  std::vector<std::vector<int>> stages;
-  std::vector<int> tp;
-  std::vector<long long> samples;
-  for (const auto& s : shapes) {
-    stages.push_back(s.ranks);
-    tp.push_back(s.tensor_parallel);
-    samples.push_back(
-        s.by_speed ? 1 : scenario_.job.global_batch / (static_cast<long long>(m) * s.replicas));
-  }
-  return split_detail::layout_transfer_floor(scenario_, models_, stages, tp, samples,
-                                             virtual_stages);
+  // One pass through the virtual pipeline crosses p·V − 1 boundaries, crossing k being stage
+  // k mod p's to the next (the last stage's to the first under interleaving).
+  boundary_floors(shapes, m, own_);
+  const std::size_t p = shapes.size();
+  double sum = 0;
+  for (std::size_t k = 0; k + 1 < p * static_cast<std::size_t>(virtual_stages); ++k)
+    sum += own_[k % p];
+  return sum;
 }
 
 double Search::family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m) {

@@ -51,8 +51,8 @@ std::optional<ModelSplit> enumerated_split(const Scenario& s,
 // Every split of 4 A100 (node 0) and 4 V100 (node 1) into stages of one type each (1 or 2 per
 // type, either type first), every T per type, micro-batch count, schedule, boundary, sharding,
 // sequence parallelism and checkpointing: its estimate is at least its family's floor (the
-// steps, the fill and drain, the DP tail, and 1F1B's round trips with their transfers), and its
-// transfers take at least the transfer floor.
+// steps of whole layers, the fill and drain, the DP tail, and 1F1B's round trips with their
+// transfers), and its transfers take at least the transfer floor.
 TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const int layers = 8, batch = 16;
   const Scenario s = test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, layers,
@@ -60,7 +60,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
   const auto models = costmodels::make_cost_models(s);
   planner::SplitEstimator estimator(s, models);
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  long long checked = 0, crossing = 0;
+  long long checked = 0, crossing = 0, by_busy = 0, by_fill = 0;
   double closest = 1e30;  // the least estimate / floor
   for (int first : {0, 1})
     for (int per_type : {1, 2})
@@ -129,14 +129,50 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               EXPECT_EQ(trips, schedule.kind == Kind::GPipe      ? 1
                                : schedule.kind == Kind::OneFOneB ? (m + p - 1) / p
                                                                  : trips);
-              double floor[2];
-              for (int rc : {0, 1})
-                floor[rc] =
-                    std::max(planner::split_detail::pipeline_floor(floors[rc], tails, m, v, layers),
-                             schedule.kind == Kind::GPipe
-                                 ? 0.0
-                                 : planner::split_detail::round_trip_floor(
-                                       floors[rc], trips, v, layers, p2p, tails.front()));
+              double floor[2], busy[2];
+              for (int rc : {0, 1}) {
+                // Whole layers in whole chunks: the busiest stage's steps and tail.
+                std::vector<double> with_tail;
+                for (int i = 0; i < p; ++i)
+                  with_tail.push_back(floors[rc][static_cast<std::size_t>(i)] +
+                                      tails[static_cast<std::size_t>(i)] / m);
+                busy[rc] = planner::split_detail::busy_floor(
+                    with_tail, std::vector<int>(static_cast<std::size_t>(p), 1), m, layers, {}, v);
+                floor[rc] = std::max(
+                    {busy[rc],
+                     planner::split_detail::pipeline_floor(floors[rc], tails, m, v, layers),
+                     schedule.kind == Kind::GPipe
+                         ? 0.0
+                         : planner::split_detail::round_trip_floor(floors[rc], trips, v, layers,
+                                                                   p2p, tails.front())});
+                by_busy += busy[rc] > planner::split_detail::pipeline_floor(floors[rc], tails, m, v,
+                                                                            layers)
+                               ? 1
+                               : 0;
+              }
+              // Whole layers with the fill and drain and the transfers between: the least
+              // time at which some placement is feasible (pipeline_feasible), by bisection.
+              std::vector<double> hop(static_cast<std::size_t>(p), 0.0);
+              for (int a = 1; a < p; ++a)
+                hop[static_cast<std::size_t>(a)] =
+                    hop[static_cast<std::size_t>(a - 1)] +
+                    2 * planner::split_detail::boundary_transfer_floor(
+                            s, models, ranks[static_cast<std::size_t>(a - 1)],
+                            tp[static_cast<std::size_t>(a - 1)],
+                            samples[static_cast<std::size_t>(a - 1)],
+                            ranks[static_cast<std::size_t>(a)].front());
+              for (int rc : {0, 1}) {
+                double lo = 0, hi = 1e6;
+                for (int i = 0; i < 200; ++i) {
+                  const double mid = (lo + hi) / 2;
+                  (planner::split_detail::pipeline_feasible(floors[rc], tails, hop, m, v, layers,
+                                                            {}, mid)
+                       ? hi
+                       : lo) = mid;
+                }
+                by_fill += lo > floor[rc] * (1 + 1e-9) ? 1 : 0;
+                floor[rc] = std::max(floor[rc], lo);
+              }
               ASSERT_GT(floor[0], 0);
               ASSERT_GT(floor[1], floor[0]);
               std::vector<int> cur;
@@ -157,6 +193,16 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
                       crossing += p2p > 0 ? 1 : 0;
                       EXPECT_GE(e.iteration_s, floor[rc] * (1 - 1e-9))
                           << to_json(*split).dump() << " recompute " << rc;
+                      // Its own boundaries' floor (the search's per-candidate check).
+                      EXPECT_GE(e.iteration_s * (1 + 1e-9),
+                                planner::split_detail::placement_floor(floors[rc], tails, hop, m, v,
+                                                                       counts))
+                          << to_json(*split).dump() << " recompute " << rc;
+                      // The test with the order open holds the split's own order too.
+                      EXPECT_TRUE(planner::split_detail::family_feasible(
+                          floors[rc], tails, std::vector<int>(static_cast<std::size_t>(p), 1), m, v,
+                          layers, {}, e.iteration_s * (1 + 1e-9)))
+                          << to_json(*split).dump() << " recompute " << rc;
                       closest = std::min(closest, e.iteration_s / floor[rc]);
                     }
               });
@@ -165,16 +211,20 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
         }
   EXPECT_GT(checked, 1000);
   EXPECT_GT(crossing, checked / 2);  // the transfer floor is above 0 where stages cross nodes
-  std::cout << checked << " splits; the closest to its floor at " << closest << " x\n";
+  EXPECT_GT(by_busy, 0);             // whole layers raise the floor of some families
+  std::cout << checked << " splits; the closest to its floor at " << closest << " x; " << by_busy
+            << " floors raised by whole layers, " << by_fill
+            << " by whole layers with the fill and drain\n";
   // The floor is near some splits' estimate, not a vacuous 0.
   EXPECT_LT(closest, 1.5);
 }
 
 // Every split of 4 T4 (node 0) and 4 A100-40GB (node 1) running a model whose layers the T4s
 // cannot all hold: no stage's estimated memory is below the search's memory floor for its
-// layers (split_search_bound.hpp, stage_memory_floor), for every T, micro-batch count,
-// schedule, boundary, sharding, sequence parallelism and checkpointing (none, selective, full),
-// and the floor is near the estimate for some stages and refuses some layer counts.
+// layers at its place in the schedule's order (split_search_bound.hpp, stage_memory_floor with
+// the forwards before its first backward), for every T, micro-batch count, schedule, boundary,
+// sharding, sequence parallelism and checkpointing (none, selective, full), and the floor is
+// near the estimate for some stages and refuses some layer counts, some only at their place.
 TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
   const int layers = 8, batch = 16;
   const Scenario s =
@@ -183,7 +233,7 @@ TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
   planner::SplitEstimator estimator(s, models);
   const double usable = costmodels::memory_constants().usable_fraction;
   const std::vector<std::vector<int>> type_ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  long long checked = 0, refused = 0, over_floor = 0;
+  long long checked = 0, refused = 0, over_floor = 0, by_place = 0;
   double closest = 1e30;  // the least estimate / floor
   for (int first : {0, 1})
     for (int per_type : {1, 2})
@@ -231,15 +281,25 @@ TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
                       const DeviceSpec& spec =
                           s.cluster.ranks()[static_cast<std::size_t>(r.front())].slot->spec;
                       const int replicas = static_cast<int>(r.size()) / T;
+                      // At its place in the order: the forwards before its first backward.
+                      const auto warmup = planner::split_detail::warmup_chunks(
+                          pipeline::stage_order(st, p, m, schedule));
                       const double floor = planner::split_detail::stage_memory_floor(
                           s, SplitSearchOptions{}, spec, counts[static_cast<std::size_t>(st)], T,
-                          batch / (m * replicas), 1.0 / replicas, rc,
-                          schedule.kind == Kind::GPipe ? m : 1);
+                          batch / (m * replicas), 1.0 / replicas, rc, warmup, v);
+                      // The floor of one forward holds at every place and is no higher.
+                      const double anywhere = planner::split_detail::stage_memory_floor(
+                          s, SplitSearchOptions{}, spec, counts[static_cast<std::size_t>(st)], T,
+                          batch / (m * replicas), 1.0 / replicas, rc);
+                      EXPECT_LE(anywhere, floor * (1 + 1e-12));
                       const auto& mem = e.stages[static_cast<std::size_t>(st)].memory;
                       EXPECT_GE(mem.total, floor * (1 - 1e-9))
                           << to_json(*split).dump() << " checkpointing " << static_cast<int>(ck);
                       closest = std::min(closest, mem.total / floor);
                       if (floor > spec.memory_bytes * usable) ++over_floor;
+                      if (floor > spec.memory_bytes * usable &&
+                          anywhere <= spec.memory_bytes * usable)
+                        ++by_place;
                     }
                   }
             });
@@ -249,8 +309,11 @@ TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
   EXPECT_GT(checked, 1000);
   EXPECT_GT(refused, 0);
   EXPECT_GT(over_floor, 0);  // the floor alone refuses some stages
+  EXPECT_GT(by_place, 0);    // some only at their place: the micro-batches 1F1B holds there
   std::cout << checked << " splits, " << refused << " refused, " << over_floor
-            << " stages refused by the floor; the closest to its floor at " << closest << " x\n";
+            << " stages refused by the floor (" << by_place
+            << " only by the forwards before their first backward); the closest to its floor at "
+            << closest << " x\n";
   EXPECT_LT(closest, 1.5);
 }
 
