@@ -1,12 +1,14 @@
-// MPI communicator. Every MPI return code is checked (errors are set to return, not abort, so
-// that the failing rank can name the call before the job is torn down).
+// The MPI plugin (libcephalo_mpi.so, mpi_plugin.hpp): MPI's start and end for the process, the
+// gather of strings to rank 0, and the MPI communicator. The one file that calls MPI; the
+// backend loads it only when MPI is needed. Every MPI return code is checked (errors are set to
+// return, not abort, so that the failing rank can name the call before the job is torn down).
 //
 // bf16 / fp16: MPI has no 16-bit floating types, so each communicator commits one 2-byte
 // datatype per format (moving bytes is all that gathers and broadcasts need) and creates
 // commutative user reduction ops for them that widen to fp32, combine and round back. A sum
 // therefore rounds once per pairwise combine (R-1 roundings over R ranks, in MPI's order), not
 // once at the end as an fp32 reduction followed by one cast would.
-#include "cephalo/backend/mpi_communicator.hpp"
+#include "cephalo/backend/mpi_plugin.hpp"
 
 // The C API only (CMake defines OMPI_SKIP_MPICXX): the C++ bindings are not warning-free.
 #include <mpi.h>
@@ -30,10 +32,13 @@
 #include "cephalo/core/error.hpp"
 #include "half.hpp"
 
-#define CEPHALO_MPI(call) ::cephalo::backend::check_mpi((call), #call, __FILE__, __LINE__)
+#define CEPHALO_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
 
 namespace cephalo::backend {
 
+namespace {
+
+// Throws RuntimeFailure "<what> failed at file:line: <MPI_Error_string>" when rc != MPI_SUCCESS.
 void check_mpi(int rc, const char* what, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -43,8 +48,7 @@ void check_mpi(int rc, const char* what, const char* file, int line) {
                        ": " + std::string(text, static_cast<std::size_t>(len)));
 }
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv, bool only_under_launcher) {
-  if (only_under_launcher && !launched_by_mpirun()) return;  // rank 0 of 1, no MPI
+void init_mpi(int* argc, char*** argv, int& rank, int& size) {
   int provided = 0;
   CEPHALO_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   CEPHALO_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -52,32 +56,25 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, bool only_under_launcher) {
     throw RuntimeFailure(
         "MPI_Init_thread: the MPI library does not provide MPI_THREAD_MULTIPLE (provided level " +
         std::to_string(provided) + "); the backend's comm thread needs it");
-  CEPHALO_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-  CEPHALO_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-  initialized_ = true;
+  CEPHALO_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  CEPHALO_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
 }
 
-MpiRuntime::~MpiRuntime() {
-  if (!initialized_) return;
+void finalize_mpi() noexcept {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
 }
 
-bool MpiRuntime::launched_by_mpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-}
-
-std::vector<std::string> MpiRuntime::gather_strings_to_root(const std::string& mine) const {
-  if (!initialized_ || size_ == 1) return {mine};
+std::vector<std::string> gather_strings(const std::string& mine, int rank, int size) {
   if (mine.size() > static_cast<std::size_t>(INT_MAX))
     throw RuntimeFailure("gather_strings_to_root: " + std::to_string(mine.size()) +
-                         " bytes on rank " + std::to_string(rank_) + " exceed an MPI count");
+                         " bytes on rank " + std::to_string(rank) + " exceed an MPI count");
   int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<std::size_t>(size_)), offsets(lens.size());
+  std::vector<int> lens(static_cast<std::size_t>(size)), offsets(lens.size());
   CEPHALO_MPI(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
   std::string all;
-  if (rank_ == 0) {
+  if (rank == 0) {
     long long total = 0;
     for (std::size_t r = 0; r < lens.size(); ++r) {
       offsets[r] = static_cast<int>(total);
@@ -89,15 +86,13 @@ std::vector<std::string> MpiRuntime::gather_strings_to_root(const std::string& m
   }
   CEPHALO_MPI(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(),
                           MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (rank_ != 0) return {};
+  if (rank != 0) return {};
   std::vector<std::string> out;
   for (std::size_t r = 0; r < lens.size(); ++r)
     out.push_back(
         all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lens[r])));
   return out;
 }
-
-namespace {
 
 // The fp32 combine of two already-widened elements. Max and Min propagate NaN from either side
 // (a NaN gradient must not be hidden by a reduction).
@@ -469,10 +464,31 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
 };
 
+class MpiLibraryImpl final : public MpiLibrary {
+ public:
+  void init(int* argc, char*** argv, int& rank, int& size) const override {
+    init_mpi(argc, argv, rank, size);
+  }
+  void finalize() const noexcept override { finalize_mpi(); }
+  std::vector<std::string> gather_strings_to_root(const std::string& mine, int rank,
+                                                  int size) const override {
+    return gather_strings(mine, rank, size);
+  }
+  std::unique_ptr<Communicator> make_communicator() const override {
+    return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  }
+};
+
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}  // namespace cephalo::backend
+
+extern "C" __attribute__((visibility("default"))) int cephalo_mpi_plugin_abi() {
+  return cephalo::backend::kMpiPluginAbi;
 }
 
-}  // namespace cephalo::backend
+extern "C" __attribute__((visibility("default"))) const cephalo::backend::MpiLibrary*
+cephalo_mpi_plugin_library() {
+  static const cephalo::backend::MpiLibraryImpl library;
+  return &library;
+}

@@ -2,73 +2,33 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <system_error>
 
 #include "cephalo/backend/cuda_plugin.hpp"
-#include "cephalo/core/error.hpp"
+#include "plugin_loader.hpp"
 #include "single_rank_communicator.hpp"
 
 namespace cephalo::backend {
 
-namespace fs = std::filesystem;
-
-namespace {
-
-// The plugin sits beside the executable in the build tree (bin/), or in ../lib/cephalo/ of an
-// installed prefix; CEPHALO_CUDA_PLUGIN names another file.
-fs::path cuda_plugin_path() {
-  if (const char* env = std::getenv("CEPHALO_CUDA_PLUGIN"); env && *env) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return kCudaPluginFile;
-  const fs::path beside = exe.parent_path() / kCudaPluginFile;
-  if (fs::exists(beside, ec)) return beside;
-  const fs::path installed = exe.parent_path().parent_path() / "lib" / "cephalo" / kCudaPluginFile;
-  return fs::exists(installed, ec) ? installed : beside;
-}
-
-std::string dl_reason() {
-  const char* e = dlerror();
-  return e ? e : "unknown dynamic loader error";
-}
-
-}  // namespace
-
 CudaPluginMakeFn open_cuda_plugin(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  PluginKind kind;
+  kind.context = "--device cuda";
+  kind.title = "the CUDA backend plugin";
+  kind.short_name = "CUDA";
 #ifdef CEPHALO_CUDA_PLUGIN_BUILT
-    throw RuntimeFailure("--device cuda: the CUDA backend plugin " + path.string() +
-                         " is missing (build the target cephalo_cuda_plugin, or point "
-                         "CEPHALO_CUDA_PLUGIN at libcephalo_cuda.so)");
+  kind.missing = "the CUDA backend plugin " + path.string() +
+                 " is missing (build the target cephalo_cuda_plugin, or point "
+                 "CEPHALO_CUDA_PLUGIN at libcephalo_cuda.so)";
 #else
-    throw RuntimeFailure("--device cuda: this build of cephalo has no CUDA backend (no plugin at " +
-                         path.string() +
-                         "; configure with a CUDA toolkit and NCCL, see backend/cuda/README.md)");
+  kind.missing = "this build of cephalo has no CUDA backend (no plugin at " + path.string() +
+                 "; configure with a CUDA toolkit and NCCL, see backend/cuda/README.md)";
 #endif
-  }
-  // Never closed: the device and communicator it makes run its code until the process exits.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    throw RuntimeFailure("--device cuda: cannot load the CUDA backend plugin " + path.string() +
-                         ": " + dl_reason());
-  dlerror();  // clear, so a null symbol is told apart from an error
-  auto abi = reinterpret_cast<CudaPluginAbiFn>(dlsym(handle, kCudaPluginAbiSymbol));
-  if (!abi)
-    throw RuntimeFailure("--device cuda: " + path.string() + " is not a cephalo CUDA plugin (" +
-                         kCudaPluginAbiSymbol + ": " + dl_reason() + ")");
-  if (const int got = abi(); got != kCudaPluginAbi)
-    throw RuntimeFailure("--device cuda: " + path.string() + " was built for plugin interface " +
-                         std::to_string(got) + ", this cephalo needs " +
-                         std::to_string(kCudaPluginAbi) + " (rebuild both from one tree)");
-  auto make = reinterpret_cast<CudaPluginMakeFn>(dlsym(handle, kCudaPluginMakeSymbol));
-  if (!make)
-    throw RuntimeFailure("--device cuda: " + path.string() + " lacks " + kCudaPluginMakeSymbol +
-                         ": " + dl_reason());
-  return make;
+  kind.dlopen_flags = RTLD_NOW | RTLD_LOCAL;
+  kind.abi_symbol = kCudaPluginAbiSymbol;
+  kind.abi = kCudaPluginAbi;
+  kind.entry_symbol = kCudaPluginMakeSymbol;
+  return reinterpret_cast<CudaPluginMakeFn>(open_plugin(path, kind));
 }
 
 Runtime make_runtime(const MpiRuntime& mpi, const RuntimeOptions& o) {
@@ -83,7 +43,7 @@ Runtime make_runtime(const MpiRuntime& mpi, const RuntimeOptions& o) {
     static CudaPluginMakeFn make = nullptr;
     {
       std::lock_guard lock(mu);
-      if (!make) make = open_cuda_plugin(cuda_plugin_path());
+      if (!make) make = open_cuda_plugin(plugin_path(kCudaPluginFile, "CEPHALO_CUDA_PLUGIN"));
     }
     CudaPluginParts parts;
     make(request, parts);

@@ -1,62 +1,29 @@
-// Cluster's rank table (scenario.hpp): one list of every device, built once per node list.
+// The rank table of a NodeList (scenario.hpp): built on the first query after a change.
 #include <memory>
-#include <utility>
 
 #include "cephalo/core/scenario.hpp"
 
 namespace cephalo::detail {
 
-struct RankTable::Built {
-  // What the table was built from: every node's device list (where it is and how long). The
-  // table is a function of exactly these, so equal shapes mean an equal table, and any change
-  // of a device list (on any node) rebuilds it: O(nodes) per query, ranks/8 on the large
-  // clusters, against the O(ranks) copy a query used to make.
-  const Node* nodes = nullptr;
-  std::vector<std::pair<const DeviceSlot*, std::size_t>> shape;
-  std::vector<RankDevice> ranks;
-
-  bool matches(const std::vector<Node>& n) const {
-    if (n.data() != nodes || n.size() != shape.size()) return false;
-    for (std::size_t i = 0; i < n.size(); ++i)
-      if (n[i].devices.data() != shape[i].first || n[i].devices.size() != shape[i].second)
-        return false;
-    return true;
-  }
-};
-
-RankTable& RankTable::operator=(const RankTable& other) noexcept {
-  if (this != &other) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    delete current_.exchange(nullptr);
-  }
-  return *this;
+void RankTable::reset() noexcept {
+  // A change of the list is never concurrent with a query (the contract), so no lock: the next
+  // query builds the table of the list as it then is.
+  delete current_.exchange(nullptr, std::memory_order_acq_rel);
 }
 
-RankTable::~RankTable() { delete current_.load(); }
-
-const std::vector<RankDevice>& RankTable::of(const std::vector<Node>& nodes) const {
-  if (const Built* b = current_.load(std::memory_order_acquire); b && b->matches(nodes))
-    return b->ranks;
+const std::vector<RankDevice>& RankTable::build(const std::vector<Node>& nodes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (const Built* b = current_.load(std::memory_order_acquire); b && b->matches(nodes))
-    return b->ranks;
-  auto built = std::make_unique<Built>();
-  built->nodes = nodes.data();
+  if (const auto* built = current_.load(std::memory_order_acquire)) return *built;
+  auto table = std::make_unique<std::vector<RankDevice>>();
   std::size_t total = 0;
-  for (const auto& node : nodes) {
-    built->shape.emplace_back(node.devices.data(), node.devices.size());
-    total += node.devices.size();
-  }
-  built->ranks.reserve(total);
+  for (const auto& node : nodes) total += node.devices.size();
+  table->reserve(total);
   int rank = 0;
   for (std::size_t n = 0; n < nodes.size(); ++n)
     for (std::size_t d = 0; d < nodes[n].devices.size(); ++d)
-      built->ranks.push_back(
-          {rank++, static_cast<int>(n), static_cast<int>(d), &nodes[n].devices[d]});
-  // The previous table belonged to a node list that no longer exists as it was; references
-  // into it were invalidated by that change (ranks()'s contract).
-  delete current_.exchange(built.get(), std::memory_order_acq_rel);
-  return built.release()->ranks;
+      table->push_back({rank++, static_cast<int>(n), static_cast<int>(d), &nodes[n].devices[d]});
+  current_.store(table.get(), std::memory_order_release);
+  return *table.release();
 }
 
 }  // namespace cephalo::detail

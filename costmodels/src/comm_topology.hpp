@@ -45,9 +45,10 @@ class Topology {
            std::optional<CollectiveKind> collective = std::nullopt)
       : cal_(cal),
         under_compute_(under_compute),
-        collective_(collective),
+        has_collective_(collective.has_value()),
+        collective_(collective.value_or(CollectiveKind{})),
         ranks_(&cluster.ranks()),
-        nodes_(&cluster.nodes) {}
+        nodes_(&cluster.nodes.vector()) {}
   int size() const { return static_cast<int>(ranks_->size()); }
   const RankDevice& rank(int r) const { return ranks_->at(static_cast<std::size_t>(r)); }
 
@@ -80,8 +81,8 @@ class Topology {
   LinkCorrection correction(const std::string& kind) const {
     for (const auto& [k, c] : seen_)
       if (k == kind) return c;
-    LinkCorrection c = collective_ ? cal_.correction(kind, under_compute_, *collective_)
-                                   : cal_.correction(kind, under_compute_);
+    LinkCorrection c = has_collective_ ? cal_.correction(kind, under_compute_, collective_)
+                                       : cal_.correction(kind, under_compute_);
     seen_.emplace_back(kind, c);
     return c;
   }
@@ -89,7 +90,10 @@ class Topology {
   const CommCalibration& cal_;
   mutable std::vector<std::pair<std::string, LinkCorrection>> seen_;
   bool under_compute_ = false;
-  std::optional<CollectiveKind> collective_;
+  // A flag and a value rather than std::optional: g++ 12 reports the optional's value "maybe
+  // uninitialized" where this is inlined into calibrate_comm (a false positive under -Werror).
+  bool has_collective_ = false;
+  CollectiveKind collective_{};
   // The cluster's own rank table (built once per cluster): the model builds a Topology per
   // collective, so copying every rank here made each call linear in the cluster.
   const std::vector<RankDevice>* ranks_ = nullptr;

@@ -373,9 +373,11 @@ TEST(ModelSplit, APlansDefaultSplitIsItsFsdpPlan) {
 TEST(ModelSplitCheck, AgainstAScenarioReadsItsModelAndItsNodes) {
   // Nodes of 3 and 5 GPUs (an uneven cluster): ranks 0..2 on node 0, 3..7 on node 1.
   Scenario sc;
-  sc.cluster.nodes.resize(2);
-  sc.cluster.nodes[0].devices.resize(3);
-  sc.cluster.nodes[1].devices.resize(5);
+  sc.cluster.nodes.edit([](std::vector<Node>& n) {
+    n.resize(2);
+    n[0].devices.resize(3);
+    n[1].devices.resize(5);
+  });
   sc.job.model.num_layers = 10;
   sc.job.model.heads = 8;
   sc.job.model.kv_heads = 2;

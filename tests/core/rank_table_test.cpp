@@ -1,7 +1,11 @@
-// Cluster::ranks(): the rank table built once per node list (core/scenario.hpp).
+// Cluster::ranks(): the rank table built once per shape of the node list (core/scenario.hpp's
+// NodeList: read-only access, every change through its mutators, each dropping the table).
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "cephalo/core/scenario.hpp"
 
@@ -49,6 +53,16 @@ TEST(RankTable, NumbersDevicesNodeMajor) {
   EXPECT_EQ(c.ranks()[5].slot->spec.name, "w");
 }
 
+// The list cannot be changed behind the table's back: every way to reach a node is const.
+template <class T>
+constexpr bool is_const_ref = std::is_const_v<std::remove_reference_t<T>>;
+static_assert(is_const_ref<decltype(std::declval<NodeList&>()[0])>);
+static_assert(is_const_ref<decltype(std::declval<NodeList&>().at(0))>);
+static_assert(is_const_ref<decltype(std::declval<NodeList&>().front())>);
+static_assert(is_const_ref<decltype(std::declval<NodeList&>().back())>);
+static_assert(is_const_ref<decltype(*std::declval<NodeList&>().begin())>);
+static_assert(is_const_ref<decltype(std::declval<Cluster&>().nodes.vector())>);
+
 TEST(RankTable, IsBuiltOnceAndSharedByQueries) {
   const Cluster c = three_nodes();
   const auto* first = &c.ranks();
@@ -78,7 +92,7 @@ TEST(RankTable, FollowsNodesAddedRemovedOrReplaced) {
   c.nodes.push_back(node_of("d", {"s", "t"}));
   expect_numbered(c);
   EXPECT_EQ(c.num_ranks(), 8);
-  c.nodes.erase(c.nodes.begin());
+  c.nodes.edit([](std::vector<Node>& n) { n.erase(n.begin()); });
   expect_numbered(c);
   EXPECT_EQ(c.ranks()[0].slot->spec.name, "z");
   c.nodes = {node_of("only", {"k"})};
@@ -94,22 +108,23 @@ TEST(RankTable, FollowsDevicesAddedToTheLastNode) {
   c.nodes.push_back(node_of("a", {"x"}));
   expect_numbered(c);
   for (int i = 0; i < 20; ++i) {
-    c.nodes.back().devices.push_back(c.nodes.back().devices.front());
+    c.nodes.edit(
+        [](std::vector<Node>& n) { n.back().devices.push_back(n.back().devices.front()); });
     expect_numbered(c);
   }
-  c.nodes.back().devices.pop_back();
+  c.nodes.edit([](std::vector<Node>& n) { n.back().devices.pop_back(); });
   expect_numbered(c);
 }
 
 TEST(RankTable, FollowsDevicesAddedOrRemovedOnAnInnerNode) {
   // Not how builders work, but a stale table here would number every later rank wrongly.
   Cluster c = three_nodes();
-  c.nodes[0].devices.reserve(8);  // room to grow in place: same buffer, other length
+  c.nodes.edit([](std::vector<Node>& n) { n[0].devices.reserve(8); });  // grows in place next
   expect_numbered(c);
-  c.nodes[0].devices.push_back(c.nodes[0].devices.front());
+  c.nodes.edit([](std::vector<Node>& n) { n[0].devices.push_back(n[0].devices.front()); });
   expect_numbered(c);
   EXPECT_EQ(c.num_ranks(), 7);
-  c.nodes[1].devices.clear();
+  c.nodes.edit([](std::vector<Node>& n) { n[1].devices.clear(); });
   expect_numbered(c);
   EXPECT_EQ(c.ranks()[3].node, 2);
   // The same shapes rebuilt from scratch (buffers freed and allocated again, possibly at the
@@ -122,6 +137,27 @@ TEST(RankTable, FollowsDevicesAddedOrRemovedOnAnInnerNode) {
     c.nodes.push_back(node_of("c", {"u"}));
     expect_numbered(c);
   }
+}
+
+TEST(RankTable, AnEditThatThrowsStillDropsTheTable) {
+  Cluster c = three_nodes();
+  expect_numbered(c);
+  EXPECT_THROW(c.nodes.edit([](std::vector<Node>& n) {
+    n.pop_back();
+    throw std::runtime_error("half done");
+  }),
+               std::runtime_error);
+  expect_numbered(c);
+  EXPECT_EQ(c.num_ranks(), 3);
+}
+
+TEST(RankTable, ReservingKeepsTheTable) {
+  // Moving the nodes keeps their device slots where they are, so the table stays right.
+  Cluster c = three_nodes();
+  const auto* before = &c.ranks();
+  c.nodes.reserve(64);
+  EXPECT_EQ(&c.ranks(), before);
+  expect_numbered(c);
 }
 
 TEST(RankTable, ConcurrentFirstQueriesAgree) {

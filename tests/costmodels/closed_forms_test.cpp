@@ -217,8 +217,10 @@ TEST(CommModel, RingTimesAreTheHandComputedAlphaBetaSums) {
 // CPU ranks run the backend's MPI collectives: no NCCL protocol, every step the slowest α.
 TEST(CommModel, CpuRanksRunTheHostRingAndTree) {
   Cluster c = four_gpu_node();
-  c.nodes[0].intra_link = {"shm", 10e9, 5e-6};
-  for (auto& slot : c.nodes[0].devices) slot.spec = GpuCatalog::builtin().get("CPU-core");
+  c.nodes.edit([](std::vector<Node>& n) {
+    n[0].intra_link = {"shm", 10e9, 5e-6};
+    for (auto& slot : n[0].devices) slot.spec = GpuCatalog::builtin().get("CPU-core");
+  });
   AlphaBetaCommModel model(exact());
   CollectiveRequest r;
   r.ranks = {0, 1, 2, 3};

@@ -259,8 +259,10 @@ TEST(PlanAnswer, ACpuRankFitsWithTheMemoryPredictMemoryReportsForIt) {
   // runtime's reserves, so a fit judged with them fails.
   const double tight = need + 192.0 * 1024 * 1024;
   ASSERT_GT(need + costmodels::runtime_reserve_bytes(true, n), tight);
-  for (auto& node : s.cluster.nodes)
-    for (auto& slot : node.devices) slot.spec.memory_bytes = tight;
+  s.cluster.nodes.edit([&](std::vector<Node>& nodes) {
+    for (auto& node : nodes)
+      for (auto& slot : node.devices) slot.spec.memory_bytes = tight;
+  });
   for (const std::string strategy : {"even", "proportional", "optimal"}) {
     SCOPED_TRACE(strategy);
     const PlanResult res = make_plan(s, options_of(strategy, {}));

@@ -259,7 +259,9 @@ TEST(Replay, OverCapacityNamesTheRankOpAndBytes) {
   const double peak1 = fits.report.ranks[1].peak_memory_bytes;
 
   Scenario s = tiny_scenario(2, 2, 8);
-  s.cluster.nodes[0].devices[1].spec.memory_bytes = peak1 - 1;  // rank 1 misses by one byte
+  // rank 1 misses by one byte
+  s.cluster.nodes.edit(
+      [&](std::vector<Node>& n) { n[0].devices[1].spec.memory_bytes = peak1 - 1; });
   Plan p = tiny_plan(s, 2, Accumulation::Layered, true, Offload::None);
   auto g = build_training_graph(p, s);
   SimResult r = simulate(g, s, p, probe.compute, probe.comm, o);

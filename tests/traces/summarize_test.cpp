@@ -80,7 +80,7 @@ TEST(Summarize, ThroughputMfuAndAMeasuredIterationEnd) {
   EXPECT_DOUBLE_EQ(r.ops[0].end_s, 1e-6);
 
   // A slot emulating a 4× slower device counts a quarter of its peak.
-  h.s.cluster.nodes[0].devices[1].slowdown = 4;
+  h.s.cluster.nodes.edit([](std::vector<Node>& n) { n[0].devices[1].slowdown = 4; });
   IterationReport slow = summarize(h.g, h.s, h.p, m);
   EXPECT_DOUBLE_EQ(slow.mfu,
                    h.g.summary().model_flops_per_iteration / (2e-3 * (80e12 + 80e12 / 4)));

@@ -287,9 +287,12 @@ TEST(TrainingGraph, EagerAttentionScoresAreHeldByTheLayerBackwardOnAGpu) {
   }
   EXPECT_EQ(layers, 2 * 2);  // every layer backward (2 layers × 2 micro-batches), nothing else
   Scenario cpu = eager;
-  for (auto& d : cpu.cluster.nodes[0].devices) d.spec.kind = "cpu";
+  const auto on_cpu = [](std::vector<Node>& n) {
+    for (auto& d : n[0].devices) d.spec.kind = "cpu";
+  };
+  cpu.cluster.nodes.edit(on_cpu);
   Scenario cpu_flash = flash;
-  for (auto& d : cpu_flash.cluster.nodes[0].devices) d.spec.kind = "cpu";
+  cpu_flash.cluster.nodes.edit(on_cpu);
   EXPECT_EQ(backward_allocs(cpu), backward_allocs(cpu_flash));
 }
 
@@ -422,7 +425,7 @@ TEST(TrainingGraph, LayerBackwardsHoldTheirInputGradientTemporaries) {
 // emulated slot, the slowdown.
 TEST(TraceLabels, RankLabelNamesTheDeviceNodeAndEmulation) {
   Scenario s = tiny_scenario(2);
-  s.cluster.nodes[0].devices[1].slowdown = 2.5;
+  s.cluster.nodes.edit([](std::vector<Node>& n) { n[0].devices[1].slowdown = 2.5; });
   EXPECT_EQ(
       rank_labels(s.cluster),
       (std::vector<std::string>{"TinyGPU, node 0", "TinyGPU, node 0, emulated 2.50x slowdown"}));

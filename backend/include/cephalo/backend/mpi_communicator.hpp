@@ -1,6 +1,8 @@
 #pragma once
 // MPI implementation of Communicator (the CPU backend's collectives, and the bootstrap of
-// every backend). MpiRuntime owns MPI_Init_thread / MPI_Finalize for the process.
+// every backend). MpiRuntime owns MPI_Init_thread / MPI_Finalize for the process. Both come
+// from the MPI plugin (mpi_plugin.hpp), loaded the first time either is used: a process that
+// never asks for MPI loads no MPI library; RuntimeFailure when the plugin cannot be loaded.
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,8 +45,5 @@ class MpiRuntime {
 // to the largest one around the even collectives (MPI_Allgather, MPI_Reduce_scatter_block) and
 // compacted afterwards.
 std::unique_ptr<Communicator> make_mpi_communicator();
-
-// Throws RuntimeFailure "<what> failed at file:line: <MPI_Error_string>" when rc != MPI_SUCCESS.
-void check_mpi(int rc, const char* what, const char* file, int line);
 
 }  // namespace cephalo::backend

@@ -3,9 +3,11 @@
 // that an unknown GPU or model is reported at the exact JSON path where it was written.
 #include <atomic>
 #include <filesystem>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/specs.hpp"
@@ -62,36 +64,88 @@ struct RankDevice {
 };
 
 namespace detail {
-// The rank table behind Cluster::ranks(), hidden so that the cluster's API stays `ranks()`:
-// built on first use, rebuilt when any node's device list moved or changed length since (a
-// check of one pointer and one length per node, so the planner's per-collective lookups cost
-// nothing per rank). A copy starts without a table (its slots are the copy's).
-// Queries from several threads are safe; changing `nodes` while another thread reads is not.
+// The rank table of a NodeList, built on its first query and dropped by every change of the
+// list (NodeList's mutators), so a query is one atomic load: it never walks the nodes and can
+// never describe nodes that changed since. A copy starts without a table (its slots are the
+// copy's). Queries from several threads are safe; changing the list while another thread reads
+// is not.
 class RankTable {
  public:
   RankTable() = default;
   RankTable(const RankTable&) noexcept {}
-  RankTable& operator=(const RankTable& other) noexcept;
-  ~RankTable();
-  const std::vector<RankDevice>& of(const std::vector<Node>& nodes) const;
+  RankTable& operator=(const RankTable&) noexcept {
+    reset();
+    return *this;
+  }
+  ~RankTable() { reset(); }
+  const std::vector<RankDevice>& of(const std::vector<Node>& nodes) const {
+    if (const auto* built = current_.load(std::memory_order_acquire)) return *built;
+    return build(nodes);
+  }
+  void reset() noexcept;
 
  private:
-  struct Built;
+  const std::vector<RankDevice>& build(const std::vector<Node>& nodes) const;
   mutable std::mutex mutex_;
-  mutable std::atomic<const Built*> current_{nullptr};
+  mutable std::atomic<const std::vector<RankDevice>*> current_{nullptr};
 };
 }  // namespace detail
 
-struct Cluster {
-  std::string name;
-  std::vector<Node> nodes;
+// A cluster's nodes: read as a const std::vector<Node> (indexing, iteration, size, a const
+// reference by conversion), changed only through the functions below, each of which drops the
+// rank table (Cluster::ranks()), so the table is built once per shape of the cluster and cannot
+// go stale. Like an iterator, a reference from ranks() is invalidated by any change.
+class NodeList {
+ public:
+  using value_type = Node;
+  using const_iterator = std::vector<Node>::const_iterator;
+  using iterator = const_iterator;
+  using size_type = std::size_t;
 
-  // Every device with its rank (node-major), built once: O(nodes) per call after the first,
-  // never O(ranks). Like an iterator, the reference is invalidated by changing `nodes`; the
-  // next call sees the change (nodes or devices added, removed or replaced anywhere).
-  const std::vector<RankDevice>& ranks() const { return ranks_.of(nodes); }
-  int num_ranks() const { return static_cast<int>(ranks().size()); }
-  bool emulated() const;  // any slot with slowdown != 1
+  NodeList() = default;
+  NodeList(std::vector<Node> nodes) : nodes_(std::move(nodes)) {}  // NOLINT: implicit by design
+  NodeList(std::initializer_list<Node> nodes) : nodes_(nodes) {}
+  NodeList& operator=(std::vector<Node> nodes) {
+    nodes_ = std::move(nodes);
+    table_.reset();
+    return *this;
+  }
+  NodeList& operator=(std::initializer_list<Node> nodes) {
+    return *this = std::vector<Node>(nodes);
+  }
+
+  const std::vector<Node>& vector() const { return nodes_; }
+  operator const std::vector<Node>&() const { return nodes_; }  // NOLINT: implicit by design
+  std::size_t size() const { return nodes_.size(); }
+  bool empty() const { return nodes_.empty(); }
+  const Node& operator[](std::size_t i) const { return nodes_[i]; }
+  const Node& at(std::size_t i) const { return nodes_.at(i); }
+  const Node& front() const { return nodes_.front(); }
+  const Node& back() const { return nodes_.back(); }
+  const_iterator begin() const { return nodes_.begin(); }
+  const_iterator end() const { return nodes_.end(); }
+  const_iterator cbegin() const { return nodes_.cbegin(); }
+  const_iterator cend() const { return nodes_.cend(); }
+
+  void push_back(Node node) {
+    nodes_.push_back(std::move(node));
+    table_.reset();
+  }
+  void reserve(std::size_t n) { nodes_.reserve(n); }  // moves nodes, never their device slots
+  void clear() {
+    nodes_.clear();
+    table_.reset();
+  }
+  // Any other change: `change(nodes)` on the vector itself. The table is dropped before it runs
+  // (also when it throws); keep no reference into the vector past the call.
+  template <class Change>
+  decltype(auto) edit(Change&& change) {
+    table_.reset();
+    return std::forward<Change>(change)(nodes_);
+  }
+
+  // Every device with its rank (node-major), built on the first query after a change.
+  const std::vector<RankDevice>& ranks() const { return table_.of(nodes_); }
 
   // A cluster cut to the nodes a plan uses (core/plan_nodes.hpp, with_nodes): which nodes of
   // the scenario's cluster these are, by index, and the nodes left idle. Both empty for a
@@ -100,7 +154,20 @@ struct Cluster {
   std::vector<Node> idle;
 
  private:
-  detail::RankTable ranks_;
+  std::vector<Node> nodes_;
+  detail::RankTable table_;
+};
+
+struct Cluster {
+  std::string name;
+  NodeList nodes;
+
+  // Every device with its rank (node-major): built once per shape of `nodes` (NodeList), one
+  // atomic load per call after that. Like an iterator, the reference is invalidated by changing
+  // `nodes`.
+  const std::vector<RankDevice>& ranks() const { return nodes.ranks(); }
+  int num_ranks() const { return static_cast<int>(ranks().size()); }
+  bool emulated() const;  // any slot with slowdown != 1
 };
 
 struct Precision {
