@@ -355,16 +355,28 @@ std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
     for (const auto& pr : plan.ranks) passes += units * pr.micro_batches;
     return passes;
   }
-  // A stage's ranks build only the stage's units: its chunks' layers, the embedding on the
-  // first stage, the head on the last (a stage count near the layer count would otherwise be
-  // charged p times what its graph holds), for each of the pipeline's micro-batches.
   const auto stages =
       resolved_stages(plan.model_split, layers, static_cast<int>(plan.ranks.size()));
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    std::int64_t units = (s == 0 ? 1 : 0) + (s + 1 == stages.size() ? 1 : 0);
-    for (const LayerRange& c : stages[s].chunks) units += std::max(0, c.size());
-    passes +=
-        units * plan.model_split.micro_batches * static_cast<std::int64_t>(stages[s].ranks.size());
+  std::vector<int> stage_layers, stage_ranks;
+  for (const PipelineStage& st : stages) {
+    int held = 0;
+    for (const LayerRange& c : st.chunks) held += std::max(0, c.size());
+    stage_layers.push_back(held);
+    stage_ranks.push_back(static_cast<int>(st.ranks.size()));
+  }
+  return split_unit_passes(stage_layers, stage_ranks, plan.model_split.micro_batches);
+}
+
+std::int64_t split_unit_passes(std::span<const int> stage_layers, std::span<const int> stage_ranks,
+                               int micro_batches) {
+  // A stage's ranks build only the stage's units: its layers, the embedding on the first stage,
+  // the head on the last (a stage count near the layer count would otherwise be charged p
+  // times what its graph holds), for each of the pipeline's micro-batches.
+  std::int64_t passes = 0;
+  const std::size_t p = stage_layers.size();
+  for (std::size_t s = 0; s < p && s < stage_ranks.size(); ++s) {
+    const std::int64_t units = stage_layers[s] + (s == 0 ? 1 : 0) + (s + 1 == p ? 1 : 0);
+    passes += units * micro_batches * std::int64_t{stage_ranks[s]};
   }
   return passes;
 }

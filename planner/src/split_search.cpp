@@ -158,6 +158,16 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           result_.pruned += static_cast<int>(shardings.size() * sps.size());
           continue;
         }
+        // A split whose replay would build more unit passes than a plan may schedule is one
+        // the plan reader refuses (core/plan.hpp): never a candidate.
+        {
+          std::vector<int> stage_ranks;
+          for (const auto& sh : shapes) stage_ranks.push_back(static_cast<int>(sh.ranks.size()));
+          if (split_unit_passes(counts, stage_ranks, m) > kMaxScheduledUnitPasses) {
+            result_.pruned += static_cast<int>(shardings.size() * sps.size());
+            continue;
+          }
+        }
         double deal_floor = -1;  // candidate_floor of this deal, once asked
         for (StageSharding sharding : shardings)
           for (bool sp : sps) {

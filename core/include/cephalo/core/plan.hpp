@@ -1,6 +1,7 @@
 #pragma once
 // The Plan (DESIGN §4): the one object that drives both the simulator and the backend.
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,10 @@ constexpr std::int64_t kMaxScheduledUnitPasses = std::int64_t{1} << 24;
 // rank builds its stage's units only: its layers, the embedding on the first stage, the head on
 // the last).
 std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario);
+// A split's full_unit_passes from its stages' layer counts (all chunks) and rank counts: what
+// the split search bounds its candidates by before a plan exists.
+std::int64_t split_unit_passes(std::span<const int> stage_layers, std::span<const int> stage_ranks,
+                               int micro_batches);
 // Σ over the classes of ranks alike in device type, emulation slowdown, node link kind and row
 // (batch, micro-batches, share) of units x micro-batches: what the class replay builds at least.
 std::int64_t class_unit_passes(const Plan& plan, const Scenario& scenario);

@@ -168,6 +168,12 @@ struct Cluster {
   const std::vector<RankDevice>& ranks() const { return nodes.ranks(); }
   int num_ranks() const { return static_cast<int>(ranks().size()); }
   bool emulated() const;  // any slot with slowdown != 1
+
+  // A cluster cut to the nodes a plan uses (core/plan_nodes.hpp, with_nodes): which nodes of
+  // the scenario's cluster these are, by index, and the nodes left idle. Both empty for a
+  // cluster as its file gave it.
+  std::vector<int> used_nodes;
+  std::vector<Node> idle;
 };
 
 struct Precision {
