@@ -274,6 +274,7 @@ std::string split_estimate_json(const Scenario& scenario, const std::string& spl
   request.options_source = "arguments";
   request.split_file = split_file;
   request.backward_at_forward_rate = backward_at_forward_rate;
+  planner::read_split_plan(request);
   return planner::to_json(planner::estimate_split_request(scenario, split, request)).dump();
 }
 
