@@ -77,18 +77,18 @@ ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
 // The default split written out (one stage of every rank, tensor_parallel 1, full sharding) is
 // the FSDP plan beside its own FSDP keys (DESIGN §4, "A split in the plan and the graph"). What
 // the FSDP plan does not read must then say what it runs, or it would be dropped unread: the
-// stage's ranks, a schedule (FSDP orders micro-batches by its accumulation: 1f1b, the
-// default, whose one stage is that order, or none) and micro_batches (each rank's row counts them:
-// 1, the default, or what every rank runs). The stage's layers are checked against the model with
-// the scenario (check_plan_for).
+// stage's ranks, a schedule (one stage has no virtual stages to interleave; 1f1b or gpipe,
+// which the 3D search writes, leave FSDP's order by its accumulation) and micro_batches (each
+// rank's row counts them: 1, the default, or what every rank runs). The stage's layers are checked
+// against the model with the scenario (check_plan_for).
 void check_default_split(const Plan& plan, JsonReader& split) {
   const int n = static_cast<int>(plan.ranks.size());
   check_split_ranks(plan.model_split, n, split.file(), split.where());
   const std::string why =
       " (this model_split is one stage of every rank at tensor_parallel 1 with full sharding: "
       "the FSDP plan, which its rows and \"accumulation\" schedule)";
-  if (plan.model_split.schedule.kind != pipeline::PipelineSchedule::Kind::OneFOneB)
-    split.child("schedule").fail("\"1f1b\" or no \"schedule\" key" + why);
+  if (plan.model_split.schedule.kind == pipeline::PipelineSchedule::Kind::Interleaved)
+    split.child("schedule").fail("\"1f1b\", \"gpipe\" or no \"schedule\" key" + why);
   const int m = plan.model_split.micro_batches;
   if (m != 1 && !std::all_of(plan.ranks.begin(), plan.ranks.end(),
                              [m](const PlanRank& pr) { return pr.micro_batches == m; }))
