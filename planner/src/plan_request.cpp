@@ -242,7 +242,8 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
 }
 
 void read_split_plan(SplitEstimateRequest& r) {
-  if (!read_json_file(r.split_file).contains("ranks")) {
+  const Json doc = read_json_file(r.split_file);
+  if (!doc.contains("ranks") && !doc.contains("rank_classes")) {
     if (r.activation_checkpointing.empty()) r.activation_checkpointing = "none";
     return;
   }

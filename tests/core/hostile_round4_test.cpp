@@ -113,6 +113,18 @@ TEST_F(HostileRoundFour, PredictThreeDReadsAPlanFilesCheckpointingAndRefusesACon
   EXPECT_EQ(own, repeated);
   // Recomputing every layer costs time: the plan's "full" was priced, not the default none.
   EXPECT_GT(own, without * 1.05);
+  // The same plan by class ("rank_classes") is a plan file too.
+  json compact = json::parse(std::ifstream(kMixPlan));
+  compact["rank_classes"] = json::array();
+  for (json row : compact["ranks"]) {
+    const int r = row["rank"].get<int>();
+    row.erase("rank");
+    row["ranks"] = {r, r};
+    compact["rank_classes"].push_back(row);
+  }
+  compact.erase("ranks");
+  const std::string by_class = write("compact.plan.json", compact);
+  EXPECT_EQ(iteration_s(p3 + by_class), own);
   plan["activation_checkpointing"] = {{"every", 2}};
   const std::string every = write("every.plan.json", plan);
   expect_cases({
@@ -120,6 +132,10 @@ TEST_F(HostileRoundFour, PredictThreeDReadsAPlanFilesCheckpointingAndRefusesACon
            " --activation-checkpointing none",
        2,
        {"--activation-checkpointing", "none", "the plan's own \"full\"", kMixPlan}},
+      {"predict 3d --scenario " + kMix + " --split " + by_class +
+           " --activation-checkpointing none",
+       2,
+       {"--activation-checkpointing", "the plan's own \"full\"", "compact.plan.json"}},
       {"predict 3d --scenario " + kMix + " --split " + every,
        1,
        {"every.plan.json", "activation_checkpointing", "every:2", "\"selective\""}},

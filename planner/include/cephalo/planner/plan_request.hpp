@@ -135,12 +135,12 @@ struct SplitEstimateRequest {
   // work (SplitOptions::backward_at_forward_rate), to see what the calibrated backward adds.
   bool backward_at_forward_rate = false;
 };
-// What a split file that is a plan ("ranks" beside its "model_split") says beyond its split,
-// read into the request so every caller (CLI, Python) prices the same: its ranks' micro_batch
-// and state_share (priced as given), and its activation_checkpointing, which an option may
-// repeat but not contradict (ValidationError naming the option, both values and the file;
-// a plan's every:K, which the estimate does not price, is refused at the file's key). A bare
-// split leaves the allocation empty (even replicas) and the checkpointing the option's or none.
+// What a split file that is a plan ("ranks" or "rank_classes" beside its "model_split") says beyond
+// its split, read into the request so every caller (CLI, Python) prices the same: its ranks'
+// micro_batch and state_share (priced as given), and its activation_checkpointing, which an option
+// may repeat but not contradict (ValidationError naming the option, both values and the file; a
+// plan's every:K, which the estimate does not price, is refused at the file's key). A bare split
+// leaves the allocation empty (even replicas) and the checkpointing the option's or none.
 void read_split_plan(SplitEstimateRequest& r);
 // estimate_split with the request's options and cost models; ValidationError naming the
 // option for a value it cannot take.
