@@ -20,8 +20,8 @@ void add_predict_3d_command(CLI::App& predict) {
   c->add_option("--scenario", a.scenario, "scenario file")->required();
   c->add_option("--split", a.split, "model split file ({\"model_split\": {...}})")->required();
   c->add_option("--activation-checkpointing", a.request.activation_checkpointing,
-                "none (default), full (every layer recomputed) or selective (each layer's "
-                "attention core recomputed)")
+                "none, full (every layer recomputed) or selective (each layer's attention core "
+                "recomputed); default: a plan file's own, a bare split none")
       ->check(one_of({"none", "full", "selective"}));
   c->add_option("--dp-overlap", a.request.dp_overlap,
                 "none (default: DP reduction after the last backward), last-backward, or "
@@ -46,7 +46,7 @@ void add_predict_3d_command(CLI::App& predict) {
     request.scatter_gather = !a.no_scatter_gather;
     request.options_source = planner::kOptionsFromCommandLine;
     request.split_file = a.split;
-    request.allocation = planner::replica_allocation_in(a.split);
+    planner::read_split_plan(request);
     const auto estimate = planner::estimate_split_request(scenario, split, request);
     print_json_or_text(
         a.json, [&] { return planner::to_json(estimate); },

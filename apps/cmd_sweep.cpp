@@ -21,7 +21,7 @@ void add_sweep_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "What-if sweep over cluster mixes (Pareto frontier of cost vs throughput)");
   cmd->add_option("--spec", a.spec, "Sweep spec JSON")->required();
-  cmd->add_option("-o,--output", a.output, "Write rows to .csv or .json");
+  cmd->add_option("-o,--output", a.output, "Write rows to .csv or .json (the name's ending picks)");
   auto* json = cmd->add_flag("--json", a.json, "Print the JSON record instead of the table");
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
   add_stack_option(cmd, a.stack);
@@ -44,6 +44,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->callback([] {
     // Refuses a space above --max-mixes (ValidationError, exit 1) before enumerating it.
     const auto input = planner::load_sweep(a.spec, a.stack, a.max_mixes);
+    if (!a.output.empty()) planner::check_sweep_file_name(a.output, kCommandLine, "--output");
     check_outputs({{"--output", a.output}});  // before the sweep (output_file.hpp)
     backend::MpiRuntime mpi(nullptr, nullptr, /*only_under_launcher=*/true);
     const int rank = mpi.world_rank(), size = mpi.world_size();

@@ -85,6 +85,12 @@ std::string render_profile_outcome(const ProfileOutcome& out, const ProfileReque
 }
 
 std::string profile_sweep_file(const ProfileRequest& request, int world_size) {
+  // A named sweep file that a single process would never write is refused before measuring,
+  // not left unwritten after an exit 0.
+  if (!request.sweep_output.empty() && world_size == 1)
+    throw ValidationError("command line", "--sweep-out", request.sweep_output,
+                          "no --sweep-out for a single process: the collective sweep is "
+                          "measured only under mpirun -np N with N >= 2");
   if (!request.sweep_output.empty() || world_size == 1 || !request.profiler.collectives)
     return request.sweep_output;
   return sweep_file_beside(request.output);

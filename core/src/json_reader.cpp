@@ -1,6 +1,8 @@
 #include "cephalo/core/json_reader.hpp"
 
 #include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -133,6 +135,17 @@ std::string JsonReader::as_string() const {
   return value_->get<std::string>();
 }
 
+std::string JsonReader::as_name() const {
+  const std::string s = as_string();
+  const auto visible = [](unsigned char c) { return c > 0x20 && c != 0x7f; };
+  const auto control = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  if (std::none_of(s.begin(), s.end(), visible) || std::any_of(s.begin(), s.end(), control))
+    fail(
+        "a name with a visible character and no control character (tab, newline, ...): it "
+        "labels rows of the output");
+  return s;
+}
+
 bool JsonReader::as_bool() const {
   if (!value_->is_boolean()) fail("true or false, not " + type_name(*value_));
   return value_->get<bool>();
@@ -206,6 +219,11 @@ std::string JsonReader::as_enum(const std::vector<std::string>& allowed) const {
 std::string JsonReader::string_or(const std::string& key, const std::string& fallback) {
   auto c = optional_child(key);
   return c ? c->as_string() : fallback;
+}
+
+std::string JsonReader::name_or(const std::string& key, const std::string& fallback) {
+  auto c = optional_child(key);
+  return c ? c->as_name() : fallback;
 }
 
 bool JsonReader::boolean_or(const std::string& key, bool fallback) {

@@ -105,6 +105,11 @@ ModelSplit parse_model_split(JsonReader r) {
   }
   if (auto stages = r.optional_child("stages")) {
     if (!stages->is_array()) stages->fail("an array of stages");
+    // An empty list is no stage at all, not "one stage of every rank" (the key left out).
+    if (stages->size() == 0)
+      stages->fail(
+          "at least one stage {\"layers\": [begin, end], \"ranks\": [...]}, or no "
+          "\"stages\" key for one stage of every rank");
     if (stages->size() > static_cast<std::size_t>(kMaxDevices))
       stages->fail_value(std::to_string(stages->size()) + " stages",
                          "at most " + std::to_string(kMaxDevices) + " stages");

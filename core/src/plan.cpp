@@ -75,6 +75,28 @@ ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
   return c;
 }
 
+// The default split written out (one stage of every rank, tensor_parallel 1, full sharding) is
+// the FSDP plan beside its own FSDP keys (DESIGN §4, "A split in the plan and the graph"). What
+// the FSDP plan does not read must then say what it runs, or it would be dropped unread: the
+// stage's ranks, a schedule (one stage has no virtual stages to interleave; 1f1b or gpipe,
+// which the 3D search writes, leave FSDP's order by its accumulation) and micro_batches (each
+// rank's row counts them: 1, the default, or what every rank runs). The stage's layers are checked
+// against the model with the scenario (check_plan_for).
+void check_default_split(const Plan& plan, JsonReader& split) {
+  const int n = static_cast<int>(plan.ranks.size());
+  check_split_ranks(plan.model_split, n, split.file(), split.where());
+  const std::string why =
+      " (this model_split is one stage of every rank at tensor_parallel 1 with full sharding: "
+      "the FSDP plan, which its rows and \"accumulation\" schedule)";
+  if (plan.model_split.schedule.kind == pipeline::PipelineSchedule::Kind::Interleaved)
+    split.child("schedule").fail("\"1f1b\", \"gpipe\" or no \"schedule\" key" + why);
+  const int m = plan.model_split.micro_batches;
+  if (m != 1 && !std::all_of(plan.ranks.begin(), plan.ranks.end(),
+                             [m](const PlanRank& pr) { return pr.micro_batches == m; }))
+    split.child("micro_batches")
+        .fail("1, no \"micro_batches\" key, or the micro_batches every rank runs" + why);
+}
+
 // A plan's ranks under a split (DESIGN §4, "A split in the plan and the graph"): the keys that
 // only FSDP plans have, the split's rank lists, every rank's micro-batches, equal batches inside
 // a tensor-parallel group, the same samples per micro-batch on every stage, shares per
@@ -334,6 +356,7 @@ Plan parse_plan(JsonReader& reader) {
   if (plan.has_split()) {
     check_split_plan(plan, reader, *split, ranks);
   } else {
+    if (split) check_default_split(plan, *split);
     // Σ shares = 1 over all ranks (full sharding) or within every group (hybrid).
     check_sharding(plan.sharding, shares, sharding ? *sharding : reader, ranks);
   }
@@ -489,6 +512,10 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
                       "node link and row",
                       plan_file);
   }
+  // The default split written out is checked too (its stage's layers): plans that wrote none
+  // hold the default split without stages.
+  if (!plan.has_split() && !plan.model_split.stages.empty())
+    check_model_split_for(plan.model_split, scenario, plan_file, "model_split");
   if (const auto why =
           schedule::attention_core_refusal(scenario.job.model, plan.activation_checkpointing))
     throw ValidationError(plan_file, "activation_checkpointing",

@@ -227,7 +227,8 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
     throw ValidationError(r.options_source, spell_option(r.options_source, name), value, expected);
   };
   SplitOptions options;
-  const std::string& checkpointing = r.activation_checkpointing;
+  const std::string checkpointing =
+      r.activation_checkpointing.empty() ? "none" : r.activation_checkpointing;
   if (checkpointing != "none" && checkpointing != "full" && checkpointing != "selective")
     refuse("activation_checkpointing", checkpointing, "none, full or selective");
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward" && r.dp_overlap != "per-unit")
@@ -256,17 +257,39 @@ Scenario scenario_for_split_file(const Scenario& scenario, const std::string& fi
   return scenario_for_plan(scenario, load_plan(file), file);
 }
 
-ReplicaAllocation replica_allocation_in(const std::string& file) {
-  if (!read_json_file(file).contains("ranks")) return {};
-  const Plan plan = load_plan(file);
-  ReplicaAllocation a;
+void read_split_plan(SplitEstimateRequest& r) {
+  const Json doc = read_json_file(r.split_file);
+  if (!doc.contains("ranks") && !doc.contains("rank_classes")) {
+    if (r.activation_checkpointing.empty()) r.activation_checkpointing = "none";
+    return;
+  }
+  const Plan plan = load_plan(r.split_file);
+  ReplicaAllocation& a = r.allocation;
   a.micro_batch.resize(plan.ranks.size());
   a.state_share.resize(plan.ranks.size());
   for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
     a.micro_batch[i] = plan.ranks[i].micro_batch;
     a.state_share[i] = plan.ranks[i].state_share;
   }
-  return a;
+  const ActivationCheckpointing& c = plan.activation_checkpointing;
+  const std::string own = c.is_full()                                          ? "full"
+                          : c.kind == ActivationCheckpointing::Kind::None      ? "none"
+                          : c.kind == ActivationCheckpointing::Kind::Selective ? "selective"
+                                                                               : "";
+  if (own.empty())
+    throw ValidationError(r.split_file, "activation_checkpointing", to_string(c),
+                          "\"full\", \"none\" or \"selective\": the split estimate does not "
+                          "price checkpointing every k-th layer (simulate replays it)");
+  if (r.activation_checkpointing.empty()) {
+    r.activation_checkpointing = own;
+  } else if (r.activation_checkpointing != own) {
+    throw ValidationError(
+        r.options_source, spell_option(r.options_source, "activation_checkpointing"),
+        r.activation_checkpointing,
+        "the plan's own \"" + own + "\" (" + r.split_file +
+            " at activation_checkpointing), or the option left out: a plan's checkpointing is "
+            "part of the plan");
+  }
 }
 
 std::string render_split_summary(const SplitEstimate& e) {

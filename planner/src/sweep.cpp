@@ -2,8 +2,10 @@
 #include "cephalo/planner/sweep.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -441,9 +443,29 @@ Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   return out;
 }
 
+namespace {
+
+// ".csv", ".json" or "" (another ending): the format a sweep file's name asks for.
+std::string sweep_file_format(const std::string& file) {
+  std::string ext = std::filesystem::path(file).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".csv" || ext == ".json" ? ext : "";
+}
+
+}  // namespace
+
+void check_sweep_file_name(const std::string& file, const std::string& source,
+                           const std::string& option) {
+  if (sweep_file_format(file).empty())
+    throw ValidationError(source, option, file,
+                          "a file name ending in .csv or .json: the ending picks the format "
+                          "the rows are written in");
+}
+
 void write_sweep_file(const std::string& file, const SweepSpec& spec,
                       const std::vector<SweepRow>& rows) {
-  const bool csv = file.ends_with(".csv");
+  check_sweep_file_name(file, "arguments", "output");
+  const bool csv = sweep_file_format(file) == ".csv";
   write_file_atomically(file, csv ? sweep_csv(rows) : sweep_json(spec, rows).dump(2) + "\n");
 }
 

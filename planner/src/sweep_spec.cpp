@@ -31,7 +31,7 @@ std::vector<SweepNetwork> read_networks(JsonReader list) {
   std::vector<SweepNetwork> out;
   for (auto& e : list.elements()) {
     SweepNetwork n;
-    n.name = e.string("name");
+    n.name = e.name("name");
     for (const auto& other : out)
       if (other.name == n.name)
         e.child("name").fail_value("\"" + n.name + "\"", "a name no other network option has");
@@ -59,7 +59,7 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
   if (!root.is_object()) root.fail("a sweep spec object with \"pool\", \"node\" and \"job\"");
   SweepSpec spec;
   spec.file = file;
-  spec.name = root.string_or("name", file.stem().string());
+  spec.name = root.name_or("name", file.stem().string());
   root.allow({"description", "_comment"});
   const auto& gpus = costmodels::GpuCatalog::builtin();
   auto pool = root.child("pool");

@@ -458,18 +458,26 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
                                        attention, fused_elementwise, compiled, framework))
 
 
-def predict_3d(scenario, split, activation_checkpointing="none", dp_overlap="none",
+def predict_3d(scenario, split, activation_checkpointing=None, dp_overlap="none",
                scatter_gather=True, compute_model="auto", stack=None,
                backward_at_forward_rate=False):
     """`cephalo predict 3d --json`: the first estimate of one iteration under a tensor x
     pipeline x data parallel split (a model split file, {"model_split": {...}}): iteration_s
     and makespan_s in seconds, per stage its times in seconds and memory terms in bytes, and
-    whether it fits. activation_checkpointing "none" | "full" | "selective", dp_overlap "none" |
+    whether it fits. activation_checkpointing "none" | "full" | "selective" (None: a plan
+    file's own, which it may repeat but not contradict; a bare split's none), dp_overlap "none" |
     "last-backward" | "per-unit", scatter_gather=False for `--no-scatter-gather`; stack=path
     is `--stack`; backward_at_forward_rate=True for `--backward-at-forward-rate` (a
     diagnostic). A split that does not fit is returned (the CLI exits 3 after printing it)."""
     s = _with_stack(load_scenario(scenario), stack)
-    return _record(_cephalo.split_estimate_json(s, _os.fspath(split), activation_checkpointing,
+    if activation_checkpointing == "":
+        raise ValidationError(
+            'arguments: activation_checkpointing: got "" (empty); expected none, full or '
+            "selective, or None (a plan file's own)", file="arguments",
+            json_path="activation_checkpointing", value='""',
+            expected="none, full or selective, or None (a plan file's own)")
+    checkpointing = "" if activation_checkpointing is None else activation_checkpointing
+    return _record(_cephalo.split_estimate_json(s, _os.fspath(split), checkpointing,
                                                 dp_overlap, scatter_gather, compute_model,
                                                 backward_at_forward_rate))
 

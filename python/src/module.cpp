@@ -281,6 +281,7 @@ std::string split_estimate_json(const Scenario& given, const std::string& split_
   request.options_source = "arguments";
   request.split_file = split_file;
   request.backward_at_forward_rate = backward_at_forward_rate;
+  planner::read_split_plan(request);
   return planner::to_json(planner::estimate_split_request(scenario, split, request)).dump();
 }
 

@@ -312,6 +312,23 @@ def test_the_3d_and_describe_keywords_refuse_bad_values_naming_the_keyword(tmp_p
         cephalo.describe(tmp_path / "no-such-scenario.json")
 
 
+def test_predict_3d_on_a_plan_file_prices_what_the_cli_prices(tmp_path):
+    # A plan file's replicas and its own activation checkpointing are read by one reader for
+    # both (planner::read_split_plan): the same iteration as `predict 3d --json`, and a keyword
+    # that contradicts the plan's checkpointing is refused as the flag is.
+    scenario = SCENARIOS / "modern-mix-gpt2.7b.json"
+    plan = SCENARIOS / "plans/modern-mix-gpt2.7b-3d.json"
+    record = cephalo.predict_3d(scenario, plan)
+    expected = json.loads(cli("predict", "3d", "--json", "--scenario", scenario, "--split", plan))
+    assert record["iteration_s"] == expected["iteration_s"]
+    assert cephalo.predict_3d(scenario, plan, activation_checkpointing="full")["iteration_s"] \
+        == expected["iteration_s"]
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_3d(scenario, plan, activation_checkpointing="none")
+    assert info.value.json_path == "activation_checkpointing"
+    assert '"full"' in str(info.value)
+
+
 def test_compare_needs_both_scenario_and_plan_and_writes_its_trace_nowhere_else(tmp_path,
                                                                                  default_plan):
     sim = cephalo.simulate(DEFAULT, default_plan, ops=True)

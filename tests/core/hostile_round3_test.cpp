@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../support/run_command.hpp"
+#include "hostile_cli.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -22,41 +23,10 @@ const std::string kRoot = CEPHALO_SOURCE_DIR;
 const std::string kDefault = kRoot + "/scenarios/default.json";
 const std::string kCpu4 = kRoot + "/scenarios/cpu-4rank.json";
 
-struct Case {
-  std::string args;
-  int code;
-  std::vector<std::string> says;
-};
+using Case = cephalo::test_support::HostileCase;
+using cephalo::test_support::expect_cases;
 
-void expect_cases(const std::vector<Case>& cases) {
-  for (const auto& c : cases) {
-    const auto o = cephalo::test_support::run_cephalo(c.args);
-    EXPECT_EQ(o.exit_code, c.code) << c.args << "\n" << o.output;
-    for (const auto& w : c.says)
-      EXPECT_NE(o.output.find(w), std::string::npos) << c.args << "\nmissing: " << w << "\n"
-                                                     << o.output;
-  }
-}
-
-class HostileRoundThree : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cephalo_hostile3_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const json& j) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << j.dump(1);
-    return p.string();
-  }
-  fs::path dir_;
-};
+class HostileRoundThree : public cephalo::test_support::HostileCliTest {};
 
 }  // namespace
 

@@ -53,7 +53,8 @@ ProfileRequest complete_profile_request(ProfileRequest request, const ProfileReq
                                         const std::string& source);
 
 // The collective sweep's file: sweep_output when given, else none for one process or without
-// collectives, else sweep_file_beside(output).
+// collectives, else sweep_file_beside(output). ValidationError at "command line" naming
+// --sweep-out when it is given to a single process (which measures no collective).
 std::string profile_sweep_file(const ProfileRequest& request, int world_size);
 
 struct ProfileOutcome {

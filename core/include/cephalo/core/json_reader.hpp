@@ -63,7 +63,7 @@ class JsonReader {
 
   // Object access. Each key read is remembered for finish().
   bool has(const std::string& key) const;
-  JsonReader child(const std::string& key);                  // required
+  JsonReader child(const std::string& key);  // required
   std::optional<JsonReader> optional_child(const std::string& key);
   // Fails when the object has keys that were not read, naming them and the allowed ones.
   void finish() const;
@@ -84,10 +84,15 @@ class JsonReader {
   // as_quantity within [lo, hi] (a physically meaningful range); the message states the range.
   double as_quantity_in(Quantity kind, double lo, double hi) const;
   std::string as_enum(const std::vector<std::string>& allowed) const;
+  // A label that output prints (a table cell, a row name): a string with a visible character
+  // and no control character (a newline or tab would break the table it is printed in).
+  std::string as_name() const;
 
   // Shorthands for keys of this object.
   std::string string(const std::string& key) { return child(key).as_string(); }
   std::string string_or(const std::string& key, const std::string& fallback);
+  std::string name(const std::string& key) { return child(key).as_name(); }
+  std::string name_or(const std::string& key, const std::string& fallback);
   bool boolean_or(const std::string& key, bool fallback);
   double number(const std::string& key) { return child(key).as_number(); }
   double number_or(const std::string& key, double fallback);

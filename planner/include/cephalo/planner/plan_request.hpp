@@ -123,22 +123,27 @@ Json plan_answer_record(const PlanAnswer& answer, PlanForm form = PlanForm::Auto
 
 // `cephalo predict 3d`'s request: the estimate of one given split, its options as text.
 struct SplitEstimateRequest {
-  // none | full (every layer recomputed) | selective (each layer's attention core recomputed)
-  std::string activation_checkpointing = "none";
+  // none | full (every layer recomputed) | selective (each layer's attention core recomputed);
+  // empty: a plan file's own (read_split_plan), else none.
+  std::string activation_checkpointing;
   std::string dp_overlap = "none";  // none | last-backward | per-unit (the replay's, the search's)
   bool scatter_gather = true;       // false: P2P sends the full activation from every TP rank
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
   std::string split_file;                    // where the split was read from: its refusals name it
-  // A plan's replicas' samples and shares (replica_allocation_in); empty: even replicas.
+  // A plan's replicas' samples and shares (read_split_plan); empty: even replicas.
   ReplicaAllocation allocation;
   // true: each layer's backward at the forward's rate times the op list's backward / forward
   // work (SplitOptions::backward_at_forward_rate), to see what the calibrated backward adds.
   bool backward_at_forward_rate = false;
 };
-// A split file that is a plan ("ranks" beside its "model_split"): its ranks' micro_batch and
-// state_share, which estimate_split_request prices as given; empty for a bare split.
-ReplicaAllocation replica_allocation_in(const std::string& file);
+// What a split file that is a plan ("ranks" or "rank_classes" beside its "model_split") says beyond
+// its split, read into the request so every caller (CLI, Python) prices the same: its ranks'
+// micro_batch and state_share (priced as given), and its activation_checkpointing, which an option
+// may repeat but not contradict (ValidationError naming the option, both values and the file; a
+// plan's every:K, which the estimate does not price, is refused at the file's key). A bare split
+// leaves the allocation empty (even replicas) and the checkpointing the option's or none.
+void read_split_plan(SplitEstimateRequest& r);
 // The scenario a split file is estimated on: a plan file ("ranks" or "rank_classes") runs on the
 // nodes it lists (scenario_for_plan, core/plan_nodes.hpp); a bare split on the whole scenario.
 Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file);

@@ -190,9 +190,15 @@ std::vector<SweepRow> run_sweep(const SweepInput& input, const SweepShare& share
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows);
 // The rows written to `file` as `cephalo sweep -o` writes them (atomically,
-// core/output_file.hpp): CSV (sweep_csv) for a name ending in ".csv", else the JSON record.
+// core/output_file.hpp): CSV (sweep_csv) for a name ending in ".csv", the JSON record for
+// ".json" (either in any case); any other name is refused by check_sweep_file_name.
 void write_sweep_file(const std::string& file, const SweepSpec& spec,
                       const std::vector<SweepRow>& rows);
+// ValidationError at `source` naming `option` and `file` unless the name ends in .csv or .json
+// (any case): the name picks the format, so any other is refused before the sweep runs rather
+// than written as JSON under a name that says otherwise.
+void check_sweep_file_name(const std::string& file, const std::string& source,
+                           const std::string& option);
 // The table `cephalo sweep` prints. Rows are sorted by `sort` (best first, infeasible mixes
 // last, ties in sweep order): "tokens-per-dollar" (the default: what a mix returns for its
 // price), "throughput" (simulated samples/s), "cost" ($/hour, cheapest first) or "mix" (the
