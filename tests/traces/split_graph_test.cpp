@@ -366,8 +366,9 @@ TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
 // no collective for the other node's group.
 TEST(SplitGraph, AGraphOfSomeRanksHasNoCollectiveWithoutAMember) {
   Scenario s = tiny_scenario(2, 4, 8);
-  s.cluster.nodes.push_back(s.cluster.nodes[0]);
-  s.cluster.nodes[1].name = "node1";
+  Node second = s.cluster.nodes[0];
+  second.name = "node1";
+  s.cluster.nodes.push_back(second);
   const ModelSplit split =
       pipeline_split(1, {{0, 2}, {1, 3}}, {{0, 2}, {2, 4}}, 2, {}, StageSharding::Hybrid);
   const Plan plan = even_split_plan(s, split);
