@@ -1,6 +1,7 @@
 #include "cephalo/planner/plan_request.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <sstream>
 
@@ -201,6 +202,11 @@ PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
 }  // namespace
 
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto timed = [&start](PlanAnswer a) {
+    a.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return a;
+  };
   check_request(request);
   const PlanRequest r = with_family(request);
   PlanAnswer answer = answer_all(scenario, r);
@@ -208,9 +214,9 @@ PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
   // the searching strategies and the splits may leave the slowest nodes out.
   const std::string& strategy = r.options.strategy;
   if (r.use_all || !(r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
-    return answer;
+    return timed(std::move(answer));
   std::optional<PlanAnswer> faster = detail::weigh_subsets(scenario, r, answer, answer_plan);
-  if (!faster) return answer;
+  if (!faster) return timed(std::move(answer));
   // The faster plan is the answer: a plan of the nodes it uses, its "nodes" saying which
   // (core/plan_nodes.hpp), read back by every reader as the cluster it was planned on.
   PlanAnswer out = std::move(*faster);
@@ -218,7 +224,7 @@ PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
   plan.nodes = answer.faster_without->used_nodes;
   out.faster_without = std::move(answer.faster_without);
   out.subsets = std::move(answer.subsets);
-  return out;
+  return timed(std::move(out));
 }
 
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,
@@ -337,7 +343,8 @@ std::string plan_summary(const PlanAnswer& a) {
   out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
       << "\n";
   if (a.faster_without) out << idle_advice_line(*a.faster_without) << "\n";
-  out << "the full search log: --explain (or the JSON record's predicted.explanation)\n";
+  out << "planned in " << format_seconds(a.planning_s)
+      << "; the full search log: --explain (or the JSON record's predicted.explanation)\n";
   return out.str();
 }
 
@@ -359,6 +366,7 @@ std::string plan_explanation(const PlanAnswer& a) {
 Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
   Json record = answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
   record["predicted"]["explanation"] = plan_explanation(answer);
+  record["predicted"]["planning_s"] = answer.planning_s;
   if (const auto& w = answer.faster_without)
     record["predicted"]["faster_without"] = {
         {"idle_nodes", w->nodes},     {"idle_ranks", w->ranks},

@@ -197,7 +197,7 @@ std::string render_table(const PlanResult& res, bool per_rank) {
   if (res.simulated_oom) out << "\nthe simulator finds this plan out of memory";
   if (res.simulated_candidates > 0)
     out << "\nbest of " << res.simulated_candidates << " simulated candidates";
-  out << "\nplanned in " << format_seconds(res.planning_s) << "\n";
+  out << "\n";
   return out.str();
 }
 

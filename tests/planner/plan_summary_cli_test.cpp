@@ -93,6 +93,10 @@ TEST(PlanSummary, IsShortAndExplainPrintsTheLog) {
     const std::string log =
         nlohmann::json::parse(json.out)["predicted"]["explanation"].get<std::string>();
     EXPECT_GT(log.size(), 40u);
+    // The time printed and recorded is the whole answer's (both families, their replays), not
+    // the FSDP strategy's alone.
+    EXPECT_NE(summary.find("planned in "), std::string::npos) << summary;
+    EXPECT_GT(nlohmann::json::parse(json.out)["predicted"]["planning_s"].get<double>(), 0.0);
     const auto explained = run("plan --scenario " + kDefault + " " + flags + " --explain");
     ASSERT_EQ(explained.code, 0);
     EXPECT_NE(explained.out.find("\nsearch log: " + log), std::string::npos) << explained.out;

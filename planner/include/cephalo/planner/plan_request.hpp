@@ -102,6 +102,9 @@ struct PlanAnswer {
   std::string why;  // empty unless parallelism is auto
   std::optional<IdleAdvice> faster_without;
   std::string subsets;  // the subsets weighed and their times; empty when none was
+  // The whole answer's wall time: both families, their replays and the subsets weighed (a
+  // family's own PlanResult::planning_s is its strategy alone).
+  double planning_s = 0;
 };
 PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
 
