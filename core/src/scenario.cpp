@@ -107,7 +107,7 @@ bool Cluster::emulated() const {
 Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
   if (!reader.is_object()) reader.fail("an object describing a cluster");
   Cluster cluster;
-  cluster.name = reader.string_or("name", "cluster");
+  cluster.name = reader.name_or("name", "cluster");
   reader.allow({"description", "source"});
   auto nodes = reader.child("nodes");
   if (!nodes.is_array() || nodes.size() == 0)
@@ -116,7 +116,7 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
   for (auto& node_reader : nodes.elements()) {
     if (!node_reader.is_object()) node_reader.fail("an object describing a node");
     Node node;
-    node.name = node_reader.string_or("name", "node" + std::to_string(cluster.nodes.size()));
+    node.name = node_reader.name_or("name", "node" + std::to_string(cluster.nodes.size()));
     auto gpus = node_reader.child("gpus");
     if (!gpus.is_array() || gpus.size() == 0) gpus.fail("a non-empty array of GPUs");
     for (auto& entry : gpus.elements())
@@ -377,7 +377,7 @@ Scenario parse_scenario(JsonReader& reader, const SpecLookup& lookup,
                         const std::filesystem::path& base_dir) {
   if (!reader.is_object()) reader.fail("an object with \"cluster\" and \"job\"");
   Scenario scenario;
-  scenario.name = reader.string_or("name", "scenario");
+  scenario.name = reader.name_or("name", "scenario");
   reader.allow({"description"});
   auto part = [&](const char* key, auto parse_inline, auto load_file) {
     auto c = reader.child(key);

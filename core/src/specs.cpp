@@ -54,8 +54,7 @@ double DeviceSpec::pcie_bandwidth() const {
 DeviceSpec parse_device_spec(JsonReader& reader) {
   if (!reader.is_object()) reader.fail("an object describing a device");
   DeviceSpec spec;
-  spec.name = reader.string("name");
-  if (spec.name.empty()) reader.child("name").fail("a non-empty name");
+  spec.name = reader.name("name");
   spec.kind = reader.has("kind") ? reader.child("kind").as_enum({"gpu", "cpu"}) : "gpu";
   spec.memory_bytes = reader.quantity_in("memory", Quantity::Bytes, kMemoryCapacityRange.lo,
                                          kMemoryCapacityRange.hi);
@@ -132,8 +131,7 @@ Json to_json(const DeviceSpec& spec) {
 ModelSpec parse_model_spec(JsonReader& reader) {
   if (!reader.is_object()) reader.fail("an object describing a model architecture");
   ModelSpec m;
-  m.name = reader.string("name");
-  if (m.name.empty()) reader.child("name").fail("a non-empty name");
+  m.name = reader.name("name");
   m.family = reader.child("family").as_enum({"gpt", "llama", "bert", "vit"});
   constexpr std::int64_t kBig = kMaxModelWidth;
   m.num_layers = static_cast<int>(reader.integer("layers", 1, kMaxModelLayers));

@@ -164,6 +164,30 @@ TEST_F(HostileRoundFour, ASweepsNamesAreLabelsTheTableCanPrint) {
   });
 }
 
+// The scenario's, the cluster's and a node's names label the rows of describe's and simulate's
+// tables: the same name rule as a sweep's.
+TEST_F(HostileRoundFour, AScenariosNamesAreLabelsTheTableCanPrint) {
+  json base = json::parse(std::ifstream(kCpu4));
+  base["job"] = kRoot + "/scenarios/jobs/gpt-tiny-cpu.json";
+  json scenario = base;
+  scenario["name"] = "";
+  json cluster = base;
+  cluster["cluster"]["name"] = "cpu\n4";
+  json node = base;
+  node["cluster"]["nodes"][0]["name"] = " ";
+  expect_cases({
+      {"validate " + write("scenario.json", scenario),
+       1,
+       {"scenario.json", "at name", "a name with a visible character"}},
+      {"validate " + write("cluster.json", cluster),
+       1,
+       {"cluster.json", "cluster.name", "no control character"}},
+      {"validate " + write("node.json", node),
+       1,
+       {"node.json", "cluster.nodes[0].name", "a name with a visible character"}},
+  });
+}
+
 TEST_F(HostileRoundFour, ProfileRefusesASweepFileASingleProcessWouldNotWrite) {
   const std::string out = (dir_ / "p.json").string();
   expect_cases(
