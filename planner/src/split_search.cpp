@@ -80,10 +80,12 @@ void Search::explore(const std::vector<StageShape>& shapes) {
     return;
   }
 
-  std::vector<int> layout;  // type and T of every stage
+  std::vector<int> layout;       // type and T of every stage
+  std::vector<int> stage_ranks;  // every stage's rank count, for the unit-pass bound
   for (const auto& s : shapes) {
     layout.push_back(s.type);
     layout.push_back(s.tensor_parallel);
+    stage_ranks.push_back(static_cast<int>(s.ranks.size()));
   }
   std::vector<int> ms;
   // A fixed count is the only candidate (check_fixed_dimensions: it divides the batch).
@@ -160,13 +162,9 @@ void Search::explore(const std::vector<StageShape>& shapes) {
         }
         // A split whose replay would build more unit passes than a plan may schedule is one
         // the plan reader refuses (core/plan.hpp): never a candidate.
-        {
-          std::vector<int> stage_ranks;
-          for (const auto& sh : shapes) stage_ranks.push_back(static_cast<int>(sh.ranks.size()));
-          if (split_unit_passes(counts, stage_ranks, m) > kMaxScheduledUnitPasses) {
-            result_.pruned += static_cast<int>(shardings.size() * sps.size());
-            continue;
-          }
+        if (split_unit_passes(counts, stage_ranks, m) > kMaxScheduledUnitPasses) {
+          result_.pruned += static_cast<int>(shardings.size() * sps.size());
+          continue;
         }
         double deal_floor = -1;  // candidate_floor of this deal, once asked
         for (StageSharding sharding : shardings)
