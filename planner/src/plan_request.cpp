@@ -171,8 +171,7 @@ PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
     return answer;
   }
   // Either family may have no plan here (FSDP needs a sample per device; a split, layers and
-  // memory for its stages): the other answers, and only when neither has one is the request
-  // refused, with both reasons.
+  // memory for its stages): choose_family weighs what both produced.
   std::string fsdp_refusal, split_refusal;
   try {
     answer.fsdp = make_plan(scenario, fsdp_options(r));
@@ -184,13 +183,8 @@ PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
-  if (!answer.fsdp) {
-    if (!answer.split) throw InfeasibleError("fsdp: " + fsdp_refusal + "; 3d: " + split_refusal);
-    answer.why = "fsdp lost: it has no plan here (" + fsdp_refusal + ")";
-    return answer;
-  }
   const FamilyChoice choice =
-      choose_family(scenario, *answer.fsdp, answer.split, split_refusal, models);
+      choose_family(scenario, answer.fsdp, fsdp_refusal, answer.split, split_refusal, models);
   answer.why = choice.why;
   if (choice.fsdp)
     answer.split.reset();

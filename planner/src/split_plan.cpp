@@ -172,9 +172,15 @@ std::string render_split_plan(const SplitPlanResult& r) {
   return out.str();
 }
 
-FamilyChoice choose_family(const Scenario& scenario, const PlanResult& fsdp,
+FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanResult>& fsdp_plan,
+                           const std::string& fsdp_refusal,
                            const std::optional<SplitPlanResult>& split,
                            const std::string& split_refusal, const costmodels::CostModels& models) {
+  if (!fsdp_plan) {
+    if (!split) throw InfeasibleError("fsdp: " + fsdp_refusal + "; 3d: " + split_refusal);
+    return {false, "fsdp lost: it has no plan here (" + fsdp_refusal + ")"};
+  }
+  const PlanResult& fsdp = *fsdp_plan;
   const double fsdp_s = fsdp.simulated_iteration_s.value_or(fsdp.predicted_iteration_s);
   const bool fsdp_fits = fsdp.fits() && !fsdp.simulated_oom;
   const bool split_fits = split && !split->simulated_oom;

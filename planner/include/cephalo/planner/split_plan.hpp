@@ -52,18 +52,20 @@ Json plan_record(const SplitPlanResult& result, PlanForm form = PlanForm::Auto);
 // estimate's, the bubble and exposed communication per stage.
 std::string render_split_plan(const SplitPlanResult& result);
 
-// `plan --parallelism auto`: the faster of the FSDP plan and the best split, both replayed by
-// the simulator (never slower than either), and one line on why the other lost, naming what
-// costs it the most: the FSDP plan's exposed communication (its gathers and reductions of the
-// sharded state), the split's pipeline bubble and its tensor-parallel and transfer time. `split`
-// is empty when no split fits (`split_refusal` says why); a side that runs out of memory in
-// the replay loses to one that does not; when neither fits, FSDP is chosen (its table says where
-// memory runs out).
+// `plan --parallelism auto`: the one decision between the families, over what each produced:
+// its plan or, when it has none, why (`*_refusal`). The faster of the two, both replayed by the
+// simulator (never slower than either), and one line on why the other lost, naming what costs
+// it the most: the FSDP plan's exposed communication (its gathers and reductions of the sharded
+// state), the split's pipeline bubble and its tensor-parallel and transfer time. A side without
+// a plan loses to one with a plan; a side that runs out of memory in the replay loses to one
+// that does not; when neither fits, FSDP is chosen (its table says where memory runs out); when
+// neither has a plan the request is infeasible (InfeasibleError naming both reasons).
 struct FamilyChoice {
   bool fsdp = true;
   std::string why;
 };
-FamilyChoice choose_family(const Scenario& scenario, const PlanResult& fsdp,
+FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanResult>& fsdp,
+                           const std::string& fsdp_refusal,
                            const std::optional<SplitPlanResult>& split,
                            const std::string& split_refusal, const costmodels::CostModels& models);
 
