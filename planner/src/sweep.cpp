@@ -90,8 +90,8 @@ PlanRequest plan_request(const SweepSpec& spec) {
   }
   r.sharding = spec.sharding;
   r.parallelism = spec.parallelism;
-  r.split_finalists = kSweepSplitFinalists;
-  r.split_max_stages = kSweepSplitMaxStages;
+  r.split_finalists = spec.split_finalists;
+  r.split_max_stages = spec.split_max_stages;
   r.use_all = true;  // the sweep's own mixes are the subsets; each row plans its GPUs
   return r;
 }
@@ -435,7 +435,7 @@ Json sweep_json(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
       {"strategy", spec.strategy.empty() ? "open" : spec.strategy},
       {"sharding", spec.sharding.empty() ? "open" : spec.sharding},
       {"split_search",
-       {{"finalists", kSweepSplitFinalists}, {"max_pipeline_stages", kSweepSplitMaxStages}}},
+       {{"finalists", spec.split_finalists}, {"max_pipeline_stages", spec.split_max_stages}}},
       {"networks", networks}};
   Json list = Json::array();
   for (std::size_t i = 0; i < rows.size(); ++i) list.push_back(row_json(rows[i], i));
@@ -560,8 +560,8 @@ std::string render_sweep_start(const SweepInput& input, int processes) {
                              std::to_string(input.points.size()) + " rows within the budget"
                        : std::string()) +
          ", " + plan_options_text(input.spec) + "; per row the split search goes to " +
-         std::to_string(kSweepSplitMaxStages) + " stages and replays its best " +
-         std::to_string(kSweepSplitFinalists) +
+         std::to_string(input.spec.split_max_stages) + " stages and replays its best " +
+         std::to_string(input.spec.split_finalists) +
          (processes > 1 ? ", " + std::to_string(processes) + " MPI ranks" : "") + "\n";
 }
 

@@ -143,6 +143,14 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
     spec.parallelism = root.child("parallelism").as_enum({"fsdp", "3d", "auto"});
   if (root.has("sharding"))
     spec.sharding = root.child("sharding").as_enum({"full", "hybrid", "auto", "optimizer", "none"});
+  if (auto search = root.optional_child("split_search")) {
+    // The row's split search, bounded by default (sweep.hpp); plan's own is 8 and 64.
+    spec.split_finalists =
+        static_cast<int>(search->integer_or("finalists", kSweepSplitFinalists, 1, 64));
+    spec.split_max_stages =
+        static_cast<int>(search->integer_or("max_pipeline_stages", kSweepSplitMaxStages, 1, 1024));
+    search->finish();
+  }
   if (auto c = root.optional_child("constraints")) {
     // Absent means no limit; a limit given must be >= 0 (a negative one would filter nothing
     // or everything by accident of the sentinel).

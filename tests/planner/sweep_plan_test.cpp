@@ -152,5 +152,37 @@ TEST_F(SweepPlan, EachRowIsThePlanOfItsMix) {
   }
 }
 
+// "split_search" lifts the sweep's bound on each row's split search: 8 finalists and 64 stages
+// make the row `cephalo plan`'s own answer; the record writes what was used, and a value out of
+// range is refused naming its path.
+TEST_F(SweepPlan, TheSplitSearchBoundIsTheSpecsToSet) {
+  Json doc = spec_doc();
+  doc["parallelism"] = "3d";
+  doc["split_search"] = {{"finalists", 8}, {"max_pipeline_stages", 64}};
+  const SweepSpec spec = load_sweep_spec(write(doc));
+  EXPECT_EQ(spec.split_finalists, 8);
+  EXPECT_EQ(spec.split_max_stages, 64);
+  const std::vector<int> mix{2, 2};
+  const SweepRow row = evaluate_mix(spec, mix, 0);
+  ASSERT_TRUE(row.feasible) << row.error;
+  PlanRequest r;
+  r.parallelism = "3d";  // plan's search: no bound set
+  const Scenario s = mix_scenario(spec, mix, 0);
+  const PlanAnswer a = answer_plan(s, r);
+  ASSERT_TRUE(a.split);
+  EXPECT_NEAR(row.samples_per_s, s.job.global_batch / a.split->simulated_iteration_s,
+              1e-9 * row.samples_per_s);
+  const Json record = sweep_json(spec, {row});
+  EXPECT_EQ(record["split_search"]["finalists"], 8);
+  EXPECT_EQ(record["split_search"]["max_pipeline_stages"], 64);
+  EXPECT_EQ(sweep_json(load_sweep_spec(write(spec_doc())), {})["split_search"]["finalists"],
+            kSweepSplitFinalists);
+
+  doc["split_search"] = {{"finalists", 0}};
+  EXPECT_NE(refusal(doc).find("split_search.finalists"), std::string::npos) << refusal(doc);
+  doc["split_search"] = {{"stages", 4}};
+  EXPECT_NE(refusal(doc).find("stages"), std::string::npos) << refusal(doc);
+}
+
 }  // namespace
 }  // namespace cephalo::planner

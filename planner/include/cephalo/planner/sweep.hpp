@@ -56,7 +56,9 @@ struct SweepNetwork {
 // The split search of a sweep's rows, bounded: `cephalo plan` searches up to 64 pipeline
 // stages and replays the estimate's best 8 splits; a sweep plans hundreds of rows, so each
 // searches up to kSweepSplitMaxStages stages and replays the best kSweepSplitFinalists (both
-// stated in the JSON record and the first line on stderr). Measured on
+// stated in the JSON record and the first line on stderr). A spec's "split_search" key
+// ({"finalists": N, "max_pipeline_stages": M}, the record's own spelling) sets either; 8 and
+// 64 give each row `cephalo plan`'s search. Measured on
 // scenarios/sweeps/gpt2.7b-mixes (60 mixes): the same ten best rows by tokens per dollar as
 // the unbounded search, in 16 s of CPU instead of 37 s (planner/README.md, "Sweeps").
 constexpr int kSweepSplitFinalists = 2;
@@ -71,10 +73,12 @@ struct SweepSpec {
   std::vector<SweepNetwork> networks;  // at least one: "networks", or node.nic alone
   Json job;                            // inline job object (a file reference is read and inlined)
   // Each as `cephalo plan`'s flag of that name (PlanRequest): empty or absent leaves it open.
-  std::string parallelism;        // fsdp | 3d | auto
-  std::string strategy;           // a planner strategy: fixes FSDP plans
-  std::string sharding;           // full | hybrid | auto (| optimizer | none: splits)
-  double max_cost_per_hour = -1;  // < 0: no budget
+  std::string parallelism;                      // fsdp | 3d | auto
+  std::string strategy;                         // a planner strategy: fixes FSDP plans
+  std::string sharding;                         // full | hybrid | auto (| optimizer | none: splits)
+  int split_finalists = kSweepSplitFinalists;   // "split_search": {"finalists"}
+  int split_max_stages = kSweepSplitMaxStages;  // "split_search": {"max_pipeline_stages"}
+  double max_cost_per_hour = -1;                // < 0: no budget
   double min_samples_per_s = 0;
 };
 
