@@ -8,7 +8,7 @@
 // commutative user reduction ops for them that widen to fp32, combine and round back. A sum
 // therefore rounds once per pairwise combine (R-1 roundings over R ranks, in MPI's order), not
 // once at the end as an fp32 reduction followed by one cast would.
-#include "cephalo/backend/mpi_plugin.hpp"
+#include "mpi_plugin.hpp"
 
 // The C API only (CMake defines OMPI_SKIP_MPICXX): the C++ bindings are not warning-free.
 #include <mpi.h>

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "cephalo/backend/mpi_communicator.hpp"
-#include "cephalo/backend/mpi_plugin.hpp"
+#include "mpi_plugin.hpp"
 #include "plugin_loader.hpp"
 
 namespace cephalo::backend {

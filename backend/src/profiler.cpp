@@ -12,11 +12,11 @@
 #include <random>
 #include <thread>
 
-#include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/sharded_state.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/costmodels/comm_model.hpp"
+#include "implementation.hpp"
 
 namespace cephalo::backend {
 

@@ -3,13 +3,13 @@
 #include <sstream>
 
 #include "cephalo/backend/checkpoint.hpp"
-#include "cephalo/backend/implementation.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/traces/shard_layout.hpp"
+#include "implementation.hpp"
 
 namespace cephalo::backend {
 

@@ -1,4 +1,4 @@
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "alpha_beta_comm.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -13,7 +13,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
-#include "cephalo/costmodels/published_throughput.hpp"
+#include "published_throughput.hpp"
 
 #include "calibration_util.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/costmodels/published_throughput.hpp"
+#include "published_throughput.hpp"
 
 namespace cephalo::costmodels {
 

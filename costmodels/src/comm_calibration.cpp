@@ -6,8 +6,8 @@
 #include <optional>
 #include <tuple>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/error.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "comm_topology.hpp"
 

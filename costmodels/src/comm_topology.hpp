@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "alpha_beta_comm.hpp"
 
 namespace cephalo::costmodels::detail {
 

@@ -4,13 +4,13 @@
 #include <map>
 #include <optional>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
-#include "cephalo/costmodels/framework_buffers.hpp"
-#include "cephalo/costmodels/profile_compute.hpp"
+#include "framework_buffers.hpp"
+#include "profile_compute.hpp"
 
 namespace cephalo::costmodels {
 

@@ -1,4 +1,4 @@
-#include "cephalo/costmodels/framework_buffers.hpp"
+#include "framework_buffers.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "cephalo/costmodels/kernel_validation.hpp"
+#include "kernel_validation.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>

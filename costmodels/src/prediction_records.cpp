@@ -3,11 +3,11 @@
 #include <cmath>
 #include <numeric>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"

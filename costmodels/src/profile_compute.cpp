@@ -1,4 +1,4 @@
-#include "cephalo/costmodels/profile_compute.hpp"
+#include "profile_compute.hpp"
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"

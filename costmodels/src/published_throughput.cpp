@@ -1,4 +1,4 @@
-#include "cephalo/costmodels/published_throughput.hpp"
+#include "published_throughput.hpp"
 
 #include <algorithm>
 #include <optional>

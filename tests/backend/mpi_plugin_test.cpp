@@ -9,8 +9,8 @@
 
 #include "../support/run_command.hpp"
 #include "cephalo/backend/mpi_communicator.hpp"
-#include "cephalo/backend/mpi_plugin.hpp"
 #include "cephalo/core/error.hpp"
+#include "mpi_plugin.hpp"
 
 namespace cb = cephalo::backend;
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/json_reader.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"

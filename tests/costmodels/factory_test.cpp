@@ -8,17 +8,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/profile.hpp"
-#include "cephalo/costmodels/profile_compute.hpp"
-#include "cephalo/costmodels/published_throughput.hpp"
+#include "profile_compute.hpp"
+#include "published_throughput.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;

@@ -7,7 +7,7 @@
 
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/costmodels/framework_buffers.hpp"
+#include "framework_buffers.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/json_reader.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 

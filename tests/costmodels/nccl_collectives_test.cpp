@@ -13,8 +13,8 @@
 
 #include <unistd.h>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/error.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 

@@ -12,10 +12,10 @@
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/costmodels/kernel_validation.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/profile.hpp"
-#include "cephalo/costmodels/published_throughput.hpp"
+#include "kernel_validation.hpp"
+#include "published_throughput.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;

@@ -2,8 +2,8 @@
 // three-node cluster of GPUs and CPU ranks (calibrate_comm: groups, link kinds, collective
 // kinds on CPU ranks, least squares on whatever points survive the reader), and the same bytes
 // read as a profile's host-copy points (fit_profile_copies).
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/scenario.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "fuzz_support.hpp"
 

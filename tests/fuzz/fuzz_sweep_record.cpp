@@ -1,6 +1,6 @@
 // Collective sweep record reader (cephalo-collective-sweep, written by `cephalo profile` under
 // mpirun and read as calibration by the communication model).
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
+#include "alpha_beta_comm.hpp"
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/json_reader.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/profile.hpp"
 
 #include "../support/run_command.hpp"

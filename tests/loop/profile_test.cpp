@@ -10,10 +10,10 @@
 #include <sstream>
 #include <string>
 
-#include "cephalo/backend/implementation.hpp"
+#include "alpha_beta_comm.hpp"
 #include "cephalo/core/json_reader.hpp"
-#include "cephalo/costmodels/alpha_beta_comm.hpp"
 #include "cephalo/costmodels/profile.hpp"
+#include "implementation.hpp"
 
 #include "../support/run_command.hpp"
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/fixed_models.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
@@ -17,7 +18,6 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/planner/split_estimate.hpp"
-#include "cephalo/sim/fixed_models.hpp"
 #include "split_fixture.hpp"
 
 namespace cephalo {

@@ -2,11 +2,11 @@
 
 #include <map>
 
+#include "../support/fixed_models.hpp"
 #include "../traces/tiny_scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/sim/fixed_models.hpp"
 #include "cephalo/sim/replay.hpp"
 
 namespace cephalo::sim {

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <iostream>
 
+#include "../support/fixed_models.hpp"
 #include "../traces/tiny_scenario.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
-#include "cephalo/sim/fixed_models.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
 

@@ -1,4 +1,4 @@
-#include "cephalo/sim/fixed_models.hpp"
+#include "fixed_models.hpp"
 
 namespace cephalo::sim {
 
