@@ -5,14 +5,16 @@
 // transfers (Send / Recv) between virtual stages, and its data-parallel domain's collectives.
 // A plan without a split never gets here (its one-stage split is the FSDP builder's plan,
 // tests/sim/one_stage_split_test.cpp); what both builders make the same way comes from
-// graph_ops.hpp. Its jobs live in three files:
+// graph_ops.hpp, and every rank's ops from the one emitter (graph_emit.hpp), which this
+// builder's pipeline order feeds. Its jobs live in three files:
 //  * graph_split.cpp             — build(): units per virtual stage, the data-parallel domains
 //                                  (layouts, static bytes), the pipeline transfers, then every
-//                                  built rank's program and the indexes;
+//                                  built rank's program emitted, and the indexes;
 //  * graph_split_collectives.cpp — every domain's collectives at once (DomainCollectives);
-//                                  the TP, transfer and tied ones, each made by its first
-//                                  built member;
-//  * graph_split_rank.cpp        — one rank's program in its stage's pipeline order.
+//                                  the TP, transfer and tied ones (StageLinks), each made by
+//                                  its first built member;
+//  * graph_split_rank.cpp        — one rank's program in its stage's pipeline order (compute
+//                                  items for the emitter).
 #include <array>
 #include <cstdint>
 #include <map>
