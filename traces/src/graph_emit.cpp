@@ -201,7 +201,8 @@ void RankEmitter::emit_item(const ComputeItem& item) {
     main = gather_op_[static_cast<std::size_t>(item.waits_gather)];
   } else {
     const Job& job = c_.job;
-    std::vector<OpId> deps(pending_.begin(), pending_.end());
+    std::vector<OpId>& deps = deps_;
+    deps.assign(pending_.begin(), pending_.end());
     pending_.clear();
     if (item.waits_gather >= 0)
       deps.push_back(gather_op_[static_cast<std::size_t>(item.waits_gather)]);

@@ -143,6 +143,7 @@ class RankEmitter {
   std::vector<OpId> gather_op_, mark_op_;
   std::size_t next_gather_ = 0;
   std::vector<OpId> pending_;         // receives the next compute op waits for
+  std::vector<OpId> deps_;            // what the current item's first op waits for (reused)
   std::vector<OpId> d2h_;             // per unit × micro-batch
   std::vector<OpId> backward_steps_;  // B ops in order, for the H2D look-ahead
   std::vector<char> grad_held_;       // per gradient buffer
