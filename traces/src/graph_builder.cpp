@@ -109,10 +109,26 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   for (int r = 0; r < ranks; ++r) g_.all_ranks_[static_cast<std::size_t>(r)] = r;
   add_phases();
 
+  // Every built rank's program in the phase order, emitted by the one emitter.
+  const EmitContext context{job,
+                            plan_.activation_checkpointing,
+                            units_,
+                            false,
+                            plan_.offload == Offload::Host,
+                            plan_.prefetch ? 2 : 1,
+                            casts_gather_send(job.precision),
+                            true,
+                            gpu_runtime_,
+                            nullptr};
+  RankEmitter emitter(context);
+  RankProgram program;
   g_.rank_offsets_.push_back(0);
   g_.static_bytes_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    if (built_flags_[static_cast<std::size_t>(r)]) build_rank(r);
+    if (built_flags_[static_cast<std::size_t>(r)]) {
+      rank_program(r, program);
+      emitter.emit(g_, dp_, g_.layout_, program);
+    }
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
     // Master parameters, gradient shard and the two fp32 Adam moments of the owned slices.
     g_.static_bytes_[r] = static_cast<double>(owned_elements(r)) * state_bytes;

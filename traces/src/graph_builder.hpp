@@ -2,12 +2,13 @@
 // The TrainingGraph builder of an FSDP plan, its phase order (private to traces/); what it
 // makes as a split's builder does (ranks to build, summary, compute ops, the data-parallel
 // domain's collectives and their variants, gather / reduce-scatter / optimizer memory) comes
-// from graph_ops.hpp. Its jobs live in two files:
+// from graph_ops.hpp, and every rank's ops from the one emitter (graph_emit.hpp) that a split's
+// pipeline order feeds too. Its jobs live in two files:
 //  * graph_builder.cpp      — build(): sizes, sharding, phases (the units each moves) and the
-//                             domain's collectives of every phase, then the stream programs
-//                             once every rank's ops exist;
-//  * graph_rank_program.cpp — one rank's ops in issue order with their dependencies and the
-//                             memory each allocates and frees (build_rank).
+//                             domain's collectives of every phase, then each rank's program
+//                             emitted, then the stream programs once every rank's ops exist;
+//  * graph_rank_program.cpp — one rank's program in the phase order (rank_program): its
+//                             compute items, gathers and reductions.
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -19,6 +20,7 @@
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "graph_emit.hpp"
 #include "graph_ops.hpp"
 
 namespace cephalo::traces {
@@ -40,30 +42,15 @@ class GraphBuilder {
     Pass pass;
     int round;  // standard accumulation: micro-batch round; layered: 0
   };
-  struct RankState;  // graph_rank_program.cpp
 
   // graph_builder.cpp
   void add_phases();
   std::vector<int> phase_units(int unit) const;
 
-  // graph_rank_program.cpp
-  OpId emit(Op op, std::initializer_list<OpId> deps);
-  // A data-parallel op: emitted, and recorded as the rank's member op of its collective.
-  OpId emit_joined(Op op, std::initializer_list<OpId> deps);
-  void build_rank(int r);
-  void emit_gather(RankState& st, int p);
-  void emit_forward(RankState& st, int p, int m);
-  void emit_backward(RankState& st, int p, int m, bool recompute);
-  void emit_reductions(RankState& st, int p);
-  void emit_optimizer_step(RankState& st);
+  // graph_rank_program.cpp: rank r's program in the phase order (the one-stage order), which
+  // the emitter (graph_emit.hpp) turns into ops.
+  void rank_program(int r, RankProgram& prog) const;
 
-  // Whether unit u's backward is preceded by a Recompute (schedule::recomputes).
-  bool recomputes(int u) const;
-  // Whether it reruns only its attention core (schedule::recomputes_attention_core).
-  bool recomputes_attention_core(int u) const;
-  // Compute op `kind` of phase p's unit for micro-batch m on the rank (graph_ops.hpp's
-  // compute_op at one stage, T = 1).
-  Op compute_op(const RankState& st, OpKind kind, int p, int m) const;
   // Elements rank r owns over all units (its sharded state).
   std::int64_t owned_elements(int r) const { return g_.layout_.owned_elements(r); }
 
@@ -76,7 +63,6 @@ class GraphBuilder {
   std::vector<int> gather_gates_;  // per phase: schedule::gather_gates, the same on every rank
   int units_ = 0;
   int rounds_ = 1;
-  int current_rank_ = 0;
   std::vector<int> built_;         // ranks that get ops, ascending
   std::vector<char> built_flags_;  // per rank: whether it gets ops
   // Per rank: whether it runs on a GPU runtime (not a CPU device), read once from the cluster

@@ -38,16 +38,6 @@ double SplitGraphBuilder::boundary_bytes(std::int64_t rows) const {
   return b;
 }
 
-OpId SplitGraphBuilder::emit(Op op, std::span<const OpId> deps) {
-  const OpId id = g_.append_op(op, current_rank_, deps);
-  if (op.collective >= 0) set_member_op(op.collective, current_rank_, id);
-  return id;
-}
-
-OpId SplitGraphBuilder::emit(Op op, std::initializer_list<OpId> deps) {
-  return emit(op, std::span<const OpId>(deps.begin(), deps.size()));
-}
-
 // ---- plan-wide structure --------------------------------------------------------------------
 
 void SplitGraphBuilder::setup_units() {
@@ -213,7 +203,7 @@ std::vector<const SplitGraphBuilder::Transfer*> SplitGraphBuilder::transfers_of(
                                                                                 bool forward,
                                                                                 int rank,
                                                                                 bool sends) const {
-  const auto& list = transfers(boundary, forward);
+  const auto& list = boundary_transfers(boundary, forward);
   const TransferIndex& ix =
       (forward ? forward_index_ : backward_index_)[static_cast<std::size_t>(boundary)];
   const auto& order = sends ? ix.by_from : ix.by_to;
@@ -289,9 +279,28 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
   tp_ids_.assign(static_cast<std::size_t>(groups), {});
   tp_cursor_.assign(static_cast<std::size_t>(n), 0);
 
+  // Every built rank's program in its stage's pipeline order, emitted by the one emitter.
+  const StageSharding kind = split.sharding;
+  const EmitContext context{job,
+                            plan_.activation_checkpointing,
+                            units_,
+                            split.sequence_parallel,
+                            plan_.offload == Offload::Host,
+                            plan_.prefetch ? 2 : 1,
+                            casts_gather_send(job.precision),
+                            kind == StageSharding::Full || kind == StageSharding::Hybrid,
+                            gpu_runtime_,
+                            this};
+  RankEmitter emitter(context);
+  RankProgram program;
   g_.rank_offsets_.push_back(0);
   for (int r = 0; r < n; ++r) {
-    if (built(r)) build_rank(r);
+    if (built(r)) {
+      rank_program(r, program);
+      const int d = g_.domain_of_[static_cast<std::size_t>(r)];
+      emitter.emit(g_, domain_collectives_[static_cast<std::size_t>(d)],
+                   g_.domain_layouts_[static_cast<std::size_t>(d)], program);
+    }
     g_.rank_offsets_.push_back(static_cast<std::uint32_t>(g_.ops_.size()));
   }
   for (const auto& m : g_.members_)

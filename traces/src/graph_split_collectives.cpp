@@ -1,5 +1,6 @@
-// SplitGraphBuilder's collectives: each made by its first member and found by the others
-// (tensor-parallel, pipeline transfers, the data-parallel domains' and the tied embedding's).
+// SplitGraphBuilder's collectives: the data-parallel domains' at once; the tensor-parallel,
+// pipeline transfers and the tied embedding's (StageLinks, asked for by the emitter), each made
+// by its first member and found by the others.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -11,28 +12,16 @@
 
 namespace cephalo::traces {
 
-void SplitGraphBuilder::set_member_op(std::int32_t c, int rank, OpId op) {
-  const Collective& col = g_.collectives_[static_cast<std::size_t>(c)];
-  for (std::uint32_t i = 0; i < col.members_count; ++i) {
-    CollectiveMember& m = g_.members_[col.members_begin + i];
-    if (m.rank == rank && m.op == kNoOp) {
-      m.op = op;
-      return;
-    }
-  }
-  throw std::logic_error("split graph: rank " + std::to_string(rank) + " is not a member of " +
-                         to_string(col.kind) + " collective " + std::to_string(c));
-}
-
 // ---- collectives ----------------------------------------------------------------------------
 
-std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int unit, Pass pass,
-                                              int calls, double element_bytes, double elements) {
-  const int group = tp_group_base_[static_cast<std::size_t>(st.stage)] + st.place.replica;
+std::int32_t SplitGraphBuilder::tensor_parallel(int rank, OpKind kind, int unit, Pass pass,
+                                                int calls, double element_bytes, double elements) {
+  const RankPlace& place = g_.places_[static_cast<std::size_t>(rank)];
+  const int group = tp_group_base_[static_cast<std::size_t>(place.stage)] + place.replica;
   auto& ids = tp_ids_[static_cast<std::size_t>(group)];
   // Every member emits its group's TP collectives in the same order: the n-th of one member is
   // the n-th of every other, made by whichever member comes first.
-  auto& cursor = tp_cursor_[static_cast<std::size_t>(st.rank)];
+  auto& cursor = tp_cursor_[static_cast<std::size_t>(rank)];
   if (cursor < ids.size()) return ids[cursor++];
   Collective c;
   c.id = static_cast<std::int32_t>(g_.collectives_.size());
@@ -46,7 +35,7 @@ std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int un
   c.calls = calls;
   c.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
-  const auto members = topo_.tp_group(st.stage, st.place.replica);
+  const auto members = topo_.tp_group(place.stage, place.replica);
   c.members_count = 0;
   for (int r : members) {
     if (!built(r)) continue;
@@ -61,6 +50,16 @@ std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int un
   ids.push_back(c.id);
   ++cursor;
   return c.id;
+}
+
+std::vector<StageLinks::Transfer> SplitGraphBuilder::transfers(int rank, int boundary, bool forward,
+                                                               int micro_batch, bool sends) {
+  std::vector<StageLinks::Transfer> out;
+  for (const Transfer* t : transfers_of(boundary, forward, rank, sends)) {
+    const double bytes = boundary_bytes(t->rows);
+    out.push_back({transfer_collective(*t, forward, micro_batch, boundary, bytes), bytes});
+  }
+  return out;
 }
 
 std::int32_t SplitGraphBuilder::transfer_collective(const Transfer& t, bool forward,
@@ -126,7 +125,11 @@ void SplitGraphBuilder::setup_domain_collectives() {
   }
 }
 
-std::int32_t SplitGraphBuilder::tied_collective(int position, int tp_rank) {
+std::int32_t SplitGraphBuilder::tied(int rank) {
+  const RankPlace& place = g_.places_[static_cast<std::size_t>(rank)];
+  const auto& list = topo_.stage_ranks(place.stage);
+  const int position = static_cast<int>(std::find(list.begin(), list.end(), rank) - list.begin());
+  const int tp_rank = place.tp_rank;
   const std::array<std::int64_t, 5> key{3, position, tp_rank, 0, 0};
   if (auto it = keyed_.find(key); it != keyed_.end()) return it->second;
   const ModelSpec& model = scenario_.job.model;

@@ -306,6 +306,7 @@ class TrainingGraph {
   mutable std::unique_ptr<BoostGraph> boost_;
   friend class SplitGraphBuilder;
   friend class DataParallelCollectives;  // both builders' data-parallel collectives
+  friend class RankEmitter;              // every rank's ops, whichever order
 };
 
 // Builds the graph of one iteration of `plan` on `scenario` (the plan must already have been
