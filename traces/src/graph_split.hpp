@@ -81,8 +81,8 @@ class SplitGraphBuilder {
   OpId emit(Op op, std::span<const OpId> deps);
 
   // Collectives, created by their first member and found by the others.
-  std::int32_t tp_collective(RankState& st, OpKind kind, int unit, Pass pass, int calls,
-                             double element_bytes, double elements);
+  std::int32_t tp_collective(RankState& st, OpKind kind, OpKind issued_by, int unit, Pass pass,
+                             int calls, double element_bytes, double elements);
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);
   std::int32_t tied_collective(int position, int tp_rank);

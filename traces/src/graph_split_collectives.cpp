@@ -26,8 +26,9 @@ void SplitGraphBuilder::set_member_op(std::int32_t c, int rank, OpId op) {
 
 // ---- collectives ----------------------------------------------------------------------------
 
-std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int unit, Pass pass,
-                                              int calls, double element_bytes, double elements) {
+std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, OpKind issued_by,
+                                              int unit, Pass pass, int calls, double element_bytes,
+                                              double elements) {
   const int group = tp_group_base_[static_cast<std::size_t>(st.stage)] + st.place.replica;
   auto& ids = tp_ids_[static_cast<std::size_t>(group)];
   // Every member emits its group's TP collectives in the same order: the n-th of one member is
@@ -44,6 +45,7 @@ std::int32_t SplitGraphBuilder::tp_collective(RankState& st, OpKind kind, int un
   c.element_bytes = element_bytes;
   c.total_bytes = elements * element_bytes;
   c.calls = calls;
+  c.issued_by = issued_by;
   c.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
   const auto members = topo_.tp_group(st.stage, st.place.replica);

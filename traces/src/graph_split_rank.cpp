@@ -125,7 +125,7 @@ void SplitGraphBuilder::emit_tensor_parallel(RankState& st, OpKind kind, int uni
   const OpKind tk = sp && unit_kind == costmodels::UnitKind::Layer ? OpKind::TpGatherScatter
                                                                    : OpKind::TpAllReduce;
   Op tp = micro_batch_op(tk, pass, unit, phase, micro_batch, size);
-  tp.collective = tp_collective(st, tk, unit, pass, calls, element_bytes, elements);
+  tp.collective = tp_collective(st, tk, kind, unit, pass, calls, element_bytes, elements);
   tp.bytes = elements * element_bytes;
   tp.shard_bytes = tp.bytes / T;
   st.last_compute = emit(tp, {});
