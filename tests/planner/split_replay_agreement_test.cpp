@@ -113,6 +113,15 @@ std::optional<Case> draw(std::mt19937& rng) {
   return c;
 }
 
+// draw, or nothing when the draw's scenario is refused as built.
+std::optional<Case> draw_valid(std::mt19937& rng) {
+  try {
+    return draw(rng);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 // Estimate = replay: on random heterogeneous splits the estimate of a candidate and the
 // simulator's replay of the plan it is written as agree. Reports the worst.
 TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
@@ -122,12 +131,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::string worst_case, worst_within_case;
   std::vector<double> errors;
   for (int tries = 0; tries < 3000 && compared < 150; ++tries) {
-    std::optional<Case> c;
-    try {
-      c = draw(rng);
-    } catch (const Error&) {
-      continue;
-    }
+    const std::optional<Case> c = draw_valid(rng);
     if (!c) continue;
     const auto models = costmodels::make_cost_models(c->scenario);
     planner::SplitEstimate e;
@@ -208,12 +212,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayWithTpCommOverlap) {
   double worst_within = 0;
   std::string worst_within_case;
   for (int tries = 0; tries < 3000 && compared < 40; ++tries) {
-    std::optional<Case> c;
-    try {
-      c = draw(rng);
-    } catch (const Error&) {
-      continue;
-    }
+    const std::optional<Case> c = draw_valid(rng);
     if (!c || !c->split.sequence_parallel) continue;
     const auto exposed_models = costmodels::make_cost_models(c->scenario);
     planner::SplitEstimate exposed, e;
