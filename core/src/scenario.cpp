@@ -307,6 +307,7 @@ std::string to_string(const Implementation& impl) {
   std::string out = to_string(impl.attention) + (impl.fused() ? ", fused" : ", unfused");
   if (impl.compiled) out += ", compiled";
   if (impl.framework != Framework::FSDP2) out += ", " + to_string(impl.framework);
+  if (impl.tp_comm_overlap) out += ", TP comm overlap";
   return out;
 }
 
@@ -328,7 +329,7 @@ Implementation parse_implementation(JsonReader& reader) {
     reader.fail(
         "an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool, "
         "\"compiled\": bool, \"framework\": \"fsdp2\" | \"fsdp1\" | \"deepspeed_zero3\" | "
-        "\"ddp\"}");
+        "\"ddp\", \"tp_comm_overlap\": bool}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
@@ -346,6 +347,7 @@ Implementation parse_implementation(JsonReader& reader) {
     impl.framework = *parse_framework(f->as_enum(framework_names()));
     impl.framework_declared = true;
   }
+  impl.tp_comm_overlap = reader.boolean_or("tp_comm_overlap", false);
   if (auto st = reader.optional_child("stack")) {
     if (st->is_string()) {
       std::filesystem::path file = st->as_string();
@@ -369,6 +371,8 @@ Json to_json(const Implementation& impl) {
   // Only a named framework is written, so that a record read back as a job prices what the
   // job it came from priced (framework_declared).
   if (impl.framework_declared) j["framework"] = to_string(impl.framework);
+  // Written only when on, so records of jobs without it read as they always did.
+  if (impl.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;
 }

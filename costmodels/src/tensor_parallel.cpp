@@ -24,6 +24,14 @@ bool attention_core_op(const char* name) {
   return false;
 }
 
+// The four linear GEMMs of a layer (model_math's op names), each alone.
+bool qkv_op(const char* name) { return std::strcmp(name, "qkv") == 0; }
+bool attention_out_op(const char* name) { return std::strcmp(name, "attn_proj") == 0; }
+bool mlp_in_op(const char* name) {
+  return std::strcmp(name, "mlp_up") == 0 || std::strcmp(name, "mlp_gate_up") == 0;
+}
+bool mlp_out_op(const char* name) { return std::strcmp(name, "mlp_down") == 0; }
+
 double features_time(const OpFeatures& x, const OpFeatures& theta) {
   double t = 0;
   for (std::size_t i = 0; i < x.size(); ++i) t += x[i] * theta[i];
@@ -54,6 +62,45 @@ LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int 
 
 LayerShare layer_attention_core_share(const DeviceSpec& device, const Job& job, int micro_batch) {
   return layer_share(device, job, micro_batch, attention_core_op);
+}
+
+LayerLinearShares layer_linear_shares(const DeviceSpec& device, const Job& job, int micro_batch) {
+  return {layer_share(device, job, micro_batch, qkv_op),
+          layer_share(device, job, micro_batch, attention_out_op),
+          layer_share(device, job, micro_batch, mlp_in_op),
+          layer_share(device, job, micro_batch, mlp_out_op)};
+}
+
+double ring_exchange_exposed(double comm, double gemm, int chunks) {
+  const double n = std::max(1, chunks);
+  return std::max(0.0, comm - gemm * (n - 1) / n);
+}
+
+double pipelined_exposed(double comm, double gemm, int chunks) {
+  const double n = std::max(1, chunks);
+  return comm / n + (n - 1) / n * std::max(0.0, comm - gemm);
+}
+
+double bulk_exposed(double comm, double gemm) { return std::max(0.0, comm - gemm); }
+
+double tp_overlap_exposed_seconds(const LayerLinearShares& shares, ComputePhase phase,
+                                  double layer_seconds, int tensor_parallel, double gather_s,
+                                  double scatter_s) {
+  const int T = std::max(1, tensor_parallel);
+  const double rank = layer_seconds / T;  // a GEMM's share of the layer is split T ways
+  if (phase == ComputePhase::Backward) {
+    // dgrad and wgrad: each half of a linear's backward.
+    const auto half = [&](const LayerShare& s) { return rank * s.backward / 2; };
+    return ring_exchange_exposed(gather_s, half(shares.attention_out), T) +
+           bulk_exposed(scatter_s, half(shares.qkv)) +
+           ring_exchange_exposed(gather_s, half(shares.mlp_out), T) +
+           bulk_exposed(scatter_s, half(shares.mlp_in));
+  }
+  const auto fwd = [&](const LayerShare& s) { return rank * s.forward; };
+  return ring_exchange_exposed(gather_s, fwd(shares.qkv), T) +
+         pipelined_exposed(scatter_s, fwd(shares.attention_out), kTpOverlapPipelineSplits) +
+         ring_exchange_exposed(gather_s, fwd(shares.mlp_in), T) +
+         pipelined_exposed(scatter_s, fwd(shares.mlp_out), kTpOverlapPipelineSplits);
 }
 
 double attention_core_forward_flops(const Job& job, int micro_batch) {

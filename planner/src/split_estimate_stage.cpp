@@ -241,13 +241,14 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
   // per op are the graph's (traces' SplitGraphBuilder::emit_tensor_parallel).
   const double act_bytes = static_cast<double>(b) * seq * model.hidden * e_c;
   out.tp_bytes = act_bytes;
-  double reduce_s = 0, all_reduce_s = 0, loss_s = 0;
+  double reduce_s = 0, all_reduce_s = 0, loss_s = 0, gather_s = 0, scatter_s = 0;
   if (T > 1) {
     all_reduce_s = stage_collective(sr, 0, CollectiveKind::AllReduce, act_bytes);
-    reduce_s = split.sequence_parallel
-                   ? stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes) +
-                         stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes)
-                   : all_reduce_s;
+    if (split.sequence_parallel) {
+      scatter_s = stage_collective(sr, 0, CollectiveKind::ReduceScatter, act_bytes);
+      gather_s = stage_collective(sr, 0, CollectiveKind::AllGather, act_bytes);
+    }
+    reduce_s = split.sequence_parallel ? scatter_s + gather_s : all_reduce_s;
     loss_s = stage_collective(sr, 0, CollectiveKind::AllReduce, static_cast<double>(b) * seq * 4);
   }
   const int per_reduce = split.sequence_parallel ? 2 : 1;  // collective calls per reduction
@@ -279,17 +280,17 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
       const UnitTimes& u = unit_times(dev, spec, unit, b, options);
       fc += u.forward * split_f;
       bc += u.backward * split_b + recompute_of(unit, u);
-      steps.push_back({u.forward * split_f + (T > 1 ? 2 * reduce_s : 0),
-                       u.backward * split_b + recompute_of(unit, u) +
-                           (T > 1 ? (schedule::recomputes(ck, unit, units) ? 4 : 2) * reduce_s : 0),
+      // A recompute that reruns the whole layer reduces like its forward; the attention core
+      // runs on the rank's own heads.
+      const bool reruns = schedule::recomputes(ck, unit, units);
+      const LayerTpComm tp = layer_tp_comm(dev, u, T, sp, reruns, reduce_s, gather_s, scatter_s);
+      steps.push_back({u.forward * split_f + tp.forward,
+                       u.backward * split_b + recompute_of(unit, u) + tp.backward,
                        costmodels::layer_parameters(model) / T});
       if (T > 1) {
-        // A recompute that reruns the whole layer reduces like its forward; the attention
-        // core runs on the rank's own heads.
-        const bool reruns = schedule::recomputes(ck, unit, units);
         const int backward_reductions = reruns ? 4 : 2;
-        fcomm += 2 * reduce_s;
-        bcomm += backward_reductions * reduce_s;
+        fcomm += tp.forward;
+        bcomm += tp.backward;
         f_calls += 2 * per_reduce;
         b_calls += backward_reductions * per_reduce;
       }
@@ -376,7 +377,9 @@ double SplitEstimator::Impl::layer_step_floor(const std::vector<int>& tp_group, 
     }
     compute = std::min(compute, least);
   }
-  if (T == 1) return compute;
+  // Under the job's TP communication overlap a sequence-parallel layer's collectives may all
+  // hide under its GEMMs: no floor of theirs.
+  if (T == 1 || job.implementation.tp_comm_overlap) return compute;
   // Two reductions forward and at least two backward, each an all-reduce or (sequence
   // parallel) a reduce-scatter and an all-gather of the layer's activations.
   StageRanks& sr = ranks_of(tp_group, T);

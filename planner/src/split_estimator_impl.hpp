@@ -150,6 +150,8 @@ struct SplitEstimator::Impl {
     std::vector<UnitTimes> units;  // by unit, filled when first asked
     costmodels::LayerShare replicated;
     costmodels::LayerShare attention_core;
+    // The linear GEMMs' shares, under the job's TP communication overlap only.
+    costmodels::LayerLinearShares linear;
   };
   std::map<DeviceKey, DeviceTimes> device_times;
 
@@ -279,8 +281,33 @@ struct SplitEstimator::Impl {
       // costmodels' shares of a layer (tensor_parallel.hpp): the simulator reads the same.
       it->second.replicated = costmodels::layer_replicated_share(spec, scenario.job, b);
       it->second.attention_core = costmodels::layer_attention_core_share(spec, scenario.job, b);
+      if (scenario.job.implementation.tp_comm_overlap)
+        it->second.linear = costmodels::layer_linear_shares(spec, scenario.job, b);
     }
     return it->second;
+  }
+
+  // One layer's TP collectives per micro-batch (the graph's: 2 calls forward, 2 backward and
+  // 2 more when the recompute reruns the layer; `reduce_s` one call's all-reduce or gather +
+  // scatter): each exposed, or under the job's TP communication overlap with sequence
+  // parallelism only what the layer's GEMMs do not hide (costmodels::tp_overlap_exposed_seconds,
+  // the replay's rule).
+  struct LayerTpComm {
+    double forward = 0, backward = 0;
+  };
+  LayerTpComm layer_tp_comm(const DeviceTimes& dev, const UnitTimes& u, int T,
+                            bool sequence_parallel, bool reruns, double reduce_s, double gather_s,
+                            double scatter_s) const {
+    if (T <= 1) return {};
+    if (!sequence_parallel || !scenario.job.implementation.tp_comm_overlap)
+      return {2 * reduce_s, (reruns ? 4 : 2) * reduce_s};
+    const auto exposed = [&](ComputePhase phase, double layer_s) {
+      return costmodels::tp_overlap_exposed_seconds(dev.linear, phase, layer_s, T, gather_s,
+                                                    scatter_s);
+    };
+    return {exposed(ComputePhase::Forward, u.forward),
+            exposed(ComputePhase::Backward, u.backward) +
+                (reruns ? exposed(ComputePhase::Recompute, u.recompute) : 0)};
   }
 
   const UnitTimes& unit_times(DeviceTimes& d, const DeviceSpec& spec, int unit, int b,

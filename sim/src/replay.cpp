@@ -78,6 +78,8 @@ class Replay {
   Time compute_duration(const Op& op);
   double copy_seconds(const Op& op);
   double collective_seconds(const traces::Collective& c, bool overlaps_compute);
+  bool tp_overlapped(const traces::Collective& c) const;
+  double tp_overlap_seconds(const traces::Collective& c, costmodels::CollectiveRequest req);
 
   void on_flow_done(const Event& e);
 
@@ -218,20 +220,53 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // the loss's three), so the calls are part of the key too.
   const auto members = g_.members(c);
   const bool split = g_.summary().split;
-  auto key = std::make_tuple(
-      (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) + (overlaps_compute ? 1 : 0),
-      c.group, c.total_bytes, split ? members.front().rank : -1, split ? members.back().rank : -1,
-      c.calls);
+  // Under the job's TP communication overlap a layer's gather/scatter is priced against the
+  // GEMMs of the compute op that issues it, so that op's kind is part of the key too.
+  const bool tp_overlap = tp_overlapped(c);
+  auto key = std::make_tuple((8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) +
+                                 (overlaps_compute ? 1 : 0) +
+                                 (tp_overlap ? 256 * (1 + static_cast<int>(c.issued_by)) : 0),
+                             c.group, c.total_bytes, split ? members.front().rank : -1,
+                             split ? members.back().rank : -1, c.calls);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
-  double t = 0;
-  if (view_)
-    t = traces::collective_seconds(comm_, s_.cluster,
-                                   full_collective_request(g_, c, overlaps_compute), c);
-  else
-    t = traces::collective_seconds(comm_, s_.cluster, g_, c, overlaps_compute);
+  costmodels::CollectiveRequest req = view_ ? full_collective_request(g_, c, overlaps_compute)
+                                            : traces::collective_request(g_, c, overlaps_compute);
+  const double t = tp_overlap ? tp_overlap_seconds(c, std::move(req))
+                              : traces::collective_seconds(comm_, s_.cluster, std::move(req), c);
   collective_memo_.emplace(key, t);
   return t;
+}
+
+bool Replay::tp_overlapped(const traces::Collective& c) const {
+  return c.kind == OpKind::TpGatherScatter && s_.job.implementation.tp_comm_overlap &&
+         costmodels::unit_kind(s_.job.model, c.unit) == costmodels::UnitKind::Layer;
+}
+
+// A layer's sequence-parallel gather/scatter under the job's TP communication overlap: each
+// call's all-gather and reduce-scatter exposed only for what the issuing op's GEMMs do not hide
+// (costmodels::tp_overlap_exposed_seconds, the 3D estimate's rule), the GEMMs timed as the
+// compute op is (the first member's device; a TP group is of one GPU type).
+double Replay::tp_overlap_seconds(const traces::Collective& c, costmodels::CollectiveRequest req) {
+  const traces::CollectiveMember& first = g_.members(c).front();
+  const Op& op = g_.op(first.op);
+  const DeviceSlot& slot = *devices_[first.rank].slot;
+  const costmodels::ComputePhase phase =
+      c.issued_by == OpKind::Backward    ? costmodels::ComputePhase::Backward
+      : c.issued_by == OpKind::Recompute ? costmodels::ComputePhase::Recompute
+                                         : costmodels::ComputePhase::Forward;
+  const double layer_s =
+      compute_.unit_time(slot.spec, s_.job, c.unit, phase, op.micro_batch_size).seconds *
+      slot.slowdown;
+  req.kind = costmodels::CollectiveKind::AllGather;
+  const double gather = comm_.collective(s_.cluster, req).seconds;
+  req.kind = costmodels::CollectiveKind::ReduceScatter;
+  const double scatter = comm_.collective(s_.cluster, req).seconds;
+  const auto shares = costmodels::layer_linear_shares(slot.spec, s_.job, op.micro_batch_size);
+  // The layer's calls come in the graph's pairs (DESIGN §4: 2 per pass).
+  return costmodels::tp_overlap_exposed_seconds(
+             shares, phase, layer_s, g_.place(first.rank).tensor_parallel, gather, scatter) *
+         (c.calls / 2.0);
 }
 
 // ----- flows ---------------------------------------------------------------------------------

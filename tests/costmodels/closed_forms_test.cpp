@@ -9,6 +9,7 @@
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;
@@ -395,5 +396,50 @@ TEST(GpuCatalog, BoardPowerIsParsedCheckedAndPrinted) {
     if (g.kind != "gpu") continue;
     EXPECT_GT(g.tdp_watts, 0) << g.name;
     EXPECT_NE(g.source.find("tdp_watts"), std::string::npos) << g.name;
+  }
+}
+
+// Transformer Engine's userbuffers overlap (tensor_parallel.hpp): each method's exposed time by
+// hand, and a layer's two calls, which show everything when the GEMMs take no time and, under
+// GEMMs far longer than the collectives, only the forward's last reduce-scatter split.
+TEST(TpCommOverlap, EachMethodExposesWhatItsGemmDoesNotHide) {
+  // Ring exchange over T = 4 chunks: the first on local rows, 3 transfers under 3 chunks.
+  EXPECT_DOUBLE_EQ(ring_exchange_exposed(3.0, 4.0, 4), 0.0);  // 3 ≤ 4·3/4
+  EXPECT_DOUBLE_EQ(ring_exchange_exposed(5.0, 4.0, 4), 2.0);  // 5 − 3
+  // Pipelined in 4 splits: the last split's reduce-scatter after the GEMM.
+  EXPECT_DOUBLE_EQ(pipelined_exposed(2.0, 8.0, 4), 0.5);
+  EXPECT_DOUBLE_EQ(pipelined_exposed(8.0, 4.0, 4), 2.0 + 0.75 * 4.0);
+  // Bulk: the whole collective beside an independent GEMM.
+  EXPECT_DOUBLE_EQ(bulk_exposed(2.0, 3.0), 0.0);
+  EXPECT_DOUBLE_EQ(bulk_exposed(5.0, 3.0), 2.0);
+
+  const DeviceSpec& h100 = GpuCatalog::builtin().get("H100-SXM");
+  Job job;
+  job.model = ModelCatalog::builtin().get("gpt-6.7b");
+  job.sequence_length = 2048;
+  job.global_batch = 8;
+  job.precision = {Dtype::FP32, Dtype::BF16, Dtype::BF16};
+  const LayerLinearShares shares = layer_linear_shares(h100, job, 2);
+  // The four GEMMs are most of a layer, and each a positive part of it.
+  for (const LayerShare& s : {shares.qkv, shares.attention_out, shares.mlp_in, shares.mlp_out}) {
+    EXPECT_GT(s.forward, 0.0);
+    EXPECT_GT(s.backward, 0.0);
+  }
+  const double sum = shares.qkv.forward + shares.attention_out.forward + shares.mlp_in.forward +
+                     shares.mlp_out.forward;
+  EXPECT_GT(sum, 0.6);
+  EXPECT_LT(sum, 1.0);
+  const double ag = 1e-4, rs = 2e-4;
+  for (auto phase : {ComputePhase::Forward, ComputePhase::Recompute, ComputePhase::Backward})
+    EXPECT_DOUBLE_EQ(tp_overlap_exposed_seconds(shares, phase, 0.0, 4, ag, rs), 2 * (ag + rs));
+  EXPECT_DOUBLE_EQ(tp_overlap_exposed_seconds(shares, ComputePhase::Forward, 1e3, 4, ag, rs),
+                   2 * rs / kTpOverlapPipelineSplits);
+  EXPECT_DOUBLE_EQ(tp_overlap_exposed_seconds(shares, ComputePhase::Backward, 1e3, 4, ag, rs), 0.0);
+  // More GEMM time never exposes more.
+  double last = 1e9;
+  for (double layer_s : {0.0, 1e-4, 1e-3, 1e-2}) {
+    const double e = tp_overlap_exposed_seconds(shares, ComputePhase::Forward, layer_s, 4, ag, rs);
+    EXPECT_LE(e, last);
+    last = e;
   }
 }

@@ -291,6 +291,13 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
   EXPECT_TRUE(compiled.job.implementation.fused());
   EXPECT_EQ(compiled.job.implementation.framework, Framework::DeepSpeedZero3);
   EXPECT_EQ(to_string(compiled.job.implementation), "eager, fused, compiled, deepspeed_zero3");
+  // Transformer Engine's TP communication overlap: read, labelled, written only when on.
+  auto overlap = costmodels::load_scenario(write(R"({"tp_comm_overlap": true})"));
+  EXPECT_TRUE(overlap.job.implementation.tp_comm_overlap);
+  EXPECT_FALSE(overlap.job.implementation == Implementation{});
+  EXPECT_EQ(to_string(overlap.job.implementation), "flash, fused, TP comm overlap");
+  EXPECT_EQ(to_json(overlap.job.implementation).value("tp_comm_overlap", false), true);
+  EXPECT_FALSE(to_json(Implementation{}).contains("tp_comm_overlap"));
   // Defaults keep the label recorded before the keys existed.
   EXPECT_EQ(to_string(Implementation{}), "flash, fused");
   EXPECT_EQ(to_string(Implementation{AttentionKernel::Eager, false}), "eager, unfused");
@@ -299,7 +306,8 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
        {"megatron", "fsdp2", "fsdp1", "deepspeed_zero3", "ddp", "implementation.framework"}},
       {R"({"compiled": true, "fused_elementwise": false})",
        {"implementation.fused_elementwise", "compiled"}},
-      {R"({"compiled": "yes"})", {"implementation.compiled"}}};
+      {R"({"compiled": "yes"})", {"implementation.compiled"}},
+      {R"({"tp_comm_overlap": "on"})", {"implementation.tp_comm_overlap", "on"}}};
   for (const auto& [bad, wanted] : refused) {
     try {
       costmodels::load_scenario(write(bad));

@@ -17,6 +17,7 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 #include "split_fixture.hpp"
 
@@ -230,6 +231,53 @@ TEST(SplitEstimate, TensorParallelismIssuesTwoReductionsPerLayerEachWay) {
       expected += real.compute->unit_time(spec, s.job, L + 1, ComputePhase::Forward, b).seconds / T;
       EXPECT_NEAR(st.forward_compute, expected, 1e-12);
     }
+}
+
+// The job's TP communication overlap (Transformer Engine's userbuffers): a sequence-parallel
+// layer's pairs cost what costmodels::tp_overlap_exposed_seconds leaves of them under the
+// layer's GEMMs, the embedding's and the loss's all-reduces stay exposed, and a split without
+// sequence parallelism is priced as without the overlap (NeMo turns it off there).
+TEST(SplitEstimate, TheTpOverlapLeavesALayersPairsWhatItsGemmsDoNotHide) {
+  const int L = 4, T = 2, b = 2;
+  Scenario s = scenario(T, L, b);
+  auto comm = std::make_shared<RecordingComm>();
+  comm->seconds = 2e-4;  // every collective, so that exposed and hidden differ visibly
+  const auto real = costmodels::make_cost_models(s);
+  const costmodels::CostModels models{real.compute, comm};
+  for (bool sp : {false, true}) {
+    ModelSplit split;
+    split.tensor_parallel = T;
+    split.sequence_parallel = sp;
+    split.micro_batches = 1;
+    split.stages = {stage(0, L, {0, 1})};
+    s.job.implementation.tp_comm_overlap = false;
+    const auto exposed = estimate_split(s, split, {}, models).stages[0];
+    s.job.implementation.tp_comm_overlap = true;
+    const auto overlapped = estimate_split(s, split, {}, models).stages[0];
+    if (!sp) {
+      EXPECT_DOUBLE_EQ(overlapped.tp_comm_forward, exposed.tp_comm_forward);
+      EXPECT_DOUBLE_EQ(overlapped.tp_comm_backward, exposed.tp_comm_backward);
+      continue;
+    }
+    const double c = comm->seconds;
+    // Exposed: per layer 2 pairs each way, the embedding's all-reduce and the loss's 3 forward,
+    // the head's input gradient and the loss's 3 again (its recompute) backward.
+    EXPECT_NEAR(exposed.tp_comm_forward, L * 2 * 2 * c + 1 * c + 3 * c, 1e-15);
+    EXPECT_NEAR(exposed.tp_comm_backward, L * 2 * 2 * c + 1 * c + 3 * c, 1e-15);
+    const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
+    const auto shares = costmodels::layer_linear_shares(spec, s.job, b);
+    const auto layer = [&](ComputePhase phase) {
+      return real.compute->unit_time(spec, s.job, 1, phase, b).seconds;
+    };
+    const double fwd = costmodels::tp_overlap_exposed_seconds(
+        shares, ComputePhase::Forward, layer(ComputePhase::Forward), T, c, c);
+    const double bwd = costmodels::tp_overlap_exposed_seconds(
+        shares, ComputePhase::Backward, layer(ComputePhase::Backward), T, c, c);
+    EXPECT_NEAR(overlapped.tp_comm_forward, L * fwd + 4 * c, 1e-15);
+    EXPECT_NEAR(overlapped.tp_comm_backward, L * bwd + 4 * c, 1e-15);
+    EXPECT_LT(fwd, 4 * c);  // something is hidden
+    EXPECT_LE(bwd, 4 * c);
+  }
 }
 
 TEST(SplitEstimate, DataParallelReductionFollowsTheSharding) {

@@ -113,6 +113,15 @@ std::optional<Case> draw(std::mt19937& rng) {
   return c;
 }
 
+// draw, or nothing when the draw's scenario is refused as built.
+std::optional<Case> draw_valid(std::mt19937& rng) {
+  try {
+    return draw(rng);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 // Estimate = replay: on random heterogeneous splits the estimate of a candidate and the
 // simulator's replay of the plan it is written as agree. Reports the worst.
 TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
@@ -122,12 +131,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::string worst_case, worst_within_case;
   std::vector<double> errors;
   for (int tries = 0; tries < 3000 && compared < 150; ++tries) {
-    std::optional<Case> c;
-    try {
-      c = draw(rng);
-    } catch (const Error&) {
-      continue;
-    }
+    const std::optional<Case> c = draw_valid(rng);
     if (!c) continue;
     const auto models = costmodels::make_cost_models(c->scenario);
     planner::SplitEstimate e;
@@ -195,6 +199,89 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
             << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst " << 100 * worst
             << " % (" << worst_case << "); without sharded stages across nodes "
             << 100 * worst_within << " % (" << worst_within_case << ")\n";
+}
+
+// The same with the job's TP communication overlap (Transformer Engine's userbuffers,
+// costmodels::tp_overlap_exposed_seconds, priced by the estimate's TP term and by the replay's
+// TP op alike): on the drawn splits with sequence parallelism the estimate still agrees with
+// the replay, the overlap never makes a split slower, and it hides TP time on some.
+TEST(SplitAgreement, TheEstimateIsTheReplayWithTpCommOverlap) {
+  std::mt19937 rng(20261207);
+  int compared = 0, hidden = 0, tp_only = 0;
+  std::vector<double> errors;
+  double worst_within = 0;
+  std::string worst_within_case;
+  for (int tries = 0; tries < 3000 && compared < 40; ++tries) {
+    const std::optional<Case> c = draw_valid(rng);
+    if (!c || !c->split.sequence_parallel) continue;
+    const auto exposed_models = costmodels::make_cost_models(c->scenario);
+    planner::SplitEstimate exposed, e;
+    Scenario overlapped = c->scenario;
+    overlapped.job.implementation.tp_comm_overlap = true;
+    const auto models = costmodels::make_cost_models(overlapped);
+    try {
+      exposed = planner::estimate_split(c->scenario, c->split, c->options, exposed_models);
+      e = planner::estimate_split(overlapped, c->split, c->options, models);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!e.fits) continue;
+    double tp = 0, tp_exposed = 0;
+    for (const auto& st : e.stages) tp += st.tp_comm_forward + st.tp_comm_backward;
+    for (const auto& st : exposed.stages) tp_exposed += st.tp_comm_forward + st.tp_comm_backward;
+    EXPECT_LE(tp, tp_exposed * (1 + 1e-12)) << c->what;
+    EXPECT_LE(e.iteration_s, exposed.iteration_s * (1 + 1e-9)) << c->what;
+    if (tp < 0.99 * tp_exposed) ++hidden;
+    const Plan plan = plan_of(overlapped, c->split, e, c->options.activation_checkpointing);
+    const auto replay = sim::simulate_plan(plan, overlapped, *models.compute, *models.comm);
+    const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
+    bool crosses = false;
+    const auto& ranks = overlapped.cluster.ranks();
+    for (const auto& st : c->split.stages)
+      for (int r : st.ranks)
+        crosses = crosses || ranks[static_cast<std::size_t>(r)].node !=
+                                 ranks[static_cast<std::size_t>(st.ranks.front())].node;
+    if (!crosses && std::abs(err) > worst_within) {
+      worst_within = std::abs(err);
+      worst_within_case = c->what;
+    }
+    // One stage of one TP group: the TP ops are its only communication, so the two prices of
+    // the overlap meet with nothing else in between.
+    if (c->split.stages.size() == 1 && c->split.stages.front().ranks.size() ==
+                                           static_cast<std::size_t>(c->split.tensor_parallel)) {
+      EXPECT_LE(std::abs(err), 0.001) << c->what;
+      ++tp_only;
+    }
+    errors.push_back(err);
+    ++compared;
+    if (std::getenv("CEPHALO_AGREEMENT_LOG")) {
+      const Plan p0 = plan_of(c->scenario, c->split, exposed, c->options.activation_checkpointing);
+      const auto r0 =
+          sim::simulate_plan(p0, c->scenario, *exposed_models.compute, *exposed_models.comm);
+      std::cout << 100 * err
+                << " % (exposed: " << 100 * (exposed.iteration_s / r0.report.iteration_time_s - 1)
+                << " %, tp " << tp_exposed << " -> " << tp << "): " << c->what << "\n";
+    }
+  }
+  ASSERT_GE(compared, 20);
+  EXPECT_GE(tp_only, 5);
+  EXPECT_GE(hidden, compared / 2);
+  std::sort(errors.begin(), errors.end(),
+            [](double a, double b) { return std::abs(a) < std::abs(b); });
+  // Measured 2026-12-07 (38 splits): median 0.05 %, 90th percentile 2.8 %, worst 5.1 % where no
+  // stage's replicas span nodes; one TP group alone 0.02 % at most. The spread is the exposed
+  // case's (above): a stage's DP reductions under its last backward, priced one at a time by
+  // the estimate, sharing links in the replay; the overlap shortens the backward they hide
+  // under, so the worst split (TP 2 x DP 2, optimizer sharding, 25 Gbit/s) goes from 2.5 %
+  // exposed to 5.1 %.
+  EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
+  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.035);
+  EXPECT_LE(worst_within, 0.06) << worst_within_case;
+  std::cout << compared << " splits with sequence parallelism and TP overlap (" << hidden
+            << " hide TP time); median |estimate / replay − 1| "
+            << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
+            << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst without stages "
+            << "across nodes " << 100 * worst_within << " % (" << worst_within_case << ")\n";
 }
 
 }  // namespace

@@ -46,7 +46,11 @@ def main():
             ("activation", 2, ["model", "activation"], "swish", ("squared-relu",)),
             ("kv-heads", 0, ["model", "kv_heads"], 5, ("divisor of heads",)),
             ("dp-overlap", 1, ["parallelism", "dp_overlap"], "always", ("per-unit",)),
-            ("optimizer-dtype", 0, ["optimizer_dtype"], "fp8", ("fp32 or bf16",))):
+            ("optimizer-dtype", 0, ["optimizer_dtype"], "fp8", ("fp32 or bf16",)),
+            ("tp-overlap", 0, ["parallelism", "tp_comm_overlap"], "yes", ("true or false",)),
+            # Point 0 runs without sequence parallelism: Transformer Engine cannot overlap it.
+            ("tp-overlap-without-sp", 0, ["parallelism", "tp_comm_overlap"], True,
+             ("without sequence parallelism",))):
         def mutate(d, i=i, keys=keys, value=value):
             node = d["points"][i]
             for k in keys[:-1]:

@@ -116,8 +116,8 @@ void RankEmitter::emit_tensor_parallel(const ComputeItem& item, OpKind kind, int
                         : OpKind::TpAllReduce;
   const Pass pass = item.forward ? Pass::Forward : Pass::Backward;
   Op tp = micro_batch_op(tk, pass, item.unit, phase, item.micro_batch, item.size);
-  tp.collective =
-      c_.links->tensor_parallel(prog_->rank, tk, item.unit, pass, calls, element_bytes, elements);
+  tp.collective = c_.links->tensor_parallel(prog_->rank, tk, kind, item.unit, pass, calls,
+                                            element_bytes, elements);
   tp.bytes = elements * element_bytes;
   tp.shard_bytes = tp.bytes / T;
   last_compute_ = append_linked(tp, {});

@@ -91,9 +91,9 @@ class StageLinks {
   // What a rank holds of one boundary activation (or gradient) of `rows` samples.
   virtual double boundary_bytes(std::int64_t rows) const = 0;
   // The rank's next tensor-parallel collective (every member of a TP group emits the same
-  // sequence).
-  virtual std::int32_t tensor_parallel(int rank, OpKind kind, int unit, Pass pass, int calls,
-                                       double element_bytes, double elements) = 0;
+  // sequence); `issued_by` is the compute op whose math issues it (Collective::issued_by).
+  virtual std::int32_t tensor_parallel(int rank, OpKind kind, OpKind issued_by, int unit, Pass pass,
+                                       int calls, double element_bytes, double elements) = 0;
   // The tied embedding's all-reduce of `rank`'s slice with its twin at the other end.
   virtual std::int32_t tied(int rank) = 0;
 };

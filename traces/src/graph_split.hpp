@@ -59,8 +59,8 @@ class SplitGraphBuilder : private StageLinks {
   std::vector<StageLinks::Transfer> transfers(int rank, int boundary, bool forward, int micro_batch,
                                               bool sends) override;
   double boundary_bytes(std::int64_t rows) const override;
-  std::int32_t tensor_parallel(int rank, OpKind kind, int unit, Pass pass, int calls,
-                               double element_bytes, double elements) override;
+  std::int32_t tensor_parallel(int rank, OpKind kind, OpKind issued_by, int unit, Pass pass,
+                               int calls, double element_bytes, double elements) override;
   std::int32_t tied(int rank) override;
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);

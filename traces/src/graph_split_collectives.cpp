@@ -14,8 +14,9 @@ namespace cephalo::traces {
 
 // ---- collectives ----------------------------------------------------------------------------
 
-std::int32_t SplitGraphBuilder::tensor_parallel(int rank, OpKind kind, int unit, Pass pass,
-                                                int calls, double element_bytes, double elements) {
+std::int32_t SplitGraphBuilder::tensor_parallel(int rank, OpKind kind, OpKind issued_by, int unit,
+                                                Pass pass, int calls, double element_bytes,
+                                                double elements) {
   const RankPlace& place = g_.places_[static_cast<std::size_t>(rank)];
   const int group = tp_group_base_[static_cast<std::size_t>(place.stage)] + place.replica;
   auto& ids = tp_ids_[static_cast<std::size_t>(group)];
@@ -33,6 +34,7 @@ std::int32_t SplitGraphBuilder::tensor_parallel(int rank, OpKind kind, int unit,
   c.element_bytes = element_bytes;
   c.total_bytes = elements * element_bytes;
   c.calls = calls;
+  c.issued_by = issued_by;
   c.phase = pass == Pass::Forward ? unit : 2 * units_ - 1 - unit;
   c.members_begin = static_cast<std::uint32_t>(g_.members_.size());
   const auto members = topo_.tp_group(place.stage, place.replica);

@@ -219,6 +219,12 @@ struct Implementation {
   // the runtime's own buffer copies priced (costmodels/framework_buffers.hpp), so a job that
   // names none prices as before they were modelled.
   bool framework_declared = false;
+  // Transformer Engine's userbuffers TP communication overlap (Megatron-Core / NeMo
+  // `tp_comm_overlap`, `ub_tp_comm_overlap`): a layer's sequence-parallel all-gathers and
+  // reduce-scatters run in chunks under its linear GEMMs instead of between them
+  // (costmodels/tensor_parallel.hpp, tp_overlap_exposed_seconds). Like NeMo, which turns it
+  // off without sequence parallelism, it changes nothing for a split whose layers all-reduce.
+  bool tp_comm_overlap = false;
   // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
   // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
   // read from ("" when given inline).
@@ -230,8 +236,8 @@ struct Implementation {
   // copies are priced): a profile row or the backend's stack matches a job that names fsdp2.
   bool operator==(const Implementation& o) const {
     return attention == o.attention && fused_elementwise == o.fused_elementwise &&
-           compiled == o.compiled && framework == o.framework && stack == o.stack &&
-           stack_file == o.stack_file;
+           compiled == o.compiled && framework == o.framework &&
+           tp_comm_overlap == o.tp_comm_overlap && stack == o.stack && stack_file == o.stack_file;
   }
 };
 // "flash, fused" style label, as calibration sources and reports print it; ", compiled" and
@@ -273,7 +279,8 @@ Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
 
 // Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
-// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "stack": "file.json" | {cephalo-stack}}
+// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
+// "stack": "file.json" | {cephalo-stack}}
 // (all optional; a stack file's path is relative to the file the reader reads).
 Implementation parse_implementation(JsonReader& reader);
 Json to_json(const Implementation& impl);

@@ -152,6 +152,8 @@ struct StageEstimate {
   // Per micro-batch through the whole stage (all chunks), seconds.
   double forward_compute = 0;
   double backward_compute = 0;  // backward + recompute forward
+  // The TP collectives' exposed time: all of it, or under the job's TP communication overlap
+  // (Implementation::tp_comm_overlap) what the layers' GEMMs do not hide.
   double tp_comm_forward = 0;
   double tp_comm_backward = 0;
   int tp_collectives_forward = 0;  // TP collective calls per micro-batch

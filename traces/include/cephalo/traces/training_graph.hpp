@@ -135,10 +135,14 @@ struct Collective {
   // Resolved once (see CollectiveVariant): Even iff every segment is Even. The op kinds agree
   // (AllGatherV / ReduceScatterV iff not Even).
   CollectiveVariant variant = CollectiveVariant::Even;
-  double element_bytes = 0;         // bytes per element moved (compute dtype; reduce dtype)
-  double total_bytes = 0;           // gathered / reduced buffer = Σ segment numel × element_bytes
-                                    // (TP: one call's buffer; Send: the transfer)
-  std::int32_t calls = 1;           // TP collectives: calls of the compute op's math
+  double element_bytes = 0;  // bytes per element moved (compute dtype; reduce dtype)
+  double total_bytes = 0;    // gathered / reduced buffer = Σ segment numel × element_bytes
+                             // (TP: one call's buffer; Send: the transfer)
+  std::int32_t calls = 1;    // TP collectives: calls of the compute op's math
+  // TP collectives: the compute op (Forward, Recompute, Backward) whose math issues the calls,
+  // i.e. whose GEMMs a job's TP communication overlap runs them under (costmodels/
+  // tensor_parallel.hpp, tp_overlap_exposed_seconds).
+  OpKind issued_by = OpKind::Forward;
   std::uint32_t members_begin = 0;  // into the members arrays (use TrainingGraph::members)
   std::uint32_t members_count = 0;
   std::uint32_t segments_begin = 0;  // into the segments array (use TrainingGraph::segments)
