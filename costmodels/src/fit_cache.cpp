@@ -1,13 +1,14 @@
 // The start-up cache of the shipped calibration's fit (fit_cache.hpp, costmodels/README.md).
 //
 // One file per (data folder, code object) in the user cache folder; it holds a header (magic,
-// format version, the key, the payload's size and XXH3 checksum) and the payload (the tables,
-// then the fitted model, every double bit for bit). The key is XXH3 over the build id of the
-// code that fits and the bytes of every input of the fit (catalogs, the shipped models'
-// configs, the profiles, the published throughput points): a changed input or a rebuilt binary
-// gives another key, and the entry is refitted and replaced. A file whose header, size, key or
-// checksum does not match is ignored, never trusted. Writes go through write_file_atomically (a
-// fresh temporary renamed over the entry), so concurrent processes never leave a torn file.
+// format version, the key, the payload's size and XXH3 checksum) and the payload (the built-in
+// catalogs' indexes, the tables, then the fitted model, every double bit for bit). The key is XXH3
+// over the build id of the code that fits and the bytes of every input of the fit (catalogs, the
+// shipped models' configs, the profiles, the published throughput points): a changed input or a
+// rebuilt binary gives another key, and the entry is refitted and replaced. A file whose header,
+// size, key or checksum does not match is ignored, never trusted. Writes go through
+// write_file_atomically (a fresh temporary renamed over the entry), so concurrent processes never
+// leave a torn file.
 #include "fit_cache.hpp"
 
 #include <dlfcn.h>
@@ -26,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
@@ -37,7 +39,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'C', 'E', 'P', 'H', 'F', 'I', 'T', '\n'};
-constexpr std::uint32_t kFormat = 2;
+constexpr std::uint32_t kFormat = 3;  // 3: the catalogs' indexes first
 
 struct Corrupt {};  // a payload that does not decode: the entry is ignored
 
@@ -306,11 +308,40 @@ std::optional<std::string_view> read_payload(const Entry& e, FileBuffer& buffer)
   return bytes.substr(header);
 }
 
+void put_catalog(std::string& out, const CatalogIndex& c) {
+  put_u64(out, c.name.size());
+  for (std::size_t i = 0; i < c.name.size(); ++i)
+    for (const auto* s : {&c.name[i], &c.where[i], &c.text[i]}) put_str(out, *s);
+  put_u64(out, c.keys.size());
+  for (const auto& [key, at] : c.keys) {
+    put_str(out, key);
+    put_u64(out, at);
+  }
+}
+CatalogIndex get_catalog(const char*& p, const char* end) {
+  CatalogIndex c;
+  const std::size_t n = get_count(p, end, 24);
+  for (auto* v : {&c.name, &c.where, &c.text}) v->reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (auto* v : {&c.name, &c.where, &c.text}) v->push_back(get_str(p, end));
+  const std::size_t k = get_count(p, end, 16);
+  c.keys.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    std::string key = get_str(p, end);
+    const std::uint64_t at = get_u64(p, end);
+    if (at >= n) throw Corrupt{};
+    c.keys.emplace_back(std::move(key), static_cast<std::size_t>(at));
+  }
+  return c;
+}
+
 struct State {
   std::optional<Entry> entry;
   FileBuffer buffer;  // holds the payload
   std::optional<std::string_view> payload;
-  std::size_t model_offset = 0;  // where the model starts in the payload
+  std::optional<CatalogIndex> catalogs[2];  // decoded at once, handed out by cached_catalog
+  std::size_t tables_offset = 0;            // where the tables start in the payload
+  std::size_t model_offset = 0;             // where the model starts in the payload
 };
 State& state() {
   static State s = [] {
@@ -318,8 +349,15 @@ State& state() {
     try {
       st.entry = entry(st.buffer);
       if (st.entry) st.payload = read_payload(*st.entry, st.buffer);
+      if (st.payload) {
+        const char* p = st.payload->data();
+        const char* end = p + st.payload->size();
+        for (auto& c : st.catalogs) c = get_catalog(p, end);
+        st.tables_offset = static_cast<std::size_t>(p - st.payload->data());
+      }
     } catch (...) {
       st.payload.reset();
+      for (auto& c : st.catalogs) c.reset();
     }
     return st;
   }();
@@ -560,11 +598,17 @@ std::shared_ptr<CalibratedComputeModel> FitCacheCodec::decode_model(
 
 namespace fit_cache {
 
+std::optional<CatalogIndex> cached_catalog(BuiltinCatalog which) {
+  State& s = state();
+  if (!s.payload) return std::nullopt;
+  return std::exchange(s.catalogs[static_cast<int>(which)], std::nullopt);
+}
+
 std::unique_ptr<ProfileTables> cached_tables() {
   State& s = state();
   if (!s.payload) return nullptr;
   try {
-    const char* p = s.payload->data();
+    const char* p = s.payload->data() + s.tables_offset;
     const char* end = p + s.payload->size();
     auto t = std::make_unique<ProfileTables>(FitCacheCodec::decode_tables(p, end));
     s.model_offset = static_cast<std::size_t>(p - s.payload->data());
@@ -594,6 +638,8 @@ void store(const ProfileTables& tables, const CalibratedComputeModel& model) {
   if (!s.entry) return;
   try {
     std::string payload;
+    put_catalog(payload, GpuCatalog::builtin().index());
+    put_catalog(payload, ModelCatalog::builtin().index());
     FitCacheCodec::encode(tables, payload);
     FitCacheCodec::encode(model, tables, payload);
     std::string bytes(kMagic, sizeof kMagic);
