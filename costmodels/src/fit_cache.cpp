@@ -446,6 +446,7 @@ void FitCacheCodec::encode(const ProfileTables& t, std::string& out) {
 ProfileTables FitCacheCodec::decode_tables(const char*& p, const char* end) {
   ProfileTables t;
   const std::size_t n = get_count(p, end, 64);
+  t.rows_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) t.add(get_row(p, end));
   if (t.rows_.size() != n) throw Corrupt{};  // rows are unique as stored
   const std::size_t u = get_count(p, end, 8);
