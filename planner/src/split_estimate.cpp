@@ -93,7 +93,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
   // Per stage, the slowest replica's units in forward order (the DP tail follows them).
   std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
-  std::vector<double> start_delay(static_cast<std::size_t>(p), 0.0);
+  // Per stage, its first chunk's units' parameter gathers before their first forward and those
+  // forwards (full and hybrid sharding; empty otherwise).
+  std::vector<std::vector<std::pair<double, double>>> first_gathers(static_cast<std::size_t>(p));
+  std::vector<std::size_t> first_chunk_units(static_cast<std::size_t>(p), 0);
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -167,6 +170,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.replica_micro_batches = rep.size;
     const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
     unit_steps[static_cast<std::size_t>(s)] = ps.units;
+    first_chunk_units[static_cast<std::size_t>(s)] = ps.first_chunk_units;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
     est.tp_bytes_per_collective = ps.tp_bytes;
@@ -319,10 +323,19 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                              : 1.0;
     const double P = est.parameters_per_rank;
     const bool none = split.sharding == StageSharding::None;
-    // One DP collective over the stage's DP group 0, each member's part by its share.
-    const auto dp_collective = [&](CollectiveKind kind, double bytes) {
-      return none || rep.even_shares ? stage_collective(sr, 1, kind, bytes)
-                                     : collective(rep.shared_request(kind, sr.group, bytes));
+    // One DP collective of `elements` per TP rank as the stage's graph runs it.
+    const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
+                                      double variant_elements = -1) {
+      return dp_collective(sr, rep, split.sharding, kind, elements, bytes_each, sharing,
+                           variant_elements);
+    };
+    // A unit's gradient reduction: an all-reduce without sharding, else a reduce-scatter in
+    // each sharding group, then under hybrid the all-reduce across the groups.
+    const auto reduction = [&](double elements, double variant_elements = -1) {
+      return none ? state_collective(CollectiveKind::AllReduce, elements, e_r)
+                  : state_collective(CollectiveKind::ReduceScatter, elements, e_r,
+                                     variant_elements) +
+                        cross_reduction(sr, rep, elements, e_r, sharing);
     };
     double dp = 0, dp_exposed = 0, after_step = 0;
     if (R > 1 && options.dp_overlap == DpOverlap::PerUnit) {
@@ -331,8 +344,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // at a time on the comm stream, under the rest of the stage's last backward; what runs
       // past its end is exposed. Under `optimizer` the updated parameters are all-gathered
       // after the step; under `full` and `hybrid` each unit is gathered before its first
-      // forward (prefetched): the first stage's first forward waits for what the gathers do
-      // not hide, which delays the whole pipeline.
+      // forward (prefetched, every stage's from the iteration's start): a stage's first
+      // forward waits for what the gathers do not hide, which delays the whole pipeline.
       // A one-stage T = 1 fully sharded split is an FSDP plan, whose graph gathers each unit
       // again for its backward (layered accumulation), the next unit's gather issued on the
       // comm stream when a unit's backward starts, ahead of that unit's reduce-scatter: the
@@ -340,7 +353,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const bool regathers = split.is_default();
       const auto& units = unit_steps[static_cast<std::size_t>(s)];
       const auto gather = [&](const split_detail::UnitStep& u) {
-        return dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+        return state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
       };
       double end = 0, done = 0, compute = 0;
       double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
@@ -356,32 +369,26 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           end = gathered;
           dp += g;
         }
-        const double d =
-            dp_collective(none ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
-                          u->params * e_r * sharing);
+        const double d = reduction(u->params, u->layout_params());
         end = std::max(end, compute) + d;
         dp += d;
       }
       dp_exposed = std::max(0.0, end - done);
       if (split.sharding == StageSharding::Optimizer) {
-        after_step = dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+        after_step = state_collective(CollectiveKind::AllGather, P, e_c);
         dp += after_step;
       } else if (!none) {
-        double gathered = 0, forward = 0, plain = 0;
-        for (const auto& u : units) {
-          const double g = dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
-          gathered += g;
-          forward = std::max(forward, gathered) + u.forward;
-          plain += u.forward;
+        auto& first = first_gathers[static_cast<std::size_t>(s)];
+        for (std::size_t i = 0; i < units.size(); ++i) {
+          const auto& u = units[i];
+          const double g =
+              state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
+          if (i < first_chunk_units[static_cast<std::size_t>(s)]) first.emplace_back(g, u.forward);
           dp += g;
         }
-        if (s == 0) start_delay[0] = forward - plain;
       }
     } else if (R > 1) {
-      const double grad_bytes = P * e_r * sharing;
-      dp = none ? dp_collective(CollectiveKind::AllReduce, grad_bytes)
-                : dp_collective(CollectiveKind::ReduceScatter, grad_bytes) +
-                      dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+      dp = reduction(P) + (none ? 0.0 : state_collective(CollectiveKind::AllGather, P, e_c));
     }
     const double reductions = dp;
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
@@ -400,14 +407,15 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                                                       : dp;
     // The optimizer step over each replica's shard on its own device: the slowest one's.
     est.optimizer_step = 0;
-    std::vector<bool> priced(rep.classes.size(), false);
+    // A replica's shard is its share of its sharding group's state (hybrid: of its node's
+    // copy), each (GPU type, share) priced once.
+    std::vector<std::pair<std::size_t, double>> priced;
     for (std::size_t j = 0; j < rep.size.size(); ++j) {
-      const bool even = split.sharding == StageSharding::None || rep.even_shares;
-      if (even && priced[rep.class_of[j]]) continue;  // the same shard on the same GPU type
-      priced[rep.class_of[j]] = true;
-      const double shard = split.sharding == StageSharding::None ? P
-                           : rep.even_shares                     ? P / R
-                                                                 : P * rep.share[j];
+      const double x = split.sharding == StageSharding::None ? 1.0 : rep.share[j];
+      const std::pair<std::size_t, double> alike{rep.class_of[j], x};
+      if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
+      priced.push_back(alike);
+      const double shard = P * x;
       est.optimizer_step = std::max(
           est.optimizer_step,
           models.compute->optimizer_time(*rep.classes[rep.class_of[j]], job, shard).seconds);
@@ -426,6 +434,32 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     return out;
   }
 
+  // The first micro-batch's forward through the first chunk of every stage, each unit after
+  // its gather (all issued at the iteration's start) and the boundary transfers: what it ends
+  // later than without gathers delays the whole pipeline.
+  double start_delay = 0;
+  {
+    double plain = 0, gated = 0;
+    for (int s = 0; s < p; ++s) {
+      const auto& first = first_gathers[static_cast<std::size_t>(s)];
+      if (first.empty()) {
+        plain += times[static_cast<std::size_t>(s)].forward;
+        gated += times[static_cast<std::size_t>(s)].forward;
+      }
+      double gathered = 0;
+      for (const auto& [g, f] : first) {
+        gathered += g;
+        gated = std::max(gated, gathered) + f;
+        plain += f;
+      }
+      if (s + 1 < p) {
+        const pipeline::Transfer& x = transfers[static_cast<std::size_t>(s)];
+        plain += x.seconds + x.after;
+        gated += x.seconds + x.after;
+      }
+    }
+    start_delay = gated - plain;
+  }
   const pipeline::PipelineTiming timing =
       pipeline::pipeline_makespan(p, m, split.schedule, times, transfers);
   out.makespan_s = timing.makespan;
@@ -436,7 +470,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
-    est.finish = est.last_backward_end + start_delay[0] + est.dp_exposed + est.optimizer_step;
+    est.finish = est.last_backward_end + start_delay + est.dp_exposed + est.optimizer_step;
     out.iteration_s = std::max(out.iteration_s, est.finish);
   }
   return out;

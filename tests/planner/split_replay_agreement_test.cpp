@@ -141,7 +141,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
     const auto replay = sim::simulate_plan(plan, c->scenario, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
     // A stage whose data-parallel replicas span nodes: its gathers and reductions cross the
-    // NICs, where they meet other stages' collectives and the transfers (left out below).
+    // NICs, where they meet other stages' collectives and the transfers (also reported apart).
     bool crosses = false;
     for (const auto& st : c->split.stages) {
       const auto& ranks = c->scenario.cluster.ranks();
@@ -183,13 +183,14 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::sort(errors.begin(), errors.end(),
             [](double a, double b) { return std::abs(a) < std::abs(b); });
   EXPECT_GE(compared, 100);
-  // Measured 2026-12-06: median 0.02 %, 90th percentile 1.9 %, worst 4.4 % where no stage's
-  // replicas span nodes; beyond that the estimate prices a stage's DP collectives on its own
-  // NICs, where the replay has them meet the other stages' and the transfers (up to 50 % off
-  // on 10 Gbit/s). planner/README.md, "3D plans: the estimate against the replay".
+  // Measured 2026-12-07: median 0.01 %, 90th percentile 1.7 %, worst 8.8 % (4.4 % where no
+  // stage's replicas span nodes). What is left across nodes is the NICs the replay shares
+  // between one stage's collectives, the other stages' and the transfers, which the estimate
+  // prices apart. planner/README.md, "3D plans: the estimate against the replay".
   EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
   EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.025);
   EXPECT_LE(worst_within, 0.045) << worst_within_case;
+  EXPECT_LE(worst, 0.10) << worst_case;
   std::cout << compared << " splits; mean |estimate / replay − 1| " << 100 * sum / compared
             << " %, median " << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
             << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst " << 100 * worst
