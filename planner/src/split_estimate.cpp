@@ -19,6 +19,63 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
+// Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
+// each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
+// 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
+// flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
+// that shares no NIC with another ends at release + work.
+struct NicChain {
+  double release = 0, work = 0;
+  const std::vector<int>* nodes = nullptr;
+};
+
+std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains) {
+  const std::size_t n = chains.size();
+  std::vector<double> end(n);
+  for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
+  std::map<int, int> users;
+  bool shared = false;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) shared |= ++users[node] > 1;
+  if (!shared) return end;
+  std::vector<double> left(n);
+  std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
+  for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
+  for (auto& [node, count] : users) count = 0;
+  double t = std::numeric_limits<double>::infinity();
+  for (const auto& c : chains) t = std::min(t, c.release);
+  std::vector<double> rate(n, 0.0);
+  for (std::size_t done = 0; done < n;) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (state[i] == 0 && chains[i].release <= t) {
+        state[i] = 1;
+        for (int node : *chains[i].nodes) ++users[node];
+      }
+    double next = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] == 0) next = std::min(next, chains[i].release);
+      if (state[i] != 1) continue;
+      int most = 1;
+      for (int node : *chains[i].nodes) most = std::max(most, users[node]);
+      rate[i] = 1.0 / most;
+      next = std::min(next, t + left[i] / rate[i]);
+    }
+    const double dt = next - t;
+    t = next;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] != 1) continue;
+      left[i] -= dt * rate[i];
+      if (left[i] <= 1e-12 * std::max(1.0, chains[i].work)) {
+        state[i] = 2;
+        end[i] = t;
+        ++done;
+        for (int node : *chains[i].nodes) --users[node];
+      }
+    }
+  }
+  return end;
+}
+
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -97,6 +154,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   // forwards (full and hybrid sharding; empty otherwise).
   std::vector<std::vector<std::pair<double, double>>> first_gathers(static_cast<std::size_t>(p));
   std::vector<std::size_t> first_chunk_units(static_cast<std::size_t>(p), 0);
+  // Per stage whose DP group spans nodes: its forward gathers' chain (all issued at the start)
+  // and its tail's collectives (the backward's re-gathers and reductions, the parameter
+  // all-gather after the step), in seconds at full rate; the NICs it shares with other
+  // stages' chains slow both.
+  std::vector<double> gather_work(static_cast<std::size_t>(p), 0.0);
+  std::vector<double> tail_work(static_cast<std::size_t>(p), 0.0);
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -374,9 +437,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         dp += d;
       }
       dp_exposed = std::max(0.0, end - done);
+      tail_work[static_cast<std::size_t>(s)] = dp;
       if (split.sharding == StageSharding::Optimizer) {
         after_step = state_collective(CollectiveKind::AllGather, P, e_c);
         dp += after_step;
+        tail_work[static_cast<std::size_t>(s)] += after_step;
       } else if (!none) {
         auto& first = first_gathers[static_cast<std::size_t>(s)];
         for (std::size_t i = 0; i < units.size(); ++i) {
@@ -384,11 +449,13 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           const double g =
               state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
           if (i < first_chunk_units[static_cast<std::size_t>(s)]) first.emplace_back(g, u.forward);
+          gather_work[static_cast<std::size_t>(s)] += g;
           dp += g;
         }
       }
     } else if (R > 1) {
       dp = reduction(P) + (none ? 0.0 : state_collective(CollectiveKind::AllGather, P, e_c));
+      tail_work[static_cast<std::size_t>(s)] = dp;
     }
     const double reductions = dp;
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
@@ -437,6 +504,23 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   // The first micro-batch's forward through the first chunk of every stage, each unit after
   // its gather (all issued at the iteration's start) and the boundary transfers: what it ends
   // later than without gathers delays the whole pipeline.
+  // Stages whose gathers cross the same NICs share them from the start: each stage's gathers
+  // stretched by what sharing adds to its chain.
+  std::vector<NicChain> chains;
+  std::vector<int> chain_stage;
+  for (int s = 0; s < p; ++s)
+    if (stage_facts[static_cast<std::size_t>(s)]->group_spans_nodes &&
+        gather_work[static_cast<std::size_t>(s)] > 0) {
+      chains.push_back({0.0, gather_work[static_cast<std::size_t>(s)],
+                        &stage_facts[static_cast<std::size_t>(s)]->group_nodes});
+      chain_stage.push_back(s);
+    }
+  std::vector<double> stretch(static_cast<std::size_t>(p), 1.0);
+  if (chains.size() > 1) {
+    const std::vector<double> ends = shared_nic_ends(chains);
+    for (std::size_t i = 0; i < chains.size(); ++i)
+      stretch[static_cast<std::size_t>(chain_stage[i])] = ends[i] / chains[i].work;
+  }
   double start_delay = 0;
   {
     double plain = 0, gated = 0;
@@ -448,7 +532,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       }
       double gathered = 0;
       for (const auto& [g, f] : first) {
-        gathered += g;
+        gathered += g * stretch[static_cast<std::size_t>(s)];
         gated = std::max(gated, gathered) + f;
         plain += f;
       }
@@ -471,8 +555,31 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
     est.finish = est.last_backward_end + start_delay + est.dp_exposed + est.optimizer_step;
-    out.iteration_s = std::max(out.iteration_s, est.finish);
   }
+  // The tails: each stage's collectives as one chain ending where its exposed part ends (before
+  // the optimizer step); stages whose DP groups cross the same NICs share them, and what that
+  // adds to a chain's end is exposed.
+  chains.clear();
+  chain_stage.clear();
+  for (int s = 0; s < p; ++s) {
+    const StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    const double work = tail_work[static_cast<std::size_t>(s)];
+    if (!stage_facts[static_cast<std::size_t>(s)]->group_spans_nodes || work <= 0) continue;
+    const double ends = est.finish - est.optimizer_step;
+    chains.push_back({ends - work, work, &stage_facts[static_cast<std::size_t>(s)]->group_nodes});
+    chain_stage.push_back(s);
+  }
+  if (chains.size() > 1) {
+    const std::vector<double> ends = shared_nic_ends(chains);
+    for (std::size_t i = 0; i < chains.size(); ++i) {
+      StageEstimate& est = out.stages[static_cast<std::size_t>(chain_stage[i])];
+      const double later = ends[i] - (chains[i].release + chains[i].work);
+      est.dp_exposed += later;
+      est.finish += later;
+    }
+  }
+  for (const StageEstimate& est : out.stages)
+    out.iteration_s = std::max(out.iteration_s, est.finish);
   return out;
 }
 

@@ -174,6 +174,7 @@ struct SplitEstimator::Impl {
     std::vector<int> ranks;
     std::vector<int> tp, group;
     bool group_spans_nodes = false;
+    std::vector<int> group_nodes;  // the nodes of its DP group when it spans nodes, ascending
     int stage_on_first_node = 0, group_on_first_node = 0;
     double capacity = std::numeric_limits<double>::infinity();
     int capacity_rank = 0;
@@ -198,6 +199,8 @@ struct SplitEstimator::Impl {
     for (int r : st_ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
     const int first_node = ranks[static_cast<std::size_t>(st_ranks.front())].node;
     e->group_spans_nodes = group_on_node.size() > 1;
+    if (e->group_spans_nodes)
+      for (const auto& [node, count] : group_on_node) e->group_nodes.push_back(node);
     e->stage_on_first_node = stage_on_node[first_node];
     e->group_on_first_node = group_on_node[first_node];
     const double usable = costmodels::memory_constants().usable_fraction;
