@@ -23,25 +23,26 @@ std::string gib(double bytes) { return format_bytes(bytes); }
 // each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
 // 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
 // flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
-// that shares no NIC with another ends at release + work.
+// that shares no NIC with another ends at release + work. `users`: per cluster node, zero on
+// entry and again on return (the caller's, so a candidate allocates nothing).
 struct NicChain {
   double release = 0, work = 0;
   const std::vector<int>* nodes = nullptr;
 };
 
-std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains) {
+std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains, std::vector<int>& users) {
   const std::size_t n = chains.size();
   std::vector<double> end(n);
   for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
-  std::map<int, int> users;
   bool shared = false;
   for (const auto& c : chains)
-    for (int node : *c.nodes) shared |= ++users[node] > 1;
+    for (int node : *c.nodes) shared |= ++users[static_cast<std::size_t>(node)] > 1;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) users[static_cast<std::size_t>(node)] = 0;
   if (!shared) return end;
   std::vector<double> left(n);
   std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
   for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
-  for (auto& [node, count] : users) count = 0;
   double t = std::numeric_limits<double>::infinity();
   for (const auto& c : chains) t = std::min(t, c.release);
   std::vector<double> rate(n, 0.0);
@@ -49,14 +50,15 @@ std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains) {
     for (std::size_t i = 0; i < n; ++i)
       if (state[i] == 0 && chains[i].release <= t) {
         state[i] = 1;
-        for (int node : *chains[i].nodes) ++users[node];
+        for (int node : *chains[i].nodes) ++users[static_cast<std::size_t>(node)];
       }
     double next = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < n; ++i) {
       if (state[i] == 0) next = std::min(next, chains[i].release);
       if (state[i] != 1) continue;
       int most = 1;
-      for (int node : *chains[i].nodes) most = std::max(most, users[node]);
+      for (int node : *chains[i].nodes)
+        most = std::max(most, users[static_cast<std::size_t>(node)]);
       rate[i] = 1.0 / most;
       next = std::min(next, t + left[i] / rate[i]);
     }
@@ -69,7 +71,7 @@ std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains) {
         state[i] = 2;
         end[i] = t;
         ++done;
-        for (int node : *chains[i].nodes) --users[node];
+        for (int node : *chains[i].nodes) --users[static_cast<std::size_t>(node)];
       }
     }
   }
@@ -517,7 +519,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
   std::vector<double> stretch(static_cast<std::size_t>(p), 1.0);
   if (chains.size() > 1) {
-    const std::vector<double> ends = shared_nic_ends(chains);
+    const std::vector<double> ends = shared_nic_ends(chains, nic_users);
     for (std::size_t i = 0; i < chains.size(); ++i)
       stretch[static_cast<std::size_t>(chain_stage[i])] = ends[i] / chains[i].work;
   }
@@ -570,7 +572,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     chain_stage.push_back(s);
   }
   if (chains.size() > 1) {
-    const std::vector<double> ends = shared_nic_ends(chains);
+    const std::vector<double> ends = shared_nic_ends(chains, nic_users);
     for (std::size_t i = 0; i < chains.size(); ++i) {
       StageEstimate& est = out.stages[static_cast<std::size_t>(chain_stage[i])];
       const double later = ends[i] - (chains[i].release + chains[i].work);

@@ -267,8 +267,14 @@ struct SplitEstimator::Impl {
     std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
   };
 
+  // Per cluster node: chains on its NICs while shared_nic_ends runs (zero between calls).
+  std::vector<int> nic_users;
+
   Impl(const Scenario& s, const costmodels::CostModels& m)
-      : scenario(s), models(m), rank_table(s.cluster.ranks()) {}
+      : scenario(s),
+        models(m),
+        rank_table(s.cluster.ranks()),
+        nic_users(s.cluster.nodes.size(), 0) {}
 
   DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
     const DeviceKey key{spec.name, b, options.backward_at_forward_rate};
