@@ -152,10 +152,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
   // Per stage, the slowest replica's units in forward order (the DP tail follows them).
   std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
-  // Per stage, its first chunk's units' parameter gathers before their first forward and those
-  // forwards (full and hybrid sharding; empty otherwise).
-  std::vector<std::vector<std::pair<double, double>>> first_gathers(static_cast<std::size_t>(p));
-  std::vector<std::size_t> first_chunk_units(static_cast<std::size_t>(p), 0);
+  // Per stage, its units' parameter gathers before their first forward and those forwards
+  // (full and hybrid sharding; empty otherwise), and where each chunk's units end.
+  std::vector<std::vector<std::pair<double, double>>> unit_gathers(static_cast<std::size_t>(p));
+  std::vector<std::vector<std::size_t>> chunk_ends(static_cast<std::size_t>(p));
   // Per stage whose DP group spans nodes: its forward gathers' chain (all issued at the start)
   // and its tail's collectives (the backward's re-gathers and reductions, the parameter
   // all-gather after the step), in seconds at full rate; the NICs it shares with other
@@ -235,7 +235,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.replica_micro_batches = rep.size;
     const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
     unit_steps[static_cast<std::size_t>(s)] = ps.units;
-    first_chunk_units[static_cast<std::size_t>(s)] = ps.first_chunk_units;
+    chunk_ends[static_cast<std::size_t>(s)] = ps.chunk_ends;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
     est.tp_bytes_per_collective = ps.tp_bytes;
@@ -445,12 +445,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         dp += after_step;
         tail_work[static_cast<std::size_t>(s)] += after_step;
       } else if (!none) {
-        auto& first = first_gathers[static_cast<std::size_t>(s)];
+        auto& gathers = unit_gathers[static_cast<std::size_t>(s)];
         for (std::size_t i = 0; i < units.size(); ++i) {
           const auto& u = units[i];
           const double g =
               state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
-          if (i < first_chunk_units[static_cast<std::size_t>(s)]) first.emplace_back(g, u.forward);
+          gathers.emplace_back(g, u.forward);
           gather_work[static_cast<std::size_t>(s)] += g;
           dp += g;
         }
@@ -527,7 +527,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   {
     double plain = 0, gated = 0;
     for (int s = 0; s < p; ++s) {
-      const auto& first = first_gathers[static_cast<std::size_t>(s)];
+      const auto& all = unit_gathers[static_cast<std::size_t>(s)];
+      const std::span<const std::pair<double, double>> first(
+          all.data(), all.empty() ? 0 : chunk_ends[static_cast<std::size_t>(s)].front());
       if (first.empty()) {
         plain += times[static_cast<std::size_t>(s)].forward;
         gated += times[static_cast<std::size_t>(s)].forward;
@@ -556,7 +558,39 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
-    est.finish = est.last_backward_end + start_delay + est.dp_exposed + est.optimizer_step;
+  }
+  // A later chunk's first forward waits for its units' gathers too, issued after the earlier
+  // chunks' from the start: a stage whose gathers run past that forward's start in the
+  // schedule stalls the pipeline by the most any such forward ends later.
+  double chunk_delay = 0;
+  for (int s = 0; s < p && V > 1; ++s) {
+    const auto& all = unit_gathers[static_cast<std::size_t>(s)];
+    if (all.empty()) continue;
+    const auto& ends = chunk_ends[static_cast<std::size_t>(s)];
+    const auto& order = schedule_orders.orders[static_cast<std::size_t>(s)];
+    const double k = stretch[static_cast<std::size_t>(s)];
+    double gathered = 0;
+    std::size_t u = 0;
+    for (std::size_t c = 0; c < ends.size(); ++c) {
+      std::size_t i = 0;
+      while (i < order.size() &&
+             !(order[i].pass == pipeline::Pass::Forward && order[i].chunk == static_cast<int>(c)))
+        ++i;
+      const double begin =
+          i < order.size() ? timing.start[static_cast<std::size_t>(s)][i] + start_delay : 0.0;
+      double gated = begin, plain = begin;
+      for (; u < ends[c] && u < all.size(); ++u) {
+        gathered += all[u].first * k;
+        gated = std::max(gated, gathered) + all[u].second;
+        plain += all[u].second;
+      }
+      if (c > 0) chunk_delay = std::max(chunk_delay, gated - plain);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    est.finish =
+        est.last_backward_end + start_delay + chunk_delay + est.dp_exposed + est.optimizer_step;
   }
   // The tails: each stage's collectives as one chain ending where its exposed part ends (before
   // the optimizer step); stages whose DP groups cross the same NICs share them, and what that

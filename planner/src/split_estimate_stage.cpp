@@ -339,7 +339,7 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
             costmodels::phase_parameters(model, head) - costmodels::unit_parameters(model, head);
     }
     out.units.insert(out.units.end(), steps.begin(), steps.end());
-    if (c == 0) out.first_chunk_units = out.units.size();
+    out.chunk_ends.push_back(out.units.size());
     out.chunks.push_back({fc + fcomm, bc + bcomm});
     out.forward_compute += fc;
     out.backward_compute += bc;

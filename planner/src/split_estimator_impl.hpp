@@ -91,7 +91,7 @@ struct UnitStep {
 struct StagePass {
   std::vector<pipeline::StageTimes> chunks;
   std::vector<UnitStep> units;        // the stage's units, chunk after chunk, in forward order
-  std::size_t first_chunk_units = 0;  // of `units`, those of its first chunk
+  std::vector<std::size_t> chunk_ends;  // per chunk: the end of its units in `units`
   double forward_compute = 0, backward_compute = 0, tp_comm_forward = 0, tp_comm_backward = 0;
   int f_calls = 0, b_calls = 0, layers = 0;
   double params = 0, replicated_forward = 0, replicated_backward = 0, tp_bytes = 0;
