@@ -19,6 +19,65 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
 
 std::string gib(double bytes) { return format_bytes(bytes); }
 
+// Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
+// each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
+// 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
+// flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
+// that shares no NIC with another ends at release + work. `users`: per cluster node, zero on
+// entry and again on return (the caller's, so a candidate allocates nothing).
+struct NicChain {
+  double release = 0, work = 0;
+  const std::vector<int>* nodes = nullptr;
+};
+
+std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains, std::vector<int>& users) {
+  const std::size_t n = chains.size();
+  std::vector<double> end(n);
+  for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
+  bool shared = false;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) shared |= ++users[static_cast<std::size_t>(node)] > 1;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) users[static_cast<std::size_t>(node)] = 0;
+  if (!shared) return end;
+  std::vector<double> left(n);
+  std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
+  for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
+  double t = std::numeric_limits<double>::infinity();
+  for (const auto& c : chains) t = std::min(t, c.release);
+  std::vector<double> rate(n, 0.0);
+  for (std::size_t done = 0; done < n;) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (state[i] == 0 && chains[i].release <= t) {
+        state[i] = 1;
+        for (int node : *chains[i].nodes) ++users[static_cast<std::size_t>(node)];
+      }
+    double next = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] == 0) next = std::min(next, chains[i].release);
+      if (state[i] != 1) continue;
+      int most = 1;
+      for (int node : *chains[i].nodes)
+        most = std::max(most, users[static_cast<std::size_t>(node)]);
+      rate[i] = 1.0 / most;
+      next = std::min(next, t + left[i] / rate[i]);
+    }
+    const double dt = next - t;
+    t = next;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] != 1) continue;
+      left[i] -= dt * rate[i];
+      if (left[i] <= 1e-12 * std::max(1.0, chains[i].work)) {
+        state[i] = 2;
+        end[i] = t;
+        ++done;
+        for (int node : *chains[i].nodes) --users[static_cast<std::size_t>(node)];
+      }
+    }
+  }
+  return end;
+}
+
 }  // namespace
 
 double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
@@ -93,7 +152,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
   // Per stage, the slowest replica's units in forward order (the DP tail follows them).
   std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
-  std::vector<double> start_delay(static_cast<std::size_t>(p), 0.0);
+  // Per stage, its units' parameter gathers before their first forward and those forwards
+  // (full and hybrid sharding; empty otherwise), and where each chunk's units end.
+  std::vector<std::vector<std::pair<double, double>>> unit_gathers(static_cast<std::size_t>(p));
+  std::vector<std::vector<std::size_t>> chunk_ends(static_cast<std::size_t>(p));
+  // Per stage whose DP group spans nodes: its forward gathers' chain (all issued at the start)
+  // and its tail's collectives (the backward's re-gathers and reductions, the parameter
+  // all-gather after the step), in seconds at full rate; the NICs it shares with other
+  // stages' chains slow both.
+  std::vector<double> gather_work(static_cast<std::size_t>(p), 0.0);
+  std::vector<double> tail_work(static_cast<std::size_t>(p), 0.0);
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -167,6 +235,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.replica_micro_batches = rep.size;
     const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
     unit_steps[static_cast<std::size_t>(s)] = ps.units;
+    chunk_ends[static_cast<std::size_t>(s)] = ps.chunk_ends;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
     est.tp_bytes_per_collective = ps.tp_bytes;
@@ -319,10 +388,19 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                              : 1.0;
     const double P = est.parameters_per_rank;
     const bool none = split.sharding == StageSharding::None;
-    // One DP collective over the stage's DP group 0, each member's part by its share.
-    const auto dp_collective = [&](CollectiveKind kind, double bytes) {
-      return none || rep.even_shares ? stage_collective(sr, 1, kind, bytes)
-                                     : collective(rep.shared_request(kind, sr.group, bytes));
+    // One DP collective of `elements` per TP rank as the stage's graph runs it.
+    const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
+                                      double variant_elements = -1) {
+      return dp_collective(sr, rep, split.sharding, kind, elements, bytes_each, sharing,
+                           variant_elements);
+    };
+    // A unit's gradient reduction: an all-reduce without sharding, else a reduce-scatter in
+    // each sharding group, then under hybrid the all-reduce across the groups.
+    const auto reduction = [&](double elements, double variant_elements = -1) {
+      return none ? state_collective(CollectiveKind::AllReduce, elements, e_r)
+                  : state_collective(CollectiveKind::ReduceScatter, elements, e_r,
+                                     variant_elements) +
+                        cross_reduction(sr, rep, elements, e_r, sharing);
     };
     double dp = 0, dp_exposed = 0, after_step = 0;
     if (R > 1 && options.dp_overlap == DpOverlap::PerUnit) {
@@ -331,8 +409,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // at a time on the comm stream, under the rest of the stage's last backward; what runs
       // past its end is exposed. Under `optimizer` the updated parameters are all-gathered
       // after the step; under `full` and `hybrid` each unit is gathered before its first
-      // forward (prefetched): the first stage's first forward waits for what the gathers do
-      // not hide, which delays the whole pipeline.
+      // forward (prefetched, every stage's from the iteration's start): a stage's first
+      // forward waits for what the gathers do not hide, which delays the whole pipeline.
       // A one-stage T = 1 fully sharded split is an FSDP plan, whose graph gathers each unit
       // again for its backward (layered accumulation), the next unit's gather issued on the
       // comm stream when a unit's backward starts, ahead of that unit's reduce-scatter: the
@@ -340,7 +418,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const bool regathers = split.is_default();
       const auto& units = unit_steps[static_cast<std::size_t>(s)];
       const auto gather = [&](const split_detail::UnitStep& u) {
-        return dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
+        return state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
       };
       double end = 0, done = 0, compute = 0;
       double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
@@ -356,32 +434,30 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           end = gathered;
           dp += g;
         }
-        const double d =
-            dp_collective(none ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
-                          u->params * e_r * sharing);
+        const double d = reduction(u->params, u->layout_params());
         end = std::max(end, compute) + d;
         dp += d;
       }
       dp_exposed = std::max(0.0, end - done);
+      tail_work[static_cast<std::size_t>(s)] = dp;
       if (split.sharding == StageSharding::Optimizer) {
-        after_step = dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+        after_step = state_collective(CollectiveKind::AllGather, P, e_c);
         dp += after_step;
+        tail_work[static_cast<std::size_t>(s)] += after_step;
       } else if (!none) {
-        double gathered = 0, forward = 0, plain = 0;
-        for (const auto& u : units) {
-          const double g = dp_collective(CollectiveKind::AllGather, u.params * e_c * sharing);
-          gathered += g;
-          forward = std::max(forward, gathered) + u.forward;
-          plain += u.forward;
+        auto& gathers = unit_gathers[static_cast<std::size_t>(s)];
+        for (std::size_t i = 0; i < units.size(); ++i) {
+          const auto& u = units[i];
+          const double g =
+              state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
+          gathers.emplace_back(g, u.forward);
+          gather_work[static_cast<std::size_t>(s)] += g;
           dp += g;
         }
-        if (s == 0) start_delay[0] = forward - plain;
       }
     } else if (R > 1) {
-      const double grad_bytes = P * e_r * sharing;
-      dp = none ? dp_collective(CollectiveKind::AllReduce, grad_bytes)
-                : dp_collective(CollectiveKind::ReduceScatter, grad_bytes) +
-                      dp_collective(CollectiveKind::AllGather, P * e_c * sharing);
+      dp = reduction(P) + (none ? 0.0 : state_collective(CollectiveKind::AllGather, P, e_c));
+      tail_work[static_cast<std::size_t>(s)] = dp;
     }
     const double reductions = dp;
     if (tied && p > 1 && (s == 0 || s == p - 1)) {
@@ -400,14 +476,15 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                                                       : dp;
     // The optimizer step over each replica's shard on its own device: the slowest one's.
     est.optimizer_step = 0;
-    std::vector<bool> priced(rep.classes.size(), false);
+    // A replica's shard is its share of its sharding group's state (hybrid: of its node's
+    // copy), each (GPU type, share) priced once.
+    std::vector<std::pair<std::size_t, double>> priced;
     for (std::size_t j = 0; j < rep.size.size(); ++j) {
-      const bool even = split.sharding == StageSharding::None || rep.even_shares;
-      if (even && priced[rep.class_of[j]]) continue;  // the same shard on the same GPU type
-      priced[rep.class_of[j]] = true;
-      const double shard = split.sharding == StageSharding::None ? P
-                           : rep.even_shares                     ? P / R
-                                                                 : P * rep.share[j];
+      const double x = split.sharding == StageSharding::None ? 1.0 : rep.share[j];
+      const std::pair<std::size_t, double> alike{rep.class_of[j], x};
+      if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
+      priced.push_back(alike);
+      const double shard = P * x;
       est.optimizer_step = std::max(
           est.optimizer_step,
           models.compute->optimizer_time(*rep.classes[rep.class_of[j]], job, shard).seconds);
@@ -426,6 +503,51 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     return out;
   }
 
+  // The first micro-batch's forward through the first chunk of every stage, each unit after
+  // its gather (all issued at the iteration's start) and the boundary transfers: what it ends
+  // later than without gathers delays the whole pipeline.
+  // Stages whose gathers cross the same NICs share them from the start: each stage's gathers
+  // stretched by what sharing adds to its chain.
+  std::vector<NicChain> chains;
+  std::vector<int> chain_stage;
+  for (int s = 0; s < p; ++s)
+    if (stage_facts[static_cast<std::size_t>(s)]->group_spans_nodes &&
+        gather_work[static_cast<std::size_t>(s)] > 0) {
+      chains.push_back({0.0, gather_work[static_cast<std::size_t>(s)],
+                        &stage_facts[static_cast<std::size_t>(s)]->group_nodes});
+      chain_stage.push_back(s);
+    }
+  std::vector<double> stretch(static_cast<std::size_t>(p), 1.0);
+  if (chains.size() > 1) {
+    const std::vector<double> ends = shared_nic_ends(chains, nic_users);
+    for (std::size_t i = 0; i < chains.size(); ++i)
+      stretch[static_cast<std::size_t>(chain_stage[i])] = ends[i] / chains[i].work;
+  }
+  double start_delay = 0;
+  {
+    double plain = 0, gated = 0;
+    for (int s = 0; s < p; ++s) {
+      const auto& all = unit_gathers[static_cast<std::size_t>(s)];
+      const std::span<const std::pair<double, double>> first(
+          all.data(), all.empty() ? 0 : chunk_ends[static_cast<std::size_t>(s)].front());
+      if (first.empty()) {
+        plain += times[static_cast<std::size_t>(s)].forward;
+        gated += times[static_cast<std::size_t>(s)].forward;
+      }
+      double gathered = 0;
+      for (const auto& [g, f] : first) {
+        gathered += g * stretch[static_cast<std::size_t>(s)];
+        gated = std::max(gated, gathered) + f;
+        plain += f;
+      }
+      if (s + 1 < p) {
+        const pipeline::Transfer& x = transfers[static_cast<std::size_t>(s)];
+        plain += x.seconds + x.after;
+        gated += x.seconds + x.after;
+      }
+    }
+    start_delay = gated - plain;
+  }
   const pipeline::PipelineTiming timing =
       pipeline::pipeline_makespan(p, m, split.schedule, times, transfers);
   out.makespan_s = timing.makespan;
@@ -436,9 +558,64 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
-    est.finish = est.last_backward_end + start_delay[0] + est.dp_exposed + est.optimizer_step;
-    out.iteration_s = std::max(out.iteration_s, est.finish);
   }
+  // A later chunk's first forward waits for its units' gathers too, issued after the earlier
+  // chunks' from the start: a stage whose gathers run past that forward's start in the
+  // schedule stalls the pipeline by the most any such forward ends later.
+  double chunk_delay = 0;
+  for (int s = 0; s < p && V > 1; ++s) {
+    const auto& all = unit_gathers[static_cast<std::size_t>(s)];
+    if (all.empty()) continue;
+    const auto& ends = chunk_ends[static_cast<std::size_t>(s)];
+    const auto& order = schedule_orders.orders[static_cast<std::size_t>(s)];
+    const double k = stretch[static_cast<std::size_t>(s)];
+    double gathered = 0;
+    std::size_t u = 0;
+    for (std::size_t c = 0; c < ends.size(); ++c) {
+      std::size_t i = 0;
+      while (i < order.size() &&
+             !(order[i].pass == pipeline::Pass::Forward && order[i].chunk == static_cast<int>(c)))
+        ++i;
+      const double begin =
+          i < order.size() ? timing.start[static_cast<std::size_t>(s)][i] + start_delay : 0.0;
+      double gated = begin, plain = begin;
+      for (; u < ends[c] && u < all.size(); ++u) {
+        gathered += all[u].first * k;
+        gated = std::max(gated, gathered) + all[u].second;
+        plain += all[u].second;
+      }
+      if (c > 0) chunk_delay = std::max(chunk_delay, gated - plain);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    est.finish =
+        est.last_backward_end + start_delay + chunk_delay + est.dp_exposed + est.optimizer_step;
+  }
+  // The tails: each stage's collectives as one chain ending where its exposed part ends (before
+  // the optimizer step); stages whose DP groups cross the same NICs share them, and what that
+  // adds to a chain's end is exposed.
+  chains.clear();
+  chain_stage.clear();
+  for (int s = 0; s < p; ++s) {
+    const StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+    const double work = tail_work[static_cast<std::size_t>(s)];
+    if (!stage_facts[static_cast<std::size_t>(s)]->group_spans_nodes || work <= 0) continue;
+    const double ends = est.finish - est.optimizer_step;
+    chains.push_back({ends - work, work, &stage_facts[static_cast<std::size_t>(s)]->group_nodes});
+    chain_stage.push_back(s);
+  }
+  if (chains.size() > 1) {
+    const std::vector<double> ends = shared_nic_ends(chains, nic_users);
+    for (std::size_t i = 0; i < chains.size(); ++i) {
+      StageEstimate& est = out.stages[static_cast<std::size_t>(chain_stage[i])];
+      const double later = ends[i] - (chains[i].release + chains[i].work);
+      est.dp_exposed += later;
+      est.finish += later;
+    }
+  }
+  for (const StageEstimate& est : out.stages)
+    out.iteration_s = std::max(out.iteration_s, est.finish);
   return out;
 }
 

@@ -331,8 +331,16 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
            u.backward / T + recompute_of(head, u) +
                (T > 1 ? all_reduce_s + (rc ? kLossReductions * loss_s : 0) : 0),
            costmodels::head_parameters(model) / T + (tied && p > 1 ? word_embedding / T : 0)});
+      // As an FSDP plan's graph runs it (a one-stage T = 1 fully sharded split), a tied head's
+      // phases gather and reduce the whole embedding unit with its own parameters
+      // (phase_parameters); the uneven variant stays the one chosen on its own.
+      steps.back().own_params = steps.back().params;
+      if (split.is_default())
+        steps.back().params +=
+            costmodels::phase_parameters(model, head) - costmodels::unit_parameters(model, head);
     }
     out.units.insert(out.units.end(), steps.begin(), steps.end());
+    out.chunk_ends.push_back(out.units.size());
     out.chunks.push_back({fc + fcomm, bc + bcomm});
     out.forward_compute += fc;
     out.backward_compute += bc;
@@ -464,6 +472,97 @@ Json to_json(const SplitEstimate& e) {
           {"fits", e.fits},
           {"refusal", e.refusal},
           {"stages", stages}};
+}
+
+double SplitEstimator::Impl::dp_collective(StageRanks& sr, const split_detail::Replicas& rep,
+                                           StageSharding sharding, CollectiveKind kind,
+                                           double elements, double element_bytes, double sharing,
+                                           double variant_elements) {
+  const double bytes = elements * element_bytes * sharing;
+  if (sharding == StageSharding::None || (rep.groups.size() == 1 && rep.even_shares))
+    return stage_collective(sr, 1, kind, bytes);
+  const double gather_bytes = (variant_elements < 0 ? elements : variant_elements) *
+                              bytes_per_element(scenario.job.precision.compute);
+  double slowest = 0;
+  for (const auto& g : rep.groups) {
+    if (g.size() < 2) continue;  // a group of one holds the whole unit: nothing moves
+    double sum = 0;
+    for (std::size_t j : g) sum += rep.share[j];
+    CollectiveRequest r;
+    r.kind = kind;
+    r.training_state = true;  // the stage's gradients and parameters
+    bool even = true;
+    for (std::size_t j : g) {
+      const double x = sum > 0 ? rep.share[j] / sum : 0;
+      r.ranks.push_back(sr.group[j]);
+      r.shard_bytes.push_back(bytes * x);
+      even = even && std::fabs(x - 1.0 / static_cast<double>(g.size())) <= 1e-12;
+    }
+    if (!even) {
+      // traces' UnevenVariants: one variant per unit and group, whatever the direction,
+      // chosen by the comm model on the unit's all-gather of these shards.
+      RequestKey key{CollectiveKind::AllGather, {}, r.ranks};
+      for (double b : r.shard_bytes) key.shard_bytes.push_back(b / bytes * gather_bytes);
+      auto it = variants.find(key);
+      if (it == variants.end()) {
+        CollectiveRequest gather;
+        gather.kind = CollectiveKind::AllGather;
+        gather.ranks = key.ranks;
+        gather.shard_bytes = key.shard_bytes;
+        const UnevenCollective v =
+            costmodels::uneven_variant(*models.comm, scenario.cluster, gather);
+        it = variants.emplace(std::move(key), v).first;
+      }
+      r.uneven = it->second;
+    }
+    slowest = std::max(slowest, collective(r));
+  }
+  return slowest;
+}
+
+double SplitEstimator::Impl::cross_reduction(const StageRanks& sr,
+                                             const split_detail::Replicas& rep, double elements,
+                                             double element_bytes, double sharing) {
+  if (rep.groups.size() < 2) return 0;
+  const double bytes = elements * element_bytes * sharing;
+  // Each group cuts the unit at its members' cumulative shares; a piece is an interval between
+  // consecutive cuts of all groups, owned in each group by the member whose slice holds it.
+  std::vector<std::vector<double>> ends(rep.groups.size());
+  std::vector<double> cuts{0.0, 1.0};
+  CollectiveRequest r;
+  r.kind = CollectiveKind::AllReduce;
+  r.training_state = true;
+  for (std::size_t gi = 0; gi < rep.groups.size(); ++gi) {
+    const auto& g = rep.groups[gi];
+    double sum = 0;
+    for (std::size_t j : g) sum += rep.share[j];
+    double at = 0;
+    for (std::size_t j : g) {
+      const double x = sum > 0 ? rep.share[j] / sum : 1.0 / static_cast<double>(g.size());
+      at += x;
+      ends[gi].push_back(at);
+      cuts.push_back(std::min(at, 1.0));
+      r.ranks.push_back(sr.group[j]);
+      r.shard_bytes.push_back(bytes * x);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const double a = cuts[k], b = cuts[k + 1];
+    if (b - a <= 1e-12) continue;
+    costmodels::ReductionPiece piece;
+    piece.bytes = (b - a) * bytes;
+    const double mid = (a + b) / 2;
+    for (std::size_t gi = 0; gi < rep.groups.size(); ++gi) {
+      const auto& e = ends[gi];
+      const std::size_t at = std::min<std::size_t>(
+          static_cast<std::size_t>(std::upper_bound(e.begin(), e.end(), mid) - e.begin()),
+          e.size() - 1);
+      piece.owners.push_back(sr.group[rep.groups[gi][at]]);
+    }
+    r.pieces.push_back(std::move(piece));
+  }
+  return collective(r);
 }
 
 }  // namespace cephalo::planner

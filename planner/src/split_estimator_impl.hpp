@@ -76,31 +76,22 @@ struct Replicas {
       if (node[j] == first_node) n += size[j];
     return n;
   }
-  // A collective over the stage's DP group 0 with each member's part of `bytes` by its share.
-  CollectiveRequest shared_request(CollectiveKind kind, const std::vector<int>& group,
-                                   double bytes) const {
-    double sum = 0;
-    for (double x : share) sum += x;
-    CollectiveRequest r;
-    r.kind = kind;
-    r.ranks = group;
-    r.training_state = true;  // the stage's gradients and parameters
-    for (double x : share) r.shard_bytes.push_back(sum > 0 ? bytes * x / sum : 0);
-    return r;
-  }
 };
 
 // One unit of a stage's pass: its forward and backward (recompute and TP collectives
 // included) for one micro-batch, and its parameters per TP rank.
 struct UnitStep {
   double forward = 0, backward = 0, params = 0;
+  double own_params = -1;  // the unit's own, where `params` adds a tied weight (< 0: params)
+  double layout_params() const { return own_params < 0 ? params : own_params; }
 };
 
 // One replica class's pass through a stage: per chunk one micro-batch's forward and backward
 // (TP collectives included) on `spec` with `b` samples, and the stage's sums.
 struct StagePass {
   std::vector<pipeline::StageTimes> chunks;
-  std::vector<UnitStep> units;  // the stage's units, chunk after chunk, in forward order
+  std::vector<UnitStep> units;        // the stage's units, chunk after chunk, in forward order
+  std::vector<std::size_t> chunk_ends;  // per chunk: the end of its units in `units`
   double forward_compute = 0, backward_compute = 0, tp_comm_forward = 0, tp_comm_backward = 0;
   int f_calls = 0, b_calls = 0, layers = 0;
   double params = 0, replicated_forward = 0, replicated_backward = 0, tp_bytes = 0;
@@ -159,11 +150,14 @@ struct SplitEstimator::Impl {
     CollectiveKind kind;
     std::vector<double> shard_bytes;
     std::vector<int> ranks;
+    UnevenCollective uneven = UnevenCollective::Auto;
+    bool pieces = false;
     bool operator==(const RequestKey&) const = default;
   };
   struct RequestHash {
     std::size_t operator()(const RequestKey& k) const {
-      std::size_t h = std::hash<int>()(static_cast<int>(k.kind));
+      std::size_t h = std::hash<int>()(static_cast<int>(k.kind) * 8 +
+                                       static_cast<int>(k.uneven) * 2 + (k.pieces ? 1 : 0));
       auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
       for (double b : k.shard_bytes) mix(std::hash<double>()(b));
       for (int r : k.ranks) mix(std::hash<int>()(r));
@@ -171,6 +165,9 @@ struct SplitEstimator::Impl {
     }
   };
   std::unordered_map<RequestKey, double, RequestHash> collectives;
+  // The uneven variant of a sharding group's gathers and reductions of one unit, by the
+  // unit's all-gather over the group (kind AllGather, its shards' compute bytes).
+  std::unordered_map<RequestKey, UnevenCollective, RequestHash> variants;
 
   // What a stage's ranks (and its T) give whatever its layers: its first TP group, its DP
   // group 0, how the group and the stage lie on the first rank's node, the smallest usable
@@ -179,6 +176,7 @@ struct SplitEstimator::Impl {
     std::vector<int> ranks;
     std::vector<int> tp, group;
     bool group_spans_nodes = false;
+    std::vector<int> group_nodes;  // the nodes of its DP group when it spans nodes, ascending
     int stage_on_first_node = 0, group_on_first_node = 0;
     double capacity = std::numeric_limits<double>::infinity();
     int capacity_rank = 0;
@@ -203,6 +201,8 @@ struct SplitEstimator::Impl {
     for (int r : st_ranks) ++stage_on_node[ranks[static_cast<std::size_t>(r)].node];
     const int first_node = ranks[static_cast<std::size_t>(st_ranks.front())].node;
     e->group_spans_nodes = group_on_node.size() > 1;
+    if (e->group_spans_nodes)
+      for (const auto& [node, count] : group_on_node) e->group_nodes.push_back(node);
     e->stage_on_first_node = stage_on_node[first_node];
     e->group_on_first_node = group_on_node[first_node];
     const double usable = costmodels::memory_constants().usable_fraction;
@@ -269,8 +269,14 @@ struct SplitEstimator::Impl {
     std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
   };
 
+  // Per cluster node: chains on its NICs while shared_nic_ends runs (zero between calls).
+  std::vector<int> nic_users;
+
   Impl(const Scenario& s, const costmodels::CostModels& m)
-      : scenario(s), models(m), rank_table(s.cluster.ranks()) {}
+      : scenario(s),
+        models(m),
+        rank_table(s.cluster.ranks()),
+        nic_users(s.cluster.nodes.size(), 0) {}
 
   DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
     const DeviceKey key{spec.name, b, options.backward_at_forward_rate};
@@ -327,7 +333,7 @@ struct SplitEstimator::Impl {
   }
 
   double collective(const CollectiveRequest& r) {
-    RequestKey key{r.kind, r.shard_bytes, r.ranks};
+    RequestKey key{r.kind, r.shard_bytes, r.ranks, r.uneven, !r.pieces.empty()};
     auto it = collectives.find(key);
     if (it != collectives.end()) return it->second;
     const double t = models.comm->collective(scenario.cluster, r).seconds;
@@ -352,6 +358,19 @@ struct SplitEstimator::Impl {
   double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
   StagePass stage_pass(const ModelSplit& split, const PipelineStage& st, int s, int T,
                        StageRanks& sr, const DeviceSpec& spec, int b, const SplitOptions& options);
+  // A stage's data-parallel gather or reduction of `elements` per TP rank (`element_bytes`
+  // each, `sharing` times its bytes where the stage's T groups share the NICs) as its graph
+  // runs it: over the DP group (no sharding, or one group of even shares), else in every
+  // sharding group at once (the slowest group's), an uneven group in the variant the graph
+  // picks for the unit (on its `variant_elements`, < 0: `elements`). Hybrid sharding's cross-group
+  // reduction: `cross_reduction`.
+  double dp_collective(StageRanks& sr, const split_detail::Replicas& rep, StageSharding sharding,
+                       CollectiveKind kind, double elements, double element_bytes, double sharing,
+                       double variant_elements = -1);
+  // Hybrid sharding's all-reduce across its groups of a unit's gradient, piece by piece over
+  // the owners of each slice (as traces' ShardLayout cuts it); 0 with one group.
+  double cross_reduction(const StageRanks& sr, const split_detail::Replicas& rep, double elements,
+                         double element_bytes, double sharing);
   void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
                         int T, const SplitOptions& options, const std::string& file);
 };

@@ -145,7 +145,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
     const auto replay = sim::simulate_plan(plan, c->scenario, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
     // A stage whose data-parallel replicas span nodes: its gathers and reductions cross the
-    // NICs, where they meet other stages' collectives and the transfers (left out below).
+    // NICs, where they meet other stages' collectives and the transfers (also reported apart).
     bool crosses = false;
     for (const auto& st : c->split.stages) {
       const auto& ranks = c->scenario.cluster.ranks();
@@ -187,13 +187,14 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::sort(errors.begin(), errors.end(),
             [](double a, double b) { return std::abs(a) < std::abs(b); });
   EXPECT_GE(compared, 100);
-  // Measured 2026-12-06: median 0.02 %, 90th percentile 1.9 %, worst 4.4 % where no stage's
-  // replicas span nodes; beyond that the estimate prices a stage's DP collectives on its own
-  // NICs, where the replay has them meet the other stages' and the transfers (up to 50 % off
-  // on 10 Gbit/s). planner/README.md, "3D plans: the estimate against the replay".
+  // Measured 2026-12-07: median 0.01 %, 90th percentile 1.7 %, worst 8.8 % (4.4 % where no
+  // stage's replicas span nodes). What is left across nodes is the NICs the replay shares
+  // between one stage's collectives, the other stages' and the transfers, which the estimate
+  // prices apart. planner/README.md, "3D plans: the estimate against the replay".
   EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
   EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.025);
   EXPECT_LE(worst_within, 0.045) << worst_within_case;
+  EXPECT_LE(worst, 0.10) << worst_case;
   std::cout << compared << " splits; mean |estimate / replay − 1| " << 100 * sum / compared
             << " %, median " << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
             << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst " << 100 * worst
@@ -290,29 +291,32 @@ TEST(SplitAgreement, TheEstimateIsTheReplayWithTpCommOverlap) {
 namespace cephalo {
 namespace {
 
-// The ranking (issue "one design", item 5): on a small case whose every candidate is
-// enumerated, the candidate with the best estimate, replayed, loses at most 1 % against the
-// best replay of all of them. 2 nodes × (1 A100-80GB + 1 L4), 10 Gbit/s between them, an
-// 8-layer GPT, batch 16: one stage of all four, one per node, one per GPU; every layer
-// composition, micro-batch count (p, 2p, 4p), GPipe and 1F1B, full and no sharding, replicas
-// balanced by speed.
-TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryCandidate) {
-  const Scenario s = test_support::mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
-  const auto models = costmodels::make_cost_models(s);
-  planner::SplitEstimator estimator(s, models);
-  const std::vector<std::vector<std::vector<int>>> layouts = {
-      {{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}};
+// Every candidate of a small case estimated and replayed: the estimate's pick (its replay) and
+// the best replay, and each estimate's |estimate / replay − 1|.
+struct Ranking {
+  int replayed = 0;
   double best_estimate = std::numeric_limits<double>::infinity(), pick_replay = 0;
   double best_replay = std::numeric_limits<double>::infinity();
   std::string pick, best;
-  int replayed = 0;
+  std::vector<double> errors;  // ascending
+};
+
+// 2 nodes × (1 A100-80GB + 1 L4), 10 Gbit/s between them, an 8-layer GPT, batch 16: each stage
+// layout of `layouts`, every layer composition, micro-batch count (p, 2p, 4p), GPipe and
+// 1F1B, each of `shardings`, replicas balanced by speed.
+Ranking rank_every_candidate(const std::vector<std::vector<std::vector<int>>>& layouts,
+                             const std::vector<StageSharding>& shardings) {
+  const Scenario s = test_support::mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  Ranking out;
   for (const auto& ranks : layouts) {
     const int p = static_cast<int>(ranks.size());
     std::vector<int> cur;
     test_support::compositions(8, p, 1, cur, [&](const std::vector<int>& counts) {
       for (int m : {p, 2 * p, 4 * p})
         for (K kind : {K::GPipe, K::OneFOneB})
-          for (StageSharding sharding : {StageSharding::Full, StageSharding::None}) {
+          for (StageSharding sharding : shardings) {
             ModelSplit split;
             test_support::place_stages(split, ranks, std::vector<int>(ranks.size(), 1), counts, 1);
             split.micro_batches = m;
@@ -324,26 +328,57 @@ TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryC
             if (!e.fits) continue;
             const Plan plan = plan_of(s, split, e, options.activation_checkpointing);
             const auto r = sim::simulate_plan(plan, s, *models.compute, *models.comm).report;
-            ++replayed;
+            ++out.replayed;
             if (r.oom) continue;
-            if (e.iteration_s < best_estimate) {
-              best_estimate = e.iteration_s;
-              pick_replay = r.iteration_time_s;
-              pick = e.split;
+            out.errors.push_back(std::abs(e.iteration_s / r.iteration_time_s - 1));
+            if (e.iteration_s < out.best_estimate) {
+              out.best_estimate = e.iteration_s;
+              out.pick_replay = r.iteration_time_s;
+              out.pick = e.split;
             }
-            if (r.iteration_time_s < best_replay) {
-              best_replay = r.iteration_time_s;
-              best = e.split;
+            if (r.iteration_time_s < out.best_replay) {
+              out.best_replay = r.iteration_time_s;
+              out.best = e.split;
             }
           }
     });
   }
-  EXPECT_GT(replayed, 400);
-  std::cout << replayed << " candidates replayed; the estimate's pick " << pick << " replays at "
-            << pick_replay << " s (estimated " << best_estimate << " s), the best replay " << best
-            << " at " << best_replay << " s: " << 100 * (pick_replay / best_replay - 1)
-            << " % behind\n";
-  EXPECT_LE(pick_replay, best_replay * 1.01);
+  std::sort(out.errors.begin(), out.errors.end());
+  std::cout << out.replayed << " candidates replayed; the estimate's pick " << out.pick
+            << " replays at " << out.pick_replay << " s (estimated " << out.best_estimate
+            << " s), the best replay " << out.best << " at " << out.best_replay
+            << " s: " << 100 * (out.pick_replay / out.best_replay - 1) << " % behind\n";
+  return out;
+}
+
+// The ranking (issue "one design", item 5): on a small case whose every candidate is
+// enumerated, the candidate with the best estimate, replayed, loses at most 1 % against the
+// best replay of all of them. One stage of all four, one per node, one per GPU; full and no
+// sharding.
+TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryCandidate) {
+  const Ranking r = rank_every_candidate({{{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}},
+                                         {StageSharding::Full, StageSharding::None});
+  EXPECT_GT(r.replayed, 400);
+  EXPECT_LE(r.pick_replay, r.best_replay * 1.01);
+}
+
+// The ranking where the NICs matter: every candidate's stage spans both nodes, so its
+// data-parallel gathers and reductions cross the 10 Gbit/s NICs: one stage of all four, or a
+// stage of the A100s and one of the L4s (each pair across the nodes) in either order; all four
+// shardings. The estimate's pick, replayed, is within 2 % of the best replay of all of them.
+TEST(SplitAgreement, TheEstimatesPickHoldsWhenEveryStageSpansTheNodes) {
+  const Ranking r = rank_every_candidate(
+      {{{0, 1, 2, 3}}, {{0, 2}, {1, 3}}, {{1, 3}, {0, 2}}},
+      {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None});
+  EXPECT_GT(r.replayed, 300);
+  EXPECT_LE(r.pick_replay, r.best_replay * 1.02);
+  // Each estimate against its replay: measured 2026-12-07 median 0.09 %, 90th percentile 1.3 %
+  // (before the NICs were shared between stages' collectives: median 23 % under).
+  ASSERT_FALSE(r.errors.empty());
+  std::cout << "median |estimate / replay - 1| " << 100 * r.errors[r.errors.size() / 2]
+            << " %, 90th " << 100 * r.errors[r.errors.size() * 9 / 10] << " %\n";
+  EXPECT_LE(r.errors[r.errors.size() / 2], 0.005);
+  EXPECT_LE(r.errors[r.errors.size() * 9 / 10], 0.025);
 }
 
 }  // namespace
