@@ -26,6 +26,8 @@ std::vector<int> alike_deal(int total, int cap, std::size_t n,
     if (t < last) return {};
     int end = level + 1;
     while (end < cap && time(0, end + 1) == t) ++end;
+    // A replica done with the run would take its next level before the others finish theirs.
+    if (end < cap && time(0, end + 1) < t) return {};
     last = t;
     const long long g = end - level;
     if (left >= g * static_cast<long long>(n)) {
@@ -38,8 +40,6 @@ std::vector<int> alike_deal(int total, int cap, std::size_t n,
     const auto q = static_cast<std::size_t>(left / g);
     for (std::size_t j = 0; j < q; ++j) b[j] = end;
     if (q < n) b[q] += static_cast<int>(left % g);
-    // The next level's time must not fall below this run's for the greedy to agree.
-    if (end < cap && time(0, end + 1) < t) return {};
     return b;
   }
   return std::vector<int>(n, level);
