@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -20,8 +21,7 @@ namespace split_detail {
 
 using costmodels::ComputePhase;
 
-std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m,
-                                   bool recompute) {
+std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m, bool recompute) {
   const Job& job = scenario_.job;
   std::vector<double> out;
   for (const auto& s : shapes) {
@@ -79,6 +79,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
     return;
   }
 
+  const auto shared_shapes = std::make_shared<const std::vector<StageShape>>(shapes);
   std::vector<int> layout;       // type and T of every stage
   std::vector<int> stage_ranks;  // every stage's rank count, for the unit-pass bound
   for (const auto& s : shapes) {
@@ -177,7 +178,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.recompute = rc;
             c.selective = !rc && options_.selective;
             c.by_speed = shapes.front().by_speed;
-            c.shapes = shapes;
+            c.shapes = shared_shapes;
             c.counts = counts;
             if (backend_only_ && !backend_split_refusal(c.split).empty()) {
               ++result_.pruned;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -34,7 +35,8 @@ struct Candidate {
   bool recompute = false;
   bool selective = false;
   bool by_speed = false;
-  std::vector<StageShape> shapes;
+  // The layout's stages, shared by every candidate of the layout (each holds every rank).
+  std::shared_ptr<const std::vector<StageShape>> shapes;
   std::vector<int> counts;
   SplitEstimate estimate;
 };
@@ -74,7 +76,7 @@ class Search {
     SplitOptions o = options_.estimate;
     o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
-    c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
+    c.split.stages = lay_out(*c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
     limits.describe = false;
     limits.schedule_unfit = false;
@@ -249,15 +251,16 @@ class Search {
   // placement_floor of a candidate's own boundaries: a candidate at or above the time it has
   // to beat is passed over without its estimate (which could only be as high).
   double candidate_floor(const Candidate& c) {
-    const std::size_t p = c.shapes.size();
+    const std::vector<StageShape>& shapes = *c.shapes;
+    const std::size_t p = shapes.size();
     const int m = c.split.micro_batches;
     cand_step_.resize(p);
     cand_tail_.resize(p);
     for (std::size_t s = 0; s < p; ++s) {
-      cand_step_[s] = stage_floor(c.shapes[s], m, c.recompute);
-      cand_tail_[s] = tail_floor(c.shapes[s]);
+      cand_step_[s] = stage_floor(shapes[s], m, c.recompute);
+      cand_tail_[s] = tail_floor(shapes[s]);
     }
-    hops(c.shapes, m);
+    hops(shapes, m);
     return placement_floor(cand_step_, cand_tail_, hop_, m, c.split.schedule.virtual_stages,
                            c.counts);
   }
