@@ -97,12 +97,13 @@ void Search::index_rank_classes() {
         ranks[r].local_index;
 }
 
-const Search::ShapeClasses& Search::shape_classes(const StageShape& shape) {
-  const auto key = std::make_tuple(shape.ranks.front(), static_cast<int>(shape.ranks.size()),
-                                   shape.tensor_parallel, shape.by_speed);
-  auto it = shape_classes_.find(key);
-  if (it != shape_classes_.end()) return it->second;
+const ShapeClasses& Search::shape_classes(const StageShape& shape) {
+  if (shape.classes && shape.classes->tensor_parallel == shape.tensor_parallel &&
+      shape.classes->ranks == shape.ranks.size())
+    return *shape.classes;
   ShapeClasses out;
+  out.tensor_parallel = shape.tensor_parallel;
+  out.ranks = shape.ranks.size();
   const auto& ranks = scenario_.cluster.ranks();
   const double usable = costmodels::memory_constants().usable_fraction;
   const auto T = static_cast<std::size_t>(shape.tensor_parallel);
@@ -139,7 +140,8 @@ const Search::ShapeClasses& Search::shape_classes(const StageShape& shape) {
       out.type_runs.emplace_back(&spec, 0);
     ++out.type_runs.back().second;
   }
-  return shape_classes_.emplace(key, std::move(out)).first->second;
+  shape.classes = std::make_shared<const ShapeClasses>(std::move(out));
+  return *shape.classes;
 }
 
 double Search::type_step_floor(std::size_t t, int T, int b, bool recompute) {

@@ -125,17 +125,8 @@ class Search {
       return -1 - static_cast<long long>(a);
     return rank_class_[static_cast<std::size_t>(a)];
   }
-  // A stage's TP groups by class, read once per stage (keyed like the floors' memos by first
-  // rank, ranks, T and balancing): the floors and the balancing weights then cost O(classes).
-  struct ShapeClasses {
-    // Per class of TP group, first seen first: where its first group starts in the stage's
-    // ranks, and how many of the stage's groups are of it.
-    std::vector<std::pair<std::size_t, int>> groups;
-    // The replicas in order as runs of one GPU type (by name): the balancing weights' sum.
-    std::vector<std::pair<const DeviceSpec*, int>> type_runs;
-    // Every distinct (GPU type, usable bytes of the group's tightest rank), first seen first.
-    std::vector<std::pair<const DeviceSpec*, double>> fits;
-  };
+  // A stage's TP groups by class, read once per stage (kept with the shape): the floors and
+  // the balancing weights then cost O(classes).
   const ShapeClasses& shape_classes(const StageShape& shape);
 
   // A floor on one micro-batch of b samples through one layer of a stage whose first TP group
@@ -420,7 +411,6 @@ class Search {
   std::map<std::tuple<long long, int, int, bool>, double> step_floors_;  // (class, T, b, rc)
   std::vector<long long> rank_class_;                  // per rank (index_rank_classes)
   std::vector<std::vector<std::size_t>> block_leads_;  // per type block: type_step_floor's
-  std::map<std::tuple<int, int, int, bool>, ShapeClasses> shape_classes_;
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
   // The floors' memos are looked up millions of times on a large cluster: hashed, on keys
