@@ -115,25 +115,42 @@ planner::PlanRequest split_request() {
   return r;
 }
 
-// `plan --parallelism 3d`: the split search and the replays of its finalists.
-void BM_FleetSplitPlan(benchmark::State& state) {
-  const int gpus = static_cast<int>(state.range(0));
-  const Scenario s = split_fleet(gpus);
+// `answer_plan` of `request` on `s` timed once; the answer's simulated iteration (whichever
+// family answered) and the peak memory as counters.
+void time_answer(benchmark::State& state, const Scenario& s, const planner::PlanRequest& request) {
   double iteration_s = 0;
   for (auto _ : state) {
     try {
-      const auto answer = planner::answer_plan(s, split_request());
-      iteration_s = answer.split->simulated_iteration_s;
+      const auto answer = planner::answer_plan(s, request);
+      iteration_s = answer.split  ? answer.split->simulated_iteration_s
+                    : answer.fsdp ? answer.fsdp->simulated_iteration_s.value_or(0.0)
+                                  : 0.0;
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
       break;
     }
   }
-  state.counters["gpus"] = gpus;
+  state.counters["gpus"] = s.cluster.num_ranks();
   state.counters["iteration_s"] = iteration_s;
   state.counters["peak_rss_mib"] = bench::peak_rss_mib();
 }
+
+// `plan --parallelism 3d`: the split search and the replays of its finalists.
+void BM_FleetSplitPlan(benchmark::State& state) {
+  time_answer(state, split_fleet(static_cast<int>(state.range(0))), split_request());
+}
 BENCHMARK(BM_FleetSplitPlan)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The default `plan` (no flags): both families, the FSDP plan (optimal) and the split search,
+// each family's finalists replayed, the faster answer. On the Llama-7B fleet.
+void BM_FleetPlanBothFamilies(benchmark::State& state) {
+  time_answer(state, fleet(static_cast<int>(state.range(0)) / 8), planner::PlanRequest{});
+}
+BENCHMARK(BM_FleetPlanBothFamilies)
+    ->Arg(10240)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // `simulate` of the plan `plan --parallelism 3d` writes (made outside the timed loop): the
 // class replay, or with `full` the replay of every rank's graph (what split plans took before).

@@ -180,7 +180,10 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
     throw ValidationError(file, at("stages"), std::to_string(layers) + " layers",
                           "a model with at least one transformer layer to split");
   const bool explicit_stages = !split.stages.empty();
-  const auto stages = resolved_stages(split, layers, n);
+  // The split's own stages, not a copy of their rank lists (a planner checks every candidate).
+  const std::vector<PipelineStage> one_stage =
+      explicit_stages ? std::vector<PipelineStage>{} : resolved_stages(split, layers, n);
+  const std::vector<PipelineStage>& stages = explicit_stages ? split.stages : one_stage;
   const int p = static_cast<int>(stages.size());
   const auto& sched = split.schedule;
   const bool interleaved = sched.kind == pipeline::PipelineSchedule::Kind::Interleaved;
@@ -331,16 +334,19 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
     // NVLink / PCIe inside a node, never a NIC.
     for (int g = 0; g * t < count; ++g) {
       const auto first = st.ranks.begin() + g * t;
+      const auto node_of = [&](int r) { return ctx.node_of_rank[static_cast<std::size_t>(r)]; };
+      // Lists are made only for the error: this runs per group of every candidate.
+      if (std::all_of(first, first + t, [&](int r) { return node_of(r) == node_of(*first); }))
+        continue;
       const std::vector<int> group(first, first + t);
       std::vector<int> nodes;
-      for (int r : group) nodes.push_back(ctx.node_of_rank[static_cast<std::size_t>(r)]);
-      if (std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes.front(); }))
-        throw ValidationError(file, ranks_at,
-                              "tensor-parallel group " + std::to_string(g) + " " +
-                                  format_int_list(group) + " on nodes " + format_int_list(nodes),
-                              "every group of " + std::to_string(t) +
-                                  " consecutive ranks of a stage on one node (tensor "
-                                  "parallelism stays within a node)");
+      for (int r : group) nodes.push_back(node_of(r));
+      throw ValidationError(file, ranks_at,
+                            "tensor-parallel group " + std::to_string(g) + " " +
+                                format_int_list(group) + " on nodes " + format_int_list(nodes),
+                            "every group of " + std::to_string(t) +
+                                " consecutive ranks of a stage on one node (tensor "
+                                "parallelism stays within a node)");
     }
   }
   // Sequence parallelism hands each pipeline neighbour the tensor-parallel rank's 1/T of the
@@ -381,8 +387,11 @@ void check_split_ranks(const ModelSplit& split, int ranks, const std::string& fi
     return at("stages[" + std::to_string(s) + "]" + (key.empty() ? "" : "." + key));
   };
   const bool explicit_stages = !split.stages.empty();
-  // Only the rank lists are read: any layer count resolves the stages.
-  const auto stages = resolved_stages(split, 1, ranks);
+  // Only the rank lists are read: any layer count resolves the stages (the split's own, not a
+  // copy, when it lists them).
+  const std::vector<PipelineStage> one_stage =
+      explicit_stages ? std::vector<PipelineStage>{} : resolved_stages(split, 1, ranks);
+  const std::vector<PipelineStage>& stages = explicit_stages ? split.stages : one_stage;
   const int p = static_cast<int>(stages.size());
   const int n = ranks;
   std::vector<int> stage_of(static_cast<std::size_t>(n), -1);

@@ -200,17 +200,22 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // The most samples each replica holds with none of the sharded state (dealt after): the
       // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries).
       std::vector<int> caps;
+      caps.reserve(rep.class_of.size());
       for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
-        const int r = rep.capacity_rank[j];
-        const double one = memory_of.total(r, 1, 0.0);
-        const double per_sample = std::max(1.0, memory_of.total(r, 2, 0.0) - one);
+        if (j > 0 && rep.alike_memory(j, j - 1)) {
+          caps.push_back(caps.back());
+          continue;
+        }
+        const double one = memory_of.total(rep, j, 1, 0.0);
+        const double per_sample = std::max(1.0, memory_of.total(rep, j, 2, 0.0) - one);
         const double room = rep.capacity[j] - (one - per_sample);
         caps.push_back(room <= 0 ? 0
                                  : static_cast<int>(std::min(1e9, std::floor(room / per_sample))));
       }
-      rep.size = balance_samples(rep.total, caps, [&](std::size_t j, int b) {
-        return pass_of(rep.class_of[j], b).total();
-      });
+      rep.size = balance_samples(
+          rep.total, caps,
+          [&](std::size_t j, int b) { return pass_of(rep.class_of[j], b).total(); },
+          rep.classes.size() == 1);
       if (rep.size.empty()) rep.size.assign(rep.class_of.size(), 0);
     }
     // The stage's step times: the slowest replica's, per chunk.
@@ -220,6 +225,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     for (std::size_t j = 0; j < rep.size.size(); ++j) {
       largest = std::max(largest, rep.size[j]);
       if (rep.size[j] < 1) continue;
+      // An alike replica at the same samples has the same pass: nothing changes.
+      if (j > 0 && rep.class_of[j] == rep.class_of[j - 1] && rep.size[j] == rep.size[j - 1])
+        continue;
       const StagePass& ps = pass_of(rep.class_of[j], rep.size[j]);
       if (ps.total() > slowest_total) {
         slowest_total = ps.total();
@@ -251,9 +259,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     if (mode == ReplicaBatches::BySpeed && split.sharding != StageSharding::None) {
       for (const auto& group : rep.groups) {
         std::vector<double> free;
-        for (std::size_t j : group)
-          free.push_back(std::max(
-              0.0, rep.capacity[j] - memory_of.total(rep.capacity_rank[j], rep.size[j], 0.0)));
+        free.reserve(group.size());
+        std::size_t prev = 0;
+        for (std::size_t j : group) {
+          if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev])
+            free.push_back(free.back());
+          else
+            free.push_back(
+                std::max(0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], 0.0)));
+          prev = j;
+        }
         const std::vector<double> share = shares_by_free_memory(free);
         for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
       }
@@ -276,10 +291,15 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     // tightest replica.
     double tightest = -1;
     for (std::size_t j = 0; j < rep.size.size(); ++j) {
+      // An alike replica at the same samples and share has the same ratio: never tighter.
+      if (j > 0 && rep.alike_memory(j, j - 1) &&
+          std::max(1, rep.size[j]) == std::max(1, rep.size[j - 1]) &&
+          rep.share[j] == rep.share[j - 1])
+        continue;
       StageMemory mem;
       mem.rank = rep.capacity_rank[j];
       mem.capacity = rep.capacity[j];
-      mem.terms = memory_of.terms(mem.rank, std::max(1, rep.size[j]), rep.share[j]);
+      mem.terms = memory_of.terms(rep, j, std::max(1, rep.size[j]), rep.share[j]);
       for (const auto& term : mem.terms) {
         mem.total += term.bytes;
         if (term.name == "activations") mem.activations += term.bytes;

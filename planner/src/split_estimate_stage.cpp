@@ -36,43 +36,63 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
   const int m = split.micro_batches;
   const int R = static_cast<int>(st.ranks.size()) / T;
   const std::string where = "model_split.stages[" + std::to_string(s) + "]";
-  const double usable = costmodels::memory_constants().usable_fraction;
   rep.first_node = ranks[static_cast<std::size_t>(st.ranks.front())].node;
+  // Per replica only integer work: GPU types by their index (rank_type), the stage's classes
+  // found through a table by type.
+  std::vector<int> class_of_type(types.size(), -1);
+  rep.class_of.reserve(static_cast<std::size_t>(R));
+  rep.capacity.reserve(static_cast<std::size_t>(R));
+  rep.capacity_rank.reserve(static_cast<std::size_t>(R));
+  rep.capacity_place.reserve(static_cast<std::size_t>(R));
+  rep.node.reserve(static_cast<std::size_t>(R));
   for (int j = 0; j < R; ++j) {
     const int lead = st.ranks[static_cast<std::size_t>(j * T)];
-    const DeviceSpec& spec = ranks[static_cast<std::size_t>(lead)].slot->spec;
+    const int type = rank_type[static_cast<std::size_t>(lead)];
     double cap = std::numeric_limits<double>::infinity();
-    int cap_rank = lead;
+    int cap_rank = lead, cap_place = 0;
     for (int t = 0; t < T; ++t) {
       const int r = st.ranks[static_cast<std::size_t>(j * T + t)];
-      const DeviceSpec& other = ranks[static_cast<std::size_t>(r)].slot->spec;
-      if (other.name != spec.name)
+      if (rank_type[static_cast<std::size_t>(r)] != type)
         throw ValidationError(file, where + ".ranks", std::to_string(r),
                               "the ranks of one tensor-parallel group of one GPU type (rank " +
-                                  std::to_string(lead) + " is " + spec.name + ")");
-      if (other.memory_bytes * usable < cap) {
-        cap = other.memory_bytes * usable;
+                                  std::to_string(lead) + " is " +
+                                  types[static_cast<std::size_t>(type)]->name + ")");
+      const double c = rank_usable[static_cast<std::size_t>(r)];
+      if (c < cap) {
+        cap = c;
         cap_rank = r;
+        cap_place = t;
       }
     }
-    auto it = std::find_if(rep.classes.begin(), rep.classes.end(),
-                           [&](const DeviceSpec* c) { return c->name == spec.name; });
-    if (it == rep.classes.end()) {
+    int& cls = class_of_type[static_cast<std::size_t>(type)];
+    if (cls < 0) {
+      const DeviceSpec& spec = ranks[static_cast<std::size_t>(lead)].slot->spec;
       if (!rep.gpu_names.empty()) rep.gpu_names += "+";
       rep.gpu_names += spec.name;
       rep.classes.push_back(&spec);
-      it = rep.classes.end() - 1;
+      rep.class_type.push_back(type);
+      cls = static_cast<int>(rep.classes.size()) - 1;
     }
-    rep.class_of.push_back(static_cast<std::size_t>(it - rep.classes.begin()));
+    rep.class_of.push_back(static_cast<std::size_t>(cls));
     rep.capacity.push_back(cap);
     rep.capacity_rank.push_back(cap_rank);
+    rep.capacity_place.push_back(cap_place);
     rep.node.push_back(ranks[static_cast<std::size_t>(lead)].node);
   }
-  // Sharding groups: the domain, or under hybrid its replicas on each node.
+  // Sharding groups: the domain, or under hybrid its replicas on each node, by node (a stage's
+  // replicas come node by node, so in one pass unless their nodes are out of order).
   if (split.sharding == StageSharding::Hybrid) {
-    std::map<int, std::vector<std::size_t>> by_node;
-    for (std::size_t j = 0; j < rep.node.size(); ++j) by_node[rep.node[j]].push_back(j);
-    for (auto& [n, g] : by_node) rep.groups.push_back(std::move(g));
+    const bool ascending = std::is_sorted(rep.node.begin(), rep.node.end());
+    if (ascending) {
+      for (std::size_t j = 0; j < rep.node.size(); ++j) {
+        if (j == 0 || rep.node[j] != rep.node[j - 1]) rep.groups.emplace_back();
+        rep.groups.back().push_back(j);
+      }
+    } else {
+      std::map<int, std::vector<std::size_t>> by_node;
+      for (std::size_t j = 0; j < rep.node.size(); ++j) by_node[rep.node[j]].push_back(j);
+      for (auto& [n, g] : by_node) rep.groups.push_back(std::move(g));
+    }
   } else {
     rep.groups.emplace_back();
     for (std::size_t j = 0; j < rep.node.size(); ++j) rep.groups.back().push_back(j);
@@ -143,29 +163,17 @@ SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const Model
       units_(units),
       order_(order),
       options_(options),
-      file_(file),
-      ranks_(impl.rank_table) {
-  const bool fsdp = split_.is_default();
-  std::unordered_map<std::string_view, int> first_of_type;
-  for (std::size_t i = 0; i < st_.ranks.size(); ++i) {
-    const int r = st_.ranks[i];
-    place_.emplace(r, static_cast<int>(i));
-    if (fsdp)
-      alike_.emplace(r,
-                     first_of_type.emplace(ranks_[static_cast<std::size_t>(r)].slot->spec.name, r)
-                         .first->second);
-  }
-}
+      file_(file) {}
 
 const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::terms(
-    int rank, int b, double share) {
+    const Replicas& rep, std::size_t j, int b, double share) {
   const Scenario& scenario = impl_.scenario;
   const Job& job = scenario.job;
-  const DeviceSpec& spec = ranks_[static_cast<std::size_t>(rank)].slot->spec;
-  const int place = place_.at(rank);
+  const int rank = rep.capacity_rank[j];
+  const int type = rep.class_type[rep.class_of[j]];
   const bool fsdp = split_.is_default();
-  const bool gpu_runtime = costmodels::runs_gpu_runtime(spec);
-  const auto key = std::make_tuple(fsdp ? alike_.at(rank) : place % T_, gpu_runtime, b, share);
+  const bool gpu_runtime = impl_.type_gpu_runtime[static_cast<std::size_t>(type)] != 0;
+  const auto key = std::make_tuple(fsdp ? type : rep.capacity_place[j], gpu_runtime, b, share);
   auto it = known_.find(key);
   if (it != known_.end()) return it->second;
   const auto& constants = costmodels::memory_constants();
@@ -190,7 +198,7 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
     in.chunks = units_;
     in.order = order_;
     in.tensor_parallel = T_;
-    in.tp_rank = place % T_;
+    in.tp_rank = rep.capacity_place[j];
     in.sequence_parallel = split_.sequence_parallel;
     in.head_holds_word_embedding = job.model.tied_embeddings && p > 1;
     in.micro_batch = b;
@@ -204,9 +212,10 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
   return known_.emplace(key, std::move(out)).first->second;
 }
 
-double SplitEstimator::Impl::ReplicaMemory::total(int rank, int b, double share) {
+double SplitEstimator::Impl::ReplicaMemory::total(const Replicas& rep, std::size_t j, int b,
+                                                  double share) {
   double sum = 0;
-  for (const auto& t : terms(rank, b, share)) sum += t.bytes;
+  for (const auto& t : terms(rep, j, b, share)) sum += t.bytes;
   return sum;
 }
 

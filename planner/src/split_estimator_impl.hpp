@@ -54,11 +54,13 @@ inline CollectiveRequest p2p_request(int a, int b, double bytes) {
 // group's), samples per micro-batch, state share and smallest usable memory.
 struct Replicas {
   std::vector<const DeviceSpec*> classes;  // the stage's GPU types, first seen first
+  std::vector<int> class_type;             // per class: its index in SplitEstimator::Impl::types
   std::vector<std::size_t> class_of;       // per replica
   std::vector<int> size;                   // samples per micro-batch, per replica
   std::vector<double> share;               // state share of its sharding group, per replica
   std::vector<double> capacity;            // usable bytes of its tightest rank
   std::vector<int> capacity_rank;
+  std::vector<int> capacity_place;               // that rank's place in its TP group
   std::vector<int> node;                         // of its first rank
   std::vector<std::vector<std::size_t>> groups;  // sharding groups (hybrid: per node)
   int total = 0;                                 // the stage's samples per micro-batch
@@ -67,6 +69,13 @@ struct Replicas {
   bool even_shares = true;  // every share 1 / the group's size, as even plans cut them
   std::string gpu_names;
 
+  // Replicas j and k hold the same memory at the same samples and share: the same GPU type,
+  // capacity and place of the tightest rank in the group (ReplicaMemory's key). Replicas come
+  // in runs of alike ones, so a per-replica step reuses its predecessor's answer when alike.
+  bool alike_memory(std::size_t j, std::size_t k) const {
+    return class_of[j] == class_of[k] && capacity_place[j] == capacity_place[k] &&
+           capacity[j] == capacity[k];
+  }
   bool unplaced() const {
     return std::any_of(size.begin(), size.end(), [](int b) { return b < 1; });
   }
@@ -90,7 +99,7 @@ struct UnitStep {
 // (TP collectives included) on `spec` with `b` samples, and the stage's sums.
 struct StagePass {
   std::vector<pipeline::StageTimes> chunks;
-  std::vector<UnitStep> units;        // the stage's units, chunk after chunk, in forward order
+  std::vector<UnitStep> units;          // the stage's units, chunk after chunk, in forward order
   std::vector<std::size_t> chunk_ends;  // per chunk: the end of its units in `units`
   double forward_compute = 0, backward_compute = 0, tp_comm_forward = 0, tp_comm_backward = 0;
   int f_calls = 0, b_calls = 0, layers = 0;
@@ -245,8 +254,10 @@ struct SplitEstimator::Impl {
     ReplicaMemory(const Impl& impl, const ModelSplit& split, const PipelineStage& st, int T,
                   const std::vector<std::vector<int>>& units, std::span<const pipeline::Step> order,
                   const SplitOptions& options, const std::string& file);
-    const std::vector<costmodels::MemoryTerm>& terms(int rank, int b, double share);
-    double total(int rank, int b, double share);
+    // Of replica j's tightest rank (Replicas::capacity_rank) at b samples and share x.
+    const std::vector<costmodels::MemoryTerm>& terms(const Replicas& rep, std::size_t j, int b,
+                                                     double share);
+    double total(const Replicas& rep, std::size_t j, int b, double share);
 
    private:
     const Impl& impl_;
@@ -257,17 +268,22 @@ struct SplitEstimator::Impl {
     std::span<const pipeline::Step> order_;
     const SplitOptions& options_;
     const std::string& file_;
-    // Asked once per replica of every candidate, so nothing here may cost O(ranks) per call:
-    // the rank table is taken once, each stage rank's place (its TP position) and, for the
-    // one-stage FSDP case, the first stage rank of its GPU type (whose FSDP memory it shares:
-    // the even plan's rows differ only by device) are indexed when the stage is set up, and
-    // that even plan is built once, on first use.
-    const std::vector<RankDevice>& ranks_;
-    std::unordered_map<int, int> place_;
-    std::unordered_map<int, int> alike_;
+    // Asked per replica of every candidate, so nothing here may cost O(ranks): a replica's
+    // key is its tightest rank's place in its TP group or, for the one-stage FSDP case, its GPU
+    // type (ranks of one type share the FSDP memory: the even plan's rows differ only by
+    // device), both read off Replicas; whether the type runs the GPU runtime is the
+    // estimator's, per type; the even plan is built once, on first use.
     std::optional<Plan> fsdp_plan_;
     std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
   };
+
+  // Per rank, its GPU type (by name) as an index into `types` and its usable bytes, and per type
+  // whether it runs the GPU runtime (costmodels::runs_gpu_runtime): read once, as the estimate
+  // asks per replica (and a device slot per rank is a cache miss at 100k ranks).
+  std::vector<int> rank_type;
+  std::vector<const DeviceSpec*> types;
+  std::vector<char> type_gpu_runtime;
+  std::vector<double> rank_usable;  // per rank: its device's usable bytes
 
   // Per cluster node: chains on its NICs while shared_nic_ends runs (zero between calls).
   std::vector<int> nic_users;
@@ -276,7 +292,25 @@ struct SplitEstimator::Impl {
       : scenario(s),
         models(m),
         rank_table(s.cluster.ranks()),
-        nic_users(s.cluster.nodes.size(), 0) {}
+        nic_users(s.cluster.nodes.size(), 0) {
+    rank_type.reserve(rank_table.size());
+    rank_usable.reserve(rank_table.size());
+    std::size_t last = 0;  // a run of one type compares once per rank
+    for (const RankDevice& d : rank_table) {
+      const DeviceSpec& spec = d.slot->spec;
+      if (types.empty() || types[last]->name != spec.name) {
+        const auto it = std::find_if(types.begin(), types.end(),
+                                     [&](const DeviceSpec* t) { return t->name == spec.name; });
+        last = static_cast<std::size_t>(it - types.begin());
+        if (it == types.end()) {
+          types.push_back(&spec);
+          type_gpu_runtime.push_back(costmodels::runs_gpu_runtime(spec) ? 1 : 0);
+        }
+      }
+      rank_type.push_back(static_cast<int>(last));
+      rank_usable.push_back(spec.memory_bytes * costmodels::memory_constants().usable_fraction);
+    }
+  }
 
   DeviceTimes& device(const DeviceSpec& spec, int b, const SplitOptions& options) {
     const DeviceKey key{spec.name, b, options.backward_at_forward_rate};

@@ -15,7 +15,12 @@ namespace cephalo::planner {
 // index). For nondecreasing times this is exact for the bottleneck: after each step the largest
 // time is the smallest any allocation of that many samples reaches. Empty when the caps cannot
 // hold `total` (or a cap is below one, or total < replicas).
+// `alike`: every replica has the same time function (the caller knows it: one GPU type); with
+// equal caps too the deal is worked out level by level, O(levels) calls of `time` instead of one
+// per replica and sample, and equals the greedy's (while the times are nondecreasing in b; where
+// they are not, the greedy itself runs).
 std::vector<int> balance_samples(int total, const std::vector<int>& caps,
-                                 const std::function<double(std::size_t, int)>& time);
+                                 const std::function<double(std::size_t, int)>& time,
+                                 bool alike = false);
 
 }  // namespace cephalo::planner

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -20,23 +21,21 @@ namespace split_detail {
 
 using costmodels::ComputePhase;
 
-std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m,
-                                   bool recompute) const {
+std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m, bool recompute) {
   const Job& job = scenario_.job;
   std::vector<double> out;
-  const auto& ranks = scenario_.cluster.ranks();
   for (const auto& s : shapes) {
     if (s.by_speed) {
       // Replicas of several speeds share each micro-batch in proportion to their speed, so
       // the stage's speed is the sum of its replicas' samples per second (at an even cut).
       const int b = std::max(1, static_cast<int>(job.global_batch / m) / s.replicas);
       double rate = 0;
-      // Replicas come in runs of one GPU type: price a type once per run, not per replica.
+      // Replicas come in runs of one GPU type: price a type once per run, not per replica (the
+      // runs are read once per stage; the replicas' rates still add one by one, as before).
       const DeviceSpec* last = nullptr;
       double replica_rate = 0;
-      for (std::size_t j = 0; j < s.ranks.size();
-           j += static_cast<std::size_t>(s.tensor_parallel)) {
-        const DeviceSpec& spec = ranks[static_cast<std::size_t>(s.ranks[j])].slot->spec;
+      for (const auto& [run_spec, count] : shape_classes(s).type_runs) {
+        const DeviceSpec& spec = *run_spec;
         if (last == nullptr || last->name != spec.name) {
           double t = models_.compute->unit_time(spec, job, 1, ComputePhase::Forward, b).seconds +
                      models_.compute->unit_time(spec, job, 1, ComputePhase::Backward, b).seconds;
@@ -45,7 +44,7 @@ std::vector<double> Search::speeds(const std::vector<StageShape>& shapes, int m,
           replica_rate = t > 0 ? s.tensor_parallel * b / t : 1.0;
           last = &spec;
         }
-        rate += replica_rate;
+        for (int i = 0; i < count; ++i) rate += replica_rate;
       }
       out.push_back(rate);
       continue;
@@ -80,6 +79,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
     return;
   }
 
+  const auto shared_shapes = std::make_shared<const std::vector<StageShape>>(shapes);
   std::vector<int> layout;       // type and T of every stage
   std::vector<int> stage_ranks;  // every stage's rank count, for the unit-pass bound
   for (const auto& s : shapes) {
@@ -178,7 +178,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             c.recompute = rc;
             c.selective = !rc && options_.selective;
             c.by_speed = shapes.front().by_speed;
-            c.shapes = shapes;
+            c.shapes = shared_shapes;
             c.counts = counts;
             if (backend_only_ && !backend_split_refusal(c.split).empty()) {
               ++result_.pruned;
@@ -248,6 +248,7 @@ SplitSearchResult Search::run() {
   batch_divisors_ = options_.micro_batches ? std::vector<int>{*options_.micro_batches}
                                            : divisors(job.global_batch);
   blocks_ = type_blocks(scenario_.cluster);
+  index_rank_classes();
   const std::size_t types = blocks_.size();
   std::vector<std::vector<int>> tps(types);
   for (std::size_t t = 0; t < types; ++t) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -34,7 +35,8 @@ struct Candidate {
   bool recompute = false;
   bool selective = false;
   bool by_speed = false;
-  std::vector<StageShape> shapes;
+  // The layout's stages, shared by every candidate of the layout (each holds every rank).
+  std::shared_ptr<const std::vector<StageShape>> shapes;
   std::vector<int> counts;
   SplitEstimate estimate;
 };
@@ -74,7 +76,7 @@ class Search {
     SplitOptions o = options_.estimate;
     o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
-    c.split.stages = lay_out(c.shapes, c.counts, c.split.schedule.virtual_stages);
+    c.split.stages = lay_out(*c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
     limits.describe = false;
     limits.schedule_unfit = false;
@@ -101,19 +103,39 @@ class Search {
     c.estimate = estimator_.estimate(c.split, o);
   }
   // Per-layer seconds of one micro-batch on each stage, over its T (the balancing weights).
-  std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute) const;
+  std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute);
   void explore(const std::vector<StageShape>& shapes);
   void refine(Candidate& c);
   // Stages of whole consecutive nodes (node_runs), every T that keeps each TP group on one node
   // and one GPU type.
   void explore_node_runs();
 
+  // Ranks alike for the search (split_search_classes.cpp): on nodes of one class (every device,
+  // link, NIC and switch feature equal; names aside) at one local index. What the floors read
+  // of a TP group (its GPUs, its collectives on its node's links) is the same for every group
+  // whose first rank is of one class, so each is worked out once per class, not per rank: a
+  // homogeneous fleet has as many classes as a node has GPUs.
+  void index_rank_classes();
+  // The class of a TP group: its first rank's, or a key of its own where it leaves its node
+  // (then nothing says two such groups are alike).
+  long long group_class(const int* first, int T) const {
+    const auto& ranks = scenario_.cluster.ranks();
+    const int a = first[0], z = first[T - 1];
+    if (ranks[static_cast<std::size_t>(a)].node != ranks[static_cast<std::size_t>(z)].node)
+      return -1 - static_cast<long long>(a);
+    return rank_class_[static_cast<std::size_t>(a)];
+  }
+  // A stage's TP groups by class, read once per stage (kept with the shape): the floors and
+  // the balancing weights then cost O(classes).
+  const ShapeClasses& shape_classes(const StageShape& shape);
+
   // A floor on one micro-batch of b samples through one layer of a stage whose first TP group
   // is `tp_group` (SplitEstimator::layer_step_floor), with every layer recomputed or none,
-  // remembered.
+  // remembered per class of the group.
   double step_floor(const std::vector<int>& tp_group, int b, bool recompute = false) {
     const auto key =
-        std::make_tuple(tp_group.front(), static_cast<int>(tp_group.size()), b, recompute);
+        std::make_tuple(group_class(tp_group.data(), static_cast<int>(tp_group.size())),
+                        static_cast<int>(tp_group.size()), b, recompute);
     auto it = step_floors_.find(key);
     if (it == step_floors_.end()) {
       SplitOptions o = options_.estimate;
@@ -123,22 +145,9 @@ class Search {
     }
     return it->second;
   }
-  // The least step floor of a type's stages at T and b: over the first TP group on each of its
-  // nodes (the groups of one node are alike).
-  double type_step_floor(const TypeBlock& block, int T, int b, bool recompute) {
-    double least = std::numeric_limits<double>::infinity();
-    const auto& ranks = scenario_.cluster.ranks();  // once: each call checks every node
-    std::vector<int> group;
-    int node = -1;
-    for (auto at = block.ranks.begin(); at != block.ranks.end(); ++at) {
-      const int n = ranks[static_cast<std::size_t>(*at)].node;
-      if (n == node) continue;
-      group.assign(at, at + T);
-      least = std::min(least, step_floor(group, b, recompute));
-      node = n;
-    }
-    return least;
-  }
+  // The least step floor of type t's stages at T and b: over the first TP group of the type on
+  // each of its nodes (the groups of one node are alike), one per class.
+  double type_step_floor(std::size_t t, int T, int b, bool recompute);
   void explore_type_blocks(const std::vector<std::vector<int>>& tps);
   // A floor on one micro-batch through one layer of a stage at m micro-batches: its replicas'
   // even cut, or for replicas balanced by speed the rate of all of them together, each at its
@@ -233,15 +242,16 @@ class Search {
   // placement_floor of a candidate's own boundaries: a candidate at or above the time it has
   // to beat is passed over without its estimate (which could only be as high).
   double candidate_floor(const Candidate& c) {
-    const std::size_t p = c.shapes.size();
+    const std::vector<StageShape>& shapes = *c.shapes;
+    const std::size_t p = shapes.size();
     const int m = c.split.micro_batches;
     cand_step_.resize(p);
     cand_tail_.resize(p);
     for (std::size_t s = 0; s < p; ++s) {
-      cand_step_[s] = stage_floor(c.shapes[s], m, c.recompute);
-      cand_tail_[s] = tail_floor(c.shapes[s]);
+      cand_step_[s] = stage_floor(shapes[s], m, c.recompute);
+      cand_tail_[s] = tail_floor(shapes[s]);
     }
-    hops(c.shapes, m);
+    hops(shapes, m);
     return placement_floor(cand_step_, cand_tail_, hop_, m, c.split.schedule.virtual_stages,
                            c.counts);
   }
@@ -328,7 +338,7 @@ class Search {
         for (std::size_t t = 0; t < types; ++t) {
           const int b = static_cast<int>(job.global_batch /
                                          (static_cast<long long>(m) * stages[t].front().replicas));
-          pure[t] = type_step_floor(blocks_[t], f.tp[t], b, rc);
+          pure[t] = type_step_floor(t, f.tp[t], b, rc);
           step[t] = pure[t] + tail[t] / m;
           // A one-stage split is an FSDP plan, whose memory is another rule's: no cap.
           cap[t] = gpipe_cap[t] = job.model.num_layers;
@@ -398,7 +408,9 @@ class Search {
   std::vector<double> busy_step_, own_, hop_;  // schedule_floor's scratch
   std::vector<double> cand_step_, cand_tail_;  // candidate_floor's
   std::vector<int> ones_;
-  std::map<std::tuple<int, int, int, bool>, double> step_floors_;  // (first rank, T, b, rc)
+  std::map<std::tuple<long long, int, int, bool>, double> step_floors_;  // (class, T, b, rc)
+  std::vector<long long> rank_class_;                  // per rank (index_rank_classes)
+  std::vector<std::vector<std::size_t>> block_leads_;  // per type block: type_step_floor's
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
   // The floors' memos are looked up millions of times on a large cluster: hashed, on keys

@@ -180,11 +180,12 @@ double Search::stage_floor(const StageShape& shape, int m, bool recompute) {
                       recompute);
   const int total = static_cast<int>(batch / m);
   double rate = 0;
-  for (std::size_t j = 0; j + T <= shape.ranks.size(); j += T) {
+  // Alike groups have one floor: each class's once, times its groups.
+  for (const auto& [j, count] : shape_classes(shape).groups) {
     const double step = step_floor({shape.ranks.begin() + static_cast<std::ptrdiff_t>(j),
                                     shape.ranks.begin() + static_cast<std::ptrdiff_t>(j + T)},
                                    total, recompute);
-    rate += step > 0 ? 1 / step : std::numeric_limits<double>::infinity();
+    rate += step > 0 ? count / step : std::numeric_limits<double>::infinity();
   }
   return rate > 0 ? 1 / rate : 0;
 }

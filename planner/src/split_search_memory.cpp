@@ -152,23 +152,8 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int warmup
   const int V = -keyed.back();
   const std::span<const int> chunks(keyed.data(), keyed.size() - 1);
   // Every replica must fit: per replica its GPU and its tightest rank's usable bytes (the
-  // estimate's capacity), each distinct pair once.
-  const auto& ranks = scenario_.cluster.ranks();
-  const double usable = costmodels::memory_constants().usable_fraction;
-  std::vector<std::pair<const DeviceSpec*, double>> replicas;
-  for (std::size_t j = 0; j + static_cast<std::size_t>(T) <= shape.ranks.size();
-       j += static_cast<std::size_t>(T)) {
-    const DeviceSpec& spec = ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec;
-    double capacity = std::numeric_limits<double>::infinity();
-    for (std::size_t i = j; i < j + static_cast<std::size_t>(T); ++i)
-      capacity = std::min(
-          capacity,
-          ranks[static_cast<std::size_t>(shape.ranks[i])].slot->spec.memory_bytes * usable);
-    const bool seen = std::any_of(replicas.begin(), replicas.end(), [&](const auto& r) {
-      return r.first->name == spec.name && r.second == capacity;
-    });
-    if (!seen) replicas.emplace_back(&spec, capacity);
-  }
+  // estimate's capacity), each distinct pair once (read once per stage, by class).
+  const auto& replicas = shape_classes(shape).fits;
   // In whole chunks: V layers at a time.
   int cap = layers / V;
   for (const auto& [spec, capacity] : replicas) {

@@ -4,6 +4,7 @@
 // internal to the planner.
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -45,6 +46,19 @@ std::vector<int> tp_degrees(const TypeBlock& block, const ModelSpec& model,
                             const std::optional<int>& fixed);
 
 // One stage before its layers are known.
+// A stage's TP groups by class of alike ranks (split_search_impl.hpp, Search::shape_classes).
+struct ShapeClasses {
+  int tensor_parallel = 0;  // what they were read for
+  std::size_t ranks = 0;
+  // Per class of TP group, first seen first: where its first group starts in the stage's
+  // ranks, and how many of the stage's groups are of it.
+  std::vector<std::pair<std::size_t, int>> groups;
+  // The replicas in order as runs of one GPU type (by name): the balancing weights' sum.
+  std::vector<std::pair<const DeviceSpec*, int>> type_runs;
+  // Every distinct (GPU type, usable bytes of the group's tightest rank), first seen first.
+  std::vector<std::pair<const DeviceSpec*, double>> fits;
+};
+
 struct StageShape {
   int type = 0;  // the GPU type's block; for a stage of whole nodes, -1 - its first node
   std::vector<int> ranks;
@@ -53,6 +67,10 @@ struct StageShape {
   // Whole nodes, possibly of several GPU types: its replicas' samples are balanced by speed
   // (ReplicaBatches::BySpeed) instead of cut evenly.
   bool by_speed = false;
+  // Its classes, read on first use and kept with the shape (its copies share them): two
+  // stages can share first rank, size and T yet not their ranks (a node's type runs and its
+  // k-th slices), so no key short of the rank list tells them apart.
+  mutable std::shared_ptr<const ShapeClasses> classes;
 };
 
 // Every composition of `n` nodes into runs of consecutive nodes (run sizes in order); above

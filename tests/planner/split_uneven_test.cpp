@@ -61,6 +61,37 @@ TEST(SplitReplicas, BalanceSamplesMinimisesTheSlowestReplica) {
   }
 }
 
+// Alike replicas (one time function, one cap) are dealt level by level; the deal must be the
+// greedy's own, sample for sample: times rising, flat in runs (ties go to the lowest replica
+// first, all of a run's levels at once), rising by steps, and falling (the greedy runs).
+TEST(SplitReplicas, AlikeReplicasAreDealtAsTheGreedyDealsThem) {
+  const std::vector<std::function<double(int)>> shapes = {
+      [](int b) { return 2.0 * b; },
+      [](int b) { return static_cast<double>((b + 2) / 3); },  // runs of three equal times
+      [](int b) { return b < 5 ? 1.0 : 1.0 + b; },             // one long run, then rising
+      [](int b) { return b % 2 == 0 ? 3.0 : 1.0 * b; },        // falls now and then
+      [](int) { return 1.0; },                                 // one run of every level
+  };
+  int compared = 0;
+  for (std::size_t f = 0; f < shapes.size(); ++f)
+    for (std::size_t n = 1; n <= 7; ++n)
+      for (int cap = 1; cap <= 9; ++cap)
+        for (int total = static_cast<int>(n); total <= static_cast<int>(n) * cap + 1; ++total) {
+          const auto time = [&](std::size_t, int b) { return shapes[f](b); };
+          const std::vector<int> caps(n, cap);
+          const auto greedy = planner::balance_samples(total, caps, time);
+          const auto alike = planner::balance_samples(total, caps, time, true);
+          ASSERT_EQ(alike, greedy) << "shape " << f << ", " << n << " replicas, cap " << cap << ", "
+                                   << total << " samples";
+          compared += greedy.empty() ? 0 : 1;
+        }
+  EXPECT_GT(compared, 1000);
+  // Caps that differ: the greedy, whatever `alike` says.
+  const auto rising = [](std::size_t, int b) { return 1.0 * b; };
+  EXPECT_EQ(planner::balance_samples(7, {2, 5, 5}, rising, true),
+            planner::balance_samples(7, {2, 5, 5}, rising));
+}
+
 TEST(SplitReplicas, AGivenEvenAllocationIsPricedAsTheEvenCut) {
   const Scenario s = mixed_nodes(2, 2, 8, 16);
   const auto models = costmodels::make_cost_models(s);
