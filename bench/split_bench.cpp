@@ -110,6 +110,24 @@ void BM_SearchSplitZorseA(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchSplitZorseA)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Zorse's cluster B (scenarios/zorse/zorse-b-llama13b.json: 8 A100 + 16 A10G + 16 V100 + 24 T4,
+// LLaMA-13B, 1M tokens), the search `plan --parallelism 3d` runs: the default budget of priced
+// candidates (SplitSearchOptions::budget), and the gap it leaves stated (unexplored_floor_s).
+void BM_SearchSplitZorseB(benchmark::State& state) {
+  const Scenario s = costmodels::load_scenario(std::string(CEPHALO_SOURCE_DIR) +
+                                               "/scenarios/zorse/zorse-b-llama13b.json");
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitSearchOptions options;
+  planner::SplitSearchResult r;
+  for (auto _ : state) benchmark::DoNotOptimize(r = planner::search_split(s, options, models));
+  state.counters["priced"] = r.evaluated;
+  state.counters["bounded"] = static_cast<double>(r.bounded);
+  state.counters["unexplored"] = static_cast<double>(r.unexplored);
+  state.counters["unexplored_floor_s"] = r.unexplored_floor;
+  state.counters["iteration_s"] = r.estimate.iteration_s;
+}
+BENCHMARK(BM_SearchSplitZorseB)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -127,13 +127,13 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   // The most layers each stage holds and fits (none: a one-stage split is an FSDP plan).
   std::vector<int> caps;  // per stage, at its place in the schedule's order
   std::vector<double> tails(shapes.size());
-  if (options_.bound)
-    for (std::size_t s = 0; s < shapes.size(); ++s) tails[s] = tail_floor(shapes[s]);
+  std::vector<std::vector<Candidate>*> touched;  // the lists this layout's candidates entered
+  std::vector<double> per_layer(shapes.size());  // the floor deal's busy time per layer
+  std::vector<std::vector<int>> deals;
+  for (std::size_t s = 0; s < shapes.size(); ++s) tails[s] = tail_floor(shapes[s]);
   for (int m : ms) {
-    if (options_.bound)
-      for (bool rc : rcs)
-        for (std::size_t s = 0; s < shapes.size(); ++s)
-          floors[rc][s] = stage_floor(shapes[s], m, rc);
+    for (bool rc : rcs)
+      for (std::size_t s = 0; s < shapes.size(); ++s) floors[rc][s] = stage_floor(shapes[s], m, rc);
     for (bool rc : rcs) {
       const auto speed = speeds(shapes, m, rc);
       for (const auto& schedule : schedules) {
@@ -143,81 +143,104 @@ void Search::explore(const std::vector<StageShape>& shapes) {
           ++result_.pruned;
           continue;
         }
-        if (options_.bound) layout_caps(shapes, m, rc, schedule, caps);
+        layout_caps(shapes, m, rc, schedule, caps);
         if (options_.bound &&
             schedule_floor(shapes, m, schedule, floors[rc], tails, caps) >= best_so_far_) {
           result_.bounded += static_cast<long long>(shardings.size() * sps.size());
           continue;
         }
-        // Interleaved stages deal out units of V layers, so every chunk has count / V layers.
-        std::vector<int> counts = balanced_layer_counts(layers / v, speed);
-        for (int& c : counts) c *= v;
-        // A stage dealt more layers than its memory floor holds at its place refuses every
-        // candidate (shardings, SP) of this deal: not priced once some split fits (until then a
-        // refusal's text may be the one the search reports).
-        if (options_.bound && std::isfinite(best_so_far_) && !caps.empty() &&
-            !std::equal(counts.begin(), counts.end(), caps.begin(), std::less_equal<>())) {
-          result_.pruned += static_cast<int>(shardings.size() * sps.size());
-          continue;
-        }
-        // A split whose replay would build more unit passes than a plan may schedule is one
-        // the plan reader refuses (core/plan.hpp): never a candidate.
-        if (split_unit_passes(counts, stage_ranks, m) > kMaxScheduledUnitPasses) {
-          result_.pruned += static_cast<int>(shardings.size() * sps.size());
-          continue;
-        }
-        double deal_floor = -1;  // candidate_floor of this deal, once asked
-        for (StageSharding sharding : shardings)
-          for (bool sp : sps) {
-            Candidate c;
-            c.split.tensor_parallel = shapes.front().tensor_parallel;
-            c.split.sequence_parallel = sp;
-            c.split.schedule = schedule;
-            c.split.micro_batches = m;
-            c.split.sharding = sharding;
-            c.recompute = rc;
-            c.selective = !rc && options_.selective;
-            c.by_speed = shapes.front().by_speed;
-            c.shapes = shared_shapes;
-            c.counts = counts;
-            if (backend_only_ && !backend_split_refusal(c.split).empty()) {
-              ++result_.pruned;
-              continue;
-            }
-            const std::tuple<int, int, int, std::vector<int>> key{
-                p, static_cast<int>(schedule.kind), schedule.virtual_stages, layout};
-            const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
-            // A full list takes only a candidate faster than its last.
-            const auto listed = fitting_.find(key);
-            const double beat = listed != fitting_.end() && listed->second.size() >= keep
-                                    ? listed->second.back().estimate.iteration_s
-                                    : std::numeric_limits<double>::infinity();
-            if (options_.bound && std::isfinite(beat)) {
-              if (deal_floor < 0) deal_floor = candidate_floor(c);
-              if (deal_floor >= beat) {
-                ++result_.bounded;
+        // Two first deals: by the compute model's speed (interleaved stages deal out units of V
+        // layers, so every chunk has count / V layers), and by the floors, which see the TP
+        // collectives, the DP tail and the memory caps the speeds do not (a deal by speed can
+        // start far above its family's floor, where the climb stops in a local minimum).
+        deals.assign(1, balanced_layer_counts(layers / v, speed));
+        for (int& c : deals.front()) c *= v;
+        for (std::size_t s = 0; s < shapes.size(); ++s) per_layer[s] = m * floors[rc][s] + tails[s];
+        if (auto by_floor = floor_deal(per_layer, layers, v, caps);
+            !by_floor.empty() && by_floor != deals.front())
+          deals.push_back(std::move(by_floor));
+        for (const std::vector<int>& counts : deals) {
+          // A stage dealt more layers than its memory floor holds at its place refuses every
+          // candidate (shardings, SP) of this deal: not priced once some split fits (until then a
+          // refusal's text may be the one the search reports).
+          if (options_.bound && std::isfinite(best_so_far_) && !caps.empty() &&
+              !std::equal(counts.begin(), counts.end(), caps.begin(), std::less_equal<>())) {
+            result_.pruned += static_cast<int>(shardings.size() * sps.size());
+            continue;
+          }
+          // A split whose replay would build more unit passes than a plan may schedule is one
+          // the plan reader refuses (core/plan.hpp): never a candidate.
+          if (split_unit_passes(counts, stage_ranks, m) > kMaxScheduledUnitPasses) {
+            result_.pruned += static_cast<int>(shardings.size() * sps.size());
+            continue;
+          }
+          double deal_floor = -1;  // candidate_floor of this deal, once asked
+          for (StageSharding sharding : shardings)
+            for (bool sp : sps) {
+              Candidate c;
+              c.split.tensor_parallel = shapes.front().tensor_parallel;
+              c.split.sequence_parallel = sp;
+              c.split.schedule = schedule;
+              c.split.micro_batches = m;
+              c.split.sharding = sharding;
+              c.recompute = rc;
+              c.selective = !rc && options_.selective;
+              c.by_speed = shapes.front().by_speed;
+              c.shapes = shared_shapes;
+              c.counts = counts;
+              if (backend_only_ && !backend_split_refusal(c.split).empty()) {
+                ++result_.pruned;
                 continue;
               }
+              const std::tuple<int, int, int, std::vector<int>> key{
+                  p, static_cast<int>(schedule.kind), schedule.virtual_stages, layout};
+              const auto keep = static_cast<std::size_t>(std::max(1, options_.refine_per_stages));
+              // A full list takes only a candidate faster than its last.
+              const auto listed = fitting_.find(key);
+              const double beat = listed != fitting_.end() && listed->second.size() >= keep
+                                      ? listed->second.back().estimate.iteration_s
+                                      : std::numeric_limits<double>::infinity();
+              if (options_.bound && std::isfinite(beat)) {
+                if (deal_floor < 0) deal_floor = candidate_floor(c);
+                if (deal_floor >= beat) {
+                  ++result_.bounded;
+                  continue;
+                }
+              }
+              price(c, beat);
+              if (!c.estimate.fits || !c.estimate.complete) continue;
+              auto& best = fitting_[key];
+              if (std::find(touched.begin(), touched.end(), &best) == touched.end())
+                touched.push_back(&best);
+              const auto at = std::find_if(best.begin(), best.end(), [&](const Candidate& b) {
+                return c.estimate.iteration_s < b.estimate.iteration_s;
+              });
+              if (best.size() < keep || at != best.end()) {
+                best.insert(at, std::move(c));
+                if (best.size() > keep) best.pop_back();
+              }
             }
-            price(c, beat);
-            if (!c.estimate.fits || !c.estimate.complete) continue;
-            auto& best = fitting_[key];
-            const auto at = std::find_if(best.begin(), best.end(), [&](const Candidate& b) {
-              return c.estimate.iteration_s < b.estimate.iteration_s;
-            });
-            if (best.size() < keep || at != best.end()) {
-              best.insert(at, std::move(c));
-              if (best.size() > keep) best.pop_back();
-            }
-          }
+        }
       }
     }
   }
+  // The layout's best climbed now, not only after every layout: the climb ends where it would
+  // have ended later (it reads only its own candidate), but the best so far it leaves skips the
+  // layouts whose floor it reaches. One climb per layout, its lowest list's head.
+  if (!options_.bound) return;
+  Candidate* lead = nullptr;
+  for (auto* list : touched)
+    if (!list->empty() && !list->front().refined &&
+        (!lead || list->front().estimate.iteration_s < lead->estimate.iteration_s))
+      lead = &list->front();
+  if (lead && family_floor(*lead, best_so_far_) < best_so_far_) refine(*lead);
 }
 
 // Moves one boundary by one unit (V layers under interleaving) at a time, taking the first move
 // that lowers the estimate of a fitting split, until none does.
 void Search::refine(Candidate& c) {
+  if (c.refined) return;
+  c.refined = true;
   const std::size_t p = c.counts.size();
   const int unit = c.split.schedule.virtual_stages;
   bool improved = true;
@@ -238,6 +261,77 @@ void Search::refine(Candidate& c) {
           break;
         }
       }
+  }
+}
+
+bool Search::uneven(const SplitEstimate& e) {
+  for (const auto& st : e.stages)
+    if (std::adjacent_find(st.replica_micro_batches.begin(), st.replica_micro_batches.end(),
+                           std::not_equal_to<>()) != st.replica_micro_batches.end())
+      return true;
+  return false;
+}
+
+double Search::family_floor(const Candidate& c, double enough) {
+  const int m = c.split.micro_batches;
+  const std::vector<StageShape>& shapes = *c.shapes;
+  const std::size_t p = shapes.size();
+  std::vector<double> step(p), tail(p);
+  for (std::size_t s = 0; s < p; ++s) {
+    step[s] = stage_floor(shapes[s], m, c.recompute);
+    tail[s] = tail_floor(shapes[s]);
+  }
+  std::vector<int> caps;
+  layout_caps(shapes, m, c.recompute, c.split.schedule, caps);
+  return schedule_floor(shapes, m, c.split.schedule, step, tail, caps, enough);
+}
+
+// Refines every list's candidates, lowest estimate first. The answer reads of the refined
+// candidates only the best few (the finalists), the best of each pipeline depth and the best
+// with even and with uneven replicas; a climb ends no lower than its family's floor (the layout
+// at its m and schedule over every placement), so with the bound a candidate whose floor is no
+// lower than all of those found so far could change none of them and is left as it is.
+void Search::refine_all() {
+  std::vector<std::pair<int, Candidate*>> queue;  // (P, candidate)
+  for (auto& [key, list] : fitting_)
+    for (auto& c : list) queue.emplace_back(std::get<0>(key), &c);
+  std::stable_sort(queue.begin(), queue.end(), [](const auto& a, const auto& b) {
+    return a.second->estimate.iteration_s < b.second->estimate.iteration_s;
+  });
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto keep = static_cast<std::size_t>(std::max(1, options_.finalists));
+  std::vector<double> top;  // the best refined estimates, ascending, at most `keep`
+  std::map<int, double> best_of_p;
+  double best_even = inf, best_uneven = inf;
+  for (auto& [p, c] : queue) {
+    if (options_.bound && !c->refined) {
+      const auto at_p = best_of_p.find(p);
+      double beat = std::max(top.size() >= keep ? top.back() : inf,
+                             at_p == best_of_p.end() ? inf : at_p->second);
+      beat = std::max(beat, best_even);
+      if (c->by_speed) beat = std::max(beat, best_uneven);
+      if (std::isfinite(beat) && family_floor(*c, beat) >= beat) {
+        ++result_.bounded;
+        continue;
+      }
+      // Past the budget it keeps its first deal, and the answer's stated gap its floor: its
+      // climb could end no lower.
+      if (over_budget()) {
+        result_.unexplored_floor = std::min(result_.unexplored_floor, family_floor(*c, inf));
+        ++result_.unexplored;
+      } else {
+        refine(*c);
+      }
+    } else {
+      refine(*c);
+    }
+    const double t = c->estimate.iteration_s;
+    top.insert(std::upper_bound(top.begin(), top.end(), t), t);
+    if (top.size() > keep) top.pop_back();
+    auto& bp = best_of_p.try_emplace(p, inf).first->second;
+    bp = std::min(bp, t);
+    double& side = uneven(c->estimate) ? best_uneven : best_even;
+    side = std::min(side, t);
   }
 }
 
@@ -277,9 +371,9 @@ SplitSearchResult Search::run() {
   const Candidate* winner = nullptr;
   std::map<int, Candidate> by_p;
   std::vector<const Candidate*> refined;
+  refine_all();
   for (auto& [key, list] : fitting_)
     for (auto& c : list) {
-      refine(c);
       refined.push_back(&c);
       const int p = std::get<0>(key);
       const auto it = by_p.find(p);
@@ -304,16 +398,9 @@ SplitSearchResult Search::run() {
   });
   // The best with even replicas and the best whose replicas differ in samples go too: the
   // estimate's errors differ between them.
-  const auto uneven = [](const Candidate* c) {
-    for (const auto& st : c->estimate.stages)
-      if (std::adjacent_find(st.replica_micro_batches.begin(), st.replica_micro_batches.end(),
-                             std::not_equal_to<>()) != st.replica_micro_batches.end())
-        return true;
-    return false;
-  };
   for (bool want : {false, true}) {
     const auto it = std::find_if(refined.begin(), refined.end(),
-                                 [&](const Candidate* c) { return uneven(c) == want; });
+                                 [&](const Candidate* c) { return uneven(c->estimate) == want; });
     if (it != refined.end() && it - refined.begin() >= options_.finalists) {
       const Candidate* c = *it;
       refined.erase(it);

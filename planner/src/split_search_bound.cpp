@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -149,6 +150,39 @@ double busy_floor(std::span<const double> step, std::span<const int> count, int 
       heap.pop_back();
   }
   return level;
+}
+
+std::vector<int> floor_deal(std::span<const double> per_layer, int layers, int unit,
+                            std::span<const int> cap) {
+  unit = std::max(1, unit);
+  const std::size_t p = per_layer.size();
+  const int units = layers / unit;
+  if (p == 0 || units < static_cast<int>(p)) return {};
+  std::vector<int> held(p, 1), most(p, units);
+  for (std::size_t s = 0; s < p; ++s) {
+    if (!cap.empty()) most[s] = cap[s] / unit;
+    if (most[s] < 1) return {};
+  }
+  // Each next unit to the stage whose busy sum it raises least: a heap of (sum it would
+  // reach, stage), the lowest stage first on a tie.
+  using Next = std::pair<double, std::size_t>;
+  std::vector<Next> heap;
+  const auto after = [&](std::size_t s) { return per_layer[s] * (held[s] + 1); };
+  for (std::size_t s = 0; s < p; ++s)
+    if (held[s] < most[s]) heap.emplace_back(after(s), s);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  for (int left = units - static_cast<int>(p); left > 0; --left) {
+    if (heap.empty()) return {};
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const std::size_t s = heap.back().second;
+    heap.pop_back();
+    if (++held[s] < most[s]) {
+      heap.emplace_back(after(s), s);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  }
+  for (int& h : held) h *= unit;
+  return held;
 }
 
 bool pipeline_feasible(std::span<const double> step, std::span<const double> tail,

@@ -43,6 +43,15 @@ double pipeline_floor(std::span<const double> step, std::span<const double> tail
 double busy_floor(std::span<const double> step, std::span<const int> count, int m, int layers,
                   std::span<const int> cap = {}, int unit = 1);
 
+// A first deal of `layers` layers in whole units of `unit` (V under interleaving) to stages
+// whose busy time per layer is `per_layer[s]` (floors: m·step[s] + tail[s]): each stage one
+// unit, then every next unit to the stage whose busy sum it raises least (the lowest stage on a
+// tie), none past cap[s] (empty: none). The placement busy_floor's level is reached by, so its
+// busiest stage is at that floor. Empty when the caps hold fewer than the layers or the stages
+// more units than there are.
+std::vector<int> floor_deal(std::span<const double> per_layer, int layers, int unit,
+                            std::span<const int> cap = {});
+
 // Whether some placement of whole layers in whole chunks (stage s holding l_s: at least V, at
 // most cap[s], cap empty: none) keeps every stage's busy sum B_s and fill-and-drain sum A_s (as
 // pipeline_floor, with `hop[s]` added to A_s for s >= 1: the transfers micro-batch 0's forward

@@ -35,6 +35,7 @@ struct Candidate {
   bool recompute = false;
   bool selective = false;
   bool by_speed = false;
+  bool refined = false;  // climbed (Search::refine): no move lowers it
   // The layout's stages, shared by every candidate of the layout (each holds every rank).
   std::shared_ptr<const std::vector<StageShape>> shapes;
   std::vector<int> counts;
@@ -88,7 +89,17 @@ class Search {
     if (options_.progress && (result_.evaluated & 255) == 0) report_progress();
     if (!c.estimate.fits) {
       ++result_.refused;
-      const double over = overshoot(c.estimate);
+      // A refusal without a rank over its bytes (a stage whose replicas cannot place the
+      // samples with the state) names no bytes: the farthest from fitting, kept only until a
+      // candidate over its bytes comes.
+      const long long samples = scenario_.job.global_batch / c.split.micro_batches;
+      bool placed = true;
+      for (const auto& st : c.estimate.stages) {
+        long long held = 0;
+        for (int b : st.replica_micro_batches) held += b;
+        placed = placed && (st.replica_micro_batches.empty() || held >= samples);
+      }
+      const double over = placed ? overshoot(c.estimate) : std::numeric_limits<double>::max();
       if (over < closest_over_) {
         closest_over_ = over;
         closest_ = c.estimate.refusal +
@@ -106,6 +117,17 @@ class Search {
   std::vector<double> speeds(const std::vector<StageShape>& shapes, int m, bool recompute);
   void explore(const std::vector<StageShape>& shapes);
   void refine(Candidate& c);
+  // Whether the candidates priced reached SplitSearchOptions::budget (with the bound).
+  bool over_budget() const {
+    return options_.bound && options_.budget > 0 && result_.evaluated >= options_.budget;
+  }
+  // refine of every list's best, skipping those the bound shows cannot change the answer.
+  void refine_all();
+  // A floor on every split of c's layout at its m, schedule and recompute, over every
+  // placement of the boundaries (schedule_floor; at least `enough` when none comes below it).
+  double family_floor(const Candidate& c, double enough);
+  // Whether some stage's replicas carry unequal micro-batches.
+  static bool uneven(const SplitEstimate& e);
   // Stages of whole consecutive nodes (node_runs), every T that keeps each TP group on one node
   // and one GPU type.
   void explore_node_runs();

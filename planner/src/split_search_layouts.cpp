@@ -282,6 +282,18 @@ void Search::explore_pending() {
     Entry next = std::move(heap.back());
     heap.pop_back();
     frontier_ = next.floor;
+    if (next.floor < best_so_far_ && over_budget()) {
+      // Lowest floor first: what is left is at least this one's.
+      result_.unexplored_floor = next.floor;
+      result_.unexplored += next.item.family ? static_cast<long long>(orders) : 1;
+      for (const Entry& e : heap)
+        if (e.floor < best_so_far_)
+          result_.unexplored += e.item.family ? static_cast<long long>(orders) : 1;
+        else
+          result_.bounded += e.item.family ? static_cast<long long>(orders) : 1;
+      heap.clear();
+      break;
+    }
     if (next.floor >= best_so_far_) {
       result_.bounded += static_cast<long long>(next.item.family ? orders : 1);
       continue;

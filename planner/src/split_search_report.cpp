@@ -1,7 +1,9 @@
 // The 3D estimate's and the split search's tables and record: the CLI prints these, Python can
 // return them (the choice between the families is split_plan.cpp's).
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <iomanip>
 #include <sstream>
 
 #include "cephalo/core/table.hpp"
@@ -49,15 +51,21 @@ Json to_json(const SplitSearchResult& r) {
                             {"recompute", c.recompute},
                             {"replica_batches", replica_batches_name(c.replica_batches)},
                             {"iteration_s", c.estimate.iteration_s}});
-  return {{"model_split", to_json(r.split)},
-          {"recompute", r.recompute},
-          {"replica_batches", replica_batches_name(r.replica_batches)},
-          {"estimate", to_json(r.estimate)},
-          {"evaluated", r.evaluated},
-          {"refused", r.refused},
-          {"pruned", r.pruned},
-          {"bounded", r.bounded},
-          {"best_per_pipeline_stages", alternatives}};
+  Json out = {{"model_split", to_json(r.split)},
+              {"recompute", r.recompute},
+              {"replica_batches", replica_batches_name(r.replica_batches)},
+              {"estimate", to_json(r.estimate)},
+              {"evaluated", r.evaluated},
+              {"refused", r.refused},
+              {"pruned", r.pruned},
+              {"bounded", r.bounded},
+              {"best_per_pipeline_stages", alternatives}};
+  // Only a search whose budget ran out left anything.
+  if (r.unexplored > 0) {
+    out["unexplored"] = r.unexplored;
+    out["unexplored_floor_s"] = r.unexplored_floor;
+  }
+  return out;
 }
 
 std::string render_split_estimate(const SplitEstimate& e, const ModelSplit& split) {
@@ -96,6 +104,13 @@ std::string render_split_search(const SplitSearchResult& r) {
           : r.selective ? ", selective recompute"
                         : "")
       << "\n";
+  if (r.unexplored > 0)
+    out << "search budget spent: " << r.unexplored
+        << " layouts or climbs left, every split left estimated at least "
+        << format_seconds(r.unexplored_floor) << " (this split at most " << std::fixed
+        << std::setprecision(1)
+        << std::max(0.0, 100 * (r.estimate.iteration_s / r.unexplored_floor - 1))
+        << std::defaultfloat << " % slower by estimate)\n";
   const SplitCandidate* alt = nullptr;
   for (const auto& c : r.best_per_stages)
     if (c.split.stages.size() != r.split.stages.size() &&

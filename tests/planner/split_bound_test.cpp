@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -368,6 +369,82 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
               << " priced, " << a.bounded << " skipped by bound (" << b.evaluated << " without)\n";
   }
   EXPECT_GT(skipped, 0);
+}
+
+// The floor deal (the search's second first deal) puts its busiest stage at busy_floor's level,
+// deals every layer in whole units, at least one unit per stage and none past a cap; caps that
+// cannot hold the layers, or more stages than units, give no deal.
+TEST(SplitBound, TheFloorDealReachesTheBusyFloor) {
+  const std::vector<std::vector<double>> per_layers = {
+      {1.0, 1.0, 1.0}, {0.3, 1.7, 0.9, 2.4}, {5.0, 0.1}, {1.0, 2.0, 3.0, 4.0, 5.0}};
+  int checked = 0;
+  for (const auto& per_layer : per_layers)
+    for (int unit : {1, 2, 4})
+      for (int layers : {8, 24, 40})
+        for (int cap_kind = 0; cap_kind < 3; ++cap_kind) {
+          const std::size_t p = per_layer.size();
+          std::vector<int> cap;
+          if (cap_kind == 1) cap.assign(p, layers);
+          if (cap_kind == 2)
+            for (std::size_t s = 0; s < p; ++s) cap.push_back(static_cast<int>(4 + 3 * s));
+          const std::vector<int> ones(p, 1);
+          const double floor =
+              planner::split_detail::busy_floor(per_layer, ones, 1, layers, cap, unit);
+          const auto deal = planner::split_detail::floor_deal(per_layer, layers, unit, cap);
+          if (!std::isfinite(floor)) {
+            EXPECT_TRUE(deal.empty()) << layers << " layers, unit " << unit;
+            continue;
+          }
+          ASSERT_EQ(deal.size(), p);
+          int sum = 0;
+          double busiest = 0;
+          for (std::size_t s = 0; s < p; ++s) {
+            EXPECT_GE(deal[s], unit);
+            EXPECT_EQ(deal[s] % unit, 0);
+            if (!cap.empty()) {
+              EXPECT_LE(deal[s], cap[s]);
+            }
+            sum += deal[s];
+            busiest = std::max(busiest, per_layer[s] * deal[s]);
+          }
+          EXPECT_EQ(sum, layers / unit * unit);
+          EXPECT_NEAR(busiest, floor, 1e-12 * floor);
+          ++checked;
+        }
+  EXPECT_GT(checked, 50);
+  const std::vector<double> three(3, 1.0);
+  EXPECT_TRUE(planner::split_detail::floor_deal(three, 2, 1).empty());
+}
+
+// A search that spends its budget of priced candidates before its queue of layouts is empty
+// says what it left and the least floor of it; the search without the budget finds nothing
+// below the smaller of the budgeted answer and that floor.
+TEST(SplitBound, ABudgetedSearchStatesItsGap) {
+  const Scenario s = test_support::split_scenario({{"A100-80GB", 2, 1, "10Gbit/s"},
+                                                   {"V100-SXM2-32GB", 2, 1, "10Gbit/s"},
+                                                   {"T4", 4, 1, "10Gbit/s"}},
+                                                  12, 32, 2048, 16);
+  const auto models = costmodels::make_cost_models(s);
+  const auto whole = planner::search_split(s, SplitSearchOptions{}, models);
+  EXPECT_EQ(whole.unexplored, 0);
+  EXPECT_FALSE(std::isfinite(whole.unexplored_floor));
+  for (long long budget : {50LL, 300LL, 1000LL}) {
+    SplitSearchOptions options;
+    options.budget = budget;
+    const auto cut = planner::search_split(s, options, models);
+    ASSERT_LT(budget, whole.evaluated);
+    EXPECT_GT(cut.unexplored, 0) << "budget " << budget;
+    EXPECT_TRUE(std::isfinite(cut.unexplored_floor));
+    EXPECT_LT(cut.evaluated, whole.evaluated);
+    EXPECT_GE(cut.estimate.iteration_s, whole.estimate.iteration_s);
+    EXPECT_GE(whole.estimate.iteration_s * (1 + 1e-12),
+              std::min(cut.estimate.iteration_s, cut.unexplored_floor))
+        << "budget " << budget;
+    std::cout << "budget " << budget << ": " << cut.evaluated << " priced, best "
+              << cut.estimate.iteration_s << " s, " << cut.unexplored << " left at least "
+              << cut.unexplored_floor << " s (the whole search: " << whole.evaluated
+              << " priced, best " << whole.estimate.iteration_s << " s)\n";
+  }
 }
 
 }  // namespace
