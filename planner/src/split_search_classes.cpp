@@ -2,9 +2,13 @@
 // local index, and each stage's TP groups by class, so the floors and the balancing weights are
 // worked out once per class instead of once per rank (a 100k-GPU fleet of one node kind has
 // eight classes).
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "split_search_impl.hpp"
 
@@ -133,6 +137,11 @@ const ShapeClasses& Search::shape_classes(const StageShape& shape) {
     });
     if (!known) out.fits.emplace_back(&spec, capacity);
   }
+  std::vector<std::pair<std::string, double>> fit_set;
+  for (const auto& [spec, capacity] : out.fits) fit_set.emplace_back(spec->name, capacity);
+  std::sort(fit_set.begin(), fit_set.end());
+  out.fits_id =
+      fit_sets_.emplace(std::move(fit_set), static_cast<int>(fit_sets_.size())).first->second;
   for (std::size_t j = 0; j + T <= shape.ranks.size(); j += T) {
     const DeviceSpec& spec = ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec;
     if (out.type_runs.empty() ||

@@ -444,7 +444,8 @@ class Search {
   };
   using Memo =
       std::unordered_map<std::pair<unsigned long long, unsigned long long>, double, PairHash>;
-  Memo layer_caps_;  // (first rank, ranks, T, by speed, recompute), (samples, warmup id)
+  Memo layer_caps_;  // (fits id, replicas, T, by speed, recompute), (samples, warmup id)
+  std::map<std::vector<std::pair<std::string, double>>, int> fit_sets_;  // ShapeClasses::fits_id
   // warmup_id's ids per (p, m, kind, V), by stage; the interned prefixes (chunks, then −V);
   // forwards_id's ids by count.
   std::unordered_map<unsigned long long, std::vector<int>> warmups_;

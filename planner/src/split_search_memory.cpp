@@ -139,9 +139,14 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int warmup
           : static_cast<int>(job.global_batch / (static_cast<long long>(m) * shape.replicas));
   const double share = shape.by_speed ? 0.0 : 1.0 / shape.replicas;
   if (warmup < 0) warmup = forwards_id(1);
+  // Every replica must fit: per replica its GPU and its tightest rank's usable bytes (the
+  // estimate's capacity), each distinct pair once (read once per stage, by class). The cap
+  // reads nothing else of the stage's ranks, so it is remembered by that set: stages of one
+  // first rank and size can differ in it (a node's type run and its k-th slice of every run).
+  const ShapeClasses& classes = shape_classes(shape);
   const std::pair<unsigned long long, unsigned long long> key{
-      (static_cast<unsigned long long>(shape.ranks.front()) << 32) ^
-          (static_cast<unsigned long long>(shape.ranks.size()) << 10) ^
+      (static_cast<unsigned long long>(classes.fits_id) << 32) ^
+          (static_cast<unsigned long long>(shape.replicas) << 10) ^
           (static_cast<unsigned long long>(T) << 2) ^
           (static_cast<unsigned long long>(shape.by_speed) << 1) ^
           static_cast<unsigned long long>(recompute),
@@ -151,9 +156,7 @@ int Search::layer_cap(const StageShape& shape, int m, bool recompute, int warmup
   const std::vector<int>& keyed = *warmup_of_[static_cast<std::size_t>(warmup)];
   const int V = -keyed.back();
   const std::span<const int> chunks(keyed.data(), keyed.size() - 1);
-  // Every replica must fit: per replica its GPU and its tightest rank's usable bytes (the
-  // estimate's capacity), each distinct pair once (read once per stage, by class).
-  const auto& replicas = shape_classes(shape).fits;
+  const auto& replicas = classes.fits;
   // In whole chunks: V layers at a time.
   int cap = layers / V;
   for (const auto& [spec, capacity] : replicas) {

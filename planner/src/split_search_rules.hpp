@@ -57,6 +57,9 @@ struct ShapeClasses {
   std::vector<std::pair<const DeviceSpec*, int>> type_runs;
   // Every distinct (GPU type, usable bytes of the group's tightest rank), first seen first.
   std::vector<std::pair<const DeviceSpec*, double>> fits;
+  // The set of fits as an id that stages with the same set share (what the memory cap reads
+  // of a stage's GPUs; two stages of one first rank and size can hold different GPUs).
+  int fits_id = -1;
 };
 
 struct StageShape {

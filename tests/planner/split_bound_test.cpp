@@ -371,6 +371,63 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
   EXPECT_GT(skipped, 0);
 }
 
+// Two nodes of two A100-80GB then two T4 each, on a 1 Gbit/s NIC: a node's stage of its A100s
+// ({0, 1}) and its first stage of half of each type ({0, 2}) share first rank, size and T, yet
+// not their GPUs. A GPT of long sequences whose activations bind the memory (the T4s hold
+// fewer layers than the A100s).
+Scenario two_types_per_node() {
+  Json list = Json::array();
+  for (int n = 0; n < 2; ++n)
+    list.push_back(
+        {{"name", "n" + std::to_string(n)},
+         {"gpus", {{{"type", "A100-80GB"}, {"count", 2}}, {{"type", "T4"}, {"count", 2}}}},
+         {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
+         {"nic",
+          {{"kind", "ethernet"}, {"count", 1}, {"bandwidth", "1Gbit/s"}, {"latency", "15us"}}}});
+  const Json doc = {
+      {"name", "two-types"},
+      {"cluster", {{"name", "two-types"}, {"nodes", list}}},
+      {"job",
+       {{"name", "two-types"},
+        {"model",
+         {{"name", "gpt-long"},
+          {"family", "gpt"},
+          {"layers", 32},
+          {"hidden", 2048},
+          {"heads", 16},
+          {"ffn_hidden", 4 * 2048},
+          {"vocab_size", 32000},
+          {"max_positions", 8192},
+          {"activation", "gelu"},
+          {"norm", "layernorm"}}},
+        {"sequence_length", 8192},
+        {"global_batch", 8},
+        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
+  JsonReader reader(doc, "two-types.json");
+  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+}
+
+// There the bounded search returns the full search's best (a stage per node and type, the A100s
+// holding most layers): each stage's memory cap is its own GPUs', not that of another stage of
+// its first rank and size (a cap read off the mixed stage held the A100s' stage to the T4s' few
+// layers, and the bound skipped the best).
+TEST(SplitBound, StagesOfOneFirstRankAndSizeKeepTheirOwnMemoryCaps) {
+  const Scenario s = two_types_per_node();
+  const auto models = costmodels::make_cost_models(s);
+  SplitSearchOptions bounded, full;
+  full.bound = false;
+  bounded.tensor_parallel = full.tensor_parallel = 1;
+  const auto a = planner::search_split(s, bounded, models);
+  const auto b = planner::search_split(s, full, models);
+  EXPECT_EQ(to_json(a.split).dump(), to_json(b.split).dump());
+  EXPECT_EQ(a.recompute, b.recompute);
+  EXPECT_DOUBLE_EQ(a.estimate.iteration_s, b.estimate.iteration_s);
+  EXPECT_GT(a.bounded, 0);  // the bound skips some, yet not the best
+  std::cout << to_json(a.split).dump() << " recompute " << a.recompute << ": "
+            << a.estimate.iteration_s << " s; " << a.evaluated << " priced, " << a.bounded
+            << " skipped by bound (" << b.evaluated << " without)\n";
+}
+
 // The floor deal (the search's second first deal) puts its busiest stage at busy_floor's level,
 // deals every layer in whole units, at least one unit per stage and none past a cap; caps that
 // cannot hold the layers, or more stages than units, give no deal.
