@@ -376,35 +376,8 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
 // not their GPUs. A GPT of long sequences whose activations bind the memory (the T4s hold
 // fewer layers than the A100s).
 Scenario two_types_per_node() {
-  Json list = Json::array();
-  for (int n = 0; n < 2; ++n)
-    list.push_back(
-        {{"name", "n" + std::to_string(n)},
-         {"gpus", {{{"type", "A100-80GB"}, {"count", 2}}, {{"type", "T4"}, {"count", 2}}}},
-         {"intra_link", {{"kind", "pcie"}, {"generation", 4}, {"lanes", 16}}},
-         {"nic",
-          {{"kind", "ethernet"}, {"count", 1}, {"bandwidth", "1Gbit/s"}, {"latency", "15us"}}}});
-  const Json doc = {
-      {"name", "two-types"},
-      {"cluster", {{"name", "two-types"}, {"nodes", list}}},
-      {"job",
-       {{"name", "two-types"},
-        {"model",
-         {{"name", "gpt-long"},
-          {"family", "gpt"},
-          {"layers", 32},
-          {"hidden", 2048},
-          {"heads", 16},
-          {"ffn_hidden", 4 * 2048},
-          {"vocab_size", 32000},
-          {"max_positions", 8192},
-          {"activation", "gelu"},
-          {"norm", "layernorm"}}},
-        {"sequence_length", 8192},
-        {"global_batch", 8},
-        {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
-  JsonReader reader(doc, "two-types.json");
-  return parse_scenario(reader, costmodels::CatalogLookup::builtin(), costmodels::data_dir());
+  const test_support::SplitNode a100{"A100-80GB", 2, 1, "1Gbit/s"};
+  return test_support::split_scenario({a100, a100}, 32, 8, 2048, 16, 8192, "T4", 2);
 }
 
 // There the bounded search returns the full search's best (a stage per node and type, the A100s

@@ -1,7 +1,8 @@
 #pragma once
 // The scenario the 3D-split tests price: nodes of one GPU type each on NVLink with InfiniBand
-// NICs (200 Gbit/s unless a node says), running a small GPT in fp16 compute (fp32 parameters, fp16
-// gradient reduction).
+// NICs (200 Gbit/s unless a node says; a second GPU type in every node if asked), running a small
+// GPT in fp16 compute (fp32 parameters, fp16 gradient reduction).
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -21,19 +22,24 @@ struct SplitNode {
   std::string nic_bandwidth = "200Gbit/s";
 };
 
+// Every node also holds `also_count` GPUs of `also_gpu` after its own (two types in a node).
 inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, int global_batch,
-                               int hidden, int heads) {
+                               int hidden, int heads, int sequence = 1024,
+                               const std::string& also_gpu = "", int also_count = 0) {
   Json node_list = Json::array();
-  for (std::size_t i = 0; i < nodes.size(); ++i)
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    Json gpus = {{{"type", nodes[i].gpu}, {"count", nodes[i].count}}};
+    if (also_count > 0) gpus.push_back({{"type", also_gpu}, {"count", also_count}});
     node_list.push_back(
         {{"name", "n" + std::to_string(i)},
-         {"gpus", {{{"type", nodes[i].gpu}, {"count", nodes[i].count}}}},
+         {"gpus", gpus},
          {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "2us"}}},
          {"nic",
           {{"kind", "infiniband"},
            {"count", nodes[i].nics},
            {"bandwidth", nodes[i].nic_bandwidth},
            {"latency", "5us"}}}});
+  }
   const Json doc = {
       {"name", "split-test"},
       {"cluster", {{"name", "test"}, {"nodes", node_list}}},
@@ -47,10 +53,10 @@ inline Scenario split_scenario(const std::vector<SplitNode>& nodes, int layers, 
           {"heads", heads},
           {"ffn_hidden", 4 * hidden},
           {"vocab_size", 32000},
-          {"max_positions", 2048},
+          {"max_positions", std::max(2048, sequence)},
           {"activation", "gelu"},
           {"norm", "layernorm"}}},
-        {"sequence_length", 1024},
+        {"sequence_length", sequence},
         {"global_batch", global_batch},
         {"precision", {{"params", "fp32"}, {"compute", "fp16"}, {"reduce", "fp16"}}}}}};
   JsonReader reader(doc, "split-test.json");
