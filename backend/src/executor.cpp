@@ -195,9 +195,9 @@ void Executor::Impl::read_program() {
   // resident: refreshed by the program's gathers after the optimizer step (ZeRO-1), or cast
   // from the master shard, which is the whole unit (`none`; in fp32 the master weights are the
   // compute parameters themselves). A domain sharded `full` or `hybrid` gathers them per use.
-  const StageSharding sharding = graph.summary().stage_sharding;
-  const bool keeps = sharding == StageSharding::Optimizer ||
-                     (sharding == StageSharding::None && compute_type != ElemType::F32);
+  const ShardingKind sharding = graph.summary().stage_sharding;
+  const bool keeps = sharding == ShardingKind::Optimizer ||
+                     (sharding == ShardingKind::None && compute_type != ElemType::F32);
   resident.clear();
   resident.resize(static_cast<std::size_t>(units));
   resident_kept.assign(static_cast<std::size_t>(units), false);

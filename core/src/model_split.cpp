@@ -44,27 +44,6 @@ Json range_json(const LayerRange& r) { return Json::array({r.begin, r.end}); }
 
 }  // namespace
 
-std::optional<StageSharding> parse_stage_sharding(std::string_view text) {
-  for (StageSharding s :
-       {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None})
-    if (text == to_string(s)) return s;
-  return std::nullopt;
-}
-
-std::string to_string(StageSharding sharding) {
-  switch (sharding) {
-    case StageSharding::Full:
-      return "full";
-    case StageSharding::Hybrid:
-      return "hybrid";
-    case StageSharding::Optimizer:
-      return "optimizer";
-    case StageSharding::None:
-      return "none";
-  }
-  return "full";
-}
-
 int ModelSplit::tensor_parallel_of(std::size_t stage) const {
   if (stage < stages.size() && stages[stage].tensor_parallel != 0)
     return stages[stage].tensor_parallel;
@@ -72,7 +51,7 @@ int ModelSplit::tensor_parallel_of(std::size_t stage) const {
 }
 
 bool ModelSplit::is_default() const {
-  if (tensor_parallel != 1 || sequence_parallel || sharding != StageSharding::Full) return false;
+  if (tensor_parallel != 1 || sequence_parallel || sharding != ShardingKind::Full) return false;
   if (stages.size() > 1) return false;
   return stages.empty() || tensor_parallel_of(0) == 1;
 }
@@ -101,7 +80,7 @@ ModelSplit parse_model_split(JsonReader r) {
     s.schedule = pipeline::parse_pipeline_schedule(c->as_string(), c->file(), c->where());
   s.micro_batches = static_cast<int>(r.integer_or("micro_batches", 1, 1, kMaxMicroBatchesPerRank));
   if (auto c = r.optional_child("sharding")) {
-    s.sharding = *parse_stage_sharding(c->as_enum({"full", "hybrid", "optimizer", "none"}));
+    s.sharding = *parse_sharding_kind(c->as_enum({"full", "hybrid", "optimizer", "none"}));
   }
   if (auto stages = r.optional_child("stages")) {
     if (!stages->is_array()) stages->fail("an array of stages");

@@ -67,7 +67,7 @@ ShardingCollectives sharding_collectives(const Sharding& sharding) {
   ShardingCollectives c;
   // One group holds the whole state: nothing to reduce across.
   c.cross_group_all_reduces =
-      sharding.kind == Sharding::Kind::Hybrid && sharding.groups.size() > 1 ? 1 : 0;
+      sharding.kind == ShardingKind::Hybrid && sharding.groups.size() > 1 ? 1 : 0;
   return c;
 }
 

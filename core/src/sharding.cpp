@@ -7,6 +7,27 @@
 
 namespace cephalo {
 
+std::optional<ShardingKind> parse_sharding_kind(std::string_view text) {
+  for (ShardingKind s :
+       {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None})
+    if (text == to_string(s)) return s;
+  return std::nullopt;
+}
+
+std::string to_string(ShardingKind sharding) {
+  switch (sharding) {
+    case ShardingKind::Full:
+      return "full";
+    case ShardingKind::Hybrid:
+      return "hybrid";
+    case ShardingKind::Optimizer:
+      return "optimizer";
+    case ShardingKind::None:
+      return "none";
+  }
+  return "full";
+}
+
 std::vector<std::vector<int>> shard_groups(const Sharding& sharding, int num_ranks) {
   if (sharding.hybrid()) return sharding.groups;
   std::vector<int> all(static_cast<std::size_t>(num_ranks));
@@ -24,7 +45,7 @@ const char* const kShardingAllowed =
 
 Sharding replica_sharding(int num_ranks) {
   Sharding s;
-  s.kind = Sharding::Kind::Hybrid;
+  s.kind = ShardingKind::Hybrid;
   for (int r = 0; r < num_ranks; ++r) s.groups.push_back({r});
   return s;
 }
@@ -38,7 +59,7 @@ Sharding parse_sharding(JsonReader r) {
   }
   if (!r.is_object()) r.fail(kShardingAllowed);
   r.child("kind").as_enum({"hybrid"});
-  s.kind = Sharding::Kind::Hybrid;
+  s.kind = ShardingKind::Hybrid;
   auto groups = r.child("groups");
   if (!groups.is_array() || groups.size() == 0)
     groups.fail("a non-empty array of groups, each a non-empty array of ranks");

@@ -99,7 +99,7 @@ Peak walk_order(const Job& job, const SplitRankMemoryInputs& in) {
   const bool sp = in.sequence_parallel;
   const int units = num_units(m);
   const int head = units - 1;
-  const bool gathers = in.sharding == StageSharding::Full || in.sharding == StageSharding::Hybrid;
+  const bool gathers = in.sharding == ShardingKind::Full || in.sharding == ShardingKind::Hybrid;
   const ActivationCheckpointing& ck = in.activation_checkpointing;
   const double boundary = split_boundary_bytes(job, in.micro_batch, T, sp);
   struct Unit {
@@ -252,7 +252,7 @@ std::vector<MemoryTerm> split_rank_memory_terms(const Job& job, const SplitRankM
       held += u >= 1 && u < head
                   ? layer
                   : unit_parameters(m, u, T, in.tp_rank, in.head_holds_word_embedding && u == head);
-  const double share = in.sharding == StageSharding::None ? 1.0 : in.state_share;
+  const double share = in.sharding == ShardingKind::None ? 1.0 : in.state_share;
   const double compute_b = bytes_per_element(p.compute), reduce_b = bytes_per_element(p.reduce);
   const double params_b = bytes_per_element(p.params);
   const double cast = params_b != compute_b ? compute_b : 0.0;
@@ -260,14 +260,14 @@ std::vector<MemoryTerm> split_rank_memory_terms(const Job& job, const SplitRankM
 
   std::vector<MemoryTerm> t;
   switch (in.sharding) {
-    case StageSharding::Full:
-    case StageSharding::Hybrid:
+    case ShardingKind::Full:
+    case ShardingKind::Hybrid:
       t.push_back({"training_state", share * held * state});
       break;
-    case StageSharding::None:
+    case ShardingKind::None:
       t.push_back({"training_state", held * state + held * cast});
       break;
-    case StageSharding::Optimizer: {
+    case ShardingKind::Optimizer: {
       // The compute-dtype parameters and the gradient stay whole; the master copy (when the
       // parameters are kept in another dtype) and the moments are sharded.
       const double sharded = state - reduce_b - (cast > 0 ? 0.0 : params_b);
@@ -313,7 +313,7 @@ std::vector<MemoryTerm> split_memory_terms(const Scenario& scenario, const Plan&
   // The rank's share of its domain's state; under hybrid sharding relative to the domain's
   // ranks on its node, the group that holds a full copy.
   in.state_share = row.state_share;
-  if (split.sharding == StageSharding::Hybrid) {
+  if (split.sharding == ShardingKind::Hybrid) {
     double node_sum = 0;
     for (int r : topo.domain(s, place.tp_rank))
       if (devices[static_cast<std::size_t>(r)].node == devices[static_cast<std::size_t>(rank)].node)

@@ -138,7 +138,7 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   if (r.split_finalists > 0) o.finalists = r.split_finalists;
   if (r.split_max_stages > 0) o.max_pipeline_stages = r.split_max_stages;
   if (!r.sharding.empty() && r.sharding != "auto") {
-    o.sharding = parse_stage_sharding(r.sharding);
+    o.sharding = parse_sharding_kind(r.sharding);
     if (!o.sharding)
       throw ValidationError(source, spelt(r, "sharding"), r.sharding,
                             "full, hybrid, optimizer, none or auto");

@@ -29,7 +29,7 @@ constexpr int kEveryGroupSizeUpTo = 16;
 ShardingCandidate grouping(const Scenario& s, int k) {
   ShardingCandidate c;
   c.nodes_per_group = k;
-  c.sharding.kind = Sharding::Kind::Hybrid;
+  c.sharding.kind = ShardingKind::Hybrid;
   // Groups of k consecutive nodes, each its nodes' ranks in rank order (the cluster is
   // node-major): one walk over the nodes for every group (walking the cluster once per group
   // was quadratic in nodes: at 12,800 nodes and k = 1, 1.3 G steps).

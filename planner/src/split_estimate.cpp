@@ -256,7 +256,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
 
     // State shares: given, equal, or by the memory each rank of a sharding group has free
     // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
-    if (mode == ReplicaBatches::BySpeed && split.sharding != StageSharding::None) {
+    if (mode == ReplicaBatches::BySpeed && split.sharding != ShardingKind::None) {
       for (const auto& group : rep.groups) {
         std::vector<double> free;
         free.reserve(group.size());
@@ -407,7 +407,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         sr.group_spans_nodes ? static_cast<double>(sr.stage_on_first_node) / sr.group_on_first_node
                              : 1.0;
     const double P = est.parameters_per_rank;
-    const bool none = split.sharding == StageSharding::None;
+    const bool none = split.sharding == ShardingKind::None;
     // One DP collective of `elements` per TP rank as the stage's graph runs it.
     const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
                                       double variant_elements = -1) {
@@ -460,7 +460,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       }
       dp_exposed = std::max(0.0, end - done);
       tail_work[static_cast<std::size_t>(s)] = dp;
-      if (split.sharding == StageSharding::Optimizer) {
+      if (split.sharding == ShardingKind::Optimizer) {
         after_step = state_collective(CollectiveKind::AllGather, P, e_c);
         dp += after_step;
         tail_work[static_cast<std::size_t>(s)] += after_step;
@@ -500,7 +500,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     // copy), each (GPU type, share) priced once.
     std::vector<std::pair<std::size_t, double>> priced;
     for (std::size_t j = 0; j < rep.size.size(); ++j) {
-      const double x = split.sharding == StageSharding::None ? 1.0 : rep.share[j];
+      const double x = split.sharding == ShardingKind::None ? 1.0 : rep.share[j];
       const std::pair<std::size_t, double> alike{rep.class_of[j], x};
       if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
       priced.push_back(alike);

@@ -81,7 +81,7 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
   }
   // Sharding groups: the domain, or under hybrid its replicas on each node, by node (a stage's
   // replicas come node by node, so in one pass unless their nodes are out of order).
-  if (split.sharding == StageSharding::Hybrid) {
+  if (split.sharding == ShardingKind::Hybrid) {
     const bool ascending = std::is_sorted(rep.node.begin(), rep.node.end());
     if (ascending) {
       for (std::size_t j = 0; j < rep.node.size(); ++j) {
@@ -484,11 +484,11 @@ Json to_json(const SplitEstimate& e) {
 }
 
 double SplitEstimator::Impl::dp_collective(StageRanks& sr, const split_detail::Replicas& rep,
-                                           StageSharding sharding, CollectiveKind kind,
+                                           ShardingKind sharding, CollectiveKind kind,
                                            double elements, double element_bytes, double sharing,
                                            double variant_elements) {
   const double bytes = elements * element_bytes * sharing;
-  if (sharding == StageSharding::None || (rep.groups.size() == 1 && rep.even_shares))
+  if (sharding == ShardingKind::None || (rep.groups.size() == 1 && rep.even_shares))
     return stage_collective(sr, 1, kind, bytes);
   const double gather_bytes = (variant_elements < 0 ? elements : variant_elements) *
                               bytes_per_element(scenario.job.precision.compute);

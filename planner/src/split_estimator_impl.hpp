@@ -398,7 +398,7 @@ struct SplitEstimator::Impl {
   // sharding group at once (the slowest group's), an uneven group in the variant the graph
   // picks for the unit (on its `variant_elements`, < 0: `elements`). Hybrid sharding's cross-group
   // reduction: `cross_reduction`.
-  double dp_collective(StageRanks& sr, const split_detail::Replicas& rep, StageSharding sharding,
+  double dp_collective(StageRanks& sr, const split_detail::Replicas& rep, ShardingKind sharding,
                        CollectiveKind kind, double elements, double element_bytes, double sharing,
                        double variant_elements = -1);
   // Hybrid sharding's all-reduce across its groups of a unit's gradient, piece by piece over

@@ -107,7 +107,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
   if (p >= 2)
     for (int v = 2; v * p <= layers && v <= pipeline::kMaxVirtualStages; ++v)
       if (layers % v == 0) schedules.push_back({Kind::Interleaved, v});
-  const std::vector<StageSharding> shardings =
+  const std::vector<ShardingKind> shardings =
       split_detail::candidate_shardings(scenario_, options_);
   // Sequence parallelism hands neighbours 1/T of the sequence: every stage the same T.
   std::vector<bool> sps = {false};
@@ -175,7 +175,7 @@ void Search::explore(const std::vector<StageShape>& shapes) {
             continue;
           }
           double deal_floor = -1;  // candidate_floor of this deal, once asked
-          for (StageSharding sharding : shardings)
+          for (ShardingKind sharding : shardings)
             for (bool sp : sps) {
               Candidate c;
               c.split.tensor_parallel = shapes.front().tensor_parallel;

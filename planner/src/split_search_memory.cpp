@@ -65,13 +65,13 @@ double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& op
                                          : ActivationCheckpointing::Kind::None;
   in.gpu_runtime = costmodels::runs_gpu_runtime(spec);
   in.world_size = scenario.cluster.num_ranks();
-  const std::vector<StageSharding> shardings = candidate_shardings(scenario, options);
+  const std::vector<ShardingKind> shardings = candidate_shardings(scenario, options);
   std::vector<bool> sps = {false};
   if (T > 1) sps.push_back(true);
   if (options.sequence_parallel) sps = {*options.sequence_parallel};
   const double slack = 1 + costmodels::allocator_slack_fraction(in.gpu_runtime, constants);
   double least = std::numeric_limits<double>::infinity();
-  for (StageSharding sharding : shardings)
+  for (ShardingKind sharding : shardings)
     for (bool sp : sps) {
       in.sharding = sharding;
       in.sequence_parallel = sp;

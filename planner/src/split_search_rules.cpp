@@ -111,13 +111,12 @@ bool backend_only(const Cluster& cluster) {
   return cluster.num_ranks() > 0;
 }
 
-std::vector<StageSharding> candidate_shardings(const Scenario& scenario,
-                                               const SplitSearchOptions& o) {
+std::vector<ShardingKind> candidate_shardings(const Scenario& scenario,
+                                              const SplitSearchOptions& o) {
   if (o.sharding) return {*o.sharding};
   if (schedule::replicates_state(scenario.job.implementation.framework))
-    return {StageSharding::None};
-  return {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer,
-          StageSharding::None};
+    return {ShardingKind::None};
+  return {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None};
 }
 
 void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& o) {
@@ -127,7 +126,7 @@ void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& 
     throw ValidationError(source, flag(name), value, rule);
   };
   const Framework framework = scenario.job.implementation.framework;
-  if (o.sharding && *o.sharding != StageSharding::None && schedule::replicates_state(framework))
+  if (o.sharding && *o.sharding != ShardingKind::None && schedule::replicates_state(framework))
     refuse("sharding", to_string(*o.sharding),
            "none for framework " + to_string(framework) +
                " (it keeps a full replica of each stage's training state on every rank of the "

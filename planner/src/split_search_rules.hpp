@@ -25,8 +25,8 @@ void check_fixed_dimensions(const Scenario& scenario, const SplitSearchOptions& 
 // The data-parallel shardings a stage may take: the fixed one, else every one the job's
 // framework can run (a replicating framework, DDP, keeps each stage's whole training state on
 // every replica: none only). check_fixed_dimensions refuses a fixed one it cannot run.
-std::vector<StageSharding> candidate_shardings(const Scenario& scenario,
-                                               const SplitSearchOptions& o);
+std::vector<ShardingKind> candidate_shardings(const Scenario& scenario,
+                                              const SplitSearchOptions& o);
 
 // The ranks of one GPU type, in rank order (node-major), and how many it has on each node.
 struct TypeBlock {

@@ -76,7 +76,7 @@ TEST(ModelSplit, TheDefaultIsTodaysPlanOneStageOfEveryLayerOnEveryRank) {
   EXPECT_TRUE(split.is_default());
   EXPECT_EQ(split.tensor_parallel, 1);
   EXPECT_FALSE(split.sequence_parallel);
-  EXPECT_EQ(split.sharding, StageSharding::Full);
+  EXPECT_EQ(split.sharding, ShardingKind::Full);
   const auto stages = resolved_stages(split, 24, 8);
   ASSERT_EQ(stages.size(), 1u);
   EXPECT_EQ(stages[0].chunks, (std::vector<LayerRange>{{0, 24}}));
@@ -98,7 +98,7 @@ TEST(ModelSplit, JsonRoundTripsEveryField) {
   s.sequence_parallel = true;
   s.schedule = {Kind::Interleaved, 2};
   s.micro_batches = 8;
-  s.sharding = StageSharding::Optimizer;
+  s.sharding = ShardingKind::Optimizer;
   PipelineStage a;
   a.chunks = {{0, 5}, {12, 18}};
   a.ranks = {0, 1, 2, 3};
@@ -114,7 +114,7 @@ TEST(ModelSplit, JsonRoundTripsEveryField) {
   EXPECT_EQ(to_json(back), j);
   // Every sharding and schedule spelling survives too.
   for (auto sharding :
-       {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None})
+       {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None})
     for (auto schedule : {pipeline::PipelineSchedule{Kind::GPipe, 1},
                           pipeline::PipelineSchedule{Kind::OneFOneB, 1}}) {
       ModelSplit t = two_stages();
@@ -336,7 +336,7 @@ TEST(ModelSplit, DescribeNamesEachDimension) {
   ModelSplit s = two_stages();
   s.sequence_parallel = true;
   s.micro_batches = 8;
-  s.sharding = StageSharding::Optimizer;
+  s.sharding = ShardingKind::Optimizer;
   s.stages[1].ranks = {4, 5};
   s.stages[1].tensor_parallel = 1;
   EXPECT_EQ(describe(s, 6),

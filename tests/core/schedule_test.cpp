@@ -57,7 +57,7 @@ TEST(Schedule, HybridShardingAddsOneCrossGroupReductionPerUnit) {
   EXPECT_EQ(schedule::sharding_collectives(full).cross_group_all_reduces, 0);
   EXPECT_TRUE(schedule::sharding_collectives(full).group_collectives);
   Sharding hybrid;
-  hybrid.kind = Sharding::Kind::Hybrid;
+  hybrid.kind = ShardingKind::Hybrid;
   hybrid.groups = {{0, 1}, {2, 3}};
   EXPECT_EQ(schedule::sharding_collectives(hybrid).cross_group_all_reduces, 1);
   hybrid.groups = {{0, 1, 2, 3}};  // one group holds the whole state: nothing to reduce across

@@ -84,7 +84,7 @@ TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
   ASSERT_TRUE(answer.split.has_value());
   const Plan& plan = answer.split->plan;
   ASSERT_TRUE(plan.has_split());
-  EXPECT_EQ(plan.model_split.sharding, StageSharding::None);
+  EXPECT_EQ(plan.model_split.sharding, ShardingKind::None);
   EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
   EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
 
@@ -103,7 +103,7 @@ TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
   EXPECT_NE(asked.find("sharding: got optimizer"), std::string::npos) << asked;
   EXPECT_NE(asked.find("none for framework ddp"), std::string::npos) << asked;
   Plan sharded = plan;
-  sharded.model_split.sharding = StageSharding::Optimizer;
+  sharded.model_split.sharding = ShardingKind::Optimizer;
   const std::string written = refusal([&] { traces::check_plan_for(sharded, ddp, "plan.json"); });
   EXPECT_NE(written.find("plan.json: at model_split.sharding: got optimizer"), std::string::npos)
       << written;

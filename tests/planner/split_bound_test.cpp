@@ -33,7 +33,7 @@ std::optional<ModelSplit> enumerated_split(const Scenario& s,
                                            const std::vector<int>& tp,
                                            const std::vector<int>& counts,
                                            const pipeline::PipelineSchedule& schedule, int m,
-                                           StageSharding sharding, bool sp) {
+                                           ShardingKind sharding, bool sp) {
   ModelSplit split;
   split.tensor_parallel = tp.front();
   split.sequence_parallel = sp;
@@ -178,7 +178,7 @@ TEST(SplitBound, NoSplitIsEstimatedBelowItsFamilysFloor) {
               ASSERT_GT(floor[1], floor[0]);
               std::vector<int> cur;
               test_support::compositions(layers, p, v, cur, [&](const std::vector<int>& counts) {
-                for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
+                for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::None})
                   for (bool sp : {false, true})
                     for (bool rc : {false, true}) {
                       const auto split =
@@ -261,8 +261,8 @@ TEST(SplitBound, NoStageIsEstimatedBelowItsMemoryFloor) {
             const int v = schedule.virtual_stages;
             std::vector<int> cur;
             test_support::compositions(layers, p, v, cur, [&](const std::vector<int>& counts) {
-              for (StageSharding sharding : {StageSharding::Full, StageSharding::Hybrid,
-                                             StageSharding::Optimizer, StageSharding::None})
+              for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Hybrid,
+                                            ShardingKind::Optimizer, ShardingKind::None})
                 for (bool sp : {false, true})
                   for (auto ck : {ActivationCheckpointing::Kind::None,
                                   ActivationCheckpointing::Kind::Selective,

@@ -79,7 +79,7 @@ TEST(SplitEstimate, WithoutASplitIsTheSumOfUnitTimesPlusTheOptimizerStep) {
   const Scenario s = scenario(1, 6, 8);
   ModelSplit split;
   split.micro_batches = 4;  // 2 samples each
-  split.sharding = StageSharding::None;
+  split.sharding = ShardingKind::None;
   split.stages = {stage(0, 6, {0})};
   const auto models = costmodels::make_cost_models(s);
   for (bool recompute : {false, true}) {
@@ -130,7 +130,7 @@ TEST(SplitEstimate, EqualStagesFollowTheOneFOneBClosedForm) {
     const Scenario s = scenario(c.p, layers, m);
     ModelSplit split;
     split.micro_batches = m;
-    split.sharding = StageSharding::None;
+    split.sharding = ShardingKind::None;
     split.stages = c.stages;
     const auto e = estimate_split(s, split, {}, models);
     const double f = 3 * compute->forward_s, b = 3 * compute->backward_s;
@@ -155,7 +155,7 @@ TEST(SplitEstimate, InterleavedChunksPutTheEmbeddingFirstAndTheHeadOnTheLastVirt
   ModelSplit split;
   split.micro_batches = m;
   split.schedule = {pipeline::PipelineSchedule::Kind::Interleaved, 2};
-  split.sharding = StageSharding::None;
+  split.sharding = ShardingKind::None;
   PipelineStage first, second;
   first.chunks = {{0, 1}, {3, 5}};
   first.ranks = {0};
@@ -286,7 +286,7 @@ TEST(SplitEstimate, DataParallelReductionFollowsTheSharding) {
   const Scenario s = scenario(4, 4, 4);
   auto comm = std::make_shared<RecordingComm>();
   const costmodels::CostModels models{costmodels::make_cost_models(s).compute, comm};
-  for (StageSharding sharding : {StageSharding::None, StageSharding::Optimizer}) {
+  for (ShardingKind sharding : {ShardingKind::None, ShardingKind::Optimizer}) {
     ModelSplit split;
     split.tensor_parallel = 2;
     split.micro_batches = 2;
@@ -309,10 +309,10 @@ TEST(SplitEstimate, DataParallelReductionFollowsTheSharding) {
       }
     ASSERT_GE(dp.size(), 2u);  // the embedding's, a layer's and the head's reductions
     const CollectiveKind reduce =
-        sharding == StageSharding::None ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter;
-    const std::size_t reductions = sharding == StageSharding::None ? dp.size() : dp.size() - 1;
+        sharding == ShardingKind::None ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter;
+    const std::size_t reductions = sharding == ShardingKind::None ? dp.size() : dp.size() - 1;
     for (std::size_t i = 0; i < reductions; ++i) EXPECT_EQ(dp[i], reduce);
-    if (sharding == StageSharding::Optimizer) {
+    if (sharding == ShardingKind::Optimizer) {
       EXPECT_EQ(dp.back(), CollectiveKind::AllGather);
     }
     // 1/T of every layer's weights on each rank.
@@ -327,7 +327,7 @@ TEST(SplitEstimate, AStageThatDoesNotFitIsRefusedWithItsNumbers) {
   const Scenario s = scenario(2, 40, 2, "L4", 5120, 40);
   ModelSplit split;
   split.micro_batches = 2;
-  split.sharding = StageSharding::None;
+  split.sharding = ShardingKind::None;
   split.stages = {stage(0, 1, {0}), stage(1, 40, {1})};
   const auto e = estimate_split(s, split, {});
   EXPECT_FALSE(e.fits);
@@ -368,7 +368,7 @@ TEST(SplitEstimate, ACalibratedBackwardRunsAtItsForwardsRate) {
   const Scenario s = scenario(1, 4, 4);
   ModelSplit split;
   split.micro_batches = 2;
-  split.sharding = StageSharding::None;
+  split.sharding = ShardingKind::None;
   split.stages = {stage(0, 4, {0})};
   const auto models = costmodels::make_cost_models(s);
   const DeviceSpec& spec = s.cluster.ranks()[0].slot->spec;
@@ -465,7 +465,7 @@ TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
   planner::SplitEstimator estimator(s, models);
   std::vector<std::pair<ModelSplit, SplitOptions>> cases;
   for (int t : {1, 2})
-    for (StageSharding sharding : {StageSharding::Full, StageSharding::None})
+    for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::None})
       for (bool recompute : {false, true}) {
         ModelSplit one;  // the A100 stage, then the V100 stage, 1F1B
         one.tensor_parallel = t;

@@ -34,7 +34,7 @@ struct Shape {
 };
 
 // `ranks` ranks over `stages` stages of equal layers (interleaved: V chunks per stage).
-ModelSplit make_split(const Shape& shape, int ranks, int layers, StageSharding sharding) {
+ModelSplit make_split(const Shape& shape, int ranks, int layers, ShardingKind sharding) {
   ModelSplit split;
   split.tensor_parallel = shape.tensor_parallel;
   split.sequence_parallel = shape.sequence_parallel;
@@ -81,8 +81,8 @@ TEST(SplitMemoryRule, EstimatePredictionAndReplayAgreeWithinOnePercent) {
     const auto models = costmodels::make_cost_models(s, "roofline");
     planner::SplitEstimator estimator(s, models);
     for (const Shape& shape : shapes)
-      for (StageSharding sharding : {StageSharding::Full, StageSharding::Hybrid,
-                                     StageSharding::Optimizer, StageSharding::None})
+      for (ShardingKind sharding :
+           {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None})
         for (const ActivationCheckpointing& ck : checkpointings) {
           const ModelSplit split = make_split(shape, 8, layers, sharding);
           planner::SplitOptions options;
@@ -135,7 +135,7 @@ TEST(SplitMemoryRule, NemotronFifteenBInNemosShapeFitsOnSixteenH100) {
   ModelSplit split;
   split.tensor_parallel = 4;
   split.sequence_parallel = true;
-  split.sharding = StageSharding::Optimizer;
+  split.sharding = ShardingKind::Optimizer;
   split.micro_batches = 4;  // 64 samples over 4 replicas: micro-batch 4
   PipelineStage stage;
   stage.chunks = {{0, s.job.model.num_layers}};
@@ -161,13 +161,13 @@ TEST(SplitMemoryRule, APlanOutOfMemoryInItsReplayIsNeverWritten) {
   // 4 L4 (22.4 GiB usable): the model's state unsharded does not fit, fully sharded it does.
   const Scenario s = test_support::split_scenario({{"L4", 4}}, 16, 16, 4096, 32);
   const auto models = costmodels::make_cost_models(s, "roofline");
-  auto candidate = [&](StageSharding sharding) {
+  auto candidate = [&](ShardingKind sharding) {
     const ModelSplit split = make_split({1, 2, false, {K::OneFOneB, 1}}, 4, 16, sharding);
     return planner::SplitCandidate{split, false, planner::ReplicaBatches::Even,
                                    planner::estimate_split(s, split, {}, models)};
   };
-  const auto unsharded = candidate(StageSharding::None);
-  const auto sharded = candidate(StageSharding::Full);
+  const auto unsharded = candidate(ShardingKind::None);
+  const auto sharded = candidate(ShardingKind::Full);
   ASSERT_FALSE(unsharded.estimate.fits);
   ASSERT_TRUE(sharded.estimate.fits) << sharded.estimate.refusal;
   planner::SplitSearchResult search;

@@ -95,9 +95,9 @@ std::optional<Case> draw(std::mt19937& rng) {
     if (batch % m == 0 && (V == 1 || m % p == 0)) ms.push_back(m);
   if (ms.empty()) return std::nullopt;
   c.split.micro_batches = ms[static_cast<std::size_t>(pick(0, static_cast<int>(ms.size()) - 1))];
-  c.split.sharding = std::vector<StageSharding>{
-      StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer,
-      StageSharding::None}[static_cast<std::size_t>(pick(0, 3))];
+  c.split.sharding =
+      std::vector<ShardingKind>{ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer,
+                                ShardingKind::None}[static_cast<std::size_t>(pick(0, 3))];
   c.split.sequence_parallel =
       std::any_of(tp.begin(), tp.end(), [](int t) { return t > 1; }) && pick(0, 1) == 1;
   c.split.tensor_parallel = tp.front();
@@ -305,7 +305,7 @@ struct Ranking {
 // layout of `layouts`, every layer composition, micro-batch count (p, 2p, 4p), GPipe and
 // 1F1B, each of `shardings`, replicas balanced by speed.
 Ranking rank_every_candidate(const std::vector<std::vector<std::vector<int>>>& layouts,
-                             const std::vector<StageSharding>& shardings) {
+                             const std::vector<ShardingKind>& shardings) {
   const Scenario s = test_support::mixed_cluster({{1, 1}, {1, 1}}, 10, 8, 16, false);
   const auto models = costmodels::make_cost_models(s);
   planner::SplitEstimator estimator(s, models);
@@ -316,7 +316,7 @@ Ranking rank_every_candidate(const std::vector<std::vector<std::vector<int>>>& l
     test_support::compositions(8, p, 1, cur, [&](const std::vector<int>& counts) {
       for (int m : {p, 2 * p, 4 * p})
         for (K kind : {K::GPipe, K::OneFOneB})
-          for (StageSharding sharding : shardings) {
+          for (ShardingKind sharding : shardings) {
             ModelSplit split;
             test_support::place_stages(split, ranks, std::vector<int>(ranks.size(), 1), counts, 1);
             split.micro_batches = m;
@@ -357,7 +357,7 @@ Ranking rank_every_candidate(const std::vector<std::vector<std::vector<int>>>& l
 // sharding.
 TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryCandidate) {
   const Ranking r = rank_every_candidate({{{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}},
-                                         {StageSharding::Full, StageSharding::None});
+                                         {ShardingKind::Full, ShardingKind::None});
   EXPECT_GT(r.replayed, 400);
   EXPECT_LE(r.pick_replay, r.best_replay * 1.01);
 }
@@ -369,7 +369,7 @@ TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryC
 TEST(SplitAgreement, TheEstimatesPickHoldsWhenEveryStageSpansTheNodes) {
   const Ranking r = rank_every_candidate(
       {{{0, 1, 2, 3}}, {{0, 2}, {1, 3}}, {{1, 3}, {0, 2}}},
-      {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None});
+      {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None});
   EXPECT_GT(r.replayed, 300);
   EXPECT_LE(r.pick_replay, r.best_replay * 1.02);
   // Each estimate against its replay: measured 2026-12-07 median 0.09 %, 90th percentile 1.3 %

@@ -53,7 +53,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   // Fixed in both: the enumeration covers TP, PP, boundaries, GPU-to-stage assignment,
   // schedule and micro-batches; sharding, SP and checkpointing are held so it stays small.
   SplitSearchOptions options;
-  options.sharding = StageSharding::Optimizer;
+  options.sharding = ShardingKind::Optimizer;
   options.sequence_parallel = false;
   options.recompute = false;
   // The type-block family with even replicas, which this enumeration covers (stages of whole
@@ -124,7 +124,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
                   split.tensor_parallel = tp[0];
                   split.schedule = schedule;
                   split.micro_batches = m;
-                  split.sharding = StageSharding::Optimizer;
+                  split.sharding = ShardingKind::Optimizer;
                   test_support::place_stages(split, ranks, tp, counts, v);
                   // The model ties its head to its embedding: splits whose end stages differ
                   // in T or rank count are refused by the split check, not candidates.
@@ -190,7 +190,7 @@ TEST(SplitSearch, HonoursFixedDimensions) {
   options.pipeline_stages = 4;
   options.schedule = pipeline::PipelineSchedule{Kind::Interleaved, 2};
   options.micro_batches = 8;
-  options.sharding = StageSharding::None;
+  options.sharding = ShardingKind::None;
   options.sequence_parallel = true;
   options.recompute = true;
   const auto r = search_split(s, options, models);
@@ -199,7 +199,7 @@ TEST(SplitSearch, HonoursFixedDimensions) {
     EXPECT_EQ(r.split.tensor_parallel_of(i), 2) << i;
   EXPECT_EQ(r.split.schedule, (pipeline::PipelineSchedule{Kind::Interleaved, 2}));
   EXPECT_EQ(r.split.micro_batches, 8);
-  EXPECT_EQ(r.split.sharding, StageSharding::None);
+  EXPECT_EQ(r.split.sharding, ShardingKind::None);
   EXPECT_TRUE(r.split.sequence_parallel);
   EXPECT_TRUE(r.recompute);
   ASSERT_EQ(r.best_per_stages.size(), 1u);
@@ -247,7 +247,7 @@ TEST(SplitSearch, NoWorseThanTheStandardMegatronSplitsOnAHomogeneousCluster) {
   int compared = 0;
   for (int p : {1, 2}) {  // TP 8 in a node, PP over the two nodes or DP over them
     for (int m : {2, 4, 8, 16, 32}) {
-      for (StageSharding sharding : {StageSharding::Optimizer, StageSharding::None})
+      for (ShardingKind sharding : {ShardingKind::Optimizer, ShardingKind::None})
         for (bool recompute : {false, true}) {
           ModelSplit split;
           split.tensor_parallel = 8;

@@ -156,7 +156,7 @@ TEST(SplitReplicas, TheSearchMatchesTheExhaustiveEnumerationOfMixedStagesAndUnev
           ModelSplit split;
           split.schedule = schedule;
           split.micro_batches = m;
-          split.sharding = StageSharding::Full;
+          split.sharding = ShardingKind::Full;
           split.stages.resize(static_cast<std::size_t>(p));
           test_support::lay_out_chunks(split.stages, counts, v);
           for (int i = 0; i < p; ++i)
@@ -192,7 +192,7 @@ TEST(SplitReplicas, TheSearchMatchesTheExhaustiveEnumerationOfMixedStagesAndUnev
     }
   }
   SplitSearchOptions options;
-  options.sharding = StageSharding::Full;
+  options.sharding = ShardingKind::Full;
   options.sequence_parallel = false;
   options.recompute = false;
   options.tensor_parallel = 1;

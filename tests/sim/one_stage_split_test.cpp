@@ -45,7 +45,7 @@ struct Case {
 Plan as_one_stage_split(const Plan& plan, const Scenario& scenario) {
   ModelSplit split;
   split.tensor_parallel = 1;
-  split.sharding = StageSharding::Full;
+  split.sharding = ShardingKind::Full;
   split.micro_batches = 1;
   PipelineStage stage;
   stage.chunks = {LayerRange{0, scenario.job.model.num_layers}};

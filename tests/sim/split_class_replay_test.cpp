@@ -78,7 +78,7 @@ SplitInstance random_split(std::mt19937& rng, bool misaligned) {
   split.tensor_parallel = T;
   split.sequence_parallel = T > 1 && pick(rng, 0, 1) == 1;
   split.micro_batches = m;
-  split.sharding = *parse_stage_sharding(shardings[static_cast<std::size_t>(pick(rng, 0, 3))]);
+  split.sharding = *parse_sharding_kind(shardings[static_cast<std::size_t>(pick(rng, 0, 3))]);
   split.schedule =
       interleaved ? pipeline::PipelineSchedule{pipeline::PipelineSchedule::Kind::Interleaved, 2}
       : pick(rng, 0, 1) ? pipeline::PipelineSchedule{pipeline::PipelineSchedule::Kind::GPipe, 1}

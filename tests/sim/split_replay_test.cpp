@@ -25,7 +25,7 @@ ModelSplit split_of(const std::vector<std::vector<LayerRange>>& chunks, int micr
   ModelSplit s;
   s.micro_batches = micro_batches;
   s.schedule = schedule;
-  s.sharding = StageSharding::None;
+  s.sharding = ShardingKind::None;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     PipelineStage st;
     st.chunks = chunks[i];
@@ -118,7 +118,7 @@ TEST(SplitReplay, ExposedCommunicationIsSplitByKind) {
   ModelSplit split;
   split.tensor_parallel = 2;
   split.micro_batches = 2;
-  split.sharding = StageSharding::Full;
+  split.sharding = ShardingKind::Full;
   const Plan plan = even_split_plan(s, split);
   const auto g = traces::build_training_graph(plan, s);
   const SimResult r = simulate(g, s, plan, compute, comm);
@@ -145,8 +145,7 @@ TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
   s.job.sequence_length = 2048;
   const auto models = costmodels::make_cost_models(s, "roofline");
   double worst_low = 1e9, worst_high = 0;
-  for (StageSharding sharding :
-       {StageSharding::Full, StageSharding::Optimizer, StageSharding::None})
+  for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Optimizer, ShardingKind::None})
     for (auto schedule :
          {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}})
       for (int tp : {1, 2}) {

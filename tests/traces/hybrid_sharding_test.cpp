@@ -20,7 +20,7 @@ using testing::tiny_scenario;
 
 Sharding hybrid(std::vector<std::vector<int>> groups) {
   Sharding s;
-  s.kind = Sharding::Kind::Hybrid;
+  s.kind = ShardingKind::Hybrid;
   s.groups = std::move(groups);
   return s;
 }

@@ -22,7 +22,7 @@ using testing::tiny_scenario;
 ModelSplit pipeline_split(int tp, const std::vector<std::vector<int>>& ranks,
                           const std::vector<LayerRange>& layers, int micro_batches,
                           pipeline::PipelineSchedule schedule = {},
-                          StageSharding sharding = StageSharding::Full) {
+                          ShardingKind sharding = ShardingKind::Full) {
   ModelSplit s;
   s.tensor_parallel = tp;
   s.micro_batches = micro_batches;
@@ -207,8 +207,8 @@ TEST(SplitGraph, UnevenReplicasExchangeTheOverlapOfTheirSamples) {
 TEST(SplitGraph, EveryShardingScheduleAndTiedHeadIsWellFormedAndReleasesItsMemory) {
   const Scenario s = tiny_scenario(4, 4, 8);  // a tied GPT
   using K = pipeline::PipelineSchedule::Kind;
-  for (StageSharding sharding :
-       {StageSharding::Full, StageSharding::Hybrid, StageSharding::Optimizer, StageSharding::None})
+  for (ShardingKind sharding :
+       {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None})
     for (auto schedule :
          {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1},
           pipeline::PipelineSchedule{K::Interleaved, 2}})
@@ -234,7 +234,7 @@ TEST(SplitGraph, EveryShardingScheduleAndTiedHeadIsWellFormedAndReleasesItsMemor
 
 TEST(SplitGraph, ShardingDecidesTheDataParallelCollectives) {
   const Scenario s = tiny_scenario(4, 2, 8);
-  auto dp = [&](StageSharding sharding) {
+  auto dp = [&](ShardingKind sharding) {
     // TP 2: one stage of T = 1 and full sharding would be the default, the FSDP plan.
     const ModelSplit split = pipeline_split(2, {{0, 1, 2, 3}}, {{0, 2}}, 2, {}, sharding);
     const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
@@ -246,15 +246,15 @@ TEST(SplitGraph, ShardingDecidesTheDataParallelCollectives) {
   const int units = 4;
   // Full: one gather per unit before its first forward and one reduce-scatter after its last
   // backward (parameters kept gathered through the iteration).
-  auto full = dp(StageSharding::Full);
+  auto full = dp(ShardingKind::Full);
   EXPECT_EQ(full[OpKind::AllGather] + full[OpKind::AllGatherV], units);
   EXPECT_EQ(full[OpKind::ReduceScatter] + full[OpKind::ReduceScatterV], units);
   // Optimizer (ZeRO-1): the reduce-scatter, then the updated parameters gathered after the step.
-  auto opt = dp(StageSharding::Optimizer);
+  auto opt = dp(ShardingKind::Optimizer);
   EXPECT_EQ(opt[OpKind::ReduceScatter] + opt[OpKind::ReduceScatterV], units);
   EXPECT_EQ(opt[OpKind::AllGather] + opt[OpKind::AllGatherV], units);
   // None (DDP): one all-reduce per unit.
-  auto none = dp(StageSharding::None);
+  auto none = dp(ShardingKind::None);
   EXPECT_EQ(none[OpKind::AllReduce], units);
   EXPECT_EQ(none[OpKind::AllGather] + none[OpKind::ReduceScatter], 0);
 }
@@ -318,8 +318,8 @@ TEST(SplitGraph, GathersFollowTheFrameworksPrefetchRule) {
 // the gather, then the reduce-scatter), each unit's cross-group reduction after the domain's
 // last reducing phase; all before the tensor-parallel and pipeline ones, made as ranks emit.
 TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
-  for (const StageSharding sharding :
-       {StageSharding::Full, StageSharding::Optimizer, StageSharding::None}) {
+  for (const ShardingKind sharding :
+       {ShardingKind::Full, ShardingKind::Optimizer, ShardingKind::None}) {
     const Scenario s = tiny_scenario(8, 4, 8);
     const ModelSplit split =
         pipeline_split(2, {{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 2}, {2, 4}}, 2, {}, sharding);
@@ -357,7 +357,7 @@ TEST(SplitGraph, DataParallelCollectivesComeFirstInDomainAndPhaseOrder) {
     }
     // Per domain and unit of its stage: full 1 gather + 1 reduce-scatter, optimizer the same (the
     // gather after the step), none 1 all-reduce; 4 domains (2 stages × T 2) of 3 units each.
-    EXPECT_EQ(collectives, 4 * 3 * (sharding == StageSharding::None ? 1 : 2));
+    EXPECT_EQ(collectives, 4 * 3 * (sharding == ShardingKind::None ? 1 : 2));
   }
 }
 
@@ -370,7 +370,7 @@ TEST(SplitGraph, AGraphOfSomeRanksHasNoCollectiveWithoutAMember) {
   second.name = "node1";
   s.cluster.nodes.push_back(second);
   const ModelSplit split =
-      pipeline_split(1, {{0, 2}, {1, 3}}, {{0, 2}, {2, 4}}, 2, {}, StageSharding::Hybrid);
+      pipeline_split(1, {{0, 2}, {1, 3}}, {{0, 2}, {2, 4}}, 2, {}, ShardingKind::Hybrid);
   const Plan plan = even_split_plan(s, split);
   const int only[] = {0};
   const TrainingGraph some = build_training_graph_of_ranks(plan, s, only);
@@ -392,7 +392,7 @@ TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
   const Scenario s = tiny_scenario(2, 4, 8);
   auto peak_boundaries = [&](pipeline::PipelineSchedule::Kind kind) {
     const ModelSplit split =
-        pipeline_split(1, {{0}, {1}}, {{0, 2}, {2, 4}}, 8, {kind, 1}, StageSharding::None);
+        pipeline_split(1, {{0}, {1}}, {{0, 2}, {2, 4}}, 8, {kind, 1}, ShardingKind::None);
     const TrainingGraph g = build_training_graph(even_split_plan(s, split), s);
     // Stage 0's dynamic memory over its program order up to its optimizer step (whose fp32
     // transient is the same under every schedule): the most it holds at once.

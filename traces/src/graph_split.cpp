@@ -62,7 +62,7 @@ void SplitGraphBuilder::setup_units() {
 void SplitGraphBuilder::setup_domains() {
   const Job& job = scenario_.job;
   const ModelSpec& model = job.model;
-  const StageSharding kind = plan_.model_split.sharding;
+  const ShardingKind kind = plan_.model_split.sharding;
   const int n = topo_.ranks();
   const bool head_copy = model.tied_embeddings && p_ > 1;
   const double state = schedule::state_bytes_per_parameter(job.precision);
@@ -89,19 +89,19 @@ void SplitGraphBuilder::setup_domains() {
       std::vector<double> shares;
       for (int r : ranks) shares.push_back(plan_.ranks[static_cast<std::size_t>(r)].state_share);
       Sharding sharding;
-      if (kind == StageSharding::None) {
+      if (kind == ShardingKind::None) {
         // A full replica per rank: every rank its own group, owning all of every unit.
-        sharding.kind = Sharding::Kind::Hybrid;
+        sharding.kind = ShardingKind::Hybrid;
         for (int i = 0; i < size; ++i) sharding.groups.push_back({i});
         std::fill(shares.begin(), shares.end(), 1.0);
-      } else if (kind == StageSharding::Hybrid) {
+      } else if (kind == ShardingKind::Hybrid) {
         // The domain's ranks on one node shard among themselves; the plan's shares are read
         // relative to their node's.
         std::map<int, std::vector<int>> by_node;
         for (int i = 0; i < size; ++i)
           by_node[devices[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])].node]
               .push_back(i);
-        sharding.kind = by_node.size() > 1 ? Sharding::Kind::Hybrid : Sharding::Kind::Full;
+        sharding.kind = by_node.size() > 1 ? ShardingKind::Hybrid : ShardingKind::Full;
         if (sharding.hybrid()) {
           for (auto& [node, group] : by_node) {
             double sum = 0;
@@ -127,14 +127,14 @@ void SplitGraphBuilder::setup_domains() {
         const double owned = static_cast<double>(layout.owned_elements(i));
         double bytes = 0;
         switch (kind) {
-          case StageSharding::Full:
-          case StageSharding::Hybrid:
+          case ShardingKind::Full:
+          case ShardingKind::Hybrid:
             bytes = owned * state;
             break;
-          case StageSharding::None:
+          case ShardingKind::None:
             bytes = owned * state + (cast ? static_cast<double>(held) * compute_b : 0.0);
             break;
-          case StageSharding::Optimizer:
+          case ShardingKind::Optimizer:
             // Master weights (when wider than the compute copy) and Adam's moments sharded;
             // the compute-dtype parameters and the gradient replicated.
             bytes = owned * (8.0 + (cast ? params_b : 0.0)) +
@@ -280,7 +280,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
   tp_cursor_.assign(static_cast<std::size_t>(n), 0);
 
   // Every built rank's program in its stage's pipeline order, emitted by the one emitter.
-  const StageSharding kind = split.sharding;
+  const ShardingKind kind = split.sharding;
   const EmitContext context{job,
                             plan_.activation_checkpointing,
                             units_,
@@ -288,7 +288,7 @@ TrainingGraph SplitGraphBuilder::build(std::span<const int> only) {
                             plan_.offload == Offload::Host,
                             plan_.prefetch ? 2 : 1,
                             casts_gather_send(job.precision),
-                            kind == StageSharding::Full || kind == StageSharding::Hybrid,
+                            kind == ShardingKind::Full || kind == ShardingKind::Hybrid,
                             gpu_runtime_,
                             this};
   RankEmitter emitter(context);

@@ -97,7 +97,7 @@ std::int32_t SplitGraphBuilder::transfer_collective(const Transfer& t, bool forw
 // updated parameters after the step), reduced after their last backward (none: only across
 // the replicas). A domain with no built rank has none.
 void SplitGraphBuilder::setup_domain_collectives() {
-  const StageSharding kind = plan_.model_split.sharding;
+  const ShardingKind kind = plan_.model_split.sharding;
   for (std::size_t d = 0; d < g_.domain_layouts_.size(); ++d) {
     const std::vector<int>& ranks = g_.domain_ranks_[d];
     if (std::none_of(ranks.begin(), ranks.end(), [&](int r) { return built(r); })) {
@@ -112,7 +112,7 @@ void SplitGraphBuilder::setup_domain_collectives() {
            u,
            Pass::Forward,
            u,
-           kind != StageSharding::None && g_.unit_stage_[static_cast<std::size_t>(u)] == stage,
+           kind != ShardingKind::None && g_.unit_stage_[static_cast<std::size_t>(u)] == stage,
            false});
     for (int u = units_ - 1; u >= 0; --u)
       phases.push_back({{u},
@@ -123,7 +123,7 @@ void SplitGraphBuilder::setup_domain_collectives() {
                         g_.unit_stage_[static_cast<std::size_t>(u)] == stage});
     domain_collectives_.emplace_back(g_, scenario_.job.precision, variants_,
                                      DomainRanks{g_.domain_layouts_[d], ranks}, built_, phases,
-                                     DomainOptions{kind != StageSharding::None, false});
+                                     DomainOptions{kind != ShardingKind::None, false});
   }
 }
 

@@ -21,9 +21,9 @@ void SplitGraphBuilder::rank_program(int r, RankProgram& prog) const {
   const int domain = g_.domain_of_[static_cast<std::size_t>(r)];
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
   const int size = plan_.ranks[static_cast<std::size_t>(r)].micro_batch;
-  const StageSharding kind = plan_.model_split.sharding;
+  const ShardingKind kind = plan_.model_split.sharding;
   // full / hybrid: each unit gathered once, kept to its last backward.
-  const bool gathers = kind == StageSharding::Full || kind == StageSharding::Hybrid;
+  const bool gathers = kind == ShardingKind::Full || kind == ShardingKind::Hybrid;
   prog.rank = r;
   prog.position = g_.domain_position_[static_cast<std::size_t>(r)];
   prog.group = layout.group_of(prog.position);
@@ -63,7 +63,7 @@ void SplitGraphBuilder::rank_program(int r, RankProgram& prog) const {
       prog.gathers.push_back({first_use[i], gates[i]});  // forward phase u gathers unit u
   }
   // ZeRO-1: every rank gathers the updated parameters of its stage's units after the step.
-  if (kind == StageSharding::Optimizer) prog.step_gathers = first_use;
+  if (kind == ShardingKind::Optimizer) prog.step_gathers = first_use;
 
   const int k_last = p_ * v_ - 1;
   const bool tied = scenario_.job.model.tied_embeddings && p_ > 1;
@@ -116,7 +116,7 @@ void SplitGraphBuilder::rank_program(int r, RankProgram& prog) const {
         it.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
         if (tied && ((u == 0 && stage == 0) || (u == units_ - 1 && stage == p_ - 1)))
           prog.reductions.push_back({ReductionItem::Kind::Tied, it.phase, u, -1, u});
-        if (kind != StageSharding::None)
+        if (kind != ShardingKind::None)
           prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, it.phase, u, u, u});
         if (layout.hybrid())
           prog.reductions.push_back({ReductionItem::Kind::CrossGroup, it.phase, u, -1, u});

@@ -60,7 +60,7 @@ void check_plan_for(const Plan& plan, const Scenario& scenario, const std::strin
   // A split plan's data-parallel sharding is its model_split's (the FSDP plans' sharding key
   // does not apply): a replicating framework runs none.
   if (plan.has_split()) {
-    if (schedule::replicates_state(framework) && plan.model_split.sharding != StageSharding::None)
+    if (schedule::replicates_state(framework) && plan.model_split.sharding != ShardingKind::None)
       throw ValidationError(plan_file, "model_split.sharding", to_string(plan.model_split.sharding),
                             "none for framework " + to_string(framework) +
                                 " (it keeps a full replica of each stage's training state on "

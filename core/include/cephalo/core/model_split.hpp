@@ -35,22 +35,11 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/pipeline_schedule.hpp"
+#include "cephalo/core/sharding.hpp"
 
 namespace cephalo {
 
 struct Scenario;
-
-// How the ranks of one data-parallel group of a stage hold the stage's training state.
-// Full: FSDP / ZeRO-3, parameters, gradients and optimizer state sharded over the group.
-// Hybrid: sharded over the group's ranks on one node, replicated across nodes (HSDP).
-// Optimizer: ZeRO-1 / Megatron's distributed optimizer: parameters and gradients replicated,
-// the optimizer state (and the master weights) sharded; gradients reduce-scattered, updated
-// parameters all-gathered once per iteration. None: DDP, everything replicated, gradients
-// all-reduced.
-enum class StageSharding { Full, Hybrid, Optimizer, None };
-std::string to_string(StageSharding sharding);
-// The inverse of to_string ("full", "hybrid", "optimizer", "none"); empty for anything else.
-std::optional<StageSharding> parse_stage_sharding(std::string_view text);
 
 // Half-open range of transformer layers [begin, end).
 struct LayerRange {
@@ -73,7 +62,7 @@ struct ModelSplit {
   bool sequence_parallel = false;
   pipeline::PipelineSchedule schedule;  // 1F1B
   int micro_batches = 1;
-  StageSharding sharding = StageSharding::Full;
+  ShardingKind sharding = ShardingKind::Full;
   // Empty: one stage holding every layer on every rank, today's plan (the plan's own per-rank
   // micro-batches and accumulation then order the work; schedule and micro_batches are unused).
   std::vector<PipelineStage> stages;

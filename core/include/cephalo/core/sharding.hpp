@@ -17,19 +17,34 @@
 // Per-unit all-gathers and reduce-scatters run inside a group; once per step, each element's
 // gradient is then all-reduced over the ranks of the other groups that own it (the pieces are
 // the intersections of the groups' slices: traces/README.md "Hybrid sharding").
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
 
 namespace cephalo {
 
-struct Sharding {
-  enum class Kind { Full, Hybrid };
-  Kind kind = Kind::Full;
-  std::vector<std::vector<int>> groups;  // Hybrid: as listed (validated partition); Full: empty
+// How the ranks of one data-parallel group hold their training state: the one kind every plan
+// uses (an FSDP plan's "sharding", a split's "model_split.sharding").
+// Full: FSDP / ZeRO-3, parameters, gradients and optimizer state sharded over the group.
+// Hybrid: sharded over the group's ranks on one node, replicated across nodes (HSDP).
+// Optimizer: ZeRO-1 / Megatron's distributed optimizer: parameters and gradients replicated,
+// the optimizer state (and the master weights) sharded; gradients reduce-scattered, updated
+// parameters all-gathered once per iteration. None: DDP, everything replicated, gradients
+// all-reduced. An FSDP plan's layout (Sharding below) is Full or Hybrid with its groups; a
+// replicating framework's is Hybrid with one rank per group.
+enum class ShardingKind { Full, Hybrid, Optimizer, None };
+std::string to_string(ShardingKind kind);
+// The inverse of to_string ("full", "hybrid", "optimizer", "none"); empty for anything else.
+std::optional<ShardingKind> parse_sharding_kind(std::string_view text);
 
-  bool hybrid() const { return kind == Kind::Hybrid; }
+struct Sharding {
+  ShardingKind kind = ShardingKind::Full;  // Full or Hybrid
+  std::vector<std::vector<int>> groups;    // Hybrid: as listed (validated partition); Full: empty
+
+  bool hybrid() const { return kind == ShardingKind::Hybrid; }
   bool operator==(const Sharding&) const = default;
 };
 

@@ -130,7 +130,7 @@ struct SplitRankMemoryInputs {
   bool sequence_parallel = false;
   bool head_holds_word_embedding = false;  // a tied head on another stage than the embedding
   int micro_batch = 1;
-  StageSharding sharding = StageSharding::Full;
+  ShardingKind sharding = ShardingKind::Full;
   // The rank's share of its domain's state (hybrid: of its node's full copy); 1 under `none`.
   double state_share = 1.0;
   ActivationCheckpointing activation_checkpointing;

@@ -50,7 +50,7 @@ struct SplitSearchOptions {
   std::optional<int> pipeline_stages;  // P
   std::optional<pipeline::PipelineSchedule> schedule;
   std::optional<int> micro_batches;
-  std::optional<StageSharding> sharding;
+  std::optional<ShardingKind> sharding;
   std::optional<bool> sequence_parallel;
   std::optional<bool> recompute;  // full activation checkpointing
   // Candidates without full recompute rerun each layer's attention core (selective recompute,

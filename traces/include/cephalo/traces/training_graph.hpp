@@ -187,7 +187,7 @@ struct GraphSummary {
   int virtual_stages = 1;          // V per stage (interleaved), else 1
   int pipeline_micro_batches = 0;  // m (0 without a split)
   bool sequence_parallel = false;
-  StageSharding stage_sharding = StageSharding::Full;
+  ShardingKind stage_sharding = ShardingKind::Full;
 };
 
 // Per-unit sizes used to fill ops (exposed for tests and the backend).
