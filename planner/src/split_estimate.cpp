@@ -1,5 +1,8 @@
 #include "cephalo/planner/split_estimate.hpp"
 
+#include <map>
+#include <tuple>
+
 #include "plan_support.hpp"
 #include "split_estimator_impl.hpp"
 #include "split_replicas.hpp"
@@ -409,10 +412,26 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     const double P = est.parameters_per_rank;
     const bool none = split.sharding == ShardingKind::None;
     // One DP collective of `elements` per TP rank as the stage's graph runs it.
+    // Each priced once per stage and size: a stage's layers are alike, and pricing one walks
+    // every sharding group of the stage (12,800 node groups in a 100k-GPU hybrid stage).
+    std::map<std::tuple<int, double, double, double>, double> collectives_priced;
+    std::map<double, double> cross_priced;
     const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
                                       double variant_elements = -1) {
-      return dp_collective(sr, rep, split.sharding, kind, elements, bytes_each, sharing,
-                           variant_elements);
+      const auto key =
+          std::make_tuple(static_cast<int>(kind), elements, bytes_each, variant_elements);
+      if (const auto it = collectives_priced.find(key); it != collectives_priced.end())
+        return it->second;
+      const double t = dp_collective(sr, rep, split.sharding, kind, elements, bytes_each, sharing,
+                                     variant_elements);
+      collectives_priced.emplace(key, t);
+      return t;
+    };
+    const auto cross = [&](double elements) {
+      if (const auto it = cross_priced.find(elements); it != cross_priced.end()) return it->second;
+      const double t = cross_reduction(sr, rep, elements, e_r, sharing);
+      cross_priced.emplace(elements, t);
+      return t;
     };
     // A unit's gradient reduction: an all-reduce without sharding, else a reduce-scatter in
     // each sharding group, then under hybrid the all-reduce across the groups.
@@ -420,7 +439,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       return none ? state_collective(CollectiveKind::AllReduce, elements, e_r)
                   : state_collective(CollectiveKind::ReduceScatter, elements, e_r,
                                      variant_elements) +
-                        cross_reduction(sr, rep, elements, e_r, sharing);
+                        cross(elements);
     };
     double dp = 0, dp_exposed = 0, after_step = 0;
     if (R > 1 && options.dp_overlap == DpOverlap::PerUnit) {
