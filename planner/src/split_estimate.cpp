@@ -197,7 +197,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.parameters_per_rank = probe.params;
     // A replica's memory at b samples and state share x: costmodels' one rule for a split rank.
     const std::vector<std::vector<int>> units = costmodels::stage_units(model, st, s, p);
-    ReplicaMemory memory_of(*this, split, st, T, units,
+    ReplicaMemory memory_of(*this, split, T, units,
                             schedule_orders.orders[static_cast<std::size_t>(s)], options, file);
     if (mode == ReplicaBatches::BySpeed) {
       // The most samples each replica holds with none of the sharded state (dealt after): the
@@ -272,7 +272,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
                 std::max(0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], 0.0)));
           prev = j;
         }
-        const std::vector<double> share = shares_by_free_memory(free);
+        const std::vector<double> share = detail::shares_by_free_memory(free);
         for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
       }
     }

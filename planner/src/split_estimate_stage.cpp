@@ -150,15 +150,13 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
       std::adjacent_find(rep.size.begin(), rep.size.end(), std::not_equal_to<>()) == rep.size.end();
 }
 
-SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const ModelSplit& split,
-                                                   const PipelineStage& st, int T,
+SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const ModelSplit& split, int T,
                                                    const std::vector<std::vector<int>>& units,
                                                    std::span<const pipeline::Step> order,
                                                    const SplitOptions& options,
                                                    const std::string& file)
     : impl_(impl),
       split_(split),
-      st_(st),
       T_(T),
       units_(units),
       order_(order),

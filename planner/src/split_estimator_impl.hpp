@@ -251,7 +251,7 @@ struct SplitEstimator::Impl {
   // FSDP plan: the FSDP terms. Remembered per (TP position, runtime, b, x) for one stage.
   class ReplicaMemory {
    public:
-    ReplicaMemory(const Impl& impl, const ModelSplit& split, const PipelineStage& st, int T,
+    ReplicaMemory(const Impl& impl, const ModelSplit& split, int T,
                   const std::vector<std::vector<int>>& units, std::span<const pipeline::Step> order,
                   const SplitOptions& options, const std::string& file);
     // Of replica j's tightest rank (Replicas::capacity_rank) at b samples and share x.
@@ -262,7 +262,6 @@ struct SplitEstimator::Impl {
    private:
     const Impl& impl_;
     const ModelSplit& split_;
-    const PipelineStage& st_;
     int T_;
     const std::vector<std::vector<int>>& units_;
     std::span<const pipeline::Step> order_;
