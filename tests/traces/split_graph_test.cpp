@@ -82,6 +82,65 @@ TEST(SplitGraph, ADefaultSplitIsTheFsdpGraph) {
   }
 }
 
+// The one builder reads an FSDP plan as its one-stage split: one stage holding every unit, a TP
+// group of each rank, one data-parallel domain of every rank at its own position (the plan's
+// rank order, which its sharding key numbers, whatever order a spelt-out stage lists), read
+// through the same tables a split's ranks are. A one-stage split with other sharding is a
+// split: it runs the pipeline order over its micro-batches.
+TEST(SplitGraph, AnFsdpPlanIsOneStageWithOneDomainInPlanOrder) {
+  const Scenario s = tiny_scenario(4, 4, 8);
+  const Plan plain = testing::tiny_plan(s, 2);
+  Plan listed = plain;  // the default split spelt out, its ranks listed backwards
+  listed.model_split.stages = {PipelineStage{{LayerRange{0, 4}}, {3, 2, 1, 0}, 1}};
+  ASSERT_TRUE(listed.model_split.is_default());
+  const TrainingGraph a = build_training_graph(plain, s);
+  const TrainingGraph b = build_training_graph(listed, s);
+  for (const TrainingGraph* g : {&a, &b}) {
+    EXPECT_FALSE(g->summary().split);
+    EXPECT_EQ(g->summary().pipeline_micro_batches, 0);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(g->place(r).stage, 0);
+      EXPECT_EQ(g->place(r).replica, r);
+      EXPECT_EQ(g->place(r).tp_rank, 0);
+      EXPECT_EQ(g->place(r).tensor_parallel, 1);
+      EXPECT_EQ(g->layout_position(r), r);
+      EXPECT_EQ(&g->layout_of(r), &g->layout());
+      const auto ranks = g->layout_ranks(r);
+      EXPECT_EQ(std::vector<int>(ranks.begin(), ranks.end()), (std::vector<int>{0, 1, 2, 3}));
+      for (int u = 0; u < g->summary().num_units; ++u) EXPECT_TRUE(g->holds(r, u));
+    }
+  }
+  ASSERT_EQ(a.num_ops(), b.num_ops());
+  for (std::size_t i = 0; i < a.num_ops(); ++i) {
+    EXPECT_EQ(a.ops()[i].kind, b.ops()[i].kind);
+    EXPECT_EQ(a.ops()[i].rank, b.ops()[i].rank);
+    EXPECT_EQ(a.ops()[i].shard_bytes, b.ops()[i].shard_bytes);
+  }
+  // The phase order: layered, every unit gathered twice (forward, backward), 2 micro-batches.
+  EXPECT_EQ(count(a, 0, OpKind::Forward), 2 * 6);
+  EXPECT_EQ(count(a, 0, OpKind::AllGather) + count(a, 0, OpKind::AllGatherV), 2 * 6);
+
+  Plan zero1 = plain;  // one stage, optimizer sharding: a split, the pipeline order
+  zero1.model_split.sharding = ShardingKind::Optimizer;
+  zero1.model_split.micro_batches = 2;
+  for (auto& r : zero1.ranks) r.micro_batch = r.batch / 2;
+  const TrainingGraph c = build_training_graph(zero1, s);
+  EXPECT_TRUE(c.summary().split);
+  EXPECT_EQ(c.summary().pipeline_micro_batches, 2);
+  EXPECT_EQ(count(c, 0, OpKind::Forward), 2 * 6);
+  // ZeRO-1: each unit's updated parameters gathered once, after the optimizer step.
+  int gathers_after_step = 0;
+  bool stepped = false;
+  for (const Op& o : c.program(0)) {
+    stepped = stepped || o.kind == OpKind::OptimizerStep;
+    if (o.kind == OpKind::AllGather || o.kind == OpKind::AllGatherV)
+      gathers_after_step += stepped ? 1 : -100;
+  }
+  EXPECT_EQ(gathers_after_step, 6);
+  expect_well_formed(c);
+  expect_memory_balanced(c);
+}
+
 TEST(SplitGraph, EveryRankRunsItsStageOrderOverItsChunk) {
   const Scenario s = tiny_scenario(4, 4, 8);  // 4 layers: units 0..5
   const ModelSplit split = pipeline_split(1, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4);

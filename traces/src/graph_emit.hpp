@@ -5,7 +5,7 @@
 // the reductions that follow it, the pipeline transfers around it) and its data-parallel
 // gathers with their gates. The emitter turns any program into ops, waits and memory the same
 // way: the FSDP plan's phase order (layered / standard / no_sync, graph_rank_program.cpp) is a
-// one-stage order; a pipeline schedule's step order (graph_split_rank.cpp) is another.
+// one-stage order; a pipeline schedule's step order (graph_pipeline_program.cpp) is another.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -1,8 +1,8 @@
 #pragma once
-// What the two orders of the graph builder make the same way (private to traces/): the FSDP
-// phase order (graph_builder.hpp) and a split's pipeline order (graph_split.hpp) both build a
-// plan's graph from these, so an FSDP plan and its one-stage split agree on each by
-// construction (tests/sim/one_stage_split_test.cpp holds the whole graphs equal):
+// What the two orders of the graph builder (graph_builder.hpp) make the same way (private to
+// traces/): the FSDP phase order and a split's pipeline order both build a plan's graph from
+// these, so an FSDP plan and its one-stage split agree on each by construction
+// (tests/sim/one_stage_split_test.cpp holds the whole graphs equal):
 //  * which ranks get ops (`only`) and the plan's rank count against the cluster's;
 //  * the summary fields every graph carries, which units recompute, which ranks run a GPU
 //    runtime;
@@ -54,7 +54,7 @@ std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
 std::vector<char> gpu_runtime_ranks(const Scenario& scenario);
 
 // The summary fields of any plan's graph (ranks, units, sequence, global batch, the schedule
-// choices, model FLOPs); a split's builder adds its own. Refuses (Error) a host offload that
+// choices, model FLOPs); the builder adds a split's own. Refuses (Error) a host offload that
 // the plan's checkpointing contradicts: parse_plan refuses it, a plan built in code must not
 // slip past.
 GraphSummary plan_summary(const Plan& plan, const Scenario& scenario, int units);

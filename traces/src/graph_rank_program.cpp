@@ -1,20 +1,41 @@
-// GraphBuilder::rank_program: the FSDP plan's order for one rank, its one-stage order. Phases of
-// (unit, pass, round), common to all ranks; per phase the rank's micro-batches (layered: all,
-// forward ascending, backward descending; standard / no_sync: the round's one, if the rank has
-// it), the first waiting for the phase's gather, the last (or the gather itself when the rank
-// computes nothing in the phase) releasing the gathered parameters and followed by the phase's
-// reductions. The emitter (graph_emit.hpp) turns the items into ops.
+// The phase order, an FSDP plan's one-stage order for one rank (GraphBuilder::phase_program).
+// Phases of (unit, pass, round), common to all ranks; per phase the rank's micro-batches
+// (layered: all, forward ascending, backward descending; standard / no_sync: the round's one, if
+// the rank has it), the first waiting for the phase's gather, the last (or the gather itself
+// when the rank computes nothing in the phase) releasing the gathered parameters and followed
+// by the phase's reductions. The emitter (graph_emit.hpp) turns the items into ops.
+#include "cephalo/core/schedule.hpp"
+#include "cephalo/costmodels/model_math.hpp"
 #include "graph_builder.hpp"
 
 namespace cephalo::traces {
 
-void GraphBuilder::rank_program(int r, RankProgram& prog) const {
+// When each phase's gather is issued: the framework's prefetch rule over what each phase
+// gathers (a tied head brings the embedding).
+void GraphBuilder::setup_phase_gates() {
+  const int per_round = 2 * units_;
+  std::vector<schedule::GatherPhase> gathers;
+  gathers.reserve(static_cast<std::size_t>(rounds_ * per_round));
+  for (int p = 0; p < rounds_ * per_round; ++p) {
+    const int at = p % per_round;
+    const bool backward = at >= units_;
+    const int unit = backward ? per_round - 1 - at : at;
+    gathers.push_back({costmodels::phase_parameters(scenario_.job.model, unit), backward});
+  }
+  gather_gates_ = schedule::gather_gates(
+      schedule::gather_rules(scenario_.job.implementation.framework, plan_.prefetch), gathers);
+}
+
+void GraphBuilder::phase_program(int r, RankProgram& prog) const {
   prog.clear();
   const PlanRank& pr = plan_.ranks[static_cast<std::size_t>(r)];
-  const int num_phases = static_cast<int>(phases_.size());
+  const int d = g_.domain_of_[static_cast<std::size_t>(r)];
+  const DomainCollectives& dp = domain_collectives_[static_cast<std::size_t>(d)];
+  const int per_round = 2 * units_;
+  const int num_phases = rounds_ * per_round;
   prog.rank = r;
-  prog.position = r;  // the one domain of every rank
-  prog.group = g_.layout_.group_of(r);
+  prog.position = g_.domain_position_[static_cast<std::size_t>(r)];
+  prog.group = g_.domain_layouts_[static_cast<std::size_t>(d)].group_of(prog.position);
   std::vector<int> sizes;
   if (pr.batch > 0) sizes = pr.micro_batch_sizes();
   const int mbs = static_cast<int>(sizes.size());
@@ -27,9 +48,10 @@ void GraphBuilder::rank_program(int r, RankProgram& prog) const {
     prog.gathers.push_back({p, gather_gates_[static_cast<std::size_t>(p)]});
 
   for (int p = 0; p < num_phases; ++p) {
-    const Phase& ph = phases_[static_cast<std::size_t>(p)];
-    const int u = ph.unit;
-    const bool forward = ph.pass == Pass::Forward;
+    const int round = p / per_round;
+    const int at = p % per_round;
+    const bool forward = at < units_;
+    const int u = forward ? at : per_round - 1 - at;
     const std::size_t first = prog.items.size();
     auto item = [&] {
       ComputeItem it;
@@ -51,8 +73,8 @@ void GraphBuilder::rank_program(int r, RankProgram& prog) const {
     };
     if (plan_.accumulation == Accumulation::Layered) {
       for (int m = 0; m < mbs; ++m) run(forward ? m : mbs - 1 - m);
-    } else if (ph.round < mbs) {
-      run(ph.round);
+    } else if (round < mbs) {
+      run(round);
     }
     if (prog.items.size() == first) {
       // No micro-batch here: the rank joins the phase's collectives with no compute.
@@ -68,10 +90,10 @@ void GraphBuilder::rank_program(int r, RankProgram& prog) const {
     // The phase's reduce-scatter (when it reduces: under no_sync only the last round) into the
     // buffer it owns, after the last backward into it (possibly an earlier round's); under
     // hybrid sharding the cross-group reductions of the units it finished, after it.
-    if (forward || dp_.reduce_scatter(p, prog.group) < 0) continue;
+    if (forward || dp.reduce_scatter(p, prog.group) < 0) continue;
     end.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
     prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, p, u, p, p});
-    for (int unit : dp_.finished_at(p))
+    for (int unit : dp.finished_at(p))
       prog.reductions.push_back({ReductionItem::Kind::CrossGroup, p, unit, -1, -1});
     end.reductions_count =
         static_cast<std::uint32_t>(prog.reductions.size()) - end.reductions_begin;

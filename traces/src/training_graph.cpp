@@ -91,27 +91,12 @@ void TrainingGraph::index_streams() {
 }
 
 std::span<const int> TrainingGraph::layout_ranks(int rank) const {
-  if (summary_.split) return domain_ranks_[static_cast<std::size_t>(domain_of_[rank])];
-  return all_ranks_;
-}
-
-RankPlace TrainingGraph::place(int rank) const {
-  if (summary_.split) return places_[static_cast<std::size_t>(rank)];
-  RankPlace p;
-  p.stage = 0;
-  p.replica = rank;
-  return p;
+  return domain_ranks_[static_cast<std::size_t>(domain_of_[static_cast<std::size_t>(rank)])];
 }
 
 bool TrainingGraph::recomputes_attention_core(int unit) const {
   return schedule::recomputes_attention_core(summary_.activation_checkpointing, unit,
                                              summary_.num_units);
-}
-
-bool TrainingGraph::holds(int rank, int unit) const {
-  if (!summary_.split) return true;
-  return unit_stage_[static_cast<std::size_t>(unit)] ==
-         places_[static_cast<std::size_t>(rank)].stage;
 }
 
 std::string TrainingGraph::op_name(OpId id) const {

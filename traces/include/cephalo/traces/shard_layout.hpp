@@ -92,7 +92,8 @@ struct Scenario;
 namespace cephalo::traces {
 
 // The layout of an FSDP plan (no model split) over the job's units: every rank's share, each
-// unit's element count (its parameters, rounded). The graph builder's layout is this one.
+// unit's element count (its parameters, rounded): the layout the graph builder gives an FSDP
+// plan's one data-parallel domain (the same counts, shares and groups).
 ShardLayout shard_layout_of(const Plan& plan, const Scenario& scenario);
 
 // Hybrid sharding: every group must be able to hold one full copy of the sharded training

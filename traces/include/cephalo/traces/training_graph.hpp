@@ -227,25 +227,29 @@ class TrainingGraph {
 
   // Sharding of every unit's flat buffer: the plan's groups, each rank's slice inside its
   // group's copy (shard_offsets of the unit's numel over the group's shares) and, under hybrid
-  // sharding, the cross-group pieces. `slice(u, r)` is rank r's range. Under a split each
-  // data-parallel domain has its own layout over its own ranks (numbered 0.. in replica order,
+  // sharding, the cross-group pieces. `slice(u, r)` is rank r's range. Each data-parallel
+  // domain has its own layout over its own ranks (numbered 0.. in replica order,
   // `layout_position`), holding the numel of the domain's tensor-parallel slice of the stage's
-  // units (0 for the others): use layout_of(rank); layout() is the FSDP plan's.
-  const ShardLayout& layout() const { return layout_; }
+  // units (0 for the others): use layout_of(rank). An FSDP plan has one domain, every rank at
+  // its own position: layout() is its layout (under a split, stage 0's first domain's).
+  const ShardLayout& layout() const { return domain_layouts_.front(); }
   const ShardLayout& layout_of(int rank) const {
-    return summary_.split ? domain_layouts_[static_cast<std::size_t>(domain_of_[rank])] : layout_;
+    return domain_layouts_[static_cast<std::size_t>(domain_of_[static_cast<std::size_t>(rank)])];
   }
-  int layout_position(int rank) const { return summary_.split ? domain_position_[rank] : rank; }
+  int layout_position(int rank) const { return domain_position_[static_cast<std::size_t>(rank)]; }
   // The global ranks of layout_of(rank), in its order (the FSDP plan: every rank).
   std::span<const int> layout_ranks(int rank) const;
   UnitSlice slice(int unit, int rank) const {
     return layout_of(rank).slice(unit, layout_position(rank));
   }
-  // Under a split: where the rank sits (stage, replica, TP rank and degree); without one stage
+  // Where the rank sits (stage, replica, TP rank and degree); an FSDP plan's one stage: stage
   // 0, replica = rank, TP rank 0 of 1.
-  RankPlace place(int rank) const;
-  // Under a split: whether the rank holds unit u (its stage's chunks); without one, every unit.
-  bool holds(int rank, int unit) const;
+  const RankPlace& place(int rank) const { return places_[static_cast<std::size_t>(rank)]; }
+  // Whether the rank holds unit u (its stage's chunks); an FSDP plan's ranks hold every unit.
+  bool holds(int rank, int unit) const {
+    return unit_stage_[static_cast<std::size_t>(unit)] ==
+           places_[static_cast<std::size_t>(rank)].stage;
+  }
 
   // Device bytes held for the whole iteration (sharded training state of the rank's slices:
   // master parameters, gradient shard, Adam moments).
@@ -274,15 +278,15 @@ class TrainingGraph {
   // std::logic_error if the graph has a cycle (it never should).
   std::vector<OpId> topological_order() const;
 
-  friend class GraphBuilder;
+  friend class GraphBuilder;  // the one builder of every plan's graph
 
  private:
   // Once every rank's ops exist: the stream programs (issue order kept) and the reverse of
-  // waits_on. Both builders finish with it.
+  // waits_on. The builder finishes with it.
   void index_streams();
   // Appends `op` as `rank`'s next op on its kind's stream and returns its id. Its waits-on list
   // names each of `deps` once, leaving out kNoOp and ops of its own stream (stream order is
-  // implicit). The one way both builders add an op.
+  // implicit). The one way the builder adds an op.
   OpId append_op(Op op, int rank, std::span<const OpId> deps);
   GraphSummary summary_;
   std::vector<Op> ops_;
@@ -295,21 +299,18 @@ class TrainingGraph {
   std::vector<Collective> collectives_;
   std::vector<CollectiveMember> members_;
   std::vector<CollectiveSegment> segments_;
-  ShardLayout layout_;
   std::vector<double> static_bytes_;
   std::vector<UnitSizes> unit_sizes_;
   std::vector<std::int32_t> gradient_phase_;  // per phase
   std::vector<std::uint8_t> recomputes_;      // per unit
-  // Under a split: per rank its place and domain; per domain its layout and ranks.
+  // Per rank its place and domain; per domain its layout and ranks (an FSDP plan: one).
   std::vector<RankPlace> places_;
   std::vector<std::int32_t> domain_of_, domain_position_;
   std::vector<ShardLayout> domain_layouts_;
   std::vector<std::vector<int>> domain_ranks_;
   std::vector<int> unit_stage_;  // per unit: the stage holding it
-  std::vector<int> all_ranks_;   // 0..ranks−1 (layout_ranks of an FSDP plan)
   mutable std::unique_ptr<BoostGraph> boost_;
-  friend class SplitGraphBuilder;
-  friend class DataParallelCollectives;  // both builders' data-parallel collectives
+  friend class DataParallelCollectives;  // the domains' data-parallel collectives
   friend class RankEmitter;              // every rank's ops, whichever order
 };
 

@@ -1,4 +1,4 @@
-// SplitGraphBuilder::rank_program: one rank's program in its stage's pipeline order
+// GraphBuilder::pipeline_program: one rank's program in its stage's pipeline order
 // (pipeline::stage_order): per forward step its chunk's units ascending, the first receiving the
 // chunk's input and the last sending its output; per backward step the units descending, each
 // unit's last backward releasing its gathered parameters and, at the chunk's last backward step,
@@ -9,11 +9,11 @@
 
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/schedule.hpp"
-#include "graph_split.hpp"
+#include "graph_builder.hpp"
 
 namespace cephalo::traces {
 
-void SplitGraphBuilder::rank_program(int r, RankProgram& prog) const {
+void GraphBuilder::pipeline_program(int r, RankProgram& prog) const {
   prog.clear();
   const Job& job = scenario_.job;
   const RankPlace& place = g_.places_[static_cast<std::size_t>(r)];
@@ -21,7 +21,7 @@ void SplitGraphBuilder::rank_program(int r, RankProgram& prog) const {
   const int domain = g_.domain_of_[static_cast<std::size_t>(r)];
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
   const int size = plan_.ranks[static_cast<std::size_t>(r)].micro_batch;
-  const ShardingKind kind = plan_.model_split.sharding;
+  const ShardingKind kind = split_.sharding;
   // full / hybrid: each unit gathered once, kept to its last backward.
   const bool gathers = kind == ShardingKind::Full || kind == ShardingKind::Hybrid;
   prog.rank = r;
