@@ -588,10 +588,13 @@ double SplitEstimator::Impl::cross_reduction(const StageRanks& sr,
       const double x = sum > 0 ? rep.share[j] / sum : 1.0 / static_cast<double>(g.size());
       at += x;
       ends[gi].push_back(at);
-      cuts.push_back(std::min(at, 1.0));
       r.ranks.push_back(sr.group[j]);
       r.shard_bytes.push_back(bytes * x);
     }
+    // A group cut as its predecessor adds the same cuts, whose pieces would be empty (skipped
+    // below): alike groups come in runs, so the cuts stay a few, not one per replica.
+    if (gi == 0 || ends[gi] != ends[gi - 1])
+      for (double end : ends[gi]) cuts.push_back(std::min(end, 1.0));
   }
   std::sort(cuts.begin(), cuts.end());
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
