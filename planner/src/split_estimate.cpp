@@ -416,14 +416,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     // every sharding group of the stage (12,800 node groups in a 100k-GPU hybrid stage).
     std::map<std::tuple<int, double, double, double>, double> collectives_priced;
     std::map<double, double> cross_priced;
+    std::optional<std::vector<std::size_t>> kinds;  // group_kinds, on first need
     const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
                                       double variant_elements = -1) {
       const auto key =
           std::make_tuple(static_cast<int>(kind), elements, bytes_each, variant_elements);
       if (const auto it = collectives_priced.find(key); it != collectives_priced.end())
         return it->second;
-      const double t = dp_collective(sr, rep, split.sharding, kind, elements, bytes_each, sharing,
-                                     variant_elements);
+      if (!kinds) kinds = group_kinds(sr, rep);
+      const double t = dp_collective(sr, rep, *kinds, split.sharding, kind, elements, bytes_each,
+                                     sharing, variant_elements);
       collectives_priced.emplace(key, t);
       return t;
     };

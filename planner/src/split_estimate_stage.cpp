@@ -3,6 +3,8 @@
 // parts of SplitEstimator's estimate (split_estimate.cpp) that look at one stage.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -12,6 +14,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "split_estimator_impl.hpp"
 
 namespace cephalo::planner {
@@ -481,7 +484,43 @@ Json to_json(const SplitEstimate& e) {
           {"stages", stages}};
 }
 
+std::vector<std::size_t> SplitEstimator::Impl::group_kinds(const StageRanks& sr,
+                                                           const split_detail::Replicas& rep) {
+  if (node_link.empty()) node_link = sim::node_link_classes(scenario.cluster);
+  std::vector<std::size_t> out;
+  std::map<std::vector<std::int64_t>, std::size_t> seen;
+  std::vector<std::int64_t> key, last;
+  for (std::size_t gi = 0; gi < rep.groups.size(); ++gi) {
+    const auto& g = rep.groups[gi];
+    key.clear();
+    key.push_back(static_cast<std::int64_t>(g.size()));
+    bool ascending = true;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const std::size_t j = g[i];
+      const int lead = sr.group[j];
+      if (i > 0 && lead <= sr.group[g[i - 1]]) ascending = false;
+      std::uint64_t share = 0;
+      std::memcpy(&share, &rep.share[j], sizeof share);
+      key.push_back(rank_type[static_cast<std::size_t>(lead)]);
+      key.push_back(rep.node[j] - rep.node[g.front()]);
+      key.push_back(node_link[static_cast<std::size_t>(rep.node[j])]);
+      key.push_back(static_cast<std::int64_t>(share));
+    }
+    if (!ascending) {  // the comm model sorts its members: this group's order is its own
+      out.push_back(gi);
+      last.clear();
+      continue;
+    }
+    // Groups come in runs of alike ones: most are their predecessor's kind.
+    if (key == last) continue;
+    if (seen.emplace(key, gi).second) out.push_back(gi);
+    std::swap(key, last);
+  }
+  return out;
+}
+
 double SplitEstimator::Impl::dp_collective(StageRanks& sr, const split_detail::Replicas& rep,
+                                           std::span<const std::size_t> kinds,
                                            ShardingKind sharding, CollectiveKind kind,
                                            double elements, double element_bytes, double sharing,
                                            double variant_elements) {
@@ -491,7 +530,8 @@ double SplitEstimator::Impl::dp_collective(StageRanks& sr, const split_detail::R
   const double gather_bytes = (variant_elements < 0 ? elements : variant_elements) *
                               bytes_per_element(scenario.job.precision.compute);
   double slowest = 0;
-  for (const auto& g : rep.groups) {
+  for (std::size_t gi : kinds) {
+    const auto& g = rep.groups[gi];
     if (g.size() < 2) continue;  // a group of one holds the whole unit: nothing moves
     double sum = 0;
     for (std::size_t j : g) sum += rep.share[j];
@@ -548,10 +588,13 @@ double SplitEstimator::Impl::cross_reduction(const StageRanks& sr,
       const double x = sum > 0 ? rep.share[j] / sum : 1.0 / static_cast<double>(g.size());
       at += x;
       ends[gi].push_back(at);
-      cuts.push_back(std::min(at, 1.0));
       r.ranks.push_back(sr.group[j]);
       r.shard_bytes.push_back(bytes * x);
     }
+    // A group cut as its predecessor adds the same cuts, whose pieces would be empty (skipped
+    // below): alike groups come in runs, so the cuts stay a few, not one per replica.
+    if (gi == 0 || ends[gi] != ends[gi - 1])
+      for (double end : ends[gi]) cuts.push_back(std::min(end, 1.0));
   }
   std::sort(cuts.begin(), cuts.end());
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {

@@ -284,6 +284,9 @@ struct SplitEstimator::Impl {
   std::vector<char> type_gpu_runtime;
   std::vector<double> rank_usable;  // per rank: its device's usable bytes
 
+  // Per cluster node: its sim::node_link_classes number, worked out on first use.
+  std::vector<int> node_link;
+
   // Per cluster node: chains on its NICs while shared_nic_ends runs (zero between calls).
   std::vector<int> nic_users;
 
@@ -397,9 +400,19 @@ struct SplitEstimator::Impl {
   // sharding group at once (the slowest group's), an uneven group in the variant the graph
   // picks for the unit (on its `variant_elements`, < 0: `elements`). Hybrid sharding's cross-group
   // reduction: `cross_reduction`.
-  double dp_collective(StageRanks& sr, const split_detail::Replicas& rep, ShardingKind sharding,
+  // `kinds`: group_kinds(sr, rep), each kind's first group (alike groups price alike, so the
+  // slowest kind's price is the slowest group's).
+  double dp_collective(StageRanks& sr, const split_detail::Replicas& rep,
+                       std::span<const std::size_t> kinds, ShardingKind sharding,
                        CollectiveKind kind, double elements, double element_bytes, double sharing,
                        double variant_elements = -1);
+  // The stage's sharding groups by kind for the comm model (sim::node_link_classes' rule: the
+  // members' GPU types, node offsets from the group's first node and node link classes, in
+  // group order, and their state shares): per kind its first group, ascending. A group whose
+  // leads are out of rank order is a kind of its own. O(replicas), once per stage of an
+  // estimate, so that a collective is priced once per kind, not once per group (12,800 node
+  // groups in a 100k-GPU hybrid stage).
+  std::vector<std::size_t> group_kinds(const StageRanks& sr, const split_detail::Replicas& rep);
   // Hybrid sharding's all-reduce across its groups of a unit's gradient, piece by piece over
   // the owners of each slice (as traces' ShardLayout cuts it); 0 with one group.
   double cross_reduction(const StageRanks& sr, const split_detail::Replicas& rep, double elements,

@@ -130,6 +130,27 @@ PlanReplay replay_split_classes(const Plan& plan, const Scenario& scenario,
 
 }  // namespace
 
+std::vector<int> node_link_classes(const Cluster& cluster) {
+  using Links =
+      std::tuple<std::string, double, double, std::string, double, double, int, bool, bool>;
+  std::map<Links, int> link_ids;
+  std::vector<int> out(cluster.nodes.size());
+  for (std::size_t n = 0; n < cluster.nodes.size(); ++n) {
+    const Node& node = cluster.nodes[n];
+    Links key{node.intra_link.kind,
+              node.intra_link.bandwidth,
+              node.intra_link.latency,
+              node.nic.kind,
+              node.nic.bandwidth,
+              node.nic.latency,
+              node.nic_count,
+              node.nvls,
+              node.sharp};
+    out[n] = link_ids.emplace(std::move(key), static_cast<int>(link_ids.size())).first->second;
+  }
+  return out;
+}
+
 RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& scenario,
                          const Plan& plan) {
   if (!graph.summary().split) return rank_classes(graph.layout(), scenario, plan);
@@ -173,24 +194,7 @@ RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scen
       if (at != g)
         shares_node[static_cast<std::size_t>(at)] = shares_node[static_cast<std::size_t>(g)] = 1;
     }
-    using Links =
-        std::tuple<std::string, double, double, std::string, double, double, int, bool, bool>;
-    std::map<Links, int> link_ids;
-    std::vector<int> node_links(nodes.size());
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
-      const Node& node = nodes[n];
-      Links key{node.intra_link.kind,
-                node.intra_link.bandwidth,
-                node.intra_link.latency,
-                node.nic.kind,
-                node.nic.bandwidth,
-                node.nic.latency,
-                node.nic_count,
-                node.nvls,
-                node.sharp};
-      node_links[n] =
-          link_ids.emplace(std::move(key), static_cast<int>(link_ids.size())).first->second;
-    }
+    const std::vector<int> node_links = node_link_classes(scenario.cluster);
     std::map<std::vector<int>, int> kinds;
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (shares_node[static_cast<std::size_t>(g)]) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -465,7 +467,7 @@ TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
   planner::SplitEstimator estimator(s, models);
   std::vector<std::pair<ModelSplit, SplitOptions>> cases;
   for (int t : {1, 2})
-    for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::None})
+    for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::None})
       for (bool recompute : {false, true}) {
         ModelSplit one;  // the A100 stage, then the V100 stage, 1F1B
         one.tensor_parallel = t;
@@ -508,6 +510,111 @@ TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
     EXPECT_EQ(stopped.fits, fresh.fits);
     EXPECT_EQ(stopped.stages[0].memory.total, fresh.stages[0].memory.total);
   }
+}
+
+// Prices with `inner` and records what was asked.
+class Recorded final : public costmodels::CommModel {
+ public:
+  explicit Recorded(std::shared_ptr<const costmodels::CommModel> inner)
+      : inner_(std::move(inner)) {}
+  mutable std::vector<costmodels::CollectiveRequest> requests;
+  costmodels::CollectiveEstimate collective(
+      const Cluster& cluster, const costmodels::CollectiveRequest& request) const override {
+    requests.push_back(request);
+    return inner_->collective(cluster, request);
+  }
+  double copy_time(const Cluster& cluster, int rank, double bytes) const override {
+    return inner_->copy_time(cluster, rank, bytes);
+  }
+
+ private:
+  std::shared_ptr<const costmodels::CommModel> inner_;
+};
+
+TEST(SplitEstimate, HybridGroupsArePricedOncePerKindAndAlikeGroupsPriceAlike) {
+  // Six nodes of two A100 or two V100 and one more V100 each (uneven state shares within a
+  // node group): nodes 0, 2, 4 alike, 1 and 3 alike, 5 an A100 node with a slower NIC. Under
+  // hybrid sharding the DP collectives go per node group; the estimate prices one group per
+  // kind (three), and the real comm model prices every other group of a kind as that one,
+  // which is what lets the slowest kind stand for the slowest group.
+  const Scenario s = test_support::split_scenario({{"A100-80GB", 2, 4},
+                                                   {"V100-SXM2-32GB", 2, 2},
+                                                   {"A100-80GB", 2, 4},
+                                                   {"V100-SXM2-32GB", 2, 2},
+                                                   {"A100-80GB", 2, 4},
+                                                   {"A100-80GB", 2, 1, "100Gbit/s"}},
+                                                  4, 36, 1024, 16, 1024, "V100-SXM2-32GB", 1);
+  const auto real = costmodels::make_cost_models(s);
+  auto comm = std::make_shared<Recorded>(real.comm);
+  const costmodels::CostModels models{real.compute, comm};
+  const auto& ranks = s.cluster.ranks();
+  ModelSplit split;
+  split.micro_batches = 1;
+  split.sharding = ShardingKind::Hybrid;
+  std::vector<int> all(ranks.size());
+  for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  split.stages = {stage(0, 4, all)};
+  SplitOptions by_speed;  // samples and state shares by each replica's speed and free memory
+  by_speed.replica_batches = planner::ReplicaBatches::BySpeed;
+  const auto e = estimate_split(s, split, by_speed, models);
+  ASSERT_TRUE(e.fits) << e.refusal;
+  EXPECT_GT(e.stages[0].dp_comm, 0);
+  std::vector<int> first_rank(s.cluster.nodes.size(), -1);
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (first_rank[static_cast<std::size_t>(ranks[r].node)] < 0)
+      first_rank[static_cast<std::size_t>(ranks[r].node)] = static_cast<int>(r);
+  const std::vector<std::vector<int>> kinds = {{0, 2, 4}, {1, 3}, {5}};
+  std::set<int> priced;  // nodes whose group's collectives were priced
+  int checked = 0;
+  for (const auto& r : comm->requests) {
+    if (r.ranks.size() != 3 || !r.pieces.empty()) continue;
+    const int node = ranks[static_cast<std::size_t>(r.ranks.front())].node;
+    if (!std::all_of(r.ranks.begin(), r.ranks.end(),
+                     [&](int x) { return ranks[static_cast<std::size_t>(x)].node == node; }))
+      continue;
+    priced.insert(node);
+    bool uneven = false;
+    for (double b : r.shard_bytes) uneven |= b != r.shard_bytes.front();
+    EXPECT_TRUE(uneven);  // the V100's share is not the A100s'
+    // The same request on every node of the kind, member for member: the same price.
+    for (const auto& kind : kinds) {
+      if (std::find(kind.begin(), kind.end(), node) == kind.end()) continue;
+      for (int other : kind) {
+        costmodels::CollectiveRequest moved = r;
+        for (int& x : moved.ranks)
+          x += first_rank[static_cast<std::size_t>(other)] -
+               first_rank[static_cast<std::size_t>(node)];
+        EXPECT_EQ(real.comm->collective(s.cluster, moved).seconds,
+                  real.comm->collective(s.cluster, r).seconds)
+            << "node " << node << " as node " << other;
+        ++checked;
+      }
+    }
+  }
+  // One group priced per kind of node and state shares (by speed, alike nodes may still get
+  // different samples and so different shares): the first node of each.
+  std::set<int> expected;
+  std::set<std::pair<std::size_t, std::vector<double>>> seen;
+  for (int n = 0; n < 6; ++n) {
+    std::size_t kind = 0;
+    while (std::find(kinds[kind].begin(), kinds[kind].end(), n) == kinds[kind].end()) ++kind;
+    std::vector<double> shares;
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      if (ranks[r].node == n) shares.push_back(e.allocation.state_share[r]);
+    if (seen.emplace(kind, shares).second) expected.insert(n);
+  }
+  EXPECT_EQ(priced, expected);
+  EXPECT_LT(priced.size(), 6u);
+  // One estimator across splits that keep the stage (its cross-group reduction remembered):
+  // each answer a fresh estimate's, to the last bit.
+  planner::SplitEstimator estimator(s, real);
+  for (int m : {1, 2, 1, 3}) {
+    ModelSplit again = split;
+    again.micro_batches = m;
+    const auto fresh = estimate_split(s, again, by_speed, real);
+    EXPECT_EQ(to_json(estimator.estimate(again, by_speed)).dump(), to_json(fresh).dump()) << m;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace

@@ -47,6 +47,13 @@ RankClasses rank_classes(const traces::TrainingGraph& graph, const Scenario& sce
 RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scenario,
                          const Plan& plan);
 
+// Per node of `cluster`: a number shared by the nodes whose links the comm model reads alike
+// (intra-node link, NIC, NIC count, NVLS, SHARP), first seen first. Members of two collectives
+// on alike devices, at the same node offsets from the first member and on nodes of the same
+// link class, in the same order with the same shard bytes, are priced alike: the rule by which
+// alike hybrid groups replay alike here and the split estimator prices one group per kind.
+std::vector<int> node_link_classes(const Cluster& cluster);
+
 // The request of collective `c` over its full membership (every rank of its group, or every rank
 // for the cross-group reduction, with the layout's pieces), as the full replay prices it, from a
 // graph built for any subset of the ranks (build_training_graph_of_ranks): its members are only
