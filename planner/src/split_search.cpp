@@ -372,6 +372,7 @@ SplitSearchResult Search::run() {
   std::map<int, Candidate> by_p;
   std::vector<const Candidate*> refined;
   refine_all();
+  if (result_.unexplored > 0) result_.budget = options_.budget;
   for (auto& [key, list] : fitting_)
     for (auto& c : list) {
       refined.push_back(&c);

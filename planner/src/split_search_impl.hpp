@@ -28,6 +28,9 @@ namespace cephalo::planner::split_detail {
 struct TypeFamily {
   std::vector<int> tp, k;
   double floor = 0;
+  // Whether `floor` is busy_floor's (false: family_rate_floor's, cheaper and no higher; the
+  // queue works busy_floor out only when the family comes up).
+  bool exact = false;
 };
 
 struct Candidate {
@@ -171,6 +174,12 @@ class Search {
   // each of its nodes (the groups of one node are alike), one per class.
   double type_step_floor(std::size_t t, int T, int b, bool recompute);
   void explore_type_blocks(const std::vector<std::vector<int>>& tps);
+  // A floor on every split of a family no higher than busy_floor's, cheap enough for every
+  // family of a large cluster: the least over the micro-batch counts m >= p and recompute
+  // choices of the layers over the family's summed rates (`rows`: per type, its stages' summed
+  // layers per second per (m, recompute) slot, `choices` slots per m; negative: m not allowed).
+  double family_rate_floor(std::span<const std::vector<double>* const> rows, int p,
+                           std::size_t choices) const;
   // A floor on one micro-batch through one layer of a stage at m micro-batches: its replicas'
   // even cut, or for replicas balanced by speed the rate of all of them together, each at its
   // most efficient (the whole micro-batch: a step's time per sample does not grow with the
@@ -229,7 +238,8 @@ class Search {
   double layout_transfer_floor(const std::vector<StageShape>& shapes, int m, int virtual_stages);
   // Per stage, the floor of its boundary's transfer to the next (the last's to the first).
   void boundary_floors(const std::vector<StageShape>& shapes, int m, std::vector<double>& own);
-  double family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m);
+  double family_transfer_floor(const TypeFamily& f,
+                               const std::vector<std::vector<StageShape>>& stages, int m);
   // A floor on every split of a layout at m micro-batches and one schedule: busy_floor (whole
   // layers in whole chunks, its tail over m in each step) and pipeline_floor, and under a
   // schedule that chains round trips through every stage (not GPipe: it starts every forward
@@ -355,7 +365,7 @@ class Search {
       for (std::size_t t = 0; ok && t < types; ++t)
         ok = job.global_batch % (static_cast<long long>(m) * stages[t].front().replicas) == 0;
       if (!ok) continue;
-      const double p2p = family_transfer_floor(stages, m);
+      const double p2p = family_transfer_floor(f, stages, m);
       for (bool rc : recompute_choices()) {
         for (std::size_t t = 0; t < types; ++t) {
           const int b = static_cast<int>(job.global_batch /
@@ -418,8 +428,10 @@ class Search {
          << format_seconds(std::chrono::duration<double>(now - started_).count());
     if (std::isfinite(best_so_far_)) line << ", best so far " << format_seconds(best_so_far_);
     // The search ends when the floor of what is left reaches the best.
-    if (frontier_ > 0 && std::isfinite(frontier_) && std::isfinite(best_so_far_))
+    if (frontier_ > 0 && std::isfinite(frontier_))
       line << ", the rest at least " << format_seconds(frontier_);
+    // Before the queue opens: the type families floored so far.
+    if (frontier_ == 0 && !pending_.empty()) line << ", " << pending_.size() << " layouts queued";
     options_.progress(line.str());
   }
 
@@ -452,7 +464,10 @@ class Search {
   std::map<std::vector<int>, int> warmup_ids_;
   std::vector<const std::vector<int>*> warmup_of_;
   std::vector<int> forwards_ids_;
-  Memo transfer_floors_;                                 // (from, to), bytes
+  Memo transfer_floors_;  // (from, to), bytes
+  // family_transfer_floor's parts: a type's own boundaries ((type, T, stages), m·2) and two
+  // types' least joint ((both), m·2 + 1).
+  Memo family_transfers_;
   std::map<std::tuple<int, int, int, int>, int> trips_;  // (p, m, kind, V)
   const Scenario& scenario_;
   const SplitSearchOptions& options_;

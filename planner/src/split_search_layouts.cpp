@@ -1,7 +1,10 @@
 // The stage layouts the 3D split search explores (split_search_impl.hpp): stages of whole
 // consecutive nodes, and stages of one GPU type each, with the floors that let it skip them.
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -126,14 +129,55 @@ void Search::explore_node_runs() {
 }
 
 // Every choice of T per type and stage count per type (a family), queued to be explored in
-// every order of the types' blocks under its busy floor (split_search_bound.hpp: the floor does
-// not depend on the order).
+// every order of the types' blocks under a floor (split_search_bound.hpp: the floor does not
+// depend on the order). A large cluster has hundreds of thousands of families (1,024 GPUs of 4
+// types: 270,656 at P <= 40), and busy_floor walks every micro-batch count, recompute choice
+// and schedule with the memory caps and transfers: each is queued under the rate floor instead
+// (family_rate_floor, from a table per type, T and stage count), and busy_floor is worked out
+// only for the families the queue comes to (explore_pending), most never.
 void Search::explore_type_blocks(const std::vector<std::vector<int>>& tps) {
   const Job& job = scenario_.job;
   const int layers = job.model.num_layers;
   const std::size_t types = blocks_.size();
   const int max_p = std::min(layers, options_.max_pipeline_stages);
-  std::vector<TypeFamily> families;
+  const std::vector<bool> rcs = recompute_choices();
+  const std::size_t slots = batch_divisors_.size() * rcs.size();
+  // Per type, T (its index) and stage count: per (m, recompute) the layers per second a
+  // family's stages of the type take at most together (k over a stage's least busy time per
+  // layer, m steps and its tail), negative where m does not cut the type's replicas evenly.
+  std::vector<std::map<std::pair<std::size_t, int>, std::vector<double>>> rates(types);
+  const auto rate_row = [&](std::size_t t, std::size_t i, int k) -> const std::vector<double>& {
+    auto [it, fresh] = rates[t].try_emplace({i, k});
+    if (!fresh) return it->second;
+    std::vector<double>& row = it->second;
+    row.assign(slots, -1.0);
+    const int T = tps[t][i];
+    const auto& ranks = blocks_[t].ranks;
+    const std::size_t size = ranks.size() / static_cast<std::size_t>(k);
+    const int replicas = static_cast<int>(size) / T;
+    double tail = std::numeric_limits<double>::infinity();
+    if (options_.bound)
+      for (int s = 0; s < k; ++s) {
+        StageShape shape;
+        shape.ranks.assign(ranks.begin() + static_cast<std::ptrdiff_t>(s * size),
+                           ranks.begin() + static_cast<std::ptrdiff_t>((s + 1) * size));
+        shape.tensor_parallel = T;
+        shape.replicas = replicas;
+        tail = std::min(tail, tail_floor(shape));
+      }
+    for (std::size_t j = 0; j < batch_divisors_.size(); ++j) {
+      const long long per = static_cast<long long>(batch_divisors_[j]) * replicas;
+      if (job.global_batch % per != 0) continue;
+      const int b = static_cast<int>(job.global_batch / per);
+      for (std::size_t r = 0; r < rcs.size(); ++r) {
+        const double busy =
+            batch_divisors_[j] * type_step_floor(t, T, b, rcs[r]) + (options_.bound ? tail : 0.0);
+        row[j * rcs.size() + r] = busy > 0 ? k / busy : std::numeric_limits<double>::infinity();
+      }
+    }
+    return row;
+  };
+  std::vector<const std::vector<double>*> rows(types);
   std::vector<std::size_t> tp_index(types, 0);
   for (;;) {
     std::vector<int> tp(types);
@@ -155,8 +199,12 @@ void Search::explore_type_blocks(const std::vector<std::vector<int>>& tps) {
       int p = 0;
       for (std::size_t t = 0; t < types; ++t) p += f.k[t] = ks[t][k_index[t]];
       if (p <= max_p && (!options_.pipeline_stages || p == *options_.pipeline_stages)) {
-        if (options_.bound) f.floor = busy_floor(f, p);
-        families.push_back(std::move(f));
+        if (options_.bound) {
+          for (std::size_t t = 0; t < types; ++t) rows[t] = &rate_row(t, tp_index[t], f.k[t]);
+          f.floor = family_rate_floor(rows, p, rcs.size());
+        }
+        pending_.push_back({f.floor, {}, std::move(f)});
+        if (options_.progress && (pending_.size() & 4095) == 0) report_progress();
       } else {
         ++result_.pruned;
       }
@@ -168,7 +216,29 @@ void Search::explore_type_blocks(const std::vector<std::vector<int>>& tps) {
     while (t < types && ++tp_index[t] == tps[t].size()) tp_index[t++] = 0;
     if (t == types) break;
   }
-  for (TypeFamily& f : families) pending_.push_back({f.floor, {}, std::move(f)});
+}
+
+double Search::family_rate_floor(std::span<const std::vector<double>* const> rows, int p,
+                                 std::size_t choices) const {
+  // At any m and recompute choice, stage s holding l_s layers is busy at least l_s over its
+  // rate, and the busiest of them holds the iteration up: with every layer placed, that is at
+  // least the layers over the rates' sum (busy_floor's level, whole layers and caps aside).
+  const int layers = scenario_.job.model.num_layers;
+  double least = std::numeric_limits<double>::infinity();
+  for (std::size_t j = 0; j < batch_divisors_.size(); ++j) {
+    if (batch_divisors_[j] < p) continue;
+    for (std::size_t r = 0; r < choices; ++r) {
+      double sum = 0;
+      bool ok = true;
+      for (const std::vector<double>* row : rows) {
+        const double rate = (*row)[j * choices + r];
+        ok = ok && rate >= 0;
+        sum += rate;
+      }
+      if (ok && sum > 0) least = std::min(least, layers / sum);
+    }
+  }
+  return least;
 }
 
 double Search::stage_floor(const StageShape& shape, int m, bool recompute) {
@@ -282,6 +352,7 @@ void Search::explore_pending() {
     Entry next = std::move(heap.back());
     heap.pop_back();
     frontier_ = next.floor;
+    if (options_.progress) report_progress();
     if (next.floor < best_so_far_ && over_budget()) {
       // Lowest floor first: what is left is at least this one's.
       result_.unexplored_floor = next.floor;
@@ -303,14 +374,26 @@ void Search::explore_pending() {
       continue;
     }
     // Before its orders are laid out: the family again, with whole layers and the last
-    // stage's fill and drain tested against the best so far.
+    // stage's fill and drain tested against the best so far. A family queued under its rate
+    // floor goes back under this one where it is higher, behind the lower floors now first.
     {
-      const TypeFamily& f = *next.item.family;
+      TypeFamily& f = *next.item.family;
       int p = 0;
       for (int k : f.k) p += k;
-      if (busy_floor(f, p, best_so_far_) >= best_so_far_) {
+      const double floor = busy_floor(f, p, best_so_far_);
+      if (floor >= best_so_far_) {
         result_.bounded += static_cast<long long>(orders);
         continue;
+      }
+      if (!f.exact) {
+        f.exact = true;
+        if (floor > next.floor) {
+          f.floor = floor;
+          next.item.floor = floor;
+          heap.push_back({floor, seq++, std::move(next.item)});
+          std::push_heap(heap.begin(), heap.end(), later);
+          continue;
+        }
       }
     }
     std::vector<std::size_t> order = first;

@@ -64,6 +64,7 @@ Json to_json(const SplitSearchResult& r) {
   if (r.unexplored > 0) {
     out["unexplored"] = r.unexplored;
     out["unexplored_floor_s"] = r.unexplored_floor;
+    out["budget_candidates"] = r.budget;
   }
   return out;
 }
@@ -105,7 +106,8 @@ std::string render_split_search(const SplitSearchResult& r) {
                         : "")
       << "\n";
   if (r.unexplored > 0)
-    out << "search budget spent: " << r.unexplored
+    out << "search budget spent (" << r.budget
+        << " candidates priced, the climbs included): " << r.unexplored
         << " layouts or climbs left, every split left estimated at least "
         << format_seconds(r.unexplored_floor) << " (this split at most " << std::fixed
         << std::setprecision(1)

@@ -74,6 +74,9 @@ struct StageShape {
   // stages can share first rank, size and T yet not their ranks (a node's type runs and its
   // k-th slices), so no key short of the rank list tells them apart.
   mutable std::shared_ptr<const ShapeClasses> classes;
+  // Its ranks on its first rank's node (what a boundary from it puts on that node's NIC),
+  // counted on first use: the transfer floors ask for it per micro-batch count and schedule.
+  mutable int first_node_ranks = -1;
 };
 
 // Every composition of `n` nodes into runs of consecutive nodes (run sizes in order); above

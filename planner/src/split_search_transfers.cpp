@@ -22,17 +22,27 @@ namespace cephalo::planner::split_detail {
 // whose stages' first ranks sit on different nodes takes at least a point-to-point transfer,
 // between those ranks, of those bytes; one on a node, at least nothing. Replicas balanced by
 // speed hold at least one sample each (boundary_floor).
-double boundary_bytes_floor(const Scenario& scenario, std::span<const int> from, int T,
-                            long long samples) {
+namespace {
+
+int ranks_on_first_node(const Scenario& scenario, std::span<const int> from) {
   const auto& ranks = scenario.cluster.ranks();
   const int node = ranks[static_cast<std::size_t>(from.front())].node;
-  const Job& job = scenario.job;
-  const auto on_node = std::count_if(from.begin(), from.end(), [&](int r) {
+  return static_cast<int>(std::count_if(from.begin(), from.end(), [&](int r) {
     return ranks[static_cast<std::size_t>(r)].node == node;
-  });
+  }));
+}
+
+double boundary_bytes_of(const Job& job, int on_node, int T, long long samples) {
   return static_cast<double>(samples) *
          costmodels::effective_sequence(job.model, job.sequence_length) * job.model.hidden *
          bytes_per_element(job.precision.compute) * static_cast<double>(on_node) / T;
+}
+
+}  // namespace
+
+double boundary_bytes_floor(const Scenario& scenario, std::span<const int> from, int T,
+                            long long samples) {
+  return boundary_bytes_of(scenario.job, ranks_on_first_node(scenario, from), T, samples);
 }
 
 double boundary_transfer_floor(const Scenario& scenario, const costmodels::CostModels& models,
@@ -80,7 +90,8 @@ double Search::transfer_floor(int src, int dst, double bytes) {
 double Search::boundary_bytes(const StageShape& from, int m) {
   const long long b =
       from.by_speed ? 1 : scenario_.job.global_batch / (static_cast<long long>(m) * from.replicas);
-  return boundary_bytes_floor(scenario_, from.ranks, from.tensor_parallel, b);
+  if (from.first_node_ranks < 0) from.first_node_ranks = ranks_on_first_node(scenario_, from.ranks);
+  return boundary_bytes_of(scenario_.job, from.first_node_ranks, from.tensor_parallel, b);
 }
 
 void Search::boundary_floors(const std::vector<StageShape>& shapes, int m,
@@ -108,32 +119,60 @@ double Search::layout_transfer_floor(const std::vector<StageShape>& shapes, int 
   return sum;
 }
 
-double Search::family_transfer_floor(const std::vector<std::vector<StageShape>>& stages, int m) {
+double Search::family_transfer_floor(const TypeFamily& f,
+                                     const std::vector<std::vector<StageShape>>& stages, int m) {
   // Whatever the order of the types' blocks, a type's stages follow one another in it, and some
   // boundary that is not the last stage's to the first joins two types (a cycle through two or
   // more types changes type at least twice): one pass of a one-chunk pipeline crosses each of a
   // type's own boundaries and at least one such joint, each at least its own transfer.
+  // A type's stages are fixed by its T and stage count, so its own boundaries' sum and each
+  // pair of types' least joint are remembered by those (a large cluster's families share
+  // them: 40 stages are 1,600 pairs per micro-batch count otherwise).
   const auto& ranks = scenario_.cluster.ranks();
   const auto node_of = [&](const StageShape& s) {
     return ranks[static_cast<std::size_t>(s.ranks.front())].node;
   };
+  const auto type_key = [&](std::size_t t) {
+    return (static_cast<unsigned long long>(t) << 24) ^
+           (static_cast<unsigned long long>(f.tp[t]) << 16) ^
+           static_cast<unsigned long long>(f.k[t]);
+  };
+  const auto m_key = static_cast<unsigned long long>(m);
   double own = 0;
-  for (const auto& type : stages)
-    for (std::size_t i = 0; i + 1 < type.size(); ++i) {
-      if (node_of(type[i]) == node_of(type[i + 1])) continue;
-      own += transfer_floor(type[i].ranks.front(), type[i + 1].ranks.front(),
-                            boundary_bytes(type[i], m));
+  for (std::size_t t = 0; t < stages.size(); ++t) {
+    const std::pair<unsigned long long, unsigned long long> key{type_key(t), m_key << 1};
+    auto it = family_transfers_.find(key);
+    if (it == family_transfers_.end()) {
+      const auto& type = stages[t];
+      double sum = 0;
+      for (std::size_t i = 0; i + 1 < type.size(); ++i) {
+        if (node_of(type[i]) == node_of(type[i + 1])) continue;
+        sum += transfer_floor(type[i].ranks.front(), type[i + 1].ranks.front(),
+                              boundary_bytes(type[i], m));
+      }
+      it = family_transfers_.emplace(key, sum).first;
     }
+    own += it->second;
+  }
   double least = std::numeric_limits<double>::infinity();
   for (std::size_t t1 = 0; t1 < stages.size(); ++t1)
     for (std::size_t t2 = 0; t2 < stages.size(); ++t2) {
       if (t1 == t2) continue;
-      for (const StageShape& a : stages[t1])
-        for (const StageShape& c : stages[t2])
-          least = std::min(
-              least, node_of(a) == node_of(c)
-                         ? 0.0
-                         : transfer_floor(a.ranks.front(), c.ranks.front(), boundary_bytes(a, m)));
+      const std::pair<unsigned long long, unsigned long long> key{
+          (type_key(t1) << 32) ^ type_key(t2), (m_key << 1) | 1};
+      auto it = family_transfers_.find(key);
+      if (it == family_transfers_.end()) {
+        double pair = std::numeric_limits<double>::infinity();
+        for (const StageShape& a : stages[t1]) {
+          const double bytes = boundary_bytes(a, m);
+          for (const StageShape& c : stages[t2])
+            pair = std::min(pair, node_of(a) == node_of(c)
+                                      ? 0.0
+                                      : transfer_floor(a.ranks.front(), c.ranks.front(), bytes));
+        }
+        it = family_transfers_.emplace(key, pair).first;
+      }
+      least = std::min(least, it->second);
     }
   return own + (std::isfinite(least) ? least : 0.0);
 }

@@ -458,6 +458,7 @@ TEST(SplitBound, ABudgetedSearchStatesItsGap) {
   const auto whole = planner::search_split(s, SplitSearchOptions{}, models);
   EXPECT_EQ(whole.unexplored, 0);
   EXPECT_FALSE(std::isfinite(whole.unexplored_floor));
+  EXPECT_EQ(whole.budget, 0);  // none ran out
   for (long long budget : {50LL, 300LL, 1000LL}) {
     SplitSearchOptions options;
     options.budget = budget;
@@ -465,6 +466,11 @@ TEST(SplitBound, ABudgetedSearchStatesItsGap) {
     ASSERT_LT(budget, whole.evaluated);
     EXPECT_GT(cut.unexplored, 0) << "budget " << budget;
     EXPECT_TRUE(std::isfinite(cut.unexplored_floor));
+    EXPECT_EQ(cut.budget, budget);  // the budget that ran out, in candidates priced
+    EXPECT_GE(cut.evaluated, budget);
+    EXPECT_NE(planner::render_split_search(cut).find("search budget spent (" +
+                                                     std::to_string(budget) + " candidates priced"),
+              std::string::npos);
     EXPECT_LT(cut.evaluated, whole.evaluated);
     EXPECT_GE(cut.estimate.iteration_s, whole.estimate.iteration_s);
     EXPECT_GE(whole.estimate.iteration_s * (1 + 1e-12),

@@ -129,6 +129,8 @@ struct SplitSearchResult {
   // when none): every split left is estimated at least that.
   long long unexplored = 0;
   double unexplored_floor = std::numeric_limits<double>::infinity();
+  // The budget that ran out (SplitSearchOptions::budget: candidates priced); 0 when none did.
+  long long budget = 0;
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
   // The best refined candidates by estimate, best first (the winner first), at most
