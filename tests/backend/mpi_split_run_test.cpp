@@ -381,49 +381,38 @@ TEST(MpiSplitRun, ResumingUnderAnotherSplitEqualsTheUninterruptedRun) {
       r.error);
 }
 
+// Two stages of layer 0 and layer 1 (tied head): `first` (1F1B) stopped at step 2 and resumed
+// under `other` (GPipe), ranks given per plan, with a global batch `batch`.
+void resume_two_stages(int batch, const std::vector<RankSpec>& first,
+                       const std::vector<RankSpec>& other, const std::string& what) {
+  TempDir dir;
+  const auto units = units_of(2, true);
+  const std::string four = variant(dir.path, 4, 1, 2, batch, true);
+  const json list = stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}});
+  const std::string first_plan =
+      write_plan(dir.path, "first", "cpu-4rank", split_of(1, "1f1b", 3, "full", list), first);
+  const std::string other_plan =
+      write_plan(dir.path, "other", "cpu-4rank", split_of(1, "gpipe", 3, "full", list), other);
+  const Resumed r =
+      stop_and_resume(four, first_plan, other_plan, dir.path / "ckpt", dir.path, units);
+  std::printf("[ split ] %s: parameters after step 4 within %.2e\n", what.c_str(), r.error);
+}
+
 TEST(MpiSplitRun, UnevenReplicasResumeUnderAnotherUnevenSplit) {
   // Two stages whose replicas carry unequal samples and shares (2 + 1 against 1 + 2 of every
   // micro-batch, as the planner's stages of mixed GPUs do), stopped at step 2 and resumed under
   // another split of the same space: GPipe, the samples dealt 1 + 2 and 2 + 1, other shares.
-  TempDir dir;
-  const auto units = units_of(2, true);
-  const std::string four = variant(dir.path, 4, 1, 2, 9, true);
-  const std::string first_plan =
-      write_plan(dir.path, "uneven", "cpu-4rank",
-                 split_of(1, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{2, 0.6}, {1, 0.4}, {1, 0.5}, {2, 0.5}});
-  const std::string other_plan =
-      write_plan(dir.path, "other", "cpu-4rank",
-                 split_of(1, "gpipe", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{1, 0.2}, {2, 0.8}, {2, 0.7}, {1, 0.3}});
-  const Resumed r =
-      stop_and_resume(four, first_plan, other_plan, dir.path / "ckpt", dir.path, units);
-  std::printf(
-      "[ split ] uneven PP 2 stopped at step 2, resumed under another uneven PP 2: "
-      "parameters after step 4 within %.2e\n",
-      r.error);
+  resume_two_stages(9, {{2, 0.6}, {1, 0.4}, {1, 0.5}, {2, 0.5}},
+                    {{1, 0.2}, {2, 0.8}, {2, 0.7}, {1, 0.3}},
+                    "uneven PP 2 stopped at step 2, resumed under another uneven PP 2");
 }
 
 TEST(MpiSplitRun, SubStepsResumeUnderAnotherPlanOfTheSpace) {
-  // The plan above stopped at step 2 and resumed under GPipe with other shares and sub-steps
+  // The sub-step plan above stopped at step 2 and resumed under other shares and sub-steps
   // (stage 0: 2 in 2 sub-steps + 2 in one; stage 1: 1 + 3 in 3 sub-steps).
-  TempDir dir;
-  const auto units = units_of(2, true);
-  const std::string four = variant(dir.path, 4, 1, 2, 12, true);
-  const std::string first_plan =
-      write_plan(dir.path, "sub", "cpu-4rank",
-                 split_of(1, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{1, 0.7, 0, 3}, {1, 0.3}, {1, 0.4, 0, 2}, {2, 0.6}});
-  const std::string other_plan =
-      write_plan(dir.path, "other", "cpu-4rank",
-                 split_of(1, "gpipe", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{1, 0.5, 0, 2}, {2, 0.5}, {1, 0.2}, {1, 0.8, 0, 3}});
-  const Resumed r =
-      stop_and_resume(four, first_plan, other_plan, dir.path / "ckpt", dir.path, units);
-  std::printf(
-      "[ split ] PP 2 with sub-steps stopped at step 2, resumed under other sub-steps: "
-      "parameters after step 4 within %.2e\n",
-      r.error);
+  resume_two_stages(12, {{1, 0.7, 0, 3}, {1, 0.3}, {1, 0.4, 0, 2}, {2, 0.6}},
+                    {{1, 0.5, 0, 2}, {2, 0.5}, {1, 0.2}, {1, 0.8, 0, 3}},
+                    "PP 2 with sub-steps stopped at step 2, resumed under other sub-steps");
 }
 
 TEST(MpiSplitRun, TensorParallelRanksReportTheirMeasuredCollectives) {

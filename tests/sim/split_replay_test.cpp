@@ -137,29 +137,39 @@ TEST(SplitReplay, ExposedCommunicationIsSplitByKind) {
 // in time: over schedules, shardings and TP degrees, stage by stage. The bound is what was
 // measured (2026-12-05: ratios 0.991..1.021, most ranks exact) with a margin; the closed form
 // over-predicts where GPipe's peak and the working set do not coincide.
-TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
-  // A model whose state and activations dominate the runtime's fixed reserves (0.7 GiB).
-  Scenario s = testing::tiny_scenario(8, 8, 16, 80e9);
+// 8 ranks training a model whose state and activations dominate the runtime's fixed reserves
+// (0.7 GiB), and its 8 layers in 4 stages of two ranks.
+Scenario memory_scenario(int global_batch) {
+  Scenario s = testing::tiny_scenario(8, 8, global_batch, 80e9);
   s.job.model = test_support::gpt_model("mem-gpt", 8, 2048, 16, 8192, 32000, 2048);
   s.job.model_name = s.job.model.name;
   s.job.sequence_length = 2048;
+  return s;
+}
+ModelSplit four_stages_of_two(int micro_batches, pipeline::PipelineSchedule schedule) {
+  ModelSplit split;
+  split.micro_batches = micro_batches;
+  split.schedule = schedule;
+  for (int st = 0; st < 4; ++st) {
+    PipelineStage stage;
+    stage.chunks = {{2 * st, 2 * st + 2}};
+    stage.ranks = {2 * st, 2 * st + 1};
+    split.stages.push_back(stage);
+  }
+  return split;
+}
+
+TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
+  const Scenario s = memory_scenario(16);
   const auto models = costmodels::make_cost_models(s, "roofline");
   double worst_low = 1e9, worst_high = 0;
   for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Optimizer, ShardingKind::None})
     for (auto schedule :
          {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}})
       for (int tp : {1, 2}) {
-        ModelSplit split;
+        ModelSplit split = four_stages_of_two(8, schedule);
         split.tensor_parallel = tp;
-        split.micro_batches = 8;
-        split.schedule = schedule;
         split.sharding = sharding;
-        for (int st = 0; st < 4; ++st) {
-          PipelineStage stage;
-          stage.chunks = {{2 * st, 2 * st + 2}};
-          stage.ranks = {2 * st, 2 * st + 1};
-          split.stages.push_back(stage);
-        }
         const Plan plan = even_split_plan(s, split);
         const auto g = traces::build_training_graph(plan, s);
         const SimResult r = simulate(g, s, plan, *models.compute, *models.comm);
@@ -182,23 +192,12 @@ TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
 // model follows the graph op by op as for one step per share, and a rank's peak drops with its
 // sub-steps (a recompute's working set is one sub-step's), while its compute ops multiply.
 TEST(SplitReplay, SubStepsShrinkTheWorkingSetTheMemoryModelPredicts) {
-  Scenario s = testing::tiny_scenario(8, 8, 64, 80e9);
-  s.job.model = test_support::gpt_model("mem-gpt", 8, 2048, 16, 8192, 32000, 2048);
-  s.job.model_name = s.job.model.name;
-  s.job.sequence_length = 2048;
+  const Scenario s = memory_scenario(64);
   const auto models = costmodels::make_cost_models(s, "roofline");
   for (auto schedule :
        {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}}) {
-    ModelSplit split;
-    split.micro_batches = 4;
-    split.schedule = schedule;
-    for (int st = 0; st < 4; ++st) {
-      PipelineStage stage;
-      stage.chunks = {{2 * st, 2 * st + 2}};
-      stage.ranks = {2 * st, 2 * st + 1};
-      split.stages.push_back(stage);
-    }
-    const Plan whole = even_split_plan(s, split);  // every rank 8 samples of each micro-batch
+    // Every rank 8 samples of each micro-batch, in one step or in sub-steps.
+    const Plan whole = even_split_plan(s, four_stages_of_two(4, schedule));
     Plan sub = whole;
     for (int rank = 0; rank < 8; ++rank) {
       PlanRank& pr = sub.ranks[static_cast<std::size_t>(rank)];
@@ -207,7 +206,7 @@ TEST(SplitReplay, SubStepsShrinkTheWorkingSetTheMemoryModelPredicts) {
       pr.micro_batches *= k;
     }
     std::vector<double> whole_peak;
-    for (const Plan* plan : {&whole, &sub}) {
+    for (const Plan* plan : {&whole, static_cast<const Plan*>(&sub)}) {
       const auto g = traces::build_training_graph(*plan, s);
       const SimResult r = simulate(g, s, *plan, *models.compute, *models.comm);
       for (int rank = 0; rank < 8; ++rank) {
