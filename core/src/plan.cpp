@@ -116,16 +116,14 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
   const SplitTopology topo(plan.model_split, n);
   const int m = plan.model_split.micro_batches;
   auto rank_at = [&](int r) { return detail::row_reader(ranks, plan, r); };
-  // Every rank running one other count than the split's, and no multiple of it: the split's
-  // count is the fault (its absence means 1), not each rank's.
+  // Every rank running one other count than the split's, and no multiple of it — or, with the
+  // split's count absent (1), any other count: the split's count is the fault, not each rank's.
+  // (A pipeline of one micro-batch whose every rank runs it in sub-steps says so with its key.)
   const auto multiple = [m](int count) { return count >= m && count % m == 0; };
-  if (n > 0 &&
-      std::all_of(plan.ranks.begin(), plan.ranks.end(),
-                  [&](const PlanRank& pr) {
-                    return pr.micro_batches == plan.ranks.front().micro_batches;
-                  }) &&
-      !multiple(plan.ranks.front().micro_batches)) {
-    const int runs = plan.ranks.front().micro_batches;
+  const int runs = n > 0 ? plan.ranks.front().micro_batches : m;
+  if (std::all_of(plan.ranks.begin(), plan.ranks.end(),
+                  [&](const PlanRank& pr) { return pr.micro_batches == runs; }) &&
+      (!multiple(runs) || (!split.has("micro_batches") && runs != m))) {
     const std::string got = std::to_string(m) + (split.has("micro_batches") ? "" : " (absent)");
     throw ValidationError(root.file(), split.where() + ".micro_batches", got,
                           std::to_string(runs) + ", the micro-batches every rank runs");

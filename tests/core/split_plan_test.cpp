@@ -141,6 +141,18 @@ TEST(SplitPlan, RanksMayRunTheirShareOfEveryMicroBatchInSubSteps) {
   tp["ranks"][3]["micro_batches"] = 8;
   tp["ranks"][3]["micro_batch"] = 1;
   EXPECT_EQ(parse(tp).global_batch(), 8);
+  // Every rank in 2 sub-steps under the split's 4; without the split's count (1) the same rows
+  // blame the missing key; stated, any count the rows' is a multiple of reads them as sub-steps.
+  Json every = two_stage_plan();
+  for (auto& r : every["ranks"]) {
+    r["micro_batches"] = 8;
+    r["batch"] = 8;
+  }
+  EXPECT_EQ(parse(every).ranks[2].sub_steps(4), 2);
+  every["model_split"].erase("micro_batches");
+  expect_refusal(every, {"model_split.micro_batches", "1 (absent)", "8, the micro-batches every"});
+  every["model_split"]["micro_batches"] = 2;
+  EXPECT_EQ(parse(every).ranks[2].sub_steps(2), 4);
 }
 
 TEST(SplitPlan, RefusesRankListsNamingTheStage) {
