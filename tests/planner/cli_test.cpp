@@ -215,17 +215,6 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
   std::ofstream(overlap) << nlohmann::json{{"model_split", split}}.dump();
   const auto broken = tmp("broken.split.json");
   std::ofstream(broken) << "{\"stages\": [";
-  // The written plan with every rank's share run in sub-steps of one sample: simulate replays
-  // it, the estimate (one step per share) refuses it naming the rank.
-  auto stepped = nlohmann::json::parse(std::ifstream(good));
-  for (auto& r : stepped["ranks"]) {
-    r["micro_batches"] = r["micro_batches"].get<int>() * r["micro_batch"].get<int>();
-    r["micro_batch"] = 1;
-  }
-  ASSERT_GT(stepped["ranks"][0]["micro_batches"], stepped["model_split"]["micro_batches"]);
-  const auto sub_steps = tmp("stepped.split.json");
-  std::ofstream(sub_steps) << stepped.dump();
-  EXPECT_EQ(run("simulate" + s + " --plan " + sub_steps.string()).code, 0);
   const std::vector<Case> files = {
       {"predict 3d" + s + " --split " + tmp("missing.split.json").string(),
        5,
@@ -234,9 +223,6 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
       {"predict 3d" + s + " --split " + overlap.string(),
        1,
        {"overlap.split.json", "model_split.stages[1].layers", "overlap"}},
-      {"predict 3d" + s + " --split " + sub_steps.string(),
-       1,
-       {"stepped.split.json", "ranks[0].micro_batches", "sub-steps of 1", "simulate"}},
       {"predict 3d" + s + " --split " + good.string() + " --activation-checkpointing attention",
        2,
        {"--activation-checkpointing", "attention", "selective"}},
