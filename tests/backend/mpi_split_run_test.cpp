@@ -319,6 +319,15 @@ TEST(MpiSplitRun, UnequalBatchesAndSubStepsInsideStagesEqualSingleRankTraining) 
       {{1, 0.7, 0, 3}, {1, 0.3}, {1, 0.4, 0, 2}, {2, 0.6}}, "PP 2, sub-steps 3 + 1 against 2 + 1");
 }
 
+TEST(MpiSplitRun, TensorParallelGroupsInSubStepsEqualSingleRankTraining) {
+  // Stage 0's TP group runs its 3 samples of every micro-batch in 3 sub-steps (its TP
+  // collectives one per sub-step), stage 1's in one; GPipe, the distributed optimizer.
+  expect_equivalent(
+      {}, split_of(2, "gpipe", 3, "optimizer", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
+      {{1, 1.0, 0, 3}, {1, 1.0, 0, 3}, {3}, {3}},
+      "TP 2 x PP 2 (GPipe, optimizer), sub-steps 3 / 1");
+}
+
 // Four steps of `first_plan` uninterrupted, against two steps of it checkpointed at step 2 and
 // resumed for steps 2 and 3 under `other_plan`: the resumed losses and parameters equal the
 // uninterrupted run's, while the run stopped at step 2 is far from it (the check can fail).
