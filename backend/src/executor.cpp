@@ -116,9 +116,10 @@ void Executor::Impl::reap() {
 }
 
 // The samples of this rank's micro-batches. With pipeline micro-batches (the graph's m > 0)
-// micro-batch k holds the global batch's samples [k·G/m, (k + 1)·G/m), and each stage's
+// pipeline micro-batch i holds the global batch's samples [i·G/m, (i + 1)·G/m), each stage's
 // replicas consecutive shares of them in replica order (every stage covers all of them: the
-// transfers move the overlaps). Without them every rank reads its own consecutive samples in
+// transfers move the overlaps), and a replica's share runs as its k sub-steps in order: the
+// rank's micro-batch i·k + j. Without them every rank reads its own consecutive samples in
 // rank order, cut into its micro-batches.
 void Executor::Impl::set_up_samples() {
   const tr::GraphSummary& sum = graph.summary();
@@ -134,7 +135,8 @@ void Executor::Impl::set_up_samples() {
       auto& v = sizes[static_cast<std::size_t>(p.stage)];
       if (static_cast<int>(v.size()) <= p.replica)
         v.resize(static_cast<std::size_t>(p.replica) + 1);
-      v[static_cast<std::size_t>(p.replica)] = plan.ranks[static_cast<std::size_t>(r)].micro_batch;
+      v[static_cast<std::size_t>(p.replica)] =
+          plan.ranks[static_cast<std::size_t>(r)].share_per_micro_batch(m);
     }
     const std::int64_t per_micro_batch = plan.global_batch() / m;
     for (std::size_t st = 0; st < sizes.size(); ++st) {
@@ -148,10 +150,11 @@ void Executor::Impl::set_up_samples() {
     }
     const std::int64_t first = replica_offsets[static_cast<std::size_t>(place.stage)]
                                               [static_cast<std::size_t>(place.replica)];
-    for (int k = 0; k < m; ++k) {
-      mb_sizes.push_back(me.micro_batch);
-      mb_first.push_back(k * per_micro_batch + first);
-    }
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < me.sub_steps(m); ++j) {
+        mb_sizes.push_back(me.micro_batch);
+        mb_first.push_back(i * per_micro_batch + first + std::int64_t{j} * me.micro_batch);
+      }
     return;
   }
   std::int64_t sample = 0;
@@ -250,7 +253,8 @@ void Executor::Impl::begin_step() {
   for (const auto& op : graph.program(rank)) {
     if (op.kind != tr::OpKind::Send) continue;
     const bool forward = op.pass == tr::Pass::Forward;
-    ++sends_left[send_key(forward, forward ? op.unit + 1 : op.unit, op.micro_batch)];
+    for (const TransferPart& part : transfer_parts(op))
+      ++sends_left[send_key(forward, forward ? op.unit + 1 : op.unit, part.mb)];
   }
 }
 

@@ -142,44 +142,71 @@ void Executor::Impl::run_comm(std::size_t i, const tr::Op& op) {
   }
 }
 
-// A transfer moves the rows of the samples both replicas hold of the micro-batch (DESIGN §4,
-// "Pipeline transfers"): its place in each side's buffer follows from the replicas' sample
-// ranges, the same overlap the graph builder cut the transfers by.
+// A transfer moves the rows of the samples both replicas hold of the pipeline micro-batch
+// (DESIGN §4, "Pipeline transfers"): its place in each side's buffers follows from the
+// replicas' sample ranges, the same overlap the graph builder cut the transfers by, and each
+// side's sub-steps (its micro-batches of that pipeline micro-batch) cut it into parts.
+std::vector<Executor::Impl::TransferPart> Executor::Impl::transfer_parts(const tr::Op& op) const {
+  const tr::Collective& c = graph.collectives()[static_cast<std::size_t>(op.collective)];
+  const auto ms = graph.members(c);
+  const int m = graph.summary().pipeline_micro_batches;
+  struct Side {
+    std::int64_t first, last, size;
+    int sub;
+  };
+  auto side = [&](int r) {
+    const RankPlace& p = graph.place(r);
+    const auto& off = replica_offsets[static_cast<std::size_t>(p.stage)];
+    const PlanRank& row = plan.ranks[static_cast<std::size_t>(r)];
+    return Side{off[static_cast<std::size_t>(p.replica)],
+                off[static_cast<std::size_t>(p.replica) + 1], row.micro_batch, row.sub_steps(m)};
+  };
+  const Side a = side(ms[0].rank), b = side(ms[1].rank);
+  const Side& me = ms[0].rank == rank ? a : b;
+  const std::int64_t lo = std::max(a.first, b.first), hi = std::min(a.last, b.last);
+  const std::int64_t row = rows_per_sample * model.config().hidden;
+  if (hi <= lo ||
+      static_cast<double>((hi - lo) * row) * element_size(compute_type) != c.total_bytes)
+    throw RuntimeFailure("executor: transfer " + graph.op_name(op.id) + " moves " +
+                         std::to_string(c.total_bytes) + " bytes, the replicas overlap in " +
+                         std::to_string(hi - lo) + " samples");
+  // The next sub-step boundary of a side after sample x.
+  auto next = [](const Side& s, std::int64_t x) {
+    return s.first + ((x - s.first) / s.size + 1) * s.size;
+  };
+  std::vector<TransferPart> parts;
+  for (std::int64_t x = lo; x < hi;) {
+    const std::int64_t end = std::min({hi, next(a, x), next(b, x)});
+    const std::int64_t j = (x - me.first) / me.size;
+    parts.push_back(
+        {op.micro_batch * me.sub + static_cast<int>(j), x - me.first - j * me.size, end - x});
+    x = end;
+  }
+  return parts;
+}
+
 void Executor::Impl::run_transfer(const tr::Op& op) {
   const tr::Collective& c = graph.collectives()[static_cast<std::size_t>(op.collective)];
   const auto ms = graph.members(c);
-  const int from = ms[0].rank, to = ms[1].rank, mb = op.micro_batch;
+  const int from = ms[0].rank, to = ms[1].rank;
   const bool forward = op.pass == tr::Pass::Forward, sending = op.kind == tr::OpKind::Send;
   // Forward: a send carries the chunk's output (into unit + 1), a receive the chunk's input
   // (into unit); backward the other way round.
   const int b = forward == sending ? op.unit + 1 : op.unit;
-  auto range = [&](int r) {
-    const RankPlace& p = graph.place(r);
-    const auto& off = replica_offsets[static_cast<std::size_t>(p.stage)];
-    return std::make_pair(off[static_cast<std::size_t>(p.replica)],
-                          off[static_cast<std::size_t>(p.replica) + 1]);
-  };
-  const auto [a0, a1] = range(from);
-  const auto [b0, b1] = range(to);
-  const std::int64_t lo = std::max(a0, b0), hi = std::min(a1, b1);
   const std::int64_t row = rows_per_sample * model.config().hidden;
-  const std::int64_t count = (hi - lo) * row;
-  if (hi <= lo || static_cast<double>(count) * element_size(compute_type) != c.total_bytes)
-    throw RuntimeFailure("executor: transfer " + graph.op_name(op.id) + " moves " +
-                         std::to_string(c.total_bytes) + " bytes, the replicas overlap in " +
-                         std::to_string(hi - lo) + " samples");
-  const std::int64_t at = (lo - (sending ? a0 : b0)) * row;
   Communicator* link = links.at({from, to});
   auto& buffers = forward ? act : dact;
-  Buffer& buf = buffers[static_cast<std::size_t>(b)][static_cast<std::size_t>(mb)];
-  if (sending) {
-    auto& s = dev.stream(StreamKind::Send);
-    link->send(s, buf.slice(at, count), 1);
-    if (--sends_left[send_key(forward, b, mb)] == 0) retire(std::move(buf), s);
-  } else {
-    auto& s = dev.stream(StreamKind::Recv);
-    if (!buf) buf = activation(rows(mb) * model.config().hidden);
-    link->recv(s, buf.slice(at, count), 0);
+  for (const TransferPart& part : transfer_parts(op)) {
+    Buffer& buf = buffers[static_cast<std::size_t>(b)][static_cast<std::size_t>(part.mb)];
+    if (sending) {
+      auto& s = dev.stream(StreamKind::Send);
+      link->send(s, buf.slice(part.at * row, part.samples * row), 1);
+      if (--sends_left[send_key(forward, b, part.mb)] == 0) retire(std::move(buf), s);
+    } else {
+      auto& s = dev.stream(StreamKind::Recv);
+      if (!buf) buf = activation(rows(part.mb) * model.config().hidden);
+      link->recv(s, buf.slice(part.at * row, part.samples * row), 0);
+    }
   }
 }
 

@@ -83,6 +83,14 @@ struct Executor::Impl {
   // Pipeline micro-batches (the graph's m > 0): per stage, the samples before each replica's
   // share of a micro-batch (the transfers' rows follow from them).
   std::vector<std::vector<std::int64_t>> replica_offsets;
+  // One part of a transfer in this rank's buffers: the rows of `samples` samples, `at` samples
+  // into its micro-batch `mb` (a sub-step of the pipeline micro-batch). Both sides cut the
+  // transfer at both sides' sub-step boundaries, so each part is one message.
+  struct TransferPart {
+    int mb = 0;
+    std::int64_t at = 0, samples = 0;
+  };
+  std::vector<TransferPart> transfer_parts(const traces::Op& op) const;
 
   // ---- read from the graph once (read_program) ----
   // Per op of the program: the segments its collective moves (gathers, reduce-scatters).

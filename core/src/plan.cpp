@@ -116,35 +116,39 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
   const SplitTopology topo(plan.model_split, n);
   const int m = plan.model_split.micro_batches;
   auto rank_at = [&](int r) { return detail::row_reader(ranks, plan, r); };
-  // Every rank running one other count than the split's: the split's count is the fault (its
-  // absence means 1), not each rank's.
-  if (n > 0 &&
-      std::all_of(plan.ranks.begin(), plan.ranks.end(),
-                  [&](const PlanRank& pr) {
-                    return pr.micro_batches == plan.ranks.front().micro_batches;
-                  }) &&
-      plan.ranks.front().micro_batches != m) {
-    const int runs = plan.ranks.front().micro_batches;
+  // Every rank running one other count than the split's, and no multiple of it — or, with the
+  // split's count absent (1), any other count: the split's count is the fault, not each rank's.
+  // (A pipeline of one micro-batch whose every rank runs it in sub-steps says so with its key.)
+  const auto multiple = [m](int count) { return count >= m && count % m == 0; };
+  const int runs = n > 0 ? plan.ranks.front().micro_batches : m;
+  if (std::all_of(plan.ranks.begin(), plan.ranks.end(),
+                  [&](const PlanRank& pr) { return pr.micro_batches == runs; }) &&
+      (!multiple(runs) || (!split.has("micro_batches") && runs != m))) {
     const std::string got = std::to_string(m) + (split.has("micro_batches") ? "" : " (absent)");
     throw ValidationError(root.file(), split.where() + ".micro_batches", got,
                           std::to_string(runs) + ", the micro-batches every rank runs");
   }
+  // A rank runs its share of every pipeline micro-batch as k >= 1 sub-steps of `micro_batch`
+  // samples: m·k micro-batches, m·k·micro_batch samples.
   for (int r = 0; r < n; ++r) {
     const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
-    if (pr.micro_batches != m || pr.micro_batch < 1)
+    if (!multiple(pr.micro_batches) || pr.micro_batch < 1)
       rank_at(r)
           .child("micro_batches")
           .fail_value(std::to_string(pr.micro_batches) + " micro-batches of " +
                           std::to_string(pr.micro_batch),
-                      "the split's " + std::to_string(m) +
-                          " micro-batches of at least 1 sample (every rank of a pipeline stage "
-                          "runs its share of every micro-batch)");
-    if (pr.batch != m * pr.micro_batch)
+                      "a multiple of the split's " + std::to_string(m) +
+                          " micro-batches (m x k sub-steps), of at least 1 sample (every rank of "
+                          "a pipeline stage runs its share of every micro-batch, in k equal "
+                          "sub-steps)");
+    const long long full = static_cast<long long>(pr.micro_batches) * pr.micro_batch;
+    if (pr.batch != full)
       rank_at(r).child("batch").fail_value(
           std::to_string(pr.batch),
-          std::to_string(m) + " x " + std::to_string(pr.micro_batch) + " = " +
-              std::to_string(m * pr.micro_batch) +
-              " (micro_batches x micro_batch: a split's micro-batches are all alike)");
+          std::to_string(pr.micro_batches) + " x " + std::to_string(pr.micro_batch) + " = " +
+              std::to_string(full) +
+              " (micro_batches x micro_batch: a split's micro-batches and sub-steps are all "
+              "alike)");
   }
   // The samples per micro-batch every stage must run: the value most stages run (a stage that
   // differs from the others is at fault, stage 0 included); with no majority, stage 0's.
@@ -152,7 +156,8 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
   for (int s = 0; s < topo.stages(); ++s) {
     long long samples = 0;
     for (int j = 0; j < topo.replicas(s); ++j)
-      samples += plan.ranks[static_cast<std::size_t>(topo.rank_at(s, j, 0))].micro_batch;
+      samples +=
+          plan.ranks[static_cast<std::size_t>(topo.rank_at(s, j, 0))].share_per_micro_batch(m);
     ++votes[samples];
   }
   long long per_micro_batch = -1;
@@ -167,18 +172,24 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
     long long samples = 0;
     for (int j = 0; j < topo.replicas(s); ++j) {
       const int first = topo.rank_at(s, j, 0);
-      const int size = plan.ranks[static_cast<std::size_t>(first)].micro_batch;
+      const PlanRank& head = plan.ranks[static_cast<std::size_t>(first)];
       for (int t = 1; t < topo.tensor_parallel(s); ++t) {
         const int r = topo.rank_at(s, j, t);
-        if (plan.ranks[static_cast<std::size_t>(r)].micro_batch != size)
-          rank_at(r)
-              .child("micro_batch")
-              .fail_value(
-                  std::to_string(plan.ranks[static_cast<std::size_t>(r)].micro_batch),
-                  std::to_string(size) + ", as rank " + std::to_string(first) +
-                      " has: the ranks of one tensor-parallel group split the same samples");
+        const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
+        // The T ranks of a group run the same samples in the same sub-steps (their
+        // tensor-parallel collectives pair up op by op).
+        const auto differs = [&](const char* key, int got, int want) {
+          if (got != want)
+            rank_at(r).child(key).fail_value(
+                std::to_string(got),
+                std::to_string(want) + ", as rank " + std::to_string(first) +
+                    " has: the ranks of one tensor-parallel group run the same samples in the "
+                    "same sub-steps");
+        };
+        differs("micro_batch", pr.micro_batch, head.micro_batch);
+        differs("micro_batches", pr.micro_batches, head.micro_batches);
       }
-      samples += size;
+      samples += head.share_per_micro_batch(m);
     }
     if (per_micro_batch < 0) per_micro_batch = samples;
     if (samples != per_micro_batch)
@@ -380,14 +391,17 @@ std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
   }
   const auto stages =
       resolved_stages(plan.model_split, layers, static_cast<int>(plan.ranks.size()));
-  std::vector<int> stage_layers, stage_ranks;
-  for (const PipelineStage& st : stages) {
-    int held = 0;
-    for (const LayerRange& c : st.chunks) held += std::max(0, c.size());
-    stage_layers.push_back(held);
-    stage_ranks.push_back(static_cast<int>(st.ranks.size()));
+  // A stage's units (as split_unit_passes counts them) times each of its ranks' micro-batches:
+  // a rank with sub-steps runs its units once per sub-step.
+  const std::size_t p = stages.size();
+  for (std::size_t s = 0; s < p; ++s) {
+    std::int64_t units = (s == 0 ? 1 : 0) + (s + 1 == p ? 1 : 0);
+    for (const LayerRange& c : stages[s].chunks) units += std::max(0, c.size());
+    for (int r : stages[s].ranks)
+      if (r >= 0 && static_cast<std::size_t>(r) < plan.ranks.size())
+        passes += units * plan.ranks[static_cast<std::size_t>(r)].micro_batches;
   }
-  return split_unit_passes(stage_layers, stage_ranks, plan.model_split.micro_batches);
+  return passes;
 }
 
 std::int64_t split_unit_passes(std::span<const int> stage_layers, std::span<const int> stage_ranks,

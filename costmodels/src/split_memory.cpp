@@ -101,7 +101,9 @@ Peak walk_order(const Job& job, const SplitRankMemoryInputs& in) {
   const int head = units - 1;
   const bool gathers = in.sharding == ShardingKind::Full || in.sharding == ShardingKind::Hybrid;
   const ActivationCheckpointing& ck = in.activation_checkpointing;
-  const double boundary = split_boundary_bytes(job, in.micro_batch, T, sp);
+  // What crosses a stage boundary: the rank's whole share of a pipeline micro-batch.
+  const int sub = std::max(in.sub_steps, 1);
+  const double boundary = split_boundary_bytes(job, in.micro_batch * sub, T, sp);
   struct Unit {
     OpBytes fwd, rc, bwd;
     double param = 0, grad = 0;
@@ -160,19 +162,21 @@ Peak walk_order(const Job& job, const SplitRankMemoryInputs& in) {
     };
     Pattern& f = forward[c];
     if (chunk.front() != 0) up(f, boundary);
-    for (int u : chunk) {
-      up(f, state[static_cast<std::size_t>(u)].fwd.alloc);
-      f.net -= state[static_cast<std::size_t>(u)].fwd.free;
-    }
+    for (int j = 0; j < sub; ++j)
+      for (int u : chunk) {
+        up(f, state[static_cast<std::size_t>(u)].fwd.alloc);
+        f.net -= state[static_cast<std::size_t>(u)].fwd.free;
+      }
     if (chunk.back() != head) f.net -= boundary;
     Pattern& g = backward[c];
     if (chunk.back() != head) up(g, boundary);
-    for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
-      const Unit& x = state[static_cast<std::size_t>(*it)];
-      up(g, x.rc.alloc);
-      up(g, x.bwd.alloc);
-      g.net -= x.bwd.free;
-    }
+    for (int j = 0; j < sub; ++j)
+      for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
+        const Unit& x = state[static_cast<std::size_t>(*it)];
+        up(g, x.rc.alloc);
+        up(g, x.bwd.alloc);
+        g.net -= x.bwd.free;
+      }
     if (chunk.front() != 0) g.net -= boundary;
   }
   for (const auto& step : in.order)
@@ -192,16 +196,17 @@ Peak walk_order(const Job& job, const SplitRankMemoryInputs& in) {
       }
       // The chunk's input arrives from the previous stage (not the embedding's).
       if (chunk.front() != 0) alloc(boundary);
-      for (int u : chunk) {
-        const auto i = static_cast<std::size_t>(u);
-        if (!state[i].gathered && state[i].param > 0) {
-          state[i].gathered = true;
-          params += state[i].param;
-          alloc(state[i].param);
+      for (int j = 0; j < sub; ++j)
+        for (int u : chunk) {
+          const auto i = static_cast<std::size_t>(u);
+          if (!state[i].gathered && state[i].param > 0) {
+            state[i].gathered = true;
+            params += state[i].param;
+            alloc(state[i].param);
+          }
+          alloc(state[i].fwd.alloc);
+          held -= state[i].fwd.free;
         }
-        alloc(state[i].fwd.alloc);
-        held -= state[i].fwd.free;
-      }
       // The chunk's output goes to the next stage (not the head's loss).
       if (chunk.back() != head) held -= boundary;
     } else {
@@ -214,21 +219,22 @@ Peak walk_order(const Job& job, const SplitRankMemoryInputs& in) {
       }
       // The output's gradient arrives from the next stage (not for the head).
       if (chunk.back() != head) alloc(boundary);
-      for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
-        const auto i = static_cast<std::size_t>(*it);
-        alloc(state[i].rc.alloc);
-        if (!state[i].grad_held) {
-          state[i].grad_held = true;
-          grads += state[i].grad;
-          held += state[i].grad;
+      for (int j = 0; j < sub; ++j)
+        for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
+          const auto i = static_cast<std::size_t>(*it);
+          alloc(state[i].rc.alloc);
+          if (!state[i].grad_held) {
+            state[i].grad_held = true;
+            grads += state[i].grad;
+            held += state[i].grad;
+          }
+          alloc(state[i].bwd.alloc);
+          held -= state[i].bwd.free;
+          if (last && j + 1 == sub && state[i].gathered) {
+            params -= state[i].param;
+            held -= state[i].param;
+          }
         }
-        alloc(state[i].bwd.alloc);
-        held -= state[i].bwd.free;
-        if (last && state[i].gathered) {
-          params -= state[i].param;
-          held -= state[i].param;
-        }
-      }
       // The input's gradient goes to the previous stage (not the embedding's).
       if (chunk.front() != 0) held -= boundary;
     }
@@ -309,6 +315,7 @@ std::vector<MemoryTerm> split_memory_terms(const Scenario& scenario, const Plan&
   in.sequence_parallel = split.sequence_parallel;
   in.head_holds_word_embedding = m.tied_embeddings && P > 1;
   in.micro_batch = row.micro_batch;
+  in.sub_steps = row.sub_steps(split.micro_batches);
   in.sharding = split.sharding;
   // The rank's share of its domain's state; under hybrid sharding relative to the domain's
   // ranks on its node, the group that holds a full copy.

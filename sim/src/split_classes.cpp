@@ -58,7 +58,8 @@ std::optional<RankClasses> split_rank_classes(const traces::TrainingGraph& probe
       return std::nullopt;
     }
   auto samples = [&](int s, int j) {
-    return plan.ranks[static_cast<std::size_t>(topo.rank_at(s, j, 0))].micro_batch;
+    return plan.ranks[static_cast<std::size_t>(topo.rank_at(s, j, 0))].share_per_micro_batch(
+        plan.model_split.micro_batches);
   };
   for (int s = 1; s < stages; ++s)
     for (int j = 0; j < lanes; ++j)

@@ -114,9 +114,11 @@ TEST(MpiMemory, SimulatedPeakMatchesTheMeasuredPeakPerRank) {
 namespace {
 
 // A split plan on the 4-rank CPU scenario (DESIGN §4): every rank `micro_batch` samples of each
-// of the split's micro-batches, equal shares in its domain.
+// of the split's micro-batches (in `sub_steps` sub-steps of micro_batch / sub_steps), shares
+// `shares` in its domain.
 json split_plan(const json& split, const std::vector<int>& micro_batch,
-                const std::vector<double>& shares) {
+                const std::vector<double>& shares,
+                const std::vector<int>& sub_steps = {1, 1, 1, 1}) {
   json p = {{"version", 1},
             {"scenario", "cpu-4rank"},
             {"strategy", "hand-written"},
@@ -128,8 +130,8 @@ json split_plan(const json& split, const std::vector<int>& micro_batch,
                           {"node", 0},
                           {"gpu", "cpu"},
                           {"batch", micro_batch[r] * m},
-                          {"micro_batch", micro_batch[r]},
-                          {"micro_batches", m},
+                          {"micro_batch", micro_batch[r] / sub_steps[r]},
+                          {"micro_batches", m * sub_steps[r]},
                           {"state_share", shares[r]}});
   return p;
 }
@@ -160,6 +162,9 @@ TEST(MpiMemory, SplitPlansSimulatedPeakMatchesTheMeasuredPeakPerRank) {
       {"tp2-pp2-1f1b", split_plan(split(2, "1f1b", "full"), {4, 4, 4, 4}, {1, 1, 1, 1})},
       {"pp2-gpipe", split_plan(split(1, "gpipe", "full"), {2, 2, 2, 2}, {0.5, 0.5, 0.5, 0.5})},
       {"pp2-1f1b-none", split_plan(split(1, "1f1b", "none"), {2, 2, 2, 2}, {0.5, 0.5, 0.5, 0.5})},
+      // Unequal batches and sub-steps inside both stages (the transfers cut at sub-steps).
+      {"pp2-1f1b-sub-steps",
+       split_plan(split(1, "1f1b", "full"), {2, 2, 1, 3}, {0.6, 0.4, 0.3, 0.7}, {2, 1, 1, 3})},
   };
   expect_peaks_match(dir.path, sc, 4, cases);
 }

@@ -33,10 +33,11 @@ struct RankSpec {
   int micro_batch = 0;
   double share = 1.0;
   int node = 0;
+  int sub_steps = 1;
 };
 
-// A split plan for the scenario named `scenario_name`: every rank runs the split's m
-// micro-batches of `micro_batch` samples.
+// A split plan for the scenario named `scenario_name`: every rank runs its share of each of the
+// split's m micro-batches as `sub_steps` sub-steps of `micro_batch` samples.
 std::string write_plan(const fs::path& dir, const std::string& name,
                        const std::string& scenario_name, const json& split,
                        const std::vector<RankSpec>& ranks, const std::string& checkpointing = "") {
@@ -46,9 +47,9 @@ std::string write_plan(const fs::path& dir, const std::string& name,
     rs.push_back({{"rank", r},
                   {"node", ranks[r].node},
                   {"gpu", "cpu"},
-                  {"batch", ranks[r].micro_batch * m},
+                  {"batch", ranks[r].micro_batch * m * ranks[r].sub_steps},
                   {"micro_batch", ranks[r].micro_batch},
-                  {"micro_batches", m},
+                  {"micro_batches", m * ranks[r].sub_steps},
                   {"state_share", ranks[r].share}});
   json plan = {{"version", 1},
                {"scenario", scenario_name},
@@ -307,6 +308,26 @@ TEST(MpiSplitRun, UntiedHeadOnAStageWithOtherReplicaCountsEqualsSingleRankTraini
                     {{1, 0.3}, {1, 0.3}, {1, 0.4}, {3, 1.0}}, "PP 2, 3 replicas -> 1, untied");
 }
 
+TEST(MpiSplitRun, UnequalBatchesAndSubStepsInsideStagesEqualSingleRankTraining) {
+  // 12 samples in 3 micro-batches of 4: stage 0's replicas take 3 (in 3 sub-steps of 1) and 1
+  // of each, stage 1's 2 (in 2 sub-steps of 1) and 2 (in one step): the transfers are cut at
+  // both sides' sub-step boundaries, and the replicas differ in shares too.
+  Job job;
+  job.batch = 12;
+  expect_equivalent(
+      job, split_of(1, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
+      {{1, 0.7, 0, 3}, {1, 0.3}, {1, 0.4, 0, 2}, {2, 0.6}}, "PP 2, sub-steps 3 + 1 against 2 + 1");
+}
+
+TEST(MpiSplitRun, TensorParallelGroupsInSubStepsEqualSingleRankTraining) {
+  // Stage 0's TP group runs its 3 samples of every micro-batch in 3 sub-steps (its TP
+  // collectives one per sub-step), stage 1's in one; GPipe, the distributed optimizer.
+  expect_equivalent(
+      {}, split_of(2, "gpipe", 3, "optimizer", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
+      {{1, 1.0, 0, 3}, {1, 1.0, 0, 3}, {3}, {3}},
+      "TP 2 x PP 2 (GPipe, optimizer), sub-steps 3 / 1");
+}
+
 // Four steps of `first_plan` uninterrupted, against two steps of it checkpointed at step 2 and
 // resumed for steps 2 and 3 under `other_plan`: the resumed losses and parameters equal the
 // uninterrupted run's, while the run stopped at step 2 is far from it (the check can fail).
@@ -369,27 +390,38 @@ TEST(MpiSplitRun, ResumingUnderAnotherSplitEqualsTheUninterruptedRun) {
       r.error);
 }
 
+// Two stages of layer 0 and layer 1 (tied head): `first` (1F1B) stopped at step 2 and resumed
+// under `other` (GPipe), ranks given per plan, with a global batch `batch`.
+void resume_two_stages(int batch, const std::vector<RankSpec>& first,
+                       const std::vector<RankSpec>& other, const std::string& what) {
+  TempDir dir;
+  const auto units = units_of(2, true);
+  const std::string four = variant(dir.path, 4, 1, 2, batch, true);
+  const json list = stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}});
+  const std::string first_plan =
+      write_plan(dir.path, "first", "cpu-4rank", split_of(1, "1f1b", 3, "full", list), first);
+  const std::string other_plan =
+      write_plan(dir.path, "other", "cpu-4rank", split_of(1, "gpipe", 3, "full", list), other);
+  const Resumed r =
+      stop_and_resume(four, first_plan, other_plan, dir.path / "ckpt", dir.path, units);
+  std::printf("[ split ] %s: parameters after step 4 within %.2e\n", what.c_str(), r.error);
+}
+
 TEST(MpiSplitRun, UnevenReplicasResumeUnderAnotherUnevenSplit) {
   // Two stages whose replicas carry unequal samples and shares (2 + 1 against 1 + 2 of every
   // micro-batch, as the planner's stages of mixed GPUs do), stopped at step 2 and resumed under
   // another split of the same space: GPipe, the samples dealt 1 + 2 and 2 + 1, other shares.
-  TempDir dir;
-  const auto units = units_of(2, true);
-  const std::string four = variant(dir.path, 4, 1, 2, 9, true);
-  const std::string first_plan =
-      write_plan(dir.path, "uneven", "cpu-4rank",
-                 split_of(1, "1f1b", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{2, 0.6}, {1, 0.4}, {1, 0.5}, {2, 0.5}});
-  const std::string other_plan =
-      write_plan(dir.path, "other", "cpu-4rank",
-                 split_of(1, "gpipe", 3, "full", stages({{{0, 1}, {0, 1}}, {{1, 2}, {2, 3}}})),
-                 {{1, 0.2}, {2, 0.8}, {2, 0.7}, {1, 0.3}});
-  const Resumed r =
-      stop_and_resume(four, first_plan, other_plan, dir.path / "ckpt", dir.path, units);
-  std::printf(
-      "[ split ] uneven PP 2 stopped at step 2, resumed under another uneven PP 2: "
-      "parameters after step 4 within %.2e\n",
-      r.error);
+  resume_two_stages(9, {{2, 0.6}, {1, 0.4}, {1, 0.5}, {2, 0.5}},
+                    {{1, 0.2}, {2, 0.8}, {2, 0.7}, {1, 0.3}},
+                    "uneven PP 2 stopped at step 2, resumed under another uneven PP 2");
+}
+
+TEST(MpiSplitRun, SubStepsResumeUnderAnotherPlanOfTheSpace) {
+  // The sub-step plan above stopped at step 2 and resumed under other shares and sub-steps
+  // (stage 0: 2 in 2 sub-steps + 2 in one; stage 1: 1 + 3 in 3 sub-steps).
+  resume_two_stages(12, {{1, 0.7, 0, 3}, {1, 0.3}, {1, 0.4, 0, 2}, {2, 0.6}},
+                    {{1, 0.5, 0, 2}, {2, 0.5}, {1, 0.2}, {1, 0.8, 0, 3}},
+                    "PP 2 with sub-steps stopped at step 2, resumed under other sub-steps");
 }
 
 TEST(MpiSplitRun, TensorParallelRanksReportTheirMeasuredCollectives) {

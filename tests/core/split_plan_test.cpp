@@ -98,6 +98,63 @@ TEST(SplitPlan, RefusesTensorParallelRanksWithDifferentBatchesAndBadDomainShares
   expect_refusal(bad, {"data-parallel domain 0", "ranks [2]"});
 }
 
+// A rank may run its share of every pipeline micro-batch as k sub-steps: m·k micro-batches of
+// share / k samples (DESIGN §4, "With a non-default split").
+TEST(SplitPlan, RanksMayRunTheirShareOfEveryMicroBatchInSubSteps) {
+  Json j = two_stage_plan();
+  for (auto& r : j["ranks"]) {
+    r["micro_batch"] = 2;
+    r["batch"] = 8;
+  }
+  j["ranks"][1]["micro_batch"] = 1;
+  j["ranks"][1]["micro_batches"] = 8;
+  const Plan p = parse(j);
+  EXPECT_EQ(p.global_batch(), 16);
+  EXPECT_EQ(p.ranks[1].sub_steps(4), 2);
+  EXPECT_EQ(p.ranks[1].share_per_micro_batch(4), 2);
+  EXPECT_EQ(p.ranks[0].sub_steps(4), 1);
+  EXPECT_EQ(parse(to_json(p)).ranks[1].micro_batches, 8);
+  // Not a multiple of the split's micro-batches.
+  Json bad = j;
+  bad["ranks"][1]["micro_batches"] = 6;
+  bad["ranks"][1]["batch"] = 6;
+  expect_refusal(bad,
+                 {"ranks[1].micro_batches", "6 micro-batches of 1", "a multiple of the split's 4"});
+  // Sub-steps of another size than the share / k: the stage runs another number of samples.
+  bad = j;
+  bad["ranks"][1]["micro_batch"] = 2;
+  bad["ranks"][1]["batch"] = 16;
+  expect_refusal(bad, {"model_split", "stage 1", "4 samples", "6, as stage 0"});
+  // The ranks of a tensor-parallel group run the same sub-steps.
+  Json tp = j;
+  tp["model_split"]["tensor_parallel"] = 2;
+  for (auto& r : tp["ranks"]) r["state_share"] = 1.0;
+  expect_refusal(tp, {"ranks[1].micro_batch", "1", "2, as rank 0 has", "same sub-steps"});
+  tp["ranks"][0]["micro_batch"] = 1;
+  tp["ranks"][0]["micro_batches"] = 8;
+  tp["ranks"][2]["micro_batches"] = 2;
+  tp["ranks"][2]["micro_batch"] = 4;
+  expect_refusal(tp, {"ranks[2].micro_batches", "a multiple of the split's 4"});
+  tp["ranks"][2]["micro_batches"] = 8;
+  tp["ranks"][2]["micro_batch"] = 1;
+  expect_refusal(tp, {"ranks[3].micro_batch", "1, as rank 2 has"});
+  tp["ranks"][3]["micro_batches"] = 8;
+  tp["ranks"][3]["micro_batch"] = 1;
+  EXPECT_EQ(parse(tp).global_batch(), 8);
+  // Every rank in 2 sub-steps under the split's 4; without the split's count (1) the same rows
+  // blame the missing key; stated, any count the rows' is a multiple of reads them as sub-steps.
+  Json every = two_stage_plan();
+  for (auto& r : every["ranks"]) {
+    r["micro_batches"] = 8;
+    r["batch"] = 8;
+  }
+  EXPECT_EQ(parse(every).ranks[2].sub_steps(4), 2);
+  every["model_split"].erase("micro_batches");
+  expect_refusal(every, {"model_split.micro_batches", "1 (absent)", "8, the micro-batches every"});
+  every["model_split"]["micro_batches"] = 2;
+  EXPECT_EQ(parse(every).ranks[2].sub_steps(2), 4);
+}
+
 TEST(SplitPlan, RefusesRankListsNamingTheStage) {
   Json j = two_stage_plan();
   j["model_split"]["stages"][1]["ranks"] = {2, 2};
@@ -119,6 +176,17 @@ TEST(SplitPlan, TheUnitPassBoundCountsEachRanksOwnStage) {
   one["model_split"]["stages"] = {{{"layers", {0, 4}}, {"ranks", {0, 1, 2, 3}}}};
   for (auto& r : one["ranks"]) r["state_share"] = 0.25;
   EXPECT_EQ(full_unit_passes(parse(one), s), 4 * 6 * 4);
+  // A rank running its share in 2 sub-steps runs its units twice per micro-batch.
+  Json sub = two_stage_plan();
+  for (int r : {1, 3}) {
+    sub["ranks"][r]["micro_batches"] = 8;
+    sub["ranks"][r]["batch"] = 8;
+  }
+  for (int r : {0, 2}) {
+    sub["ranks"][r]["micro_batch"] = 2;
+    sub["ranks"][r]["batch"] = 8;
+  }
+  EXPECT_EQ(full_unit_passes(parse(sub), s), 2 * 3 * (4 + 8));
 }
 
 }  // namespace

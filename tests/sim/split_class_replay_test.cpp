@@ -9,6 +9,7 @@
 // replay in full, and say why (SimResult::full_replay_reason, on `cephalo simulate`'s stderr).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -39,8 +40,9 @@ int pick(std::mt19937& rng, int lo, int hi) {
 // A random split instance: `nodes` nodes of `per_node` GPUs (types drawn per node, or per
 // half), P stages of equal rank counts laid on whole nodes in order or striped TP group by TP
 // group, then (when `misaligned`) one stage's replica sizes changed so that its transfers cross
-// replicas.
-SplitInstance random_split(std::mt19937& rng, bool misaligned) {
+// replicas, and (when `sub_steps`) every rank with an even share of each micro-batch running it
+// in two sub-steps (DESIGN §4, "Ranks").
+SplitInstance random_split(std::mt19937& rng, bool misaligned, bool sub_steps) {
   const std::vector<std::string> gpu = {"a100x80", "l4"};
   const int per_node = pick(rng, 0, 1) ? 4 : 2;
   const int T = pick(rng, 0, 2) == 0 ? 1 : 2;
@@ -135,15 +137,23 @@ SplitInstance random_split(std::mt19937& rng, bool misaligned) {
       }
   }
   if (pick(rng, 0, 1)) in.plan.prefetch = false;
+  // (No draw: the other plans stay what they were.) A TP group's ranks share their share, so
+  // they all split it or none does.
+  if (sub_steps)
+    for (PlanRank& row : in.plan.ranks)
+      if (row.micro_batch % 2 == 0) {
+        row.micro_batch /= 2;
+        row.micro_batches *= 2;
+      }
   validate_plan_for(in.plan, in.scenario, "<split plan>");
   return in;
 }
 
 TEST(SplitClassReplay, EqualsTheFullReplayOnRandomSplitPlans) {
   std::mt19937 rng(20261206);
-  int compressed = 0, ooms = 0, fallbacks = 0, shared_nodes = 0;
+  int compressed = 0, ooms = 0, fallbacks = 0, shared_nodes = 0, stepped = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    const SplitInstance in = random_split(rng, trial % 6 == 5);
+    const SplitInstance in = random_split(rng, trial % 6 == 5, trial % 4 == 1);
     const auto models = costmodels::make_cost_models(in.scenario, "roofline");
     SimOptions options;
     if (trial % 7 == 0) options.usable_fraction = 0.03;  // out-of-memory verdicts agree too
@@ -158,6 +168,9 @@ TEST(SplitClassReplay, EqualsTheFullReplayOnRandomSplitPlans) {
     EXPECT_EQ(full.iteration_ns, byclass.iteration_ns);
     ASSERT_EQ(testing::comparable(full.report).dump(), testing::comparable(byclass.report).dump());
     ooms += full.report.oom;
+    stepped += std::any_of(in.plan.ranks.begin(), in.plan.ranks.end(), [&](const PlanRank& r) {
+      return r.sub_steps(in.plan.model_split.micro_batches) > 1;
+    });
     // What the planner asks before replaying is what the replay builds.
     EXPECT_EQ(replayed_ranks(in.plan, in.scenario), byclass.replayed_ranks);
     if (!in.aligned) {
@@ -199,6 +212,7 @@ TEST(SplitClassReplay, EqualsTheFullReplayOnRandomSplitPlans) {
   EXPECT_GE(ooms, 15);
   EXPECT_GE(fallbacks, 10);
   EXPECT_GE(shared_nodes, 20);
+  EXPECT_GE(stepped, 10);
 }
 
 }  // namespace

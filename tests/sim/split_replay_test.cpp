@@ -137,29 +137,39 @@ TEST(SplitReplay, ExposedCommunicationIsSplitByKind) {
 // in time: over schedules, shardings and TP degrees, stage by stage. The bound is what was
 // measured (2026-12-05: ratios 0.991..1.021, most ranks exact) with a margin; the closed form
 // over-predicts where GPipe's peak and the working set do not coincide.
-TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
-  // A model whose state and activations dominate the runtime's fixed reserves (0.7 GiB).
-  Scenario s = testing::tiny_scenario(8, 8, 16, 80e9);
+// 8 ranks training a model whose state and activations dominate the runtime's fixed reserves
+// (0.7 GiB), and its 8 layers in 4 stages of two ranks.
+Scenario memory_scenario(int global_batch) {
+  Scenario s = testing::tiny_scenario(8, 8, global_batch, 80e9);
   s.job.model = test_support::gpt_model("mem-gpt", 8, 2048, 16, 8192, 32000, 2048);
   s.job.model_name = s.job.model.name;
   s.job.sequence_length = 2048;
+  return s;
+}
+ModelSplit four_stages_of_two(int micro_batches, pipeline::PipelineSchedule schedule) {
+  ModelSplit split;
+  split.micro_batches = micro_batches;
+  split.schedule = schedule;
+  for (int st = 0; st < 4; ++st) {
+    PipelineStage stage;
+    stage.chunks = {{2 * st, 2 * st + 2}};
+    stage.ranks = {2 * st, 2 * st + 1};
+    split.stages.push_back(stage);
+  }
+  return split;
+}
+
+TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
+  const Scenario s = memory_scenario(16);
   const auto models = costmodels::make_cost_models(s, "roofline");
   double worst_low = 1e9, worst_high = 0;
   for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Optimizer, ShardingKind::None})
     for (auto schedule :
          {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}})
       for (int tp : {1, 2}) {
-        ModelSplit split;
+        ModelSplit split = four_stages_of_two(8, schedule);
         split.tensor_parallel = tp;
-        split.micro_batches = 8;
-        split.schedule = schedule;
         split.sharding = sharding;
-        for (int st = 0; st < 4; ++st) {
-          PipelineStage stage;
-          stage.chunks = {{2 * st, 2 * st + 2}};
-          stage.ranks = {2 * st, 2 * st + 1};
-          split.stages.push_back(stage);
-        }
         const Plan plan = even_split_plan(s, split);
         const auto g = traces::build_training_graph(plan, s);
         const SimResult r = simulate(g, s, plan, *models.compute, *models.comm);
@@ -176,6 +186,48 @@ TEST(SplitReplay, TheMemoryModelPredictsEachStagesPeak) {
         }
       }
   std::cout << "memory model / replay peak: " << worst_low << " .. " << worst_high << "\n";
+}
+
+// Ranks that run their share of every micro-batch in sub-steps (DESIGN §4, "Ranks"): the memory
+// model follows the graph op by op as for one step per share, and a rank's peak drops with its
+// sub-steps (a recompute's working set is one sub-step's), while its compute ops multiply.
+TEST(SplitReplay, SubStepsShrinkTheWorkingSetTheMemoryModelPredicts) {
+  const Scenario s = memory_scenario(64);
+  const auto models = costmodels::make_cost_models(s, "roofline");
+  for (auto schedule :
+       {pipeline::PipelineSchedule{K::GPipe, 1}, pipeline::PipelineSchedule{K::OneFOneB, 1}}) {
+    // Every rank 8 samples of each micro-batch, in one step or in sub-steps.
+    const Plan whole = even_split_plan(s, four_stages_of_two(4, schedule));
+    Plan sub = whole;
+    for (int rank = 0; rank < 8; ++rank) {
+      PlanRank& pr = sub.ranks[static_cast<std::size_t>(rank)];
+      const int k = rank % 2 == 0 ? 2 : 8;  // replicas of 4 and 1 samples per sub-step
+      pr.micro_batch /= k;
+      pr.micro_batches *= k;
+    }
+    std::vector<double> whole_peak;
+    for (const Plan* plan : {&whole, static_cast<const Plan*>(&sub)}) {
+      const auto g = traces::build_training_graph(*plan, s);
+      const SimResult r = simulate(g, s, *plan, *models.compute, *models.comm);
+      for (int rank = 0; rank < 8; ++rank) {
+        const auto& pr = plan->ranks[static_cast<std::size_t>(rank)];
+        int forwards = 0;
+        for (const auto& op : g.program(rank)) forwards += op.kind == traces::OpKind::Forward;
+        // 3 units per stage (2 layers, the embedding or the head on the end stages; 2 inside).
+        const int units = rank < 2 || rank >= 6 ? 3 : 2;
+        EXPECT_EQ(forwards, units * pr.micro_batches) << "rank " << rank;
+        const double predicted = costmodels::predict_memory(s, *plan, rank).total;
+        const double replayed = r.report.ranks[static_cast<std::size_t>(rank)].peak_memory_bytes;
+        EXPECT_GT(predicted / replayed, 0.95) << pipeline::to_string(schedule) << " rank " << rank;
+        EXPECT_LT(predicted / replayed, 1.05) << pipeline::to_string(schedule) << " rank " << rank;
+        if (plan == &whole)
+          whole_peak.push_back(replayed);
+        else
+          EXPECT_LT(replayed, whole_peak[static_cast<std::size_t>(rank)])
+              << pipeline::to_string(schedule) << " rank " << rank;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -127,9 +127,10 @@ void RankEmitter::emit_tensor_parallel(const ComputeItem& item, OpKind kind, int
 // gradient of the chunk's output (backward); the next compute op waits for them.
 void RankEmitter::emit_recvs(const ComputeItem& item) {
   const Pass pass = item.forward ? Pass::Forward : Pass::Backward;
-  for (const StageLinks::Transfer& t : c_.links->transfers(prog_->rank, item.recv_boundary,
-                                                           item.forward, item.micro_batch, false)) {
-    Op o = micro_batch_op(OpKind::Recv, pass, item.unit, -1, item.micro_batch, item.size);
+  const int mb = transfer_micro_batch(item), size = transfer_size(item);
+  for (const StageLinks::Transfer& t :
+       c_.links->transfers(prog_->rank, item.recv_boundary, item.forward, mb, false)) {
+    Op o = micro_batch_op(OpKind::Recv, pass, item.unit, -1, mb, size);
     o.bytes = t.bytes;
     o.mem_alloc = o.bytes;
     o.collective = t.collective;
@@ -141,13 +142,14 @@ void RankEmitter::emit_recvs(const ComputeItem& item) {
 // send frees what the chunk left, or the item's main op does when this rank sends nothing
 // (another TP rank of its group does).
 void RankEmitter::emit_sends(const ComputeItem& item, OpId main) {
-  const auto sends =
-      c_.links->transfers(prog_->rank, item.send_boundary, item.forward, item.micro_batch, true);
-  const double held = c_.links->boundary_bytes(item.size);
+  const int mb = transfer_micro_batch(item), size = transfer_size(item);
+  const auto sends = c_.links->transfers(prog_->rank, item.send_boundary, item.forward, mb, true);
+  // Every sub-step's part of the boundary goes with the send (the item is the last sub-step).
+  const double held = c_.links->boundary_bytes(size);
   if (sends.empty()) g_->ops_[main].mem_free += held;
   const Pass pass = item.forward ? Pass::Forward : Pass::Backward;
   for (std::size_t i = 0; i < sends.size(); ++i) {
-    Op o = micro_batch_op(OpKind::Send, pass, item.unit, -1, item.micro_batch, item.size);
+    Op o = micro_batch_op(OpKind::Send, pass, item.unit, -1, mb, size);
     o.bytes = sends[i].bytes;
     o.shard_bytes = o.bytes;
     if (i + 1 == sends.size()) o.mem_free = held;

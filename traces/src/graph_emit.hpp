@@ -37,9 +37,12 @@ struct ReductionItem {
 
 // One compute item: a forward, or a backward (preceded by its Recompute when the unit has one,
 // schedule::has_recompute_op) of `unit` for micro-batch `micro_batch` of `size` samples in
-// phase `phase`. `compute` false: the rank computes nothing here (an FSDP phase it has no
-// micro-batch for); the item's op is then its gather. The item's *main op* is its Forward or
-// Backward op (else the gather).
+// phase `phase`. Its pipeline transfers move pipeline micro-batch `transfer_micro_batch`, of
+// which the rank holds `transfer_size` samples (a split rank's sub-steps: its share of the
+// pipeline micro-batch cut into several items; -1 / 0: the item's own micro-batch and size).
+// `compute` false: the rank computes nothing here (an FSDP phase it has no micro-batch for); the
+// item's op is then its gather. The item's *main op* is its Forward or Backward op (else the
+// gather).
 struct ComputeItem {
   int unit = 0;
   bool forward = true;
@@ -55,8 +58,17 @@ struct ComputeItem {
   int mark = -1;                // the main op becomes mark `mark` (a gather's gate)
   int recv_boundary = -1;  // pipeline receives before the item (forward: input; backward: grad)
   int send_boundary = -1;  // pipeline sends after it
+  int transfer_micro_batch = -1;
+  int transfer_size = 0;
   std::uint32_t reductions_begin = 0, reductions_count = 0;  // into RankProgram::reductions
 };
+
+inline int transfer_micro_batch(const ComputeItem& item) {
+  return item.transfer_micro_batch >= 0 ? item.transfer_micro_batch : item.micro_batch;
+}
+inline int transfer_size(const ComputeItem& item) {
+  return item.transfer_size > 0 ? item.transfer_size : item.size;
+}
 
 // What one rank runs, in issue order.
 struct RankProgram {

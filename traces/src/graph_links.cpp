@@ -34,8 +34,9 @@ void GraphBuilder::setup_transfers() {
   auto offsets = [&](int s) {
     std::vector<std::int64_t> off{0};
     for (int j = 0; j < topo_.replicas(s); ++j)
-      off.push_back(off.back() +
-                    plan_.ranks[static_cast<std::size_t>(topo_.rank_at(s, j, 0))].micro_batch);
+      off.push_back(
+          off.back() +
+          plan_.ranks[static_cast<std::size_t>(topo_.rank_at(s, j, 0))].share_per_micro_batch(m_));
     return off;
   };
   for (int k = 0; k < k_last; ++k) {

@@ -20,14 +20,20 @@ void GraphBuilder::pipeline_program(int r, RankProgram& prog) const {
   const int stage = place.stage;
   const int domain = g_.domain_of_[static_cast<std::size_t>(r)];
   const ShardLayout& layout = g_.domain_layouts_[static_cast<std::size_t>(domain)];
-  const int size = plan_.ranks[static_cast<std::size_t>(r)].micro_batch;
+  // The rank's share of every pipeline micro-batch runs as `sub` consecutive sub-steps of
+  // `size` samples (its micro-batch i·sub + j: samples [j·size, (j + 1)·size) of its share);
+  // the chunk's input is received before the first, its output sent after the last.
+  const PlanRank& row = plan_.ranks[static_cast<std::size_t>(r)];
+  const int size = row.micro_batch;
+  const int sub = row.sub_steps(m_);
+  const int share = row.share_per_micro_batch(m_);
   const ShardingKind kind = split_.sharding;
   // full / hybrid: each unit gathered once, kept to its last backward.
   const bool gathers = kind == ShardingKind::Full || kind == ShardingKind::Hybrid;
   prog.rank = r;
   prog.position = g_.domain_position_[static_cast<std::size_t>(r)];
   prog.group = layout.group_of(prog.position);
-  prog.micro_batches = m_;
+  prog.micro_batches = m_ * sub;
   prog.tensor_parallel = place.tensor_parallel;
   prog.grad_buffers = units_;  // a unit's gradient
 
@@ -72,59 +78,64 @@ void GraphBuilder::pipeline_program(int r, RankProgram& prog) const {
     const int k = virtual_stage(stage, step.chunk);
     const auto& units = vstage_units_[static_cast<std::size_t>(k)];
     const std::size_t begin = prog.items.size();
+    const auto item = [&](int u, bool forward, int j) {
+      ComputeItem it;
+      it.unit = u;
+      it.forward = forward;
+      it.micro_batch = step.micro_batch * sub + j;
+      it.size = size;
+      it.transfer_micro_batch = step.micro_batch;
+      it.transfer_size = share;
+      return it;
+    };
     if (step.pass == pipeline::Pass::Forward) {
-      for (int u : units) {
-        ComputeItem it;
-        it.unit = u;
-        it.forward = true;
-        it.micro_batch = step.micro_batch;
-        it.size = size;
-        it.phase = u;
-        if (!used[static_cast<std::size_t>(u)]) {
-          used[static_cast<std::size_t>(u)] = 1;
-          it.mark = first_use_index[static_cast<std::size_t>(u)];
-          if (gathers) it.waits_gather = it.mark;
+      for (int j = 0; j < sub; ++j)
+        for (int u : units) {
+          ComputeItem it = item(u, true, j);
+          it.phase = u;
+          if (!used[static_cast<std::size_t>(u)]) {
+            used[static_cast<std::size_t>(u)] = 1;
+            it.mark = first_use_index[static_cast<std::size_t>(u)];
+            if (gathers) it.waits_gather = it.mark;
+          }
+          prog.items.push_back(it);
         }
-        prog.items.push_back(it);
-      }
       if (k > 0) prog.items[begin].recv_boundary = k - 1;
       if (k < k_last) prog.items.back().send_boundary = k;
       continue;
     }
     const bool last_of_chunk = backwards_left_in_chunk[static_cast<std::size_t>(step.chunk)]-- == 1;
-    for (auto u_it = units.rbegin(); u_it != units.rend(); ++u_it) {
-      const int u = *u_it;
-      const std::size_t su = static_cast<std::size_t>(u);
-      ComputeItem it;
-      it.unit = u;
-      it.forward = false;
-      it.micro_batch = step.micro_batch;
-      it.size = size;
-      it.phase = 2 * units_ - 1 - u;
-      it.grad_buffer = u;
-      it.grad_bytes =
-          static_cast<double>(layout.numel(u)) * bytes_per_element(job.precision.reduce);
-      // The gathered parameters go with the unit's last backward (its gradient is complete).
-      if (--backwards_left[su] == 0 && gathers) {
-        it.frees_gathered = true;
-        it.gathered_bytes =
-            static_cast<double>(layout.numel(u)) * bytes_per_element(job.precision.compute);
+    for (int j = 0; j < sub; ++j)
+      for (auto u_it = units.rbegin(); u_it != units.rend(); ++u_it) {
+        const int u = *u_it;
+        const std::size_t su = static_cast<std::size_t>(u);
+        ComputeItem it = item(u, false, j);
+        it.phase = 2 * units_ - 1 - u;
+        it.grad_buffer = u;
+        it.grad_bytes =
+            static_cast<double>(layout.numel(u)) * bytes_per_element(job.precision.reduce);
+        // The gathered parameters go with the unit's last backward (its gradient is complete).
+        const bool last_sub = j + 1 == sub;
+        if (last_sub && --backwards_left[su] == 0 && gathers) {
+          it.frees_gathered = true;
+          it.gathered_bytes =
+              static_cast<double>(layout.numel(u)) * bytes_per_element(job.precision.compute);
+        }
+        if (last_of_chunk && last_sub) {
+          // A tied word embedding's two copies first (rank i of the first stage with rank i of
+          // the last), then the domain's reduce-scatter and cross-group reduction.
+          it.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
+          if (tied && ((u == 0 && stage == 0) || (u == units_ - 1 && stage == p_ - 1)))
+            prog.reductions.push_back({ReductionItem::Kind::Tied, it.phase, u, -1, u});
+          if (kind != ShardingKind::None)
+            prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, it.phase, u, u, u});
+          if (layout.hybrid())
+            prog.reductions.push_back({ReductionItem::Kind::CrossGroup, it.phase, u, -1, u});
+          it.reductions_count =
+              static_cast<std::uint32_t>(prog.reductions.size()) - it.reductions_begin;
+        }
+        prog.items.push_back(it);
       }
-      if (last_of_chunk) {
-        // A tied word embedding's two copies first (rank i of the first stage with rank i of
-        // the last), then the domain's reduce-scatter and cross-group reduction.
-        it.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
-        if (tied && ((u == 0 && stage == 0) || (u == units_ - 1 && stage == p_ - 1)))
-          prog.reductions.push_back({ReductionItem::Kind::Tied, it.phase, u, -1, u});
-        if (kind != ShardingKind::None)
-          prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, it.phase, u, u, u});
-        if (layout.hybrid())
-          prog.reductions.push_back({ReductionItem::Kind::CrossGroup, it.phase, u, -1, u});
-        it.reductions_count =
-            static_cast<std::uint32_t>(prog.reductions.size()) - it.reductions_begin;
-      }
-      prog.items.push_back(it);
-    }
     if (k < k_last) prog.items[begin].recv_boundary = k;
     if (k > 0) prog.items.back().send_boundary = k - 1;
   }

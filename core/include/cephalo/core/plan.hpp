@@ -77,6 +77,13 @@ struct PlanRank {
 
   // Sizes of the rank's micro-batches in execution order; sums to `batch`.
   std::vector<int> micro_batch_sizes() const;
+  // Under a split of `pipeline_micro_batches` (m) micro-batches (DESIGN §4, "With a
+  // non-default split"): the rank's sub-steps per pipeline micro-batch, micro_batches / m, and
+  // its samples of every pipeline micro-batch, batch / m = sub-steps x micro_batch.
+  int sub_steps(int pipeline_micro_batches) const { return micro_batches / pipeline_micro_batches; }
+  int share_per_micro_batch(int pipeline_micro_batches) const {
+    return batch / pipeline_micro_batches;
+  }
 };
 
 // One class of the compact form ("rank_classes"): the ranks first..last (both included) share

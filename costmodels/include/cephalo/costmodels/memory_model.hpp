@@ -129,7 +129,11 @@ struct SplitRankMemoryInputs {
   int tp_rank = 0;
   bool sequence_parallel = false;
   bool head_holds_word_embedding = false;  // a tied head on another stage than the embedding
+  // The samples of one compute op: the rank's share of each pipeline micro-batch runs as
+  // `sub_steps` consecutive ops of `micro_batch` samples per unit (received before the first,
+  // sent after the last).
   int micro_batch = 1;
+  int sub_steps = 1;
   ShardingKind sharding = ShardingKind::Full;
   // The rank's share of its domain's state (hybrid: of its node's full copy); 1 under `none`.
   double state_share = 1.0;
