@@ -25,6 +25,55 @@ Json memory_terms_json(const std::vector<costmodels::MemoryTerm>& terms) {
 
 }  // namespace
 
+std::vector<double> split_detail::shared_nic_ends(const std::vector<NicChain>& chains,
+                                                  std::vector<int>& users) {
+  const std::size_t n = chains.size();
+  std::vector<double> end(n);
+  for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
+  bool shared = false;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) shared |= ++users[static_cast<std::size_t>(node)] > 1;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) users[static_cast<std::size_t>(node)] = 0;
+  if (!shared) return end;
+  std::vector<double> left(n);
+  std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
+  for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
+  double t = std::numeric_limits<double>::infinity();
+  for (const auto& c : chains) t = std::min(t, c.release);
+  std::vector<double> rate(n, 0.0);
+  for (std::size_t done = 0; done < n;) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (state[i] == 0 && chains[i].release <= t) {
+        state[i] = 1;
+        for (int node : *chains[i].nodes) ++users[static_cast<std::size_t>(node)];
+      }
+    double next = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] == 0) next = std::min(next, chains[i].release);
+      if (state[i] != 1) continue;
+      int most = 1;
+      for (int node : *chains[i].nodes)
+        most = std::max(most, users[static_cast<std::size_t>(node)]);
+      rate[i] = 1.0 / most;
+      next = std::min(next, t + left[i] / rate[i]);
+    }
+    const double dt = next - t;
+    t = next;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] != 1) continue;
+      left[i] -= dt * rate[i];
+      if (left[i] <= 1e-12 * std::max(1.0, chains[i].work)) {
+        state[i] = 2;
+        end[i] = t;
+        ++done;
+        for (int node : *chains[i].nodes) --users[static_cast<std::size_t>(node)];
+      }
+    }
+  }
+  return end;
+}
+
 using split_detail::CollectiveKind;
 using split_detail::ComputePhase;
 

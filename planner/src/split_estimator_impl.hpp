@@ -109,6 +109,19 @@ struct StagePass {
   }
 };
 
+// Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
+// each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
+// 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
+// flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
+// that shares no NIC with another ends at release + work. `users`: per cluster node, zero on
+// entry and again on return (the caller's, so a candidate allocates nothing).
+struct NicChain {
+  double release = 0, work = 0;
+  const std::vector<int>* nodes = nullptr;
+};
+
+std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains, std::vector<int>& users);
+
 }  // namespace cephalo::planner::split_detail
 
 namespace cephalo::planner {
