@@ -139,7 +139,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       auto it = passes[cls].find(b);
       if (it == passes[cls].end())
         it = passes[cls]
-                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls], b, options))
+                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls],
+                                        rep.class_slowdown[cls], b, options))
                  .first;
       return it->second;
     };
@@ -492,9 +493,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
       priced.push_back(alike);
       const double shard = P * x;
-      est.optimizer_step = std::max(
-          est.optimizer_step,
-          models.compute->optimizer_time(*rep.classes[rep.class_of[j]], job, shard).seconds);
+      const std::size_t cls = rep.class_of[j];
+      est.optimizer_step =
+          std::max(est.optimizer_step,
+                   models.compute->optimizer_time(*rep.classes[cls], job, shard).seconds *
+                       rep.class_slowdown[cls]);
     }
     double steps = 0;
     for (int c = 0; c < V; ++c) {

@@ -203,6 +203,51 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
             << 100 * worst_within << " % (" << worst_within_case << ")\n";
 }
 
+// A rank's emulated slowdown (scenarios/cpu-2rank-emulated.json: rank 1 holds its compute
+// stream twice as long) is a device class of its own, in the estimate as in the simulator:
+// every compute step of a replica on it, the optimizer step included, costs slowdown times the
+// device's, so the estimate of each split stays its replay, and dealing samples by speed gives
+// the slowed rank fewer.
+TEST(SplitAgreement, TheEstimateRunsAnEmulatedSlowdownAsTheReplayDoes) {
+  const std::string dir = std::string(CEPHALO_SOURCE_DIR) + "/scenarios/";
+  const Scenario slowed = costmodels::load_scenario(dir + "cpu-2rank-emulated.json");
+  const Scenario plain = costmodels::load_scenario(dir + "cpu-2rank.json");
+  const auto models = costmodels::make_cost_models(slowed);
+  const auto plain_models = costmodels::make_cost_models(plain);
+  int compared = 0;
+  for (const std::vector<std::vector<int>>& ranks :
+       std::vector<std::vector<std::vector<int>>>{{{0}, {1}}, {{1}, {0}}, {{0, 1}}})
+    for (const auto replicas : {planner::ReplicaBatches::Even, planner::ReplicaBatches::BySpeed}) {
+      const int p = static_cast<int>(ranks.size());
+      if (p == 2 && replicas == planner::ReplicaBatches::BySpeed) continue;
+      if (p == 1 && replicas == planner::ReplicaBatches::Even) continue;  // 9 samples, 2 ranks
+      ModelSplit split;
+      test_support::place_stages(split, ranks, std::vector<int>(ranks.size(), 1),
+                                 p == 2 ? std::vector<int>{1, 1} : std::vector<int>{2}, 1);
+      split.micro_batches = p == 2 ? 3 : 1;
+      split.schedule = {K::OneFOneB, 1};
+      split.sharding = ShardingKind::Full;
+      planner::SplitOptions options;
+      options.replica_batches = replicas;
+      const auto e = planner::estimate_split(slowed, split, options, models);
+      ASSERT_TRUE(e.fits) << e.refusal;
+      const Plan plan = plan_of(slowed, split, e, options.activation_checkpointing);
+      const auto replay = sim::simulate_plan(plan, slowed, *models.compute, *models.comm);
+      EXPECT_NEAR(e.iteration_s / replay.report.iteration_time_s, 1.0, 0.01) << e.split;
+      // Priced slower than the same split on two real ranks (stage 0 holds the embedding,
+      // the other the head: the slowed rank's stage is the bottleneck either way).
+      const auto fast = planner::estimate_split(plain, split, options, plain_models);
+      if (p == 2) {
+        EXPECT_GT(e.iteration_s, 1.2 * fast.iteration_s) << e.split;
+      } else {
+        ASSERT_EQ(e.allocation.micro_batch.size(), 2u);
+        EXPECT_GT(e.allocation.micro_batch[0], e.allocation.micro_batch[1]);
+      }
+      ++compared;
+    }
+  EXPECT_EQ(compared, 3);
+}
+
 // The same with the job's TP communication overlap (Transformer Engine's userbuffers,
 // costmodels::tp_overlap_exposed_seconds, priced by the estimate's TP term and by the replay's
 // TP op alike): on the drawn splits with sequence parallelism the estimate still agrees with
