@@ -412,14 +412,21 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const auto gather = [&](const split_detail::UnitStep& u) {
         return state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
       };
+      // The FSDP graph's layered accumulation runs a unit's every micro-batch in its phase, so
+      // a phase hides m micro-batches' compute; the head's backward gather is issued when the
+      // last layer's forward ends (the gather lookahead), under the head's forward phase.
+      const double phase = regathers ? static_cast<double>(m) : 1.0;
       double end = 0, done = 0, compute = 0, queued = 0;
-      double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
+      const double head_gather = regathers && !units.empty() ? gather(units.back()) : 0;
+      double gathered = regathers && !units.empty()
+                            ? std::max(0.0, head_gather - phase * units.back().forward)
+                            : 0;
       end = gathered;
-      dp += gathered;
+      dp += head_gather;
       for (auto u = units.rbegin(); u != units.rend(); ++u) {
         const double begin = std::max(compute, gathered);
-        compute = begin + u->backward;
-        done += u->backward;
+        compute = begin + phase * u->backward;
+        done += phase * u->backward;
         if (regathers && std::next(u) != units.rend()) {
           const double g = gather(*std::next(u));
           gathered = std::max(end, begin) + g;
@@ -449,7 +456,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           const auto& u = units[i];
           const double g =
               state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
-          gathers.emplace_back(g, u.forward);
+          gathers.emplace_back(g, phase * u.forward);
           gather_work[static_cast<std::size_t>(s)] += g;
           dp += g;
         }

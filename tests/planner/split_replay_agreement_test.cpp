@@ -187,14 +187,15 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
   std::sort(errors.begin(), errors.end(),
             [](double a, double b) { return std::abs(a) < std::abs(b); });
   EXPECT_GE(compared, 100);
-  // Measured 2026-12-07: median 0.00002 %, 90th percentile 0.59 % (1.7 % before the tied
-  // embedding's all-reduce waited for both ends), worst 8.8 % (4.4 % where no stage's replicas
-  // span nodes). What is left across nodes is the NICs the replay shares between one stage's
-  // collectives, the other stages' and the transfers, which the estimate prices apart.
+  // Measured 2026-12-07: median 0.00001 %, 90th percentile 0.40 % (1.7 % before the tied
+  // embedding's all-reduce waited for both ends and a one-stage FSDP split's gathers hid under
+  // its phases' m micro-batches), worst 8.8 % (2.4 % where no stage's replicas span nodes).
+  // What is left across nodes is the NICs the replay shares between one stage's collectives,
+  // the other stages' and the transfers, which the estimate prices apart.
   // planner/README.md, "3D plans: the estimate against the replay".
   EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.001);
-  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.01);
-  EXPECT_LE(worst_within, 0.045) << worst_within_case;
+  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.005);
+  EXPECT_LE(worst_within, 0.025) << worst_within_case;
   EXPECT_LE(worst, 0.10) << worst_case;
   std::cout << compared << " splits; mean |estimate / replay − 1| " << 100 * sum / compared
             << " %, median " << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
