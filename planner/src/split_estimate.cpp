@@ -13,6 +13,8 @@ namespace {
 using split_detail::CollectiveKind;
 using split_detail::CollectiveRequest;
 using split_detail::even_request;
+using split_detail::NicChain;
+using split_detail::shared_nic_ends;
 
 double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatures& theta) {
   double t = 0;
@@ -21,65 +23,6 @@ double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatur
 }
 
 std::string gib(double bytes) { return format_bytes(bytes); }
-
-// Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
-// each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
-// 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
-// flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
-// that shares no NIC with another ends at release + work. `users`: per cluster node, zero on
-// entry and again on return (the caller's, so a candidate allocates nothing).
-struct NicChain {
-  double release = 0, work = 0;
-  const std::vector<int>* nodes = nullptr;
-};
-
-std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains, std::vector<int>& users) {
-  const std::size_t n = chains.size();
-  std::vector<double> end(n);
-  for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
-  bool shared = false;
-  for (const auto& c : chains)
-    for (int node : *c.nodes) shared |= ++users[static_cast<std::size_t>(node)] > 1;
-  for (const auto& c : chains)
-    for (int node : *c.nodes) users[static_cast<std::size_t>(node)] = 0;
-  if (!shared) return end;
-  std::vector<double> left(n);
-  std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
-  for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
-  double t = std::numeric_limits<double>::infinity();
-  for (const auto& c : chains) t = std::min(t, c.release);
-  std::vector<double> rate(n, 0.0);
-  for (std::size_t done = 0; done < n;) {
-    for (std::size_t i = 0; i < n; ++i)
-      if (state[i] == 0 && chains[i].release <= t) {
-        state[i] = 1;
-        for (int node : *chains[i].nodes) ++users[static_cast<std::size_t>(node)];
-      }
-    double next = std::numeric_limits<double>::infinity();
-    for (std::size_t i = 0; i < n; ++i) {
-      if (state[i] == 0) next = std::min(next, chains[i].release);
-      if (state[i] != 1) continue;
-      int most = 1;
-      for (int node : *chains[i].nodes)
-        most = std::max(most, users[static_cast<std::size_t>(node)]);
-      rate[i] = 1.0 / most;
-      next = std::min(next, t + left[i] / rate[i]);
-    }
-    const double dt = next - t;
-    t = next;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (state[i] != 1) continue;
-      left[i] -= dt * rate[i];
-      if (left[i] <= 1e-12 * std::max(1.0, chains[i].work)) {
-        state[i] = 2;
-        end[i] = t;
-        ++done;
-        for (int node : *chains[i].nodes) --users[static_cast<std::size_t>(node)];
-      }
-    }
-  }
-  return end;
-}
 
 }  // namespace
 
@@ -165,6 +108,15 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   // stages' chains slow both.
   std::vector<double> gather_work(static_cast<std::size_t>(p), 0.0);
   std::vector<double> tail_work(static_cast<std::size_t>(p), 0.0);
+  // The tied embedding's all-reduce pairs the first stage's embedding with the last stage's
+  // head (traces' split builder: first among the unit's reductions on each side, on the comm
+  // stream in order): per end, when its copy is ready relative to the end of the stage's last
+  // backward, and the reductions queued behind it on that stage's comm stream.
+  struct TiedEnd {
+    double ready = 0, after = 0, after_step = 0;
+  };
+  std::vector<TiedEnd> tied_end(static_cast<std::size_t>(p));
+  double tied_s = 0;
 
   for (int s = 0; s < p; ++s) {
     const PipelineStage& st = stages[static_cast<std::size_t>(s)];
@@ -187,7 +139,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       auto it = passes[cls].find(b);
       if (it == passes[cls].end())
         it = passes[cls]
-                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls], b, options))
+                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls],
+                                        rep.class_slowdown[cls], b, options))
                  .first;
       return it->second;
     };
@@ -461,28 +414,42 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const auto gather = [&](const split_detail::UnitStep& u) {
         return state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
       };
-      double end = 0, done = 0, compute = 0;
-      double gathered = regathers && !units.empty() ? gather(units.back()) : 0;
+      // The FSDP graph's layered accumulation runs a unit's every micro-batch in its phase, so
+      // a phase hides m micro-batches' compute; the head's backward gather is issued when the
+      // last layer's forward ends (the gather lookahead), under the head's forward phase.
+      const double phase = regathers ? static_cast<double>(m) : 1.0;
+      double end = 0, done = 0, compute = 0, queued = 0;
+      const double head_gather = regathers && !units.empty() ? gather(units.back()) : 0;
+      double gathered = regathers && !units.empty()
+                            ? std::max(0.0, head_gather - phase * units.back().forward)
+                            : 0;
       end = gathered;
-      dp += gathered;
+      dp += head_gather;
       for (auto u = units.rbegin(); u != units.rend(); ++u) {
         const double begin = std::max(compute, gathered);
-        compute = begin + u->backward;
-        done += u->backward;
+        compute = begin + phase * u->backward;
+        done += phase * u->backward;
         if (regathers && std::next(u) != units.rend()) {
           const double g = gather(*std::next(u));
           gathered = std::max(end, begin) + g;
           end = gathered;
           dp += g;
         }
+        if (std::next(u) == units.rend()) queued = std::max(end, compute);
         const double d = reduction(u->params, u->layout_params());
         end = std::max(end, compute) + d;
         dp += d;
+        // The first stage's embedding copy waits for the reductions queued before it; the last
+        // stage's head copy goes first, every reduction of the stage queued behind it.
+        if (s == 0 && std::next(u) == units.rend()) tied_end[0].after = d;
+        if (s == p - 1 && s > 0) tied_end[static_cast<std::size_t>(s)].after += d;
       }
       dp_exposed = std::max(0.0, end - done);
+      if (s == 0) tied_end[0].ready = std::max(0.0, queued - done);
       tail_work[static_cast<std::size_t>(s)] = dp;
       if (split.sharding == ShardingKind::Optimizer) {
         after_step = state_collective(CollectiveKind::AllGather, P, e_c);
+        tied_end[static_cast<std::size_t>(s)].after_step = after_step;
         dp += after_step;
         tail_work[static_cast<std::size_t>(s)] += after_step;
       } else if (!none) {
@@ -491,7 +458,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
           const auto& u = units[i];
           const double g =
               state_collective(CollectiveKind::AllGather, u.params, e_c, u.layout_params());
-          gathers.emplace_back(g, u.forward);
+          gathers.emplace_back(g, phase * u.forward);
           gather_work[static_cast<std::size_t>(s)] += g;
           dp += g;
         }
@@ -506,7 +473,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       const bool same_node =
           ranks[static_cast<std::size_t>(a)].node == ranks[static_cast<std::size_t>(c)].node;
       const double bytes = word_embedding / T * e_r * (same_node ? 1.0 : T);
-      dp += collective(even_request(CollectiveKind::AllReduce, {a, c}, bytes));
+      tied_s = collective(even_request(CollectiveKind::AllReduce, {a, c}, bytes));
+      dp += tied_s;
+      if (s == p - 1) {
+        // The head's copy is ready when the head's last backward ends, the rest of the stage's
+        // last backward before the stage's end.
+        const auto& units = unit_steps[static_cast<std::size_t>(s)];
+        double rest = 0;
+        for (std::size_t i = 0; i + 1 < units.size(); ++i) rest += units[i].backward;
+        tied_end[static_cast<std::size_t>(s)].ready = -rest;
+      }
     }
     est.dp_comm = dp;
     const double last_backward = times[static_cast<std::size_t>(s)].backward;
@@ -526,9 +502,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
       priced.push_back(alike);
       const double shard = P * x;
-      est.optimizer_step = std::max(
-          est.optimizer_step,
-          models.compute->optimizer_time(*rep.classes[rep.class_of[j]], job, shard).seconds);
+      const std::size_t cls = rep.class_of[j];
+      est.optimizer_step =
+          std::max(est.optimizer_step,
+                   models.compute->optimizer_time(*rep.classes[cls], job, shard).seconds *
+                       rep.class_slowdown[cls]);
     }
     double steps = 0;
     for (int c = 0; c < V; ++c) {
@@ -632,6 +610,25 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
     est.finish =
         est.last_backward_end + start_delay + chunk_delay + est.dp_exposed + est.optimizer_step;
+  }
+  // The tied all-reduce is one collective of both ends: it starts when the later copy is ready
+  // (the first stage's, whose last backward ends the pipeline), and each end's reductions queued
+  // behind it on the comm stream run after it, the optimizer step after them.
+  if (tied && p > 1 && options.dp_overlap == DpOverlap::PerUnit) {
+    const auto ready = [&](int s) {
+      const StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+      return est.last_backward_end + start_delay + chunk_delay +
+             tied_end[static_cast<std::size_t>(s)].ready;
+    };
+    const double tied_done = std::max(ready(0), ready(p - 1)) + tied_s;
+    for (int s : {0, p - 1}) {
+      StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
+      const TiedEnd& end = tied_end[static_cast<std::size_t>(s)];
+      const double later = tied_done + end.after + end.after_step + est.optimizer_step - est.finish;
+      if (later <= 0) continue;
+      est.dp_exposed += later;
+      est.finish += later;
+    }
   }
   // The tails: each stage's collectives as one chain ending where its exposed part ends (before
   // the optimizer step); stages whose DP groups cross the same NICs share them, and what that

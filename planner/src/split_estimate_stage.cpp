@@ -28,6 +28,55 @@ Json memory_terms_json(const std::vector<costmodels::MemoryTerm>& terms) {
 
 }  // namespace
 
+std::vector<double> split_detail::shared_nic_ends(const std::vector<NicChain>& chains,
+                                                  std::vector<int>& users) {
+  const std::size_t n = chains.size();
+  std::vector<double> end(n);
+  for (std::size_t i = 0; i < n; ++i) end[i] = chains[i].release + chains[i].work;
+  bool shared = false;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) shared |= ++users[static_cast<std::size_t>(node)] > 1;
+  for (const auto& c : chains)
+    for (int node : *c.nodes) users[static_cast<std::size_t>(node)] = 0;
+  if (!shared) return end;
+  std::vector<double> left(n);
+  std::vector<char> state(n, 0);  // 0 not released, 1 running, 2 done
+  for (std::size_t i = 0; i < n; ++i) left[i] = chains[i].work;
+  double t = std::numeric_limits<double>::infinity();
+  for (const auto& c : chains) t = std::min(t, c.release);
+  std::vector<double> rate(n, 0.0);
+  for (std::size_t done = 0; done < n;) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (state[i] == 0 && chains[i].release <= t) {
+        state[i] = 1;
+        for (int node : *chains[i].nodes) ++users[static_cast<std::size_t>(node)];
+      }
+    double next = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] == 0) next = std::min(next, chains[i].release);
+      if (state[i] != 1) continue;
+      int most = 1;
+      for (int node : *chains[i].nodes)
+        most = std::max(most, users[static_cast<std::size_t>(node)]);
+      rate[i] = 1.0 / most;
+      next = std::min(next, t + left[i] / rate[i]);
+    }
+    const double dt = next - t;
+    t = next;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (state[i] != 1) continue;
+      left[i] -= dt * rate[i];
+      if (left[i] <= 1e-12 * std::max(1.0, chains[i].work)) {
+        state[i] = 2;
+        end[i] = t;
+        ++done;
+        for (int node : *chains[i].nodes) --users[static_cast<std::size_t>(node)];
+      }
+    }
+  }
+  return end;
+}
+
 using split_detail::CollectiveKind;
 using split_detail::ComputePhase;
 
@@ -51,10 +100,11 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
   for (int j = 0; j < R; ++j) {
     const int lead = st.ranks[static_cast<std::size_t>(j * T)];
     const int type = rank_type[static_cast<std::size_t>(lead)];
-    double cap = std::numeric_limits<double>::infinity();
+    double cap = std::numeric_limits<double>::infinity(), slowdown = 1.0;
     int cap_rank = lead, cap_place = 0;
     for (int t = 0; t < T; ++t) {
       const int r = st.ranks[static_cast<std::size_t>(j * T + t)];
+      slowdown = std::max(slowdown, rank_slowdown[static_cast<std::size_t>(r)]);
       if (rank_type[static_cast<std::size_t>(r)] != type)
         throw ValidationError(file, where + ".ranks", std::to_string(r),
                               "the ranks of one tensor-parallel group of one GPU type (rank " +
@@ -67,13 +117,21 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
         cap_place = t;
       }
     }
-    int& cls = class_of_type[static_cast<std::size_t>(type)];
+    // A class is a (type, slowdown): real hardware through the table, an emulated slowdown
+    // (test clusters of a few ranks) by a walk over the stage's classes.
+    int emulated = -1;
+    if (slowdown != 1.0)
+      for (std::size_t c = 0; c < rep.classes.size() && emulated < 0; ++c)
+        if (rep.class_type[c] == type && rep.class_slowdown[c] == slowdown)
+          emulated = static_cast<int>(c);
+    int& cls = slowdown == 1.0 ? class_of_type[static_cast<std::size_t>(type)] : emulated;
     if (cls < 0) {
       const DeviceSpec& spec = ranks[static_cast<std::size_t>(lead)].slot->spec;
       if (!rep.gpu_names.empty()) rep.gpu_names += "+";
       rep.gpu_names += spec.name;
       rep.classes.push_back(&spec);
       rep.class_type.push_back(type);
+      rep.class_slowdown.push_back(slowdown);
       cls = static_cast<int>(rep.classes.size()) - 1;
     }
     rep.class_of.push_back(static_cast<std::size_t>(cls));
@@ -223,7 +281,8 @@ double SplitEstimator::Impl::ReplicaMemory::total(const Replicas& rep, std::size
 split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split,
                                                          const PipelineStage& st, int s, int T,
                                                          StageRanks& sr, const DeviceSpec& spec,
-                                                         int b, const SplitOptions& options) {
+                                                         double slowdown, int b,
+                                                         const SplitOptions& options) {
   const Job& job = scenario.job;
   const ModelSpec& model = job.model;
   const int p = static_cast<int>(split.stages.empty() ? 1 : split.stages.size());
@@ -234,6 +293,12 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
   StagePass out;
   DeviceTimes& dev = device(spec, b, options);
+  const auto slowed = [slowdown](UnitTimes u) {
+    u.forward *= slowdown;
+    u.backward *= slowdown;
+    u.recompute *= slowdown;
+    return u;
+  };
   const bool sp = split.sequence_parallel;
   out.replicated_forward = sp ? 0 : dev.replicated.forward;
   out.replicated_backward = sp ? 0 : dev.replicated.backward;
@@ -287,7 +352,7 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
     // The embedding first: its step is recorded below, before the layers.
     for (int l = range.begin; l < range.end; ++l) {
       const int unit = l + 1;
-      const UnitTimes& u = unit_times(dev, spec, unit, b, options);
+      const UnitTimes u = slowed(unit_times(dev, spec, unit, b, options));
       fc += u.forward * split_f;
       bc += u.backward * split_b + recompute_of(unit, u);
       // A recompute that reruns the whole layer reduces like its forward; the attention core
@@ -308,7 +373,7 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
       ++out.layers;
     }
     if (k == 0) {  // the embedding: replicated lookup, one all-reduce of its output
-      const UnitTimes& u = unit_times(dev, spec, 0, b, options);
+      const UnitTimes u = slowed(unit_times(dev, spec, 0, b, options));
       fc += u.forward;
       bc += u.backward + recompute_of(0, u);
       if (T > 1) {
@@ -322,7 +387,7 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
     }
     if (k == p * V - 1) {  // the head and loss: vocabulary-parallel, split by T
       const int head = model.num_layers + 1;
-      const UnitTimes& u = unit_times(dev, spec, head, b, options);
+      const UnitTimes u = slowed(unit_times(dev, spec, head, b, options));
       fc += u.forward / T;
       bc += u.backward / T + recompute_of(head, u);
       if (T > 1) {

@@ -54,11 +54,14 @@ inline CollectiveRequest p2p_request(int a, int b, double bytes) {
 // group's), samples per micro-batch, state share and smallest usable memory.
 struct Replicas {
   std::vector<const DeviceSpec*> classes;  // the stage's GPU types, first seen first
-  std::vector<int> class_type;             // per class: its index in SplitEstimator::Impl::types
-  std::vector<std::size_t> class_of;       // per replica
-  std::vector<int> size;                   // samples per micro-batch, per replica
-  std::vector<double> share;               // state share of its sharding group, per replica
-  std::vector<double> capacity;            // usable bytes of its tightest rank
+  // per class: the emulated slowdown its compute runs at (DeviceSlot::slowdown, the slowest of
+  // a TP group's ranks: the group's collectives wait for it), a class being (type, slowdown)
+  std::vector<double> class_slowdown;
+  std::vector<int> class_type;        // per class: its index in SplitEstimator::Impl::types
+  std::vector<std::size_t> class_of;  // per replica
+  std::vector<int> size;              // samples per micro-batch, per replica
+  std::vector<double> share;          // state share of its sharding group, per replica
+  std::vector<double> capacity;       // usable bytes of its tightest rank
   std::vector<int> capacity_rank;
   std::vector<int> capacity_place;               // that rank's place in its TP group
   std::vector<int> node;                         // of its first rank
@@ -108,6 +111,19 @@ struct StagePass {
     return forward_compute + backward_compute + tp_comm_forward + tp_comm_backward;
   }
 };
+
+// Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
+// each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
+// 1 / (the most chains on any of its nodes' NICs), the simulator's fluid rule for a link's
+// flows (sim/README.md, "links are shared resources"). Returns when each chain ends; a chain
+// that shares no NIC with another ends at release + work. `users`: per cluster node, zero on
+// entry and again on return (the caller's, so a candidate allocates nothing).
+struct NicChain {
+  double release = 0, work = 0;
+  const std::vector<int>* nodes = nullptr;
+};
+
+std::vector<double> shared_nic_ends(const std::vector<NicChain>& chains, std::vector<int>& users);
 
 }  // namespace cephalo::planner::split_detail
 
@@ -282,7 +298,8 @@ struct SplitEstimator::Impl {
   std::vector<int> rank_type;
   std::vector<const DeviceSpec*> types;
   std::vector<char> type_gpu_runtime;
-  std::vector<double> rank_usable;  // per rank: its device's usable bytes
+  std::vector<double> rank_usable;    // per rank: its device's usable bytes
+  std::vector<double> rank_slowdown;  // per rank: its slot's emulated slowdown (1: real hardware)
 
   // Per cluster node: its sim::node_link_classes number, worked out on first use.
   std::vector<int> node_link;
@@ -311,6 +328,7 @@ struct SplitEstimator::Impl {
       }
       rank_type.push_back(static_cast<int>(last));
       rank_usable.push_back(spec.memory_bytes * costmodels::memory_constants().usable_fraction);
+      rank_slowdown.push_back(d.slot->slowdown);
     }
   }
 
@@ -392,8 +410,11 @@ struct SplitEstimator::Impl {
                          const EstimateLimits& limits);
   double layer_step_floor(const std::vector<int>& tp_group, int b, const SplitOptions& options);
   double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
+  // `slowdown`: the replica class's emulated slowdown, which the simulator multiplies every
+  // compute op by (TP collectives are not slowed).
   StagePass stage_pass(const ModelSplit& split, const PipelineStage& st, int s, int T,
-                       StageRanks& sr, const DeviceSpec& spec, int b, const SplitOptions& options);
+                       StageRanks& sr, const DeviceSpec& spec, double slowdown, int b,
+                       const SplitOptions& options);
   // A stage's data-parallel gather or reduction of `elements` per TP rank (`element_bytes`
   // each, `sharing` times its bytes where the stage's T groups share the NICs) as its graph
   // runs it: over the DP group (no sharding, or one group of even shares), else in every
