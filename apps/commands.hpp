@@ -107,4 +107,17 @@ void add_compare_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 
+// The top-level commands, in the order `cephalo --help` lists them: the name each registers
+// (main() registers only the one a command line names) and the function that registers it.
+struct Command {
+  const char* name;
+  void (*add)(CLI::App&);
+};
+inline constexpr Command kCommands[] = {
+    {"describe", add_describe_command}, {"validate", add_validate_command},
+    {"plan", add_plan_command},         {"sweep", add_sweep_command},
+    {"predict", add_predict_command},   {"simulate", add_simulate_command},
+    {"run", add_run_command},           {"compare", add_compare_command},
+    {"profile", add_profile_command},   {"calibrate", add_calibrate_command}};
+
 }  // namespace cephalo::cli

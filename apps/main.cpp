@@ -1,7 +1,9 @@
 // The `cephalo` command line: thin glue that parses arguments, calls the libraries and prints.
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "cephalo/core/error.hpp"
 #include "commands.hpp"
@@ -18,12 +20,23 @@ int main(int argc, char** argv) {
       "Cephalo: plan, simulate and run transformer training on heterogeneous GPU clusters"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("cephalo " CEPHALO_VERSION));
-  // In the order `cephalo --help` lists them.
-  for (const auto add : {cli::add_describe_command, cli::add_validate_command,
-                         cli::add_plan_command, cli::add_sweep_command, cli::add_predict_command,
-                         cli::add_simulate_command, cli::add_run_command, cli::add_compare_command,
-                         cli::add_profile_command, cli::add_calibrate_command})
-    add(app);
+  // A command line that names its command (argv[1], exactly as CLI11 matches it) gets that
+  // command alone: building every command's options was a fifth of a `validate`'s start-up
+  // (bench/README.md, "Start-up"). Parsing and help are a command's own, so the answer is the
+  // same; anything else (no command, a flag, a misspelt command) gets them all, for the root
+  // help, the version and the "did you mean".
+  const cli::Command* named = nullptr;
+  if (argc > 1)
+    for (const auto& command : cli::kCommands)
+      if (argv[1] == std::string_view(command.name)) named = &command;
+  if (named) {
+    named->add(app);
+    const auto added = app.get_subcommands({});
+    if (added.size() != 1 || added.front()->get_name() != named->name)  // a table out of date
+      throw std::logic_error(std::string("kCommands: \"") + named->name + "\" registers another");
+  } else {
+    for (const auto& command : cli::kCommands) command.add(app);
+  }
   cli::refuse_empty_values(app);
   // Every command's --help, nested ones (`predict layer`) too, ends with the exit codes.
   const auto add_footer = [](CLI::App* command, const auto& recurse) -> void {

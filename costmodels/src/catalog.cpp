@@ -6,6 +6,8 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/output_file.hpp"
+#include "fit_cache.hpp"
 
 namespace cephalo::costmodels {
 namespace {
@@ -21,8 +23,9 @@ std::string lower(std::string s) {
 template <typename Spec>
 struct NamedCatalog<Spec>::Entries {
   std::string file;
-  Json doc;                                  // the whole file, as parsed
-  std::vector<const Json*> json;             // each entry, in file order
+  Json doc;                                  // the whole file, as parsed (read)
+  std::vector<const Json*> json;             // each entry, in file order (read)
+  std::vector<std::string> text;             // each entry's JSON text (adopt)
   std::vector<std::string> where;            // each entry's JSON path
   std::vector<std::string> name;             // each entry's canonical name
   std::map<std::string, std::size_t> index;  // lower-case name or alias -> entry
@@ -32,6 +35,7 @@ struct NamedCatalog<Spec>::Entries {
   mutable std::vector<std::optional<Spec>> spec;
   mutable std::once_flag all_once;
   mutable std::vector<Spec> all;
+  std::size_t size() const { return name.size(); }
 };
 
 template <typename Spec>
@@ -59,16 +63,48 @@ void NamedCatalog<Spec>::read(const std::filesystem::path& file, const char* lis
     e->name.push_back(names.back());
   }
   root.finish();
-  e->once = std::make_unique<std::once_flag[]>(e->json.size());
-  e->spec.resize(e->json.size());
+  e->once = std::make_unique<std::once_flag[]>(e->size());
+  e->spec.resize(e->size());
   entries_ = std::move(e);
+}
+
+template <typename Spec>
+void NamedCatalog<Spec>::adopt(const std::filesystem::path& file, CatalogIndex index,
+                               Convert convert) {
+  auto e = std::make_shared<Entries>();
+  e->file = file.string();
+  e->text = std::move(index.text);
+  e->where = std::move(index.where);
+  e->name = std::move(index.name);
+  for (auto& [key, at] : index.keys) e->index.emplace(std::move(key), at);
+  e->convert = std::move(convert);
+  e->once = std::make_unique<std::once_flag[]>(e->size());
+  e->spec.resize(e->size());
+  note_input_file(file);  // as read_json_file would: outputs may not overwrite it
+  entries_ = std::move(e);
+}
+
+template <typename Spec>
+CatalogIndex NamedCatalog<Spec>::index() const {
+  CatalogIndex out;
+  if (!entries_) return out;
+  const Entries& e = *entries_;
+  out.name = e.name;
+  out.where = e.where;
+  out.text = e.text;
+  if (out.text.empty())
+    for (const Json* j : e.json) out.text.push_back(j->dump());
+  for (const auto& [key, at] : e.index) out.keys.emplace_back(key, at);
+  return out;
 }
 
 template <typename Spec>
 const Spec& NamedCatalog<Spec>::converted(std::size_t i) const {
   const Entries& e = *entries_;
   std::call_once(e.once[i], [&] {
-    JsonReader r(*e.json[i], e.file, e.where[i]);
+    // An adopted entry is parsed here, the first time it is used.
+    const Json parsed = e.json.empty() ? parse_json_text(e.text[i], e.file) : Json();
+    JsonReader r(e.json.empty() ? parsed : *e.json[i], e.file, e.where[i]);
     // The aliases were read into the index; read here too, so finish() counts them as known.
     if (auto a = r.optional_child("aliases"))
       for (auto& alias : a->elements()) (void)alias.as_string();
@@ -100,8 +136,8 @@ const std::vector<Spec>& NamedCatalog<Spec>::all() const {
   if (!entries_) return none;
   std::call_once(entries_->all_once, [&] {
     std::vector<Spec> out;
-    out.reserve(entries_->json.size());
-    for (std::size_t i = 0; i < entries_->json.size(); ++i) out.push_back(converted(i));
+    out.reserve(entries_->size());
+    for (std::size_t i = 0; i < entries_->size(); ++i) out.push_back(converted(i));
     entries_->all = std::move(out);
   });
   return entries_->all;
@@ -109,7 +145,7 @@ const std::vector<Spec>& NamedCatalog<Spec>::all() const {
 
 template <typename Spec>
 std::size_t NamedCatalog<Spec>::size() const {
-  return entries_ ? entries_->json.size() : 0;
+  return entries_ ? entries_->size() : 0;
 }
 
 template <typename Spec>
@@ -136,43 +172,30 @@ GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {
   return catalog;
 }
 
-GpuCatalog GpuCatalog::read_lazily(const std::filesystem::path& file) {
-  GpuCatalog catalog;
-  catalog.read(file, "devices", [](JsonReader& r) {
-    DeviceSpec spec = parse_device_spec(r);
-    // What the op-level compute model needs of every catalog GPU (an inline spec may
-    // omit them: it is then priced without waves, clock or generation).
-    if (spec.kind == "gpu") {
-      auto missing = [&](const char* key, const char* expected) {
-        throw ValidationError(r.file(), r.where() + "." + key, "nothing (missing)",
-                              std::string(expected) + " for GPU \"" + spec.name + "\"");
-      };
-      if (spec.architecture.empty())
-        missing("architecture", "one of pascal, volta, turing, ampere, ada, hopper, blackwell");
-      if (spec.sm_count <= 0) missing("sm_count", "the number of SMs");
-      if (spec.boost_clock_hz <= 0) missing("boost_clock_mhz", "the boost clock in MHz");
-      if (spec.l2_bytes <= 0) missing("l2_cache", "the L2 cache size, e.g. \"40MiB\"");
-      if (spec.tdp_watts <= 0) missing("tdp_watts", "the board power limit in W");
-    }
-    return spec;
-  });
-  return catalog;
+namespace {
+
+// What the op-level compute model needs of every catalog GPU (an inline spec may omit them: it
+// is then priced without waves, clock or generation).
+DeviceSpec convert_device(JsonReader& r) {
+  DeviceSpec spec = parse_device_spec(r);
+  if (spec.kind == "gpu") {
+    auto missing = [&](const char* key, const char* expected) {
+      throw ValidationError(r.file(), r.where() + "." + key, "nothing (missing)",
+                            std::string(expected) + " for GPU \"" + spec.name + "\"");
+    };
+    if (spec.architecture.empty())
+      missing("architecture", "one of pascal, volta, turing, ampere, ada, hopper, blackwell");
+    if (spec.sm_count <= 0) missing("sm_count", "the number of SMs");
+    if (spec.boost_clock_hz <= 0) missing("boost_clock_mhz", "the boost clock in MHz");
+    if (spec.l2_bytes <= 0) missing("l2_cache", "the L2 cache size, e.g. \"40MiB\"");
+    if (spec.tdp_watts <= 0) missing("tdp_watts", "the board power limit in W");
+  }
+  return spec;
 }
 
-const GpuCatalog& GpuCatalog::builtin() {
-  static const GpuCatalog catalog = read_lazily(data_dir() / "catalog" / "gpus.json");
-  return catalog;
-}
-
-ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
-  ModelCatalog catalog = read_lazily(file);
-  (void)catalog.all();
-  return catalog;
-}
-
-ModelCatalog ModelCatalog::read_lazily(const std::filesystem::path& file) {
-  ModelCatalog catalog;
-  catalog.read(file, "models", [file](JsonReader& r) {
+// A model entry of the catalog `file`.
+std::function<ModelSpec(JsonReader&)> convert_model(const std::filesystem::path& file) {
+  return [file](JsonReader& r) {
     if (!r.has("hf_config")) return parse_model_spec(r);
     // An entry that is a shipped Hugging Face config (relative to the catalog file), so
     // the two cannot drift: the config's architecture under the catalog's name.
@@ -184,12 +207,52 @@ ModelCatalog ModelCatalog::read_lazily(const std::filesystem::path& file) {
     spec.source = r.string_or("source", spec.source);
     r.finish();
     return spec;
-  });
+  };
+}
+
+}  // namespace
+
+GpuCatalog GpuCatalog::read_lazily(const std::filesystem::path& file) {
+  GpuCatalog catalog;
+  catalog.read(file, "devices", convert_device);
+  return catalog;
+}
+
+// The built-in catalogs come from the start-up cache's entry when it holds one made from these
+// very bytes (its key covers them), else from the file.
+const GpuCatalog& GpuCatalog::builtin() {
+  static const GpuCatalog catalog = [] {
+    const auto file = data_dir() / "catalog" / "gpus.json";
+    auto cached = fit_cache::cached_catalog(fit_cache::BuiltinCatalog::Gpus);
+    if (!cached) return read_lazily(file);
+    GpuCatalog c;
+    c.adopt(file, std::move(*cached), convert_device);
+    return c;
+  }();
+  return catalog;
+}
+
+ModelCatalog ModelCatalog::load(const std::filesystem::path& file) {
+  ModelCatalog catalog = read_lazily(file);
+  (void)catalog.all();
+  return catalog;
+}
+
+ModelCatalog ModelCatalog::read_lazily(const std::filesystem::path& file) {
+  ModelCatalog catalog;
+  catalog.read(file, "models", convert_model(file));
   return catalog;
 }
 
 const ModelCatalog& ModelCatalog::builtin() {
-  static const ModelCatalog catalog = read_lazily(data_dir() / "catalog" / "models.json");
+  static const ModelCatalog catalog = [] {
+    const auto file = data_dir() / "catalog" / "models.json";
+    auto cached = fit_cache::cached_catalog(fit_cache::BuiltinCatalog::Models);
+    if (!cached) return read_lazily(file);
+    ModelCatalog c;
+    c.adopt(file, std::move(*cached), convert_model(file));
+    return c;
+  }();
   return catalog;
 }
 

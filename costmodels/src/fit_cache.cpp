@@ -1,24 +1,33 @@
 // The start-up cache of the shipped calibration's fit (fit_cache.hpp, costmodels/README.md).
 //
 // One file per (data folder, code object) in the user cache folder; it holds a header (magic,
-// format version, the key, the payload's size and XXH3 checksum) and the payload (the tables,
-// then the fitted model, every double bit for bit). The key is XXH3 over the build id of the
-// code that fits and the bytes of every input of the fit (catalogs, the shipped models'
-// configs, the profiles, the published throughput points): a changed input or a rebuilt binary
-// gives another key, and the entry is refitted and replaced. A file whose header, size, key or
-// checksum does not match is ignored, never trusted. Writes go through write_file_atomically (a
-// fresh temporary renamed over the entry), so concurrent processes never leave a torn file.
+// format version, the key, the payload's size and XXH3 checksum) and the payload (the built-in
+// catalogs' indexes, the tables, then the fitted model, every double bit for bit). The key is XXH3
+// over the build id of the code that fits and the bytes of every input of the fit (catalogs, the
+// shipped models' configs, the profiles, the published throughput points): a changed input or a
+// rebuilt binary gives another key, and the entry is refitted and replaced. A file whose header,
+// size, key or checksum does not match is ignored, never trusted. Writes go through
+// write_file_atomically (a fresh temporary renamed over the entry), so concurrent processes never
+// leave a torn file.
 #include "fit_cache.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
@@ -30,7 +39,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'C', 'E', 'P', 'H', 'F', 'I', 'T', '\n'};
-constexpr std::uint32_t kFormat = 2;
+constexpr std::uint32_t kFormat = 3;  // 3: the catalogs' indexes first
 
 struct Corrupt {};  // a payload that does not decode: the entry is ignored
 
@@ -203,30 +212,59 @@ std::vector<fs::path> fit_inputs() {
   return files;
 }
 
-// The whole of a regular file, else nullopt (read in one go: the start-up path reads ~400 KB).
-std::optional<std::string> read_all(const fs::path& file) {
-  std::FILE* f = std::fopen(file.c_str(), "rb");
-  if (!f) return std::nullopt;
-  std::string out;
-  char buf[1 << 16];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  const bool ok = !std::ferror(f);
-  std::fclose(f);
-  if (!ok) return std::nullopt;
-  return out;
-}
+// Reads whole files into one buffer reused from file to file: the start-up path hashes ~300 KB
+// of inputs and reads a ~160 KB entry, and copying them through stdio and growing strings was a
+// quarter of a warm start's work.
+class FileBuffer {
+ public:
+  // The whole of `file` (sized by fstat, read until end of file), else nullopt (cannot be opened
+  // or read, e.g. a folder). The view lives until the next read.
+  std::optional<std::string_view> read(const fs::path& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    struct stat st {};
+    std::size_t size = 0;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+      reserve(static_cast<std::size_t>(st.st_size) + 1);  // + 1: end of file in one read
+    bool ok = true;
+    for (;;) {
+      if (size == capacity_) reserve(std::max<std::size_t>(2 * capacity_, 1 << 16));
+      const ::ssize_t n = ::read(fd, data_.get() + size, capacity_ - size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ok = n == 0;
+        break;
+      }
+      size += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    if (!ok) return std::nullopt;
+    return std::string_view(data_.get(), size);
+  }
+
+ private:
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    auto bigger = std::make_unique_for_overwrite<char[]>(n);
+    if (capacity_) std::memcpy(bigger.get(), data_.get(), capacity_);
+    data_ = std::move(bigger);
+    capacity_ = n;
+  }
+  std::unique_ptr<char[]> data_;
+  std::size_t capacity_ = 0;
+};
 
 struct Entry {
   fs::path file;
   std::uint64_t key = 0;
 };
-std::optional<Entry> entry() {
+std::optional<Entry> entry(FileBuffer& buffer) {
   const auto folder = cache_folder();
   const CodeObject& code = this_code();
   if (!folder || code.build_id.empty()) return std::nullopt;  // no identity: never cached
   XXH3_state_t* s = XXH3_createState();
   XXH3_64bits_reset(s);
-  auto add = [&](const std::string& text) {
+  auto add = [&](std::string_view text) {
     const std::uint64_t n = text.size();
     XXH3_64bits_update(s, &n, sizeof n);
     XXH3_64bits_update(s, text.data(), text.size());
@@ -234,13 +272,9 @@ std::optional<Entry> entry() {
   add(code.build_id);
   add(std::to_string(kFormat));
   for (const auto& f : fit_inputs()) {
-    add(f.string());
-    // Hashed where it lies (a conditional of the text and a literal would copy the file).
-    const auto text = read_all(f);
-    if (text)
-      add(*text);
-    else
-      add("<absent>");
+    add(f.native());
+    const auto text = buffer.read(f);
+    add(text ? *text : std::string_view("<absent>"));
   }
   Entry e;
   e.key = XXH3_64bits_digest(s);
@@ -254,11 +288,11 @@ std::optional<Entry> entry() {
   return e;
 }
 
-// The payload of a valid entry, else nullopt.
-std::optional<std::string> read_payload(const Entry& e) {
-  auto read = read_all(e.file);
+// The payload of a valid entry (a view into `buffer`), else nullopt.
+std::optional<std::string_view> read_payload(const Entry& e, FileBuffer& buffer) {
+  const auto read = buffer.read(e.file);
   if (!read) return std::nullopt;
-  std::string bytes = std::move(*read);
+  const std::string_view bytes = *read;
   constexpr std::size_t header = sizeof kMagic + 4 + 8 + 8 + 8;
   if (bytes.size() < header || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     return std::nullopt;
@@ -271,23 +305,59 @@ std::optional<std::string> read_payload(const Entry& e) {
   std::memcpy(&sum, p + 20, 8);
   if (format != kFormat || key != e.key || size != bytes.size() - header) return std::nullopt;
   if (XXH3_64bits(bytes.data() + header, size) != sum) return std::nullopt;
-  bytes.erase(0, header);
-  return bytes;
+  return bytes.substr(header);
+}
+
+void put_catalog(std::string& out, const CatalogIndex& c) {
+  put_u64(out, c.name.size());
+  for (std::size_t i = 0; i < c.name.size(); ++i)
+    for (const auto* s : {&c.name[i], &c.where[i], &c.text[i]}) put_str(out, *s);
+  put_u64(out, c.keys.size());
+  for (const auto& [key, at] : c.keys) {
+    put_str(out, key);
+    put_u64(out, at);
+  }
+}
+CatalogIndex get_catalog(const char*& p, const char* end) {
+  CatalogIndex c;
+  const std::size_t n = get_count(p, end, 24);
+  for (auto* v : {&c.name, &c.where, &c.text}) v->reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (auto* v : {&c.name, &c.where, &c.text}) v->push_back(get_str(p, end));
+  const std::size_t k = get_count(p, end, 16);
+  c.keys.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    std::string key = get_str(p, end);
+    const std::uint64_t at = get_u64(p, end);
+    if (at >= n) throw Corrupt{};
+    c.keys.emplace_back(std::move(key), static_cast<std::size_t>(at));
+  }
+  return c;
 }
 
 struct State {
   std::optional<Entry> entry;
-  std::optional<std::string> payload;
-  std::size_t model_offset = 0;  // where the model starts in the payload
+  FileBuffer buffer;  // holds the payload
+  std::optional<std::string_view> payload;
+  std::optional<CatalogIndex> catalogs[2];  // decoded at once, handed out by cached_catalog
+  std::size_t tables_offset = 0;            // where the tables start in the payload
+  std::size_t model_offset = 0;             // where the model starts in the payload
 };
 State& state() {
   static State s = [] {
     State st;
     try {
-      st.entry = entry();
-      if (st.entry) st.payload = read_payload(*st.entry);
+      st.entry = entry(st.buffer);
+      if (st.entry) st.payload = read_payload(*st.entry, st.buffer);
+      if (st.payload) {
+        const char* p = st.payload->data();
+        const char* end = p + st.payload->size();
+        for (auto& c : st.catalogs) c = get_catalog(p, end);
+        st.tables_offset = static_cast<std::size_t>(p - st.payload->data());
+      }
     } catch (...) {
       st.payload.reset();
+      for (auto& c : st.catalogs) c.reset();
     }
     return st;
   }();
@@ -376,6 +446,7 @@ void FitCacheCodec::encode(const ProfileTables& t, std::string& out) {
 ProfileTables FitCacheCodec::decode_tables(const char*& p, const char* end) {
   ProfileTables t;
   const std::size_t n = get_count(p, end, 64);
+  t.rows_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) t.add(get_row(p, end));
   if (t.rows_.size() != n) throw Corrupt{};  // rows are unique as stored
   const std::size_t u = get_count(p, end, 8);
@@ -528,11 +599,17 @@ std::shared_ptr<CalibratedComputeModel> FitCacheCodec::decode_model(
 
 namespace fit_cache {
 
+std::optional<CatalogIndex> cached_catalog(BuiltinCatalog which) {
+  State& s = state();
+  if (!s.payload) return std::nullopt;
+  return std::exchange(s.catalogs[static_cast<int>(which)], std::nullopt);
+}
+
 std::unique_ptr<ProfileTables> cached_tables() {
   State& s = state();
   if (!s.payload) return nullptr;
   try {
-    const char* p = s.payload->data();
+    const char* p = s.payload->data() + s.tables_offset;
     const char* end = p + s.payload->size();
     auto t = std::make_unique<ProfileTables>(FitCacheCodec::decode_tables(p, end));
     s.model_offset = static_cast<std::size_t>(p - s.payload->data());
@@ -562,6 +639,8 @@ void store(const ProfileTables& tables, const CalibratedComputeModel& model) {
   if (!s.entry) return;
   try {
     std::string payload;
+    put_catalog(payload, GpuCatalog::builtin().index());
+    put_catalog(payload, ModelCatalog::builtin().index());
     FitCacheCodec::encode(tables, payload);
     FitCacheCodec::encode(model, tables, payload);
     std::string bytes(kMagic, sizeof kMagic);

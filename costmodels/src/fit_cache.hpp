@@ -4,7 +4,10 @@
 // an entry made by the same code from the same input bytes exists, and fit and store it when
 // not. Private to costmodels.
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "cephalo/costmodels/catalog.hpp"
 
 namespace cephalo::costmodels {
 class ProfileTables;
@@ -21,12 +24,19 @@ struct FitCacheCodec {
 };
 
 namespace fit_cache {
+// The built-in catalogs' indexes (CatalogIndex) from a valid entry, else nullopt; each is handed
+// out once (GpuCatalog::builtin() and ModelCatalog::builtin() adopt it). The entry's key covers
+// the catalog files' bytes and it is stored only after they were read whole without error, so
+// an adopted catalog is the one reading the file would give, errors included.
+enum class BuiltinCatalog { Gpus, Models };
+std::optional<CatalogIndex> cached_catalog(BuiltinCatalog which);
 // The shipped tables from a valid cache entry, else nullptr (nothing read yet, disabled, missing,
 // stale, foreign or corrupt: the caller loads them from the JSON).
 std::unique_ptr<ProfileTables> cached_tables();
 // The model fitted on `tables` (ProfileTables::builtin()) from the same entry, else nullptr.
 std::shared_ptr<CalibratedComputeModel> cached_model(const ProfileTables& tables);
-// Stores both (atomically; any failure is ignored: the cache only saves time).
+// Stores both, and the built-in catalogs' indexes (atomically; any failure is ignored: the cache
+// only saves time).
 void store(const ProfileTables& tables, const CalibratedComputeModel& model);
 }  // namespace fit_cache
 

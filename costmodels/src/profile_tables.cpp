@@ -78,14 +78,15 @@ Implementation cephalo_profile_implementation(const std::string& family,
 }
 
 void ProfileTables::add(LayerProfile row) {
-  auto key =
-      std::make_tuple(lower(row.model), lower(row.gpu), row.seq, static_cast<int>(row.dtype));
-  if (auto it = index_.find(key); it != index_.end()) {
+  // One search of the index, whether the row is new or not (the start-up cache adds ~300).
+  const auto [it, added] = index_.try_emplace(
+      std::make_tuple(lower(row.model), lower(row.gpu), row.seq, static_cast<int>(row.dtype)),
+      rows_.size());
+  if (!added) {
     LayerProfile& existing = rows_[it->second];
     if (row.richness() > existing.richness()) existing = std::move(row);
     return;
   }
-  index_.emplace(key, rows_.size());
   rows_.push_back(std::move(row));
 }
 

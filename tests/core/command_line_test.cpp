@@ -88,6 +88,25 @@ TEST(CommandLine, MistypedCommandGetsASuggestion) {
   EXPECT_EQ(run_cephalo("describe gpus").exit_code, 0);
 }
 
+// main() registers only the command argv[1] names: the root help still lists every command,
+// and a word that names another command is, after the first, an argument like any other.
+TEST(CommandLine, TheCommandNamedFirstParsesAsAmongAll) {
+  Outcome o = run_cephalo("--help");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  for (const char* command : {"describe", "validate", "plan", "sweep", "predict", "simulate", "run",
+                              "compare", "profile", "calibrate"})
+    EXPECT_NE(o.output.find(std::string("\n  ") + command + " "), std::string::npos) << command;
+  o = run_cephalo("validate simulate");  // a file named "simulate"
+  EXPECT_EQ(o.exit_code, 5) << o.output;
+  EXPECT_NE(o.output.find("simulate: no such file"), std::string::npos) << o.output;
+  o = run_cephalo("simulate --scenario " + kScenario + " --plan " + kPlan + " plan");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("not expected: plan"), std::string::npos) << o.output;
+  o = run_cephalo("--version");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.output.rfind("cephalo ", 0), 0u) << o.output;
+}
+
 // One name per option across commands; exit codes and the old names as the help shows them.
 TEST(CommandLine, EveryCommandTakesComputeModelAndItsHelpListsTheExitCodes) {
   for (const std::string command :

@@ -43,6 +43,17 @@ class FitCache : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
     return r.out;
   }
+  // A private copy of the data the fit reads (CEPHALO_DATA_DIR), to change.
+  fs::path copy_data() const {
+    const fs::path src = fs::path(CEPHALO_SOURCE_DIR) / "scenarios";
+    const fs::path data = dir_ / "data";
+    for (const char* sub : {"catalog", "models", "calibration/cephalo-profiles",
+                            "calibration/published-throughput"}) {
+      fs::create_directories(data / sub);
+      fs::copy(src / sub, data / sub, fs::copy_options::recursive);
+    }
+    return data;
+  }
   std::vector<fs::path> entries() const {
     std::vector<fs::path> out;
     for (const auto& e : fs::directory_iterator(dir_ / "cache")) out.push_back(e.path());
@@ -98,13 +109,7 @@ TEST_F(FitCache, ACorruptOrForeignEntryIsIgnoredAndRebuilt) {
 
 TEST_F(FitCache, AChangedInputInvalidatesTheEntry) {
   // A private copy of the data the fit reads, one number of which then changes.
-  const fs::path src = fs::path(CEPHALO_SOURCE_DIR) / "scenarios";
-  const fs::path data = dir_ / "data";
-  for (const char* sub :
-       {"catalog", "models", "calibration/cephalo-profiles", "calibration/published-throughput"}) {
-    fs::create_directories(data / sub);
-    fs::copy(src / sub, data / sub, fs::copy_options::recursive);
-  }
+  const fs::path data = copy_data();
   const std::string env = "CEPHALO_DATA_DIR=" + data.string();
   const std::string before = run(simulate_, true, env);
   ASSERT_EQ(entries().size(), 1u);
@@ -122,6 +127,45 @@ TEST_F(FitCache, AChangedInputInvalidatesTheEntry) {
   EXPECT_NE(after, before) << "the changed profile must change the answer";
   EXPECT_EQ(after, run(simulate_, false, env)) << "the stale entry must not be used";
   EXPECT_EQ(run(simulate_, true, env), after);  // and the new entry is
+}
+
+// The built-in catalogs come from the entry when it is warm (their indexes and each entry's
+// text): every entry converts to the spec the file gives, a catalog changed into an error
+// gives that error as without the cache, and the file still counts as an input no output may
+// overwrite.
+TEST_F(FitCache, TheCatalogsFromTheEntryAreTheFiles) {
+  const fs::path data = copy_data();
+  const std::string env = "CEPHALO_DATA_DIR=" + data.string();
+  run(simulate_, true, env);
+  ASSERT_EQ(entries().size(), 1u);
+  for (const std::string args : {"describe gpus --json", "describe models --json"})
+    EXPECT_EQ(run(args, true, env), run(args, false, env)) << args;
+  EXPECT_EQ(run(simulate_, true, env), run(simulate_, false, env));
+  // Writing over a catalog is refused as it is without the cache.
+  const fs::path gpus = data / "catalog" / "gpus.json";
+  const auto onto_catalog = [&](const char* cache) {
+    return run_command(
+        "env CEPHALO_CACHE=" + std::string(cache) +
+        " CEPHALO_CACHE_DIR=" + (dir_ / "cache").string() + " " + env + " " +
+        cephalo_command("plan --strategy even --scenario " + scenario_ + " -o " + gpus.string()));
+  };
+  const auto warm_refusal = onto_catalog("on");
+  EXPECT_NE(warm_refusal.code, 0) << warm_refusal.out;
+  EXPECT_EQ(warm_refusal.err, onto_catalog("off").err);
+  // A second entry named "l4" (an alias of the L4 already): the file's error, cache or not.
+  std::string text = slurp(gpus);
+  const std::string first = "\"name\": \"P40\"";
+  ASSERT_NE(text.find(first), std::string::npos);
+  text.replace(text.find(first), first.size(), "\"name\": \"l4\"");
+  { std::ofstream(gpus, std::ios::binary | std::ios::trunc) << text; }
+  const auto broken = [&](const char* cache) {
+    return run_command("env CEPHALO_CACHE=" + std::string(cache) + " CEPHALO_CACHE_DIR=" +
+                       (dir_ / "cache").string() + " " + env + " " + cephalo_command(simulate_));
+  };
+  const auto warm = broken("on");
+  EXPECT_EQ(warm.code, 1) << warm.err;
+  EXPECT_NE(warm.err.find("used twice"), std::string::npos) << warm.err;
+  EXPECT_EQ(warm.err, broken("off").err);
 }
 
 }  // namespace

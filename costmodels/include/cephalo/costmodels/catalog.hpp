@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cephalo/core/scenario.hpp"
@@ -15,6 +16,15 @@ namespace cephalo::costmodels {
 
 // Folder holding the shipped data (scenarios/); overridable with CEPHALO_DATA_DIR.
 std::filesystem::path data_dir();
+
+// A catalog's entries as the start-up cache keeps them (fit_cache.cpp, costmodels/README.md
+// "Start-up cache"): each entry's canonical name, JSON path and JSON text (the parsed entry,
+// dumped), and the lower-case names and aliases that find it. Parsing the two catalog files
+// whole was a quarter of a warm start; from this only the entries a command uses are parsed.
+struct CatalogIndex {
+  std::vector<std::string> name, where, text;
+  std::vector<std::pair<std::string, std::size_t>> keys;  // lower-case name or alias -> entry
+};
 
 // What both catalogs share: specs by name or alias (any case), suggestions when not found.
 // The file is read and its names and aliases indexed when the catalog is loaded; an entry
@@ -31,6 +41,7 @@ class NamedCatalog {
   const std::vector<Spec>& all() const;                     // every entry, in file order
   std::size_t size() const;                                 // how many entries
   std::vector<std::string> names() const;                   // canonical names and aliases
+  CatalogIndex index() const;                               // what the start-up cache keeps
 
  protected:
   explicit NamedCatalog(const char* what) : what_(what) {}
@@ -38,6 +49,9 @@ class NamedCatalog {
   // the catalog), the entry kept to be converted by `convert` when first asked for.
   using Convert = std::function<Spec(JsonReader&)>;
   void read(const std::filesystem::path& file, const char* list_key, Convert convert);
+  // The same catalog from what index() kept of `file` when its bytes were the ones read now
+  // (the start-up cache's key covers them): the file counts as read (note_input_file).
+  void adopt(const std::filesystem::path& file, CatalogIndex index, Convert convert);
 
  private:
   struct Entries;  // catalog.cpp: the parsed file, its index and the converted specs
