@@ -80,12 +80,12 @@ TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
   PlanRequest request;
   request.parallelism = "3d";
   request.tensor_parallel = 2;
-  const PlanAnswer answer = answer_plan(ddp, request);
-  ASSERT_TRUE(answer.split.has_value());
-  const Plan& plan = answer.split->plan;
+  const PlanResult answer = answer_plan(ddp, request);
+  ASSERT_EQ(answer.family(), PlanFamily::Split);
+  const Plan& plan = answer.plan;
   ASSERT_TRUE(plan.has_split());
   EXPECT_EQ(plan.model_split.sharding, ShardingKind::None);
-  EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
+  EXPECT_GT(answer.simulated_iteration_s.value_or(0.0), 0.0);
   EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
 
   // The refusal's text, or "accepted" when nothing was refused.

@@ -177,7 +177,8 @@ TEST(SplitMemoryRule, APlanOutOfMemoryInItsReplayIsNeverWritten) {
   const auto r = planner::plan_for_split(s, search, models);
   EXPECT_FALSE(r.simulated_oom);
   EXPECT_EQ(r.plan.model_split, sharded.split);
-  EXPECT_EQ(r.search.split, sharded.split);
+  ASSERT_EQ(r.family(), planner::PlanFamily::Split);
+  EXPECT_EQ(r.split->search.split, sharded.split);
   search.finalists = {unsharded};
   try {
     planner::plan_for_split(s, search, models);

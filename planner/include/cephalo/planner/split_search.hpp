@@ -39,7 +39,7 @@
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/planner_options.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 
 namespace cephalo::planner {
