@@ -13,10 +13,10 @@
 #include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
-#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "plan_subsets.hpp"
 #include "sharding_choice.hpp"
+#include "split_plan.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -148,8 +148,7 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   // leaves full or none to the search); the FSDP plans' every:K has no counterpart.
   const std::string& checkpointing = r.activation_checkpointing;
   if (checkpointing == "full" || checkpointing == "none" || checkpointing == "selective") {
-    o.recompute = checkpointing == "full";
-    o.selective = checkpointing == "selective";
+    o.checkpointing = parse_activation_checkpointing(checkpointing, source).kind;
   } else if (!checkpointing.empty() && checkpointing != "auto") {
     throw ValidationError(source, spelt(r, "activation_checkpointing"), checkpointing,
                           "full, none, selective or auto with " + spelt(r, "parallelism") + " 3d");
@@ -224,10 +223,8 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
     refuse("activation_checkpointing", checkpointing, "none, full or selective");
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward" && r.dp_overlap != "per-unit")
     refuse("dp_overlap", r.dp_overlap, "none, last-backward or per-unit");
-  options.activation_checkpointing.kind =
-      checkpointing == "full"        ? ActivationCheckpointing::Kind::Full
-      : checkpointing == "selective" ? ActivationCheckpointing::Kind::Selective
-                                     : ActivationCheckpointing::Kind::None;
+  options.activation_checkpointing =
+      parse_activation_checkpointing(checkpointing, r.options_source);
   options.scatter_gather = r.scatter_gather;
   options.backward_at_forward_rate = r.backward_at_forward_rate;
   options.split_file = r.split_file;
@@ -263,10 +260,10 @@ void read_split_plan(SplitEstimateRequest& r) {
     a.state_share[i] = plan.ranks[i].state_share;
   }
   const ActivationCheckpointing& c = plan.activation_checkpointing;
-  const std::string own = c.is_full()                                          ? "full"
-                          : c.kind == ActivationCheckpointing::Kind::None      ? "none"
-                          : c.kind == ActivationCheckpointing::Kind::Selective ? "selective"
-                                                                               : "";
+  // A period other than 1 has no split counterpart; the others are spelt as the option is.
+  const std::string own = c.is_full()                                      ? "full"
+                          : c.kind == ActivationCheckpointing::Kind::Every ? ""
+                                                                           : to_string(c);
   if (own.empty())
     throw ValidationError(r.split_file, "activation_checkpointing", to_string(c),
                           "\"full\", \"none\" or \"selective\": the split estimate does not "

@@ -13,9 +13,9 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
-#include "cephalo/planner/split_plan.hpp"
 #include "plan_support.hpp"
 #include "sharding_choice.hpp"
+#include "split_plan.hpp"
 
 namespace cephalo::planner {
 

@@ -1,6 +1,6 @@
 // The search's split as a plan, replayed, and the choice between the two families on the
 // simulator's scale; see split_plan.hpp.
-#include "cephalo/planner/split_plan.hpp"
+#include "split_plan.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -62,7 +62,7 @@ PlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& s
       r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
     }
   out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind = checkpointing_of(search.recompute, search.selective);
+  out.plan.activation_checkpointing.kind = search.checkpointing;
   traces::check_plan_for(out.plan, scenario, "<planner>");
   d.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
   out.predicted_iteration_s = d.report.iteration_time_s;
@@ -89,16 +89,15 @@ PlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& sea
   // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
   std::vector<SplitCandidate> candidates = search.finalists;
   if (candidates.empty())
-    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate,
-                          search.selective});
+    candidates.push_back(
+        {search.split, search.checkpointing, search.replica_batches, search.estimate});
   std::optional<PlanResult> best, closest;
   std::vector<std::string> replays;
   std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
   for (const SplitCandidate& f : candidates) {
     SplitSearchResult one = search;
     one.split = f.split;
-    one.recompute = f.recompute;
-    one.selective = f.selective;
+    one.checkpointing = f.checkpointing;
     one.replica_batches = f.replica_batches;
     one.estimate = f.estimate;
     PlanResult r = replay_candidate(scenario, one, models);
