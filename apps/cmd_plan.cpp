@@ -1,6 +1,7 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
 //  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
-// search over tensor x pipeline x data parallel splits made into a plan (planner/split_plan.hpp).
+// search over tensor x pipeline x data parallel splits made into a plan
+// (planner/src/split_plan.hpp).
 #include <algorithm>
 #include <iostream>
 

@@ -72,7 +72,7 @@ SplitSearchOptions split_options(const PlanRequest& request);
 // The answer, one PlanResult of either family: an FSDP plan is make_plan's, a split is
 // plan_split's (the search's best split made into its plan and replayed). With parallelism auto
 // both families are planned (an FSDP plan that cannot be made throws; a split search that finds
-// nothing is noted) and choose_family (split_plan.hpp) keeps the faster, `why` saying why the
+// nothing is noted) and choose_family (src/split_plan.hpp) keeps the faster, `why` saying why the
 // other lost. `planning_s` is the whole answer's wall time.
 //
 // Leaving GPUs out: unless `use_all`, the cluster's nodes are grouped into classes by their GPU

@@ -1,6 +1,6 @@
 #pragma once
 // The one answer of every planner: a PlanResult, whichever family the plan is of. An FSDP
-// strategy (strategies.hpp, make_plan), the split search made into a plan (split_plan.hpp,
+// strategy (strategies.hpp, make_plan), the split search made into a plan (src/split_plan.hpp,
 // plan_split) and a whole request (plan_request.hpp, answer_plan) all return it, and every
 // front end (`plan`, `sweep`, Python, bench) reads it the same way: the plan, its family, its
 // prediction and simulated time, memory, and the notes on what was compared and why it won.
