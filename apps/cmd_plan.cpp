@@ -1,6 +1,7 @@
 // `cephalo plan --scenario F --strategy S [--micro-batch N] [--accumulation A]
 //  [--activation-checkpointing C] [-o plan.json] [--json]`, and with `--parallelism 3d` the
-// search over tensor x pipeline x data parallel splits made into a plan (planner/split_plan.hpp).
+// search over tensor x pipeline x data parallel splits made into a plan
+// (planner/src/split_plan.hpp).
 #include <algorithm>
 #include <iostream>
 
@@ -31,7 +32,7 @@ void run_plan(PlanArgs& a) {
   r.options.progress = r.options.progress || r.options.strategy == "search";
   const Scenario scenario = read_scenario(a.scenario, a.stack);
   check_outputs({{"--output", a.output}});  // before planning (output_file.hpp)
-  const planner::PlanAnswer answer = planner::answer_plan(scenario, r);
+  const planner::PlanResult answer = planner::answer_plan(scenario, r);
   // Only what is asked for is built: at 100k ranks the plan's JSON tree and text cost more than
   // the planning (bench/README.md).
   if (a.json || !a.output.empty()) {
@@ -40,19 +41,14 @@ void run_plan(PlanArgs& a) {
     const PlanForm form = a.per_rank  ? PlanForm::PerRank
                           : a.compact ? PlanForm::Compact
                                       : PlanForm::Auto;
-    const std::string record = planner::plan_answer_record(answer, form).dump(2) + "\n";
+    const std::string record = planner::plan_record(answer, form).dump(2) + "\n";
     if (!a.output.empty()) write_file_atomically(a.output, record);
     if (a.json) std::cout << record;
   }
   if (!a.json) {
     // A plan that leaves nodes idle is printed as what it runs on: the scenario's used nodes.
-    const Plan& plan = answer.fsdp ? answer.fsdp->plan : answer.split->plan;
-    const Scenario used = scenario_for_plan(scenario, plan, a.output);
-    if (answer.fsdp)
-      std::cout << planner::render_plan_text(used, planner::render_table(*answer.fsdp, a.per_rank),
-                                             answer.fsdp->fits());
-    else
-      std::cout << planner::render_split_plan(*answer.split);
+    const Scenario used = scenario_for_plan(scenario, answer.plan, a.output);
+    std::cout << planner::render_plan(used, answer, a.per_rank);
     if (!a.output.empty()) std::cout << "plan written to " << a.output << "\n";
   }
   // --json: stdout holds one record (its "explanation" has the log)

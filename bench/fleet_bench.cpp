@@ -122,9 +122,7 @@ void time_answer(benchmark::State& state, const Scenario& s, const planner::Plan
   for (auto _ : state) {
     try {
       const auto answer = planner::answer_plan(s, request);
-      iteration_s = answer.split  ? answer.split->simulated_iteration_s
-                    : answer.fsdp ? answer.fsdp->simulated_iteration_s.value_or(0.0)
-                                  : 0.0;
+      iteration_s = answer.simulated_iteration_s.value_or(0.0);
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
       break;
@@ -157,7 +155,7 @@ BENCHMARK(BM_FleetPlanBothFamilies)
 void simulate_split(benchmark::State& state, bool full) {
   const int gpus = static_cast<int>(state.range(0));
   const Scenario s = split_fleet(gpus);
-  const Plan plan = planner::answer_plan(s, split_request()).split->plan;
+  const Plan plan = planner::answer_plan(s, split_request()).plan;
   const auto models = costmodels::make_cost_models(s);
   int replayed = 0;
   for (auto _ : state) {

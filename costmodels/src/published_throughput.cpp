@@ -67,7 +67,8 @@ std::vector<PublishedPoint> load_published_throughput(const std::filesystem::pat
     pt.grad_accum = static_cast<int>(c.integer("grad_accum", 1, 1 << 20));
     auto mp = c.child("fsdp_mixed_precision");
     pt.job.precision = precision_of(mp);
-    pt.checkpointing = c.child("activation_checkpointing").as_enum({"full", "off"}) == "full";
+    if (c.child("activation_checkpointing").as_enum({"full", "off"}) == "off")
+      pt.checkpointing.kind = ActivationCheckpointing::Kind::None;
     if (static_cast<long long>(pt.micro_batch) * pt.grad_accum * pt.gpus != pt.job.global_batch)
       c.child("global_batch")
           .fail("gpus × micro_batch × grad_accum (" +
@@ -124,7 +125,7 @@ double published_compute_seconds(const ComputeModel& model, const PublishedPoint
     per_micro_batch +=
         model.unit_time(gpu, pt.job, u, ComputePhase::Forward, pt.micro_batch).seconds +
         model.unit_time(gpu, pt.job, u, ComputePhase::Backward, pt.micro_batch).seconds;
-    if (pt.checkpointing && unit_kind(pt.job.model, u) == UnitKind::Layer)
+    if (pt.checkpointing.is_full() && unit_kind(pt.job.model, u) == UnitKind::Layer)
       per_micro_batch +=
           model.unit_time(gpu, pt.job, u, ComputePhase::Recompute, pt.micro_batch).seconds;
   }

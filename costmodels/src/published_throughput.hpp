@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/compute_model.hpp"
 
@@ -19,7 +20,8 @@ struct PublishedPoint {
   int gpus = 0;
   int micro_batch = 0;
   int grad_accum = 0;
-  bool checkpointing = true;  // activation checkpointing (recompute before backward)
+  // The plan key's type: full (every layer recomputed before its backward) or none ("off").
+  ActivationCheckpointing checkpointing;
   double tokens_per_s_per_gpu = 0;
 
   // Measured seconds of one iteration on one GPU.

@@ -16,6 +16,7 @@
 #include "cephalo/planner/strategies.hpp"
 #include "plan_subsets.hpp"
 #include "sharding_choice.hpp"
+#include "split_plan.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -147,8 +148,7 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   // leaves full or none to the search); the FSDP plans' every:K has no counterpart.
   const std::string& checkpointing = r.activation_checkpointing;
   if (checkpointing == "full" || checkpointing == "none" || checkpointing == "selective") {
-    o.recompute = checkpointing == "full";
-    o.selective = checkpointing == "selective";
+    o.checkpointing = parse_activation_checkpointing(checkpointing, source).kind;
   } else if (!checkpointing.empty() && checkpointing != "auto") {
     throw ValidationError(source, spelt(r, "activation_checkpointing"), checkpointing,
                           "full, none, selective or auto with " + spelt(r, "parallelism") + " 3d");
@@ -159,63 +159,53 @@ SplitSearchOptions split_options(const PlanRequest& r) {
 namespace {
 
 // The answer over every GPU given: the family the request fixes, or both and the faster.
-PlanAnswer answer_all(const Scenario& scenario, const PlanRequest& r) {
-  PlanAnswer answer;
-  if (r.parallelism == "fsdp") {
-    answer.fsdp = make_plan(scenario, fsdp_options(r));
-    return answer;
-  }
+PlanResult answer_all(const Scenario& scenario, const PlanRequest& r) {
+  if (r.parallelism == "fsdp") return make_plan(scenario, fsdp_options(r));
   const auto models = costmodels::make_cost_models(scenario, r.options.compute_source);
-  if (r.parallelism == "3d") {
-    answer.split = plan_split(scenario, split_options(r), models);
-    return answer;
-  }
+  if (r.parallelism == "3d") return plan_split(scenario, split_options(r), models);
   // Either family may have no plan here (FSDP needs a sample per device; a split, layers and
   // memory for its stages): choose_family weighs what both produced.
+  std::optional<PlanResult> fsdp, split;
   std::string fsdp_refusal, split_refusal;
   try {
-    answer.fsdp = make_plan(scenario, fsdp_options(r));
+    fsdp = make_plan(scenario, fsdp_options(r));
   } catch (const InfeasibleError& e) {
     fsdp_refusal = e.what();
   }
   try {
-    answer.split = plan_split(scenario, split_options(r), models);
+    split = plan_split(scenario, split_options(r), models);
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
   const FamilyChoice choice =
-      choose_family(scenario, answer.fsdp, fsdp_refusal, answer.split, split_refusal, models);
+      choose_family(scenario, fsdp, fsdp_refusal, split, split_refusal, models);
+  PlanResult answer = std::move(choice.fsdp ? *fsdp : *split);
   answer.why = choice.why;
-  if (choice.fsdp)
-    answer.split.reset();
-  else
-    answer.fsdp.reset();
   return answer;
 }
 
 }  // namespace
 
-PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request) {
+PlanResult answer_plan(const Scenario& scenario, const PlanRequest& request) {
   const auto start = std::chrono::steady_clock::now();
-  const auto timed = [&start](PlanAnswer a) {
+  const auto timed = [&start](PlanResult a) {
     a.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return a;
   };
   check_request(request);
   const PlanRequest r = with_family(request);
-  PlanAnswer answer = answer_all(scenario, r);
+  PlanResult answer = answer_all(scenario, r);
   // The baselines (even, proportional, cephalo) spread the work over every GPU by definition;
   // the searching strategies and the splits may leave the slowest nodes out.
   const std::string& strategy = r.options.strategy;
   if (r.use_all || !(r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
     return timed(std::move(answer));
-  std::optional<PlanAnswer> faster = detail::weigh_subsets(scenario, r, answer, answer_plan);
+  std::optional<PlanResult> faster = detail::weigh_subsets(scenario, r, answer, answer_plan);
   if (!faster) return timed(std::move(answer));
   // The faster plan is the answer: a plan of the nodes it uses, its "nodes" saying which
   // (core/plan_nodes.hpp), read back by every reader as the cluster it was planned on.
-  PlanAnswer out = std::move(*faster);
-  Plan& plan = out.fsdp ? out.fsdp->plan : out.split->plan;
-  plan.nodes = answer.faster_without->used_nodes;
+  PlanResult out = std::move(*faster);
+  out.plan.nodes = answer.faster_without->used_nodes;
   out.faster_without = std::move(answer.faster_without);
   out.subsets = std::move(answer.subsets);
   return timed(std::move(out));
@@ -233,10 +223,8 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
     refuse("activation_checkpointing", checkpointing, "none, full or selective");
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward" && r.dp_overlap != "per-unit")
     refuse("dp_overlap", r.dp_overlap, "none, last-backward or per-unit");
-  options.activation_checkpointing.kind =
-      checkpointing == "full"        ? ActivationCheckpointing::Kind::Full
-      : checkpointing == "selective" ? ActivationCheckpointing::Kind::Selective
-                                     : ActivationCheckpointing::Kind::None;
+  options.activation_checkpointing =
+      parse_activation_checkpointing(checkpointing, r.options_source);
   options.scatter_gather = r.scatter_gather;
   options.backward_at_forward_rate = r.backward_at_forward_rate;
   options.split_file = r.split_file;
@@ -283,10 +271,10 @@ void read_split_plan(SplitEstimateRequest& r) {
     a.state_share[i] = pr.state_share;
   }
   const ActivationCheckpointing& c = plan.activation_checkpointing;
-  const std::string own = c.is_full()                                          ? "full"
-                          : c.kind == ActivationCheckpointing::Kind::None      ? "none"
-                          : c.kind == ActivationCheckpointing::Kind::Selective ? "selective"
-                                                                               : "";
+  // A period other than 1 has no split counterpart; the others are spelt as the option is.
+  const std::string own = c.is_full()                                      ? "full"
+                          : c.kind == ActivationCheckpointing::Kind::Every ? ""
+                                                                           : to_string(c);
   if (own.empty())
     throw ValidationError(r.split_file, "activation_checkpointing", to_string(c),
                           "\"full\", \"none\" or \"selective\": the split estimate does not "
@@ -306,79 +294,6 @@ void read_split_plan(SplitEstimateRequest& r) {
 std::string render_split_summary(const SplitEstimate& e) {
   return "iteration " + format_seconds(e.iteration_s) + " (schedule " +
          format_seconds(e.makespan_s) + ", p2p " + format_seconds(e.p2p_s) + " per transfer)\n";
-}
-
-namespace {
-
-// "left idle: ...": which nodes the plan leaves out, both times, and how to force them in.
-std::string idle_advice_line(const IdleAdvice& w) {
-  std::string nodes;
-  constexpr std::size_t kNamed = 4;
-  for (std::size_t i = 0; i < w.nodes.size() && i < kNamed; ++i)
-    nodes += (i ? ", " : "") + w.nodes[i];
-  if (w.nodes.size() > kNamed) nodes += ", ... (" + std::to_string(w.nodes.size()) + " nodes)";
-  return "left idle: " + w.gpus + " (ranks " + format_index_ranges(w.ranks) + ", nodes " + nodes +
-         "): this plan of the other nodes simulates at " + format_seconds(w.without_s) +
-         " against " + format_seconds(w.with_all_s) +
-         " for the best plan of every GPU (its \"nodes\" " + format_index_ranges(w.used_nodes) +
-         "); --use-all plans every GPU";
-}
-
-}  // namespace
-
-std::string plan_summary(const PlanAnswer& a) {
-  std::ostringstream out;
-  if (a.fsdp) {
-    const PlanResult& r = *a.fsdp;
-    out << "chosen: the FSDP plan of strategy " << r.plan.strategy << " ("
-        << to_string(r.plan.accumulation) << " / " << to_string(r.plan.activation_checkpointing)
-        << " / offload " << to_string(r.plan.offload) << ", sharding " << describe(r.plan.sharding)
-        << "), iteration " << format_seconds(r.predicted_iteration_s)
-        << (r.simulated_iteration_s ? " simulated" : " modelled") << " ("
-        << traces::render_throughput(r.rate) << ")\n";
-  } else {
-    const SplitPlanResult& r = *a.split;
-    out << "chosen: the split " << r.search.estimate.split << ", iteration "
-        << format_seconds(r.simulated_iteration_s) << " simulated ("
-        << traces::render_throughput(traces::report_throughput(r.report)) << ")\n";
-  }
-  const std::string& runner_up = !a.why.empty() ? a.why
-                                 : a.fsdp       ? a.fsdp->runner_up
-                                                : a.split->runner_up;
-  out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
-      << "\n";
-  if (a.faster_without) out << idle_advice_line(*a.faster_without) << "\n";
-  out << "planned in " << format_seconds(a.planning_s)
-      << "; the full search log: --explain (or the JSON record's predicted.explanation)\n";
-  return out.str();
-}
-
-std::string plan_explanation(const PlanAnswer& a) {
-  std::ostringstream out;
-  if (a.fsdp) {
-    out << (a.fsdp->note.empty() ? "strategy " + a.fsdp->plan.strategy + ": one candidate"
-                                 : a.fsdp->note);
-  } else {
-    out << "replayed the estimate's best " << a.split->replays.size() << " split(s): ";
-    for (std::size_t i = 0; i < a.split->replays.size(); ++i)
-      out << (i ? "; " : "") << a.split->replays[i];
-  }
-  if (!a.why.empty()) out << "; " << a.why;
-  if (!a.subsets.empty()) out << "; " << a.subsets;
-  return out.str();
-}
-
-Json plan_answer_record(const PlanAnswer& answer, PlanForm form) {
-  Json record = answer.fsdp ? plan_record(*answer.fsdp, form) : plan_record(*answer.split, form);
-  record["predicted"]["explanation"] = plan_explanation(answer);
-  record["predicted"]["planning_s"] = answer.planning_s;
-  if (const auto& w = answer.faster_without)
-    record["predicted"]["faster_without"] = {
-        {"idle_nodes", w->nodes},     {"idle_ranks", w->ranks},
-        {"idle_gpus", w->gpus},       {"with_all_s", w->with_all_s},
-        {"without_s", w->without_s},  {"without_plan", w->without_plan},
-        {"why", idle_advice_line(*w)}};
-  return record;
 }
 
 }  // namespace cephalo::planner

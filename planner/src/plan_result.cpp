@@ -15,6 +15,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "plan_support.hpp"
 #include "sharding_choice.hpp"
+#include "split_plan.hpp"
 
 namespace cephalo::planner {
 
@@ -119,18 +120,6 @@ std::string runner_up_text(const std::string& label, double runner_s, double bes
                           : std::string("as fast; the first found is kept"));
 }
 
-std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits) {
-  std::ostringstream out;
-  out << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
-      << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch << ", "
-      << scenario.cluster.num_ranks() << " device(s)" << stack_label(scenario.job.implementation)
-      << "\n";
-  if (const std::string idle = idle_line(scenario.cluster); !idle.empty()) out << idle << "\n";
-  out << table;
-  if (!fits) out << "warning: the memory model finds this plan over capacity on some rank\n";
-  return out.str();
-}
-
 namespace {
 
 // Rank i's row prints as rank j's but for the rank number (plan row and prediction).
@@ -159,8 +148,22 @@ bool compact_form(const Plan& plan, PlanForm form) {
           plan.ranks.size() > static_cast<std::size_t>(kCompactPlanAbove));
 }
 
-}  // namespace
+// An FSDP plan's text: the scenario's line, `table` (render_table) and, when the memory model
+// finds a rank over capacity (PlanResult::fits), a warning.
+std::string render_plan_text(const Scenario& scenario, const std::string& table, bool fits) {
+  std::ostringstream out;
+  out << "scenario " << scenario.name << ": " << scenario.job.model_name << ", sequence "
+      << scenario.job.sequence_length << ", global batch " << scenario.job.global_batch << ", "
+      << scenario.cluster.num_ranks() << " device(s)" << stack_label(scenario.job.implementation)
+      << "\n";
+  if (const std::string idle = idle_line(scenario.cluster); !idle.empty()) out << idle << "\n";
+  out << table;
+  if (!fits) out << "warning: the memory model finds this plan over capacity on some rank\n";
+  return out.str();
+}
 
+// An FSDP plan's table: one row per run of consecutive ranks with equal rows (their rank
+// range), or with `per_rank` one row per rank.
 std::string render_table(const PlanResult& res, bool per_rank) {
   TextTable t({per_rank ? "rank" : "ranks", "gpu", "batch", "micro-batches x size", "state share",
                "memory / usable", "compute/layer", "compute"});
@@ -201,19 +204,8 @@ std::string render_table(const PlanResult& res, bool per_rank) {
   return out.str();
 }
 
-Json to_json(const PlanResult& res) {
-  Json j = prediction_json(res);
-  j["plan"] = cephalo::to_json(res.plan);
-  return j;
-}
-
-Json plan_record(const PlanResult& res, PlanForm form) {
-  Json predicted = prediction_json(res, form);
-  Json record = cephalo::to_json(res.plan, form);
-  record["predicted"] = std::move(predicted);
-  return record;
-}
-
+// The prediction an FSDP plan's record carries as its "predicted": per-rank predictions as
+// "ranks" or, compact, "rank_classes", and the iteration's figures.
 Json prediction_json(const PlanResult& res, PlanForm form) {
   Json j;
   // Each rank's object filled key by key: at 100k ranks an initializer list per rank (a
@@ -254,10 +246,87 @@ Json prediction_json(const PlanResult& res, PlanForm form) {
   j["simulated_candidates"] = res.simulated_candidates;
   j["fits"] = res.fits();
   j["simulated_oom"] = res.simulated_oom;
-  // The search's log (res.note) is the record's "explanation" (plan_answer_record), once.
+  // The search's log (res.note) is the record's "explanation" (plan_explanation), once.
   j["runner_up"] = res.runner_up;
   j["warnings"] = res.warnings;
   return j;
+}
+
+// An FSDP plan's record: the Plan with prediction_json as its "predicted".
+Json fsdp_plan_record(const PlanResult& res, PlanForm form) {
+  Json predicted = prediction_json(res, form);
+  Json record = cephalo::to_json(res.plan, form);
+  record["predicted"] = std::move(predicted);
+  return record;
+}
+
+}  // namespace
+
+std::string to_string(PlanFamily family) { return family == PlanFamily::Split ? "3d" : "fsdp"; }
+
+namespace {
+
+// "left idle: ...": which nodes the plan leaves out, both times, and how to force them in.
+std::string idle_advice_line(const IdleAdvice& w) {
+  std::string nodes;
+  constexpr std::size_t kNamed = 4;
+  for (std::size_t i = 0; i < w.nodes.size() && i < kNamed; ++i)
+    nodes += (i ? ", " : "") + w.nodes[i];
+  if (w.nodes.size() > kNamed) nodes += ", ... (" + std::to_string(w.nodes.size()) + " nodes)";
+  return "left idle: " + w.gpus + " (ranks " + format_index_ranges(w.ranks) + ", nodes " + nodes +
+         "): this plan of the other nodes simulates at " + format_seconds(w.without_s) +
+         " against " + format_seconds(w.with_all_s) +
+         " for the best plan of every GPU (its \"nodes\" " + format_index_ranges(w.used_nodes) +
+         "); --use-all plans every GPU";
+}
+
+}  // namespace
+
+std::string render_plan(const Scenario& scenario, const PlanResult& res, bool per_rank) {
+  if (res.split) return render_split_plan(res);
+  return render_plan_text(scenario, render_table(res, per_rank), res.fits());
+}
+
+std::string plan_summary(const PlanResult& r) {
+  std::ostringstream out;
+  out << "chosen: ";
+  if (r.split)
+    out << "the split " << r.split->search.estimate.split;
+  else
+    out << "the FSDP plan of strategy " << r.plan.strategy << " (" << to_string(r.plan.accumulation)
+        << " / " << to_string(r.plan.activation_checkpointing) << " / offload "
+        << to_string(r.plan.offload) << ", sharding " << describe(r.plan.sharding) << ")";
+  out << ", iteration " << format_seconds(r.predicted_iteration_s)
+      << (r.simulated_iteration_s ? " simulated" : " modelled") << " ("
+      << traces::render_throughput(r.rate) << ")\n";
+  const std::string& runner_up = !r.why.empty() ? r.why : r.runner_up;
+  out << "runner-up: " << (runner_up.empty() ? "none (no other candidate was compared)" : runner_up)
+      << "\n";
+  if (r.faster_without) out << idle_advice_line(*r.faster_without) << "\n";
+  out << "planned in " << format_seconds(r.planning_s)
+      << "; the full search log: --explain (or the JSON record's predicted.explanation)\n";
+  return out.str();
+}
+
+std::string plan_explanation(const PlanResult& r) {
+  std::ostringstream out;
+  out << (r.note.empty() ? "strategy " + r.plan.strategy + ": one candidate" : r.note);
+  if (!r.why.empty()) out << "; " << r.why;
+  if (!r.subsets.empty()) out << "; " << r.subsets;
+  return out.str();
+}
+
+Json plan_record(const PlanResult& r, PlanForm form) {
+  Json record = r.split ? split_plan_record(r, form) : fsdp_plan_record(r, form);
+  record["predicted"]["explanation"] = plan_explanation(r);
+  record["predicted"]["planning_s"] = r.planning_s;
+  if (const auto& w = r.faster_without)
+    record["predicted"]["faster_without"] = {
+        {"idle_nodes", w->nodes},     {"idle_ranks", w->ranks},
+        {"idle_gpus", w->gpus},       {"with_all_s", w->with_all_s},
+        {"without_s", w->without_s},  {"without_plan", w->without_plan},
+        {"why", idle_advice_line(*w)}};
+  return record;
 }
 
 }  // namespace cephalo::planner

@@ -1,4 +1,4 @@
-// Leaving GPUs out: see plan_subsets.hpp and plan_request.hpp (PlanAnswer::faster_without).
+// Leaving GPUs out: see plan_subsets.hpp and plan_request.hpp (PlanResult::faster_without).
 #include "plan_subsets.hpp"
 
 #include <algorithm>
@@ -41,15 +41,9 @@ std::vector<NodeClass> node_classes(const Scenario& scenario) {
   return out;
 }
 
-double answer_iteration_s(const PlanAnswer& a) {
-  constexpr double kNone = std::numeric_limits<double>::infinity();
-  if (a.fsdp) {
-    const PlanResult& r = *a.fsdp;
-    if (!r.fits() || r.simulated_oom) return kNone;
-    return r.simulated_iteration_s.value_or(r.predicted_iteration_s);
-  }
-  if (!a.split || a.split->simulated_oom) return kNone;
-  return a.split->simulated_iteration_s;
+double answer_iteration_s(const PlanResult& r) {
+  if (!r.fits() || r.simulated_oom) return std::numeric_limits<double>::infinity();
+  return r.simulated_iteration_s.value_or(r.predicted_iteration_s);
 }
 
 namespace {
@@ -62,9 +56,9 @@ std::string gpus_of(const Scenario& s, const std::vector<int>& nodes) {
 
 }  // namespace
 
-std::optional<PlanAnswer> weigh_subsets(
-    const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
-    const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan) {
+std::optional<PlanResult> weigh_subsets(
+    const Scenario& scenario, const PlanRequest& request, PlanResult& answer,
+    const std::function<PlanResult(const Scenario&, const PlanRequest&)>& plan) {
   const std::vector<NodeClass> classes = node_classes(scenario);
   if (classes.size() < 2) return {};  // one class: leaving some of it out only loses compute
   const double all_s = answer_iteration_s(answer);
@@ -80,7 +74,7 @@ std::optional<PlanAnswer> weigh_subsets(
   const double model_flops =
       traces::model_flops_per_iteration(scenario.job, scenario.job.global_batch);
   std::optional<IdleAdvice> best;
-  std::optional<PlanAnswer> best_answer;
+  std::optional<PlanResult> best_answer;
   const int c = static_cast<int>(classes.size());
   for (int keep = c - 1; keep >= std::max(1, c - kMaxSubsetCandidates); --keep) {
     std::vector<int> kept, idle;
@@ -106,7 +100,7 @@ std::optional<PlanAnswer> weigh_subsets(
           << format_seconds(floor_s) << ";";
       continue;
     }
-    PlanAnswer sub;
+    PlanResult sub;
     const Scenario cut = with_nodes(scenario, kept);
     try {
       sub = plan(cut, q);
@@ -123,8 +117,8 @@ std::optional<PlanAnswer> weigh_subsets(
       log << "its plan does not fit;";
       continue;
     }
-    const std::string plan_words = sub.fsdp ? "an FSDP plan of strategy " + sub.fsdp->plan.strategy
-                                            : "the split " + sub.split->search.estimate.split;
+    const std::string plan_words = sub.split ? "the split " + sub.split->search.estimate.split
+                                             : "an FSDP plan of strategy " + sub.plan.strategy;
     log << format_seconds(t) << " (" << plan_words << ");";
     if (t < best_s) {
       best_s = t;

@@ -1,5 +1,5 @@
 #pragma once
-// Leaving GPUs out (plan_request.hpp, PlanAnswer::faster_without): the cluster without its
+// Leaving GPUs out (plan_request.hpp, PlanResult::faster_without): the cluster without its
 // slowest node classes, planned with the same request and weighed against the answer.
 #include <functional>
 #include <optional>
@@ -12,13 +12,13 @@
 namespace cephalo::planner::detail {
 
 // The answer's simulated iteration time; infinity when its plan does not fit.
-double answer_iteration_s(const PlanAnswer& answer);
+double answer_iteration_s(const PlanResult& answer);
 // Plans each subset candidate with `plan` (answer_plan with use_all set) and fills
 // answer.subsets and, when one is at least kIdleGain faster, answer.faster_without; returns
 // that subset's answer (planned on core's with_nodes cut; its plan's "nodes" not yet set).
-std::optional<PlanAnswer> weigh_subsets(
-    const Scenario& scenario, const PlanRequest& request, PlanAnswer& answer,
-    const std::function<PlanAnswer(const Scenario&, const PlanRequest&)>& plan);
+std::optional<PlanResult> weigh_subsets(
+    const Scenario& scenario, const PlanRequest& request, PlanResult& answer,
+    const std::function<PlanResult(const Scenario&, const PlanRequest&)>& plan);
 
 // The candidates: the scenario's nodes grouped by their GPU types, fastest class first (by the
 // slowest GPU's peak at the job's compute dtype); candidate k keeps the first C - k classes.

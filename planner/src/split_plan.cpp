@@ -1,6 +1,6 @@
 // The search's split as a plan, replayed, and the choice between the two families on the
 // simulator's scale; see split_plan.hpp.
-#include "cephalo/planner/split_plan.hpp"
+#include "split_plan.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -47,10 +47,11 @@ std::string split_costs(const traces::IterationReport& r) {
 
 namespace {
 
-SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& search,
-                                 const costmodels::CostModels& models) {
-  SplitPlanResult out;
-  out.search = search;
+PlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& search,
+                            const costmodels::CostModels& models) {
+  PlanResult out;
+  SplitDetail& d = out.split.emplace();
+  d.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
   // Replicas balanced by speed: the samples and shares the estimate priced.
   const ReplicaAllocation& a = search.estimate.allocation;
@@ -61,12 +62,15 @@ SplitPlanResult replay_candidate(const Scenario& scenario, const SplitSearchResu
       r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
     }
   out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind = checkpointing_of(search.recompute, search.selective);
+  out.plan.activation_checkpointing.kind = search.checkpointing;
   traces::check_plan_for(out.plan, scenario, "<planner>");
-  out.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
-  out.simulated_iteration_s = out.report.iteration_time_s;
-  out.simulated_oom = out.report.oom;
-  out.simulated_oom_detail = oom_text(out.report);
+  d.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
+  out.predicted_iteration_s = d.report.iteration_time_s;
+  out.simulated_iteration_s = d.report.iteration_time_s;
+  out.model_iteration_s = search.estimate.iteration_s;
+  out.rate = traces::report_throughput(d.report);
+  out.simulated_oom = d.report.oom;
+  out.simulated_oom_detail = oom_text(d.report);
   return out;
 }
 
@@ -77,27 +81,26 @@ double shortfall(const traces::IterationReport& r) {
 
 }  // namespace
 
-SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
-                               const costmodels::CostModels& models) {
+PlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                          const costmodels::CostModels& models) {
   // The estimate is a first-order model and its memory the replay's closed form
   // (costmodels::split_rank_memory_terms), but the replay follows every allocation in time: a
   // split the estimate fits at its margin can still run out there, and among near equals the
   // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
   std::vector<SplitCandidate> candidates = search.finalists;
   if (candidates.empty())
-    candidates.push_back({search.split, search.recompute, search.replica_batches, search.estimate,
-                          search.selective});
-  std::optional<SplitPlanResult> best, closest;
+    candidates.push_back(
+        {search.split, search.checkpointing, search.replica_batches, search.estimate});
+  std::optional<PlanResult> best, closest;
   std::vector<std::string> replays;
   std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
   for (const SplitCandidate& f : candidates) {
     SplitSearchResult one = search;
     one.split = f.split;
-    one.recompute = f.recompute;
-    one.selective = f.selective;
+    one.checkpointing = f.checkpointing;
     one.replica_batches = f.replica_batches;
     one.estimate = f.estimate;
-    SplitPlanResult r = replay_candidate(scenario, one, models);
+    PlanResult r = replay_candidate(scenario, one, models);
     std::ostringstream line;  // with a stage's replicas' samples per micro-batch when they differ
     line << f.estimate.split;
     bool first = true;
@@ -109,72 +112,80 @@ SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult
         for (std::size_t j = 0; j < st.replica_micro_batches.size(); ++j)
           line << (j ? "+" : "") << st.replica_micro_batches[j];
       }
-    line << ": " << format_seconds(r.simulated_iteration_s)
+    line << ": " << format_seconds(r.predicted_iteration_s)
          << (r.simulated_oom ? " (out of memory)" : "");
     replays.push_back(line.str());
     if (r.simulated_oom) {
-      if (!closest || shortfall(r.report) < shortfall(closest->report)) closest = std::move(r);
+      if (!closest || shortfall(r.split->report) < shortfall(closest->split->report))
+        closest = std::move(r);
     } else {
-      fitting.emplace_back(r.simulated_iteration_s, f.estimate.split);
-      if (!best || r.simulated_iteration_s < best->simulated_iteration_s) best = std::move(r);
+      fitting.emplace_back(r.predicted_iteration_s, f.estimate.split);
+      if (!best || r.predicted_iteration_s < best->predicted_iteration_s) best = std::move(r);
     }
   }
   if (!best)
     throw InfeasibleError(
         "every split the search ranked runs out of memory in its replay; the closest: " +
-        closest->search.estimate.split + " is short by " +
-        format_bytes(shortfall(closest->report)) + " (" + closest->simulated_oom_detail + ")");
-  best->replays = std::move(replays);
+        closest->split->search.estimate.split + " is short by " +
+        format_bytes(shortfall(closest->split->report)) + " (" + closest->simulated_oom_detail +
+        ")");
+  // The search log `plan --explain` prints: every finalist's replay.
+  std::ostringstream note;
+  note << "replayed the estimate's best " << replays.size() << " split(s): ";
+  for (std::size_t i = 0; i < replays.size(); ++i) note << (i ? "; " : "") << replays[i];
+  best->note = note.str();
+  best->split->replays = std::move(replays);
   // The runner-up: the fastest finalist that fits and is another split than the one kept
   // (finalists that differ only in their replicas' batches print alike).
   std::sort(fitting.begin(), fitting.end());
   for (const auto& [seconds, split] : fitting) {
-    if (split == best->search.estimate.split) continue;
-    best->runner_up = runner_up_text("the split " + split, seconds, best->simulated_iteration_s);
+    if (split == best->split->search.estimate.split) continue;
+    best->runner_up = runner_up_text("the split " + split, seconds, best->predicted_iteration_s);
     break;
   }
   return std::move(*best);
 }
 
-SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
-                           const costmodels::CostModels& models) {
+PlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
+                      const costmodels::CostModels& models) {
   return plan_for_split(scenario, search_split(scenario, options, models), models);
 }
 
-Json plan_record(const SplitPlanResult& r, PlanForm form) {
+Json split_plan_record(const PlanResult& r, PlanForm form) {
+  const SplitDetail& d = *r.split;
   Json j = to_json(r.plan, form);
   // Written even when the search's best is the default split (one stage, T = 1, full), which a
   // plan reads as its FSDP plan: the record says what the search chose.
-  j["model_split"] = to_json(r.search.split);
-  Json predicted = to_json(r.search);
-  predicted["simulated_iteration_s"] = r.simulated_iteration_s;
+  j["model_split"] = to_json(d.search.split);
+  Json predicted = to_json(d.search);
+  predicted["simulated_iteration_s"] = r.predicted_iteration_s;
   predicted["simulated_oom"] = r.simulated_oom;
-  traces::add_predicted_throughput(predicted, traces::report_throughput(r.report));
+  traces::add_predicted_throughput(predicted, r.rate);
   predicted["runner_up"] = r.runner_up;
   if (r.simulated_oom) predicted["simulated_oom_detail"] = r.simulated_oom_detail;
   j["predicted"] = std::move(predicted);
   return j;
 }
 
-std::string render_split_plan(const SplitPlanResult& r) {
+std::string render_split_plan(const PlanResult& r) {
+  const SplitDetail& d = *r.split;
   std::ostringstream out;
-  out << render_split_search(r.search);
-  if (r.replays.size() > 1) {
-    out << "replayed the estimate's best " << r.replays.size()
+  out << render_split_search(d.search);
+  if (d.replays.size() > 1) {
+    out << "replayed the estimate's best " << d.replays.size()
         << " splits, kept the fastest in simulation that fits:\n";
-    for (const auto& line : r.replays) out << "  " << line << "\n";
+    for (const auto& line : d.replays) out << "  " << line << "\n";
   }
-  out << "simulated " << format_seconds(r.simulated_iteration_s) << " ("
-      << traces::render_throughput(traces::report_throughput(r.report)) << "; the estimate's "
-      << format_seconds(r.search.estimate.iteration_s) << "; " << split_costs(r.report) << ")";
+  out << "simulated " << format_seconds(r.predicted_iteration_s) << " ("
+      << traces::render_throughput(r.rate) << "; the estimate's "
+      << format_seconds(r.model_iteration_s) << "; " << split_costs(d.report) << ")";
   if (r.simulated_oom) out << "; out of memory in the replay: " << r.simulated_oom_detail;
   out << "\n";
   return out.str();
 }
 
 FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanResult>& fsdp_plan,
-                           const std::string& fsdp_refusal,
-                           const std::optional<SplitPlanResult>& split,
+                           const std::string& fsdp_refusal, const std::optional<PlanResult>& split,
                            const std::string& split_refusal, const costmodels::CostModels& models) {
   if (!fsdp_plan) {
     if (!split) throw InfeasibleError("fsdp: " + fsdp_refusal + "; 3d: " + split_refusal);
@@ -185,12 +196,13 @@ FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanRes
   const bool fsdp_fits = fsdp.fits() && !fsdp.simulated_oom;
   const bool split_fits = split && !split->simulated_oom;
   FamilyChoice c;
-  c.fsdp = fsdp_fits ? !split_fits || fsdp_s <= split->simulated_iteration_s : !split_fits;
+  c.fsdp = fsdp_fits ? !split_fits || fsdp_s <= split->predicted_iteration_s : !split_fits;
   std::ostringstream why;
   if (c.fsdp && split_fits) {
-    why << "3d lost: its best split (" << split->search.estimate.split << ") is simulated at "
-        << format_seconds(split->simulated_iteration_s) << " (" << split_costs(split->report)
-        << ") against the FSDP plan's " << format_seconds(fsdp_s);
+    why << "3d lost: its best split (" << split->split->search.estimate.split
+        << ") is simulated at " << format_seconds(split->predicted_iteration_s) << " ("
+        << split_costs(split->split->report) << ") against the FSDP plan's "
+        << format_seconds(fsdp_s);
   } else if (c.fsdp) {
     why << "3d lost: "
         << (split ? "its best split runs out of memory in the replay (" +
@@ -204,8 +216,8 @@ FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanRes
         worst_fraction(report, [](const traces::RankReport& k) { return k.exposed_comm_s; });
     why << "fsdp lost: its plan is simulated at " << format_seconds(fsdp_s) << ", up to "
         << percent(exposed) << " of it exposed communication of the sharded state; the best split ("
-        << split->search.estimate.split << ") is simulated at "
-        << format_seconds(split->simulated_iteration_s) << " (" << split_costs(split->report)
+        << split->split->search.estimate.split << ") is simulated at "
+        << format_seconds(split->predicted_iteration_s) << " (" << split_costs(split->split->report)
         << ")";
   } else {
     why << "fsdp lost: its plan does not fit in memory"

@@ -118,7 +118,8 @@ void Search::explore(const std::vector<StageShape>& shapes) {
     sps = {*options_.sequence_parallel};
   }
   std::vector<bool> rcs = {false, true};
-  if (options_.recompute) rcs = {*options_.recompute};
+  if (options_.checkpointing)
+    rcs = {*options_.checkpointing == ActivationCheckpointing::Kind::Full};
 
   // A floor on every stage's step per layer at each m, for the families' bounds.
   // Per m, without and with every layer recomputed.
@@ -183,8 +184,9 @@ void Search::explore(const std::vector<StageShape>& shapes) {
               c.split.schedule = schedule;
               c.split.micro_batches = m;
               c.split.sharding = sharding;
-              c.recompute = rc;
-              c.selective = !rc && options_.selective;
+              c.checkpointing =
+                  rc ? ActivationCheckpointing::Kind::Full
+                     : options_.checkpointing.value_or(ActivationCheckpointing::Kind::None);
               c.by_speed = shapes.front().by_speed;
               c.shapes = shared_shapes;
               c.counts = counts;
@@ -278,11 +280,12 @@ double Search::family_floor(const Candidate& c, double enough) {
   const std::size_t p = shapes.size();
   std::vector<double> step(p), tail(p);
   for (std::size_t s = 0; s < p; ++s) {
-    step[s] = stage_floor(shapes[s], m, c.recompute);
+    step[s] = stage_floor(shapes[s], m, c.checkpointing == ActivationCheckpointing::Kind::Full);
     tail[s] = tail_floor(shapes[s]);
   }
   std::vector<int> caps;
-  layout_caps(shapes, m, c.recompute, c.split.schedule, caps);
+  layout_caps(shapes, m, c.checkpointing == ActivationCheckpointing::Kind::Full, c.split.schedule,
+              caps);
   return schedule_floor(shapes, m, c.split.schedule, step, tail, caps, enough);
 }
 
@@ -388,8 +391,7 @@ SplitSearchResult Search::run() {
   for (const auto& c : best_of_p)
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
   result_.split = winner->split;
-  result_.recompute = winner->recompute;
-  result_.selective = winner->selective;
+  result_.checkpointing = winner->checkpointing;
   result_.replica_batches = winner->by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even;
   result_.estimate = winner->estimate;
   // The estimate's best few for the simulator (split_plan.hpp): its estimate is a first-order
@@ -415,8 +417,7 @@ SplitSearchResult Search::run() {
     // A split balanced by speed that deals every replica the even cut writes the even plan:
     // one replay of it is enough.
     const auto same_plan = [&f](const SplitCandidate& o) {
-      if (!(o.split == f.split) || o.recompute != f.recompute) return false;
-      if (o.selective != f.selective) return false;
+      if (!(o.split == f.split) || o.checkpointing != f.checkpointing) return false;
       for (std::size_t s = 0; s < o.estimate.stages.size(); ++s) {
         const StageEstimate& a = o.estimate.stages[s];
         const StageEstimate& b = f.estimate.stages[s];
@@ -426,14 +427,14 @@ SplitSearchResult Search::run() {
       return true;
     };
     if (std::any_of(result_.finalists.begin(), result_.finalists.end(), same_plan)) continue;
-    result_.finalists.push_back({std::move(f.split), f.recompute,
+    result_.finalists.push_back({std::move(f.split), f.checkpointing,
                                  f.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                 std::move(f.estimate), f.selective});
+                                 std::move(f.estimate)});
   }
   for (auto& c : best_of_p)
-    result_.best_per_stages.push_back({std::move(c.split), c.recompute,
+    result_.best_per_stages.push_back({std::move(c.split), c.checkpointing,
                                        c.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
-                                       std::move(c.estimate), c.selective});
+                                       std::move(c.estimate)});
   return result_;
 }
 

@@ -35,8 +35,7 @@ struct TypeFamily {
 
 struct Candidate {
   ModelSplit split;
-  bool recompute = false;
-  bool selective = false;
+  ActivationCheckpointing::Kind checkpointing = ActivationCheckpointing::Kind::None;
   bool by_speed = false;
   bool refined = false;  // climbed (Search::refine): no move lowers it
   // The layout's stages, shared by every candidate of the layout (each holds every rank).
@@ -69,16 +68,17 @@ class Search {
     price_once(c, stop_above);
     // Left open, one that keeps every activation and just misses tries selective recompute: it
     // frees only the attention core's state.
-    if (c.estimate.fits || c.recompute || c.selective || options_.recompute || options_.selective ||
+    using Kind = ActivationCheckpointing::Kind;
+    if (c.estimate.fits || c.checkpointing != Kind::None || options_.checkpointing ||
         overshoot(c.estimate) > 1.1)
       return;
-    c.selective = true;
+    c.checkpointing = Kind::Selective;
     price_once(c, stop_above);
-    c.selective = c.estimate.fits;
+    if (!c.estimate.fits) c.checkpointing = Kind::None;
   }
   void price_once(Candidate& c, double stop_above) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
+    o.activation_checkpointing.kind = c.checkpointing;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.split.stages = lay_out(*c.shapes, c.counts, c.split.schedule.virtual_stages);
     EstimateLimits limits;
@@ -112,7 +112,7 @@ class Search {
   }
   void price_in_full(Candidate& c) {
     SplitOptions o = options_.estimate;
-    o.activation_checkpointing.kind = checkpointing_of(c.recompute, c.selective);
+    o.activation_checkpointing.kind = c.checkpointing;
     if (c.by_speed) o.replica_batches = ReplicaBatches::BySpeed;
     c.estimate = estimator_.estimate(c.split, o);
   }
@@ -280,7 +280,8 @@ class Search {
     cand_step_.resize(p);
     cand_tail_.resize(p);
     for (std::size_t s = 0; s < p; ++s) {
-      cand_step_[s] = stage_floor(shapes[s], m, c.recompute);
+      cand_step_[s] =
+          stage_floor(shapes[s], m, c.checkpointing == ActivationCheckpointing::Kind::Full);
       cand_tail_[s] = tail_floor(shapes[s]);
     }
     hops(shapes, m);
@@ -313,7 +314,8 @@ class Search {
   }
   // Whether candidates with every layer recomputed (true) or none (false) are searched.
   std::vector<bool> recompute_choices() const {
-    if (options_.recompute) return {*options_.recompute};
+    if (options_.checkpointing)
+      return {*options_.checkpointing == ActivationCheckpointing::Kind::Full};
     return {false, true};
   }
   // A layout's least busy floor over the micro-batch counts explore would try.

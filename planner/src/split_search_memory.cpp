@@ -59,10 +59,11 @@ double stage_memory_floor(const Scenario& scenario, const SplitSearchOptions& op
   in.tensor_parallel = T;
   in.micro_batch = b;
   in.state_share = share;
-  in.activation_checkpointing.kind = recompute ? ActivationCheckpointing::Kind::Full
-                                     : (!options.recompute || options.selective)
-                                         ? ActivationCheckpointing::Kind::Selective
-                                         : ActivationCheckpointing::Kind::None;
+  using Kind = ActivationCheckpointing::Kind;
+  in.activation_checkpointing.kind =
+      recompute                                                            ? Kind::Full
+      : options.checkpointing.value_or(Kind::Selective) == Kind::Selective ? Kind::Selective
+                                                                           : Kind::None;
   in.gpu_runtime = costmodels::runs_gpu_runtime(spec);
   in.world_size = scenario.cluster.num_ranks();
   const std::vector<ShardingKind> shardings = candidate_shardings(scenario, options);

@@ -48,11 +48,11 @@ Json to_json(const SplitSearchResult& r) {
   for (const auto& c : r.best_per_stages)
     alternatives.push_back({{"pipeline_stages", c.split.stages.size()},
                             {"model_split", to_json(c.split)},
-                            {"recompute", c.recompute},
+                            {"recompute", c.checkpointing == ActivationCheckpointing::Kind::Full},
                             {"replica_batches", replica_batches_name(c.replica_batches)},
                             {"iteration_s", c.estimate.iteration_s}});
   Json out = {{"model_split", to_json(r.split)},
-              {"recompute", r.recompute},
+              {"recompute", r.checkpointing == ActivationCheckpointing::Kind::Full},
               {"replica_batches", replica_batches_name(r.replica_batches)},
               {"estimate", to_json(r.estimate)},
               {"evaluated", r.evaluated},
@@ -101,9 +101,9 @@ std::string render_split_search(const SplitSearchResult& r) {
   out << "iteration " << format_seconds(r.estimate.iteration_s) << " (estimated; " << r.evaluated
       << " candidates priced, " << r.refused << " did not fit, " << r.pruned << " pruned, "
       << r.bounded << " skipped by bound)"
-      << (r.recompute   ? ", full activation checkpointing"
-          : r.selective ? ", selective recompute"
-                        : "")
+      << (r.checkpointing == ActivationCheckpointing::Kind::Full ? ", full activation checkpointing"
+          : r.checkpointing == ActivationCheckpointing::Kind::Selective ? ", selective recompute"
+                                                                        : "")
       << "\n";
   if (r.unexplored > 0)
     out << "search budget spent (" << r.budget

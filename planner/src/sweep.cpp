@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -274,29 +273,17 @@ SweepRow evaluate_mix(const SweepSpec& spec, const std::vector<int>& counts, int
   row.cost_per_hour = mix_cost_per_hour(spec, counts, network);
   try {
     const Scenario s = mix_scenario(spec, counts, network);
-    const auto start = std::chrono::steady_clock::now();
-    const PlanAnswer answer = answer_plan(s, detail::plan_request(spec));
-    row.planning_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    row.family = answer.fsdp ? "fsdp" : "3d";
+    const PlanResult answer = answer_plan(s, detail::plan_request(spec));
+    row.planning_s = answer.planning_s;
+    row.family = to_string(answer.family());
     const std::string summary = plan_summary(answer);
     row.plan = summary.substr(0, summary.find('\n'));
-    double iteration_s = 0, estimate_s = 0;
-    bool oom = false;
-    std::string oom_detail;
-    if (answer.fsdp) {
-      const PlanResult& r = *answer.fsdp;
-      iteration_s = r.predicted_iteration_s;  // the replay of the plan (make_plan)
-      estimate_s = r.model_iteration_s;
-      oom = r.simulated_oom;
-      oom_detail = r.simulated_oom_detail;
-    } else {
-      const SplitPlanResult& r = *answer.split;
-      iteration_s = r.simulated_iteration_s;
-      estimate_s = r.search.estimate.iteration_s;
-      oom = r.simulated_oom;
-      oom_detail = r.simulated_oom_detail;
-    }
+    // Either family's prediction is the replay of its plan; its model time, the fast model's
+    // (FSDP) or the estimate's (split).
+    const double iteration_s = answer.predicted_iteration_s;
+    const double estimate_s = answer.model_iteration_s;
+    const bool oom = answer.simulated_oom;
+    const std::string& oom_detail = answer.simulated_oom_detail;
     row.predicted_samples_per_s = estimate_s > 0 ? s.job.global_batch / estimate_s : 0.0;
     if (oom) {
       row.error = "simulated out of memory: " + oom_detail;

@@ -480,8 +480,7 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
         r.use_all = use_all;
         r.given = given;
         // Per rank at any size: the record's frames (ranks_frame) read its "ranks".
-        return planner::plan_answer_record(planner::answer_plan(s, r), PlanForm::PerRank).dump(2) +
-               "\n";
+        return planner::plan_record(planner::answer_plan(s, r), PlanForm::PerRank).dump(2) + "\n";
       },
       py::arg("scenario"), py::arg("strategy"), py::arg("compute_model"), py::arg("offload"),
       py::arg("max_micro_batch"), py::arg("verify_with_simulator"), py::arg("search_neighbours"),

@@ -154,7 +154,7 @@ def test_plan_offload_is_the_clis(offload):
                               "--offload", offload, "--json"))
     assert record["offload"] == expected["offload"]
     assert record["ranks"] == expected["ranks"]
-    # The search log and the rates are the CLI's too (plan_answer_record).
+    # The search log and the rates are the CLI's too (plan_record).
     for key in ("explanation", "runner_up", "predicted_tokens_per_s", "predicted_mfu",
                 "predicted_hfu"):
         assert record["predicted"][key] == expected["predicted"][key], key

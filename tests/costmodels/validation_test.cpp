@@ -229,7 +229,7 @@ TEST(PublishedThroughput, ComputeOnlyInSampleAndHeldOutByGpu) {
     const double a = err(*all), b = err(*held[p.gpu]);
     in_err.push_back(std::abs(a));
     out_err.push_back(std::abs(b));
-    t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
+    t.add_row({p.id, p.checkpointing.is_full() ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
                fixed(a, 1), fixed(b, 1)});
   }
   std::cout << "\nPublished throughput, compute only (error of simulated tokens/s per GPU)\n"
@@ -270,7 +270,7 @@ TEST(PublishedThroughput, HopperCheckSetComputeOnly) {
     err_waves.push_back(std::abs(c));
     sim.push_back(p.tokens_per_s_per_gpu * (1 + a / 100));
     meas.push_back(p.tokens_per_s_per_gpu);
-    t.add_row({p.id, p.checkpointing ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
+    t.add_row({p.id, p.checkpointing.is_full() ? "full" : "off", fixed(p.tokens_per_s_per_gpu, 0),
                fixed(a, 1), fixed(b, 1), fixed(c, 1)});
   }
   int conc = 0, disc = 0;

@@ -80,13 +80,25 @@ TEST(FrameworkPlan, DdpSplitPlansReplicateEachStage) {
   PlanRequest request;
   request.parallelism = "3d";
   request.tensor_parallel = 2;
-  const PlanAnswer answer = answer_plan(ddp, request);
-  ASSERT_TRUE(answer.split.has_value());
-  const Plan& plan = answer.split->plan;
+  const PlanResult answer = answer_plan(ddp, request);
+  ASSERT_EQ(answer.family(), PlanFamily::Split);
+  const Plan& plan = answer.plan;
   ASSERT_TRUE(plan.has_split());
   EXPECT_EQ(plan.model_split.sharding, ShardingKind::None);
-  EXPECT_GT(answer.split->simulated_iteration_s, 0.0);
+  EXPECT_GT(answer.simulated_iteration_s.value_or(0.0), 0.0);
   EXPECT_NO_THROW(traces::check_plan_for(plan, ddp, "plan.json"));
+  // A split answer reads as an FSDP one does: its prediction is its replay, its model time the
+  // search's estimate, its log the finalists' replays, and its record says the same.
+  ASSERT_TRUE(answer.split);
+  EXPECT_EQ(answer.predicted_iteration_s, *answer.simulated_iteration_s);
+  EXPECT_EQ(answer.model_iteration_s, answer.split->search.estimate.iteration_s);
+  EXPECT_EQ(plan_explanation(answer).rfind("replayed the estimate's best", 0), 0u)
+      << plan_explanation(answer);
+  const Json record = plan_record(answer);
+  EXPECT_EQ(record["predicted"]["simulated_iteration_s"].get<double>(),
+            answer.predicted_iteration_s);
+  EXPECT_EQ(record["predicted"]["predicted_samples_per_s"].get<double>(),
+            answer.rate.samples_per_s);
 
   // The refusal's text, or "accepted" when nothing was refused.
   const auto refusal = [](const auto& call) -> std::string {

@@ -1,4 +1,4 @@
-// Leaving GPUs out (plan_request.hpp, PlanAnswer::faster_without): the cluster without its
+// Leaving GPUs out (plan_request.hpp, PlanResult::faster_without): the cluster without its
 // slowest GPU types is planned with the same request, and a faster subset is the answer (its
 // plan's "nodes"), named with both times; `use_all` and the baseline strategies weigh none.
 #include <gtest/gtest.h>
@@ -53,7 +53,7 @@ TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
   const Scenario s = slow_link_mix();
   PlanRequest r;
   r.parallelism = "fsdp";  // one family keeps the test fast; the rule is the same for both
-  const PlanAnswer a = answer_plan(s, r);
+  const PlanResult a = answer_plan(s, r);
   ASSERT_TRUE(a.faster_without.has_value()) << a.subsets;
   const IdleAdvice& w = *a.faster_without;
   EXPECT_EQ(w.nodes, std::vector<std::string>{"l4-0"});
@@ -61,41 +61,41 @@ TEST(PlanSubsets, ASlowerWithEveryGpuPlanNamesTheNodesToLeaveIdle) {
   EXPECT_EQ(w.used_nodes, std::vector<int>{0});
   EXPECT_EQ(w.gpus, "8x L4");
   // The answer is the plan of the A100 node: its "nodes" say so, its rows are the A100s'.
-  ASSERT_TRUE(a.fsdp.has_value());
-  EXPECT_EQ(a.fsdp->plan.nodes, std::vector<int>{0});
-  EXPECT_EQ(a.fsdp->plan.ranks.size(), 8u);
+  EXPECT_EQ(a.family(), PlanFamily::Fsdp);
+  EXPECT_EQ(a.plan.nodes, std::vector<int>{0});
+  EXPECT_EQ(a.plan.ranks.size(), 8u);
   // Both times are the simulator's: the A100 node's own plan's (the answer), and the plan of
   // every GPU (what --use-all answers).
   EXPECT_DOUBLE_EQ(w.without_s, detail::answer_iteration_s(a));
   PlanRequest alone = r;
   alone.use_all = true;
-  const PlanAnswer a100 = answer_plan(with_nodes(s, {0}), alone);
+  const PlanResult a100 = answer_plan(with_nodes(s, {0}), alone);
   EXPECT_DOUBLE_EQ(w.without_s, detail::answer_iteration_s(a100));
   EXPECT_LT(w.without_s, w.with_all_s * (1 - kIdleGain));
   // Said in the summary, the log and the record.
   EXPECT_NE(plan_summary(a).find("left idle: 8x L4 (ranks 8-15, nodes l4-0)"), std::string::npos)
       << plan_summary(a);
   EXPECT_NE(plan_explanation(a).find("without 8x L4"), std::string::npos);
-  const Json record = plan_answer_record(a);
+  const Json record = plan_record(a);
   EXPECT_EQ(record["predicted"]["faster_without"]["idle_ranks"].size(), 8u);
   EXPECT_EQ(record["nodes"], Json::array({0}));
   // The plan's identity covers its nodes: the same rows on other nodes are another run.
-  Plan elsewhere = a.fsdp->plan;
+  Plan elsewhere = a.plan;
   elsewhere.nodes = {1};
-  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.plan));
   elsewhere.nodes.clear();
-  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.fsdp->plan));
+  EXPECT_NE(traces::plan_hash(elsewhere), traces::plan_hash(a.plan));
 
   // use_all weighs no subset.
   PlanRequest all = r;
   all.use_all = true;
-  const PlanAnswer every = answer_plan(s, all);
+  const PlanResult every = answer_plan(s, all);
   EXPECT_FALSE(every.faster_without.has_value());
   EXPECT_TRUE(every.subsets.empty());
   EXPECT_DOUBLE_EQ(detail::answer_iteration_s(every), w.with_all_s);
-  ASSERT_TRUE(every.fsdp.has_value());
-  EXPECT_TRUE(every.fsdp->plan.nodes.empty());
-  EXPECT_EQ(every.fsdp->plan.ranks.size(), 16u);
+  EXPECT_EQ(every.family(), PlanFamily::Fsdp);
+  EXPECT_TRUE(every.plan.nodes.empty());
+  EXPECT_EQ(every.plan.ranks.size(), 16u);
 }
 
 TEST(PlanSubsets, BaselinesAndOneClassWeighNone) {

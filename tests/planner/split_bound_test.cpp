@@ -353,7 +353,7 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
     const auto a = planner::search_split(s, bounded, models);
     const auto b = planner::search_split(s, full, models);
     EXPECT_EQ(to_json(a.split).dump(), to_json(b.split).dump());
-    EXPECT_EQ(a.recompute, b.recompute);
+    EXPECT_EQ(a.checkpointing, b.checkpointing);
     EXPECT_DOUBLE_EQ(a.estimate.iteration_s, b.estimate.iteration_s);
     EXPECT_EQ(b.bounded, 0);
     if (&s == &cases.back()) {
@@ -365,7 +365,8 @@ TEST(SplitBound, TheBoundedSearchReturnsTheBestOfTheFullSearch) {
     }
     EXPECT_LE(a.evaluated, b.evaluated);
     skipped += a.bounded;
-    std::cout << to_json(a.split).dump() << " recompute " << a.recompute << ": " << a.evaluated
+    std::cout << to_json(a.split).dump() << " checkpointing "
+              << to_string(ActivationCheckpointing{a.checkpointing}) << ": " << a.evaluated
               << " priced, " << a.bounded << " skipped by bound (" << b.evaluated << " without)\n";
   }
   EXPECT_GT(skipped, 0);
@@ -393,12 +394,13 @@ TEST(SplitBound, StagesOfOneFirstRankAndSizeKeepTheirOwnMemoryCaps) {
   const auto a = planner::search_split(s, bounded, models);
   const auto b = planner::search_split(s, full, models);
   EXPECT_EQ(to_json(a.split).dump(), to_json(b.split).dump());
-  EXPECT_EQ(a.recompute, b.recompute);
+  EXPECT_EQ(a.checkpointing, b.checkpointing);
   EXPECT_DOUBLE_EQ(a.estimate.iteration_s, b.estimate.iteration_s);
   EXPECT_GT(a.bounded, 0);  // the bound skips some, yet not the best
-  std::cout << to_json(a.split).dump() << " recompute " << a.recompute << ": "
-            << a.estimate.iteration_s << " s; " << a.evaluated << " priced, " << a.bounded
-            << " skipped by bound (" << b.evaluated << " without)\n";
+  std::cout << to_json(a.split).dump() << " checkpointing "
+            << to_string(ActivationCheckpointing{a.checkpointing}) << ": " << a.estimate.iteration_s
+            << " s; " << a.evaluated << " priced, " << a.bounded << " skipped by bound ("
+            << b.evaluated << " without)\n";
 }
 
 // The floor deal (the search's second first deal) puts its busiest stage at busy_floor's level,

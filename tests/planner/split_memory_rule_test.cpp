@@ -16,9 +16,9 @@
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/planner/split_estimate.hpp"
-#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "split_fixture.hpp"
+#include "split_plan.hpp"
 
 namespace cephalo {
 namespace {
@@ -163,7 +163,8 @@ TEST(SplitMemoryRule, APlanOutOfMemoryInItsReplayIsNeverWritten) {
   const auto models = costmodels::make_cost_models(s, "roofline");
   auto candidate = [&](ShardingKind sharding) {
     const ModelSplit split = make_split({1, 2, false, {K::OneFOneB, 1}}, 4, 16, sharding);
-    return planner::SplitCandidate{split, false, planner::ReplicaBatches::Even,
+    return planner::SplitCandidate{split, ActivationCheckpointing::Kind::None,
+                                   planner::ReplicaBatches::Even,
                                    planner::estimate_split(s, split, {}, models)};
   };
   const auto unsharded = candidate(ShardingKind::None);
@@ -177,7 +178,8 @@ TEST(SplitMemoryRule, APlanOutOfMemoryInItsReplayIsNeverWritten) {
   const auto r = planner::plan_for_split(s, search, models);
   EXPECT_FALSE(r.simulated_oom);
   EXPECT_EQ(r.plan.model_split, sharded.split);
-  EXPECT_EQ(r.search.split, sharded.split);
+  ASSERT_EQ(r.family(), planner::PlanFamily::Split);
+  EXPECT_EQ(r.split->search.split, sharded.split);
   search.finalists = {unsharded};
   try {
     planner::plan_for_split(s, search, models);

@@ -55,7 +55,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   SplitSearchOptions options;
   options.sharding = ShardingKind::Optimizer;
   options.sequence_parallel = false;
-  options.recompute = false;
+  options.checkpointing = ActivationCheckpointing::Kind::None;
   // The type-block family with even replicas, which this enumeration covers (stages of whole
   // nodes with balanced replicas: split_uneven_test.cpp).
   options.node_stages = false;
@@ -170,8 +170,7 @@ TEST(SplitSearch, MatchesTheExhaustiveEnumerationOnTwoGpuTypes) {
   EXPECT_LT(r.evaluated, candidates / 10);
   // Its estimate is the split's own.
   SplitOptions o;
-  o.activation_checkpointing.kind =
-      r.recompute ? ActivationCheckpointing::Kind::Full : ActivationCheckpointing::Kind::None;
+  o.activation_checkpointing.kind = r.checkpointing;
   EXPECT_DOUBLE_EQ(estimate_split(s, r.split, o, models).iteration_s, r.estimate.iteration_s);
 }
 
@@ -192,7 +191,7 @@ TEST(SplitSearch, HonoursFixedDimensions) {
   options.micro_batches = 8;
   options.sharding = ShardingKind::None;
   options.sequence_parallel = true;
-  options.recompute = true;
+  options.checkpointing = ActivationCheckpointing::Kind::Full;
   const auto r = search_split(s, options, models);
   EXPECT_EQ(r.split.stages.size(), 4u);
   for (std::size_t i = 0; i < r.split.stages.size(); ++i)
@@ -201,7 +200,7 @@ TEST(SplitSearch, HonoursFixedDimensions) {
   EXPECT_EQ(r.split.micro_batches, 8);
   EXPECT_EQ(r.split.sharding, ShardingKind::None);
   EXPECT_TRUE(r.split.sequence_parallel);
-  EXPECT_TRUE(r.recompute);
+  EXPECT_EQ(r.checkpointing, ActivationCheckpointing::Kind::Full);
   ASSERT_EQ(r.best_per_stages.size(), 1u);
   EXPECT_EQ(r.best_per_stages[0].split.stages.size(), 4u);
 
@@ -216,8 +215,10 @@ TEST(SplitSearch, HonoursFixedDimensions) {
                                                          : pipeline::PipelineSchedule{Kind::GPipe};
   EXPECT_EQ(search_split(s, one, models).split.schedule, *one.schedule);
   one = {};
-  one.recompute = !open.recompute;
-  EXPECT_EQ(search_split(s, one, models).recompute, *one.recompute);
+  one.checkpointing = open.checkpointing == ActivationCheckpointing::Kind::Full
+                          ? ActivationCheckpointing::Kind::None
+                          : ActivationCheckpointing::Kind::Full;
+  EXPECT_EQ(search_split(s, one, models).checkpointing, *one.checkpointing);
   // A T that does not divide the heads is a ValidationError, not an empty search.
   one = {};
   one.tensor_parallel = 3;
@@ -323,7 +324,7 @@ TEST(SplitSearch, ReturnsTheRecordedSplitsOnLargerScenarios) {
     options.estimate.backward_at_forward_rate = true;
     const auto r = search_split(s, options, costmodels::make_cost_models(s));
     const Json got = {{"model_split", to_json(r.split)},
-                      {"recompute", r.recompute},
+                      {"recompute", r.checkpointing == ActivationCheckpointing::Kind::Full},
                       {"iteration_s", r.estimate.iteration_s}};
     if (record) {
       answers[c.name] = got;

@@ -194,7 +194,7 @@ TEST(SplitReplicas, TheSearchMatchesTheExhaustiveEnumerationOfMixedStagesAndUnev
   SplitSearchOptions options;
   options.sharding = ShardingKind::Full;
   options.sequence_parallel = false;
-  options.recompute = false;
+  options.checkpointing = ActivationCheckpointing::Kind::None;
   options.tensor_parallel = 1;
   // The family enumerated; the type-block family has its own exhaustive test
   // (SplitSearch.MatchesTheExhaustiveEnumerationOnTwoGpuTypes) and the search keeps the better.

@@ -141,9 +141,9 @@ TEST_F(SweepPlan, EachRowIsThePlanOfItsMix) {
     r.split_finalists = kSweepSplitFinalists;
     r.split_max_stages = kSweepSplitMaxStages;
     const Scenario s = mix_scenario(spec, mix, 1);
-    const PlanAnswer a = answer_plan(s, r);
-    const double iteration_s =
-        a.fsdp ? a.fsdp->predicted_iteration_s : a.split->simulated_iteration_s;
+    const PlanResult a = answer_plan(s, r);
+    EXPECT_EQ(row.family, to_string(a.family()));
+    const double iteration_s = a.predicted_iteration_s;  // either family: the replay's
     EXPECT_NEAR(row.samples_per_s, s.job.global_batch / iteration_s, 1e-9 * row.samples_per_s);
     EXPECT_NEAR(row.tokens_per_s, row.samples_per_s * 512, 1e-9 * row.tokens_per_s);
     EXPECT_NEAR(row.tokens_per_dollar, row.tokens_per_s * 3600 / row.cost_per_hour,
@@ -168,9 +168,10 @@ TEST_F(SweepPlan, TheSplitSearchBoundIsTheSpecsToSet) {
   PlanRequest r;
   r.parallelism = "3d";  // plan's search: no bound set
   const Scenario s = mix_scenario(spec, mix, 0);
-  const PlanAnswer a = answer_plan(s, r);
-  ASSERT_TRUE(a.split);
-  EXPECT_NEAR(row.samples_per_s, s.job.global_batch / a.split->simulated_iteration_s,
+  const PlanResult a = answer_plan(s, r);
+  ASSERT_EQ(a.family(), PlanFamily::Split);
+  ASSERT_TRUE(a.simulated_iteration_s);
+  EXPECT_NEAR(row.samples_per_s, s.job.global_batch / *a.simulated_iteration_s,
               1e-9 * row.samples_per_s);
   const Json record = sweep_json(spec, {row});
   EXPECT_EQ(record["split_search"]["finalists"], 8);

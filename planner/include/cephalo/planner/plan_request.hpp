@@ -7,8 +7,8 @@
 //   PlanRequest r;
 //   r.options.options_source = kOptionsFromCommandLine;  // messages spell `--tensor-parallel`
 //   r.parallelism = "auto";
-//   PlanAnswer a = answer_plan(scenario, r);  // a.fsdp or a.split; a.why says why
-//   plan_answer_record(a)                     // what `cephalo plan --json` prints
+//   PlanResult a = answer_plan(scenario, r);  // a.family(); a.why says why (auto)
+//   plan_record(a)                            // what `cephalo plan --json` prints
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +16,6 @@
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/planner/plan_result.hpp"
-#include "cephalo/planner/split_plan.hpp"
 #include "cephalo/planner/split_search.hpp"
 
 namespace cephalo::planner {
@@ -70,10 +69,11 @@ void check_request(const PlanRequest& request);
 PlannerOptions fsdp_options(const PlanRequest& request);
 SplitSearchOptions split_options(const PlanRequest& request);
 
-// The answer: exactly one of `fsdp` and `split` is set. A split is plan_split's: the search's
-// best split made into its plan and replayed. With parallelism auto both families are planned
-// (an FSDP plan that cannot be made throws; a split search that finds nothing is noted) and
-// choose_family keeps the faster, `why` saying why the other lost.
+// The answer, one PlanResult of either family: an FSDP plan is make_plan's, a split is
+// plan_split's (the search's best split made into its plan and replayed). With parallelism auto
+// both families are planned (an FSDP plan that cannot be made throws; a split search that finds
+// nothing is noted) and choose_family (src/split_plan.hpp) keeps the faster, `why` saying why the
+// other lost. `planning_s` is the whole answer's wall time.
 //
 // Leaving GPUs out: unless `use_all`, the cluster's nodes are grouped into classes by their GPU
 // types, and the cluster without its slowest class, its two slowest, ... (at most
@@ -87,42 +87,7 @@ SplitSearchOptions split_options(const PlanRequest& request);
 // candidate weighed.
 inline constexpr int kMaxSubsetCandidates = 3;
 inline constexpr double kIdleGain = 0.01;
-struct IdleAdvice {
-  std::vector<std::string> nodes;  // the nodes left idle, by name
-  std::vector<int> ranks;          // their ranks in the scenario's cluster (every GPU numbered)
-  std::vector<int> used_nodes;     // the nodes the plan runs on: its "nodes"
-  std::string gpus;                // "16x L4"
-  double with_all_s = 0;           // the best plan of every GPU, simulated
-  double without_s = 0;            // the answered plan of the other nodes, simulated
-  std::string without_plan;        // that plan in words ("the split TP 2 x PP 2 ...")
-};
-struct PlanAnswer {
-  std::optional<PlanResult> fsdp;
-  std::optional<SplitPlanResult> split;
-  std::string why;  // empty unless parallelism is auto
-  std::optional<IdleAdvice> faster_without;
-  std::string subsets;  // the subsets weighed and their times; empty when none was
-  // The whole answer's wall time: both families, their replays and the subsets weighed (a
-  // family's own PlanResult::planning_s is its strategy alone).
-  double planning_s = 0;
-};
-PlanAnswer answer_plan(const Scenario& scenario, const PlanRequest& request);
-
-// What `cephalo plan` prints under its table, at most kPlanSummaryLines lines: the plan
-// chosen with its predicted time and throughput, the runner-up and why it lost (its time, or
-// with parallelism auto the other family's `why`), when leaving nodes idle is faster which
-// and by how much, and where the full log is.
-inline constexpr int kPlanSummaryLines = 4;
-std::string plan_summary(const PlanAnswer& answer);
-// The whole search log (`plan --explain`, and the record's "explanation"): the strategy's
-// note (its candidates and their times), a split's replayed finalists, and with parallelism
-// auto why the other family lost.
-std::string plan_explanation(const PlanAnswer& answer);
-
-// What `cephalo plan --json` prints and -o writes: the Plan carrying its prediction
-// (plan_record of either family; a split's Plan has its "model_split"), its rows in `form`;
-// "predicted" also holds "explanation" (plan_explanation).
-Json plan_answer_record(const PlanAnswer& answer, PlanForm form = PlanForm::Auto);
+PlanResult answer_plan(const Scenario& scenario, const PlanRequest& request);
 
 // `cephalo predict 3d`'s request: the estimate of one given split, its options as text.
 struct SplitEstimateRequest {

@@ -39,7 +39,7 @@
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
-#include "cephalo/planner/plan_result.hpp"
+#include "cephalo/planner/planner_options.hpp"
 #include "cephalo/planner/split_estimate.hpp"
 
 namespace cephalo::planner {
@@ -52,12 +52,11 @@ struct SplitSearchOptions {
   std::optional<int> micro_batches;
   std::optional<ShardingKind> sharding;
   std::optional<bool> sequence_parallel;
-  std::optional<bool> recompute;  // full activation checkpointing
-  // Candidates without full recompute rerun each layer's attention core (selective recompute,
-  // `--activation-checkpointing selective`) instead of keeping every activation. Left open
-  // (recompute unset, selective false), a candidate without recompute that does not fit is
-  // priced again with selective recompute: the least recompute that fits, then the time.
-  bool selective = false;
+  // Every candidate's checkpointing: Full (every layer recomputed), None, or Selective (each
+  // layer's attention core rerun, `--activation-checkpointing selective`). Left open, the
+  // search tries none and full, and a candidate without recompute that does not fit is priced
+  // again with selective recompute: the least recompute that fits, then the time.
+  std::optional<ActivationCheckpointing::Kind> checkpointing;
   // Passed to estimate_split (recompute there is set per candidate).
   SplitOptions estimate;
   int max_pipeline_stages = 64;  // P searched up to this (and the layer count)
@@ -93,27 +92,19 @@ struct SplitSearchOptions {
   std::string options_source = "arguments";
 };
 
-// A split candidate's checkpointing: full recompute, else selective (each layer's attention
-// core rerun) or none.
-inline ActivationCheckpointing::Kind checkpointing_of(bool recompute, bool selective) {
-  return recompute   ? ActivationCheckpointing::Kind::Full
-         : selective ? ActivationCheckpointing::Kind::Selective
-                     : ActivationCheckpointing::Kind::None;
-}
-
 // One priced candidate.
 struct SplitCandidate {
   ModelSplit split;
-  bool recompute = false;
+  // Full (every layer recomputed), Selective (each layer's attention core rerun) or None.
+  ActivationCheckpointing::Kind checkpointing = ActivationCheckpointing::Kind::None;
   ReplicaBatches replica_batches = ReplicaBatches::Even;  // Even or BySpeed
   SplitEstimate estimate;
-  bool selective = false;  // without full recompute: each layer's attention core rerun
 };
 
 struct SplitSearchResult {
   ModelSplit split;  // the best
-  bool recompute = false;
-  bool selective = false;  // without full recompute: each layer's attention core rerun
+  // Full (every layer recomputed), Selective (each layer's attention core rerun) or None.
+  ActivationCheckpointing::Kind checkpointing = ActivationCheckpointing::Kind::None;
   // How its stages' replicas share each micro-batch: Even, or BySpeed (the samples and shares
   // in estimate.allocation).
   ReplicaBatches replica_batches = ReplicaBatches::Even;

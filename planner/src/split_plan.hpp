@@ -4,8 +4,9 @@
 // `simulate`, `run` and `predict 3d --split` read), and what `--parallelism auto` compares with
 // the FSDP plan, both sides on the simulator's scale (planner/README.md, "3D plans: search").
 //
-//   SplitPlanResult r = plan_split(scenario, options, models);  // search, plan, replay
+//   PlanResult r = plan_split(scenario, options, models);  // search, plan, replay
 //   r.simulated_iteration_s;  // what `cephalo simulate` of plan_record(r) reports
+//   r.split->search;          // the search that chose it (plan_result.hpp, SplitDetail)
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,39 +19,26 @@
 
 namespace cephalo::planner {
 
-struct SplitPlanResult {
-  SplitSearchResult search;
-  // even_split_plan of the chosen split: each stage's micro-batch divided evenly over its
-  // replicas (as the estimate prices it), every layer checkpointed when the split recomputes.
-  Plan plan;
-  traces::IterationReport report;  // the simulator's replay of `plan`
-  double simulated_iteration_s = 0;
-  bool simulated_oom = false;
-  std::string simulated_oom_detail;  // "rank 5 at F u12 mb3 r5 needs 23 GiB of 22 GiB usable"
-  // plan_split: each finalist's split and simulated time ("...: 7.58 s (out of memory)").
-  std::vector<std::string> replays;
-  // plan_split: the fastest other finalist that fits, as runner_up_text writes it; empty when
-  // there was none.
-  std::string runner_up;
-};
-
 // The plan of each of the search's finalists (the estimate's best few; none listed: the
 // search's split) as even_split_plan with the estimate's replica samples and shares and
 // checkpointing from `recompute`, replayed: the fastest in simulation that fits. Never a plan
 // its replay finds out of memory: when none fits, InfeasibleError naming the closest and its
-// shortfall.
-SplitPlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
-                               const costmodels::CostModels& models);
+// shortfall. The result is of the split family: its prediction the replay's time, its model
+// time the estimate's, its note the finalists' replays, its runner-up the fastest other
+// finalist that fits (as runner_up_text writes it; empty when there was none).
+PlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& search,
+                          const costmodels::CostModels& models);
 // search_split, then plan_for_split.
-SplitPlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
-                           const costmodels::CostModels& models);
+PlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,
+                      const costmodels::CostModels& models);
 
-// The plan record `--json` prints and -o writes: the Plan with "predicted" holding the
-// estimate, the replay's time and the search's counts.
-Json plan_record(const SplitPlanResult& result, PlanForm form = PlanForm::Auto);
-// The search's table (render_split_search), then the replay: its iteration time against the
-// estimate's, the bubble and exposed communication per stage.
-std::string render_split_plan(const SplitPlanResult& result);
+// A split plan's record (plan_record's for the split family): the Plan with its "model_split"
+// and "predicted" holding the estimate, the replay's time and the search's counts.
+Json split_plan_record(const PlanResult& result, PlanForm form = PlanForm::Auto);
+// A split plan's text (render_plan's for the split family): the search's table
+// (render_split_search), then the replay: its iteration time against the estimate's, the
+// bubble and exposed communication per stage.
+std::string render_split_plan(const PlanResult& result);
 
 // `plan --parallelism auto`: the one decision between the families, over what each produced:
 // its plan or, when it has none, why (`*_refusal`). The faster of the two, both replayed by the
@@ -65,8 +53,7 @@ struct FamilyChoice {
   std::string why;
 };
 FamilyChoice choose_family(const Scenario& scenario, const std::optional<PlanResult>& fsdp,
-                           const std::string& fsdp_refusal,
-                           const std::optional<SplitPlanResult>& split,
+                           const std::string& fsdp_refusal, const std::optional<PlanResult>& split,
                            const std::string& split_refusal, const costmodels::CostModels& models);
 
 }  // namespace cephalo::planner
