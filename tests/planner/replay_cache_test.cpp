@@ -14,16 +14,8 @@ namespace cephalo::planner {
 namespace {
 
 Scenario four_ranks() {
-  Json node = {{"gpus", Json::array({{{"type", "A100-80GB"}, {"count", 2}}})},
-               {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "3us"}}},
-               {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}};
-  Json nodes = Json::array();
-  for (const char* name : {"n0", "n1"}) {
-    node["name"] = name;
-    nodes.push_back(node);
-  }
-  return test_support::inline_scenario("memo", "memo", nodes, "gpt-1.3b", 1024, 16,
-                                       "<replay cache test>");
+  return test_support::inline_scenario("memo", "memo", test_support::two_a100_nodes(), "gpt-1.3b",
+                                       1024, 16, "<replay cache test>");
 }
 
 // Every rank `batch` samples in micro-batches of `micro` (the last may be smaller), shares even.
