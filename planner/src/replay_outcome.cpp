@@ -126,6 +126,8 @@ std::string replay_key(const Plan& plan) {
 
 }  // namespace
 
+bool ReplayCache::has(const Plan& plan) const { return done_.count(replay_key(plan)) > 0; }
+
 const SimOutcome& ReplayCache::outcome(const Plan& plan, const Scenario& scenario,
                                        const costmodels::CostModels& models) {
   std::string key = replay_key(plan);

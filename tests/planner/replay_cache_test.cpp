@@ -84,7 +84,11 @@ TEST(ReplayCache, RowsAndGroupsWrittenAsRunsStayDistinct) {
   const auto models = costmodels::make_cost_models(s);
   ReplayCache cache;
   const Plan even = plan_of(s, Accumulation::Layered, 4);
+  EXPECT_FALSE(cache.has(even));
   cache.outcome(even, s, models);
+  EXPECT_TRUE(cache.has(even));
+  EXPECT_TRUE(cache.has(plan_of(s, Accumulation::NoSync, 4)));    // one micro-batch each
+  EXPECT_FALSE(cache.has(plan_of(s, Accumulation::Layered, 2)));  // two each
   // The same samples in other places: 3, 5, 4, 4 and 5, 3, 4, 4 are runs of equal length.
   for (const auto& batches : {std::vector<int>{3, 5, 4, 4}, std::vector<int>{5, 3, 4, 4}}) {
     Plan p = even;
