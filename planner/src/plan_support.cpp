@@ -121,7 +121,9 @@ std::vector<int> split_batch(int batch, int m) {
 }
 
 double usable_bytes(const DeviceSpec& spec) {
-  return spec.memory_bytes * costmodels::MemoryConstants{}.usable_fraction;
+  // The constants predict_memory judges by, built once (a MemoryConstants built per call, with
+  // its string, was 4 % of the 100k default search: this runs per rank and candidate).
+  return spec.memory_bytes * costmodels::memory_constants().usable_fraction;
 }
 
 double plannable_bytes(const DeviceSpec& spec) { return usable_bytes(spec) - kPlanHeadroomBytes; }

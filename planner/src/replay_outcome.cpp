@@ -2,6 +2,8 @@
 #include "replay_outcome.hpp"
 
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -55,8 +57,21 @@ SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
 
 namespace {
 
+// The accumulation as the replay sees it: with at most one micro-batch on every rank that has
+// samples, every accumulation runs one round that reduces (schedule::rounds,
+// schedule::reduces_in_round) with the same micro-batch on the device (the memory model), so
+// the replays are one (the default search's schedule candidates differ in it alone at 100k
+// ranks of one micro-batch each: a third of them would be replayed again).
+Accumulation replayed_accumulation(const Plan& plan) {
+  for (const auto& r : plan.ranks)
+    if (r.batch > 0 && r.micro_batches > 1) return plan.accumulation;
+  return Accumulation::Layered;
+}
+
 // Every field of a plan the replay reads, as bytes (the scenario and strategy names and the
-// prediction are not read).
+// prediction are not read). Runs of equal rank rows and of consecutive ranks in a group are
+// written once with their length, so the key grows with the plan's classes, not its ranks (a
+// 100k-rank plan's rows written out were 2 MB, compared byte by byte on every lookup).
 std::string replay_key(const Plan& plan) {
   std::string key;
   auto put = [&key](const auto& v) {
@@ -64,29 +79,54 @@ std::string replay_key(const Plan& plan) {
     std::memcpy(bytes, &v, sizeof(v));
     key.append(bytes, sizeof(v));
   };
-  key.reserve(32 + plan.ranks.size() * 20);
-  put(static_cast<int>(plan.accumulation));
+  put(static_cast<int>(replayed_accumulation(plan)));
   put(static_cast<int>(plan.activation_checkpointing.kind));
   put(plan.activation_checkpointing.every);
   put(static_cast<int>(plan.offload));
   put(plan.prefetch);
   put(static_cast<int>(plan.uneven_collective));
   put(static_cast<int>(plan.sharding.kind));
+  put(plan.sharding.groups.size());
   for (const auto& g : plan.sharding.groups) {
-    put(static_cast<int>(g.size()));
-    for (int r : g) put(r);
+    // The group as runs of consecutive ranks: (first rank, length) each, their count first.
+    std::vector<std::pair<int, int>> runs;
+    for (int r : g) {
+      if (!runs.empty() && runs.back().first + runs.back().second == r)
+        ++runs.back().second;
+      else
+        runs.emplace_back(r, 1);
+    }
+    put(runs.size());
+    for (const auto& [first, length] : runs) {
+      put(first);
+      put(length);
+    }
   }
   if (plan.has_split()) key += to_json(plan.model_split).dump();
-  for (const auto& r : plan.ranks) {
+  // The rows as runs of equal rows: (length, row) each; the lengths sum to the rank count.
+  put(plan.ranks.size());
+  const auto same_row = [](const PlanRank& a, const PlanRank& b) {
+    return a.batch == b.batch && a.micro_batch == b.micro_batch &&
+           a.micro_batches == b.micro_batches &&
+           std::memcmp(&a.state_share, &b.state_share, sizeof(double)) == 0;
+  };
+  for (std::size_t i = 0; i < plan.ranks.size();) {
+    std::size_t j = i + 1;
+    while (j < plan.ranks.size() && same_row(plan.ranks[i], plan.ranks[j])) ++j;
+    const auto& r = plan.ranks[i];
+    put(j - i);
     put(r.batch);
     put(r.micro_batch);
     put(r.micro_batches);
     put(r.state_share);
+    i = j;
   }
   return key;
 }
 
 }  // namespace
+
+bool ReplayCache::has(const Plan& plan) const { return done_.count(replay_key(plan)) > 0; }
 
 const SimOutcome& ReplayCache::outcome(const Plan& plan, const Scenario& scenario,
                                        const costmodels::CostModels& models) {

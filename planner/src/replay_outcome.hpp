@@ -36,6 +36,8 @@ class ReplayCache {
  public:
   const SimOutcome& outcome(const Plan& plan, const Scenario& scenario,
                             const costmodels::CostModels& models);
+  // Whether `plan` was replayed before (its outcome() is then a lookup).
+  bool has(const Plan& plan) const;
   int replays() const { return static_cast<int>(done_.size()); }
   int hits() const { return hits_; }
 

@@ -212,8 +212,11 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
     }
     // A grouping whose ranks are too unlike to replay by class would be replayed rank by rank:
     // at 100k ranks seconds and gigabytes for one candidate among many. It is skipped, and the
-    // note says so; below the limit every candidate is replayed.
-    if (c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks) {
+    // note says so; below the limit every candidate is replayed. A grouping replayed before
+    // passed this check then (hybrid plans are replayed only here): even's and proportional's
+    // plans, weighed after optimal's, often group into the same plan.
+    if (c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks &&
+        !(replays && replays->has(p))) {
       const int built = sim::replayed_ranks(p, s);
       if (built > kMostReplayedRanks) {
         why << " " << c.label << " not replayed (its replay would build " << built << " of "

@@ -17,16 +17,8 @@ namespace cephalo::planner {
 namespace {
 
 Scenario two_node_scenario(Framework framework) {
-  Json node = {{"gpus", Json::array({{{"type", "A100-80GB"}, {"count", 2}}})},
-               {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "3us"}}},
-               {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}};
-  Json nodes = Json::array();
-  for (const char* name : {"n0", "n1"}) {
-    node["name"] = name;
-    nodes.push_back(node);
-  }
-  Scenario s =
-      test_support::inline_scenario("ddp", "ddp", nodes, "gpt-1.3b", 1024, 16, "<framework test>");
+  Scenario s = test_support::inline_scenario("ddp", "ddp", test_support::two_a100_nodes(),
+                                             "gpt-1.3b", 1024, 16, "<framework test>");
   s.job.implementation.framework = framework;
   return s;
 }

@@ -8,6 +8,19 @@
 
 namespace cephalo::test_support {
 
+// Nodes "n0" and "n1", each 2 A100-80GB on NVLink, joined by 100 Gbit/s Ethernet.
+inline Json two_a100_nodes() {
+  Json node = {{"gpus", Json::array({{{"type", "A100-80GB"}, {"count", 2}}})},
+               {"intra_link", {{"kind", "nvlink"}, {"bandwidth", "300GB/s"}, {"latency", "3us"}}},
+               {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}};
+  Json nodes = Json::array();
+  for (const char* name : {"n0", "n1"}) {
+    node["name"] = name;
+    nodes.push_back(node);
+  }
+  return nodes;
+}
+
 inline Scenario inline_scenario(const std::string& name, const std::string& cluster,
                                 const Json& nodes, const std::string& model, int seq, int batch,
                                 const std::string& origin) {
