@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "../support/run_command.hpp"
-#include "sweep_spec_fixture.hpp"
 
 namespace {
 
@@ -640,66 +639,6 @@ TEST(PlanCli, AGroupThatCannotHoldItsCopyOfTheStateIsRefused) {
 
 TEST(PlanCli, UnknownStrategyIsAUsageError) {
   EXPECT_EQ(run("plan --scenario " + kDefault + " --strategy fastest").code, 2);
-}
-
-TEST(SweepCli, WritesCsvWithAParetoFrontier) {
-  const auto spec = tmp("sweep.json");
-  cephalo::test_support::write_small_sweep_spec(spec, "optimal");
-  const auto csv = tmp("sweep.csv");
-  const auto r = run("sweep --quiet --spec " + spec.string() + " -o " + csv.string());
-  ASSERT_EQ(r.code, 0) << r.out;
-  std::ifstream in(csv);
-  std::string line;
-  int rows = 0, pareto = 0;
-  std::getline(in, line);
-  EXPECT_EQ(line.rfind("mix,network,gpus,nodes,cost_per_hour,family", 0), 0u);
-  while (std::getline(in, line)) {
-    ++rows;
-    // pareto is the 14th column; mixes and networks are quoted and contain no commas
-    int commas = 0;
-    std::size_t i = 0;
-    for (; i < line.size() && commas < 13; ++i) commas += line[i] == ',';
-    pareto += line.compare(i, 1, "1") == 0;
-  }
-  EXPECT_EQ(rows, 8);  // 3 × 3 − 1 mixes
-  EXPECT_GE(pareto, 1);
-}
-
-TEST(SweepCli, BadSpecNamesFileAndPath) {
-  const auto spec = tmp("bad-sweep.json");
-  std::ofstream(spec) << R"({"pool": [{"gpu": "l4", "max_count": 2, "colour": "red"}],
-    "node": {"intra_link": {"kind": "pcie"}, "nic": {"kind": "ethernet"}}, "job": {}})";
-  const auto r = run("sweep --spec " + spec.string());
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("bad-sweep.json"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("colour"), std::string::npos) << r.out;
-}
-
-TEST(SweepCli, ASpaceAboveMaxMixesIsRefusedWithItsCountBeforePlanning) {
-  const auto spec = tmp("huge-sweep.json");
-  // 4097^4 - 1 ≈ 2.8e14 combinations of counts, no budget.
-  std::ofstream(spec) << R"({"name": "huge", "pool": [{"gpu": "a6000", "max_count": 4096},
-    {"gpu": "l4", "max_count": 4096}, {"gpu": "t4", "max_count": 4096},
-    {"gpu": "a10g", "max_count": 4096}], "node": {"gpus_per_node": 8,
-    "intra_link": {"kind": "pcie", "generation": 4, "lanes": 16},
-    "nic": {"kind": "ethernet", "bandwidth": "100Gbit/s", "latency": "10us"}},
-    "job": ")" << CEPHALO_SOURCE_DIR
-                      << R"(/scenarios/jobs/gpt-2.7b-s512.json"})";
-  auto r = run("sweep --spec " + spec.string());
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("huge-sweep.json"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("281749955297280"), std::string::npos) << r.out;  // 4097^4 - 1
-  EXPECT_NE(r.out.find("more than 5000 mixes"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("samples/s"), std::string::npos) << r.out;  // nothing was planned
-  // The bound is the flag's: the 8-mix sweep passes with 8 and is refused with 7.
-  const auto small = tmp("sweep.json");
-  cephalo::test_support::write_small_sweep_spec(small, "even");
-  r = run("sweep --quiet --max-mixes 7 --spec " + small.string());
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("more than 7 mixes"), std::string::npos) << r.out;
-  r = run("sweep --quiet --max-mixes 8 --spec " + small.string());
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(run("sweep --max-mixes 0 --spec " + small.string()).code, 2);
 }
 
 }  // namespace
