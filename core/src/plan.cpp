@@ -381,6 +381,17 @@ Plan load_plan(const std::filesystem::path& file) {
   return parse_plan(r);
 }
 
+namespace {
+
+// The units a stage's ranks build (DESIGN §4, "Units"): its layers, the embedding on the first
+// of `p` stages, the head on the last (a stage count near the layer count would otherwise be
+// charged p times what its graph holds).
+std::int64_t stage_units(std::size_t s, std::size_t p, std::int64_t layers) {
+  return layers + (s == 0 ? 1 : 0) + (s + 1 == p ? 1 : 0);
+}
+
+}  // namespace
+
 std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
   const int layers = scenario.job.model.num_layers;
   std::int64_t passes = 0;
@@ -391,12 +402,13 @@ std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
   }
   const auto stages =
       resolved_stages(plan.model_split, layers, static_cast<int>(plan.ranks.size()));
-  // A stage's units (as split_unit_passes counts them) times each of its ranks' micro-batches:
-  // a rank with sub-steps runs its units once per sub-step.
+  // A stage's units times each of its ranks' micro-batches: a rank with sub-steps runs its
+  // units once per sub-step.
   const std::size_t p = stages.size();
   for (std::size_t s = 0; s < p; ++s) {
-    std::int64_t units = (s == 0 ? 1 : 0) + (s + 1 == p ? 1 : 0);
-    for (const LayerRange& c : stages[s].chunks) units += std::max(0, c.size());
+    std::int64_t held = 0;
+    for (const LayerRange& c : stages[s].chunks) held += std::max(0, c.size());
+    const std::int64_t units = stage_units(s, p, held);
     for (int r : stages[s].ranks)
       if (r >= 0 && static_cast<std::size_t>(r) < plan.ranks.size())
         passes += units * plan.ranks[static_cast<std::size_t>(r)].micro_batches;
@@ -406,14 +418,11 @@ std::int64_t full_unit_passes(const Plan& plan, const Scenario& scenario) {
 
 std::int64_t split_unit_passes(std::span<const int> stage_layers, std::span<const int> stage_ranks,
                                int micro_batches) {
-  // A stage's ranks build only the stage's units: its layers, the embedding on the first stage,
-  // the head on the last (a stage count near the layer count would otherwise be charged p
-  // times what its graph holds), for each of the pipeline's micro-batches.
+  // A stage's ranks build only the stage's units, for each of the pipeline's micro-batches.
   std::int64_t passes = 0;
   const std::size_t p = stage_layers.size();
   for (std::size_t s = 0; s < p && s < stage_ranks.size(); ++s) {
-    const std::int64_t units = stage_layers[s] + (s == 0 ? 1 : 0) + (s + 1 == p ? 1 : 0);
-    passes += units * micro_batches * std::int64_t{stage_ranks[s]};
+    passes += stage_units(s, p, stage_layers[s]) * micro_batches * std::int64_t{stage_ranks[s]};
   }
   return passes;
 }
