@@ -32,17 +32,11 @@ using K = pipeline::PipelineSchedule::Kind;
 using CK = ActivationCheckpointing::Kind;
 
 // The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
-// with the estimate's samples and shares and the checkpointing.
+// with the estimate's samples, sub-steps and shares and the checkpointing.
 Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
              const ActivationCheckpointing& ck) {
   Plan plan = even_split_plan(s, split, "<test>");
-  const planner::ReplicaAllocation& a = e.allocation;
-  if (!a.empty())
-    for (PlanRank& r : plan.ranks) {
-      r.micro_batch = a.micro_batch[static_cast<std::size_t>(r.rank)];
-      r.batch = r.micro_batch * r.micro_batches;
-      r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
-    }
+  planner::apply_allocation(plan, e.allocation);
   plan.activation_checkpointing = ck;
   return plan;
 }
