@@ -159,7 +159,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     ReplicaMemory memory_of(*this, split, T, units,
                             schedule_orders.orders[static_cast<std::size_t>(s)], options, file);
     if (mode == ReplicaBatches::BySpeed)
-      deal_by_speed(rep, memory_of, !split.is_default(), pass_of);
+      deal_by_speed(rep, memory_of, !split.is_default(), split.sharding != ShardingKind::None,
+                    pass_of);
     // The stage's step times: the slowest replica's, per chunk.
     std::size_t slowest = 0;
     double slowest_total = -1;
@@ -199,26 +200,6 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.tp_collectives_forward = ps.f_calls;
     est.tp_collectives_backward = ps.b_calls;
 
-    // State shares: given, equal, or by the memory each rank of a sharding group has free
-    // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
-    if (mode == ReplicaBatches::BySpeed && split.sharding != ShardingKind::None) {
-      for (const auto& group : rep.groups) {
-        std::vector<double> free;
-        free.reserve(group.size());
-        std::size_t prev = 0;
-        for (std::size_t j : group) {
-          if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
-              rep.sub[j] == rep.sub[prev])
-            free.push_back(free.back());
-          else
-            free.push_back(std::max(
-                0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0)));
-          prev = j;
-        }
-        const std::vector<double> share = detail::shares_by_free_memory(free);
-        for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
-      }
-    }
     for (const auto& g : rep.groups)
       for (std::size_t j : g)
         if (std::fabs(rep.share[j] - 1.0 / static_cast<double>(g.size())) > 1e-12)

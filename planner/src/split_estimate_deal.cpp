@@ -6,13 +6,14 @@
 #include <map>
 #include <utility>
 
+#include "plan_support.hpp"
 #include "split_estimator_impl.hpp"
 #include "split_replicas.hpp"
 
 namespace cephalo::planner {
 
 void SplitEstimator::Impl::deal_by_speed(
-    Replicas& rep, ReplicaMemory& memory_of, bool sub_steps,
+    Replicas& rep, ReplicaMemory& memory_of, bool sub_steps, bool sharded,
     const std::function<const StagePass&(std::size_t, int, int)>& pass_of) {
   // The most samples each replica holds with none of the sharded state (dealt after): the
   // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries),
@@ -60,6 +61,47 @@ void SplitEstimator::Impl::deal_by_speed(
   rep.sub.resize(rep.size.size());
   for (std::size_t j = 0; j < rep.size.size(); ++j)
     rep.sub[j] = rep.size[j] < 1 ? 1 : sub_of(j, rep.size[j]);
+
+  // State shares: given, equal, or by the memory each rank of a sharding group has free
+  // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
+  if (sharded) {
+    for (const auto& group : rep.groups) {
+      std::vector<double> free;
+      free.reserve(group.size());
+      std::size_t prev = 0;
+      for (std::size_t j : group) {
+        if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
+            rep.sub[j] == rep.sub[prev])
+          free.push_back(free.back());
+        else
+          free.push_back(std::max(
+              0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0)));
+        prev = j;
+      }
+      const std::vector<double> share = detail::shares_by_free_memory(free);
+      for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
+    }
+  }
+  // A replica that the state its share adds does not let fit runs its samples in more
+  // sub-steps, the fewest that fit with that share (none: it stays, and the stage is refused).
+  if (!sub_steps) return;
+  int chosen_before = 0;  // the previous replica's sub-steps before this step
+  for (std::size_t j = 0; j < rep.size.size(); ++j) {
+    const int b = rep.size[j];
+    // An alike replica at its predecessor's samples, sub-steps and share: the same answer.
+    if (j > 0 && rep.alike_memory(j, j - 1) && b == rep.size[j - 1] &&
+        rep.share[j] == rep.share[j - 1] && rep.sub[j] == chosen_before) {
+      rep.sub[j] = rep.sub[j - 1];
+      continue;
+    }
+    chosen_before = rep.sub[j];
+    if (b < 2 || memory_of.total(rep, j, b, rep.sub[j], rep.share[j]) <= rep.capacity[j]) continue;
+    for (int k = rep.sub[j] + 1; k <= b; ++k)
+      if (b % k == 0 && memory_of.total(rep, j, b, k, rep.share[j]) <= rep.capacity[j]) {
+        rep.sub[j] = k;
+        break;
+      }
+  }
 }
 
 void apply_allocation(Plan& plan, const ReplicaAllocation& a) {

@@ -459,11 +459,12 @@ struct SplitEstimator::Impl {
                          double element_bytes, double sharing);
   void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
                         int T, const SplitOptions& options, const std::string& file);
-  // ReplicaBatches::BySpeed: rep.size and rep.sub, each replica's samples of every micro-batch
-  // (balance_samples over its pass times, within what its memory holds at share 0) and its
-  // sub-steps (one while the share fits in one step; else, when `sub_steps`, the fewest that
-  // fit). `pass_of(class, b, k)`: the class's pass of b samples in k sub-steps.
-  void deal_by_speed(Replicas& rep, ReplicaMemory& memory_of, bool sub_steps,
+  // ReplicaBatches::BySpeed: rep.size, rep.sub and rep.share, each replica's samples of every
+  // micro-batch (balance_samples over its pass times, within what its memory holds at share 0),
+  // its sub-steps (one while the share fits in one step; else, when `sub_steps`, the fewest that
+  // fit, then with its state share) and, when `sharded`, its state share (by free memory).
+  // `pass_of(class, b, k)`: the class's pass of b samples in k sub-steps.
+  void deal_by_speed(Replicas& rep, ReplicaMemory& memory_of, bool sub_steps, bool sharded,
                      const std::function<const StagePass&(std::size_t, int, int)>& pass_of);
 };
 

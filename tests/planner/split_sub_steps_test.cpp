@@ -139,5 +139,74 @@ TEST(SplitSubSteps, TheEstimatePricesSubStepsAsTheReplayRunsThem) {
   EXPECT_GT(slower, compared / 2);
 }
 
+// One A100-80GB and one L4 (24 GB) in one stage, no sharding (each holds the whole state of a
+// 4-layer GPT of hidden 4096, sequence 4096) with full recompute: the L4's share by speed does
+// not fit in one step. The deal runs it in sub-steps, and what it chooses is the best of every
+// allocation of the micro-batch's samples to the two with every sub-step count dividing each,
+// enumerated; the plan written from it fits in the replay, which agrees with the estimate.
+TEST(SplitSubSteps, TheDealRunsAShareThatDoesNotFitInSubStepsAsTheEnumerationsBest) {
+  for (const int batch : {48, 64}) {
+    const Scenario s = test_support::split_scenario({{"A100-80GB", 1, 1, "10Gbit/s"}}, 4, batch,
+                                                    4096, 32, 4096, "L4", 1);
+    const auto models = costmodels::make_cost_models(s);
+    planner::SplitEstimator estimator(s, models);
+    ModelSplit split;
+    test_support::place_stages(split, {{0, 1}}, {1}, {4}, 1);
+    split.micro_batches = 1;
+    split.schedule = {K::OneFOneB, 1};
+    split.sharding = ShardingKind::None;
+    SplitOptions o;
+    o.activation_checkpointing = {CK::Full};
+    o.replica_batches = ReplicaBatches::BySpeed;
+    const auto e = estimator.estimate(split, o);
+    ASSERT_TRUE(e.fits) << e.refusal;
+    const auto& a = e.allocation;
+    ASSERT_EQ(a.sub_steps.size(), 2u);
+    EXPECT_GT(a.sub_steps[1], 1) << "the L4's share in sub-steps";
+    // Its share in one step does not fit: memory requires the sub-steps.
+    SplitOptions one = o;
+    one.replica_batches = ReplicaBatches::Given;
+    one.allocation = a;
+    one.allocation.sub_steps.assign(2, 1);
+    EXPECT_FALSE(estimator.estimate(split, one).fits);
+    SplitOptions same = one;
+    same.allocation = a;
+    const auto again = estimator.estimate(split, same);
+    EXPECT_TRUE(again.fits) << again.refusal;
+    EXPECT_NEAR(again.iteration_s, e.iteration_s, 1e-9 * e.iteration_s);
+    // Every allocation of the samples and every sub-step count dividing each share.
+    double best = std::numeric_limits<double>::infinity(),
+           best_one_step = std::numeric_limits<double>::infinity();
+    int enumerated = 0;
+    SplitOptions given = one;
+    for (int b0 = 1; b0 < batch; ++b0)
+      for (int k0 : divisors(b0))
+        for (int k1 : divisors(batch - b0)) {
+          given.allocation.micro_batch = {b0, batch - b0};
+          given.allocation.sub_steps = {k0, k1};
+          const auto g = estimator.estimate(split, given);
+          ++enumerated;
+          if (!g.fits) continue;
+          best = std::min(best, g.iteration_s);
+          if (k0 == 1 && k1 == 1) best_one_step = std::min(best_one_step, g.iteration_s);
+        }
+    ASSERT_GT(enumerated, 300);
+    EXPECT_NEAR(e.iteration_s, best, 1e-9 * best) << batch;
+    // The best allocation in one step each is slower: the L4 holds fewer samples than its
+    // speed earns, the A100 runs the rest.
+    ASSERT_TRUE(std::isfinite(best));
+    EXPECT_GT(best_one_step, best * 1.01);
+    std::cout << "batch " << batch << ": " << enumerated << " allocations, best " << best
+              << " s, in one step each " << best_one_step << " s; the deal " << a.micro_batch[0]
+              << " in " << a.sub_steps[0] << " + " << a.micro_batch[1] << " in " << a.sub_steps[1]
+              << " sub-steps\n";
+    const Plan plan = plan_of(s, split, e, o.activation_checkpointing);
+    EXPECT_GT(plan.ranks[1].sub_steps(1), 1);
+    const auto replay = sim::simulate_plan(plan, s, *models.compute, *models.comm);
+    EXPECT_FALSE(replay.report.oom) << batch;
+    EXPECT_NEAR(e.iteration_s / replay.report.iteration_time_s, 1.0, 0.02) << batch;
+  }
+}
+
 }  // namespace
 }  // namespace cephalo
