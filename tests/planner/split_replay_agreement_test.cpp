@@ -31,15 +31,7 @@ namespace {
 using K = pipeline::PipelineSchedule::Kind;
 using CK = ActivationCheckpointing::Kind;
 
-// The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
-// with the estimate's samples, sub-steps and shares and the checkpointing.
-Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
-             const ActivationCheckpointing& ck) {
-  Plan plan = even_split_plan(s, split, "<test>");
-  planner::apply_allocation(plan, e.allocation);
-  plan.activation_checkpointing = ck;
-  return plan;
-}
+using test_support::plan_of;
 
 struct Case {
   Scenario scenario;

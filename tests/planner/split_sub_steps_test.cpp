@@ -29,13 +29,7 @@ using planner::SplitOptions;
 using K = pipeline::PipelineSchedule::Kind;
 using CK = ActivationCheckpointing::Kind;
 
-Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
-             const ActivationCheckpointing& ck) {
-  Plan plan = even_split_plan(s, split, "<test>");
-  planner::apply_allocation(plan, e.allocation);
-  plan.activation_checkpointing = ck;
-  return plan;
-}
+using test_support::plan_of;
 
 std::vector<int> divisors(int b) {
   std::vector<int> out;
