@@ -371,8 +371,10 @@ void Search::stop_at_ceiling() {
   why << "no 3D split of these " << scenario_.cluster.num_ranks() << " ranks is estimated below "
       << format_seconds(ceiling) << " (";
   if (std::isfinite(best_so_far_))
-    why << "the best priced " << format_seconds(best_so_far_) << ", ";
-  why << result_.evaluated << " candidates priced; the families left are floored at least that)";
+    why << "the best of " << result_.evaluated << " candidates priced "
+        << format_seconds(best_so_far_) << "; every family left floored at least that)";
+  else
+    why << "every family floored at least that; none priced)";
   throw SplitCeilingReached(why.str());
 }
 
