@@ -374,7 +374,10 @@ void Search::stop_at_ceiling() {
     why << "the best of " << result_.evaluated << " candidates priced "
         << format_seconds(best_so_far_) << "; every family left floored at least that)";
   else
-    why << "every family floored at least that; none priced)";
+    why << "every family floored at least that; "
+        << (result_.evaluated == 0 ? std::string("none priced")
+                                   : std::to_string(result_.evaluated) + " priced, none fitting")
+        << ")";
   throw SplitCeilingReached(why.str());
 }
 
