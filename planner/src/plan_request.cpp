@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "cephalo/core/error.hpp"
@@ -138,6 +139,7 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   if (r.sequence_parallel) o.sequence_parallel = true;
   if (r.split_finalists > 0) o.finalists = r.split_finalists;
   if (r.split_max_stages > 0) o.max_pipeline_stages = r.split_max_stages;
+  if (r.split_ceiling_s > 0) o.ceiling = r.split_ceiling_s;
   if (!r.sharding.empty() && r.sharding != "auto") {
     o.sharding = parse_sharding_kind(r.sharding);
     if (!o.sharding)
@@ -159,14 +161,21 @@ SplitSearchOptions split_options(const PlanRequest& r) {
 namespace {
 
 // The answer over every GPU given: the family the request fixes, or both and the faster.
-PlanResult answer_all(const Scenario& scenario, const PlanRequest& r) {
+// `split_estimate_s`: the estimate of the best split the search found (infinity: none searched
+// or none found), whichever family answers.
+PlanResult answer_all(const Scenario& scenario, const PlanRequest& r, double& split_estimate_s) {
+  split_estimate_s = std::numeric_limits<double>::infinity();
   if (r.parallelism == "fsdp") return make_plan(scenario, fsdp_options(r));
   const auto models = costmodels::make_cost_models(scenario, r.options.compute_source);
-  if (r.parallelism == "3d") return plan_split(scenario, split_options(r), models);
+  if (r.parallelism == "3d") {
+    PlanResult split = plan_split(scenario, split_options(r), models);
+    split_estimate_s = split.split->search.estimate.iteration_s;
+    return split;
+  }
   // Either family may have no plan here (FSDP needs a sample per device; a split, layers and
   // memory for its stages): choose_family weighs what both produced.
   std::optional<PlanResult> fsdp, split;
-  std::string fsdp_refusal, split_refusal;
+  std::string fsdp_refusal, split_refusal, split_ceiling;
   try {
     fsdp = make_plan(scenario, fsdp_options(r));
   } catch (const InfeasibleError& e) {
@@ -174,6 +183,9 @@ PlanResult answer_all(const Scenario& scenario, const PlanRequest& r) {
   }
   try {
     split = plan_split(scenario, split_options(r), models);
+    split_estimate_s = split->split->search.estimate.iteration_s;
+  } catch (const SplitCeilingReached& e) {
+    split_refusal = split_ceiling = e.what();
   } catch (const InfeasibleError& e) {
     split_refusal = e.what();
   }
@@ -181,6 +193,7 @@ PlanResult answer_all(const Scenario& scenario, const PlanRequest& r) {
       choose_family(scenario, fsdp, fsdp_refusal, split, split_refusal, models);
   PlanResult answer = std::move(choice.fsdp ? *fsdp : *split);
   answer.why = choice.why;
+  answer.split_ceiling = std::move(split_ceiling);
   return answer;
 }
 
@@ -194,13 +207,15 @@ PlanResult answer_plan(const Scenario& scenario, const PlanRequest& request) {
   };
   check_request(request);
   const PlanRequest r = with_family(request);
-  PlanResult answer = answer_all(scenario, r);
+  double split_estimate_s = 0;
+  PlanResult answer = answer_all(scenario, r, split_estimate_s);
   // The baselines (even, proportional, cephalo) spread the work over every GPU by definition;
   // the searching strategies and the splits may leave the slowest nodes out.
   const std::string& strategy = r.options.strategy;
   if (r.use_all || !(r.parallelism == "3d" || strategy == "optimal" || strategy == "search"))
     return timed(std::move(answer));
-  std::optional<PlanResult> faster = detail::weigh_subsets(scenario, r, answer, answer_plan);
+  std::optional<PlanResult> faster =
+      detail::weigh_subsets(scenario, r, answer, split_estimate_s, answer_plan);
   if (!faster) return timed(std::move(answer));
   // The faster plan is the answer: a plan of the nodes it uses, its "nodes" saying which
   // (core/plan_nodes.hpp), read back by every reader as the cluster it was planned on.

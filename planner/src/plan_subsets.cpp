@@ -58,6 +58,7 @@ std::string gpus_of(const Scenario& s, const std::vector<int>& nodes) {
 
 std::optional<PlanResult> weigh_subsets(
     const Scenario& scenario, const PlanRequest& request, PlanResult& answer,
+    double split_estimate_s,
     const std::function<PlanResult(const Scenario&, const PlanRequest&)>& plan) {
   const std::vector<NodeClass> classes = node_classes(scenario);
   if (classes.size() < 2) return {};  // one class: leaving some of it out only loses compute
@@ -67,6 +68,10 @@ std::optional<PlanResult> weigh_subsets(
   PlanRequest q = request;
   q.use_all = true;
   q.options.progress = false;
+  // A subset's split is weighed only where the search estimates it below every GPU's best
+  // split: the same estimate prices both, and the subset's search stops (without its replays)
+  // once its floors show none is. Its splits are the subset's costliest part to plan.
+  if (std::isfinite(split_estimate_s)) q.split_ceiling_s = split_estimate_s;
   std::ostringstream log;
   log << "weighed leaving the slowest node classes idle (at most " << kMaxSubsetCandidates
       << " subsets of " << classes.size() << " classes by GPU type):";
@@ -104,6 +109,9 @@ std::optional<PlanResult> weigh_subsets(
     const Scenario cut = with_nodes(scenario, kept);
     try {
       sub = plan(cut, q);
+    } catch (const SplitCeilingReached& e) {
+      log << "not planned: " << e.what() << ", every GPU's best split's estimate;";
+      continue;
     } catch (const InfeasibleError& e) {
       const std::string what = e.what();  // its first clause: the whole refusal is plan's own
       log << "no plan fits (" << what.substr(0, what.find(';')) << ");";
@@ -117,8 +125,10 @@ std::optional<PlanResult> weigh_subsets(
       log << "its plan does not fit;";
       continue;
     }
-    const std::string plan_words = sub.split ? "the split " + sub.split->search.estimate.split
-                                             : "an FSDP plan of strategy " + sub.plan.strategy;
+    std::string plan_words = sub.split ? "the split " + sub.split->search.estimate.split
+                                       : "an FSDP plan of strategy " + sub.plan.strategy;
+    if (!sub.split_ceiling.empty())
+      plan_words += "; " + sub.split_ceiling + ", every GPU's best split's estimate";
     log << format_seconds(t) << " (" << plan_words << ");";
     if (t < best_s) {
       best_s = t;

@@ -16,8 +16,13 @@ double answer_iteration_s(const PlanResult& answer);
 // Plans each subset candidate with `plan` (answer_plan with use_all set) and fills
 // answer.subsets and, when one is at least kIdleGain faster, answer.faster_without; returns
 // that subset's answer (planned on core's with_nodes cut; its plan's "nodes" not yet set).
+// `split_estimate_s`: the estimate of the best split of every GPU (infinity: none), each
+// subset's split search's ceiling (PlanRequest::split_ceiling_s): a subset none of whose splits
+// is estimated below it is weighed by its FSDP plan alone, or not planned when the request
+// fixes splits.
 std::optional<PlanResult> weigh_subsets(
     const Scenario& scenario, const PlanRequest& request, PlanResult& answer,
+    double split_estimate_s,
     const std::function<PlanResult(const Scenario&, const PlanRequest&)>& plan);
 
 // The candidates: the scenario's nodes grouped by their GPU types, fastest class first (by the

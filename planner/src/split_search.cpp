@@ -338,6 +338,49 @@ void Search::refine_all() {
   }
 }
 
+void Search::stop_at_ceiling() {
+  const double ceiling = options_.ceiling;
+  if (ceiling_asked_ || !options_.bound || !std::isfinite(ceiling) || best_so_far_ < ceiling)
+    return;
+  ceiling_asked_ = true;
+  // A climb ends no lower than its family's floor (refine_all reads the same); the others are
+  // climbed here on copies, as refine_all would climb them (a climb reads only its candidate).
+  // Should one end below the ceiling, the search runs on from the state it had, as without one.
+  std::vector<const Candidate*> open;
+  for (auto& [key, list] : fitting_)
+    for (const Candidate& c : list)
+      if (!c.refined && family_floor(c, ceiling) < ceiling) open.push_back(&c);
+  if (!open.empty()) {
+    const double best = best_so_far_;
+    const SplitSearchResult counts = result_;
+    const std::string closest = closest_;
+    const double closest_over = closest_over_;
+    for (const Candidate* c : open) {
+      Candidate climbed = *c;
+      refine(climbed);
+      if (climbed.estimate.iteration_s < ceiling) {
+        best_so_far_ = best;
+        result_ = counts;
+        closest_ = closest;
+        closest_over_ = closest_over;
+        return;
+      }
+    }
+  }
+  std::ostringstream why;
+  why << "no 3D split of these " << scenario_.cluster.num_ranks() << " ranks is estimated below "
+      << format_seconds(ceiling) << " (";
+  if (std::isfinite(best_so_far_))
+    why << "the best of " << result_.evaluated << " candidates priced "
+        << format_seconds(best_so_far_) << "; every family left floored at least that)";
+  else
+    why << "every family floored at least that; "
+        << (result_.evaluated == 0 ? std::string("none priced")
+                                   : std::to_string(result_.evaluated) + " priced, none fitting")
+        << ")";
+  throw SplitCeilingReached(why.str());
+}
+
 SplitSearchResult Search::run() {
   check_fixed_dimensions(scenario_, options_);
   const Job& job = scenario_.job;
@@ -364,6 +407,8 @@ SplitSearchResult Search::run() {
   if (options_.node_stages) explore_node_runs();
   if (options_.type_stages) explore_type_blocks(tps);
   explore_pending();
+  // Whatever the queue left unexplored (the budget) the search would not price either.
+  stop_at_ceiling();
 
   if (fitting_.empty()) {
     if (closest_.empty())

@@ -126,6 +126,12 @@ class Search {
   }
   // refine of every list's best, skipping those the bound shows cannot change the answer.
   void refine_all();
+  // Throws SplitCeilingReached when SplitSearchOptions::ceiling holds: every split priced is
+  // estimated at least the ceiling and no climb left can end below it (the caller knows the
+  // families left are floored at least the ceiling). Asked once: after a climb below the
+  // ceiling is possible, the search runs on as without one.
+  void stop_at_ceiling();
+  bool ceiling_asked_ = false;
   // A floor on every split of c's layout at its m, schedule and recompute, over every
   // placement of the boundaries (schedule_floor; at least `enough` when none comes below it).
   double family_floor(const Candidate& c, double enough);

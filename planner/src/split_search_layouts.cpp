@@ -353,6 +353,8 @@ void Search::explore_pending() {
     heap.pop_back();
     frontier_ = next.floor;
     if (options_.progress) report_progress();
+    // Lowest floor first: what is left is at least this one's.
+    if (next.floor >= options_.ceiling) stop_at_ceiling();
     if (next.floor < best_so_far_ && over_budget()) {
       // Lowest floor first: what is left is at least this one's.
       result_.unexplored_floor = next.floor;

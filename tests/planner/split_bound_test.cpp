@@ -485,5 +485,44 @@ TEST(SplitBound, ABudgetedSearchStatesItsGap) {
   }
 }
 
+// A ceiling (SplitSearchOptions::ceiling, a subset's search in weigh_subsets) is exact in the
+// estimate: above the search's answer the search runs as without one (the same split, estimate,
+// finalists and candidates priced); at or below it the search stops with SplitCeilingReached.
+TEST(SplitBound, ACeilingStopsOnlyASearchWhoseAnswerIsNotBelowIt) {
+  const std::vector<Scenario> cases = {
+      test_support::split_scenario({{"A100-80GB", 4}, {"V100-SXM2-32GB", 4}}, 24, 8, 1024, 16),
+      test_support::split_scenario({{"A100-80GB", 2}, {"V100-SXM2-32GB", 2}, {"T4", 4}}, 12, 16,
+                                   1024, 16),
+      test_support::split_scenario({{"A100-80GB", 2, 1, "10Gbit/s"},
+                                    {"V100-SXM2-32GB", 2, 1, "10Gbit/s"},
+                                    {"T4", 4, 1, "10Gbit/s"}},
+                                   12, 32, 2048, 16)};
+  for (const Scenario& s : cases) {
+    const auto models = costmodels::make_cost_models(s);
+    const auto whole = planner::search_split(s, SplitSearchOptions{}, models);
+    const double best = whole.estimate.iteration_s;
+    SplitSearchOptions above;
+    above.ceiling = best * 1.001;
+    const auto same = planner::search_split(s, above, models);
+    EXPECT_EQ(to_json(same.split).dump(), to_json(whole.split).dump());
+    EXPECT_EQ(same.estimate.iteration_s, best);
+    EXPECT_EQ(same.evaluated, whole.evaluated);
+    ASSERT_EQ(same.finalists.size(), whole.finalists.size());
+    for (std::size_t i = 0; i < same.finalists.size(); ++i)
+      EXPECT_EQ(same.finalists[i].estimate.iteration_s, whole.finalists[i].estimate.iteration_s);
+    for (double ceiling : {best, best * 0.9}) {
+      SplitSearchOptions below;
+      below.ceiling = ceiling;
+      try {
+        planner::search_split(s, below, models);
+        ADD_FAILURE() << "no stop at the ceiling " << ceiling << " s (the answer " << best << " s)";
+      } catch (const planner::SplitCeilingReached& e) {
+        EXPECT_NE(std::string(e.what()).find("is estimated below"), std::string::npos) << e.what();
+        std::cout << e.what() << "\n";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cephalo

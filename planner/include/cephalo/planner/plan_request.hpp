@@ -46,6 +46,9 @@ struct PlanRequest {
   // planning hundreds of rows, bounds them (sweep.hpp, kSweepSplitFinalists).
   int split_finalists = 0;
   int split_max_stages = 0;
+  // SplitSearchOptions::ceiling (0: none): set by answer_plan when it weighs a subset of the
+  // GPUs, to the estimate of the best split of every GPU.
+  double split_ceiling_s = 0;
   // Plan every GPU given and weigh no subset of the nodes (`plan --use-all`); otherwise
   // answer_plan also plans the cluster without its slowest node classes (plan_subsets.cpp).
   bool use_all = false;

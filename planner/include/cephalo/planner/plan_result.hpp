@@ -93,6 +93,9 @@ struct PlanResult {
   std::string simulated_oom_detail;  // where ("rank 2, op F u3 mb1 r2, 23.1 GiB > 22.0 GiB")
   // answer_plan with parallelism auto: why the other family lost; empty otherwise.
   std::string why;
+  // answer_plan with parallelism auto under PlanRequest::split_ceiling_s: why the split search
+  // stopped at its ceiling (SplitCeilingReached), the FSDP plan answering; empty otherwise.
+  std::string split_ceiling;
   // answer_plan: when leaving the slowest nodes idle is faster, which (plan.nodes lists those
   // it runs on); `subsets` is the log of every subset weighed, empty when none was.
   std::optional<IdleAdvice> faster_without;

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/model_split.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -87,6 +88,13 @@ struct SplitSearchOptions {
   // that floor. 0: no budget. The small cases never reach it (their answer is the full
   // search's).
   long long budget = 120000;
+  // With the bound, the estimate the caller needs a split below (infinity: none). Once every
+  // split priced is estimated at least this and every family left (the queue's lowest floor,
+  // the climbs of the candidates not yet climbed) is floored at least this, the search stops
+  // with SplitCeilingReached: without the ceiling its answer would be estimated no lower. Below
+  // it the search runs as without one, so a search that answers answers the same.
+  // weigh_subsets sets it to the best split's estimate on every GPU, which a subset must beat.
+  double ceiling = std::numeric_limits<double>::infinity();
   // Who fixed the dimensions, the source of a ValidationError about one (kOptionsFromCommandLine:
   // spelt as flags, `--tensor-parallel`; otherwise as keyword arguments).
   std::string options_source = "arguments";
@@ -129,9 +137,17 @@ struct SplitSearchResult {
   std::vector<SplitCandidate> finalists;
 };
 
+// search_split's refusal when SplitSearchOptions::ceiling is reached: no split of the cluster
+// is estimated below it.
+class SplitCeilingReached : public InfeasibleError {
+ public:
+  using InfeasibleError::InfeasibleError;
+};
+
 // Throws InfeasibleError when no candidate fits, with the refusal of the candidate that came
 // closest (the smallest needed / capacity ratio at its tightest stage); ValidationError for a
-// fixed dimension no candidate can have (e.g. a T that does not divide the heads).
+// fixed dimension no candidate can have (e.g. a T that does not divide the heads);
+// SplitCeilingReached when SplitSearchOptions::ceiling is reached.
 SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options,
                                const costmodels::CostModels& models);
 SplitSearchResult search_split(const Scenario& scenario, const SplitSearchOptions& options);
