@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/planner/plan_request.hpp"
 #include "commands.hpp"
 
@@ -22,7 +23,7 @@ void add_predict_3d_command(CLI::App& predict) {
   c->add_option("--activation-checkpointing", a.request.activation_checkpointing,
                 "none, full (every layer recomputed) or selective (each layer's attention core "
                 "recomputed); default: a plan file's own, a bare split none")
-      ->check(one_of({"none", "full", "selective"}));
+      ->check(one_of(checkpointing_words()));
   c->add_option("--dp-overlap", a.request.dp_overlap,
                 "none (default: DP reduction after the last backward), last-backward, or "
                 "per-unit (each unit's reduction after its last backward, as the replay runs "

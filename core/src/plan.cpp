@@ -28,18 +28,50 @@ std::string to_string(Accumulation a) {
   return "layered";
 }
 
-std::string to_string(const ActivationCheckpointing& c) {
-  switch (c.kind) {
-    case ActivationCheckpointing::Kind::Full:
-      return "full";
-    case ActivationCheckpointing::Kind::None:
-      return "none";
-    case ActivationCheckpointing::Kind::Every:
-      return "every:" + std::to_string(c.every);
-    case ActivationCheckpointing::Kind::Selective:
-      return "selective";
+namespace {
+
+// The one-word kinds and their words, in the vocabulary's order: the one table.
+struct CheckpointingWord {
+  ActivationCheckpointing::Kind kind;
+  const char* word;
+};
+constexpr CheckpointingWord kCheckpointingWords[] = {
+    {ActivationCheckpointing::Kind::Full, "full"},
+    {ActivationCheckpointing::Kind::None, "none"},
+    {ActivationCheckpointing::Kind::Selective, "selective"}};
+
+}  // namespace
+
+const std::vector<std::string>& checkpointing_words() {
+  static const std::vector<std::string> words = [] {
+    std::vector<std::string> out;
+    for (const auto& w : kCheckpointingWords) out.emplace_back(w.word);
+    return out;
+  }();
+  return words;
+}
+
+std::optional<ActivationCheckpointing> parse_checkpointing_word(std::string_view word) {
+  for (const auto& w : kCheckpointingWords)
+    if (word == w.word) return ActivationCheckpointing{w.kind};
+  return std::nullopt;
+}
+
+std::string checkpointing_words_text(std::string_view last, bool quoted) {
+  const auto& words = checkpointing_words();
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? std::string(last) : std::string(", ");
+    out += quoted ? "\"" + words[i] + "\"" : words[i];
   }
-  return "full";
+  return out;
+}
+
+std::string to_string(const ActivationCheckpointing& c) {
+  if (c.kind == ActivationCheckpointing::Kind::Every) return "every:" + std::to_string(c.every);
+  for (const auto& w : kCheckpointingWords)
+    if (c.kind == w.kind) return w.word;
+  return kCheckpointingWords[0].word;
 }
 
 Json to_json(const ActivationCheckpointing& c) {
@@ -49,26 +81,21 @@ Json to_json(const ActivationCheckpointing& c) {
 
 namespace {
 
-const char* const kCheckpointingAllowed =
-    "\"full\", \"none\", \"selective\" (every layer reruns only its attention core) or "
-    "{\"every\": k} with k an integer from 1 to 1048576 (checkpoint layers 1, 1+k, 1+2k, ...)";
+std::string checkpointing_json_allowed() {
+  return checkpointing_words_text(", ", true) +
+         " (every layer reruns only its attention core) or {\"every\": k} with k an "
+         "integer from 1 to " +
+         std::to_string(kMaxCheckpointPeriod) + " (checkpoint layers 1, 1+k, 1+2k, ...)";
+}
 
 ActivationCheckpointing parse_checkpointing_json(JsonReader r) {
-  ActivationCheckpointing c;
   if (r.is_string()) {
     const std::string v = r.as_string();
-    if (v == "full") return c;
-    if (v == "none") {
-      c.kind = ActivationCheckpointing::Kind::None;
-      return c;
-    }
-    if (v == "selective") {
-      c.kind = ActivationCheckpointing::Kind::Selective;
-      return c;
-    }
-    r.fail_value("\"" + v + "\"", kCheckpointingAllowed);
+    if (auto c = parse_checkpointing_word(v)) return *c;
+    r.fail_value("\"" + v + "\"", checkpointing_json_allowed());
   }
-  if (!r.is_object()) r.fail(kCheckpointingAllowed);
+  if (!r.is_object()) r.fail(checkpointing_json_allowed());
+  ActivationCheckpointing c;
   c.kind = ActivationCheckpointing::Kind::Every;
   c.every = static_cast<int>(r.integer("every", 1, kMaxCheckpointPeriod));
   r.finish();
@@ -219,18 +246,11 @@ void check_split_plan(const Plan& plan, JsonReader& root, JsonReader& split, Jso
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
                                                        const std::string& where) {
+  if (auto c = parse_checkpointing_word(text)) return *c;
   ActivationCheckpointing c;
-  const std::string allowed = "full, none, selective or every:K with K an integer from 1 to " +
+  const std::string allowed = checkpointing_words_text(", ") +
+                              " or every:K with K an integer from 1 to " +
                               std::to_string(kMaxCheckpointPeriod);
-  if (text == "full") return c;
-  if (text == "none") {
-    c.kind = ActivationCheckpointing::Kind::None;
-    return c;
-  }
-  if (text == "selective") {
-    c.kind = ActivationCheckpointing::Kind::Selective;
-    return c;
-  }
   const std::string prefix = "every:";
   if (text.rfind(prefix, 0) == 0) {
     const std::string k = text.substr(prefix.size());

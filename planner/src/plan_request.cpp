@@ -149,11 +149,12 @@ SplitSearchOptions split_options(const PlanRequest& r) {
   // A split recomputes every layer, each layer's attention core (selective) or none (or
   // leaves full or none to the search); the FSDP plans' every:K has no counterpart.
   const std::string& checkpointing = r.activation_checkpointing;
-  if (checkpointing == "full" || checkpointing == "none" || checkpointing == "selective") {
-    o.checkpointing = parse_activation_checkpointing(checkpointing, source).kind;
+  if (const auto c = parse_checkpointing_word(checkpointing)) {
+    o.checkpointing = c->kind;
   } else if (!checkpointing.empty() && checkpointing != "auto") {
-    throw ValidationError(source, spelt(r, "activation_checkpointing"), checkpointing,
-                          "full, none, selective or auto with " + spelt(r, "parallelism") + " 3d");
+    throw ValidationError(
+        source, spelt(r, "activation_checkpointing"), checkpointing,
+        checkpointing_words_text(", ") + " or auto with " + spelt(r, "parallelism") + " 3d");
   }
   return o;
 }
@@ -228,18 +229,21 @@ PlanResult answer_plan(const Scenario& scenario, const PlanRequest& request) {
 
 SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit& split,
                                      const SplitEstimateRequest& r) {
-  const auto refuse = [&](const char* name, const std::string& value, const char* expected) {
+  const auto refuse = [&](const char* name, const std::string& value, const std::string& expected) {
     throw ValidationError(r.options_source, spell_option(r.options_source, name), value, expected);
   };
   SplitOptions options;
-  const std::string checkpointing =
-      r.activation_checkpointing.empty() ? "none" : r.activation_checkpointing;
-  if (checkpointing != "none" && checkpointing != "full" && checkpointing != "selective")
-    refuse("activation_checkpointing", checkpointing, "none, full or selective");
+  // A bare split recomputes nothing unless asked (read_split_plan sets a plan file's own).
+  options.activation_checkpointing = ActivationCheckpointing{ActivationCheckpointing::Kind::None};
+  if (!r.activation_checkpointing.empty()) {
+    const auto c = parse_checkpointing_word(r.activation_checkpointing);
+    if (!c)
+      refuse("activation_checkpointing", r.activation_checkpointing,
+             checkpointing_words_text(" or "));
+    options.activation_checkpointing = *c;
+  }
   if (r.dp_overlap != "none" && r.dp_overlap != "last-backward" && r.dp_overlap != "per-unit")
     refuse("dp_overlap", r.dp_overlap, "none, last-backward or per-unit");
-  options.activation_checkpointing =
-      parse_activation_checkpointing(checkpointing, r.options_source);
   options.scatter_gather = r.scatter_gather;
   options.backward_at_forward_rate = r.backward_at_forward_rate;
   options.split_file = r.split_file;
@@ -263,7 +267,9 @@ Scenario scenario_for_split_file(const Scenario& scenario, const std::string& fi
 void read_split_plan(SplitEstimateRequest& r) {
   const Json doc = read_json_file(r.split_file);
   if (!doc.contains("ranks") && !doc.contains("rank_classes")) {
-    if (r.activation_checkpointing.empty()) r.activation_checkpointing = "none";
+    if (r.activation_checkpointing.empty())
+      r.activation_checkpointing =
+          to_string(ActivationCheckpointing{ActivationCheckpointing::Kind::None});
     return;
   }
   const Plan plan = load_plan(r.split_file);
@@ -281,14 +287,14 @@ void read_split_plan(SplitEstimateRequest& r) {
     a.state_share[i] = pr.state_share;
   }
   const ActivationCheckpointing& c = plan.activation_checkpointing;
-  // A period other than 1 has no split counterpart; the others are spelt as the option is.
-  const std::string own = c.is_full()                                      ? "full"
-                          : c.kind == ActivationCheckpointing::Kind::Every ? ""
-                                                                           : to_string(c);
-  if (own.empty())
+  // A period other than 1 has no split counterpart; the others are spelt as the option is
+  // (every:1 is full).
+  if (c.kind == ActivationCheckpointing::Kind::Every && !c.is_full())
     throw ValidationError(r.split_file, "activation_checkpointing", to_string(c),
-                          "\"full\", \"none\" or \"selective\": the split estimate does not "
-                          "price checkpointing every k-th layer (simulate replays it)");
+                          checkpointing_words_text(" or ", true) +
+                              ": the split estimate does not price checkpointing every k-th "
+                              "layer (simulate replays it)");
+  const std::string own = to_string(c.is_full() ? ActivationCheckpointing{} : c);
   if (r.activation_checkpointing.empty()) {
     r.activation_checkpointing = own;
   } else if (r.activation_checkpointing != own) {

@@ -156,14 +156,16 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
 
 double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& models,
                            const Plan& plan) {
-  // Rank 0's graph carries every collective with the whole plan's slices and pieces; each is
-  // priced over its full membership, as the simulator prices it, without building (and paying
-  // for) every rank's program.
-  const int zero = 0;
-  const traces::TrainingGraph g =
-      traces::build_training_graph_of_ranks(plan, s, {&zero, 1}, models.comm.get());
+  // A graph holds the collectives its built ranks join, each priced here over its group's full
+  // membership (the layout's), as the simulator prices it. The class replay's representatives
+  // are a few ranks in a group of every kind (groups of one kind, alike in members, node
+  // offsets and links, are priced alike: sim::rank_classes), so the slowest group is among
+  // theirs, without building (and paying for) every rank's program.
+  const traces::ShardLayout layout = traces::shard_layout_of(plan, s);
+  const traces::TrainingGraph g = traces::build_training_graph_of_ranks(
+      plan, s, sim::rank_classes(layout, s, plan).representatives, models.comm.get());
   std::map<std::tuple<int, int, double>, double> memo;
-  std::vector<double> per_group(static_cast<std::size_t>(g.layout().num_groups()), 0.0);
+  std::vector<double> per_group(static_cast<std::size_t>(layout.num_groups()), 0.0);
   double cross = 0;
   for (const auto& c : g.collectives()) {
     const auto key = std::make_tuple(static_cast<int>(c.kind), c.group, c.total_bytes);

@@ -172,6 +172,23 @@ TEST(Plan, SelectiveRecomputeIsAPlanKeyAndNeedsAnAttentionCore) {
   }
 }
 
+// The vocabulary's one table: every word parses (as a word, a flag and a plan key) to a kind
+// that prints as the word; every:K is no word; the lists for messages keep the order.
+TEST(Plan, CheckpointingWordsAreOneVocabulary) {
+  EXPECT_EQ(checkpointing_words(), (std::vector<std::string>{"full", "none", "selective"}));
+  for (const std::string& w : checkpointing_words()) {
+    const auto c = parse_checkpointing_word(w);
+    ASSERT_TRUE(c) << w;
+    EXPECT_EQ(to_string(*c), w);
+    EXPECT_EQ(parse_activation_checkpointing(w, "--activation-checkpointing"), *c);
+  }
+  EXPECT_FALSE(parse_checkpointing_word("every:2"));
+  EXPECT_FALSE(parse_checkpointing_word("Full"));
+  EXPECT_FALSE(parse_checkpointing_word(""));
+  EXPECT_EQ(checkpointing_words_text(" or "), "full, none or selective");
+  EXPECT_EQ(checkpointing_words_text(", ", true), "\"full\", \"none\", \"selective\"");
+}
+
 TEST(Plan, LastMicroBatchMayBeSmaller) {
   PlanRank r;
   r.batch = 7;

@@ -186,7 +186,7 @@ TEST(PlanCli, ThreeDBadInputNamesTheFlagOrFileAndOverwritesNothing) {
       {"plan --parallelism 3d --tensor-parallel 0" + s, 2, {"--tensor-parallel"}},
       {"plan --parallelism 3d --activation-checkpointing every:2" + s,
        2,
-       {"--activation-checkpointing", "every:2"}},
+       {"--activation-checkpointing", "every:2", "full, none, selective or auto"}},
       {"plan --parallelism 4d" + s, 2, {"--parallelism", "4d"}},
       {"plan --parallelism fsdp --sharding optimizer" + s,
        2,

@@ -18,7 +18,10 @@
 
 #include "cephalo/core/plan.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/training_graph.hpp"
+#include "sharding_choice.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -78,6 +81,29 @@ TEST(NicTraffic, HybridDemoSendsLessThroughEveryNic) {
   }
   EXPECT_EQ(b.group_collectives, 0.0);  // one node per group: gathers stay on the node
   EXPECT_GT(a.group_collectives, 0.0);
+}
+
+// The planner's hybrid estimate prices a group of every kind from a graph of the class
+// representatives: the same figure as every group of the whole plan's graph priced over its
+// members (the slowest group's gathers and reduce-scatters plus the cross reductions). The demo's
+// hybrid plan has six one-node groups, four of them alike (the L4 nodes).
+TEST(NicTraffic, HybridEstimateIsTheSlowestOfEveryGroup) {
+  const std::string root = CEPHALO_SOURCE_DIR;
+  const Scenario s = costmodels::load_scenario(root + "/scenarios/a100-l4-ethernet-gpt2.7b.json");
+  const Plan hybrid = load_plan(root + "/tests/golden/a100-l4-ethernet-gpt2.7b.hybrid.plan.json");
+  ASSERT_GT(hybrid.sharding.groups.size(), 2u);
+  const auto models = costmodels::make_cost_models(s);
+  const auto g = traces::build_training_graph(hybrid, s, models.comm.get());
+  std::vector<double> per_group(hybrid.sharding.groups.size(), 0.0);
+  double cross = 0;
+  for (const auto& c : g.collectives()) {
+    const double t = models.comm->collective(s.cluster, sim::full_collective_request(g, c)).seconds;
+    (c.group < 0 ? cross : per_group[static_cast<std::size_t>(c.group)]) += t;
+  }
+  const double slowest = *std::max_element(per_group.begin(), per_group.end());
+  EXPECT_GT(slowest, 0.0);
+  EXPECT_GT(cross, 0.0);
+  EXPECT_NEAR(hybrid_comm_seconds(s, models, hybrid), slowest + cross, 1e-12 * (slowest + cross));
 }
 
 }  // namespace

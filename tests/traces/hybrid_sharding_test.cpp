@@ -176,6 +176,39 @@ TEST(HybridGraph, GroupCollectivesAndOneCrossReductionPerUnit) {
   expect_hybrid_graph(s, hybrid_plan(s, Accumulation::Standard));
 }
 
+// A graph of some ranks holds only the collectives they join, FSDP as split: rank 2 alone
+// joins its own group's (every member of which but itself is unbuilt) and the cross reductions;
+// group 0, none of whose ranks is built, has none. The layout without a graph is the graph's.
+TEST(HybridGraph, AGraphOfSomeRanksHasOnlyItsGroupsCollectives) {
+  const Scenario s = tiny_scenario(4, 3);
+  const Plan p = hybrid_plan(s);
+  const int only[] = {2};
+  const TrainingGraph some = build_training_graph_of_ranks(p, s, only);
+  const TrainingGraph all = build_training_graph(p, s);
+  int group1 = 0, cross = 0;
+  for (const Collective& c : some.collectives()) {
+    ASSERT_EQ(some.members(c).size(), 1u) << c.id;
+    EXPECT_EQ(some.members(c).front().rank, 2);
+    EXPECT_NE(c.group, 0) << c.id;
+    (c.group < 0 ? cross : group1) += 1;
+  }
+  int all_group1 = 0, all_cross = 0;
+  for (const Collective& c : all.collectives())
+    if (c.group != 0) (c.group < 0 ? all_cross : all_group1) += 1;
+  EXPECT_GT(group1, 0);
+  EXPECT_EQ(group1, all_group1);
+  EXPECT_EQ(cross, all_cross);
+  const ShardLayout layout = shard_layout_of(p, s);
+  ASSERT_EQ(layout.num_groups(), all.layout().num_groups());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    EXPECT_EQ(layout.numel(u), all.layout().numel(u)) << u;
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(layout.slice(u, r).offset, all.layout().slice(u, r).offset) << u << " " << r;
+      EXPECT_EQ(layout.slice(u, r).count, all.layout().slice(u, r).count) << u << " " << r;
+    }
+  }
+}
+
 TEST(HybridGraph, FullShardingHasNoCrossReduction) {
   const Scenario s = tiny_scenario(4, 2);
   const TrainingGraph g = build_training_graph(tiny_plan(s, 1), s);

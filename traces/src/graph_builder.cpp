@@ -34,7 +34,15 @@ GraphBuilder::GraphBuilder(const Plan& plan, const Scenario& scenario,
       split_(split_of(plan)),
       phase_order_(!plan.has_split()),
       variants_(plan, scenario, comm),
-      topo_(split_, static_cast<int>(plan.ranks.size())) {}
+      topo_(split_, static_cast<int>(plan.ranks.size())) {
+  const int n = static_cast<int>(plan.ranks.size());
+  units_ = costmodels::num_units(scenario.job.model);
+  stages_ = resolved_stages(split_, scenario.job.model.num_layers, n);
+  p_ = static_cast<int>(stages_.size());
+  v_ = topo_.virtual_stages();
+  m_ = split_.micro_batches;
+  setup_units();
+}
 
 // ---- plan-wide setup ------------------------------------------------------------------------
 
@@ -134,14 +142,37 @@ Sharding GraphBuilder::domain_sharding(std::span<const int> ranks,
   return sharding;
 }
 
+// Domain (stage s, TP rank t)'s layout over its ranks `ranks` (topo_.domain(s, t)): each unit
+// of the stage its TP slice t's parameters (rounded; a tied head on another stage than the
+// embedding its own copy), 0 for the other stages' units; the ranks' shares and sharding as
+// domain_sharding reads them. An FSDP plan's one domain: every unit whole, every rank in plan
+// order, the plan's `sharding` (shard_layout_of below).
+ShardLayout GraphBuilder::domain_layout(int s, int t, std::span<const int> ranks) const {
+  const ModelSpec& model = scenario_.job.model;
+  const bool head_copy = model.tied_embeddings && p_ > 1;
+  const int T = topo_.tensor_parallel(s);
+  std::vector<std::int64_t> numel(static_cast<std::size_t>(units_), 0);
+  for (int u = 0; u < units_; ++u)
+    if (g_.unit_stage_[static_cast<std::size_t>(u)] == s)
+      numel[static_cast<std::size_t>(u)] =
+          std::llround(costmodels::unit_parameters(model, u, T, t, head_copy && u == units_ - 1));
+  std::vector<double> shares;
+  shares.reserve(ranks.size());
+  for (int r : ranks) shares.push_back(plan_.ranks[static_cast<std::size_t>(r)].state_share);
+  const Sharding sharding = domain_sharding(ranks, shares);
+  return ShardLayout(sharding, shares, numel);
+}
+
+ShardLayout GraphBuilder::domain_layout(int stage, int tp_rank) const {
+  return domain_layout(stage, tp_rank, topo_.domain(stage, tp_rank));
+}
+
 // Per stage and TP rank t one data-parallel domain (the stage's replicas' t-th ranks): its
 // layout of the stage's units (TP slice t) and every member's static bytes.
 void GraphBuilder::setup_domains() {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
   const ShardingKind kind = split_.sharding;
   const int n = topo_.ranks();
-  const bool head_copy = model.tied_embeddings && p_ > 1;
   const double state = schedule::state_bytes_per_parameter(job.precision);
   const double compute_b = bytes_per_element(job.precision.compute);
   const double reduce_b = bytes_per_element(job.precision.reduce);
@@ -156,19 +187,10 @@ void GraphBuilder::setup_domains() {
       const int d = static_cast<int>(g_.domain_layouts_.size());
       std::vector<int> ranks = topo_.domain(s, t);
       const int size = static_cast<int>(ranks.size());
-      std::vector<std::int64_t> numel(static_cast<std::size_t>(units_), 0);
-      for (int u = 0; u < units_; ++u)
-        if (g_.unit_stage_[static_cast<std::size_t>(u)] == s)
-          numel[static_cast<std::size_t>(u)] = std::llround(
-              costmodels::unit_parameters(model, u, T, t, head_copy && u == units_ - 1));
-      std::vector<double> shares;
-      shares.reserve(ranks.size());
-      for (int r : ranks) shares.push_back(plan_.ranks[static_cast<std::size_t>(r)].state_share);
-      const Sharding sharding = domain_sharding(ranks, shares);
-      g_.domain_layouts_.emplace_back(sharding, shares, numel);
+      g_.domain_layouts_.push_back(domain_layout(s, t, ranks));
       const ShardLayout& layout = g_.domain_layouts_.back();
       std::int64_t held = 0;
-      for (auto x : numel) held += x;
+      for (int u = 0; u < units_; ++u) held += layout.numel(u);
       for (int i = 0; i < size; ++i) {
         const int r = ranks[static_cast<std::size_t>(i)];
         g_.domain_of_[static_cast<std::size_t>(r)] = d;
@@ -225,7 +247,7 @@ void GraphBuilder::setup_phases() {
 // phase its units' gathers (a unit's forward phase gathers it; in the phase order every phase
 // gathers again, a pipeline order keeps it to its last backward) and, in a round that reduces,
 // its backward's reductions (none: only across the replicas). A domain with no built rank has
-// none.
+// none, nor a sharding group with none (DomainCollectives).
 void GraphBuilder::setup_domain_collectives() {
   const ShardingKind kind = split_.sharding;
   // Every sharding but none gathers: full and hybrid before a unit's forward, optimizer the
@@ -257,12 +279,9 @@ void GraphBuilder::setup_domain_collectives() {
                           held && reduces});
       }
     }
-    // Every group keeps its collectives in an FSDP graph of some ranks (the planner prices a
-    // graph of rank 0 over every group's); a split's has only those a built rank joins (sim/'s
-    // split classes read each one's members).
     domain_collectives_.emplace_back(g_, scenario_.job.precision, variants_,
                                      DomainRanks{g_.domain_layouts_[d], ranks}, built_, phases,
-                                     DomainOptions{kind != ShardingKind::None, phase_order_});
+                                     kind != ShardingKind::None);
   }
 }
 
@@ -270,16 +289,10 @@ void GraphBuilder::setup_domain_collectives() {
 
 TrainingGraph GraphBuilder::build(std::span<const int> only) {
   const Job& job = scenario_.job;
-  const ModelSpec& model = job.model;
   const int n = static_cast<int>(plan_.ranks.size());
   built_.assign(static_cast<std::size_t>(n), 0);
   for (int r : ranks_to_build(plan_, scenario_, only)) built_[static_cast<std::size_t>(r)] = 1;
   gpu_runtime_ = gpu_runtime_ranks(scenario_);
-  units_ = costmodels::num_units(model);
-  stages_ = resolved_stages(split_, model.num_layers, n);
-  p_ = static_cast<int>(stages_.size());
-  v_ = topo_.virtual_stages();
-  m_ = split_.micro_batches;
 
   g_.summary_ = plan_summary(plan_, scenario_, units_);
   GraphSummary& sum = g_.summary_;
@@ -293,7 +306,6 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
   g_.places_.resize(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) g_.places_[static_cast<std::size_t>(r)] = topo_.place(r);
   g_.recomputes_ = recomputed_units(plan_, units_);
-  setup_units();
   if (!phase_order_) orders_ = pipeline::stage_orders(p_, m_, split_.schedule);
   setup_phases();
   setup_domains();
@@ -345,6 +357,10 @@ TrainingGraph GraphBuilder::build(std::span<const int> only) {
 TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario,
                                    const costmodels::CommModel* comm) {
   return GraphBuilder(plan, scenario, comm).build();
+}
+
+ShardLayout shard_layout_of(const Plan& plan, const Scenario& scenario) {
+  return GraphBuilder(plan, scenario).domain_layout(0, 0);
 }
 
 TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,

@@ -41,6 +41,9 @@ class GraphBuilder : private StageLinks {
   // sharding, the collectives' variants and sizes and the static bytes are still those of the
   // whole plan (sim/'s class replay).
   TrainingGraph build(std::span<const int> only = {});
+  // The layout build() gives data-parallel domain (stage, tp_rank): the one cut of a domain's
+  // state (an FSDP plan's one domain is (0, 0): shard_layout_of).
+  ShardLayout domain_layout(int stage, int tp_rank) const;
 
  private:
   // One pipeline transfer between two ranks for one micro-batch and boundary.
@@ -56,6 +59,7 @@ class GraphBuilder : private StageLinks {
   void setup_domains();
   void setup_domain_collectives();
   std::vector<int> phase_units(int unit) const;
+  ShardLayout domain_layout(int stage, int tp_rank, std::span<const int> ranks) const;
   Sharding domain_sharding(std::span<const int> ranks, std::vector<double>& shares) const;
 
   // graph_rank_program.cpp: the phase order (an FSDP plan's one stage): when each phase's

@@ -250,7 +250,7 @@ std::int32_t DataParallelCollectives::add_cross_reduction(TrainingGraph& g,
 DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precision,
                                      UnevenVariants& variants, const DomainRanks& domain,
                                      std::span<const char> built,
-                                     std::span<const DomainPhase> phases, DomainOptions options) {
+                                     std::span<const DomainPhase> phases, bool group_reduces) {
   const ShardLayout& layout = domain.layout;
   const int n = layout.num_ranks();
   groups_ = layout.num_groups();
@@ -280,7 +280,7 @@ DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precisio
     const DomainPhase& ph = phases[p];
     for (int grp = 0; grp < groups_; ++grp) {
       const auto& m = members[static_cast<std::size_t>(grp)];
-      if (m.empty() && !options.unjoined_groups) {
+      if (m.empty()) {
         gathers_.push_back(-1);
         reduce_scatters_.push_back(-1);
         continue;
@@ -290,7 +290,7 @@ DomainCollectives::DomainCollectives(TrainingGraph& g, const Precision& precisio
                                           ph.pass, ph.unit, ph.phase, m)
                                     : -1);
       reduce_scatters_.push_back(
-          ph.reduces && options.group_reduces
+          ph.reduces && group_reduces
               ? DataParallelCollectives::add_group(g, precision, variants, domain, grp, ph.units,
                                                    false, Pass::Backward, ph.unit, ph.phase, m)
               : -1);

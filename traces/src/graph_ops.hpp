@@ -142,23 +142,17 @@ struct DomainPhase {
 // slice's ranks, its phases forward u (gathers) and backward u (reduces): the stage's units stay
 // gathered from their first forward to their last backward. Members are the built ranks (group
 // collectives: the group's, in group order; the cross reduction: the domain's, in position order)
-// and join() records a member's op in O(1) by its slot.
-struct DomainOptions {
-  // False when every rank is its own group (a replica per rank: the cross reduction is the only
-  // reduction).
-  bool group_reduces = true;
-  // Whether a group none of whose ranks is built still gets its collectives (no members): an
-  // FSDP graph of some ranks keeps every group's, which the planner prices; a split's has only
-  // those some built rank joins (sim/'s split classes read each one's first member).
-  bool unjoined_groups = true;
-};
+// and join() records a member's op in O(1) by its slot. A group none of whose ranks is built
+// gets no collectives (a graph of some ranks holds only what they join; a reader wanting a
+// group's collectives builds one of its ranks, and prices it over the layout's full group).
 class DomainCollectives {
  public:
   DomainCollectives() = default;
-  // `built`: per global rank, whether it gets ops.
+  // `built`: per global rank, whether it gets ops. `group_reduces`: false when every rank is
+  // its own group (a replica per rank: the cross reduction is the only reduction).
   DomainCollectives(TrainingGraph& g, const Precision& precision, UnevenVariants& variants,
                     const DomainRanks& domain, std::span<const char> built,
-                    std::span<const DomainPhase> phases, DomainOptions options);
+                    std::span<const DomainPhase> phases, bool group_reduces);
   // Collective ids: -1 when the phase has none.
   std::int32_t gather(int phase, int group) const { return at(gathers_, phase, group); }
   std::int32_t reduce_scatter(int phase, int group) const {

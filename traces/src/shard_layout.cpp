@@ -2,13 +2,9 @@
 #include "cephalo/traces/shard_layout.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
-#include "cephalo/core/plan.hpp"
-#include "cephalo/core/scenario.hpp"
-#include "cephalo/costmodels/model_math.hpp"
-#include "cephalo/traces/training_graph.hpp"
+#include "cephalo/traces/training_graph.hpp"  // shard_offsets
 
 namespace cephalo::traces {
 
@@ -95,16 +91,6 @@ ShardLayout::ShardLayout(const Sharding& sharding, const std::vector<double>& sh
     }
     piece_begin_.push_back(static_cast<std::uint32_t>(pieces_.size()));
   }
-}
-
-ShardLayout shard_layout_of(const Plan& plan, const Scenario& scenario) {
-  std::vector<double> shares;
-  shares.reserve(plan.ranks.size());
-  for (const auto& r : plan.ranks) shares.push_back(r.state_share);
-  std::vector<std::int64_t> numel;
-  for (int u = 0; u < costmodels::num_units(scenario.job.model); ++u)
-    numel.push_back(std::llround(costmodels::unit_parameters(scenario.job.model, u)));
-  return ShardLayout(plan.sharding, shares, numel);
 }
 
 std::span<const int> ShardLayout::group(int g) const {

@@ -1,8 +1,10 @@
 #pragma once
 // The Plan (DESIGN §4): the one object that drives both the simulator and the backend.
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cephalo/core/json_reader.hpp"
@@ -55,10 +57,19 @@ struct ActivationCheckpointing {
 constexpr int kMaxCheckpointPeriod = 1 << 20;
 
 std::string to_string(Accumulation a);
-// "full", "none", "every:K" (the command-line spelling; JSON: to_json below).
+// The checkpointing vocabulary's one-word kinds, in its order: "full", "none", "selective"
+// (every:K, the one spelling with a period, aside). A model split runs only these.
+const std::vector<std::string>& checkpointing_words();
+// The kind one of checkpointing_words() names; empty for any other text (every:K included).
+std::optional<ActivationCheckpointing> parse_checkpointing_word(std::string_view word);
+// checkpointing_words() listed for a message, `last` before the last one (" or ": "full, none
+// or selective"; ", ": "full, none, selective", for a list that goes on), each in double
+// quotes when `quoted`.
+std::string checkpointing_words_text(std::string_view last, bool quoted = false);
+// "full", "none", "selective", "every:K" (the command-line spelling; JSON: to_json below).
 std::string to_string(const ActivationCheckpointing& c);
-// Parses "full" | "none" | "every:K" (the `--activation-checkpointing` flag); throws
-// ValidationError naming `where` and the value.
+// Parses "full" | "none" | "selective" | "every:K" (the `--activation-checkpointing` flag);
+// throws ValidationError naming `where` and the value.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text,
                                                        const std::string& where);
 // The plan key's JSON value: "full" | "none" | {"every": k}.

@@ -91,9 +91,10 @@ struct Scenario;
 
 namespace cephalo::traces {
 
-// The layout of an FSDP plan (no model split) over the job's units: every rank's share, each
-// unit's element count (its parameters, rounded): the layout the graph builder gives an FSDP
-// plan's one data-parallel domain (the same counts, shares and groups).
+// The layout the graph builder gives an FSDP plan's one data-parallel domain (every rank's
+// share, each unit's parameters rounded, the plan's groups), without building a graph: the
+// builder's own code (GraphBuilder::domain_layout, graph_builder.cpp), so the two never differ.
+// Under a split: stage 0's first domain's (TrainingGraph::layout()).
 ShardLayout shard_layout_of(const Plan& plan, const Scenario& scenario);
 
 // Hybrid sharding: every group must be able to hold one full copy of the sharded training
