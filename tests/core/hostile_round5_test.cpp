@@ -1,0 +1,134 @@
+// Hostile input, round five, through the built CLI: the start-up cache's switch, the memory
+// table of a plan, and a trace's file name say what they do or are refused (tests/README.md,
+// "Hostile input, round five").
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../support/run_command.hpp"
+#include "hostile_cli.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string kRoot = CEPHALO_SOURCE_DIR;
+const std::string kDefault = kRoot + "/scenarios/default.json";
+const std::string kDefaultPlan = kRoot + "/scenarios/plans/default-even.json";
+const std::string kMix = kRoot + "/scenarios/modern-mix-gpt2.7b.json";
+
+using Case = cephalo::test_support::HostileCase;
+using cephalo::test_support::expect_cases;
+using cephalo::test_support::run_command;
+
+class HostileRoundFive : public cephalo::test_support::HostileCliTest {
+ protected:
+  // `cephalo ARGS` with the start-up cache switched by `value` into a folder of this test's own.
+  cephalo::test_support::CommandResult with_cache(const std::string& value,
+                                                  const std::string& args) {
+    return run_command("env CEPHALO_CACHE='" + value +
+                       "' CEPHALO_CACHE_DIR=" + (dir_ / "cache").string() + " timeout 60 " +
+                       cephalo::test_support::cephalo_command(args));
+  }
+  bool cache_written() const { return fs::exists(dir_ / "cache"); }
+};
+
+// The lines of `text` that are table rows (they start with a rank or a rank range).
+std::vector<std::string> rank_rows(const std::string& text) {
+  std::vector<std::string> rows;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end == std::string::npos ? end : end - at);
+    if (!line.empty() && line[0] >= '0' && line[0] <= '9') rows.push_back(line);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_F(HostileRoundFive, TheCacheSwitchSaysOnOrOffOrIsRefused) {
+  // Read as "on", OFF or "disable" left the cache a user meant to turn off reading and writing
+  // their folder without a word.
+  const std::string sim = "simulate --scenario " + kDefault + " --plan " + kDefaultPlan;
+  for (const std::string bad : {"maybe", "disable", "2"}) {
+    const auto r = with_cache(bad, sim);
+    EXPECT_EQ(r.code, 1) << bad << "\n" << r.err;
+    for (const std::string& w :
+         {std::string("CEPHALO_CACHE"), "\"" + bad + "\"", std::string("off (0, no, false)")})
+      EXPECT_NE(r.err.find(w), std::string::npos) << bad << "\nmissing: " << w << "\n" << r.err;
+    EXPECT_FALSE(cache_written()) << bad;
+  }
+  // Any case of an off word turns it off: nothing written.
+  for (const std::string off : {"OFF", "False", "No"}) {
+    const auto r = with_cache(off, sim);
+    EXPECT_EQ(r.code, 0) << off << "\n" << r.err;
+    EXPECT_FALSE(cache_written()) << off;
+  }
+  // And an on word keeps it on: the entry is written.
+  const auto on = with_cache("YES", sim);
+  EXPECT_EQ(on.code, 0) << on.err;
+  EXPECT_TRUE(cache_written());
+}
+
+TEST_F(HostileRoundFive, PredictMemoryPrintsARowPerRunOfAlikeRanks) {
+  // modern-mix's even plan: 10 ranks in 4 runs that print alike (two A100 pairs, the H100s, the
+  // L4s); a row per rank was pages of equal rows at fleet size.
+  const std::string plan = dir_ / "even.json";
+  ASSERT_EQ(
+      cephalo::test_support::run_cephalo("plan --scenario " + kMix + " --strategy even -o " + plan)
+          .exit_code,
+      0);
+  const std::string memory = "predict memory --scenario " + kMix + " --plan " + plan;
+  const auto grouped = run_command(cephalo::test_support::cephalo_command(memory));
+  ASSERT_EQ(grouped.code, 0) << grouped.err;
+  const auto rows = rank_rows(grouped.out);
+  ASSERT_EQ(rows.size(), 4u) << grouped.out;
+  EXPECT_EQ(rows[0].rfind("0-1 ", 0), 0u) << grouped.out;
+  EXPECT_EQ(rows[3].rfind("6-9 ", 0), 0u) << grouped.out;
+  EXPECT_NE(rows[3].find("L4"), std::string::npos) << grouped.out;
+  EXPECT_NE(grouped.out.find("a row per run of ranks that print alike"), std::string::npos);
+  // --per-rank: every rank's row, each equal to its run's but for the rank.
+  const auto each = run_command(cephalo::test_support::cephalo_command(memory + " --per-rank"));
+  ASSERT_EQ(each.code, 0) << each.err;
+  const auto per_rank = rank_rows(each.out);
+  ASSERT_EQ(per_rank.size(), 10u) << each.out;
+  auto cells = [](const std::string& row) {
+    const std::size_t rank_end = row.find(' ');
+    return row.substr(row.find_first_not_of(' ', rank_end));
+  };
+  for (int r = 6; r <= 9; ++r) EXPECT_EQ(cells(per_rank[r]), cells(rows[3])) << each.out;
+  EXPECT_EQ(cells(per_rank[0]), cells(rows[0])) << each.out;
+  // The JSON record stays per rank.
+  const auto j = run_command(cephalo::test_support::cephalo_command(memory + " --json"));
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(json::parse(j.out)["ranks"].size(), 10u);
+}
+
+TEST_F(HostileRoundFive, ATraceNamedGzipIsRefusedBeforeTheReplay) {
+  // The trace is plain JSON: written under a .gz name it was text that zcat and the readers of
+  // .json.gz traces (calibrate stack --trace) refuse as "not gzip".
+  const std::string sim = "simulate --scenario " + kDefault + " --plan " + kDefaultPlan;
+  const std::string gz = (dir_ / "t.json.gz").string();
+  const std::string upper = (dir_ / "t.JSON.GZ").string();
+  expect_cases({
+      {sim + " --trace " + gz, 2, {"--trace", gz, "without .gz", "plain JSON"}},
+      {sim + " --trace " + upper, 2, {"--trace", upper, "without .gz"}},
+  });
+  EXPECT_FALSE(fs::exists(gz));
+  EXPECT_FALSE(fs::exists(upper));
+  // A .json name is written, and is JSON.
+  const std::string plain = (dir_ / "t.json").string();
+  ASSERT_EQ(cephalo::test_support::run_cephalo(sim + " --trace " + plain).exit_code, 0);
+  std::ifstream in(plain);
+  const json trace = json::parse(in, nullptr, false);
+  EXPECT_FALSE(trace.is_discarded());
+  EXPECT_TRUE(trace.contains("traceEvents")) << plain;
+}
