@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -124,6 +125,12 @@ TEST_F(HostileRoundFive, ATraceNamedGzipIsRefusedBeforeTheReplay) {
   });
   EXPECT_FALSE(fs::exists(gz));
   EXPECT_FALSE(fs::exists(upper));
+  // `run` refuses it as a bad command line too, before it trains (a single process needs no
+  // launcher).
+  const std::string run = "run --scenario " + kRoot + "/scenarios/cpu-1rank.json --plan " + kRoot +
+                          "/scenarios/plans/cpu-1rank-full.json --steps 1";
+  expect_cases({{run + " --trace " + gz, 2, {"--trace", gz, "without .gz"}}});
+  EXPECT_FALSE(fs::exists(gz));
   // A .json name is written, and is JSON.
   const std::string plain = (dir_ / "t.json").string();
   ASSERT_EQ(cephalo::test_support::run_cephalo(sim + " --trace " + plain).exit_code, 0);
@@ -131,4 +138,55 @@ TEST_F(HostileRoundFive, ATraceNamedGzipIsRefusedBeforeTheReplay) {
   const json trace = json::parse(in, nullptr, false);
   EXPECT_FALSE(trace.is_discarded());
   EXPECT_TRUE(trace.contains("traceEvents")) << plain;
+}
+
+TEST_F(HostileRoundFive, AOneStageSplitThatContradictsTheHybridGroupsIsRefused) {
+  // One stage of every rank at tensor_parallel 1 is the FSDP plan: its "sharding" groups shard
+  // it. A split saying "full" beside hybrid groups was "ok" and replayed as hybrid, the split's
+  // word dropped unread.
+  std::ifstream in(kRoot + "/scenarios/plans/cpu-4rank-hybrid.json");
+  json hybrid = json::parse(in);
+  ASSERT_TRUE(hybrid["sharding"].is_object());
+  json full = hybrid;
+  full["model_split"] = {{"sharding", "full"}};
+  json plain = hybrid;
+  plain["model_split"] = json::object();
+  const std::string v = "validate --scenario " + kRoot + "/scenarios/cpu-4rank.json ";
+  expect_cases({
+      {v + write("full.json", full), 1, {"full.json", "model_split.sharding", "full", "hybrid"}},
+      {"simulate --scenario " + kRoot + "/scenarios/cpu-4rank.json --plan " +
+           write("full2.json", full),
+       1,
+       {"model_split.sharding"}},
+      // Without the key the split says nothing against the groups.
+      {v + write("plain.json", plain), 0, {"ok"}},
+  });
+}
+
+TEST_F(HostileRoundFive, ValidateReadsAProfilerTraceAsCalibrateStackDoes) {
+  // `validate` of the trace a user will give `calibrate stack --trace` said "malformed JSON ...
+  // last read: '<U+001F>'" (gzip), or asked for a scenario's keys (plain JSON).
+  const std::string gz = kRoot + "/tests/data/kineto/v100-resnet-rank0.json.gz";
+  std::ifstream in(gz, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 2u);
+  const std::string cut = (dir_ / "cut.json.gz").string();
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const std::string fake = (dir_ / "fake.json.gz").string();
+  std::ofstream(fake) << "{}";
+  const std::string unnamed = (dir_ / "trace.bin").string();
+  std::ofstream(unnamed, std::ios::binary) << bytes;
+  const std::string plain =
+      write("plain.json", {{"traceEvents",
+                            {{{"ph", "X"}, {"name", "ProfilerStep#1"}, {"ts", 0}, {"dur", 10}},
+                             {{"ph", "X"}, {"name", "## forward ##"}, {"ts", 1}, {"dur", 4}}}}});
+  const std::string empty = write("empty.json", {{"traceEvents", json::array()}});
+  expect_cases({
+      {"validate " + gz, 0, {"ok (profiler trace, 5 step(s)", "GPU kernel(s)"}},
+      {"validate " + unnamed, 0, {"ok (profiler trace, 5 step(s)"}},
+      {"validate " + plain, 0, {"ok (profiler trace, 1 step(s), 0 GPU kernel(s)"}},
+      {"validate " + cut, 1, {"cut.json.gz", "truncated"}},
+      {"validate " + fake, 1, {"fake.json.gz", "gzip"}},
+      {"validate " + empty, 1, {"empty.json", "$.traceEvents", "no events"}},
+  });
 }
