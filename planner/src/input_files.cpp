@@ -1,6 +1,5 @@
 #include "cephalo/planner/input_files.hpp"
 
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -21,9 +20,7 @@ namespace {
 // Whether the file starts with gzip's magic or is named *.gz: a profiler trace (the only gzip
 // input a command reads), read as `calibrate stack --trace` reads it.
 bool gzip_named_or_made(const std::string& file) {
-  std::string ext = std::filesystem::path(file).extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (ext == ".gz") return true;
+  if (traces::named_gzip(file)) return true;
   // Only a regular file is opened here: a FIFO would block the open, and read_json_file refuses
   // what is not a regular file, naming what it is.
   std::error_code ec;

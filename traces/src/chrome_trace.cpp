@@ -1,6 +1,5 @@
 #include "cephalo/traces/chrome_trace.hpp"
 
-#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <stdexcept>
@@ -8,6 +7,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/table.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 
 namespace cephalo::traces {
 
@@ -144,9 +144,7 @@ std::string render_chrome_trace(const TraceInput& in) {
 
 void check_chrome_trace_name(const std::filesystem::path& file, const std::string& source,
                              const std::string& option) {
-  std::string ext = file.extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (ext == ".gz")
+  if (named_gzip(file.string()))
     throw ValidationError(source, option, file.string(),
                           "a name without .gz: the trace is written as plain JSON (Perfetto and "
                           "chrome://tracing read it as is; compress it afterwards if wanted)");
