@@ -190,3 +190,31 @@ TEST_F(HostileRoundFive, ValidateReadsAProfilerTraceAsCalibrateStackDoes) {
       {"validate " + empty, 1, {"empty.json", "$.traceEvents", "no events"}},
   });
 }
+
+TEST_F(HostileRoundFive, ASweepStepThatSkipsMaxCountIsRefused) {
+  // "max_count": 2 with "step": 5 swept the A100 at 0 only, and "max_count": 5 with "step": 2
+  // stopped at 4: the count the spec names as its largest dropped without a word.
+  auto spec = [&](const std::string& name, int max_count, int min_count, int step) {
+    json j = {
+        {"name", "steps"},
+        {"pool",
+         {{{"gpu", "a100x80"}, {"max_count", max_count}, {"min_count", min_count}, {"step", step}},
+          {{"gpu", "l4"}, {"max_count", 4}, {"step", 2}}}},
+        {"node",
+         {{"gpus_per_node", 4},
+          {"nic", {{"kind", "ethernet"}, {"bandwidth", "100Gbit/s"}, {"latency", "10us"}}}}},
+        {"job", kRoot + "/scenarios/jobs/gpt-2.7b-s512.json"}};
+    return write(name, j);
+  };
+  expect_cases({
+      {"validate " + spec("skip.json", 2, 0, 5),
+       1,
+       {"skip.json", "pool[0].step", "5", "reach max_count 2", "the largest is 0"}},
+      {"validate " + spec("odd.json", 6, 1, 2),
+       1,
+       {"odd.json", "pool[0].step", "dividing max_count - min_count (5)"}},
+      {"validate " + spec("short.json", 5, 0, 2), 1, {"pool[0].step", "the largest is 4"}},
+      {"sweep --spec " + spec("sweep.json", 2, 0, 5), 1, {"pool[0].step"}},
+      {"validate " + spec("fine.json", 6, 2, 2), 0, {"ok (sweep spec steps"}},
+  });
+}
