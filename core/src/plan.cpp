@@ -90,14 +90,6 @@ void check_default_split(const Plan& plan, JsonReader& split) {
       "the FSDP plan, which its rows and \"accumulation\" schedule)";
   if (plan.model_split.schedule.kind == pipeline::PipelineSchedule::Kind::Interleaved)
     split.child("schedule").fail("\"1f1b\", \"gpipe\" or no \"schedule\" key" + why);
-  // The FSDP plan's hybrid groups rule its sharding; a split that says "full" beside them would
-  // be dropped unread.
-  if (plan.sharding.hybrid() && split.has("sharding"))
-    split.child("sharding")
-        .fail(
-            "no \"sharding\" key beside the plan's hybrid \"sharding\" groups (this "
-            "model_split is one stage of every rank at tensor_parallel 1: the FSDP plan, whose "
-            "groups shard it)");
   const int m = plan.model_split.micro_batches;
   if (m != 1 && !std::all_of(plan.ranks.begin(), plan.ranks.end(),
                              [m](const PlanRank& pr) { return pr.micro_batches == m; }))

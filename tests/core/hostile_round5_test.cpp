@@ -140,29 +140,6 @@ TEST_F(HostileRoundFive, ATraceNamedGzipIsRefusedBeforeTheReplay) {
   EXPECT_TRUE(trace.contains("traceEvents")) << plain;
 }
 
-TEST_F(HostileRoundFive, AOneStageSplitThatContradictsTheHybridGroupsIsRefused) {
-  // One stage of every rank at tensor_parallel 1 is the FSDP plan: its "sharding" groups shard
-  // it. A split saying "full" beside hybrid groups was "ok" and replayed as hybrid, the split's
-  // word dropped unread.
-  std::ifstream in(kRoot + "/scenarios/plans/cpu-4rank-hybrid.json");
-  json hybrid = json::parse(in);
-  ASSERT_TRUE(hybrid["sharding"].is_object());
-  json full = hybrid;
-  full["model_split"] = {{"sharding", "full"}};
-  json plain = hybrid;
-  plain["model_split"] = json::object();
-  const std::string v = "validate --scenario " + kRoot + "/scenarios/cpu-4rank.json ";
-  expect_cases({
-      {v + write("full.json", full), 1, {"full.json", "model_split.sharding", "full", "hybrid"}},
-      {"simulate --scenario " + kRoot + "/scenarios/cpu-4rank.json --plan " +
-           write("full2.json", full),
-       1,
-       {"model_split.sharding"}},
-      // Without the key the split says nothing against the groups.
-      {v + write("plain.json", plain), 0, {"ok"}},
-  });
-}
-
 TEST_F(HostileRoundFive, ValidateReadsAProfilerTraceAsCalibrateStackDoes) {
   // `validate` of the trace a user will give `calibrate stack --trace` said "malformed JSON ...
   // last read: '<U+001F>'" (gzip), or asked for a scenario's keys (plain JSON).
