@@ -64,19 +64,22 @@ void add_layer(CLI::App* cmd) {
 void add_memory(CLI::App* cmd) {
   static struct {
     std::string scenario, plan;
-    bool json = false;
+    bool json = false, per_rank = false;
   } a;
   auto* m = cmd->add_subcommand("memory", "Per-rank memory of a plan, term by term");
   m->add_option("--scenario", a.scenario, "scenario file")->required();
   m->add_option("--plan", a.plan, "plan file")->required();
-  m->add_flag("--json", a.json, "Print the record as JSON");
+  m->add_flag("--json", a.json, "Print the record as JSON (always one entry per rank)");
+  m->add_flag("--per-rank", a.per_rank,
+              "One table row per rank (default: one per run of ranks whose rows print alike, "
+              "with their rank range)");
   m->callback([] {
     Scenario s = costmodels::load_scenario(a.scenario);
     const Plan plan = traces::load_plan_for(s, a.plan);  // `s` becomes the plan's nodes
     const auto all = costmodels::predict_plan_memory(s, plan);
     print_json_or_text(
         a.json, [&] { return costmodels::memory_record(s, a.plan, all); },
-        [&] { return costmodels::render_memory_table(s, a.plan, all); });
+        [&] { return costmodels::render_memory_table(s, a.plan, all, a.per_rank); });
   });
 }
 

@@ -10,6 +10,7 @@
 #include "cephalo/backend/mpi_communicator.hpp"
 #include "cephalo/backend/training_session.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -98,6 +99,8 @@ void add_run_command(CLI::App& app) {
                               "nan-gradients, nan-parameters, inf-moments");
       request.failure = *failure;
     }
+    if (!request.trace.empty())
+      traces::check_chrome_trace_name(request.trace, kCommandLine, "--trace");
     backend::TrainingProgress shown;
     shown.say = progress;
     shown.on_step = [&](const backend::StepResult& r) {

@@ -7,6 +7,7 @@
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/sim/class_replay.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/report.hpp"
 #include "commands.hpp"
 
@@ -36,6 +37,7 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
+    if (!a.trace.empty()) traces::check_chrome_trace_name(a.trace, kCommandLine, "--trace");
     const Plan plan = load_plan(a.plan);
     // The plan runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
     const Scenario scenario = scenario_for_plan(read_scenario(a.scenario, a.stack), plan, a.plan);

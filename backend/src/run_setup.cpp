@@ -8,6 +8,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/traces/chrome_trace.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "implementation.hpp"
 
@@ -36,6 +37,7 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
     for (const auto& shard : ckpt.manifest.shards) note_input_file(ckpt.step_dir / shard.file);
   }
   // Every output location before any training, on every rank: one verdict, one exit code.
+  if (!r.trace.empty()) traces::check_chrome_trace_name(r.trace, "command line", "--trace");
   const std::vector<OutputTarget> outputs = {{"--trace", r.trace},
                                              {"--result", r.result},
                                              {"--dump-params", r.dump_params},

@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include <string_view>
 #include <utility>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
@@ -179,12 +181,27 @@ const CodeObject& this_code() {
   return obj;
 }
 
+// Whether CEPHALO_CACHE turns the cache off. A value that is neither on nor off is refused: read
+// as "on" it would leave a user who wrote OFF or disable with the cache they meant to turn off.
+bool cache_turned_off() {
+  const char* raw = std::getenv("CEPHALO_CACHE");
+  if (raw == nullptr || *raw == 0) return false;
+  std::string v = raw;
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "off" || v == "0" || v == "no" || v == "false") return true;
+  if (v == "on" || v == "1" || v == "yes" || v == "true") return false;
+  std::string shown;
+  for (const unsigned char c : std::string_view(raw).substr(0, 64))
+    shown += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  throw ValidationError("environment", "CEPHALO_CACHE", "\"" + shown + "\"",
+                        "on (1, yes, true; the default) or off (0, no, false), in any case: "
+                        "whether the start-up cache of the shipped fit is read and written");
+}
+
 // Where the entry lives; nullopt when the cache is off (CEPHALO_CACHE=off) or has no folder.
 std::optional<fs::path> cache_folder() {
-  if (const char* off = std::getenv("CEPHALO_CACHE")) {
-    const std::string v = off;
-    if (v == "off" || v == "0" || v == "no" || v == "false") return std::nullopt;
-  }
+  if (cache_turned_off()) return std::nullopt;
   if (const char* d = std::getenv("CEPHALO_CACHE_DIR"); d && *d) return fs::path(d);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x && fs::path(x).is_absolute())
     return fs::path(x) / "cephalo";
@@ -345,6 +362,9 @@ struct State {
 State& state() {
   static State s = [] {
     State st;
+    // Outside the try: a corrupt entry is ignored, a CEPHALO_CACHE that says neither on nor off
+    // is the user's error to hear about.
+    (void)cache_turned_off();
     try {
       st.entry = entry(st.buffer);
       if (st.entry) st.payload = read_payload(*st.entry, st.buffer);

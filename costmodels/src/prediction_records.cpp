@@ -1,6 +1,7 @@
 #include "cephalo/costmodels/prediction_records.hpp"
 
 #include <cmath>
+#include <iterator>
 #include <numeric>
 
 #include "alpha_beta_comm.hpp"
@@ -282,22 +283,40 @@ std::string render_text(const LayerPrediction& p) {
 }
 
 std::string render_memory_table(const Scenario& scenario, const std::string& plan_label,
-                                const std::vector<MemoryBreakdown>& ranks) {
+                                const std::vector<MemoryBreakdown>& ranks, bool per_rank) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   std::vector<std::string> headers = {"rank", "gpu"};
   for (const auto& t : ranks.front().terms) headers.push_back(t.name);
   for (const char* h : {"total", "usable", "headroom", "fits"}) headers.push_back(h);
-  TextTable table(headers);
-  for (const auto& b : ranks) {
-    std::vector<std::string> row = {std::to_string(b.rank), b.gpu};
+  // A rank's cells as printed (all but its rank): ranks that differ only past the printed
+  // digits share a row; --per-rank and the JSON record keep every rank's exact bytes.
+  auto cells = [&](const MemoryBreakdown& b) {
+    std::vector<std::string> row = {b.gpu};
     for (const auto& t : b.terms) row.push_back(fixed(t.bytes / kGiB, 2));
     row.push_back(fixed(b.total / kGiB, 2));
     row.push_back(fixed(b.usable / kGiB, 2));
     row.push_back(fixed(b.headroom() / kGiB, 2));
     row.push_back(b.headroom() >= 0 ? "yes" : "NO");
-    table.add_row(row);
+    return row;
+  };
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(ranks.size());
+  for (const auto& b : ranks) rows.push_back(cells(b));
+  const auto runs = equal_runs(static_cast<int>(ranks.size()), [&](int a, int b) {
+    return !per_rank && rows[static_cast<std::size_t>(a)] == rows[static_cast<std::size_t>(b)];
+  });
+  TextTable table(headers);
+  for (const auto& [begin, end] : runs) {
+    std::vector<std::string> row = {
+        format_rank_range(ranks[static_cast<std::size_t>(begin)].rank,
+                          ranks[static_cast<std::size_t>(end - 1)].rank)};
+    auto& c = rows[static_cast<std::size_t>(begin)];
+    row.insert(row.end(), std::make_move_iterator(c.begin()), std::make_move_iterator(c.end()));
+    table.add_row(std::move(row));
   }
-  std::string out = "per-rank memory of " + plan_label + " on " + scenario.name + " (GiB)\n";
+  std::string out =
+      "per-rank memory of " + plan_label + " on " + scenario.name + " (GiB" +
+      (runs.size() < ranks.size() ? "; a row per run of ranks that print alike" : "") + ")\n";
   return out + table.render();
 }
 

@@ -1,6 +1,7 @@
 #include "cephalo/planner/input_files.hpp"
 
 #include <filesystem>
+#include <fstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
@@ -9,17 +10,54 @@
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 
 namespace cephalo::planner {
 
+namespace {
+
+// Whether the file starts with gzip's magic or is named *.gz: a profiler trace (the only gzip
+// input a command reads), read as `calibrate stack --trace` reads it.
+bool gzip_named_or_made(const std::string& file) {
+  if (traces::named_gzip(file)) return true;
+  // Only a regular file is opened here: a FIFO would block the open, and read_json_file refuses
+  // what is not a regular file, naming what it is.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return false;
+  char magic[2] = {0, 0};
+  std::ifstream in(file, std::ios::binary);
+  return in.read(magic, 2) && static_cast<unsigned char>(magic[0]) == 0x1f &&
+         static_cast<unsigned char>(magic[1]) == 0x8b;
+}
+
+// A Chrome / Kineto trace's root: {"traceEvents": ...}, or the legacy profiler's bare array of
+// events.
+bool trace_root(const Json& j) {
+  if (j.is_object()) return j.contains("traceEvents");
+  return j.is_array() && !j.empty() && j.front().is_object() && j.front().contains("ph");
+}
+
+std::string describe_trace(const std::string& file) {
+  const traces::KinetoTrace t = traces::load_kineto_trace(file);
+  std::string out = "profiler trace, " + std::to_string(t.steps.size()) + " step(s), " +
+                    std::to_string(t.kernels) + " GPU kernel(s)";
+  for (const auto& note : t.notes) out += "; note: " + note;
+  return out;
+}
+
+}  // namespace
+
 std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario) {
+  if (gzip_named_or_made(file)) return describe_trace(file);
   Json j = read_json_file(file);
   JsonReader r(j, file);
+  if (trace_root(j)) return describe_trace(file);
   const auto& lookup = costmodels::CatalogLookup::builtin();
   if (!j.is_object())
     r.fail(
-        "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face config)");
+        "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face "
+        "config) or a profiler trace");
   if (j.contains("ranks") || j.contains("rank_classes")) {
     Plan plan = parse_plan(r);
     if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
@@ -66,9 +104,9 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
   }
   r.fail(
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
-      "(\"ranks\" or \"rank_classes\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\") "
-      "or Hugging "
-      "Face config (\"model_type\")");
+      "(\"ranks\" or \"rank_classes\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\"), "
+      "Hugging Face config (\"model_type\") or profiler trace (\"traceEvents\", or "
+      "gzip)");
 }
 
 InputFilesCheck check_input_files(const std::vector<std::string>& files,

@@ -81,6 +81,14 @@ SweepSpec load_sweep_spec(const std::filesystem::path& file) {
     p.max_count = static_cast<int>(e.integer("max_count", 0, 4096));
     p.min_count = static_cast<int>(e.integer_or("min_count", 0, 0, p.max_count));
     p.step = static_cast<int>(e.integer_or("step", 1, 1, 4096));
+    // The counts swept are min_count, min_count + step, ... up to max_count: a step that skips
+    // max_count would drop the count the spec names as its largest without a word.
+    if (const int span = p.max_count - p.min_count; span % p.step != 0)
+      e.child("step").fail("a step dividing max_count - min_count (" + std::to_string(span) +
+                           "), so that the counts " + std::to_string(p.min_count) + ", " +
+                           std::to_string(p.min_count) + " + step, ... reach max_count " +
+                           std::to_string(p.max_count) + " (with this step the largest is " +
+                           std::to_string(p.min_count + span / p.step * p.step) + ")");
     p.price_per_hour =
         e.has("price_per_hour") ? e.child("price_per_hour").as_number() : p.spec.price_per_hour;
     if (e.has("price_per_hour") && p.price_per_hour < 0)

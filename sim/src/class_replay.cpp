@@ -356,6 +356,7 @@ int replayed_ranks(const Plan& plan, const Scenario& scenario) {
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,
                             const std::string& plan_label, const std::string& compute_model,
                             SimOptions options, const OutputTarget& trace) {
+  if (!trace.file.empty()) traces::check_chrome_trace_name(trace.file, "arguments", trace.what);
   traces::check_plan_for(plan, scenario, plan_label);
   if ((options.record_ops || !trace.file.empty()) && !plan.has_split())
     check_unit_passes(plan, full_unit_passes(plan, scenario),

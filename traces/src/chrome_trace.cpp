@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/table.hpp"
+#include "cephalo/traces/kineto_trace.hpp"
 
 namespace cephalo::traces {
 
@@ -140,7 +142,16 @@ std::string render_chrome_trace(const TraceInput& in) {
   return out;
 }
 
+void check_chrome_trace_name(const std::filesystem::path& file, const std::string& source,
+                             const std::string& option) {
+  if (named_gzip(file.string()))
+    throw ValidationError(source, option, file.string(),
+                          "a name without .gz: the trace is written as plain JSON (Perfetto and "
+                          "chrome://tracing read it as is; compress it afterwards if wanted)");
+}
+
 void write_chrome_trace(const std::filesystem::path& file, const TraceInput& input) {
+  check_chrome_trace_name(file, "arguments", "trace");
   write_file_atomically(file, render_chrome_trace(input));
 }
 

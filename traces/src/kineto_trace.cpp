@@ -520,14 +520,20 @@ bool looks_like_trace(const std::string& bytes) {
   return bytes[i] == '{' && bytes.find("\"traceEvents\"") != std::string::npos;
 }
 
+bool named_gzip(const std::string& file) {
+  if (file.size() < 3) return false;
+  const char* end = file.data() + file.size() - 3;
+  return end[0] == '.' && std::tolower(static_cast<unsigned char>(end[1])) == 'g' &&
+         std::tolower(static_cast<unsigned char>(end[2])) == 'z';
+}
+
 KinetoTrace parse_kineto_trace(const std::string& bytes, const std::string& file,
                                std::uint64_t max_bytes) {
   KinetoTrace t;
   t.file = file;
   const bool gz = bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
                   static_cast<unsigned char>(bytes[1]) == 0x8b;
-  const bool named_gz = file.size() > 3 && file.compare(file.size() - 3, 3, ".gz") == 0;
-  if (named_gz && !gz)
+  if (named_gzip(file) && !gz)
     throw ValidationError(
         file, "$",
         bytes.empty() ? "an empty file" : "bytes that do not start with gzip's magic 1f 8b",

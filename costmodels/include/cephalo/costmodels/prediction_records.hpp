@@ -71,9 +71,11 @@ std::string render_text(const LayerPrediction& p);
 std::vector<MemoryBreakdown> predict_plan_memory(const Scenario& scenario, const Plan& plan);
 Json memory_record(const Scenario& scenario, const std::string& plan_label,
                    const std::vector<MemoryBreakdown>& ranks);
-// The per-rank table of `cephalo predict memory` (GiB), titled with the plan and the scenario.
+// The table of `cephalo predict memory` (GiB), titled with the plan and the scenario: one row per
+// run of consecutive ranks whose rows print alike, labelled with its rank range (a 100k-rank plan
+// is a few rows, not pages of equal ones), or one per rank when `per_rank`.
 std::string render_memory_table(const Scenario& scenario, const std::string& plan_label,
-                                const std::vector<MemoryBreakdown>& ranks);
+                                const std::vector<MemoryBreakdown>& ranks, bool per_rank = false);
 
 // ---- collective: time and bandwidth of one collective on a scenario's cluster ----
 

@@ -13,7 +13,9 @@ namespace cephalo::planner {
 // A short description of the file ("plan, 4 ranks, matches scenario s", "sweep spec x, 3 GPU
 // types", ...): scenarios (with the calibration files they list), clusters, jobs, plans (also
 // checked for `scenario` when given), GPU and model catalogs, sweep specs ("pool", read as
-// `cephalo sweep` reads them) and Hugging Face configs ("model_type"). Throws the reader's
+// `cephalo sweep` reads them), Hugging Face configs ("model_type") and profiler traces (a
+// "traceEvents" root, the legacy bare array of events, or gzip by its magic or a .gz name; read
+// as `calibrate stack --trace` reads them, its notes in the description). Throws the reader's
 // typed error on any problem (IoError when the file cannot be read).
 std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario);
 

@@ -40,7 +40,13 @@ std::vector<std::string> rank_labels(const Cluster& cluster);
 // Renders the trace. Throws std::invalid_argument on inconsistent input (sizes, an op ending
 // before it starts, or two ops overlapping on a lane).
 std::string render_chrome_trace(const TraceInput& input);
-// Renders and writes atomically.
+// Refuses a trace file name that says another format than the plain JSON written: one ending
+// in .gz (any case) would hold uncompressed text under a gzip name, which zcat and the readers
+// of .json.gz traces (this project's own, calibrate stack --trace) then refuse. ValidationError
+// naming `source` (the command line) and `option` (its flag), before any work.
+void check_chrome_trace_name(const std::filesystem::path& file, const std::string& source,
+                             const std::string& option);
+// Renders and writes atomically (after check_chrome_trace_name).
 void write_chrome_trace(const std::filesystem::path& file, const TraceInput& input);
 
 }  // namespace cephalo::traces

@@ -108,6 +108,11 @@ struct KinetoTrace {
   const TraceStep& median_step() const;
 };
 
+// True when the file's name says gzip (it ends in .gz, in any case): the one rule of the trace
+// reader (such a file must be gzip), of validate (it is read as a trace) and of the trace
+// writer (which writes plain JSON, so refuses such a name).
+bool named_gzip(const std::string& file);
+
 // True when `bytes` is gzip (magic 1f 8b) or JSON whose root looks like a Chrome trace (an
 // object with "traceEvents", or an array): how `cephalo compare` tells a trace from a RunResult
 // without parsing twice.
