@@ -277,6 +277,8 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
 
 std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? "flash" : "eager"; }
 
+std::string to_string(LossKernel l) { return l == LossKernel::Fused ? "fused" : "eager"; }
+
 std::string to_string(Framework f) {
   switch (f) {
     case Framework::FSDP2:
@@ -306,6 +308,7 @@ std::optional<Framework> parse_framework(const std::string& name) {
 std::string to_string(const Implementation& impl) {
   std::string out = to_string(impl.attention) + (impl.fused() ? ", fused" : ", unfused");
   if (impl.compiled) out += ", compiled";
+  if (impl.cross_entropy == LossKernel::Fused) out += ", fused cross-entropy";
   if (impl.framework != Framework::FSDP2) out += ", " + to_string(impl.framework);
   if (impl.tp_comm_overlap) out += ", TP comm overlap";
   return out;
@@ -328,13 +331,17 @@ Implementation parse_implementation(JsonReader& reader) {
   if (!reader.is_object())
     reader.fail(
         "an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool, "
-        "\"compiled\": bool, \"framework\": \"fsdp2\" | \"fsdp1\" | \"deepspeed_zero3\" | "
+        "\"compiled\": bool, \"cross_entropy\": \"eager\" | \"fused\", \"framework\": \"fsdp2\" | "
+        "\"fsdp1\" | \"deepspeed_zero3\" | "
         "\"ddp\", \"tp_comm_overlap\": bool}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
         a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
   impl.compiled = reader.boolean_or("compiled", false);
+  if (auto l = reader.optional_child("cross_entropy"))
+    impl.cross_entropy =
+        l->as_enum({"eager", "fused"}) == "fused" ? LossKernel::Fused : LossKernel::Eager;
   if (auto f = reader.optional_child("fused_elementwise")) {
     impl.fused_elementwise = f->as_bool();
     // Inductor fuses the pointwise chains itself: an unfused compiled stack does not exist.
@@ -373,6 +380,7 @@ Json to_json(const Implementation& impl) {
   if (impl.framework_declared) j["framework"] = to_string(impl.framework);
   // Written only when on, so records of jobs without it read as they always did.
   if (impl.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (impl.cross_entropy == LossKernel::Fused) j["cross_entropy"] = "fused";
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;
 }

@@ -97,7 +97,7 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
   // Recompute op allocates again right before the backward (one micro-batch at a time).
   const bool core_recomputed = ck.recomputes_attention_core();
   auto kept_one = [&](int layer, int mb) {
-    return unit_working_bytes(m, layer, job.sequence_length, mb, p.compute) -
+    return unit_working_bytes(m, layer, job.sequence_length, mb, p.compute, job.implementation) -
            (core_recomputed ? attention_core_kept_bytes(m, job.sequence_length, mb) : 0.0);
   };
   auto kept_of = [&](int layer) {
@@ -125,7 +125,8 @@ std::vector<MemoryTerm> schedule_terms(const Job& job, const RankMemoryInputs& i
         own > 0
             ? own + (core_recomputed ? attention_core_kept_bytes(m, job.sequence_length, largest_mb)
                                      : 0.0)
-            : unit_working_bytes(m, u, job.sequence_length, largest_mb, p.compute);
+            : unit_working_bytes(m, u, job.sequence_length, largest_mb, p.compute,
+                                 job.implementation);
     const double extra =
         unit_bytes +
         unit_backward_transient_bytes(m, u, job.sequence_length, largest_mb, p.compute) +

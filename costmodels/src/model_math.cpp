@@ -195,6 +195,11 @@ double boundary_activation_bytes(const ModelSpec& m, int seq, int micro_batch, D
 }
 
 double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype) {
+  return unit_working_bytes(m, unit, seq_in, micro_batch, dtype, Implementation{});
+}
+
+double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype,
+                          const Implementation& impl) {
   const int seq = effective_sequence(m, seq_in);
   double b = micro_batch, s = seq;
   switch (unit_kind(m, unit)) {
@@ -206,7 +211,11 @@ double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_ba
       return boundary_activation_bytes(m, seq, micro_batch, dtype) * 2;
     case UnitKind::Head: {
       if (m.family == "vit") return b * (h(m) + m.num_classes) * 4.0;
-      // Logits in the compute dtype plus fp32 softmax for the loss.
+      // Logits in the compute dtype plus, for the framework's cross-entropy, an fp32
+      // log-softmax of their size that becomes their gradient; a fused cross-entropy keeps one
+      // fp32 log-sum-exp per token and writes the gradient in the logits' dtype.
+      if (impl.cross_entropy == LossKernel::Fused)
+        return s * b * (2.0 * m.vocab_size * bytes_per_element(dtype) + 4.0);
       return s * b * m.vocab_size * (bytes_per_element(dtype) + 4.0);
     }
   }
@@ -381,12 +390,15 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
           memory("final_norm", tokens * hd, 2, 5);
         }
         gemm("lm_head", tokens, hd, m.vocab_size);
-        // Cross-entropy reads the logits, writes fp32 softmax, backward writes logit grads.
+        // Cross-entropy reads the logits, writes fp32 softmax, backward writes logit grads; a
+        // fused kernel reads the logits once forward (per-token log-sum-exps only), and
+        // backward reads them again and writes their gradient in their dtype.
+        const bool fused_loss = impl.cross_entropy == LossKernel::Fused;
         OpCost loss{"cross_entropy", OpClass::Memory};
         loss.forward_flops = 5 * tokens * m.vocab_size;
-        loss.forward_bytes = tokens * m.vocab_size * (e + 4);
+        loss.forward_bytes = tokens * m.vocab_size * (fused_loss ? e : e + 4);
         loss.backward_flops = 2 * tokens * m.vocab_size;
-        loss.backward_bytes = tokens * m.vocab_size * (4 + e);
+        loss.backward_bytes = tokens * m.vocab_size * (fused_loss ? 2 * e : 4 + e);
         ops.push_back(loss);
       }
       break;

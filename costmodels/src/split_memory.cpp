@@ -54,7 +54,7 @@ OpBytes split_compute_op_bytes(const Job& job, const ActivationCheckpointing& ck
   const int units = num_units(m);
   const double a = tensor_parallel_activation_factor(m, unit, act, T, sp);
   const double boundary = split_boundary_bytes(job, mb, T, sp);
-  const double w = unit_working_bytes(m, unit, seq, mb, act) * a;
+  const double w = unit_working_bytes(m, unit, seq, mb, act, job.implementation) * a;
   const bool layer = unit >= 1 && unit < units - 1;
   const bool recompute = schedule::recomputes(ck, unit, units);
   const bool keeps = !recompute && layer;

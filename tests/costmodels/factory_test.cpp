@@ -298,6 +298,15 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
   EXPECT_EQ(to_string(overlap.job.implementation), "flash, fused, TP comm overlap");
   EXPECT_EQ(to_json(overlap.job.implementation).value("tp_comm_overlap", false), true);
   EXPECT_FALSE(to_json(Implementation{}).contains("tp_comm_overlap"));
+  // The loss kernel: read, labelled, written only when fused.
+  auto fused_loss = costmodels::load_scenario(write(R"({"cross_entropy": "fused"})"));
+  EXPECT_EQ(fused_loss.job.implementation.cross_entropy, LossKernel::Fused);
+  EXPECT_FALSE(fused_loss.job.implementation == Implementation{});
+  EXPECT_EQ(to_string(fused_loss.job.implementation), "flash, fused, fused cross-entropy");
+  EXPECT_EQ(to_json(fused_loss.job.implementation).value("cross_entropy", ""), "fused");
+  EXPECT_FALSE(to_json(Implementation{}).contains("cross_entropy"));
+  EXPECT_EQ(costmodels::load_scenario(write(R"({"cross_entropy": "eager"})")).job.implementation,
+            Implementation{});
   // Defaults keep the label recorded before the keys existed.
   EXPECT_EQ(to_string(Implementation{}), "flash, fused");
   EXPECT_EQ(to_string(Implementation{AttentionKernel::Eager, false}), "eager, unfused");
@@ -307,7 +316,9 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
       {R"({"compiled": true, "fused_elementwise": false})",
        {"implementation.fused_elementwise", "compiled"}},
       {R"({"compiled": "yes"})", {"implementation.compiled"}},
-      {R"({"tp_comm_overlap": "on"})", {"implementation.tp_comm_overlap", "on"}}};
+      {R"({"tp_comm_overlap": "on"})", {"implementation.tp_comm_overlap", "on"}},
+      {R"({"cross_entropy": "chunked"})",
+       {"implementation.cross_entropy", "chunked", "eager", "fused"}}};
   for (const auto& [bad, wanted] : refused) {
     try {
       costmodels::load_scenario(write(bad));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cephalo/costmodels/catalog.hpp"
@@ -76,4 +77,66 @@ TEST(MemoryModel, TermsFollowTheBackendTensorByTensor) {
   EXPECT_DOUBLE_EQ(term(b, "gathered_params"), 2 * head_phase * 2);
   EXPECT_DOUBLE_EQ(term(b, "unit_gradient"), head_phase * 4);
   EXPECT_DOUBLE_EQ(term(b, "comm_buffers"), 0.5 * head_phase * (4 + 2));
+}
+
+// A fused cross-entropy (flash-attn's, llm-foundry's default loss) keeps the logits and one fp32
+// log-sum-exp per token and writes the logits' gradient in their dtype: the head holds 2·V
+// elements of the compute dtype per token where the framework's loss holds V of them plus an
+// fp32 log-softmax. The closed form, the graph's per-op bytes (what the replay holds) and the
+// loss kernel's traffic all read it from the job's implementation.
+TEST(MemoryModel, AFusedCrossEntropyKeepsNoFp32CopyOfTheLogits) {
+  Job job;
+  job.model = ModelCatalog::builtin().get("gpt-tiny");
+  job.model.vocab_size = 50000;  // the head's working set is then the largest unit's
+  job.sequence_length = 64;
+  job.precision = {Dtype::FP32, Dtype::BF16, Dtype::FP32};
+  const ModelSpec& m = job.model;
+  const int head = num_units(m) - 1;
+  const double tokens = 64 * 4, V = m.vocab_size;
+  Implementation fused;
+  fused.cross_entropy = LossKernel::Fused;
+  const double eager_head = unit_working_bytes(m, head, 64, 4, Dtype::BF16);
+  EXPECT_DOUBLE_EQ(eager_head, tokens * V * (2 + 4));
+  EXPECT_DOUBLE_EQ(unit_working_bytes(m, head, 64, 4, Dtype::BF16, Implementation{}), eager_head);
+  EXPECT_DOUBLE_EQ(unit_working_bytes(m, head, 64, 4, Dtype::BF16, fused),
+                   tokens * (2 * V * 2 + 4));
+  // In fp32 the two hold the same but the fused kernel's log-sum-exps.
+  EXPECT_DOUBLE_EQ(unit_working_bytes(m, head, 64, 4, Dtype::FP32, fused),
+                   unit_working_bytes(m, head, 64, 4, Dtype::FP32) + tokens * 4);
+  // A layer's working set does not depend on the loss.
+  EXPECT_DOUBLE_EQ(unit_working_bytes(m, 1, 64, 4, Dtype::BF16, fused),
+                   unit_working_bytes(m, 1, 64, 4, Dtype::BF16));
+
+  RankMemoryInputs in;
+  in.state_share = 0.5;
+  in.micro_batch_sizes = {4};
+  in.world_size = 2;
+  in.gpu_runtime = true;
+  Job fused_job = job;
+  fused_job.implementation = fused;
+  double eager_total = 0, fused_total = 0, eager_ws = 0, fused_ws = 0;
+  for (const auto& t : memory_terms(job, in)) {
+    eager_total += t.bytes;
+    if (t.name == "working_set") eager_ws = t.bytes;
+  }
+  for (const auto& t : memory_terms(fused_job, in)) {
+    fused_total += t.bytes;
+    if (t.name == "working_set") fused_ws = t.bytes;
+  }
+  EXPECT_DOUBLE_EQ(eager_ws - fused_ws, tokens * (2 * V - 4));
+  EXPECT_LT(fused_total, eager_total);
+  // The graph's head forward allocates the same working set (the replay's per-op bytes).
+  const OpBytes op = split_compute_op_bytes(fused_job, ActivationCheckpointing{}, head,
+                                            ComputeStep::Forward, 4, 1, false, true);
+  EXPECT_DOUBLE_EQ(op.alloc, unit_working_bytes(m, head, 64, 4, Dtype::BF16, fused));
+  // The loss kernel's traffic: the logits read once forward, read and written backward.
+  auto loss_op = [&](const Implementation& impl) {
+    for (const auto& o : unit_ops(m, head, 64, 4, Dtype::BF16, impl))
+      if (std::string_view(o.name) == "cross_entropy") return o;
+    ADD_FAILURE() << "no cross_entropy op";
+    return OpCost{};
+  };
+  EXPECT_DOUBLE_EQ(loss_op(fused).forward_bytes, tokens * V * 2);
+  EXPECT_DOUBLE_EQ(loss_op(fused).backward_bytes, tokens * V * 4);
+  EXPECT_DOUBLE_EQ(loss_op(Implementation{}).forward_bytes, tokens * V * 6);
 }

@@ -199,6 +199,19 @@ enum class AttentionKernel {
 };
 std::string to_string(AttentionKernel a);
 
+// How the language-model loss is computed over the logits (what the head's backward holds).
+enum class LossKernel {
+  // The framework's cross-entropy under autocast (torch.nn.CrossEntropyLoss): the logits in
+  // the compute dtype and an fp32 log-softmax the size of the logits, which becomes their
+  // gradient (what the backend runs).
+  Eager,
+  // A fused cross-entropy kernel (flash-attn's xentropy CrossEntropyLoss, llm-foundry's
+  // default `loss_fn: fused_crossentropy`): it keeps the logits and one fp32 log-sum-exp per
+  // token, and writes the logits' gradient in their own dtype; no fp32 copy of the logits.
+  Fused,
+};
+std::string to_string(LossKernel l);
+
 // The sharding runtime that runs the layers (costmodels/README.md, "Frameworks"). FSDP2
 // (PyTorch's fully_shard) is what the simulator's schedule describes.
 enum class Framework { FSDP2, FSDP1, DeepSpeedZero3, DDP };
@@ -210,6 +223,7 @@ const std::vector<std::string>& framework_names();
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
+  LossKernel cross_entropy = LossKernel::Eager;
   // torch.compile (Inductor): every chain of pointwise and normalisation ops between two
   // GEMMs runs as one generated kernel, so a compiled stack's layers are fused whatever
   // fused_elementwise says (parse_implementation refuses compiled with fused_elementwise false).
@@ -236,7 +250,7 @@ struct Implementation {
   // copies are priced): a profile row or the backend's stack matches a job that names fsdp2.
   bool operator==(const Implementation& o) const {
     return attention == o.attention && fused_elementwise == o.fused_elementwise &&
-           compiled == o.compiled && framework == o.framework &&
+           cross_entropy == o.cross_entropy && compiled == o.compiled && framework == o.framework &&
            tp_comm_overlap == o.tp_comm_overlap && stack == o.stack && stack_file == o.stack_file;
   }
 };
@@ -279,6 +293,7 @@ Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
 
 // Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
+// "cross_entropy": "eager"|"fused",
 // "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
 // "stack": "file.json" | {cephalo-stack}}
 // (all optional; a stack file's path is relative to the file the reader reads).

@@ -63,13 +63,18 @@ struct LayerKeptBytes {
   double split = 0;
 };
 LayerKeptBytes layer_kept_bytes_per_token(const ModelSpec& model, Dtype dtype);
+// A unit's working set under the job's stack (the head's loss buffer depends on its
+// cross-entropy kernel); the five-argument form is the default stack's (eager cross-entropy,
+// what the backend runs).
+double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype,
+                          const Implementation& impl);
 double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype);
 // Peak bytes of the input-gradient temporaries a unit's backward holds on top of its working
 // set (the saved activations) and of its output gradient (a boundary): for a transformer layer
 // max(h + 2f, 3h + 2·kv) per token (h + 3f with a gated MLP) in the compute dtype, what
 // GptModel::layer_backward allocates at its two high-water marks (GELU and attention backward).
-// Zero for embedding and head: the head's fp32-softmax-sized buffer in unit_working_bytes
-// covers its input-gradient temporaries.
+// Zero for embedding and head: the head's loss buffer in unit_working_bytes (fp32-softmax-sized,
+// or the fused kernel's gradient in the logits' dtype) covers its input-gradient temporaries.
 double unit_backward_transient_bytes(const ModelSpec& model, int unit, int seq, int micro_batch,
                                      Dtype dtype);
 // Extra bytes eager attention holds while a layer's attention runs on a GPU: the s×s scores of
