@@ -255,19 +255,14 @@ void read_split_plan(SplitEstimateRequest& r) {
   ReplicaAllocation& a = r.allocation;
   a.micro_batch.resize(plan.ranks.size());
   a.state_share.resize(plan.ranks.size());
+  a.sub_steps.resize(plan.ranks.size());
   const int m = plan.model_split.micro_batches;
   for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
     const PlanRank& pr = plan.ranks[i];
-    // The estimate prices a rank's share of a micro-batch as one step of that many samples.
-    if (pr.sub_steps(m) != 1)
-      throw ValidationError(r.split_file, "ranks[" + std::to_string(i) + "].micro_batches",
-                            std::to_string(pr.micro_batches) + " (" +
-                                std::to_string(pr.sub_steps(m)) + " sub-steps of " +
-                                std::to_string(pr.micro_batch) + " per micro-batch)",
-                            "the split's " + std::to_string(m) +
-                                ": the split estimate prices each rank's share of a micro-batch "
-                                "as one step (simulate replays sub-steps)");
+    // A rank's share of every micro-batch and the sub-steps it runs it in (load_plan checked
+    // that they divide).
     a.micro_batch[i] = pr.share_per_micro_batch(m);
+    a.sub_steps[i] = pr.sub_steps(m);
     a.state_share[i] = pr.state_share;
   }
   const ActivationCheckpointing& c = plan.activation_checkpointing;

@@ -7,7 +7,6 @@
 
 #include "plan_support.hpp"
 #include "split_estimator_impl.hpp"
-#include "split_replicas.hpp"
 
 namespace cephalo::planner {
 namespace {
@@ -92,6 +91,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   if (mode != ReplicaBatches::Even) {
     out.allocation.micro_batch.assign(static_cast<std::size_t>(world), 0);
     out.allocation.state_share.assign(static_cast<std::size_t>(world), 0.0);
+    out.allocation.sub_steps.assign(static_cast<std::size_t>(world), 1);
   }
   // Per virtual stage k = c·p + s, one micro-batch's forward and backward (the slowest
   // replica's).
@@ -100,6 +100,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
   // Per stage, the slowest replica's units in forward order (the DP tail follows them).
   std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
+  // Per stage, that replica's sub-steps per micro-batch (its units are one sub-step's).
+  std::vector<int> unit_sub(static_cast<std::size_t>(p), 1);
   // Per stage, its units' parameter gathers before their first forward and those forwards
   // (full and hybrid sharding; empty otherwise), and where each chunk's units end.
   std::vector<std::vector<std::pair<double, double>>> unit_gathers(static_cast<std::size_t>(p));
@@ -135,47 +137,32 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.replicas = replicas;
     est.peak_in_flight = peak[static_cast<std::size_t>(s)];
 
-    // Every class's pass at b samples, remembered for this stage.
-    std::vector<std::map<int, StagePass>> passes(rep.classes.size());
-    auto pass_of = [&](std::size_t cls, int b) -> const StagePass& {
-      auto it = passes[cls].find(b);
+    // Every class's pass at b samples in k sub-steps, remembered for this stage: k passes of
+    // b / k samples each, as the graph runs them (its units one sub-step's).
+    std::vector<std::map<std::pair<int, int>, StagePass>> passes(rep.classes.size());
+    auto pass_of = [&](std::size_t cls, int b, int k) -> const StagePass& {
+      auto it = passes[cls].find({b, k});
       if (it == passes[cls].end())
-        it = passes[cls]
-                 .emplace(b, stage_pass(split, st, s, T, sr, *rep.classes[cls],
-                                        rep.class_slowdown[cls], b, options))
-                 .first;
+        it =
+            passes[cls]
+                .emplace(std::make_pair(b, k),
+                         split_detail::repeated(stage_pass(split, st, s, T, sr, *rep.classes[cls],
+                                                           rep.class_slowdown[cls], b / k, options),
+                                                k))
+                .first;
       return it->second;
     };
     // The stage's parameters and memory terms do not depend on the samples; its times do.
-    const StagePass& probe = pass_of(0, rep.size.empty() ? 1 : rep.size.front());
+    const StagePass& probe = pass_of(0, rep.size.empty() ? 1 : rep.size.front(), 1);
     est.layers = probe.layers;
     est.parameters_per_rank = probe.params;
     // A replica's memory at b samples and state share x: costmodels' one rule for a split rank.
     const std::vector<std::vector<int>> units = costmodels::stage_units(model, st, s, p);
     ReplicaMemory memory_of(*this, split, T, units,
                             schedule_orders.orders[static_cast<std::size_t>(s)], options, file);
-    if (mode == ReplicaBatches::BySpeed) {
-      // The most samples each replica holds with none of the sharded state (dealt after): the
-      // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries).
-      std::vector<int> caps;
-      caps.reserve(rep.class_of.size());
-      for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
-        if (j > 0 && rep.alike_memory(j, j - 1)) {
-          caps.push_back(caps.back());
-          continue;
-        }
-        const double one = memory_of.total(rep, j, 1, 0.0);
-        const double per_sample = std::max(1.0, memory_of.total(rep, j, 2, 0.0) - one);
-        const double room = rep.capacity[j] - (one - per_sample);
-        caps.push_back(room <= 0 ? 0
-                                 : static_cast<int>(std::min(1e9, std::floor(room / per_sample))));
-      }
-      rep.size = balance_samples(
-          rep.total, caps,
-          [&](std::size_t j, int b) { return pass_of(rep.class_of[j], b).total(); },
-          rep.classes.size() == 1);
-      if (rep.size.empty()) rep.size.assign(rep.class_of.size(), 0);
-    }
+    if (mode == ReplicaBatches::BySpeed)
+      deal_by_speed(rep, memory_of, !split.is_default(), split.sharding != ShardingKind::None,
+                    pass_of);
     // The stage's step times: the slowest replica's, per chunk.
     std::size_t slowest = 0;
     double slowest_total = -1;
@@ -184,9 +171,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       largest = std::max(largest, rep.size[j]);
       if (rep.size[j] < 1) continue;
       // An alike replica at the same samples has the same pass: nothing changes.
-      if (j > 0 && rep.class_of[j] == rep.class_of[j - 1] && rep.size[j] == rep.size[j - 1])
+      if (j > 0 && rep.class_of[j] == rep.class_of[j - 1] && rep.size[j] == rep.size[j - 1] &&
+          rep.sub[j] == rep.sub[j - 1])
         continue;
-      const StagePass& ps = pass_of(rep.class_of[j], rep.size[j]);
+      const StagePass& ps = pass_of(rep.class_of[j], rep.size[j], rep.sub[j]);
       if (ps.total() > slowest_total) {
         slowest_total = ps.total();
         slowest = j;
@@ -199,8 +187,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     }
     est.micro_batch = largest;
     est.replica_micro_batches = rep.size;
-    const StagePass& ps = pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]));
+    const StagePass& ps =
+        pass_of(rep.class_of[slowest], std::max(1, rep.size[slowest]), rep.sub[slowest]);
     unit_steps[static_cast<std::size_t>(s)] = ps.units;
+    unit_sub[static_cast<std::size_t>(s)] = rep.sub[slowest];
     chunk_ends[static_cast<std::size_t>(s)] = ps.chunk_ends;
     est.replicated_forward = ps.replicated_forward;
     est.replicated_backward = ps.replicated_backward;
@@ -212,25 +202,6 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     est.tp_collectives_forward = ps.f_calls;
     est.tp_collectives_backward = ps.b_calls;
 
-    // State shares: given, equal, or by the memory each rank of a sharding group has free
-    // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
-    if (mode == ReplicaBatches::BySpeed && split.sharding != ShardingKind::None) {
-      for (const auto& group : rep.groups) {
-        std::vector<double> free;
-        free.reserve(group.size());
-        std::size_t prev = 0;
-        for (std::size_t j : group) {
-          if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev])
-            free.push_back(free.back());
-          else
-            free.push_back(
-                std::max(0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], 0.0)));
-          prev = j;
-        }
-        const std::vector<double> share = detail::shares_by_free_memory(free);
-        for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
-      }
-    }
     for (const auto& g : rep.groups)
       for (std::size_t j : g)
         if (std::fabs(rep.share[j] - 1.0 / static_cast<double>(g.size())) > 1e-12)
@@ -240,6 +211,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         for (int t = 0; t < T; ++t) {
           const int r = st.ranks[j * static_cast<std::size_t>(T) + static_cast<std::size_t>(t)];
           out.allocation.micro_batch[static_cast<std::size_t>(r)] = rep.size[j];
+          out.allocation.sub_steps[static_cast<std::size_t>(r)] = rep.sub[j];
           // Shares of the domain: a hybrid group's, over the number of groups.
           out.allocation.state_share[static_cast<std::size_t>(r)] =
               rep.share[j] / static_cast<double>(rep.groups.size());
@@ -252,12 +224,12 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // An alike replica at the same samples and share has the same ratio: never tighter.
       if (j > 0 && rep.alike_memory(j, j - 1) &&
           std::max(1, rep.size[j]) == std::max(1, rep.size[j - 1]) &&
-          rep.share[j] == rep.share[j - 1])
+          rep.sub[j] == rep.sub[j - 1] && rep.share[j] == rep.share[j - 1])
         continue;
       StageMemory mem;
       mem.rank = rep.capacity_rank[j];
       mem.capacity = rep.capacity[j];
-      mem.terms = memory_of.terms(rep, j, std::max(1, rep.size[j]), rep.share[j]);
+      mem.terms = memory_of.terms(rep, j, std::max(1, rep.size[j]), rep.sub[j], rep.share[j]);
       for (const auto& term : mem.terms) {
         mem.total += term.bytes;
         if (term.name == "activations") mem.activations += term.bytes;
@@ -419,8 +391,14 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // The FSDP graph's layered accumulation runs a unit's every micro-batch in its phase, so
       // a phase hides m micro-batches' compute; the head's backward gather is issued when the
       // last layer's forward ends (the gather lookahead), under the head's forward phase.
-      const double phase = regathers ? static_cast<double>(m) : 1.0;
-      double end = 0, done = 0, compute = 0, queued = 0;
+      // A replica in k sub-steps runs every unit's backward k times in its last backward step,
+      // the reductions after the last sub-step's (an FSDP plan's phases hold all m · k).
+      const int k = unit_sub[static_cast<std::size_t>(s)];
+      const double phase = regathers ? static_cast<double>(m) * k : 1.0;
+      double earlier = 0;  // the last backward step's sub-steps before its last
+      if (!regathers)
+        for (const auto& u : units) earlier += (k - 1) * u.backward;
+      double end = 0, done = earlier, compute = earlier, queued = 0;
       const double head_gather = regathers && !units.empty() ? gather(units.back()) : 0;
       double gathered = regathers && !units.empty()
                             ? std::max(0.0, head_gather - phase * units.back().forward)

@@ -174,6 +174,7 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
     }
     rep.total = static_cast<int>(job.global_batch / m);
     rep.size.assign(static_cast<std::size_t>(R), static_cast<int>(job.global_batch / per_micro));
+    rep.sub.assign(static_cast<std::size_t>(R), 1);
   } else {
     if (job.global_batch % m != 0)
       throw ValidationError(
@@ -185,10 +186,20 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, const ModelSplit& spl
       if (a.micro_batch.size() != ranks.size() || a.state_share.size() != ranks.size())
         throw ValidationError(file, "ranks", std::to_string(a.micro_batch.size()) + " ranks",
                               std::to_string(ranks.size()) + " ranks, one per GPU");
+      if (!a.sub_steps.empty() && a.sub_steps.size() != ranks.size())
+        throw ValidationError(file, "ranks",
+                              std::to_string(a.sub_steps.size()) + " sub-step counts",
+                              std::to_string(ranks.size()) + ", one per GPU");
       long long sum = 0;
       for (int j = 0; j < R; ++j) {
         const int lead = st.ranks[static_cast<std::size_t>(j * T)];
         rep.size.push_back(a.micro_batch[static_cast<std::size_t>(lead)]);
+        rep.sub.push_back(a.sub_steps_of(static_cast<std::size_t>(lead)));
+        if (rep.size.back() % rep.sub.back() != 0)
+          throw ValidationError(file, "ranks[" + std::to_string(lead) + "]",
+                                std::to_string(rep.size.back()) + " samples per micro-batch in " +
+                                    std::to_string(rep.sub.back()) + " sub-steps",
+                                "a sub-step count dividing the rank's samples per micro-batch");
         rep.share[static_cast<std::size_t>(j)] = a.state_share[static_cast<std::size_t>(lead)];
         sum += rep.size.back();
       }
@@ -225,14 +236,14 @@ SplitEstimator::Impl::ReplicaMemory::ReplicaMemory(const Impl& impl, const Model
       file_(file) {}
 
 const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::terms(
-    const Replicas& rep, std::size_t j, int b, double share) {
+    const Replicas& rep, std::size_t j, int b, int sub, double share) {
   const Scenario& scenario = impl_.scenario;
   const Job& job = scenario.job;
   const int rank = rep.capacity_rank[j];
   const int type = rep.class_type[rep.class_of[j]];
   const bool fsdp = split_.is_default();
   const bool gpu_runtime = impl_.type_gpu_runtime[static_cast<std::size_t>(type)] != 0;
-  const auto key = std::make_tuple(fsdp ? type : rep.capacity_place[j], gpu_runtime, b, share);
+  const auto key = std::make_tuple(fsdp ? type : rep.capacity_place[j], gpu_runtime, b, sub, share);
   auto it = known_.find(key);
   if (it != known_.end()) return it->second;
   const auto& constants = costmodels::memory_constants();
@@ -246,8 +257,10 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
     Plan& plan = *fsdp_plan_;
     PlanRank& row = plan.ranks[static_cast<std::size_t>(rank)];
     const PlanRank even = row;
-    row.micro_batch = b;
+    // An FSDP plan's sub-steps are its micro-batches: m · sub of b / sub.
+    row.micro_batch = b / sub;
     row.batch = b * row.micro_batches;
+    row.micro_batches *= sub;
     row.state_share = share;
     out = costmodels::predict_memory(scenario, plan, rank, constants).terms;
     row = even;
@@ -260,7 +273,8 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
     in.tp_rank = rep.capacity_place[j];
     in.sequence_parallel = split_.sequence_parallel;
     in.head_holds_word_embedding = job.model.tied_embeddings && p > 1;
-    in.micro_batch = b;
+    in.micro_batch = b / sub;
+    in.sub_steps = sub;
     in.sharding = split_.sharding;
     in.state_share = share;
     in.activation_checkpointing = options_.activation_checkpointing;
@@ -272,9 +286,9 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
 }
 
 double SplitEstimator::Impl::ReplicaMemory::total(const Replicas& rep, std::size_t j, int b,
-                                                  double share) {
+                                                  int sub, double share) {
   double sum = 0;
-  for (const auto& t : terms(rep, j, b, share)) sum += t.bytes;
+  for (const auto& t : terms(rep, j, b, sub, share)) sum += t.bytes;
   return sum;
 }
 

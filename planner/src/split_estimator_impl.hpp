@@ -60,6 +60,7 @@ struct Replicas {
   std::vector<int> class_type;        // per class: its index in SplitEstimator::Impl::types
   std::vector<std::size_t> class_of;  // per replica
   std::vector<int> size;              // samples per micro-batch, per replica
+  std::vector<int> sub;               // sub-steps per micro-batch, per replica (divides size)
   std::vector<double> share;          // state share of its sharding group, per replica
   std::vector<double> capacity;       // usable bytes of its tightest rank
   std::vector<int> capacity_rank;
@@ -111,6 +112,23 @@ struct StagePass {
     return forward_compute + backward_compute + tp_comm_forward + tp_comm_backward;
   }
 };
+
+// A pass run as k sub-steps (DESIGN §4, "Ranks"): k times one sub-step's compute, TP comm and
+// TP calls; its units stay one sub-step's (the DP tail follows the last sub-step's).
+inline StagePass repeated(StagePass pass, int k) {
+  if (k <= 1) return pass;
+  for (auto& c : pass.chunks) {
+    c.forward *= k;
+    c.backward *= k;
+  }
+  pass.forward_compute *= k;
+  pass.backward_compute *= k;
+  pass.tp_comm_forward *= k;
+  pass.tp_comm_backward *= k;
+  pass.f_calls *= k;
+  pass.b_calls *= k;
+  return pass;
+}
 
 // Stages' chains of data-parallel collectives on the NICs of the nodes their DP groups span:
 // each chain is `work` seconds of its collectives at full rate from `release` on, and runs at
@@ -271,9 +289,10 @@ struct SplitEstimator::Impl {
                   const std::vector<std::vector<int>>& units, std::span<const pipeline::Step> order,
                   const SplitOptions& options, const std::string& file);
     // Of replica j's tightest rank (Replicas::capacity_rank) at b samples and share x.
+    // `b` samples per micro-batch run as `sub` sub-steps of b / sub (sub divides b).
     const std::vector<costmodels::MemoryTerm>& terms(const Replicas& rep, std::size_t j, int b,
-                                                     double share);
-    double total(const Replicas& rep, std::size_t j, int b, double share);
+                                                     int sub, double share);
+    double total(const Replicas& rep, std::size_t j, int b, int sub, double share);
 
    private:
     const Impl& impl_;
@@ -289,7 +308,7 @@ struct SplitEstimator::Impl {
     // device), both read off Replicas; whether the type runs the GPU runtime is the
     // estimator's, per type; the even plan is built once, on first use.
     std::optional<Plan> fsdp_plan_;
-    std::map<std::tuple<int, bool, int, double>, std::vector<costmodels::MemoryTerm>> known_;
+    std::map<std::tuple<int, bool, int, int, double>, std::vector<costmodels::MemoryTerm>> known_;
   };
 
   // Per rank, its GPU type (by name) as an index into `types` and its usable bytes, and per type
@@ -440,6 +459,13 @@ struct SplitEstimator::Impl {
                          double element_bytes, double sharing);
   void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
                         int T, const SplitOptions& options, const std::string& file);
+  // ReplicaBatches::BySpeed: rep.size, rep.sub and rep.share, each replica's samples of every
+  // micro-batch (balance_samples over its pass times, within what its memory holds at share 0),
+  // its sub-steps (one while the share fits in one step; else, when `sub_steps`, the fewest that
+  // fit, then with its state share) and, when `sharded`, its state share (by free memory).
+  // `pass_of(class, b, k)`: the class's pass of b samples in k sub-steps.
+  void deal_by_speed(Replicas& rep, ReplicaMemory& memory_of, bool sub_steps, bool sharded,
+                     const std::function<const StagePass&(std::size_t, int, int)>& pass_of);
 };
 
 }  // namespace cephalo::planner

@@ -53,14 +53,8 @@ PlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& s
   SplitDetail& d = out.split.emplace();
   d.search = search;
   out.plan = even_split_plan(scenario, search.split, "<planner>");
-  // Replicas balanced by speed: the samples and shares the estimate priced.
-  const ReplicaAllocation& a = search.estimate.allocation;
-  if (!a.empty())
-    for (PlanRank& r : out.plan.ranks) {
-      r.micro_batch = a.micro_batch[static_cast<std::size_t>(r.rank)];
-      r.batch = r.micro_batch * r.micro_batches;
-      r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
-    }
+  // Replicas balanced by speed: the samples, sub-steps and shares the estimate priced.
+  apply_allocation(out.plan, search.estimate.allocation);
   out.plan.strategy = "3d";
   out.plan.activation_checkpointing.kind = search.checkpointing;
   traces::check_plan_for(out.plan, scenario, "<planner>");

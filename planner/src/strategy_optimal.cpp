@@ -147,14 +147,14 @@ PlanResult candidate_of(const ModeSearch& m, const OptimalSolution& sol, std::st
 }
 
 // Replays `alt` and keeps it as the mode's plan when it fits and simulates faster than the plan
-// so far.
+// so far (only reached with the simulator verifying, so the plan is ranked by its replay).
 void keep_if_faster(const Scenario& s, const costmodels::CostModels& models, ModeSearch& m,
                     PlanResult alt) {
   const auto o = m.replays->outcome(alt.plan, s, models);
   if (o.oom || (m.simulated > 0 && o.iteration_s >= m.simulated)) return;
   m.simulated = o.iteration_s;
   m.res = std::move(alt);
-  predict(s, models, m.res);
+  // Replayed: ranked by its replay, and predicted only if it is the answer (plan_optimal).
 }
 
 // Step 2. Outside the model: the simulator synchronises every unit's forward and backward
@@ -179,14 +179,24 @@ void replay_staircase(const Scenario& s, const costmodels::CostModels& models, M
 double phase_synchronised_time(const OptimalProblem& problem, const Plan& plan) {
   double f_max = 0, k_max = 0, sigma = 0;
   std::vector<double> shares;
+  shares.reserve(plan.ranks.size());
+  // A rank's phase times depend on its model (one per class of identical ranks), batch and
+  // micro-batch only: a run of ranks repeating the previous rank's is timed once (at 100k
+  // ranks of one class the walk was a model evaluation per rank).
+  int last_class = -1, last_batch = -1, last_micro = -1;
   for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
     const auto& pr = plan.ranks[i];
     shares.push_back(pr.state_share);
+    sigma = std::max(sigma, pr.state_share);
+    const int c = problem.class_of(static_cast<int>(i));
+    if (c == last_class && pr.batch == last_batch && pr.micro_batch == last_micro) continue;
+    last_class = c;
+    last_batch = pr.batch;
+    last_micro = pr.micro_batch;
     const auto& rm = problem.model_of(static_cast<int>(i));
     const double f = optimal_forward_time(rm, pr.batch, pr.micro_batch);
     f_max = std::max(f_max, f);
     k_max = std::max(k_max, optimal_compute_time(rm, pr.batch, pr.micro_batch) - f);
-    sigma = std::max(sigma, pr.state_share);
   }
   const double c = problem.comm_seconds ? problem.comm_seconds(sigma) : 0.0;
   return std::max(c, f_max + k_max) + optimizer_step_seconds(problem, shares);
@@ -358,7 +368,9 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       continue;
     }
     const auto& sol = m.candidates.front();
-    predict(s, models, m.res);
+    // Without the simulator the model's prediction is the score; with it the replay is, and
+    // only the schedule that wins is predicted (below): predict is a function of the plan alone.
+    if (!opt.verify_with_simulator) predict(s, models, m.res);
     m.res.note = "model optimum " + format_seconds(sol.iteration_seconds) + " (" +
                  std::to_string(sol.feasibility_checks) + " feasibility checks, " +
                  std::to_string(sol.class_knapsack_runs) + " per-class and " +
@@ -389,6 +401,7 @@ PlanResult plan_optimal(const Scenario& s, const costmodels::CostModels& models,
       offer_runner_up(label, score);
     }
   }
+  if (have && opt.verify_with_simulator) predict(s, models, best);
   if (several && have) {
     std::string list;
     for (const auto& v : verdicts) list += (list.empty() ? "" : ", ") + v;

@@ -10,8 +10,10 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/planner/split_estimate.hpp"
 
 namespace cephalo::test_support {
 
@@ -147,6 +149,17 @@ inline void place_stages(ModelSplit& split, const std::vector<std::vector<int>>&
     split.stages[i].ranks = ranks[i];
     split.stages[i].tensor_parallel = tp[i];
   }
+}
+
+// The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
+// with the estimate's samples, sub-steps and shares (planner::apply_allocation) and the
+// checkpointing.
+inline Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
+                    const ActivationCheckpointing& ck) {
+  Plan plan = even_split_plan(s, split, "<test>");
+  planner::apply_allocation(plan, e.allocation);
+  plan.activation_checkpointing = ck;
+  return plan;
 }
 
 }  // namespace cephalo::test_support

@@ -31,21 +31,7 @@ namespace {
 using K = pipeline::PipelineSchedule::Kind;
 using CK = ActivationCheckpointing::Kind;
 
-// The plan a priced candidate is written as (split_plan.cpp's replay_candidate): the even plan
-// with the estimate's samples and shares and the checkpointing.
-Plan plan_of(const Scenario& s, const ModelSplit& split, const planner::SplitEstimate& e,
-             const ActivationCheckpointing& ck) {
-  Plan plan = even_split_plan(s, split, "<test>");
-  const planner::ReplicaAllocation& a = e.allocation;
-  if (!a.empty())
-    for (PlanRank& r : plan.ranks) {
-      r.micro_batch = a.micro_batch[static_cast<std::size_t>(r.rank)];
-      r.batch = r.micro_batch * r.micro_batches;
-      r.state_share = a.state_share[static_cast<std::size_t>(r.rank)];
-    }
-  plan.activation_checkpointing = ck;
-  return plan;
-}
+using test_support::plan_of;
 
 struct Case {
   Scenario scenario;

@@ -13,7 +13,12 @@
 // types (each TP group of one) and carry unequal samples and state shares, given by a plan or
 // balanced by speed (planner/README.md, "3D plans: stages that mix GPU types"); a stage's step
 // time is then its slowest replica's, its memory its tightest replica's. Below, b_s is a
-// replica's own samples and "the stage's GPU" that replica's.
+// replica's own samples and "the stage's GPU" that replica's. Sub-steps (DESIGN §4, "Ranks"):
+// a replica may run its b_s samples of every micro-batch as k_s sub-steps of b_s / k_s (given
+// by a plan, or under BySpeed chosen per replica: the fastest k whose memory fits); its compute
+// and TP comm are then k_s times those of one sub-step, its working memory one sub-step's (the
+// kept activations and the boundaries stay the whole share's), its transfers the whole share's,
+// and its DP collectives, once per unit per iteration, start in its last sub-step.
 // What is priced, per stage s (its GPU is the device of its first rank):
 //   compute   per micro-batch of b_s = global_batch / (m · replicas_s) samples, each layer's
 //             forward, backward and (with recompute) recompute forward from the compute model
@@ -61,6 +66,7 @@
 //             stage's order, op by op with the graph's per-op bytes, aware of flash / eager
 //             attention, sequence parallelism and the checkpointing; the runtime's reserves).
 //             A one-stage T = 1 fully sharded split is an FSDP plan: the FSDP terms.
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
@@ -68,6 +74,7 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/core/model_split.hpp"
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 
@@ -87,12 +94,23 @@ enum class DpOverlap {
 // replicas may carry unequal samples and shares), per rank of the cluster. `micro_batch[r]`:
 // the samples rank r's replica runs of every micro-batch (the T ranks of a replica equal, a
 // stage's replicas summing to global batch / m); `state_share[r]`: its share of its
-// data-parallel sharding group (summing to 1 per group; unused under `none`).
+// data-parallel sharding group (summing to 1 per group; unused under `none`); `sub_steps[r]`:
+// in how many sub-steps of micro_batch[r] / sub_steps[r] samples the rank runs its share of
+// every micro-batch (DESIGN §4, "Ranks": a dividing count; empty: one step each).
 struct ReplicaAllocation {
   std::vector<int> micro_batch;
   std::vector<double> state_share;
+  std::vector<int> sub_steps;
   bool empty() const { return micro_batch.empty(); }
+  int sub_steps_of(std::size_t rank) const {
+    return rank < sub_steps.size() ? std::max(1, sub_steps[rank]) : 1;
+  }
 };
+
+// Writes an allocation into a plan of the split (even_split_plan's, `micro_batches` = m): each
+// rank's share of every micro-batch as its sub-steps (micro_batch = share / k, micro_batches =
+// m · k) and its state share. Nothing when the allocation is empty (even replicas).
+void apply_allocation(Plan& plan, const ReplicaAllocation& allocation);
 
 // Who divides a stage's micro-batch among its replicas.
 enum class ReplicaBatches {

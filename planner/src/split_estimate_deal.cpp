@@ -1,0 +1,119 @@
+// A stage's replica deal by speed (planner/README.md, "3D plans: stages that mix GPU types" and
+// "sub-steps"): the samples of every micro-batch each replica runs and in how many sub-steps,
+// the sharded state dealt after (split_estimate.cpp).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "plan_support.hpp"
+#include "split_estimator_impl.hpp"
+#include "split_replicas.hpp"
+
+namespace cephalo::planner {
+
+void SplitEstimator::Impl::deal_by_speed(
+    Replicas& rep, ReplicaMemory& memory_of, bool sub_steps, bool sharded,
+    const std::function<const StagePass&(std::size_t, int, int)>& pass_of) {
+  // The most samples each replica holds with none of the sharded state (dealt after): the
+  // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries),
+  // in one step (`whole`) or, past that, in sub-steps of one sample (`caps`; not for an
+  // FSDP plan, whose micro-batches its own planner chooses). `kind`: per replica, the
+  // first alike one (same memory, same class).
+  std::vector<int> caps, whole;
+  std::vector<std::size_t> kind;
+  caps.reserve(rep.class_of.size());
+  for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
+    if (j > 0 && rep.alike_memory(j, j - 1)) {
+      caps.push_back(caps.back());
+      whole.push_back(whole.back());
+      kind.push_back(kind.back());
+      continue;
+    }
+    kind.push_back(j);
+    const auto cap_of = [&](int k2) {
+      const double one = memory_of.total(rep, j, 1, 1, 0.0);
+      const double per_sample = std::max(1.0, memory_of.total(rep, j, 2, k2, 0.0) - one);
+      const double room = rep.capacity[j] - (one - per_sample);
+      return room <= 0 ? 0 : static_cast<int>(std::min(1e9, std::floor(room / per_sample)));
+    };
+    whole.push_back(cap_of(1));
+    caps.push_back(sub_steps ? std::max(whole.back(), cap_of(2)) : whole.back());
+  }
+  // A replica's step at b samples: one step while it fits, else the fewest sub-steps (a
+  // count dividing b) whose memory fits: the compute models' time per sample does not rise
+  // with the samples of an op, so fewer, larger sub-steps are never slower.
+  std::map<std::pair<std::size_t, int>, int> chosen;
+  const auto sub_of = [&](std::size_t j, int b) {
+    if (b <= whole[j]) return 1;
+    const auto key = std::make_pair(kind[j], b);
+    if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
+    int k = 2;
+    while (k < b && (b % k != 0 || memory_of.total(rep, kind[j], b, k, 0.0) > rep.capacity[j])) ++k;
+    chosen.emplace(key, k);
+    return k;
+  };
+  rep.size = balance_samples(
+      rep.total, caps,
+      [&](std::size_t j, int b) { return pass_of(rep.class_of[j], b, sub_of(j, b)).total(); },
+      rep.classes.size() == 1);
+  if (rep.size.empty()) rep.size.assign(rep.class_of.size(), 0);
+  rep.sub.resize(rep.size.size());
+  for (std::size_t j = 0; j < rep.size.size(); ++j)
+    rep.sub[j] = rep.size[j] < 1 ? 1 : sub_of(j, rep.size[j]);
+
+  // State shares: given, equal, or by the memory each rank of a sharding group has free
+  // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
+  if (sharded) {
+    for (const auto& group : rep.groups) {
+      std::vector<double> free;
+      free.reserve(group.size());
+      std::size_t prev = 0;
+      for (std::size_t j : group) {
+        if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
+            rep.sub[j] == rep.sub[prev])
+          free.push_back(free.back());
+        else
+          free.push_back(std::max(
+              0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0)));
+        prev = j;
+      }
+      const std::vector<double> share = detail::shares_by_free_memory(free);
+      for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
+    }
+  }
+  // A replica that the state its share adds does not let fit runs its samples in more
+  // sub-steps, the fewest that fit with that share (none: it stays, and the stage is refused).
+  if (!sub_steps) return;
+  int chosen_before = 0;  // the previous replica's sub-steps before this step
+  for (std::size_t j = 0; j < rep.size.size(); ++j) {
+    const int b = rep.size[j];
+    // An alike replica at its predecessor's samples, sub-steps and share: the same answer.
+    if (j > 0 && rep.alike_memory(j, j - 1) && b == rep.size[j - 1] &&
+        rep.share[j] == rep.share[j - 1] && rep.sub[j] == chosen_before) {
+      rep.sub[j] = rep.sub[j - 1];
+      continue;
+    }
+    chosen_before = rep.sub[j];
+    if (b < 2 || memory_of.total(rep, j, b, rep.sub[j], rep.share[j]) <= rep.capacity[j]) continue;
+    for (int k = rep.sub[j] + 1; k <= b; ++k)
+      if (b % k == 0 && memory_of.total(rep, j, b, k, rep.share[j]) <= rep.capacity[j]) {
+        rep.sub[j] = k;
+        break;
+      }
+  }
+}
+
+void apply_allocation(Plan& plan, const ReplicaAllocation& a) {
+  if (a.empty()) return;
+  for (PlanRank& r : plan.ranks) {
+    const auto i = static_cast<std::size_t>(r.rank);
+    const int k = a.sub_steps_of(i);
+    r.micro_batch = a.micro_batch[i] / k;
+    r.micro_batches = plan.model_split.micro_batches * k;
+    r.batch = r.micro_batch * r.micro_batches;
+    r.state_share = a.state_share[i];
+  }
+}
+
+}  // namespace cephalo::planner
