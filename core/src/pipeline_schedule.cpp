@@ -221,7 +221,8 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
                                 (v > 1 ? " or one per virtual stage, " + std::to_string(vp) : "") +
                                 ")");
   for (const auto& t : times)
-    if (!std::isfinite(t.forward) || !std::isfinite(t.backward) || t.forward < 0 || t.backward < 0)
+    if (!std::isfinite(t.forward) || !std::isfinite(t.backward) || t.forward < 0 ||
+        t.backward < 0 || !std::isfinite(t.first_forward_end) || t.first_forward_end < 0)
       throw std::invalid_argument("pipeline: stage times must be finite and >= 0");
   if (transfers.size() != static_cast<std::size_t>(vp - 1))
     throw std::invalid_argument("pipeline: " + std::to_string(transfers.size()) +
@@ -243,6 +244,13 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
     const StageTimes& t = times[static_cast<std::size_t>(per_stage ? k % p : k)];
     const double full = pass == Pass::Forward ? t.forward : t.backward;
     return per_stage ? full / v : full;
+  };
+  // The floor on virtual stage k's first forward: its own entry's, or with one entry per stage
+  // that stage's for chunk 0.
+  auto floor_of = [&](int k) {
+    if (times.size() == static_cast<std::size_t>(vp))
+      return times[static_cast<std::size_t>(k)].first_forward_end;
+    return k < p ? times[static_cast<std::size_t>(k)].first_forward_end : 0.0;
   };
   // When each (virtual stage, micro-batch) forward's and backward's input is on its stage;
   // < 0 while it is not. The first virtual stage reads the data.
@@ -294,11 +302,13 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
     if (in < 0) return;  // its input arrives later, which tries again
     const double begin = std::max(free_at[su], in);
     const double d = time_of(k, step.pass);
+    double end = begin + d;
+    if (step.pass == Pass::Forward && step.micro_batch == 0) end = std::max(end, floor_of(k));
     timing.start[su][next[su]] = begin;
-    timing.end[su][next[su]] = begin + d;
+    timing.end[su][next[su]] = end;
     timing.busy[su] += d;
     running[su] = 1;
-    events.push({begin + d, seq++, s, 0, false, true});
+    events.push({end, seq++, s, 0, false, true});
   };
   // The input a finished step makes for virtual stage `to`: on the same stage at once, on
   // another after the boundary's transfer, which starts when all its links are free.

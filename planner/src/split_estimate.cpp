@@ -3,6 +3,8 @@
 #include <map>
 #include <tuple>
 
+#include "cephalo/core/schedule.hpp"
+
 #include "plan_support.hpp"
 #include "split_estimator_impl.hpp"
 
@@ -500,50 +502,71 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     return out;
   }
 
-  // The first micro-batch's forward through the first chunk of every stage, each unit after
-  // its gather (all issued at the iteration's start) and the boundary transfers: what it ends
-  // later than without gathers delays the whole pipeline.
-  // Stages whose gathers cross the same NICs share them from the start: each stage's gathers
-  // stretched by what sharing adds to its chain.
+  // Each stage's gathers from the iteration's start (`work`: seconds at full rate), stretched
+  // by what sharing the same NICs with other stages' adds to its chain (1 where none shares).
   std::vector<NicChain> chains;
   std::vector<int> chain_stage;
-  for (int s = 0; s < p; ++s)
-    if (stage_facts[static_cast<std::size_t>(s)]->group_spans_nodes &&
-        gather_work[static_cast<std::size_t>(s)] > 0) {
-      chains.push_back({0.0, gather_work[static_cast<std::size_t>(s)],
-                        &stage_facts[static_cast<std::size_t>(s)]->group_nodes});
+  const auto stretch_of = [&](const std::vector<double>& work) {
+    chains.clear();
+    chain_stage.clear();
+    for (int s = 0; s < p; ++s) {
+      const auto z = static_cast<std::size_t>(s);
+      if (!stage_facts[z]->group_spans_nodes || work[z] <= 0) continue;
+      chains.push_back({0.0, work[z], &stage_facts[z]->group_nodes});
       chain_stage.push_back(s);
     }
-  std::vector<double> stretch(static_cast<std::size_t>(p), 1.0);
-  if (chains.size() > 1) {
-    const std::vector<double> ends = shared_nic_ends(chains, nic_users);
-    for (std::size_t i = 0; i < chains.size(); ++i)
-      stretch[static_cast<std::size_t>(chain_stage[i])] = ends[i] / chains[i].work;
-  }
-  double start_delay = 0;
-  {
-    double plain = 0, gated = 0;
-    for (int s = 0; s < p; ++s) {
-      const auto& all = unit_gathers[static_cast<std::size_t>(s)];
-      const std::span<const std::pair<double, double>> first(
-          all.data(), all.empty() ? 0 : chunk_ends[static_cast<std::size_t>(s)].front());
-      if (first.empty()) {
-        plain += times[static_cast<std::size_t>(s)].forward;
-        gated += times[static_cast<std::size_t>(s)].forward;
-      }
-      double gathered = 0;
-      for (const auto& [g, f] : first) {
-        gathered += g * stretch[static_cast<std::size_t>(s)];
-        gated = std::max(gated, gathered) + f;
-        plain += f;
-      }
-      if (s + 1 < p) {
-        const pipeline::Transfer& x = transfers[static_cast<std::size_t>(s)];
-        plain += x.seconds + x.after;
-        gated += x.seconds + x.after;
-      }
+    std::vector<double> k(static_cast<std::size_t>(p), 1.0);
+    if (chains.size() > 1) {
+      const std::vector<double> ends = shared_nic_ends(chains, nic_users);
+      for (std::size_t i = 0; i < chains.size(); ++i)
+        k[static_cast<std::size_t>(chain_stage[i])] = ends[i] / chains[i].work;
     }
-    start_delay = gated - plain;
+    return k;
+  };
+  const std::vector<double> stretch = stretch_of(gather_work);  // a later chunk's (below)
+  // The first micro-batch's forward on each stage as the graph runs it: each unit after its
+  // gather, which the prefetch rule (schedule::gather_gates, units in first-use order) issues
+  // at the start or once its gate unit's forward is done, so a later stage's gathers past the
+  // lookahead wait for that micro-batch; those of the start share the NICs. The chain floors
+  // the stage's first forward in the schedule, holding no other step.
+  const schedule::GatherRules rules =
+      schedule::gather_rules(scenario.job.implementation.framework, true);
+  std::vector<std::vector<int>> gates(static_cast<std::size_t>(p));
+  std::vector<double> issued(static_cast<std::size_t>(p), 0.0);  // gathers issued at the start
+  std::vector<schedule::GatherPhase> phases;
+  for (int s = 0; s < p; ++s) {
+    const auto z = static_cast<std::size_t>(s);
+    const std::size_t n = unit_gathers[z].empty() ? 0 : chunk_ends[z].front();
+    phases.clear();
+    for (std::size_t i = 0; i < n; ++i) phases.push_back({unit_steps[z][i].layout_params(), false});
+    if (n > 0) gates[z] = schedule::gather_gates(rules, phases);
+    for (std::size_t i = 0; i < n; ++i)
+      if (gates[z][i] < 0) issued[z] += unit_gathers[z][i].first;
+  }
+  const std::vector<double> issued_stretch = stretch_of(issued);
+  std::vector<double> forward_end;
+  double arrival = 0;  // of the first micro-batch at the stage
+  for (int s = 0; s < p; ++s) {
+    const auto z = static_cast<std::size_t>(s);
+    const auto& all = unit_gathers[z];
+    const auto& gate = gates[z];
+    pipeline::StageTimes& t = times[z];
+    double end = arrival + t.forward;
+    if (!gate.empty()) {
+      forward_end.assign(gate.size(), 0.0);
+      double gathered = 0, computed = arrival, plain = 0;
+      for (std::size_t i = 0; i < gate.size(); ++i) {
+        const double issue = gate[i] < 0 ? 0.0 : forward_end[static_cast<std::size_t>(gate[i])];
+        gathered = std::max(gathered, issue) + all[i].first * (gate[i] < 0 ? issued_stretch[z] : 1);
+        computed = std::max(computed, gathered) + all[i].second;
+        forward_end[i] = computed;
+        plain += all[i].second;
+      }
+      // Each unit's forward there is its phase's (m micro-batches' in a one-stage FSDP plan).
+      end = std::max(end, computed - plain + t.forward);
+      t.first_forward_end = end;
+    }
+    if (s + 1 < p) arrival = end + transfers[z].seconds + transfers[z].after;
   }
   const pipeline::PipelineTiming timing =
       pipeline::pipeline_makespan(p, m, split.schedule, times, transfers);
@@ -573,8 +596,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       while (i < order.size() &&
              !(order[i].pass == pipeline::Pass::Forward && order[i].chunk == static_cast<int>(c)))
         ++i;
-      const double begin =
-          i < order.size() ? timing.start[static_cast<std::size_t>(s)][i] + start_delay : 0.0;
+      const double begin = i < order.size() ? timing.start[static_cast<std::size_t>(s)][i] : 0.0;
       double gated = begin, plain = begin;
       for (; u < ends[c] && u < all.size(); ++u) {
         gathered += all[u].first * k;
@@ -586,8 +608,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   }
   for (int s = 0; s < p; ++s) {
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
-    est.finish =
-        est.last_backward_end + start_delay + chunk_delay + est.dp_exposed + est.optimizer_step;
+    est.finish = est.last_backward_end + chunk_delay + est.dp_exposed + est.optimizer_step;
   }
   // The tied all-reduce is one collective of both ends: it starts when the later copy is ready
   // (the first stage's, whose last backward ends the pipeline), and each end's reductions queued
@@ -595,8 +616,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   if (tied && p > 1 && options.dp_overlap == DpOverlap::PerUnit) {
     const auto ready = [&](int s) {
       const StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
-      return est.last_backward_end + start_delay + chunk_delay +
-             tied_end[static_cast<std::size_t>(s)].ready;
+      return est.last_backward_end + chunk_delay + tied_end[static_cast<std::size_t>(s)].ready;
     };
     const double tied_done = std::max(ready(0), ready(p - 1)) + tied_s;
     for (int s : {0, p - 1}) {

@@ -481,6 +481,28 @@ TEST(PipelineMakespan, EqualsTheBruteForceHeaviestPathWithUnevenTimesAndTransfer
     }
 }
 
+// A stage whose first forward waits for its parameters' gathers: that forward ends at its
+// floor, the stage's next forward runs right after it, and the other stage's steps that do not
+// need it are not held (GPipe, 2 stages × 2 micro-batches, forward 1, backward 2, no transfers).
+TEST(PipelineMakespan, TheFirstForwardsFloorHoldsThatStepAlone) {
+  const std::vector<StageTimes> plain{{1, 2}, {1, 2}};
+  const PipelineTiming free = pipeline_makespan(2, 2, gpipe(), plain);
+  EXPECT_DOUBLE_EQ(free.makespan, 9);  // F0 F1 on stage 0, then stage 1's F F B B, stage 0's B B
+  std::vector<StageTimes> floored = plain;
+  floored[1].first_forward_end = 5;  // stage 1's F0 starts at 1 and ends at 5, not 2
+  const PipelineTiming t = pipeline_makespan(2, 2, gpipe(), floored);
+  EXPECT_DOUBLE_EQ(t.end[1][0], 5);
+  EXPECT_DOUBLE_EQ(t.end[1][1], 6);     // its F1 (arrived at 2) right after
+  EXPECT_DOUBLE_EQ(t.end[0][1], 2);     // stage 0's F1 is not held
+  EXPECT_DOUBLE_EQ(t.makespan, 9 + 3);  // what the floor adds to stage 1's F0, on the critical path
+  EXPECT_DOUBLE_EQ(t.busy[1], 6);       // the wait is not compute
+  // A floor below the step's own end changes nothing.
+  floored[1].first_forward_end = 1.5;
+  EXPECT_DOUBLE_EQ(pipeline_makespan(2, 2, gpipe(), floored).makespan, free.makespan);
+  floored[1].first_forward_end = -1;
+  EXPECT_THROW(pipeline_makespan(2, 2, gpipe(), floored), std::invalid_argument);
+}
+
 TEST(PipelineMakespan, RefusesTimesThatDoNotFitTheStages) {
   const std::vector<StageTimes> three(3, StageTimes{1, 2});
   try {

@@ -398,20 +398,25 @@ TEST(SplitAgreement, TheEstimatesPickLosesAtMostOnePercentAgainstReplayingEveryC
 // The ranking where the NICs matter: every candidate's stage spans both nodes, so its
 // data-parallel gathers and reductions cross the 10 Gbit/s NICs: one stage of all four, or a
 // stage of the A100s and one of the L4s (each pair across the nodes) in either order; all four
-// shardings. The estimate's pick, replayed, is within 2 % of the best replay of all of them.
+// shardings. The estimate's pick, replayed, loses at most 1 % against the best replay of all of
+// them (1.08 % while the estimate held every stage back by the first micro-batch's gathers,
+// where the prefetch rule holds a later stage's gathers back until that micro-batch arrives).
 TEST(SplitAgreement, TheEstimatesPickHoldsWhenEveryStageSpansTheNodes) {
   const Ranking r = rank_every_candidate(
       {{{0, 1, 2, 3}}, {{0, 2}, {1, 3}}, {{1, 3}, {0, 2}}},
       {ShardingKind::Full, ShardingKind::Hybrid, ShardingKind::Optimizer, ShardingKind::None});
   EXPECT_GT(r.replayed, 300);
-  EXPECT_LE(r.pick_replay, r.best_replay * 1.02);
-  // Each estimate against its replay: measured 2026-12-07 median 0.09 %, 90th percentile 1.3 %
-  // (before the NICs were shared between stages' collectives: median 23 % under).
+  EXPECT_LE(r.pick_replay, r.best_replay * 1.01);
+  // Each estimate against its replay: measured 2026-12-07 median 0.08 %, 90th percentile 0.22 %,
+  // worst 1.6 % (median 0.09 %, 90th 1.3 % with the first micro-batch's gathers ungated; median
+  // 23 % under before the NICs were shared between stages' collectives).
   ASSERT_FALSE(r.errors.empty());
   std::cout << "median |estimate / replay - 1| " << 100 * r.errors[r.errors.size() / 2]
-            << " %, 90th " << 100 * r.errors[r.errors.size() * 9 / 10] << " %\n";
-  EXPECT_LE(r.errors[r.errors.size() / 2], 0.005);
-  EXPECT_LE(r.errors[r.errors.size() * 9 / 10], 0.025);
+            << " %, 90th " << 100 * r.errors[r.errors.size() * 9 / 10] << " %, worst "
+            << 100 * r.errors.back() << " %\n";
+  EXPECT_LE(r.errors[r.errors.size() / 2], 0.002);
+  EXPECT_LE(r.errors[r.errors.size() * 9 / 10], 0.005);
+  EXPECT_LE(r.errors.back(), 0.025);
 }
 
 }  // namespace

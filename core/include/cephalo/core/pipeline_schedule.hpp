@@ -98,6 +98,10 @@ int peak_in_flight(int stage, int stages, int micro_batches, const PipelineSched
 struct StageTimes {
   double forward = 0;
   double backward = 0;
+  // The first micro-batch's forward (of chunk 0 when one entry serves every chunk) ends no
+  // earlier than this, from the iteration's start: a stage whose parameters are gathered before
+  // their first use computes that forward as its gathers arrive (0: no floor).
+  double first_forward_end = 0;
 };
 
 struct PipelineTiming {
