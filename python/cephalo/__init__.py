@@ -471,11 +471,11 @@ def predict_3d(scenario, split, activation_checkpointing=None, dp_overlap="none"
     diagnostic). A split that does not fit is returned (the CLI exits 3 after printing it)."""
     s = _with_stack(load_scenario(scenario), stack)
     if activation_checkpointing == "":
+        expected = _cephalo.checkpointing_words_text() + ", or None (a plan file's own)"
         raise ValidationError(
-            'arguments: activation_checkpointing: got "" (empty); expected none, full or '
-            "selective, or None (a plan file's own)", file="arguments",
-            json_path="activation_checkpointing", value='""',
-            expected="none, full or selective, or None (a plan file's own)")
+            'arguments: activation_checkpointing: got "" (empty); expected ' + expected,
+            file="arguments", json_path="activation_checkpointing", value='""',
+            expected=expected)
     checkpointing = "" if activation_checkpointing is None else activation_checkpointing
     return _record(_cephalo.split_estimate_json(s, _os.fspath(split), checkpointing,
                                                 dp_overlap, scatter_gather, compute_model,

@@ -512,6 +512,8 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
       [](const std::string& file) { return to_json(load_stack_calibration(file)).dump(); },
       py::arg("file"));
   m.def("describe_json", &describe_json, py::arg("what"), py::arg("model"));
+  // The checkpointing words core accepts, listed for a message ("full, none or selective").
+  m.def("checkpointing_words_text", [] { return checkpointing_words_text(" or "); });
   m.def("split_estimate_json", &split_estimate_json, py::arg("scenario"), py::arg("split_file"),
         py::arg("activation_checkpointing"), py::arg("dp_overlap"), py::arg("scatter_gather"),
         py::arg("compute_model"), py::arg("backward_at_forward_rate"), release());

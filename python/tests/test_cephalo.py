@@ -303,6 +303,11 @@ def test_the_3d_and_describe_keywords_refuse_bad_values_naming_the_keyword(tmp_p
         with pytest.raises(cephalo.ValidationError) as info:
             cephalo.predict_3d(DEFAULT, split, **kwargs)
         assert info.value.json_path == keyword, kwargs
+    # An empty word is not "the plan file's own" (None): refused with core's list of words.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_3d(DEFAULT, split, activation_checkpointing="")
+    assert info.value.json_path == "activation_checkpointing"
+    assert "full, none or selective" in str(info.value)
     with pytest.raises(cephalo.IoError):
         cephalo.predict_3d(DEFAULT, tmp_path / "missing.split.json")
     with pytest.raises(cephalo.ValidationError) as info:
