@@ -339,27 +339,26 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     const double P = est.parameters_per_rank;
     const bool none = split.sharding == ShardingKind::None;
     // One DP collective of `elements` per TP rank as the stage's graph runs it.
-    // Each priced once per stage and size: a stage's layers are alike, and pricing one walks
-    // every sharding group of the stage (12,800 node groups in a 100k-GPU hybrid stage).
-    std::map<std::tuple<int, double, double, double>, double> collectives_priced;
-    std::map<double, double> cross_priced;
-    std::optional<std::vector<std::size_t>> kinds;  // group_kinds, on first need
+    // Each priced once per stage layout and size: a stage's layers are alike, and pricing one
+    // walks every sharding group of the stage (12,800 node groups in a 100k-GPU hybrid stage).
+    StageRanks::Layout& layout = layout_of(sr, split.sharding, rep.share);
     const auto state_collective = [&](CollectiveKind kind, double elements, double bytes_each,
                                       double variant_elements = -1) {
       const auto key =
-          std::make_tuple(static_cast<int>(kind), elements, bytes_each, variant_elements);
-      if (const auto it = collectives_priced.find(key); it != collectives_priced.end())
+          std::make_tuple(static_cast<int>(kind), elements, bytes_each, variant_elements, sharing);
+      if (const auto it = layout.collectives.find(key); it != layout.collectives.end())
         return it->second;
-      if (!kinds) kinds = group_kinds(sr, rep);
-      const double t = dp_collective(sr, rep, *kinds, split.sharding, kind, elements, bytes_each,
-                                     sharing, variant_elements);
-      collectives_priced.emplace(key, t);
+      if (!layout.kinds) layout.kinds = group_kinds(sr, rep);
+      const double t = dp_collective(sr, rep, *layout.kinds, split.sharding, kind, elements,
+                                     bytes_each, sharing, variant_elements);
+      layout.collectives.emplace(key, t);
       return t;
     };
     const auto cross = [&](double elements) {
-      if (const auto it = cross_priced.find(elements); it != cross_priced.end()) return it->second;
+      const auto key = std::make_tuple(elements, e_r, sharing);
+      if (const auto it = layout.cross.find(key); it != layout.cross.end()) return it->second;
       const double t = cross_reduction(sr, rep, elements, e_r, sharing);
-      cross_priced.emplace(elements, t);
+      layout.cross.emplace(key, t);
       return t;
     };
     // A unit's gradient reduction: an all-reduce without sharding, else a reduce-scatter in

@@ -65,9 +65,10 @@ void SplitEstimator::Impl::deal_by_speed(
   // State shares: given, equal, or by the memory each rank of a sharding group has free
   // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
   if (sharded) {
+    // Hybrid's node groups come in runs of alike ones: the same free bytes, the same shares.
+    std::vector<double> free, last_free, share;
     for (const auto& group : rep.groups) {
-      std::vector<double> free;
-      free.reserve(group.size());
+      free.clear();
       std::size_t prev = 0;
       for (std::size_t j : group) {
         if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
@@ -78,7 +79,10 @@ void SplitEstimator::Impl::deal_by_speed(
               0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0)));
         prev = j;
       }
-      const std::vector<double> share = detail::shares_by_free_memory(free);
+      if (free != last_free) {
+        share = detail::shares_by_free_memory(free);
+        std::swap(free, last_free);
+      }
       for (std::size_t i = 0; i < group.size(); ++i) rep.share[group[i]] = share[i];
     }
   }

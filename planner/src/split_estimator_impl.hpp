@@ -224,7 +224,38 @@ struct SplitEstimator::Impl {
     double capacity = std::numeric_limits<double>::infinity();
     int capacity_rank = 0;
     std::map<std::pair<int, double>, double> times;  // by (which · 8 + kind, bytes)
+    // What the stage's DP collectives cost under one sharding and one set of state shares:
+    // the replicas' nodes and sharding groups follow from the ranks and the sharding, so these
+    // are all a DP collective's price depends on besides its size. The search prices the same
+    // stage under many splits (micro-batches, schedules, checkpointing), each pass over its
+    // replicas O(replicas), so the prices are kept across estimates, found by an exact
+    // comparison of the shares (O(replicas), no allocation).
+    struct Layout {
+      ShardingKind sharding = ShardingKind::Full;
+      std::vector<double> share;                      // per replica, as Replicas::share
+      std::optional<std::vector<std::size_t>> kinds;  // group_kinds, on first need
+      // dp_collective by (kind, elements, bytes per element, variant elements, sharing)
+      std::map<std::tuple<int, double, double, double, double>, double> collectives;
+      // cross_reduction by (elements, bytes per element, sharing)
+      std::map<std::tuple<double, double, double>, double> cross;
+    };
+    std::vector<std::unique_ptr<Layout>> layouts;  // the latest last, at most kMaxLayouts
   };
+  // Each layout holds a share per replica: a few per stage bound the memory when shares by
+  // speed differ from split to split.
+  static constexpr std::size_t kMaxLayouts = 4;
+
+  StageRanks::Layout& layout_of(StageRanks& sr, ShardingKind sharding,
+                                const std::vector<double>& share) {
+    for (auto& l : sr.layouts)
+      if (l->sharding == sharding && l->share == share) return *l;
+    if (sr.layouts.size() >= kMaxLayouts) sr.layouts.erase(sr.layouts.begin());
+    auto l = std::make_unique<StageRanks::Layout>();
+    l->sharding = sharding;
+    l->share = share;
+    sr.layouts.push_back(std::move(l));
+    return *sr.layouts.back();
+  }
   // By (first rank, last rank, count, T); a bucket holds every rank list seen with those.
   std::map<std::tuple<int, int, std::size_t, int>, std::vector<std::unique_ptr<StageRanks>>>
       stage_ranks;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -510,6 +511,42 @@ TEST(SplitEstimate, TheEstimatorRemembersWithoutChangingAnAnswer) {
     EXPECT_EQ(stopped.fits, fresh.fits);
     EXPECT_EQ(stopped.stages[0].memory.total, fresh.stages[0].memory.total);
   }
+}
+
+TEST(SplitEstimate, RememberedDpPricesFollowTheStateShares) {
+  // Two nodes of two A100 and one V100: by speed, the samples and the state shares (by free
+  // memory) change with the micro-batch count, so one stage's DP collectives are asked under
+  // more share vectors than the estimator keeps per stage. Priced in turn, twice over (the
+  // second round finds some remembered and some dropped), every answer equals a fresh
+  // estimate_split to the last bit.
+  const Scenario s = test_support::split_scenario({{"A100-80GB", 2}, {"A100-80GB", 2}}, 4, 48, 1024,
+                                                  16, 1024, "V100-SXM2-32GB", 1);
+  const auto models = costmodels::make_cost_models(s);
+  planner::SplitEstimator estimator(s, models);
+  std::vector<int> all(static_cast<std::size_t>(s.cluster.num_ranks()));
+  for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  SplitOptions by_speed;
+  by_speed.replica_batches = planner::ReplicaBatches::BySpeed;
+  std::vector<ModelSplit> cases;
+  for (ShardingKind sharding : {ShardingKind::Full, ShardingKind::Hybrid})
+    for (int m : {1, 2, 3, 4, 6, 8}) {
+      ModelSplit one;
+      one.micro_batches = m;
+      one.sharding = sharding;
+      one.stages = {stage(0, 4, all)};
+      cases.push_back(one);
+    }
+  std::map<ShardingKind, std::set<std::vector<double>>> shares;
+  for (int round = 0; round < 2; ++round)
+    for (const ModelSplit& split : cases) {
+      const auto fresh = estimate_split(s, split, by_speed, models);
+      EXPECT_EQ(to_json(estimator.estimate(split, by_speed)).dump(), to_json(fresh).dump())
+          << fresh.split << " round " << round;
+      shares[split.sharding].insert(fresh.allocation.state_share);
+    }
+  // More share vectors than the estimator keeps for the stage (4): some were dropped.
+  EXPECT_GT(shares[ShardingKind::Full].size(), 4U);
+  EXPECT_GT(shares[ShardingKind::Hybrid].size(), 4U);
 }
 
 // Prices with `inner` and records what was asked.
