@@ -194,10 +194,6 @@ double boundary_activation_bytes(const ModelSpec& m, int seq, int micro_batch, D
          bytes_per_element(dtype);
 }
 
-double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype) {
-  return unit_working_bytes(m, unit, seq_in, micro_batch, dtype, Implementation{});
-}
-
 double unit_working_bytes(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype,
                           const Implementation& impl) {
   const int seq = effective_sequence(m, seq_in);

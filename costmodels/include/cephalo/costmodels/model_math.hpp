@@ -64,11 +64,10 @@ struct LayerKeptBytes {
 };
 LayerKeptBytes layer_kept_bytes_per_token(const ModelSpec& model, Dtype dtype);
 // A unit's working set under the job's stack (the head's loss buffer depends on its
-// cross-entropy kernel); the five-argument form is the default stack's (eager cross-entropy,
-// what the backend runs).
+// cross-entropy kernel); by default the default stack's (eager cross-entropy, what the backend
+// runs).
 double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype,
-                          const Implementation& impl);
-double unit_working_bytes(const ModelSpec& model, int unit, int seq, int micro_batch, Dtype dtype);
+                          const Implementation& impl = Implementation{});
 // Peak bytes of the input-gradient temporaries a unit's backward holds on top of its working
 // set (the saved activations) and of its output gradient (a boundary): for a transformer layer
 // max(h + 2f, 3h + 2·kv) per token (h + 3f with a gated MLP) in the compute dtype, what
