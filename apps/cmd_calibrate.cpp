@@ -52,8 +52,9 @@ void add_calibrate_command(CLI::App& app) {
   cmd->callback([tokens, run, trace] {
     if (tokens->count() + run->count() + trace->count() != 1)
       throw CLI::ValidationError("--measured-tokens-per-s / --run / --trace", "give exactly one");
-    const Plan plan = load_plan(a.plan);
-    const Scenario scenario = scenario_for_plan(read_scenario(a.scenario, ""), plan, a.plan);
+    const Scenario given = read_scenario(a.scenario, "");
+    const Plan plan = load_plan(a.plan, &given);
+    const Scenario scenario = scenario_for_plan(given, plan, a.plan);
     planner::StackMeasurement m;
     traces::IterationReport measured;
     std::optional<traces::KinetoTrace> profiled;

@@ -35,7 +35,7 @@ void compare_with_trace(const traces::IterationReport& sim, const traces::Kineto
   std::optional<Scenario> scenario;
   std::optional<Plan> plan;
   if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
-  if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+  if (!a.plan_file.empty()) plan = load_plan(a.plan_file, scenario ? &*scenario : nullptr);
   if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, a.plan_file);
   // Scenario and plan both or neither, the plan's checks, the graph, the comparison.
   const auto c = traces::compare_trace_planned(
@@ -77,7 +77,7 @@ void add_compare_command(CLI::App& app) {
     std::optional<Scenario> scenario;
     std::optional<Plan> plan;
     if (!a.scenario_file.empty()) scenario = costmodels::load_scenario(a.scenario_file);
-    if (!a.plan_file.empty()) plan = load_plan(a.plan_file);
+    if (!a.plan_file.empty()) plan = load_plan(a.plan_file, scenario ? &*scenario : nullptr);
     // The plan runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
     if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, a.plan_file);
     // The plan's checks for the scenario, the graph, the comparison, the implementation sides.

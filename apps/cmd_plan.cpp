@@ -25,6 +25,12 @@ struct PlanArgs {
 };
 
 void run_plan(PlanArgs& a) {
+  // The rows' form is the written plan's: with neither -o nor --json no plan is written, and
+  // the table already prints a row per run of alike ranks.
+  if (a.compact && !a.json && a.output.empty())
+    throw CLI::ValidationError("--compact",
+                               "it says how -o or --json write the plan's rows; give one of them "
+                               "(the table already prints a row per run of alike ranks)");
   planner::PlanRequest& r = a.request;
   r.options.options_source = planner::kOptionsFromCommandLine;  // messages name the flags
   planner::check_request(r);  // a flag the chosen family would drop: exit 2 before any input

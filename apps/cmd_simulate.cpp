@@ -38,9 +38,10 @@ void add_simulate_command(CLI::App& app) {
       ->check(one_of(sim::event_queue_names()));
   cmd->callback([] {
     if (!a.trace.empty()) traces::check_chrome_trace_name(a.trace, kCommandLine, "--trace");
-    const Plan plan = load_plan(a.plan);
+    const Scenario given = read_scenario(a.scenario, a.stack);
+    const Plan plan = load_plan(a.plan, &given);
     // The plan runs on the nodes it lists (core/plan_nodes.hpp): the scenario cut to them.
-    const Scenario scenario = scenario_for_plan(read_scenario(a.scenario, a.stack), plan, a.plan);
+    const Scenario scenario = scenario_for_plan(given, plan, a.plan);
     sim::SimOptions options;
     options.record_ops = a.ops;
     options.link_sharing = !a.no_link_sharing;

@@ -6,16 +6,31 @@
 #include <string_view>
 
 #include "cephalo/core/error.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
 #include "commands.hpp"
 
 namespace {
 // The message in one write: under mpirun, a line written piecewise can be split by another
 // rank's or another channel's output.
 void report(const std::string& message) { std::cerr << ("error: " + message + "\n") << std::flush; }
+
+// A start-up cache entry that was there but ignored (a planted link, a corrupt file) is said once
+// as the command ends, whichever way it ends: the answer is the refit's, and the user learns why
+// that start was slow and that the file at the entry's name was replaced.
+struct CacheNote {
+  CacheNote() = default;
+  CacheNote(const CacheNote&) = delete;
+  CacheNote& operator=(const CacheNote&) = delete;
+  ~CacheNote() {
+    if (const std::string note = cephalo::costmodels::start_up_cache_note(); !note.empty())
+      std::cerr << ("note: " + note + "\n") << std::flush;
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace cephalo;
+  const CacheNote cache_note;
   CLI::App app{
       "Cephalo: plan, simulate and run transformer training on heterogeneous GPU clusters"};
   app.require_subcommand(1);

@@ -296,4 +296,21 @@ void write_file_atomically(const fs::path& file, const std::string& text) {
     write_replacing(file, t, text);
 }
 
+void replace_file_atomically(const fs::path& file, const std::string& text) {
+  if (file.empty()) refuse(file, "", "empty file name");
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0) {
+    if (errno != ENOENT) refuse(file, "", "cannot be examined: " + errno_text(errno));
+  } else if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    refuse(file, "", "is not a regular file; refusing to replace it");
+  }
+  // A new file of its own: the permissions of what was there (a link's, or another owner's
+  // file) are not carried over.
+  Target t;
+  t.path = file;
+  t.kind = Kind::Missing;
+  check_writable_folder(file, "", folder_of(file));
+  write_replacing(file, t, text);
+}
+
 }  // namespace cephalo

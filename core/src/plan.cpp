@@ -325,7 +325,23 @@ std::string Plan::row_label(int rank) const {
   return " (class of ranks " + format_rank_range(c.first, c.last) + ")";
 }
 
-Plan parse_plan(JsonReader& reader) {
+namespace {
+
+// A plan made for another scenario may still match rank for rank (same cluster, other job) and
+// would then run the wrong experiment without a word; a plan of another cluster is named as
+// such before its rows are counted.
+void check_scenario_name(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
+  if (!plan.scenario.empty() && plan.scenario != scenario.name)
+    throw ValidationError(plan_file, "scenario", "\"" + plan.scenario + "\"",
+                          "\"" + scenario.name + "\", the name of the scenario given" +
+                              (scenario.file.empty() ? "" : " (" + scenario.file.string() + ")") +
+                              "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
+                              "if the two really are the same)");
+}
+
+}  // namespace
+
+Plan parse_plan(JsonReader& reader, const Scenario* scenario) {
   if (!reader.is_object()) reader.fail("a plan object");
   Plan plan;
   plan.version = static_cast<int>(reader.integer("version", 1, 1));
@@ -381,6 +397,17 @@ Plan parse_plan(JsonReader& reader) {
     detail::read_rank_classes(ranks, plan);
   else
     detail::read_rank_rows(ranks, plan);
+  // With the scenario, the rows are counted against its cluster before the sums over them.
+  // A scenario cut to other nodes than the plan's is validate_plan_for's to refuse.
+  if (scenario) {
+    check_scenario_name(plan, *scenario, reader.file());
+    const std::vector<int>& used = scenario->cluster.used_nodes;
+    if (plan.nodes == used)
+      detail::check_row_count(plan, *scenario, reader.file());
+    else if (used.empty())
+      detail::check_row_count(plan, scenario_for_plan(*scenario, plan, reader.file()),
+                              reader.file());
+  }
   std::vector<double> shares;
   shares.reserve(plan.ranks.size());
   for (const auto& pr : plan.ranks) shares.push_back(pr.state_share);
@@ -395,10 +422,10 @@ Plan parse_plan(JsonReader& reader) {
   return plan;
 }
 
-Plan load_plan(const std::filesystem::path& file) {
+Plan load_plan(const std::filesystem::path& file, const Scenario* scenario) {
   Json j = read_json_file(file);
   JsonReader r(j, file.string());
-  return parse_plan(r);
+  return parse_plan(r, scenario);
 }
 
 namespace {
@@ -492,14 +519,7 @@ void check_unit_passes(const Plan& plan, std::int64_t passes, const std::string&
 }
 
 void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
-  // A plan made for another scenario may still match rank for rank (same cluster, other job)
-  // and would then run the wrong experiment without a word.
-  if (!plan.scenario.empty() && plan.scenario != scenario.name)
-    throw ValidationError(plan_file, "scenario", "\"" + plan.scenario + "\"",
-                          "\"" + scenario.name + "\", the name of the scenario given" +
-                              (scenario.file.empty() ? "" : " (" + scenario.file.string() + ")") +
-                              "; a plan is made for one scenario (re-plan, or edit \"scenario\" "
-                              "if the two really are the same)");
+  check_scenario_name(plan, scenario, plan_file);
   // A plan of some nodes runs on the scenario cut to them (scenario_for_plan); given the whole
   // scenario its ranks would be read as the first nodes' GPUs.
   const std::vector<int>& used = scenario.cluster.used_nodes;
@@ -509,21 +529,9 @@ void validate_plan_for(const Plan& plan, const Scenario& scenario, const std::st
         used.empty() ? "a scenario cut to these nodes (scenario_for_plan, "
                        "core/plan_nodes.hpp); got the whole cluster"
                      : "the nodes the scenario was cut to, " + brief(plan_nodes_json(used)));
+  detail::check_row_count(plan, scenario, plan_file);
   const auto& devices = scenario.cluster.ranks();
   const bool compact = !plan.rank_classes.empty();
-  if (plan.ranks.size() != devices.size())
-    throw ValidationError(
-        plan_file, compact ? "rank_classes" : "ranks",
-        std::to_string(plan.ranks.size()) + " ranks" +
-            (compact ? " (classes covering ranks 0-" + std::to_string(plan.ranks.size() - 1) + ")"
-                     : ""),
-        std::to_string(devices.size()) + " ranks, one per device of cluster \"" +
-            scenario.cluster.name + "\"" +
-            (used.empty()
-                 ? std::string()
-                 : " on the plan's \"nodes\" " + format_index_ranges(used) + " (" +
-                       std::to_string(used.size()) + " of its " +
-                       std::to_string(used.size() + scenario.cluster.idle.size()) + " nodes)"));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const auto& pr = plan.ranks[i];
     const int rank = static_cast<int>(i);

@@ -5,6 +5,7 @@
 
 #include "cephalo/core/checked.hpp"
 #include "cephalo/core/error.hpp"
+#include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/table.hpp"
 
 namespace cephalo::detail {
@@ -176,6 +177,45 @@ JsonReader row_reader(const JsonReader& rows, const Plan& plan, int rank) {
   const auto it = std::upper_bound(plan.rank_classes.begin(), plan.rank_classes.end(), rank,
                                    [](int r, const PlanRankClass& c) { return r < c.first; });
   return rows.element(static_cast<std::size_t>(it - plan.rank_classes.begin() - 1));
+}
+
+void check_row_count(const Plan& plan, const Scenario& scenario, const std::string& plan_file) {
+  const std::size_t devices = scenario.cluster.ranks().size();
+  const std::size_t rows = plan.ranks.size();
+  if (rows == devices) return;
+  const std::vector<int>& used = scenario.cluster.used_nodes;
+  const std::string cluster =
+      "cluster \"" + scenario.cluster.name + "\"" +
+      (used.empty() ? std::string()
+                    : " on the plan's \"nodes\" " + format_index_ranges(used) + " (" +
+                          std::to_string(used.size()) + " of its " +
+                          std::to_string(used.size() + scenario.cluster.idle.size()) + " nodes)");
+  const std::string size =
+      cluster + " has " + std::to_string(devices) + " device(s)" +
+      (devices > 0 ? ", ranks " + format_rank_range(0, static_cast<int>(devices) - 1)
+                   : std::string());
+  if (plan.rank_classes.empty())
+    throw ValidationError(plan_file, "ranks", std::to_string(rows) + " ranks",
+                          std::to_string(devices) + " ranks, one per device: " + size);
+  // The class holding the first rank past the cluster; when the classes end short, the last.
+  std::size_t c = plan.rank_classes.size() - 1;
+  if (rows > devices)
+    for (std::size_t i = 0; i < plan.rank_classes.size(); ++i)
+      if (static_cast<std::size_t>(plan.rank_classes[i].last) >= devices) {
+        c = i;
+        break;
+      }
+  const PlanRankClass& k = plan.rank_classes[c];
+  const std::string value = "[" + std::to_string(k.first) + ", " + std::to_string(k.last) +
+                            "] (class " + std::to_string(c) + " of " +
+                            std::to_string(plan.rank_classes.size()) + "; the classes cover " +
+                            std::to_string(rows) + " ranks)";
+  throw ValidationError(plan_file, "rank_classes[" + std::to_string(c) + "].ranks", value,
+                        rows > devices
+                            ? "ranks up to " + std::to_string(static_cast<int>(devices) - 1) +
+                                  ": " + size + " (a compact plan for another cluster?)"
+                            : "classes that run to rank " +
+                                  std::to_string(static_cast<int>(devices) - 1) + ": " + size);
 }
 
 Json rank_classes_json(const Plan& plan) {

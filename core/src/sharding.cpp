@@ -149,8 +149,11 @@ void check_sharding(const Sharding& sharding, const std::vector<double>& shares,
     if (std::fabs(sum - 1.0) > kShareSumTolerance) {
       const std::string value =
           "state shares summing to " + format_quantity(sum, Quantity::Dimensionless);
+      // The rank count beside the sum: rows for another cluster throw the sum off, and without
+      // the scenario (validate PLAN) the count is what tells the reader so.
       if (!sharding.hybrid())
-        ranks_reader.fail_value(value, "state shares summing to 1 (within 1e-9)");
+        ranks_reader.fail_value(value + " over " + std::to_string(n) + " ranks",
+                                "state shares summing to 1 (within 1e-9)");
       throw ValidationError(file, ranks_reader.where() + "[*].state_share",
                             value + " over group " + std::to_string(g) + " " +
                                 format_int_list(groups[g]) + " (" + at + "[" + std::to_string(g) +

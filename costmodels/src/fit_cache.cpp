@@ -6,10 +6,15 @@
 // over the build id of the code that fits and the bytes of every input of the fit (catalogs, the
 // shipped models' configs, the profiles, the published throughput points): a changed input or a
 // rebuilt binary gives another key, and the entry is refitted and replaced. A file whose header,
-// size, key or checksum does not match is ignored, never trusted. Writes go through
-// write_file_atomically (a fresh temporary renamed over the entry), so concurrent processes never
-// leave a torn file.
+// size, key or checksum does not match is ignored, never trusted. The entry's name is opened
+// without following links and only as a regular file of bounded size: a link, FIFO, device or
+// huge file planted there is ignored (with a note) rather than followed, blocked on or read
+// whole. Writes go through replace_file_atomically (a fresh temporary renamed over the name
+// itself), so concurrent processes never leave a torn file and a link planted at the name is
+// replaced, never written through.
 #include "fit_cache.hpp"
+
+#include "fit_cache_buffer.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -38,6 +43,7 @@
 namespace cephalo::costmodels {
 namespace fs = std::filesystem;
 namespace {
+using fit_cache_io::FileBuffer;
 
 constexpr char kMagic[8] = {'C', 'E', 'P', 'H', 'F', 'I', 'T', '\n'};
 constexpr std::uint32_t kFormat = 3;  // 3: the catalogs' indexes first
@@ -228,48 +234,6 @@ std::vector<fs::path> fit_inputs() {
   return files;
 }
 
-// Reads whole files into one buffer reused from file to file: the start-up path hashes ~300 KB
-// of inputs and reads a ~160 KB entry, and copying them through stdio and growing strings was a
-// quarter of a warm start's work.
-class FileBuffer {
- public:
-  // The whole of `file` (sized by fstat, read until end of file), else nullopt (cannot be opened
-  // or read, e.g. a folder). The view lives until the next read.
-  std::optional<std::string_view> read(const fs::path& file) {
-    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
-    struct stat st {};
-    std::size_t size = 0;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-      reserve(static_cast<std::size_t>(st.st_size) + 1);  // + 1: end of file in one read
-    bool ok = true;
-    for (;;) {
-      if (size == capacity_) reserve(std::max<std::size_t>(2 * capacity_, 1 << 16));
-      const ::ssize_t n = ::read(fd, data_.get() + size, capacity_ - size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ok = n == 0;
-        break;
-      }
-      size += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-    if (!ok) return std::nullopt;
-    return std::string_view(data_.get(), size);
-  }
-
- private:
-  void reserve(std::size_t n) {
-    if (n <= capacity_) return;
-    auto bigger = std::make_unique_for_overwrite<char[]>(n);
-    if (capacity_) std::memcpy(bigger.get(), data_.get(), capacity_);
-    data_ = std::move(bigger);
-    capacity_ = n;
-  }
-  std::unique_ptr<char[]> data_;
-  std::size_t capacity_ = 0;
-};
-
 struct Entry {
   fs::path file;
   std::uint64_t key = 0;
@@ -304,14 +268,38 @@ std::optional<Entry> entry(FileBuffer& buffer) {
   return e;
 }
 
-// The payload of a valid entry (a view into `buffer`), else nullopt.
+// An entry is ~160 KB; anything far larger at its name is not one, and is not read whole.
+constexpr std::size_t kMaxEntryBytes = std::size_t{64} << 20;
+
+// Why an entry that was there was not used, for the command's note (start_up_cache_note).
+// Written once, while State is built; read without building it.
+std::string& ignored_entry_note() {
+  static std::string note;
+  return note;
+}
+void note_ignored_entry(const Entry& e, const std::string& why) {
+  ignored_entry_note() = "the start-up cache entry " + e.file.string() + " " + why +
+                         "; ignored: the shipped fit was refitted and the entry is rewritten";
+}
+
+// The payload of a valid entry (a view into `buffer`), else nullopt. A missing entry, or one of
+// another build or other inputs (the key; a rebuild's normal refit), is ignored without a word;
+// one that is there but not an entry (a link, not a regular file, corrupt) leaves a note.
 std::optional<std::string_view> read_payload(const Entry& e, FileBuffer& buffer) {
-  const auto read = buffer.read(e.file);
-  if (!read) return std::nullopt;
+  FileBuffer::OwnFile own{kMaxEntryBytes, ""};
+  const auto read = buffer.read(e.file, &own);
+  if (!read) {
+    if (!own.why.empty()) note_ignored_entry(e, own.why);
+    return std::nullopt;
+  }
   const std::string_view bytes = *read;
   constexpr std::size_t header = sizeof kMagic + 4 + 8 + 8 + 8;
-  if (bytes.size() < header || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+  if (bytes.size() < header || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    note_ignored_entry(e, bytes.size() < header ? "is cut short (" + std::to_string(bytes.size()) +
+                                                      " bytes, less than its header)"
+                                                : "is not a cache entry (its first bytes)");
     return std::nullopt;
+  }
   const char* p = bytes.data() + sizeof kMagic;
   std::uint32_t format = 0;
   std::uint64_t key = 0, size = 0, sum = 0;
@@ -319,8 +307,14 @@ std::optional<std::string_view> read_payload(const Entry& e, FileBuffer& buffer)
   std::memcpy(&key, p + 4, 8);
   std::memcpy(&size, p + 12, 8);
   std::memcpy(&sum, p + 20, 8);
-  if (format != kFormat || key != e.key || size != bytes.size() - header) return std::nullopt;
-  if (XXH3_64bits(bytes.data() + header, size) != sum) return std::nullopt;
+  if (format != kFormat || key != e.key) return std::nullopt;
+  if (size != bytes.size() - header || XXH3_64bits(bytes.data() + header, size) != sum) {
+    note_ignored_entry(e, size != bytes.size() - header
+                              ? "holds " + std::to_string(bytes.size() - header) +
+                                    " payload bytes where its header says " + std::to_string(size)
+                              : "fails its checksum");
+    return std::nullopt;
+  }
   return bytes.substr(header);
 }
 
@@ -375,6 +369,7 @@ State& state() {
         st.tables_offset = static_cast<std::size_t>(p - st.payload->data());
       }
     } catch (...) {
+      if (st.entry && st.payload) note_ignored_entry(*st.entry, "does not decode");
       st.payload.reset();
       for (auto& c : st.catalogs) c.reset();
     }
@@ -616,6 +611,8 @@ std::shared_ptr<CalibratedComputeModel> FitCacheCodec::decode_model(
   return m;
 }
 
+std::string start_up_cache_note() { return ignored_entry_note(); }
+
 namespace fit_cache {
 
 std::optional<CatalogIndex> cached_catalog(BuiltinCatalog which) {
@@ -634,6 +631,7 @@ std::unique_ptr<ProfileTables> cached_tables() {
     s.model_offset = static_cast<std::size_t>(p - s.payload->data());
     return t;
   } catch (const Corrupt&) {
+    note_ignored_entry(*s.entry, "does not decode");
     s.payload.reset();
     return nullptr;
   }
@@ -646,9 +644,10 @@ std::shared_ptr<CalibratedComputeModel> cached_model(const ProfileTables& tables
     const char* p = s.payload->data() + s.model_offset;
     const char* end = s.payload->data() + s.payload->size();
     auto m = FitCacheCodec::decode_model(p, end, tables);
-    if (p != end) return nullptr;
+    if (p != end) throw Corrupt{};
     return m;
   } catch (const Corrupt&) {
+    note_ignored_entry(*s.entry, "does not decode");
     return nullptr;
   }
 }
@@ -670,7 +669,7 @@ void store(const ProfileTables& tables, const CalibratedComputeModel& model) {
     bytes += payload;
     std::error_code ec;
     fs::create_directories(s.entry->file.parent_path(), ec);
-    write_file_atomically(s.entry->file, bytes);
+    replace_file_atomically(s.entry->file, bytes);
   } catch (...) {
     // Unwritable folder, full disk, a state the codec does not cover: the next start fits again.
   }

@@ -201,13 +201,26 @@ CollectivePrediction predict_collective(const Scenario& scenario, const Collecti
     for (int r = 0; r < num_ranks; ++r) req.ranks.push_back(r);
   } else {
     if (q.ranks->empty()) fail("ranks", "[]", "a non-empty list");
+    std::vector<bool> listed(static_cast<std::size_t>(num_ranks), false);
     for (double r : *q.ranks) {
       if (r != std::floor(r) || r < 0 || r >= num_ranks)
-        fail("ranks", std::to_string(r),
+        fail("ranks", shortest(r),
              "ranks of the cluster (0.." + std::to_string(num_ranks - 1) + ")");
+      // Checked here, where the list is the caller's: the comm model's own check would blame
+      // an unnamed input.
+      if (listed[static_cast<std::size_t>(r)])
+        fail("ranks", shortest(r), "each rank at most once (" + shortest(r) + " is listed twice)");
+      listed[static_cast<std::size_t>(r)] = true;
       req.ranks.push_back(static_cast<int>(r));
     }
   }
+  // Only all-gather and reduce-scatter move per-rank shards; an all-reduce or broadcast of
+  // uneven shares is priced as the even one, so the shares would be dropped unread.
+  if (q.shares && req.kind != CollectiveKind::AllGather &&
+      req.kind != CollectiveKind::ReduceScatter)
+    fail("shares", "shares for " + to_string(req.kind),
+         "no shares: only all-gather and reduce-scatter have per-rank shards (" +
+             to_string(req.kind) + " moves the whole buffer whatever its shares)");
   const std::size_t n = req.ranks.size();
   if (!q.shares) {
     req.shard_bytes.assign(n, *bytes / static_cast<double>(n));

@@ -59,7 +59,7 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
         "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face "
         "config) or a profiler trace");
   if (j.contains("ranks") || j.contains("rank_classes")) {
-    Plan plan = parse_plan(r);
+    Plan plan = parse_plan(r, scenario ? &*scenario : nullptr);
     if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
     return "plan, " + std::to_string(plan.ranks.size()) + " ranks" +
            (plan.nodes.empty()

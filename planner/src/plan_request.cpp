@@ -94,8 +94,34 @@ void check_request(const PlanRequest& request) {
   const std::string& source = r.options.options_source;
   if (r.parallelism != "fsdp" && r.parallelism != "3d" && r.parallelism != "auto")
     throw ValidationError(source, spelt(r, "parallelism"), r.parallelism, "fsdp, 3d or auto");
-  if (r.parallelism == "auto") return;  // each family reads its own options
   const bool command_line = source == kOptionsFromCommandLine;
+  // Options of FSDP plans that only some strategies read (the published optimizer's share
+  // objective and memory curve, which `search` seeds with too; the search's neighbour budget;
+  // optimal's replay check): given to another strategy they would be dropped unread.
+  if (r.parallelism != "3d") {
+    const std::vector<std::pair<FamilyOption, std::vector<std::string>>> by_strategy = {
+        {{"cephalo_shares", "fsdp", r.cephalo_shares, false}, {"cephalo", "search"}},
+        {{"cephalo_corrected_share_memory", "fsdp", "true", r.cephalo_corrected_share_memory},
+         {"cephalo", "search"}},
+        {{"search_neighbours", "fsdp", std::to_string(r.options.search_neighbours), false},
+         {"search"}},
+        {{"verify_with_simulator", "fsdp", r.options.verify_with_simulator ? "true" : "false",
+          false},
+         {"optimal", "search"}},
+    };
+    const std::string& strategy = r.options.strategy;
+    for (const auto& [f, readers] : by_strategy) {
+      if (!is_given(r, f) || std::find(readers.begin(), readers.end(), strategy) != readers.end())
+        continue;
+      std::string names;
+      for (const std::string& s : readers)
+        names += (names.empty() ? "" : " or ") + spelt(r, "strategy") + " " + s;
+      throw ValidationError(source, spelt(r, f.name), f.value,
+                            names + " (strategy " + strategy +
+                                " does not read it: it would be ignored); leave it out");
+    }
+  }
+  if (r.parallelism == "auto") return;  // each family reads its own options
   for (const FamilyOption& f : family_options(r)) {
     if (!is_given(r, f) || r.parallelism == f.family) continue;
     const std::string family =
@@ -261,7 +287,7 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
 Scenario scenario_for_split_file(const Scenario& scenario, const std::string& file) {
   const Json doc = read_json_file(file);
   if (!doc.contains("ranks") && !doc.contains("rank_classes")) return scenario;
-  return scenario_for_plan(scenario, load_plan(file), file);
+  return scenario_for_plan(scenario, load_plan(file, &scenario), file);
 }
 
 void read_split_plan(SplitEstimateRequest& r) {

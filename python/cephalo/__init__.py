@@ -110,8 +110,9 @@ class Record(dict):
         if columns is None and (scenario is not None or plan is not None):
             if scenario is None or plan is None:
                 raise ValueError("give both scenario and plan (the graph the op ids key)")
-            p, label = _plan_and_label(plan)
-            columns = _cephalo.op_table(load_scenario(scenario), p, label, _json.dumps(self))
+            s = load_scenario(scenario)
+            p, label = _plan_and_label(plan, s)
+            columns = _cephalo.op_table(s, p, label, _json.dumps(self))
         data = {"id": [o["id"] for o in timings]}
         if columns is not None:
             data.update((c, columns[c]) for c in _OP_COLUMNS)
@@ -153,12 +154,35 @@ class Record(dict):
         return views[table]()
 
 
+def _refuse(keyword, value, expected):
+    raise ValidationError("%s: got %r; expected %s" % (keyword, value, expected),
+                          file="arguments", json_path=keyword, value=repr(value),
+                          expected=expected)
+
+
 def _count(keyword, value):
-    """A count keyword is an int or None: bool is an int to Python, but True is no count."""
+    """A count keyword is an int or None: bool is an int to Python, but True is no count; one
+    past the C++ int would otherwise fail as pybind11's list of signatures."""
     if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
-        raise ValidationError("%s: got %r; expected an integer (or None)" % (keyword, value),
-                              file="arguments", json_path=keyword, value=repr(value),
-                              expected="an integer (or None)")
+        _refuse(keyword, value, "an integer (or None)")
+    if value is not None and not -2**31 <= value < 2**31:
+        _refuse(keyword, value, "an integer (or None) below 2^31")
+
+
+def _switch(keyword, value, none_ok=False):
+    """A yes/no keyword is True or False (or None where None means the default): any other
+    object would be read by its truth, so "no" or "false" would switch it on."""
+    if not isinstance(value, bool) and not (none_ok and value is None):
+        _refuse(keyword, value, "True or False" + (" (or None)" if none_ok else ""))
+    return value
+
+
+def _word(keyword, value, none_ok=False):
+    """A keyword that takes a word ("even", "auto") is a str (or None where None means the
+    default), named in the error rather than left to pybind11's list of signatures."""
+    if not isinstance(value, str) and not (none_ok and value is None):
+        _refuse(keyword, value, "a string" + (" (or None)" if none_ok else ""))
+    return value
 
 
 def _path(keyword, value):
@@ -191,19 +215,22 @@ def load_scenario(source, base_dir=None):
     return _cephalo.scenario_from_text(_text(source), _os.path.join(base, _DICT_LABEL), base)
 
 
-def load_plan(source):
-    """A Plan from a plan file, a dict, or the record `plan()` returned."""
+def load_plan(source, scenario=None):
+    """A Plan from a plan file, a dict, or the record `plan()` returned. With the scenario it
+    is for, its rows are counted against the cluster first (a class running past it is named
+    as such, not blamed on the state shares it throws off)."""
     if isinstance(source, Plan):
         return source
+    s = load_scenario(scenario) if scenario is not None else None
     if _is_path(source):
-        return _cephalo.plan_from_file(_os.fspath(source))
-    return _cephalo.plan_from_text(_text(source), _DICT_LABEL)
+        return _cephalo.plan_from_file(_os.fspath(source), s)
+    return _cephalo.plan_from_text(_text(source), _DICT_LABEL, s)
 
 
-def _plan_and_label(source):
+def _plan_and_label(source, scenario=None):
     if _is_path(source):
-        return load_plan(source), _os.fspath(source)
-    return load_plan(source), _DICT_LABEL
+        return load_plan(source, scenario), _os.fspath(source)
+    return load_plan(source, scenario), _DICT_LABEL
 
 
 def load_cluster(source):
@@ -229,7 +256,7 @@ def validate(scenario, plan=None):
     s = load_scenario(scenario)
     _cephalo.validate_scenario(s)
     if plan is not None:
-        p, label = _plan_and_label(plan)
+        p, label = _plan_and_label(plan, s)
         _cephalo.validate_plan(p, s, label)
 
 
@@ -314,6 +341,15 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     for name in ("max_micro_batch", "search_neighbours", "micro_batch", "group_size",
                  "tensor_parallel", "pipeline_stages", "micro_batches"):
         _count(name, keywords[name])
+    for name in ("verify_with_simulator", "cephalo_corrected_share_memory", "sequence_parallel"):
+        _switch(name, keywords[name], none_ok=True)
+    for name in ("strategy", "offload", "accumulation", "activation_checkpointing", "sharding",
+                 "cephalo_shares", "pipeline_schedule"):
+        _word(name, keywords[name], none_ok=True)
+    _word("compute_model", compute_model)
+    _word("parallelism", parallelism, none_ok=True)
+    _switch("use_all", use_all)
+    _switch("text", text)
     given = [name for name, value in keywords.items() if value is not None]
     s = _with_stack(load_scenario(scenario), stack)
     out = _cephalo.plan_json(s, strategy or "optimal", compute_model, offload or "auto",
@@ -341,8 +377,12 @@ def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
     stack=path is `--stack` (a calibrate_stack() file; its notes join "warnings").
     text=True returns the record's JSON text, the same bytes as `cephalo simulate --json
     [--ops]`."""
+    for name, value in (("ops", ops), ("link_sharing", link_sharing), ("text", text)):
+        _switch(name, value)
+    _word("compute_model", compute_model)
+    _word("queue", queue)
     s = _with_stack(load_scenario(scenario), stack)
-    p, label = _plan_and_label(plan)
+    p, label = _plan_and_label(plan, s)
     out, columns = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue,
                                           _path("trace", trace))
     if text:
@@ -367,7 +407,7 @@ def compare(simulated, measured, scenario=None, plan=None, trace=None, step=None
     PyTorch profiler trace file (`compare SIM TRACE`): one step of it (step="ProfilerStep#N"
     or N, default the median step) against the simulation, per class with scenario and plan."""
     s = load_scenario(scenario) if scenario is not None else None
-    p, label = _plan_and_label(plan) if plan is not None else (None, "")
+    p, label = _plan_and_label(plan, s) if plan is not None else (None, "")
     return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
                                          s, p, label, _path("trace", trace),
                                          "" if step is None else str(step)))
@@ -398,7 +438,7 @@ def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output
     if step is not None and trace is None:
         raise ValueError("step= needs trace=")
     s = load_scenario(scenario)
-    p, _ = _plan_and_label(plan)
+    p, _ = _plan_and_label(plan, s)
     run_text, run_label, run_is_file = _result_source(run) if run is not None else ("", "", False)
     return _record(_cephalo.calibrate_stack_json(
         s, p, measured_tokens_per_s, run_text, run_label, run_is_file,
@@ -488,7 +528,7 @@ def predict_memory(scenario, plan):
     total_bytes, capacity_bytes, usable_bytes, headroom_bytes and fits. .ranks_frame() has
     one column per term (training_state_bytes, ...), no dict in a cell."""
     s = load_scenario(scenario)
-    p, label = _plan_and_label(plan)
+    p, label = _plan_and_label(plan, s)
     return _record(_cephalo.memory_json(s, p, label))
 
 

@@ -60,12 +60,16 @@ Scenario scenario_from_text(const std::string& text, const std::string& label,
   return parse_scenario(r, costmodels::CatalogLookup::builtin(), base_dir);
 }
 
-Plan plan_from_file(const std::string& file) { return load_plan(file); }
+// With the scenario the plan is for, its rows are counted against the cluster before any sum.
+Plan plan_from_file(const std::string& file, const std::optional<Scenario>& scenario) {
+  return load_plan(file, scenario ? &*scenario : nullptr);
+}
 
-Plan plan_from_text(const std::string& text, const std::string& label) {
+Plan plan_from_text(const std::string& text, const std::string& label,
+                    const std::optional<Scenario>& scenario) {
   Json j = document(text, label);
   JsonReader r(j, label);
-  return parse_plan(r);
+  return parse_plan(r, scenario ? &*scenario : nullptr);
 }
 
 std::string cluster_json(const std::string& text, const std::string& label, bool is_file) {
@@ -426,8 +430,9 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
   m.def("scenario_from_file", &scenario_from_file, py::arg("file"));
   m.def("scenario_from_text", &scenario_from_text, py::arg("text"), py::arg("label"),
         py::arg("base_dir"));
-  m.def("plan_from_file", &plan_from_file, py::arg("file"));
-  m.def("plan_from_text", &plan_from_text, py::arg("text"), py::arg("label"));
+  m.def("plan_from_file", &plan_from_file, py::arg("file"), py::arg("scenario") = py::none());
+  m.def("plan_from_text", &plan_from_text, py::arg("text"), py::arg("label"),
+        py::arg("scenario") = py::none());
   m.def("cluster_json", &cluster_json, py::arg("text"), py::arg("label"), py::arg("is_file"));
   m.def("job_json", &job_json, py::arg("text"), py::arg("label"), py::arg("is_file"));
   m.def(

@@ -473,3 +473,72 @@ def test_an_empty_path_is_refused_not_read_as_none(tmp_path):
         with pytest.raises(cephalo.ValidationError) as info:
             call()
         assert info.value.json_path == keyword, str(info.value)
+
+
+# -- hostile input, round six (tests/README.md) --------------------------------------------
+
+def _default_classes(last_p40):
+    """default.json's 4 ranks as classes with explicit shares, the P40's class ending at
+    last_p40 (3 fits the cluster)."""
+    def cls(first, last, gpu):
+        return {"ranks": [first, last], "node": 0, "gpu": gpu, "batch": 16, "micro_batch": 4,
+                "micro_batches": 4, "state_share": 0.25}
+    return {"version": 1, "scenario": "paper-gpt2.7b",
+            "rank_classes": [cls(0, 1, "l4"), cls(2, 2, "a6000"), cls(3, last_p40, "p40")]}
+
+
+def test_a_class_past_the_cluster_is_named_before_the_shares_are_summed():
+    # Before: "state shares summing to 1.5", whichever function read it with the scenario.
+    for call in (lambda: cephalo.load_plan(_default_classes(5), scenario=DEFAULT),
+                 lambda: cephalo.simulate(DEFAULT, _default_classes(5)),
+                 lambda: cephalo.validate(DEFAULT, _default_classes(5)),
+                 lambda: cephalo.predict_memory(DEFAULT, _default_classes(5))):
+        with pytest.raises(cephalo.ValidationError) as info:
+            call()
+        assert info.value.json_path == "rank_classes[2].ranks", str(info.value)
+        assert "[3, 5]" in info.value.value and "4 device(s)" in info.value.expected
+    # Without the scenario the sum is what there is to say, with the rank count beside it.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.load_plan(_default_classes(5))
+    assert "over 6 ranks" in info.value.value
+    assert cephalo.load_plan(_default_classes(3), scenario=DEFAULT).num_ranks == 4
+
+
+@pytest.mark.parametrize("call, keyword", [
+    (lambda: cephalo.plan(DEFAULT, strategy="even", use_all="no"), "use_all"),
+    (lambda: cephalo.plan(DEFAULT, parallelism="3d", sequence_parallel="false"),
+     "sequence_parallel"),
+    (lambda: cephalo.plan(DEFAULT, strategy="even", text=1), "text"),
+    (lambda: cephalo.plan(DEFAULT, strategy=1), "strategy"),
+    (lambda: cephalo.plan(DEFAULT, strategy="even", activation_checkpointing=1),
+     "activation_checkpointing"),
+    (lambda: cephalo.plan(DEFAULT, strategy="even", micro_batch=2**70), "micro_batch"),
+    (lambda: cephalo.plan(DEFAULT, strategy="optimal", verify_with_simulator="yes"),
+     "verify_with_simulator"),
+    (lambda: cephalo.simulate(DEFAULT, SCENARIOS / "plans/default-even.json", ops="yes"), "ops"),
+    (lambda: cephalo.simulate(DEFAULT, SCENARIOS / "plans/default-even.json",
+                              link_sharing="False"), "link_sharing"),
+    (lambda: cephalo.simulate(DEFAULT, SCENARIOS / "plans/default-even.json", queue=1), "queue"),
+    (lambda: cephalo.simulate(DEFAULT, SCENARIOS / "plans/default-even.json",
+                              compute_model=None), "compute_model"),
+])
+def test_a_keyword_of_the_wrong_type_is_refused_naming_it(call, keyword):
+    # Before: a truthy string switched a yes/no keyword on ("no" planned every GPU), and a wrong
+    # type was pybind11's TypeError listing the binding's whole signature.
+    with pytest.raises(cephalo.ValidationError) as info:
+        call()
+    assert info.value.json_path == keyword and info.value.file == "arguments"
+
+
+@pytest.mark.parametrize("keywords, keyword", [
+    (dict(strategy="even", cephalo_shares="min_util"), "cephalo_shares"),
+    (dict(strategy="proportional", cephalo_corrected_share_memory=True),
+     "cephalo_corrected_share_memory"),
+    (dict(strategy="optimal", search_neighbours=3), "search_neighbours"),
+    (dict(strategy="even", verify_with_simulator=False), "verify_with_simulator"),
+])
+def test_an_argument_the_strategy_does_not_read_is_refused(keywords, keyword):
+    # Before: accepted and dropped (the CLI's flags likewise: planner::check_request).
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.plan(DEFAULT, **keywords)
+    assert info.value.json_path == keyword and "strategy" in info.value.expected

@@ -254,7 +254,10 @@ TEST(PlanClasses, ACompactPlanForAnotherClusterNamesTheClass) {
   j["rank_classes"][0]["ranks"] = {0, 23};
   j["rank_classes"][0]["batch"] = 1;
   j["rank_classes"][0]["micro_batch"] = 1;
-  expect_invalid_for(parse(j), s, {"rank_classes", "24 ranks", "0-23", "16 ranks"});
+  // The class whose range runs past the cluster is named, with its range and the cluster's size.
+  expect_invalid_for(
+      parse(j), s,
+      {"rank_classes[0].ranks", "[0, 23]", "24 ranks", "ranks up to 15", "16 device(s)"});
   j = one_class(16);
   j["rank_classes"][0]["node"] = {{"first", 0}, {"ranks_per_node", 4}};
   expect_invalid_for(parse(j), s, {"rank_classes[0].node", "rank 4", "class of ranks 0-15"});

@@ -187,6 +187,37 @@ class Reader {
     return v;
   }
 
+  // A profiler trace covers a few steps: seconds, minutes at most. An event a day or more from
+  // the others (a duration of 1e308 us, a start at -1e18 us) is no time the profiler measured:
+  // read, it would make a step's class last 1e302 s, or put every time on a grid as coarse as
+  // the outlier's floating-point spacing (128 us at 1e18). Refused, naming the event farther
+  // from the trace's median start.
+  void check_span(double origin) const {
+    constexpr double kMaxSpanUs = 86400e6;  // one day
+    if (ev_.empty()) return;
+    const auto last = std::max_element(
+        ev_.begin(), ev_.end(), [](const Event& a, const Event& b) { return a.end < b.end; });
+    if (last->end - origin <= kMaxSpanUs) return;
+    const auto first = std::min_element(ev_.begin(), ev_.end(),
+                                        [](const Event& a, const Event& b) { return a.ts < b.ts; });
+    std::vector<double> starts;
+    starts.reserve(ev_.size());
+    for (const Event& ev : ev_) starts.push_back(ev.ts);
+    std::nth_element(starts.begin(), starts.begin() + starts.size() / 2, starts.end());
+    const double median = starts[starts.size() / 2];
+    const bool late = last->end - median >= median - first->ts;
+    const Event& odd = late ? *last : *first;
+    throw ValidationError(
+        t_.file, where(odd.index) + (late ? ".dur" : ".ts"),
+        late ? shortest(odd.end - odd.ts) + " us (ending " + shortest((odd.end - median) * 1e-6) +
+                   " s after the trace's median event starts)"
+             : shortest(odd.ts) + " us (" + shortest((median - odd.ts) * 1e-6) +
+                   " s before the trace's median event)",
+        "events within a day of each other: a profiler trace covers a few steps, and the "
+        "trace's events span " +
+            shortest((last->end - origin) * 1e-6) + " s");
+  }
+
   void read_events(const Json& events) {
     double origin = INFINITY;
     for (std::size_t i = 0; i < events.size(); ++i) {
@@ -237,6 +268,7 @@ class Reader {
       origin = std::min(origin, ev.ts);
       ev_.push_back(std::move(ev));
     }
+    check_span(origin);
     for (auto& ev : ev_) {
       ev.ts = (ev.ts - origin) * 1e-6;
       ev.end = (ev.end - origin) * 1e-6;

@@ -48,7 +48,7 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
 }
 
 Plan load_plan_for(Scenario& scenario, const std::string& plan_file) {
-  Plan plan = load_plan(plan_file);
+  Plan plan = load_plan(plan_file, &scenario);
   scenario = scenario_for_plan(scenario, plan, plan_file);
   check_plan_for(plan, scenario, plan_file);
   return plan;

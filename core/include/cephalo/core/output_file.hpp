@@ -51,4 +51,13 @@ void check_outputs(const std::vector<OutputTarget>& outputs);
 // long found it.)
 void write_file_atomically(const std::filesystem::path& file, const std::string& text);
 
+// Writes a file the program owns rather than one the user named (the start-up cache's entry in
+// a cache folder another process may share): a fresh temporary beside it renamed over the name
+// itself. Whatever is at the name is replaced, never written through: a symbolic link planted
+// there is replaced by the file (its target untouched), a hard link loses this name only.
+// Anything that is neither a regular file nor a link (a folder, FIFO, device) is refused. The
+// inputs are not consulted (the name is not one of the user's files). IoError on any failure;
+// the previous content stays in place.
+void replace_file_atomically(const std::filesystem::path& file, const std::string& text);
+
 }  // namespace cephalo

@@ -186,9 +186,13 @@ void check_unit_passes(const Plan& plan, std::int64_t passes, const std::string&
 // summing to 1 over every sharding group, the groups a partition of the ranks; under a split,
 // its rank lists, every rank running m micro-batches, a tensor-parallel group's ranks the same
 // batch, every stage's replicas the same samples per micro-batch, shares summing to 1 over every
-// data-parallel domain, and no FSDP-only key).
-Plan parse_plan(JsonReader& reader);
-Plan load_plan(const std::filesystem::path& file);
+// data-parallel domain, and no FSDP-only key). With the scenario the plan is for (the whole
+// scenario, or one cut to the plan's "nodes"), the rows are first counted against its cluster:
+// a class whose range runs past the cluster is refused as that, naming the class, its range and
+// the cluster's size, before the state shares it throws off are summed. Callers that have the
+// scenario pass it; validate_plan_for repeats the count for plans read without one.
+Plan parse_plan(JsonReader& reader, const Scenario* scenario = nullptr);
+Plan load_plan(const std::filesystem::path& file, const Scenario* scenario = nullptr);
 // Checks the plan against a scenario (the cut of its "nodes", scenario_for_plan: a plan with
 // "nodes" given the whole scenario is refused, naming the key): the scenario it names (when it
 // names one) is this one, rank count, nodes and device types match the cluster, Σ batch = global

@@ -254,4 +254,10 @@ std::vector<RowPoint> row_points(const LayerProfile& row, bool whole_stack_test_
 // As published (per row, whatever it covers).
 std::vector<RowPoint> raw_points(const LayerProfile& row);
 
+// Why the start-up cache's entry was there but not used (a symbolic link or other non-regular
+// file at its name, an oversized, cut-short or corrupt file), for a command to print as a note;
+// empty when it was used, absent, of another build or other inputs (the normal refit), or the
+// cache is off or not read yet. An ignored entry is refitted and rewritten, never trusted.
+std::string start_up_cache_note();
+
 }  // namespace cephalo::costmodels
