@@ -23,6 +23,14 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
                           "one rank per MPI process: start with mpirun -np " +
                               std::to_string(s.plan.ranks.size()) + " (this job has " +
                               std::to_string(world_size) + ")");
+  // The backend runs each head backward whole: its executor has no deferred weight-gradient
+  // GEMM (the graph's WeightGradient ops), so a job that declares one is refused before any
+  // training rather than trained in another order than the one simulated.
+  if (s.scenario.job.implementation.defer_embedding_wgrad_compute)
+    throw ValidationError(r.scenario_file, "job.implementation.defer_embedding_wgrad_compute",
+                          "true",
+                          "false or absent for `cephalo run`: the backend does not defer the "
+                          "output layer's weight gradient (plan and simulate price it)");
   s.model = GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
   if (r.loss_scale_given && s.scenario.job.precision.compute != Dtype::FP16)
     throw ValidationError("command line", "--loss-scale", shortest(r.settings.loss_scale),

@@ -193,6 +193,14 @@ int peak_in_flight(int stage, int stages, int micro_batches, const PipelineSched
   return peak_in_flight(stage_order(stage, stages, micro_batches, schedule));
 }
 
+int deferred_wgrad_micro_batches(bool defer, int limit, int stages, int micro_batches) {
+  if (limit < 0)
+    throw std::invalid_argument("pipeline: wgrad deferral limit " + std::to_string(limit) +
+                                " (need >= 0)");
+  if (!defer || stages < 2 || micro_batches < 1) return 0;
+  return limit == 0 ? micro_batches : std::min(limit, micro_batches);
+}
+
 double PipelineTiming::bubble_fraction() const {
   if (makespan <= 0 || bubble.empty()) return 0;
   double idle = 0;
@@ -220,10 +228,20 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
                                 std::to_string(p) + " stages (give " + std::to_string(p) +
                                 (v > 1 ? " or one per virtual stage, " + std::to_string(vp) : "") +
                                 ")");
-  for (const auto& t : times)
+  for (const auto& t : times) {
     if (!std::isfinite(t.forward) || !std::isfinite(t.backward) || t.forward < 0 ||
-        t.backward < 0 || !std::isfinite(t.first_forward_end) || t.first_forward_end < 0)
+        t.backward < 0 || !std::isfinite(t.first_forward_end) || t.first_forward_end < 0 ||
+        !std::isfinite(t.deferred_wgrad) || t.deferred_wgrad < 0)
       throw std::invalid_argument("pipeline: stage times must be finite and >= 0");
+    if (t.deferred_micro_batches < 0 || t.deferred_micro_batches > m)
+      throw std::invalid_argument("pipeline: " + std::to_string(t.deferred_micro_batches) +
+                                  " deferred micro-batches of " + std::to_string(m));
+    if (t.deferred_micro_batches > 0 && t.deferred_wgrad > t.backward)
+      throw std::invalid_argument("pipeline: deferred work above the backward it leaves");
+    if (t.deferred_micro_batches > 0 && v > 1 && times.size() == static_cast<std::size_t>(p))
+      throw std::invalid_argument(
+          "pipeline: deferred work needs one entry per virtual stage when interleaved");
+  }
   if (transfers.size() != static_cast<std::size_t>(vp - 1))
     throw std::invalid_argument("pipeline: " + std::to_string(transfers.size()) +
                                 " transfers for " + std::to_string(vp - 1) +
@@ -239,10 +257,12 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
   }
 
   // Per virtual stage k = chunk·p + stage: its forward and backward time per micro-batch.
-  auto time_of = [&](int k, Pass pass) {
+  // A deferred micro-batch's backward leaves its deferred work to the stage's flush.
+  auto time_of = [&](int k, Pass pass, int micro_batch) {
     const bool per_stage = times.size() == static_cast<std::size_t>(p);
     const StageTimes& t = times[static_cast<std::size_t>(per_stage ? k % p : k)];
-    const double full = pass == Pass::Forward ? t.forward : t.backward;
+    double full = pass == Pass::Forward ? t.forward : t.backward;
+    if (pass == Pass::Backward && micro_batch < t.deferred_micro_batches) full -= t.deferred_wgrad;
     return per_stage ? full / v : full;
   };
   // The floor on virtual stage k's first forward: its own entry's, or with one entry per stage
@@ -301,7 +321,7 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
         (step.pass == Pass::Forward ? forward_in : backward_in)[cell(k, step.micro_batch)];
     if (in < 0) return;  // its input arrives later, which tries again
     const double begin = std::max(free_at[su], in);
-    const double d = time_of(k, step.pass);
+    const double d = time_of(k, step.pass, step.micro_batch);
     double end = begin + d;
     if (step.pass == Pass::Forward && step.micro_batch == 0) end = std::max(end, floor_of(k));
     timing.start[su][next[su]] = begin;
@@ -356,7 +376,15 @@ PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSc
   // Every order of stage_orders is deadlock-free; this guards the evaluation itself.
   if (left > 0)
     throw std::logic_error("pipeline: the schedule's orders wait on each other (deadlock)");
-  for (double f : free_at) timing.makespan = std::max(timing.makespan, f);
+  // Each stage's deferred work after its last step (the flush), its virtual stages' in order.
+  timing.finish = free_at;
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    const StageTimes& t = times[k];
+    const double flush = t.deferred_micro_batches * t.deferred_wgrad;
+    timing.finish[k % static_cast<std::size_t>(p)] += flush;
+    timing.busy[k % static_cast<std::size_t>(p)] += flush;
+  }
+  for (double f : timing.finish) timing.makespan = std::max(timing.makespan, f);
   for (int s = 0; s < p; ++s)
     timing.bubble[static_cast<std::size_t>(s)] =
         timing.makespan - timing.busy[static_cast<std::size_t>(s)];

@@ -311,6 +311,11 @@ std::string to_string(const Implementation& impl) {
   if (impl.cross_entropy == LossKernel::Fused) out += ", fused cross-entropy";
   if (impl.framework != Framework::FSDP2) out += ", " + to_string(impl.framework);
   if (impl.tp_comm_overlap) out += ", TP comm overlap";
+  if (impl.defer_embedding_wgrad_compute) {
+    out += ", deferred output wgrad";
+    if (impl.wgrad_deferral_limit > 0)
+      out += " (limit " + std::to_string(impl.wgrad_deferral_limit) + ")";
+  }
   return out;
 }
 
@@ -333,7 +338,8 @@ Implementation parse_implementation(JsonReader& reader) {
         "an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool, "
         "\"compiled\": bool, \"cross_entropy\": \"eager\" | \"fused\", \"framework\": \"fsdp2\" | "
         "\"fsdp1\" | \"deepspeed_zero3\" | "
-        "\"ddp\", \"tp_comm_overlap\": bool}");
+        "\"ddp\", \"tp_comm_overlap\": bool, \"defer_embedding_wgrad_compute\": bool, "
+        "\"wgrad_deferral_limit\": integer >= 0}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
@@ -355,6 +361,14 @@ Implementation parse_implementation(JsonReader& reader) {
     impl.framework_declared = true;
   }
   impl.tp_comm_overlap = reader.boolean_or("tp_comm_overlap", false);
+  impl.defer_embedding_wgrad_compute = reader.boolean_or("defer_embedding_wgrad_compute", false);
+  if (auto l = reader.optional_child("wgrad_deferral_limit")) {
+    // Megatron-Core reads the limit only with the deferral on; a limit without it would
+    // silently price nothing.
+    if (!impl.defer_embedding_wgrad_compute)
+      l->fail("no \"wgrad_deferral_limit\" unless \"defer_embedding_wgrad_compute\" is true");
+    impl.wgrad_deferral_limit = static_cast<int>(l->as_integer(0, 1 << 30));
+  }
   if (auto st = reader.optional_child("stack")) {
     if (st->is_string()) {
       std::filesystem::path file = st->as_string();
@@ -380,6 +394,10 @@ Json to_json(const Implementation& impl) {
   if (impl.framework_declared) j["framework"] = to_string(impl.framework);
   // Written only when on, so records of jobs without it read as they always did.
   if (impl.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (impl.defer_embedding_wgrad_compute) {
+    j["defer_embedding_wgrad_compute"] = true;
+    j["wgrad_deferral_limit"] = impl.wgrad_deferral_limit;
+  }
   if (impl.cross_entropy == LossKernel::Fused) j["cross_entropy"] = "fused";
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;

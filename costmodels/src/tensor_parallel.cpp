@@ -38,10 +38,13 @@ double features_time(const OpFeatures& x, const OpFeatures& theta) {
   return t;
 }
 
-LayerShare layer_share(const DeviceSpec& device, const Job& job, int micro_batch,
-                       bool (*pick)(const char*)) {
-  const auto ops = unit_ops(job.model, 1, job.sequence_length, micro_batch, job.precision.compute,
-                            job.implementation);
+bool output_layer_op(const char* name) { return std::strcmp(name, "lm_head") == 0; }
+
+// The picked ops' share of `unit`'s forward and backward time.
+LayerShare unit_share(const DeviceSpec& device, const Job& job, int unit, int micro_batch,
+                      bool (*pick)(const char*)) {
+  const auto ops = unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                            job.precision.compute, job.implementation);
   std::vector<OpCost> picked;
   for (const auto& op : ops)
     if (pick(op.name)) picked.push_back(op);
@@ -54,7 +57,27 @@ LayerShare layer_share(const DeviceSpec& device, const Job& job, int micro_batch
           b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
 }
 
+LayerShare layer_share(const DeviceSpec& device, const Job& job, int micro_batch,
+                       bool (*pick)(const char*)) {
+  return unit_share(device, job, 1, micro_batch, pick);
+}
+
 }  // namespace
+
+double output_weight_gradient_share(const DeviceSpec& device, const Job& job, int micro_batch) {
+  // The output layer's backward is its two GEMMs of equal size, the input gradient and the
+  // weight gradient: half of it.
+  return 0.5 *
+         unit_share(device, job, job.model.num_layers + 1, micro_batch, output_layer_op).backward;
+}
+
+double output_weight_gradient_flops(const Job& job, int micro_batch) {
+  double flops = 0;
+  for (const auto& op : unit_ops(job.model, job.model.num_layers + 1, job.sequence_length,
+                                 micro_batch, job.precision.compute, job.implementation))
+    if (output_layer_op(op.name)) flops += 0.5 * op.backward_flops;
+  return flops;
+}
 
 LayerShare layer_replicated_share(const DeviceSpec& device, const Job& job, int micro_batch) {
   return layer_share(device, job, micro_batch, replicated_op);

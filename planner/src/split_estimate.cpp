@@ -83,6 +83,9 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const double word_embedding = static_cast<double>(model.vocab_size) * model.hidden;
   const ReplicaBatches mode = options.replica_batches;
   const Orders& schedule_orders = stage_orders(p, m, split.schedule);
+  const int deferred =
+      pipeline::deferred_wgrad_micro_batches(job.implementation.defer_embedding_wgrad_compute,
+                                             job.implementation.wgrad_deferral_limit, p, m);
   const std::vector<int>& peak = schedule_orders.peaks;
 
   SplitEstimate out;
@@ -183,6 +186,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         auto& t = times[static_cast<std::size_t>(c * p + s)];
         t.forward = std::max(t.forward, ps.chunks[static_cast<std::size_t>(c)].forward);
         t.backward = std::max(t.backward, ps.chunks[static_cast<std::size_t>(c)].backward);
+        // The head's weight gradient, which the first `deferred` micro-batches leave to the flush.
+        t.deferred_wgrad =
+            std::max(t.deferred_wgrad, ps.chunks[static_cast<std::size_t>(c)].deferred_wgrad);
+        t.deferred_micro_batches = t.deferred_wgrad > 0 ? deferred : 0;
       }
     }
     est.micro_batch = largest;
@@ -394,9 +401,17 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       // the reductions after the last sub-step's (an FSDP plan's phases hold all m · k).
       const int k = unit_sub[static_cast<std::size_t>(s)];
       const double phase = regathers ? static_cast<double>(m) * k : 1.0;
+      // A deferred output-layer weight gradient (the last stage's head, units.back()): the
+      // last micro-batch's head backward without it when that one is deferred, the flush of
+      // every deferred one after the stage's last backward, the head's reduction after that.
+      const bool defers = s == p - 1 && deferred > 0 && !units.empty() && units.back().wgrad > 0;
+      const double wgrad = defers && deferred == m ? units.back().wgrad : 0.0;
+      const double flush = defers ? static_cast<double>(deferred) * k * units.back().wgrad : 0.0;
       double earlier = 0;  // the last backward step's sub-steps before its last
       if (!regathers)
         for (const auto& u : units) earlier += (k - 1) * u.backward;
+      earlier -= (k - 1) * wgrad;
+      double head_reduction = 0;
       double end = 0, done = earlier, compute = earlier, queued = 0;
       const double head_gather = regathers && !units.empty() ? gather(units.back()) : 0;
       double gathered = regathers && !units.empty()
@@ -405,9 +420,11 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
       end = gathered;
       dp += head_gather;
       for (auto u = units.rbegin(); u != units.rend(); ++u) {
+        const bool head = defers && u == units.rbegin();
+        const double backward = u->backward - (head ? wgrad : 0.0);
         const double begin = std::max(compute, gathered);
-        compute = begin + phase * u->backward;
-        done += phase * u->backward;
+        compute = begin + phase * backward;
+        done += phase * backward;
         if (regathers && std::next(u) != units.rend()) {
           const double g = gather(*std::next(u));
           gathered = std::max(end, begin) + g;
@@ -416,12 +433,23 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         }
         if (std::next(u) == units.rend()) queued = std::max(end, compute);
         const double d = reduction(u->params, u->layout_params());
-        end = std::max(end, compute) + d;
         dp += d;
+        if (head) {  // its gradient is complete after the flush
+          head_reduction = d;
+          continue;
+        }
+        end = std::max(end, compute) + d;
         // The first stage's embedding copy waits for the reductions queued before it; the last
         // stage's head copy goes first, every reduction of the stage queued behind it.
         if (s == 0 && std::next(u) == units.rend()) tied_end[0].after = d;
         if (s == p - 1 && s > 0) tied_end[static_cast<std::size_t>(s)].after += d;
+      }
+      if (defers) {
+        compute += flush;
+        done += flush;
+        end = std::max(end, compute) + head_reduction;
+        // The head's copy of a tied embedding goes after the flush, its reduction behind it.
+        tied_end[static_cast<std::size_t>(s)].after = head_reduction;
       }
       dp_exposed = std::max(0.0, end - done);
       if (s == 0) tied_end[0].ready = std::max(0.0, queued - done);
@@ -458,9 +486,10 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         // The head's copy is ready when the head's last backward ends, the rest of the stage's
         // last backward before the stage's end.
         const auto& units = unit_steps[static_cast<std::size_t>(s)];
-        double rest = 0;
+        double rest = 0, head_wgrad = units.empty() ? 0.0 : units.back().wgrad;
         for (std::size_t i = 0; i + 1 < units.size(); ++i) rest += units[i].backward;
-        tied_end[static_cast<std::size_t>(s)].ready = -rest;
+        // Deferred: when the flush ends, which ends the stage's backward work.
+        tied_end[static_cast<std::size_t>(s)].ready = deferred > 0 && head_wgrad > 0 ? 0.0 : -rest;
       }
     }
     est.dp_comm = dp;
@@ -574,7 +603,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   if (limits.describe) out.schedule = pipeline::describe(p, m, split.schedule, times, out.p2p_s);
   for (int s = 0; s < p; ++s) {
     StageEstimate& est = out.stages[static_cast<std::size_t>(s)];
-    est.last_backward_end = timing.end[static_cast<std::size_t>(s)].back();
+    est.last_backward_end = timing.finish[static_cast<std::size_t>(s)];  // a flush after it
     est.busy = timing.busy[static_cast<std::size_t>(s)];
     est.bubble = timing.bubble[static_cast<std::size_t>(s)];
   }

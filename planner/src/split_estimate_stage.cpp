@@ -420,6 +420,8 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
            u.backward / T + recompute_of(head, u) +
                (T > 1 ? all_reduce_s + (rc ? kLossReductions * loss_s : 0) : 0),
            costmodels::head_parameters(model) / T + (tied && p > 1 ? word_embedding / T : 0)});
+      // The output layer's weight gradient, which a pipeline's deferral takes out of it.
+      if (p > 1) steps.back().wgrad = u.backward / T * dev.output_wgrad;
       // As an FSDP plan's graph runs it (a one-stage T = 1 fully sharded split), a tied head's
       // phases gather and reduce the whole embedding unit with its own parameters
       // (phase_parameters); the uneven variant stays the one chosen on its own.
@@ -430,7 +432,8 @@ split_detail::StagePass SplitEstimator::Impl::stage_pass(const ModelSplit& split
     }
     out.units.insert(out.units.end(), steps.begin(), steps.end());
     out.chunk_ends.push_back(out.units.size());
-    out.chunks.push_back({fc + fcomm, bc + bcomm});
+    // Only the head's step has a weight gradient to defer (UnitStep::wgrad).
+    out.chunks.push_back({fc + fcomm, bc + bcomm, 0, steps.empty() ? 0 : steps.back().wgrad});
     out.forward_compute += fc;
     out.backward_compute += bc;
     out.tp_comm_forward += fcomm;

@@ -95,6 +95,9 @@ struct Replicas {
 // included) for one micro-batch, and its parameters per TP rank.
 struct UnitStep {
   double forward = 0, backward = 0, params = 0;
+  // The head's output-layer weight gradient within `backward` (0 for the other units, and
+  // unless the job defers it): what a deferred micro-batch leaves to the flush.
+  double wgrad = 0;
   double own_params = -1;  // the unit's own, where `params` adds a tied weight (< 0: params)
   double layout_params() const { return own_params < 0 ? params : own_params; }
 };
@@ -120,6 +123,7 @@ inline StagePass repeated(StagePass pass, int k) {
   for (auto& c : pass.chunks) {
     c.forward *= k;
     c.backward *= k;
+    c.deferred_wgrad *= k;  // a deferred micro-batch defers each of its sub-steps' (the graph's)
   }
   pass.forward_compute *= k;
   pass.backward_compute *= k;
@@ -186,6 +190,9 @@ struct SplitEstimator::Impl {
     costmodels::LayerShare attention_core;
     // The linear GEMMs' shares, under the job's TP communication overlap only.
     costmodels::LayerLinearShares linear;
+    // The output layer's weight gradient's share of the head's backward, under the job's
+    // deferred output-layer weight gradient only.
+    double output_wgrad = 0;
   };
   std::map<DeviceKey, DeviceTimes> device_times;
 
@@ -393,6 +400,8 @@ struct SplitEstimator::Impl {
       it->second.attention_core = costmodels::layer_attention_core_share(spec, scenario.job, b);
       if (scenario.job.implementation.tp_comm_overlap)
         it->second.linear = costmodels::layer_linear_shares(spec, scenario.job, b);
+      if (scenario.job.implementation.defer_embedding_wgrad_compute)
+        it->second.output_wgrad = costmodels::output_weight_gradient_share(spec, scenario.job, b);
     }
     return it->second;
   }

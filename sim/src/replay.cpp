@@ -113,6 +113,10 @@ class Replay {
   traces::OomDetail oom_detail_;
 
   std::unordered_map<std::uint64_t, Time> compute_memo_;
+  // The job's deferred output-layer weight gradient: per rank, its WeightGradient ops (the
+  // flush), one per deferred head backward, which are its first ones; and the two parts' times.
+  std::vector<int> deferred_wgrads_;
+  std::unordered_map<std::uint64_t, Time> part_memo_[2];
   std::unordered_map<std::uint64_t, double> copy_memo_;
   // (kind, variant, overlap), sharding group (-1: cross-group), bytes, and under a split the
   // first and last member.
@@ -164,10 +168,11 @@ Time Replay::compute_duration(const Op& op) {
   if (op.kind == OpKind::OptimizerStep)
     return to_ticks(compute_.optimizer_time(slot.spec, s_.job, op.shard_parameters).seconds *
                     slot.slowdown);
-  costmodels::ComputePhase phase = op.kind == OpKind::Forward ? costmodels::ComputePhase::Forward
-                                   : op.kind == OpKind::Backward
-                                       ? costmodels::ComputePhase::Backward
-                                       : costmodels::ComputePhase::Recompute;
+  costmodels::ComputePhase phase =
+      op.kind == OpKind::Forward ? costmodels::ComputePhase::Forward
+      : op.kind == OpKind::Backward || op.kind == OpKind::WeightGradient
+          ? costmodels::ComputePhase::Backward
+          : costmodels::ComputePhase::Recompute;
   // A layer's Recompute under selective recompute reruns only its attention core.
   const bool core = op.kind == OpKind::Recompute &&
                     schedule::recomputes_attention_core(g_.summary().activation_checkpointing,
@@ -181,8 +186,16 @@ Time Replay::compute_duration(const Op& op) {
                       (static_cast<std::uint64_t>(kind) << 34) |
                       (static_cast<std::uint64_t>(core ? 3 : static_cast<int>(phase)) << 32) |
                       static_cast<std::uint32_t>(op.micro_batch_size);
-  auto it = compute_memo_.find(key);
-  if (it != compute_memo_.end()) return it->second;
+  // A deferred output-layer weight gradient: the flush's GEMM takes its share of the head's
+  // backward (costmodels::output_weight_gradient_share, the estimate's rule), and each deferred
+  // head backward (the rank's first ones, as many as its flush has) the rest.
+  const bool flush = op.kind == OpKind::WeightGradient;
+  const bool leaves = op.kind == OpKind::Backward && !deferred_wgrads_.empty() &&
+                      op.micro_batch < deferred_wgrads_[static_cast<std::size_t>(op.rank)] &&
+                      kind == costmodels::UnitKind::Head;
+  auto& memo = flush ? part_memo_[0] : leaves ? part_memo_[1] : compute_memo_;
+  auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
   double seconds =
       compute_.unit_time(slot.spec, s_.job, op.unit, phase, op.micro_batch_size).seconds;
   // The attention core's share of the recompute, split by heads (costmodels/tensor_parallel.hpp:
@@ -195,8 +208,13 @@ Time Replay::compute_duration(const Op& op) {
     seconds *= costmodels::tensor_parallel_factor(
         s_.job.model, op.unit, phase, tp, g_.summary().sequence_parallel,
         costmodels::layer_replicated_share(slot.spec, s_.job, op.micro_batch_size));
+  if (flush || leaves) {
+    const double share =
+        costmodels::output_weight_gradient_share(slot.spec, s_.job, op.micro_batch_size);
+    seconds *= flush ? share : 1 - share;
+  }
   Time t = to_ticks(seconds * slot.slowdown);
-  compute_memo_.emplace(key, t);
+  memo.emplace(key, t);
   return t;
 }
 
@@ -394,6 +412,11 @@ SimResult Replay::run() {
                                   .first->second);
   }
   state_.resize(n);
+  if (s_.job.implementation.defer_embedding_wgrad_compute) {
+    deferred_wgrads_.assign(static_cast<std::size_t>(ranks), 0);
+    for (const Op& op : g_.ops())
+      if (op.kind == OpKind::WeightGradient) ++deferred_wgrads_[static_cast<std::size_t>(op.rank)];
+  }
   for (const Op& op : g_.ops()) {
     OpState& st = state_[op.id];
     st.mem_alloc = op.mem_alloc;

@@ -545,3 +545,57 @@ TEST(PipelineDescribe, OneLineWithTheFirstStagesActivationsAndTheBubble) {
   std::snprintf(pct, sizeof pct, "%.0f %%", 100 * t.bubble_fraction());
   EXPECT_NE(describe(4, 8, one_f_one_b(), uneven).find(pct), std::string::npos);
 }
+
+TEST(PipelineDeferredWgrad, MegatronDefersTheFirstLimitMicroBatchesOnlyWithAPipeline) {
+  EXPECT_EQ(deferred_wgrad_micro_batches(true, 0, 8, 16), 16);  // limit 0: every one
+  EXPECT_EQ(deferred_wgrad_micro_batches(true, 22, 8, 16), 16);
+  EXPECT_EQ(deferred_wgrad_micro_batches(true, 5, 8, 16), 5);
+  EXPECT_EQ(deferred_wgrad_micro_batches(false, 5, 8, 16), 0);
+  EXPECT_EQ(deferred_wgrad_micro_batches(true, 0, 1, 16), 0);  // no pipeline, no flush
+  EXPECT_THROW(deferred_wgrad_micro_batches(true, -1, 8, 16), std::invalid_argument);
+}
+
+TEST(PipelineDeferredWgrad, TheLastStagesDeferredWorkMovesIntoTheFlush) {
+  // 1F1B, 2 stages, 3 micro-batches; stage 0 forward 1, backward 2; the last stage forward 1,
+  // backward 3 of which 1 is the deferrable weight gradient. By hand:
+  //   none deferred: s1 B0 [2,5], B1 [6,9], B2 [10,13]; s0 B2 [13,15]            -> 15
+  //   all 3:        s1 B0 [2,4], B1 [5,7], B2 [8,10], flush 3 to 13; s0 B2 [10,12] -> 13
+  //   the first 2:  s1 B2 [8,11], flush 2 to 13; s0 B2 [11,13]                     -> 13
+  //   the first 1:  s1 B1 [5,8], B2 [9,12], flush 1 to 13; s0 B2 [12,14]          -> 14
+  const auto timing = [](int deferred) {
+    std::vector<StageTimes> times{{1, 2}, {1, 3}};
+    times[1].deferred_wgrad = 1;
+    times[1].deferred_micro_batches = deferred;
+    return pipeline_makespan(2, 3, one_f_one_b(), times);
+  };
+  // Per number deferred: the makespan and stage 0's finish.
+  const std::map<int, std::pair<double, double>> expected{
+      {0, {15, 15}}, {3, {13, 12}}, {2, {13, 13}}, {1, {14, 14}}};
+  for (const auto& [n, want] : expected) {
+    const PipelineTiming t = timing(n);
+    EXPECT_DOUBLE_EQ(t.makespan, want.first) << n << " deferred";
+    EXPECT_DOUBLE_EQ(t.finish[0], want.second) << n << " deferred";
+    EXPECT_DOUBLE_EQ(t.finish[1], 13) << n << " deferred";
+    EXPECT_DOUBLE_EQ(t.busy[1], 12) << n << " deferred";  // the same work, moved
+  }
+  // The deferred micro-batches' backwards are the shorter ones, in micro-batch order.
+  const PipelineTiming two = timing(2);
+  EXPECT_DOUBLE_EQ(two.end[1][1] - two.start[1][1], 2);  // B0
+  EXPECT_DOUBLE_EQ(two.end[1][5] - two.start[1][5], 3);  // B2, inline
+  EXPECT_DOUBLE_EQ(two.end[1].back(), 11);               // the flush is not a step
+}
+
+TEST(PipelineDeferredWgrad, RefusesDeferredWorkThatCannotBe) {
+  std::vector<StageTimes> times{{1, 2}, {1, 3}};
+  times[1].deferred_wgrad = 4;  // above the backward it leaves
+  times[1].deferred_micro_batches = 1;
+  EXPECT_THROW(pipeline_makespan(2, 3, one_f_one_b(), times), std::invalid_argument);
+  times[1].deferred_wgrad = 1;
+  times[1].deferred_micro_batches = 4;  // more than m
+  EXPECT_THROW(pipeline_makespan(2, 3, one_f_one_b(), times), std::invalid_argument);
+  // Interleaved with one entry per stage: which chunk defers is not said.
+  std::vector<StageTimes> per_stage{{1, 2}, {1, 3}};
+  per_stage[1].deferred_wgrad = 1;
+  per_stage[1].deferred_micro_batches = 2;
+  EXPECT_THROW(pipeline_makespan(2, 2, interleaved(2), per_stage), std::invalid_argument);
+}

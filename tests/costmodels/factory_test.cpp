@@ -298,6 +298,18 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
   EXPECT_EQ(to_string(overlap.job.implementation), "flash, fused, TP comm overlap");
   EXPECT_EQ(to_json(overlap.job.implementation).value("tp_comm_overlap", false), true);
   EXPECT_FALSE(to_json(Implementation{}).contains("tp_comm_overlap"));
+  // Megatron-Core's deferred output-layer weight gradient: read, labelled, written only when on.
+  auto defer = costmodels::load_scenario(
+      write(R"({"defer_embedding_wgrad_compute": true, "wgrad_deferral_limit": 22})"));
+  EXPECT_TRUE(defer.job.implementation.defer_embedding_wgrad_compute);
+  EXPECT_EQ(defer.job.implementation.wgrad_deferral_limit, 22);
+  EXPECT_FALSE(defer.job.implementation == Implementation{});
+  EXPECT_EQ(to_string(defer.job.implementation), "flash, fused, deferred output wgrad (limit 22)");
+  EXPECT_EQ(to_json(defer.job.implementation).value("wgrad_deferral_limit", -1), 22);
+  EXPECT_FALSE(to_json(Implementation{}).contains("defer_embedding_wgrad_compute"));
+  EXPECT_EQ(costmodels::load_scenario(write(R"({"defer_embedding_wgrad_compute": true})"))
+                .job.implementation.wgrad_deferral_limit,
+            0);  // Megatron-Core's default: every micro-batch
   // The loss kernel: read, labelled, written only when fused.
   auto fused_loss = costmodels::load_scenario(write(R"({"cross_entropy": "fused"})"));
   EXPECT_EQ(fused_loss.job.implementation.cross_entropy, LossKernel::Fused);
@@ -317,6 +329,14 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
        {"implementation.fused_elementwise", "compiled"}},
       {R"({"compiled": "yes"})", {"implementation.compiled"}},
       {R"({"tp_comm_overlap": "on"})", {"implementation.tp_comm_overlap", "on"}},
+      {R"({"defer_embedding_wgrad_compute": 1})",
+       {"implementation.defer_embedding_wgrad_compute", "1"}},
+      {R"({"defer_embedding_wgrad_compute": true, "wgrad_deferral_limit": -3})",
+       {"implementation.wgrad_deferral_limit", "-3"}},
+      {R"({"defer_embedding_wgrad_compute": true, "wgrad_deferral_limit": 2.5})",
+       {"implementation.wgrad_deferral_limit", "2.5"}},
+      {R"({"wgrad_deferral_limit": 4})",
+       {"implementation.wgrad_deferral_limit", "4", "defer_embedding_wgrad_compute"}},
       {R"({"cross_entropy": "chunked"})",
        {"implementation.cross_entropy", "chunked", "eager", "fused"}}};
   for (const auto& [bad, wanted] : refused) {

@@ -318,6 +318,71 @@ TEST(SplitAgreement, TheEstimateIsTheReplayWithTpCommOverlap) {
             << "across nodes " << 100 * worst_within << " % (" << worst_within_case << ")\n";
 }
 
+// The same with the job's deferred output-layer weight gradient (Megatron-Core's
+// defer_embedding_wgrad_compute; pipeline::deferred_wgrad_micro_batches decides which
+// micro-batches, costmodels::output_weight_gradient_share how much): on drawn pipelines the
+// estimate, whose schedule moves the head's weight gradient into the last stage's flush, agrees
+// with the replay of the graph that runs it there (WeightGradient ops), and the deferral moves
+// both on some splits.
+TEST(SplitAgreement, TheEstimateIsTheReplayWithADeferredOutputWeightGradient) {
+  std::mt19937 rng(20261208);
+  int compared = 0, moved = 0;
+  std::vector<double> errors;
+  double worst_within = 0;
+  std::string worst_within_case;
+  for (int tries = 0; tries < 3000 && compared < 40; ++tries) {
+    const std::optional<Case> c = draw_valid(rng);
+    if (!c || c->split.stages.size() < 2) continue;
+    Scenario deferred = c->scenario;
+    deferred.job.implementation.defer_embedding_wgrad_compute = true;
+    deferred.job.implementation.wgrad_deferral_limit = tries % 3;  // 0: every micro-batch
+    const auto plain_models = costmodels::make_cost_models(c->scenario);
+    const auto models = costmodels::make_cost_models(deferred);
+    planner::SplitEstimate plain, e;
+    try {
+      plain = planner::estimate_split(c->scenario, c->split, c->options, plain_models);
+      e = planner::estimate_split(deferred, c->split, c->options, models);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!e.fits) continue;
+    if (std::abs(e.iteration_s / plain.iteration_s - 1) > 1e-6) ++moved;
+    const Plan plan = plan_of(deferred, c->split, e, c->options.activation_checkpointing);
+    const auto replay = sim::simulate_plan(plan, deferred, *models.compute, *models.comm);
+    const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
+    bool crosses = false;
+    const auto& ranks = deferred.cluster.ranks();
+    for (const auto& st : c->split.stages)
+      for (int r : st.ranks)
+        crosses = crosses || ranks[static_cast<std::size_t>(r)].node !=
+                                 ranks[static_cast<std::size_t>(st.ranks.front())].node;
+    if (!crosses && std::abs(err) > worst_within) {
+      worst_within = std::abs(err);
+      worst_within_case = c->what;
+    }
+    errors.push_back(err);
+    ++compared;
+    if (std::getenv("CEPHALO_AGREEMENT_LOG"))
+      std::cout << 100 * err << " % (limit " << deferred.job.implementation.wgrad_deferral_limit
+                << ", estimate " << plain.iteration_s << " -> " << e.iteration_s
+                << " s): " << c->what << "\n";
+  }
+  ASSERT_GE(compared, 20);
+  EXPECT_GE(moved, compared / 2);
+  std::sort(errors.begin(), errors.end(),
+            [](double a, double b) { return std::abs(a) < std::abs(b); });
+  // The bounds of the undeferred property tests above (the same spread: a stage's DP reductions
+  // under its last backward, one at a time in the estimate, sharing links in the replay).
+  EXPECT_LE(std::abs(errors[errors.size() / 2]), 0.005);
+  EXPECT_LE(std::abs(errors[errors.size() * 9 / 10]), 0.035);
+  EXPECT_LE(worst_within, 0.06) << worst_within_case;
+  std::cout << compared << " pipelines with a deferred output weight gradient (" << moved
+            << " moved); median |estimate / replay − 1| "
+            << 100 * std::abs(errors[errors.size() / 2]) << " %, 90th "
+            << 100 * std::abs(errors[errors.size() * 9 / 10]) << " %, worst without stages "
+            << "across nodes " << 100 * worst_within << " % (" << worst_within_case << ")\n";
+}
+
 }  // namespace
 }  // namespace cephalo
 

@@ -50,13 +50,26 @@ def main():
             ("tp-overlap", 0, ["parallelism", "tp_comm_overlap"], "yes", ("true or false",)),
             # Point 0 runs without sequence parallelism: Transformer Engine cannot overlap it.
             ("tp-overlap-without-sp", 0, ["parallelism", "tp_comm_overlap"], True,
-             ("without sequence parallelism",))):
+             ("without sequence parallelism",)),
+            ("wgrad-deferral", 2, ["parallelism", "defer_embedding_wgrad_compute"], "yes",
+             ("true or false",)),
+            # Point 0 has no pipeline (PP 1): Megatron-Core has no flush to defer into.
+            ("wgrad-deferral-without-pipeline", 0,
+             ["parallelism", "defer_embedding_wgrad_compute"], True, ("PP 1",)),
+            # Point 2 does not defer: a limit alone would price nothing.
+            ("wgrad-deferral-limit-alone", 2, ["parallelism", "wgrad_deferral_limit"], 4,
+             ("defer_embedding_wgrad_compute true",))):
         def mutate(d, i=i, keys=keys, value=value):
             node = d["points"][i]
             for k in keys[:-1]:
                 node = node[k]
             node[keys[-1]] = value
         case(name, mutate, "$.points[%d].%s" % (i, ".".join(keys)), json.dumps(value), *says)
+    def negative_limit(d):
+        d["points"][2]["parallelism"].update(defer_embedding_wgrad_compute=True,
+                                             wgrad_deferral_limit=-1)
+    case("wgrad-deferral-limit", negative_limit, "$.points[2].parallelism.wgrad_deferral_limit",
+         "-1", "integer >= 0")
     case("no-points", lambda d: d.update(points=[]), "$.points", "non-empty list")
     case("not-json", lambda d: "{\"points\": [", "not a readable JSON file")
     failed = 0

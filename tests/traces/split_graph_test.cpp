@@ -470,3 +470,79 @@ TEST(SplitGraph, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
 
 }  // namespace
 }  // namespace cephalo::traces
+
+namespace cephalo::traces {
+namespace {
+
+// The job's deferred output-layer weight gradient (pipeline::deferred_wgrad_micro_batches): on
+// the last stage the head backward of the first n micro-batches runs without its weight-gradient
+// GEMM (its FLOPs less output_weight_gradient_flops), one WeightGradient op per deferred
+// micro-batch runs it after the rank's last backward, and the head's reductions wait for the
+// last of them; no other stage and no job without the key changes.
+TEST(SplitGraph, ADeferredOutputWeightGradientRunsInTheLastStagesFlush) {
+  for (int limit : {0, 2})
+    for (ShardingKind sharding : {ShardingKind::Optimizer, ShardingKind::Full})
+      for (int tp : {1, 2}) {
+        SCOPED_TRACE("limit " + std::to_string(limit) + " " + to_string(sharding) + " TP " +
+                     std::to_string(tp));
+        Scenario s = tiny_scenario(4, 4, 8);  // a tied GPT: the head's tied all-reduce moves too
+        const ModelSplit split =
+            pipeline_split(tp, {{0, 1}, {2, 3}}, {{0, 2}, {2, 4}}, 4,
+                           {pipeline::PipelineSchedule::Kind::OneFOneB, 1}, sharding);
+        const Plan plan = even_split_plan(s, split);
+        const TrainingGraph plain = build_training_graph(plan, s);
+        s.job.implementation.defer_embedding_wgrad_compute = true;
+        s.job.implementation.wgrad_deferral_limit = limit;
+        const TrainingGraph g = build_training_graph(plan, s);
+        expect_well_formed(g);
+        expect_memory_balanced(g);
+        const int n = limit == 0 ? 4 : limit, head = g.summary().num_units - 1;
+        for (int r = 0; r < 4; ++r) {
+          const bool last = r >= 2;
+          EXPECT_EQ(count(g, r, OpKind::WeightGradient), last ? n : 0) << "rank " << r;
+          if (!last) {
+            EXPECT_EQ(g.program(r).size(), plain.program(r).size()) << "rank " << r;
+            continue;
+          }
+          // The flush after the last backward, in micro-batch order; the deferred head
+          // backwards are the first n and lighter by what their flush ops compute.
+          OpId last_backward = kNoOp, first_w = kNoOp, last_w = kNoOp;
+          double head_flops = 0, inline_flops = 0, w_flops = 0;
+          int w_seen = 0;
+          for (const Op& o : g.program(r)) {
+            if (o.kind == OpKind::Backward) last_backward = o.id;
+            if (o.kind == OpKind::WeightGradient) {
+              EXPECT_EQ(o.unit, head);
+              EXPECT_EQ(o.micro_batch, w_seen++);
+              if (first_w == kNoOp) first_w = o.id;
+              last_w = o.id;
+              w_flops = o.flops;
+            }
+            if (o.kind == OpKind::Backward && o.unit == head)
+              (o.micro_batch < n ? head_flops : inline_flops) = o.flops;
+          }
+          EXPECT_LT(last_backward, first_w);
+          EXPECT_GT(w_flops, 0);
+          double plain_head = 0;
+          for (const Op& o : plain.program(r))
+            if (o.kind == OpKind::Backward && o.unit == head) plain_head = o.flops;
+          EXPECT_NEAR(head_flops + w_flops, plain_head, 1e-9 * plain_head);
+          if (n < 4) {
+            EXPECT_DOUBLE_EQ(inline_flops, plain_head);
+          }
+          // The head's reductions (its tied all-reduce, its reduce-scatter) wait for the flush.
+          for (const Op& o : g.program(r)) {
+            const bool reduction = o.kind == OpKind::TiedAllReduce ||
+                                   o.kind == OpKind::ReduceScatter ||
+                                   o.kind == OpKind::ReduceScatterV;
+            if (!reduction || o.unit != head) continue;
+            const auto waits = g.waits_on(o.id);
+            EXPECT_NE(std::find(waits.begin(), waits.end(), last_w), waits.end())
+                << to_string(o.kind);
+          }
+        }
+      }
+}
+
+}  // namespace
+}  // namespace cephalo::traces

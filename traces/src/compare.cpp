@@ -210,6 +210,7 @@ CompareClass compare_class_of(OpKind k) {
     case OpKind::Forward:
       return CompareClass::Forward;
     case OpKind::Backward:
+    case OpKind::WeightGradient:
       return CompareClass::Backward;
     case OpKind::Recompute:
       return CompareClass::Recompute;

@@ -10,6 +10,7 @@
 #include "cephalo/core/schedule.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
 #include "cephalo/costmodels/model_math.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 
 namespace cephalo::traces {
 
@@ -68,6 +69,8 @@ OpId RankEmitter::emit_compute(const ComputeItem& item, OpKind kind, std::vector
   const int T = prog_->tensor_parallel;
   const ComputeContext context{c_.job, c_.checkpointing, c_.units, T, c_.sequence_parallel, gpu};
   Op o = compute_op(context, kind, item.unit, item.phase, item.micro_batch, item.size);
+  if (kind == OpKind::Backward && item.defers_wgrad)
+    o.flops -= costmodels::output_weight_gradient_flops(c_.job, item.size) / T;
   const std::size_t buffer = static_cast<std::size_t>(item.grad_buffer);
   if (kind == OpKind::Backward && item.grad_buffer >= 0 && c_.transient_gradients) {
     // The unsharded gradient buffer, when this is the first backward that accumulates into it.
@@ -77,10 +80,11 @@ OpId RankEmitter::emit_compute(const ComputeItem& item, OpKind kind, std::vector
   const OpId id = append(o, deps);
   deps.clear();
   last_compute_ = id;
-  if (kind == OpKind::Backward) {
-    backward_steps_.push_back(id);
-    if (item.grad_buffer >= 0) grad_last_[buffer] = id;
-  }
+  if (kind == OpKind::Backward) backward_steps_.push_back(id);
+  if ((kind == OpKind::Backward || kind == OpKind::WeightGradient) && item.grad_buffer >= 0)
+    grad_last_[buffer] = id;
+  // The deferred GEMM is the vocabulary-parallel head's own slice: no TP collective.
+  if (kind == OpKind::WeightGradient) return id;
   // The op's tensor-parallel collectives, right after it on the compute stream (DESIGN §4,
   // "Tensor-parallel ops"); the attention core alone runs on the rank's own heads: none.
   const bool core = kind == OpKind::Recompute &&
@@ -226,6 +230,8 @@ void RankEmitter::emit_item(const ComputeItem& item) {
         c.mem_free = c.bytes;
         d2h_[slot] = append(c, {main});
       }
+    } else if (item.flush_wgrad) {
+      main = emit_compute(item, OpKind::WeightGradient, deps);
     } else {
       if (copies) {
         // ... and back before its recompute, `copy_lookahead` backwards ahead.

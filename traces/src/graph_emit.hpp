@@ -61,6 +61,11 @@ struct ComputeItem {
   int transfer_micro_batch = -1;
   int transfer_size = 0;
   std::uint32_t reductions_begin = 0, reductions_count = 0;  // into RankProgram::reductions
+  // The job's deferred output-layer weight gradient (pipeline::deferred_wgrad_micro_batches): a
+  // head backward that leaves its weight-gradient GEMM to the flush (`defers_wgrad`), or that
+  // GEMM itself, a WeightGradient op after the rank's last backward (`flush_wgrad`).
+  bool defers_wgrad = false;
+  bool flush_wgrad = false;
 };
 
 inline int transfer_micro_batch(const ComputeItem& item) {

@@ -56,6 +56,11 @@ Op compute_op(const ComputeContext& c, OpKind kind, int unit, int p, int m, int 
       o.flops = flops.backward * share;
       b = bytes(costmodels::ComputeStep::Backward);
       break;
+    case OpKind::WeightGradient:
+      // The deferred GEMM reads what the head's backward kept for it (its input and output
+      // gradient, not priced as memory: costmodels/README.md) and adds into the gradient.
+      o.flops = costmodels::output_weight_gradient_flops(job, size) * share;
+      return o;
     default:
       throw std::logic_error("compute_op: " + to_string(kind) + " is not a compute op");
   }

@@ -9,6 +9,7 @@
 
 #include "cephalo/core/pipeline_schedule.hpp"
 #include "cephalo/core/schedule.hpp"
+#include "cephalo/costmodels/tensor_parallel.hpp"
 #include "graph_builder.hpp"
 
 namespace cephalo::traces {
@@ -73,6 +74,29 @@ void GraphBuilder::pipeline_program(int r, RankProgram& prog) const {
 
   const int k_last = p_ * v_ - 1;
   const bool tied = scenario_.job.model.tied_embeddings && p_ > 1;
+  // The job's deferred output-layer weight gradient: the last stage's head backward of the first
+  // `deferred` micro-batches (all their sub-steps) leaves its weight-gradient GEMM to the flush
+  // after the rank's last backward, where the head's reductions then follow the last of them.
+  const int head = units_ - 1;
+  const auto& last_units = vstage_units_[static_cast<std::size_t>(k_last)];
+  const bool holds_head = stage == p_ - 1 && !last_units.empty() && last_units.back() == head;
+  const int deferred =
+      holds_head && costmodels::output_weight_gradient_flops(job, size) > 0
+          ? pipeline::deferred_wgrad_micro_batches(job.implementation.defer_embedding_wgrad_compute,
+                                                   job.implementation.wgrad_deferral_limit, p_, m_)
+          : 0;
+  // A tied word embedding's two copies first (rank i of the first stage with rank i of the
+  // last), then the domain's reduce-scatter and cross-group reduction.
+  const auto attach_reductions = [&](ComputeItem& it, int u) {
+    it.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
+    if (tied && ((u == 0 && stage == 0) || (u == units_ - 1 && stage == p_ - 1)))
+      prog.reductions.push_back({ReductionItem::Kind::Tied, it.phase, u, -1, u});
+    if (kind != ShardingKind::None)
+      prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, it.phase, u, u, u});
+    if (layout.hybrid())
+      prog.reductions.push_back({ReductionItem::Kind::CrossGroup, it.phase, u, -1, u});
+    it.reductions_count = static_cast<std::uint32_t>(prog.reductions.size()) - it.reductions_begin;
+  };
   std::vector<char> used(U, 0);
   for (const auto& step : order) {
     const int k = virtual_stage(stage, step.chunk);
@@ -121,24 +145,28 @@ void GraphBuilder::pipeline_program(int r, RankProgram& prog) const {
           it.gathered_bytes =
               static_cast<double>(layout.numel(u)) * bytes_per_element(job.precision.compute);
         }
-        if (last_of_chunk && last_sub) {
-          // A tied word embedding's two copies first (rank i of the first stage with rank i of
-          // the last), then the domain's reduce-scatter and cross-group reduction.
-          it.reductions_begin = static_cast<std::uint32_t>(prog.reductions.size());
-          if (tied && ((u == 0 && stage == 0) || (u == units_ - 1 && stage == p_ - 1)))
-            prog.reductions.push_back({ReductionItem::Kind::Tied, it.phase, u, -1, u});
-          if (kind != ShardingKind::None)
-            prog.reductions.push_back({ReductionItem::Kind::ReduceScatter, it.phase, u, u, u});
-          if (layout.hybrid())
-            prog.reductions.push_back({ReductionItem::Kind::CrossGroup, it.phase, u, -1, u});
-          it.reductions_count =
-              static_cast<std::uint32_t>(prog.reductions.size()) - it.reductions_begin;
-        }
+        const bool head_deferred = deferred > 0 && k == k_last && u == head;
+        it.defers_wgrad = head_deferred && step.micro_batch < deferred;
+        if (last_of_chunk && last_sub && !head_deferred) attach_reductions(it, u);
         prog.items.push_back(it);
       }
     if (k < k_last) prog.items[begin].recv_boundary = k;
     if (k > 0) prog.items.back().send_boundary = k - 1;
   }
+  // The flush: the deferred GEMMs in micro-batch order on the compute stream.
+  for (int i = 0; i < deferred; ++i)
+    for (int j = 0; j < sub; ++j) {
+      ComputeItem it;
+      it.unit = head;
+      it.forward = false;
+      it.flush_wgrad = true;
+      it.micro_batch = i * sub + j;
+      it.size = size;
+      it.phase = 2 * units_ - 1 - head;
+      it.grad_buffer = head;
+      if (i + 1 == deferred && j + 1 == sub) attach_reductions(it, head);
+      prog.items.push_back(it);
+    }
 }
 
 }  // namespace cephalo::traces

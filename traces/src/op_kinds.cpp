@@ -41,6 +41,8 @@ std::string to_string(OpKind kind) {
       return "recv";
     case OpKind::TiedAllReduce:
       return "tied_all_reduce";
+    case OpKind::WeightGradient:
+      return "weight_gradient";
   }
   return "?";
 }
@@ -79,6 +81,8 @@ std::string short_name(OpKind kind) {
       return "RECV";
     case OpKind::TiedAllReduce:
       return "TIED";
+    case OpKind::WeightGradient:
+      return "W";
   }
   return "?";
 }
@@ -115,7 +119,7 @@ bool is_tensor_parallel(OpKind k) {
 bool is_pipeline_transfer(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
-         k == OpKind::OptimizerStep;
+         k == OpKind::OptimizerStep || k == OpKind::WeightGradient;
 }
 bool is_copy(OpKind k) { return k == OpKind::CopyD2H || k == OpKind::CopyH2D; }
 

@@ -47,6 +47,7 @@ std::array<double, kNumTraceClasses> simulated_class_seconds(const TrainingGraph
         break;
       case OpKind::Backward:
       case OpKind::Recompute:
+      case OpKind::WeightGradient:
         c = static_cast<int>(TraceClass::Backward);
         break;
       case OpKind::OptimizerStep:

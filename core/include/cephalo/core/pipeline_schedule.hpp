@@ -102,13 +102,33 @@ struct StageTimes {
   // earlier than this, from the iteration's start: a stage whose parameters are gathered before
   // their first use computes that forward as its gathers arrive (0: no floor).
   double first_forward_end = 0;
+  // Work of one micro-batch's backward that the first `deferred_micro_batches` micro-batches
+  // leave to the flush (deferred_wgrad_micro_batches): their backward here takes
+  // backward − deferred_wgrad, and the stage runs deferred_micro_batches · deferred_wgrad more
+  // after its last step (0: nothing deferred). Only with one entry per virtual stage or V = 1.
+  double deferred_wgrad = 0;
+  int deferred_micro_batches = 0;
 };
 
+// Megatron-Core's deferred output-layer weight gradient (`defer_embedding_wgrad_compute`,
+// `wgrad_deferral_limit`; megatron/core/model_parallel_config.py, tensor_parallel/layers.py,
+// pipeline_parallel/schedules.py): on the last pipeline stage the output layer's backward
+// buffers its input and output gradient instead of running its weight-gradient GEMM while
+// fewer than `limit` are buffered (every time with limit 0), and finish_embedding_wgrad_compute
+// runs the buffered GEMMs after the stage's last backward, before the gradients are reduced.
+// The last virtual stage's backwards run in micro-batch order, so the deferred ones are the
+// first min(limit, m) (all m with limit 0); none without the deferral or without a pipeline
+// (p = 1: Megatron refuses the flag there, and there is no flush to fill). Throws
+// std::invalid_argument for a negative limit.
+int deferred_wgrad_micro_batches(bool defer, int limit, int stages, int micro_batches);
+
 struct PipelineTiming {
-  double makespan = 0;  // from the first forward's start to the last backward's end
+  double makespan = 0;  // from the first forward's start to the last step's (or flush's) end
   // Per stage: time spent computing, and the rest of the makespan (idle: the bubble).
   std::vector<double> busy;
   std::vector<double> bubble;
+  // Per stage: when it is done, its last step's end plus its deferred work (StageTimes).
+  std::vector<double> finish;
   // Per stage, per step of its order: when the step started and ended.
   std::vector<std::vector<double>> start;
   std::vector<std::vector<double>> end;
@@ -122,8 +142,11 @@ struct PipelineTiming {
 // when the dependency ran on another stage (the activation or gradient transfer; 0 when both
 // virtual stages are on the same stage). `times` holds one entry per stage (each chunk of an
 // interleaved stage then takes 1/V of it), or one per virtual stage k = c·p + s (p·V entries).
-// Throws std::invalid_argument for another number of entries, a negative or non-finite time, or
-// the arguments stage_orders refuses.
+// A stage with deferred work (StageTimes::deferred_wgrad) runs it after its last step; its finish
+// and the makespan include it. Throws std::invalid_argument for another number of entries, a
+// negative or non-finite time, a deferred_wgrad above its backward, deferred micro-batches
+// outside 0..m or given per stage for an interleaved schedule, or the arguments stage_orders
+// refuses.
 PipelineTiming pipeline_makespan(int stages, int micro_batches, const PipelineSchedule& schedule,
                                  std::span<const StageTimes> times, double p2p = 0);
 

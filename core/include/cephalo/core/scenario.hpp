@@ -239,6 +239,13 @@ struct Implementation {
   // (costmodels/tensor_parallel.hpp, tp_overlap_exposed_seconds). Like NeMo, which turns it
   // off without sequence parallelism, it changes nothing for a split whose layers all-reduce.
   bool tp_comm_overlap = false;
+  // Megatron-Core's deferred output-layer weight gradient (`defer_embedding_wgrad_compute`,
+  // `wgrad_deferral_limit`): on a pipeline's last stage the output layer's weight-gradient GEMM
+  // of the first `wgrad_deferral_limit` micro-batches (0: all of them) leaves their backward
+  // and runs after the stage's last backward, in the pipeline flush
+  // (pipeline::deferred_wgrad_micro_batches, the one rule). Nothing changes without a pipeline.
+  bool defer_embedding_wgrad_compute = false;
+  int wgrad_deferral_limit = 0;
   // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
   // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
   // read from ("" when given inline).
@@ -251,7 +258,10 @@ struct Implementation {
   bool operator==(const Implementation& o) const {
     return attention == o.attention && fused_elementwise == o.fused_elementwise &&
            cross_entropy == o.cross_entropy && compiled == o.compiled && framework == o.framework &&
-           tp_comm_overlap == o.tp_comm_overlap && stack == o.stack && stack_file == o.stack_file;
+           tp_comm_overlap == o.tp_comm_overlap &&
+           defer_embedding_wgrad_compute == o.defer_embedding_wgrad_compute &&
+           wgrad_deferral_limit == o.wgrad_deferral_limit && stack == o.stack &&
+           stack_file == o.stack_file;
   }
 };
 // "flash, fused" style label, as calibration sources and reports print it; ", compiled" and
@@ -295,6 +305,8 @@ Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& look
 // Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
 // "cross_entropy": "eager"|"fused",
 // "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
+// "defer_embedding_wgrad_compute": bool, "wgrad_deferral_limit": integer >= 0 (only with the
+// former true),
 // "stack": "file.json" | {cephalo-stack}}
 // (all optional; a stack file's path is relative to the file the reader reads).
 Implementation parse_implementation(JsonReader& reader);

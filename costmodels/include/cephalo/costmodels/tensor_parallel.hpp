@@ -36,6 +36,15 @@ double attention_core_forward_flops(const Job& job, int micro_batch);
 // one rule the 3D estimate and the replay price it with.
 double attention_core_recompute_factor(const LayerShare& core, int tensor_parallel);
 
+// The output layer's weight-gradient GEMM's share of the head's backward (half of the logits
+// GEMM's backward, by the roofline's default efficiencies, as the shares above): what a deferred
+// output-layer weight gradient (Implementation::defer_embedding_wgrad_compute) takes out of a
+// micro-batch's head backward and runs in the pipeline flush. The head splits by vocabulary, so
+// a TP rank's share is the same. The one rule the 3D estimate and the replay price it with.
+double output_weight_gradient_share(const DeviceSpec& device, const Job& job, int micro_batch);
+// That GEMM's FLOPs for one micro-batch (half the logits GEMM's backward FLOPs), the whole head's.
+double output_weight_gradient_flops(const Job& job, int micro_batch);
+
 // The factor a TP rank's compute time of `unit` in `phase` is of the whole unit's (1 for T = 1).
 // The recompute is a forward. `share` is layer_replicated_share for this device and size.
 double tensor_parallel_factor(const ModelSpec& model, int unit, ComputePhase phase,

@@ -55,8 +55,11 @@ enum class OpKind : std::uint8_t {
                     // their gradient backward, to the neighbouring virtual stage
   Recv,             // its receiving side (recv stream); the consuming step waits on it
   TiedAllReduce,    // a tied word embedding's gradient, first stage with last stage, rank by rank
+  WeightGradient,   // the output layer's weight-gradient GEMM of one micro-batch, deferred out of
+                    // its head backward into the pipeline flush (the job's
+                    // defer_embedding_wgrad_compute; pipeline::deferred_wgrad_micro_batches)
 };
-constexpr int kNumOpKinds = 16;
+constexpr int kNumOpKinds = 17;
 
 enum class Stream : std::uint8_t { Compute = 0, Comm = 1, D2H = 2, H2D = 3, Send = 4, Recv = 5 };
 constexpr int kNumStreams = 6;
