@@ -106,6 +106,7 @@ class Replay {
   std::vector<char> busy_;
   std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
   std::vector<std::uint32_t> arrived_;
+  std::vector<char> spans_nodes_;  // per collective (link sharing): collective_spans_nodes
   std::vector<double> mem_, peak_, capacity_;
   std::vector<double> dynamic_scale_;  // per rank: 1 + allocator slack on transient allocations
   std::size_t done_ = 0;
@@ -324,9 +325,6 @@ void Replay::start_collective(std::int32_t c) {
   const Time now = engine_.now();
   const int ranks = g_.num_ranks();
   scratch_links_.clear();
-  // Which links the collective crosses.
-  int first_node = -1;
-  bool multi_node = false;
   // The collective overlaps compute when, as it starts, any member's compute stream runs an op
   // that ends after this instant: one that starts at this instant counts (the start was
   // deferred behind this instant's completions), one ending exactly now does not.
@@ -335,12 +333,12 @@ void Replay::start_collective(std::int32_t c) {
     out_.start_ns[m.op] = now;
     overlaps_compute |= compute_end_[m.rank] > now;
     allocate(m.op);
-    int node = devices_[m.rank].node;
-    if (first_node < 0) first_node = node;
-    multi_node |= node != first_node;
   }
-  if (view_) multi_node = view_->collective_spans_nodes(col, multi_node);  // reps may share a node
   if (opt_.link_sharing) {
+    // Which links the collective crosses: NVLink ports alone when its full membership sits in
+    // one node of NVLink (the first member's), else every member's PCIe and its node's NIC.
+    const bool multi_node = spans_nodes_[static_cast<std::size_t>(c)] != 0;
+    const int first_node = devices_[g_.members(col).front().rank].node;
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
     for (const auto& m : g_.members(col)) {
       if (nvlink) {
@@ -415,6 +413,7 @@ SimResult Replay::run() {
   busy_.assign(lanes, 0);
   compute_end_.assign(static_cast<std::size_t>(ranks), 0);
   arrived_.assign(g_.collectives().size(), 0);
+  if (opt_.link_sharing) spans_nodes_ = detail::collective_spans_nodes(g_, s_);
   out_.start_ns.assign(n, -1);
   out_.end_ns.assign(n, -1);
   out_.arrive_ns.assign(n, -1);
