@@ -115,8 +115,8 @@ class Replay {
 
   std::unordered_map<std::uint64_t, Time> compute_memo_;
   std::unordered_map<std::uint64_t, double> copy_memo_;
-  // (kind, variant, overlap), sharding group (-1: cross-group), bytes, and under a split the
-  // first and last member.
+  // (kind, variant, overlap), sharding group (-1: cross-group), bytes, first and last member,
+  // calls.
   std::map<std::tuple<int, int, double, int, int, int>, double> collective_memo_;
 
   std::vector<std::uint32_t> scratch_links_;
@@ -176,7 +176,7 @@ Time Replay::compute_duration(const Op& op) {
   // Layers are identical, so (device class, TP degree, unit kind, phase, size) determines the
   // time (phase 3: the attention core's recompute).
   const auto kind = costmodels::unit_kind(s_.job.model, op.unit);
-  const int tp = g_.summary().split ? g_.place(op.rank).tensor_parallel : 1;
+  const int tp = g_.place(op.rank).tensor_parallel;  // 1 on an FSDP plan's (one-stage) ranks
   std::uint64_t key = (static_cast<std::uint64_t>(device_class_[op.rank]) << 48) |
                       (static_cast<std::uint64_t>(tp) << 36) |
                       (static_cast<std::uint64_t>(kind) << 34) |
@@ -215,20 +215,20 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // The graph resolved the variant (from the integer slices each member moves); the comm model
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
   // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
-  // Under a split, groups are numbered per data-parallel domain and the tensor-parallel and
-  // pipeline collectives have none: their members say which devices and links they use. A
-  // tensor-parallel collective stands for `calls` of them (a layer's two, the embedding's one,
-  // the loss's three), so the calls are part of the key too.
+  // Groups are numbered per data-parallel domain (an FSDP plan has one) and the tensor-parallel
+  // and pipeline collectives have none: their members say which devices and links they use, so
+  // the first and last member are part of the key too (a group's collectives all have the same
+  // members, so this splits no FSDP plan's prices). A tensor-parallel collective stands for
+  // `calls` of them (a layer's two, the embedding's one, the loss's three), so the calls are
+  // part of the key too.
   const auto members = g_.members(c);
-  const bool split = g_.summary().split;
   // Under the job's TP communication overlap a layer's gather/scatter is priced against the
   // GEMMs of the compute op that issues it, so that op's kind is part of the key too.
   const bool tp_overlap = tp_overlapped(c);
-  auto key = std::make_tuple((8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) +
-                                 (overlaps_compute ? 1 : 0) +
-                                 (tp_overlap ? 256 * (1 + static_cast<int>(c.issued_by)) : 0),
-                             c.group, c.total_bytes, split ? members.front().rank : -1,
-                             split ? members.back().rank : -1, c.calls);
+  auto key = std::make_tuple(
+      (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) +
+          (overlaps_compute ? 1 : 0) + (tp_overlap ? 256 * (1 + static_cast<int>(c.issued_by)) : 0),
+      c.group, c.total_bytes, members.front().rank, members.back().rank, c.calls);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   costmodels::CollectiveRequest req = view_ ? full_collective_request(g_, c, overlaps_compute)
