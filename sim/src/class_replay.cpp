@@ -111,34 +111,18 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
   return out;
 }
 
-// A split plan's replay by class (split_classes.cpp): one pipeline lane component per kind,
-// its collectives between lanes priced over their whole membership; in full where the classes
-// cannot be formed (SimResult::full_replay_reason says why) or no two ranks are alike.
-template <typename Full>
-PlanReplay replay_split_classes(const Plan& plan, const Scenario& scenario,
-                                const costmodels::ComputeModel& compute,
-                                const costmodels::CommModel& comm, const SimOptions& options,
-                                const Full& full) {
+// The plan's rank classes as its replay forms them. An FSDP plan's depend on its sharding
+// alone: its layout (the graph builder's own), not a graph (a graph of even one rank prices
+// every uneven collective's variant over its full membership). A split plan's are its pipeline
+// lanes' (split_classes.cpp), read from a graph of rank 0 alone, which carries every domain's
+// layout and static bytes; empty, with `why`, where the lanes cannot form them.
+std::optional<RankClasses> plan_rank_classes(const Plan& plan, const Scenario& scenario,
+                                             const costmodels::CommModel* comm, std::string& why) {
+  if (!plan.has_split())
+    return rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan);
   const int zero = 0;
-  // A graph of rank 0 alone carries every domain's layout and static bytes.
-  const auto probe = traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, &comm);
-  std::string why;
-  const auto classes = detail::split_rank_classes(probe, scenario, plan, why);
-  if (!classes) {
-    PlanReplay out = full();
-    out.result.full_replay_reason = "no rank classes: " + why;
-    return out;
-  }
-  if (classes->representatives.size() == plan.ranks.size()) return full();
-  const auto graph =
-      traces::build_training_graph_of_ranks(plan, scenario, classes->representatives, &comm);
-  detail::ClassView view;
-  view.representative = classes->representative;
-  view.collective_spans = detail::split_collective_spans(graph, scenario);
-  PlanReplay out;
-  out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
-  out.result.replayed_ranks = static_cast<int>(classes->representatives.size());
-  return out;
+  return detail::split_rank_classes(
+      traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, comm), scenario, plan, why);
 }
 
 }  // namespace
@@ -257,25 +241,45 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
   req.ranks.clear();
   req.shard_bytes.clear();
   const auto segments = graph.segments(c);
-  // The layout the collective shards over: the plan's, or under a split its member's domain's
-  // (positions numbered in the domain, layout_ranks their global ranks).
-  const int first = graph.members(c).front().rank;
-  const traces::ShardLayout& layout = graph.layout_of(first);
-  const auto ranks = graph.layout_ranks(first);
-  auto add = [&](int position) {
-    const int r = ranks[static_cast<std::size_t>(position)];
+  detail::for_each_full_member(graph, c, [&](int r) {
     std::int64_t elements = 0;
     for (const auto& seg : segments) elements += graph.slice(seg.unit, r).count;
     req.ranks.push_back(r);
     req.shard_bytes.push_back(static_cast<double>(elements) * c.element_bytes);
-  };
-  if (c.group >= 0) {
-    for (int position : layout.group(c.group)) add(position);
-  } else {
-    for (int position = 0; position < layout.num_ranks(); ++position) add(position);
-  }
+  });
   return req;
 }
+
+namespace detail {
+
+std::vector<char> collective_spans_nodes(const traces::TrainingGraph& graph,
+                                         const Scenario& scenario) {
+  const auto& devices = scenario.cluster.ranks();
+  auto node_of = [&](int r) { return devices[static_cast<std::size_t>(r)].node; };
+  // A data-parallel membership is one group (or domain) of one layout, shared by every phase's
+  // collectives: walked once each (at 100k ranks under full sharding every collective has
+  // every rank).
+  std::map<std::pair<const traces::ShardLayout*, int>, char> of_group;
+  std::vector<char> out;
+  out.reserve(graph.collectives().size());
+  for (const traces::Collective& c : graph.collectives()) {
+    const auto members = graph.members(c);
+    const int node = node_of(members.front().rank);
+    char spans = 0;
+    if (traces::is_data_parallel(c.kind)) {
+      const auto key = std::make_pair(&graph.layout_of(members.front().rank), c.group);
+      auto [it, fresh] = of_group.emplace(key, 0);
+      if (fresh) for_each_full_member(graph, c, [&](int r) { it->second |= node_of(r) != node; });
+      spans = it->second;
+    } else {
+      for (const auto& m : members) spans |= node_of(m.rank) != node ? 1 : 0;
+    }
+    out.push_back(spans);
+  }
+  return out;
+}
+
+}  // namespace detail
 
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
@@ -301,56 +305,46 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
     return out;
   };
   if (options.record_ops || options.record_memory || ranks < 2) return full();
-  if (plan.has_split()) return replay_split_classes(plan, scenario, compute, comm, options, full);
-  // The classes depend on the plan's sharding alone: its layout (the graph builder's own), not
-  // a graph (a graph of even one rank prices every uneven collective's variant over its full
-  // membership).
-  const traces::ShardLayout layout = traces::shard_layout_of(plan, scenario);
-  const RankClasses classes = rank_classes(layout, scenario, plan);
-  if (static_cast<int>(classes.representatives.size()) == ranks) return full();
-  // What this replay builds: the representatives' passes (validate_plan_for bounded the plan's
-  // row classes; hybrid positions can make more).
-  std::int64_t passes = 0;
-  for (int r : classes.representatives)
-    passes += std::int64_t{scenario.job.model.num_layers + 2} *
-              plan.ranks[static_cast<std::size_t>(r)].micro_batches;
-  check_unit_passes(plan, passes,
-                    "units x micro-batches summed over the " +
-                        std::to_string(classes.representatives.size()) +
-                        " ranks this class replay builds, one per class",
-                    "the plan");
+  std::string why;
+  const auto classes = plan_rank_classes(plan, scenario, &comm, why);
+  if (!classes) {
+    PlanReplay out = full();
+    out.result.full_replay_reason = "no rank classes: " + why;
+    return out;
+  }
+  if (static_cast<int>(classes->representatives.size()) == ranks) return full();
+  // What this replay builds: an FSDP plan's representatives' passes (validate_plan_for bounded
+  // the plan's row classes; hybrid positions can make more). A split plan's reader bounded its
+  // passes per rank (core/plan.hpp), the representatives' among them.
+  if (!plan.has_split()) {
+    std::int64_t passes = 0;
+    for (int r : classes->representatives)
+      passes += std::int64_t{scenario.job.model.num_layers + 2} *
+                plan.ranks[static_cast<std::size_t>(r)].micro_batches;
+    check_unit_passes(plan, passes,
+                      "units x micro-batches summed over the " +
+                          std::to_string(classes->representatives.size()) +
+                          " ranks this class replay builds, one per class",
+                      "the plan");
+  }
+  // One representative per class, the collectives between classes priced over their full
+  // membership: FSDP, hybrid and split plans alike (detail::replay_classes).
   detail::ClassView view;
-  view.representative = classes.representative;
-  view.spans_nodes = scenario.cluster.nodes.size() > 1;
-  const auto& devices = scenario.cluster.ranks();
-  if (layout.hybrid())
-    for (int g = 0; g < layout.num_groups(); ++g) {
-      const auto members = layout.group(g);
-      const int node = devices[static_cast<std::size_t>(members.front())].node;
-      char spans = 0;
-      for (int r : members) spans |= devices[static_cast<std::size_t>(r)].node != node ? 1 : 0;
-      view.group_spans.push_back(spans);
-    }
+  view.representative = classes->representative;
   const auto graph =
-      traces::build_training_graph_of_ranks(plan, scenario, classes.representatives, &comm);
+      traces::build_training_graph_of_ranks(plan, scenario, classes->representatives, &comm);
   PlanReplay out;
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
-  out.result.replayed_ranks = static_cast<int>(classes.representatives.size());
+  out.result.replayed_ranks = static_cast<int>(classes->representatives.size());
   return out;
 }
 
 int replayed_ranks(const Plan& plan, const Scenario& scenario) {
   const int ranks = scenario.cluster.num_ranks();
   if (ranks < 2) return ranks;
-  if (plan.has_split()) {
-    const int zero = 0;
-    std::string why;
-    const auto classes = detail::split_rank_classes(
-        traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}), scenario, plan, why);
-    return classes ? static_cast<int>(classes->representatives.size()) : ranks;
-  }
-  return static_cast<int>(
-      rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan).representatives.size());
+  std::string why;
+  const auto classes = plan_rank_classes(plan, scenario, nullptr, why);
+  return classes ? static_cast<int>(classes->representatives.size()) : ranks;
 }
 
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,

@@ -106,6 +106,7 @@ class Replay {
   std::vector<char> busy_;
   std::vector<Time> compute_end_;  // per rank: when its latest compute op ends
   std::vector<std::uint32_t> arrived_;
+  std::vector<char> spans_nodes_;  // per collective (link sharing): collective_spans_nodes
   std::vector<double> mem_, peak_, capacity_;
   std::vector<double> dynamic_scale_;  // per rank: 1 + allocator slack on transient allocations
   std::size_t done_ = 0;
@@ -118,8 +119,8 @@ class Replay {
   std::vector<int> deferred_wgrads_;
   std::unordered_map<std::uint64_t, Time> part_memo_[2];
   std::unordered_map<std::uint64_t, double> copy_memo_;
-  // (kind, variant, overlap), sharding group (-1: cross-group), bytes, and under a split the
-  // first and last member.
+  // (kind, variant, overlap), sharding group (-1: cross-group), bytes, first and last member,
+  // calls.
   std::map<std::tuple<int, int, double, int, int, int>, double> collective_memo_;
 
   std::vector<std::uint32_t> scratch_links_;
@@ -180,7 +181,7 @@ Time Replay::compute_duration(const Op& op) {
   // Layers are identical, so (device class, TP degree, unit kind, phase, size) determines the
   // time (phase 3: the attention core's recompute).
   const auto kind = costmodels::unit_kind(s_.job.model, op.unit);
-  const int tp = g_.summary().split ? g_.place(op.rank).tensor_parallel : 1;
+  const int tp = g_.place(op.rank).tensor_parallel;  // 1 on an FSDP plan's (one-stage) ranks
   std::uint64_t key = (static_cast<std::uint64_t>(device_class_[op.rank]) << 48) |
                       (static_cast<std::uint64_t>(tp) << 36) |
                       (static_cast<std::uint64_t>(kind) << 34) |
@@ -232,20 +233,20 @@ double Replay::collective_seconds(const traces::Collective& c, bool overlaps_com
   // The graph resolved the variant (from the integer slices each member moves); the comm model
   // prices it from the members' shard bytes and, for uneven shards, the padded/grouped choice.
   // Groups of a hybrid plan differ in devices and links, so the group is part of the key.
-  // Under a split, groups are numbered per data-parallel domain and the tensor-parallel and
-  // pipeline collectives have none: their members say which devices and links they use. A
-  // tensor-parallel collective stands for `calls` of them (a layer's two, the embedding's one,
-  // the loss's three), so the calls are part of the key too.
+  // Groups are numbered per data-parallel domain (an FSDP plan has one) and the tensor-parallel
+  // and pipeline collectives have none: their members say which devices and links they use, so
+  // the first and last member are part of the key too (a group's collectives all have the same
+  // members, so this splits no FSDP plan's prices). A tensor-parallel collective stands for
+  // `calls` of them (a layer's two, the embedding's one, the loss's three), so the calls are
+  // part of the key too.
   const auto members = g_.members(c);
-  const bool split = g_.summary().split;
   // Under the job's TP communication overlap a layer's gather/scatter is priced against the
   // GEMMs of the compute op that issues it, so that op's kind is part of the key too.
   const bool tp_overlap = tp_overlapped(c);
-  auto key = std::make_tuple((8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) +
-                                 (overlaps_compute ? 1 : 0) +
-                                 (tp_overlap ? 256 * (1 + static_cast<int>(c.issued_by)) : 0),
-                             c.group, c.total_bytes, split ? members.front().rank : -1,
-                             split ? members.back().rank : -1, c.calls);
+  auto key = std::make_tuple(
+      (8 * static_cast<int>(c.kind) + 2 * static_cast<int>(c.variant)) +
+          (overlaps_compute ? 1 : 0) + (tp_overlap ? 256 * (1 + static_cast<int>(c.issued_by)) : 0),
+      c.group, c.total_bytes, members.front().rank, members.back().rank, c.calls);
   auto it = collective_memo_.find(key);
   if (it != collective_memo_.end()) return it->second;
   costmodels::CollectiveRequest req = view_ ? full_collective_request(g_, c, overlaps_compute)
@@ -342,9 +343,6 @@ void Replay::start_collective(std::int32_t c) {
   const Time now = engine_.now();
   const int ranks = g_.num_ranks();
   scratch_links_.clear();
-  // Which links the collective crosses.
-  int first_node = -1;
-  bool multi_node = false;
   // The collective overlaps compute when, as it starts, any member's compute stream runs an op
   // that ends after this instant: one that starts at this instant counts (the start was
   // deferred behind this instant's completions), one ending exactly now does not.
@@ -353,12 +351,12 @@ void Replay::start_collective(std::int32_t c) {
     out_.start_ns[m.op] = now;
     overlaps_compute |= compute_end_[m.rank] > now;
     allocate(m.op);
-    int node = devices_[m.rank].node;
-    if (first_node < 0) first_node = node;
-    multi_node |= node != first_node;
   }
-  if (view_) multi_node = view_->collective_spans_nodes(col, multi_node);  // reps may share a node
   if (opt_.link_sharing) {
+    // Which links the collective crosses: NVLink ports alone when its full membership sits in
+    // one node of NVLink (the first member's), else every member's PCIe and its node's NIC.
+    const bool multi_node = spans_nodes_[static_cast<std::size_t>(c)] != 0;
+    const int first_node = devices_[g_.members(col).front().rank].node;
     const bool nvlink = !multi_node && s_.cluster.nodes[first_node].intra_link.kind == "nvlink";
     for (const auto& m : g_.members(col)) {
       if (nvlink) {
@@ -438,6 +436,7 @@ SimResult Replay::run() {
   busy_.assign(lanes, 0);
   compute_end_.assign(static_cast<std::size_t>(ranks), 0);
   arrived_.assign(g_.collectives().size(), 0);
+  if (opt_.link_sharing) spans_nodes_ = detail::collective_spans_nodes(g_, s_);
   out_.start_ns.assign(n, -1);
   out_.end_ns.assign(n, -1);
   out_.arrive_ns.assign(n, -1);

@@ -153,35 +153,4 @@ std::optional<RankClasses> split_rank_classes(const traces::TrainingGraph& probe
   return out;
 }
 
-std::vector<signed char> split_collective_spans(const traces::TrainingGraph& graph,
-                                                const Scenario& scenario) {
-  const auto& devices = scenario.cluster.ranks();
-  std::vector<signed char> out;
-  out.reserve(graph.collectives().size());
-  for (const traces::Collective& c : graph.collectives()) {
-    if (!traces::is_data_parallel(c.kind)) {
-      out.push_back(-1);  // a lane's own: every member is in the graph
-      continue;
-    }
-    // A domain's collective: its group's ranks, or the whole domain's for the cross-group
-    // reduction (full_collective_request's membership).
-    const int first = graph.members(c).front().rank;
-    const traces::ShardLayout& layout = graph.layout_of(first);
-    const auto ranks = graph.layout_ranks(first);
-    const int node = devices[static_cast<std::size_t>(first)].node;
-    bool spans = false;
-    auto visit = [&](int position) {
-      spans |=
-          devices[static_cast<std::size_t>(ranks[static_cast<std::size_t>(position)])].node != node;
-    };
-    if (c.group >= 0) {
-      for (int position : layout.group(c.group)) visit(position);
-    } else {
-      for (int position = 0; position < layout.num_ranks(); ++position) visit(position);
-    }
-    out.push_back(spans ? 1 : 0);
-  }
-  return out;
-}
-
 }  // namespace cephalo::sim::detail
