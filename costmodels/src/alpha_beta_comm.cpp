@@ -258,9 +258,15 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
   CollectiveEstimate est;
   est.total_bytes = total;
   if (!request.pieces.empty()) {
+    // The members are sorted and distinct: when they are a whole range of ranks (a cross-group
+    // reduction over every rank, the common case) membership is a range check, not a search
+    // per owner.
+    const bool whole_range =
+        static_cast<std::size_t>(ranks.back() - ranks.front()) + 1 == ranks.size();
     for (const auto& p : request.pieces)
       for (int r : p.owners)
-        if (!std::binary_search(ranks.begin(), ranks.end(), r))
+        if (whole_range ? (r < ranks.front() || r > ranks.back())
+                        : !std::binary_search(ranks.begin(), ranks.end(), r))
           throw ValidationError("", "pieces[*].owners", std::to_string(r),
                                 "a participating rank of the collective");
     auto [seconds, algorithm] =

@@ -230,6 +230,16 @@ std::vector<Protocol> protocols(const Row& row, const CollectiveShape& s) {
   return out;
 }
 
+// Two short strings (a device's kind, its architecture) compared in line: asked per member of
+// a 100k-member ring, each member with its own copy of the spec, a library memcmp call per
+// compare was a third of the walk.
+bool same_text(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 }  // namespace
 
 CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
@@ -252,8 +262,9 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   bool cpu = false, ll128 = true;
   double nvls = 0;
   auto device_flags = [&](const DeviceSpec& spec) {
-    if (!flags_of || (&spec != flags_of && (spec.kind != flags_of->kind ||
-                                            spec.architecture != flags_of->architecture))) {
+    if (!flags_of ||
+        (&spec != flags_of && (!same_text(spec.kind, flags_of->kind) ||
+                               !same_text(spec.architecture, flags_of->architecture)))) {
       const std::string& arch = spec.architecture;
       cpu = spec.kind == "cpu";
       ll128 = arch == "volta" || arch == "ampere" || arch == "hopper";
