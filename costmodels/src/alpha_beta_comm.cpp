@@ -1,6 +1,7 @@
 #include "alpha_beta_comm.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -98,61 +99,80 @@ namespace {
 std::pair<double, std::string> cross_group_seconds(const Topology& topo,
                                                    const std::vector<ReductionPiece>& pieces,
                                                    int num_nodes) {
-  double best = std::numeric_limits<double>::infinity();
-  std::string algorithm;
-  for (const bool tree : {false, true}) {
-    std::vector<double> nic_out(static_cast<std::size_t>(num_nodes), 0.0);
-    std::vector<double> nic_in(nic_out.size(), 0.0);
+  // Both algorithms cross the same hops (each piece's ring of owners) and differ only in the
+  // bytes per hop and the step count, so the hops are walked once and loaded onto both: at 100k
+  // owners a walk is most of the price. Each algorithm's sums run in the same order as a walk of
+  // its own would (piece by piece, owner by owner), so the price is the same to the bit.
+  struct Load {
+    std::vector<double> nic_out, nic_in;
     std::map<int, double> intra_out;  // by sending rank
-    std::map<int, double> intra_bw;
-    double latency = 0;
     int steps = 0;
-    bool any_tree = false;
-    for (const auto& p : pieces) {
-      // Node-major ring, as for every ring here; the pieces' owners mostly come in rank order.
-      std::vector<int> sorted;
-      std::span<const int> owners = p.owners;
-      if (!std::is_sorted(owners.begin(), owners.end())) {
-        sorted.assign(owners.begin(), owners.end());
-        std::sort(sorted.begin(), sorted.end());
-        owners = sorted;
-      }
-      const int k = static_cast<int>(owners.size());
-      if (k < 2 || p.bytes <= 0) continue;
-      const bool use_tree = tree && k > 2;
-      any_tree |= use_tree;
-      const double per_hop =
-          use_tree ? 2.0 * p.bytes : 2.0 * (k - 1) * p.bytes / static_cast<double>(k);
-      steps = std::max(
-          steps, use_tree ? 2 * static_cast<int>(std::ceil(std::log2(double(k)))) : 2 * (k - 1));
-      for (int i = 0; i < k; ++i) {
-        const int a = owners[static_cast<std::size_t>(i)];
-        const int b = owners[static_cast<std::size_t>((i + 1) % k)];
-        const Hop hop = topo.between(a, b);
-        latency = std::max(latency, hop.latency);
-        const int na = topo.rank(a).node, nb = topo.rank(b).node;
-        if (na == nb) {
-          intra_out[a] += per_hop;
-          intra_bw[a] = hop.bandwidth;
-        } else {
-          nic_out[static_cast<std::size_t>(na)] += per_hop;
-          nic_in[static_cast<std::size_t>(nb)] += per_hop;
+    bool any = false;  // any piece runs this algorithm (the tree needs more than two owners)
+  };
+  std::array<Load, 2> load;  // ring, tree
+  for (Load& l : load) {
+    l.nic_out.assign(static_cast<std::size_t>(num_nodes), 0.0);
+    l.nic_in.assign(l.nic_out.size(), 0.0);
+  }
+  load[0].any = true;
+  std::map<int, double> intra_bw;
+  double latency = 0;
+  std::vector<int> sorted;
+  for (const auto& p : pieces) {
+    // Node-major ring, as for every ring here; the pieces' owners mostly come in rank order.
+    std::span<const int> owners = p.owners;
+    if (!std::is_sorted(owners.begin(), owners.end())) {
+      sorted.assign(owners.begin(), owners.end());
+      std::sort(sorted.begin(), sorted.end());
+      owners = sorted;
+    }
+    const int k = static_cast<int>(owners.size());
+    if (k < 2 || p.bytes <= 0) continue;
+    const double ring_hop = 2.0 * (k - 1) * p.bytes / static_cast<double>(k);
+    const int ring_steps = 2 * (k - 1);
+    const bool tree = k > 2;  // the tree pass runs a two-owner piece as a ring
+    const double per_hop[2] = {ring_hop, tree ? 2.0 * p.bytes : ring_hop};
+    load[0].steps = std::max(load[0].steps, ring_steps);
+    load[1].steps = std::max(
+        load[1].steps, tree ? 2 * static_cast<int>(std::ceil(std::log2(double(k)))) : ring_steps);
+    load[1].any |= tree;
+    for (int i = 0; i < k; ++i) {
+      const int a = owners[static_cast<std::size_t>(i)];
+      const int b = owners[static_cast<std::size_t>((i + 1) % k)];
+      const Hop hop = topo.between(a, b);
+      latency = std::max(latency, hop.latency);
+      const int na = topo.rank(a).node, nb = topo.rank(b).node;
+      if (na == nb) {
+        for (int t = 0; t < 2; ++t) load[static_cast<std::size_t>(t)].intra_out[a] += per_hop[t];
+        intra_bw[a] = hop.bandwidth;
+      } else {
+        for (int t = 0; t < 2; ++t) {
+          load[static_cast<std::size_t>(t)].nic_out[static_cast<std::size_t>(na)] += per_hop[t];
+          load[static_cast<std::size_t>(t)].nic_in[static_cast<std::size_t>(nb)] += per_hop[t];
         }
       }
     }
-    if (tree && !any_tree) continue;
+  }
+  double best = std::numeric_limits<double>::infinity();
+  std::string algorithm;
+  std::vector<double> nic_bw(static_cast<std::size_t>(num_nodes), -1.0);  // looked up once
+  for (int t = 0; t < 2; ++t) {
+    const Load& l = load[static_cast<std::size_t>(t)];
+    if (!l.any) continue;
     double bandwidth_s = 0;
     for (int n = 0; n < num_nodes; ++n) {
-      const double load =
-          std::max(nic_out[static_cast<std::size_t>(n)], nic_in[static_cast<std::size_t>(n)]);
-      if (load > 0) bandwidth_s = std::max(bandwidth_s, load / topo.nic(n).bandwidth);
+      const auto i = static_cast<std::size_t>(n);
+      const double busiest = std::max(l.nic_out[i], l.nic_in[i]);
+      if (busiest <= 0) continue;
+      if (nic_bw[i] < 0) nic_bw[i] = topo.nic(n).bandwidth;
+      bandwidth_s = std::max(bandwidth_s, busiest / nic_bw[i]);
     }
-    for (const auto& [r, bytes] : intra_out)
+    for (const auto& [r, bytes] : l.intra_out)
       bandwidth_s = std::max(bandwidth_s, bytes / intra_bw[r]);
-    const double t = steps * latency + bandwidth_s;
-    if (t < best) {
-      best = t;
-      algorithm = tree ? "cross-group-tree" : "cross-group-ring";
+    const double seconds = l.steps * latency + bandwidth_s;
+    if (seconds < best) {
+      best = seconds;
+      algorithm = t == 1 ? "cross-group-tree" : "cross-group-ring";
     }
   }
   if (!std::isfinite(best)) return {0.0, "cross-group-empty"};
@@ -173,29 +193,59 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     throw ValidationError("", "shard_bytes", std::to_string(request.shard_bytes.size()) + " values",
                           "one shard size per participating rank (" + std::to_string(n) + ")");
   // The members in ring order (node-major: the order NCCL's ring search finds on these
-  // topologies), each with its place in request.ranks. Sorting the members, not marking them in
-  // an array over the cluster, keeps a call as cheap as its ring on a 100k-rank cluster. The
+  // topologies), each with its shard. Callers mostly list a group in rank order: then the
+  // request's own lists are the ring, read in place (at 100k members copying and checking
+  // them was a third of a call). Otherwise the members are sorted, not marked in an array over
+  // the cluster, which keeps a call as cheap as its ring on a 100k-rank cluster. Either way the
   // first bad member in request order is reported, as a single pass would.
-  std::vector<std::pair<int, int>> members;  // (rank, index in request.ranks)
-  members.reserve(request.ranks.size());
-  std::size_t bad = request.ranks.size();
-  for (std::size_t i = 0; i < request.ranks.size(); ++i) {
-    const int r = request.ranks[i];
-    if (bad == request.ranks.size() && (r < 0 || r >= topo.size())) bad = i;
-    members.emplace_back(r, static_cast<int>(i));
+  const std::vector<int>& asked = request.ranks;
+  const std::size_t count = asked.size();
+  bool ascending = true;
+  for (std::size_t i = 1; i < count && ascending; ++i) ascending = asked[i] > asked[i - 1];
+  std::vector<int> sorted_ranks;
+  std::vector<double> sorted_shard;
+  std::span<const int> ranks = asked;
+  std::span<const double> shard = request.shard_bytes;  // in ring order
+  if (ascending) {
+    // No repeats; a bad member is below 0 (then the first) or past the cluster (then every
+    // member after it too).
+    std::size_t bad = count;
+    if (asked.front() < 0)
+      bad = 0;
+    else if (asked.back() >= topo.size())
+      bad = static_cast<std::size_t>(std::lower_bound(asked.begin(), asked.end(), topo.size()) -
+                                     asked.begin());
+    if (bad < count)
+      throw ValidationError("", "ranks", std::to_string(asked[bad]),
+                            "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
+  } else {
+    std::vector<std::pair<int, int>> members;  // (rank, index in request.ranks)
+    members.reserve(count);
+    std::size_t bad = count;
+    for (std::size_t i = 0; i < count; ++i) {
+      const int r = asked[i];
+      if (bad == count && (r < 0 || r >= topo.size())) bad = i;
+      members.emplace_back(r, static_cast<int>(i));
+    }
+    std::sort(members.begin(), members.end());
+    std::size_t repeated = count;  // the first index that repeats an earlier rank
+    for (std::size_t i = 1; i < members.size(); ++i)
+      if (members[i].first == members[i - 1].first)
+        repeated = std::min(repeated, static_cast<std::size_t>(members[i].second));
+    if (bad < repeated)
+      throw ValidationError("", "ranks", std::to_string(asked[bad]),
+                            "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
+    if (repeated < count)
+      throw ValidationError("", "ranks", std::to_string(asked[repeated]), "each rank at most once");
+    sorted_ranks.resize(count);
+    sorted_shard.resize(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      sorted_ranks[i] = members[i].first;
+      sorted_shard[i] = request.shard_bytes[static_cast<std::size_t>(members[i].second)];
+    }
+    ranks = sorted_ranks;
+    shard = sorted_shard;
   }
-  // Callers mostly list a group in rank order: then there is nothing to sort.
-  if (!std::is_sorted(members.begin(), members.end())) std::sort(members.begin(), members.end());
-  std::size_t repeated = request.ranks.size();  // the first index that repeats an earlier rank
-  for (std::size_t i = 1; i < members.size(); ++i)
-    if (members[i].first == members[i - 1].first)
-      repeated = std::min(repeated, static_cast<std::size_t>(members[i].second));
-  if (bad < repeated)
-    throw ValidationError("", "ranks", std::to_string(request.ranks[bad]),
-                          "a rank of the cluster (0.." + std::to_string(topo.size() - 1) + ")");
-  if (repeated < request.ranks.size())
-    throw ValidationError("", "ranks", std::to_string(request.ranks[repeated]),
-                          "each rank at most once");
   double total = 0, smallest = std::numeric_limits<double>::infinity(), largest = 0;
   for (double b : request.shard_bytes) {
     if (!(b >= 0) || !std::isfinite(b))
@@ -204,19 +254,19 @@ CollectiveEstimate AlphaBetaCommModel::collective(const Cluster& cluster,
     smallest = std::min(smallest, b);
     largest = std::max(largest, b);
   }
-  std::vector<int> ranks(members.size());
-  std::vector<double> shard(members.size());  // in ring order
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    ranks[i] = members[i].first;
-    shard[i] = request.shard_bytes[static_cast<std::size_t>(members[i].second)];
-  }
 
   CollectiveEstimate est;
   est.total_bytes = total;
   if (!request.pieces.empty()) {
+    // The members are sorted and distinct: when they are a whole range of ranks (a cross-group
+    // reduction over every rank, the common case) membership is a range check, not a search
+    // per owner.
+    const bool whole_range =
+        static_cast<std::size_t>(ranks.back() - ranks.front()) + 1 == ranks.size();
     for (const auto& p : request.pieces)
       for (int r : p.owners)
-        if (!std::binary_search(ranks.begin(), ranks.end(), r))
+        if (whole_range ? (r < ranks.front() || r > ranks.back())
+                        : !std::binary_search(ranks.begin(), ranks.end(), r))
           throw ValidationError("", "pieces[*].owners", std::to_string(r),
                                 "a participating rank of the collective");
     auto [seconds, algorithm] =

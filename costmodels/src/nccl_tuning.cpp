@@ -230,6 +230,16 @@ std::vector<Protocol> protocols(const Row& row, const CollectiveShape& s) {
   return out;
 }
 
+// Two short strings (a device's kind, its architecture) compared in line: asked per member of
+// a 100k-member ring, each member with its own copy of the spec, a library memcmp call per
+// compare was a third of the walk.
+bool same_text(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 }  // namespace
 
 CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
@@ -240,34 +250,21 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   s.rails = std::numeric_limits<int>::max();
   s.nvlink = s.ll128 = s.nvls = s.sharp = true;
   s.nvls_efficiency = 1;
-  // A ring of 100k members crosses a few distinct links and devices many times over: a node's
-  // intra hop is one value unless its link is PCIe (then each GPU's slot bounds it), and a
-  // device's flags follow from its kind and architecture, so both are worked out once per run
-  // of alike members (the same values, fewer string compares and copies per member).
-  int intra_node = -1;  // the node whose device-independent intra hop `intra_hop` holds
-  Hop intra_hop;
+  // A ring of 100k members crosses a few distinct links and devices many times over. The
+  // members come node by node (sorted, node-major), so the ring is walked a node's run of
+  // members at a time: the hops inside a node are one value unless its link is PCIe (then each
+  // GPU's slot bounds it), and adding a hop the ring's links already hold changes nothing, so a
+  // node's intra hop is worked out and added once; a device's flags follow from its kind and
+  // architecture, so they are worked out once per run of alike members. The hops are added in
+  // the ring's order (the bottleneck's kind is the first slowest hop's).
+  const std::size_t n = ranks.size();
   const DeviceSpec* flags_of = nullptr;  // the spec whose kind and architecture set the flags
   bool cpu = false, ll128 = true;
   double nvls = 0;
-  int run = 0, last_node = -1;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    const RankDevice& d = topo.rank(ranks[i]);
-    const int next = ranks[(i + 1) % ranks.size()];
-    const int next_node = topo.rank(next).node;
-    if (next_node == d.node && ranks.size() > 1) {
-      if (intra_node != d.node) {
-        const Node& node = cluster.nodes[static_cast<std::size_t>(d.node)];
-        const bool per_device = node.intra_link.kind == "pcie";
-        intra_hop = topo.between(ranks[i], next);
-        intra_node = per_device ? -1 : d.node;
-      }
-      s.all.add(intra_hop);
-      s.intra.add(intra_hop);
-    } else {
-      s.all.add(topo.between(ranks[i], next));
-    }
-    const DeviceSpec& spec = d.slot->spec;
-    if (!flags_of || spec.kind != flags_of->kind || spec.architecture != flags_of->architecture) {
+  auto device_flags = [&](const DeviceSpec& spec) {
+    if (!flags_of ||
+        (&spec != flags_of && (!same_text(spec.kind, flags_of->kind) ||
+                               !same_text(spec.architecture, flags_of->architecture)))) {
       const std::string& arch = spec.architecture;
       cpu = spec.kind == "cpu";
       ll128 = arch == "volta" || arch == "ampere" || arch == "hopper";
@@ -277,20 +274,44 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
     s.host |= cpu;
     s.ll128 &= ll128;
     s.nvls_efficiency = std::min(s.nvls_efficiency, nvls);
-    run = d.node == last_node ? run + 1 : 1;
-    s.per_node = std::max(s.per_node, run);
-    if (d.node == last_node) continue;
-    last_node = d.node;
+  };
+  for (std::size_t i = 0; i < n;) {
+    const RankDevice& first = topo.rank(ranks[i]);
+    const int here = first.node;
+    device_flags(first.slot->spec);
+    std::size_t j = i + 1;  // the run is members [i, j)
+    for (; j < n; ++j) {
+      const RankDevice& d = topo.rank(ranks[j]);
+      if (d.node != here) break;
+      device_flags(d.slot->spec);
+    }
+    const Node& node = cluster.nodes[static_cast<std::size_t>(here)];
+    const bool per_device = node.intra_link.kind == "pcie";
+    // The run's own hops (member to member inside the node), then the hop from its last
+    // member to the ring's next one: another node's, or the run's first when the whole ring
+    // is on this node.
+    const bool wraps_inside = j == n && i == 0 && n > 1;
+    const std::size_t intra_hops = (j - i - 1) + (wraps_inside ? 1 : 0);
+    for (std::size_t h = 0; h < intra_hops; ++h) {
+      const int a = ranks[i + h];
+      const int b = ranks[i + h + 1 < j ? i + h + 1 : i];
+      const Hop hop = topo.between(a, b);
+      s.all.add(hop);
+      s.intra.add(hop);
+      if (!per_device) break;  // every other hop inside the node is this one
+    }
+    if (!wraps_inside) s.all.add(topo.between(ranks[j - 1], ranks[j % n]));
+    s.per_node = std::max(s.per_node, static_cast<int>(j - i));
     ++s.nodes;
-    const Node& node = cluster.nodes[static_cast<std::size_t>(d.node)];
     const int rails = std::max(1, node.nic_count);
-    const Hop nic = topo.nic(d.node);
+    const Hop nic = topo.nic(here);
     s.rails = std::min(s.rails, rails);
     s.nic_bandwidth = std::min(s.nic_bandwidth, nic.bandwidth / rails);
     s.nic_latency = std::max(s.nic_latency, nic.latency);
     s.nvlink &= node.intra_link.kind == "nvlink";
     s.nvls &= node.nvls;
     s.sharp &= node.sharp;
+    i = j;
   }
   s.ll128 &= s.nvlink;
   s.nvls &= s.nvls_efficiency > 0 && s.per_node > 1;

@@ -108,18 +108,37 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
     if (it == memo.end()) it = memo.emplace(key, memory_at(s, plan, pr, spec, share)).first;
     return it->second;
   };
+  struct Last {
+    bool known = false, gpu = false;
+    int batch = 0, micro_batch = 0, micro_batches = 0;
+    double empty = 0, full = 0;  // the rank's memory at state share 0 and 1
+  } last;
   for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
     const auto& group = sharding.groups[g];
     for (int attempt = 0;; ++attempt) {
       // free_i = what rank i may still hold once everything but the state is in; the state's
       // full copy costs `state` (the slope of the affine memory model).
       std::vector<double> free_bytes;
+      free_bytes.reserve(group.size());
       double total_free = 0, state = 0;
       for (int r : group) {
         const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
         const DeviceSpec& spec = devices[static_cast<std::size_t>(r)].slot->spec;
-        const double m0 = memory_of(pr, spec, 0.0);
-        state = std::max(state, memory_of(pr, spec, 1.0) - m0);
+        // Alike ranks come in runs (a group is mostly one kind of rank): the previous rank's
+        // memory is taken before the memo is asked (two map lookups per rank, at 100k ranks and
+        // a dozen groupings for each strategy's plan).
+        const bool gpu = costmodels::runs_gpu_runtime(spec);
+        if (!last.known || gpu != last.gpu || pr.batch != last.batch ||
+            pr.micro_batch != last.micro_batch || pr.micro_batches != last.micro_batches)
+          last = {true,
+                  gpu,
+                  pr.batch,
+                  pr.micro_batch,
+                  pr.micro_batches,
+                  memory_of(pr, spec, 0.0),
+                  memory_of(pr, spec, 1.0)};
+        const double m0 = last.empty;
+        state = std::max(state, last.full - m0);
         free_bytes.push_back(std::max(0.0, plannable_bytes(spec) - m0));
         total_free += free_bytes.back();
       }

@@ -17,6 +17,8 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "comm_topology.hpp"
+#include "nccl_tuning.hpp"
 
 using namespace cephalo;
 using namespace cephalo::costmodels;
@@ -273,4 +275,280 @@ TEST(Scenario, NvlsAndSharpAreDeclaredOnTheirLinks) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// The member-by-member walk the model's shape is checked against: every member's hop to the
+// next one and every member's device flags, in ring order (the model walks a node's run of
+// members at a time and adds a node's intra hop once).
+costmodels::detail::CollectiveShape shape_member_by_member(const costmodels::detail::Topology& topo,
+                                                           const Cluster& cluster,
+                                                           const std::vector<int>& ranks) {
+  costmodels::detail::CollectiveShape s;
+  s.ranks = static_cast<int>(ranks.size());
+  s.nic_bandwidth = std::numeric_limits<double>::infinity();
+  s.rails = std::numeric_limits<int>::max();
+  s.nvlink = s.ll128 = s.nvls = s.sharp = true;
+  s.nvls_efficiency = 1;
+  int run = 0, last_node = -1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const RankDevice& d = topo.rank(ranks[i]);
+    const int next = ranks[(i + 1) % ranks.size()];
+    const costmodels::detail::Hop hop = topo.between(ranks[i], next);
+    s.all.add(hop);
+    if (topo.rank(next).node == d.node && ranks.size() > 1) s.intra.add(hop);
+    const std::string& arch = d.slot->spec.architecture;
+    s.host |= d.slot->spec.kind == "cpu";
+    s.ll128 &= arch == "volta" || arch == "ampere" || arch == "hopper";
+    s.nvls_efficiency = std::min(s.nvls_efficiency, arch == "hopper"      ? 0.85
+                                                    : arch == "blackwell" ? 0.74
+                                                                          : 0.0);
+    run = d.node == last_node ? run + 1 : 1;
+    s.per_node = std::max(s.per_node, run);
+    if (d.node == last_node) continue;
+    last_node = d.node;
+    ++s.nodes;
+    const Node& node = cluster.nodes[static_cast<std::size_t>(d.node)];
+    const int rails = std::max(1, node.nic_count);
+    const costmodels::detail::Hop nic = topo.nic(d.node);
+    s.rails = std::min(s.rails, rails);
+    s.nic_bandwidth = std::min(s.nic_bandwidth, nic.bandwidth / rails);
+    s.nic_latency = std::max(s.nic_latency, nic.latency);
+    s.nvlink &= node.intra_link.kind == "nvlink";
+    s.nvls &= node.nvls;
+    s.sharp &= node.sharp;
+  }
+  s.ll128 &= s.nvlink;
+  s.nvls &= s.nvls_efficiency > 0 && s.per_node > 1;
+  return s;
+}
+
+// The cross-group reduction priced one algorithm at a time, each walking every piece's ring
+// (the model walks the hops once for both).
+double cross_group_by_algorithm(const costmodels::detail::Topology& topo,
+                                const std::vector<ReductionPiece>& pieces, int num_nodes) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const bool tree : {false, true}) {
+    std::vector<double> out(static_cast<std::size_t>(num_nodes), 0.0), in(out.size(), 0.0);
+    std::map<int, double> intra_out, intra_bw;
+    double latency = 0;
+    int steps = 0;
+    bool any_tree = false;
+    for (const auto& p : pieces) {
+      std::vector<int> owners = p.owners;
+      std::sort(owners.begin(), owners.end());
+      const int k = static_cast<int>(owners.size());
+      if (k < 2 || p.bytes <= 0) continue;
+      const bool use_tree = tree && k > 2;
+      any_tree |= use_tree;
+      const double per_hop = use_tree ? 2.0 * p.bytes : 2.0 * (k - 1) * p.bytes / k;
+      steps = std::max(
+          steps, use_tree ? 2 * static_cast<int>(std::ceil(std::log2(double(k)))) : 2 * (k - 1));
+      for (int i = 0; i < k; ++i) {
+        const int a = owners[static_cast<std::size_t>(i)];
+        const int b = owners[static_cast<std::size_t>((i + 1) % k)];
+        const costmodels::detail::Hop hop = topo.between(a, b);
+        latency = std::max(latency, hop.latency);
+        const int na = topo.rank(a).node, nb = topo.rank(b).node;
+        if (na == nb) {
+          intra_out[a] += per_hop;
+          intra_bw[a] = hop.bandwidth;
+        } else {
+          out[static_cast<std::size_t>(na)] += per_hop;
+          in[static_cast<std::size_t>(nb)] += per_hop;
+        }
+      }
+    }
+    if (tree && !any_tree) continue;
+    double bandwidth_s = 0;
+    for (int n = 0; n < num_nodes; ++n) {
+      const double load =
+          std::max(out[static_cast<std::size_t>(n)], in[static_cast<std::size_t>(n)]);
+      if (load > 0) bandwidth_s = std::max(bandwidth_s, load / topo.nic(n).bandwidth);
+    }
+    for (const auto& [r, bytes] : intra_out)
+      bandwidth_s = std::max(bandwidth_s, bytes / intra_bw[r]);
+    best = std::min(best, steps * latency + bandwidth_s);
+  }
+  return best;
+}
+
+// Random clusters of mixed nodes (GPU types mixed inside a node too, PCIe and NVLink, CPU
+// ranks), as collective_walk_cluster's callers below use them.
+struct RandomClusters {
+  std::mt19937 rng{43};
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<>(lo, hi)(rng); }
+  int pick(int lo, int hi) { return std::uniform_int_distribution<>(lo, hi)(rng); }
+  Cluster next() {
+    const std::vector<std::string> gpus = {"A100-80GB", "H100-SXM", "V100-SXM2-32GB", "L4",
+                                           "CPU-core"};
+    std::vector<NodeShape> shapes(static_cast<std::size_t>(pick(1, 7)));
+    for (auto& s : shapes) {
+      s.gpu = gpus[static_cast<std::size_t>(pick(0, static_cast<int>(gpus.size()) - 1))];
+      s.gpus = pick(1, 8);
+      const bool nvlink = pick(0, 1) == 1;
+      s.intra = nvlink ? LinkSpec{"nvlink", uniform(100e9, 900e9), uniform(1e-6, 3e-6)}
+                       : LinkSpec{"pcie", uniform(8e9, 64e9), uniform(3e-6, 8e-6)};
+      // Equal NIC speeds on some clusters, so that hops tie and the bottleneck's kind is the
+      // first slowest hop's.
+      s.nic = {pick(0, 1) == 1 ? "infiniband" : "ethernet",
+               pick(0, 1) == 1 ? 50e9 : uniform(10e9, 400e9) / 8, uniform(2e-6, 20e-6)};
+      s.nic_count = pick(1, 8);
+      s.nvls = nvlink && pick(0, 1) == 1;
+      s.sharp = pick(0, 1) == 1;
+    }
+    Cluster c = cluster_of(shapes);
+    c.nodes.edit([&](std::vector<Node>& nodes) {
+      for (Node& n : nodes)
+        for (DeviceSlot& d : n.devices)
+          if (pick(0, 5) == 0) {
+            d.type = gpus[static_cast<std::size_t>(pick(0, 3))];
+            d.spec = GpuCatalog::builtin().get(d.type);
+          }
+    });
+    return c;
+  }
+  // A random subset of the cluster's ranks in rank order (at least `least` of them).
+  std::vector<int> members(const Cluster& c, int least) {
+    std::vector<int> all(static_cast<std::size_t>(c.num_ranks()));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    if (pick(0, 2) != 0) {
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(static_cast<std::size_t>(pick(least, static_cast<int>(all.size()))));
+      std::sort(all.begin(), all.end());
+    }
+    return all;
+  }
+};
+
+void expect_same_links(const costmodels::detail::RingLinks& a,
+                       const costmodels::detail::RingLinks& b, const std::string& what) {
+  EXPECT_EQ(a.bandwidth, b.bandwidth) << what;
+  EXPECT_EQ(a.latency, b.latency) << what;
+  EXPECT_EQ(a.bottleneck_kind, b.bottleneck_kind) << what;
+}
+
+}  // namespace
+
+// The shape NCCL's tuner reads, walked a node's run of members at a time, is the member-by-member
+// walk's in every field, on random mixed clusters and member sets.
+TEST(NcclCollectives, TheShapeByNodeRunsIsTheMemberByMemberShape) {
+  RandomClusters random;
+  AlphaBetaCommModel model;
+  for (int trial = 0; trial < 300; ++trial) {
+    const Cluster c = random.next();
+    const std::vector<int> ranks = random.members(c, 1);
+    const auto kind = static_cast<CollectiveKind>(random.pick(0, 3));
+    const costmodels::detail::Topology topo(c, model.calibration(), random.pick(0, 1) == 1, kind);
+    const auto got = costmodels::detail::collective_shape(topo, c, ranks);
+    const auto want = shape_member_by_member(topo, c, ranks);
+    const std::string what =
+        "trial " + std::to_string(trial) + ", " + std::to_string(ranks.size()) + " members";
+    EXPECT_EQ(got.ranks, want.ranks) << what;
+    EXPECT_EQ(got.nodes, want.nodes) << what;
+    EXPECT_EQ(got.per_node, want.per_node) << what;
+    EXPECT_EQ(got.host, want.host) << what;
+    expect_same_links(got.all, want.all, what + " (all)");
+    expect_same_links(got.intra, want.intra, what + " (intra)");
+    EXPECT_EQ(got.nic_bandwidth, want.nic_bandwidth) << what;
+    EXPECT_EQ(got.nic_latency, want.nic_latency) << what;
+    EXPECT_EQ(got.rails, want.rails) << what;
+    EXPECT_EQ(got.nvlink, want.nvlink) << what;
+    EXPECT_EQ(got.ll128, want.ll128) << what;
+    EXPECT_EQ(got.nvls, want.nvls) << what;
+    EXPECT_EQ(got.nvls_efficiency, want.nvls_efficiency) << what;
+    EXPECT_EQ(got.sharp, want.sharp) << what;
+  }
+}
+
+// A request is priced the same whether its members come in rank order (read in place) or in
+// any other order (sorted with their shards), and a cross-group reduction the same as each
+// algorithm priced by its own walk of the pieces.
+TEST(NcclCollectives, AnyMemberOrderAndTheCrossGroupWalkPriceAlike) {
+  RandomClusters random;
+  AlphaBetaCommModel model;
+  std::set<std::string> cross_algorithms;
+  for (int trial = 0; trial < 300; ++trial) {
+    const Cluster c = random.next();
+    if (c.num_ranks() < 2) continue;
+    CollectiveRequest in_order;
+    in_order.kind = static_cast<CollectiveKind>(random.pick(0, 3));
+    in_order.ranks = random.members(c, 2);
+    const double bytes = std::exp(random.uniform(0, std::log(4e9)));
+    const bool uneven = random.pick(0, 1) == 1;
+    // Whole byte counts: their total is exact in any order (the model sums the shards in
+    // request order, so fractional sizes could differ in the last bit between the orders).
+    for (std::size_t i = 0; i < in_order.ranks.size(); ++i)
+      in_order.shard_bytes.push_back(std::floor(bytes * (uneven ? random.uniform(0.2, 1.8) : 1.0)));
+    in_order.uneven = static_cast<UnevenCollective>(random.pick(0, 2));
+    const bool cross = random.pick(0, 2) == 0;
+    if (cross) {
+      // Pieces over the members, each owned by a few of them.
+      in_order.kind = CollectiveKind::AllReduce;
+      const int pieces = random.pick(1, 4);
+      for (int p = 0; p < pieces; ++p) {
+        ReductionPiece piece;
+        piece.bytes = bytes / pieces;
+        for (int r : in_order.ranks)
+          if (random.pick(0, 2) != 0) piece.owners.push_back(r);
+        std::shuffle(piece.owners.begin(), piece.owners.end(), random.rng);
+        in_order.pieces.push_back(std::move(piece));
+      }
+    }
+    CollectiveRequest shuffled = in_order;
+    std::vector<std::size_t> order(in_order.ranks.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), random.rng);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      shuffled.ranks[i] = in_order.ranks[order[i]];
+      shuffled.shard_bytes[i] = in_order.shard_bytes[order[i]];
+    }
+    const std::string what = "trial " + std::to_string(trial);
+    const CollectiveEstimate a = model.collective(c, in_order);
+    const CollectiveEstimate b = model.collective(c, shuffled);
+    EXPECT_EQ(a.seconds, b.seconds) << what;
+    EXPECT_EQ(a.algorithm, b.algorithm) << what;
+    EXPECT_EQ(a.protocol, b.protocol) << what;
+    EXPECT_EQ(a.channels, b.channels) << what;
+    EXPECT_EQ(a.link_bytes, b.link_bytes) << what;
+    EXPECT_EQ(a.link_bandwidth, b.link_bandwidth) << what;
+    EXPECT_EQ(a.variant, b.variant) << what;
+    if (cross) {
+      const costmodels::detail::Topology topo(c, model.calibration(), false,
+                                              CollectiveKind::AllReduce);
+      const double want =
+          cross_group_by_algorithm(topo, in_order.pieces, static_cast<int>(c.nodes.size()));
+      if (std::isfinite(want)) {
+        EXPECT_EQ(a.seconds, want + model.calibration().launch_overhead_s) << what;
+        cross_algorithms.insert(a.algorithm);
+      }
+    }
+  }
+  // Both cross-group algorithms won somewhere.
+  EXPECT_EQ(cross_algorithms.size(), 2u);
+}
+
+// A bad member is named as before whichever way the members come: the first out-of-range one
+// in request order, or the first repeat.
+TEST(NcclCollectives, ABadMemberIsNamedInEitherOrder) {
+  const Cluster c = cluster_of({NodeShape{}, NodeShape{}});
+  AlphaBetaCommModel model;
+  auto refused = [&](std::vector<int> ranks) {
+    CollectiveRequest r;
+    r.ranks = std::move(ranks);
+    r.shard_bytes.assign(r.ranks.size(), 1e6);
+    try {
+      model.collective(c, r);
+    } catch (const ValidationError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused({0, 1, 16, 17}).find("16"), std::string::npos);
+  EXPECT_NE(refused({0, 1, 16, 17}).find("a rank of the cluster (0..15)"), std::string::npos);
+  EXPECT_NE(refused({-1, 0, 1}).find("-1"), std::string::npos);
+  EXPECT_NE(refused({17, 3, 16}).find("17"), std::string::npos);
+  EXPECT_NE(refused({3, 2, 3}).find("each rank at most once"), std::string::npos);
+  EXPECT_EQ(refused({0, 1, 15}), "accepted");
 }
