@@ -100,16 +100,28 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
       gain[gi][b] = rr < 0 ? -kInf : std::min(sigma * groups_[gi].weight, rr);
     }
   }
-  int reach = 0;
+  // Only the totals from which the ranks left can still make B are kept: after rank r, x + the
+  // later ranks' caps >= B and x + one sample per later rank <= B. A total outside that window
+  // only leads to totals outside it, so the cells inside (and the choices read back from B) are
+  // those of the whole table; near a breakpoint the caps sum to little more than B and the
+  // window is that slack wide (the 1,024-GPU Zorse B x 16 without its A10G and T4 nodes: caps of
+  // 77 and 26 samples over 128 and 256 ranks, 128 above the batch of 16,384).
+  std::vector<long long> later_caps(n_ + 1, 0);  // Σ of the caps of ranks r..n-1
+  for (int r = n_ - 1; r >= 0; --r)
+    later_caps[r] = later_caps[r + 1] + static_cast<long long>(gain[rank_group[r]].size()) - 1;
+  int lo = 0, reach = 0;  // the window of dp's totals: [lo, reach]
   for (int r = 0; r < n_; ++r) {
     const auto& gr = gain[rank_group[r]];
     const int cap = static_cast<int>(gr.size()) - 1;
-    std::fill(next.begin(), next.end(), -kInf);
-    const int new_reach = std::min(B, reach + cap);
-    for (int x = 0; x <= reach; ++x) {
+    const int after = n_ - r - 1;  // ranks after this one, each at least one sample
+    const int new_lo = static_cast<int>(std::max<long long>(lo + 1, B - later_caps[r + 1]));
+    const int new_reach = std::min(B - after, reach + cap);
+    if (new_lo > new_reach) return false;  // no total can still make B
+    std::fill(next.begin() + new_lo, next.begin() + new_reach + 1, -kInf);
+    for (int x = lo; x <= reach; ++x) {
       if (dp[x] == -kInf) continue;
-      const int top = std::min(cap, B - x);
-      for (int b = 1; b <= top; ++b) {
+      const int top = std::min(cap, new_reach - x);
+      for (int b = std::max(1, new_lo - x); b <= top; ++b) {
         const double v = dp[x] + gr[b];
         if (v > next[x + b]) {
           next[x + b] = v;
@@ -117,6 +129,7 @@ bool Solver::feasible(double tau, double sigma, std::vector<int>* batches) {
         }
       }
     }
+    lo = new_lo;
     reach = new_reach;
     dp.swap(next);
   }

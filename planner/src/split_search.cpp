@@ -242,6 +242,14 @@ void Search::explore(const std::vector<StageShape>& shapes) {
 // that lowers the estimate of a fitting split, until none does.
 void Search::refine(Candidate& c) {
   if (c.refined) return;
+  if (c.climb) {
+    // Climbed ahead (stop_at_ceiling): the same climb, counted now.
+    const std::shared_ptr<Climb> climb = std::move(c.climb);
+    count_climb(*climb);
+    c = std::move(climb->end);
+    ++result_.climbed_ahead;
+    return;
+  }
   c.refined = true;
   const std::size_t p = c.counts.size();
   const int unit = c.split.schedule.virtual_stages;
@@ -251,6 +259,7 @@ void Search::refine(Candidate& c) {
     for (std::size_t i = 0; i + 1 < p && !improved; ++i)
       for (int dir : {-1, 1}) {
         Candidate n = c;
+        n.climb.reset();
         n.counts[i] += dir * unit;
         n.counts[i + 1] -= dir * unit;
         if (n.counts[i] < unit || n.counts[i + 1] < unit) continue;
@@ -338,34 +347,62 @@ void Search::refine_all() {
   }
 }
 
+void Search::climb_ahead(Candidate& c) {
+  const long long evaluated = result_.evaluated, refused = result_.refused;
+  // The best so far runs on through the climb (progress lines print it): a climb reads it
+  // nowhere, and it only falls, so the climb's is applied later by its minimum.
+  const double best = best_so_far_, over = closest_over_;
+  std::string closest = std::move(closest_);
+  closest_over_ = std::numeric_limits<double>::infinity();
+  closest_.clear();
+  auto climb = std::make_shared<Climb>();
+  climb->end = c;
+  refine(climb->end);
+  climb->evaluated = result_.evaluated - evaluated;
+  climb->refused = result_.refused - refused;
+  climb->best = best_so_far_;
+  climb->closest_over = closest_over_;
+  climb->closest = std::move(closest_);
+  result_.evaluated = evaluated;
+  result_.refused = refused;
+  best_so_far_ = best;
+  closest_over_ = over;
+  closest_ = std::move(closest);
+  c.climb = std::move(climb);
+}
+
+void Search::count_climb(const Climb& climb) {
+  result_.evaluated += climb.evaluated;
+  result_.refused += climb.refused;
+  best_so_far_ = std::min(best_so_far_, climb.best);
+  // The first refusal of the least overshoot, as price_once keeps it refusal by refusal.
+  if (climb.closest_over < closest_over_) {
+    closest_over_ = climb.closest_over;
+    closest_ = climb.closest;
+  }
+}
+
 void Search::stop_at_ceiling() {
   const double ceiling = options_.ceiling;
   if (ceiling_asked_ || !options_.bound || !std::isfinite(ceiling) || best_so_far_ < ceiling)
     return;
   ceiling_asked_ = true;
   // A climb ends no lower than its family's floor (refine_all reads the same); the others are
-  // climbed here on copies, as refine_all would climb them (a climb reads only its candidate).
-  // Should one end below the ceiling, the search runs on from the state it had, as without one.
-  std::vector<const Candidate*> open;
+  // climbed here ahead of their turn, as refine_all would climb them (a climb reads only its
+  // candidate). Should one end below the ceiling, the search runs on from the state it had, as
+  // without one, and takes each climb done here as its own when it comes to that candidate.
+  std::vector<Candidate*> open;
   for (auto& [key, list] : fitting_)
-    for (const Candidate& c : list)
+    for (Candidate& c : list)
       if (!c.refined && family_floor(c, ceiling) < ceiling) open.push_back(&c);
-  if (!open.empty()) {
-    const double best = best_so_far_;
-    const SplitSearchResult counts = result_;
-    const std::string closest = closest_;
-    const double closest_over = closest_over_;
-    for (const Candidate* c : open) {
-      Candidate climbed = *c;
-      refine(climbed);
-      if (climbed.estimate.iteration_s < ceiling) {
-        best_so_far_ = best;
-        result_ = counts;
-        closest_ = closest;
-        closest_over_ = closest_over;
-        return;
-      }
-    }
+  for (Candidate* c : open) {
+    climb_ahead(*c);
+    if (c->climb->end.estimate.iteration_s < ceiling) return;
+  }
+  // The search stops here: every climb counted, in the order done.
+  for (Candidate* c : open) {
+    count_climb(*c->climb);
+    c->climb.reset();
   }
   std::ostringstream why;
   why << "no 3D split of these " << scenario_.cluster.num_ranks() << " ranks is estimated below "

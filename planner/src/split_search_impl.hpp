@@ -33,6 +33,8 @@ struct TypeFamily {
   bool exact = false;
 };
 
+struct Climb;
+
 struct Candidate {
   ModelSplit split;
   ActivationCheckpointing::Kind checkpointing = ActivationCheckpointing::Kind::None;
@@ -42,6 +44,21 @@ struct Candidate {
   std::shared_ptr<const std::vector<StageShape>> shapes;
   std::vector<int> counts;
   SplitEstimate estimate;
+  // Its climb, done ahead (Search::stop_at_ceiling) and not yet counted: refine takes it as its
+  // own when the search comes to climb this candidate.
+  std::shared_ptr<Climb> climb;
+};
+
+// A climb done ahead of its turn: where it ended, and what it did to the search's counters,
+// its best so far and its closest refusal, applied when the search climbs the candidate (as if
+// it were climbed then: a climb reads only its candidate).
+struct Climb {
+  Candidate end;
+  long long evaluated = 0, refused = 0;
+  // The best so far when it ended (the least fitting estimate priced, the climb's included).
+  double best = std::numeric_limits<double>::infinity();
+  double closest_over = std::numeric_limits<double>::infinity();
+  std::string closest;  // the first refusal of that overshoot
 };
 
 inline double overshoot(const SplitEstimate& e) {
@@ -129,8 +146,14 @@ class Search {
   // Throws SplitCeilingReached when SplitSearchOptions::ceiling holds: every split priced is
   // estimated at least the ceiling and no climb left can end below it (the caller knows the
   // families left are floored at least the ceiling). Asked once: after a climb below the
-  // ceiling is possible, the search runs on as without one.
+  // ceiling is possible, the search runs on as without one, and the climbs it did ahead are
+  // kept with their candidates (Candidate::climb), not done again.
   void stop_at_ceiling();
+  // Climbs c ahead of its turn: the search's counters, best so far and closest refusal are
+  // left as they were, the climb's own kept in c.climb (refine applies them).
+  void climb_ahead(Candidate& c);
+  // What a climb done ahead did to the search, now (as refine would have done it).
+  void count_climb(const Climb& climb);
   bool ceiling_asked_ = false;
   // A floor on every split of c's layout at its m, schedule and recompute, over every
   // placement of the boundaries (schedule_floor; at least `enough` when none comes below it).

@@ -2,6 +2,7 @@
 // infeasibility diagnostics and the water-fill helpers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -291,6 +292,84 @@ TEST(OptimalSolver, ClassFeasibilityGivesThePerRankAnswer) {
   EXPECT_LE(fallbacks * 10, reference_runs)
       << class_runs << " class runs, " << fallbacks << " fallbacks, " << reference_runs
       << " reference knapsacks";
+}
+
+// The per-rank knapsack keeps only the totals from which the later ranks can still make the
+// batch; where the caps sum to barely more than the batch that window is a few samples wide.
+// Against every assignment enumerated: the same verdict, and its batches a real assignment.
+TEST(OptimalSolver, RankKnapsackMatchesEnumerationWhereTheCapsBarelyCoverTheBatch) {
+  std::mt19937 rng(20261207);
+  std::uniform_int_distribution<int> classes(1, 3), count(1, 2), mb(1, 4), slack(0, 3);
+  int points = 0, feasible = 0, infeasible = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    OptimalProblem p;
+    p.feasibility = OptimalFeasibility::RankKnapsack;
+    const int g = classes(rng);
+    for (int c = 0; c < g; ++c) {
+      p.ranks.push_back(random_class(rng, mb(rng), false));
+      for (int i = count(rng); i > 0; --i) p.rank_class.push_back(c);
+    }
+    std::uniform_real_distribution<double> state(0.5, 6.0);
+    p.state_bytes = state(rng);
+    p.optimizer_seconds = 1.0;
+    const int n = p.num_ranks();
+    // τ within the time of 8 samples on the slowest class, so that time and memory cap the
+    // batches at a few samples each.
+    double slowest = 0;
+    for (const auto& r : p.ranks) slowest = std::max(slowest, optimal_compute_time(r, 8, 1));
+    std::uniform_real_distribution<double> tau_of(0.0, slowest), sigma_of(1.0 / n, 1.0);
+    const double tau = tau_of(rng), sigma = sigma_of(rng);
+    std::vector<int> caps(n, 0);
+    int cap_sum = 0;
+    for (int i = 0; i < n; ++i) {
+      while (caps[i] < 12 && room_within(p.model_of(i), caps[i] + 1, tau, p.state_bytes) >= 0)
+        ++caps[i];
+      cap_sum += caps[i];
+    }
+    p.global_batch = cap_sum - slack(rng);
+    // Caps of 1 to 11 samples (12: the scan stopped, not the cap), a batch of a sample each.
+    if (*std::min_element(caps.begin(), caps.end()) < 1 ||
+        *std::max_element(caps.begin(), caps.end()) >= 12 || p.global_batch < n)
+      continue;
+    // Every assignment 1 <= b_i <= cap_i summing to the batch: the best summed gain.
+    double best = -std::numeric_limits<double>::infinity();
+    std::vector<int> b(n, 1);
+    for (;;) {
+      int total = 0;
+      double gain = 0;
+      for (int i = 0; i < n; ++i) {
+        total += b[i];
+        gain += std::min(sigma, room_within(p.model_of(i), b[i], tau, p.state_bytes));
+      }
+      if (total == p.global_batch) best = std::max(best, gain);
+      int i = 0;
+      while (i < n && b[i] == caps[i]) b[i++] = 1;
+      if (i == n) break;
+      ++b[i];
+    }
+    std::vector<int> batches;
+    const bool got = optimal_feasible(p, tau, sigma, &batches);
+    ASSERT_EQ(got, best >= 1 - 1e-12) << "trial " << trial << " best " << best;
+    ++points;
+    if (!got) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    int total = 0;
+    double gain = 0;
+    for (int i = 0; i < n; ++i) {
+      ASSERT_GE(batches[i], 1) << "trial " << trial;
+      ASSERT_LE(batches[i], caps[i]) << "trial " << trial;
+      total += batches[i];
+      gain += std::min(sigma, room_within(p.model_of(i), batches[i], tau, p.state_bytes));
+    }
+    EXPECT_EQ(total, p.global_batch) << "trial " << trial;
+    EXPECT_GE(gain, 1 - 1e-9) << "trial " << trial;
+  }
+  EXPECT_GE(points, 100);
+  EXPECT_GE(feasible, 20);
+  EXPECT_GE(infeasible, 20);
 }
 
 TEST(OptimalSolver, IdenticalRanksGetEvenSharesAndBalancedBatches) {

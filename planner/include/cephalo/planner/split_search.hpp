@@ -130,6 +130,10 @@ struct SplitSearchResult {
   double unexplored_floor = std::numeric_limits<double>::infinity();
   // The budget that ran out (SplitSearchOptions::budget: candidates priced); 0 when none did.
   long long budget = 0;
+  // Climbs done ahead of their turn to see whether SplitSearchOptions::ceiling stops the
+  // search, which did not, and that the search then took as its own instead of climbing again
+  // (their candidates priced count in `evaluated` once).
+  long long climbed_ahead = 0;
   // The best fitting candidate of every P that has one, by P (the winner's P included).
   std::vector<SplitCandidate> best_per_stages;
   // The best refined candidates by estimate, best first (the winner first), at most
