@@ -268,9 +268,11 @@ std::vector<char> collective_spans_nodes(const traces::TrainingGraph& graph,
     char spans = 0;
     if (traces::is_data_parallel(c.kind)) {
       const auto key = std::make_pair(&graph.layout_of(members.front().rank), c.group);
-      auto [it, fresh] = of_group.emplace(key, 0);
-      if (fresh) for_each_full_member(graph, c, [&](int r) { it->second |= node_of(r) != node; });
-      spans = it->second;
+      const auto inserted = of_group.emplace(key, 0);
+      char& group_spans = inserted.first->second;
+      if (inserted.second)
+        for_each_full_member(graph, c, [&](int r) { group_spans |= node_of(r) != node; });
+      spans = group_spans;
     } else {
       for (const auto& m : members) spans |= node_of(m.rank) != node ? 1 : 0;
     }
