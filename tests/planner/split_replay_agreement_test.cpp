@@ -108,6 +108,18 @@ std::optional<Case> draw_valid(std::mt19937& rng) {
   }
 }
 
+// A stage whose data-parallel replicas span nodes: its gathers and reductions cross the NICs,
+// where they meet other stages' collectives and the transfers (reported apart).
+bool a_stage_spans_nodes(const ModelSplit& split, const Scenario& scenario) {
+  const auto& ranks = scenario.cluster.ranks();
+  for (const auto& st : split.stages)
+    for (int r : st.ranks)
+      if (ranks[static_cast<std::size_t>(r)].node !=
+          ranks[static_cast<std::size_t>(st.ranks.front())].node)
+        return true;
+  return false;
+}
+
 // The spread of the property tests whose stages' DP reductions run under their last backward:
 // priced one at a time by the estimate, sharing links in the replay. Sorts `errors` by size.
 void expect_exposed_spread(std::vector<double>& errors, double worst_within,
@@ -145,17 +157,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayOnSmallMixedClusters) {
     const Plan plan = plan_of(c->scenario, c->split, e, c->options.activation_checkpointing);
     const auto replay = sim::simulate_plan(plan, c->scenario, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
-    // A stage whose data-parallel replicas span nodes: its gathers and reductions cross the
-    // NICs, where they meet other stages' collectives and the transfers (also reported apart).
-    bool crosses = false;
-    for (const auto& st : c->split.stages) {
-      const auto& ranks = c->scenario.cluster.ranks();
-      for (int r : st.ranks)
-        if (ranks[static_cast<std::size_t>(r)].node !=
-            ranks[static_cast<std::size_t>(st.ranks.front())].node)
-          crosses = true;
-    }
-    if (!crosses && std::abs(err) > worst_within) {
+    if (!a_stage_spans_nodes(c->split, c->scenario) && std::abs(err) > worst_within) {
       worst_within = std::abs(err);
       worst_within_case = c->what;
     }
@@ -284,13 +286,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayWithTpCommOverlap) {
     const Plan plan = plan_of(overlapped, c->split, e, c->options.activation_checkpointing);
     const auto replay = sim::simulate_plan(plan, overlapped, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
-    bool crosses = false;
-    const auto& ranks = overlapped.cluster.ranks();
-    for (const auto& st : c->split.stages)
-      for (int r : st.ranks)
-        crosses = crosses || ranks[static_cast<std::size_t>(r)].node !=
-                                 ranks[static_cast<std::size_t>(st.ranks.front())].node;
-    if (!crosses && std::abs(err) > worst_within) {
+    if (!a_stage_spans_nodes(c->split, overlapped) && std::abs(err) > worst_within) {
       worst_within = std::abs(err);
       worst_within_case = c->what;
     }
@@ -359,13 +355,7 @@ TEST(SplitAgreement, TheEstimateIsTheReplayWithADeferredOutputWeightGradient) {
     const Plan plan = plan_of(deferred, c->split, e, c->options.activation_checkpointing);
     const auto replay = sim::simulate_plan(plan, deferred, *models.compute, *models.comm);
     const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
-    bool crosses = false;
-    const auto& ranks = deferred.cluster.ranks();
-    for (const auto& st : c->split.stages)
-      for (int r : st.ranks)
-        crosses = crosses || ranks[static_cast<std::size_t>(r)].node !=
-                                 ranks[static_cast<std::size_t>(st.ranks.front())].node;
-    if (!crosses && std::abs(err) > worst_within) {
+    if (!a_stage_spans_nodes(c->split, deferred) && std::abs(err) > worst_within) {
       worst_within = std::abs(err);
       worst_within_case = c->what;
     }
