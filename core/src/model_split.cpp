@@ -403,9 +403,17 @@ void check_split_ranks(const ModelSplit& split, int ranks, const std::string& fi
       owner = s;
     }
     const int count = static_cast<int>(st.ranks.size());
+    // A stage's own degree unlike the split's, whose groups its ranks would fill, is the first
+    // cause: blamed at that key, not at the rank list it does not divide.
+    const bool own_degree_at_fault =
+        explicit_stages && st.tensor_parallel != 0 && split.tensor_parallel > 0 &&
+        st.tensor_parallel != split.tensor_parallel && count % split.tensor_parallel == 0;
     if (count % t != 0)
       throw ValidationError(
-          file, explicit_stages ? stage_at(s, "ranks") : at("tensor_parallel"),
+          file,
+          own_degree_at_fault ? stage_at(s, "tensor_parallel")
+          : explicit_stages   ? stage_at(s, "ranks")
+                              : at("tensor_parallel"),
           std::to_string(count) + " ranks with tensor_parallel " + std::to_string(t),
           "a rank count that is a multiple of the tensor-parallel degree " + std::to_string(t) +
               " (" + std::to_string(count) + " = " + std::to_string(count / t) + " x " +

@@ -504,6 +504,20 @@ def test_a_class_past_the_cluster_is_named_before_the_shares_are_summed():
     assert cephalo.load_plan(_default_classes(3), scenario=DEFAULT).num_ranks == 4
 
 
+def test_a_stages_tensor_parallel_degree_is_blamed_before_the_samples_it_regroups():
+    # Before: "at model_split: got stage 1's replicas running 8 samples", the degree's
+    # consequence, from every function that reads the plan.
+    mix = SCENARIOS / "modern-mix-gpt2.7b.json"
+    plan = json.loads((SCENARIOS / "plans/modern-mix-gpt2.7b-3d.json").read_text())
+    plan["model_split"]["stages"][1]["tensor_parallel"] = 1
+    for call in (lambda: cephalo.load_plan(plan), lambda: cephalo.simulate(mix, plan),
+                 lambda: cephalo.predict_memory(mix, plan)):
+        with pytest.raises(cephalo.ValidationError) as info:
+            call()
+        assert info.value.json_path == "model_split.stages[1].tensor_parallel", str(info.value)
+        assert info.value.value == "1" and info.value.expected.startswith("2, as 2 of the 3")
+
+
 @pytest.mark.parametrize("call, keyword", [
     (lambda: cephalo.plan(DEFAULT, strategy="even", use_all="no"), "use_all"),
     (lambda: cephalo.plan(DEFAULT, parallelism="3d", sequence_parallel="false"),
