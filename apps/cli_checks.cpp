@@ -10,6 +10,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/scenario_notices.hpp"
 #include "commands.hpp"
 
 namespace cephalo::cli {
@@ -212,8 +213,7 @@ void add_stack_option(CLI::App* cmd, std::string& value) {
 Scenario read_scenario(const std::string& file, const std::string& stack_file) {
   Scenario s = costmodels::load_scenario(file);
   if (!stack_file.empty()) set_stack(s.job, stack_file);
-  for (const auto& w : costmodels::prediction_warnings(s)) std::cerr << "warning: " << w << "\n";
-  for (const auto& n : cluster_notes(s.cluster)) std::cerr << "note: " << n << "\n";
+  for (const auto& line : costmodels::scenario_notices(s)) std::cerr << line << "\n";
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
+#include "cephalo/costmodels/scenario_notices.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 #include "commands.hpp"
 
@@ -106,6 +107,8 @@ void add_collective(CLI::App* cmd) {
   c->add_flag("--json", a.json, "Print the record as JSON");
   c->callback([] {
     const Scenario s = costmodels::load_scenario(a.scenario);
+    // The network's notes only: a dtype or stack warning says nothing about a collective.
+    for (const auto& line : costmodels::cluster_notices(s.cluster)) std::cerr << line << "\n";
     costmodels::CollectiveQuery q = a.query;
     q.ranks = number_list(a.ranks, "--ranks");
     q.shares = number_list(a.shares, "--shares");

@@ -9,6 +9,7 @@
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
+#include "cephalo/costmodels/scenario_notices.hpp"
 #include "framework_buffers.hpp"
 #include "profile_compute.hpp"
 
@@ -42,6 +43,19 @@ std::vector<std::string> precision_warnings(const Cluster& cluster, const Job& j
 std::vector<std::string> prediction_warnings(const Scenario& scenario) {
   auto out = precision_warnings(scenario.cluster, scenario.job);
   for (auto& n : stack_notes(scenario)) out.push_back(std::move(n));
+  return out;
+}
+
+std::vector<std::string> cluster_notices(const Cluster& cluster) {
+  std::vector<std::string> out;
+  for (const auto& n : cluster_notes(cluster)) out.push_back("note: " + n);
+  return out;
+}
+
+std::vector<std::string> scenario_notices(const Scenario& scenario) {
+  std::vector<std::string> out;
+  for (const auto& w : prediction_warnings(scenario)) out.push_back("warning: " + w);
+  for (auto& n : cluster_notices(scenario.cluster)) out.push_back(std::move(n));
   return out;
 }
 

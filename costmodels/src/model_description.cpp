@@ -126,6 +126,8 @@ Json scenario_description(const Scenario& s) {
   j["model_parameters"] = total_parameters(s.job.model);
   j["schedule"] = schedule::describe_schedule(s.job.implementation.framework);
   j["warnings"] = prediction_warnings(s);
+  // The text's notes too: the record is what `describe --json` and Python's describe() give.
+  j["notes"] = cluster_notes(s.cluster);
   return j;
 }
 

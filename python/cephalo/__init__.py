@@ -14,18 +14,24 @@ bytes `cephalo simulate --json` prints. Errors raise the classes of `cephalo.err
 
 Units are in the field names and in each docstring: times in seconds (`_s`), sizes in bytes
 (`_bytes`), throughput in samples/s or tokens/s, prices in dollars per hour.
+
+What the CLI prints on stderr beside its answer ("note: ..." / "warning: ...") is raised as a
+cephalo.CephaloWarning with the same text (warnings.catch_warnings or -W to see or silence it);
+what it prints in its record stays in the returned record ("warnings", "notes", "fits").
 """
 
+import functools as _functools
 import json as _json
 import os as _os
+import warnings as _warnings
 
 from . import _cephalo
-from .errors import (CephaloError, InfeasibleError, IoError, NotFoundError, RuntimeFailure,
-                     ValidationError)
+from .errors import (CephaloError, CephaloWarning, InfeasibleError, IoError, NotFoundError,
+                     RuntimeFailure, ValidationError)
 
 __all__ = [
     "__version__", "CephaloError", "ValidationError", "IoError", "NotFoundError", "InfeasibleError",
-    "RuntimeFailure", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
+    "RuntimeFailure", "CephaloWarning", "Scenario", "Plan", "Record", "load_scenario", "load_cluster", "load_job",
     "load_plan", "validate", "validate_files", "plan", "simulate", "sweep", "compare",
     "describe", "describe_model", "predict_layer", "predict_memory", "predict_collective",
     "predict_3d", "strategies", "compute_sources",
@@ -201,6 +207,34 @@ def _record(text):
     return Record(_json.loads(text))
 
 
+def _say(lines):
+    """Each line the CLI prints on stderr for the same call, as a CephaloWarning (blamed on
+    the caller of the public function, past its _noting_the_cache wrapper)."""
+    for line in lines:
+        _warnings.warn(line, CephaloWarning, stacklevel=4)
+
+
+_cache_note_said = False
+
+
+def _noting_the_cache(function):
+    """Says the start-up cache's note once per process, after the first public call that finds
+    an entry it ignored (a planted link, a corrupt file: the CLI prints it as the command
+    ends), whether that call returns or raises."""
+    @_functools.wraps(function)
+    def call(*args, **kwargs):
+        global _cache_note_said
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if not _cache_note_said:
+                note = _cephalo.start_up_cache_note()
+                if note:
+                    _cache_note_said = True
+                    _warnings.warn("note: " + note, CephaloWarning, stacklevel=2)
+    return call
+
+
 def load_scenario(source, base_dir=None):
     """A Scenario from a scenario file, or a dict (relative cluster/job files and hf_config
     paths resolve against base_dir, default the working directory). A dict may be a
@@ -352,6 +386,7 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     _switch("text", text)
     given = [name for name, value in keywords.items() if value is not None]
     s = _with_stack(load_scenario(scenario), stack)
+    _say(_cephalo.scenario_notices(s))
     out = _cephalo.plan_json(s, strategy or "optimal", compute_model, offload or "auto",
                              512 if max_micro_batch is None else max_micro_batch,
                              True if verify_with_simulator is None else verify_with_simulator,
@@ -382,9 +417,11 @@ def simulate(scenario, plan, ops=False, compute_model="auto", link_sharing=True,
     _word("compute_model", compute_model)
     _word("queue", queue)
     s = _with_stack(load_scenario(scenario), stack)
+    _say(_cephalo.scenario_notices(s))
     p, label = _plan_and_label(plan, s)
-    out, columns = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing, queue,
-                                          _path("trace", trace))
+    out, columns, notices = _cephalo.simulate_json(s, p, label, ops, compute_model, link_sharing,
+                                                   queue, _path("trace", trace))
+    _say(notices)
     if text:
         return out
     record = _record(out)
@@ -408,9 +445,11 @@ def compare(simulated, measured, scenario=None, plan=None, trace=None, step=None
     or N, default the median step) against the simulation, per class with scenario and plan."""
     s = load_scenario(scenario) if scenario is not None else None
     p, label = _plan_and_label(plan, s) if plan is not None else (None, "")
-    return _record(_cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
+    out, notices = _cephalo.compare_json(*_result_source(simulated), *_result_source(measured),
                                          s, p, label, _path("trace", trace),
-                                         "" if step is None else str(step)))
+                                         "" if step is None else str(step))
+    _say(notices)
+    return _record(out)
 
 
 def _with_stack(scenario, stack):
@@ -438,6 +477,7 @@ def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output
     if step is not None and trace is None:
         raise ValueError("step= needs trace=")
     s = load_scenario(scenario)
+    _say(_cephalo.scenario_notices(s))
     p, _ = _plan_and_label(plan, s)
     run_text, run_label, run_is_file = _result_source(run) if run is not None else ("", "", False)
     return _record(_cephalo.calibrate_stack_json(
@@ -510,6 +550,7 @@ def predict_3d(scenario, split, activation_checkpointing=None, dp_overlap="none"
     is `--stack`; backward_at_forward_rate=True for `--backward-at-forward-rate` (a
     diagnostic). A split that does not fit is returned (the CLI exits 3 after printing it)."""
     s = _with_stack(load_scenario(scenario), stack)
+    _say(_cephalo.scenario_notices(s))
     if activation_checkpointing == "":
         expected = _cephalo.checkpointing_words_text() + ", or None (a plan file's own)"
         raise ValidationError(
@@ -541,8 +582,17 @@ def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="a
     variant for uneven shares ("auto": the cheaper of "grouped" and "padded"), sweep a
     measured collective sweep to calibrate the links with."""
     s = load_scenario(scenario)
+    _say(_cephalo.cluster_notices(s))
     size = bytes if isinstance(bytes, str) else repr(bytes)
     return _record(_cephalo.collective_json(
         s, kind, size, None if ranks is None else list(ranks),
         None if shares is None else list(shares), uneven,
         _path("sweep", sweep)))
+
+
+# Every public function says the start-up cache's note (the CLI's main says it for every
+# command), so no entry point can skip it.
+for _name in __all__:
+    if callable(globals()[_name]) and not isinstance(globals()[_name], type):
+        globals()[_name] = _noting_the_cache(globals()[_name])
+del _name

@@ -37,3 +37,11 @@ class InfeasibleError(CephaloError):
 
 class RuntimeFailure(CephaloError, RuntimeError):
     """A failure of an external runtime (MPI, CUDA, NCCL) (exit code 4)."""
+
+
+class CephaloWarning(UserWarning):
+    """A note or warning the CLI prints on stderr beside its answer ("note: ..." or
+    "warning: ..."), raised through the warnings module with the same text: a start-up cache
+    entry that was there but ignored, a NIC bandwidth read as the node's total, a dtype priced
+    on a slower pipeline, a stack calibration's notes, a plan replayed rank by rank, a measured
+    run of another implementation."""

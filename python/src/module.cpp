@@ -12,6 +12,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -22,10 +24,12 @@
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
+#include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
+#include "cephalo/costmodels/scenario_notices.hpp"
 #include "cephalo/planner/input_files.hpp"
 #include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/stack_fit.hpp"
@@ -139,12 +143,12 @@ int positive_or_open(std::optional<int> value, const char* keyword, const char* 
 }
 
 // What `cephalo simulate --json [--ops]` prints, byte for byte, with the per-op columns of the
-// ops it lists (empty without ops); with a trace file, the Chrome/Perfetto trace `simulate
-// --trace` writes, through the same library calls.
-std::pair<std::string, Columns> simulate_json(const Scenario& given, const Plan& plan,
-                                              const std::string& plan_label, bool ops,
-                                              const std::string& compute_model, bool link_sharing,
-                                              const std::string& queue, const std::string& trace) {
+// ops it lists (empty without ops) and the notes it prints on stderr (sim::replay_notices); with
+// a trace file, the Chrome/Perfetto trace `simulate --trace` writes, through the same calls.
+std::tuple<std::string, Columns, std::vector<std::string>> simulate_json(
+    const Scenario& given, const Plan& plan, const std::string& plan_label, bool ops,
+    const std::string& compute_model, bool link_sharing, const std::string& queue,
+    const std::string& trace) {
   sim::SimOptions options;
   options.record_ops = ops;
   options.link_sharing = link_sharing;
@@ -159,7 +163,7 @@ std::pair<std::string, Columns> simulate_json(const Scenario& given, const Plan&
   if (!trace.empty()) sim::write_simulation_trace(run, scenario, trace);
   Columns columns;
   if (ops) columns = op_columns(*replay.graph, result.report.ops);
-  return {traces::render_json(result.report), std::move(columns)};
+  return {traces::render_json(result.report), std::move(columns), sim::replay_notices(run)};
 }
 
 // The per-op columns of a record's ops (a SimResult or a RunResult of `cephalo run`, whose op
@@ -183,15 +187,15 @@ traces::IterationReport report_from(const std::string& text, const std::string& 
   return traces::parse_iteration_report(r);
 }
 
-// `cephalo compare --json`; with `trace`, the merged timeline `compare --trace` writes. A
-// measured file that is a PyTorch profiler trace (traces::looks_like_trace, as the CLI tells)
-// is compared at its step `step` (`compare SIM TRACE --step`).
-std::string compare_json(const std::string& sim_text, const std::string& sim_label,
-                         bool sim_is_file, const std::string& run_text,
-                         const std::string& run_label, bool run_is_file,
-                         std::optional<Scenario> scenario, const std::optional<Plan>& plan,
-                         const std::string& plan_label, const std::string& trace,
-                         const std::string& step) {
+// `cephalo compare --json` and the warning it prints on stderr only (the implementation sides
+// differ; the record's own warnings are in it); with `trace`, the merged timeline `compare
+// --trace` writes. A measured file that is a PyTorch profiler trace (traces::looks_like_trace,
+// as the CLI tells) is compared at its step `step` (`compare SIM TRACE --step`).
+std::pair<std::string, std::vector<std::string>> compare_json(
+    const std::string& sim_text, const std::string& sim_label, bool sim_is_file,
+    const std::string& run_text, const std::string& run_label, bool run_is_file,
+    std::optional<Scenario> scenario, const std::optional<Plan>& plan,
+    const std::string& plan_label, const std::string& trace, const std::string& step) {
   if (scenario && plan) scenario = scenario_for_plan(*scenario, *plan, plan_label);
   auto sim = report_from(sim_text, sim_label, sim_is_file);
   if (run_is_file) {
@@ -203,7 +207,7 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
           sim, sim_label, traces::parse_kineto_trace(bytes, run_label), step,
           scenario ? &*scenario : nullptr, plan ? &*plan : nullptr, plan_label, "arguments",
           "scenario and plan");
-      return c.record.dump(2) + "\n";
+      return {c.record.dump(2) + "\n", {}};
     }
   }
   if (!step.empty())
@@ -220,7 +224,10 @@ std::string compare_json(const std::string& sim_text, const std::string& sim_lab
                          "simulated vs measured: " + sim_label + " / " + run_label, trace, "trace");
     record["trace"] = trace;
   }
-  return record.dump(2) + "\n";
+  std::vector<std::string> notices;
+  if (const std::string w = c.implementation_warning(); !w.empty())
+    notices.push_back("warning: " + w);
+  return {record.dump(2) + "\n", std::move(notices)};
 }
 
 std::string sweep_json(const std::string& spec_file, std::uint64_t max_mixes,
@@ -444,6 +451,13 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
   m.def(
       "validate_scenario", [](const Scenario& s) { (void)costmodels::make_cost_models(s, "auto"); },
       py::arg("scenario"), release());
+  // What the CLI prints on stderr beside its answer, for the module to raise as warnings
+  // (cephalo/__init__.py, _say): a scenario's notices, the network's alone, and the start-up
+  // cache's note (an entry that was there but ignored; the CLI prints it as it ends).
+  m.def("scenario_notices", [](const Scenario& s) { return costmodels::scenario_notices(s); });
+  m.def("cluster_notices",
+        [](const Scenario& s) { return costmodels::cluster_notices(s.cluster); });
+  m.def("start_up_cache_note", [] { return costmodels::start_up_cache_note(); });
   m.def("strategy_names", [] { return planner::strategy_names(); });
   m.def("compute_sources", [] { return costmodels::compute_sources(); });
   m.def("supported_hf_model_types", [] { return supported_hf_model_types(); });

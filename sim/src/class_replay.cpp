@@ -391,9 +391,14 @@ std::string render_replay_summary(const Simulation& run, const Scenario& scenari
       << ", " << result.report.events << " events in " << format_seconds(run.wall_s)
       << "; implementation " << to_string(scenario.job.implementation)
       << stack_label(scenario.job.implementation) << "\n";
-  if (!result.full_replay_reason.empty())
-    out << "note: every rank replayed (" << result.full_replay_reason << ")\n";
+  for (const auto& line : replay_notices(run)) out << line << "\n";
   return out.str();
+}
+
+std::vector<std::string> replay_notices(const Simulation& run) {
+  const std::string& why = run.replay.result.full_replay_reason;
+  if (why.empty()) return {};
+  return {"note: every rank replayed (" + why + ")"};
 }
 
 std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,

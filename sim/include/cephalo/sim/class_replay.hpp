@@ -121,6 +121,9 @@ bool write_simulation_trace(const Simulation& run, const Scenario& scenario,
 // alike ranks, or with `per_rank` per rank) and, with `ops`, a row per op (name, start, end).
 std::string render_replay_summary(const Simulation& run, const Scenario& scenario,
                                   const Plan& plan);
+// The summary's notes alone ("note: every rank replayed (why)" when a plan that has ranks to
+// replay by class could not be): what the Python module raises as warnings.
+std::vector<std::string> replay_notices(const Simulation& run);
 std::string render_simulation(const Simulation& run, const Scenario& scenario, const Plan& plan,
                               const std::string& plan_label, bool ops, bool per_rank = false);
 
