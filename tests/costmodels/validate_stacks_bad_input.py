@@ -43,6 +43,15 @@ def main():
     case("format", lambda d: d.update(format="published-throughput"),
          "format", "published-throughput", "published-stacks")
     case("not-json", lambda d: "{\"points\": [", "not a readable JSON file")
+    # What Python's json module takes and the project's reader refuses (scripts/check_json.py):
+    # before, true was 1 node, Infinity a measured throughput and the second of two keys won.
+    case("true-nodes", lambda d: d["points"][0].update(nodes=True),
+         "points[0].nodes", "True", "an integer from 1 to 4096")
+    case("infinite-throughput",
+         lambda d: d["points"][0]["measured"].update(tokens_per_s_per_gpu=float("inf")),
+         "not a readable JSON file", "Infinity", "finite number")
+    case("duplicate-key", lambda d: json.dumps(d).replace('"seq_len": ', '"seq_len": 1, "seq_len": ', 1),
+         "not a readable JSON file", 'key "seq_len" given twice')
     failed = 0
     for folder, path, says in cases:
         r = subprocess.run([sys.executable, script, "--cephalo", "/nonexistent/cephalo",

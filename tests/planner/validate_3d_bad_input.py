@@ -70,6 +70,14 @@ def main():
                                              wgrad_deferral_limit=-1)
     case("wgrad-deferral-limit", negative_limit, "$.points[2].parallelism.wgrad_deferral_limit",
          "-1", "integer >= 0")
+    # What Python's json module takes and the project's reader refuses (scripts/check_json.py):
+    # before, Infinity was a measured time > 0 and the second of a key given twice won.
+    case("infinite-time", lambda d: d["points"][4]["measured"].update(iteration_s=float("inf")),
+         "not a readable JSON file", "Infinity", "finite number")
+    case("nan-time", lambda d: d["points"][4]["measured"].update(iteration_s=float("nan")),
+         "not a readable JSON file", "NaN")
+    case("duplicate-key", lambda d: json.dumps(d).replace('"tp": ', '"tp": 1, "tp": ', 1),
+         "not a readable JSON file", 'key "tp" given twice')
     case("no-points", lambda d: d.update(points=[]), "$.points", "non-empty list")
     case("not-json", lambda d: "{\"points\": [", "not a readable JSON file")
     failed = 0
