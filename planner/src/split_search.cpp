@@ -14,6 +14,7 @@
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/units.hpp"
+#include "cephalo/planner/planner_options.hpp"
 #include "split_search_impl.hpp"
 
 namespace cephalo::planner {
@@ -418,6 +419,38 @@ void Search::stop_at_ceiling() {
   throw SplitCeilingReached(why.str());
 }
 
+std::string Search::no_layout_message() const {
+  // Which dimensions were fixed, spelt as the caller gave them (a flag or a keyword).
+  const std::string& source = options_.options_source;
+  std::vector<std::string> fixed;
+  const auto given = [&](const char* name, const std::string& value) {
+    fixed.push_back(spell_option(source, name) + (value.empty() ? "" : " " + value));
+  };
+  if (options_.tensor_parallel) given("tensor_parallel", std::to_string(*options_.tensor_parallel));
+  if (options_.pipeline_stages) given("pipeline_stages", std::to_string(*options_.pipeline_stages));
+  if (options_.micro_batches) given("micro_batches", std::to_string(*options_.micro_batches));
+  if (options_.schedule) given("pipeline_schedule", pipeline::to_string(*options_.schedule));
+  if (options_.sequence_parallel && *options_.sequence_parallel) given("sequence_parallel", "");
+  if (options_.sharding) given("sharding", to_string(*options_.sharding));
+  std::string text = "no 3D split of " + std::to_string(scenario_.cluster.num_ranks()) +
+                     " ranks satisfies the fixed dimensions";
+  if (!fixed.empty()) {
+    text += " (";
+    for (std::size_t i = 0; i < fixed.size(); ++i) text += (i ? ", " : "") + fixed[i];
+    text += ")";
+  }
+  // The layouts the search has (split_search_layouts.cpp): what a fixed stage count must match.
+  std::string types;
+  for (std::size_t t = 0; t < blocks_.size(); ++t)
+    types +=
+        (t ? ", " : "") + blocks_[t].spec->name + " x" + std::to_string(blocks_[t].ranks.size());
+  return text + " and the divisibility rules: its stages are runs of whole consecutive nodes (" +
+         std::to_string(scenario_.cluster.nodes.size()) +
+         " node(s) here) or of one GPU type each, a type's ranks cut into equal stages (" +
+         std::to_string(blocks_.size()) + " type(s) here: " + types +
+         "), each stage's tensor-parallel groups within a node and one GPU type";
+}
+
 SplitSearchResult Search::run() {
   check_fixed_dimensions(scenario_, options_);
   const Job& job = scenario_.job;
@@ -448,9 +481,7 @@ SplitSearchResult Search::run() {
   stop_at_ceiling();
 
   if (fitting_.empty()) {
-    if (closest_.empty())
-      throw InfeasibleError("no 3D split of " + std::to_string(scenario_.cluster.num_ranks()) +
-                            " ranks satisfies the fixed dimensions and the divisibility rules");
+    if (closest_.empty()) throw InfeasibleError(no_layout_message());
     throw InfeasibleError("no 3D split fits in memory; the tightest: " + closest_);
   }
   const Candidate* winner = nullptr;

@@ -149,6 +149,9 @@ class Search {
   // ceiling is possible, the search runs on as without one, and the climbs it did ahead are
   // kept with their candidates (Candidate::climb), not done again.
   void stop_at_ceiling();
+  // The refusal when no layout of the search meets the fixed dimensions: the dimensions given
+  // and the layouts the search has (node runs, type blocks) with this cluster's counts.
+  std::string no_layout_message() const;
   // Climbs c ahead of its turn: the search's counters, best so far and closest refusal are
   // left as they were, the climb's own kept in c.climb (refine applies them).
   void climb_ahead(Candidate& c);

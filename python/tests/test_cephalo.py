@@ -518,6 +518,13 @@ def test_a_stages_tensor_parallel_degree_is_blamed_before_the_samples_it_regroup
         assert info.value.value == "1" and info.value.expected.startswith("2, as 2 of the 3")
 
 
+def test_a_stage_count_no_layout_has_names_the_keyword_and_the_layouts():
+    # Before: "no 3D split of 4 ranks satisfies the fixed dimensions and the divisibility rules".
+    with pytest.raises(cephalo.InfeasibleError) as info:
+        cephalo.plan(DEFAULT, parallelism="3d", pipeline_stages=2)
+    assert "(pipeline_stages 2)" in str(info.value) and "3 type(s) here" in str(info.value)
+
+
 @pytest.mark.parametrize("call, keyword", [
     (lambda: cephalo.plan(DEFAULT, strategy="even", use_all="no"), "use_all"),
     (lambda: cephalo.plan(DEFAULT, parallelism="3d", sequence_parallel="false"),

@@ -119,3 +119,20 @@ TEST_F(HostileRoundSeven, TheNetworksNotesReachEveryCommandThatPricesTheNetwork)
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("\"notes\": []"), std::string::npos) << o.output;
 }
+
+TEST_F(HostileRoundSeven, AStageCountNoLayoutHasNamesTheFlagAndTheLayouts) {
+  // The default scenario is one node of three GPU types (2 L4, an RTX A6000, a P40): the search's
+  // stages are runs of whole nodes (1 stage) or of one type each (3 or more), so 2 stages is no
+  // layout it has. Before: "no 3D split of 4 ranks satisfies the fixed dimensions and the
+  // divisibility rules", naming neither the flag nor why.
+  const std::string def = kRoot + "/scenarios/default.json";
+  expect_cases({
+      {"plan --scenario " + def + " --parallelism 3d --pipeline-stages 2",
+       3,
+       {"(--pipeline-stages 2)", "runs of whole consecutive nodes (1 node(s) here)",
+        "3 type(s) here: ", "L4 x2"}},
+      {"plan --scenario " + def + " --parallelism 3d --pipeline-stages 2 --tensor-parallel 1",
+       3,
+       {"(--tensor-parallel 1, --pipeline-stages 2)"}},
+  });
+}
