@@ -175,9 +175,10 @@ TEST(ModelSplitCheck, TensorParallelMustDivideTheHeadsAndStayInANode) {
   // A per-stage degree that does not divide the heads names the stage's key.
   ModelSplit u = two_stages();
   u.stages[1].tensor_parallel = 3;
-  // With 24 heads 3 divides them, but not the stage's 4 ranks.
+  // With 24 heads 3 divides them, but not the stage's 4 ranks, which the split's degree 2
+  // does: the stage's own key is the first cause, not its rank list.
   expect_check_refusal(u, context(24, 24),
-                       {"model_split.stages[1].ranks", "4 ranks with tensor_parallel 3"});
+                       {"model_split.stages[1].tensor_parallel", "4 ranks with tensor_parallel 3"});
   expect_check_refusal(u, context(24, 16), {"model_split.stages[1].tensor_parallel", "16 / 3"});
   // The same split with divisible numbers passes.
   EXPECT_NO_THROW(check_model_split(two_stages(), context()));
