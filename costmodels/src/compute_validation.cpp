@@ -17,25 +17,34 @@ using detail::median;
 
 namespace {
 
-// Mean absolute percentage error of `predict` over a row's points (forward and backward
-// separately; forward+backward together for rows published only as a sum).
+// A row's errors under `predict`: the mean absolute percentage error over its points (forward
+// and backward separately; forward+backward together for rows published only as a sum), and
+// the mean signed error of each phase (the sum's for those rows).
+struct RowErrors {
+  double ape = 0, forward = 0, backward = 0;
+};
 template <typename Predict>
-double row_ape(const LayerProfile& row, Predict predict, bool whole_stack) {
+RowErrors row_errors(const LayerProfile& row, Predict predict, bool whole_stack) {
   const ModelSpec model = profiled_spec(row);
   const DeviceSpec& gpu = GpuCatalog::builtin().get(row.gpu);
-  std::vector<double> errs;
+  std::vector<double> errs, fwd, bwd;
   for (const auto& p : row_points(row, whole_stack)) {
     double f = predict(gpu, model, row.seq, row.dtype, p.micro_batch, false);
     double b = predict(gpu, model, row.seq, row.dtype, p.micro_batch, true);
     if (row.shape == ProfileShape::Combined || row.shape == ProfileShape::CombinedSlope) {
       double actual = p.forward_ms + p.backward_ms;
-      errs.push_back(std::abs(f + b - actual) / actual);
+      const double e = (f + b - actual) / actual;
+      errs.push_back(std::abs(e));
+      fwd.push_back(e);
+      bwd.push_back(e);
     } else {
-      errs.push_back(std::abs(f - p.forward_ms) / p.forward_ms);
-      errs.push_back(std::abs(b - p.backward_ms) / p.backward_ms);
+      fwd.push_back((f - p.forward_ms) / p.forward_ms);
+      bwd.push_back((b - p.backward_ms) / p.backward_ms);
+      errs.push_back(std::abs(fwd.back()));
+      errs.push_back(std::abs(bwd.back()));
     }
   }
-  return 100 * mean(errs);
+  return {100 * mean(errs), 100 * mean(fwd), 100 * mean(bwd)};
 }
 
 GroupError summarize(const std::string& name, const std::vector<double>& apes) {
@@ -61,8 +70,8 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
   // Leave one GPU out: θ pooled over the other GPUs, applied from the held-out GPU's specs.
   std::vector<double> all_logo, gpu_means;
   // A row's error under a model fitted without it (the protocols differ only in what is left out).
-  auto held_out_ape = [&](const CalibratedComputeModel& fitted, const LayerProfile& r) {
-    return row_ape(
+  auto held_out = [&](const CalibratedComputeModel& fitted, const LayerProfile& r) {
+    return row_errors(
         r,
         [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
           return fitted.layer_ms(d, m, s, dt, mb, bwd, r.implementation);
@@ -76,10 +85,11 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
                    std::vector<double>& all, std::vector<RowError>* record) {
     for (const auto* r : rows) {
       if (!held(*r)) continue;
-      const double e = held_out_ape(fitted, *r);
-      apes.push_back(e);
-      all.push_back(e);
-      if (record) record->push_back({r->model, r->gpu, r->seq, r->dtype, e});
+      const RowErrors e = held_out(fitted, *r);
+      apes.push_back(e.ape);
+      all.push_back(e.ape);
+      if (record)
+        record->push_back({r->model, r->gpu, r->seq, r->dtype, e.ape, e.forward, e.backward});
     }
   };
   for (const auto& gpu : gpus) {
@@ -154,7 +164,7 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
       auto model = CalibratedComputeModel::fit(tables, o);
       for (const auto* r : rows) {
         if (r->model != held) continue;
-        double e = held_out_ape(*model, *r);
+        double e = held_out(*model, *r).ape;
         per_gpu[r->gpu].push_back(e);
         all.push_back(e);
       }
@@ -171,22 +181,62 @@ ValidationReport validate_compute_models(const ProfileTables& tables,
   RooflineComputeModel roofline;
   std::vector<double> roof;
   for (const auto* r : rows)
-    roof.push_back(row_ape(
-        *r,
-        [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
-          Job job;
-          job.model = m;
-          job.sequence_length = s;
-          job.precision.compute = dt;
-          job.implementation = r->implementation;
-          return 1e3 *
-                 roofline
-                     .unit_time(d, job, 1, bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)
-                     .seconds;
-        },
-        base.whole_stack_test_model));
+    roof.push_back(
+        row_errors(
+            *r,
+            [&](const DeviceSpec& d, const ModelSpec& m, int s, Dtype dt, int mb, bool bwd) {
+              Job job;
+              job.model = m;
+              job.sequence_length = s;
+              job.precision.compute = dt;
+              job.implementation = r->implementation;
+              return 1e3 * roofline
+                               .unit_time(d, job, 1,
+                                          bwd ? ComputePhase::Backward : ComputePhase::Forward, mb)
+                               .seconds;
+            },
+            base.whole_stack_test_model)
+            .ape);
   rep.roofline_overall = mean(roof);
   return rep;
+}
+
+DtypeClassError by_dtype_class(const std::vector<RowError>& rows, bool fp32) {
+  std::map<std::string, std::vector<const RowError*>> per_gpu;
+  std::vector<double> all;
+  for (const auto& r : rows)
+    if ((r.dtype == Dtype::FP32) == fp32) {
+      per_gpu[r.gpu].push_back(&r);
+      all.push_back(r.ape);
+    }
+  DtypeClassError out;
+  std::vector<double> mapes;
+  for (const auto& [gpu, members] : per_gpu) {
+    DtypeClassGpuError g;
+    g.gpu = gpu;
+    g.rows = static_cast<int>(members.size());
+    std::vector<double> apes, fwd, bwd;
+    const RowError* worst = nullptr;
+    for (const RowError* r : members) {
+      apes.push_back(r->ape);
+      fwd.push_back(r->forward_error);
+      bwd.push_back(r->backward_error);
+      if (!worst || r->ape > worst->ape) worst = r;
+    }
+    g.mape = mean(apes);
+    g.forward_bias = median(fwd);
+    g.backward_bias = median(bwd);
+    g.worst = worst->model + " s" + std::to_string(worst->seq);
+    g.worst_ape = worst->ape;
+    g.worst_forward = worst->forward_error;
+    g.worst_backward = worst->backward_error;
+    mapes.push_back(g.mape);
+    out.per_gpu.push_back(std::move(g));
+  }
+  out.median_over_gpus = median(mapes);
+  out.overall = mean(all);
+  out.rows = static_cast<int>(all.size());
+  return out;
 }
 
 namespace {
@@ -210,7 +260,9 @@ Json to_json(const ValidationReport& rep) {
                     {"gpu", r.gpu},
                     {"seq", r.seq},
                     {"dtype", to_string(r.dtype)},
-                    {"ape_pct", r.ape}});
+                    {"ape_pct", r.ape},
+                    {"forward_error_pct", r.forward_error},
+                    {"backward_error_pct", r.backward_error}});
   Json inconsistent = Json::array();
   for (const auto& i : rep.inconsistent)
     inconsistent.push_back({{"model", i.row->file_model},

@@ -216,6 +216,10 @@ struct RowError {
   int seq = 0;
   Dtype dtype = Dtype::FP16;
   double ape = 0;  // mean absolute percentage error over the row's points (fwd and bwd)
+  // Mean signed error over the row's points, % of measured (predicted − measured; > 0: the
+  // prediction is too slow). A row published as forward + backward together gives its sum's
+  // error in both.
+  double forward_error = 0, backward_error = 0;
 };
 struct GroupError {
   std::string name;  // GPU
@@ -240,6 +244,23 @@ struct ValidationReport {
 };
 ValidationReport validate_compute_models(const ProfileTables& tables,
                                          const CalibrationOptions& base = {});
+// One protocol's rows of one dtype class (fp32, or fp16/bf16) on one GPU: what the per-layer
+// targets are stated over, and which way and where that GPU's held-out rows are off.
+struct DtypeClassGpuError {
+  std::string gpu;
+  int rows = 0;
+  double mape = 0;                             // mean of the rows' APE
+  double forward_bias = 0, backward_bias = 0;  // median of the rows' signed errors, %
+  std::string worst;                           // "model s<seq>" of the row with the largest APE
+  double worst_ape = 0, worst_forward = 0, worst_backward = 0;
+};
+struct DtypeClassError {
+  std::vector<DtypeClassGpuError> per_gpu;  // GPUs with rows of the class, by name
+  double median_over_gpus = 0;              // median of the per-GPU MAPE
+  double overall = 0;                       // MAPE over all the class's rows
+  int rows = 0;
+};
+DtypeClassError by_dtype_class(const std::vector<RowError>& rows, bool fp32);
 // The report as `cephalo profile validate` prints it: its record (--json) and its text.
 Json to_json(const ValidationReport& report);
 std::string render_validation(const ValidationReport& report);
