@@ -34,9 +34,18 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     double state = 0, per_sample = 0;
     std::vector<double> working;  // [m] fixed + w(m), index 0 unused
   };
+  // Ranks are read by slot kind (RankDevice::slot_kind): what depends on the slot alone is read
+  // from the first rank of each kind (each rank's own slot is one of 100k places at 100k ranks,
+  // and this problem is built a dozen times per planning call).
+  std::vector<const RankDevice*> first_of_kind;
+  for (const auto& d : sm.devices) {
+    const auto k = static_cast<std::size_t>(d.slot_kind);
+    if (k >= first_of_kind.size()) first_of_kind.resize(k + 1, nullptr);
+    if (!first_of_kind[k]) first_of_kind[k] = &d;
+  }
   double largest_usable = 0;
-  for (const auto& d : sm.devices)
-    largest_usable = std::max(largest_usable, plannable_bytes(d.slot->spec));
+  for (const RankDevice* d : first_of_kind)
+    if (d) largest_usable = std::max(largest_usable, plannable_bytes(d->slot->spec));
   const int limit = std::max(1, std::min({max_micro_batch, B - (n - 1)}));
   auto shape_of = [&](bool gpu_runtime) {
     auto inputs = [&](double share, std::vector<int> sizes) {
@@ -61,8 +70,9 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
     return sh;
   };
   std::map<bool, Shape> shapes;
-  for (const auto& d : sm.devices) {
-    const bool gpu = costmodels::runs_gpu_runtime(d.slot->spec);
+  for (const RankDevice* d : first_of_kind) {
+    if (!d) continue;
+    const bool gpu = costmodels::runs_gpu_runtime(d->slot->spec);
     if (!shapes.count(gpu)) shapes.emplace(gpu, shape_of(gpu));
   }
   // S is one number for the solver: the state's bytes differ between the runtimes only by the
@@ -133,6 +143,11 @@ OptimalProblem build_optimal_problem(const Scenario& s, const costmodels::CostMo
   // nothing else, and a 100k-GPU cluster then holds a few of them, not 100k.
   std::map<std::pair<std::string, double>, int> class_of;
   for (const auto& d : sm.devices) {
+    // A rank on a slot equal to the previous rank's is in its class (no key, no lookup).
+    if (d.rank > 0 && sm.devices[static_cast<std::size_t>(d.rank - 1)].slot_kind == d.slot_kind) {
+      p.rank_class.push_back(p.rank_class.back());
+      continue;
+    }
     const auto key = std::make_pair(d.slot->spec.name, d.slot->slowdown);
     auto [it, fresh] = class_of.emplace(key, static_cast<int>(p.ranks.size()));
     p.rank_class.push_back(it->second);

@@ -157,7 +157,14 @@ int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch) {
   // The answer depends only on (usable bytes, runtime, batch, share): a 100k-GPU plan has a
   // handful of such.
   std::map<std::tuple<double, bool, int, double>, bool> fits;
+  const PlanRank* before = nullptr;
   for (const auto& r : plan.ranks) {
+    // A rank on a slot equal to the previous rank's, with its batch and share, fits as it did
+    // (the previous rank fitted, or it would have been returned).
+    const bool as_before = before && devices[r.rank].slot_kind == devices[before->rank].slot_kind &&
+                           r.batch == before->batch && r.state_share == before->state_share;
+    before = &r;
+    if (as_before) continue;
     const auto& spec = devices[r.rank].slot->spec;
     const double usable = plannable_bytes(spec);
     auto [it, fresh] = fits.emplace(
@@ -364,7 +371,18 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
     // type with the same batch are evaluated once (a 100k-GPU plan has a handful of such).
     std::map<std::tuple<double, bool, int>, int> fitting;
     const PlanRank* failed = nullptr;
+    const PlanRank* before = nullptr;
     for (auto& r : trial.ranks) {
+      // A rank on a slot equal to the previous rank's, with its batch, takes its micro-batch
+      // (which fitted, or the loop would have stopped there).
+      if (before && devices[r.rank].slot_kind == devices[before->rank].slot_kind &&
+          r.batch == before->batch) {
+        r.micro_batch = before->micro_batch;
+        r.micro_batches = before->micro_batches;
+        before = &r;
+        continue;
+      }
+      before = &r;
       const auto& spec = devices[r.rank].slot->spec;
       const double usable = plannable_bytes(spec);
       auto [it, fresh] =

@@ -42,6 +42,8 @@ SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
   out.iteration_s = result.report.iteration_time_s;
   out.samples_per_s = result.report.samples_per_s;
   out.oom = result.report.oom;
+  out.peak_bytes.reserve(result.report.ranks.size());
+  out.capacity_bytes.reserve(result.report.ranks.size());
   for (const auto& r : result.report.ranks) {
     out.peak_bytes.push_back(r.peak_memory_bytes);
     out.capacity_bytes.push_back(r.capacity_bytes);

@@ -108,6 +108,21 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
     if (it == memo.end()) it = memo.emplace(key, memory_at(s, plan, pr, spec, share)).first;
     return it->second;
   };
+  // What the loop reads of a device, once per slot kind (RankDevice::slot_kind): each rank's
+  // own slot is one of 100k places at 100k ranks, read a dozen times over.
+  struct SlotFacts {
+    bool known = false, gpu = false;
+    double plannable = 0;
+  };
+  std::vector<SlotFacts> slot_facts;
+  auto facts_of = [&](const RankDevice& d) -> const SlotFacts& {
+    const auto k = static_cast<std::size_t>(d.slot_kind);
+    if (k >= slot_facts.size()) slot_facts.resize(k + 1);
+    SlotFacts& f = slot_facts[k];
+    if (!f.known)
+      f = {true, costmodels::runs_gpu_runtime(d.slot->spec), plannable_bytes(d.slot->spec)};
+    return f;
+  };
   struct Last {
     bool known = false, gpu = false;
     int batch = 0, micro_batch = 0, micro_batches = 0;
@@ -123,11 +138,12 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
       double total_free = 0, state = 0;
       for (int r : group) {
         const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
-        const DeviceSpec& spec = devices[static_cast<std::size_t>(r)].slot->spec;
+        const RankDevice& d = devices[static_cast<std::size_t>(r)];
+        const SlotFacts& facts = facts_of(d);
         // Alike ranks come in runs (a group is mostly one kind of rank): the previous rank's
         // memory is taken before the memo is asked (two map lookups per rank, at 100k ranks and
         // a dozen groupings for each strategy's plan).
-        const bool gpu = costmodels::runs_gpu_runtime(spec);
+        const bool gpu = facts.gpu;
         if (!last.known || gpu != last.gpu || pr.batch != last.batch ||
             pr.micro_batch != last.micro_batch || pr.micro_batches != last.micro_batches)
           last = {true,
@@ -135,11 +151,11 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
                   pr.batch,
                   pr.micro_batch,
                   pr.micro_batches,
-                  memory_of(pr, spec, 0.0),
-                  memory_of(pr, spec, 1.0)};
+                  memory_of(pr, d.slot->spec, 0.0),
+                  memory_of(pr, d.slot->spec, 1.0)};
         const double m0 = last.empty;
         state = std::max(state, last.full - m0);
-        free_bytes.push_back(std::max(0.0, plannable_bytes(spec) - m0));
+        free_bytes.push_back(std::max(0.0, facts.plannable - m0));
         total_free += free_bytes.back();
       }
       if (total_free >= state && total_free > 0) {

@@ -24,12 +24,11 @@ namespace {
 // Class of every rank from what its own replay depends on besides the collectives: device
 // (spec, slowdown), node link kind, plan row and slice sizes in every unit. The exact form: the
 // slice sizes in the key.
-std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
-                                          const Scenario& scenario, const Plan& plan,
+std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph, const Plan& plan,
                                           const std::vector<RankDevice>& devices) {
   const int units = graph.num_units();
-  using Key =
-      std::tuple<std::string, double, std::string, int, int, int, std::vector<std::int64_t>>;
+  // The device by its kind (RankDevice::device_kind: spec name, slowdown, node link kind).
+  using Key = std::tuple<int, int, int, int, std::vector<std::int64_t>>;
   std::map<Key, int> ids;
   std::vector<int> out(devices.size());
   std::vector<std::int64_t> counts(static_cast<std::size_t>(units));
@@ -38,14 +37,7 @@ std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
     const auto& row = plan.ranks[r];
     for (int u = 0; u < units; ++u)
       counts[static_cast<std::size_t>(u)] = graph.slice(u, static_cast<int>(r)).count;
-    const auto& node = scenario.cluster.nodes[static_cast<std::size_t>(d.node)];
-    Key key{d.slot->spec.name,
-            d.slot->slowdown,
-            node.intra_link.kind,
-            row.batch,
-            row.micro_batch,
-            row.micro_batches,
-            counts};
+    Key key{d.device_kind, row.batch, row.micro_batch, row.micro_batches, counts};
     out[r] = ids.emplace(std::move(key), static_cast<int>(ids.size())).first->second;
   }
   return out;
@@ -57,8 +49,8 @@ std::vector<int> exact_device_row_classes(const traces::ShardLayout& graph,
 // unit), the hash stands in for them in the key, and every rank's slices are then checked
 // against its class's first rank, unit by unit. A collision (two slice lists, one hash) fails
 // the check and the exact form decides.
-std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scenario& scenario,
-                                    const Plan& plan, const std::vector<RankDevice>& devices) {
+std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Plan& plan,
+                                    const std::vector<RankDevice>& devices) {
   const std::size_t n = devices.size();
   // Units of one element count are cut alike for every rank (a layout's bounds follow from the
   // count and the shares alone): one unit of each count tells the ranks apart as well as all
@@ -77,19 +69,18 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
       x *= 0xff51afd7ed558ccdULL;  // a multiply-xorshift round per unit (murmur3's finaliser)
       hash[r] = x ^ (x >> 33);
     }
-  using Key = std::tuple<std::string, double, std::string, int, int, int, std::uint64_t>;
+  // The device by its kind (RankDevice::device_kind: spec name, slowdown, node link kind), read
+  // from the rank table: comparing the names and link kinds themselves read every rank's own
+  // slot and node (at 100k ranks, string copies and compares were a third of this function).
+  using Key = std::tuple<int, int, int, int, std::uint64_t>;
   std::map<Key, int> ids;
   std::vector<int> out(n), first_rank;
   // Ranks come in long runs of alike ones (a node's GPUs, a fleet's nodes): a rank whose key
   // equals the previous rank's joins its class without a map lookup (at 100k ranks that lookup
   // was most of this function's time).
   const auto key_of = [&](std::size_t r) {
-    const auto& d = devices[r];
     const auto& row = plan.ranks[r];
-    const auto& node = scenario.cluster.nodes[static_cast<std::size_t>(d.node)];
-    return Key{
-        d.slot->spec.name, d.slot->slowdown, node.intra_link.kind, row.batch, row.micro_batch,
-        row.micro_batches, hash[r]};
+    return Key{devices[r].device_kind, row.batch, row.micro_batch, row.micro_batches, hash[r]};
   };
   Key previous;
   for (std::size_t r = 0; r < n; ++r) {
@@ -107,7 +98,7 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Scen
     for (std::size_t r = 0; r < n; ++r)
       if (graph.slice(u, static_cast<int>(r)).count !=
           graph.slice(u, first_rank[static_cast<std::size_t>(out[r])]).count)
-        return exact_device_row_classes(graph, scenario, plan, devices);
+        return exact_device_row_classes(graph, plan, devices);
   return out;
 }
 
@@ -165,7 +156,7 @@ RankClasses rank_classes(const traces::ShardLayout& layout, const Scenario& scen
                          const Plan& plan) {
   const auto& devices = scenario.cluster.ranks();
   const int ranks = static_cast<int>(devices.size());
-  const std::vector<int> base = device_row_classes(layout, scenario, plan, devices);
+  const std::vector<int> base = device_row_classes(layout, plan, devices);
   // Hybrid sharding. A group's collectives start when its last member arrives and are priced
   // over its whole membership, so every member of a group sees the same collective times; two
   // members with the same base class (device, row, slices in every unit: all a rank's own ops

@@ -447,17 +447,33 @@ SimResult Replay::run() {
   peak_.resize(ranks);
   capacity_.resize(ranks);
   dynamic_scale_.resize(ranks);
+  // What a rank's memory reads of its device, once per slot kind (RankDevice::slot_kind): each
+  // rank's own slot is one of 100k places at 100k ranks.
+  struct SlotMemory {
+    bool known = false;
+    double reserve = 0, dynamic_scale = 1, capacity = 0;
+  };
+  std::vector<SlotMemory> slot_memory;
   for (int r = 0; r < ranks; ++r) {
-    const bool gpu_runtime = costmodels::runs_gpu_runtime(devices_[r].slot->spec);
-    const double reserve = opt_.reserve_bytes >= 0
-                               ? opt_.reserve_bytes
-                               : costmodels::runtime_reserve_bytes(gpu_runtime, ranks, constants);
-    dynamic_scale_[r] = 1.0 + (opt_.fragmentation >= 0
-                                   ? opt_.fragmentation
-                                   : costmodels::allocator_slack_fraction(gpu_runtime, constants));
-    mem_[r] = g_.static_bytes(r) + reserve;
+    const auto kind = static_cast<std::size_t>(devices_[r].slot_kind);
+    if (kind >= slot_memory.size()) slot_memory.resize(kind + 1);
+    SlotMemory& sm = slot_memory[kind];
+    if (!sm.known) {
+      const DeviceSpec& spec = devices_[r].slot->spec;
+      const bool gpu_runtime = costmodels::runs_gpu_runtime(spec);
+      sm.known = true;
+      sm.reserve = opt_.reserve_bytes >= 0
+                       ? opt_.reserve_bytes
+                       : costmodels::runtime_reserve_bytes(gpu_runtime, ranks, constants);
+      sm.dynamic_scale = 1.0 + (opt_.fragmentation >= 0
+                                    ? opt_.fragmentation
+                                    : costmodels::allocator_slack_fraction(gpu_runtime, constants));
+      sm.capacity = traces::usable_capacity_bytes(spec, opt_.usable_fraction);
+    }
+    dynamic_scale_[r] = sm.dynamic_scale;
+    mem_[r] = g_.static_bytes(r) + sm.reserve;
     peak_[r] = mem_[r];
-    capacity_[r] = traces::usable_capacity_bytes(devices_[r].slot->spec, opt_.usable_fraction);
+    capacity_[r] = sm.capacity;
     if (!oom_ && mem_[r] > capacity_[r]) {
       oom_ = true;
       oom_detail_ = {r, -1, "sharded training state", mem_[r], capacity_[r], mem_[r]};

@@ -2,11 +2,16 @@
 // NodeList: read-only access, every change through its mutators, each dropping the table).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
 
 namespace cephalo {
@@ -169,6 +174,130 @@ TEST(RankTable, ConcurrentFirstQueriesAgree) {
   for (auto& t : threads) t.join();
   for (const auto* s : seen) EXPECT_EQ(s, seen.front());
   expect_numbered(c);
+}
+
+// A random cluster whose slots differ, when they do, in one field at a time: the type as
+// written (an alias), the spec's name, a spec number, the slowdown, the threads; nodes of two
+// link kinds. Alike slots sit on different nodes (each node its own copy), and in runs.
+Cluster random_alike_cluster(std::mt19937& rng) {
+  std::vector<DeviceSlot> pool;
+  for (int i = 0; i < 6; ++i) {
+    DeviceSlot slot;
+    slot.type = "H100";
+    slot.spec.name = "H100-SXM";
+    slot.spec.memory_bytes = 80e9;
+    slot.spec.peak_bf16 = 989e12;
+    switch (i) {
+      case 1:
+        slot.type = "H100-SXM";
+        break;  // the same device, named otherwise
+      case 2:
+        slot.spec.peak_bf16 = 900e12;
+        break;  // an inline spec of the same name
+      case 3:
+        slot.slowdown = 2.0;
+        break;  // emulated
+      case 4:
+        slot.threads = 4;
+        break;  // a CPU device's threads
+      case 5:
+        slot.spec.name = slot.type = "A100";
+        break;
+      default:
+        break;
+    }
+    pool.push_back(slot);
+  }
+  Cluster c;
+  const int nodes = std::uniform_int_distribution<int>(1, 12)(rng);
+  for (int n = 0; n < nodes; ++n) {
+    Node node;
+    node.name = "n" + std::to_string(n);
+    node.intra_link.kind = rng() % 3 == 0 ? "pcie" : "nvlink";
+    const int devices = std::uniform_int_distribution<int>(1, 6)(rng);
+    const std::size_t run = rng() % pool.size();
+    for (int d = 0; d < devices; ++d)
+      node.devices.push_back(pool[rng() % 4 == 0 ? rng() % pool.size() : run]);
+    c.nodes.push_back(std::move(node));
+  }
+  return c;
+}
+
+// The kinds are numbered by first rank, and two ranks share one exactly when what the kind
+// stands for is equal: every slot field for slot_kind; spec name, slowdown and the node's
+// link kind for device_kind (compared here rank pair by rank pair, the strings themselves).
+TEST(RankTable, KindsJoinExactlyTheAlikeRanks) {
+  std::mt19937 rng(20261207);
+  for (int trial = 0; trial < 300; ++trial) {
+    const Cluster c = random_alike_cluster(rng);
+    const auto& ranks = c.ranks();
+    int next_slot = 0, next_device = 0;
+    for (const RankDevice& d : ranks) {
+      ASSERT_LE(d.slot_kind, next_slot);
+      ASSERT_LE(d.device_kind, next_device);
+      next_slot = std::max(next_slot, d.slot_kind + 1);
+      next_device = std::max(next_device, d.device_kind + 1);
+    }
+    for (const RankDevice& a : ranks)
+      for (const RankDevice& b : ranks) {
+        const DeviceSlot& x = *a.slot;
+        const DeviceSlot& y = *b.slot;
+        const bool same_slot = x.type == y.type && x.slowdown == y.slowdown &&
+                               x.threads == y.threads && x.spec.name == y.spec.name &&
+                               x.spec.peak_bf16 == y.spec.peak_bf16 &&
+                               x.spec.memory_bytes == y.spec.memory_bytes;
+        ASSERT_EQ(a.slot_kind == b.slot_kind, same_slot) << "ranks " << a.rank << ", " << b.rank;
+        const bool same_device = x.spec.name == y.spec.name && x.slowdown == y.slowdown &&
+                                 c.nodes[static_cast<std::size_t>(a.node)].intra_link.kind ==
+                                     c.nodes[static_cast<std::size_t>(b.node)].intra_link.kind;
+        ASSERT_EQ(a.device_kind == b.device_kind, same_device)
+            << "ranks " << a.rank << ", " << b.rank;
+      }
+  }
+}
+
+TEST(RankTable, KindsFollowAChangedSlot) {
+  Cluster c;
+  c.nodes = {node_of("a", {"x", "x"}), node_of("b", {"x"})};
+  EXPECT_EQ(c.ranks()[2].slot_kind, 0);
+  c.nodes.edit([](std::vector<Node>& n) { n[1].devices[0].slowdown = 3.0; });
+  EXPECT_EQ(c.ranks()[1].slot_kind, 0);
+  EXPECT_EQ(c.ranks()[2].slot_kind, 1);
+  EXPECT_EQ(c.ranks()[2].device_kind, 1);
+}
+
+// The plan bound's classes by kind count what classes by the device's strings count: the
+// passes of one rank of every distinct (spec name, slowdown, node link kind, row).
+TEST(RankTable, UnitPassesByKindAreThoseByName) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    Scenario s;
+    s.cluster = random_alike_cluster(rng);
+    s.job.model.num_layers = std::uniform_int_distribution<int>(1, 40)(rng);
+    Plan plan;
+    for (const RankDevice& d : s.cluster.ranks()) {
+      PlanRank r;
+      r.rank = d.rank;
+      r.node = d.node;
+      r.batch = 1 + static_cast<int>(rng() % 2);
+      r.micro_batch = 1;
+      r.micro_batches = r.batch;
+      r.state_share = rng() % 5 == 0 ? 0.5 : 0.25;
+      plan.ranks.push_back(r);
+    }
+    using Key = std::tuple<std::string, double, std::string, int, int, int, double>;
+    std::set<Key> seen;
+    std::int64_t want = 0;
+    for (const RankDevice& d : s.cluster.ranks()) {
+      const PlanRank& r = plan.ranks[static_cast<std::size_t>(d.rank)];
+      if (seen.emplace(d.slot->spec.name, d.slot->slowdown,
+                       s.cluster.nodes[static_cast<std::size_t>(d.node)].intra_link.kind, r.batch,
+                       r.micro_batch, r.micro_batches, r.state_share)
+              .second)
+        want += (s.job.model.num_layers + 2) * r.micro_batches;
+    }
+    ASSERT_EQ(class_unit_passes(plan, s), want) << "trial " << trial;
+  }
 }
 
 }  // namespace

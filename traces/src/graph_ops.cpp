@@ -91,10 +91,16 @@ std::vector<int> ranks_to_build(const Plan& plan, const Scenario& scenario,
 }
 
 std::vector<char> gpu_runtime_ranks(const Scenario& scenario) {
-  std::vector<char> out;
-  for (const auto& node : scenario.cluster.nodes)
-    for (const auto& slot : node.devices)
-      out.push_back(costmodels::runs_gpu_runtime(slot.spec) ? 1 : 0);
+  // Once per slot kind (RankDevice::slot_kind), not per rank's own slot (100k places).
+  const auto& devices = scenario.cluster.ranks();
+  std::vector<char> out, of_kind;
+  out.reserve(devices.size());
+  for (const RankDevice& d : devices) {
+    const auto k = static_cast<std::size_t>(d.slot_kind);
+    if (k >= of_kind.size()) of_kind.resize(k + 1, -1);
+    if (of_kind[k] < 0) of_kind[k] = costmodels::runs_gpu_runtime(d.slot->spec) ? 1 : 0;
+    out.push_back(of_kind[k]);
+  }
   return out;
 }
 

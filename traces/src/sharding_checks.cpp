@@ -18,6 +18,15 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
   const double parameters = costmodels::total_parameters(scenario.job.model);
   const double state = parameters * per_parameter;
   const auto& devices = scenario.cluster.ranks();
+  // A device's usable bytes once per slot kind (RankDevice::slot_kind), not from each rank's
+  // own slot (100k places at 100k ranks, on every check of every grouping).
+  std::vector<double> usable_of_kind;
+  auto usable_of = [&](const RankDevice& d) {
+    const auto k = static_cast<std::size_t>(d.slot_kind);
+    if (k >= usable_of_kind.size()) usable_of_kind.resize(k + 1, -1.0);
+    if (usable_of_kind[k] < 0) usable_of_kind[k] = usable_capacity_bytes(d.slot->spec);
+    return usable_of_kind[k];
+  };
   for (std::size_t g = 0; g < plan.sharding.groups.size(); ++g) {
     const auto& group = plan.sharding.groups[g];
     double usable = 0;
@@ -25,7 +34,7 @@ void check_groups_hold_state(const Plan& plan, const Scenario& scenario,
     for (std::size_t i = 0; i < group.size(); ++i) {
       const int r = group[i];
       if (r < 0 || r >= static_cast<int>(devices.size())) continue;  // validate_plan_for's
-      usable += usable_capacity_bytes(devices[static_cast<std::size_t>(r)].slot->spec);
+      usable += usable_of(devices[static_cast<std::size_t>(r)]);
       if (i < 8) {
         if (i) ranks += ", ";
         ranks += std::to_string(r);

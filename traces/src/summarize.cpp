@@ -228,6 +228,14 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
   rep.hfu = rate.hfu;
   rep.events = m.events;
 
+  // What a rank's row reads of its device, once per slot kind (RankDevice::slot_kind): each
+  // rank's own slot is one of 100k places at 100k ranks.
+  struct SlotRow {
+    const DeviceSlot* slot = nullptr;
+    double capacity = 0;
+  };
+  std::vector<SlotRow> slot_rows;
+  rep.ranks.reserve(static_cast<std::size_t>(ranks));
   const bool split = g.summary().split;
   std::vector<Interval> compute, comm, copies, d2h, h2d, busy, tp, pp, work, scratch;
   for (int r = 0; r < ranks; ++r) {
@@ -296,17 +304,21 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
     merge_into(d2h, h2d, copies);
     const std::int64_t copy_ns = union_length(copies);
     const auto& d = devices[static_cast<std::size_t>(r)];
+    const auto kind = static_cast<std::size_t>(d.slot_kind);
+    if (kind >= slot_rows.size()) slot_rows.resize(kind + 1);
+    SlotRow& slot = slot_rows[kind];
+    if (!slot.slot) slot = {d.slot, usable_capacity_bytes(d.slot->spec, m.usable_fraction)};
     rr.rank = r;
-    rr.gpu = d.slot->spec.name;
+    rr.gpu = slot.slot->spec.name;
     rr.node = d.node;
-    rr.slowdown = d.slot->slowdown;
+    rr.slowdown = slot.slot->slowdown;
     rr.compute_s = seconds(compute_ns);
     rr.comm_s = seconds(comm_ns);
     rr.copy_s = seconds(copy_ns);
     rr.exposed_comm_s = seconds(busy_ns - compute_ns);
     rr.idle_s = seconds(end - busy_ns);
     rr.peak_memory_bytes = m.peak_memory_bytes[static_cast<std::size_t>(r)];
-    rr.capacity_bytes = usable_capacity_bytes(d.slot->spec, m.usable_fraction);
+    rr.capacity_bytes = slot.capacity;
     if (!m.oom && !rep.oom && rr.peak_memory_bytes > rr.capacity_bytes) {
       rep.oom = true;
       rep.oom_detail =

@@ -36,6 +36,8 @@ struct DeviceSlot {
   DeviceSpec spec;        // resolved
   double slowdown = 1.0;  // emulation: repeat compute this many times (1 = real hardware)
   int threads = 0;        // CPU devices: worker threads (0 = default)
+
+  bool operator==(const DeviceSlot&) const = default;
 };
 
 struct Node {
@@ -61,6 +63,15 @@ struct RankDevice {
   int node = 0;
   int local_index = 0;
   const DeviceSlot* slot = nullptr;
+  // Numbers shared by alike ranks, 0, 1, ... in order of first rank. Every node of a fleet holds
+  // its own copy of its slots, so a walk over 100k ranks that reads their slots reads 100k
+  // places; these let it compare two integers per rank from the table instead, and compute what
+  // depends on a slot once per number.
+  // `slot_kind`: ranks whose slots are equal in every field (type, spec, slowdown, threads).
+  int slot_kind = 0;
+  // `device_kind`: ranks of one spec name and emulation slowdown on nodes of one intra-node link
+  // kind: what the class replay and the plan's unit-pass bound tell devices apart by.
+  int device_kind = 0;
 };
 
 namespace detail {

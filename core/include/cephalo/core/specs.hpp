@@ -51,6 +51,8 @@ struct DeviceSpec {
   double peak_flops(Dtype dtype) const;
   // Host link bandwidth from PCIe generation and lanes (bytes/s per direction).
   double pcie_bandwidth() const;
+
+  bool operator==(const DeviceSpec&) const = default;
 };
 
 // Reads a device spec object (all fields named as in DeviceSpec, quantities with units).
