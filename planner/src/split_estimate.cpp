@@ -133,7 +133,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     StageRanks& sr = ranks_of(st.ranks, T);
     stage_facts[static_cast<std::size_t>(s)] = &sr;
     Replicas& rep = reps[static_cast<std::size_t>(s)];
-    resolve_replicas(rep, split, st, s, T, options, file);
+    resolve_replicas(rep, sr, split, st, s, T, options, file);
     est.stage = s;
     est.gpu = rep.gpu_names;
     est.tensor_parallel = T;
