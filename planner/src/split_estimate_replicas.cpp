@@ -72,6 +72,11 @@ split_detail::ReplicaLayout& SplitEstimator::Impl::replica_layout(StageRanks& sr
     rep.capacity_place.push_back(cap_place);
     rep.node.push_back(ranks[static_cast<std::size_t>(lead)].node);
   }
+  for (std::size_t j = 1; j < rep.node.size(); ++j)
+    if (rep.class_of[j] != rep.class_of[j - 1] || rep.capacity[j] != rep.capacity[j - 1] ||
+        rep.capacity_place[j] != rep.capacity_place[j - 1])
+      rep.run_end.push_back(j);
+  rep.run_end.push_back(rep.node.size());
   rep.whole.emplace_back(rep.node.size());
   for (std::size_t j = 0; j < rep.node.size(); ++j) rep.whole.back()[j] = j;
   sr.replicas = std::move(out);
@@ -112,6 +117,13 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, StageRanks& sr, const
   rep.capacity_place = layout.capacity_place;
   rep.node = layout.node;
   rep.groups = split.sharding == ShardingKind::Hybrid ? *layout.by_node : layout.whole;
+  if (by_runs) {
+    rep.run_end = layout.run_end;
+  } else {
+    rep.own_runs.resize(layout.node.size());
+    for (std::size_t j = 0; j < rep.own_runs.size(); ++j) rep.own_runs[j] = j + 1;
+    rep.run_end = rep.own_runs;
+  }
   rep.first_node = layout.first_node;
   rep.gpu_names = layout.gpu_names;
   rep.share.assign(rep.node.size(), 0.0);

@@ -66,6 +66,11 @@ struct ReplicaLayout {
   std::vector<int> capacity_rank;
   std::vector<int> capacity_place;  // that rank's place in its TP group
   std::vector<int> node;            // of its first rank
+  // Runs of alike replicas (the same class, tightest capacity and its place in the TP group:
+  // the same memory at the same samples and share), consecutive, by where each ends: a
+  // homogeneous fleet's stage is one run, so a step over the replicas that depends only on
+  // these goes run by run.
+  std::vector<std::size_t> run_end;
   // Sharding groups: the whole domain, and hybrid's replicas on each node (by node), the
   // latter on first need.
   std::vector<std::vector<std::size_t>> whole;
@@ -90,6 +95,8 @@ struct Replicas {
   std::span<const int> capacity_place;
   std::span<const int> node;
   std::span<const std::vector<std::size_t>> groups;  // sharding groups (hybrid: per node)
+  std::span<const std::size_t> run_end;              // the layout's runs (or one per replica)
+  std::vector<std::size_t> own_runs;                 // one per replica, when priced so
   int total = 0;                                     // the stage's samples per micro-batch
   int first_node = 0;
   bool uniform = true;      // one GPU type and equal sizes
@@ -102,6 +109,20 @@ struct Replicas {
   bool alike_memory(std::size_t j, std::size_t k) const {
     return class_of[j] == class_of[k] && capacity_place[j] == capacity_place[k] &&
            capacity[j] == capacity[k];
+  }
+  // Where each segment ends: the runs cut further wherever the samples, sub-steps or state
+  // share change, so every replica of a segment has the same pass, memory and optimizer step.
+  std::vector<std::size_t> segments() const {
+    std::vector<std::size_t> out;
+    std::size_t begin = 0;
+    for (std::size_t end : run_end) {
+      for (std::size_t j = begin + 1; j < end; ++j)
+        if (size[j] != size[j - 1] || sub[j] != sub[j - 1] || share[j] != share[j - 1])
+          out.push_back(j);
+      out.push_back(end);
+      begin = end;
+    }
+    return out;
   }
   bool unplaced() const {
     return std::any_of(size.begin(), size.end(), [](int b) { return b < 1; });
@@ -381,6 +402,10 @@ struct SplitEstimator::Impl {
   std::vector<char> type_gpu_runtime;
   std::vector<double> rank_usable;    // per rank: its device's usable bytes
   std::vector<double> rank_slowdown;  // per rank: its slot's emulated slowdown (1: real hardware)
+
+  // Whether a stage's replicas go run by run (ReplicaLayout::run_end) or one at a time: the
+  // same answers, the latter kept for the tests that compare the two.
+  bool by_runs = true;
 
   // Per cluster node: its sim::node_link_classes number, worked out on first use.
   std::vector<int> node_link;
