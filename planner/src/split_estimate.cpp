@@ -17,46 +17,9 @@ using split_detail::even_request;
 using split_detail::NicChain;
 using split_detail::shared_nic_ends;
 
-double features_time(const costmodels::OpFeatures& x, const costmodels::OpFeatures& theta) {
-  double t = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) t += x[i] * theta[i];
-  return t;
-}
-
 std::string gib(double bytes) { return format_bytes(bytes); }
 
 }  // namespace
-
-double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int micro_batch) {
-  const auto ops = costmodels::unit_ops(job.model, unit, job.sequence_length, micro_batch,
-                                        job.precision.compute, job.implementation);
-  const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
-  const auto theta = costmodels::Efficiency{}.coefficients();
-  const double f = features_time(x.forward, theta);
-  return f > 0 ? features_time(x.backward, theta) / f : 0;
-}
-
-// What SplitEstimator remembers between splits: every value here is the result of a call the
-// estimate makes, keyed by all of that call's arguments that can change between splits of one
-// scenario, so a remembered value is the value the call returns.
-SplitEstimator::SplitEstimator(const Scenario& scenario, const costmodels::CostModels& models)
-    : impl_(std::make_unique<Impl>(scenario, models)) {}
-SplitEstimator::~SplitEstimator() = default;
-
-SplitEstimate SplitEstimator::estimate(const ModelSplit& split, const SplitOptions& options,
-                                       const EstimateLimits& limits) {
-  return impl_->estimate(split, options, limits);
-}
-
-double SplitEstimator::layer_step_floor(const std::vector<int>& tp_group, int b,
-                                        const SplitOptions& options) {
-  return impl_->layer_step_floor(tp_group, b, options);
-}
-
-double SplitEstimator::tail_floor_per_parameter(const std::vector<int>& dp_group,
-                                                const SplitOptions& options) {
-  return impl_->tail_floor_per_parameter(dp_group, options);
-}
 
 SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const SplitOptions& options,
                                              const EstimateLimits& limits) {
@@ -101,6 +64,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   std::vector<pipeline::StageTimes> times(static_cast<std::size_t>(p * V));
   std::vector<StageRanks*> stage_facts(static_cast<std::size_t>(p));
   std::vector<Replicas> reps(static_cast<std::size_t>(p));
+  std::vector<std::vector<std::size_t>> stage_segments(static_cast<std::size_t>(p));
   // Per stage, the slowest replica's units in forward order (the DP tail follows them).
   std::vector<std::vector<split_detail::UnitStep>> unit_steps(static_cast<std::size_t>(p));
   // Per stage, that replica's sub-steps per micro-batch (its units are one sub-step's).
@@ -133,7 +97,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     StageRanks& sr = ranks_of(st.ranks, T);
     stage_facts[static_cast<std::size_t>(s)] = &sr;
     Replicas& rep = reps[static_cast<std::size_t>(s)];
-    resolve_replicas(rep, split, st, s, T, options, file);
+    resolve_replicas(rep, sr, split, st, s, T, options, file);
     est.stage = s;
     est.gpu = rep.gpu_names;
     est.tensor_parallel = T;
@@ -166,17 +130,16 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     if (mode == ReplicaBatches::BySpeed)
       deal_by_speed(rep, memory_of, !split.is_default(), split.sharding != ShardingKind::None,
                     pass_of);
-    // The stage's step times: the slowest replica's, per chunk.
+    // The stage's step times: the slowest replica's, per chunk. Every replica of a segment
+    // (Replicas::segments) has its first one's pass, memory and optimizer step.
+    std::vector<std::size_t>& segments = stage_segments[static_cast<std::size_t>(s)];
+    segments = rep.segments();
     std::size_t slowest = 0;
     double slowest_total = -1;
     int largest = 0;
-    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+    for (std::size_t k = 0, j = 0; k < segments.size(); j = segments[k++]) {
       largest = std::max(largest, rep.size[j]);
       if (rep.size[j] < 1) continue;
-      // An alike replica at the same samples has the same pass: nothing changes.
-      if (j > 0 && rep.class_of[j] == rep.class_of[j - 1] && rep.size[j] == rep.size[j - 1] &&
-          rep.sub[j] == rep.sub[j - 1])
-        continue;
       const StagePass& ps = pass_of(rep.class_of[j], rep.size[j], rep.sub[j]);
       if (ps.total() > slowest_total) {
         slowest_total = ps.total();
@@ -214,25 +177,22 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
         if (std::fabs(rep.share[j] - 1.0 / static_cast<double>(g.size())) > 1e-12)
           rep.even_shares = false;
     if (mode != ReplicaBatches::Even)
-      for (std::size_t j = 0; j < rep.size.size(); ++j)
-        for (int t = 0; t < T; ++t) {
-          const int r = st.ranks[j * static_cast<std::size_t>(T) + static_cast<std::size_t>(t)];
-          out.allocation.micro_batch[static_cast<std::size_t>(r)] = rep.size[j];
-          out.allocation.sub_steps[static_cast<std::size_t>(r)] = rep.sub[j];
-          // Shares of the domain: a hybrid group's, over the number of groups.
-          out.allocation.state_share[static_cast<std::size_t>(r)] =
-              rep.share[j] / static_cast<double>(rep.groups.size());
+      for (std::size_t k = 0, begin = 0; k < segments.size(); begin = segments[k++]) {
+        // Shares of the domain: a hybrid group's, over the number of groups.
+        const double share = rep.share[begin] / static_cast<double>(rep.groups.size());
+        for (std::size_t i = begin * static_cast<std::size_t>(T);
+             i < segments[k] * static_cast<std::size_t>(T); ++i) {
+          const auto r = static_cast<std::size_t>(st.ranks[i]);
+          out.allocation.micro_batch[r] = rep.size[begin];
+          out.allocation.sub_steps[r] = rep.sub[begin];
+          out.allocation.state_share[r] = share;
         }
+      }
 
     // Memory of one rank per replica (its tightest), by the one rule; the stage reports its
-    // tightest replica.
+    // tightest replica (of alike ones at the same samples and share, the first).
     double tightest = -1;
-    for (std::size_t j = 0; j < rep.size.size(); ++j) {
-      // An alike replica at the same samples and share has the same ratio: never tighter.
-      if (j > 0 && rep.alike_memory(j, j - 1) &&
-          std::max(1, rep.size[j]) == std::max(1, rep.size[j - 1]) &&
-          rep.sub[j] == rep.sub[j - 1] && rep.share[j] == rep.share[j - 1])
-        continue;
+    for (std::size_t k = 0, j = 0; k < segments.size(); j = segments[k++]) {
       StageMemory mem;
       mem.rank = rep.capacity_rank[j];
       mem.capacity = rep.capacity[j];
@@ -504,7 +464,8 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
     // A replica's shard is its share of its sharding group's state (hybrid: of its node's
     // copy), each (GPU type, share) priced once.
     std::vector<std::pair<std::size_t, double>> priced;
-    for (std::size_t j = 0; j < rep.size.size(); ++j) {
+    const std::vector<std::size_t>& segments = stage_segments[static_cast<std::size_t>(s)];
+    for (std::size_t k = 0, j = 0; k < segments.size(); j = segments[k++]) {
       const double x = split.sharding == ShardingKind::None ? 1.0 : rep.share[j];
       const std::pair<std::size_t, double> alike{rep.class_of[j], x};
       if (std::find(priced.begin(), priced.end(), alike) != priced.end()) continue;
@@ -681,20 +642,6 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   for (const StageEstimate& est : out.stages)
     out.iteration_s = std::max(out.iteration_s, est.finish);
   return out;
-}
-
-SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
-                             const SplitOptions& options, const costmodels::CostModels& models) {
-  return SplitEstimator(scenario, models).estimate(split, options);
-}
-
-SplitEstimate estimate_split(const Scenario& scenario, const ModelSplit& split,
-                             const SplitOptions& options) {
-  return estimate_split(scenario, split, options, costmodels::make_cost_models(scenario));
-}
-
-void require_fit(const SplitEstimate& estimate) {
-  if (!estimate.fits) throw InfeasibleError(estimate.refusal);
 }
 
 }  // namespace cephalo::planner

@@ -18,27 +18,27 @@ void SplitEstimator::Impl::deal_by_speed(
   // The most samples each replica holds with none of the sharded state (dealt after): the
   // rule's bytes at share 0 grow by the same bytes per sample (activations and boundaries),
   // in one step (`whole`) or, past that, in sub-steps of one sample (`caps`; not for an
-  // FSDP plan, whose micro-batches its own planner chooses). `kind`: per replica, the
-  // first alike one (same memory, same class).
-  std::vector<int> caps, whole;
-  std::vector<std::size_t> kind;
-  caps.reserve(rep.class_of.size());
-  for (std::size_t j = 0; j < rep.class_of.size(); ++j) {
-    if (j > 0 && rep.alike_memory(j, j - 1)) {
-      caps.push_back(caps.back());
-      whole.push_back(whole.back());
-      kind.push_back(kind.back());
-      continue;
-    }
-    kind.push_back(j);
+  // FSDP plan, whose micro-batches its own planner chooses), worked out once per run of alike
+  // replicas (Replicas::run_end). `kind`: per replica, its run's first.
+  const std::size_t n = rep.class_of.size();
+  std::vector<int> caps(n), whole(n);
+  std::vector<std::size_t> kind(n);
+  for (std::size_t k = 0, j = 0; k < rep.run_end.size(); j = rep.run_end[k++]) {
     const auto cap_of = [&](int k2) {
       const double one = memory_of.total(rep, j, 1, 1, 0.0);
       const double per_sample = std::max(1.0, memory_of.total(rep, j, 2, k2, 0.0) - one);
       const double room = rep.capacity[j] - (one - per_sample);
       return room <= 0 ? 0 : static_cast<int>(std::min(1e9, std::floor(room / per_sample)));
     };
-    whole.push_back(cap_of(1));
-    caps.push_back(sub_steps ? std::max(whole.back(), cap_of(2)) : whole.back());
+    const int w = cap_of(1);
+    const std::size_t end = rep.run_end[k];
+    std::fill(whole.begin() + static_cast<std::ptrdiff_t>(j),
+              whole.begin() + static_cast<std::ptrdiff_t>(end), w);
+    std::fill(caps.begin() + static_cast<std::ptrdiff_t>(j),
+              caps.begin() + static_cast<std::ptrdiff_t>(end),
+              sub_steps ? std::max(w, cap_of(2)) : w);
+    std::fill(kind.begin() + static_cast<std::ptrdiff_t>(j),
+              kind.begin() + static_cast<std::ptrdiff_t>(end), j);
   }
   // A replica's step at b samples: one step while it fits, else the fewest sub-steps (a
   // count dividing b) whose memory fits: the compute models' time per sample does not rise
@@ -59,8 +59,12 @@ void SplitEstimator::Impl::deal_by_speed(
       rep.classes.size() == 1);
   if (rep.size.empty()) rep.size.assign(rep.class_of.size(), 0);
   rep.sub.resize(rep.size.size());
-  for (std::size_t j = 0; j < rep.size.size(); ++j)
-    rep.sub[j] = rep.size[j] < 1 ? 1 : sub_of(j, rep.size[j]);
+  // Within a run, a replica at its predecessor's samples takes its sub-steps.
+  for (std::size_t k = 0, begin = 0; k < rep.run_end.size(); begin = rep.run_end[k++])
+    for (std::size_t j = begin; j < rep.run_end[k]; ++j)
+      rep.sub[j] = j > begin && rep.size[j] == rep.size[j - 1] ? rep.sub[j - 1]
+                   : rep.size[j] < 1                           ? 1
+                                                               : sub_of(j, rep.size[j]);
 
   // State shares: given, equal, or by the memory each rank of a sharding group has free
   // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).

@@ -50,24 +50,54 @@ inline CollectiveRequest p2p_request(int a, int b, double bytes) {
   return r;
 }
 
-// A stage's data-parallel replicas as one estimate prices them: each replica's GPU type (its TP
-// group's), samples per micro-batch, state share and smallest usable memory.
-struct Replicas {
+// What a stage's replicas are whatever the split's samples and shares: each replica's GPU
+// class (its TP group's type and emulated slowdown), its tightest rank and node, and the
+// sharding groups. It follows from the stage's ranks and T alone, so it is worked out once per
+// stage rank list (StageRanks) and read by every estimate of a split with that stage: the
+// search prices the same stage under many splits, and building it is O(replicas).
+struct ReplicaLayout {
   std::vector<const DeviceSpec*> classes;  // the stage's GPU types, first seen first
   // per class: the emulated slowdown its compute runs at (DeviceSlot::slowdown, the slowest of
   // a TP group's ranks: the group's collectives wait for it), a class being (type, slowdown)
   std::vector<double> class_slowdown;
   std::vector<int> class_type;        // per class: its index in SplitEstimator::Impl::types
   std::vector<std::size_t> class_of;  // per replica
-  std::vector<int> size;              // samples per micro-batch, per replica
-  std::vector<int> sub;               // sub-steps per micro-batch, per replica (divides size)
-  std::vector<double> share;          // state share of its sharding group, per replica
   std::vector<double> capacity;       // usable bytes of its tightest rank
   std::vector<int> capacity_rank;
-  std::vector<int> capacity_place;               // that rank's place in its TP group
-  std::vector<int> node;                         // of its first rank
-  std::vector<std::vector<std::size_t>> groups;  // sharding groups (hybrid: per node)
-  int total = 0;                                 // the stage's samples per micro-batch
+  std::vector<int> capacity_place;  // that rank's place in its TP group
+  std::vector<int> node;            // of its first rank
+  // Runs of alike replicas (the same class, tightest capacity and its place in the TP group:
+  // the same memory at the same samples and share), consecutive, by where each ends: a
+  // homogeneous fleet's stage is one run, so a step over the replicas that depends only on
+  // these goes run by run.
+  std::vector<std::size_t> run_end;
+  // Sharding groups: the whole domain, and hybrid's replicas on each node (by node), the
+  // latter on first need.
+  std::vector<std::vector<std::size_t>> whole;
+  std::optional<std::vector<std::vector<std::size_t>>> by_node;
+  int first_node = 0;
+  std::string gpu_names;
+};
+
+// A stage's data-parallel replicas as one estimate prices them: each replica's GPU type (its TP
+// group's), samples per micro-batch, state share and smallest usable memory. What does not
+// depend on the split's samples and shares is its stage's ReplicaLayout, viewed in place.
+struct Replicas {
+  std::span<const DeviceSpec* const> classes;
+  std::span<const double> class_slowdown;
+  std::span<const int> class_type;
+  std::span<const std::size_t> class_of;  // per replica
+  std::vector<int> size;                  // samples per micro-batch, per replica
+  std::vector<int> sub;                   // sub-steps per micro-batch, per replica (divides size)
+  std::vector<double> share;              // state share of its sharding group, per replica
+  std::span<const double> capacity;
+  std::span<const int> capacity_rank;
+  std::span<const int> capacity_place;
+  std::span<const int> node;
+  std::span<const std::vector<std::size_t>> groups;  // sharding groups (hybrid: per node)
+  std::span<const std::size_t> run_end;              // the layout's runs (or one per replica)
+  std::vector<std::size_t> own_runs;                 // one per replica, when priced so
+  int total = 0;                                     // the stage's samples per micro-batch
   int first_node = 0;
   bool uniform = true;      // one GPU type and equal sizes
   bool even_shares = true;  // every share 1 / the group's size, as even plans cut them
@@ -79,6 +109,20 @@ struct Replicas {
   bool alike_memory(std::size_t j, std::size_t k) const {
     return class_of[j] == class_of[k] && capacity_place[j] == capacity_place[k] &&
            capacity[j] == capacity[k];
+  }
+  // Where each segment ends: the runs cut further wherever the samples, sub-steps or state
+  // share change, so every replica of a segment has the same pass, memory and optimizer step.
+  std::vector<std::size_t> segments() const {
+    std::vector<std::size_t> out;
+    std::size_t begin = 0;
+    for (std::size_t end : run_end) {
+      for (std::size_t j = begin + 1; j < end; ++j)
+        if (size[j] != size[j - 1] || sub[j] != sub[j - 1] || share[j] != share[j - 1])
+          out.push_back(j);
+      out.push_back(end);
+      begin = end;
+    }
+    return out;
   }
   bool unplaced() const {
     return std::any_of(size.begin(), size.end(), [](int b) { return b < 1; });
@@ -246,7 +290,8 @@ struct SplitEstimator::Impl {
       // cross_reduction by (elements, bytes per element, sharing)
       std::map<std::tuple<double, double, double>, double> cross;
     };
-    std::vector<std::unique_ptr<Layout>> layouts;  // the latest last, at most kMaxLayouts
+    std::vector<std::unique_ptr<Layout>> layouts;           // the latest last, at most kMaxLayouts
+    std::unique_ptr<split_detail::ReplicaLayout> replicas;  // on first need (replica_layout)
   };
   // Each layout holds a share per replica: a few per stage bound the memory when shares by
   // speed differ from split to split.
@@ -357,6 +402,10 @@ struct SplitEstimator::Impl {
   std::vector<char> type_gpu_runtime;
   std::vector<double> rank_usable;    // per rank: its device's usable bytes
   std::vector<double> rank_slowdown;  // per rank: its slot's emulated slowdown (1: real hardware)
+
+  // Whether a stage's replicas go run by run (ReplicaLayout::run_end) or one at a time: the
+  // same answers, the latter kept for the tests that compare the two.
+  bool by_runs = true;
 
   // Per cluster node: its sim::node_link_classes number, worked out on first use.
   std::vector<int> node_link;
@@ -497,8 +546,13 @@ struct SplitEstimator::Impl {
   // the owners of each slice (as traces' ShardLayout cuts it); 0 with one group.
   double cross_reduction(const StageRanks& sr, const split_detail::Replicas& rep, double elements,
                          double element_bytes, double sharing);
-  void resolve_replicas(Replicas& rep, const ModelSplit& split, const PipelineStage& st, int s,
-                        int T, const SplitOptions& options, const std::string& file);
+  // The stage's ReplicaLayout, worked out on the first estimate that asks (its errors name
+  // `file` and stage s, and none is kept when it throws).
+  split_detail::ReplicaLayout& replica_layout(StageRanks& sr, const PipelineStage& st, int s, int T,
+                                              const std::string& file);
+  void resolve_replicas(Replicas& rep, StageRanks& sr, const ModelSplit& split,
+                        const PipelineStage& st, int s, int T, const SplitOptions& options,
+                        const std::string& file);
   // ReplicaBatches::BySpeed: rep.size, rep.sub and rep.share, each replica's samples of every
   // micro-batch (balance_samples over its pass times, within what its memory holds at share 0),
   // its sub-steps (one while the share fits in one step; else, when `sub_steps`, the fewest that

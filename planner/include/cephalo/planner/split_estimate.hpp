@@ -248,6 +248,10 @@ class SplitEstimator {
   // bytes (latency plus bytes over bandwidth, the least over algorithms). 0 with the DP tail
   // overlapped (DpOverlap::LastBackward) for the collectives.
   double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
+  // From now on every stage's replicas are priced one at a time, not by runs of alike ones
+  // (same GPU class, capacity and place of the tightest rank): the same answers, to the bit.
+  // For the tests that compare the two forms.
+  void price_replica_by_replica();
 
  private:
   struct Impl;
