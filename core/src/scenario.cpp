@@ -279,18 +279,6 @@ std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? 
 
 std::string to_string(LossKernel l) { return l == LossKernel::Fused ? "fused" : "eager"; }
 
-std::string to_string(WeightGradients w) {
-  switch (w) {
-    case WeightGradients::Autocast:
-      return "autocast";
-    case WeightGradients::MainGrad:
-      return "main_grad";
-    case WeightGradients::FusedMainGrad:
-      return "fused_main_grad";
-  }
-  return "?";
-}
-
 std::string to_string(Framework f) {
   switch (f) {
     case Framework::FSDP2:
@@ -328,8 +316,6 @@ std::string to_string(const Implementation& impl) {
     if (impl.wgrad_deferral_limit > 0)
       out += " (limit " + std::to_string(impl.wgrad_deferral_limit) + ")";
   }
-  if (impl.weight_gradients != WeightGradients::Autocast)
-    out += ", " + to_string(impl.weight_gradients);
   return out;
 }
 
@@ -353,8 +339,7 @@ Implementation parse_implementation(JsonReader& reader) {
         "\"compiled\": bool, \"cross_entropy\": \"eager\" | \"fused\", \"framework\": \"fsdp2\" | "
         "\"fsdp1\" | \"deepspeed_zero3\" | "
         "\"ddp\", \"tp_comm_overlap\": bool, \"defer_embedding_wgrad_compute\": bool, "
-        "\"wgrad_deferral_limit\": integer >= 0, \"weight_gradients\": \"autocast\" | "
-        "\"main_grad\" | \"fused_main_grad\"}");
+        "\"wgrad_deferral_limit\": integer >= 0}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
@@ -383,12 +368,6 @@ Implementation parse_implementation(JsonReader& reader) {
     if (!impl.defer_embedding_wgrad_compute)
       l->fail("no \"wgrad_deferral_limit\" unless \"defer_embedding_wgrad_compute\" is true");
     impl.wgrad_deferral_limit = static_cast<int>(l->as_integer(0, 1 << 30));
-  }
-  if (auto w = reader.optional_child("weight_gradients")) {
-    const std::string name = w->as_enum({"autocast", "main_grad", "fused_main_grad"});
-    impl.weight_gradients = name == "main_grad"         ? WeightGradients::MainGrad
-                            : name == "fused_main_grad" ? WeightGradients::FusedMainGrad
-                                                        : WeightGradients::Autocast;
   }
   if (auto st = reader.optional_child("stack")) {
     if (st->is_string()) {
@@ -420,8 +399,6 @@ Json to_json(const Implementation& impl) {
     j["wgrad_deferral_limit"] = impl.wgrad_deferral_limit;
   }
   if (impl.cross_entropy == LossKernel::Fused) j["cross_entropy"] = "fused";
-  if (impl.weight_gradients != WeightGradients::Autocast)
-    j["weight_gradients"] = to_string(impl.weight_gradients);
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;
 }

@@ -66,16 +66,7 @@ PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& 
   const double sfu = special_function_rate(device);
   const double mma = legacy_mma_fraction(device);
   PhaseFeatures f;
-  const Efficiency fixed;
   for (const OpCost& op : ops) {
-    if (op.fixed_rate) {
-      auto seconds = [&](double bytes, int kernels) {
-        return bytes / (fixed.memory * bw) + kernels * fixed.kernel_overhead_us * 1e-6;
-      };
-      f.forward_fixed_s += seconds(op.forward_bytes, op.forward_kernels);
-      f.backward_fixed_s += seconds(op.backward_bytes, op.backward_kernels);
-      continue;
-    }
     // The column the op's FLOP time goes to (none for memory-bound ops) and its rate. Flash
     // attention is one kernel whose matmuls run at the rate its instructions reach and whose
     // softmax exponentials run on the special-function units in series with them

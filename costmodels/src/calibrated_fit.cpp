@@ -98,12 +98,8 @@ std::vector<Sample> samples_of(const LayerProfile& row, bool whole_stack, bool w
     Sample s;
     s.x =
         unit_features(gpu, model, 1, row.seq, p.micro_batch, row.dtype, row.implementation, waves);
-    // θ and the factors fit what the fixed-rate ops (the row's stack's weight-gradient path,
-    // documented traffic: OpCost::fixed_rate) leave of the measured time. A point measured at
-    // or below that time contradicts the documented traffic and is not fitted.
-    s.forward_s = p.forward_ms * 1e-3 - s.x.forward_fixed_s;
-    s.backward_s = p.backward_ms * 1e-3 - s.x.backward_fixed_s;
-    if (!(s.forward_s > 0) || !(s.backward_s > 0)) continue;
+    s.forward_s = p.forward_ms * 1e-3;
+    s.backward_s = p.backward_ms * 1e-3;
     s.weight = 1.0 / std::sqrt(static_cast<double>(points.size()));  // each row counts alike
     out.push_back(s);
   }
@@ -253,7 +249,6 @@ std::shared_ptr<CalibratedComputeModel> CalibratedComputeModel::fit(const Profil
     d.family = model->family_key(ModelCatalog::builtin().get(r.model).family, fc);
     d.model_key = model->family_key(r.model, fc);
     d.samples = samples_of(r, o.whole_stack_test_model, o.gemm_waves);
-    if (d.samples.empty()) continue;  // every point below its weight-gradient path (samples_of)
     data.push_back(std::move(d));
   }
   std::map<int, std::vector<const RowData*>> by_class;  // per pipeline

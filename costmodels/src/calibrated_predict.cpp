@@ -93,10 +93,7 @@ double CalibratedComputeModel::predict_seconds(const DeviceSpec& device, const s
   auto eval = [&](const Theta& t) {
     OpFeatures theta = backward ? t.backward : t.forward;
     if (memory_coefficient > 0) theta[kMemoryBoundFeature] = memory_coefficient;
-    // The fixed-rate ops (the weight-gradient path) are added outside θ and the factors,
-    // as the fit took them out of the measured times.
-    return backward ? f[1] * predict_s(theta, x.backward) + x.backward_fixed_s
-                    : f[0] * predict_s(theta, x.forward) + x.forward_fixed_s;
+    return backward ? f[1] * predict_s(theta, x.backward) : f[0] * predict_s(theta, x.forward);
   };
   auto it = per_gpu_.find({device.name, c});
   if (own) *own = it != per_gpu_.end();

@@ -279,26 +279,6 @@ double optimizer_bytes_per_parameter(Dtype params, Dtype reduce, Dtype compute) 
   return 2 * p + g + 2 * 4.0 * 2 + bytes_per_element(compute);
 }
 
-WeightGradientTraffic weight_gradient_traffic(WeightGradients path, Dtype compute) {
-  const double e = bytes_per_element(compute);
-  const bool cast = compute != Dtype::FP32;
-  WeightGradientTraffic t;
-  switch (path) {
-    case WeightGradients::Autocast:
-      t.backward_bytes = (cast ? e + 4 : 0) + 12;
-      t.backward_kernels = cast ? 2 : 1;
-      break;
-    case WeightGradients::MainGrad:
-      t.backward_bytes = e + 8;
-      t.backward_kernels = 1;
-      break;
-    case WeightGradients::FusedMainGrad:
-      t.gemm_backward_bytes = 8 - e;
-      break;
-  }
-  return t;
-}
-
 std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro_batch, Dtype dtype,
                              const Implementation& impl) {
   const bool fused = impl.fused();
@@ -306,10 +286,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
   const double s = effective_sequence(m, seq_in), b = micro_batch, hd = h(m);
   const double tokens = s * b;
   std::vector<OpCost> ops;
-  ops.reserve(17);
-  const WeightGradientTraffic wgrad = weight_gradient_traffic(impl.weight_gradients, dtype);
-  double weights = 0;  // of the unit's GEMMs, each one weight tensor
-  int weight_tensors = 0;
+  ops.reserve(16);
   // A GEMM [rows×k]·[k×n]: backward computes the input and the weight gradient (2× FLOPs,
   // reading the saved input, the weight and the output gradient).
   auto gemm = [&](const char* name, double rows, double k, double n) {
@@ -317,9 +294,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
     op.forward_flops = 2 * rows * k * n;
     op.forward_bytes = e * (rows * k + k * n + rows * n);
     op.backward_flops = 2 * op.forward_flops;
-    op.backward_bytes = 2 * op.forward_bytes + wgrad.gemm_backward_bytes * k * n;
-    weights += k * n;
-    ++weight_tensors;
+    op.backward_bytes = 2 * op.forward_bytes;
     op.backward_kernels = 2;
     op.tiles = output_tiles(rows, n);
     ops.push_back(op);
@@ -423,16 +398,6 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
         ops.push_back(loss);
       }
       break;
-  }
-  // The weight-gradient path's own kernels (weight_gradient_traffic): elementwise passes over
-  // the unit's weights, once per backward call whatever its micro-batch.
-  if (weight_tensors > 0 && wgrad.backward_kernels > 0) {
-    OpCost op{"weight_grads", OpClass::Memory};
-    op.backward_bytes = wgrad.backward_bytes * weights;
-    op.forward_kernels = 0;
-    op.backward_kernels = wgrad.backward_kernels * weight_tensors;
-    op.fixed_rate = true;
-    ops.push_back(op);
   }
   return ops;
 }

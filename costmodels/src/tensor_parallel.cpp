@@ -51,11 +51,10 @@ LayerShare unit_share(const DeviceSpec& device, const Job& job, int unit, int mi
   const auto all = ops_features(device, ops, job.precision.compute);
   const auto part = ops_features(device, picked, job.precision.compute);
   const auto theta = Efficiency{}.coefficients();
-  // The fixed-rate ops (the weight-gradient path) are part of the unit's time.
-  const double f_all = features_time(all.forward, theta) + all.forward_fixed_s;
-  const double b_all = features_time(all.backward, theta) + all.backward_fixed_s;
-  return {f_all > 0 ? (features_time(part.forward, theta) + part.forward_fixed_s) / f_all : 0,
-          b_all > 0 ? (features_time(part.backward, theta) + part.backward_fixed_s) / b_all : 0};
+  const double f_all = features_time(all.forward, theta);
+  const double b_all = features_time(all.backward, theta);
+  return {f_all > 0 ? features_time(part.forward, theta) / f_all : 0,
+          b_all > 0 ? features_time(part.backward, theta) / b_all : 0};
 }
 
 LayerShare layer_share(const DeviceSpec& device, const Job& job, int micro_batch,

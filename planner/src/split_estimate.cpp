@@ -32,8 +32,8 @@ double backward_work_ratio(const DeviceSpec& spec, const Job& job, int unit, int
                                         job.precision.compute, job.implementation);
   const auto x = costmodels::ops_features(spec, ops, job.precision.compute);
   const auto theta = costmodels::Efficiency{}.coefficients();
-  const double f = features_time(x.forward, theta) + x.forward_fixed_s;
-  return f > 0 ? (features_time(x.backward, theta) + x.backward_fixed_s) / f : 0;
+  const double f = features_time(x.forward, theta);
+  return f > 0 ? features_time(x.backward, theta) / f : 0;
 }
 
 // What SplitEstimator remembers between splits: every value here is the result of a call the

@@ -310,20 +310,6 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
   EXPECT_EQ(costmodels::load_scenario(write(R"({"defer_embedding_wgrad_compute": true})"))
                 .job.implementation.wgrad_deferral_limit,
             0);  // Megatron-Core's default: every micro-batch
-  // The weight-gradient path: read, labelled, written only when not the profiles' autocast.
-  for (const auto& [name, path] : std::vector<std::pair<std::string, WeightGradients>>{
-           {"main_grad", WeightGradients::MainGrad},
-           {"fused_main_grad", WeightGradients::FusedMainGrad}}) {
-    auto w = costmodels::load_scenario(write(R"({"weight_gradients": ")" + name + R"("})"));
-    EXPECT_EQ(w.job.implementation.weight_gradients, path);
-    EXPECT_FALSE(w.job.implementation == Implementation{});
-    EXPECT_EQ(to_string(w.job.implementation), "flash, fused, " + name);
-    EXPECT_EQ(to_json(w.job.implementation).value("weight_gradients", ""), name);
-  }
-  EXPECT_FALSE(to_json(Implementation{}).contains("weight_gradients"));
-  EXPECT_EQ(
-      costmodels::load_scenario(write(R"({"weight_gradients": "autocast"})")).job.implementation,
-      Implementation{});
   // The loss kernel: read, labelled, written only when fused.
   auto fused_loss = costmodels::load_scenario(write(R"({"cross_entropy": "fused"})"));
   EXPECT_EQ(fused_loss.job.implementation.cross_entropy, LossKernel::Fused);
@@ -351,8 +337,6 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
        {"implementation.wgrad_deferral_limit", "2.5"}},
       {R"({"wgrad_deferral_limit": 4})",
        {"implementation.wgrad_deferral_limit", "4", "defer_embedding_wgrad_compute"}},
-      {R"({"weight_gradients": "fp32"})",
-       {"implementation.weight_gradients", "fp32", "autocast", "main_grad", "fused_main_grad"}},
       {R"({"cross_entropy": "chunked"})",
        {"implementation.cross_entropy", "chunked", "eager", "fused"}}};
   for (const auto& [bad, wanted] : refused) {

@@ -48,8 +48,6 @@ def main():
             ("dp-overlap", 1, ["parallelism", "dp_overlap"], "always", ("per-unit",)),
             ("optimizer-dtype", 0, ["optimizer_dtype"], "fp8", ("fp32 or bf16",)),
             ("tp-overlap", 0, ["parallelism", "tp_comm_overlap"], "yes", ("true or false",)),
-            ("wgrad-fusion", 1, ["parallelism", "gradient_accumulation_fusion"], "on",
-             ("true or false",)),
             # Point 0 runs without sequence parallelism: Transformer Engine cannot overlap it.
             ("tp-overlap-without-sp", 0, ["parallelism", "tp_comm_overlap"], True,
              ("without sequence parallelism",)),

@@ -220,25 +220,6 @@ std::string to_string(Framework f);
 std::optional<Framework> parse_framework(const std::string& name);
 const std::vector<std::string>& framework_names();
 
-// Where a linear layer's weight gradient goes and in which dtype its weights are held: the
-// per-weight kernels each forward and backward call launches outside the GEMMs
-// (costmodels::weight_gradient_traffic prices them).
-enum class WeightGradients {
-  // fp32 module weights under torch.autocast (what the published profiles ran): each call's
-  // forward casts its weights to the compute dtype, its backward casts the weight gradient
-  // back to fp32 and adds it into the fp32 .grad (AccumulateGrad).
-  Autocast,
-  // Megatron's mixed precision (Float16Module, megatron_amp_O2): the weights are held in the
-  // compute dtype (the fp32 master copy lives in the optimizer), and a hook adds each weight
-  // gradient into its fp32 main_grad (main_grad.add_(grad)).
-  MainGrad,
-  // ... with gradient_accumulation_fusion (Megatron-LM, NeMo; Transformer Engine's
-  // fuse_wgrad_accumulation): the weight-gradient GEMM accumulates into the fp32 main_grad
-  // itself (beta = 1), no kernel of its own.
-  FusedMainGrad,
-};
-std::string to_string(WeightGradients w);
-
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
@@ -265,7 +246,6 @@ struct Implementation {
   // (pipeline::deferred_wgrad_micro_batches, the one rule). Nothing changes without a pipeline.
   bool defer_embedding_wgrad_compute = false;
   int wgrad_deferral_limit = 0;
-  WeightGradients weight_gradients = WeightGradients::Autocast;
   // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
   // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
   // read from ("" when given inline).
@@ -280,8 +260,8 @@ struct Implementation {
            cross_entropy == o.cross_entropy && compiled == o.compiled && framework == o.framework &&
            tp_comm_overlap == o.tp_comm_overlap &&
            defer_embedding_wgrad_compute == o.defer_embedding_wgrad_compute &&
-           wgrad_deferral_limit == o.wgrad_deferral_limit &&
-           weight_gradients == o.weight_gradients && stack == o.stack && stack_file == o.stack_file;
+           wgrad_deferral_limit == o.wgrad_deferral_limit && stack == o.stack &&
+           stack_file == o.stack_file;
   }
 };
 // "flash, fused" style label, as calibration sources and reports print it; ", compiled" and

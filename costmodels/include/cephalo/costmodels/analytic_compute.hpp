@@ -38,10 +38,6 @@ using OpFeatures = std::array<double, kNumFeatures>;
 struct PhaseFeatures {
   OpFeatures forward{};
   OpFeatures backward{};
-  // Seconds of the ops priced at a fixed rate (OpCost::fixed_rate: the roofline's memory
-  // efficiency and per-kernel overhead), added to what θ prices, never multiplied by it.
-  double forward_fixed_s = 0;
-  double backward_fixed_s = 0;
 };
 // Flash attention's time counts in the GEMM column (tensor-core matmuls tiled in on-chip
 // memory run at GEMM-like rates: FlashAttention-2 reaches 50-73 % of the A100's peak, cuBLAS

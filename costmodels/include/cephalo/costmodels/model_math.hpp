@@ -126,10 +126,6 @@ struct OpCost {
   // probabilities); 0 for the other ops, whose exponentials hide under their memory traffic.
   double forward_exps = 0;
   double backward_exps = 0;
-  // Priced at the roofline's memory efficiency and per-kernel overhead in every compute model,
-  // outside the fitted coefficients (the weight-gradient path: documented traffic whose time a
-  // profile's rows contain and the calibrated fit takes out before it fits).
-  bool fixed_rate = false;
 };
 // Output tiles of an [m×n] result in 128×128 blocks, times `batch` independent products.
 double output_tiles(double m, double n, double batch = 1);
@@ -137,33 +133,12 @@ double output_tiles(double m, double n, double batch = 1);
 // is 0): tiles / (waves · SMs) with waves = ⌈tiles / SMs⌉.
 double wave_efficiency(double tiles, int sm_count);
 
-// What a stack's weight-gradient path (Implementation::weight_gradients) moves per weight
-// outside its GEMMs in each backward call, and the kernels it launches per weight tensor:
-// autocast casts the weight gradient back to fp32 (ToCopyBackward: e bytes read, 4 written) and
-// adds it into the fp32 .grad (AccumulateGrad: 4 + 4 read, 4 written; with fp32 compute only
-// the add); Megatron's main_grad hook reads the gradient in the compute dtype and the fp32
-// main_grad and writes main_grad (main_grad.add_(grad)); with gradient_accumulation_fusion the
-// weight-gradient GEMM accumulates into main_grad itself: no kernel of its own, its fp32 output
-// read and written instead of written in the compute dtype (8 − e bytes more GEMM traffic).
-// The forward pays nothing per weight: Megatron holds the weights in the compute dtype, and
-// autocast's cast cache keeps one cast of each weight per autocast region (the profiles'
-// forwards show no per-weight cost: a cast per call would take longer than the measured
-// forward of the LLaMA layers on L4 at one sample). Documented behaviour, never fitted.
-struct WeightGradientTraffic {
-  double backward_bytes = 0;       // per weight, in kernels of their own
-  int backward_kernels = 0;        // per weight tensor
-  double gemm_backward_bytes = 0;  // per weight, added to the weight-gradient GEMM's traffic
-};
-WeightGradientTraffic weight_gradient_traffic(WeightGradients path, Dtype compute);
-
 // Every op of one unit for `micro_batch` samples, as the implementation runs them. With eager
 // attention, sums of forward_flops over the ops equal unit_flops(...).forward for the layer's
 // GEMM and attention classes (the Memory class adds its own small FLOP counts, which
 // unit_flops leaves out); flash attention executes fewer (causal halving). Unfused elementwise
 // code runs each residual add as its own kernel; fused, the add is done by the following norm
-// (one kernel reading both inputs, writing the sum and the normalised output). Every unit with
-// weight GEMMs ends with its weight-gradient path's own kernels ("weight_grads", when its
-// stack launches any: weight_gradient_traffic).
+// (one kernel reading both inputs, writing the sum and the normalised output).
 std::vector<OpCost> unit_ops(const ModelSpec& model, int unit, int seq, int micro_batch,
                              Dtype dtype, const Implementation& impl = {});
 
