@@ -7,6 +7,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/scenario.hpp"
+#include "cephalo/core/split_context.hpp"
 #include "cephalo/core/table.hpp"
 
 namespace cephalo {
@@ -468,11 +469,15 @@ std::vector<int> SplitTopology::domain(int stage, int tp_rank) const {
   return out;
 }
 
-void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
-                           const std::string& file, const std::string& json_path) {
-  const auto& ranks = scenario.cluster.ranks();
+std::vector<int> rank_nodes(const Cluster& cluster) {
+  const auto& ranks = cluster.ranks();
   std::vector<int> node_of_rank(ranks.size());
   for (const auto& r : ranks) node_of_rank[static_cast<std::size_t>(r.rank)] = r.node;
+  return node_of_rank;
+}
+
+SplitContext split_context_for(const Scenario& scenario, std::span<const int> node_of_rank,
+                               const std::string& file, const std::string& json_path) {
   SplitContext ctx;
   ctx.layers = scenario.job.model.num_layers;
   ctx.heads = scenario.job.model.heads;
@@ -482,7 +487,13 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   ctx.node_of_rank = node_of_rank;
   ctx.file = file;
   ctx.json_path = json_path;
-  check_model_split(split, ctx);
+  return ctx;
+}
+
+void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
+                           const std::string& file, const std::string& json_path) {
+  const std::vector<int> node_of_rank = rank_nodes(scenario.cluster);
+  check_model_split(split, split_context_for(scenario, node_of_rank, file, json_path));
 }
 
 ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario) {

@@ -42,8 +42,6 @@ double SplitEstimator::layer_step_floor(const std::vector<int>& tp_group, int b,
   return impl_->layer_step_floor(tp_group, b, options);
 }
 
-void SplitEstimator::price_replica_by_replica() { impl_->by_runs = false; }
-
 double SplitEstimator::tail_floor_per_parameter(const std::vector<int>& dp_group,
                                                 const SplitOptions& options) {
   return impl_->tail_floor_per_parameter(dp_group, options);

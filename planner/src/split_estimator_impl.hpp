@@ -17,6 +17,7 @@
 #include "cephalo/core/dtype.hpp"
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/plan.hpp"
+#include "cephalo/core/split_context.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/memory_model.hpp"
@@ -206,6 +207,9 @@ struct SplitEstimator::Impl {
   // The cluster's rank table, taken once: Cluster::ranks() checks every node on each call, and
   // the estimate asks per replica of every candidate (the scenario does not change meanwhile).
   const std::vector<RankDevice>& rank_table;
+  // The cluster's rank → node table (rank_nodes) that check_model_split reads, taken once:
+  // building it is O(ranks), and the search checks every split it prices.
+  const std::vector<int> node_of_rank;
 
   // A unit's forward, backward and recompute per micro-batch on one GPU type. The calibrated
   // model's backward is fitted on profiled layers whose backward also carries a fixed per-call
@@ -417,6 +421,7 @@ struct SplitEstimator::Impl {
       : scenario(s),
         models(m),
         rank_table(s.cluster.ranks()),
+        node_of_rank(rank_nodes(s.cluster)),
         nic_users(s.cluster.nodes.size(), 0) {
     rank_type.reserve(rank_table.size());
     rank_usable.reserve(rank_table.size());
@@ -563,3 +568,18 @@ struct SplitEstimator::Impl {
 };
 
 }  // namespace cephalo::planner
+
+namespace cephalo::planner::split_detail {
+
+struct EstimatorAccess {
+  static SplitEstimator::Impl& impl(SplitEstimator& e) { return *e.impl_; }
+};
+
+// From now on every stage's replicas are priced one at a time, not by runs of alike ones (same
+// GPU class, capacity and place of the tightest rank): the same answers, to the bit. For the
+// tests that compare the two forms; the planner never asks it.
+inline void price_replica_by_replica(SplitEstimator& estimator) {
+  EstimatorAccess::impl(estimator).by_runs = false;
+}
+
+}  // namespace cephalo::planner::split_detail

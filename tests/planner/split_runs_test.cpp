@@ -12,6 +12,7 @@
 #include "cephalo/core/error.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/split_estimate.hpp"
+#include "split_estimator_impl.hpp"
 #include "split_fixture.hpp"
 
 namespace cephalo {
@@ -68,7 +69,7 @@ TEST(SplitRuns, ReplicasByRunsPriceAsReplicaByReplica) {
     const auto models = costmodels::make_cost_models(s);
     planner::SplitEstimator by_runs(s, models);
     planner::SplitEstimator one_by_one(s, models);
-    one_by_one.price_replica_by_replica();
+    planner::split_detail::price_replica_by_replica(one_by_one);
     const auto& ranks = s.cluster.ranks();
     const int world = s.cluster.num_ranks();
     std::vector<int> all(static_cast<std::size_t>(world));

@@ -218,6 +218,10 @@ struct EstimateLimits {
   double stop_above = std::numeric_limits<double>::infinity();
 };
 
+namespace split_detail {
+struct EstimatorAccess;
+}  // namespace split_detail
+
 // Prices many splits of one scenario with one set of cost models (the search prices thousands)
 // and remembers what does not depend on the split's layout: each unit's compute times and the
 // replicated share per (GPU type, micro-batch), each collective's time per (kind, ranks,
@@ -248,12 +252,10 @@ class SplitEstimator {
   // bytes (latency plus bytes over bandwidth, the least over algorithms). 0 with the DP tail
   // overlapped (DpOverlap::LastBackward) for the collectives.
   double tail_floor_per_parameter(const std::vector<int>& dp_group, const SplitOptions& options);
-  // From now on every stage's replicas are priced one at a time, not by runs of alike ones
-  // (same GPU class, capacity and place of the tightest rank): the same answers, to the bit.
-  // For the tests that compare the two forms.
-  void price_replica_by_replica();
 
  private:
+  // The planner's internal steps (split_estimator_impl.hpp) reach the remembered state.
+  friend struct split_detail::EstimatorAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
