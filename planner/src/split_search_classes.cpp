@@ -142,7 +142,16 @@ const ShapeClasses& Search::shape_classes(const StageShape& shape) {
   std::sort(fit_set.begin(), fit_set.end());
   out.fits_id =
       fit_sets_.emplace(std::move(fit_set), static_cast<int>(fit_sets_.size())).first->second;
+  // A group whose lead is of its predecessor's rank class has its GPU type: no name compared
+  // (a 100k-GPU stage's 100k groups would compare as many names).
+  long long run_class = -1;
   for (std::size_t j = 0; j + T <= shape.ranks.size(); j += T) {
+    const long long c = rank_class_[static_cast<std::size_t>(shape.ranks[j])];
+    if (!out.type_runs.empty() && c == run_class) {
+      ++out.type_runs.back().second;
+      continue;
+    }
+    run_class = c;
     const DeviceSpec& spec = ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec;
     if (out.type_runs.empty() ||
         (out.type_runs.back().first != &spec && out.type_runs.back().first->name != spec.name))
