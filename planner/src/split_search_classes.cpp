@@ -94,6 +94,9 @@ void Search::index_rank_classes() {
     }
   }
   const auto& ranks = scenario_.cluster.ranks();
+  rank_block_.assign(ranks.size(), -1);
+  for (std::size_t t = 0; t < blocks_.size(); ++t)
+    for (int r : blocks_[t].ranks) rank_block_[static_cast<std::size_t>(r)] = static_cast<int>(t);
   rank_class_.resize(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r)
     rank_class_[r] =
@@ -142,20 +145,14 @@ const ShapeClasses& Search::shape_classes(const StageShape& shape) {
   std::sort(fit_set.begin(), fit_set.end());
   out.fits_id =
       fit_sets_.emplace(std::move(fit_set), static_cast<int>(fit_sets_.size())).first->second;
-  // A group whose lead is of its predecessor's rank class has its GPU type: no name compared
-  // (a 100k-GPU stage's 100k groups would compare as many names).
-  long long run_class = -1;
+  // Runs of one GPU type by the leads' type blocks (rank_block_): a stage of 100k groups
+  // compares 100k integers, not as many names.
+  int run_block = -1;
   for (std::size_t j = 0; j + T <= shape.ranks.size(); j += T) {
-    const long long c = rank_class_[static_cast<std::size_t>(shape.ranks[j])];
-    if (!out.type_runs.empty() && c == run_class) {
-      ++out.type_runs.back().second;
-      continue;
-    }
-    run_class = c;
-    const DeviceSpec& spec = ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec;
-    if (out.type_runs.empty() ||
-        (out.type_runs.back().first != &spec && out.type_runs.back().first->name != spec.name))
-      out.type_runs.emplace_back(&spec, 0);
+    const int block = rank_block_[static_cast<std::size_t>(shape.ranks[j])];
+    if (block != run_block)
+      out.type_runs.emplace_back(&ranks[static_cast<std::size_t>(shape.ranks[j])].slot->spec, 0);
+    run_block = block;
     ++out.type_runs.back().second;
   }
   shape.classes = std::make_shared<const ShapeClasses>(std::move(out));

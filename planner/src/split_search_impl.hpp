@@ -477,7 +477,8 @@ class Search {
   std::vector<double> cand_step_, cand_tail_;  // candidate_floor's
   std::vector<int> ones_;
   std::map<std::tuple<long long, int, int, bool>, double> step_floors_;  // (class, T, b, rc)
-  std::vector<long long> rank_class_;                  // per rank (index_rank_classes)
+  std::vector<long long> rank_class_;  // per rank (index_rank_classes)
+  std::vector<int> rank_block_;  // per rank: its GPU type's index in blocks_ (index_rank_classes)
   std::vector<std::vector<std::size_t>> block_leads_;  // per type block: type_step_floor's
   std::map<std::tuple<int, int, int>, double> tail_floors_;
   // (first rank, ranks, T, balanced by speed, samples, recompute, in flight)
