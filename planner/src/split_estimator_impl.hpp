@@ -297,9 +297,12 @@ struct SplitEstimator::Impl {
     std::vector<std::unique_ptr<Layout>> layouts;           // the latest last, at most kMaxLayouts
     std::unique_ptr<split_detail::ReplicaLayout> replicas;  // on first need (replica_layout)
   };
-  // Each layout holds a share per replica: a few per stage bound the memory when shares by
-  // speed differ from split to split.
-  static constexpr std::size_t kMaxLayouts = 4;
+  // Each layout holds a share per replica: a bound per stage caps the memory when shares by
+  // speed differ from split to split. The 100k-GPU search asks up to 16 per stage rank list
+  // (the shares by speed its micro-batch counts and checkpointing give); at 4, 50 of its 1,383
+  // lookups missed a layout evicted before, each re-walking the stage's 100k replicas (group
+  // kinds, collective keys). 16 x 100k shares is 12.8 MB per stage rank list at most.
+  static constexpr std::size_t kMaxLayouts = 16;
 
   StageRanks::Layout& layout_of(StageRanks& sr, ShardingKind sharding,
                                 const std::vector<double>& share) {
