@@ -476,11 +476,17 @@ Plan empty_plan(const Scenario& s, const std::string& strategy) {
   // One row per rank, allocated once (at 100k ranks growing the vector copied every row ~17
   // times; `optimal` builds a plan per schedule candidate).
   plan.ranks.reserve(s.cluster.ranks().size());
+  // The type name read once per slot kind (RankDevice::slot_kind): each rank's own slot is one
+  // of 100k places at 100k ranks.
+  std::vector<const std::string*> types;
   for (const auto& d : s.cluster.ranks()) {
+    const auto kind = static_cast<std::size_t>(d.slot_kind);
+    if (kind >= types.size()) types.resize(kind + 1, nullptr);
+    if (!types[kind]) types[kind] = &d.slot->type;
     PlanRank r;
     r.rank = d.rank;
     r.node = d.node;
-    r.gpu = d.slot->type;
+    r.gpu = *types[kind];
     plan.ranks.push_back(r);
   }
   return plan;

@@ -104,10 +104,11 @@ Throughput throughput(const Scenario& scenario, const Plan& plan, double t) {
       kind_flops[kind] = effective_peak_flops(*d.slot, scenario.job.precision.compute);
     peak_flops += kind_flops[kind];
   }
-  out.samples_per_s = plan.global_batch() / t;
+  const int batch = plan.global_batch();  // a sum over the ranks: once
+  out.samples_per_s = batch / t;
   out.tokens_per_s = out.samples_per_s * scenario.job.sequence_length;
   if (peak_flops > 0) {
-    out.mfu = model_flops_per_iteration(scenario.job, plan.global_batch()) / (t * peak_flops);
+    out.mfu = model_flops_per_iteration(scenario.job, batch) / (t * peak_flops);
     out.hfu = hardware_flops_per_iteration(scenario.job, plan) / (t * peak_flops);
   }
   return out;
