@@ -16,6 +16,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "optimal_solver_impl.hpp"
+#include "run_memo.hpp"
 
 namespace cephalo::planner {
 
@@ -164,58 +165,53 @@ OptimalSolution Solver::build(double tau, double sigma) {
   OptimalSolution sol;
   sol.ranks.resize(n_);
   // The configuration depends only on (group, batch, share): ranks alike are chosen once.
-  std::map<std::tuple<int, int, double>, std::pair<int, double>> chosen;
+  RunMemo<std::tuple<int, int, double>, std::pair<int, double>> chosen;
   for (int r = 0; r < n_; ++r) {
     const auto& model = groups_[group_of[r]].model;
     auto& c = sol.ranks[r];
     c.batch = batches[r];
     c.share = shares[r];
-    const auto key = std::make_tuple(group_of[r], c.batch, c.share);
-    if (auto it = chosen.find(key); it != chosen.end()) {
-      c.micro_batch = it->second.first;
-      c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
-      c.compute_seconds = it->second.second;
-      c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
-      sol.compute_seconds = std::max(sol.compute_seconds, c.compute_seconds);
-      sol.max_share = std::max(sol.max_share, c.share);
-      continue;
-    }
-    // The fastest configuration within τ whose memory holds the share.
-    double best_t = kInf, best_w = kInf;
-    for (int m = 1; m <= model.max_micro_batch(); ++m) {
-      if (!model.allows(c.batch, m) || optimal_compute_time(model, c.batch, m) > tau) continue;
-      const double mem = optimal_memory(model, c.batch, m, c.share, p_.state_bytes);
-      if (mem > model.usable_bytes * (1 + 1e-12)) continue;
-      const double t = optimal_compute_time(model, c.batch, m);
-      if (t < best_t || (t == best_t && model.working_bytes[m] < best_w)) {
-        best_t = t;
-        best_w = model.working_bytes[m];
-        c.micro_batch = std::min(m, c.batch);
+    const auto [micro, seconds] = chosen.get({group_of[r], c.batch, c.share}, [&] {
+      // The fastest configuration within τ whose memory holds the share.
+      int chosen_micro = 0;
+      double best_t = kInf, best_w = kInf;
+      for (int m = 1; m <= model.max_micro_batch(); ++m) {
+        if (!model.allows(c.batch, m) || optimal_compute_time(model, c.batch, m) > tau) continue;
+        const double mem = optimal_memory(model, c.batch, m, c.share, p_.state_bytes);
+        if (mem > model.usable_bytes * (1 + 1e-12)) continue;
+        const double t = optimal_compute_time(model, c.batch, m);
+        if (t < best_t || (t == best_t && model.working_bytes[m] < best_w)) {
+          best_t = t;
+          best_w = model.working_bytes[m];
+          chosen_micro = std::min(m, c.batch);
+        }
       }
-    }
-    if (c.micro_batch == 0) {
-      // Only reachable through rounding: of the shares (take the leanest configuration in
-      // time), or of a time a hair above τ (the phase-weighted K = t − F is a difference, so a
-      // flat table's times need not grow with the batch in the last bit: take the fastest).
-      for (int m = 1; m <= model.max_micro_batch(); ++m)
-        if (model.allows(c.batch, m) && optimal_compute_time(model, c.batch, m) <= tau &&
-            (c.micro_batch == 0 || model.working_bytes[m] < model.working_bytes[c.micro_batch]))
-          c.micro_batch = std::min(m, c.batch);
-      if (c.micro_batch == 0) {
-        double fastest = kInf;
+      if (chosen_micro == 0) {
+        // Only reachable through rounding: of the shares (take the leanest configuration in
+        // time), or of a time a hair above τ (the phase-weighted K = t − F is a difference, so
+        // a flat table's times need not grow with the batch in the last bit: take the
+        // fastest).
         for (int m = 1; m <= model.max_micro_batch(); ++m)
-          if (model.allows(c.batch, m) && optimal_compute_time(model, c.batch, m) < fastest) {
-            fastest = optimal_compute_time(model, c.batch, m);
-            c.micro_batch = std::min(m, c.batch);
-          }
+          if (model.allows(c.batch, m) && optimal_compute_time(model, c.batch, m) <= tau &&
+              (chosen_micro == 0 || model.working_bytes[m] < model.working_bytes[chosen_micro]))
+            chosen_micro = std::min(m, c.batch);
+        if (chosen_micro == 0) {
+          double fastest = kInf;
+          for (int m = 1; m <= model.max_micro_batch(); ++m)
+            if (model.allows(c.batch, m) && optimal_compute_time(model, c.batch, m) < fastest) {
+              fastest = optimal_compute_time(model, c.batch, m);
+              chosen_micro = std::min(m, c.batch);
+            }
+        }
+        best_t = optimal_compute_time(model, c.batch, chosen_micro);
       }
-      best_t = optimal_compute_time(model, c.batch, c.micro_batch);
-    }
-    chosen.emplace(key, std::make_pair(c.micro_batch, best_t));
+      return std::make_pair(chosen_micro, best_t);
+    });
+    c.micro_batch = micro;
     c.micro_batches = (c.batch + c.micro_batch - 1) / c.micro_batch;
-    c.compute_seconds = best_t;
+    c.compute_seconds = seconds;
     c.memory_bytes = optimal_memory(model, c.batch, c.micro_batch, c.share, p_.state_bytes);
-    sol.compute_seconds = std::max(sol.compute_seconds, best_t);
+    sol.compute_seconds = std::max(sol.compute_seconds, seconds);
     sol.max_share = std::max(sol.max_share, c.share);
   }
   sol.comm_seconds = comm(sol.max_share);

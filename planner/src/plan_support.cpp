@@ -154,28 +154,19 @@ std::vector<ActivationCheckpointing> checkpointing_candidates(int num_layers, in
 int first_rank_over(const Scenario& s, const Plan& plan, int micro_batch) {
   const auto& devices = s.cluster.ranks();
   const int n = static_cast<int>(plan.ranks.size());
-  // The answer depends only on (usable bytes, runtime, batch, share): a 100k-GPU plan has a
-  // handful of such.
-  std::map<std::tuple<double, bool, int, double>, bool> fits;
-  const PlanRank* before = nullptr;
+  // The answer depends only on the rank's slot (RankDevice::slot_kind: its usable bytes and
+  // runtime), batch and share: a 100k-GPU plan has a handful of such, in runs.
+  RunMemo<std::tuple<int, int, double>, bool> fits;
   for (const auto& r : plan.ranks) {
-    // A rank on a slot equal to the previous rank's, with its batch and share, fits as it did
-    // (the previous rank fitted, or it would have been returned).
-    const bool as_before = before && devices[r.rank].slot_kind == devices[before->rank].slot_kind &&
-                           r.batch == before->batch && r.state_share == before->state_share;
-    before = &r;
-    if (as_before) continue;
-    const auto& spec = devices[r.rank].slot->spec;
-    const double usable = plannable_bytes(spec);
-    auto [it, fresh] = fits.emplace(
-        std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch, r.state_share), false);
-    if (fresh) {
+    const RankDevice& d = devices[r.rank];
+    const bool fit = fits.get({d.slot_kind, r.batch, r.state_share}, [&] {
+      const auto& spec = d.slot->spec;
       const int m = std::max(1, std::min(micro_batch > 0 ? micro_batch : 1, r.batch));
-      it->second =
-          terms_total(s.job, memory_inputs(plan, spec, n, r.state_share,
-                                           split_batch(std::max(1, r.batch), m))) <= usable;
-    }
-    if (!it->second) return r.rank;
+      return terms_total(s.job, memory_inputs(plan, spec, n, r.state_share,
+                                              split_batch(std::max(1, r.batch), m))) <=
+             plannable_bytes(spec);
+    });
+    if (!fit) return r.rank;
   }
   return -1;
 }
@@ -367,37 +358,22 @@ void fill_equal_shares(const Scenario& s, Plan& plan, const std::string& who,
     }
     Plan trial = plan;
     trial.activation_checkpointing = choices[c];
-    // The answer depends only on (usable bytes, GPU runtime or not, batch): ranks of one device
-    // type with the same batch are evaluated once (a 100k-GPU plan has a handful of such).
-    std::map<std::tuple<double, bool, int>, int> fitting;
+    // The answer depends only on the rank's slot (RankDevice::slot_kind: its usable bytes and
+    // runtime) and batch: a 100k-GPU plan has a handful of such, in runs.
+    RunMemo<std::pair<int, int>, int> fitting;
     const PlanRank* failed = nullptr;
-    const PlanRank* before = nullptr;
     for (auto& r : trial.ranks) {
-      // A rank on a slot equal to the previous rank's, with its batch, takes its micro-batch
-      // (which fitted, or the loop would have stopped there).
-      if (before && devices[r.rank].slot_kind == devices[before->rank].slot_kind &&
-          r.batch == before->batch) {
-        r.micro_batch = before->micro_batch;
-        r.micro_batches = before->micro_batches;
-        before = &r;
-        continue;
-      }
-      before = &r;
-      const auto& spec = devices[r.rank].slot->spec;
-      const double usable = plannable_bytes(spec);
-      auto [it, fresh] =
-          fitting.emplace(std::make_tuple(usable, costmodels::runs_gpu_runtime(spec), r.batch), 0);
-      if (fresh) {
+      const RankDevice& d = devices[r.rank];
+      const int m = fitting.get({d.slot_kind, r.batch}, [&] {
+        const auto& spec = d.slot->spec;
+        const double usable = plannable_bytes(spec);
         if (opt.micro_batch > 0) {
-          const int m = std::min(opt.micro_batch, r.batch);
-          const auto in = memory_inputs(trial, spec, n, r.state_share, split_batch(r.batch, m));
-          it->second = terms_total(s.job, in) <= usable ? m : 0;
-        } else {
-          it->second =
-              largest_fitting_micro_batch(s.job, trial, spec, n, r.batch, r.state_share, usable);
+          const int fixed = std::min(opt.micro_batch, r.batch);
+          const auto in = memory_inputs(trial, spec, n, r.state_share, split_batch(r.batch, fixed));
+          return terms_total(s.job, in) <= usable ? fixed : 0;
         }
-      }
-      const int m = it->second;
+        return largest_fitting_micro_batch(s.job, trial, spec, n, r.batch, r.state_share, usable);
+      });
       if (m == 0) {
         failed = &r;
         break;
@@ -500,11 +476,17 @@ Plan empty_plan(const Scenario& s, const std::string& strategy) {
   // One row per rank, allocated once (at 100k ranks growing the vector copied every row ~17
   // times; `optimal` builds a plan per schedule candidate).
   plan.ranks.reserve(s.cluster.ranks().size());
+  // The type name read once per slot kind (RankDevice::slot_kind): each rank's own slot is one
+  // of 100k places at 100k ranks.
+  std::vector<const std::string*> types;
   for (const auto& d : s.cluster.ranks()) {
+    const auto kind = static_cast<std::size_t>(d.slot_kind);
+    if (kind >= types.size()) types.resize(kind + 1, nullptr);
+    if (!types[kind]) types[kind] = &d.slot->type;
     PlanRank r;
     r.rank = d.rank;
     r.node = d.node;
-    r.gpu = d.slot->type;
+    r.gpu = *types[kind];
     plan.ranks.push_back(r);
   }
   return plan;

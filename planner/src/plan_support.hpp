@@ -17,6 +17,7 @@
 #include "cephalo/planner/plan_result.hpp"
 #include "cephalo/planner/strategies.hpp"
 #include "optimal_solver.hpp"
+#include "run_memo.hpp"
 
 namespace cephalo::planner::detail {
 

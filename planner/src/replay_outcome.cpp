@@ -12,8 +12,8 @@
 
 namespace cephalo::planner {
 
-SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
-                          const costmodels::CostModels& models) {
+SimOutcome replay_outcome(const Plan& plan, const Scenario& s, const costmodels::CostModels& models,
+                          int most_replayed_ranks) {
   // A strategy sizes batches over full sharding; under a replicating framework (DDP) each of
   // its candidates runs as what the framework can run, one replica per rank.
   if (schedule::replicates_state(s.job.implementation.framework) && !plan.sharding.hybrid() &&
@@ -21,7 +21,7 @@ SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
     Plan replicas = plan;
     replicas.sharding = replica_sharding(static_cast<int>(plan.ranks.size()));
     for (auto& r : replicas.ranks) r.state_share = 1.0;
-    return replay_outcome(replicas, s, models);
+    return replay_outcome(replicas, s, models, most_replayed_ranks);
   }
   // A candidate past the plan bounds (micro-batches as small as memory forces) is one the plan
   // reader would refuse: infeasible here, never a plan the planner chose and then refused. The
@@ -36,18 +36,18 @@ SimOutcome replay_outcome(const Plan& plan, const Scenario& s,
                           " a plan may schedule (core/plan.hpp): lower the global batch");
   traces::check_plan_for(plan, s, "<planner>");
   // One representative per class of identical ranks where that applies (equal to the full
-  // replay; sim/class_replay.hpp), so candidate replays of 100k-rank plans stay cheap.
-  const auto result = sim::simulate_plan(plan, s, *models.compute, *models.comm);
+  // replay; sim/class_replay.hpp), so candidate replays of 100k-rank plans stay cheap. The
+  // planner reads the time, the verdict and the peaks, never the report's per-rank rows.
+  sim::SimOptions options;
+  options.rank_rows = false;
+  options.most_replayed_ranks = most_replayed_ranks;
+  auto result = sim::simulate_plan(plan, s, *models.compute, *models.comm, options);
   SimOutcome out;
   out.iteration_s = result.report.iteration_time_s;
   out.samples_per_s = result.report.samples_per_s;
   out.oom = result.report.oom;
-  out.peak_bytes.reserve(result.report.ranks.size());
-  out.capacity_bytes.reserve(result.report.ranks.size());
-  for (const auto& r : result.report.ranks) {
-    out.peak_bytes.push_back(r.peak_memory_bytes);
-    out.capacity_bytes.push_back(r.capacity_bytes);
-  }
+  out.peak_bytes = std::move(result.peak_bytes);
+  out.capacity_bytes = std::move(result.capacity_bytes);
   if (result.report.oom_detail) {
     const auto& d = *result.report.oom_detail;
     out.oom_rank = d.rank;
@@ -128,17 +128,17 @@ std::string replay_key(const Plan& plan) {
 
 }  // namespace
 
-bool ReplayCache::has(const Plan& plan) const { return done_.count(replay_key(plan)) > 0; }
-
 const SimOutcome& ReplayCache::outcome(const Plan& plan, const Scenario& scenario,
-                                       const costmodels::CostModels& models) {
+                                       const costmodels::CostModels& models,
+                                       int most_replayed_ranks) {
   std::string key = replay_key(plan);
   auto it = done_.find(key);
   if (it != done_.end()) {
     ++hits_;
     return it->second;
   }
-  return done_.emplace(std::move(key), replay_outcome(plan, scenario, models)).first->second;
+  return done_.emplace(std::move(key), replay_outcome(plan, scenario, models, most_replayed_ranks))
+      .first->second;
 }
 
 }  // namespace cephalo::planner

@@ -23,9 +23,10 @@ struct SimOutcome {
 };
 
 // Builds the TrainingGraph of `plan` and replays it (sim::simulate_plan, the one replay), with
-// its arguments in sim's order.
+// its arguments in sim's order. `most_replayed_ranks` > 0: a plan whose replay would build more
+// ranks (too few alike to replay by class) throws sim::ReplayTooLarge, nothing built.
 SimOutcome replay_outcome(const Plan& plan, const Scenario& scenario,
-                          const costmodels::CostModels& models);
+                          const costmodels::CostModels& models, int most_replayed_ranks = 0);
 
 // replay_outcome memoised by plan: the replay is deterministic, so a plan replayed before (the
 // same schedule, sharding and every rank's batch, micro-batch split and share) is answered from
@@ -34,10 +35,10 @@ SimOutcome replay_outcome(const Plan& plan, const Scenario& scenario,
 // costs ~0.5 s and the key a few ms.
 class ReplayCache {
  public:
+  // A plan replayed before is answered whatever `most_replayed_ranks`; a new one is replayed
+  // under it (replay_outcome).
   const SimOutcome& outcome(const Plan& plan, const Scenario& scenario,
-                            const costmodels::CostModels& models);
-  // Whether `plan` was replayed before (its outcome() is then a lookup).
-  bool has(const Plan& plan) const;
+                            const costmodels::CostModels& models, int most_replayed_ranks = 0);
   int replays() const { return static_cast<int>(done_.size()); }
   int hits() const { return hits_; }
 

@@ -97,37 +97,19 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
   plan.sharding = sharding;
   if (!sharding.hybrid()) return true;
   const auto& devices = s.cluster.ranks();
-  // The memory model reads a rank only through its micro-batches and share, and its device
-  // only through whether it runs the GPU runtime: alike ranks are predicted once (at 100k
-  // ranks and a dozen group sizes this was most of the default search).
-  std::map<std::tuple<bool, int, int, int, double>, double> memo;
-  auto memory_of = [&](const PlanRank& pr, const DeviceSpec& spec, double share) {
-    const auto key = std::make_tuple(costmodels::runs_gpu_runtime(spec), pr.batch, pr.micro_batch,
-                                     pr.micro_batches, share);
-    auto it = memo.find(key);
-    if (it == memo.end()) it = memo.emplace(key, memory_at(s, plan, pr, spec, share)).first;
-    return it->second;
-  };
-  // What the loop reads of a device, once per slot kind (RankDevice::slot_kind): each rank's
-  // own slot is one of 100k places at 100k ranks, read a dozen times over.
-  struct SlotFacts {
-    bool known = false, gpu = false;
-    double plannable = 0;
-  };
-  std::vector<SlotFacts> slot_facts;
-  auto facts_of = [&](const RankDevice& d) -> const SlotFacts& {
+  // A rank's memory at state share 0 and 1 (the memory model is affine in the share), once per
+  // slot kind and row: alike ranks come in runs (a group is mostly one kind of rank), and at
+  // 100k ranks and a dozen group sizes this was most of the default search.
+  RunMemo<std::tuple<int, int, int, int>, std::pair<double, double>> memory;
+  // The plannable bytes, once per slot kind (RankDevice::slot_kind): each rank's own slot is
+  // one of 100k places at 100k ranks, read a dozen times over.
+  std::vector<double> plannable;
+  auto plannable_of = [&](const RankDevice& d) {
     const auto k = static_cast<std::size_t>(d.slot_kind);
-    if (k >= slot_facts.size()) slot_facts.resize(k + 1);
-    SlotFacts& f = slot_facts[k];
-    if (!f.known)
-      f = {true, costmodels::runs_gpu_runtime(d.slot->spec), plannable_bytes(d.slot->spec)};
-    return f;
+    if (k >= plannable.size()) plannable.resize(k + 1, -1.0);
+    if (plannable[k] < 0) plannable[k] = plannable_bytes(d.slot->spec);
+    return plannable[k];
   };
-  struct Last {
-    bool known = false, gpu = false;
-    int batch = 0, micro_batch = 0, micro_batches = 0;
-    double empty = 0, full = 0;  // the rank's memory at state share 0 and 1
-  } last;
   for (std::size_t g = 0; g < sharding.groups.size(); ++g) {
     const auto& group = sharding.groups[g];
     for (int attempt = 0;; ++attempt) {
@@ -139,23 +121,13 @@ bool apply_grouping(const Scenario& s, Plan& plan, const Sharding& sharding, std
       for (int r : group) {
         const PlanRank& pr = plan.ranks[static_cast<std::size_t>(r)];
         const RankDevice& d = devices[static_cast<std::size_t>(r)];
-        const SlotFacts& facts = facts_of(d);
-        // Alike ranks come in runs (a group is mostly one kind of rank): the previous rank's
-        // memory is taken before the memo is asked (two map lookups per rank, at 100k ranks and
-        // a dozen groupings for each strategy's plan).
-        const bool gpu = facts.gpu;
-        if (!last.known || gpu != last.gpu || pr.batch != last.batch ||
-            pr.micro_batch != last.micro_batch || pr.micro_batches != last.micro_batches)
-          last = {true,
-                  gpu,
-                  pr.batch,
-                  pr.micro_batch,
-                  pr.micro_batches,
-                  memory_of(pr, d.slot->spec, 0.0),
-                  memory_of(pr, d.slot->spec, 1.0)};
-        const double m0 = last.empty;
-        state = std::max(state, last.full - m0);
-        free_bytes.push_back(std::max(0.0, facts.plannable - m0));
+        const auto [m0, m1] =
+            memory.get({d.slot_kind, pr.batch, pr.micro_batch, pr.micro_batches}, [&] {
+              return std::make_pair(memory_at(s, plan, pr, d.slot->spec, 0.0),
+                                    memory_at(s, plan, pr, d.slot->spec, 1.0));
+            });
+        state = std::max(state, m1 - m0);
+        free_bytes.push_back(std::max(0.0, plannable_of(d) - m0));
         total_free += free_bytes.back();
       }
       if (total_free >= state && total_free > 0) {
@@ -218,8 +190,8 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
   return *std::max_element(per_group.begin(), per_group.end()) + cross;
 }
 
-// Most ranks a hybrid candidate's replay may build (sim::replayed_ranks): a replay of 8,192
-// ranks of Llama-7B takes about a second and a few hundred MB on the dev VM; the planner's
+// Most ranks a hybrid candidate's replay may build (sim::SimOptions::most_replayed_ranks): a replay
+// of 8,192 ranks of Llama-7B takes about a second and a few hundred MB on the dev VM; the planner's
 // groupings of alike nodes build a few ranks per group shape.
 constexpr int kMostReplayedRanks = 8192;
 
@@ -248,21 +220,23 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
       continue;
     }
     // A grouping whose ranks are too unlike to replay by class would be replayed rank by rank:
-    // at 100k ranks seconds and gigabytes for one candidate among many. It is skipped, and the
-    // note says so; below the limit every candidate is replayed. A grouping replayed before
-    // passed this check then (hybrid plans are replayed only here): even's and proportional's
-    // plans, weighed after optimal's, often group into the same plan.
-    if (c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks &&
-        !(replays && replays->has(p))) {
-      const int built = sim::replayed_ranks(p, s);
-      if (built > kMostReplayedRanks) {
-        why << " " << c.label << " not replayed (its replay would build " << built << " of "
-            << s.cluster.num_ranks() << " ranks; a candidate may build at most "
-            << kMostReplayedRanks << ");";
-        continue;
-      }
+    // at 100k ranks seconds and gigabytes for one candidate among many. Its replay is refused
+    // before anything is built, and the note says so; below the limit every candidate is
+    // replayed. A grouping replayed before passed this check then (hybrid plans are replayed
+    // only here): even's and proportional's plans, weighed after optimal's, often group into
+    // the same plan.
+    const int most = c.nodes_per_group > 0 && s.cluster.num_ranks() > kMostReplayedRanks
+                         ? kMostReplayedRanks
+                         : 0;
+    SimOutcome o;
+    try {
+      o = replays ? replays->outcome(p, s, models, most) : replay_outcome(p, s, models, most);
+    } catch (const sim::ReplayTooLarge& e) {
+      why << " " << c.label << " not replayed (its replay would build " << e.ranks() << " of "
+          << s.cluster.num_ranks() << " ranks; a candidate may build at most " << kMostReplayedRanks
+          << ");";
+      continue;
     }
-    const SimOutcome o = replays ? replays->outcome(p, s, models) : replay_outcome(p, s, models);
     ++res.simulated_candidates;
     if (o.oom) {
       why << " " << c.label << " OOM in simulation (" << o.oom_detail << ");";

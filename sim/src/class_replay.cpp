@@ -274,6 +274,11 @@ std::vector<char> collective_spans_nodes(const traces::TrainingGraph& graph,
 
 }  // namespace detail
 
+ReplayTooLarge::ReplayTooLarge(int ranks, int most)
+    : Error("the replay would build " + std::to_string(ranks) + " ranks; at most " +
+            std::to_string(most) + " were allowed (SimOptions::most_replayed_ranks)"),
+      ranks_(ranks) {}
+
 SimResult simulate_plan(const Plan& plan, const Scenario& scenario,
                         const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                         const SimOptions& options) {
@@ -284,7 +289,12 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                        const SimOptions& options) {
   const int ranks = scenario.cluster.num_ranks();
+  const auto refuse_above = [&](int built) {
+    if (options.most_replayed_ranks > 0 && built > options.most_replayed_ranks)
+      throw ReplayTooLarge(built, options.most_replayed_ranks);
+  };
   auto full = [&]() {
+    refuse_above(ranks);
     // Every rank is built: the bound is the per-rank sum (core/plan.hpp), whatever the classes.
     if (!plan.has_split())
       check_unit_passes(plan, full_unit_passes(plan, scenario),
@@ -306,6 +316,7 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
     return out;
   }
   if (static_cast<int>(classes->representatives.size()) == ranks) return full();
+  refuse_above(static_cast<int>(classes->representatives.size()));
   // What this replay builds: an FSDP plan's representatives' passes (validate_plan_for bounded
   // the plan's row classes; hybrid positions can make more). A split plan's reader bounded its
   // passes per rank (core/plan.hpp), the representatives' among them.
@@ -330,14 +341,6 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   out.result.replayed_ranks = static_cast<int>(classes->representatives.size());
   return out;
-}
-
-int replayed_ranks(const Plan& plan, const Scenario& scenario) {
-  const int ranks = scenario.cluster.num_ranks();
-  if (ranks < 2) return ranks;
-  std::string why;
-  const auto classes = plan_rank_classes(plan, scenario, nullptr, why);
-  return classes ? static_cast<int>(classes->representatives.size()) : ranks;
 }
 
 Simulation simulate_checked(const Scenario& scenario, const Plan& plan,

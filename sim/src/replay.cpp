@@ -505,7 +505,6 @@ SimResult Replay::run() {
   m.source = "sim";
   m.start_ns = out_.start_ns;
   m.end_ns = out_.end_ns;
-  m.peak_memory_bytes = peak_;
   if (view_ && oom_ && oom_detail_.op >= 0) {
     // The op as the full graph numbers it: ops are numbered rank after rank, and every rank has
     // as many as its representative, so the ranks before this one count their classes' ops.
@@ -520,12 +519,15 @@ SimResult Replay::run() {
   m.events = engine_.processed();
   m.record_ops = opt_.record_ops;
   m.usable_fraction = opt_.usable_fraction;
-  if (view_) {
+  m.rank_rows = opt_.rank_rows;
+  // A class replay's ranks peak where their representative did.
+  if (view_)
     for (int r = 0; r < ranks; ++r) peak_[r] = peak_[view_->representative[r]];
-    m.peak_memory_bytes = peak_;
-  }
+  m.peak_memory_bytes = peak_;
   out_.report = traces::summarize(g_, s_, plan_, m);
-  if (view_) {
+  out_.peak_bytes = std::move(peak_);
+  out_.capacity_bytes = std::move(capacity_);
+  if (view_ && opt_.rank_rows) {
     // The ranks without ops have empty lanes in the summary: they did what their class did.
     auto& rr = out_.report.ranks;
     for (int r = 0; r < ranks; ++r) {

@@ -6,6 +6,7 @@
 
 #include "cephalo/costmodels/cost_models.hpp"
 #include "cephalo/planner/strategies.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "plan_support.hpp"
 #include "replay_outcome.hpp"
 #include "scenario_fixture.hpp"
@@ -84,11 +85,13 @@ TEST(ReplayCache, RowsAndGroupsWrittenAsRunsStayDistinct) {
   const auto models = costmodels::make_cost_models(s);
   ReplayCache cache;
   const Plan even = plan_of(s, Accumulation::Layered, 4);
-  EXPECT_FALSE(cache.has(even));
   cache.outcome(even, s, models);
-  EXPECT_TRUE(cache.has(even));
-  EXPECT_TRUE(cache.has(plan_of(s, Accumulation::NoSync, 4)));    // one micro-batch each
-  EXPECT_FALSE(cache.has(plan_of(s, Accumulation::Layered, 2)));  // two each
+  cache.outcome(even, s, models);
+  cache.outcome(plan_of(s, Accumulation::NoSync, 4), s, models);  // one micro-batch each
+  EXPECT_EQ(cache.replays(), 1);
+  EXPECT_EQ(cache.hits(), 2);
+  cache.outcome(plan_of(s, Accumulation::Layered, 2), s, models);  // two each
+  EXPECT_EQ(cache.replays(), 2);
   // The same samples in other places: 3, 5, 4, 4 and 5, 3, 4, 4 are runs of equal length.
   for (const auto& batches : {std::vector<int>{3, 5, 4, 4}, std::vector<int>{5, 3, 4, 4}}) {
     Plan p = even;
@@ -98,7 +101,7 @@ TEST(ReplayCache, RowsAndGroupsWrittenAsRunsStayDistinct) {
     }
     cache.outcome(p, s, models);
   }
-  EXPECT_EQ(cache.replays(), 3);
+  EXPECT_EQ(cache.replays(), 4);
   // Hybrid groups of the same sizes over other ranks, and one group of all four.
   const std::vector<std::vector<std::vector<int>>> groupings = {
       {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0, 1, 2, 3}}};
@@ -110,8 +113,39 @@ TEST(ReplayCache, RowsAndGroupsWrittenAsRunsStayDistinct) {
     cache.outcome(p, s, models);
     cache.outcome(p, s, models);  // and again: answered from the first
   }
-  EXPECT_EQ(cache.replays(), 6);
-  EXPECT_EQ(cache.hits(), 3);
+  EXPECT_EQ(cache.replays(), 7);
+  EXPECT_EQ(cache.hits(), 5);
+}
+
+// A bound on the ranks a replay builds refuses a new plan above it before anything is built
+// (saying how many it would build: the unbounded replay's count) and never a plan answered
+// from an earlier replay.
+TEST(ReplayCache, AReplayAboveTheRankBoundIsRefusedUnlessReplayedBefore) {
+  const Scenario s = four_ranks();
+  const auto models = costmodels::make_cost_models(s);
+  Plan unlike = plan_of(s, Accumulation::Layered, 4);
+  const std::vector<int> batches = {3, 5, 6, 2};
+  for (std::size_t i = 0; i < unlike.ranks.size(); ++i) {
+    unlike.ranks[i].batch = batches[i];
+    unlike.ranks[i].micro_batch = batches[i];
+  }
+  const Plan alike = plan_of(s, Accumulation::Layered, 4);
+  const int built = sim::simulate_plan(unlike, s, *models.compute, *models.comm).replayed_ranks;
+  ASSERT_EQ(built, 4);  // no two ranks alike: every rank is built
+  ReplayCache cache;
+  try {
+    cache.outcome(unlike, s, models, built - 1);
+    ADD_FAILURE() << "a replay of " << built << " ranks under a bound of " << built - 1;
+  } catch (const sim::ReplayTooLarge& e) {
+    EXPECT_EQ(e.ranks(), built);
+  }
+  EXPECT_EQ(cache.replays(), 0);
+  // At the bound it replays, and once replayed any bound answers it.
+  expect_same(cache.outcome(unlike, s, models, built), replay_outcome(unlike, s, models));
+  expect_same(cache.outcome(unlike, s, models, 1), replay_outcome(unlike, s, models));
+  EXPECT_EQ(cache.hits(), 1);
+  // A plan of alike ranks builds one of them and passes a bound of one.
+  expect_same(cache.outcome(alike, s, models, 1), replay_outcome(alike, s, models));
 }
 
 }  // namespace

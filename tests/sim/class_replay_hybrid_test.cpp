@@ -188,8 +188,13 @@ TEST(ClassReplayHybrid, EqualsTheFullReplayWithGroupsAcrossNodesAndNics) {
     EXPECT_EQ(full.iteration_ns, byclass.iteration_ns);
     EXPECT_EQ(testing::comparable(full.report).dump(), testing::comparable(byclass.report).dump());
     compressed += byclass.replayed_ranks < in.scenario.cluster.num_ranks();
-    // What the planner asks before replaying a candidate is what the replay then builds.
-    EXPECT_EQ(replayed_ranks(in.plan, in.scenario), byclass.replayed_ranks);
+    // The planner's bound on a replay refuses it exactly above what it builds, saying that.
+    const int built = byclass.replayed_ranks;
+    const auto models = costmodels::make_cost_models(in.scenario, "roofline");
+    EXPECT_EQ(testing::refused_above(in.plan, in.scenario, models, built), 0);
+    if (built > 1) {
+      EXPECT_EQ(testing::refused_above(in.plan, in.scenario, models, built - 1), built);
+    }
     const auto classes = rank_classes(graph, in.scenario, in.plan);
     for (std::size_t r = 0; r < classes.representative.size(); ++r) {
       const int rep = classes.representative[r];

@@ -8,6 +8,8 @@
 
 #include "cephalo/core/json_reader.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/sim/class_replay.hpp"
 #include "cephalo/sim/replay.hpp"
 #include "cephalo/traces/report.hpp"
 #include "cephalo/traces/training_graph.hpp"
@@ -44,6 +46,20 @@ inline Json comparable(const traces::IterationReport& report) {
   Json j = traces::to_json(report);
   j.erase("events");
   return j;
+}
+
+// What a replay under a bound of `most` ranks (SimOptions::most_replayed_ranks) says: the
+// ranks it would build when it refuses (ReplayTooLarge), 0 when it replays.
+inline int refused_above(const Plan& plan, const Scenario& scenario,
+                         const costmodels::CostModels& models, int most) {
+  SimOptions options;
+  options.most_replayed_ranks = most;
+  try {
+    simulate_plan(plan, scenario, *models.compute, *models.comm, options);
+  } catch (const ReplayTooLarge& e) {
+    return e.ranks();
+  }
+  return 0;
 }
 
 // A rank's program as (start, end) pairs in program order.

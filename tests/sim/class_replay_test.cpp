@@ -166,6 +166,60 @@ TEST(ClassReplay, EqualsTheFullReplayOnRandomClusters) {
   EXPECT_GE(ooms, 10);
 }
 
+// A replay without the report's per-rank rows (SimOptions::rank_rows = false, the planner's
+// candidate replays) answers as the full report does: the same iteration, rates and OOM
+// verdict, and SimResult's per-rank peaks and capacities are the rows' own, in class mode and
+// in full. What it leaves out is left out: no rows, no plan hash.
+TEST(ClassReplay, WithoutRankRowsTheVerdictAndPeaksAreTheFullReports) {
+  std::mt19937 rng(20261207);
+  int ooms = 0, compressed = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const Instance in = random_instance(rng);
+    const auto models = costmodels::make_cost_models(in.scenario, "roofline");
+    SimOptions rows;
+    rows.usable_fraction = trial % 5 == 0 ? 0.02 : -1;  // a few out-of-memory verdicts
+    SimOptions light = rows;
+    light.rank_rows = false;
+    const auto graph = traces::build_training_graph(in.plan, in.scenario);
+    const SimResult full =
+        simulate(graph, in.scenario, in.plan, *models.compute, *models.comm, rows);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (const SimResult& b :
+         {simulate_plan(in.plan, in.scenario, *models.compute, *models.comm, light),
+          simulate(graph, in.scenario, in.plan, *models.compute, *models.comm, light)}) {
+      compressed += b.replayed_ranks > 0 && b.replayed_ranks < in.scenario.cluster.num_ranks();
+      const auto& a = full.report;
+      EXPECT_EQ(full.iteration_ns, b.iteration_ns);
+      EXPECT_EQ(a.iteration_time_s, b.report.iteration_time_s);
+      EXPECT_EQ(a.samples_per_s, b.report.samples_per_s);
+      EXPECT_EQ(a.tokens_per_s, b.report.tokens_per_s);
+      EXPECT_EQ(a.mfu, b.report.mfu);
+      EXPECT_EQ(a.hfu, b.report.hfu);
+      EXPECT_EQ(a.oom, b.report.oom);
+      ASSERT_EQ(a.oom_detail.has_value(), b.report.oom_detail.has_value());
+      if (a.oom_detail) {
+        EXPECT_EQ(a.oom_detail->rank, b.report.oom_detail->rank);
+        EXPECT_EQ(a.oom_detail->op_name, b.report.oom_detail->op_name);
+        EXPECT_EQ(a.oom_detail->bytes, b.report.oom_detail->bytes);
+        EXPECT_EQ(a.oom_detail->capacity_bytes, b.report.oom_detail->capacity_bytes);
+      }
+      EXPECT_TRUE(b.report.ranks.empty());
+      EXPECT_TRUE(b.report.plan_hash.empty());
+      ASSERT_EQ(b.peak_bytes.size(), a.ranks.size());
+      ASSERT_EQ(b.capacity_bytes.size(), a.ranks.size());
+      ASSERT_EQ(full.peak_bytes.size(), a.ranks.size());
+      for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+        EXPECT_EQ(a.ranks[r].peak_memory_bytes, b.peak_bytes[r]) << "rank " << r;
+        EXPECT_EQ(a.ranks[r].capacity_bytes, b.capacity_bytes[r]) << "rank " << r;
+        EXPECT_EQ(a.ranks[r].peak_memory_bytes, full.peak_bytes[r]) << "rank " << r;
+      }
+    }
+    ooms += full.report.oom;
+  }
+  EXPECT_GE(ooms, 20);
+  EXPECT_GE(compressed, 100);
+}
+
 // replay_plan keeps the full graph exactly when it replayed in full: per-op records (and memory
 // timelines) force the full replay, whose graph names every op the report lists; a class
 // replay has no full graph to give and reports what simulate_plan reports.

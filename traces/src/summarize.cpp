@@ -93,13 +93,22 @@ double hardware_flops_per_iteration(const Job& job, const Plan& plan) {
 Throughput throughput(const Scenario& scenario, const Plan& plan, double t) {
   Throughput out;
   if (t <= 0) return out;
+  // Summed rank by rank (the order fixes the last bits), each slot kind's peak read once: each
+  // rank's own slot is one of 100k places at 100k ranks.
   double peak_flops = 0;
-  for (const auto& d : scenario.cluster.ranks())
-    peak_flops += effective_peak_flops(*d.slot, scenario.job.precision.compute);
-  out.samples_per_s = plan.global_batch() / t;
+  std::vector<double> kind_flops;
+  for (const auto& d : scenario.cluster.ranks()) {
+    const auto kind = static_cast<std::size_t>(d.slot_kind);
+    if (kind >= kind_flops.size()) kind_flops.resize(kind + 1, -1.0);
+    if (kind_flops[kind] < 0)
+      kind_flops[kind] = effective_peak_flops(*d.slot, scenario.job.precision.compute);
+    peak_flops += kind_flops[kind];
+  }
+  const int batch = plan.global_batch();  // a sum over the ranks: once
+  out.samples_per_s = batch / t;
   out.tokens_per_s = out.samples_per_s * scenario.job.sequence_length;
   if (peak_flops > 0) {
-    out.mfu = model_flops_per_iteration(scenario.job, plan.global_batch()) / (t * peak_flops);
+    out.mfu = model_flops_per_iteration(scenario.job, batch) / (t * peak_flops);
     out.hfu = hardware_flops_per_iteration(scenario.job, plan) / (t * peak_flops);
   }
   return out;
@@ -218,7 +227,7 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
 
   IterationReport rep;
   rep.source = m.source;
-  rep.plan_hash = plan_hash(plan);
+  if (m.rank_rows) rep.plan_hash = plan_hash(plan);
   rep.iteration_time_s = seconds(end);
   const double t = rep.iteration_time_s;
   const Throughput rate = throughput(scenario, plan, t);
@@ -235,10 +244,30 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
     double capacity = 0;
   };
   std::vector<SlotRow> slot_rows;
-  rep.ranks.reserve(static_cast<std::size_t>(ranks));
+  auto slot_row = [&](const RankDevice& d) -> const SlotRow& {
+    const auto kind = static_cast<std::size_t>(d.slot_kind);
+    if (kind >= slot_rows.size()) slot_rows.resize(kind + 1);
+    SlotRow& slot = slot_rows[kind];
+    if (!slot.slot) slot = {d.slot, usable_capacity_bytes(d.slot->spec, m.usable_fraction)};
+    return slot;
+  };
+  // A peak above capacity is an OOM verdict when the run saw none (the first such rank).
+  auto judge_peak = [&](int r, double peak, double capacity) {
+    if (!m.oom && !rep.oom && peak > capacity) {
+      rep.oom = true;
+      rep.oom_detail = OomDetail{r, -1, "measured peak", peak, capacity, 0.0};
+    }
+  };
+  if (!m.rank_rows)
+    for (int r = 0; r < ranks; ++r)
+      judge_peak(r, m.peak_memory_bytes[static_cast<std::size_t>(r)],
+                 slot_row(devices[static_cast<std::size_t>(r)]).capacity);
+  // The rows, when asked for (the peaks are judged there, row by row).
+  const int row_ranks = m.rank_rows ? ranks : 0;
+  rep.ranks.reserve(static_cast<std::size_t>(row_ranks));
   const bool split = g.summary().split;
   std::vector<Interval> compute, comm, copies, d2h, h2d, busy, tp, pp, work, scratch;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < row_ranks; ++r) {
     compute.clear();
     comm.clear();
     d2h.clear();
@@ -304,10 +333,7 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
     merge_into(d2h, h2d, copies);
     const std::int64_t copy_ns = union_length(copies);
     const auto& d = devices[static_cast<std::size_t>(r)];
-    const auto kind = static_cast<std::size_t>(d.slot_kind);
-    if (kind >= slot_rows.size()) slot_rows.resize(kind + 1);
-    SlotRow& slot = slot_rows[kind];
-    if (!slot.slot) slot = {d.slot, usable_capacity_bytes(d.slot->spec, m.usable_fraction)};
+    const SlotRow& slot = slot_row(d);
     rr.rank = r;
     rr.gpu = slot.slot->spec.name;
     rr.node = d.node;
@@ -319,11 +345,7 @@ IterationReport summarize(const TrainingGraph& g, const Scenario& scenario, cons
     rr.idle_s = seconds(end - busy_ns);
     rr.peak_memory_bytes = m.peak_memory_bytes[static_cast<std::size_t>(r)];
     rr.capacity_bytes = slot.capacity;
-    if (!m.oom && !rep.oom && rr.peak_memory_bytes > rr.capacity_bytes) {
-      rep.oom = true;
-      rep.oom_detail =
-          OomDetail{r, -1, "measured peak", rr.peak_memory_bytes, rr.capacity_bytes, 0.0};
-    }
+    judge_peak(r, rr.peak_memory_bytes, rr.capacity_bytes);
     rep.ranks.push_back(rr);
   }
   if (m.oom) {

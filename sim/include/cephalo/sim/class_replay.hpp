@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cephalo/core/error.hpp"
 #include "cephalo/core/output_file.hpp"
 #include "cephalo/costmodels/comm_model.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -64,6 +65,16 @@ costmodels::CollectiveRequest full_collective_request(const traces::TrainingGrap
                                                       const traces::Collective& c,
                                                       bool overlaps_compute = false);
 
+// A replay refused by SimOptions::most_replayed_ranks: it would build `ranks()` ranks.
+class ReplayTooLarge : public Error {
+ public:
+  ReplayTooLarge(int ranks, int most);
+  int ranks() const { return ranks_; }
+
+ private:
+  int ranks_;
+};
+
 // Builds the graph(s) and replays `plan`: by class where that applies, else in full. The report
 // is complete either way; in class mode `start_ns`, `end_ns` and `arrive_ns` are indexed by the
 // ops of build_training_graph_of_ranks(plan, scenario, representatives) and `replayed_ranks`
@@ -84,14 +95,6 @@ struct PlanReplay {
 PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
                        const costmodels::ComputeModel& compute, const costmodels::CommModel& comm,
                        const SimOptions& options = {});
-
-// How many ranks replay_plan builds for this plan when it records no ops and no memory
-// timeline: one per class, or every rank when it replays in full (no two ranks alike, or a
-// split plan whose lanes cannot form classes). Costs the plan's shard layout and the classes
-// (a split plan's: a graph of rank 0, for its domains' layouts), not a graph of the plan: a
-// caller that cannot afford a replay of that many ranks (the planner's candidates at 100k
-// ranks) asks first.
-int replayed_ranks(const Plan& plan, const Scenario& scenario);
 
 // What `cephalo simulate` and the Python module's simulate do with a scenario and a plan, one
 // sequence so that neither skips a check: the plan checked for the scenario

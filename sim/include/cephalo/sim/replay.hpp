@@ -44,6 +44,15 @@ struct SimOptions {
   double usable_fraction = -1;
   double fragmentation = -1;
   double reserve_bytes = -1;
+  // false: the report leaves out what only a written report reads, its per-rank rows and the
+  // plan hash (at 100k ranks a tenth of a candidate replay's time), and keeps the iteration
+  // time, the throughput, the events and the OOM verdict; SimResult's per-rank peaks and
+  // capacities are there either way. The planner's candidate replays, read only for those.
+  bool rank_rows = true;
+  // > 0: class_replay.hpp's simulate_plan / replay_plan build no more ranks than this; a plan
+  // whose replay would build more (too few alike ranks to replay by class) is refused with
+  // ReplayTooLarge before anything is built. The planner's candidates at 100k ranks.
+  int most_replayed_ranks = 0;
 };
 
 struct SimResult {
@@ -52,6 +61,9 @@ struct SimResult {
   std::vector<Time> start_ns, end_ns, arrive_ns;  // per op id (arrive: collectives' arrival)
   std::vector<std::vector<traces::MemorySample>> memory;  // per rank when record_memory
   int replayed_ranks = 0;  // class_replay.hpp's simulate_plan: ranks replayed (0: simulate())
+  // Per rank: the peak memory (a class replay's ranks their representative's) and the usable
+  // capacity it was judged against, the same as the report's rows carry.
+  std::vector<double> peak_bytes, capacity_bytes;
   // simulate_plan of a split plan whose ranks cannot form classes: why, so it replayed every
   // rank (render_replay_summary says it on `cephalo simulate`'s stderr); empty otherwise.
   std::string full_replay_reason;

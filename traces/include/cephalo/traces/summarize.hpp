@@ -76,6 +76,9 @@ struct IterationMeasurements {
   std::uint64_t events = 0;     // simulator: events processed; backend: ops executed
   bool record_ops = false;      // copy the per-op intervals into report.ops
   double usable_fraction = -1;  // see usable_capacity_bytes
+  // false: no per-rank rows and no plan hash in the report (a peak above capacity is still
+  // the OOM verdict): the simulator's candidate replays (sim::SimOptions::rank_rows).
+  bool rank_rows = true;
 };
 
 IterationReport summarize(const TrainingGraph& graph, const Scenario& scenario, const Plan& plan,
