@@ -31,6 +31,14 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
                           "true",
                           "false or absent for `cephalo run`: the backend does not defer the "
                           "output layer's weight gradient (plan and simulate price it)");
+  // The backend accumulates each weight gradient its own way (into the reduce type's buffer, as
+  // the profiled stacks' time carries it); a job that declares another stack's path is priced
+  // for a run this backend does not do.
+  if (s.scenario.job.implementation.weight_gradients != WeightGradients::Autocast)
+    throw ValidationError(r.scenario_file, "job.implementation.weight_gradients",
+                          to_string(s.scenario.job.implementation.weight_gradients),
+                          "\"autocast\" or absent for `cephalo run`: the backend accumulates "
+                          "weight gradients its own way (plan and simulate price the others)");
   s.model = GptConfig::from_spec(s.scenario.job.model, s.scenario.job.sequence_length);
   if (r.loss_scale_given && s.scenario.job.precision.compute != Dtype::FP16)
     throw ValidationError("command line", "--loss-scale", shortest(r.settings.loss_scale),

@@ -293,6 +293,16 @@ std::string to_string(Framework f) {
   return "?";
 }
 
+std::string to_string(WeightGradients w) {
+  return weight_gradient_names().at(static_cast<std::size_t>(w));
+}
+
+const std::vector<std::string>& weight_gradient_names() {
+  static const std::vector<std::string> names = {"autocast", "main_grad", "main_grad_compute_dtype",
+                                                 "fused_main_grad"};
+  return names;
+}
+
 const std::vector<std::string>& framework_names() {
   static const std::vector<std::string> names = {"fsdp2", "fsdp1", "deepspeed_zero3", "ddp"};
   return names;
@@ -316,6 +326,8 @@ std::string to_string(const Implementation& impl) {
     if (impl.wgrad_deferral_limit > 0)
       out += " (limit " + std::to_string(impl.wgrad_deferral_limit) + ")";
   }
+  if (impl.weight_gradients != WeightGradients::Autocast)
+    out += ", " + to_string(impl.weight_gradients);
   return out;
 }
 
@@ -339,7 +351,8 @@ Implementation parse_implementation(JsonReader& reader) {
         "\"compiled\": bool, \"cross_entropy\": \"eager\" | \"fused\", \"framework\": \"fsdp2\" | "
         "\"fsdp1\" | \"deepspeed_zero3\" | "
         "\"ddp\", \"tp_comm_overlap\": bool, \"defer_embedding_wgrad_compute\": bool, "
-        "\"wgrad_deferral_limit\": integer >= 0}");
+        "\"wgrad_deferral_limit\": integer >= 0, \"weight_gradients\": \"autocast\" | "
+        "\"main_grad\" | \"main_grad_compute_dtype\" | \"fused_main_grad\"}");
   Implementation impl;
   if (auto a = reader.optional_child("attention"))
     impl.attention =
@@ -368,6 +381,12 @@ Implementation parse_implementation(JsonReader& reader) {
     if (!impl.defer_embedding_wgrad_compute)
       l->fail("no \"wgrad_deferral_limit\" unless \"defer_embedding_wgrad_compute\" is true");
     impl.wgrad_deferral_limit = static_cast<int>(l->as_integer(0, 1 << 30));
+  }
+  if (auto w = reader.optional_child("weight_gradients")) {
+    const auto& names = weight_gradient_names();
+    const std::string name = w->as_enum(names);
+    impl.weight_gradients =
+        static_cast<WeightGradients>(std::find(names.begin(), names.end(), name) - names.begin());
   }
   if (auto st = reader.optional_child("stack")) {
     if (st->is_string()) {
@@ -398,6 +417,8 @@ Json to_json(const Implementation& impl) {
     j["defer_embedding_wgrad_compute"] = true;
     j["wgrad_deferral_limit"] = impl.wgrad_deferral_limit;
   }
+  if (impl.weight_gradients != WeightGradients::Autocast)
+    j["weight_gradients"] = to_string(impl.weight_gradients);
   if (impl.cross_entropy == LossKernel::Fused) j["cross_entropy"] = "fused";
   if (impl.stack) j["stack"] = to_json(*impl.stack);
   return j;

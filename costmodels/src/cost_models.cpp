@@ -10,6 +10,7 @@
 #include "cephalo/costmodels/analytic_compute.hpp"
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/scenario_notices.hpp"
+#include "cephalo/costmodels/weight_gradients.hpp"
 #include "framework_buffers.hpp"
 #include "profile_compute.hpp"
 
@@ -112,6 +113,30 @@ class StackScaledCompute : public ComputeModel {
  private:
   std::shared_ptr<const ComputeModel> inner_;
   StackCalibration stack_;
+};
+
+// The job's weight-gradient path (weight_gradients.hpp) on a GPU model whose backward carries
+// the profiles' path (fitted to the profiles, or measured by them): applied after a stack's
+// factors, which scale the time the profiles' stack would take. CPU devices are priced by the
+// roofline, which prices no path.
+class JobWeightGradients : public ComputeModel {
+ public:
+  explicit JobWeightGradients(std::shared_ptr<const ComputeModel> inner)
+      : inner_(std::move(inner)) {}
+  ComputeEstimate unit_time(const DeviceSpec& d, const Job& j, int u, ComputePhase p,
+                            int m) const override {
+    ComputeEstimate e = inner_->unit_time(d, j, u, p, m);
+    if (p == ComputePhase::Backward && d.kind != "cpu")
+      e.seconds = job_backward_seconds(d, j, u, m, e.seconds);
+    return e;
+  }
+  ComputeEstimate optimizer_time(const DeviceSpec& d, const Job& j, double n) const override {
+    return inner_->optimizer_time(d, j, n);
+  }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  std::shared_ptr<const ComputeModel> inner_;
 };
 
 // What the job's stack adds to each collective: the framework's copies of its buffers around
@@ -262,6 +287,8 @@ CostModels make_cost_models(const Scenario& scenario, const std::string& source)
   }
   if (const auto& stack = scenario.job.implementation.stack)
     models.compute = std::make_shared<StackScaledCompute>(models.compute, *stack);
+  // The roofline prices no weight-gradient path (neither the profiles' nor the job's).
+  if (source != "roofline") models.compute = std::make_shared<JobWeightGradients>(models.compute);
   models.comm = make_comm_model(scenario);
   return models;
 }

@@ -297,6 +297,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
     op.backward_bytes = 2 * op.forward_bytes;
     op.backward_kernels = 2;
     op.tiles = output_tiles(rows, n);
+    op.weights = k * n;
     ops.push_back(op);
   };
   // A bandwidth-bound elementwise kernel over `elements` values: `passes` reads+writes.

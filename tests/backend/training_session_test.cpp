@@ -188,3 +188,32 @@ TEST(RunSetup, InputsAreCheckedAndOneRankPerProcessIsRequired) {
   result.window_last = 9;
   EXPECT_EQ(reported_step_label(result, "min"), "step 7 (min step time of steps 1-9)");
 }
+
+// A job that declares another stack's weight-gradient path (Megatron's main_grad) is priced by
+// plan and simulate for a run this backend does not do (it accumulates its own way), so `cephalo
+// run` refuses it before any training, naming the file, the key, the value and what it takes.
+TEST(RunSetup, AnotherStacksWeightGradientPathIsRefused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("cephalo-run-wgrad-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  RunRequest r;
+  r.scenario_file = (dir / "s.json").string();
+  r.plan_file = kSrc + "/scenarios/plans/cpu-2rank-emulated.json";
+  std::ofstream(r.scenario_file) << R"({"name": "cpu-2rank-emulated",
+    "cluster": {"name": "cpu-2-emulated", "nodes": [{"name": "host",
+      "gpus": ["cpu", {"type": "cpu", "slowdown": 2.0}],
+      "intra_link": {"kind": "shm", "bandwidth": "5GB/s", "latency": "2us"}}]},
+    "job": {"model": "gpt-tiny", "sequence_length": 16, "global_batch": 9,
+            "precision": {"params": "fp32", "compute": "fp32", "reduce": "fp32"},
+            "implementation": {"attention": "eager", "fused_elementwise": false,
+                               "weight_gradients": "main_grad"}}})";
+  try {
+    load_run_inputs(r, 2);
+    ADD_FAILURE() << "accepted a main_grad job";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    for (const char* w : {"s.json", "job.implementation.weight_gradients", "main_grad", "autocast"})
+      EXPECT_NE(what.find(w), std::string::npos) << w << ": " << what;
+  }
+  std::filesystem::remove_all(dir);
+}

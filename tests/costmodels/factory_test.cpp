@@ -337,6 +337,10 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
        {"implementation.wgrad_deferral_limit", "2.5"}},
       {R"({"wgrad_deferral_limit": 4})",
        {"implementation.wgrad_deferral_limit", "4", "defer_embedding_wgrad_compute"}},
+      {R"({"weight_gradients": "fp32_master"})",
+       {"s.json", "implementation.weight_gradients", "fp32_master", "autocast", "main_grad",
+        "main_grad_compute_dtype", "fused_main_grad"}},
+      {R"({"weight_gradients": true})", {"implementation.weight_gradients", "true"}},
       {R"({"cross_entropy": "chunked"})",
        {"implementation.cross_entropy", "chunked", "eager", "fused"}}};
   for (const auto& [bad, wanted] : refused) {

@@ -476,5 +476,49 @@ TEST(SplitAgreement, TheEstimatesPickHoldsWhenEveryStageSpansTheNodes) {
   EXPECT_LE(r.errors.back(), 0.025);
 }
 
+// The same with a stack's weight-gradient path (Implementation::weight_gradients, priced by
+// costmodels::job_backward_seconds inside the cost models both read): the estimate of a drawn
+// split agrees with the replay of its graph, and the path moves both on every split.
+TEST(SplitAgreement, TheEstimateIsTheReplayWithAStacksWeightGradientPath) {
+  std::mt19937 rng(20261209);
+  int compared = 0, moved = 0;
+  std::vector<double> errors;
+  double worst_within = 0;
+  std::string worst_within_case;
+  const WeightGradients paths[] = {WeightGradients::MainGrad, WeightGradients::FusedMainGrad,
+                                   WeightGradients::MainGradComputeDtype};
+  for (int tries = 0; tries < 3000 && compared < 30; ++tries) {
+    const std::optional<Case> c = draw_valid(rng);
+    if (!c) continue;
+    Scenario own = c->scenario;
+    own.job.implementation.weight_gradients = paths[tries % 3];
+    const auto plain_models = costmodels::make_cost_models(c->scenario);
+    const auto models = costmodels::make_cost_models(own);
+    planner::SplitEstimate plain, e;
+    try {
+      plain = planner::estimate_split(c->scenario, c->split, c->options, plain_models);
+      e = planner::estimate_split(own, c->split, c->options, models);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!e.fits) continue;
+    if (e.iteration_s < plain.iteration_s * (1 - 1e-6)) ++moved;
+    const Plan plan = plan_of(own, c->split, e, c->options.activation_checkpointing);
+    const auto replay = sim::simulate_plan(plan, own, *models.compute, *models.comm);
+    const double err = e.iteration_s / replay.report.iteration_time_s - 1.0;
+    if (!a_stage_spans_nodes(c->split, own) && std::abs(err) > worst_within) {
+      worst_within = std::abs(err);
+      worst_within_case = c->what;
+    }
+    errors.push_back(err);
+    ++compared;
+  }
+  ASSERT_GE(compared, 20);
+  // Every path here moves fewer bytes per weight than the profiles' autocast path.
+  EXPECT_EQ(moved, compared);
+  expect_exposed_spread(errors, worst_within, worst_within_case,
+                        std::to_string(compared) + " splits with a stack's weight-gradient path");
+}
+
 }  // namespace
 }  // namespace cephalo

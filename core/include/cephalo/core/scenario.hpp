@@ -231,6 +231,31 @@ std::string to_string(Framework f);
 std::optional<Framework> parse_framework(const std::string& name);
 const std::vector<std::string>& framework_names();
 
+// Where a linear layer's weight gradient goes in each backward call: the per-weight kernels a
+// stack launches outside the GEMMs (costmodels/weight_gradients.hpp prices them, and the
+// difference to what the profiles ran).
+enum class WeightGradients {
+  // fp32 module weights under torch.autocast (what the published profiles ran; PyTorch FSDP,
+  // DDP): the backward casts each weight gradient back to fp32 and adds it into the fp32
+  // .grad (AccumulateGrad).
+  Autocast,
+  // Megatron's mixed precision with an fp32 main_grad (bf16, or fp16 with
+  // --accumulate-allreduce-grads-in-fp32): the weights are held in the compute dtype and a
+  // hook adds each weight gradient into its fp32 main_grad (main_grad.add_(grad)).
+  MainGrad,
+  // The same hook into a main_grad held in the compute dtype: Megatron-LM fp16 without
+  // --accumulate-allreduce-grads-in-fp32 (its default), whose local DDP buffer has the
+  // parameters' dtype.
+  MainGradComputeDtype,
+  // gradient_accumulation_fusion (Megatron-LM, NeMo; Transformer Engine's
+  // fuse_wgrad_accumulation): the weight-gradient GEMM accumulates into the fp32 main_grad
+  // itself, no kernel of its own.
+  FusedMainGrad,
+};
+std::string to_string(WeightGradients w);
+// The accepted names, in the order of the enum ("autocast" first, the default).
+const std::vector<std::string>& weight_gradient_names();
+
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
@@ -257,6 +282,7 @@ struct Implementation {
   // (pipeline::deferred_wgrad_micro_batches, the one rule). Nothing changes without a pipeline.
   bool defer_embedding_wgrad_compute = false;
   int wgrad_deferral_limit = 0;
+  WeightGradients weight_gradients = WeightGradients::Autocast;
   // A measured stack's factors on the modelled times (`"stack": "file.json"`, or `--stack` on
   // plan / simulate / sweep); make_cost_models applies them. `stack_file` is where they were
   // read from ("" when given inline).
@@ -271,8 +297,8 @@ struct Implementation {
            cross_entropy == o.cross_entropy && compiled == o.compiled && framework == o.framework &&
            tp_comm_overlap == o.tp_comm_overlap &&
            defer_embedding_wgrad_compute == o.defer_embedding_wgrad_compute &&
-           wgrad_deferral_limit == o.wgrad_deferral_limit && stack == o.stack &&
-           stack_file == o.stack_file;
+           wgrad_deferral_limit == o.wgrad_deferral_limit &&
+           weight_gradients == o.weight_gradients && stack == o.stack && stack_file == o.stack_file;
   }
 };
 // "flash, fused" style label, as calibration sources and reports print it; ", compiled" and
@@ -317,7 +343,8 @@ Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& look
 // "cross_entropy": "eager"|"fused",
 // "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
 // "defer_embedding_wgrad_compute": bool, "wgrad_deferral_limit": integer >= 0 (only with the
-// former true),
+// former true), "weight_gradients": "autocast"|"main_grad"|"main_grad_compute_dtype"|
+// "fused_main_grad",
 // "stack": "file.json" | {cephalo-stack}}
 // (all optional; a stack file's path is relative to the file the reader reads).
 Implementation parse_implementation(JsonReader& reader);

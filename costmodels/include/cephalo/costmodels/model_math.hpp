@@ -126,6 +126,9 @@ struct OpCost {
   // probabilities); 0 for the other ops, whose exponentials hide under their memory traffic.
   double forward_exps = 0;
   double backward_exps = 0;
+  // Elements of the weight a GEMM multiplies by (k·n; 0 for the other ops): what a stack's
+  // weight-gradient path passes over once per backward call (weight_gradients.hpp).
+  double weights = 0;
 };
 // Output tiles of an [m×n] result in 128×128 blocks, times `batch` independent products.
 double output_tiles(double m, double n, double batch = 1);
