@@ -62,6 +62,7 @@ void add_calibrate_command(CLI::App& app) {
       profiled = traces::load_kineto_trace(a.trace);
       m.trace = &*profiled;
       m.trace_step = a.step;
+      m.options_source = kCommandLine;
     } else if (run->count()) {
       measured = traces::load_result(a.run);
       m.run = &measured;

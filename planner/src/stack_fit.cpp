@@ -9,6 +9,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/planner_options.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -184,8 +185,10 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   int trace_rank = 0;
   if (measurement.trace) {
     const auto& trace = *measurement.trace;
-    step =
-        measurement.trace_step.empty() ? &trace.median_step() : &trace.step(measurement.trace_step);
+    step = measurement.trace_step.empty()
+               ? &trace.median_step()
+               : &trace.step(measurement.trace_step, measurement.options_source,
+                             spell_option(measurement.options_source, "step"));
     // The trace is checked to be this scenario's run before anything is read from its times.
     trace_rank = traces::check_trace_for(trace, *step, scenario, &plan, fit.notes);
     fit.measured_iteration_s = step->duration_s;
