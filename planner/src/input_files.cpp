@@ -1,6 +1,7 @@
 #include "cephalo/planner/input_files.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -10,7 +11,6 @@
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/plan_nodes.hpp"
 #include "cephalo/core/stack_calibration.hpp"
-#include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
@@ -76,6 +76,14 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
     r.fail(
         "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face "
         "config) or a profiler trace");
+  // A SimResult / RunResult (`simulate --json`, `run --result`, what `compare` reads) has
+  // "ranks" too: told from a plan by its source and iteration time.
+  if (j.contains("source") && j.contains("iteration_time_s")) {
+    const traces::IterationReport report = traces::load_result(file);
+    return std::string(report.source == "sim" ? "simulated" : "measured") + " result, " +
+           std::to_string(report.ranks.size()) + " ranks, iteration " +
+           format_seconds(report.iteration_time_s);
+  }
   if (j.contains("ranks") || j.contains("rank_classes")) {
     Plan plan = parse_plan(r, scenario ? &*scenario : nullptr);
     if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
@@ -121,25 +129,23 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
     return "model catalog, " + std::to_string(catalog.size()) + " models";
   }
   // What commands write and read back: a stack calibration (`calibrate stack -o`, `--stack`), a
-  // measured profile or collective sweep (`profile -o`, a scenario's "calibration"), a
-  // SimResult / RunResult (`simulate --json`, `run --result`, what `compare` reads).
+  // measured profile or collective sweep (`profile -o`, a scenario's "calibration").
   if (j.contains("format") && j["format"] == "cephalo-stack") {
     const StackCalibration stack = load_stack_calibration(file);
-    return "stack calibration, fitted on " + stack.fitted_on.model + " (compute x" +
-           shortest(stack.compute.value) + ", comm x" + shortest(stack.comm.value) +
-           ", optimizer x" + shortest(stack.optimizer.value) + ")";
+    const auto factor = [](double x) {
+      char text[32];
+      std::snprintf(text, sizeof text, "x%.3g", x);
+      return std::string(text);
+    };
+    return "stack calibration, fitted on " + stack.fitted_on.model + " (compute " +
+           factor(stack.compute.value) + ", comm " + factor(stack.comm.value) + ", optimizer " +
+           factor(stack.optimizer.value) + ")";
   }
   if (auto calibration = costmodels::check_calibration_file(file)) return *calibration;
   if (j.contains("format"))
     r.child("format").fail(
         "\"cephalo-profile\", \"cephalo-collective-sweep\" or \"cephalo-stack\" (the formats "
         "cephalo writes), or a file of another kind without a \"format\" key");
-  if (j.contains("source") && j.contains("iteration_time_s")) {
-    const traces::IterationReport report = traces::load_result(file);
-    return std::string(report.source == "sim" ? "simulated" : "measured") + " result, " +
-           std::to_string(report.ranks.size()) + " ranks, iteration " +
-           format_seconds(report.iteration_time_s);
-  }
   // A split file, as `predict 3d --split` reads it: {"model_split": {...}} or the object itself.
   if (j.contains("model_split") || j.contains("stages") || j.contains("tensor_parallel") ||
       j.contains("micro_batches") || j.contains("schedule") || j.contains("sequence_parallel") ||

@@ -166,3 +166,32 @@ TEST_F(HostileRoundEight, ADataFolderWithoutTheCatalogIsBlamedOnTheVariable) {
                                          cephalo::test_support::cephalo_command("describe gpus"));
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
+
+TEST_F(HostileRoundEight, ValidateReadsEveryFileACommandReads) {
+  // Profiles (`profile -o`, a scenario's calibration), stacks (`calibrate stack -o`, --stack)
+  // and results (`simulate --json`, what compare reads): "expected a scenario ..." before (a
+  // result, which has "ranks", was read as a plan: "at version: got nothing").
+  const auto s = cephalo::test_support::run_command(cephalo::test_support::cephalo_command(
+      "simulate --scenario " + kOneRank + " --plan " + kOneRankPlan + " --json"));
+  ASSERT_EQ(s.code, 0) << s.err;
+  const std::string sim = (dir_ / "sim.json").string();
+  std::ofstream(sim) << s.out;
+  const std::string profiles = kRoot + "/scenarios/calibration/cephalo-profiles/";
+  expect_cases({
+      {"validate " + sim, 0, {"ok (simulated result, 1 ranks, iteration"}},
+      {"validate " + profiles + "model_latencies.json", 0, {"ok (layer profile)"}},
+      {"validate " + profiles + "model_memory.json", 0, {"ok (memory profile)"}},
+      {"validate " + kRoot + "/scenarios/calibration/published-3d/megatron-fp16.stack.json",
+       0,
+       {"ok (stack calibration, fitted on megatron-sc21-table1", "compute x0.893"}},
+      {"validate " + write("misspelt.json", {{"format", "cephalo-profil"}}),
+       1,
+       {"at format: got \"cephalo-profil\"; expected \"cephalo-profile\""}},
+      {"validate " + write("rowless.json", {{"format", "cephalo-profile"}, {"version", 1}}),
+       1,
+       {"at rows: got nothing (missing)"}},
+      {"validate " + write("result.json", {{"source", "sim"}, {"iteration_time_s", -1}}),
+       1,
+       {"result.json"}},
+  });
+}
