@@ -131,6 +131,8 @@ TEST_F(HostileRoundEight, DescribeReadsEveryArgumentOrRefusesIt) {
       {"describe model_", 2, {"at what: got \"model_\""}},
       // A model the catalog lacks: exit 1 "unknown model" before; predict layer --model's exit 2.
       {"describe model gpt-2.7", 2, {"got \"gpt-2.7\"", "closest"}},
+      // profile --as selects from the catalog too: exit 1 "unknown GPU" before, measured first.
+      {"profile --model gpt-tiny --seq 16 --as H1000", 2, {"--as", "got \"H1000\"", "closest"}},
       // Still: a missing file is a file error, the words work.
       {"describe nosuch.json", 5, {"nosuch.json"}},
       {"describe " + (dir_ / "nothere").string(), 5, {"nothere"}},
