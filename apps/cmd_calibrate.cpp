@@ -56,13 +56,13 @@ void add_calibrate_command(CLI::App& app) {
     const Plan plan = load_plan(a.plan, &given);
     const Scenario scenario = scenario_for_plan(given, plan, a.plan);
     planner::StackMeasurement m;
+    m.options_source = kCommandLine;  // its refusals spell the flags (--step, --run)
     traces::IterationReport measured;
     std::optional<traces::KinetoTrace> profiled;
     if (trace->count()) {
       profiled = traces::load_kineto_trace(a.trace);
       m.trace = &*profiled;
       m.trace_step = a.step;
-      m.options_source = kCommandLine;
     } else if (run->count()) {
       measured = traces::load_result(a.run);
       m.run = &measured;

@@ -202,6 +202,14 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     fit.measured_iteration_s = tokens_per_iteration / t;
   } else {
     const auto& run = *measurement.run;
+    // A simulation given as the measurement: said here, where there is one file (compare's own
+    // words are about its second file).
+    if (run.source == "sim")
+      throw ValidationError(measurement.run_file, "$.source", "\"sim\"",
+                            "a RunResult (source \"cpu\" or \"cuda\", from cephalo run --json "
+                            "--ops): " +
+                                spell_option(measurement.options_source, "run") +
+                                " takes a measured run, not a simulation");
     // compare()'s checks, once: a RunResult of this plan on this cluster, a positive time.
     traces::CompareContext ctx{base.graph ? &*base.graph : nullptr, &plan, "<plan>"};
     class_report = traces::compare(sim, "<simulated>", run, measurement.run_file, ctx);

@@ -113,6 +113,12 @@ TEST_F(HostileRoundEight, AStepTheTraceLacksIsAUsageErrorAtTheFlag) {
         {"compare " + sim + " " + kTrace + " --step " + step, 2, {"at --step: got", steps}});
     cases.push_back({calibrate + step, 2, {"at --step: got", steps}});
   }
+  // calibrate stack --run of a simulation: compare's words ("as the second file; both files are
+  // simulations") before, though the command has one file.
+  cases.push_back({"calibrate stack --scenario " + kOneRank + " --plan " + kOneRankPlan + " -o " +
+                       (dir_ / "stack.json").string() + " --run " + sim,
+                   1,
+                   {"at $.source: got \"sim\"", "--run takes a measured run, not a simulation"}});
   // The steps it has still select.
   cases.push_back({"compare " + sim + " " + kTrace + " --step 552", 0, {"ProfilerStep#552"}});
   expect_cases(cases);
