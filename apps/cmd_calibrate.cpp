@@ -56,6 +56,7 @@ void add_calibrate_command(CLI::App& app) {
     const Plan plan = load_plan(a.plan, &given);
     const Scenario scenario = scenario_for_plan(given, plan, a.plan);
     planner::StackMeasurement m;
+    m.options_source = kCommandLine;  // its refusals spell the flags (--step, --run)
     traces::IterationReport measured;
     std::optional<traces::KinetoTrace> profiled;
     if (trace->count()) {

@@ -40,7 +40,7 @@ void compare_with_trace(const traces::IterationReport& sim, const traces::Kineto
   // Scenario and plan both or neither, the plan's checks, the graph, the comparison.
   const auto c = traces::compare_trace_planned(
       sim, a.sim_file, trace, a.step, scenario ? &*scenario : nullptr, plan ? &*plan : nullptr,
-      a.plan_file, kCommandLine, "--scenario and --plan");
+      a.plan_file, kCommandLine, "--scenario and --plan", "--step");
   print_json_or_text(
       a.json, [&] { return c.record; }, [&] { return c.text; });
 }

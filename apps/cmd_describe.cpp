@@ -16,6 +16,13 @@ void add_describe_command(CLI::App& app) {
   cmd->add_option("model", model, "with `model`: a catalog name or a Hugging Face config.json");
   cmd->add_flag("--json", json, "Print the same record as JSON");
   cmd->callback([] {
+    // A model name the catalog lacks is a bad argument, as `predict layer --model` refuses it
+    // (the library's NotFoundError would exit 1 as if a file were invalid).
+    if (what == "model" && !model.empty()) {
+      std::string checked = model;
+      if (const std::string why = catalog_model_or_config()(checked); !why.empty())
+        throw CLI::ValidationError("model", why);
+    }
     const costmodels::Description d = costmodels::describe(what, model, kCommandLine);
     print_json_or_text(
         json, [&] { return d.record; }, [&] { return d.text; });

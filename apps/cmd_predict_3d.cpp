@@ -42,8 +42,8 @@ void add_predict_3d_command(CLI::App& predict) {
   c->callback([] {
     const Scenario scenario =
         planner::scenario_for_split_file(read_scenario(a.scenario, a.stack), a.split);
-    const ModelSplit split = load_model_split_for(a.split, scenario);
     planner::SplitEstimateRequest request = a.request;
+    const ModelSplit split = load_model_split_for(a.split, scenario, &request.split_path);
     request.scatter_gather = !a.no_scatter_gather;
     request.options_source = planner::kOptionsFromCommandLine;
     request.split_file = a.split;

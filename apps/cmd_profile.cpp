@@ -53,7 +53,8 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--micro-batches", a->text.micro_batches, "sizes: 1..K, K or a list 1,2,4")
       ->capture_default_str();
   cmd->add_option("--as", a->request.record_as,
-                  "catalog device the rows are recorded under (default: cpu for --device cpu)");
+                  "catalog device the rows are recorded under (default: cpu for --device cpu)")
+      ->check(catalog_gpu());
   cmd->add_option("--dtype", a->text.dtype,
                   "compute type of the layer timings: fp32, tf32, bf16, fp16")
       ->capture_default_str()

@@ -153,7 +153,7 @@ Json to_json(const ModelSplit& split) {
 void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
   const std::string& file = ctx.file;
   const std::string& root = ctx.json_path;
-  auto at = [&root](const std::string& key) { return root.empty() ? key : root + "." + key; };
+  auto at = [&root](const std::string& key) { return split_key(root, key); };
   const int layers = ctx.layers;
   const int n = static_cast<int>(ctx.node_of_rank.size());
   if (layers < 1)
@@ -362,7 +362,7 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
 
 void check_split_ranks(const ModelSplit& split, int ranks, const std::string& file,
                        const std::string& root) {
-  auto at = [&root](const std::string& key) { return root.empty() ? key : root + "." + key; };
+  auto at = [&root](const std::string& key) { return split_key(root, key); };
   auto stage_at = [&](int s, const std::string& key) {
     return at("stages[" + std::to_string(s) + "]" + (key.empty() ? "" : "." + key));
   };
@@ -496,7 +496,7 @@ void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
   check_model_split(split, split_context_for(scenario, node_of_rank, file, json_path));
 }
 
-ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario) {
+ModelSplit load_model_split(const std::string& file, std::string* json_path) {
   const Json doc = read_json_file(file);
   JsonReader root(doc, file);
   const bool wrapped = root.has("model_split");
@@ -509,8 +509,22 @@ ModelSplit load_model_split_for(const std::string& file, const Scenario& scenari
     root.allow({"description"});
     root.finish();
   }
-  check_model_split_for(split, scenario, file, wrapped ? "model_split" : "");
+  if (json_path) *json_path = wrapped ? "model_split" : "";
   return split;
+}
+
+ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario,
+                                std::string* json_path) {
+  std::string path;
+  const ModelSplit split = load_model_split(file, &path);
+  check_model_split_for(split, scenario, file, path);
+  if (json_path) *json_path = path;
+  return split;
+}
+
+std::string split_key(const std::string& root, const std::string& key) {
+  if (root.empty()) return key;
+  return key.empty() ? root : root + "." + key;
 }
 
 std::string backend_split_refusal(const ModelSplit& split) {

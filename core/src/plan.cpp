@@ -477,13 +477,15 @@ Json to_json(const Plan& plan, PlanForm form) {
   return j;
 }
 
-Plan even_split_plan(const Scenario& scenario, const ModelSplit& split, const std::string& file) {
-  check_model_split_for(split, scenario, file, "model_split");
+Plan even_split_plan(const Scenario& scenario, const ModelSplit& split, const std::string& file,
+                     const std::string& json_path) {
+  check_model_split_for(split, scenario, file, json_path);
+  const std::string micro_batches_at = split_key(json_path, "micro_batches");
   const int n = scenario.cluster.num_ranks();
   const int m = split.micro_batches;
   const int global = scenario.job.global_batch;
   if (global % m != 0)
-    throw ValidationError(file, "model_split.micro_batches", std::to_string(m),
+    throw ValidationError(file, micro_batches_at, std::to_string(m),
                           "a micro-batch count dividing the global batch " +
                               std::to_string(global) + " (every micro-batch the same size)");
   const int per_micro_batch = global / m;
@@ -497,7 +499,7 @@ Plan even_split_plan(const Scenario& scenario, const ModelSplit& split, const st
   for (int s = 0; s < topo.stages(); ++s) {
     const int replicas = topo.replicas(s);
     if (replicas > per_micro_batch)
-      throw ValidationError(file, "model_split.micro_batches", std::to_string(m),
+      throw ValidationError(file, micro_batches_at, std::to_string(m),
                             "at most " + std::to_string(global / replicas) +
                                 " micro-batches: stage " + std::to_string(s) + " has " +
                                 std::to_string(replicas) + " replicas and each needs a sample of " +

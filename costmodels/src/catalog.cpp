@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
+#include <string_view>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
@@ -162,8 +164,25 @@ template class NamedCatalog<DeviceSpec>;
 template class NamedCatalog<ModelSpec>;
 
 std::filesystem::path data_dir() {
-  if (const char* env = std::getenv("CEPHALO_DATA_DIR"); env && *env) return env;
-  return CEPHALO_DEFAULT_DATA_DIR;
+  const char* env = std::getenv("CEPHALO_DATA_DIR");
+  if (env == nullptr || *env == 0) return CEPHALO_DEFAULT_DATA_DIR;
+  // A folder the catalog is not in is the variable's fault: said so, rather than "no such file"
+  // at a path the user never typed (a file given as the folder, a typo, a folder of another kind).
+  const std::filesystem::path dir = env;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir / "catalog" / "gpus.json", ec)) return dir;
+  std::string shown;
+  for (const unsigned char c : std::string_view(env).substr(0, 200))
+    shown += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  const auto status = std::filesystem::status(dir, ec);
+  const std::string what = !std::filesystem::exists(status) ? "no such folder"
+                           : !std::filesystem::is_directory(status)
+                               ? "not a folder"
+                               : "a folder without catalog/gpus.json";
+  throw ValidationError("environment", "CEPHALO_DATA_DIR", "\"" + shown + "\" (" + what + ")",
+                        "the data folder (catalog/gpus.json, catalog/models.json, calibration/), "
+                        "as the project's scenarios/ is; unset, the built-in " +
+                            std::string(CEPHALO_DEFAULT_DATA_DIR));
 }
 
 GpuCatalog GpuCatalog::load(const std::filesystem::path& file) {

@@ -201,6 +201,22 @@ CalibrationKind classify(const Json& j) {
 
 }  // namespace
 
+std::optional<std::string> check_calibration_file(const std::filesystem::path& file) {
+  switch (classify(read_json_file(file))) {
+    case CalibrationKind::LayerProfile:
+      (void)ProfileTables::load(file);
+      return "layer profile";
+    case CalibrationKind::CollectiveSweep:
+      return "collective sweep, " + std::to_string(load_collective_sweep(file).size()) + " points";
+    case CalibrationKind::MemoryProfile:
+      (void)MemoryProfiles::load(file);
+      return "memory profile";
+    case CalibrationKind::Unknown:
+      break;
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<const CommModel> make_comm_model(const Scenario& scenario) {
   std::vector<SweepPoint> sweep;
   std::map<std::string, CopyFit> copies;

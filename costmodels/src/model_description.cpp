@@ -164,6 +164,18 @@ std::string render_scenario_description(const Scenario& s, const std::string& fi
 }
 
 Description describe(const std::string& what, const std::string& model, const std::string& source) {
+  const bool word = what == "gpus" || what == "models" || what == "model";
+  const std::filesystem::path path = what;
+  if (!word && !path.has_parent_path() && !path.has_extension() && !std::filesystem::exists(path))
+    throw ValidationError(source, "what", "\"" + what + "\"",
+                          "gpus, models, model (then a catalog name or a config.json) or a "
+                          "scenario file; no file of that name exists here");
+  if (what != "model" && !model.empty())
+    throw ValidationError(source, "model", "\"" + model + "\" after " + what,
+                          "a second argument only after `model` (describe model "
+                          "NAME_OR_CONFIG_JSON): `" +
+                              (word ? what : std::string("SCENARIO")) +
+                              "` reads no other, and would have dropped it unread");
   if (what == "gpus") {
     const auto& catalog = GpuCatalog::builtin();
     return {gpu_catalog_record(catalog), render_gpu_catalog(catalog)};

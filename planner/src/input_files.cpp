@@ -1,15 +1,22 @@
 #include "cephalo/planner/input_files.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/hf_config.hpp"
+#include "cephalo/core/model_split.hpp"
 #include "cephalo/core/plan.hpp"
 #include "cephalo/core/plan_nodes.hpp"
+#include "cephalo/core/stack_calibration.hpp"
+#include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/plan_request.hpp"
 #include "cephalo/planner/sweep.hpp"
+#include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/kineto_trace.hpp"
 #include "cephalo/traces/shard_layout.hpp"
 
@@ -46,6 +53,17 @@ std::string describe_trace(const std::string& file) {
   return out;
 }
 
+// A split read without a scenario: its stages' ranks are all it knows of the cluster.
+std::string describe_split(const ModelSplit& split) {
+  if (split.stages.empty())
+    return "TP " + std::to_string(split.tensor_parallel) + " x PP 1 over every rank, " +
+           to_string(split.sharding) + " sharding";
+  int ranks = 0;
+  for (const auto& st : split.stages)
+    for (int r : st.ranks) ranks = std::max(ranks, r + 1);
+  return describe(split, ranks);
+}
+
 }  // namespace
 
 std::string check_input_file(const std::string& file, const std::optional<Scenario>& scenario) {
@@ -58,6 +76,14 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
     r.fail(
         "a JSON object (scenario, cluster, job, plan, catalog, sweep spec or Hugging Face "
         "config) or a profiler trace");
+  // A SimResult / RunResult (`simulate --json`, `run --result`, what `compare` reads) has
+  // "ranks" too: told from a plan by its source and iteration time.
+  if (j.contains("source") && j.contains("iteration_time_s")) {
+    const traces::IterationReport report = traces::load_result(file);
+    return std::string(report.source == "sim" ? "simulated" : "measured") + " result, " +
+           std::to_string(report.ranks.size()) + " ranks, iteration " +
+           format_seconds(report.iteration_time_s);
+  }
   if (j.contains("ranks") || j.contains("rank_classes")) {
     Plan plan = parse_plan(r, scenario ? &*scenario : nullptr);
     if (scenario) traces::check_plan_for(plan, scenario_for_plan(*scenario, plan, file), file);
@@ -102,11 +128,45 @@ std::string check_input_file(const std::string& file, const std::optional<Scenar
     auto catalog = costmodels::ModelCatalog::load(file);
     return "model catalog, " + std::to_string(catalog.size()) + " models";
   }
+  // What commands write and read back: a stack calibration (`calibrate stack -o`, `--stack`), a
+  // measured profile or collective sweep (`profile -o`, a scenario's "calibration").
+  if (j.contains("format") && j["format"] == "cephalo-stack") {
+    const StackCalibration stack = load_stack_calibration(file);
+    const auto factor = [](double x) {
+      char text[32];
+      std::snprintf(text, sizeof text, "x%.3g", x);
+      return std::string(text);
+    };
+    return "stack calibration, fitted on " + stack.fitted_on.model + " (compute " +
+           factor(stack.compute.value) + ", comm " + factor(stack.comm.value) + ", optimizer " +
+           factor(stack.optimizer.value) + ")";
+  }
+  if (auto calibration = costmodels::check_calibration_file(file)) return *calibration;
+  if (j.contains("format"))
+    r.child("format").fail(
+        "\"cephalo-profile\", \"cephalo-collective-sweep\" or \"cephalo-stack\" (the formats "
+        "cephalo writes), or a file of another kind without a \"format\" key");
+  // A split file, as `predict 3d --split` reads it: {"model_split": {...}} or the object itself.
+  if (j.contains("model_split") || j.contains("stages") || j.contains("tensor_parallel") ||
+      j.contains("micro_batches") || j.contains("schedule") || j.contains("sequence_parallel") ||
+      j.contains("sharding")) {
+    if (!scenario) return "split file, " + describe_split(load_model_split(file));
+    // With the scenario: the estimate's own checks, as `predict 3d --split` makes them (even
+    // replicas: the global batch divided by micro-batches and every stage's replicas).
+    SplitEstimateRequest request;
+    request.split_file = file;
+    const ModelSplit split = load_model_split_for(file, *scenario, &request.split_path);
+    read_split_plan(request);
+    (void)estimate_split_request(*scenario, split, request);
+    return "split file, " + describe(split, scenario->cluster.num_ranks()) + ", matches scenario " +
+           scenario->name;
+  }
   r.fail(
       "a scenario (\"cluster\", \"job\"), cluster (\"nodes\"), job (\"model\"), plan "
-      "(\"ranks\" or \"rank_classes\"), catalog (\"devices\", \"models\"), sweep spec (\"pool\"), "
-      "Hugging Face config (\"model_type\") or profiler trace (\"traceEvents\", or "
-      "gzip)");
+      "(\"ranks\" or \"rank_classes\"), split (\"model_split\", \"stages\", ...), profile, "
+      "sweep or stack (\"format\"), result (\"source\"), catalog "
+      "(\"devices\", \"models\"), sweep spec (\"pool\"), Hugging Face config (\"model_type\") or "
+      "profiler trace (\"traceEvents\", or gzip)");
 }
 
 InputFilesCheck check_input_files(const std::vector<std::string>& files,

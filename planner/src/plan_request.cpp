@@ -273,6 +273,7 @@ SplitEstimate estimate_split_request(const Scenario& scenario, const ModelSplit&
   options.scatter_gather = r.scatter_gather;
   options.backward_at_forward_rate = r.backward_at_forward_rate;
   options.split_file = r.split_file;
+  options.split_path = r.split_path;
   options.dp_overlap = r.dp_overlap == "last-backward" ? DpOverlap::LastBackward
                        : r.dp_overlap == "per-unit"    ? DpOverlap::PerUnit
                                                        : DpOverlap::None;

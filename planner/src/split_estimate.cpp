@@ -27,7 +27,7 @@ SplitEstimate SplitEstimator::Impl::estimate(const ModelSplit& split, const Spli
   const Job& job = scenario.job;
   const ModelSpec& model = job.model;
   const std::string file = options.split_file.empty() ? scenario.file.string() : options.split_file;
-  check_model_split(split, split_context_for(scenario, node_of_rank, file));
+  check_model_split(split, split_context_for(scenario, node_of_rank, file, options.split_path));
   const int world = cluster.num_ranks();
   // The split's own stages, not a copy of their rank lists (the search prices thousands).
   const std::vector<PipelineStage> one_stage = split.stages.empty()

@@ -12,12 +12,12 @@
 namespace cephalo::planner {
 
 split_detail::ReplicaLayout& SplitEstimator::Impl::replica_layout(StageRanks& sr,
-                                                                  const PipelineStage& st, int s,
-                                                                  int T, const std::string& file) {
+                                                                  const PipelineStage& st, int T,
+                                                                  const std::string& file,
+                                                                  const std::string& ranks_at) {
   if (sr.replicas) return *sr.replicas;
   const auto& ranks = rank_table;
   const int R = static_cast<int>(st.ranks.size()) / T;
-  const std::string where = "model_split.stages[" + std::to_string(s) + "]";
   auto out = std::make_unique<split_detail::ReplicaLayout>();
   split_detail::ReplicaLayout& rep = *out;
   rep.first_node = ranks[static_cast<std::size_t>(st.ranks.front())].node;
@@ -38,7 +38,7 @@ split_detail::ReplicaLayout& SplitEstimator::Impl::replica_layout(StageRanks& sr
       const int r = st.ranks[static_cast<std::size_t>(j * T + t)];
       slowdown = std::max(slowdown, rank_slowdown[static_cast<std::size_t>(r)]);
       if (rank_type[static_cast<std::size_t>(r)] != type)
-        throw ValidationError(file, where + ".ranks", std::to_string(r),
+        throw ValidationError(file, ranks_at, std::to_string(r),
                               "the ranks of one tensor-parallel group of one GPU type (rank " +
                                   std::to_string(lead) + " is " +
                                   types[static_cast<std::size_t>(type)]->name + ")");
@@ -90,8 +90,18 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, StageRanks& sr, const
   const auto& ranks = rank_table;
   const int m = split.micro_batches;
   const int R = static_cast<int>(st.ranks.size()) / T;
-  const std::string where = "model_split.stages[" + std::to_string(s) + "]";
-  split_detail::ReplicaLayout& layout = replica_layout(sr, st, s, T, file);
+  // The keys a refusal names are keys the split's file has: a stage where it lists its stages;
+  // else the one stage of every rank is the cluster's ranks at the split's degree, and the
+  // batch's divisor is its micro_batches, its tensor_parallel or, neither given, the split itself.
+  const std::string& root = options.split_path;
+  const bool listed = !split.stages.empty();
+  const std::string where = listed   ? split_key(root, "stages[" + std::to_string(s) + "]")
+                            : m != 1 ? split_key(root, "micro_batches")
+                            : T != 1 ? split_key(root, "tensor_parallel")
+                                     : split_key(root, "");
+  const std::string ranks_at = listed ? split_key(root, "stages[" + std::to_string(s) + "].ranks")
+                                      : split_key(root, "tensor_parallel");
+  split_detail::ReplicaLayout& layout = replica_layout(sr, st, T, file, ranks_at);
   // Sharding groups: the domain, or under hybrid its replicas on each node, by node (a stage's
   // replicas come node by node, so in one pass unless their nodes are out of order).
   if (split.sharding == ShardingKind::Hybrid && !layout.by_node) {
@@ -137,7 +147,11 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, StageRanks& sr, const
       std::ostringstream v, x;
       v << "global batch " << job.global_batch << " over " << m << " micro-batches x " << R
         << " replicas";
-      x << "a global batch divisible by micro_batches x replicas (" << per_micro << ")";
+      if (!listed)
+        v << " (no \"stages\": one stage of the cluster's " << st.ranks.size()
+          << " ranks at tensor_parallel " << T << ")";
+      x << "a global batch (the job's global_batch) divisible by micro_batches x replicas ("
+        << per_micro << ")";
       throw ValidationError(file, where, v.str(), x.str());
     }
     rep.total = static_cast<int>(job.global_batch / m);
@@ -146,7 +160,7 @@ void SplitEstimator::Impl::resolve_replicas(Replicas& rep, StageRanks& sr, const
   } else {
     if (job.global_batch % m != 0)
       throw ValidationError(
-          file, "model_split.micro_batches", std::to_string(m),
+          file, split_key(root, "micro_batches"), std::to_string(m),
           "a micro-batch count dividing the global batch " + std::to_string(job.global_batch));
     rep.total = static_cast<int>(job.global_batch / m);
     if (mode == ReplicaBatches::Given) {
@@ -219,7 +233,7 @@ const std::vector<costmodels::MemoryTerm>& SplitEstimator::Impl::ReplicaMemory::
   if (fsdp) {
     // One stage, T = 1, full sharding: the plan is an FSDP plan, its memory the FSDP terms.
     if (!fsdp_plan_) {
-      fsdp_plan_ = even_split_plan(scenario, split_, file_);
+      fsdp_plan_ = even_split_plan(scenario, split_, file_, options_.split_path);
       fsdp_plan_->activation_checkpointing = options_.activation_checkpointing;
     }
     Plan& plan = *fsdp_plan_;

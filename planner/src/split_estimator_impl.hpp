@@ -556,8 +556,9 @@ struct SplitEstimator::Impl {
                          double element_bytes, double sharing);
   // The stage's ReplicaLayout, worked out on the first estimate that asks (its errors name
   // `file` and stage s, and none is kept when it throws).
-  split_detail::ReplicaLayout& replica_layout(StageRanks& sr, const PipelineStage& st, int s, int T,
-                                              const std::string& file);
+  // `ranks_at`: the key blamed for a tensor-parallel group of unlike GPUs.
+  split_detail::ReplicaLayout& replica_layout(StageRanks& sr, const PipelineStage& st, int T,
+                                              const std::string& file, const std::string& ranks_at);
   void resolve_replicas(Replicas& rep, StageRanks& sr, const ModelSplit& split,
                         const PipelineStage& st, int s, int T, const SplitOptions& options,
                         const std::string& file);

@@ -9,6 +9,7 @@
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/planner/planner_options.hpp"
 #include "cephalo/sim/class_replay.hpp"
 #include "cephalo/traces/compare.hpp"
 #include "cephalo/traces/summarize.hpp"
@@ -184,8 +185,10 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
   int trace_rank = 0;
   if (measurement.trace) {
     const auto& trace = *measurement.trace;
-    step =
-        measurement.trace_step.empty() ? &trace.median_step() : &trace.step(measurement.trace_step);
+    step = measurement.trace_step.empty()
+               ? &trace.median_step()
+               : &trace.step(measurement.trace_step, measurement.options_source,
+                             spell_option(measurement.options_source, "step"));
     // The trace is checked to be this scenario's run before anything is read from its times.
     trace_rank = traces::check_trace_for(trace, *step, scenario, &plan, fit.notes);
     fit.measured_iteration_s = step->duration_s;
@@ -199,6 +202,14 @@ StackFit calibrate_stack(const Scenario& scenario, const Plan& plan,
     fit.measured_iteration_s = tokens_per_iteration / t;
   } else {
     const auto& run = *measurement.run;
+    // A simulation given as the measurement: said here, where there is one file (compare's own
+    // words are about its second file).
+    if (run.source == "sim")
+      throw ValidationError(measurement.run_file, "$.source", "\"sim\"",
+                            "a RunResult (source \"cpu\" or \"cuda\", from cephalo run --json "
+                            "--ops): " +
+                                spell_option(measurement.options_source, "run") +
+                                " takes a measured run, not a simulation");
     // compare()'s checks, once: a RunResult of this plan on this cluster, a positive time.
     traces::CompareContext ctx{base.graph ? &*base.graph : nullptr, &plan, "<plan>"};
     class_report = traces::compare(sim, "<simulated>", run, measurement.run_file, ctx);

@@ -22,6 +22,8 @@ what it prints in its record stays in the returned record ("warnings", "notes", 
 
 import functools as _functools
 import json as _json
+import math as _math
+import operator as _operator
 import os as _os
 import warnings as _warnings
 
@@ -166,21 +168,49 @@ def _refuse(keyword, value, expected):
                           expected=expected)
 
 
-def _count(keyword, value):
-    """A count keyword is an int or None: bool is an int to Python, but True is no count; one
-    past the C++ int would otherwise fail as pybind11's list of signatures."""
-    if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
-        _refuse(keyword, value, "an integer (or None)")
-    if value is not None and not -2**31 <= value < 2**31:
-        _refuse(keyword, value, "an integer (or None) below 2^31")
+def _is_bool(value):
+    """True and False, and numpy's bool scalars (numpy.bool_), which are no Python bool."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                       and type(value).__name__ in ("bool_", "bool"))
+
+
+def _count(keyword, value, none_ok=True):
+    """A count keyword is an integer (an int or an integer scalar such as numpy.int64: anything
+    with __index__) or None: bool is an int to Python, but True is no count; one past the C++
+    int would otherwise fail as pybind11's list of signatures. Returns it as an int."""
+    if value is None and none_ok:
+        return None
+    if _is_bool(value) or not hasattr(type(value), "__index__"):
+        _refuse(keyword, value, "an integer" + (" (or None)" if none_ok else ""))
+    value = _operator.index(value)
+    if not -2**31 <= value < 2**31:
+        _refuse(keyword, value, "an integer" + (" (or None)" if none_ok else "") + " below 2^31")
+    return value
+
+
+def _number(keyword, value):
+    """A measured quantity is a finite real number (int, float or a numpy scalar), not a bool
+    nor a string, named in the error rather than left to pybind11's list of signatures."""
+    if value is None:
+        return None
+    if _is_bool(value) or isinstance(value, (str, bytes)) or not hasattr(type(value),
+                                                                           "__float__"):
+        _refuse(keyword, value, "a number")
+    value = float(value)
+    if not _math.isfinite(value):
+        _refuse(keyword, value, "a finite number")
+    return value
 
 
 def _switch(keyword, value, none_ok=False):
-    """A yes/no keyword is True or False (or None where None means the default): any other
-    object would be read by its truth, so "no" or "false" would switch it on."""
-    if not isinstance(value, bool) and not (none_ok and value is None):
+    """A yes/no keyword is True or False (numpy's bool scalars too), or None where None means
+    the default: any other object would be read by its truth, so "no" or "false" would switch
+    it on. Returns it as a bool (or None)."""
+    if value is None and none_ok:
+        return None
+    if not _is_bool(value):
         _refuse(keyword, value, "True or False" + (" (or None)" if none_ok else ""))
-    return value
+    return bool(value)
 
 
 def _word(keyword, value, none_ok=False):
@@ -476,6 +506,10 @@ def calibrate_stack(scenario, plan, measured_tokens_per_s=None, run=None, output
         raise ValueError("give one of measured_tokens_per_s, run and trace")
     if step is not None and trace is None:
         raise ValueError("step= needs trace=")
+    measured_tokens_per_s = _number("measured_tokens_per_s", measured_tokens_per_s)
+    _word("compute_model", compute_model)
+    if step is not None and not isinstance(step, str):
+        step = _count("step", step)
     s = load_scenario(scenario)
     _say(_cephalo.scenario_notices(s))
     p, _ = _plan_and_label(plan, s)
@@ -512,6 +546,10 @@ def describe(what, model=None):
     architecture and parameter counts), "model" with model= a catalog name or a config.json
     (as describe_model), or a scenario file (its job, cluster, parameter count and the
     warnings its predictions carry)."""
+    if not _is_path(what):
+        _refuse("what", what, '"gpus", "models", "model" or the path of a scenario file')
+    if model is not None and not _is_path(model):
+        _refuse("model", model, "a catalog name or the path of a config.json (or None)")
     return _json.loads(_cephalo.describe_json(_os.fspath(what),
                                               _path("model", model)))
 
@@ -527,12 +565,16 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
     dtype None: a config's torch_dtype, else fp16. "warnings" lists a dtype the GPU runs on a
     slower pipeline than asked (V100 bf16).
     Bad values raise ValidationError naming the keyword and the allowed values."""
-    if not isinstance(fused_elementwise, bool) or not isinstance(compiled, bool):
-        bad = "fused_elementwise" if not isinstance(fused_elementwise, bool) else "compiled"
-        value = fused_elementwise if bad == "fused_elementwise" else compiled
-        raise ValidationError(
-            f"arguments: {bad}: got {value!r}; expected True or False", file="arguments",
-            json_path=bad, value=repr(value), expected="True or False")
+    fused_elementwise = _switch("fused_elementwise", fused_elementwise)
+    compiled = _switch("compiled", compiled)
+    seq, micro_batch = _count("seq", seq, none_ok=False), _count("micro_batch", micro_batch,
+                                                                 none_ok=False)
+    for name, value in (("gpu", gpu), ("source", source), ("attention", attention),
+                        ("framework", framework)):
+        _word(name, value)
+    _word("dtype", dtype, none_ok=True)
+    if not _is_path(model):
+        _refuse("model", model, "a catalog name or the path of a config.json")
     return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype or "", micro_batch,
                                        source,
                                        attention, fused_elementwise, compiled, framework))
@@ -549,6 +591,11 @@ def predict_3d(scenario, split, activation_checkpointing=None, dp_overlap="none"
     "last-backward" | "per-unit", scatter_gather=False for `--no-scatter-gather`; stack=path
     is `--stack`; backward_at_forward_rate=True for `--backward-at-forward-rate` (a
     diagnostic). A split that does not fit is returned (the CLI exits 3 after printing it)."""
+    _word("activation_checkpointing", activation_checkpointing, none_ok=True)
+    _word("dp_overlap", dp_overlap)
+    _word("compute_model", compute_model)
+    scatter_gather = _switch("scatter_gather", scatter_gather)
+    backward_at_forward_rate = _switch("backward_at_forward_rate", backward_at_forward_rate)
     s = _with_stack(load_scenario(scenario), stack)
     _say(_cephalo.scenario_notices(s))
     if activation_checkpointing == "":
@@ -581,9 +628,16 @@ def predict_collective(scenario, kind, bytes, ranks=None, shares=None, uneven="a
     participants (default all), shares their slices summing to 1 (default even), uneven the
     variant for uneven shares ("auto": the cheaper of "grouped" and "padded"), sweep a
     measured collective sweep to calibrate the links with."""
+    _word("kind", kind)
+    _word("uneven", uneven)
+    for name, value in (("ranks", ranks), ("shares", shares)):
+        if value is not None and (isinstance(value, (str, dict))
+                                  or not hasattr(value, "__iter__")):
+            _refuse(name, value, "a list of numbers (or None)")
     s = load_scenario(scenario)
     _say(_cephalo.cluster_notices(s))
-    size = bytes if isinstance(bytes, str) else repr(bytes)
+    # str, not repr: numpy 2 writes repr(numpy.float64(1e6)) as "np.float64(1000000.0)".
+    size = bytes if isinstance(bytes, str) else str(bytes)
     return _record(_cephalo.collective_json(
         s, kind, size, None if ranks is None else list(ranks),
         None if shares is None else list(shares), uneven,

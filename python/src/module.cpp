@@ -206,7 +206,7 @@ std::pair<std::string, std::vector<std::string>> compare_json(
       const auto c = traces::compare_trace_planned(
           sim, sim_label, traces::parse_kineto_trace(bytes, run_label), step,
           scenario ? &*scenario : nullptr, plan ? &*plan : nullptr, plan_label, "arguments",
-          "scenario and plan");
+          "scenario and plan", "step");
       return {c.record.dump(2) + "\n", {}};
     }
   }
@@ -283,8 +283,8 @@ std::string split_estimate_json(const Scenario& given, const std::string& split_
                                 const std::string& dp_overlap, bool scatter_gather,
                                 const std::string& compute_model, bool backward_at_forward_rate) {
   const Scenario scenario = planner::scenario_for_split_file(given, split_file);
-  const ModelSplit split = load_model_split_for(split_file, scenario);
   planner::SplitEstimateRequest request;
+  const ModelSplit split = load_model_split_for(split_file, scenario, &request.split_path);
   request.activation_checkpointing = activation_checkpointing;
   request.dp_overlap = dp_overlap;
   request.scatter_gather = scatter_gather;

@@ -160,9 +160,10 @@ TEST(PredictCli, BadInputsGiveClearErrors) {
           "--micro-batch 1");
   EXPECT_EQ(no_config.code, 5);
   EXPECT_NE(no_config.out.find("/no/such/config.json"), std::string::npos) << no_config.out;
-  // `describe model` with a mistyped name lists close catalog names, not "no such file".
+  // `describe model` with a mistyped name lists close catalog names, not "no such file": a bad
+  // argument, as predict layer's --model (exit 2).
   auto describe = run("describe model lama3-8b");
-  EXPECT_EQ(describe.code, 1);
+  EXPECT_EQ(describe.code, 2);
   EXPECT_NE(describe.out.find("llama3-8b"), std::string::npos) << describe.out;
   auto mb = run("predict layer --gpu l4 --model gpt-2.7b --seq 512 --micro-batch 0");
   EXPECT_EQ(mb.code, 2);

@@ -147,11 +147,13 @@ TEST(CalibrateStackCli, TakesATraceAndRefusesBadOnesNamingTheFile) {
   EXPECT_NE(bad.err.find(fake.string()), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("gzip"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(tmp("b.json")));
-  // A step the trace does not have; --step without --trace; two measurements.
+  // A step the trace does not have (a bad --step, exit 2); --step without --trace; two
+  // measurements.
   const auto step =
       test_support::run_command(std::string(CEPHALO_CLI) + " " + common + " --trace " +
                                 trace.string() + " --step 9 -o " + tmp("c.json").string());
-  EXPECT_EQ(step.code, 1) << step.err;
+  EXPECT_EQ(step.code, 2) << step.err;
+  EXPECT_NE(step.err.find("at --step: got \"9\""), std::string::npos) << step.err;
   EXPECT_NE(step.err.find("ProfilerStep#0, ProfilerStep#1, ProfilerStep#2"), std::string::npos)
       << step.err;
   EXPECT_EQ(test_support::run_command(std::string(CEPHALO_CLI) + " " + common + " --step 1 -o " +

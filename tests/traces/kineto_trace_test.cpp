@@ -86,7 +86,7 @@ TEST(KinetoTrace, ClassifiesAnAnnotatedCpuStepByItsRanges) {
   const auto t = parse(cpu_steps());
   EXPECT_EQ(t.format, "legacy");
   ASSERT_EQ(t.steps.size(), 2u);
-  const auto& s = t.step("ProfilerStep#4");
+  const auto& s = t.step("ProfilerStep#4", "arguments", "step");
   EXPECT_EQ(s.number, 4);
   EXPECT_NEAR(s.duration_s, 1000e-6, 1e-12);
   EXPECT_NEAR(s.seconds_of(TraceClass::Forward), 290e-6, 1e-12);
@@ -102,8 +102,11 @@ TEST(KinetoTrace, ClassifiesAnAnnotatedCpuStepByItsRanges) {
   EXPECT_EQ(t.unclassified[0].category, "(none)");
   EXPECT_EQ(t.unclassified[0].events, 2);
   EXPECT_NEAR(t.unclassified[0].seconds, 16e-6, 1e-12);
-  EXPECT_EQ(&t.step("3"), &t.steps[0]);
-  expect_refused([&] { t.step("ProfilerStep#9"); }, "t.json", "ProfilerStep#3, ProfilerStep#4");
+  EXPECT_EQ(&t.step("3", "arguments", "step"), &t.steps[0]);
+  // A step the trace lacks is the argument's fault: blamed on it, naming the trace's steps.
+  expect_refused([&] { t.step("ProfilerStep#9", "command line", "--step"); }, "command line",
+                 "at --step: got \"ProfilerStep#9\"; expected one of the 2 steps of t.json "
+                 "(ProfilerStep#N or N): ProfilerStep#3, ProfilerStep#4");
 }
 
 TEST(KinetoTrace, GpuKernelsTakeTheClassOfTheirLaunchAndNcclKernelsAreCollectives) {
@@ -257,8 +260,8 @@ TEST(KinetoTrace, ATraceFromAnotherGpuOrClusterIsRefused) {
       [&] { check_trace_for(t, t.steps[0], scenario_of("A100-80GB", 2, 2), nullptr, notes); }, file,
       "deviceProperties[0].totalGlobalMem");
   expect_refused(
-      [&] { check_trace_for(t, t.steps[0], scenario_of("RTX-A6000", 2, 2), nullptr, notes); },
-      file, "numSms");
+      [&] { check_trace_for(t, t.steps[0], scenario_of("RTX-A6000", 2, 2), nullptr, notes); }, file,
+      "numSms");
   expect_refused(
       [&] { check_trace_for(t, t.steps[0], scenario_of("A100-40GB", 3, 2), nullptr, notes); }, file,
       "distributedInfo.world_size");

@@ -523,13 +523,15 @@ std::string to_string(TraceClass c) {
   return "?";
 }
 
-const TraceStep& KinetoTrace::step(const std::string& name) const {
+const TraceStep& KinetoTrace::step(const std::string& name, const std::string& source,
+                                   const std::string& option) const {
   for (const auto& s : steps)
     if (s.name == name || (s.number >= 0 && std::to_string(s.number) == name)) return s;
   std::string have;
   for (const auto& s : steps) have += (have.empty() ? "" : ", ") + s.name;
-  throw ValidationError(file, "$.traceEvents", "no step \"" + clip(name) + "\"",
-                        "one of the trace's steps: " + clip(have, 400));
+  throw ValidationError(source, option, "\"" + clip(name) + "\"",
+                        "one of the " + std::to_string(steps.size()) + " steps of " + file +
+                            " (ProfilerStep#N or N): " + clip(have, 400));
 }
 
 const TraceStep& KinetoTrace::median_step() const {

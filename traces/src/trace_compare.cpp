@@ -147,7 +147,8 @@ int check_trace_for(const KinetoTrace& trace, const TraceStep& step, const Scena
 TraceComparison compare_trace(const IterationReport& sim, const std::string& sim_file,
                               const KinetoTrace& trace, const std::string& step_name,
                               const Scenario* scenario, const Plan* plan,
-                              const TrainingGraph* graph) {
+                              const TrainingGraph* graph, const std::string& source,
+                              const std::string& step_option) {
   if (sim.source != "sim")
     throw ValidationError(sim_file, "$.source", "\"" + sim.source + "\"",
                           "\"sim\" (a SimResult from cephalo simulate --json) as the first file");
@@ -157,7 +158,8 @@ TraceComparison compare_trace(const IterationReport& sim, const std::string& sim
   TraceComparison c;
   c.simulated_file = sim_file;
   c.trace_file = trace.file;
-  const TraceStep& step = step_name.empty() ? trace.median_step() : trace.step(step_name);
+  const TraceStep& step =
+      step_name.empty() ? trace.median_step() : trace.step(step_name, source, step_option);
   c.step = step.name;
   c.steps = static_cast<int>(trace.steps.size());
   c.median_step_s = trace.median_step().duration_s;
@@ -192,7 +194,8 @@ PlannedTraceComparison compare_trace_planned(const IterationReport& sim,
                                              const std::string& sim_file, const KinetoTrace& trace,
                                              const std::string& step, const Scenario* scenario,
                                              const Plan* plan, const std::string& plan_label,
-                                             const std::string& source, const std::string& pair) {
+                                             const std::string& source, const std::string& pair,
+                                             const std::string& step_option) {
   if ((scenario == nullptr) != (plan == nullptr))
     throw ValidationError(source, "",
                           scenario ? "a scenario without a plan" : "a plan without a scenario",
@@ -203,8 +206,8 @@ PlannedTraceComparison compare_trace_planned(const IterationReport& sim,
     graph = build_training_graph(*plan, *scenario);
   }
   PlannedTraceComparison out;
-  out.comparison =
-      compare_trace(sim, sim_file, trace, step, scenario, plan, graph ? &*graph : nullptr);
+  out.comparison = compare_trace(sim, sim_file, trace, step, scenario, plan,
+                                 graph ? &*graph : nullptr, source, step_option);
   out.record = to_json(out.comparison);
   out.record["trace"] = to_json(trace);
   out.text = render_kineto_trace(trace) + render_trace_comparison(out.comparison);

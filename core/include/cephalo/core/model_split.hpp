@@ -161,9 +161,17 @@ class SplitTopology {
 // rank → node table (node-major ranks, as plans number them); messages name `file`.
 void check_model_split_for(const ModelSplit& split, const Scenario& scenario,
                            const std::string& file, const std::string& json_path = "model_split");
-// A split file ({"model_split": {...}}, a plan's key, or the object itself) read, parsed and
-// checked against `scenario`: every message names the split file and its JSON path.
-ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario);
+// A split file ({"model_split": {...}}, a plan's key, or the object itself) read and parsed,
+// the keys beside a wrapped split checked: every message names the split file and its JSON path.
+// `json_path`, when given, receives where the split is in the file ("model_split", or "" for the
+// object itself), for the later checks that blame its keys (SplitOptions::split_path).
+ModelSplit load_model_split(const std::string& file, std::string* json_path = nullptr);
+// The same, then checked against `scenario` (check_model_split_for).
+ModelSplit load_model_split_for(const std::string& file, const Scenario& scenario,
+                                std::string* json_path = nullptr);
+// A key of a split at `root` in its file ("model_split", or "" for a bare split object):
+// "model_split.micro_batches" or "micro_batches"; an empty key names the split object itself.
+std::string split_key(const std::string& root, const std::string& key);
 
 // "TP 2 (sequence parallel) x PP 2 (1F1B, 8 micro-batches) x DP 2/1, optimizer sharding", or
 // "TP 1 x PP 1 (no pipeline), full sharding" for the default.

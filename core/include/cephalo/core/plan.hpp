@@ -204,10 +204,12 @@ Json to_json(const Plan& plan, PlanForm form = PlanForm::Auto);
 // The plan of `split` on `scenario`: every stage's share of a micro-batch (global batch / m
 // samples) divided among its replicas as evenly as whole samples allow (the first replicas take
 // one more), even state shares in every data-parallel domain, the default schedule keys. The
-// split is checked first (check_model_split_for, messages naming `file`); throws
-// ValidationError at model_split.micro_batches when m does not divide the global batch or a
-// stage has more replicas than samples per micro-batch.
+// split is checked first (check_model_split_for, messages naming `file` and the split's keys at
+// `json_path`: "model_split", or "" for a bare split file); throws ValidationError at its
+// micro_batches when m does not divide the global batch or a stage has more replicas than
+// samples per micro-batch.
 Plan even_split_plan(const Scenario& scenario, const ModelSplit& split,
-                     const std::string& file = "model_split");
+                     const std::string& file = "model_split",
+                     const std::string& json_path = "model_split");
 
 }  // namespace cephalo

@@ -14,7 +14,9 @@
 
 namespace cephalo::costmodels {
 
-// Folder holding the shipped data (scenarios/); overridable with CEPHALO_DATA_DIR.
+// Folder holding the shipped data (scenarios/); overridable with CEPHALO_DATA_DIR, which must
+// name a folder holding catalog/gpus.json (else ValidationError at "environment",
+// CEPHALO_DATA_DIR, naming its value and what it is).
 std::filesystem::path data_dir();
 
 // A catalog's entries as the start-up cache keeps them (fit_cache.cpp, costmodels/README.md

@@ -21,6 +21,7 @@
 // A job with a stack calibration (Implementation::stack) gets both models multiplied by its
 // factors: compute and optimizer times, collective times (copies are left as they are).
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cephalo/core/scenario.hpp"
@@ -36,6 +37,12 @@ struct CostModels {
 };
 
 CostModels make_cost_models(const Scenario& scenario, const std::string& source = "auto");
+
+// A calibration file as make_cost_models reads it (a layer profile in either format, a
+// collective sweep, a memory profile), checked by the same loaders: a short description
+// ("layer profile", "collective sweep, 24 points", "memory profile"), or nullopt when the file
+// is none of them. `cephalo validate` recognises what `profile -o` writes with it.
+std::optional<std::string> check_calibration_file(const std::filesystem::path& file);
 
 // The scenario's comm model alone (the α-β model calibrated from the collective sweeps and the
 // profiles' copies its calibration lists): make_cost_models(...).comm without the compute

@@ -41,8 +41,10 @@ std::string render_scenario_description(const Scenario& scenario, const std::str
 
 // What `cephalo describe WHAT [MODEL]` answers, as its record (`--json`) and its text: WHAT is
 // "gpus", "models", "model" (MODEL then a catalog name or a config.json) or a scenario file.
-// "model" without MODEL is a ValidationError at `source` (the caller's, as core/error.hpp's
-// file) naming `model`.
+// "model" without MODEL, MODEL after any other WHAT (it would be dropped unread), and a WHAT that
+// is none of the words nor a path (no folder, no extension, no such file: a mistyped word, not
+// a missing scenario) are ValidationErrors at `source` (the caller's, as core/error.hpp's file)
+// naming `model` / `what`.
 struct Description {
   Json record;
   std::string text;

@@ -102,6 +102,7 @@ struct SplitEstimateRequest {
   std::string compute_model = "auto";
   std::string options_source = "arguments";  // as PlannerOptions::options_source
   std::string split_file;                    // where the split was read from: its refusals name it
+  std::string split_path = "model_split";    // where in that file (load_model_split_for's)
   // A plan's replicas' samples and shares (read_split_plan); empty: even replicas.
   ReplicaAllocation allocation;
   // true: each layer's backward at the forward's rate times the op list's backward / forward

@@ -144,6 +144,9 @@ struct SplitOptions {
   // The file the split was read from, named by the split's refusals (its JSON paths are the
   // file's); empty: the scenario's (a split the search made).
   std::string split_file;
+  // Where the split is in that file (load_model_split's json_path): "model_split", or "" for a
+  // bare split object, so that a refusal names a key the file has.
+  std::string split_path = "model_split";
 };
 
 struct StageMemory {

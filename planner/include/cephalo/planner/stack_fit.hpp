@@ -27,6 +27,10 @@ struct StackMeasurement {
   std::string run_file;  // for messages and the record
   const traces::KinetoTrace* trace = nullptr;
   std::string trace_step;  // "ProfilerStep#N" or N; "" for the median step
+  // Who gave the measurement, as PlannerOptions::options_source: a step the trace lacks is
+  // refused there, and the refusals name the options as that source spells them (`--step`,
+  // `step`; `--run`, `run`).
+  std::string options_source = "arguments";
 };
 
 struct StackFit {

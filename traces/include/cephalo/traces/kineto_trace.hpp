@@ -101,9 +101,11 @@ struct KinetoTrace {
   std::map<std::string, int> unknown_categories;  // category -> events ignored
   std::vector<std::string> notes;                 // what was ignored, and why
 
-  // The step named `name` ("ProfilerStep#5" or "5"); ValidationError naming the file and the
-  // steps it has when there is none.
-  const TraceStep& step(const std::string& name) const;
+  // The step named `name` ("ProfilerStep#5" or "5"). A name the trace lacks is a bad argument,
+  // not a bad trace: ValidationError at `source` (the command line, or a Python call's
+  // arguments) naming `option` as the caller spells it, the name, this file and the steps it has.
+  const TraceStep& step(const std::string& name, const std::string& source,
+                        const std::string& option) const;
   // The step whose duration is the median of the trace's (the lower one of an even count).
   const TraceStep& median_step() const;
 };

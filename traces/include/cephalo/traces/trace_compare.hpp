@@ -56,11 +56,13 @@ struct TraceComparison {
 };
 
 // SIM is a SimResult ("sim"); with a graph (scenario and plan given) and op records, the
-// per-class table of the trace's rank. `step` "" picks the median step.
+// per-class table of the trace's rank. `step` "" picks the median step; a step the trace lacks is
+// refused at `source` naming `step_option` (KinetoTrace::step).
 TraceComparison compare_trace(const IterationReport& sim, const std::string& sim_file,
                               const KinetoTrace& trace, const std::string& step,
                               const Scenario* scenario, const Plan* plan,
-                              const TrainingGraph* graph);
+                              const TrainingGraph* graph, const std::string& source,
+                              const std::string& step_option);
 
 Json to_json(const TraceComparison& c);
 std::string render_trace_comparison(const TraceComparison& c);
@@ -80,6 +82,7 @@ PlannedTraceComparison compare_trace_planned(const IterationReport& sim,
                                              const std::string& sim_file, const KinetoTrace& trace,
                                              const std::string& step, const Scenario* scenario,
                                              const Plan* plan, const std::string& plan_label,
-                                             const std::string& source, const std::string& pair);
+                                             const std::string& source, const std::string& pair,
+                                             const std::string& step_option);
 
 }  // namespace cephalo::traces
