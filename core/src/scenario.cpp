@@ -277,6 +277,8 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
 
 std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? "flash" : "eager"; }
 
+std::string to_string(FlashKernel k) { return k == FlashKernel::Cudnn ? "cudnn" : "flash-attn"; }
+
 std::string to_string(LossKernel l) { return l == LossKernel::Fused ? "fused" : "eager"; }
 
 std::string to_string(Framework f) {
@@ -317,6 +319,7 @@ std::optional<Framework> parse_framework(const std::string& name) {
 
 std::string to_string(const Implementation& impl) {
   std::string out = to_string(impl.attention) + (impl.fused() ? ", fused" : ", unfused");
+  if (impl.flash_kernel != FlashKernel::FlashAttn) out += ", " + to_string(impl.flash_kernel);
   if (impl.compiled) out += ", compiled";
   if (impl.cross_entropy == LossKernel::Fused) out += ", fused cross-entropy";
   if (impl.framework != Framework::FSDP2) out += ", " + to_string(impl.framework);
@@ -347,7 +350,8 @@ std::string stack_label(const Implementation& impl) {
 Implementation parse_implementation(JsonReader& reader) {
   if (!reader.is_object())
     reader.fail(
-        "an object {\"attention\": \"flash\" | \"eager\", \"fused_elementwise\": bool, "
+        "an object {\"attention\": \"flash\" | \"eager\", \"flash_kernel\": \"flash-attn\" | "
+        "\"cudnn\", \"fused_elementwise\": bool, "
         "\"compiled\": bool, \"cross_entropy\": \"eager\" | \"fused\", \"framework\": \"fsdp2\" | "
         "\"fsdp1\" | \"deepspeed_zero3\" | "
         "\"ddp\", \"tp_comm_overlap\": bool, \"defer_embedding_wgrad_compute\": bool, "
@@ -357,6 +361,13 @@ Implementation parse_implementation(JsonReader& reader) {
   if (auto a = reader.optional_child("attention"))
     impl.attention =
         a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
+  if (auto k = reader.optional_child("flash_kernel")) {
+    // The kernel of flash attention: with eager attention it would silently price nothing.
+    if (impl.attention != AttentionKernel::Flash)
+      k->fail("no \"flash_kernel\" unless \"attention\" is \"flash\"");
+    impl.flash_kernel = k->as_enum({"flash-attn", "cudnn"}) == "cudnn" ? FlashKernel::Cudnn
+                                                                       : FlashKernel::FlashAttn;
+  }
   impl.compiled = reader.boolean_or("compiled", false);
   if (auto l = reader.optional_child("cross_entropy"))
     impl.cross_entropy =
@@ -408,6 +419,8 @@ Json to_json(const Implementation& impl) {
   Json j = {{"attention", to_string(impl.attention)},
             {"fused_elementwise", impl.fused()},
             {"compiled", impl.compiled}};
+  // Written only when not the default, so records of jobs without it read as they always did.
+  if (impl.flash_kernel != FlashKernel::FlashAttn) j["flash_kernel"] = to_string(impl.flash_kernel);
   // Only a named framework is written, so that a record read back as a job prices what the
   // job it came from priced (framework_declared).
   if (impl.framework_declared) j["framework"] = to_string(impl.framework);

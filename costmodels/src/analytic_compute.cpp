@@ -33,6 +33,10 @@ double legacy_mma_fraction(const DeviceSpec& device) {
   return device.architecture == "hopper" ? 2.0 / 3.0 : 1.0;
 }
 
+double mma_fraction(const DeviceSpec& device, const OpCost& op) {
+  return op.legacy_mma ? legacy_mma_fraction(device) : 1.0;
+}
+
 double int32_shared_lane_fraction(const DeviceSpec& device) {
   // Whitepapers: Pascal GP100 / GP102 (integer ops run on the CUDA cores); Volta V100 (separate
   // FP32 and INT32 cores); Turing TU102; Ampere GA100 (64 FP32 + 64 INT32 per SM) and GA102
@@ -64,7 +68,6 @@ PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& 
   const double peak = effective_peak(device, dtype);
   const double bw = device.memory_bandwidth;
   const double sfu = special_function_rate(device);
-  const double mma = legacy_mma_fraction(device);
   PhaseFeatures f;
   for (const OpCost& op : ops) {
     // The column the op's FLOP time goes to (none for memory-bound ops) and its rate. Flash
@@ -82,7 +85,7 @@ PhaseFeatures ops_features(const DeviceSpec& device, const std::vector<OpCost>& 
         break;
       case OpClass::FusedAttention:
         column = 0;
-        rate *= waves_eff * mma;
+        rate *= waves_eff * mma_fraction(device, op);
         scale = flash_weight;
         break;
       case OpClass::Attention:
@@ -127,7 +130,6 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
   const bool fwd = phase != ComputePhase::Backward;
   const Efficiency& eff = fwd ? forward_ : backward_;
   const double sfu = special_function_rate(device);
-  const double mma = legacy_mma_fraction(device);
   double seconds = 0;
   for (const OpCost& op :
        unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype, job.implementation)) {
@@ -138,7 +140,7 @@ ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const 
                                                      : 1.0;
     const bool flash = op.op_class == OpClass::FusedAttention;
     double t_compute =
-        op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * (flash ? mma : 1.0));
+        op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * mma_fraction(device, op));
     if (flash && sfu > 0) t_compute += (fwd ? op.forward_exps : op.backward_exps) / sfu;
     double t_memory = bytes / (eff.memory * bw);
     int kernels = fwd ? op.forward_kernels : op.backward_kernels;

@@ -343,6 +343,7 @@ std::vector<OpCost> unit_ops(const ModelSpec& m, int unit, int seq_in, int micro
         fa.backward_exps = fa.forward_exps;
         // One block per 128 query rows of each (sample, head).
         fa.tiles = output_tiles(s, 128, b * a);
+        fa.legacy_mma = impl.flash_kernel == FlashKernel::FlashAttn;
         ops.push_back(fa);
       } else {
         OpCost scores{"scores", OpClass::Attention};

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "alpha_beta_comm.hpp"
 #include "cephalo/core/json_reader.hpp"
@@ -66,6 +67,55 @@ TEST(AnalyticCompute, FlashAttentionPaysForItsInstructionsAndExponentials) {
   // A spec without SM count or clock (inline) has no exponential term.
   DeviceSpec inline_gpu;
   EXPECT_EQ(special_function_rate(inline_gpu), 0);
+}
+
+// cuDNN's fused attention (Transformer Engine's choice on Hopper) issues each architecture's own
+// tensor-core instructions: on Hopper its matmuls are priced at the whole peak, FlashAttention-2's
+// at legacy_mma_fraction of it; on Ampere, where mma.sync is native, the two price alike. Nothing
+// else of the unit moves: the same bytes, kernels and exponentials.
+TEST(AnalyticCompute, CudnnFlashAttentionIssuesTheNativeInstructions) {
+  const ModelSpec& gpt = ModelCatalog::builtin().get("gpt-2.7b");
+  const Implementation fa2{AttentionKernel::Flash, true};
+  Implementation cudnn = fa2;
+  cudnn.flash_kernel = FlashKernel::Cudnn;
+  Job job;
+  job.model = gpt;
+  job.sequence_length = 4096;
+  job.precision.compute = Dtype::BF16;
+  for (const char* name : {"A100-80GB", "H100-SXM"}) {
+    const DeviceSpec& d = GpuCatalog::builtin().get(name);
+    const auto a = unit_ops(gpt, 1, 4096, 2, Dtype::BF16, fa2);
+    const auto b = unit_ops(gpt, 1, 4096, 2, Dtype::BF16, cudnn);
+    ASSERT_EQ(a.size(), b.size());
+    const OpCost* fa = nullptr;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].legacy_mma, std::string(a[i].name) == "flash_attention") << a[i].name;
+      EXPECT_FALSE(b[i].legacy_mma) << b[i].name;
+      EXPECT_EQ(a[i].forward_bytes, b[i].forward_bytes) << a[i].name;
+      EXPECT_EQ(a[i].backward_exps, b[i].backward_exps) << a[i].name;
+      if (std::string(a[i].name) == "flash_attention") fa = &a[i];
+    }
+    ASSERT_NE(fa, nullptr);
+    const double peak = effective_peak(d, Dtype::BF16), mma = legacy_mma_fraction(d);
+    const auto x2 = unit_features(d, gpt, 1, 4096, 2, Dtype::BF16, fa2, false);
+    const auto xc = unit_features(d, gpt, 1, 4096, 2, Dtype::BF16, cudnn, false);
+    for (auto [flops, with, without] : {std::tuple{fa->forward_flops, x2.forward, xc.forward},
+                                        std::tuple{fa->backward_flops, x2.backward, xc.backward}}) {
+      const double saved = flops / peak * (1 / mma - 1);
+      EXPECT_NEAR(with[0] - without[0], saved, 1e-9 * with[0]) << name;
+      for (std::size_t k = 1; k < with.size(); ++k) EXPECT_EQ(with[k], without[k]) << name;
+    }
+    // The roofline prices the same rule: faster on Hopper, the same on Ampere.
+    const RooflineComputeModel roofline;
+    job.implementation = fa2;
+    const double t2 = roofline.unit_time(d, job, 1, ComputePhase::Forward, 2).seconds;
+    job.implementation = cudnn;
+    const double tc = roofline.unit_time(d, job, 1, ComputePhase::Forward, 2).seconds;
+    if (d.architecture == "hopper")
+      EXPECT_LT(tc, t2) << name;
+    else
+      EXPECT_DOUBLE_EQ(tc, t2) << name;
+  }
 }
 
 TEST(ModelMath, FlashAttentionSkipsTheMaskedHalfAndMovesNoScores) {

@@ -319,6 +319,16 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
   EXPECT_FALSE(to_json(Implementation{}).contains("cross_entropy"));
   EXPECT_EQ(costmodels::load_scenario(write(R"({"cross_entropy": "eager"})")).job.implementation,
             Implementation{});
+  // The flash-attention kernel: read, labelled, written only when not FlashAttention-2's.
+  auto cudnn = costmodels::load_scenario(write(R"({"flash_kernel": "cudnn"})"));
+  EXPECT_EQ(cudnn.job.implementation.flash_kernel, FlashKernel::Cudnn);
+  EXPECT_FALSE(cudnn.job.implementation == Implementation{});
+  EXPECT_EQ(to_string(cudnn.job.implementation), "flash, fused, cudnn");
+  EXPECT_EQ(to_json(cudnn.job.implementation).value("flash_kernel", ""), "cudnn");
+  EXPECT_FALSE(to_json(Implementation{}).contains("flash_kernel"));
+  EXPECT_EQ(
+      costmodels::load_scenario(write(R"({"flash_kernel": "flash-attn"})")).job.implementation,
+      Implementation{});
   // Defaults keep the label recorded before the keys existed.
   EXPECT_EQ(to_string(Implementation{}), "flash, fused");
   EXPECT_EQ(to_string(Implementation{AttentionKernel::Eager, false}), "eager, unfused");
@@ -329,6 +339,9 @@ TEST(Scenario, ImplementationKeyIsValidatedNamingFilePathValueAndAllowed) {
        {"implementation.fused_elementwise", "compiled"}},
       {R"({"compiled": "yes"})", {"implementation.compiled"}},
       {R"({"tp_comm_overlap": "on"})", {"implementation.tp_comm_overlap", "on"}},
+      {R"({"flash_kernel": "fa3"})", {"implementation.flash_kernel", "fa3", "flash-attn", "cudnn"}},
+      {R"({"attention": "eager", "flash_kernel": "cudnn"})",
+       {"implementation.flash_kernel", "attention"}},
       {R"({"defer_embedding_wgrad_compute": 1})",
        {"implementation.defer_embedding_wgrad_compute", "1"}},
       {R"({"defer_embedding_wgrad_compute": true, "wgrad_deferral_limit": -3})",

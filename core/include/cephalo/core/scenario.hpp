@@ -210,6 +210,20 @@ enum class AttentionKernel {
 };
 std::string to_string(AttentionKernel a);
 
+// Which kernel runs flash attention (AttentionKernel::Flash); both run the FlashAttention-2
+// algorithm, with the same memory, and differ in the tensor-core instructions they issue.
+enum class FlashKernel {
+  // FlashAttention-2 (the flash-attn package, PyTorch SDPA's flash backend): the warp-level
+  // mma.sync of Ampere, which on Hopper reaches only part of the datasheet peak
+  // (costmodels' legacy_mma_fraction).
+  FlashAttn,
+  // cuDNN's fused attention (Transformer Engine's FusedAttention, which Transformer Engine
+  // prefers over flash-attn on Hopper and newer): kernels built for each architecture's own
+  // tensor-core instructions.
+  Cudnn,
+};
+std::string to_string(FlashKernel k);
+
 // How the language-model loss is computed over the logits (what the head's backward holds).
 enum class LossKernel {
   // The framework's cross-entropy under autocast (torch.nn.CrossEntropyLoss): the logits in
@@ -260,6 +274,9 @@ struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;  // bias+activation, residual+norm fused (torch.compile, Triton)
   LossKernel cross_entropy = LossKernel::Eager;
+  // The flash-attention kernel (only with attention Flash; parse_implementation refuses it
+  // with eager attention).
+  FlashKernel flash_kernel = FlashKernel::FlashAttn;
   // torch.compile (Inductor): every chain of pointwise and normalisation ops between two
   // GEMMs runs as one generated kernel, so a compiled stack's layers are fused whatever
   // fused_elementwise says (parse_implementation refuses compiled with fused_elementwise false).
@@ -293,8 +310,9 @@ struct Implementation {
   // The same stack whether or not its framework was named (that only decides whether its
   // copies are priced): a profile row or the backend's stack matches a job that names fsdp2.
   bool operator==(const Implementation& o) const {
-    return attention == o.attention && fused_elementwise == o.fused_elementwise &&
-           cross_entropy == o.cross_entropy && compiled == o.compiled && framework == o.framework &&
+    return attention == o.attention && flash_kernel == o.flash_kernel &&
+           fused_elementwise == o.fused_elementwise && cross_entropy == o.cross_entropy &&
+           compiled == o.compiled && framework == o.framework &&
            tp_comm_overlap == o.tp_comm_overlap &&
            defer_embedding_wgrad_compute == o.defer_embedding_wgrad_compute &&
            wgrad_deferral_limit == o.wgrad_deferral_limit &&
@@ -340,8 +358,8 @@ Job load_job(const std::filesystem::path& file, const SpecLookup& lookup);
 Scenario load_scenario(const std::filesystem::path& file, const SpecLookup& lookup);
 
 // Reads {"attention": "flash"|"eager", "fused_elementwise": bool, "compiled": bool,
-// "cross_entropy": "eager"|"fused",
-// "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
+// "flash_kernel": "flash-attn"|"cudnn" (only with attention flash), "cross_entropy":
+// "eager"|"fused", "framework": "fsdp2"|"fsdp1"|"deepspeed_zero3"|"ddp", "tp_comm_overlap": bool,
 // "defer_embedding_wgrad_compute": bool, "wgrad_deferral_limit": integer >= 0 (only with the
 // former true), "weight_gradients": "autocast"|"main_grad"|"main_grad_compute_dtype"|
 // "fused_main_grad",

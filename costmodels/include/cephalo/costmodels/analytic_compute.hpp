@@ -19,6 +19,10 @@ double special_function_rate(const DeviceSpec& device);
 // Fraction of the tensor-core peak reached by the warp-level mma.sync instructions that
 // FlashAttention-2-class kernels issue (2/3 on Hopper, 1 where mma.sync is native).
 double legacy_mma_fraction(const DeviceSpec& device);
+// The fraction of the peak one op's matmuls reach by the instructions it issues:
+// legacy_mma_fraction for an op that issues mma.sync (OpCost::legacy_mma), 1 otherwise. The
+// one rule the roofline and the calibrated features price flash attention with.
+double mma_fraction(const DeviceSpec& device, const OpCost& op);
 // Fraction of the FP32 lanes counted in the datasheet's fp32 peak that also execute the
 // kernel's INT32 instructions (address and loop arithmetic): 1 on Pascal (no separate INT32
 // units), 0.5 on GA10x / AD10x (128 FP32 lanes per SM, 64 of them on a datapath shared with

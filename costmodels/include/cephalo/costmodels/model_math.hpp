@@ -129,6 +129,10 @@ struct OpCost {
   // Elements of the weight a GEMM multiplies by (k·n; 0 for the other ops): what a stack's
   // weight-gradient path passes over once per backward call (weight_gradients.hpp).
   double weights = 0;
+  // Flash attention run with Ampere's warp-level mma.sync (FlashAttention-2): its matmuls reach
+  // legacy_mma_fraction of the peak. False for the other ops and for a kernel that issues each
+  // architecture's own instructions (cuDNN's fused attention, Implementation::flash_kernel).
+  bool legacy_mma = false;
 };
 // Output tiles of an [m×n] result in 128×128 blocks, times `batch` independent products.
 double output_tiles(double m, double n, double batch = 1);
