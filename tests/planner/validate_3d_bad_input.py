@@ -48,6 +48,10 @@ def main():
             ("dp-overlap", 1, ["parallelism", "dp_overlap"], "always", ("per-unit",)),
             ("optimizer-dtype", 0, ["optimizer_dtype"], "fp8", ("fp32 or bf16",)),
             ("tp-overlap", 0, ["parallelism", "tp_comm_overlap"], "yes", ("true or false",)),
+            ("flash-kernel", 0, ["flash_kernel"], "fa3", ("fa3", "flash-attn", "cudnn")),
+            # The A100 points ran Megatron's fused softmax (eager attention): no flash kernel.
+            ("flash-kernel-without-flash", 0, ["flash_kernel"], "cudnn",
+             ("unless the point's attention is flash",)),
             ("wgrad-path", 1, ["parallelism", "weight_gradients"], "fp32_master",
              ("fp32_master", "autocast", "main_grad_compute_dtype", "fused_main_grad")),
             # Point 0 runs without sequence parallelism: Transformer Engine cannot overlap it.
