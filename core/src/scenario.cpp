@@ -243,7 +243,7 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
       auto c = p->optional_child(key);
       if (!c) return fallback;
       auto d = parse_dtype(c->as_string());
-      if (!d) c->fail("one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)");
+      if (!d) c->fail("one of " + dtype_spellings());
       return *d;
     };
     job.precision.params = dtype_of("params", Dtype::FP32);
