@@ -529,6 +529,13 @@ def sweep(spec, progress=None, max_mixes=5000, stack=None):
     progress(done, total, mix) is called after each mix; more than max_mixes mixes raise
     ValidationError before any is planned. stack=path prices every mix with that stack
     calibration (`--stack`)."""
+    if not _is_path(spec):
+        _refuse("spec", spec, "the path of a sweep spec file")
+    max_mixes = _count("max_mixes", max_mixes, none_ok=False)
+    if max_mixes < 1:
+        _refuse("max_mixes", max_mixes, "an integer >= 1 (the most mixes to plan, as --max-mixes)")
+    if progress is not None and not callable(progress):
+        _refuse("progress", progress, "a function progress(done, total, mix), or None")
     return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress,
                                        _path("stack", stack)))
 
