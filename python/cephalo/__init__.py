@@ -113,7 +113,12 @@ class Record(dict):
         bytes). A record from simulate() knows its graph; any other needs the scenario and
         plan it ran (else only id and the times)."""
         import pandas
-        timings = self.get("ops", [])
+        if "ops" not in self:
+            # A frame of no rows would read as an iteration without ops; the graph's columns
+            # of a record without timings were a KeyError on "name".
+            raise ValueError("this record has no per-op timings (\"ops\"): simulate(..., "
+                             "ops=True), or a RunResult recorded with per-op times")
+        timings = self["ops"]
         columns = getattr(self, "_op_columns", None)
         if columns is None and (scenario is not None or plan is not None):
             if scenario is None or plan is None:
@@ -330,6 +335,9 @@ def validate_files(*files, scenario=None):
     does, plans against `scenario` when given. Returns {"lines": the lines the CLI prints, one
     per file ("F: ok (what)" or the error), "invalid": count, "unreadable": count}; raises
     nothing for a bad file (its line says why)."""
+    for f in files:
+        if not _is_path(f):
+            _refuse("files", f, "paths of files to check")
     s = load_scenario(scenario) if scenario is not None else None
     lines, invalid, unreadable = _cephalo.check_files([_os.fspath(f) for f in files], s)
     return {"lines": list(lines), "invalid": invalid, "unreadable": unreadable}

@@ -186,3 +186,19 @@ def test_a_plan_without_rows_names_both_forms():
     with pytest.raises(cephalo.ValidationError) as info:
         cephalo.load_plan(plan, CPU2)
     assert info.value.json_path == "ranks" and "rank_classes" in str(info.value)
+
+
+def test_ops_frame_of_a_record_without_ops_says_so():
+    # Before: KeyError: 'name' (the graph's columns looked up for timings the record lacks).
+    record = cephalo.simulate(CPU2, CPU2_EVEN)
+    with pytest.raises(ValueError, match="ops=True"):
+        record.ops_frame()
+    assert len(cephalo.simulate(CPU2, CPU2_EVEN, ops=True).ops_frame()) > 0
+
+
+@pytest.mark.parametrize("files", [(None,), (CPU2, 5)])
+def test_validate_files_names_a_file_that_is_no_path(files):
+    # Before: os.fspath's TypeError naming no keyword.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.validate_files(*files)
+    assert info.value.json_path == "files" and info.value.file == "arguments"
