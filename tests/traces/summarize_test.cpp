@@ -166,6 +166,9 @@ TEST(Summarize, MismatchedInputsAreRefused) {
 }  // namespace
 }  // namespace cephalo::traces
 
+namespace cephalo::traces {
+namespace {
+
 // The rank table leaves out a column that could only repeat one value (output people read:
 // "node 0" on every row of a one-node cluster, "copies 0 s" on every row without offload),
 // and prints it as soon as a row differs. The JSON record keeps both fields.
@@ -200,3 +203,6 @@ TEST(RenderTable, LeavesOutColumnsThatCannotVary) {
   r.ranks[1].node = 0;
   EXPECT_EQ(header(render_table(r)).find("node"), std::string::npos) << render_table(r);
 }
+
+}  // namespace
+}  // namespace cephalo::traces
