@@ -337,7 +337,9 @@ TEST_F(HostileRoundNine, RunSaysWhatNoLaunchCanFixBeforeTheProcessCount) {
       {run + kTwo + " --plan " + plan + " --result " + (dir_ / "nowhere" / "r.json").string(),
        5,
        {"--result", "does not exist"}},
-      {run + kTwo + " --plan " + plan + " --result " + plan, 5, {"--result", "the same file as the input"}},
+      {run + kTwo + " --plan " + plan + " --result " + plan,
+       5,
+       {"--result", "the same file as the input"}},
       // What only the launch fixes is still said, with the count to start.
       {run + kTwo + " --plan " + plan, 1, {"mpirun -np 2", "(this job has 1)"}},
   });
