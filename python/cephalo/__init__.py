@@ -378,7 +378,9 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     "selective" | "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
     cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
     `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
-    JSON text, the bytes `cephalo plan --json` prints with the same flags. stack=path is
+    JSON text, the bytes `cephalo plan --json --per-rank` prints with the same flags (the
+    record is per rank at any size, where the CLI writes rank classes above 256 ranks:
+    ranks_frame() reads "ranks"). stack=path is
     `--stack`: a calibrate_stack() file whose factors multiply the modelled times.
 
     parallelism="3d" is `--parallelism 3d`: the search over tensor x pipeline x data parallel
