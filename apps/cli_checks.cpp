@@ -117,14 +117,14 @@ CLI::Validator one_of(std::vector<std::string> allowed) {
       "{" + listing + "}");
 }
 
-CLI::Validator dtype_name() {
+CLI::Validator dtype_name(bool compute_only) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        if (parse_dtype(text)) return {};
-        return "got " + in_quotes(text) +
-               "; expected one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)";
+      [compute_only](std::string& text) -> std::string {
+        const auto d = parse_dtype(text);
+        if (d && !(compute_only && *d == Dtype::TF32)) return {};
+        return "got " + in_quotes(text) + "; expected one of " + dtype_spellings(compute_only);
       },
-      "{fp32, tf32, fp16, bf16}");
+      compute_only ? "{fp32, fp16, bf16}" : "{fp32, tf32, fp16, bf16}");
 }
 
 namespace {

@@ -37,7 +37,7 @@ void add_layer(CLI::App* cmd) {
   l->add_option("--seq", a.query.seq, "sequence length")->required()->check(integer_in(1, 1 << 22));
   l->add_option("--dtype", a.query.dtype,
                 "compute dtype: fp16, bf16 or fp32 (default: a config's torch_dtype, else fp16)")
-      ->check(dtype_name());
+      ->check(dtype_name(true));
   l->add_option("--micro-batch", a.query.micro_batch, "samples per micro-batch")
       ->required()
       ->check(integer_in(1, 1 << 24));

@@ -33,8 +33,8 @@ void add_sweep_command(CLI::App& app) {
       ->check(one_of(planner::sweep_sort_keys()))
       ->excludes(json);
   cmd->add_flag("--wide", a.table.wide,
-                "Table with the planner's estimate, samples per dollar and planning time, names "
-                "and notes unclipped")
+                "Table with the planner's estimate, samples per dollar and planning time, notes "
+                "unclipped")
       ->excludes(json);
   cmd->add_option("--max-mixes", a.max_mixes,
                   "Refuse (exit 1) a sweep of more mixes than this, counted before any is "

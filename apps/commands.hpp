@@ -62,8 +62,9 @@ CLI::Validator unsigned_64();
 CLI::Validator number_in(double lo, double hi);
 // One of `allowed`, exactly; the message lists them and the closest one.
 CLI::Validator one_of(std::vector<std::string> allowed);
-// A compute dtype parse_dtype accepts (fp32, tf32, fp16, bf16 and their long names).
-CLI::Validator dtype_name();
+// A dtype parse_dtype accepts (fp32, tf32, fp16, bf16 and their other spellings);
+// `compute_only`: not tf32, a storage format the layer prediction does not price.
+CLI::Validator dtype_name(bool compute_only = false);
 // A name (or alias) in the built-in GPU / model catalog; the message lists the closest ones.
 CLI::Validator catalog_gpu();
 CLI::Validator catalog_model();

@@ -63,7 +63,7 @@ ProfileRequest complete_profile_request(ProfileRequest request, const ProfileReq
   if (const std::string why = sequence_refusal(request.model, request.seq); !why.empty())
     throw ValidationError(source, "--seq", std::to_string(request.seq), why);
   const auto dtype = parse_dtype(text.dtype);
-  if (!dtype) throw ValidationError(source, "--dtype", text.dtype, "fp32, tf32, bf16 or fp16");
+  if (!dtype) throw ValidationError(source, "--dtype", text.dtype, "one of " + dtype_spellings());
   request.profiler.dtype = *dtype;
   const auto max_bytes = parse_quantity(text.max_bytes, Quantity::Bytes);
   if (!max_bytes || *max_bytes < 64 * 1024)

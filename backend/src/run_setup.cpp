@@ -18,11 +18,6 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
   RunSetup s;
   s.scenario = costmodels::load_scenario(r.scenario_file);
   s.plan = traces::load_plan_for(s.scenario, r.plan_file);
-  if (static_cast<int>(s.plan.ranks.size()) != world_size)
-    throw ValidationError(r.plan_file, "ranks", std::to_string(s.plan.ranks.size()) + " ranks",
-                          "one rank per MPI process: start with mpirun -np " +
-                              std::to_string(s.plan.ranks.size()) + " (this job has " +
-                              std::to_string(world_size) + ")");
   // The backend runs each head backward whole: its executor has no deferred weight-gradient
   // GEMM (the graph's WeightGradient ops), so a job that declares one is refused before any
   // training rather than trained in another order than the one simulated.
@@ -67,6 +62,14 @@ RunSetup load_run_inputs(const RunRequest& r, int world_size) {
   for (const auto& o : outputs) named.emplace_back(o.what, o.file);
   check_outputs_outside_checkpoints(named, {checkpoint_dir, resume});
   if (!r.dump_oracle.empty()) check_output_folder(r.dump_oracle, "--dump-oracle");
+  // The process count last: what no launch can fix (the job, the flags, the outputs) is said
+  // first, so that a user told to start N processes is not then told the run cannot happen.
+  if (static_cast<int>(s.plan.ranks.size()) != world_size)
+    throw ValidationError(r.plan_file, s.plan.rank_classes.empty() ? "ranks" : "rank_classes",
+                          std::to_string(s.plan.ranks.size()) + " ranks",
+                          "one rank per MPI process: start with mpirun -np " +
+                              std::to_string(s.plan.ranks.size()) + " (this job has " +
+                              std::to_string(world_size) + ")");
   return s;
 }
 

@@ -1,6 +1,9 @@
 #include "cephalo/core/hf_config.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <string_view>
 
 #include "cephalo/core/checked.hpp"
 
@@ -62,6 +65,50 @@ class Config {
   JsonReader r_;
   std::vector<std::string>& notes_;
 };
+
+// PyTorch dtypes a checkpoint may be stored in that no job trains in here (double precision,
+// fp8, integers of quantised checkpoints): real spellings, so noted and not used, where any
+// other text is a typo refused with the accepted list.
+constexpr std::array<std::string_view, 13> kStorageOnlyDtypes{
+    "float64",       "double",      "torch.float64",       "torch.double",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",     "float8_e5m2fnuz",
+    "int8",          "uint8",       "torch.float8_e4m3fn", "torch.float8_e5m2",
+    "torch.int8"};
+
+// The checkpoint's dtype: a job naming this config computes in it unless its "precision" says
+// otherwise. transformers writes it as "torch_dtype", and since 4.56 as "dtype"; both are read
+// (the newer name first), and a file giving both must agree.
+void read_checkpoint_dtype(Config& c, ModelSpec& m) {
+  const bool has_new = c.given("dtype");
+  if (!has_new && !c.given("torch_dtype")) return;
+  const std::string key = has_new ? "dtype" : "torch_dtype";
+  auto value = c.child(key);
+  if (!value.value().is_string())
+    value.fail("a dtype name: one of " + dtype_spellings(true) + ", or \"auto\"");
+  const std::string dt = value.as_string();
+  if (has_new && c.given("torch_dtype")) {
+    auto old = c.child("torch_dtype");
+    if (!old.value().is_string() || old.value().get<std::string>() != dt)
+      old.fail_value(brief(old.value()), "the same dtype as \"dtype\" (\"" + dt +
+                                             "\"): the file names the checkpoint's dtype twice");
+  }
+  const auto d = parse_dtype(dt);
+  if (d && *d != Dtype::TF32) {
+    m.checkpoint_dtype = *d;
+    c.note(key + " " + dt + ": a job naming this config computes in " + to_string(*d) +
+           " unless its \"precision\" says otherwise");
+    return;
+  }
+  const bool storage_only =
+      dt == "auto" || std::find(kStorageOnlyDtypes.begin(), kStorageOnlyDtypes.end(), dt) !=
+                          kStorageOnlyDtypes.end();
+  if (!storage_only)
+    value.fail("a dtype name: one of " + dtype_spellings(true) +
+               ", or a storage dtype no job computes in (auto, "
+               "float64, float8_e4m3fn, int8, ...)");
+  c.note(key + " \"" + dt + "\" is no compute dtype (" + dtype_spellings(true) +
+         "): not used; the job's \"precision\", else fp16");
+}
 
 void check_heads(Config& c, const std::string& key, const ModelSpec& m) {
   if (m.hidden % m.heads != 0)
@@ -348,18 +395,7 @@ HfModel parse_hf_config(const Json& config, const std::string& file, const std::
   m.name = name;
   read_model(c, *row, m);
   check_model_sizes(m, m.family == "vit" ? root.child("image_size") : root);
-  // The checkpoint's dtype: a job naming this config computes in it unless it says otherwise.
-  if (c.given("torch_dtype")) {
-    const std::string dt = c.string_or("torch_dtype", "");
-    auto d = parse_dtype(dt);
-    if (d && *d != Dtype::TF32) {
-      m.checkpoint_dtype = *d;
-      c.note("torch_dtype " + dt + ": a job naming this config computes in " + to_string(*d) +
-             " unless its \"precision\" says otherwise");
-    } else {
-      c.note("torch_dtype \"" + dt + "\" is no compute dtype (fp32, fp16, bf16): not used");
-    }
-  }
+  read_checkpoint_dtype(c, m);
   m.source = "Hugging Face config.json (model_type " + out.model_type + "): " + file;
   return out;
 }

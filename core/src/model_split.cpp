@@ -273,6 +273,11 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
                 " layers (0 <= begin < end <= " + std::to_string(layers) + ")");
     }
   }
+  // "layer 12" / "layers 12..15": a range of one layer read as one.
+  const auto layer_span = [](int first, int last) {
+    return first == last ? "layer " + std::to_string(first)
+                         : "layers " + std::to_string(first) + ".." + std::to_string(last);
+  };
   int covered = 0;  // layers 0..covered−1 are in the virtual stages before k
   for (int k = 0; k < p * v; ++k) {
     const int s = k % p, c = k / p;
@@ -285,23 +290,24 @@ void check_model_split(const ModelSplit& split, const SplitContext& ctx) {
                                  : "stage " + std::to_string(s);
     if (r.begin > covered)
       throw ValidationError(file, where, range_text(r),
-                            name + " to begin at layer " + std::to_string(covered) + ": layers " +
-                                std::to_string(covered) + ".." + std::to_string(r.begin - 1) +
-                                " are in no stage (a gap)");
+                            name + " to begin at layer " + std::to_string(covered) + ": " +
+                                layer_span(covered, r.begin - 1) +
+                                (r.begin - 1 == covered ? " is" : " are") + " in no stage (a gap)");
     if (r.begin < covered)
       throw ValidationError(file, where, range_text(r),
-                            name + " to begin at layer " + std::to_string(covered) + ": layers " +
-                                std::to_string(r.begin) + ".." +
-                                std::to_string(std::min(covered, r.end) - 1) +
-                                " are already in the stage before (they overlap; stages list "
+                            name + " to begin at layer " + std::to_string(covered) + ": " +
+                                layer_span(r.begin, std::min(covered, r.end) - 1) +
+                                (std::min(covered, r.end) - 1 == r.begin ? " is" : " are") +
+                                " already in the stage before (they overlap; stages list "
                                 "their layers in pipeline order)");
     covered = r.end;
   }
   if (covered != layers)
-    throw ValidationError(
-        file, at("stages"), "stages covering layers 0.." + std::to_string(covered - 1),
-        "stages covering all " + std::to_string(layers) + " layers: layers " +
-            std::to_string(covered) + ".." + std::to_string(layers - 1) + " are in no stage");
+    throw ValidationError(file, at("stages"),
+                          "stages covering layers 0.." + std::to_string(covered - 1),
+                          "stages covering all " + std::to_string(layers) +
+                              " layers: " + layer_span(covered, layers - 1) +
+                              (layers - 1 == covered ? " is" : " are") + " in no stage");
 
   // ---- ranks: each in exactly one stage; whole tensor-parallel groups, each in one node ----
   check_split_ranks(split, n, file, root);

@@ -253,6 +253,10 @@ Plan parse_plan(JsonReader& reader, const Scenario* scenario) {
             "no \"rank_classes\" beside \"ranks\": a plan lists its rows one way (per rank, "
             "or by class)");
   const bool compact = reader.has("rank_classes");
+  if (!compact && !reader.has("ranks"))
+    throw ValidationError(reader.file(), "ranks", "nothing (missing)",
+                          "the plan's rows: \"ranks\" (one object per rank) or "
+                          "\"rank_classes\" (classes of ranks, scenarios/README.md)");
   auto ranks = reader.child(compact ? "rank_classes" : "ranks");
   if (compact)
     detail::read_rank_classes(ranks, plan);

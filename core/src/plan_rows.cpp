@@ -105,19 +105,23 @@ void read_rank_classes(JsonReader& classes, Plan& plan) {
     if (row.last < row.first)
       range.fail_value("[" + std::to_string(row.first) + ", " + std::to_string(row.last) + "]",
                        "[first, last] with last >= first");
+    // "rank 4" / "ranks 4-7": a range of one rank read as one.
+    const auto span = [](std::int64_t first, std::int64_t last) {
+      return (first == last ? "rank " : "ranks ") +
+             format_rank_range(static_cast<int>(first), static_cast<int>(last));
+    };
     if (row.first < next) {
       const Row& before = rows.back();
-      range.fail_value("ranks " + format_rank_range(row.first, row.last),
+      range.fail_value(span(row.first, row.last),
                        "ranks from " + std::to_string(next) + ": the class overlaps " +
-                           classes.element(c - 1).where() + " (ranks " +
-                           format_rank_range(before.first, before.last) +
+                           classes.element(c - 1).where() + " (" + span(before.first, before.last) +
                            "); classes are listed in rank order, each rank in one class");
     }
     if (row.first > next)
-      range.fail_value("ranks " + format_rank_range(row.first, row.last),
-                       "ranks from " + std::to_string(next) + ": ranks " +
-                           format_rank_range(static_cast<int>(next), row.first - 1) +
-                           " are in no class (every rank from 0 is in exactly one)");
+      range.fail_value(span(row.first, row.last),
+                       "ranks from " + std::to_string(next) + ": " + span(next, row.first - 1) +
+                           (next == row.first - 1 ? " is" : " are") +
+                           " in no class (every rank from 0 is in exactly one)");
     next = std::int64_t{row.last} + 1;
     const std::int64_t count = std::int64_t{row.last} - row.first + 1;
     auto node = cls.child("node");

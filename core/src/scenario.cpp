@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string_view>
+#include <unordered_map>
 
 namespace cephalo {
 namespace {
@@ -113,7 +114,10 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
   if (!nodes.is_array() || nodes.size() == 0)
     nodes.fail("a non-empty array of nodes (a cluster needs at least one GPU)");
   check_device_total(nodes);
-  for (auto& node_reader : nodes.elements()) {
+  std::vector<std::size_t> entry_of;  // the file's entry each node comes from
+  auto entries = nodes.elements();
+  for (std::size_t entry = 0; entry < entries.size(); ++entry) {
+    JsonReader& node_reader = entries[entry];
     if (!node_reader.is_object()) node_reader.fail("an object describing a node");
     Node node;
     node.name = node_reader.name_or("name", "node" + std::to_string(cluster.nodes.size()));
@@ -158,6 +162,7 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
         static_cast<std::size_t>(node_reader.integer_or("count", 1, 1, kMaxDevices));
     const bool named = node_reader.has("name");
     node_reader.finish();
+    entry_of.resize(cluster.nodes.size() + repeat, entry);
     if (repeat == 1) {
       cluster.nodes.push_back(std::move(node));
       continue;
@@ -169,6 +174,22 @@ Cluster parse_cluster(JsonReader& reader, const SpecLookup& lookup) {
           named ? base + "-" + std::to_string(k) : "node" + std::to_string(cluster.nodes.size());
       cluster.nodes.push_back(std::move(copy));
     }
+  }
+  // A node's name labels its rows in reports, the nodes a plan leaves idle and its ranks'
+  // processes in traces: two nodes of one name would make those rows ambiguous. A name made
+  // from a "count" ("<name>-k", "node<i>") can meet a written one, so the made names count too.
+  std::unordered_map<std::string, std::size_t> first_of;
+  for (std::size_t n = 0; n < cluster.nodes.size(); ++n) {
+    const auto [it, fresh] = first_of.emplace(cluster.nodes[n].name, n);
+    if (fresh) continue;
+    const std::size_t e = entry_of[n], first = it->second;
+    const bool written = entries[e].has("name");
+    throw ValidationError(reader.file(), entries[e].where() + (written ? ".name" : ""),
+                          "\"" + cluster.nodes[n].name + "\" for node " + std::to_string(n),
+                          "a node name no other node has: node " + std::to_string(first) +
+                              " (from nodes[" + std::to_string(entry_of[first]) +
+                              "]) is already named so (names label report rows and trace "
+                              "processes; a \"count\" names its copies \"<name>-0\", ...)");
   }
   if (cluster.nodes.size() > 1) {
     // Multi-node clusters must say how nodes connect: a default would silently decide results.
@@ -243,7 +264,7 @@ Job parse_job(JsonReader& reader, const SpecLookup& lookup) {
       auto c = p->optional_child(key);
       if (!c) return fallback;
       auto d = parse_dtype(c->as_string());
-      if (!d) c->fail("one of fp32, tf32, fp16, bf16 (or float32, float16, bfloat16)");
+      if (!d) c->fail("one of " + dtype_spellings());
       return *d;
     };
     job.precision.params = dtype_of("params", Dtype::FP32);

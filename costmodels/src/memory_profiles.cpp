@@ -45,7 +45,7 @@ MemoryProfiles MemoryProfiles::load(const std::filesystem::path& file) {
       if (auto g = e.optional_child("profiled_ga_model"); g && !g->value().is_null()) {
         for (auto& [dt, v] : g->value().items()) {
           auto d = parse_dtype(dt);
-          if (!d) g->child(dt).fail_value(dt, "a dtype key");
+          if (!d) g->child(dt).fail_value(dt, "a dtype key: one of " + dtype_spellings());
           LinearFit f = read_pair(g->child(dt));
           ga[*d] = {f.slope_ms, f.intercept_ms};
         }
@@ -53,7 +53,7 @@ MemoryProfiles MemoryProfiles::load(const std::filesystem::path& file) {
       auto mem = e.child("profiled_compute_memory");
       for (auto& [dt, v] : mem.value().items()) {
         auto d = parse_dtype(dt);
-        if (!d) mem.child(dt).fail_value(dt, "a dtype key");
+        if (!d) mem.child(dt).fail_value(dt, "a dtype key: one of " + dtype_spellings());
         MemoryCurve curve;
         curve.cluster = cluster;
         curve.model = model->name;

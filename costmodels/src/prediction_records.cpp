@@ -86,7 +86,7 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
                                      ? to_string(*model.checkpoint_dtype)
                                      : "fp16";
   auto dtype = parse_dtype(dtype_text);
-  if (!dtype || *dtype == Dtype::TF32) fail("dtype", dtype_text, "fp16, bf16 or fp32");
+  if (!dtype || *dtype == Dtype::TF32) fail("dtype", dtype_text, "one of " + dtype_spellings(true));
   if (q.seq <= 0) fail("seq", std::to_string(q.seq), "a sequence length >= 1");
   // The job checks of parse_job (validate, plan, simulate), not a second version of them.
   if (const std::string why = sequence_refusal(model, q.seq); !why.empty())

@@ -91,7 +91,7 @@ ProfileTables ProfileTables::load_cephalo(const std::filesystem::path& file) {
         for (auto& [dtype_text, entry] : by_dtype.items()) {
           JsonReader r = seq_reader.child(dtype_text);
           auto dtype = parse_dtype(dtype_text);
-          if (!dtype) r.fail_value(dtype_text, "a dtype key (float16, float32, bfloat16)");
+          if (!dtype) r.fail_value(dtype_text, "a dtype key: one of " + dtype_spellings());
           LayerProfile p =
               profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
           p.implementation =
@@ -199,7 +199,7 @@ ProfileTables ProfileTables::load_own(const std::filesystem::path& file) {
     int seq = static_cast<int>(r.integer("seq", 1, 1 << 24));
     auto dtype_text = r.string("dtype");
     auto dtype = parse_dtype(dtype_text);
-    if (!dtype) r.child("dtype").fail("fp16, bf16, fp32 or tf32");
+    if (!dtype) r.child("dtype").fail("one of " + dtype_spellings());
     LayerProfile p = profile_row(model->name, gpu->name, seq, *dtype, model_name, gpu_name, file);
     // Version-1 files carry no label: the only writer is `cephalo profile`, whose CPU and CUDA
     // devices run eager attention (materialised scores) and unfused elementwise kernels.

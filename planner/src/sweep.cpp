@@ -501,18 +501,26 @@ std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptio
   head.insert(head.end(), {"gpus", "$/hour", "tokens/s", "Mtokens/$", "plan", "pareto"});
   if (options.wide)
     head.insert(head.end(), {"samples/s", "planner est.", "samples/$", "planned in"});
-  head.push_back("note");
-  TextTable t(head);
-  t.set_align(0, TextTable::Align::Left);
-  t.set_align(head.size() - 1, TextTable::Align::Left);
-  for (const auto i : order) {
-    const auto& r = rows[i];
+  const auto note_of = [&](const SweepRow& r) {
     std::string note = r.error;
     if (r.feasible && !r.meets_constraints) note = "below the throughput constraint";
     if (options.wide && note.empty()) note = r.plan;
-    // Clipped to fit 100 columns, the network's column taken from the mix's and the note's.
-    std::vector<std::string> cells{clipped(r.mix, networks ? 22 : 28, options.wide)};
-    if (networks) cells.push_back(clipped(r.network_name, 8, options.wide));
+    return note;
+  };
+  // The note column only when a row has one: a column empty on every row is one to read past.
+  bool notes = false;
+  for (const auto& r : rows) notes = notes || !note_of(r).empty();
+  if (notes) head.push_back("note");
+  TextTable t(head);
+  t.set_align(0, TextTable::Align::Left);
+  if (notes) t.set_align(head.size() - 1, TextTable::Align::Left);
+  for (const auto i : order) {
+    const auto& r = rows[i];
+    // The mix and the network are whole in every table: they say which row is which, and
+    // clipped ones read alike ("1x A100-80GB + 2x RTX-A60..." for every mix that begins so).
+    // Only the note is clipped to keep the narrow table near 100 columns.
+    std::vector<std::string> cells{r.mix};
+    if (networks) cells.push_back(r.network_name);
     cells.insert(cells.end(), {std::to_string(r.gpus), fixed(r.cost_per_hour, 2),
                                r.feasible ? fixed(r.tokens_per_s, 0) : "-",
                                r.feasible ? mega(r.tokens_per_dollar) : "-",
@@ -523,7 +531,7 @@ std::string sweep_table(const std::vector<SweepRow>& rows, const SweepTableOptio
           {r.feasible ? fixed(r.samples_per_s, 2) : "-",
            r.predicted_samples_per_s > 0 ? fixed(r.predicted_samples_per_s, 2) : "-",
            r.feasible ? fixed(r.samples_per_dollar, 0) : "-", format_seconds(r.planning_s)});
-    cells.push_back(clipped(note, networks ? 16 : 18, options.wide));
+    if (notes) cells.push_back(clipped(note_of(r), networks ? 16 : 18, options.wide));
     t.add_row(cells);
   }
   return t.render();

@@ -113,7 +113,12 @@ class Record(dict):
         bytes). A record from simulate() knows its graph; any other needs the scenario and
         plan it ran (else only id and the times)."""
         import pandas
-        timings = self.get("ops", [])
+        if "ops" not in self:
+            # A frame of no rows would read as an iteration without ops; the graph's columns
+            # of a record without timings were a KeyError on "name".
+            raise ValueError("this record has no per-op timings (\"ops\"): simulate(..., "
+                             "ops=True), or a RunResult recorded with per-op times")
+        timings = self["ops"]
         columns = getattr(self, "_op_columns", None)
         if columns is None and (scenario is not None or plan is not None):
             if scenario is None or plan is None:
@@ -330,6 +335,9 @@ def validate_files(*files, scenario=None):
     does, plans against `scenario` when given. Returns {"lines": the lines the CLI prints, one
     per file ("F: ok (what)" or the error), "invalid": count, "unreadable": count}; raises
     nothing for a bad file (its line says why)."""
+    for f in files:
+        if not _is_path(f):
+            _refuse("files", f, "paths of files to check")
     s = load_scenario(scenario) if scenario is not None else None
     lines, invalid, unreadable = _cephalo.check_files([_os.fspath(f) for f in files], s)
     return {"lines": list(lines), "invalid": invalid, "unreadable": unreadable}
@@ -370,7 +378,9 @@ def plan(scenario, strategy=None, compute_model="auto", offload=None, max_micro_
     "selective" | "every:K" | "auto"; sharding "full" | "hybrid" | "auto"). For strategy "cephalo",
     cephalo_shares ("min_params" | "min_util") and cephalo_corrected_share_memory are
     `--cephalo-shares` and `--cephalo-corrected-share-memory`. text=True returns the record's
-    JSON text, the bytes `cephalo plan --json` prints with the same flags. stack=path is
+    JSON text, the bytes `cephalo plan --json --per-rank` prints with the same flags (the
+    record is per rank at any size, where the CLI writes rank classes above 256 ranks:
+    ranks_frame() reads "ranks"). stack=path is
     `--stack`: a calibrate_stack() file whose factors multiply the modelled times.
 
     parallelism="3d" is `--parallelism 3d`: the search over tensor x pipeline x data parallel
@@ -529,6 +539,13 @@ def sweep(spec, progress=None, max_mixes=5000, stack=None):
     progress(done, total, mix) is called after each mix; more than max_mixes mixes raise
     ValidationError before any is planned. stack=path prices every mix with that stack
     calibration (`--stack`)."""
+    if not _is_path(spec):
+        _refuse("spec", spec, "the path of a sweep spec file")
+    max_mixes = _count("max_mixes", max_mixes, none_ok=False)
+    if max_mixes < 1:
+        _refuse("max_mixes", max_mixes, "an integer >= 1 (the most mixes to plan, as --max-mixes)")
+    if progress is not None and not callable(progress):
+        _refuse("progress", progress, "a function progress(done, total, mix), or None")
     return _record(_cephalo.sweep_json(_os.fspath(spec), max_mixes, progress,
                                        _path("stack", stack)))
 

@@ -111,3 +111,94 @@ def test_describe_reads_every_argument_or_refuses_it():
         with pytest.raises(cephalo.ValidationError) as info:
             cephalo.describe(what, model)
         assert info.value.file == "arguments" and info.value.json_path == keyword
+
+
+# Hostile input, round nine (tests/README.md).
+
+@pytest.mark.parametrize("call, keyword", [
+    # Before: os.fspath's TypeError naming no keyword; max_mixes 0 or True passed through to
+    # the sweep (the CLI's --max-mixes refuses both); a progress that is not a function failed
+    # only after the first mix had been planned.
+    (lambda: cephalo.sweep(None), "spec"),
+    (lambda: cephalo.sweep(SCENARIOS / "sweeps/gpt2.7b-mixes.json", max_mixes=0), "max_mixes"),
+    (lambda: cephalo.sweep(SCENARIOS / "sweeps/gpt2.7b-mixes.json", max_mixes=True),
+     "max_mixes"),
+    (lambda: cephalo.sweep(SCENARIOS / "sweeps/gpt2.7b-mixes.json", max_mixes="5"), "max_mixes"),
+    (lambda: cephalo.sweep(SCENARIOS / "sweeps/gpt2.7b-mixes.json", progress=5), "progress"),
+])
+def test_a_sweep_keyword_of_the_wrong_type_is_refused_naming_it(call, keyword):
+    with pytest.raises(cephalo.ValidationError) as info:
+        call()
+    assert info.value.json_path == keyword and info.value.file == "arguments"
+
+
+@pytest.mark.parametrize("key, value, dtype", [
+    ("torch_dtype", "torch.bfloat16", "bf16"),
+    ("torch_dtype", "torch.half", "fp16"),
+    ("torch_dtype", "torch.float32", "fp32"),
+    ("dtype", "bfloat16", "bf16"),  # transformers >= 4.56 writes "dtype"
+])
+def test_every_spelling_of_a_checkpoint_dtype_is_the_dtype_it_names(tmp_path, key, value, dtype):
+    # Before: "torch.bfloat16" was "no compute dtype: not used" and "dtype" an ignored key,
+    # both priced in fp16.
+    config = json.loads((SCENARIOS / "models/qwen2-0.5b.json").read_text())
+    config.pop("torch_dtype", None)
+    config[key] = value
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(config))
+    assert cephalo.predict_layer("H100", file, 1024, 1)["dtype"] == dtype
+    # The same spellings as the dtype keyword.
+    assert cephalo.predict_layer("H100", "gpt-2.7b", 1024, 1, dtype=value)["dtype"] == dtype
+
+
+@pytest.mark.parametrize("value", ["bfloat61", "torch.bf16", "", "tf32"])
+def test_a_dtype_typo_is_refused_with_the_accepted_spellings(tmp_path, value):
+    config = json.loads((SCENARIOS / "models/qwen2-0.5b.json").read_text())
+    config["torch_dtype"] = value
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(config))
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_layer("H100", file, 1024, 1)
+    assert info.value.file == str(file) and info.value.json_path == "torch_dtype"
+    assert "torch.bfloat16" in str(info.value)
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_layer("H100", "gpt-2.7b", 1024, 1, dtype=value or "x")
+    assert info.value.json_path == "dtype" and "torch.bfloat16" in str(info.value)
+
+
+def test_two_nodes_of_one_name_are_refused(tmp_path):
+    # Before: accepted, and every report row of either node read alike.
+    cluster = json.loads((SCENARIOS / "clusters/a100-l4-mixed-10g.json").read_text())
+    cluster["nodes"][1]["name"] = cluster["nodes"][0]["name"]
+    for source in (cluster, tmp_path / "cluster.json"):
+        if not isinstance(source, dict):
+            source.write_text(json.dumps(cluster))
+        with pytest.raises(cephalo.ValidationError) as info:
+            cephalo.load_cluster(source)
+        assert info.value.json_path == "nodes[1].name"
+        assert "no other node has" in str(info.value)
+
+
+def test_a_plan_without_rows_names_both_forms():
+    # Before: "at ranks: ... required field "ranks"", silent on the compact form.
+    plan = json.loads(CPU2_EVEN.read_text())
+    del plan["ranks"]
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.load_plan(plan, CPU2)
+    assert info.value.json_path == "ranks" and "rank_classes" in str(info.value)
+
+
+def test_ops_frame_of_a_record_without_ops_says_so():
+    # Before: KeyError: 'name' (the graph's columns looked up for timings the record lacks).
+    record = cephalo.simulate(CPU2, CPU2_EVEN)
+    with pytest.raises(ValueError, match="ops=True"):
+        record.ops_frame()
+    assert len(cephalo.simulate(CPU2, CPU2_EVEN, ops=True).ops_frame()) > 0
+
+
+@pytest.mark.parametrize("files", [(None,), (CPU2, 5)])
+def test_validate_files_names_a_file_that_is_no_path(files):
+    # Before: os.fspath's TypeError naming no keyword.
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.validate_files(*files)
+    assert info.value.json_path == "files" and info.value.file == "arguments"

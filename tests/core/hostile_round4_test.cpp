@@ -76,7 +76,7 @@ TEST_F(HostileRoundFour, AWrittenDefaultSplitSaysWhatItsFsdpPlanRunsOrIsRefused)
       {v + mb5, 1, {"mb5.json", "model_split.micro_batches", "5", "every rank runs"}},
       {"simulate --scenario " + kCpu4 + " --plan " + mb5, 1, {"model_split.micro_batches"}},
       {v + il, 1, {"il.json", "model_split.schedule", "interleaved:2", "the FSDP plan"}},
-      {v + half, 1, {"half.json", "model_split.stages", "layers 1..1 are in no stage"}},
+      {v + half, 1, {"half.json", "model_split.stages", "layer 1 is in no stage"}},
       {v + three, 1, {"three.json", "model_split", "rank 3"}},
       {v + none, 1, {"none.json", "model_split.stages", "got []", "at least one stage"}},
       {v + uneven_file, 1, {"uneven.json", "model_split.micro_batches", "3"}},

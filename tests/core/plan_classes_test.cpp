@@ -186,7 +186,7 @@ TEST(PlanClasses, RefusesOverlapsGapsAndOutOfRangeCounts) {
   expect_refusal(two, {"rank_classes[1].ranks", "ranks 8-9 are in no class"});
   Json first_missing = one_class(8);
   first_missing["rank_classes"][0]["ranks"] = {1, 7};
-  expect_refusal(first_missing, {"rank_classes[0].ranks", "ranks 0 are in no class"});
+  expect_refusal(first_missing, {"rank_classes[0].ranks", "rank 0 is in no class"});
   Json huge = one_class(8);
   huge["rank_classes"][0]["ranks"] = {0, 3000000000LL};  // past 2^31: refused, not expanded
   expect_refusal(huge, {"rank_classes[0].ranks[1]", "3000000000", "1048575"});

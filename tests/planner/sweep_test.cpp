@@ -175,8 +175,10 @@ std::vector<char> mix_order(const std::string& table) {
   return out;
 }
 
-TEST(SweepTable, FitsOneHundredColumnsUnlessWide) {
-  const auto rows = table_rows();
+TEST(SweepTable, FitsOneHundredColumnsWhenTheMixesDo) {
+  auto rows = table_rows();
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rows[i].mix = std::to_string(i) + "x A100-80GB + 8x L4";
   const auto narrow = sweep_table(rows);
   std::istringstream in(narrow);
   for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 100u) << line;
@@ -184,20 +186,50 @@ TEST(SweepTable, FitsOneHundredColumnsUnlessWide) {
   EXPECT_NE(narrow.find("9.00"), std::string::npos) << narrow;  // 9e6 tokens per dollar
   const auto wide = sweep_table(rows, {.sort = "mix", .wide = true});
   EXPECT_NE(wide.find(rows[1].error), std::string::npos) << wide;
-  EXPECT_NE(wide.find(rows[0].mix), std::string::npos) << wide;
   EXPECT_NE(wide.find("samples/$"), std::string::npos);
   // With a network swept, its column still fits.
   auto on_networks = rows;
   for (std::size_t i = 0; i < on_networks.size(); ++i) {
     on_networks[i].network = static_cast<int>(i % 2);
-    on_networks[i].network_name = i % 2 ? "InfiniBand-400G" : "Ethernet-25G";
+    on_networks[i].network_name = i % 2 ? "IB-400G" : "Eth-25G";
     on_networks[i].family = i % 2 ? "3d" : "fsdp";
   }
   const auto with_networks = sweep_table(on_networks);
   std::istringstream lines(with_networks);
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
-  EXPECT_NE(with_networks.find("Ether..."), std::string::npos) << with_networks;
+  EXPECT_NE(with_networks.find("Eth-25G"), std::string::npos) << with_networks;
   EXPECT_NE(with_networks.find("3d"), std::string::npos) << with_networks;
+}
+
+// A mix or network clipped to fit read alike on every row that begins the same way ("1x
+// A100-80GB + 2x RTX-A60..."): they are the rows' names, whole in every table.
+TEST(SweepTable, EveryRowKeepsTheNamesThatTellItApart) {
+  const auto rows = table_rows();  // mixes of 50 characters that differ in their first
+  auto on_networks = rows;
+  for (std::size_t i = 0; i < on_networks.size(); ++i) {
+    on_networks[i].network = static_cast<int>(i % 2);
+    on_networks[i].network_name = i % 2 ? "InfiniBand-400G" : "InfiniBand-200G";
+  }
+  for (const auto& table : {sweep_table(rows), sweep_table(on_networks)})
+    for (const auto& r : on_networks) EXPECT_NE(table.find(r.mix), std::string::npos) << table;
+  const auto with_networks = sweep_table(on_networks);
+  EXPECT_NE(with_networks.find("InfiniBand-400G"), std::string::npos) << with_networks;
+  EXPECT_NE(with_networks.find("InfiniBand-200G"), std::string::npos) << with_networks;
+}
+
+// A column empty on every row is one a reader reads past: the note column is there only when
+// a row has a note.
+TEST(SweepTable, NoNoteColumnWhenNoRowHasANote) {
+  auto rows = table_rows();
+  EXPECT_NE(sweep_table(rows).find("note"), std::string::npos);
+  rows[1].error.clear();
+  rows[1].feasible = true;
+  rows[1].meets_constraints = true;
+  const auto table = sweep_table(rows);
+  EXPECT_EQ(table.find("note"), std::string::npos) << table;
+  // A row below the throughput constraint brings the column back.
+  rows[2].meets_constraints = false;
+  EXPECT_NE(sweep_table(rows).find("below the thr"), std::string::npos);
 }
 
 TEST(SweepTable, SortsBestFirstWithInfeasibleMixesLast) {

@@ -2,6 +2,7 @@
 // executor), so each definition in report.hpp is checked on numbers worked out here.
 #include <gtest/gtest.h>
 
+#include "cephalo/traces/report.hpp"
 #include "cephalo/traces/summarize.hpp"
 #include "tiny_scenario.hpp"
 
@@ -160,6 +161,47 @@ TEST(Summarize, MismatchedInputsAreRefused) {
   m = h.measured();
   m.start_ns = short_start;
   EXPECT_THROW(summarize(h.g, h.s, h.p, m), std::exception);
+}
+
+}  // namespace
+}  // namespace cephalo::traces
+
+namespace cephalo::traces {
+namespace {
+
+// The rank table leaves out a column that could only repeat one value (output people read:
+// "node 0" on every row of a one-node cluster, "copies 0 s" on every row without offload),
+// and prints it as soon as a row differs. The JSON record keeps both fields.
+TEST(RenderTable, LeavesOutColumnsThatCannotVary) {
+  IterationReport r;
+  r.iteration_time_s = 1;
+  for (int k = 0; k < 2; ++k) {
+    RankReport rank;
+    rank.rank = k;
+    rank.gpu = k ? "L4" : "A100";
+    rank.compute_s = 0.5;
+    rank.idle_s = 0.5;
+    r.ranks.push_back(rank);
+  }
+  const auto header = [](const std::string& table) {
+    const auto at = table.find("ranks ");
+    return table.substr(at, table.find('\n', at) - at);
+  };
+  std::string t = render_table(r);
+  EXPECT_EQ(header(t).find("node"), std::string::npos) << t;
+  EXPECT_EQ(header(t).find("copies"), std::string::npos) << t;
+  EXPECT_EQ(t.find("copies are apart"), std::string::npos) << t;
+  r.ranks[1].node = 1;
+  r.ranks[0].copy_s = 0.25;
+  t = render_table(r);
+  EXPECT_NE(header(t).find("node"), std::string::npos) << t;
+  EXPECT_NE(header(t).find("copies"), std::string::npos) << t;
+  EXPECT_NE(t.find("copies are apart"), std::string::npos) << t;
+  // A split plan's table too ("node"; it has no copies column).
+  for (auto& k : r.ranks) k.stage = k.rank;
+  EXPECT_NE(header(render_table(r)).find("node"), std::string::npos);
+  r.ranks[1].node = 0;
+  EXPECT_EQ(header(render_table(r)).find("node"), std::string::npos) << render_table(r);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "cephalo/traces/report.hpp"
 
+#include <string_view>
+
 #include "cephalo/core/scenario.hpp"
 #include "cephalo/core/table.hpp"
 #include "cephalo/core/units.hpp"
@@ -180,6 +182,9 @@ std::vector<std::pair<int, int>> table_runs(const IterationReport& r, bool per_r
 const char* const kFsdpTableFooter =
     "each row: compute + exposed comm + idle = the iteration time (comm overlapped by compute "
     "is not exposed; copies are apart, their exposed part is idle)\n";
+const char* const kFsdpTableFooterNoCopies =
+    "each row: compute + exposed comm + idle = the iteration time (comm overlapped by compute "
+    "is not exposed)\n";
 const char* const kSplitTableFooter =
     "each row: compute + TP + PP exposed + DP exposed + idle = the iteration time; the bubble "
     "(waiting for pipeline neighbours) is part of idle\n";
@@ -203,41 +208,78 @@ std::string render_table(const IterationReport& r, bool per_rank) {
   if (!r.implementation.empty()) out += "implementation  " + r.implementation + "\n";
   out += "\n";
   const bool split = !r.ranks.empty() && r.ranks.front().stage >= 0;
+  // Columns that could only repeat one value are left out: "node" when every rank is on one
+  // node, "copies" when no rank copies anything (no offload). The JSON record keeps both.
+  bool one_node = true, copies = false;
+  for (const auto& k : r.ranks) {
+    one_node = one_node && k.node == r.ranks.front().node;
+    copies = copies || k.copy_s != 0;
+  }
+  // The header and each row through one filter, so a column and its cells leave together.
+  const auto keep = [&](std::vector<std::pair<const char*, std::string>> cells) {
+    std::vector<std::string> out;
+    for (auto& [column, cell] : cells)
+      if (!(one_node && std::string_view(column) == "node") &&
+          !(!copies && std::string_view(column) == "copies"))
+        out.push_back(std::move(cell));
+    return out;
+  };
+  const auto header = [&](std::vector<const char*> columns) {
+    std::vector<std::pair<const char*, std::string>> cells;
+    for (const char* c : columns) cells.emplace_back(c, c);
+    return keep(cells);
+  };
+  const char* const first = per_rank ? "rank" : "ranks";
   if (split) {
     // A split plan: each rank's stage, its exposed communication by kind and its bubble.
-    TextTable t({per_rank ? "rank" : "ranks", "gpu", "node", "stage", "compute", "TP", "PP exposed",
-                 "DP exposed", "bubble", "idle", "peak memory", "capacity", "peak %"});
+    TextTable t(header({first, "gpu", "node", "stage", "compute", "TP", "PP exposed", "DP exposed",
+                        "bubble", "idle", "peak memory", "capacity", "peak %"}));
     t.set_align(1, TextTable::Align::Left);
     for (const auto& [begin, end] : table_runs(r, per_rank)) {
       const RankReport& k = r.ranks[static_cast<std::size_t>(begin)];
       const RankReport& last = r.ranks[static_cast<std::size_t>(end - 1)];
-      t.add_row(
-          {format_rank_range(k.rank, last.rank), k.gpu, format_rank_range(k.node, last.node),
-           std::to_string(k.stage), format_seconds(k.compute_s), format_seconds(k.exposed_tp_s),
-           format_seconds(k.exposed_pp_s), format_seconds(k.exposed_dp_s),
-           format_seconds(k.bubble_s), format_seconds(k.idle_s), format_bytes(k.peak_memory_bytes),
-           format_bytes(k.capacity_bytes),
-           k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+      t.add_row(keep({{first, format_rank_range(k.rank, last.rank)},
+                      {"gpu", k.gpu},
+                      {"node", format_rank_range(k.node, last.node)},
+                      {"stage", std::to_string(k.stage)},
+                      {"compute", format_seconds(k.compute_s)},
+                      {"TP", format_seconds(k.exposed_tp_s)},
+                      {"PP exposed", format_seconds(k.exposed_pp_s)},
+                      {"DP exposed", format_seconds(k.exposed_dp_s)},
+                      {"bubble", format_seconds(k.bubble_s)},
+                      {"idle", format_seconds(k.idle_s)},
+                      {"peak memory", format_bytes(k.peak_memory_bytes)},
+                      {"capacity", format_bytes(k.capacity_bytes)},
+                      {"peak %", k.capacity_bytes > 0
+                                     ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1)
+                                     : "-"}}));
     }
     out += t.render();
     out += kSplitTableFooter;
     return out;
   }
-  TextTable t({per_rank ? "rank" : "ranks", "gpu", "node", "compute", "comm", "copies",
-               "exposed comm", "idle", "peak memory", "capacity", "peak %"});
+  TextTable t(header({first, "gpu", "node", "compute", "comm", "copies", "exposed comm", "idle",
+                      "peak memory", "capacity", "peak %"}));
   t.set_align(1, TextTable::Align::Left);
   for (const auto& [begin, end] : table_runs(r, per_rank)) {
     const RankReport& k = r.ranks[static_cast<std::size_t>(begin)];
     const RankReport& last = r.ranks[static_cast<std::size_t>(end - 1)];
-    t.add_row(
-        {format_rank_range(k.rank, last.rank), k.gpu, format_rank_range(k.node, last.node),
-         format_seconds(k.compute_s), format_seconds(k.comm_s), format_seconds(k.copy_s),
-         format_seconds(k.exposed_comm_s), format_seconds(k.idle_s),
-         format_bytes(k.peak_memory_bytes), format_bytes(k.capacity_bytes),
-         k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"});
+    t.add_row(keep(
+        {{first, format_rank_range(k.rank, last.rank)},
+         {"gpu", k.gpu},
+         {"node", format_rank_range(k.node, last.node)},
+         {"compute", format_seconds(k.compute_s)},
+         {"comm", format_seconds(k.comm_s)},
+         {"copies", format_seconds(k.copy_s)},
+         {"exposed comm", format_seconds(k.exposed_comm_s)},
+         {"idle", format_seconds(k.idle_s)},
+         {"peak memory", format_bytes(k.peak_memory_bytes)},
+         {"capacity", format_bytes(k.capacity_bytes)},
+         {"peak %",
+          k.capacity_bytes > 0 ? fixed(100.0 * k.peak_memory_bytes / k.capacity_bytes, 1) : "-"}}));
   }
   out += t.render();
-  out += kFsdpTableFooter;
+  out += copies ? kFsdpTableFooter : kFsdpTableFooterNoCopies;
   return out;
 }
 

@@ -206,9 +206,10 @@ void check_sweep_file_name(const std::string& file, const std::string& source,
 // The table `cephalo sweep` prints. Rows are sorted by `sort` (best first, infeasible mixes
 // last, ties in sweep order): "tokens-per-dollar" (the default: what a mix returns for its
 // price), "throughput" (simulated samples/s), "cost" ($/hour, cheapest first) or "mix" (the
-// sweep's order). The default columns fit 100 characters (mix names and notes are clipped);
-// `wide` adds the planner's estimate, samples per dollar and planning time, and keeps names and
-// notes whole.
+// sweep's order). Mixes and networks are always whole (they tell the rows apart); the note
+// column is there when a row has a note, clipped so that the default columns fit 100
+// characters when the mixes do; `wide` adds the planner's estimate, samples per dollar and
+// planning time, and keeps notes whole.
 struct SweepTableOptions {
   std::string sort = "tokens-per-dollar";
   bool wide = false;
