@@ -230,16 +230,6 @@ std::vector<Protocol> protocols(const Row& row, const CollectiveShape& s) {
   return out;
 }
 
-// Two short strings (a device's kind, its architecture) compared in line: asked per member of
-// a 100k-member ring, each member with its own copy of the spec, a library memcmp call per
-// compare was a third of the walk.
-bool same_text(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 }  // namespace
 
 CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
@@ -258,18 +248,21 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   // architecture, so they are worked out once per run of alike members. The hops are added in
   // the ring's order (the bottleneck's kind is the first slowest hop's).
   const std::size_t n = ranks.size();
-  const DeviceSpec* flags_of = nullptr;  // the spec whose kind and architecture set the flags
+  // A device's flags follow from its kind and architecture, which ranks of one slot kind
+  // (RankDevice::slot_kind: slots equal in every field) share: they are worked out once per run
+  // of one slot kind. Comparing the two strings per member instead was most of this walk at
+  // 100k members (each node holds its own copy of its slots, so no two members share a spec).
+  int flags_kind = -1;
   bool cpu = false, ll128 = true;
   double nvls = 0;
-  auto device_flags = [&](const DeviceSpec& spec) {
-    if (!flags_of ||
-        (&spec != flags_of && (!same_text(spec.kind, flags_of->kind) ||
-                               !same_text(spec.architecture, flags_of->architecture)))) {
+  auto device_flags = [&](const RankDevice& d) {
+    if (d.slot_kind != flags_kind) {
+      const DeviceSpec& spec = d.slot->spec;
       const std::string& arch = spec.architecture;
       cpu = spec.kind == "cpu";
       ll128 = arch == "volta" || arch == "ampere" || arch == "hopper";
       nvls = arch == "hopper" ? 0.85 : arch == "blackwell" ? 0.74 : 0.0;
-      flags_of = &spec;
+      flags_kind = d.slot_kind;
     }
     s.host |= cpu;
     s.ll128 &= ll128;
@@ -278,12 +271,12 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   for (std::size_t i = 0; i < n;) {
     const RankDevice& first = topo.rank(ranks[i]);
     const int here = first.node;
-    device_flags(first.slot->spec);
+    device_flags(first);
     std::size_t j = i + 1;  // the run is members [i, j)
     for (; j < n; ++j) {
       const RankDevice& d = topo.rank(ranks[j]);
       if (d.node != here) break;
-      device_flags(d.slot->spec);
+      device_flags(d);
     }
     const Node& node = cluster.nodes[static_cast<std::size_t>(here)];
     const bool per_device = node.intra_link.kind == "pcie";
@@ -343,9 +336,12 @@ Choice choose_grouped(const Topology& topo, const CollectiveShape& shape,
     double worst = 0, worst_bytes = 0, worst_bw = kInf;
     for (std::size_t i = 0; i < n; ++i) {
       const int prev = ranks[(i + n - 1) % n];
-      double bw = topo.between(prev, ranks[i]).bandwidth;
-      if (p != Protocol::Host && topo.rank(prev).node != topo.rank(ranks[i]).node)
-        bw = inter_bandwidth(shape, c);
+      // A hop between nodes runs at the NIC's share of the channels (any protocol but the
+      // host's): the hop's own link is not read then (at 100k members, pricing both NICs of
+      // every hop for nothing was most of this loop).
+      const bool crosses = topo.rank(prev).node != topo.rank(ranks[i]).node;
+      double bw = p != Protocol::Host && crosses ? inter_bandwidth(shape, c)
+                                                 : topo.between(prev, ranks[i]).bandwidth;
       bw = capped(bw * (p == Protocol::Host ? 1.0 : ring_efficiency(p, shape)), p, c);
       const double bytes = total - shard[i];
       if (bytes / bw > worst) {
