@@ -326,22 +326,41 @@ Choice choose(CollectiveKind kind, const CollectiveShape& shape, double bytes) {
   return best;
 }
 
+std::vector<double> ring_hop_bandwidths(const Topology& topo, std::span<const int> ranks,
+                                        bool nic_share) {
+  const std::size_t n = ranks.size();
+  std::vector<double> out(n);
+  int known_node = -1;  // the node whose one intra hop `known` is (-1: none)
+  double known = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int prev = ranks[(i + n - 1) % n];
+    const int node = topo.rank(prev).node;
+    if (node != topo.rank(ranks[i]).node) {
+      out[i] = nic_share ? -1.0 : topo.between(prev, ranks[i]).bandwidth;
+    } else if (node == known_node) {
+      out[i] = known;
+    } else {
+      out[i] = topo.between(prev, ranks[i]).bandwidth;
+      known_node = topo.per_device_intra(node) ? -1 : node;
+      known = out[i];
+    }
+  }
+  return out;
+}
+
 Choice choose_grouped(const Topology& topo, const CollectiveShape& shape,
                       std::span<const int> ranks, std::span<const double> shard, double total) {
   const std::size_t n = ranks.size();
   Choice best;
   best.seconds = kInf;
+  // A hop between nodes runs at the NIC's share of the channels under every NCCL protocol; the
+  // host's MPI (CPU ranks, the only protocol then: `protocols`) runs every hop at its link.
+  const std::vector<double> hop = ring_hop_bandwidths(topo, ranks, !shape.host);
   for (Protocol p : protocols(kRows[0], shape)) {
     const int c = channels(shape, p, kRing, total);
     double worst = 0, worst_bytes = 0, worst_bw = kInf;
     for (std::size_t i = 0; i < n; ++i) {
-      const int prev = ranks[(i + n - 1) % n];
-      // A hop between nodes runs at the NIC's share of the channels (any protocol but the
-      // host's): the hop's own link is not read then (at 100k members, pricing both NICs of
-      // every hop for nothing was most of this loop).
-      const bool crosses = topo.rank(prev).node != topo.rank(ranks[i]).node;
-      double bw = p != Protocol::Host && crosses ? inter_bandwidth(shape, c)
-                                                 : topo.between(prev, ranks[i]).bandwidth;
+      double bw = hop[i] < 0 ? inter_bandwidth(shape, c) : hop[i];
       bw = capped(bw * (p == Protocol::Host ? 1.0 : ring_efficiency(p, shape)), p, c);
       const double bytes = total - shard[i];
       if (bytes / bw > worst) {
