@@ -116,6 +116,17 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
   }
   load[0].any = true;
   std::map<int, double> intra_bw;
+  // Each node's NIC (Topology::nic), looked up once.
+  std::vector<Hop> nics(static_cast<std::size_t>(num_nodes));
+  std::vector<char> nic_known(nics.size(), 0);
+  auto nic_of = [&](int node) -> const Hop& {
+    const auto i = static_cast<std::size_t>(node);
+    if (!nic_known[i]) {
+      nics[i] = topo.nic(node);
+      nic_known[i] = 1;
+    }
+    return nics[i];
+  };
   double latency = 0;
   std::vector<int> sorted;
   for (const auto& p : pieces) {
@@ -139,13 +150,16 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
     for (int i = 0; i < k; ++i) {
       const int a = owners[static_cast<std::size_t>(i)];
       const int b = owners[static_cast<std::size_t>((i + 1) % k)];
-      const Hop hop = topo.between(a, b);
-      latency = std::max(latency, hop.latency);
       const int na = topo.rank(a).node, nb = topo.rank(b).node;
       if (na == nb) {
+        const Hop hop = topo.between(a, b);
+        latency = std::max(latency, hop.latency);
         for (int t = 0; t < 2; ++t) load[static_cast<std::size_t>(t)].intra_out[a] += per_hop[t];
         intra_bw[a] = hop.bandwidth;
       } else {
+        // Topology::between's α of a hop between nodes (both NICs'), from each node's NIC
+        // worked out once: a ring of 100k owners crosses each NIC twice.
+        latency = std::max(latency, nic_of(na).latency + nic_of(nb).latency);
         for (int t = 0; t < 2; ++t) {
           load[static_cast<std::size_t>(t)].nic_out[static_cast<std::size_t>(na)] += per_hop[t];
           load[static_cast<std::size_t>(t)].nic_in[static_cast<std::size_t>(nb)] += per_hop[t];
@@ -155,7 +169,6 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
   }
   double best = std::numeric_limits<double>::infinity();
   std::string algorithm;
-  std::vector<double> nic_bw(static_cast<std::size_t>(num_nodes), -1.0);  // looked up once
   for (int t = 0; t < 2; ++t) {
     const Load& l = load[static_cast<std::size_t>(t)];
     if (!l.any) continue;
@@ -164,8 +177,7 @@ std::pair<double, std::string> cross_group_seconds(const Topology& topo,
       const auto i = static_cast<std::size_t>(n);
       const double busiest = std::max(l.nic_out[i], l.nic_in[i]);
       if (busiest <= 0) continue;
-      if (nic_bw[i] < 0) nic_bw[i] = topo.nic(n).bandwidth;
-      bandwidth_s = std::max(bandwidth_s, busiest / nic_bw[i]);
+      bandwidth_s = std::max(bandwidth_s, busiest / nic_of(n).bandwidth);
     }
     for (const auto& [r, bytes] : l.intra_out)
       bandwidth_s = std::max(bandwidth_s, bytes / intra_bw[r]);

@@ -56,7 +56,7 @@ class Topology {
     const Node& node = (*nodes_)[static_cast<std::size_t>(rank(a).node)];
     LinkCorrection c = correction(node.intra_link.kind);
     double bw = node.intra_link.bandwidth;
-    if (node.intra_link.kind == "pcie")  // traffic leaves each GPU through its own slot
+    if (per_device_intra(rank(a).node))  // traffic leaves each GPU through its own slot
       bw = std::min({bw, rank(a).slot->spec.pcie_bandwidth(), rank(b).slot->spec.pcie_bandwidth()});
     return {bw * c.bandwidth_efficiency, c.latency_s >= 0 ? c.latency_s : node.intra_link.latency,
             node.intra_link.kind};
@@ -66,6 +66,11 @@ class Topology {
     LinkCorrection c = correction(node.nic.kind);
     return {node.nic.bandwidth * c.bandwidth_efficiency / std::max(1, sharing),
             c.latency_s >= 0 ? c.latency_s : node.nic.latency, node.nic.kind};
+  }
+  // Whether a hop inside node `node_index` is bound by each GPU's own slot (PCIe), so that
+  // intra() differs between its members; otherwise every hop inside the node is one value.
+  bool per_device_intra(int node_index) const {
+    return (*nodes_)[static_cast<std::size_t>(node_index)].intra_link.kind == "pcie";
   }
   Hop between(int a, int b) const {
     if (rank(a).node == rank(b).node) return intra(a, b);

@@ -230,16 +230,6 @@ std::vector<Protocol> protocols(const Row& row, const CollectiveShape& s) {
   return out;
 }
 
-// Two short strings (a device's kind, its architecture) compared in line: asked per member of
-// a 100k-member ring, each member with its own copy of the spec, a library memcmp call per
-// compare was a third of the walk.
-bool same_text(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 }  // namespace
 
 CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
@@ -258,18 +248,21 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   // architecture, so they are worked out once per run of alike members. The hops are added in
   // the ring's order (the bottleneck's kind is the first slowest hop's).
   const std::size_t n = ranks.size();
-  const DeviceSpec* flags_of = nullptr;  // the spec whose kind and architecture set the flags
+  // A device's flags follow from its kind and architecture, which ranks of one slot kind
+  // (RankDevice::slot_kind: slots equal in every field) share: they are worked out once per run
+  // of one slot kind. Comparing the two strings per member instead was most of this walk at
+  // 100k members (each node holds its own copy of its slots, so no two members share a spec).
+  int flags_kind = -1;
   bool cpu = false, ll128 = true;
   double nvls = 0;
-  auto device_flags = [&](const DeviceSpec& spec) {
-    if (!flags_of ||
-        (&spec != flags_of && (!same_text(spec.kind, flags_of->kind) ||
-                               !same_text(spec.architecture, flags_of->architecture)))) {
+  auto device_flags = [&](const RankDevice& d) {
+    if (d.slot_kind != flags_kind) {
+      const DeviceSpec& spec = d.slot->spec;
       const std::string& arch = spec.architecture;
       cpu = spec.kind == "cpu";
       ll128 = arch == "volta" || arch == "ampere" || arch == "hopper";
       nvls = arch == "hopper" ? 0.85 : arch == "blackwell" ? 0.74 : 0.0;
-      flags_of = &spec;
+      flags_kind = d.slot_kind;
     }
     s.host |= cpu;
     s.ll128 &= ll128;
@@ -278,12 +271,12 @@ CollectiveShape collective_shape(const Topology& topo, const Cluster& cluster,
   for (std::size_t i = 0; i < n;) {
     const RankDevice& first = topo.rank(ranks[i]);
     const int here = first.node;
-    device_flags(first.slot->spec);
+    device_flags(first);
     std::size_t j = i + 1;  // the run is members [i, j)
     for (; j < n; ++j) {
       const RankDevice& d = topo.rank(ranks[j]);
       if (d.node != here) break;
-      device_flags(d.slot->spec);
+      device_flags(d);
     }
     const Node& node = cluster.nodes[static_cast<std::size_t>(here)];
     const bool per_device = node.intra_link.kind == "pcie";
@@ -333,19 +326,41 @@ Choice choose(CollectiveKind kind, const CollectiveShape& shape, double bytes) {
   return best;
 }
 
+std::vector<double> ring_hop_bandwidths(const Topology& topo, std::span<const int> ranks,
+                                        bool nic_share) {
+  const std::size_t n = ranks.size();
+  std::vector<double> out(n);
+  int known_node = -1;  // the node whose one intra hop `known` is (-1: none)
+  double known = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int prev = ranks[(i + n - 1) % n];
+    const int node = topo.rank(prev).node;
+    if (node != topo.rank(ranks[i]).node) {
+      out[i] = nic_share ? -1.0 : topo.between(prev, ranks[i]).bandwidth;
+    } else if (node == known_node) {
+      out[i] = known;
+    } else {
+      out[i] = topo.between(prev, ranks[i]).bandwidth;
+      known_node = topo.per_device_intra(node) ? -1 : node;
+      known = out[i];
+    }
+  }
+  return out;
+}
+
 Choice choose_grouped(const Topology& topo, const CollectiveShape& shape,
                       std::span<const int> ranks, std::span<const double> shard, double total) {
   const std::size_t n = ranks.size();
   Choice best;
   best.seconds = kInf;
+  // A hop between nodes runs at the NIC's share of the channels under every NCCL protocol; the
+  // host's MPI (CPU ranks, the only protocol then: `protocols`) runs every hop at its link.
+  const std::vector<double> hop = ring_hop_bandwidths(topo, ranks, !shape.host);
   for (Protocol p : protocols(kRows[0], shape)) {
     const int c = channels(shape, p, kRing, total);
     double worst = 0, worst_bytes = 0, worst_bw = kInf;
     for (std::size_t i = 0; i < n; ++i) {
-      const int prev = ranks[(i + n - 1) % n];
-      double bw = topo.between(prev, ranks[i]).bandwidth;
-      if (p != Protocol::Host && topo.rank(prev).node != topo.rank(ranks[i]).node)
-        bw = inter_bandwidth(shape, c);
+      double bw = hop[i] < 0 ? inter_bandwidth(shape, c) : hop[i];
       bw = capped(bw * (p == Protocol::Host ? 1.0 : ring_efficiency(p, shape)), p, c);
       const double bytes = total - shard[i];
       if (bytes / bw > worst) {

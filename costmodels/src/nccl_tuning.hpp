@@ -54,6 +54,15 @@ struct Choice {
 // NCCL's choice for an even collective of `bytes` in all.
 Choice choose(CollectiveKind kind, const CollectiveShape& shape, double bytes);
 
+// The bandwidth of the hop into each member of the ring `ranks` (from the member before it in
+// ring order), as Topology::between prices it; with `nic_share`, a hop between nodes is -1
+// instead (every NCCL protocol runs it at the NIC's share of its channels, which the caller
+// prices). A node's hops are one value unless its link is PCIe, so they are read once per run
+// of the node's members (at 100k members, one lookup of the node's link and its calibration
+// per member and protocol was most of the grouped variant's price).
+std::vector<double> ring_hop_bandwidths(const Topology& topo, std::span<const int> ranks,
+                                        bool nic_share);
+
 // The grouped variant of an uneven all-gather (reduce-scatter): one ring broadcast (reduce) per
 // owner, issued as one group, all running at once on the ring's links: the link into the j-th
 // member (ring order) carries every shard but s_j. The protocol and channels are chosen as for

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace cephalo::planner::detail {
 
@@ -53,10 +54,24 @@ bool key_of(const costmodels::CollectiveRequest& r, std::string& key) {
   put(key, r.pieces.size());
   for (const auto& p : r.pieces) {
     put(key, p.bytes);
-    put(key, p.owners.size());
-    for (int o : p.owners) put(key, o);
-    runs += p.owners.size() + 1;
-    if (runs > kMostKeyRuns) return false;
+    // The owners (one rank per group) as runs of one step, (first owner, step, length) each:
+    // groups of alike size put a piece's owners a group apart, so a cross-group reduction over
+    // 100k ranks is a few runs, not 100k owners to write, hash and compare on every lookup.
+    // Each run extends while the step holds; the runs give back the owners, so the key is
+    // exact.
+    const std::vector<int>& o = p.owners;
+    put(key, o.size());
+    for (std::size_t i = 0; i < o.size();) {
+      std::size_t j = i + 1;
+      const std::int64_t step =
+          j < o.size() ? std::int64_t{o[j]} - std::int64_t{o[i]} : std::int64_t{0};
+      while (j < o.size() && std::int64_t{o[j]} - std::int64_t{o[j - 1]} == step) ++j;
+      put(key, o[i]);
+      put(key, step);
+      put(key, j - i);
+      if (++runs > kMostKeyRuns) return false;
+      i = j;
+    }
   }
   return true;
 }

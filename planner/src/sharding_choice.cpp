@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "cephalo/core/error.hpp"
 #include "cephalo/core/schedule.hpp"
@@ -168,9 +169,11 @@ double hybrid_comm_seconds(const Scenario& s, const costmodels::CostModels& mode
   // are a few ranks in a group of every kind (groups of one kind, alike in members, node
   // offsets and links, are priced alike: sim::rank_classes), so the slowest group is among
   // theirs, without building (and paying for) every rank's program.
-  const traces::ShardLayout layout = traces::shard_layout_of(plan, s);
+  traces::ShardLayout cut = traces::shard_layout_of(plan, s);
+  const std::vector<int> representatives = sim::rank_classes(cut, s, plan).representatives;
   const traces::TrainingGraph g = traces::build_training_graph_of_ranks(
-      plan, s, sim::rank_classes(layout, s, plan).representatives, models.comm.get());
+      plan, s, representatives, std::move(cut), models.comm.get());
+  const traces::ShardLayout& layout = g.layout();
   std::map<std::tuple<int, int, double>, double> memo;
   std::vector<double> per_group(static_cast<std::size_t>(layout.num_groups()), 0.0);
   double cross = 0;
@@ -245,7 +248,7 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
     why << " " << c.label << " " << format_seconds(o.iteration_s) << ";";
     if (!best || o.iteration_s < best_s) {
       if (best) offer_runner_up(best_label, best_s);
-      best = p;
+      best = std::move(p);  // 100k rows at 100k ranks: moved, not copied
       best_s = o.iteration_s;
       best_label = c.label;
     } else {
@@ -254,7 +257,7 @@ void choose_sharding(const Scenario& s, const costmodels::CostModels& models,
   }
   if (!best) throw InfeasibleError(why.str() + " no sharding candidate fits");
   why << " chose " << best_label << " (fastest simulated)";
-  res.plan = *best;
+  res.plan = std::move(*best);
   res.simulated_iteration_s = best_s;
   res.note = res.note.empty() ? why.str() : res.note + "; " + why.str();
   if (!runner_label.empty()) {

@@ -103,14 +103,14 @@ std::vector<int> device_row_classes(const traces::ShardLayout& graph, const Plan
 }
 
 // The plan's rank classes as its replay forms them. An FSDP plan's depend on its sharding
-// alone: its layout (the graph builder's own), not a graph (a graph of even one rank prices
-// every uneven collective's variant over its full membership). A split plan's are its pipeline
-// lanes' (split_classes.cpp), read from a graph of rank 0 alone, which carries every domain's
-// layout and static bytes; empty, with `why`, where the lanes cannot form them.
+// alone: its layout (`layout`, the graph builder's own), not a graph (a graph of even one rank
+// prices every uneven collective's variant over its full membership). A split plan's are its
+// pipeline lanes' (split_classes.cpp), read from a graph of rank 0 alone, which carries every
+// domain's layout and static bytes; empty, with `why`, where the lanes cannot form them.
 std::optional<RankClasses> plan_rank_classes(const Plan& plan, const Scenario& scenario,
+                                             const std::optional<traces::ShardLayout>& layout,
                                              const costmodels::CommModel* comm, std::string& why) {
-  if (!plan.has_split())
-    return rank_classes(traces::shard_layout_of(plan, scenario), scenario, plan);
+  if (layout) return rank_classes(*layout, scenario, plan);
   const int zero = 0;
   return detail::split_rank_classes(
       traces::build_training_graph_of_ranks(plan, scenario, {&zero, 1}, comm), scenario, plan, why);
@@ -309,7 +309,11 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   };
   if (options.record_ops || options.record_memory || ranks < 2) return full();
   std::string why;
-  const auto classes = plan_rank_classes(plan, scenario, &comm, why);
+  // An FSDP plan's layout is cut once: its classes are formed from it, then the graph of their
+  // representatives is built on it.
+  std::optional<traces::ShardLayout> layout;
+  if (!plan.has_split()) layout = traces::shard_layout_of(plan, scenario);
+  const auto classes = plan_rank_classes(plan, scenario, layout, &comm, why);
   if (!classes) {
     PlanReplay out = full();
     out.result.full_replay_reason = "no rank classes: " + why;
@@ -336,7 +340,10 @@ PlanReplay replay_plan(const Plan& plan, const Scenario& scenario,
   detail::ClassView view;
   view.representative = classes->representative;
   const auto graph =
-      traces::build_training_graph_of_ranks(plan, scenario, classes->representatives, &comm);
+      layout
+          ? traces::build_training_graph_of_ranks(plan, scenario, classes->representatives,
+                                                  std::move(*layout), &comm)
+          : traces::build_training_graph_of_ranks(plan, scenario, classes->representatives, &comm);
   PlanReplay out;
   out.result = detail::replay_classes(graph, scenario, plan, compute, comm, options, view);
   out.result.replayed_ranks = static_cast<int>(classes->representatives.size());

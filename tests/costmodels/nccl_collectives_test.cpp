@@ -462,6 +462,31 @@ TEST(NcclCollectives, TheShapeByNodeRunsIsTheMemberByMemberShape) {
   }
 }
 
+// The grouped variant's hops, read once per run of a node's members, are Topology::between's
+// hop by hop (a hop between nodes left to the NIC share when asked), on random mixed clusters
+// (PCIe nodes, whose hops differ per GPU slot, among them) and member sets.
+TEST(NcclCollectives, TheRingHopsByNodeRunsAreTheHopByHopLinks) {
+  RandomClusters random;
+  AlphaBetaCommModel model;
+  for (int trial = 0; trial < 300; ++trial) {
+    const Cluster c = random.next();
+    const std::vector<int> ranks = random.members(c, 1);
+    const costmodels::detail::Topology topo(c, model.calibration(), random.pick(0, 1) == 1,
+                                            static_cast<CollectiveKind>(random.pick(0, 3)));
+    for (const bool nic_share : {false, true}) {
+      const auto got = costmodels::detail::ring_hop_bandwidths(topo, ranks, nic_share);
+      ASSERT_EQ(got.size(), ranks.size());
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const int prev = ranks[(i + ranks.size() - 1) % ranks.size()];
+        const bool crosses = topo.rank(prev).node != topo.rank(ranks[i]).node;
+        const double want = nic_share && crosses ? -1.0 : topo.between(prev, ranks[i]).bandwidth;
+        EXPECT_EQ(got[i], want) << "trial " << trial << ", member " << i << ", nic share "
+                                << nic_share;
+      }
+    }
+  }
+}
+
 // A request is priced the same whether its members come in rank order (read in place) or in
 // any other order (sorted with their shards), and a cross-group reduction the same as each
 // algorithm priced by its own walk of the pieces.

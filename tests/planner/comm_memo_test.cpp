@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
+#include <set>
 
 #include "comm_memo.hpp"
 
@@ -22,7 +24,10 @@ class Counting final : public costmodels::CommModel {
                (r.overlaps_compute ? 11 : 0);
     for (std::size_t i = 0; i < r.ranks.size(); ++i)
       x = x * 1.0001 + r.ranks[i] * 13 + r.shard_bytes[i] * 1e-9;
-    for (const auto& p : r.pieces) x += p.bytes * 1e-9 + p.owners.size();
+    for (const auto& p : r.pieces) {
+      x += p.bytes * 1e-9 + p.owners.size();
+      for (int o : p.owners) x = x * 1.0001 + o * 17;
+    }
     costmodels::CollectiveEstimate e;
     e.seconds = x;
     return e;
@@ -71,6 +76,50 @@ TEST(CommMemo, PricesEachDistinctRequestOnce) {
   memo.collective(other, base);
   EXPECT_EQ(inner->calls, before + 2);
   EXPECT_EQ(memo.copy_time(cluster, 0, 42.0), 42.0);
+}
+
+// Cross-group pieces are keyed by runs of owners a step apart: owner lists that differ in one
+// owner, in a step, in where a run ends or only in length are told apart, and every answer is
+// the wrapped model's own, on random strided, broken and irregular lists.
+TEST(CommMemo, PieceOwnersByStridedRunsAreExact) {
+  auto inner = std::make_shared<Counting>();
+  const Cluster cluster;
+  const CommMemo memo(inner, cluster);
+  std::mt19937 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<>(lo, hi)(rng); };
+  std::vector<std::vector<int>> lists;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<int> o;
+    const int n = pick(0, 40);
+    const int step = pick(-3, 9);
+    int at = pick(0, 50);
+    for (int i = 0; i < n; ++i) {
+      o.push_back(at);
+      at += pick(0, 5) == 0 ? pick(-20, 20) : step;  // a broken run now and then
+    }
+    if (pick(0, 3) == 0 && !o.empty()) o[static_cast<std::size_t>(pick(0, n - 1))] += 1;
+    lists.push_back(std::move(o));
+  }
+  // Pairs that only a careless run key would confuse.
+  lists.push_back({0, 8, 16, 24});
+  lists.push_back({0, 8, 16});
+  lists.push_back({0, 8, 16, 25});
+  lists.push_back({0, 8, 17, 26});
+  lists.push_back({0, 9, 18, 27});
+  lists.push_back({8, 16, 24});
+  lists.push_back({0});
+  lists.push_back({});
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t i = 0; i < lists.size(); ++i) {
+      auto r = request(50);
+      r.kind = costmodels::CollectiveKind::AllReduce;
+      r.pieces.push_back({lists[i], 1e6});
+      EXPECT_EQ(memo.collective(cluster, r).seconds, Counting().collective(cluster, r).seconds)
+          << "list " << i << ", pass " << pass;
+    }
+  // Each distinct list priced once, on the first pass only.
+  std::set<std::vector<int>> distinct(lists.begin(), lists.end());
+  EXPECT_EQ(inner->calls, static_cast<int>(distinct.size()));
 }
 
 }  // namespace

@@ -209,6 +209,46 @@ TEST(HybridGraph, AGraphOfSomeRanksHasOnlyItsGroupsCollectives) {
   }
 }
 
+// A graph built on the layout its caller cut already (sim's class replay forms its classes from
+// it first) is the graph that cuts its own: every op, collective and static byte, full and
+// hybrid sharding, some ranks or all.
+TEST(HybridGraph, AGraphOnAGivenLayoutIsTheGraphThatCutsItsOwn) {
+  const Scenario s = tiny_scenario(4, 3);
+  for (const Plan& p : {hybrid_plan(s), hybrid_plan(s, Accumulation::Standard), tiny_plan(s, 2)})
+    for (const std::vector<int>& only :
+         {std::vector<int>{2}, std::vector<int>{0, 3}, std::vector<int>{0, 1, 2, 3}}) {
+      const TrainingGraph own = build_training_graph_of_ranks(p, s, only);
+      const TrainingGraph given = build_training_graph_of_ranks(p, s, only, shard_layout_of(p, s));
+      ASSERT_EQ(given.num_ops(), own.num_ops());
+      for (OpId i = 0; i < own.num_ops(); ++i) {
+        const Op &a = own.op(i), &b = given.op(i);
+        EXPECT_EQ(a.kind, b.kind) << i;
+        EXPECT_EQ(a.rank, b.rank) << i;
+        EXPECT_EQ(a.unit, b.unit) << i;
+        EXPECT_EQ(a.collective, b.collective) << i;
+        EXPECT_EQ(a.bytes, b.bytes) << i;
+        EXPECT_EQ(a.shard_bytes, b.shard_bytes) << i;
+        EXPECT_EQ(a.shard_parameters, b.shard_parameters) << i;
+        EXPECT_EQ(a.mem_alloc, b.mem_alloc) << i;
+        EXPECT_EQ(a.mem_free, b.mem_free) << i;
+      }
+      ASSERT_EQ(given.collectives().size(), own.collectives().size());
+      for (std::size_t c = 0; c < own.collectives().size(); ++c) {
+        const Collective &a = own.collectives()[c], &b = given.collectives()[c];
+        EXPECT_EQ(a.kind, b.kind) << c;
+        EXPECT_EQ(a.group, b.group) << c;
+        EXPECT_EQ(a.variant, b.variant) << c;
+        EXPECT_EQ(a.total_bytes, b.total_bytes) << c;
+        EXPECT_EQ(a.members_count, b.members_count) << c;
+      }
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(given.static_bytes(r), own.static_bytes(r)) << r;
+        for (int u = 0; u < own.layout().num_units(); ++u)
+          EXPECT_EQ(given.slice(u, r).count, own.slice(u, r).count) << u << " " << r;
+      }
+    }
+}
+
 TEST(HybridGraph, FullShardingHasNoCrossReduction) {
   const Scenario s = tiny_scenario(4, 2);
   const TrainingGraph g = build_training_graph(tiny_plan(s, 1), s);

@@ -187,7 +187,12 @@ void GraphBuilder::setup_domains() {
       const int d = static_cast<int>(g_.domain_layouts_.size());
       std::vector<int> ranks = topo_.domain(s, t);
       const int size = static_cast<int>(ranks.size());
-      g_.domain_layouts_.push_back(domain_layout(s, t, ranks));
+      if (phase_order_ && given_layout_) {
+        g_.domain_layouts_.push_back(std::move(*given_layout_));
+        given_layout_.reset();
+      } else {
+        g_.domain_layouts_.push_back(domain_layout(s, t, ranks));
+      }
       const ShardLayout& layout = g_.domain_layouts_.back();
       std::int64_t held = 0;
       for (int u = 0; u < units_; ++u) held += layout.numel(u);
@@ -368,6 +373,17 @@ TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& sc
                                             const costmodels::CommModel* comm) {
   if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
   return GraphBuilder(plan, scenario, comm).build(ranks);
+}
+
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks, ShardLayout layout,
+                                            const costmodels::CommModel* comm) {
+  if (ranks.empty()) throw std::logic_error("build_training_graph_of_ranks: no ranks");
+  if (plan.has_split())
+    throw std::logic_error("build_training_graph_of_ranks: a split plan has a layout per domain");
+  GraphBuilder builder(plan, scenario, comm);
+  builder.use_layout(std::move(layout));
+  return builder.build(ranks);
 }
 
 }  // namespace cephalo::traces

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -41,6 +42,9 @@ class GraphBuilder : private StageLinks {
   // sharding, the collectives' variants and sizes and the static bytes are still those of the
   // whole plan (sim/'s class replay).
   TrainingGraph build(std::span<const int> only = {});
+  // An FSDP plan's one layout, built by the caller (shard_layout_of of the same plan and
+  // scenario): build() takes it instead of cutting the state again.
+  void use_layout(ShardLayout layout) { given_layout_ = std::move(layout); }
   // The layout build() gives data-parallel domain (stage, tp_rank): the one cut of a domain's
   // state (an FSDP plan's one domain is (0, 0): shard_layout_of).
   ShardLayout domain_layout(int stage, int tp_rank) const;
@@ -104,6 +108,7 @@ class GraphBuilder : private StageLinks {
   // in the setup (rounds, what a phase moves, whether a backward gathers again) follows from it.
   bool phase_order_ = true;
   UnevenVariants variants_;
+  std::optional<ShardLayout> given_layout_;  // use_layout
   TrainingGraph g_;
   SplitTopology topo_;
   std::vector<PipelineStage> stages_;  // resolved, with the real layer ranges

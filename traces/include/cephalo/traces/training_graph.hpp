@@ -350,5 +350,11 @@ TrainingGraph build_training_graph(const Plan& plan, const Scenario& scenario,
 TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
                                             std::span<const int> ranks,
                                             const costmodels::CommModel* comm = nullptr);
+// The same for an FSDP plan whose layout the caller has built already: `layout` must be
+// shard_layout_of(plan, scenario) (sim/'s class replay forms its classes from it first, and at
+// 100k ranks cutting the state twice per replay was a tenth of a candidate's replay).
+TrainingGraph build_training_graph_of_ranks(const Plan& plan, const Scenario& scenario,
+                                            std::span<const int> ranks, ShardLayout layout,
+                                            const costmodels::CommModel* comm = nullptr);
 
 }  // namespace cephalo::traces
