@@ -10,6 +10,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
 #include "graph_builder.hpp"
+#include "stable_order.hpp"
 
 namespace cephalo::traces {
 
@@ -55,23 +56,26 @@ void GraphBuilder::setup_transfers() {
            ++jb) {
         const std::int64_t rows = std::min(oa[ja + 1], ob[jb + 1]) - std::max(oa[ja], ob[jb]);
         if (rows <= 0) continue;
-        for (int t = 0; t < tb; ++t)
-          forward_[static_cast<std::size_t>(k)].push_back(
-              {topo_.rank_at(a, ja, t % ta), topo_.rank_at(b, jb, t), rows});
-        for (int t = 0; t < ta; ++t)
-          backward_[static_cast<std::size_t>(k)].push_back(
-              {topo_.rank_at(b, jb, t % tb), topo_.rank_at(a, ja, t), rows});
+        // Only a built rank asks for its transfers (transfers_of, by sender or receiver), so a
+        // transfer between two ranks left out is never read: a class replay of a 100k-rank
+        // pipeline builds a few lanes, not millions of transfers. Those kept keep their order.
+        const auto keep = [&](const Transfer& x) { return built(x.from) || built(x.to); };
+        for (int t = 0; t < tb; ++t) {
+          const Transfer x{topo_.rank_at(a, ja, t % ta), topo_.rank_at(b, jb, t), rows};
+          if (keep(x)) forward_[static_cast<std::size_t>(k)].push_back(x);
+        }
+        for (int t = 0; t < ta; ++t) {
+          const Transfer x{topo_.rank_at(b, jb, t % tb), topo_.rank_at(a, ja, t), rows};
+          if (keep(x)) backward_[static_cast<std::size_t>(k)].push_back(x);
+        }
       }
     }
   }
   auto index = [](const std::vector<Transfer>& list) {
     TransferIndex ix;
-    for (std::uint32_t i = 0; i < list.size(); ++i) ix.by_from.push_back(i);
-    ix.by_to = ix.by_from;
-    std::stable_sort(ix.by_from.begin(), ix.by_from.end(),
-                     [&](std::uint32_t x, std::uint32_t y) { return list[x].from < list[y].from; });
-    std::stable_sort(ix.by_to.begin(), ix.by_to.end(),
-                     [&](std::uint32_t x, std::uint32_t y) { return list[x].to < list[y].to; });
+    const auto n = static_cast<std::uint32_t>(list.size());
+    ix.by_from = detail::stable_order(n, [&](std::uint32_t i) { return list[i].from; });
+    ix.by_to = detail::stable_order(n, [&](std::uint32_t i) { return list[i].to; });
     return ix;
   };
   for (const auto& list : forward_) forward_index_.push_back(index(list));
