@@ -31,19 +31,22 @@ void GraphBuilder::setup_transfers() {
   const int k_last = p_ * v_ - 1;
   forward_.assign(static_cast<std::size_t>(std::max(k_last, 0)), {});
   backward_.assign(static_cast<std::size_t>(std::max(k_last, 0)), {});
-  // A micro-batch's samples laid out over a stage's replicas in order.
-  auto offsets = [&](int s) {
-    std::vector<std::int64_t> off{0};
-    for (int j = 0; j < topo_.replicas(s); ++j)
-      off.push_back(
-          off.back() +
-          plan_.ranks[static_cast<std::size_t>(topo_.rank_at(s, j, 0))].share_per_micro_batch(m_));
-    return off;
-  };
+  // A micro-batch's samples laid out over a stage's replicas in order: per stage, once (an
+  // interleaved pipeline crosses each stage's boundary V times).
+  std::vector<std::vector<std::int64_t>> offsets(static_cast<std::size_t>(k_last > 0 ? p_ : 0));
+  for (std::size_t s = 0; s < offsets.size(); ++s) {
+    std::vector<std::int64_t>& off = offsets[s];
+    off.push_back(0);
+    for (int j = 0; j < topo_.replicas(static_cast<int>(s)); ++j)
+      off.push_back(off.back() +
+                    plan_.ranks[static_cast<std::size_t>(topo_.rank_at(static_cast<int>(s), j, 0))]
+                        .share_per_micro_batch(m_));
+  }
   for (int k = 0; k < k_last; ++k) {
     const int a = k % p_, b = (k + 1) % p_;
     const int ta = topo_.tensor_parallel(a), tb = topo_.tensor_parallel(b);
-    const auto oa = offsets(a), ob = offsets(b);
+    const auto& oa = offsets[static_cast<std::size_t>(a)];
+    const auto& ob = offsets[static_cast<std::size_t>(b)];
     // The replicas of b whose samples overlap replica ja's, by a walk over both ascending
     // offset lists (every pair made 2,048 replicas a boundary 4 M steps).
     int lo = 0;
