@@ -70,18 +70,24 @@ void SplitEstimator::Impl::deal_by_speed(
   // after everything but the sharded state (shares_by_free_memory, the FSDP hybrid rule).
   if (sharded) {
     // Hybrid's node groups come in runs of alike ones: the same free bytes, the same shares.
+    // A replica alike its predecessor (in its group or, priced by runs, the group before) at
+    // the same samples and sub-steps has its free bytes: ReplicaMemory's key is what
+    // alike_memory compares. Replica by replica (the tests' reference) a group starts afresh.
     std::vector<double> free, last_free, share;
+    bool have_prev = false;
+    std::size_t prev = 0;
+    double prev_free = 0;
     for (const auto& group : rep.groups) {
       free.clear();
-      std::size_t prev = 0;
+      have_prev = have_prev && by_runs;
       for (std::size_t j : group) {
-        if (!free.empty() && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
-            rep.sub[j] == rep.sub[prev])
-          free.push_back(free.back());
-        else
-          free.push_back(std::max(
-              0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0)));
+        if (!(have_prev && rep.alike_memory(j, prev) && rep.size[j] == rep.size[prev] &&
+              rep.sub[j] == rep.sub[prev]))
+          prev_free = std::max(
+              0.0, rep.capacity[j] - memory_of.total(rep, j, rep.size[j], rep.sub[j], 0.0));
+        free.push_back(prev_free);
         prev = j;
+        have_prev = true;
       }
       if (free != last_free) {
         share = detail::shares_by_free_memory(free);

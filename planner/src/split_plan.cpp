@@ -47,21 +47,48 @@ std::string split_costs(const traces::IterationReport& r) {
 
 namespace {
 
-PlanResult replay_candidate(const Scenario& scenario, const SplitSearchResult& search,
-                            const costmodels::CostModels& models) {
+// A finalist made into its plan and replayed. Only the one kept becomes a PlanResult, which
+// holds the whole search (every finalist's estimate, each with per-rank allocations: at 100k
+// ranks a copy per finalist cost more than its plan).
+struct FinalistReplay {
+  Plan plan;
+  traces::IterationReport report;
+};
+
+// `rank_rows` false: the light replay (sim::SimOptions::rank_rows), its time, rates and
+// out-of-memory verdict those of the full one; the report's per-rank rows, which the split's
+// costs (split_costs) and text read, are left out.
+FinalistReplay replay_finalist(const Scenario& scenario, const SplitCandidate& f,
+                               const costmodels::CostModels& models, bool rank_rows) {
+  FinalistReplay out;
+  out.plan = even_split_plan(scenario, f.split, "<planner>");
+  // Replicas balanced by speed: the samples, sub-steps and shares the estimate priced.
+  apply_allocation(out.plan, f.estimate.allocation);
+  out.plan.strategy = "3d";
+  out.plan.activation_checkpointing.kind = f.checkpointing;
+  traces::check_plan_for(out.plan, scenario, "<planner>");
+  sim::SimOptions options;
+  options.rank_rows = rank_rows;
+  out.report =
+      sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm, options).report;
+  return out;
+}
+
+// The search's answer with the finalist `f` as its split, and that finalist's replay.
+PlanResult finalist_result(const SplitSearchResult& search, const SplitCandidate& f,
+                           FinalistReplay replay) {
   PlanResult out;
   SplitDetail& d = out.split.emplace();
   d.search = search;
-  out.plan = even_split_plan(scenario, search.split, "<planner>");
-  // Replicas balanced by speed: the samples, sub-steps and shares the estimate priced.
-  apply_allocation(out.plan, search.estimate.allocation);
-  out.plan.strategy = "3d";
-  out.plan.activation_checkpointing.kind = search.checkpointing;
-  traces::check_plan_for(out.plan, scenario, "<planner>");
-  d.report = sim::simulate_plan(out.plan, scenario, *models.compute, *models.comm).report;
+  d.search.split = f.split;
+  d.search.checkpointing = f.checkpointing;
+  d.search.replica_batches = f.replica_batches;
+  d.search.estimate = f.estimate;
+  out.plan = std::move(replay.plan);
+  d.report = std::move(replay.report);
   out.predicted_iteration_s = d.report.iteration_time_s;
   out.simulated_iteration_s = d.report.iteration_time_s;
-  out.model_iteration_s = search.estimate.iteration_s;
+  out.model_iteration_s = f.estimate.iteration_s;
   out.rate = traces::report_throughput(d.report);
   out.simulated_oom = d.report.oom;
   out.simulated_oom_detail = oom_text(d.report);
@@ -81,20 +108,21 @@ PlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& sea
   // (costmodels::split_rank_memory_terms), but the replay follows every allocation in time: a
   // split the estimate fits at its margin can still run out there, and among near equals the
   // replay has the last word. So every finalist is replayed and the fastest that fits is kept.
-  std::vector<SplitCandidate> candidates = search.finalists;
-  if (candidates.empty())
-    candidates.push_back(
-        {search.split, search.checkpointing, search.replica_batches, search.estimate});
-  std::optional<PlanResult> best, closest;
+  // Only the one kept needs the per-rank rows: the estimate's best (first) is replayed with
+  // them, the others light, and one of those that turns out fastest again with them.
+  std::vector<SplitCandidate> own;
+  if (search.finalists.empty())
+    own.push_back({search.split, search.checkpointing, search.replica_batches, search.estimate});
+  const std::vector<SplitCandidate>& candidates = own.empty() ? search.finalists : own;
+  // The fastest that fits and, while none fits, the closest to fitting (by its shortfall).
+  std::optional<FinalistReplay> best, closest;
+  std::size_t best_at = 0, closest_at = 0;
   std::vector<std::string> replays;
   std::vector<std::pair<double, std::string>> fitting;  // (time, split) of those that fit
-  for (const SplitCandidate& f : candidates) {
-    SplitSearchResult one = search;
-    one.split = f.split;
-    one.checkpointing = f.checkpointing;
-    one.replica_batches = f.replica_batches;
-    one.estimate = f.estimate;
-    PlanResult r = replay_candidate(scenario, one, models);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const SplitCandidate& f = candidates[i];
+    FinalistReplay r = replay_finalist(scenario, f, models, i == 0);
+    const double seconds = r.report.iteration_time_s;
     std::ostringstream line;  // with a stage's replicas' samples per micro-batch when they differ
     line << f.estimate.split;
     bool first = true;
@@ -106,38 +134,43 @@ PlanResult plan_for_split(const Scenario& scenario, const SplitSearchResult& sea
         for (std::size_t j = 0; j < st.replica_micro_batches.size(); ++j)
           line << (j ? "+" : "") << st.replica_micro_batches[j];
       }
-    line << ": " << format_seconds(r.predicted_iteration_s)
-         << (r.simulated_oom ? " (out of memory)" : "");
+    line << ": " << format_seconds(seconds) << (r.report.oom ? " (out of memory)" : "");
     replays.push_back(line.str());
-    if (r.simulated_oom) {
-      if (!closest || shortfall(r.split->report) < shortfall(closest->split->report))
+    if (r.report.oom) {
+      if (!closest || shortfall(r.report) < shortfall(closest->report)) {
         closest = std::move(r);
+        closest_at = i;
+      }
     } else {
-      fitting.emplace_back(r.predicted_iteration_s, f.estimate.split);
-      if (!best || r.predicted_iteration_s < best->predicted_iteration_s) best = std::move(r);
+      fitting.emplace_back(seconds, f.estimate.split);
+      if (!best || seconds < best->report.iteration_time_s) {
+        best = std::move(r);
+        best_at = i;
+      }
     }
   }
   if (!best)
     throw InfeasibleError(
         "every split the search ranked runs out of memory in its replay; the closest: " +
-        closest->split->search.estimate.split + " is short by " +
-        format_bytes(shortfall(closest->split->report)) + " (" + closest->simulated_oom_detail +
-        ")");
+        candidates[closest_at].estimate.split + " is short by " +
+        format_bytes(shortfall(closest->report)) + " (" + oom_text(closest->report) + ")");
+  if (best_at != 0) *best = replay_finalist(scenario, candidates[best_at], models, true);
+  PlanResult out = finalist_result(search, candidates[best_at], std::move(*best));
   // The search log `plan --explain` prints: every finalist's replay.
   std::ostringstream note;
   note << "replayed the estimate's best " << replays.size() << " split(s): ";
   for (std::size_t i = 0; i < replays.size(); ++i) note << (i ? "; " : "") << replays[i];
-  best->note = note.str();
-  best->split->replays = std::move(replays);
+  out.note = note.str();
+  out.split->replays = std::move(replays);
   // The runner-up: the fastest finalist that fits and is another split than the one kept
   // (finalists that differ only in their replicas' batches print alike).
   std::sort(fitting.begin(), fitting.end());
   for (const auto& [seconds, split] : fitting) {
-    if (split == best->split->search.estimate.split) continue;
-    best->runner_up = runner_up_text("the split " + split, seconds, best->predicted_iteration_s);
+    if (split == out.split->search.estimate.split) continue;
+    out.runner_up = runner_up_text("the split " + split, seconds, out.predicted_iteration_s);
     break;
   }
-  return std::move(*best);
+  return out;
 }
 
 PlanResult plan_split(const Scenario& scenario, const SplitSearchOptions& options,

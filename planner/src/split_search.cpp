@@ -451,7 +451,7 @@ std::string Search::no_layout_message() const {
          "), each stage's tensor-parallel groups within a node and one GPU type";
 }
 
-SplitSearchResult Search::run() {
+SplitSearchResult Search::run() && {
   check_fixed_dimensions(scenario_, options_);
   const Job& job = scenario_.job;
   backend_only_ = backend_only(scenario_.cluster);
@@ -485,7 +485,8 @@ SplitSearchResult Search::run() {
     throw InfeasibleError("no 3D split fits in memory; the tightest: " + closest_);
   }
   const Candidate* winner = nullptr;
-  std::map<int, Candidate> by_p;
+  // Per P its best, copied once at the end (a candidate holds per-rank allocations).
+  std::map<int, const Candidate*> by_p;
   std::vector<const Candidate*> refined;
   refine_all();
   if (result_.unexplored > 0) result_.budget = options_.budget;
@@ -494,12 +495,13 @@ SplitSearchResult Search::run() {
       refined.push_back(&c);
       const int p = std::get<0>(key);
       const auto it = by_p.find(p);
-      if (it == by_p.end() || c.estimate.iteration_s < it->second.estimate.iteration_s) by_p[p] = c;
+      if (it == by_p.end() || c.estimate.iteration_s < it->second->estimate.iteration_s)
+        by_p[p] = &c;
     }
   std::vector<Candidate> best_of_p;
-  for (auto& [p, c] : by_p) {
-    price_in_full(c);
-    best_of_p.push_back(std::move(c));
+  for (const auto& [p, c] : by_p) {
+    best_of_p.push_back(*c);
+    price_in_full(best_of_p.back());
   }
   for (const auto& c : best_of_p)
     if (!winner || c.estimate.iteration_s < winner->estimate.iteration_s) winner = &c;
@@ -548,7 +550,7 @@ SplitSearchResult Search::run() {
     result_.best_per_stages.push_back({std::move(c.split), c.checkpointing,
                                        c.by_speed ? ReplicaBatches::BySpeed : ReplicaBatches::Even,
                                        std::move(c.estimate)});
-  return result_;
+  return std::move(result_);
 }
 
 }  // namespace split_detail

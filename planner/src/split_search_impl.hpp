@@ -74,7 +74,8 @@ class Search {
          const costmodels::CostModels& models)
       : scenario_(scenario), options_(options), models_(models), estimator_(scenario, models) {}
 
-  SplitSearchResult run();
+  // Once, on a search made for it: its answer moves out.
+  SplitSearchResult run() &&;
 
  private:
   // Prices a candidate for the search: no texts, no schedule for a split that does not fit, and

@@ -219,5 +219,42 @@ TEST(SplitClassReplay, EqualsTheFullReplayOnRandomSplitPlans) {
   EXPECT_GE(stepped, 10);
 }
 
+// The planner replays a split's finalists light (SimOptions::rank_rows = false) and reads
+// their time and out-of-memory verdict: those are the full report's to the bit, class replay
+// or not.
+TEST(SplitClassReplay, WithoutRankRowsTheTimeAndVerdictAreTheFullReports) {
+  std::mt19937 rng(20261207);
+  int ooms = 0, compressed = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const SplitInstance in = random_split(rng, trial % 6 == 5, trial % 4 == 1);
+    const auto models = costmodels::make_cost_models(in.scenario, "roofline");
+    SimOptions rows;
+    if (trial % 5 == 0) rows.usable_fraction = 0.03;
+    SimOptions light = rows;
+    light.rank_rows = false;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " +
+                 describe(in.plan.model_split, in.scenario.cluster.num_ranks()));
+    const SimResult a = simulate_plan(in.plan, in.scenario, *models.compute, *models.comm, rows);
+    const SimResult b = simulate_plan(in.plan, in.scenario, *models.compute, *models.comm, light);
+    compressed += b.replayed_ranks < in.scenario.cluster.num_ranks();
+    ooms += a.report.oom;
+    EXPECT_EQ(a.iteration_ns, b.iteration_ns);
+    EXPECT_EQ(a.report.iteration_time_s, b.report.iteration_time_s);
+    EXPECT_EQ(a.report.samples_per_s, b.report.samples_per_s);
+    EXPECT_EQ(a.report.mfu, b.report.mfu);
+    EXPECT_EQ(a.report.oom, b.report.oom);
+    ASSERT_EQ(a.report.oom_detail.has_value(), b.report.oom_detail.has_value());
+    if (a.report.oom_detail) {
+      EXPECT_EQ(traces::render_oom_detail(*a.report.oom_detail),
+                traces::render_oom_detail(*b.report.oom_detail));
+      EXPECT_EQ(a.report.oom_detail->bytes, b.report.oom_detail->bytes);
+      EXPECT_EQ(a.report.oom_detail->capacity_bytes, b.report.oom_detail->capacity_bytes);
+    }
+    EXPECT_TRUE(b.report.ranks.empty());
+  }
+  EXPECT_GE(ooms, 8);
+  EXPECT_GE(compressed, 20);
+}
+
 }  // namespace
 }  // namespace cephalo::sim

@@ -84,7 +84,8 @@ class GraphBuilder : private StageLinks {
   std::int32_t tied(int rank) override;
   std::int32_t transfer_collective(const Transfer& t, bool forward, int micro_batch, int boundary,
                                    double bytes);
-  // Transfers into virtual stage k + 1 from k (forward) for one micro-batch: per rank.
+  // Transfers into virtual stage k + 1 from k (forward) for one micro-batch: per rank, those a
+  // built rank sends or receives (setup_transfers).
   const std::vector<Transfer>& boundary_transfers(int boundary, bool forward) const {
     return forward ? forward_[static_cast<std::size_t>(boundary)]
                    : backward_[static_cast<std::size_t>(boundary)];

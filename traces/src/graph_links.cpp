@@ -10,6 +10,7 @@
 #include "cephalo/costmodels/model_math.hpp"
 #include "cephalo/costmodels/tensor_parallel.hpp"
 #include "graph_builder.hpp"
+#include "stable_order.hpp"
 
 namespace cephalo::traces {
 
@@ -30,19 +31,22 @@ void GraphBuilder::setup_transfers() {
   const int k_last = p_ * v_ - 1;
   forward_.assign(static_cast<std::size_t>(std::max(k_last, 0)), {});
   backward_.assign(static_cast<std::size_t>(std::max(k_last, 0)), {});
-  // A micro-batch's samples laid out over a stage's replicas in order.
-  auto offsets = [&](int s) {
-    std::vector<std::int64_t> off{0};
-    for (int j = 0; j < topo_.replicas(s); ++j)
-      off.push_back(
-          off.back() +
-          plan_.ranks[static_cast<std::size_t>(topo_.rank_at(s, j, 0))].share_per_micro_batch(m_));
-    return off;
-  };
+  // A micro-batch's samples laid out over a stage's replicas in order: per stage, once (an
+  // interleaved pipeline crosses each stage's boundary V times).
+  std::vector<std::vector<std::int64_t>> offsets(static_cast<std::size_t>(k_last > 0 ? p_ : 0));
+  for (std::size_t s = 0; s < offsets.size(); ++s) {
+    std::vector<std::int64_t>& off = offsets[s];
+    off.push_back(0);
+    for (int j = 0; j < topo_.replicas(static_cast<int>(s)); ++j)
+      off.push_back(off.back() +
+                    plan_.ranks[static_cast<std::size_t>(topo_.rank_at(static_cast<int>(s), j, 0))]
+                        .share_per_micro_batch(m_));
+  }
   for (int k = 0; k < k_last; ++k) {
     const int a = k % p_, b = (k + 1) % p_;
     const int ta = topo_.tensor_parallel(a), tb = topo_.tensor_parallel(b);
-    const auto oa = offsets(a), ob = offsets(b);
+    const auto& oa = offsets[static_cast<std::size_t>(a)];
+    const auto& ob = offsets[static_cast<std::size_t>(b)];
     // The replicas of b whose samples overlap replica ja's, by a walk over both ascending
     // offset lists (every pair made 2,048 replicas a boundary 4 M steps).
     int lo = 0;
@@ -55,23 +59,26 @@ void GraphBuilder::setup_transfers() {
            ++jb) {
         const std::int64_t rows = std::min(oa[ja + 1], ob[jb + 1]) - std::max(oa[ja], ob[jb]);
         if (rows <= 0) continue;
-        for (int t = 0; t < tb; ++t)
-          forward_[static_cast<std::size_t>(k)].push_back(
-              {topo_.rank_at(a, ja, t % ta), topo_.rank_at(b, jb, t), rows});
-        for (int t = 0; t < ta; ++t)
-          backward_[static_cast<std::size_t>(k)].push_back(
-              {topo_.rank_at(b, jb, t % tb), topo_.rank_at(a, ja, t), rows});
+        // Only a built rank asks for its transfers (transfers_of, by sender or receiver), so a
+        // transfer between two ranks left out is never read: a class replay of a 100k-rank
+        // pipeline builds a few lanes, not millions of transfers. Those kept keep their order.
+        const auto keep = [&](const Transfer& x) { return built(x.from) || built(x.to); };
+        for (int t = 0; t < tb; ++t) {
+          const Transfer x{topo_.rank_at(a, ja, t % ta), topo_.rank_at(b, jb, t), rows};
+          if (keep(x)) forward_[static_cast<std::size_t>(k)].push_back(x);
+        }
+        for (int t = 0; t < ta; ++t) {
+          const Transfer x{topo_.rank_at(b, jb, t % tb), topo_.rank_at(a, ja, t), rows};
+          if (keep(x)) backward_[static_cast<std::size_t>(k)].push_back(x);
+        }
       }
     }
   }
   auto index = [](const std::vector<Transfer>& list) {
     TransferIndex ix;
-    for (std::uint32_t i = 0; i < list.size(); ++i) ix.by_from.push_back(i);
-    ix.by_to = ix.by_from;
-    std::stable_sort(ix.by_from.begin(), ix.by_from.end(),
-                     [&](std::uint32_t x, std::uint32_t y) { return list[x].from < list[y].from; });
-    std::stable_sort(ix.by_to.begin(), ix.by_to.end(),
-                     [&](std::uint32_t x, std::uint32_t y) { return list[x].to < list[y].to; });
+    const auto n = static_cast<std::uint32_t>(list.size());
+    ix.by_from = detail::stable_order(n, [&](std::uint32_t i) { return list[i].from; });
+    ix.by_to = detail::stable_order(n, [&](std::uint32_t i) { return list[i].to; });
     return ix;
   };
   for (const auto& list : forward_) forward_index_.push_back(index(list));
