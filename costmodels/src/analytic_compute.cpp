@@ -121,35 +121,31 @@ Efficiency Efficiency::from_coefficients(const OpFeatures& t) {
   return {inv(t[0]), inv(t[1]), inv(t[2]), t[4]};
 }
 
-double roofline_op_seconds(const DeviceSpec& device, const OpCost& op, Dtype dtype, bool backward,
-                           const Efficiency& eff) {
-  const double peak = effective_peak(device, dtype);
-  const double bw = device.memory_bandwidth;
-  const double sfu = special_function_rate(device);
-  const bool fwd = !backward;
-  double flops = fwd ? op.forward_flops : op.backward_flops;
-  double bytes = fwd ? op.forward_bytes : op.backward_bytes;
-  double eta = (op.op_class == OpClass::Gemm || op.op_class == OpClass::FusedAttention) ? eff.gemm
-               : op.op_class == OpClass::Attention ? eff.attention
-                                                   : 1.0;
-  const bool flash = op.op_class == OpClass::FusedAttention;
-  double t_compute =
-      op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * mma_fraction(device, op));
-  if (flash && sfu > 0) t_compute += (fwd ? op.forward_exps : op.backward_exps) / sfu;
-  double t_memory = bytes / (eff.memory * bw);
-  int kernels = fwd ? op.forward_kernels : op.backward_kernels;
-  return std::max(t_compute, t_memory) + kernels * eff.kernel_overhead_us * 1e-6;
-}
-
 ComputeEstimate RooflineComputeModel::unit_time(const DeviceSpec& device, const Job& job, int unit,
                                                 ComputePhase phase, int micro_batch) const {
   check_micro_batch(micro_batch);
-  const bool backward = phase == ComputePhase::Backward;
-  const Efficiency& eff = backward ? backward_ : forward_;
+  const Dtype dtype = job.precision.compute;
+  const double peak = effective_peak(device, dtype);
+  const double bw = device.memory_bandwidth;
+  const bool fwd = phase != ComputePhase::Backward;
+  const Efficiency& eff = fwd ? forward_ : backward_;
+  const double sfu = special_function_rate(device);
   double seconds = 0;
-  for (const OpCost& op : unit_ops(job.model, unit, job.sequence_length, micro_batch,
-                                   job.precision.compute, job.implementation))
-    seconds += roofline_op_seconds(device, op, job.precision.compute, backward, eff);
+  for (const OpCost& op :
+       unit_ops(job.model, unit, job.sequence_length, micro_batch, dtype, job.implementation)) {
+    double flops = fwd ? op.forward_flops : op.backward_flops;
+    double bytes = fwd ? op.forward_bytes : op.backward_bytes;
+    double eta = (op.op_class == OpClass::Gemm || op.op_class == OpClass::FusedAttention) ? eff.gemm
+                 : op.op_class == OpClass::Attention ? eff.attention
+                                                     : 1.0;
+    const bool flash = op.op_class == OpClass::FusedAttention;
+    double t_compute =
+        op.op_class == OpClass::Memory ? 0 : flops / (eta * peak * mma_fraction(device, op));
+    if (flash && sfu > 0) t_compute += (fwd ? op.forward_exps : op.backward_exps) / sfu;
+    double t_memory = bytes / (eff.memory * bw);
+    int kernels = fwd ? op.forward_kernels : op.backward_kernels;
+    seconds += std::max(t_compute, t_memory) + kernels * eff.kernel_overhead_us * 1e-6;
+  }
   return {seconds, false, "roofline"};
 }
 

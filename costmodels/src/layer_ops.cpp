@@ -1,5 +1,6 @@
 #include "cephalo/costmodels/layer_ops.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -33,6 +34,18 @@ std::size_t class_of(const OpCost& op) {
   return 2;
 }
 
+// An op at the GPU's datasheet roofline: max(FLOPs at the effective peak, bytes at the memory
+// bandwidth); a memory-bound op by its bytes alone. No instruction mix (flash attention's
+// mma.sync fraction, its exponentials) and no launch overhead: what those cost is part of the
+// price the ratio measures.
+double datasheet_seconds(const DeviceSpec& device, const OpCost& op, Dtype dtype, bool backward) {
+  const double flops = op.op_class == OpClass::Memory ? 0
+                       : backward                     ? op.backward_flops
+                                                      : op.forward_flops;
+  const double bytes = backward ? op.backward_bytes : op.forward_bytes;
+  return std::max(flops / effective_peak(device, dtype), bytes / device.memory_bandwidth);
+}
+
 double ratio(double priced, double roofline) { return roofline > 0 ? priced / roofline : 0; }
 double share(double part, double whole) { return whole > 0 ? part / whole : 0; }
 
@@ -61,10 +74,8 @@ LayerOpsPrediction predict_layer_ops(const LayerQuery& q, const QueryOrigin& ori
     c.ops.emplace_back(ops[i].name);
     c.forward_s += fwd[i];
     c.backward_s += bwd[i];
-    c.roofline_forward_s +=
-        roofline_op_seconds(*lj.gpu, ops[i], job.precision.compute, false, kDatasheet);
-    c.roofline_backward_s +=
-        roofline_op_seconds(*lj.gpu, ops[i], job.precision.compute, true, kDatasheet);
+    c.roofline_forward_s += datasheet_seconds(*lj.gpu, ops[i], job.precision.compute, false);
+    c.roofline_backward_s += datasheet_seconds(*lj.gpu, ops[i], job.precision.compute, true);
   }
   std::erase_if(out.classes, [](const LayerOpClass& c) { return c.ops.empty(); });
   return out;

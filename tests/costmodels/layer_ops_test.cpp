@@ -72,7 +72,8 @@ TEST(LayerOps, CudnnMovesOnlyTheAttentionCoreOnHopper) {
   for (std::size_t i = 0; i < fa.classes.size(); ++i) {
     if (fa.classes[i].name == "attention core") {
       EXPECT_LT(cu.classes[i].forward_s, fa.classes[i].forward_s);
-      EXPECT_LT(cu.classes[i].roofline_forward_s, fa.classes[i].roofline_forward_s);
+      // The datasheet roofline is the same work at the same peak: only the price moves.
+      EXPECT_EQ(cu.classes[i].roofline_forward_s, fa.classes[i].roofline_forward_s);
     } else {
       EXPECT_EQ(cu.classes[i].forward_s, fa.classes[i].forward_s) << fa.classes[i].name;
     }

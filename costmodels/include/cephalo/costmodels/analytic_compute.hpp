@@ -68,14 +68,6 @@ struct Efficiency {
   static Efficiency from_coefficients(const OpFeatures& theta);
 };
 
-// One op's seconds at a roofline with efficiencies `eff`: max(FLOPs / (η·peak·mma_fraction),
-// bytes / (η_memory·bandwidth)) plus flash attention's exponentials in series with its
-// matmuls, plus its kernels × the per-kernel overhead. Efficiency{1, 1, 1, 0} is the datasheet
-// roofline (`predict layer --ops` compares each op's priced time with it).
-double roofline_op_seconds(const DeviceSpec& device, const OpCost& op, Dtype dtype, bool backward,
-                           const Efficiency& eff);
-constexpr Efficiency kDatasheet{1.0, 1.0, 1.0, 0.0};
-
 // Roofline: each op takes max(FLOPs / (η·peak), bytes / (η_mem·bandwidth)) plus a fixed
 // per-kernel overhead, so small ops are latency-bound and the efficiency rises with size.
 class RooflineComputeModel : public ComputeModel {

@@ -2,7 +2,7 @@
 // `cephalo predict layer --ops`: a layer's priced time split by op class (GEMMs, attention
 // core, elementwise, norms), each against the GPU's datasheet roofline. The prices are the
 // calibrated model's own (CalibratedComputeModel::unit_op_seconds), so the classes add up to
-// the layer's priced time; the roofline is roofline_op_seconds at kDatasheet.
+// the layer's priced time; the roofline is each op's max(FLOPs / peak, bytes / bandwidth).
 #include <string>
 #include <vector>
 
