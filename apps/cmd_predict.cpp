@@ -6,6 +6,7 @@
 
 #include "cephalo/core/units.hpp"
 #include "cephalo/costmodels/catalog.hpp"
+#include "cephalo/costmodels/layer_ops.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
 #include "cephalo/costmodels/scenario_notices.hpp"
 #include "cephalo/traces/shard_layout.hpp"
@@ -24,7 +25,7 @@ void add_layer(CLI::App* cmd) {
   static struct {
     costmodels::LayerQuery query;
     std::string fused_elementwise = "true";
-    bool json = false;
+    bool json = false, ops = false;
   } a;
   auto* l = cmd->add_subcommand("layer", "Per-layer forward/backward time of a model on a GPU");
   l->add_option("--gpu", a.query.gpu, "GPU (catalog name or alias, e.g. l4, a6000)")
@@ -44,6 +45,10 @@ void add_layer(CLI::App* cmd) {
   add_compute_model_option(l, a.query.source, "Compute model", "--source");
   l->add_option("--attention", a.query.attention, "attention kernel: flash (default) or eager")
       ->check(one_of({"flash", "eager"}));
+  l->add_option("--flash-kernel", a.query.flash_kernel,
+                "flash attention's kernel: flash-attn (default) or cudnn (only with --attention "
+                "flash)")
+      ->check(one_of(flash_kernel_names()));
   l->add_option("--fused-elementwise", a.fused_elementwise,
                 "elementwise ops fused into their neighbours: true (default) or false")
       ->check(one_of({"true", "false"}));
@@ -51,10 +56,21 @@ void add_layer(CLI::App* cmd) {
   l->add_option("--framework", a.query.framework,
                 "sharding framework: fsdp2 (default), fsdp1, deepspeed_zero3, ddp")
       ->check(one_of(framework_names()));
+  l->add_flag("--ops", a.ops,
+              "Also one row per op class (GEMMs, attention core, elementwise, norms): priced "
+              "time, the datasheet roofline, their ratio, share of the layer (calibrated model)");
   l->add_flag("--json", a.json, "Print the record as JSON");
   l->callback([] {
     costmodels::LayerQuery query = a.query;
     query.fused_elementwise = a.fused_elementwise == "true";
+    if (a.ops) {
+      const auto p = costmodels::predict_layer_ops(query, {kCommandLine, true});
+      for (const auto& w : p.layer.warnings) std::cerr << "warning: " << w << "\n";
+      print_json_or_text(
+          a.json, [&] { return costmodels::to_json(p); },
+          [&] { return costmodels::render_text(p); });
+      return;
+    }
     const auto p = costmodels::predict_layer(query, {kCommandLine, true});
     for (const auto& w : p.warnings) std::cerr << "warning: " << w << "\n";
     print_json_or_text(

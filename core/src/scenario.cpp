@@ -300,6 +300,19 @@ std::string to_string(AttentionKernel a) { return a == AttentionKernel::Flash ? 
 
 std::string to_string(FlashKernel k) { return k == FlashKernel::Cudnn ? "cudnn" : "flash-attn"; }
 
+const std::vector<std::string>& flash_kernel_names() {
+  static const std::vector<std::string> names = {"flash-attn", "cudnn"};
+  return names;
+}
+
+std::optional<FlashKernel> parse_flash_kernel(const std::string& name) {
+  if (name == "flash-attn") return FlashKernel::FlashAttn;
+  if (name == "cudnn") return FlashKernel::Cudnn;
+  return std::nullopt;
+}
+
+bool flash_kernel_applies(AttentionKernel attention) { return attention == AttentionKernel::Flash; }
+
 std::string to_string(LossKernel l) { return l == LossKernel::Fused ? "fused" : "eager"; }
 
 std::string to_string(Framework f) {
@@ -384,10 +397,9 @@ Implementation parse_implementation(JsonReader& reader) {
         a->as_enum({"flash", "eager"}) == "flash" ? AttentionKernel::Flash : AttentionKernel::Eager;
   if (auto k = reader.optional_child("flash_kernel")) {
     // The kernel of flash attention: with eager attention it would silently price nothing.
-    if (impl.attention != AttentionKernel::Flash)
+    if (!flash_kernel_applies(impl.attention))
       k->fail("no \"flash_kernel\" unless \"attention\" is \"flash\"");
-    impl.flash_kernel = k->as_enum({"flash-attn", "cudnn"}) == "cudnn" ? FlashKernel::Cudnn
-                                                                       : FlashKernel::FlashAttn;
+    impl.flash_kernel = *parse_flash_kernel(k->as_enum(flash_kernel_names()));
   }
   impl.compiled = reader.boolean_or("compiled", false);
   if (auto l = reader.optional_child("cross_entropy"))

@@ -122,16 +122,17 @@ double CalibratedComputeModel::ops_seconds(const DeviceSpec& device, Dtype dtype
                          ops_features(device, ops, dtype, waves_), backward);
 }
 
-ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
-                                                  int unit, ComputePhase phase,
-                                                  int micro_batch) const {
-  check_micro_batch(micro_batch);
+PhaseFeatures CalibratedComputeModel::job_features(const DeviceSpec& device, const Job& job,
+                                                   const std::vector<OpCost>& ops) const {
   const Dtype dtype = job.precision.compute;
-  const int pipeline = pipeline_class(device, dtype);
-  PhaseFeatures x = unit_features(device, job.model, unit, job.sequence_length, micro_batch, dtype,
-                                  job.implementation, waves_,
-                                  stack_attention_weight(job.implementation, pipeline));
-  bool own = false;
+  return ops_features(device, ops, dtype, waves_,
+                      stack_attention_weight(job.implementation, pipeline_class(device, dtype)));
+}
+
+double CalibratedComputeModel::job_seconds(const DeviceSpec& device, const Job& job, int unit,
+                                           ComputePhase phase, const PhaseFeatures& x,
+                                           bool* own) const {
+  const Dtype dtype = job.precision.compute;
   const auto [stack, model_name] = job_stack(job);
   // A compiled stack's pointwise and reduction chains are Inductor's generated kernels, one per
   // chain between two GEMMs, each reading its inputs and writing its outputs once: priced at
@@ -143,10 +144,34 @@ ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, cons
   const bool generated =
       job.implementation.compiled && unit_kind(job.model, unit) == UnitKind::Layer;
   const double memory_coefficient = generated ? 1 / Efficiency{}.memory : 0;
-  double s = predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward,
-                             &own, memory_coefficient) *
-             stack_factor(job.implementation, pipeline);
+  return predict_seconds(device, stack, model_name, dtype, x, phase == ComputePhase::Backward, own,
+                         memory_coefficient) *
+         stack_factor(job.implementation, pipeline_class(device, dtype));
+}
+
+ComputeEstimate CalibratedComputeModel::unit_time(const DeviceSpec& device, const Job& job,
+                                                  int unit, ComputePhase phase,
+                                                  int micro_batch) const {
+  check_micro_batch(micro_batch);
+  const auto ops = unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                            job.precision.compute, job.implementation);
+  bool own = false;
+  const double s = job_seconds(device, job, unit, phase, job_features(device, job, ops), &own);
   return {s, false, own ? "calibrated" : "calibrated (from specs)"};
+}
+
+std::vector<double> CalibratedComputeModel::unit_op_seconds(const DeviceSpec& device,
+                                                            const Job& job, int unit,
+                                                            ComputePhase phase,
+                                                            int micro_batch) const {
+  check_micro_batch(micro_batch);
+  const auto ops = unit_ops(job.model, unit, job.sequence_length, micro_batch,
+                            job.precision.compute, job.implementation);
+  std::vector<double> out;
+  out.reserve(ops.size());
+  for (const OpCost& op : ops)
+    out.push_back(job_seconds(device, job, unit, phase, job_features(device, job, {op})));
+  return out;
 }
 
 ComputeEstimate CalibratedComputeModel::optimizer_time(const DeviceSpec& device, const Job& job,

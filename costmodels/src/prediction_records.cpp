@@ -57,6 +57,18 @@ Implementation query_implementation(const LayerQuery& q, const QueryOrigin& orig
     impl.attention = AttentionKernel::Eager;
   else
     fail("attention", q.attention, "one of flash, eager");
+  if (!q.flash_kernel.empty()) {
+    if (!flash_kernel_applies(impl.attention))
+      fail("flash_kernel", q.flash_kernel,
+           "no flash kernel unless the attention is flash (got attention " + q.attention + ")");
+    const auto kernel = parse_flash_kernel(q.flash_kernel);
+    if (!kernel) {
+      std::string allowed;
+      for (const auto& n : flash_kernel_names()) allowed += (allowed.empty() ? "" : ", ") + n;
+      fail("flash_kernel", q.flash_kernel, "one of " + allowed);
+    }
+    impl.flash_kernel = *kernel;
+  }
   impl.fused_elementwise = q.fused_elementwise;
   impl.compiled = q.compiled;
   if (q.compiled && !q.fused_elementwise)
@@ -73,9 +85,9 @@ Implementation query_implementation(const LayerQuery& q, const QueryOrigin& orig
   return impl;
 }
 
-LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
+LayerJob layer_job(const LayerQuery& q, const QueryOrigin& origin) {
   const DeviceSpec& gpu = GpuCatalog::builtin().get(q.gpu);
-  const HfModel found = find_model_or_config(q.model);
+  HfModel found = find_model_or_config(q.model);
   const ModelSpec& model = found.spec;
   auto fail = [&](const char* field, const std::string& value, const std::string& expected) {
     throw ValidationError(origin.file, origin.field(field), value, expected);
@@ -93,13 +105,23 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
     fail("seq", std::to_string(q.seq), why);
   if (q.micro_batch <= 0)
     fail("micro_batch", std::to_string(q.micro_batch), "a micro-batch size >= 1");
-  Job job;
+  LayerJob out{&gpu, {}};
+  Job& job = out.job;
   job.model_name = found.model_type.empty() ? q.model : model.name;
   job.model = model;
   job.sequence_length = q.seq;
   job.global_batch = q.micro_batch;
   job.precision.compute = *dtype;
   job.implementation = query_implementation(q, origin);
+  return out;
+}
+
+LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
+  const LayerJob lj = layer_job(q, origin);
+  const DeviceSpec& gpu = *lj.gpu;
+  const Job& job = lj.job;
+  const ModelSpec& model = job.model;
+  const Dtype dtype = job.precision.compute;
   const Scenario one = single_gpu_scenario(gpu, job);
   auto models = make_cost_models(one, q.source);
   auto f = models.compute->unit_time(gpu, job, 1, ComputePhase::Forward, q.micro_batch);
@@ -111,7 +133,7 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   // A ViT's sequence is its patches + the class token whatever --seq says: report what is
   // priced, and say so.
   p.seq = effective_sequence(model, q.seq);
-  p.dtype = to_string(*dtype);
+  p.dtype = to_string(dtype);
   p.micro_batch = q.micro_batch;
   p.forward_s = f.seconds;
   p.backward_s = b.seconds;
@@ -121,7 +143,7 @@ LayerPrediction predict_layer(const LayerQuery& q, const QueryOrigin& origin) {
   p.implementation = job.implementation;
   p.warnings = precision_warnings(one.cluster, job);
   if (f.source.rfind("profile", 0) == 0)
-    if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, *dtype)) {
+    if (auto* row = ProfileTables::builtin().find_for(model.name, gpu.name, q.seq, dtype)) {
       p.detail = ProfileTables::evaluate(*row, q.micro_batch).detail + " (" + row->file_model +
                  " on " + row->file_gpu + ")";
       // A profile is what its stack measured; the asked-for stack is not priced by it.

@@ -158,6 +158,13 @@ class Record(dict):
                 frame["predicted_samples_per_s"].astype(float).mask(unplanned))
         return frame
 
+    def op_classes_frame(self):
+        """One row per op class of predict_layer(..., ops=True) (the record's "op_classes"):
+        name, ops (the op names in it), forward_ms and backward_ms (priced), roofline_forward_ms
+        and roofline_backward_ms (the datasheet roofline), forward_ratio / backward_ratio
+        (priced / roofline) and forward_share / backward_share (of the layer's time)."""
+        return self._frame("op_classes")
+
     def to_pandas(self, table="ranks"):
         """The DataFrame of `table`: "ranks" (ranks_frame), "ops" (ops_frame) or "mixes"
         (mixes_frame, a sweep)."""
@@ -572,7 +579,8 @@ def describe(what, model=None):
 
 
 def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", attention="flash",
-                  fused_elementwise=True, compiled=False, framework="fsdp2"):
+                  fused_elementwise=True, compiled=False, framework="fsdp2", flash_kernel=None,
+                  ops=False):
     """Per-layer forward / backward / recompute time of a model (catalog name, or the path of a
     Hugging Face config.json) on a catalog GPU (`cephalo predict layer --json`: forward_ms,
     backward_ms, recompute_ms in milliseconds per layer and micro-batch; seq in tokens,
@@ -580,9 +588,15 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
     named by attention ("flash" | "eager"), fused_elementwise, compiled and framework ("fsdp2" |
     "fsdp1" | "deepspeed_zero3" | "ddp"); the record's "implementation" says what was priced.
     dtype None: a config's torch_dtype, else fp16. "warnings" lists a dtype the GPU runs on a
-    slower pipeline than asked (V100 bf16).
+    slower pipeline than asked (V100 bf16). flash_kernel ("flash-attn" | "cudnn", only with
+    attention "flash"; None: flash-attn) is the flash-attention kernel. ops=True adds
+    "op_classes" (`--ops`): the layer's priced time per op class against the datasheet
+    roofline, as a DataFrame by the record's op_classes_frame().
     Bad values raise ValidationError naming the keyword and the allowed values."""
     fused_elementwise = _switch("fused_elementwise", fused_elementwise)
+    ops = _switch("ops", ops)
+    if _word("flash_kernel", flash_kernel, none_ok=True) == "":
+        _refuse("flash_kernel", flash_kernel, "flash-attn or cudnn (or None: flash-attn)")
     compiled = _switch("compiled", compiled)
     seq, micro_batch = _count("seq", seq, none_ok=False), _count("micro_batch", micro_batch,
                                                                  none_ok=False)
@@ -594,7 +608,8 @@ def predict_layer(gpu, model, seq, micro_batch, dtype=None, source="auto", atten
         _refuse("model", model, "a catalog name or the path of a config.json")
     return _record(_cephalo.layer_json(gpu, _os.fspath(model), seq, dtype or "", micro_batch,
                                        source,
-                                       attention, fused_elementwise, compiled, framework))
+                                       attention, fused_elementwise, compiled, framework,
+                                       flash_kernel or "", ops))
 
 
 def predict_3d(scenario, split, activation_checkpointing=None, dp_overlap="none",

@@ -27,6 +27,7 @@
 #include "cephalo/costmodels/calibrated.hpp"
 #include "cephalo/costmodels/catalog.hpp"
 #include "cephalo/costmodels/cost_models.hpp"
+#include "cephalo/costmodels/layer_ops.hpp"
 #include "cephalo/costmodels/model_description.hpp"
 #include "cephalo/costmodels/prediction_records.hpp"
 #include "cephalo/costmodels/scenario_notices.hpp"
@@ -300,7 +301,8 @@ std::string split_estimate_json(const Scenario& given, const std::string& split_
 const costmodels::QueryOrigin kArguments{"arguments", false};
 
 // `cephalo predict layer --json`.
-std::string layer_json(const costmodels::LayerQuery& query) {
+std::string layer_json(const costmodels::LayerQuery& query, bool ops) {
+  if (ops) return costmodels::to_json(costmodels::predict_layer_ops(query, kArguments)).dump();
   return costmodels::to_json(costmodels::predict_layer(query, kArguments)).dump();
 }
 
@@ -549,13 +551,15 @@ the r-th GPU of those nodes), and to_json() the plan file's text.)")
       "layer_json",
       [](const std::string& gpu, const std::string& model, int seq, const std::string& dtype,
          int micro_batch, const std::string& source, const std::string& attention,
-         bool fused_elementwise, bool compiled, const std::string& framework) {
+         bool fused_elementwise, bool compiled, const std::string& framework,
+         const std::string& flash_kernel, bool ops) {
         return layer_json({gpu, model, seq, dtype, micro_batch, source, attention,
-                           fused_elementwise, compiled, framework});
+                           fused_elementwise, compiled, framework, flash_kernel},
+                          ops);
       },
       py::arg("gpu"), py::arg("model"), py::arg("seq"), py::arg("dtype"), py::arg("micro_batch"),
       py::arg("source"), py::arg("attention"), py::arg("fused_elementwise"), py::arg("compiled"),
-      py::arg("framework"), release());
+      py::arg("framework"), py::arg("flash_kernel"), py::arg("ops"), release());
   m.def(
       "collective_json",
       [](const Scenario& s, const std::string& kind, const std::string& bytes,

@@ -70,6 +70,23 @@ def test_predict_layer_equals_the_cli(gpu, model, seq, dtype, micro_batch, sourc
     assert got["forward_ms"] > 0 and got["backward_ms"] > got["forward_ms"] * 0.5
 
 
+def test_predict_layer_ops_equals_the_cli_and_adds_up():
+    got = cephalo.predict_layer("h100", "gpt-2.7b", 2048, 2, dtype="bf16", source="calibrated",
+                                flash_kernel="cudnn", ops=True)
+    expected = json.loads(cli("predict", "layer", "--gpu", "h100", "--model", "gpt-2.7b", "--seq",
+                              2048, "--dtype", "bf16", "--micro-batch", 2, "--compute-model",
+                              "calibrated", "--flash-kernel", "cudnn", "--ops", "--json"))
+    assert got == expected
+    assert got["implementation"]["flash_kernel"] == "cudnn"
+    frame = got.op_classes_frame()
+    assert list(frame["name"]) == ["GEMMs", "attention core", "elementwise", "norms"]
+    assert frame["forward_ms"].sum() == pytest.approx(got["forward_ms"], abs=1e-6)
+    assert frame["backward_ms"].sum() == pytest.approx(got["backward_ms"], abs=1e-6)
+    with pytest.raises(cephalo.ValidationError) as info:
+        cephalo.predict_layer("h100", "gpt-2.7b", 2048, 2, attention="eager", flash_kernel="cudnn")
+    assert info.value.json_path == "flash_kernel"
+
+
 def test_predict_layer_of_a_config_equals_the_cli(tmp_path):
     config = MODELS / "meta-llama-3-8b.json"
     got = cephalo.predict_layer("a100", config, 2048, 1, dtype="bf16")

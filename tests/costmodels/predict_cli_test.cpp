@@ -210,3 +210,39 @@ TEST(PredictCli, CollectiveAndMemoryRecords) {
   EXPECT_TRUE(mj["ranks"][0]["terms_bytes"].contains("training_state"));
   EXPECT_TRUE(mj["ranks"][0].contains("headroom_bytes"));
 }
+
+TEST(PredictCli, LayerOpsAddUpToTheLayerAndPrintARowPerClass) {
+  const std::string base =
+      "predict layer --gpu h100 --model llama-7b --seq 4096 --dtype bf16 --micro-batch 2 "
+      "--compute-model calibrated --ops";
+  auto r = run(base + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = cephalo::Json::parse(r.out);
+  double f = 0, b = 0;
+  for (const auto& c : j["op_classes"]) {
+    f += c["forward_ms"].get<double>();
+    b += c["backward_ms"].get<double>();
+    EXPECT_GT(c["forward_ratio"].get<double>(), 1) << c["name"];
+  }
+  EXPECT_EQ(j["op_classes"].size(), 4u);
+  EXPECT_NEAR(f, j["forward_ms"].get<double>(), 1e-6);  // 1 ns, in ms
+  EXPECT_NEAR(b, j["backward_ms"].get<double>(), 1e-6);
+  auto text = run(base);
+  ASSERT_EQ(text.code, 0) << text.out;
+  for (const char* row : {"GEMMs", "attention core", "elementwise", "norms", "layer"})
+    EXPECT_NE(text.out.find(row), std::string::npos) << row << "\n" << text.out;
+}
+
+TEST(PredictCli, BadFlashKernelExitsTwoNamingTheFlag) {
+  const std::string base = "predict layer --gpu h100 --model gpt-2.7b --seq 2048 --micro-batch 1 ";
+  auto bad = run(base + "--flash-kernel triton");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--flash-kernel"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("cudnn"), std::string::npos) << bad.out;
+  auto eager = run(base + "--attention eager --flash-kernel cudnn");
+  EXPECT_EQ(eager.code, 2) << eager.out;
+  EXPECT_NE(eager.out.find("--flash-kernel"), std::string::npos) << eager.out;
+  auto ok = run(base + "--flash-kernel cudnn --json");
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_EQ(cephalo::Json::parse(ok.out)["implementation"]["flash_kernel"], "cudnn");
+}

@@ -223,6 +223,14 @@ enum class FlashKernel {
   Cudnn,
 };
 std::string to_string(FlashKernel k);
+// The accepted names ("flash-attn" first, the default), and the kernel a name selects
+// (nullopt for any other name).
+const std::vector<std::string>& flash_kernel_names();
+std::optional<FlashKernel> parse_flash_kernel(const std::string& name);
+// Whether a flash kernel may be named with this attention: only with flash attention (with
+// eager attention the kernel would price nothing). The one rule the job key and `predict
+// layer --flash-kernel` refuse by.
+bool flash_kernel_applies(AttentionKernel attention);
 
 // How the language-model loss is computed over the logits (what the head's backward holds).
 enum class LossKernel {

@@ -118,6 +118,11 @@ class CalibratedComputeModel : public ComputeModel {
   ComputeEstimate optimizer_time(const DeviceSpec& device, const Job& job,
                                  double shard_parameters) const override;
   std::string name() const override { return "calibrated"; }
+  // Seconds of each of a unit's ops (unit_ops' order), each priced as unit_time prices the
+  // unit: the same θ, factors, flash weight and stack factor on that op's features alone. The
+  // model is linear in the features, so they add up to unit_time's seconds (to rounding).
+  std::vector<double> unit_op_seconds(const DeviceSpec& device, const Job& job, int unit,
+                                      ComputePhase phase, int micro_batch) const;
 
   // Per-layer time for a model on a device as a Cephalo profile row measured it (validation):
   // its family's source factors, the row's implementation.
@@ -166,6 +171,13 @@ class CalibratedComputeModel : public ComputeModel {
   double predict_seconds(const DeviceSpec& device, const std::string& stack,
                          const std::string& model_name, Dtype dtype, const PhaseFeatures& x,
                          bool backward, bool* own = nullptr, double memory_coefficient = 0) const;
+  // A unit's (or one of its ops') features `x_peak` priced for the job: unit_time's steps after
+  // the features.
+  double job_seconds(const DeviceSpec& device, const Job& job, int unit, ComputePhase phase,
+                     const PhaseFeatures& x_peak, bool* own = nullptr) const;
+  // The features of `ops` as unit_time computes a unit's (waves, the stack's flash weight).
+  PhaseFeatures job_features(const DeviceSpec& device, const Job& job,
+                             const std::vector<OpCost>& ops) const;
   std::string family_key(const std::string& family, int factor_class) const;
   // The class a (device, dtype)'s family and model factors are keyed by: the pipeline, or the
   // dtype class (factors_per_pipeline = false); [0] fp32, [1] fp16/bf16 in ByDtype.

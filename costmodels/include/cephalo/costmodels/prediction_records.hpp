@@ -36,7 +36,15 @@ struct LayerQuery {
   bool fused_elementwise = true;
   bool compiled = false;
   std::string framework = "fsdp2";  // fsdp2 | fsdp1 | deepspeed_zero3 | ddp
+  std::string flash_kernel;         // "": flash-attn; flash-attn | cudnn, only with flash
 };
+
+// The GPU and the one-layer job a query prices (its checks: see predict_layer).
+struct LayerJob {
+  const DeviceSpec* gpu = nullptr;  // the catalog's entry
+  Job job;
+};
+LayerJob layer_job(const LayerQuery& query, const QueryOrigin& origin = {});
 
 struct LayerPrediction {
   std::string gpu, model, dtype, source;
@@ -53,7 +61,9 @@ struct LayerPrediction {
 };
 
 // The implementation a query asks for; ValidationError naming the field and the allowed values
-// for an unknown attention kernel or framework, or compiled with fused_elementwise false.
+// for an unknown attention kernel, flash kernel or framework, a flash kernel with eager
+// attention (core's flash_kernel_applies, the job key's rule), or compiled with
+// fused_elementwise false.
 Implementation query_implementation(const LayerQuery& query, const QueryOrigin& origin = {});
 // ValidationError (file and field from `origin`) for a bad sequence, micro-batch, dtype or
 // implementation;
